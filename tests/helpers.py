@@ -1,0 +1,40 @@
+"""Shared test helpers: subprocess runs (TensorFlow's runtime is configured once
+per process, so a test that needs its own device layout runs in a fresh one)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Mapping
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def subprocess_env(extra: Mapping[str, str] | None = None, drop: tuple[str, ...] = ()) -> dict[str, str]:
+    """os.environ plus the repo on PYTHONPATH, TensorFlow's logs quiet, and ``extra``."""
+    env = dict(os.environ)
+    for name in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "TF_CONFIG", "TFDEVICES_INVENTORY", *drop):
+        env.pop(name, None)
+    env["PYTHONPATH"] = REPO + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    env.update(extra or {})
+    return env
+
+
+def run_py(code: str, *, env: Mapping[str, str] | None = None, timeout: float = 300,
+           check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Runs ``code`` (dedented) in a fresh Python; raises with its output if it fails and ``check``."""
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=subprocess_env(env),
+                          capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"subprocess failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def run_cli(*args: str, env: Mapping[str, str] | None = None,
+            timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """Runs ``python -m tfdevices ARGS`` in a fresh process."""
+    return subprocess.run([sys.executable, "-m", "tfdevices", *args], env=subprocess_env(env),
+                          capture_output=True, text=True, timeout=timeout, cwd=REPO)
