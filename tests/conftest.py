@@ -1,0 +1,33 @@
+"""Fixtures shared by the tests.
+
+TensorFlow's runtime is configured once per process. Every in-process test that
+uses TensorFlow asks for ``tf4``: TensorFlow with the host CPU split into four
+logical devices ``/CPU:0`` .. ``/CPU:3``. A test that needs another layout runs
+in a subprocess (``tests.helpers.run_py``).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+LOGICAL_CPUS = 4
+
+
+@pytest.fixture(scope="session")
+def tf4():
+    """TensorFlow, with the CPU split into 4 logical devices for this test process."""
+    import tensorflow as tf
+
+    cpus = tf.config.list_physical_devices("CPU")
+    try:
+        tf.config.set_logical_device_configuration(cpus[0], [tf.config.LogicalDeviceConfiguration()] * LOGICAL_CPUS)
+    except RuntimeError:
+        pass  # already initialized: the assertion below says whether the layout is right
+    names = [d.name for d in tf.config.list_logical_devices("CPU")]
+    assert len(names) == LOGICAL_CPUS, (
+        f"expected {LOGICAL_CPUS} logical CPUs, got {names}: a test used TensorFlow without the tf4 fixture")
+    return tf
