@@ -1,0 +1,65 @@
+"""Device names.
+
+tfdevices reads two kinds of device name, and no string can be both:
+
+* a physical GPU by its NVML index, as ``nvidia-smi`` shows it: the int ``2`` or the
+  string ``"2"`` (``"0:1"`` for MIG instance 1 of GPU 0);
+* a TensorFlow logical device: ``"GPU:1"``, ``"CPU:0"``, in any of TensorFlow's
+  spellings (``"/GPU:1"``, ``"/device:GPU:1"``, ``"gpu:1"``,
+  ``"/job:localhost/replica:0/task:0/device:GPU:1"``).
+
+:func:`short_name` turns TensorFlow's spellings into the short form ``"GPU:1"``
+used in every report.
+
+>>> short_name("/job:localhost/replica:0/task:0/device:GPU:1")
+'GPU:1'
+>>> short_name("cpu:0")
+'CPU:0'
+>>> is_logical_name("GPU:1"), is_logical_name("1")
+(True, False)
+"""
+
+from __future__ import annotations
+
+import re
+
+from tfdevices.errors import SpecError
+
+_LOGICAL = re.compile(
+    r"^(?:/job:(?P<job>[\w-]+)(?:/replica:\d+)?(?:/task:(?P<task>\d+))?)?"
+    r"(?:/?(?:device:)?)(?P<type>[A-Za-z_]+):(?P<index>\d+)$")
+_HINT = "name a TensorFlow device as 'GPU:0' or 'CPU:1', or a physical GPU by its nvidia-smi index ('2')."
+
+
+def is_logical_name(name: object) -> bool:
+    """Whether ``name`` is a TensorFlow logical device name (not an NVML index)."""
+    return isinstance(name, str) and _LOGICAL.match(name.strip()) is not None
+
+
+def short_name(device: str, *, what: str = "device") -> str:
+    """Returns ``TYPE:N`` for any TensorFlow spelling of a device.
+
+    Args:
+        device: e.g. ``"/job:worker/replica:0/task:1/device:CPU:0"``.
+        what: the input's name for error messages.
+
+    Raises:
+        SpecError: ``device`` is not a TensorFlow device name.
+    """
+    match = _LOGICAL.match(device.strip()) if isinstance(device, str) else None
+    if match is None:
+        raise SpecError(f"{what} {device!r} is not a TensorFlow device name.", hint=_HINT)
+    return f"{match['type'].upper()}:{int(match['index'])}"
+
+
+def task_of(device: str) -> str | None:
+    """``"worker:1"`` for ``"/job:worker/replica:0/task:1/device:CPU:0"``; ``None`` when the name has no job."""
+    match = _LOGICAL.match(device.strip())
+    if match is None or match["job"] is None:
+        return None
+    return f"{match['job']}:{match['task'] or 0}"
+
+
+def full_name(device: str) -> str:
+    """``"/device:GPU:1"`` for any spelling: the form ``tf.device`` accepts everywhere."""
+    return "/device:" + short_name(device)
