@@ -1,0 +1,131 @@
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from tfdevices import InputError, Selection, SelectionError, SpecError, select
+from tests import inventories as inv
+
+
+@pytest.mark.parametrize("spec, kwargs, chosen", [
+    ("all", {}, ["0", "1", "2", "3", "4", "5", "6", "7"]),
+    ("none", {}, []),
+    ("cpu", {}, []),
+    ("0,2", {}, ["0", "2"]),
+    ("2,0", {}, ["0", "2"]),  # TensorFlow numbers them in NVML order after masking
+    (5, {}, ["5"]),
+    ([7, 6], {}, ["6", "7"]),
+    ("GPU-03aa", {}, ["3"]),
+    ("auto:1", {}, ["0"]),  # most free memory
+    ("auto:3", {}, ["0", "2", "4"]),
+    ("auto:2", {"order": "utilization"}, ["0", "4"]),  # 0% busy, then the freest
+    ("auto:2", {"order": "index"}, ["0", "1"]),
+    ("auto:2", {"min_free_memory": "35GiB"}, ["0", "2"]),
+    ("auto:2", {"max_utilization": 0.2}, ["0", "2"]),
+    ("auto:3", {"max_utilization": 0.2, "order": "index"}, ["0", "2", "4"]),
+    ("auto:2", {"exclude": "0"}, ["2", "4"]),
+    ("auto:2", {"exclude": [0, 2]}, ["3", "4"]),
+    ("all", {"min_free_memory": "30GiB"}, ["0", "2", "4"]),
+    ("all", {"max_utilization": 0.1}, ["0", "2", "4", "6"]),  # GPU 7's utilization is unknown
+    ("all", {"exclude": "0-5"}, ["6", "7"]),
+    ("0,4", {"min_free_memory": 30 << 30}, ["0", "4"]),
+])
+def test_selection_table(spec, kwargs, chosen):
+    sel = select(spec, inv.eight(), **kwargs)
+    assert [g.key for g in sel.gpus] == chosen
+    assert sel.cuda_visible_devices == (",".join(chosen) or "-1")
+    assert sel.tf_names == tuple(f"GPU:{i}" for i in range(len(chosen)))
+    assert [d.key for d in sel.decisions] == [str(i) for i in range(8)]
+    assert {d.key for d in sel.decisions if d.taken} == set(chosen)
+
+
+def test_every_decision_says_why():
+    sel = select("auto:2", inv.eight(), min_free_memory="16GiB", max_utilization=0.5, exclude="4")
+    reasons = {d.key: d.reason for d in sel.decisions}
+    assert reasons["0"].startswith("taken")
+    assert reasons["1"].startswith("10.0 GiB free < 16.0 GiB")
+    assert reasons["4"].startswith("excluded")
+    assert reasons["5"].startswith("2.0 GiB free")
+    assert reasons["6"].startswith("15.0 GiB free < 16.0 GiB")
+    assert reasons["3"].startswith("not among the best 2")
+    assert "GPU 0     -> GPU:0" in sel.table()
+
+
+def test_masked_gpus_are_never_candidates():
+    masked = inv.eight(visible=[6, 2])  # CUDA_VISIBLE_DEVICES=6,2 set by a scheduler
+    sel = select("all", masked)
+    assert [g.key for g in sel.gpus] == ["2", "6"]
+    assert select("auto:1", masked).gpus[0].key == "2"
+    reasons = {d.key: d.reason for d in sel.decisions}
+    assert reasons["0"].startswith("hidden by CUDA_VISIBLE_DEVICES")
+    with pytest.raises(SelectionError, match=r"^GPU spec '0': GPU 0 is hidden by CUDA_VISIBLE_DEVICES"):
+        select("0", masked)
+    with pytest.raises(SelectionError, match=r"^GPU spec 'auto:3': only 2 of 8 GPUs qualify"):
+        select("auto:3", masked)
+
+
+def test_mig_instances_are_selected_by_key_or_uuid():
+    mig = inv.mig()
+    sel = select("0:1,1", mig)
+    assert sel.cuda_visible_devices == "MIG-bbbb-1111,1"
+    assert sel.tf_names == ("GPU:0", "GPU:1")
+    assert select("MIG-aaaa", mig).gpus[0].key == "0:0"
+    assert [g.key for g in select("auto:1", mig).gpus] == ["1"]  # 30 GiB free beats 19 GiB
+    with pytest.raises(SpecError, match=r"'0' names no GPU; this machine has 0:0 \(MIG-aaaa-0000\)"):
+        select("0", mig)
+
+
+def test_no_gpu_machine():
+    empty = inv.empty()
+    assert select("all", empty).is_cpu_only
+    assert select("none", empty).cuda_visible_devices == "-1"
+    assert select("all", empty, min_free_memory="1GiB").gpus == ()
+    with pytest.raises(SelectionError, match=r"^GPU spec 'auto:1': only 0 of 0 GPUs qualify. This machine has no GPU "
+                                             r"\(NVML library not found"):
+        select("auto:1", empty)
+    with pytest.raises(SpecError, match=r"^GPU spec '0': '0' names no GPU; this machine has no GPU"):
+        select("0", empty)
+
+
+@pytest.mark.parametrize("spec, kwargs, error, first_words", [
+    ("9", {}, SpecError, "GPU spec '9': '9' names no GPU; this machine has 0 (GPU-00aa00-0000), 1"),
+    ("0,9", {}, SpecError, "GPU spec '0,9': '9' names no GPU"),
+    ("GPU-ff", {}, SpecError, "GPU spec 'GPU-ff': 'GPU-ff' names no GPU"),
+    ("GPU-0", {}, SpecError, "GPU spec 'GPU-0': 'GPU-0' matches several GPUs"),
+    ("auto:9", {}, SelectionError, "GPU spec 'auto:9': only 8 of 8 GPUs qualify"),
+    ("auto:4", {"min_free_memory": "35GiB"}, SelectionError,
+     "GPU spec 'auto:4' with min_free_memory=35.0 GiB: only 2 of 8 GPUs qualify. GPUs: GPU 0: ok; GPU 1: 10.0 GiB"),
+    ("1", {"max_utilization": 0.5}, SelectionError, "GPU spec '1': GPU 1 is utilization 95% > 50%"),
+    ("1,5", {"min_free_memory": "16GiB"}, SelectionError,
+     "GPU spec '1,5': GPU 1 is 10.0 GiB free < 16.0 GiB; GPU 5 is 2.0 GiB free < 16.0 GiB"),
+    ("7", {"max_utilization": 0.5}, SelectionError, "GPU spec '7': GPU 7 is utilization unknown"),
+    ("0", {"exclude": "0"}, SelectionError, "GPU spec '0': GPU 0 is excluded"),
+    ("all", {"min_free_memory": "100GiB"}, SelectionError, "GPU spec 'all' with min_free_memory=100.0 GiB: no GPU"),
+    ("all", {"min_free_memory": "100"}, InputError, "min_free_memory '100': a bare number is ambiguous"),
+    ("all", {"min_free_memory": "lots"}, InputError, "min_free_memory 'lots': not a size"),
+    ("all", {"max_utilization": 50}, InputError, "max_utilization=50: must be a fraction"),
+    ("all", {"max_utilization": "0.5"}, InputError, "max_utilization='0.5': must be a fraction"),
+    ("all", {"max_utilization": -0.1}, InputError, "max_utilization=-0.1: must be a fraction"),
+    ("all", {"order": "memory"}, InputError, "order='memory': unknown order; known orders: free_memory"),
+    ("all", {"exclude": "all"}, SpecError, "exclude 'all': must name GPUs"),
+    ("all", {"exclude": "auto:1"}, SpecError, "exclude 'auto:1': must name GPUs"),
+    ("all", {"exclude": "12"}, SpecError, "exclude '12': '12' names no GPU"),
+    ("all", {"exclude": "x"}, SpecError, "exclude 'x': 'x' is not a GPU index"),
+])
+def test_bad_requests(spec, kwargs, error, first_words):
+    with pytest.raises(error) as err:
+        select(spec, inv.eight(), **kwargs)
+    assert str(err.value).startswith(first_words), str(err.value)
+    assert "HINT:" in str(err.value)
+
+
+def test_selection_is_frozen_and_serialisable():
+    sel = select("auto:2", inv.eight())
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        sel.spec = "all"  # type: ignore[misc]
+    data = sel.to_dict()
+    assert data["cuda_visible_devices"] == "0,2"
+    assert [g["tf_name"] for g in data["gpus"]] == ["GPU:0", "GPU:1"]
+    assert sel.env() == {"CUDA_VISIBLE_DEVICES": "0,2", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    assert isinstance(sel, Selection)
