@@ -1,0 +1,750 @@
+"""Build: the right ``tf.distribute`` strategy for the devices this process has.
+
+Two pure decisions, one effect:
+
+* :func:`decide_strategy` picks the strategy kind and its devices from explicit
+  inputs (the kind asked for, the TensorFlow devices, the number of workers);
+* :func:`choose_cross_device_ops` picks how replicas reduce gradients (NCCL only
+  where it can work) and says why;
+* :func:`build_strategy` gathers those inputs from TensorFlow and the
+  environment, masks GPUs first when it still can, and builds the strategy.
+
+Devices are named the tfdevices way: a physical GPU by its NVML index (``1`` or
+``"1"``, as ``nvidia-smi`` shows it), or a TensorFlow logical device
+(``"CPU:1"``, ``"GPU:0"``). :class:`StrategyInfo` shows both names.
+
+Keras 3 ``model.fit`` fails under ``MultiWorkerMirroredStrategy``
+(keras-team/keras#20585: "Attempt to convert a value (PerReplica ...) with an
+unsupported type"). :func:`train` is the working path, one call: a custom
+training loop for Keras 3, or ``fit`` for ``tf_keras`` (``TF_USE_LEGACY_KERAS=1``).
+
+>>> decide_strategy("auto", ["CPU:0", "GPU:0", "GPU:1"]).kind
+'mirrored'
+>>> choose_cross_device_ops("auto", "mirrored", ["GPU:0", "GPU:1"], platform="linux",
+...                         nccl_available=True, virtual_gpus=False).name
+'nccl'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from tfdevices.devices import is_logical_name, short_name
+from tfdevices.errors import LaunchError, SpecError, StrategyError
+from tfdevices.tfconfig import TfConfig, read_tf_config
+
+logger = logging.getLogger("tfdevices")
+
+KINDS = ("auto", "default", "one_device", "mirrored", "multi_worker")
+CROSS_DEVICE_OPS = ("auto", "nccl", "hierarchical_copy", "reduction_to_one_device", "ring", "none")
+_MIRRORED_OPS = ("nccl", "hierarchical_copy", "reduction_to_one_device")
+_MULTI_WORKER_OPS = ("nccl", "ring")
+KERAS_FIT_ISSUE = "keras-team/keras#20585"
+KERAS3_FIT_MESSAGE = (
+    f"Keras 3 model.fit fails under MultiWorkerMirroredStrategy ({KERAS_FIT_ISSUE}: "
+    "'Attempt to convert a value (PerReplica ...) with an unsupported type').")
+KERAS3_FIT_HINT = ("train with tfdevices.strategy.train(info, model_fn, dataset, loss=..., optimizer_fn=...), "
+                   "a custom loop that works with Keras 3, or set TF_USE_LEGACY_KERAS=1 (with tf_keras "
+                   "installed) before TensorFlow is imported to use tf_keras' fit.")
+
+
+# --------------------------------------------------------------------------- cluster
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterEnv:
+    """How many training processes the launch environment says there are.
+
+    Attributes:
+        num_workers: training processes in the job (1: a single process).
+        source: ``"TF_CONFIG"``, ``"SLURM"`` or ``"none"``.
+        reason: what was read, for people.
+        tf_config: the validated ``TF_CONFIG``, when that was the source.
+    """
+
+    num_workers: int
+    source: str
+    reason: str
+    tf_config: TfConfig | None = None
+
+
+def cluster_from_env(env: Mapping[str, str]) -> ClusterEnv:
+    """Reads the job layout from ``TF_CONFIG``, else from a SLURM step (pure: only ``env``).
+
+    ``TF_CONFIG`` wins when both are set, because TensorFlow reads it. A SLURM step
+    counts when ``srun`` started this process (``SLURM_PROCID`` is set) with more
+    than one task.
+
+    Args:
+        env: the environment to read, e.g. ``os.environ``.
+
+    Returns:
+        A :class:`ClusterEnv`.
+
+    Raises:
+        TfConfigError: ``TF_CONFIG`` is set but invalid.
+        LaunchError: a SLURM variable is not a whole number.
+
+    >>> cluster_from_env({"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "4", "SLURM_STEP_NUM_NODES": "2"}).reason
+    'SLURM step with 4 tasks on 2 node(s)'
+    >>> cluster_from_env({}).source
+    'none'
+    """
+    tf_config = read_tf_config(env)
+    if tf_config is not None:
+        jobs = ", ".join(f"{len(a)} {job}" for job, a in tf_config.cluster.items())
+        return ClusterEnv(tf_config.num_workers, "TF_CONFIG",
+                          f"TF_CONFIG lists {jobs}; this is {tf_config.task_type} {tf_config.task_index}",
+                          tf_config)
+    if "SLURM_PROCID" in env:
+        _slurm_int(env, "SLURM_PROCID")
+        tasks = _slurm_int(env, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS")
+        nodes = _slurm_int(env, "SLURM_STEP_NUM_NODES", "SLURM_JOB_NUM_NODES", "SLURM_NNODES")
+        if tasks is not None and tasks > 1:
+            return ClusterEnv(tasks, "SLURM", f"SLURM step with {tasks} tasks on {nodes or '?'} node(s)")
+    return ClusterEnv(1, "none", "no TF_CONFIG and no multi-task SLURM step: a single process")
+
+
+def _slurm_int(env: Mapping[str, str], *names: str) -> int | None:
+    for name in names:
+        value = env.get(name)
+        if value is None:
+            continue
+        if not value.strip().isdigit():
+            raise LaunchError(f"{name}={value!r}: expected a whole number.",
+                              hint=f"unset {name} or run the script under srun, which sets it.")
+        return int(value)
+    return None
+
+
+# --------------------------------------------------------------------------- decide
+
+
+@dataclasses.dataclass(frozen=True)
+class StrategyDecision:
+    """Which strategy to build, on which TensorFlow devices, and why.
+
+    Attributes:
+        kind: ``"default"``, ``"one_device"``, ``"mirrored"`` or ``"multi_worker"``.
+        devices: TensorFlow logical devices of this process the replicas run on (``"GPU:0"``).
+        num_workers: processes in the job.
+        reason: why this kind and these devices.
+        warning: something the user should know (running on the CPU ...), or ``None``.
+    """
+
+    kind: str
+    devices: tuple[str, ...]
+    num_workers: int
+    reason: str
+    warning: str | None = None
+
+
+def decide_strategy(kind: str, devices: Sequence[str], num_workers: int = 1, *,
+                    explicit: bool = False, cluster_source: str = "none") -> StrategyDecision:
+    """Chooses the strategy (pure).
+
+    ``"auto"``: multi-worker when the job has several workers; otherwise mirrored
+    over 2+ GPUs, one-device on a single GPU, and with no GPU the CPU, with a
+    warning (mirrored over the logical CPUs when the CPU was split into several,
+    one-device on ``CPU:0`` when not).
+
+    Args:
+        kind: one of :data:`KINDS`.
+        devices: TensorFlow logical devices (``"GPU:0"``, ``"CPU:1"``): those asked for when
+            ``explicit``, else every logical device TensorFlow has.
+        num_workers: processes in the job (from :func:`cluster_from_env`).
+        explicit: whether ``devices`` were named by the user.
+        cluster_source: where ``num_workers`` came from, for the reason.
+
+    Returns:
+        A :class:`StrategyDecision`.
+
+    Raises:
+        StrategyError: unknown kind, or devices that the kind cannot use.
+
+    >>> d = decide_strategy("auto", ["CPU:0", "CPU:1", "CPU:2"])
+    >>> d.kind, d.devices
+    ('mirrored', ('CPU:0', 'CPU:1', 'CPU:2'))
+    >>> decide_strategy("auto", ["CPU:0", "GPU:0"]).reason
+    'one visible GPU: one-device strategy on GPU:0'
+    """
+    if kind not in KINDS:
+        raise StrategyError(f"strategy kind {kind!r} is unknown; known kinds: {', '.join(KINDS)}.",
+                            hint="use 'auto' to choose from the visible devices.")
+    devices = tuple(short_name(d) for d in devices)
+    if explicit and not devices:
+        raise StrategyError(f"strategy {kind!r}: devices=[] names no device.",
+                            hint="name at least one device, or pass devices=None for every visible device.")
+    gpus = tuple(d for d in devices if d.startswith("GPU:"))
+    cpus = tuple(d for d in devices if d.startswith("CPU:"))
+    if kind == "auto":
+        return _decide_auto(devices, gpus, cpus, num_workers, explicit, cluster_source)
+    if kind == "default":
+        if explicit:
+            raise StrategyError(f"strategy 'default' takes no devices, got {list(devices)}.",
+                                hint="use 'one_device' or 'mirrored' to run on chosen devices.")
+        return StrategyDecision("default", gpus[:1] or cpus[:1], 1,
+                                "asked for the default strategy: TensorFlow places ops itself")
+    if kind == "multi_worker":
+        return _decide_multi_worker(devices, gpus, num_workers, explicit, cluster_source)
+    if kind == "one_device":
+        if explicit and len(devices) != 1:
+            raise StrategyError(f"strategy 'one_device' takes one device, got {len(devices)}: {list(devices)}.",
+                                hint="use 'mirrored' for several devices.")
+        chosen = devices if explicit else (gpus or cpus)[:1]
+        return StrategyDecision("one_device", chosen, 1, f"asked for one device: {chosen[0]}",
+                                None if explicit or gpus else _cpu_warning(chosen))
+    # mirrored
+    chosen = devices if explicit else (gpus or cpus)
+    warning = None
+    if explicit and gpus and cpus:
+        warning = (f"mirrored over CPU and GPU devices {list(chosen)}: every step waits for the slowest "
+                   "replica, the CPU.")
+    elif not gpus:
+        warning = _cpu_warning(chosen)
+    how = "asked for" if explicit else "every visible " + ("GPU" if gpus else "CPU device")
+    return StrategyDecision("mirrored", chosen, 1, f"mirrored over {len(chosen)} device(s): {how}", warning)
+
+
+def _cpu_warning(devices: Sequence[str]) -> str:
+    if len(devices) > 1:
+        return (f"no GPU visible: running on {len(devices)} logical CPU devices; they share the same cores, "
+                "so this checks distribution, not speed.")
+    return "no GPU visible: running on the CPU."
+
+
+def _decide_auto(devices: tuple[str, ...], gpus: tuple[str, ...], cpus: tuple[str, ...], num_workers: int,
+                 explicit: bool, cluster_source: str) -> StrategyDecision:
+    if num_workers > 1:
+        return _decide_multi_worker(devices, gpus, num_workers, explicit, cluster_source)
+    if explicit:
+        if len(devices) == 1:
+            return StrategyDecision("one_device", devices, 1, f"one device asked for: {devices[0]}",
+                                    None if gpus else _cpu_warning(devices))
+        return decide_strategy("mirrored", devices, explicit=True)
+    if len(gpus) >= 2:
+        return StrategyDecision("mirrored", gpus, 1, f"{len(gpus)} visible GPUs: mirrored over all of them")
+    if len(gpus) == 1:
+        return StrategyDecision("one_device", gpus, 1, f"one visible GPU: one-device strategy on {gpus[0]}")
+    if len(cpus) >= 2:
+        return StrategyDecision("mirrored", cpus, 1,
+                                f"no GPU, the CPU split into {len(cpus)} logical devices: mirrored over them",
+                                _cpu_warning(cpus))
+    chosen = cpus[:1] or ("CPU:0",)
+    return StrategyDecision("one_device", chosen, 1, "no GPU visible: one-device strategy on the CPU",
+                            _cpu_warning(chosen))
+
+
+def _decide_multi_worker(devices: tuple[str, ...], gpus: tuple[str, ...], num_workers: int, explicit: bool,
+                         cluster_source: str) -> StrategyDecision:
+    if explicit:
+        raise StrategyError(
+            f"strategy 'multi_worker' uses every visible GPU of each worker; it takes no devices, "
+            f"got {list(devices)}.",
+            hint="choose each worker's GPUs before TensorFlow starts: configure(select(...)) or --gpus.")
+    chosen = gpus or ("CPU:0",)
+    if cluster_source == "none" or num_workers <= 1:
+        reason = "asked for multi_worker without TF_CONFIG or a SLURM step: one worker"
+        warning = "multi_worker with a single worker: set TF_CONFIG or run under srun to add workers."
+    else:
+        reason = f"{cluster_source} describes {num_workers} workers: multi-worker mirrored"
+        warning = None if gpus else "no GPU visible: each worker trains on its CPU."
+    return StrategyDecision("multi_worker", chosen, num_workers, reason, warning)
+
+
+# --------------------------------------------------------------------------- cross-device ops
+
+
+@dataclasses.dataclass(frozen=True)
+class CrossDeviceOpsChoice:
+    """How replicas reduce values, and why.
+
+    Attributes:
+        name: one of :data:`CROSS_DEVICE_OPS` except ``"auto"``.
+        reason: why.
+    """
+
+    name: str
+    reason: str
+
+
+def choose_cross_device_ops(requested: str, kind: str, devices: Sequence[str], *, platform: str,
+                            nccl_available: bool, virtual_gpus: bool) -> CrossDeviceOpsChoice:
+    """Chooses the cross-device reduction (pure).
+
+    ``"auto"`` takes NCCL only where it can work: every device a GPU, Linux, NCCL
+    in the TensorFlow build, and no GPU split into virtual devices (NCCL cannot
+    have two ranks on one GPU). Otherwise HierarchicalCopy between GPUs, and
+    ReductionToOneDevice when a CPU takes part. Multi-worker uses NCCL or ring
+    collectives on the same terms.
+
+    Args:
+        requested: one of :data:`CROSS_DEVICE_OPS`.
+        kind: the decided strategy kind.
+        devices: the strategy's TensorFlow devices.
+        platform: ``sys.platform``.
+        nccl_available: whether this TensorFlow can run NCCL.
+        virtual_gpus: whether some physical GPU is split into several logical GPUs.
+
+    Returns:
+        A :class:`CrossDeviceOpsChoice`.
+
+    Raises:
+        StrategyError: unknown name, or an explicit choice that cannot work here.
+
+    >>> choose_cross_device_ops("auto", "mirrored", ["CPU:0", "CPU:1"], platform="linux",
+    ...                         nccl_available=True, virtual_gpus=False)
+    CrossDeviceOpsChoice(name='reduction_to_one_device', reason='CPU devices take part: NCCL reduces between GPUs only')
+    """
+    if requested not in CROSS_DEVICE_OPS:
+        raise StrategyError(f"cross_device_ops {requested!r} is unknown; known: {', '.join(CROSS_DEVICE_OPS)}.",
+                            hint="use 'auto' to let tfdevices choose.")
+    if kind in ("default", "one_device"):
+        if requested not in ("auto", "none"):
+            raise StrategyError(f"cross_device_ops={requested!r} does not apply to the {kind!r} strategy: "
+                                "one replica reduces nothing.",
+                                hint="use 'mirrored' or 'multi_worker', or leave cross_device_ops='auto'.")
+        return CrossDeviceOpsChoice("none", f"one replica: the {kind} strategy reduces nothing")
+    allowed = _MULTI_WORKER_OPS if kind == "multi_worker" else _MIRRORED_OPS
+    if requested not in ("auto", *allowed):
+        raise StrategyError(f"cross_device_ops={requested!r} does not apply to the {kind!r} strategy; "
+                            f"it takes {', '.join(('auto', *allowed))}.", hint="leave cross_device_ops='auto'.")
+    blocker = _nccl_blocker(devices, platform, nccl_available, virtual_gpus)
+    if requested == "nccl" and blocker:
+        raise StrategyError(f"cross_device_ops='nccl' cannot work here: {blocker}.",
+                            hint="use cross_device_ops='auto', which picks what works.")
+    if requested != "auto":
+        return CrossDeviceOpsChoice(requested, "asked for")
+    if not blocker:
+        return CrossDeviceOpsChoice("nccl", "all devices are GPUs on Linux with NCCL: NCCL all-reduce")
+    if kind == "multi_worker":
+        return CrossDeviceOpsChoice("ring", f"ring collectives over gRPC: {blocker}")
+    if any(d.startswith("CPU:") for d in devices):
+        return CrossDeviceOpsChoice("reduction_to_one_device", blocker)
+    return CrossDeviceOpsChoice("hierarchical_copy", f"{blocker}: hierarchical copy between GPUs")
+
+
+def _nccl_blocker(devices: Sequence[str], platform: str, nccl_available: bool, virtual_gpus: bool) -> str | None:
+    if any(not d.startswith("GPU:") for d in devices):
+        return "CPU devices take part: NCCL reduces between GPUs only"
+    if not platform.startswith("linux"):
+        return f"NCCL runs on Linux only, this is {platform}"
+    if not nccl_available:
+        return "this TensorFlow build has no NCCL"
+    if virtual_gpus:
+        return "a GPU is split into virtual devices, and NCCL cannot run two ranks on one GPU"
+    return None
+
+
+# --------------------------------------------------------------------------- device names
+
+
+def resolve_devices(devices: object, *, logical: Sequence[str],
+                    gpu_map: Mapping[str, str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Translates tfdevices device names to TensorFlow's (pure).
+
+    Args:
+        devices: a device or a list of them: NVML indices (``1``, ``"1"``, ``"0:1"``)
+            or TensorFlow logical names (``"CPU:1"``).
+        logical: the logical devices TensorFlow has (``"CPU:0"``, ``"GPU:0"`` ...).
+        gpu_map: NVML key -> TensorFlow name, for the GPUs TensorFlow sees after masking.
+
+    Returns:
+        ``(tfdevices names, TensorFlow names)``, in the order given.
+
+    Raises:
+        SpecError: a name is malformed, repeated, names a GPU TensorFlow cannot see,
+            or a logical device that does not exist.
+
+    >>> resolve_devices([3, "CPU:1"], logical=["CPU:0", "CPU:1", "GPU:0"], gpu_map={"3": "GPU:0"})
+    (('3', 'CPU:1'), ('GPU:0', 'CPU:1'))
+    """
+    items = list(devices) if isinstance(devices, (list, tuple)) else [devices]
+    logical = tuple(short_name(d) for d in logical)
+    names: list[str] = []
+    tf_names: list[str] = []
+    for item in items:
+        name, tf_name = _resolve_one(item, logical, gpu_map)
+        if tf_name in tf_names:
+            raise SpecError(f"device {item!r} is named twice (as TensorFlow's {tf_name}) in {items!r}.",
+                            hint="name each device once.")
+        names.append(name)
+        tf_names.append(tf_name)
+    return tuple(names), tuple(tf_names)
+
+
+def _resolve_one(item: object, logical: tuple[str, ...], gpu_map: Mapping[str, str]) -> tuple[str, str]:
+    if isinstance(item, bool) or not isinstance(item, (int, str)):
+        raise SpecError(f"device {item!r}: expected an NVML index (1, '1') or a TensorFlow name ('CPU:1').",
+                        hint="name a physical GPU by its nvidia-smi index, or a logical device as 'CPU:1'.")
+    key = str(item).strip()
+    if isinstance(item, int) or key.replace(":", "", 1).isdigit():
+        if isinstance(item, int) and item < 0:
+            raise SpecError(f"device {item!r}: an NVML index cannot be negative.",
+                            hint="use the index nvidia-smi shows.")
+        if key not in gpu_map:
+            seen = ", ".join(f"{k} -> {v}" for k, v in gpu_map.items()) or "none"
+            raise SpecError(f"device {item!r}: TensorFlow does not see the GPU with NVML index {key}; "
+                            f"GPUs it sees (NVML -> TF): {seen}.",
+                            hint=f"select it before TensorFlow starts: configure(select('{key}')) or --gpus={key}.")
+        return key, short_name(gpu_map[key])
+    if not is_logical_name(key):
+        raise SpecError(f"device {item!r} is neither an NVML index nor a TensorFlow device name.",
+                        hint="name a physical GPU by its nvidia-smi index ('1'), or a logical device as 'CPU:1'.")
+    tf_name = short_name(key)
+    if tf_name not in logical:
+        raise SpecError(f"device {item!r}: TensorFlow has no device {tf_name}; it has {', '.join(logical)}.",
+                        hint="pick one of those, or split the CPU with configure(virtual_devices=N).")
+    nvml = next((k for k, v in gpu_map.items() if short_name(v) == tf_name), None)
+    return (nvml or tf_name), tf_name
+
+
+# --------------------------------------------------------------------------- build
+
+
+@dataclasses.dataclass(frozen=True)
+class StrategyInfo:
+    """A built strategy and how it came about.
+
+    Attributes:
+        strategy: the ``tf.distribute.Strategy``.
+        kind: ``"default"``, ``"one_device"``, ``"mirrored"`` or ``"multi_worker"``.
+        devices: this process's replica devices, tfdevices names (NVML index for a GPU, ``"CPU:1"``).
+        tf_devices: the same devices, TensorFlow names (``"GPU:0"``).
+        cross_device_ops: the reduction (``"nccl"``, ``"ring"``, ``"none"`` ...).
+        reason: why this kind, these devices and this reduction.
+        num_workers: processes in the job.
+        cluster_source: ``"TF_CONFIG"``, ``"SLURM"`` or ``"none"``.
+        warnings: what the user should know.
+    """
+
+    strategy: Any
+    kind: str
+    devices: tuple[str, ...]
+    tf_devices: tuple[str, ...]
+    cross_device_ops: str
+    reason: str
+    num_workers: int = 1
+    cluster_source: str = "none"
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def num_replicas(self) -> int:
+        """Replicas in sync across the job (all workers)."""
+        return int(self.strategy.num_replicas_in_sync)
+
+    def table(self) -> str:
+        """The strategy, its replicas with both device names, and why."""
+        lines = [f"strategy: {self.kind} ({type(self.strategy).__name__}), {self.num_replicas} replica(s)"
+                 + (f" on {self.num_workers} workers ({self.cluster_source})" if self.num_workers > 1 else ""),
+                 f"cross-device ops: {self.cross_device_ops}",
+                 f"why: {self.reason}"]
+        width = max([len("tfdevices")] + [len(d) for d in self.devices])
+        lines.append(f"  replica  {'tfdevices'.ljust(width)}  TensorFlow")
+        for i, (name, tf_name) in enumerate(zip(self.devices, self.tf_devices)):
+            shown = f"GPU {name}" if not is_logical_name(name) else name
+            lines.append(f"  {i:<7}  {shown.ljust(width)}  {tf_name}")
+        lines += [f"warning: {w}" for w in self.warnings]
+        return "\n".join(lines)
+
+
+def build_strategy(kind: str = "auto", devices: object = None, cross_device_ops: str = "auto", *,
+                   runtime: Any = None, env: Mapping[str, str] | None = None) -> StrategyInfo:
+    """Builds a ``tf.distribute`` strategy on the right devices.
+
+    GPUs named by NVML index are translated to TensorFlow's names through the
+    applied :class:`~tfdevices.runtime.RuntimeConfig`. When TensorFlow's runtime
+    has not started and nothing was configured, the named GPUs are masked first
+    (``configure(select(...))``), so a strategy on GPU 1 never fills GPU 0
+    (tensorflow#31410).
+
+    Args:
+        kind: one of :data:`KINDS`.
+        devices: ``None`` for every visible device, or a list of NVML indices /
+            TensorFlow logical names (``[0, 1]``, ``["CPU:0", "CPU:1"]``).
+        cross_device_ops: one of :data:`CROSS_DEVICE_OPS`.
+        runtime: the :class:`~tfdevices.runtime.RuntimeConfig` applied; default: the one
+            :func:`tfdevices.configure` applied in this process, if any.
+        env: environment to read ``TF_CONFIG`` / SLURM from (default ``os.environ``).
+
+    Returns:
+        A :class:`StrategyInfo`.
+
+    Raises:
+        StrategyError: the kind, devices and reduction do not fit together.
+        SpecError: a device name is malformed or names nothing TensorFlow sees.
+        TfConfigError: ``TF_CONFIG`` is invalid.
+
+    >>> info = build_strategy("mirrored", ["CPU:0", "CPU:1"])  # doctest: +SKIP
+    >>> info.num_replicas, info.cross_device_ops                # doctest: +SKIP
+    (2, 'reduction_to_one_device')
+    """
+    if kind not in KINDS:
+        decide_strategy(kind, ())  # raises the StrategyError
+    cluster = cluster_from_env(os.environ if env is None else env)
+    runtime = _mask_first(devices, runtime)
+    tf = _import_tf()
+    explicit = devices is not None
+    if kind == "multi_worker" or (kind == "auto" and cluster.num_workers > 1):
+        return _build_multi_worker(tf, kind, devices, cross_device_ops, cluster)
+    logical = tuple(short_name(d.name) for d in tf.config.list_logical_devices())
+    gpu_map = _gpu_map(runtime, logical)
+    names, tf_names = resolve_devices(devices, logical=logical, gpu_map=gpu_map) if explicit else ((), logical)
+    decision = decide_strategy(kind, tf_names, cluster.num_workers, explicit=explicit,
+                               cluster_source=cluster.source)
+    if not explicit:
+        names = tuple(_tfdevices_name(d, gpu_map) for d in decision.devices)
+    ops = choose_cross_device_ops(cross_device_ops, decision.kind, decision.devices, platform=sys.platform,
+                                  nccl_available=_nccl_available(tf), virtual_gpus=_virtual_gpus(tf))
+    warnings = _warn(decision.warning, _unused_gpus_warning(decision, logical))
+    strategy = _make(tf, decision, ops.name, cluster)
+    return StrategyInfo(strategy=strategy, kind=decision.kind, devices=names, tf_devices=decision.devices,
+                        cross_device_ops=ops.name, reason=f"{decision.reason}; {ops.reason}",
+                        num_workers=decision.num_workers, cluster_source=cluster.source, warnings=warnings)
+
+
+def _build_multi_worker(tf: Any, kind: str, devices: object, cross_device_ops: str,
+                        cluster: ClusterEnv) -> StrategyInfo:
+    """MultiWorkerMirroredStrategy must exist before TensorFlow's runtime starts: decide from physical devices."""
+    from tfdevices.runtime import runtime_started
+
+    visible = [f"GPU:{i}" for i, _ in enumerate(tf.config.get_visible_devices("GPU"))] or ["CPU:0"]
+    explicit = devices is not None
+    decision = decide_strategy(kind, [str(d) for d in devices] if explicit else visible,  # type: ignore[union-attr]
+                               cluster.num_workers, explicit=explicit, cluster_source=cluster.source)
+    if runtime_started():
+        raise StrategyError(
+            "the multi_worker strategy must be built before TensorFlow's runtime starts, and it has started.",
+            hint="call build_strategy() first thing after configure(), before creating tensors or models.")
+    ops = choose_cross_device_ops(cross_device_ops, decision.kind, decision.devices, platform=sys.platform,
+                                  nccl_available=_nccl_available(tf), virtual_gpus=False)
+    warnings = list(_warn(decision.warning))
+    if not _legacy_keras():
+        warnings += _warn(f"{KERAS3_FIT_MESSAGE} HINT: {KERAS3_FIT_HINT}")
+    strategy = _make(tf, decision, ops.name, cluster)
+    tf_devices = tuple(short_name(d) for d in strategy.extended.worker_devices)
+    return StrategyInfo(strategy=strategy, kind=decision.kind, devices=tf_devices, tf_devices=tf_devices,
+                        cross_device_ops=ops.name, reason=f"{decision.reason}; {ops.reason}",
+                        num_workers=decision.num_workers, cluster_source=cluster.source,
+                        warnings=tuple(warnings))
+
+
+def _warn(*warnings: str | None) -> tuple[str, ...]:
+    """Logs each warning once, and returns them."""
+    kept = tuple(w for w in warnings if w)
+    for warning in kept:
+        logger.warning("tfdevices: %s", warning)
+    return kept
+
+
+def _import_tf() -> Any:
+    from tfdevices._tf import import_tf
+
+    return import_tf()
+
+
+def _mask_first(devices: object, runtime: Any) -> Any:
+    """Masks to the NVML-named GPUs when TensorFlow has not started and nothing was configured."""
+    from tfdevices import runtime as rt
+
+    runtime = runtime if runtime is not None else rt.current()
+    items = list(devices) if isinstance(devices, (list, tuple)) else [] if devices is None else [devices]
+    keys = [str(d).strip() for d in items
+            if (isinstance(d, int) and not isinstance(d, bool)) or (isinstance(d, str) and not is_logical_name(d))]
+    if runtime is None and keys and not rt.runtime_started():
+        from tfdevices.selection import select
+
+        runtime = rt.configure(select(keys))
+    return runtime
+
+
+def _gpu_map(runtime: Any, logical: Sequence[str]) -> dict[str, str]:
+    if runtime is not None:
+        return {k: short_name(v) for k, v in runtime.gpu_map}
+    if not any(d.startswith("GPU:") for d in logical):
+        return {}
+    from tfdevices.inventory import discover
+
+    return {g.key: short_name(g.tf_name) for g in discover().visible if g.tf_name}
+
+
+def _tfdevices_name(tf_name: str, gpu_map: Mapping[str, str]) -> str:
+    return next((k for k, v in gpu_map.items() if v == tf_name), tf_name)
+
+
+def _unused_gpus_warning(decision: StrategyDecision, logical: Sequence[str]) -> str | None:
+    if decision.kind == "default":
+        return None
+    unused = [d for d in logical if d.startswith("GPU:") and d not in decision.devices]
+    if not unused or not any(d.startswith("GPU:") for d in decision.devices):
+        return None
+    return (f"TensorFlow also sees {', '.join(unused)}, which this strategy does not use but TensorFlow "
+            "reserves memory on; mask them before TensorFlow starts (configure(select(...)) or --gpus).")
+
+
+def _nccl_available(tf: Any) -> bool:
+    info = tf.sysconfig.get_build_info()
+    return bool(info.get("is_cuda_build")) and sys.platform.startswith("linux")
+
+
+def _virtual_gpus(tf: Any) -> bool:
+    return len(tf.config.list_logical_devices("GPU")) > len(tf.config.list_physical_devices("GPU"))
+
+
+def _legacy_keras() -> bool:
+    return os.environ.get("TF_USE_LEGACY_KERAS", "").strip().lower() in ("1", "true", "yes")
+
+
+def _make(tf: Any, decision: StrategyDecision, ops: str, cluster: ClusterEnv) -> Any:
+    full = [f"/{d}" for d in decision.devices]
+    if decision.kind == "default":
+        return tf.distribute.get_strategy()
+    if decision.kind == "one_device":
+        return tf.distribute.OneDeviceStrategy(full[0])
+    if decision.kind == "mirrored":
+        cross = {"nccl": tf.distribute.NcclAllReduce, "hierarchical_copy": tf.distribute.HierarchicalCopyAllReduce,
+                 "reduction_to_one_device": tf.distribute.ReductionToOneDevice}[ops]()
+        return tf.distribute.MirroredStrategy(devices=full, cross_device_ops=cross)
+    impl = tf.distribute.experimental.CommunicationImplementation
+    options = tf.distribute.experimental.CommunicationOptions(
+        implementation=impl.NCCL if ops == "nccl" else impl.RING)
+    resolver = None
+    if cluster.source == "SLURM":
+        resolver = tf.distribute.cluster_resolver.SlurmClusterResolver()
+    return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)
+
+
+# --------------------------------------------------------------------------- training
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainResult:
+    """What :func:`train` did.
+
+    Attributes:
+        model: the trained model.
+        losses: the mean training loss of each epoch.
+        path: ``"custom_loop"`` (Keras 3) or ``"fit"``.
+        reason: why that path.
+    """
+
+    model: Any
+    losses: tuple[float, ...]
+    path: str
+    reason: str
+
+
+def check_fit_supported(info: StrategyInfo) -> None:
+    """Raises when ``model.fit`` cannot work under this strategy.
+
+    Raises:
+        StrategyError: a Keras 3 ``fit`` under ``MultiWorkerMirroredStrategy``
+            (keras-team/keras#20585), with the working path in the hint.
+    """
+    if info.kind == "multi_worker" and not _legacy_keras():
+        raise StrategyError(KERAS3_FIT_MESSAGE, hint=KERAS3_FIT_HINT)
+
+
+def train(info: StrategyInfo, model_fn: Callable[[], Any], dataset: Any, *, loss: Any,
+          optimizer_fn: Callable[[], Any], epochs: int = 1, steps_per_epoch: int | None = None,
+          global_batch_size: int, path: str = "auto") -> TrainResult:
+    """Trains a Keras model under ``info.strategy`` by the path that works.
+
+    ``fit`` for one process, and for ``tf_keras`` (``TF_USE_LEGACY_KERAS=1``) on many;
+    a custom loop (``strategy.run`` over ``experimental_distribute_dataset``,
+    optimizer built in the scope) for Keras 3 under ``MultiWorkerMirroredStrategy``,
+    whose ``fit`` fails (keras-team/keras#20585). Both end with identical weights
+    on every worker.
+
+    Args:
+        info: from :func:`build_strategy`.
+        model_fn: builds and returns the (uncompiled) model; called inside the scope.
+        dataset: a ``tf.data.Dataset`` of ``(x, y)`` global batches of ``global_batch_size``.
+        loss: a Keras loss object or name (``"mse"``); applied per example.
+        optimizer_fn: returns a new optimizer; called inside the scope.
+        epochs: passes over ``steps_per_epoch`` batches.
+        steps_per_epoch: batches per epoch (``None``: the whole dataset).
+        global_batch_size: examples per step across all replicas (scales the loss).
+        path: ``"auto"``, ``"fit"`` or ``"custom_loop"``.
+
+    Returns:
+        A :class:`TrainResult`.
+
+    Raises:
+        StrategyError: ``path="fit"`` where fit cannot work, or an unknown path.
+    """
+    if path not in ("auto", "fit", "custom_loop"):
+        raise StrategyError(f"train(path={path!r}): unknown path; known: auto, fit, custom_loop.",
+                            hint="leave path='auto'.")
+    if path == "fit":
+        check_fit_supported(info)
+    keras3_multi = info.kind == "multi_worker" and not _legacy_keras()
+    if path == "custom_loop" or (path == "auto" and keras3_multi):
+        reason = KERAS3_FIT_MESSAGE if keras3_multi else "asked for"
+        losses, model = _custom_loop(info.strategy, model_fn, dataset, loss, optimizer_fn, epochs,
+                                     steps_per_epoch, global_batch_size)
+        return TrainResult(model, losses, "custom_loop", reason)
+    with info.strategy.scope():
+        model = model_fn()
+        model.compile(optimizer=optimizer_fn(), loss=loss)
+    history = model.fit(dataset, epochs=epochs, steps_per_epoch=steps_per_epoch, verbose=0)
+    return TrainResult(model, tuple(float(x) for x in history.history["loss"]), "fit",
+                       "model.fit works under this strategy")
+
+
+def _custom_loop(strategy: Any, model_fn: Callable[[], Any], dataset: Any, loss: Any,
+                 optimizer_fn: Callable[[], Any], epochs: int, steps_per_epoch: int | None,
+                 global_batch_size: int) -> tuple[tuple[float, ...], Any]:
+    tf = _import_tf()
+    keras = tf.keras
+    with strategy.scope():
+        model = model_fn()
+        optimizer = optimizer_fn()
+        loss_obj = keras.losses.get(loss) if isinstance(loss, str) else loss
+        per_example = _per_example_loss(keras, loss_obj)
+        optimizer.build(model.trainable_variables)
+
+    def step(x: Any, y: Any) -> Any:
+        with tf.GradientTape() as tape:
+            pred = model(x, training=True)
+            value = tf.nn.compute_average_loss(per_example(y, pred), global_batch_size=global_batch_size)
+        grads = tape.gradient(value, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return value
+
+    @tf.function
+    def distributed_step(x: Any, y: Any) -> Any:
+        per_replica = strategy.run(step, args=(x, y))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+    data = strategy.experimental_distribute_dataset(dataset)
+    losses = []
+    iterator = iter(data)
+    for _ in range(epochs):
+        total, count = 0.0, 0
+        while steps_per_epoch is None or count < steps_per_epoch:
+            batch = next(iterator, None)
+            if batch is None:  # end of the data: start again, and end the epoch if it has no set length
+                iterator = iter(data)
+                if steps_per_epoch is None:
+                    break
+                batch = next(iterator)
+            total += float(distributed_step(*batch))
+            count += 1
+        losses.append(total / max(count, 1))
+    return tuple(losses), model
+
+
+def _per_example_loss(keras: Any, loss_obj: Any) -> Callable[[Any, Any], Any]:
+    """A function returning one loss per example, whatever reduction ``loss_obj`` was made with."""
+    config = loss_obj.get_config() if hasattr(loss_obj, "get_config") else None
+    if config is not None and hasattr(loss_obj, "reduction"):
+        config = dict(config, reduction="none")
+        per_example = type(loss_obj).from_config(config)
+        return lambda y, p: per_example(y, p)
+    return lambda y, p: loss_obj(y, p)
