@@ -237,7 +237,8 @@ def _choose(spec: DeviceSpec, inventory: Inventory, failures: dict[str, str | No
             f"GPU spec {spec.text!r}{' with ' + filters if filters else ''}: only {len(passing)} of "
             f"{len(inventory.gpus)} GPUs qualify. {_summary(inventory, failures)}",
             hint=f"ask for at most auto:{len(passing)}, relax the filters, or wait for GPUs to free up."
-            if passing else "relax the filters, or use 'none' for the CPU.")
+            if passing else "relax the filters, or use 'none' for the CPU." if inventory.gpus
+            else "use 'none' (or 'all', which falls back to the CPU) on a machine without GPUs.")
     return sorted(passing, key=_SORT_KEYS[order])[:spec.count]
 
 
