@@ -205,7 +205,9 @@ def three_layer_report(tf4):
 
 def test_three_layer_model_shows_activation_transfers(three_layer_report):
     report = three_layer_report
-    report.assert_on("CPU:1", ops="moved*/*", types=["MatMul", "_FusedMatMul", "BiasAdd"])
+    report.assert_on("CPU:1", ops="moved*/*", types=["_FusedMatMul"])  # the forward pass moved
+    with pytest.raises(PlacementAssertionError, match=r"ran elsewhere \(CPU:0: \d+\): gradient_tape/"):
+        report.assert_on("CPU:1", ops="gradient_tape/*moved*/*")  # its gradients did not
     forward_in = [t for t in report.transfers(src="CPU:0", dst="CPU:1") if "dense_1" in t.tensor]
     forward_out = [t for t in report.transfers(src="CPU:1", dst="CPU:0") if "dense_2" in t.tensor]
     assert forward_in and forward_out
