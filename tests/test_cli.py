@@ -1,0 +1,111 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tfdevices import Inventory
+from tfdevices.cli import main
+from tests import inventories as inv
+from tests.helpers import REPO, run_cli, subprocess_env
+
+
+@pytest.fixture
+def eight_file(tmp_path):
+    path = tmp_path / "node.json"
+    path.write_text(inv.eight().to_json())
+    return str(path)
+
+
+def test_list_table_shows_nvml_cuda_and_tf_names(eight_file, capsys, monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert main(["list", "--inventory", eight_file]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].startswith(f"source: nvml (from {eight_file})")
+    assert out.splitlines()[1].split()[:3] == ["NVML", "CUDA", "TF"]
+    row = next(line for line in out.splitlines() if line.startswith("3 "))
+    assert row.split()[:4] == ["3", "3", "/GPU:3", "A100-SXM4-40GB"]
+
+
+def test_list_json_round_trips(eight_file, capsys):
+    assert main(["list", "--json", "--inventory", eight_file]) == 0
+    assert Inventory.from_json(capsys.readouterr().out) == Inventory.load(eight_file).__class__.from_json(
+        open(eight_file).read())
+
+
+def test_select_prints_exports_and_explains_on_stderr(eight_file, capsys):
+    assert main(["select", "auto:2", "--min-free-memory", "35GiB", "--inventory", eight_file]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == ["export CUDA_VISIBLE_DEVICES=0,2", "export CUDA_DEVICE_ORDER=PCI_BUS_ID"]
+    assert "GPU 4     skip" in captured.err and "31.0 GiB free < 35.0 GiB" in captured.err
+
+
+def test_select_output_evaluates_in_a_shell(eight_file):
+    script = f'eval "$({sys.executable} -m tfdevices select auto:1 --order utilization --inventory {eight_file})"; ' \
+             'echo "$CUDA_VISIBLE_DEVICES $CUDA_DEVICE_ORDER"'
+    proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=subprocess_env(), cwd=REPO,
+                          timeout=60)
+    assert proc.stdout.strip() == "0 PCI_BUS_ID"
+
+
+@pytest.mark.parametrize("fmt, check", [
+    ("json", lambda out: json.loads(out)["cuda_visible_devices"] == "6,7"),
+    ("table", lambda out: out.startswith("spec: 7,6  CUDA_VISIBLE_DEVICES=6,7")),
+])
+def test_select_formats(eight_file, capsys, fmt, check):
+    assert main(["select", "7,6", "--format", fmt, "--inventory", eight_file]) == 0
+    assert check(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("argv, first_words", [
+    (["select", "auto"], "tfdevices select: error: GPU spec 'auto': 'auto' needs a count"),
+    (["select", "GPU:1"], "tfdevices select: error: GPU spec 'GPU:1': 'GPU:1' is a TensorFlow logical name"),
+    (["select", "9"], "tfdevices select: error: GPU spec '9': '9' names no GPU; this machine has 0"),
+    (["select", "auto:9"], "tfdevices select: error: GPU spec 'auto:9': only 8 of 8 GPUs qualify"),
+    (["select", "all", "--min-free-memory", "8"], "tfdevices select: error: min_free_memory '8': a bare number"),
+    (["select", "all", "--exclude", "all"], "tfdevices select: error: exclude 'all': must name GPUs"),
+    (["select", "1", "--max-utilization", "50%"], "tfdevices select: error: GPU spec '1': GPU 1 is utilization 95%"),
+])
+def test_errors_are_one_line_exit_2(eight_file, capsys, argv, first_words):
+    assert main([*argv, "--inventory", eight_file]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(first_words), err
+    assert err.count("\n") == 1 and "HINT:" in err
+
+
+@pytest.mark.parametrize("argv, env, first_words", [
+    (["list", "--inventory", "/no/such.json"], {}, "tfdevices list: error: inventory file '/no/such.json': No such"),
+    (["list"], {"TFDEVICES_INVENTORY": "/no/such.json"}, "tfdevices list: error: TFDEVICES_INVENTORY='/no/such.json': inventory file"),
+    (["list"], {"CUDA_VISIBLE_DEVICES": "0,zero"}, "tfdevices list: error: CUDA_VISIBLE_DEVICES='0,zero'"),
+    (["list"], {"CUDA_DEVICE_ORDER": "SLOWEST_FIRST"}, "tfdevices list: error: CUDA_DEVICE_ORDER='SLOWEST_FIRST'"),
+    (["select", "all", "--max-utilization", "2"], {}, "usage: tfdevices select"),
+    (["select"], {}, "usage: tfdevices select"),
+    (["frobnicate"], {}, "usage: tfdevices"),
+])
+def test_bad_input_in_a_real_process_gives_no_traceback(argv, env, first_words):
+    proc = run_cli(*argv, env=env)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(first_words), proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_bad_inventory_file(tmp_path, capsys):
+    path = tmp_path / "broken.json"
+    path.write_text('{"gpus": [{"index": 0, "name": "A100"}]}')
+    assert main(["list", "--inventory", str(path)]) == 2
+    assert capsys.readouterr().err.startswith(
+        f"tfdevices list: error: inventory file '{path}': gpus[0]: GPU entry lacks ['uuid']")
+
+
+def test_list_and_select_work_without_tensorflow(eight_file):
+    code = ("import sys; sys.modules['tensorflow'] = None  # import tensorflow now fails\n"
+            "from tfdevices.cli import main\n"
+            f"assert main(['list', '--inventory', {eight_file!r}]) == 0\n"
+            f"assert main(['select', 'auto:2', '--inventory', {eight_file!r}]) == 0\n"
+            "assert main(['list']) == 0\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env(),
+                          cwd=REPO, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "export CUDA_VISIBLE_DEVICES=0,2" in proc.stdout

@@ -1,0 +1,37 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import tfdevices
+from tests.helpers import REPO, subprocess_env
+
+
+def test_import_does_not_import_tensorflow():
+    code = ("import sys, tfdevices, tfdevices.cli, tfdevices.selection, tfdevices.inventory, tfdevices.runtime\n"
+            "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras', 'tf_keras', "
+            "'tensorboard', 'numpy', 'pynvml'))\n"
+            "print(heavy)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env(),
+                          cwd=REPO, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("name", sorted(tfdevices._EXPORTS))
+def test_every_public_name_resolves(name):
+    assert getattr(tfdevices, name) is not None
+    assert name in dir(tfdevices)
+
+
+def test_errors_share_one_root():
+    for name, module in tfdevices._EXPORTS.items():
+        if module == "errors":
+            assert issubclass(getattr(tfdevices, name), tfdevices.TfDevicesError)
+
+
+def test_unknown_attribute():
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        tfdevices.nope  # noqa: B018
