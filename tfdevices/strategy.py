@@ -392,7 +392,13 @@ def _resolve_one(item: object, logical: tuple[str, ...], gpu_map: Mapping[str, s
             raise SpecError(f"device {item!r}: TensorFlow does not see the GPU with NVML index {key}; "
                             f"GPUs it sees (NVML -> TF): {seen}.",
                             hint=f"select it before TensorFlow starts: configure(select('{key}')) or --gpus={key}.")
-        return key, short_name(gpu_map[key])
+        tf_name = short_name(gpu_map[key])
+        if tf_name not in logical:
+            raise SpecError(f"device {item!r}: GPU {key} should be TensorFlow's {tf_name}, but TensorFlow has "
+                            f"{', '.join(logical)}.",
+                            hint="install the CUDA build of TensorFlow (pip install 'tensorflow[and-cuda]') and "
+                                 "check the driver with nvidia-smi.")
+        return key, tf_name
     if not is_logical_name(key):
         raise SpecError(f"device {item!r} is neither an NVML index nor a TensorFlow device name.",
                         hint="name a physical GPU by its nvidia-smi index ('1'), or a logical device as 'CPU:1'.")
@@ -692,7 +698,7 @@ def train(info: StrategyInfo, model_fn: Callable[[], Any], dataset: Any, *, loss
     with info.strategy.scope():
         model = model_fn()
         model.compile(optimizer=optimizer_fn(), loss=loss)
-    history = model.fit(dataset, epochs=epochs, steps_per_epoch=steps_per_epoch, verbose=0)
+    history = model.fit(dataset, epochs=epochs, steps_per_epoch=steps_per_epoch, verbose=0, shuffle=False)
     return TrainResult(model, tuple(float(x) for x in history.history["loss"]), "fit",
                        "model.fit works under this strategy")
 

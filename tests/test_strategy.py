@@ -1,0 +1,336 @@
+"""Strategies: pure decisions as tables (no TensorFlow), then every kind built on 4 logical CPUs."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tfdevices.errors import LaunchError, SpecError, StrategyError, TfConfigError
+from tfdevices.strategy import (
+    KERAS3_FIT_MESSAGE, choose_cross_device_ops, cluster_from_env, decide_strategy, resolve_devices)
+from tfdevices.tfconfig import make_tf_config
+from tests.helpers import run_py
+
+CPU4 = ["CPU:0", "CPU:1", "CPU:2", "CPU:3"]
+GPU2 = ["CPU:0", "GPU:0", "GPU:1"]
+
+# --------------------------------------------------------------------------- decide (pure)
+
+DECISIONS = [
+    # kind, devices, num_workers, explicit, source -> kind, devices, warns
+    ("auto", ["CPU:0"], 1, False, "none", "one_device", ("CPU:0",), True),
+    ("auto", CPU4, 1, False, "none", "mirrored", tuple(CPU4), True),
+    ("auto", ["CPU:0", "GPU:0"], 1, False, "none", "one_device", ("GPU:0",), False),
+    ("auto", GPU2, 1, False, "none", "mirrored", ("GPU:0", "GPU:1"), False),
+    ("auto", GPU2, 2, False, "TF_CONFIG", "multi_worker", ("GPU:0", "GPU:1"), False),
+    ("auto", ["CPU:0"], 4, False, "SLURM", "multi_worker", ("CPU:0",), True),
+    ("auto", ["GPU:1"], 1, True, "none", "one_device", ("GPU:1",), False),
+    ("auto", ["CPU:2"], 1, True, "none", "one_device", ("CPU:2",), True),
+    ("auto", ["CPU:1", "CPU:3"], 1, True, "none", "mirrored", ("CPU:1", "CPU:3"), True),
+    ("auto", ["/device:GPU:1", "gpu:0"], 1, True, "none", "mirrored", ("GPU:1", "GPU:0"), False),
+    ("default", GPU2, 1, False, "none", "default", ("GPU:0",), False),
+    ("default", CPU4, 3, False, "TF_CONFIG", "default", ("CPU:0",), False),
+    ("one_device", GPU2, 1, False, "none", "one_device", ("GPU:0",), False),
+    ("one_device", CPU4, 1, False, "none", "one_device", ("CPU:0",), True),
+    ("one_device", ["CPU:3"], 1, True, "none", "one_device", ("CPU:3",), False),
+    ("mirrored", GPU2, 1, False, "none", "mirrored", ("GPU:0", "GPU:1"), False),
+    ("mirrored", CPU4, 1, False, "none", "mirrored", tuple(CPU4), True),
+    ("mirrored", ["GPU:0"], 1, True, "none", "mirrored", ("GPU:0",), False),
+    ("mirrored", ["CPU:0", "GPU:0"], 1, True, "none", "mirrored", ("CPU:0", "GPU:0"), True),
+    ("multi_worker", GPU2, 2, False, "TF_CONFIG", "multi_worker", ("GPU:0", "GPU:1"), False),
+    ("multi_worker", CPU4, 1, False, "none", "multi_worker", ("CPU:0",), True),
+]
+
+
+@pytest.mark.parametrize("kind, devices, workers, explicit, source, want_kind, want_devices, warns", DECISIONS)
+def test_decide_strategy(kind, devices, workers, explicit, source, want_kind, want_devices, warns):
+    d = decide_strategy(kind, devices, workers, explicit=explicit, cluster_source=source)
+    assert (d.kind, d.devices, d.warning is not None) == (want_kind, want_devices, warns)
+    assert d.reason
+    assert d.num_workers == (workers if want_kind == "multi_worker" else 1)
+
+
+@pytest.mark.parametrize("kind, devices, explicit, words", [
+    ("mirror", CPU4, False, "strategy kind 'mirror' is unknown"),
+    ("", CPU4, False, "strategy kind '' is unknown"),
+    ("default", ["CPU:0"], True, "strategy 'default' takes no devices"),
+    ("one_device", ["CPU:0", "CPU:1"], True, "strategy 'one_device' takes one device, got 2"),
+    ("multi_worker", ["GPU:0"], True, "strategy 'multi_worker' uses every visible GPU"),
+    ("mirrored", [], True, "devices=[] names no device"),
+    ("auto", [], True, "devices=[] names no device"),
+])
+def test_decide_strategy_errors(kind, devices, explicit, words):
+    with pytest.raises(StrategyError) as info:
+        decide_strategy(kind, devices, explicit=explicit)
+    assert words in str(info.value) and "HINT:" in str(info.value)
+
+
+# --------------------------------------------------------------------------- cluster (pure)
+
+TF2 = make_tf_config(["localhost:1", "localhost:2"], 1)
+
+
+@pytest.mark.parametrize("env, workers, source", [
+    ({}, 1, "none"),
+    ({"TF_CONFIG": ""}, 1, "none"),
+    ({"TF_CONFIG": TF2}, 2, "TF_CONFIG"),
+    ({"TF_CONFIG": make_tf_config(["a:1", "b:1", "c:1"], 0, "chief")}, 3, "TF_CONFIG"),
+    ({"TF_CONFIG": make_tf_config(["a:1"], 0)}, 1, "TF_CONFIG"),
+    ({"SLURM_PROCID": "1", "SLURM_STEP_NUM_TASKS": "4", "SLURM_STEP_NUM_NODES": "2"}, 4, "SLURM"),
+    ({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_NUM_NODES": "1"}, 2, "SLURM"),
+    ({"SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_NNODES": "1"}, 1, "none"),
+    ({"SLURM_NTASKS": "8", "SLURM_JOB_NUM_NODES": "2"}, 1, "none"),  # sbatch script, not inside srun
+    ({"TF_CONFIG": TF2, "SLURM_PROCID": "0", "SLURM_NTASKS": "8"}, 2, "TF_CONFIG"),
+])
+def test_cluster_from_env(env, workers, source):
+    c = cluster_from_env(env)
+    assert (c.num_workers, c.source) == (workers, source)
+    assert c.reason
+
+
+@pytest.mark.parametrize("env, error, words", [
+    ({"TF_CONFIG": "{"}, TfConfigError, "TF_CONFIG: not valid JSON"),
+    ({"TF_CONFIG": json.dumps({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 1}})},
+     TfConfigError, "TF_CONFIG: task index 1 is out of range"),
+    ({"SLURM_PROCID": "zero", "SLURM_NTASKS": "2"}, LaunchError, "SLURM_PROCID='zero'"),
+    ({"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "2x"}, LaunchError, "SLURM_STEP_NUM_TASKS='2x'"),
+])
+def test_cluster_from_env_errors(env, error, words):
+    with pytest.raises(error) as info:
+        cluster_from_env(env)
+    assert str(info.value).startswith(words)
+
+
+# --------------------------------------------------------------------------- cross-device ops (pure)
+
+LINUX_NCCL = dict(platform="linux", nccl_available=True, virtual_gpus=False)
+OPS = [
+    # requested, kind, devices, facts -> name
+    ("auto", "mirrored", ["GPU:0", "GPU:1"], LINUX_NCCL, "nccl"),
+    ("auto", "mirrored", ["GPU:0", "GPU:1"], dict(LINUX_NCCL, nccl_available=False), "hierarchical_copy"),
+    ("auto", "mirrored", ["GPU:0", "GPU:1"], dict(LINUX_NCCL, platform="win32"), "hierarchical_copy"),
+    ("auto", "mirrored", ["GPU:0", "GPU:1"], dict(LINUX_NCCL, virtual_gpus=True), "hierarchical_copy"),
+    ("auto", "mirrored", ["CPU:0", "CPU:1"], LINUX_NCCL, "reduction_to_one_device"),
+    ("auto", "mirrored", ["CPU:0", "GPU:0"], LINUX_NCCL, "reduction_to_one_device"),
+    ("auto", "multi_worker", ["GPU:0"], LINUX_NCCL, "nccl"),
+    ("auto", "multi_worker", ["CPU:0"], LINUX_NCCL, "ring"),
+    ("auto", "multi_worker", ["GPU:0"], dict(LINUX_NCCL, nccl_available=False), "ring"),
+    ("auto", "one_device", ["GPU:0"], LINUX_NCCL, "none"),
+    ("none", "default", ["CPU:0"], LINUX_NCCL, "none"),
+    ("nccl", "mirrored", ["GPU:0", "GPU:1"], LINUX_NCCL, "nccl"),
+    ("hierarchical_copy", "mirrored", ["CPU:0", "CPU:1"], LINUX_NCCL, "hierarchical_copy"),
+    ("reduction_to_one_device", "mirrored", ["GPU:0", "GPU:1"], LINUX_NCCL, "reduction_to_one_device"),
+    ("ring", "multi_worker", ["GPU:0"], LINUX_NCCL, "ring"),
+]
+
+
+@pytest.mark.parametrize("requested, kind, devices, facts, name", OPS)
+def test_choose_cross_device_ops(requested, kind, devices, facts, name):
+    choice = choose_cross_device_ops(requested, kind, devices, **facts)
+    assert choice.name == name and choice.reason
+
+
+@pytest.mark.parametrize("requested, kind, devices, facts, words", [
+    ("nccl", "mirrored", ["CPU:0", "CPU:1"], LINUX_NCCL, "NCCL reduces between GPUs only"),
+    ("nccl", "mirrored", ["GPU:0", "GPU:1"], dict(LINUX_NCCL, platform="darwin"), "NCCL runs on Linux only"),
+    ("nccl", "mirrored", ["GPU:0", "GPU:1"], dict(LINUX_NCCL, nccl_available=False), "has no NCCL"),
+    ("nccl", "mirrored", ["GPU:0", "GPU:1"], dict(LINUX_NCCL, virtual_gpus=True), "split into virtual devices"),
+    ("nccl", "multi_worker", ["CPU:0"], LINUX_NCCL, "NCCL reduces between GPUs only"),
+    ("ring", "mirrored", ["GPU:0", "GPU:1"], LINUX_NCCL, "does not apply to the 'mirrored' strategy"),
+    ("hierarchical_copy", "multi_worker", ["GPU:0"], LINUX_NCCL, "does not apply to the 'multi_worker'"),
+    ("nccl", "one_device", ["GPU:0"], LINUX_NCCL, "does not apply to the 'one_device' strategy"),
+    ("NCCL", "mirrored", ["GPU:0", "GPU:1"], LINUX_NCCL, "cross_device_ops 'NCCL' is unknown"),
+])
+def test_choose_cross_device_ops_errors(requested, kind, devices, facts, words):
+    with pytest.raises(StrategyError) as info:
+        choose_cross_device_ops(requested, kind, devices, **facts)
+    assert words in str(info.value) and "HINT:" in str(info.value)
+
+
+# --------------------------------------------------------------------------- device names (pure)
+
+LOGICAL = ["CPU:0", "CPU:1", "GPU:0", "GPU:1"]
+MAP = {"3": "GPU:0", "5": "/GPU:1"}
+
+
+@pytest.mark.parametrize("devices, names, tf_names", [
+    ([3], ("3",), ("GPU:0",)),
+    (["5", 3], ("5", "3"), ("GPU:1", "GPU:0")),
+    ("CPU:1", ("CPU:1",), ("CPU:1",)),
+    (["/device:CPU:0", "cpu:1"], ("CPU:0", "CPU:1"), ("CPU:0", "CPU:1")),
+    (["GPU:1"], ("5",), ("GPU:1",)),  # a TF name of a known GPU is shown by its NVML index
+])
+def test_resolve_devices(devices, names, tf_names):
+    assert resolve_devices(devices, logical=LOGICAL, gpu_map=MAP) == (names, tf_names)
+
+
+@pytest.mark.parametrize("devices, gpu_map, words", [
+    ([0], MAP, "TensorFlow does not see the GPU with NVML index 0; GPUs it sees (NVML -> TF): 3 -> GPU:0"),
+    (["7"], {}, "GPUs it sees (NVML -> TF): none"),
+    ([-1], MAP, "cannot be negative"),
+    (["CPU:4"], MAP, "TensorFlow has no device CPU:4"),
+    (["GPU:2"], MAP, "TensorFlow has no device GPU:2"),
+    (["gpu0"], MAP, "neither an NVML index nor a TensorFlow device name"),
+    ([True], MAP, "expected an NVML index"),
+    ([1.0], MAP, "expected an NVML index"),
+    ([3, "GPU:0"], MAP, "named twice"),
+    (["CPU:1", "/cpu:1"], MAP, "named twice"),
+    ([2], {"2": "GPU:3"}, "GPU 2 should be TensorFlow's GPU:3"),
+])
+def test_resolve_devices_errors(devices, gpu_map, words):
+    with pytest.raises(SpecError) as info:
+        resolve_devices(devices, logical=LOGICAL, gpu_map=gpu_map)
+    assert words in str(info.value) and "HINT:" in str(info.value)
+
+
+# --------------------------------------------------------------------------- build (TensorFlow)
+
+BUILDS = [
+    # kind, devices, cross_device_ops -> kind, tf class, tf_devices, cross ops
+    ("auto", None, "auto", "mirrored", "MirroredStrategy", tuple(CPU4), "reduction_to_one_device"),
+    ("default", None, "auto", "default", "_DefaultDistributionStrategy", ("CPU:0",), "none"),
+    ("one_device", ["CPU:2"], "auto", "one_device", "OneDeviceStrategy", ("CPU:2",), "none"),
+    ("one_device", None, "none", "one_device", "OneDeviceStrategy", ("CPU:0",), "none"),
+    ("mirrored", ["CPU:0", "/device:CPU:3"], "auto", "mirrored", "MirroredStrategy", ("CPU:0", "CPU:3"),
+     "reduction_to_one_device"),
+    ("mirrored", ["CPU:1", "CPU:2"], "hierarchical_copy", "mirrored", "MirroredStrategy", ("CPU:1", "CPU:2"),
+     "hierarchical_copy"),
+    ("auto", ["CPU:1"], "auto", "one_device", "OneDeviceStrategy", ("CPU:1",), "none"),
+]
+
+
+@pytest.mark.parametrize("kind, devices, ops, want_kind, cls, tf_devices, want_ops", BUILDS)
+def test_build_strategy_kinds(tf4, kind, devices, ops, want_kind, cls, tf_devices, want_ops):
+    from tfdevices import build_strategy
+
+    info = build_strategy(kind, devices, ops, env={})
+    assert (info.kind, type(info.strategy).__name__, info.tf_devices, info.cross_device_ops) == (
+        want_kind, cls, tf_devices, want_ops)
+    assert info.devices == tf_devices  # no GPU: the tfdevices names are the logical CPU names
+    assert info.num_replicas == (len(tf_devices) if want_kind != "default" else 1)
+    if want_kind in ("one_device", "mirrored"):
+        assert tuple(d.rsplit("/device:", 1)[1] for d in info.strategy.extended.worker_devices) == tf_devices
+    table = info.table()
+    assert f"strategy: {want_kind}" in table and all(d in table for d in tf_devices)
+
+
+def test_build_strategy_replicas_reduce_across_devices(tf4):
+    """A sum over replicas really runs on every device of the strategy."""
+    from tfdevices import build_strategy
+
+    info = build_strategy("mirrored", ["CPU:1", "CPU:2", "CPU:3"], env={})
+
+    @tf4.function
+    def replica_ids():
+        ctx = tf4.distribute.get_replica_context()
+        return ctx.all_reduce("sum", tf4.cast(ctx.replica_id_in_sync_group, tf4.float32) + 1.0)
+
+    result = info.strategy.run(replica_ids)
+    values = [float(v) for v in info.strategy.experimental_local_results(result)]
+    assert values == [6.0, 6.0, 6.0]
+
+
+@pytest.mark.parametrize("kind, devices, ops, error, words", [
+    ("mirrored", ["CPU:7"], "auto", SpecError, "TensorFlow has no device CPU:7"),
+    ("mirrored", [0], "auto", SpecError, "TensorFlow does not see the GPU with NVML index 0"),
+    ("mirrored", None, "nccl", StrategyError, "cross_device_ops='nccl' cannot work here"),
+    ("one_device", None, "hierarchical_copy", StrategyError, "does not apply to the 'one_device'"),
+    ("multi_worker", None, "auto", StrategyError, "must be built before TensorFlow's runtime starts"),
+    ("single", None, "auto", StrategyError, "strategy kind 'single' is unknown"),
+])
+def test_build_strategy_errors(tf4, kind, devices, ops, error, words):
+    from tfdevices import build_strategy
+
+    with pytest.raises(error) as info:
+        build_strategy(kind, devices, ops, env={})
+    assert words in str(info.value)
+
+
+def test_build_strategy_reads_tf_config_from_env(tf4):
+    from tfdevices import build_strategy
+
+    with pytest.raises(TfConfigError, match="^TF_CONFIG: unknown task type 'boss'"):
+        build_strategy("auto", env={"TF_CONFIG": json.dumps(
+            {"cluster": {"worker": ["localhost:1"]}, "task": {"type": "boss", "index": 0}})})
+
+
+def _fit_losses(tf, info, epochs=3):
+    import keras
+
+    keras.utils.set_random_seed(7)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(128, 6)).astype("float32")
+    y = (x @ rng.normal(size=(6, 1))).astype("float32")
+    with info.strategy.scope():
+        model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(16, activation="tanh"),
+                                  keras.layers.Dense(1)])
+        model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(32)
+    history = model.fit(ds, epochs=epochs, verbose=0, shuffle=False)
+    return history.history["loss"], [w.numpy() for w in model.weights]
+
+
+def test_fit_under_mirrored_matches_one_device(tf4):
+    from tfdevices import build_strategy
+
+    one_losses, one_weights = _fit_losses(tf4, build_strategy("one_device", ["CPU:0"], env={}))
+    mir_losses, mir_weights = _fit_losses(tf4, build_strategy("mirrored", ["CPU:1", "CPU:2"], env={}))
+    assert one_losses[-1] < one_losses[0]  # it trained
+    np.testing.assert_allclose(mir_losses, one_losses, rtol=1e-4)
+    for a, b in zip(mir_weights, one_weights):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_train_custom_loop_matches_fit_on_one_process(tf4):
+    import keras
+
+    from tfdevices import build_strategy
+    from tfdevices.strategy import train
+
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(64, 4)).astype("float32")
+    y = x.sum(1, keepdims=True).astype("float32")
+    ds = tf4.data.Dataset.from_tensor_slices((x, y)).batch(16)
+
+    def model_fn():
+        keras.utils.set_random_seed(3)
+        return keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+
+    info = build_strategy("mirrored", ["CPU:0", "CPU:1"], env={})
+    kw = dict(loss="mse", optimizer_fn=lambda: keras.optimizers.SGD(0.1), epochs=2, global_batch_size=16)
+    loop = train(info, model_fn, ds, path="custom_loop", **kw)
+    fit = train(info, model_fn, ds, path="auto", **kw)
+    assert (loop.path, fit.path) == ("custom_loop", "fit")
+    assert loop.losses[1] < loop.losses[0]
+    np.testing.assert_allclose(loop.losses, fit.losses, rtol=1e-4)
+    for a, b in zip(loop.model.weights, fit.model.weights):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-6)
+    with pytest.raises(StrategyError, match="unknown path"):
+        train(info, model_fn, ds, path="keras", **kw)
+
+
+def test_mask_first_then_build():
+    """NVML-named GPUs are masked before TensorFlow is imported (tensorflow#31410 cannot happen)."""
+    proc = run_py("""
+        import json, os, sys, tempfile
+        from tests.inventories import eight
+        from tfdevices.errors import SpecError
+        path = os.path.join(tempfile.mkdtemp(), "inv.json")
+        open(path, "w").write(eight().to_json())
+        os.environ["TFDEVICES_INVENTORY"] = path
+        from tfdevices import build_strategy
+        assert "tensorflow" not in sys.modules
+        try:
+            build_strategy("one_device", [5], env={})
+        except SpecError as err:  # no real GPU here: the mask is what matters
+            print(json.dumps({"mask": os.environ.get("CUDA_VISIBLE_DEVICES"), "error": str(err)}))
+    """)
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["mask"] == "5"
+    assert "TensorFlow does not see the GPU with NVML index 5" in result["error"]
+
+
+def test_keras3_fit_message_names_the_issue():
+    assert "keras-team/keras#20585" in KERAS3_FIT_MESSAGE
