@@ -107,16 +107,16 @@ def write_placement(report: PlacementReport, logdir: str | os.PathLike[str], ste
             tf.summary.text(f"{name}/report", f"{_code(report.summary())}\n\n{report.to_markdown()}", step=step)
             tf.summary.text(f"{name}/json", report.to_json(), step=step)
             for device, count in report.op_counts.items():
-                tf.summary.scalar(f"{name}/ops/{device}", count, step=step)
+                tf.summary.scalar(f"{name}/ops/{device}", float(count), step=step)
             pairs: dict[str, list[int]] = {}
             for t in report.copies:
                 entry = pairs.setdefault(f"{t.src} -> {t.dst}", [0, 0])
                 entry[0] += 1
                 entry[1] += t.bytes or 0
             for pair, (count, size) in sorted(pairs.items()):
-                tf.summary.scalar(f"{name}/transfers/{pair}", count, step=step)
-                tf.summary.scalar(f"{name}/transfer_bytes/{pair}", size, step=step)
-            tf.summary.scalar(f"{name}/collectives", len(report.collectives), step=step)
+                tf.summary.scalar(f"{name}/transfers/{pair}", float(count), step=step)
+                tf.summary.scalar(f"{name}/transfer_bytes/{pair}", float(size), step=step)
+            tf.summary.scalar(f"{name}/collectives", float(len(report.collectives)), step=step)
     finally:
         writer.flush()
         writer.close()
