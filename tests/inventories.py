@@ -5,6 +5,7 @@ from __future__ import annotations
 from tfdevices.inventory import GpuInfo, Inventory
 
 GiB = 1 << 30
+_CC = {"V100": (7, 0), "T4": (7, 5)}
 
 # (name, total GiB, free GiB, utilization): a shared 8-GPU box of mixed cards and loads
 EIGHT = [
@@ -25,7 +26,7 @@ def gpu(index: int, name: str, total: int, free: int, util: float | None, *, ord
     return GpuInfo(index=index, name=name, uuid=uuid or f"GPU-{index:02d}aa{index:02d}-0000",
                    pci_bus_id=f"00000000:{index + 10:02X}:00.0", memory_total=total * GiB,
                    memory_used=(total - free) * GiB, memory_free=free * GiB, utilization=util,
-                   compute_capability=(8, 0), processes=0, mig_index=mig_index,
+                   compute_capability=_CC.get(name.split("-")[0], (8, 0)), processes=0, mig_index=mig_index,
                    cuda_ordinal=ordinal if ordinal >= 0 else None,
                    tf_name=f"/GPU:{ordinal}" if ordinal >= 0 else None)
 
