@@ -76,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             runs[name].append(run_once(CASES[name], env))
 
-    med = {name: (statistics.median(w for w, _ in rs), statistics.median(m for _, m in rs)) for name, rs in runs.items()}
+    med = {name: (statistics.median(w for w, _ in rs), statistics.median(m for _, m in rs))
+           for name, rs in runs.items()}
     print(f"python {platform.python_version()}, {platform.machine()}, {os.cpu_count()} cores, "
           f"{opts.rounds} alternating rounds, fresh process each, medians")
     print(f"{'case':28} {'wall s':>8} {'peak RSS MiB':>13}")
@@ -86,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     for ours, theirs, t_floor, m_floor in PAIRS:
         t_ratio = med[ours][0] / med[theirs][0]
         m_ratio = med[ours][1] / med[theirs][1]
-        line = f"{ours} / {theirs}: time {t_ratio:.3f} (1/{1 / t_ratio:.1f}), peak RSS {m_ratio:.3f} (1/{1 / m_ratio:.1f})"
+        line = (f"{ours} / {theirs}: time {t_ratio:.3f} (1/{1 / t_ratio:.1f}), "
+                f"peak RSS {m_ratio:.3f} (1/{1 / m_ratio:.1f})")
         if t_floor:
             line += (f"; floor time <= 1/{t_floor}: {'met' if t_ratio <= 1 / t_floor else 'NOT met'}"
                      f", memory <= 1/{m_floor}: {'met' if m_ratio <= 1 / m_floor else 'NOT met'}")

@@ -91,7 +91,8 @@ def test_failures_are_classified_never_raised(kwargs: dict, failure: str, words:
 
 def test_missing_pynvml_is_library_missing() -> None:
     snap = nvml.Nvml(None, import_error="No module named 'pynvml'").snapshot()
-    assert (snap.failure, snap.reason) == ("library-missing", "nvidia-ml-py is not installed (No module named 'pynvml')")
+    assert (snap.failure, snap.reason) == ("library-missing",
+                                           "nvidia-ml-py is not installed (No module named 'pynvml')")
 
 
 def test_a_gpu_nvml_cannot_open_is_left_out_with_a_note() -> None:

@@ -48,10 +48,10 @@ def discover(*, env: Mapping[str, str], source: str = "nvml", nvml_module: Any =
         EnvVarError: ``CUDA_VISIBLE_DEVICES`` or ``CUDA_DEVICE_ORDER`` is malformed,
             or the mask names GPUs that do not exist.
 
-    >>> discover(env={}, source="gpu")
+    >>> discover(env={}, source="gpu")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    tfdevices.errors.InputError: discovery source 'gpu' is unknown; known sources: 'nvml', 'tensorflow'. HINT: use source='nvml' (fast, default) or source='tensorflow'.
+    tfdevices.errors.InputError: discovery source 'gpu' is unknown; known sources: 'nvml', 'tensorflow'. HINT: ...
     """
     if source not in KNOWN_SOURCES:
         raise InputError(f"discovery source {source!r} is unknown; known sources: "
