@@ -289,7 +289,7 @@ def _match(tokens: Sequence[MaskToken], mask: str, enumeration: Sequence[GpuInfo
            mig_ids: Mapping[str, MigIds], source: str) -> list[GpuInfo]:
     where = f"{VISIBLE_ENV}={mask!r}"
     exists = _existing(enumeration, source)
-    hint = _MASK_HINT.split(", '' or")[0] + " that exist"
+    hint = "name GPUs that exist, by CUDA index ('0,2'), GPU-<uuid> or MIG-<uuid>"
     chosen: list[GpuInfo] = []
     for token in tokens:
         device = _match_one(token, where, enumeration, gpus, mig_ids, exists, hint)
