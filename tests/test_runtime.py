@@ -147,3 +147,73 @@ def test_tf_name_for_a_gpu_that_is_not_configured():
     assert cfg.tf_name_for("2") == "GPU:0"
     with pytest.raises(Exception, match=r"^GPU '3' is not configured for TensorFlow; configured NVML GPUs: 2, 5"):
         cfg.tf_name_for(3)
+
+
+# --- the GPU paths, planned from inventories made of data (no GPU needed) ---
+
+from tfdevices import Selection, select  # noqa: E402
+from tfdevices.runtime import plan_runtime  # noqa: E402
+from tests import inventories as inv  # noqa: E402
+
+GiB = 1 << 30
+
+
+def test_plan_masks_two_gpus_before_import():
+    plan = plan_runtime(select("2,0", inv.eight()), memory_growth=True)
+    assert dict(plan.env) == {"CUDA_VISIBLE_DEVICES": "0,2", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    assert plan.visible_ordinals is None and plan.gpu_count == 2
+    assert plan.memory_growth is True and plan.gpu_limits == ()
+    assert plan.config.gpu_map == (("0", "GPU:0"), ("2", "GPU:1"))
+    assert plan.config.logical_devices == ("GPU:0", "GPU:1", "CPU:0")
+    assert plan.config.tf_name_for(2) == "GPU:1"
+
+
+def test_plan_splits_each_gpu_from_its_free_memory():
+    plan = plan_runtime(select("0,2", inv.eight()), virtual_devices=2)
+    assert plan.gpu_limits == (int(78 * GiB * 0.95) // 2, int(39 * GiB * 0.95) // 2)
+    assert plan.per_gpu == 2 and plan.cpu_split is None
+    assert plan.config.split == "GPU" and plan.config.memory_limit is None  # the shares differ
+    assert plan.config.gpu_map == (("0", "GPU:0"), ("2", "GPU:2"))
+    assert plan.config.logical_devices == ("GPU:0", "GPU:1", "GPU:2", "GPU:3", "CPU:0")
+
+
+def test_plan_memory_limit_per_gpu():
+    plan = plan_runtime(select("auto:2", inv.eight()), memory_limit=4 * GiB)
+    assert plan.gpu_limits == (4 * GiB, 4 * GiB) and plan.per_gpu == 1
+    assert plan.config.memory_limit == 4 * GiB and plan.config.split is None
+    assert "memory limit       4.0 GiB" in plan.config.table()
+
+
+def test_plan_after_import_uses_cuda_ordinals_of_the_current_mask():
+    masked = inv.eight(visible=[6, 2])  # CUDA_VISIBLE_DEVICES=6,2 when TensorFlow was imported
+    plan = plan_runtime(select("2", masked), tf_imported=True)
+    assert plan.env == () and plan.visible_ordinals == (1,)
+    assert plan.config.method == "tf.config" and plan.config.gpu_map == (("2", "GPU:0"),)
+
+
+def test_plan_after_import_cannot_reach_a_hidden_gpu():
+    hidden = inv.eight(visible=[6]).get("2")
+    with pytest.raises(Exception, match=r"^GPU 2 selected, but hidden from CUDA in this process"):
+        plan_runtime(Selection(spec="2", gpus=(hidden,)), tf_imported=True)
+
+
+def test_plan_mig_instance_is_masked_by_uuid():
+    plan = plan_runtime(select("0:1", inv.mig()))
+    assert dict(plan.env)["CUDA_VISIBLE_DEVICES"] == "MIG-bbbb-1111"
+    assert plan.config.gpu_map == (("0:1", "GPU:0"),)
+
+
+def test_plan_split_without_selection_needs_a_limit():
+    with pytest.raises(Exception, match=r"^virtual_devices=2: splitting a GPU needs each part's memory"):
+        plan_runtime(None, virtual_devices=2, gpu_count=2)
+    plan = plan_runtime(None, virtual_devices=2, memory_limit=GiB, gpu_count=2)
+    assert plan.config.logical_devices == ("GPU:0", "GPU:1", "GPU:2", "GPU:3", "CPU:0")
+    assert plan.config.method == "unchanged" and plan.env == ()
+
+
+def test_plan_cpu_only_splits_the_cpu():
+    plan = plan_runtime(select("none", inv.eight()), virtual_devices=4, memory_limit=GiB)
+    assert dict(plan.env)["CUDA_VISIBLE_DEVICES"] == "-1"
+    assert plan.cpu_split == 4 and plan.gpu_limits == ()
+    assert plan.config.logical_devices == ("CPU:0", "CPU:1", "CPU:2", "CPU:3")
+    assert plan.config.notes == ("memory_limit not applied: no GPU is visible",)

@@ -8,9 +8,14 @@ and logical splits. Once TensorFlow's runtime has started, a different
 configuration raises :class:`RuntimeInitializedError` naming the call that started
 it (when tfdevices saw it happen); the same configuration again is a no-op.
 
->>> cfg = configure(virtual_devices=2)            # doctest: +SKIP
->>> cfg.logical_devices                            # on a machine without GPUs
-('CPU:0', 'CPU:1')
+:func:`plan_runtime` decides everything without touching TensorFlow (so the GPU
+paths are tested on machines without GPUs); ``configure`` carries the plan out.
+
+>>> from tfdevices.inventory import GpuInfo
+>>> a100 = GpuInfo(index=3, name="A100", uuid="GPU-3", memory_free=40 << 30, cuda_ordinal=3)
+>>> plan = plan_runtime(Selection(spec="3", gpus=(a100,)), virtual_devices=2)
+>>> plan.env, plan.config.gpu_map, plan.config.logical_devices
+((('CUDA_VISIBLE_DEVICES', '3'), ('CUDA_DEVICE_ORDER', 'PCI_BUS_ID')), (('3', 'GPU:0'),), ('GPU:0', 'GPU:1', 'CPU:0'))
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import sys
 import traceback
 from typing import Any
 
-from tfdevices.errors import InputError, RuntimeInitializedError
+from tfdevices.errors import InputError, RuntimeInitializedError, TfDevicesError
 from tfdevices.inventory import Inventory
 from tfdevices.selection import Selection, select
 from tfdevices.units import format_bytes, parse_memory
@@ -128,7 +133,7 @@ def configure(selection: Selection | object = None, *, memory_growth: bool | Non
         return _CURRENT
     if runtime_started():
         raise _initialized_error(request)
-    return _apply(sel, growth, limit, split, request)
+    return _apply(sel, growth, limit, split)
 
 
 def _validate(growth: object, limit: object, split: object) -> tuple[bool | None, int | None, int | None]:
@@ -148,79 +153,145 @@ def _validate(growth: object, limit: object, split: object) -> tuple[bool | None
     return growth, limit_bytes, split
 
 
-def _apply(sel: Selection | None, growth: bool | None, limit: int | None, split: int | None,
-           request: tuple[Any, ...]) -> RuntimeConfig:
-    global _CURRENT
-    method = "unchanged"
-    tf_imported = "tensorflow" in sys.modules
-    if sel is not None and not tf_imported:
-        os.environ.update(sel.env())
-        method = "environment"
-    from tfdevices._tf import import_tf
+@dataclasses.dataclass(frozen=True)
+class RuntimePlan:
+    """What :func:`configure` will do, decided before TensorFlow is touched (pure).
 
-    tf = import_tf()
-    _trace_runtime_start()
-    gpus = tf.config.list_physical_devices("GPU")
-    keys = [g.key for g in sel.gpus] if sel is not None else [str(i) for i in range(len(gpus))]
-    if sel is not None and tf_imported:
-        gpus = _set_visible(tf, sel, gpus)
-        method = "tf.config"
+    Attributes:
+        env: variables to set before TensorFlow is imported (the mask).
+        visible_ordinals: CUDA ordinals for ``tf.config.set_visible_devices`` (TensorFlow
+            already imported), or ``None``.
+        gpu_count: physical GPUs TensorFlow will use.
+        memory_growth: to set on every one of them.
+        gpu_limits: bytes per logical GPU, one entry per physical GPU (empty: no logical configuration).
+        per_gpu: logical devices per physical GPU.
+        cpu_split: logical CPUs to make (``None``: no split).
+        config: the :class:`RuntimeConfig` this plan gives.
+    """
+
+    env: tuple[tuple[str, str], ...]
+    visible_ordinals: tuple[int, ...] | None
+    gpu_count: int
+    memory_growth: bool | None
+    gpu_limits: tuple[int, ...]
+    per_gpu: int
+    cpu_split: int | None
+    config: RuntimeConfig
+
+
+def plan_runtime(sel: Selection | None, *, memory_growth: bool | None = None, memory_limit: int | None = None,
+                 virtual_devices: int | None = None, tf_imported: bool = False,
+                 gpu_count: int | None = None) -> RuntimePlan:
+    """Plans a configuration (pure: no environment, no TensorFlow).
+
+    Args:
+        sel: the selection to mask to, or ``None`` to keep visibility as it is.
+        memory_growth, memory_limit, virtual_devices: validated as in :func:`configure`
+            (``memory_limit`` in bytes).
+        tf_imported: whether TensorFlow is already imported (then masking goes through
+            ``tf.config.set_visible_devices``).
+        gpu_count: GPUs TensorFlow lists; needed only when ``sel`` is ``None``.
+
+    Returns:
+        The :class:`RuntimePlan`.
+
+    Raises:
+        InputError: a GPU split needs a memory limit that cannot be derived.
+
+    >>> plan_runtime(None, virtual_devices=2, gpu_count=0).config.logical_devices
+    ('CPU:0', 'CPU:1')
+    """
+    count = len(sel.gpus) if sel is not None else gpu_count or 0
+    keys = [g.key for g in sel.gpus] if sel is not None else [str(i) for i in range(count)]
     notes: list[str] = []
-    if growth is not None:
-        for gpu in gpus:
-            tf.config.experimental.set_memory_growth(gpu, growth)
-    split_of = None
-    if gpus and (limit is not None or split is not None):
-        shares = _gpu_limits(sel, gpus, limit, split or 1)
-        for gpu, share in zip(gpus, shares):
-            tf.config.set_logical_device_configuration(
-                gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=share // _MIB)] * (split or 1))
-        if len(set(shares)) == 1:
-            limit = shares[0]
-        split_of = "GPU" if split else None
-    elif split is not None:
-        cpu = tf.config.list_physical_devices("CPU")[0]
-        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * split)
-        split_of = "CPU"
-    if not gpus and limit is not None:
+    limits: tuple[int, ...] = ()
+    if count and (memory_limit is not None or virtual_devices is not None):
+        limits = _gpu_limits(sel, count, memory_limit, virtual_devices or 1)
+    if not count and memory_limit is not None:
         notes.append("memory_limit not applied: no GPU is visible")
-        limit = None
-    per_gpu = split if split_of == "GPU" else 1
-    gpu_names = tuple(f"GPU:{i}" for i in range(len(gpus) * per_gpu))
-    cpus = tuple(f"CPU:{i}" for i in range(split if split_of == "CPU" else 1))
+    cpu_split = virtual_devices if not count else None
+    per_gpu = virtual_devices if count and virtual_devices else 1
+    split = "GPU" if count and virtual_devices else "CPU" if virtual_devices else None
+    method = "unchanged" if sel is None else "tf.config" if tf_imported else "environment"
     config = RuntimeConfig(
         mask=None if sel is None else sel.cuda_visible_devices, method=method,
-        gpu_map=tuple((k, f"GPU:{i * per_gpu}") for i, k in enumerate(keys[:len(gpus)])),
-        memory_growth=growth, memory_limit=limit, virtual_devices=split if split_of else None,
-        split=split_of, logical_devices=gpu_names + cpus, notes=tuple(notes), _request=request)
-    _CURRENT = config
-    return config
+        gpu_map=tuple((k, f"GPU:{i * per_gpu}") for i, k in enumerate(keys)),
+        memory_growth=memory_growth,
+        memory_limit=limits[0] if limits and len(set(limits)) == 1 else memory_limit if count else None,
+        virtual_devices=virtual_devices, split=split,
+        logical_devices=tuple(f"GPU:{i}" for i in range(count * per_gpu))
+        + tuple(f"CPU:{i}" for i in range(cpu_split or 1)),
+        notes=tuple(notes), _request=(None if sel is None else sel.cuda_visible_devices, memory_growth,
+                                      memory_limit, virtual_devices))
+    return RuntimePlan(
+        env=tuple(sel.env().items()) if method == "environment" else (),
+        visible_ordinals=_ordinals(sel) if method == "tf.config" else None,
+        gpu_count=count, memory_growth=memory_growth, gpu_limits=limits, per_gpu=per_gpu,
+        cpu_split=cpu_split, config=config)
 
 
-def _set_visible(tf: Any, sel: Selection, gpus: list[Any]) -> list[Any]:
-    """``tf.config.set_visible_devices`` for the selected GPUs (TensorFlow already imported)."""
-    wanted = []
-    for gpu in sel.gpus:
-        if gpu.cuda_ordinal is None or gpu.cuda_ordinal >= len(gpus):
-            raise InputError(
-                f"GPU {gpu.key} was selected but TensorFlow (already imported) sees {len(gpus)} GPU(s) "
-                f"under CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}.",
-                hint="call tfdevices.configure() before importing TensorFlow, or select among the visible GPUs.")
-        wanted.append(gpus[gpu.cuda_ordinal])
-    wanted.sort(key=gpus.index)
-    tf.config.set_visible_devices(wanted, "GPU")
-    return wanted
+def _ordinals(sel: Selection) -> tuple[int, ...]:
+    missing = [g.key for g in sel.gpus if g.cuda_ordinal is None]
+    if missing:
+        raise InputError(f"GPU {', '.join(missing)} selected, but hidden from CUDA in this process "
+                         f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}) and TensorFlow is "
+                         "already imported, so the mask can no longer change.",
+                         hint="call tfdevices.configure() before importing TensorFlow, or select among the visible GPUs.")
+    return tuple(sorted(g.cuda_ordinal for g in sel.gpus if g.cuda_ordinal is not None))
 
 
-def _gpu_limits(sel: Selection | None, gpus: list[Any], limit: int | None, split: int) -> list[int]:
+def _gpu_limits(sel: Selection | None, count: int, limit: int | None, split: int) -> tuple[int, ...]:
     if limit is not None:
-        return [limit] * len(gpus)
+        return (limit,) * count
     free = [g.memory_free for g in sel.gpus] if sel is not None else []
-    if len(free) != len(gpus) or not all(free):
+    if len(free) != count or not all(free):
         raise InputError(f"virtual_devices={split}: splitting a GPU needs each part's memory, and the free "
                          "memory of the visible GPUs is unknown.",
                          hint="pass memory_limit (per logical GPU), e.g. memory_limit='4GiB'.")
-    return [int(f * _SPLIT_MARGIN) // split for f in free]
+    return tuple(int(f * _SPLIT_MARGIN) // split for f in free)
+
+
+def _apply(sel: Selection | None, growth: bool | None, limit: int | None, split: int | None) -> RuntimeConfig:
+    """Carries out the plan: the only place that sets the environment or calls tf.config."""
+    global _CURRENT
+    from tfdevices._tf import import_tf
+
+    tf_imported = "tensorflow" in sys.modules
+    count = None if sel is not None else len(import_tf().config.list_physical_devices("GPU"))
+    plan = plan_runtime(sel, memory_growth=growth, memory_limit=limit, virtual_devices=split,
+                        tf_imported=tf_imported, gpu_count=count)
+    os.environ.update(dict(plan.env))
+    tf = import_tf()
+    _trace_runtime_start()
+    gpus = tf.config.list_physical_devices("GPU")
+    if plan.visible_ordinals is not None:
+        gpus = _set_visible(tf, plan.visible_ordinals, gpus)
+    if len(gpus) != plan.gpu_count:
+        raise TfDevicesError(
+            f"{plan.gpu_count} GPU(s) selected (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')}) "
+            f"but TensorFlow lists {len(gpus)}: CUDA could not use them.",
+            hint="check the driver and CUDA libraries (pip install 'tfdevices[and-cuda]'); "
+                 "tf.sysconfig.get_build_info() shows what TensorFlow expects.")
+    for gpu in gpus if plan.memory_growth is not None else ():
+        tf.config.experimental.set_memory_growth(gpu, plan.memory_growth)
+    for gpu, share in zip(gpus, plan.gpu_limits):
+        tf.config.set_logical_device_configuration(
+            gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=share // _MIB)] * plan.per_gpu)
+    if plan.cpu_split:
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * plan.cpu_split)
+    _CURRENT = plan.config
+    return plan.config
+
+
+def _set_visible(tf: Any, ordinals: tuple[int, ...], gpus: list[Any]) -> list[Any]:
+    """``tf.config.set_visible_devices`` for these CUDA ordinals (TensorFlow already imported)."""
+    if ordinals and ordinals[-1] >= len(gpus):
+        raise InputError(f"CUDA ordinals {list(ordinals)} selected, but TensorFlow sees {len(gpus)} GPU(s).",
+                         hint="call tfdevices.configure() before importing TensorFlow.")
+    wanted = [gpus[i] for i in ordinals]
+    tf.config.set_visible_devices(wanted, "GPU")
+    return wanted
 
 
 def _trace_runtime_start() -> None:
