@@ -20,7 +20,7 @@ def eight_file(tmp_path):
 
 
 def test_list_table_shows_nvml_cuda_and_tf_names(eight_file, capsys, monkeypatch):
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     assert main(["list", "--inventory", eight_file]) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[0].startswith(f"source: nvml (from {eight_file})")
@@ -29,10 +29,21 @@ def test_list_table_shows_nvml_cuda_and_tf_names(eight_file, capsys, monkeypatch
     assert row.split()[:4] == ["3", "3", "/GPU:3", "A100-SXM4-40GB"]
 
 
-def test_list_json_round_trips(eight_file, capsys):
+def test_list_json_round_trips(eight_file, capsys, monkeypatch):
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # CUDA numbers = NVML numbers, as in the file
     assert main(["list", "--json", "--inventory", eight_file]) == 0
-    assert Inventory.from_json(capsys.readouterr().out) == Inventory.load(eight_file).__class__.from_json(
-        open(eight_file).read())
+    listed = Inventory.from_json(capsys.readouterr().out)
+    assert listed.gpus == Inventory.from_json(open(eight_file).read()).gpus
+    assert listed.cuda_device_order == "PCI_BUS_ID"  # the listing records the environment it was made in
+
+
+def test_list_estimates_the_fastest_first_order(eight_file, capsys, monkeypatch):
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    assert main(["list", "--inventory", eight_file]) == 0
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line.split()[1] for line in out.splitlines()[3:11]}
+    assert rows == {"0": "0", "1": "1", "2": "2", "3": "3", "6": "4", "7": "5", "4": "6", "5": "7"}  # 8.0, 7.5, 7.0
+    assert "note: CUDA order estimated" in out
 
 
 def test_select_prints_exports_and_explains_on_stderr(eight_file, capsys):
@@ -109,3 +120,20 @@ def test_list_and_select_work_without_tensorflow(eight_file):
                           cwd=REPO, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "export CUDA_VISIBLE_DEVICES=0,2" in proc.stdout
+
+
+def test_inventory_flag_applies_this_process_mask(eight_file, capsys, monkeypatch):
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,2")
+    assert main(["select", "all", "--format", "json", "--inventory", eight_file]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["cuda_visible_devices"] == "2,5"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")
+    assert main(["list", "--inventory", eight_file]) == 0
+    assert "no GPU visible: all 8 GPUs are hidden by CUDA_VISIBLE_DEVICES='-1'" in capsys.readouterr().out
+
+
+def test_a_closed_pipe_is_not_an_error(eight_file):
+    proc = subprocess.run(["bash", "-c", f"{sys.executable} -m tfdevices list --json --inventory {eight_file} | head -1"],
+                          capture_output=True, text=True, env=subprocess_env(), cwd=REPO, timeout=60)
+    assert proc.stdout == "{\n" and "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr

@@ -17,9 +17,11 @@ EXIT_USAGE = 2
 
 
 def _inventory(args: argparse.Namespace):
+    """``--inventory FILE`` read like ``TFDEVICES_INVENTORY=FILE``: this process's mask applies to it."""
+    from tfdevices import visibility
     from tfdevices.inventory import Inventory, discover
 
-    return Inventory.load(args.inventory) if args.inventory else discover()
+    return visibility.apply(Inventory.load(args.inventory), os.environ) if args.inventory else discover()
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -130,6 +132,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `tfdevices list | head`: the reader left; nothing to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

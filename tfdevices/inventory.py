@@ -266,8 +266,8 @@ class Inventory:
         out = [head]
         if self.gpus:
             out += lines
-        else:
-            out.append(f"no GPU: {self.reason or 'none found'}")
+        if not self.visible:
+            out.append(f"no GPU visible: {self.reason or 'none found'}")
         out += [f"note: {n}" for n in self.notes]
         return "\n".join(out)
 
