@@ -16,7 +16,6 @@ import sys
 import textwrap
 
 import numpy as np
-import pytest
 
 from tests.helpers import REPO, subprocess_env
 from tfdevices.tfconfig import make_tf_config
@@ -132,7 +131,6 @@ def test_two_workers_keras3_custom_loop_identical_weights(tf4):
 
 
 def test_two_workers_tf_keras_fit_identical_weights():
-    pytest.importorskip("tf_keras", reason="tf_keras is part of the test environment (setup.cfg [test])")
     results = run_workers(2, {"TF_USE_LEGACY_KERAS": "1"})
     for r in results:
         assert (r["kind"], r["workers"], r["path"], r["guard"]) == ("multi_worker", 2, "fit", None)

@@ -1,0 +1,261 @@
+"""Device scopes and tasks: different devices for different work in one script.
+
+* :func:`device_scope` is ``tf.device`` that speaks tfdevices names (an NVML
+  index for a physical GPU, ``"CPU:1"`` for a logical device) and checks them
+  against what TensorFlow has, so a typo fails here instead of silently running
+  on another device (``tf.device`` with soft placement falls back).
+* :func:`plan_assignment` maps independent tasks to devices (pure);
+  :func:`assign` carries the plan out, one thread per task so that ops on
+  different devices overlap, and returns each task's device and result.
+
+>>> plan = plan_assignment(["a", "b", "c"], ["CPU:0", "CPU:1"])
+>>> [(p.task, p.device) for p in plan]
+[('a', 'CPU:0'), ('b', 'CPU:1'), ('c', 'CPU:0')]
+>>> [p.device for p in plan_assignment(["a", "b", "c"], ["0", "1"], policy="by_memory",
+...                                    free_memory={"0": 8 << 30, "1": 24 << 30})]
+['1', '1', '0']
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+from tfdevices.errors import InputError
+from tfdevices.units import format_bytes
+
+POLICIES = ("round_robin", "by_memory")
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskPlacement:
+    """Where one task goes, and why.
+
+    Attributes:
+        task: the task's name.
+        device: its device, tfdevices name (NVML index for a GPU, ``"CPU:1"``).
+        reason: why this device.
+    """
+
+    task: str
+    device: str
+    reason: str
+
+
+def plan_assignment(tasks: Sequence[str], devices: Sequence[str], policy: str = "round_robin", *,
+                    free_memory: Mapping[str, int] | None = None) -> tuple[TaskPlacement, ...]:
+    """Maps tasks to devices (pure).
+
+    ``round_robin`` deals tasks out in order. ``by_memory`` gives each task to the
+    device with the most free memory per task already on it, so a device with
+    three times the free memory gets about three times the tasks.
+
+    Args:
+        tasks: task names, unique.
+        devices: device names, unique (tfdevices names).
+        policy: one of :data:`POLICIES`.
+        free_memory: bytes free per device, needed by ``by_memory``.
+
+    Returns:
+        One :class:`TaskPlacement` per task, in task order.
+
+    Raises:
+        InputError: no tasks or devices, repeated names, an unknown policy, or
+            ``by_memory`` without a memory figure for some device.
+    """
+    if policy not in POLICIES:
+        raise InputError(f"assign policy {policy!r} is unknown; known policies: {', '.join(POLICIES)}.",
+                         hint="use 'round_robin' or 'by_memory'.")
+    for what, names in (("tasks", tasks), ("devices", devices)):
+        if not names:
+            raise InputError(f"assign: no {what} given.", hint=f"pass at least one of the {what}.")
+        dupes = sorted({n for n in names if list(names).count(n) > 1})
+        if dupes:
+            raise InputError(f"assign: {what} {dupes} appear more than once in {list(names)}.",
+                             hint=f"give each of the {what} once.")
+    if policy == "round_robin":
+        return tuple(TaskPlacement(t, devices[i % len(devices)], f"round robin: task {i} of {len(tasks)}")
+                     for i, t in enumerate(tasks))
+    memory = dict(free_memory or {})
+    missing = [d for d in devices if d not in memory]
+    if missing:
+        raise InputError(f"assign policy 'by_memory': no free-memory figure for {missing}; "
+                         f"known: {sorted(memory) or 'none'}.",
+                         hint="by_memory needs GPUs with NVML memory figures; use policy='round_robin' for CPUs.")
+    counts = dict.fromkeys(devices, 0)
+    plan = []
+    for task in tasks:
+        device = max(devices, key=lambda d: (memory[d] / (counts[d] + 1), -devices.index(d)))
+        counts[device] += 1
+        plan.append(TaskPlacement(task, device, f"by memory: {format_bytes(memory[device])} free, "
+                                                f"task {counts[device]} on it"))
+    return tuple(plan)
+
+
+@contextlib.contextmanager
+def device_scope(device: int | str) -> Iterator[str]:
+    """``tf.device`` for a tfdevices device name, validated against TensorFlow's devices.
+
+    Args:
+        device: an NVML index (``1``, ``"1"``) of a GPU TensorFlow sees, or a
+            TensorFlow logical name (``"CPU:1"``, ``"/GPU:0"``).
+
+    Yields:
+        The TensorFlow name used (``"/device:GPU:0"``).
+
+    Raises:
+        SpecError: the name is malformed or names no device TensorFlow has.
+
+    >>> import tfdevices
+    >>> with tfdevices.device_scope("CPU:0") as name:
+    ...     print(name)
+    /device:CPU:0
+    """
+    tf_name = resolve_device(device)[1]
+    tf = _import_tf()
+    with tf.device(f"/device:{tf_name}"):
+        yield f"/device:{tf_name}"
+
+
+def resolve_device(device: int | str) -> tuple[str, str]:
+    """``(tfdevices name, TensorFlow name)`` for one device, checked against TensorFlow's devices.
+
+    Raises:
+        SpecError: the name is malformed or names no device TensorFlow has.
+    """
+    from tfdevices.strategy import resolve_devices
+
+    logical, gpu_map = _tf_devices()
+    names, tf_names = resolve_devices([device], logical=logical, gpu_map=gpu_map)
+    return names[0], tf_names[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskResult:
+    """One task of :func:`assign`.
+
+    Attributes:
+        task: its name.
+        device: tfdevices name of its device.
+        tf_device: TensorFlow name of its device.
+        reason: why this device.
+        result: what the task returned (``None`` for a task given by name only).
+        seconds: wall time of the task.
+    """
+
+    task: str
+    device: str
+    tf_device: str
+    reason: str
+    result: Any = None
+    seconds: float = 0.0
+
+
+def assign(tasks: Sequence[Callable[[], Any] | str] | Mapping[str, Callable[[], Any]],
+           devices: Sequence[int | str] | None = None, policy: str = "round_robin", *,
+           run: bool = True) -> tuple[TaskResult, ...]:
+    """Maps independent tasks to devices and runs each under its device, concurrently.
+
+    Each task runs in its own thread inside :func:`device_scope`, so ops on
+    different devices overlap (TensorFlow releases the GIL while an op runs).
+    A task's exception is raised after every task has finished.
+
+    Args:
+        tasks: callables (named by ``__name__``), a mapping name -> callable, or
+            names only (planned, not run).
+        devices: tfdevices device names; default: every visible GPU, else every logical CPU.
+        policy: ``"round_robin"`` or ``"by_memory"`` (GPUs' free memory from NVML).
+        run: ``False`` to only plan.
+
+    Returns:
+        One :class:`TaskResult` per task, in task order.
+
+    Raises:
+        InputError: see :func:`plan_assignment`; or a task is neither callable nor a name.
+        SpecError: a device names nothing TensorFlow has.
+    """
+    named = _named_tasks(tasks)
+    logical, gpu_map = _tf_devices()
+    if devices is None:
+        gpus = [d for d in logical if d.startswith("GPU:")]
+        devices = [next((k for k, v in gpu_map.items() if v == g), g) for g in gpus] or \
+            [d for d in logical if d.startswith("CPU:")]
+    resolved = dict(resolve_device(d) for d in devices)
+    memory = _free_memory(list(resolved)) if policy == "by_memory" else None
+    plan = plan_assignment([n for n, _ in named], list(resolved), policy, free_memory=memory)
+    fns = dict(named)
+    tf = _import_tf()
+    results: dict[str, TaskResult] = {}
+    errors: list[BaseException] = []
+
+    def work(p: TaskPlacement) -> None:
+        start = time.perf_counter()
+        try:
+            with tf.device(f"/device:{resolved[p.device]}"):
+                value = fns[p.task]() if run and fns[p.task] is not None else None
+        except BaseException as err:  # re-raised below, in the caller's thread
+            errors.append(err)
+            value = None
+        results[p.task] = TaskResult(p.task, p.device, resolved[p.device], p.reason, value,
+                                     time.perf_counter() - start)
+
+    threads = [threading.Thread(target=work, args=(p,), name=f"tfdevices-{p.task}") for p in plan]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return tuple(results[p.task] for p in plan)
+
+
+def _named_tasks(tasks: object) -> list[tuple[str, Callable[[], Any] | None]]:
+    if isinstance(tasks, Mapping):
+        items = list(tasks.items())
+    elif isinstance(tasks, (list, tuple)):
+        items = [(t, None) if isinstance(t, str) else (getattr(t, "__name__", f"task{i}"), t)
+                 for i, t in enumerate(tasks)]
+    else:
+        raise InputError(f"assign(tasks=...): expected a list or a mapping, got {type(tasks).__name__}.",
+                         hint="pass [fn1, fn2] or {'name': fn}.")
+    for name, fn in items:
+        if not isinstance(name, str) or (fn is not None and not callable(fn)):
+            raise InputError(f"assign: task {name!r} -> {fn!r} is neither a callable nor a name.",
+                             hint="pass functions taking no arguments, or task names to plan only.")
+    return items
+
+
+def _import_tf() -> Any:
+    from tfdevices._tf import import_tf
+
+    return import_tf()
+
+
+def _tf_devices() -> tuple[tuple[str, ...], dict[str, str]]:
+    """TensorFlow's logical devices, and NVML key -> TF name for its GPUs."""
+    from tfdevices import runtime
+    from tfdevices.devices import short_name
+
+    tf = _import_tf()
+    logical = tuple(short_name(d.name) for d in tf.config.list_logical_devices())
+    config = runtime.current()
+    if config is not None:
+        return logical, {k: short_name(v) for k, v in config.gpu_map}
+    if not any(d.startswith("GPU:") for d in logical):
+        return logical, {}
+    from tfdevices.inventory import discover
+
+    return logical, {g.key: short_name(g.tf_name) for g in discover().visible if g.tf_name}
+
+
+def _free_memory(devices: Sequence[str]) -> dict[str, int]:
+    if not any(d.isdigit() or ":" in d and d.split(":")[0].isdigit() for d in devices):
+        return {}
+    from tfdevices.inventory import discover
+
+    inventory = discover()
+    return {d: g.memory_free for d in devices if (g := inventory.get(d)) is not None}
