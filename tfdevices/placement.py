@@ -519,6 +519,8 @@ def report_from_run_metadata(metadata: Any) -> PlacementReport:
     graphs: list[tuple[str, bytes]] = []
     for index, (partitions, pre, post) in enumerate(calls):
         requested = {n.name: n.device for n in pre.node} if pre is not None else {}
+        if all(node.op in PLUMBING for partition in partitions for node in partition.node):
+            continue  # nothing ran but plumbing (the NoOp that flushes the metadata, identity calls)
         shapes = _infer_shapes(post)
         sends: dict[tuple[str, str, str], Any] = {}
         recvs: list[Any] = []
@@ -661,7 +663,7 @@ def capturing() -> Iterator[Capture]:
     True
     """
     global _active
-    import_tf()
+    tf = import_tf()
     from tensorflow.python.eager import context  # noqa: PLC0415 (lazy TensorFlow)
 
     with _lock:
@@ -675,9 +677,12 @@ def capturing() -> Iterator[Capture]:
         ctx.ensure_initialized()
         ctx.clear_kernel_cache()
         ctx.enable_run_metadata()
+        ctx.export_run_metadata()  # drop anything recorded before this capture
         try:
             yield cap
         finally:
+            # Graphs of a call that raised reach the metadata only when the next kernel runs.
+            tf.raw_ops.NoOp()
             metadata = ctx.export_run_metadata()
             ctx.disable_run_metadata()
             cap._report = report_from_run_metadata(metadata)
