@@ -316,7 +316,7 @@ def test_mask_first_then_build():
     proc = run_py("""
         import json, os, sys, tempfile
         from tests.inventories import eight
-        from tfdevices.errors import SpecError
+        from tfdevices.errors import TfDevicesError
         path = os.path.join(tempfile.mkdtemp(), "inv.json")
         open(path, "w").write(eight().to_json())
         os.environ["TFDEVICES_INVENTORY"] = path
@@ -324,12 +324,12 @@ def test_mask_first_then_build():
         assert "tensorflow" not in sys.modules
         try:
             build_strategy("one_device", [5], env={})
-        except SpecError as err:  # no real GPU here: the mask is what matters
+        except TfDevicesError as err:  # no real GPU here: the mask is what matters
             print(json.dumps({"mask": os.environ.get("CUDA_VISIBLE_DEVICES"), "error": str(err)}))
     """)
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["mask"] == "5"
-    assert "TensorFlow does not see the GPU with NVML index 5" in result["error"]
+    assert result["error"].startswith("1 GPU(s) selected (CUDA_VISIBLE_DEVICES=5) but TensorFlow lists 0")
 
 
 def test_keras3_fit_message_names_the_issue():
