@@ -272,6 +272,23 @@ def test_bad_model_input(tf4, kwargs, message):
     assert str(err.value).startswith(message), str(err.value)
 
 
+def test_tf_keras_models_are_planned_the_same_way(tf4):
+    import keras
+    import tf_keras
+
+    inp = tf_keras.Input((6,))
+    a = tf_keras.layers.Dense(5, name="a")(inp)
+    b = tf_keras.layers.Dense(5, name="b")(a)
+    d = tf_keras.layers.Dense(3, name="d")(tf_keras.layers.Add(name="c")([a, b]))
+    old = tf_keras.Model(inp, d)
+    for balance_by in ("params", "flops", "memory"):
+        new_plan = plan_layers(_skip_model(keras), DEVICES[:2], balance_by=balance_by)
+        old_plan = plan_layers(old, DEVICES[:2], balance_by=balance_by)
+        assert (old_plan.costs, old_plan.memory, old_plan.devices) == (new_plan.costs, new_plan.memory, new_plan.devices)
+    for mapping, transfers in SKIP_MAPS:
+        assert plan_layers(old, mapping).transfers == transfers
+
+
 def test_unbuilt_model_is_an_error(tf4):
     import keras
 

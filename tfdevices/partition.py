@@ -519,15 +519,16 @@ def _model_edges(model: Any, layers: Sequence[Any], index: Mapping[int, int]) ->
     edges = set()
     for c, layer in enumerate(layers):
         for node in layer._inbound_nodes:
-            for tensor in node.arguments.keras_tensors:
+            arguments = getattr(node, "arguments", None)  # Keras 3; tf_keras nodes have keras_inputs
+            for tensor in arguments.keras_tensors if arguments is not None else node.keras_inputs:
                 history = tensor._keras_history
-                p = index.get(id(history.operation), -1)
+                p = index.get(id(getattr(history, "operation", None) or history.layer), -1)
                 edges.add((p, history.tensor_index, c))
     return tuple(sorted(edges))
 
 
 def _layer_bytes(layer: Any) -> int:
-    return sum(_size(w.shape) * _itemsize(str(w.dtype)) for w in layer.weights)
+    return sum(_size(w.shape) * _itemsize(str(getattr(w.dtype, "name", w.dtype))) for w in layer.weights)
 
 
 def _size(shape: Sequence[int | None]) -> int:
@@ -549,6 +550,7 @@ def _flops(layer: Any) -> float:
 def _output_shape(layer: Any) -> tuple[int | None, ...]:
     nodes = getattr(layer, "_inbound_nodes", None) or []
     outputs = nodes[0].outputs if nodes else []
+    outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]  # tf_keras: a single tensor
     return tuple(outputs[0].shape) if outputs else (None,)
 
 
