@@ -1,0 +1,181 @@
+"""absl flags for any script: choose devices and a strategy from the command line.
+
+Two lines give an absl app the toolkit's flags::
+
+    from tfdevices import flags as tfd_flags
+    tfd_flags.define_flags()                      # at module level
+
+    def main(argv):
+        setup = tfd_flags.configure_from_flags()  # discover, select, configure, build
+        with setup.strategy.strategy.scope():
+            ...
+
+Flags: ``--gpus`` (a spec: ``all``, ``none``, ``auto:2``, ``0,2``), ``--min_free_memory``,
+``--memory_growth``, ``--memory_limit``, ``--virtual_devices``, ``--strategy``,
+``--cross_device_ops``, ``--logdir``, ``--log_placement``. Each is validated when
+the command line is parsed, so ``app.run`` answers a bad value with a usage
+message, before any work starts.
+
+>>> from absl import flags
+>>> fv = flags.FlagValues()
+>>> define_flags(fv)
+>>> _ = fv(["prog", "--gpus=auto:2", "--strategy=mirrored"])
+>>> fv.gpus, fv.strategy
+('auto:2', 'mirrored')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from absl import flags
+
+from tfdevices.errors import InputError, TfDevicesError
+from tfdevices.spec import parse_spec
+from tfdevices.strategy import CROSS_DEVICE_OPS, KINDS
+from tfdevices.units import parse_memory
+
+FLAGS = flags.FLAGS
+NAMES = ("gpus", "min_free_memory", "memory_growth", "memory_limit", "virtual_devices", "strategy",
+         "cross_device_ops", "logdir", "log_placement")
+
+
+def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
+    """Defines the toolkit's flags, with their validators, in ``flag_values``.
+
+    Calling it again on the same ``flag_values`` does nothing.
+
+    Args:
+        flag_values: where to define them (tests pass their own ``flags.FlagValues()``).
+    """
+    if "gpus" in flag_values:
+        return
+    fv = flag_values
+    flags.DEFINE_string("gpus", "all", "GPUs to use: 'all', 'none' (CPU), 'auto:N' (the N best), or NVML "
+                        "indices as nvidia-smi shows them ('0,2').", flag_values=fv)
+    flags.DEFINE_string("min_free_memory", None, "Skip GPUs with less free memory, e.g. '8GiB'.", flag_values=fv)
+    flags.DEFINE_bool("memory_growth", None, "Allocate GPU memory as needed instead of all at once "
+                      "(unset: TensorFlow's default).", flag_values=fv)
+    flags.DEFINE_string("memory_limit", None, "Memory cap per logical GPU, e.g. '4GiB'.", flag_values=fv)
+    flags.DEFINE_integer("virtual_devices", None, "Split each GPU, or the CPU when there is none, into N "
+                         "logical devices.", lower_bound=1, flag_values=fv)
+    flags.DEFINE_enum("strategy", "auto", list(KINDS), "The tf.distribute strategy.", flag_values=fv)
+    flags.DEFINE_enum("cross_device_ops", "auto", list(CROSS_DEVICE_OPS),
+                      "How replicas reduce gradients ('auto': NCCL only where it can work).", flag_values=fv)
+    flags.DEFINE_string("logdir", None, "TensorBoard log directory.", flag_values=fv)
+    flags.DEFINE_bool("log_placement", False, "Capture where one step's ops ran and write it to --logdir "
+                      "for TensorBoard.", flag_values=fv)
+    _validate("gpus", lambda v: parse_spec(v, what="--gpus"), fv)
+    _validate("min_free_memory", lambda v: v is None or parse_memory(v, what="--min_free_memory"), fv)
+    _validate("memory_limit", lambda v: v is None or parse_memory(v, what="--memory_limit"), fv)
+    flags.register_multi_flags_validator(
+        ["log_placement", "logdir"], lambda d: not d["log_placement"] or bool(d["logdir"]),
+        message="--log_placement writes to TensorBoard: set --logdir too.", flag_values=fv)
+
+
+def _validate(name: str, check: Callable[[Any], object], fv: flags.FlagValues) -> None:
+    def checker(value: Any) -> bool:
+        try:
+            check(value)
+        except TfDevicesError as err:
+            raise flags.ValidationError(str(err)) from None
+        return True
+
+    flags.register_validator(name, checker, flag_values=fv)
+
+
+@dataclasses.dataclass(frozen=True)
+class FlagsSetup:
+    """What :func:`configure_from_flags` did.
+
+    Attributes:
+        selection: the GPUs chosen (:class:`~tfdevices.selection.Selection`).
+        runtime: the configuration applied (:class:`~tfdevices.runtime.RuntimeConfig`).
+        strategy: the strategy built (:class:`~tfdevices.strategy.StrategyInfo`).
+        logdir: ``--logdir`` (``None``: unset).
+        log_placement: ``--log_placement``.
+    """
+
+    selection: Any
+    runtime: Any
+    strategy: Any
+    logdir: str | None = None
+    log_placement: bool = False
+
+    def table(self) -> str:
+        """The selection, the runtime configuration and the strategy, for people."""
+        return "\n\n".join((self.selection.table(), self.runtime.table(), self.strategy.table()))
+
+
+def configure_from_flags(flag_values: flags.FlagValues = FLAGS, *,
+                         cpu_virtual_devices: int | None = None) -> FlagsSetup:
+    """Discovers, selects, configures and builds the strategy the flags ask for.
+
+    Call it in ``main``, before anything else uses TensorFlow.
+
+    Args:
+        flag_values: parsed flags holding :func:`define_flags`' flags.
+        cpu_virtual_devices: logical CPUs to split the CPU into when no GPU is
+            selected and ``--virtual_devices`` is unset (demos use it to show
+            distribution on a CPU-only machine); ``None``: no split.
+
+    Returns:
+        A :class:`FlagsSetup`.
+
+    Raises:
+        InputError: the flags were not defined or not parsed.
+        SelectionError, RuntimeInitializedError, StrategyError: see
+            :func:`tfdevices.select`, :func:`tfdevices.configure`, :func:`tfdevices.build_strategy`.
+    """
+    from tfdevices.runtime import configure
+    from tfdevices.selection import select
+    from tfdevices.strategy import build_strategy
+
+    fv = _parsed(flag_values)
+    selection = select(fv.gpus, min_free_memory=fv.min_free_memory)
+    split = fv.virtual_devices
+    if split is None and selection.is_cpu_only:
+        split = cpu_virtual_devices
+    runtime = configure(selection, memory_growth=fv.memory_growth, memory_limit=fv.memory_limit,
+                        virtual_devices=split)
+    strategy = build_strategy(fv.strategy, None, fv.cross_device_ops, runtime=runtime)
+    return FlagsSetup(selection, runtime, strategy, fv.logdir, fv.log_placement)
+
+
+def log_placement(fn: Callable[..., Any], *args: Any, flag_values: flags.FlagValues = FLAGS,
+                  **kwargs: Any) -> Any:
+    """With ``--log_placement``: runs ``fn`` once under :func:`tfdevices.capture` and writes the
+    placement to ``--logdir`` for TensorBoard.
+
+    Args:
+        fn: one training or inference step (a ``tf.function``, a model ...).
+        *args: its arguments.
+        flag_values: parsed flags.
+        **kwargs: its keyword arguments.
+
+    Returns:
+        The :class:`~tfdevices.placement.PlacementReport`, or ``None`` when the flag is off.
+
+    Raises:
+        InputError: the flags were not defined or not parsed.
+    """
+    fv = _parsed(flag_values)
+    if not fv.log_placement:
+        return None
+    from tfdevices.placement import capture
+    from tfdevices.tensorboard import write_placement
+
+    report = capture(fn, *args, **kwargs)
+    write_placement(report, fv.logdir)
+    return report
+
+
+def _parsed(fv: flags.FlagValues) -> flags.FlagValues:
+    if "gpus" not in fv:
+        raise InputError("the tfdevices flags are not defined.",
+                         hint="call tfdevices.flags.define_flags() at module level.")
+    if not fv.is_parsed():
+        raise InputError("the flags are not parsed yet.", hint="call this inside main(), under absl.app.run.")
+    return fv
