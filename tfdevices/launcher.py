@@ -210,8 +210,10 @@ def launch(command: Sequence[str], n: int, *, gpus: object = (), share: bool = F
             plans = plan_workers(n, free_ports(n), gpus, share=share, virtual_devices=virtual_devices,
                                  restart=attempt)
             code = job.run(command, plans, base)
-            if code == 0 or job.stopped_by is not None:
-                return code
+            if job.stopped_by is not None:  # interrupted: report it even if the workers exited cleanly
+                return code or 128 + job.stopped_by
+            if code == 0:
+                return 0
             if attempt < max_restarts:
                 job.say(f"restarting all {n} workers (restart {attempt + 1} of {max_restarts})")
         return code
