@@ -291,6 +291,13 @@ def test_inventory_candidates_intersect_allocation() -> None:
         gpu_for_rank(launch_info(slurm(0, 0, 1, SLURM_STEP_TASKS_PER_NODE="1", SLURM_STEP_GPUS="1,3")), masked)
 
 
+def test_launcher_assignment_beats_the_inventory() -> None:
+    info = launch_info({**tfc(["127.0.0.1:7", "127.0.0.1:8"], 1), "TFDEVICES_RANK_GPUS": "1"})
+    a = gpu_for_rank(info, inventory(0, 1, visible=(1,)))  # the worker sees only its own GPU
+    assert (a.gpus, a.method) == ((1,), "launcher")
+    assert gpu_for_rank(info, [0, 1]).gpus == (1,) and gpu_for_rank(info, [0, 1]).method == "sequential"
+
+
 def test_selection_candidates() -> None:
     from tfdevices.selection import select
 

@@ -582,7 +582,8 @@ def gpu_for_rank(info: LaunchInfo | None = None, gpus: object = None, *,
     whose visible GPUs are intersected with the scheduler's allocation), else the
     allocation in ``info.gpus`` (``SLURM_STEP_GPUS`` ...). Under ``tfdevices launch``
     the launcher's own assignment (``info.assigned_gpus``) is returned unless
-    ``mapping`` or ``gpus`` says otherwise.
+    ``mapping`` or an explicit list or Selection in ``gpus`` says otherwise (an
+    Inventory does not: inside a worker it shows only the GPUs the launcher left visible).
 
     Args:
         info: from :func:`launch_info`; ``None`` reads ``os.environ``.
@@ -628,7 +629,8 @@ def gpu_for_rank(info: LaunchInfo | None = None, gpus: object = None, *,
     if rank >= size:
         raise LaunchError(f"local_rank={rank} is out of range for local_world_size={size}.",
                           hint=f"local ranks run 0..{size - 1}.")
-    if info.assigned_gpus is not None and gpus is None and mapping == "sequential":
+    from_env = gpus is None or (hasattr(gpus, "gpus") and not hasattr(gpus, "spec"))  # nothing or an Inventory
+    if info.assigned_gpus is not None and from_env and mapping == "sequential":
         return GpuAssignment(rank, info.assigned_gpus, (), info.assigned_gpus, RANK_GPUS, "launcher",
                              reason=f"tfdevices launch assigned them ({RANK_GPUS}={_join(info.assigned_gpus)})")
     candidates, origin = _candidates(info, gpus)
