@@ -19,6 +19,8 @@ DEMOS: dict[str, str] = {
                 "print replicas, throughput and where the TensorBoard logs are",
     "tasks": "two independent computations on two devices and a final op that needs both: "
              "the cross-device copy it costs, measured",
+    "layers": "plan a Keras model's layers onto devices, place them, and compare the by-hand tf.device habit "
+              "with the placed model: weights read across devices, activation transfers, the plan table",
 }
 
 
