@@ -50,26 +50,34 @@ def main(argv: list[str]) -> None:
     first, second = two_devices(setup.runtime.logical_devices)
     n, rounds = FLAGS.size, FLAGS.rounds
 
-    def chain(seed: int) -> Any:
-        x = tf.random.stateless_normal([n, n], seed=[seed, 0]) / n ** 0.5
+    def start(seed: int) -> Any:
+        return tf.random.stateless_normal([n, n], seed=[seed, 0]) / n ** 0.5
+
+    def chain(x: Any) -> Any:
         for _ in range(rounds):
             x = tf.tanh(x @ x)
         return x
 
-    results = tfdevices.assign({"task_a": lambda: chain(1), "task_b": lambda: chain(2)}, [first, second])
+    results = tfdevices.assign({"task_a": lambda: chain(start(1)), "task_b": lambda: chain(start(2))},
+                               [first, second])
     for r in results:
         print(f"{r.task}: on {r.tf_device}, {r.seconds:.3f} s, result on {r.result.device.rsplit('device:', 1)[1]}")
 
+    with tf.device(f"/{first}"):
+        x_a = start(1)
+    with tf.device(f"/{second}"):
+        x_b = start(2)
+
     @tf.function
-    def step() -> Any:
+    def step(x_a: Any, x_b: Any) -> Any:  # inputs as arguments: nothing to constant-fold away
         with tf.device(f"/{first}"):
-            a = chain(1)
+            a = chain(x_a)
         with tf.device(f"/{second}"):
-            b = chain(2)
+            b = chain(x_b)
         with tf.device(f"/{first}"):
             return tf.reduce_sum(a * b)  # needs b: copied from the second device
 
-    report = tfdevices.capture(step)
+    report = tfdevices.capture(step, x_a, x_b)
     print(f"\nfinal op on {first} needs {second}'s result:")
     for t in report.transfers():
         print("  copy", t.describe())

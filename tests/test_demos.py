@@ -1,0 +1,90 @@
+"""Demos as users run them: real processes, real TensorFlow, TensorBoard logs on disk."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tfdevices.demos import DEMOS, run_demo
+from tfdevices.errors import InputError
+from tests.helpers import REPO, run_cli, subprocess_env
+
+TOOLKIT_FLAGS = ("--gpus", "--min_free_memory", "--[no]memory_growth", "--memory_limit", "--virtual_devices",
+                 "--strategy", "--cross_device_ops", "--logdir", "--[no]log_placement")
+
+
+def run_module(name: str, *args: str, cwd: str = REPO) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", f"tfdevices.demos.{name}", *args], env=subprocess_env(),
+                          capture_output=True, text=True, timeout=300, cwd=cwd)
+
+
+def test_unknown_demo_lists_the_demos():
+    with pytest.raises(InputError) as info:
+        run_demo("mirorred", [])
+    assert str(info.value).startswith("demo 'mirorred' does not exist; demos: ")
+    assert all(name in str(info.value) for name in ("mirrored", "tasks"))
+
+
+def test_every_demo_is_described_and_importable():
+    for name, description in DEMOS.items():
+        assert description
+        assert os.path.exists(os.path.join(REPO, "tfdevices", "demos", f"{name}.py"))
+
+
+def test_mirrored_demo_trains_and_leaves_tensorboard_logs(tmp_path):
+    logdir = tmp_path / "logs"
+    proc = run_module("mirrored", "--epochs=2", "--steps_per_epoch=4", f"--logdir={logdir}", cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "strategy: mirrored (MirroredStrategy), 4 replica(s)" in out
+    assert "epoch 1:" in out and "epoch 2:" in out and "examples/s on 4 replica(s)" in out
+    assert "placement of one step:" in out and "CPU:0, CPU:1, CPU:2, CPU:3" in out
+    assert f"TensorBoard logs: {logdir}" in out
+    events = [f for _, _, files in os.walk(logdir) for f in files if f.startswith("events.out.tfevents")]
+    assert len(events) >= 2  # Keras' training scalars and the placement run
+
+
+def test_tasks_demo_shows_the_cross_device_copy(tmp_path):
+    proc = run_module("tasks", "--size=64", "--rounds=2", "--log_placement", f"--logdir={tmp_path}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "task_a: on CPU:0" in out and "task_b: on CPU:1" in out
+    assert "copy CPU:1 -> CPU:0" in out and "float32[64,64] 16.0 KiB" in out
+    assert any(f.startswith("events.out.tfevents") for f in os.listdir(tmp_path))
+
+
+@pytest.mark.parametrize("name, args, words", [
+    ("mirrored", ["--gpus=auto"], "--gpus 'auto'"),
+    ("mirrored", ["--strategy=mirror"], "strategy"),
+    ("mirrored", ["--epochs=0"], "epochs"),
+    ("tasks", ["--min_free_memory=8"], "a bare number is ambiguous"),
+    ("tasks", ["--no_such_flag"], "no_such_flag"),
+])
+def test_bad_flag_is_a_usage_error_not_a_traceback(name, args, words):
+    proc = run_module(name, *args)
+    assert proc.returncode == 1
+    assert words in proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+
+
+def test_run_demo_returns_the_exit_code():
+    code = subprocess.run([sys.executable, "-c", "import sys; from tfdevices.demos import run_demo; "
+                           "sys.exit(run_demo('tasks', ['--size=0']))"], env=subprocess_env(),
+                          capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert code.returncode == 1 and "size" in code.stderr and "Traceback" not in code.stderr
+
+
+@pytest.mark.parametrize("name", sorted(DEMOS))
+def test_helpfull_lists_the_toolkit_flags(name):
+    proc = run_module(name, "--helpfull")
+    assert proc.returncode in (0, 1)
+    assert all(flag in proc.stdout for flag in TOOLKIT_FLAGS), proc.stdout[-2000:]
+
+
+def test_cli_reaches_the_demo():
+    proc = run_cli("demo", "tasks", "--gpus=GPU:1")
+    assert proc.returncode != 0
+    assert "--gpus 'GPU:1'" in proc.stderr and "Traceback" not in proc.stderr
