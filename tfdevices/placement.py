@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import functools
 import json
 import re
 import threading
@@ -204,6 +205,7 @@ class PlacementDiff:
 
 # ----------------------------------------------------------------------------- device patterns
 
+@functools.lru_cache(maxsize=1024)
 def _location(device: str) -> str:
     """Report name of a TF device string: ``"CPU:1"`` or ``"worker:1/CPU:1"``; ``"?"`` when unplaced."""
     if not device:
@@ -517,11 +519,10 @@ def report_from_run_metadata(metadata: Any) -> PlacementReport:
     copies: list[Transfer] = []
     collectives: list[Collective] = []
     graphs: list[tuple[str, bytes]] = []
+    calls = [call for call in calls  # drop calls of nothing but plumbing (the NoOp that flushes the metadata)
+             if not all(node.op in PLUMBING for partition in call[0] for node in partition.node)]
     for index, (partitions, pre, post) in enumerate(calls):
         requested = {n.name: n.device for n in pre.node} if pre is not None else {}
-        if all(node.op in PLUMBING for partition in partitions for node in partition.node):
-            continue  # nothing ran but plumbing (the NoOp that flushes the metadata, identity calls)
-        shapes = _infer_shapes(post)
         sends: dict[tuple[str, str, str], Any] = {}
         recvs: list[Any] = []
         for partition in partitions:
@@ -537,7 +538,8 @@ def report_from_run_metadata(metadata: Any) -> PlacementReport:
                 if _COLLECTIVE.match(node.op):
                     collectives.append(Collective(
                         node.name, node.op, device, _attr_s(node, "merge_op"), _attr_dtype(node, "T"), index))
-        copies += _match_transfers(sends, recvs, shapes, index)
+        if sends or recvs:  # shapes cost a graph import: only for calls that copy tensors
+            copies += _match_transfers(sends, recvs, _infer_shapes(post), index)
         namespace = f"call_{index:03d}"
         graphs += [(namespace, p.SerializeToString()) for p in partitions]
     return PlacementReport(tuple(ops), tuple(copies), tuple(collectives), tuple(graphs))
