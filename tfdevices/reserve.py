@@ -281,8 +281,9 @@ def _prepare(directory: str) -> None:
             if os.stat(directory).st_uid == os.getuid():
                 os.chmod(directory, 0o1777)
     except OSError as err:
-        raise ReservationError(f"lock directory {directory!r} cannot be created: {err.strerror}.",
-                               hint=f"set {LOCK_DIR_ENV} (or lock_dir=) to a writable directory on this host.") from None
+        raise ReservationError(
+            f"lock directory {directory!r} cannot be created: {err.strerror}.",
+            hint=f"set {LOCK_DIR_ENV} (or lock_dir=) to a writable directory on this host.") from None
 
 
 def _open(path: str) -> int:
