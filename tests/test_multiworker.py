@@ -45,7 +45,8 @@ WORKER = textwrap.dedent("""
     result = train(info, model_fn, ds, loss="mse", optimizer_fn=lambda: keras.optimizers.SGD(0.05),
                    epochs=2, global_batch_size=16)
     out = {"path": result.path, "losses": list(result.losses), "kind": info.kind,
-           "replicas": info.num_replicas, "workers": info.num_workers, "keras": getattr(keras, "__version__", None) or __import__("tf_keras").__version__,
+           "replicas": info.num_replicas, "workers": info.num_workers,
+           "keras": getattr(keras, "__version__", None) or __import__("tf_keras").__version__,
            "weights": [w.numpy().ravel().tolist() for w in result.model.weights]}
     try:
         check_fit_supported(info)

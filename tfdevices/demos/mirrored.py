@@ -70,7 +70,8 @@ def main(argv: list[str]) -> None:
 
         start = time.perf_counter()
         result = train(info, lambda: make_model(keras), data, loss=loss,
-                       optimizer_fn=lambda: keras.optimizers.Adam(1e-3), epochs=FLAGS.epochs, steps_per_epoch=FLAGS.steps_per_epoch, global_batch_size=batch)
+                       optimizer_fn=lambda: keras.optimizers.Adam(1e-3), epochs=FLAGS.epochs,
+                       steps_per_epoch=FLAGS.steps_per_epoch, global_batch_size=batch)
         seconds = time.perf_counter() - start
         print(f"trained by {result.path}: losses {[round(v, 4) for v in result.losses]}, "
               f"{FLAGS.epochs * FLAGS.steps_per_epoch * batch / seconds:,.0f} examples/s")
