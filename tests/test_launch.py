@@ -359,7 +359,7 @@ def test_docstring_examples() -> None:
 
 def test_launch_does_not_import_tensorflow() -> None:
     code = ("import sys, tfdevices; from tfdevices.launch import launch_info, gpu_for_rank; "
-            "import tfdevices.reserve, tfdevices.launcher; "
+            "import tfdevices.reservation, tfdevices.launcher; "
             "print(tfdevices.launch_info({'RANK': '0', 'WORLD_SIZE': '1'}).source, 'tensorflow' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], env=subprocess_env(), capture_output=True, text=True,
                          timeout=60, cwd=REPO)

@@ -16,7 +16,7 @@ import pytest
 from tests.helpers import REPO, subprocess_env
 from tfdevices.errors import ReservationError, SelectionError, SpecError
 from tfdevices.inventory import GpuInfo, Inventory
-from tfdevices.reserve import Reservation, default_lock_dir, holders, reserve
+from tfdevices.reservation import Reservation, default_lock_dir, holders, reserve
 from tfdevices.selection import select
 
 WORKER = os.path.join(REPO, "tests", "scripts", "reserve_worker.py")
@@ -201,13 +201,13 @@ def test_default_lock_dir() -> None:
     assert default_lock_dir({}).endswith("tfdevices-locks")
 
 
-def test_package_name_works_after_the_module_is_imported(tmp_path) -> None:
+def test_package_name_stays_the_function_after_the_module_is_imported(tmp_path) -> None:
     import tfdevices
-    import tfdevices.reserve  # noqa: F401 - sets the package attribute to the module
+    import tfdevices.reservation  # noqa: F401
 
     assert tfdevices.reserve("auto:1", fake_inventory(1), lock_dir=str(tmp_path)).indices == (0,)
 
 
 def test_docstring_examples() -> None:
-    failed, tried = doctest.testmod(sys.modules["tfdevices.reserve"])
+    failed, tried = doctest.testmod(sys.modules["tfdevices.reservation"])
     assert tried >= 6 and failed == 0

@@ -40,7 +40,8 @@ _EXPORTS: dict[str, str] = {
     # many processes
     "launch_info": "launch", "LaunchInfo": "launch", "gpu_for_rank": "launch",
     "measure_devices": "measure", "DeviceSpeed": "measure",
-    "reserve": "reserve", "Reservation": "reserve",
+    "reserve": "reservation", "Reservation": "reservation",
+    "GpuAssignment": "launch",
 }
 
 __all__ = sorted(_EXPORTS)

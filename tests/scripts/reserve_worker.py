@@ -15,7 +15,7 @@ import time
 
 from tfdevices.errors import ReservationError
 from tfdevices.inventory import Inventory
-from tfdevices.reserve import reserve
+from tfdevices.reservation import reserve
 
 
 def main(argv: list[str]) -> int:

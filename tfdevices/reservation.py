@@ -372,14 +372,3 @@ def _busy(text: str, inventory: Inventory, wanted: tuple[GpuInfo, ...], exact: b
     return ReservationError(
         f"reserve {text!r}: {free} of {len(considered)} {scope} free in {directory} "
         f"(waited {waited:.1f} s); held: {shown}.", hint=_HINT)
-
-
-class _CallableModule(type(sys)):
-    """``tfdevices.reserve`` names both this module and its function: once the module is
-    imported, Python sets the package attribute to the module, so the module forwards calls."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Reservation:
-        return reserve(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
