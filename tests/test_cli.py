@@ -137,3 +137,22 @@ def test_a_closed_pipe_is_not_an_error(eight_file):
     proc = subprocess.run(["bash", "-c", f"{sys.executable} -m tfdevices list --json --inventory {eight_file} | head -1"],
                           capture_output=True, text=True, env=subprocess_env(), cwd=REPO, timeout=60)
     assert proc.stdout == "{\n" and "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr
+
+
+def test_launch_passes_its_options_through(tmp_path):
+    script = tmp_path / "worker.py"
+    script.write_text("import json, os\nprint(json.loads(os.environ['TF_CONFIG'])['task']['index'])\n")
+    proc = run_cli("launch", "-n", "2", "--", sys.executable, str(script), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = sorted(line for line in proc.stdout.splitlines() if line.startswith("[0] ") or line.startswith("[1] "))
+    assert lines == ["[0] 0", "[1] 1"]
+
+
+@pytest.mark.parametrize("argv, first_words", [
+    (["launch", "-n", "zero", "--", "x"], "tfdevices launch: error: argument -n/--num-workers: invalid int"),
+    (["placement", "/no/such/logdir"], "tfdevices placement: error: log directory '/no/such/logdir' does not exist"),
+])
+def test_forwarded_commands_report_errors_in_one_line(argv, first_words):
+    proc = run_cli(*argv)
+    assert proc.returncode == 2 and proc.stderr.startswith(first_words), proc.stderr
+    assert "Traceback" not in proc.stderr

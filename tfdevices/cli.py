@@ -9,9 +9,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
-from tfdevices.errors import InputError, TfDevicesError
+from tfdevices.errors import TfDevicesError
 
 EXIT_USAGE = 2
 
@@ -46,18 +46,19 @@ def _cmd_select(args: argparse.Namespace) -> int:
     return 0
 
 
-def _forward(target: str) -> Callable[[argparse.Namespace], int]:
-    """A command implemented elsewhere: ``module:function(argv) -> int``."""
+# Commands implemented elsewhere as ``function(argv) -> int``: their arguments pass through untouched
+# (argparse cannot hand on options such as ``-n 2 -- python train.py``).
+FORWARDED = {"launch": "tfdevices.launcher:launch_main", "placement": "tfdevices.tensorboard:placement_main"}
 
-    def run(args: argparse.Namespace) -> int:
-        import importlib
 
-        module, function = target.split(":")
-        if args.inventory:
-            os.environ["TFDEVICES_INVENTORY"] = args.inventory
-        return int(getattr(importlib.import_module(module), function)(list(args.rest)) or 0)
+def _forward(command: str, argv: list[str]) -> int:
+    import importlib
 
-    return run
+    if argv[:1] == ["--inventory"] and len(argv) > 1:  # tfdevices launch --inventory FILE ...
+        os.environ["TFDEVICES_INVENTORY"] = argv[1]
+        argv = argv[2:]
+    module, function = FORWARDED[command].split(":")
+    return int(getattr(importlib.import_module(module), function)(argv) or 0)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -109,26 +110,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("rest", nargs=argparse.REMAINDER, help="the demo's flags (see NAME --helpfull)")
     p.set_defaults(run=_cmd_demo)
 
-    p = sub.add_parser("placement", parents=[common], help="print the placement stored in a TensorBoard log directory",
-                       add_help=False)
-    p.add_argument("rest", nargs=argparse.REMAINDER, help="LOGDIR [options]; see 'tfdevices placement --help'")
-    p.set_defaults(run=_forward("tfdevices.tensorboard:placement_main"))
-
-    p = sub.add_parser("launch", parents=[common], help="start N local workers with TF_CONFIG, one GPU mapping each",
-                       add_help=False)
-    p.add_argument("rest", nargs=argparse.REMAINDER, help="-n N [--gpus SPEC] -- python train.py ...")
-    p.set_defaults(run=_forward("tfdevices.launcher:launch_main"))
+    for name, text in (("placement", "print the placement stored in a TensorBoard log directory (LOGDIR)"),
+                       ("launch", "start N local workers with TF_CONFIG: -n N [--gpus SPEC] -- python train.py")):
+        sub.add_parser(name, help=text, add_help=False)  # listed here, run by _forward
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command; returns the exit status."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in FORWARDED:
+        command, run = argv[0], lambda: _forward(argv[0], argv[1:])
+    else:
+        args = build_parser().parse_args(argv)
+        command, run = args.command, lambda: args.run(args)
     try:
-        return args.run(args)
+        return run()
     except TfDevicesError as err:
-        print(f"tfdevices {args.command}: error: {err}", file=sys.stderr)
+        print(f"tfdevices {command}: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
