@@ -22,7 +22,7 @@ demo: $(STAMP)
 	$(VENV)/bin/tfdevices demo mirrored
 
 test: $(STAMP)
-	$(PY) -m pytest -n $(PYTEST_WORKERS) -q
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -q
 
 bench: $(STAMP)
 	$(PY) benchmarks/run.py

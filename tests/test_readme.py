@@ -4,7 +4,9 @@ Conventions in README.rst: ``.. code-block:: python`` blocks run, each in a fres
 process from the repository root; ``.. code-block:: console`` lines starting with
 ``$ `` run in bash and must exit 0, or the status named by a trailing
 ``# exits N``; ``.. code-block:: bash`` blocks are shown, not run (make targets,
-SLURM scripts).
+SLURM scripts). The tests share one xdist group, so they run on one worker in
+this order, every python block, then every console line, as a reader would
+(a console line may read what a python block wrote, e.g. a log directory).
 """
 
 from __future__ import annotations
@@ -46,6 +48,9 @@ def _commands() -> list[tuple[int, str, int]]:
                 command = line[2:match.start()] if match else line[2:]
                 out.append((line_no, command, int(match[1]) if match else 0))
     return out
+
+
+pytestmark = pytest.mark.xdist_group("readme")
 
 
 def test_readme_has_runnable_examples():
