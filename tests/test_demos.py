@@ -77,14 +77,32 @@ def test_run_demo_returns_the_exit_code():
     assert code.returncode == 1 and "size" in code.stderr and "Traceback" not in code.stderr
 
 
-@pytest.mark.parametrize("name", sorted(DEMOS))
+# the workers demo takes its GPUs from the launcher (gpu_for_rank), not from --gpus
+@pytest.mark.parametrize("name", sorted(set(DEMOS) - {"workers"}))
 def test_helpfull_lists_the_toolkit_flags(name):
     proc = run_module(name, "--helpfull")
     assert proc.returncode in (0, 1)
     assert all(flag in proc.stdout for flag in TOOLKIT_FLAGS), proc.stdout[-2000:]
 
 
+def test_workers_demo_lists_its_own_flags_and_not_gpus():
+    proc = run_module("workers", "--helpfull")
+    assert "--epochs" in proc.stdout and "--steps_per_epoch" in proc.stdout
+    assert "--gpus" not in proc.stdout
+
+
 def test_cli_reaches_the_demo():
     proc = run_cli("demo", "tasks", "--gpus=GPU:1")
     assert proc.returncode != 0
     assert "--gpus 'GPU:1'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_workers_demo_under_the_launcher_trains_identical_weights():
+    proc = run_cli("launch", "-n", "2", "--", sys.executable, "-m", "tfdevices", "demo", "workers", "--epochs=1",
+                   timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = sorted(line for line in proc.stdout.splitlines() if " rank " in line and "checksum" in line)
+    assert [line[:16] for line in lines] == ["[0] rank 0/2 (TF", "[1] rank 1/2 (TF"]
+    sums = {line.rsplit("checksum ", 1)[1] for line in lines}
+    assert len(sums) == 1, lines  # every worker ends with the same weights
+    assert all("2 replica(s), custom_loop" in line for line in lines)

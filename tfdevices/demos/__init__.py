@@ -21,6 +21,8 @@ DEMOS: dict[str, str] = {
              "the cross-device copy it costs, measured",
     "layers": "plan a Keras model's layers onto devices, place them, and compare the by-hand tf.device habit "
               "with the placed model: weights read across devices, activation transfers, the plan table",
+    "workers": "one process per GPU: run alone, under 'tfdevices launch -n N --' or srun; each worker takes "
+               "its GPU, trains with MultiWorkerMirroredStrategy and prints its weights checksum",
 }
 
 
