@@ -621,7 +621,8 @@ def _make(tf: Any, decision: StrategyDecision, ops: str, cluster: ClusterEnv) ->
         implementation=impl.NCCL if ops == "nccl" else impl.RING)
     resolver = None
     if cluster.source == "SLURM":
-        resolver = tf.distribute.cluster_resolver.SlurmClusterResolver()
+        # tfdevices masks GPUs itself (gpu_for_rank + configure); the resolver must not set them again
+        resolver = tf.distribute.cluster_resolver.SlurmClusterResolver(auto_set_gpu=False)
     return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)
 
 
