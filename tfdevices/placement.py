@@ -39,7 +39,7 @@ import re
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from tfdevices._tf import import_tf
@@ -459,9 +459,9 @@ class PlacementReport:
     def to_json(self) -> str:
         """The report as JSON (without the graphs); :meth:`from_json` reads it back."""
         return json.dumps({
-            "ops": [asdict(op) for op in self.ops],
-            "transfers": [asdict(t) for t in self.copies],
-            "collectives": [asdict(c) for c in self.collectives],
+            "ops": [_flat(op) for op in self.ops],
+            "transfers": [asdict(t) for t in self.copies],  # shapes are tuples: asdict copies them
+            "collectives": [_flat(c) for c in self.collectives],
         })
 
     @classmethod
@@ -640,6 +640,11 @@ class Capture:
             raise TfDevicesError("the placement report is ready only after the 'with capturing()' block ends.",
                                  hint="read cap.report after the block.")
         return self._report
+
+
+def _flat(record: Any) -> dict[str, Any]:
+    """``dataclasses.asdict`` for a record of plain fields, without its deep copies (reports hold 10^4 ops)."""
+    return {f.name: getattr(record, f.name) for f in fields(record)}
 
 
 @contextlib.contextmanager
