@@ -57,14 +57,15 @@ def test_readme_has_runnable_examples():
     assert len(_blocks("python")) >= 4 and len(_commands()) >= 4
 
 
-@pytest.mark.parametrize("line_no, code", _blocks("python"), ids=lambda v: f"line{v}" if isinstance(v, int) else "")
+@pytest.mark.parametrize("line_no, code", [pytest.param(n, c, id=f"line{n}") for n, c in _blocks("python")])
 def test_python_example_runs(line_no, code):
     proc = run_py(code, check=False, timeout=600)
     assert proc.returncode == 0, f"README.rst line {line_no}:\n{code}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
     assert proc.stdout.strip(), "an example should show something"
 
 
-@pytest.mark.parametrize("line_no, command, status", _commands(), ids=lambda v: f"line{v}" if isinstance(v, int) else "")
+@pytest.mark.parametrize("line_no, command, status",
+                         [pytest.param(n, c, s, id=f"line{n}-{c.split(' --')[0]}") for n, c, s in _commands()])
 def test_console_example_runs(line_no, command, status):
     env = subprocess_env({"PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")})
     proc = subprocess.run(["bash", "-c", command], capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
