@@ -11,19 +11,12 @@ from tfdevices.errors import InputError
 from tfdevices.keras import PlacementLogger
 from tfdevices.placement import capture
 from tfdevices.tensorboard import read_placement
+from tests.keras_models import on_device_layer
 
 
 def _model(K, tf, moved_device: str | None = None):
     """dense_1 -> dense_2 -> dense_3; dense_2 called under ``tf.device(moved_device)`` when given."""
-    class OnDevice(K.layers.Layer):
-        def __init__(self, layer, device, **kwargs):
-            super().__init__(**kwargs)
-            self.layer, self.device = layer, device
-
-        def call(self, x):
-            with tf.device(self.device):
-                return self.layer(x)
-
+    OnDevice = on_device_layer(K, tf)
     second = K.layers.Dense(6, name="dense_2")
     layers = [K.layers.Dense(5, name="dense_1"),
               OnDevice(second, moved_device, name="moved") if moved_device else second,

@@ -10,6 +10,7 @@ import pytest
 from tfdevices.errors import PlanError
 from tfdevices.partition import LayerPlan, plan_layers
 from tests.helpers import run_py
+from tests.keras_models import skip_model
 
 DEVICES = ["CPU:0", "CPU:1", "CPU:2", "CPU:3"]
 
@@ -18,16 +19,6 @@ def mlp(keras, n=8, width=16, seed=0):
     keras.utils.set_random_seed(seed)
     return keras.Sequential([keras.Input((width,))] + [keras.layers.Dense(width * (1 + i % 2), name=f"d{i}")
                                                         for i in range(n)])
-
-
-def skip_model(keras, seed=0):
-    keras.utils.set_random_seed(seed)
-    inp = keras.Input((6,), name="x")
-    a = keras.layers.Dense(5, name="a")(inp)
-    b = keras.layers.Dense(5, name="b")(a)
-    c = keras.layers.Add(name="c")([a, b])
-    d = keras.layers.Dense(3, name="d")(c)
-    return keras.Model(inp, d)
 
 
 def activation_transfers(report, plan: LayerPlan):
@@ -57,7 +48,7 @@ def copy_of(keras, model):
 PLANS = [
     ("optimal", lambda keras: mlp(keras), DEVICES),
     ("optimal-2", lambda keras: mlp(keras, n=5), DEVICES[:2]),
-    ("manual-skip", lambda keras: skip_model(keras), {"a": "CPU:0", "b": "CPU:1", "c": "CPU:0", "d": "CPU:2"}),
+    ("manual-skip", lambda keras: skip_model(keras, seed=0), {"a": "CPU:0", "b": "CPU:1", "c": "CPU:0", "d": "CPU:2"}),
     ("manual-sandwich", lambda keras: mlp(keras, n=3), {"d0": "CPU:0", "d1": "CPU:3", "d2": "CPU:0"}),
 ]
 
@@ -153,7 +144,7 @@ def test_save_and_load_keep_weights_and_the_plan_reapplies(tf4, tmp_path):
     from tfdevices import place_layers
 
     tf = tf4
-    plan = plan_layers(skip_model(keras), DEVICES[1:3])
+    plan = plan_layers(skip_model(keras, seed=0), DEVICES[1:3])
     placed = place_layers(skip_model(keras, seed=3), plan)
     placed.compile(optimizer="sgd", loss="mse")
     x = tf.constant(np.random.default_rng(4).random((5, 6), dtype=np.float32))
@@ -215,7 +206,7 @@ def test_bad_placements_are_plan_errors(tf4, what, make, opts, message):
     from tfdevices import place_layers
 
     model, mapping = make(keras)
-    plan = plan_layers(skip_model(keras) if opts.get("other") else model, mapping or DEVICES[:2])
+    plan = plan_layers(skip_model(keras, seed=0) if opts.get("other") else model, mapping or DEVICES[:2])
     with pytest.raises(PlanError) as err:
         place_layers(model, plan)
     assert str(err.value).startswith(message) and "HINT:" in str(err.value)

@@ -11,6 +11,7 @@ import pytest
 
 from tfdevices.errors import PlanError
 from tfdevices.partition import LayerPlan, plan_layers
+from tests.keras_models import skip_model
 
 DEVICES = ["CPU:0", "CPU:1", "CPU:2", "CPU:3"]
 
@@ -204,19 +205,10 @@ def test_the_list_path_never_imports_tensorflow():
 # ----------------------------------------------------------------------------- Keras models
 
 
-def _skip_model(keras):
-    inp = keras.Input((6,), name="x")
-    a = keras.layers.Dense(5, name="a")(inp)
-    b = keras.layers.Dense(5, name="b")(a)
-    c = keras.layers.Add(name="c")([a, b])
-    d = keras.layers.Dense(3, name="d")(c)
-    return keras.Model(inp, d)
-
-
 def test_model_costs_are_read_from_its_layers(tf4):
     import keras
 
-    model = _skip_model(keras)
+    model = skip_model(keras)
     plan = plan_layers(model, DEVICES[:1])
     assert plan.layers == ("a", "b", "c", "d")
     params = [layer.count_params() for layer in model.layers[1:]]
@@ -240,7 +232,7 @@ SKIP_MAPS = [
 def test_functional_graph_transfers_count_tensors_per_receiving_device(tf4, mapping, transfers):
     import keras
 
-    assert plan_layers(_skip_model(keras), mapping).transfers == transfers
+    assert plan_layers(skip_model(keras), mapping).transfers == transfers
 
 
 def test_sequential_model_plan_balances_params(tf4):
@@ -268,7 +260,7 @@ def test_bad_model_input(tf4, kwargs, message):
 
     kwargs = {"devices": DEVICES[:2], **kwargs}
     with pytest.raises(PlanError) as err:
-        plan_layers(_skip_model(keras), **kwargs)
+        plan_layers(skip_model(keras), **kwargs)
     assert str(err.value).startswith(message), str(err.value)
 
 
@@ -282,7 +274,7 @@ def test_tf_keras_models_are_planned_the_same_way(tf4):
     d = tf_keras.layers.Dense(3, name="d")(tf_keras.layers.Add(name="c")([a, b]))
     old = tf_keras.Model(inp, d)
     for balance_by in ("params", "flops", "memory"):
-        new_plan = plan_layers(_skip_model(keras), DEVICES[:2], balance_by=balance_by)
+        new_plan = plan_layers(skip_model(keras), DEVICES[:2], balance_by=balance_by)
         old_plan = plan_layers(old, DEVICES[:2], balance_by=balance_by)
         assert (old_plan.costs, old_plan.memory, old_plan.devices) == (new_plan.costs, new_plan.memory, new_plan.devices)
     for mapping, transfers in SKIP_MAPS:

@@ -6,6 +6,7 @@ import pytest
 
 from tfdevices.errors import InputError, PlacementAssertionError, SpecError, TfDevicesError
 from tfdevices.placement import PlacementReport, capture, capturing
+from tests.keras_models import on_device_layer
 
 
 def _pinned_step(tf, device: str):
@@ -170,29 +171,13 @@ def test_json_markdown_and_summary(tf4):
         PlacementReport.from_json("{}")
 
 
-class _OnDevice:
-    """Builds the layer people write to move one layer: ``call`` under ``tf.device``."""
-
-    @staticmethod
-    def make(keras, tf):
-        class OnDevice(keras.layers.Layer):
-            def __init__(self, layer, device, **kwargs):
-                super().__init__(**kwargs)
-                self.layer, self.device = layer, device
-
-            def call(self, x):
-                with tf.device(self.device):
-                    return self.layer(x)
-        return OnDevice
-
-
 @pytest.fixture(scope="module")
 def three_layer_report(tf4):
     """A Keras 3 train step of dense_1 (CPU:0) -> dense_2 moved to CPU:1 -> dense_3 (CPU:0)."""
     import keras
 
     tf = tf4
-    on_device = _OnDevice.make(keras, tf)
+    on_device = on_device_layer(keras, tf)
     model = keras.Sequential([
         keras.Input((8,)), keras.layers.Dense(16, name="dense_1"),
         on_device(keras.layers.Dense(12, name="dense_2"), "/CPU:1", name="moved"),

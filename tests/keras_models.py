@@ -1,0 +1,36 @@
+"""Small Keras models the tests share (Keras 3 or tf_keras: pass the module)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def on_device_layer(keras: Any, tf: Any) -> type:
+    """The layer people write to move one layer to a device: ``call`` under ``tf.device``.
+
+    Keras 3 builds the wrapped layer outside the scope, so its weights stay on the
+    first device and are copied every step; tf_keras builds it inside.
+    """
+
+    class OnDevice(keras.layers.Layer):
+        def __init__(self, layer: Any, device: str, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self.layer, self.device = layer, device
+
+        def call(self, x: Any) -> Any:
+            with tf.device(self.device):
+                return self.layer(x)
+
+    return OnDevice
+
+
+def skip_model(keras: Any, seed: int | None = None) -> Any:
+    """x -> a -> b, c = a + b, d: a functional graph with a skip connection."""
+    if seed is not None:
+        keras.utils.set_random_seed(seed)
+    inp = keras.Input((6,), name="x")
+    a = keras.layers.Dense(5, name="a")(inp)
+    b = keras.layers.Dense(5, name="b")(a)
+    c = keras.layers.Add(name="c")([a, b])
+    d = keras.layers.Dense(3, name="d")(c)
+    return keras.Model(inp, d)
