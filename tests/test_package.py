@@ -14,7 +14,8 @@ def test_importing_any_module_does_not_import_tensorflow():
             "names = [m.name for m in pkgutil.walk_packages(tfdevices.__path__, 'tfdevices.')]\n"
             "assert len(names) > 25, names\n"
             "for name in names:\n"
-            "    importlib.import_module(name)\n"
+            "    if not name.startswith('tfdevices.demos.'):  # each defines absl flags: one per process, below\n"
+            "        importlib.import_module(name)\n"
             "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras', 'tf_keras', "
             "'tensorboard', 'numpy', 'pynvml'))\n"
             "print(heavy)")
@@ -39,3 +40,13 @@ def test_errors_share_one_root():
 def test_unknown_attribute():
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         tfdevices.nope  # noqa: B018
+
+
+@pytest.mark.parametrize("demo", ["layers", "mirrored", "tasks", "workers"])
+def test_importing_a_demo_does_not_import_tensorflow(demo):
+    code = (f"import sys, tfdevices.demos.{demo}\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras', 'tf_keras')))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env(),
+                          cwd=REPO, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
