@@ -6,6 +6,7 @@ import sys
 import pytest
 
 import tfdevices
+from tfdevices.demos import DEMOS
 from tests.helpers import REPO, subprocess_env
 
 
@@ -42,7 +43,7 @@ def test_unknown_attribute():
         tfdevices.nope  # noqa: B018
 
 
-@pytest.mark.parametrize("demo", ["layers", "mirrored", "tasks", "workers"])
+@pytest.mark.parametrize("demo", sorted(DEMOS))
 def test_importing_a_demo_does_not_import_tensorflow(demo):
     code = (f"import sys, tfdevices.demos.{demo}\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras', 'tf_keras')))")
