@@ -13,8 +13,9 @@ from tests.helpers import REPO, subprocess_env
 from tfdevices import launch
 from tfdevices.errors import EnvVarError, LaunchError, SelectionError, TfConfigError
 from tfdevices.inventory import GpuInfo, Inventory
-from tfdevices.launch import (expand_nodelist, expand_tasks_per_node, gpu_for_rank, launch_info,
-                              parse_gpu_list)
+from tfdevices.launch import launch_info
+from tfdevices.ranks import gpu_for_rank
+from tfdevices.slurm import expand_nodelist, expand_tasks_per_node, parse_gpu_list
 from tfdevices.tfconfig import make_tf_config
 
 STEP = {"SLURM_STEP_ID": "0"}
@@ -353,12 +354,14 @@ def test_parsers() -> None:
 
 
 def test_docstring_examples() -> None:
-    failed, tried = doctest.testmod(launch)
-    assert tried >= 10 and failed == 0
+    from tfdevices import ranks, slurm
+
+    results = [doctest.testmod(module) for module in (launch, ranks, slurm)]
+    assert sum(r.attempted for r in results) >= 10 and sum(r.failed for r in results) == 0
 
 
 def test_launch_does_not_import_tensorflow() -> None:
-    code = ("import sys, tfdevices; from tfdevices.launch import launch_info, gpu_for_rank; "
+    code = ("import sys, tfdevices; from tfdevices.launch import launch_info; from tfdevices.ranks import gpu_for_rank; "
             "import tfdevices.reservation, tfdevices.launcher; "
             "print(tfdevices.launch_info({'RANK': '0', 'WORLD_SIZE': '1'}).source, 'tensorflow' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], env=subprocess_env(), capture_output=True, text=True,

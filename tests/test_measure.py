@@ -10,7 +10,8 @@ import pytest
 from tfdevices import measure
 from tfdevices.errors import InputError
 from tfdevices.inventory import GpuInfo, Inventory
-from tfdevices.launch import gpu_for_rank, launch_info
+from tfdevices.launch import launch_info
+from tfdevices.ranks import gpu_for_rank
 from tfdevices.measure import DeviceSpeed, measure_devices, peak_for
 
 

@@ -38,10 +38,10 @@ _EXPORTS: dict[str, str] = {
     # verify
     "capture": "placement", "PlacementReport": "placement",
     # many processes
-    "launch_info": "launch", "LaunchInfo": "launch", "gpu_for_rank": "launch",
+    "launch_info": "launch", "LaunchInfo": "launch", "gpu_for_rank": "ranks",
     "measure_devices": "measure", "DeviceSpeed": "measure",
     "reserve": "reservation", "Reservation": "reservation",
-    "GpuAssignment": "launch",
+    "GpuAssignment": "ranks",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -43,7 +43,8 @@ from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
 from tfdevices.errors import LaunchError
-from tfdevices.launch import RANK_GPUS, LaunchInfo, gpu_for_rank
+from tfdevices.launch import RANK_GPUS, LaunchInfo
+from tfdevices.ranks import gpu_for_rank
 from tfdevices.tfconfig import make_tf_config
 
 VIRTUAL_DEVICES_ENV = "TFDEVICES_VIRTUAL_DEVICES"

@@ -15,7 +15,8 @@ import signal
 import sys
 import time
 
-from tfdevices.launch import gpu_for_rank, launch_info
+from tfdevices.launch import launch_info
+from tfdevices.ranks import gpu_for_rank
 
 
 def main(argv: list[str]) -> int:
