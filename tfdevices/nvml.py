@@ -198,7 +198,6 @@ class Nvml:
         failure = self._start()
         if failure is not None:
             return NvmlSnapshot(failure=failure[0], reason=failure[1])
-        m = self._module
         try:
             count = m.nvmlDeviceGetCount()
         except m.NVMLError as err:
@@ -226,7 +225,6 @@ class Nvml:
         return int(mem.total), int(mem.used), int(mem.free)
 
     def _processes(self, handle: Any) -> int | None:
-        m = self._module
         lists = [self._get("nvmlDeviceGetComputeRunningProcesses", handle),
                  self._get("nvmlDeviceGetGraphicsRunningProcesses", handle)]
         if all(lst is None for lst in lists):
@@ -234,7 +232,6 @@ class Nvml:
         return len({p.pid for lst in lists if lst is not None for p in lst})
 
     def _device(self, index: int, handle: Any) -> NvmlDevice:
-        m = self._module
         total, used, free = self._memory(handle)
         util = self._get("nvmlDeviceGetUtilizationRates", handle)
         cc = self._get("nvmlDeviceGetCudaComputeCapability", handle)
@@ -255,7 +252,6 @@ class Nvml:
         )
 
     def _migs(self, handle: Any) -> tuple[NvmlMig, ...]:
-        m = self._module
         slots = self._get("nvmlDeviceGetMaxMigDeviceCount", handle) or 0
         migs = []
         for slot in range(slots):

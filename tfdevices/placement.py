@@ -43,7 +43,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from tfdevices._tf import import_tf
-from tfdevices.devices import is_logical_name, short_name, task_of
+from tfdevices.devices import short_name, task_of
 from tfdevices.errors import InputError, PlacementAssertionError, SpecError, TfDevicesError
 from tfdevices.units import format_bytes
 

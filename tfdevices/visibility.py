@@ -317,7 +317,7 @@ def _match_one(token: MaskToken, where: str, enumeration: Sequence[GpuInfo], gpu
             return found[0]
         extra = "" if mig_ids else " (a saved listing does not keep MIG instance ids)"
         raise EnvVarError(f"{where}: {token.text!r} names no MIG instance{extra}; {exists}.",
-                          hint=f"name MIG instances by their MIG-<uuid> as nvidia-smi -L shows them.")
+                          hint="name MIG instances by their MIG-<uuid> as nvidia-smi -L shows them.")
     prefix = (token.uuid or "").lower()
     pool = [g for g in enumeration if (g.mig_index is None) == (token.kind == "gpu")]
     found = [g for g in pool if g.uuid.lower().startswith(prefix)]
