@@ -198,6 +198,7 @@ class Nvml:
         failure = self._start()
         if failure is not None:
             return NvmlSnapshot(failure=failure[0], reason=failure[1])
+        m = self._module
         try:
             count = m.nvmlDeviceGetCount()
         except m.NVMLError as err:
