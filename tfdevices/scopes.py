@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+from tfdevices._tf import import_tf
 from tfdevices.errors import InputError
 from tfdevices.units import format_bytes
 
@@ -116,7 +117,7 @@ def device_scope(device: int | str) -> Iterator[str]:
     /device:CPU:0
     """
     tf_name = resolve_device(device)[1]
-    tf = _import_tf()
+    tf = import_tf()
     with tf.device(f"/device:{tf_name}"):
         yield f"/device:{tf_name}"
 
@@ -188,7 +189,7 @@ def assign(tasks: Sequence[Callable[[], Any] | str] | Mapping[str, Callable[[], 
     memory = _free_memory(list(resolved)) if policy == "by_memory" else None
     plan = plan_assignment([n for n, _ in named], list(resolved), policy, free_memory=memory)
     fns = dict(named)
-    tf = _import_tf()
+    tf = import_tf()
     results: dict[str, TaskResult] = {}
     errors: list[BaseException] = []
 
@@ -229,18 +230,12 @@ def _named_tasks(tasks: object) -> list[tuple[str, Callable[[], Any] | None]]:
     return items
 
 
-def _import_tf() -> Any:
-    from tfdevices._tf import import_tf
-
-    return import_tf()
-
-
 def _tf_devices() -> tuple[tuple[str, ...], dict[str, str]]:
     """TensorFlow's logical devices, and NVML key -> TF name for its GPUs."""
     from tfdevices import runtime
     from tfdevices.devices import short_name
 
-    tf = _import_tf()
+    tf = import_tf()
     logical = tuple(short_name(d.name) for d in tf.config.list_logical_devices())
     config = runtime.current()
     if config is not None:

@@ -35,6 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tfdevices.devices import is_logical_name, short_name
+from tfdevices._tf import import_tf
 from tfdevices.errors import LaunchError, SpecError, StrategyError
 from tfdevices.tfconfig import TfConfig, read_tf_config
 
@@ -494,7 +495,7 @@ def build_strategy(kind: str = "auto", devices: object = None, cross_device_ops:
         decide_strategy(kind, ())  # raises the StrategyError
     cluster = cluster_from_env(os.environ if env is None else env)
     runtime = _mask_first(devices, runtime)
-    tf = _import_tf()
+    tf = import_tf()
     explicit = devices is not None
     if kind == "multi_worker" or (kind == "auto" and cluster.num_workers > 1):
         return _build_multi_worker(tf, kind, devices, cross_device_ops, cluster)
@@ -546,12 +547,6 @@ def _warn(*warnings: str | None) -> tuple[str, ...]:
     for warning in kept:
         logger.warning("tfdevices: %s", warning)
     return kept
-
-
-def _import_tf() -> Any:
-    from tfdevices._tf import import_tf
-
-    return import_tf()
 
 
 def _mask_first(devices: object, runtime: Any) -> Any:
@@ -707,7 +702,7 @@ def train(info: StrategyInfo, model_fn: Callable[[], Any], dataset: Any, *, loss
 def _custom_loop(strategy: Any, model_fn: Callable[[], Any], dataset: Any, loss: Any,
                  optimizer_fn: Callable[[], Any], epochs: int, steps_per_epoch: int | None,
                  global_batch_size: int) -> tuple[tuple[float, ...], Any]:
-    tf = _import_tf()
+    tf = import_tf()
     keras = tf.keras
     with strategy.scope():
         model = model_fn()
