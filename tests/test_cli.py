@@ -156,3 +156,11 @@ def test_forwarded_commands_report_errors_in_one_line(argv, first_words):
     proc = run_cli(*argv)
     assert proc.returncode == 2 and proc.stderr.startswith(first_words), proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_demo_with_a_bad_inventory_file_fails_before_the_demo(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("[]")
+    proc = run_cli("demo", "--inventory", str(bad), "mirrored")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith(f"tfdevices demo: error: inventory file '{bad}': expected a JSON object"), proc.stderr

@@ -51,3 +51,18 @@ def test_importing_a_demo_does_not_import_tensorflow(demo):
                           cwd=REPO, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+def test_only_runtime_sets_environment_variables_or_calls_tf_config():
+    import pathlib
+    import re
+
+    effect = re.compile(r"os\.environ\[[^\]]+\]\s*=|os\.environ\.(update|setdefault|pop)\(|os\.putenv\(|"
+                        r"tf\.config\.(set_|experimental\.set_)|set_logical_device_configuration\(|"
+                        r"set_visible_devices\(|set_memory_growth\(")
+    package = pathlib.Path(tfdevices.__file__).parent
+    offenders = [f"{path.relative_to(package.parent)}:{n}: {line.strip()}"
+                 for path in sorted(package.rglob("*.py")) if path.name != "runtime.py"
+                 for n, line in enumerate(path.read_text().splitlines(), 1) if effect.search(line)]
+    assert offenders == []
+    assert effect.search((package / "runtime.py").read_text())  # the pattern does find them where they are

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from types import ModuleType
 
 from tfdevices.errors import TensorFlowMissingError
@@ -14,7 +13,9 @@ def import_tf() -> ModuleType:
     Raises:
         TensorFlowMissingError: TensorFlow is not installed.
     """
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from tfdevices.runtime import quiet_tensorflow_logs
+
+    quiet_tensorflow_logs()
     try:
         import tensorflow as tf
     except ImportError as err:

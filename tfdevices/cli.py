@@ -55,7 +55,9 @@ def _forward(command: str, argv: list[str]) -> int:
     import importlib
 
     if argv[:1] == ["--inventory"] and len(argv) > 1:  # tfdevices launch --inventory FILE ...
-        os.environ["TFDEVICES_INVENTORY"] = argv[1]
+        from tfdevices.runtime import use_inventory_file
+
+        use_inventory_file(argv[1])
         argv = argv[2:]
     module, function = FORWARDED[command].split(":")
     return int(getattr(importlib.import_module(module), function)(argv) or 0)
@@ -68,7 +70,9 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         print("demos:\n" + "\n".join(f"  {n:<10} {d}" for n, d in DEMOS.items()))
         return 0
     if args.inventory:
-        os.environ["TFDEVICES_INVENTORY"] = args.inventory
+        from tfdevices.runtime import use_inventory_file
+
+        use_inventory_file(args.inventory)
     return run_demo(args.name, list(args.rest))
 
 

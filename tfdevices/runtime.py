@@ -27,7 +27,7 @@ import traceback
 from typing import Any
 
 from tfdevices.errors import InputError, RuntimeInitializedError, TfDevicesError
-from tfdevices.inventory import Inventory
+from tfdevices.inventory import INVENTORY_ENV, Inventory
 from tfdevices.selection import Selection, select
 from tfdevices.units import format_bytes, parse_memory
 
@@ -87,6 +87,29 @@ class RuntimeConfig:
 
 _CURRENT: RuntimeConfig | None = None
 _STARTED_BY: str | None = None
+
+
+def quiet_tensorflow_logs() -> None:
+    """Turns TensorFlow's C++ INFO and WARNING lines off, unless ``TF_CPP_MIN_LOG_LEVEL`` is already set.
+
+    Takes effect only before TensorFlow is imported; :func:`tfdevices._tf.import_tf` calls it.
+    """
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def use_inventory_file(path: str) -> Inventory:
+    """Makes every later :func:`tfdevices.discover` in this process, and in the processes it
+    starts, read this saved listing (``TFDEVICES_INVENTORY``), after checking that it reads.
+
+    Returns:
+        The inventory in the file.
+
+    Raises:
+        InventoryFileError: the file is missing or not an inventory.
+    """
+    inventory = Inventory.load(path)
+    os.environ[INVENTORY_ENV] = path
+    return inventory
 
 
 def current() -> RuntimeConfig | None:
