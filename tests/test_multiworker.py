@@ -1,6 +1,6 @@
 """Two local worker processes, TF_CONFIG on free loopback ports, TensorFlow's own gRPC runtime.
 
-Keras 3: ``tfdevices.strategy.train`` takes the custom-loop path and both workers end
+Keras 3: ``tfdevices.training.train`` takes the custom-loop path and both workers end
 with the weights a single process gets from ``fit`` on the same global batches.
 ``tf_keras`` (``TF_USE_LEGACY_KERAS=1``): ``fit`` itself, identical weights on both
 workers. And the trap itself: Keras 3 ``fit`` under MultiWorkerMirroredStrategy
@@ -27,7 +27,7 @@ WORKER = textwrap.dedent("""
     import numpy as np
     from tfdevices import build_strategy
     from tfdevices.errors import StrategyError
-    from tfdevices.strategy import check_fit_supported, train
+    from tfdevices.training import check_fit_supported, train
 
     info = build_strategy("auto")          # before anything starts TensorFlow's runtime
     import tensorflow as tf

@@ -287,7 +287,7 @@ def test_train_custom_loop_matches_fit_on_one_process(tf4):
     import keras
 
     from tfdevices import build_strategy
-    from tfdevices.strategy import train
+    from tfdevices.training import train
 
     rng = np.random.default_rng(1)
     x = rng.normal(size=(64, 4)).astype("float32")

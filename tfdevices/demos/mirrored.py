@@ -66,7 +66,7 @@ def main(argv: list[str]) -> None:
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     logdir = FLAGS.logdir
     if info.kind == "multi_worker":
-        from tfdevices.strategy import train
+        from tfdevices.training import train
 
         start = time.perf_counter()
         result = train(info, lambda: make_model(keras), data, loss=loss,

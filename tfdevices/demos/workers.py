@@ -4,7 +4,7 @@ Each process asks who it is (:func:`tfdevices.launch_info`), takes its own GPU(s
 before TensorFlow starts (:func:`tfdevices.gpu_for_rank`, :func:`tfdevices.configure`),
 builds ``MultiWorkerMirroredStrategy`` on TensorFlow's gRPC runtime and trains a
 small Keras model by the path that works with the installed Keras
-(:func:`tfdevices.strategy.train`). Every worker prints a checksum of its final
+(:func:`tfdevices.training.train`). Every worker prints a checksum of its final
 weights: they are identical.
 
     tfdevices demo workers                      # one process
@@ -41,7 +41,7 @@ def main(argv: list[str]) -> None:
     x = tf.random.stateless_normal([FLAGS.batch_size * FLAGS.steps_per_epoch, 4], seed=[0, 1])
     data = tf.data.Dataset.from_tensor_slices((x, tf.reduce_sum(x, axis=1, keepdims=True)))
     data = data.batch(FLAGS.batch_size).repeat()
-    result = tfdevices.strategy.train(
+    result = tfdevices.training.train(
         strategy, lambda: keras.Sequential([keras.Input((4,)), keras.layers.Dense(16, activation="relu"),
                                             keras.layers.Dense(1)]),
         data, loss="mse", optimizer_fn=lambda: keras.optimizers.SGD(0.05), epochs=FLAGS.epochs,
