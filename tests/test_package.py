@@ -66,3 +66,12 @@ def test_only_runtime_sets_environment_variables_or_calls_tf_config():
                  for n, line in enumerate(path.read_text().splitlines(), 1) if effect.search(line)]
     assert offenders == []
     assert effect.search((package / "runtime.py").read_text())  # the pattern does find them where they are
+
+
+@pytest.mark.parametrize("module", ["devices", "errors", "inventory", "runtime", "selection", "spec", "units"])
+def test_docstring_examples_of_the_pure_modules(module):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(f"tfdevices.{module}"))
+    assert result.attempted > 0 and result.failed == 0

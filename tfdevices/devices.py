@@ -22,6 +22,7 @@ used in every report.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 
 from tfdevices.errors import SpecError
 
@@ -63,3 +64,22 @@ def task_of(device: str) -> str | None:
 def full_name(device: str) -> str:
     """``"/device:GPU:1"`` for any spelling: the form ``tf.device`` accepts everywhere."""
     return "/device:" + short_name(device)
+
+
+def default_devices(logical: Sequence[str]) -> tuple[str, ...]:
+    """Every GPU, else every CPU: what a computation uses when no device is named.
+
+    >>> default_devices(["CPU:0", "GPU:0", "GPU:1"]), default_devices(["CPU:0", "CPU:1"])
+    (('GPU:0', 'GPU:1'), ('CPU:0', 'CPU:1'))
+    """
+    gpus = tuple(d for d in logical if d.startswith("GPU:"))
+    return gpus or tuple(d for d in logical if d.startswith("CPU:"))
+
+
+def tfdevices_name(tf_name: str, gpu_map: Mapping[str, str]) -> str:
+    """The NVML key of a TensorFlow GPU name when ``gpu_map`` (NVML key -> TF name) knows it, else the name.
+
+    >>> tfdevices_name("GPU:1", {"2": "GPU:0", "5": "GPU:1"}), tfdevices_name("CPU:0", {})
+    ('5', 'CPU:0')
+    """
+    return next((k for k, v in gpu_map.items() if v == tf_name), tf_name)

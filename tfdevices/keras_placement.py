@@ -83,7 +83,7 @@ def place_layers(model_or_builder: Any, plan: LayerPlan) -> Any:
     tf = import_tf()
     if not isinstance(plan, LayerPlan):
         raise PlanError(f"plan {plan!r}: expected a LayerPlan.", hint="make one with tfdevices.plan_layers(model, devices).")
-    _check_visible(tf, plan)
+    _check_visible(plan)
     if hasattr(model_or_builder, "layers"):
         model = model_or_builder
     elif callable(model_or_builder):
@@ -112,8 +112,10 @@ def planned_devices(model: Any) -> dict[str, str]:
     return {layer.name: layer.__dict__[_MARK] for layer in getattr(model, "layers", ()) if _MARK in layer.__dict__}
 
 
-def _check_visible(tf: Any, plan: LayerPlan) -> None:
-    visible = [short_name(d.name) for d in tf.config.list_logical_devices()]
+def _check_visible(plan: LayerPlan) -> None:
+    from tfdevices.runtime import logical_devices
+
+    visible = list(logical_devices())
     unknown = sorted(set(plan.devices) - set(visible))
     if unknown:
         raise PlanError(f"plan puts layers on {unknown}, which TensorFlow does not see; it sees {visible}.",

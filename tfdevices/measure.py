@@ -22,7 +22,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from tfdevices.devices import short_name
+from tfdevices.devices import default_devices, short_name
 from tfdevices.errors import InputError
 from tfdevices.inventory import Inventory
 from tfdevices.units import format_bytes
@@ -146,10 +146,12 @@ def measure_devices(devices: Sequence[str] | None = None, *, size: int = 1024, m
             raise InputError(f"measure_devices({what}={value!r}): expected a whole number >= 1.",
                              hint="e.g. size=1024, matmuls=8.")
     nbytes = parse_memory(copy_bytes, what="copy_bytes")
+    from tfdevices.runtime import logical_devices
+
     tf = import_tf()
-    logical = [short_name(d.name) for d in tf.config.list_logical_devices()]
+    logical = list(logical_devices())
     if devices is None:
-        devices = [d for d in logical if d.startswith("GPU:")] or [d for d in logical if d.startswith("CPU:")]
+        devices = list(default_devices(logical))
     names = [short_name(d, what="device") for d in devices]
     unknown = [d for d in names if d not in logical]
     if unknown:

@@ -24,8 +24,10 @@ import dataclasses
 import os
 import sys
 import traceback
+from collections.abc import Sequence
 from typing import Any
 
+from tfdevices.devices import short_name
 from tfdevices.errors import InputError, RuntimeInitializedError, TfDevicesError
 from tfdevices.inventory import INVENTORY_ENV, Inventory
 from tfdevices.selection import Selection, select
@@ -115,6 +117,26 @@ def use_inventory_file(path: str) -> Inventory:
 def current() -> RuntimeConfig | None:
     """The configuration :func:`configure` applied in this process, if any."""
     return _CURRENT
+
+
+def logical_devices() -> tuple[str, ...]:
+    """TensorFlow's logical devices by short name (``"CPU:0"``, ``"GPU:1"``); this starts the runtime."""
+    from tfdevices._tf import import_tf
+
+    return tuple(short_name(d.name) for d in import_tf().config.list_logical_devices())
+
+
+def gpu_map(logical: Sequence[str], config: RuntimeConfig | None = None) -> dict[str, str]:
+    """NVML key -> TensorFlow name of the GPUs: from ``config`` (default: what :func:`configure`
+    applied in this process), else from :func:`tfdevices.discover` when ``logical`` has GPUs."""
+    config = config if config is not None else _CURRENT
+    if config is not None:
+        return dict(config.gpu_map)
+    if not any(d.startswith("GPU:") for d in logical):
+        return {}
+    from tfdevices.inventory import discover
+
+    return {g.key: short_name(g.tf_name) for g in discover().visible if g.tf_name}
 
 
 def runtime_started() -> bool:

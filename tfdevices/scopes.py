@@ -25,7 +25,9 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+from tfdevices import runtime
 from tfdevices._tf import import_tf
+from tfdevices.devices import default_devices, tfdevices_name
 from tfdevices.errors import InputError
 from tfdevices.units import format_bytes
 
@@ -130,8 +132,8 @@ def resolve_device(device: int | str) -> tuple[str, str]:
     """
     from tfdevices.strategy import resolve_devices
 
-    logical, gpu_map = _tf_devices()
-    names, tf_names = resolve_devices([device], logical=logical, gpu_map=gpu_map)
+    logical = runtime.logical_devices()
+    names, tf_names = resolve_devices([device], logical=logical, gpu_map=runtime.gpu_map(logical))
     return names[0], tf_names[0]
 
 
@@ -180,11 +182,10 @@ def assign(tasks: Sequence[Callable[[], Any] | str] | Mapping[str, Callable[[], 
         SpecError: a device names nothing TensorFlow has.
     """
     named = _named_tasks(tasks)
-    logical, gpu_map = _tf_devices()
     if devices is None:
-        gpus = [d for d in logical if d.startswith("GPU:")]
-        devices = [next((k for k, v in gpu_map.items() if v == g), g) for g in gpus] or \
-            [d for d in logical if d.startswith("CPU:")]
+        logical = runtime.logical_devices()
+        gpu_map = runtime.gpu_map(logical)
+        devices = [tfdevices_name(d, gpu_map) for d in default_devices(logical)]
     resolved = dict(resolve_device(d) for d in devices)
     memory = _free_memory(list(resolved)) if policy == "by_memory" else None
     plan = plan_assignment([n for n, _ in named], list(resolved), policy, free_memory=memory)
@@ -228,23 +229,6 @@ def _named_tasks(tasks: object) -> list[tuple[str, Callable[[], Any] | None]]:
             raise InputError(f"assign: task {name!r} -> {fn!r} is neither a callable nor a name.",
                              hint="pass functions taking no arguments, or task names to plan only.")
     return items
-
-
-def _tf_devices() -> tuple[tuple[str, ...], dict[str, str]]:
-    """TensorFlow's logical devices, and NVML key -> TF name for its GPUs."""
-    from tfdevices import runtime
-    from tfdevices.devices import short_name
-
-    tf = import_tf()
-    logical = tuple(short_name(d.name) for d in tf.config.list_logical_devices())
-    config = runtime.current()
-    if config is not None:
-        return logical, {k: short_name(v) for k, v in config.gpu_map}
-    if not any(d.startswith("GPU:") for d in logical):
-        return logical, {}
-    from tfdevices.inventory import discover
-
-    return logical, {g.key: short_name(g.tf_name) for g in discover().visible if g.tf_name}
 
 
 def _free_memory(devices: Sequence[str]) -> dict[str, int]:

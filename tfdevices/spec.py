@@ -32,6 +32,7 @@ import dataclasses
 import re
 from collections.abc import Sequence
 
+from tfdevices.devices import is_logical_name
 from tfdevices.errors import SpecError
 
 _HINT = ("write 'all', 'none', 'auto:N' (the N best GPUs), or NVML indices as nvidia-smi shows them "
@@ -40,7 +41,6 @@ _INDEX = re.compile(r"^\d+$")
 _MIG = re.compile(r"^\d+:\d+$")
 _RANGE = re.compile(r"^(\d+)-(\d+)$")
 _UUID = re.compile(r"^(GPU|MIG)-[0-9A-Za-z/-]+$")
-_TF_NAME = re.compile(r"^/?(device:)?(gpu|cpu|xla_gpu):\d+$", re.IGNORECASE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,7 +137,7 @@ def _token(token: str, spec: object, what: str) -> str:
         return f"{int(gpu)}:{int(mig)}"
     if _UUID.match(token):
         return token
-    if _TF_NAME.match(token):
+    if is_logical_name(token):
         raise SpecError(
             f"{what} {spec!r}: {token!r} is a TensorFlow logical name, which masking renumbers.",
             hint="name physical GPUs by their nvidia-smi index ('1'); TensorFlow names go to build_strategy/device_scope.")

@@ -34,7 +34,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tfdevices.devices import is_logical_name, short_name
+from tfdevices.devices import is_logical_name, short_name, tfdevices_name
 from tfdevices._tf import import_tf
 from tfdevices.errors import LaunchError, SpecError, StrategyError
 from tfdevices.tfconfig import TfConfig, read_tf_config
@@ -499,13 +499,15 @@ def build_strategy(kind: str = "auto", devices: object = None, cross_device_ops:
     explicit = devices is not None
     if kind == "multi_worker" or (kind == "auto" and cluster.num_workers > 1):
         return _build_multi_worker(tf, kind, devices, cross_device_ops, cluster)
-    logical = tuple(short_name(d.name) for d in tf.config.list_logical_devices())
-    gpu_map = _gpu_map(runtime, logical)
+    from tfdevices import runtime as rt
+
+    logical = rt.logical_devices()
+    gpu_map = rt.gpu_map(logical, runtime)
     names, tf_names = resolve_devices(devices, logical=logical, gpu_map=gpu_map) if explicit else ((), logical)
     decision = decide_strategy(kind, tf_names, cluster.num_workers, explicit=explicit,
                                cluster_source=cluster.source)
     if not explicit:
-        names = tuple(_tfdevices_name(d, gpu_map) for d in decision.devices)
+        names = tuple(tfdevices_name(d, gpu_map) for d in decision.devices)
     ops = choose_cross_device_ops(cross_device_ops, decision.kind, decision.devices, platform=sys.platform,
                                   nccl_available=_nccl_available(tf), virtual_gpus=_virtual_gpus(tf))
     warnings = _warn(decision.warning, _unused_gpus_warning(decision, logical))
@@ -562,20 +564,6 @@ def _mask_first(devices: object, runtime: Any) -> Any:
 
         runtime = rt.configure(select(keys))
     return runtime
-
-
-def _gpu_map(runtime: Any, logical: Sequence[str]) -> dict[str, str]:
-    if runtime is not None:
-        return {k: short_name(v) for k, v in runtime.gpu_map}
-    if not any(d.startswith("GPU:") for d in logical):
-        return {}
-    from tfdevices.inventory import discover
-
-    return {g.key: short_name(g.tf_name) for g in discover().visible if g.tf_name}
-
-
-def _tfdevices_name(tf_name: str, gpu_map: Mapping[str, str]) -> str:
-    return next((k for k, v in gpu_map.items() if v == tf_name), tf_name)
 
 
 def _unused_gpus_warning(decision: StrategyDecision, logical: Sequence[str]) -> str | None:
