@@ -70,6 +70,7 @@ def test_decide_strategy_errors(kind, devices, explicit, words):
 # --------------------------------------------------------------------------- cluster (pure)
 
 TF2 = make_tf_config(["localhost:1", "localhost:2"], 1)
+SRUN = {"SLURM_STEP_ID": "0", "SLURM_PROCID": "0", "SLURM_LOCALID": "0"}
 
 
 @pytest.mark.parametrize("env, workers, source", [
@@ -78,11 +79,15 @@ TF2 = make_tf_config(["localhost:1", "localhost:2"], 1)
     ({"TF_CONFIG": TF2}, 2, "TF_CONFIG"),
     ({"TF_CONFIG": make_tf_config(["a:1", "b:1", "c:1"], 0, "chief")}, 3, "TF_CONFIG"),
     ({"TF_CONFIG": make_tf_config(["a:1"], 0)}, 1, "TF_CONFIG"),
-    ({"SLURM_PROCID": "1", "SLURM_STEP_NUM_TASKS": "4", "SLURM_STEP_NUM_NODES": "2"}, 4, "SLURM"),
-    ({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_NUM_NODES": "1"}, 2, "SLURM"),
-    ({"SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_NNODES": "1"}, 1, "none"),
+    # srun sets SLURM_STEP_ID and SLURM_LOCALID for every task of a step
+    ({**SRUN, "SLURM_PROCID": "1", "SLURM_LOCALID": "1", "SLURM_STEP_NUM_TASKS": "4",
+      "SLURM_STEP_NUM_NODES": "2"}, 4, "SLURM"),
+    ({**SRUN, "SLURM_NTASKS": "2", "SLURM_JOB_NUM_NODES": "1"}, 2, "SLURM"),
+    ({**SRUN, "SLURM_NTASKS": "1", "SLURM_NNODES": "1"}, 1, "none"),
     ({"SLURM_NTASKS": "8", "SLURM_JOB_NUM_NODES": "2"}, 1, "none"),  # sbatch script, not inside srun
+    ({"SLURM_PROCID": "0", "SLURM_NTASKS": "8"}, 1, "none"),  # the batch step itself is one process
     ({"TF_CONFIG": TF2, "SLURM_PROCID": "0", "SLURM_NTASKS": "8"}, 2, "TF_CONFIG"),
+    ({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2"}, 1, "none"),  # mpirun gives TF no cluster
 ])
 def test_cluster_from_env(env, workers, source):
     c = cluster_from_env(env)
@@ -94,8 +99,8 @@ def test_cluster_from_env(env, workers, source):
     ({"TF_CONFIG": "{"}, TfConfigError, "TF_CONFIG: not valid JSON"),
     ({"TF_CONFIG": json.dumps({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 1}})},
      TfConfigError, "TF_CONFIG: task index 1 is out of range"),
-    ({"SLURM_PROCID": "zero", "SLURM_NTASKS": "2"}, LaunchError, "SLURM_PROCID='zero'"),
-    ({"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "2x"}, LaunchError, "SLURM_STEP_NUM_TASKS='2x'"),
+    ({**SRUN, "SLURM_PROCID": "zero", "SLURM_NTASKS": "2"}, LaunchError, "SLURM_PROCID='zero'"),
+    ({**SRUN, "SLURM_STEP_NUM_TASKS": "2x"}, LaunchError, "SLURM_STEP_NUM_TASKS='2x'"),
 ])
 def test_cluster_from_env_errors(env, error, words):
     with pytest.raises(error) as info:

@@ -36,8 +36,9 @@ from typing import Any
 
 from tfdevices.devices import is_logical_name, short_name, tfdevices_name
 from tfdevices._tf import import_tf
-from tfdevices.errors import LaunchError, SpecError, StrategyError
-from tfdevices.tfconfig import TfConfig, read_tf_config
+from tfdevices.errors import SpecError, StrategyError
+from tfdevices.launch import launch_info
+from tfdevices.tfconfig import TfConfig
 
 logger = logging.getLogger("tfdevices")
 
@@ -75,11 +76,12 @@ class ClusterEnv:
 
 
 def cluster_from_env(env: Mapping[str, str]) -> ClusterEnv:
-    """Reads the job layout from ``TF_CONFIG``, else from a SLURM step (pure: only ``env``).
+    """The job layout TensorFlow's runtime can use, from :func:`tfdevices.launch_info` (pure: only ``env``).
 
-    ``TF_CONFIG`` wins when both are set, because TensorFlow reads it. A SLURM step
-    counts when ``srun`` started this process (``SLURM_PROCID`` is set) with more
-    than one task.
+    ``TF_CONFIG`` wins when set, because TensorFlow reads it; otherwise a SLURM job
+    step (``srun``) with more than one task, through ``SlurmClusterResolver``. Other
+    launchers (``mpirun``, ``RANK``/``WORLD_SIZE``) give TensorFlow no cluster by
+    themselves: use ``tfdevices launch`` or set ``TF_CONFIG``.
 
     Args:
         env: the environment to read, e.g. ``os.environ``.
@@ -89,38 +91,25 @@ def cluster_from_env(env: Mapping[str, str]) -> ClusterEnv:
 
     Raises:
         TfConfigError: ``TF_CONFIG`` is set but invalid.
-        LaunchError: a SLURM variable is not a whole number.
+        LaunchError: a launcher variable is malformed or contradicts another.
 
-    >>> cluster_from_env({"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "4", "SLURM_STEP_NUM_NODES": "2"}).reason
+    >>> cluster_from_env({"SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_STEP_ID": "0",
+    ...                   "SLURM_STEP_NUM_TASKS": "4", "SLURM_STEP_NODELIST": "gpu[1-2]"}).reason
     'SLURM step with 4 tasks on 2 node(s)'
     >>> cluster_from_env({}).source
     'none'
     """
-    tf_config = read_tf_config(env)
-    if tf_config is not None:
+    info = launch_info(env)
+    if info.source == "TF_CONFIG" and info.tf_config is not None:
+        tf_config = info.tf_config
         jobs = ", ".join(f"{len(a)} {job}" for job, a in tf_config.cluster.items())
         return ClusterEnv(tf_config.num_workers, "TF_CONFIG",
                           f"TF_CONFIG lists {jobs}; this is {tf_config.task_type} {tf_config.task_index}",
                           tf_config)
-    if "SLURM_PROCID" in env:
-        _slurm_int(env, "SLURM_PROCID")
-        tasks = _slurm_int(env, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS")
-        nodes = _slurm_int(env, "SLURM_STEP_NUM_NODES", "SLURM_JOB_NUM_NODES", "SLURM_NNODES")
-        if tasks is not None and tasks > 1:
-            return ClusterEnv(tasks, "SLURM", f"SLURM step with {tasks} tasks on {nodes or '?'} node(s)")
-    return ClusterEnv(1, "none", "no TF_CONFIG and no multi-task SLURM step: a single process")
-
-
-def _slurm_int(env: Mapping[str, str], *names: str) -> int | None:
-    for name in names:
-        value = env.get(name)
-        if value is None:
-            continue
-        if not value.strip().isdigit():
-            raise LaunchError(f"{name}={value!r}: expected a whole number.",
-                              hint=f"unset {name} or run the script under srun, which sets it.")
-        return int(value)
-    return None
+    if info.source == "SLURM" and info.world_size > 1:
+        nodes = f" on {len(info.nodes)} node(s)" if info.nodes else ""
+        return ClusterEnv(info.world_size, "SLURM", f"SLURM step with {info.world_size} tasks{nodes}")
+    return ClusterEnv(1, "none", f"no TF_CONFIG and no multi-task SLURM step: a single process ({info.reason})")
 
 
 # --------------------------------------------------------------------------- decide
