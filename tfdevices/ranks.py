@@ -16,7 +16,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Union
 
 from tfdevices.errors import LaunchError, SelectionError
+from tfdevices.inventory import Inventory
 from tfdevices.launch import RANK_GPUS, LaunchInfo, launch_info
+from tfdevices.selection import Selection
 from tfdevices.slurm import join_indices
 
 MAPPINGS = ("sequential", "weighted")
@@ -156,13 +158,12 @@ def _candidates(info: LaunchInfo, gpus: object) -> tuple[tuple[int, ...], str]:
     if isinstance(gpus, (list, tuple)) and all(isinstance(g, int) and not isinstance(g, bool) and g >= 0
                                                for g in gpus):
         return tuple(gpus), "the gpus argument"
-    listed = getattr(gpus, "gpus", None)
-    if listed is None or not all(hasattr(g, "index") for g in listed):
+    if isinstance(gpus, Selection):  # the caller chose these
+        return tuple(g.index for g in gpus.gpus), f"selection {gpus.spec!r}"
+    if not isinstance(gpus, Inventory):
         raise LaunchError(f"gpus={gpus!r}: expected NVML indices, a Selection or an Inventory.",
                           hint="pass e.g. gpus=[0, 1] or tfdevices.select('all').")
-    if hasattr(gpus, "spec"):  # a Selection: the caller chose these
-        return tuple(g.index for g in listed), f"selection {gpus.spec!r}"
-    visible = tuple(g.index for g in (gpus.visible or listed))
+    visible = tuple(g.index for g in (gpus.visible or gpus.gpus))
     if info.gpus is None:
         return visible, "the inventory's visible GPUs"
     inside = tuple(i for i in info.gpus if i in visible)
