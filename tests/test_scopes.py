@@ -109,3 +109,10 @@ def test_assign_defaults_plans_names_and_raises_task_errors(tf4):
         tfdevices.assign(["a"], ["CPU:0"], policy="by_memory")
     with pytest.raises(InputError, match="neither a callable nor a name"):
         tfdevices.assign({"a": 3}, ["CPU:0"])
+
+
+def test_assign_refuses_a_device_named_twice(tf4):
+    import tfdevices
+
+    with pytest.raises(tfdevices.SpecError, match=r"^device 'cpu:1' is named twice \(as TensorFlow's CPU:1\)"):
+        tfdevices.assign([lambda: 1, lambda: 2], ["CPU:1", "cpu:1"])

@@ -179,14 +179,16 @@ def assign(tasks: Sequence[Callable[[], Any] | str] | Mapping[str, Callable[[], 
 
     Raises:
         InputError: see :func:`plan_assignment`; or a task is neither callable nor a name.
-        SpecError: a device names nothing TensorFlow has.
+        SpecError: a device names nothing TensorFlow has, or is named twice.
     """
+    from tfdevices.strategy import resolve_devices
+
     named = _named_tasks(tasks)
+    logical = runtime.logical_devices()
+    gpu_map = runtime.gpu_map(logical)
     if devices is None:
-        logical = runtime.logical_devices()
-        gpu_map = runtime.gpu_map(logical)
         devices = [tfdevices_name(d, gpu_map) for d in default_devices(logical)]
-    resolved = dict(resolve_device(d) for d in devices)
+    resolved = dict(zip(*resolve_devices(list(devices), logical=logical, gpu_map=gpu_map)))
     memory = _free_memory(list(resolved)) if policy == "by_memory" else None
     plan = plan_assignment([n for n, _ in named], list(resolved), policy, free_memory=memory)
     fns = dict(named)
