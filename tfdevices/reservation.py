@@ -47,10 +47,11 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
-from typing import Any
 
 from tfdevices.errors import ReservationError, SelectionError
-from tfdevices.inventory import GpuInfo, Inventory
+from tfdevices.inventory import GpuInfo, Inventory, discover
+from tfdevices.selection import Selection, select
+from tfdevices.spec import parse_spec
 
 LOCK_DIR_ENV = "TFDEVICES_LOCK_DIR"
 _SELECT_LOCK = ".select.lock"
@@ -111,7 +112,7 @@ class Reservation:
         cleaned: holders whose stale lock files were wiped (they had died without releasing).
     """
 
-    def __init__(self, gpus: tuple[GpuInfo, ...], selection: Any, lock_dir: str, fds: dict[str, int],
+    def __init__(self, gpus: tuple[GpuInfo, ...], selection: Selection, lock_dir: str, fds: dict[str, int],
                  request: str, waited: float, cleaned: tuple[Holder, ...]) -> None:
         self.gpus = gpus
         self.selection = selection
@@ -185,12 +186,7 @@ def reserve(request: object = "auto:1", inventory: Inventory | None = None, *, l
         SpecError, SelectionError: the request is malformed or could never be met on
             this machine, whoever holds what.
     """
-    from tfdevices.selection import Selection
-    from tfdevices.spec import parse_spec
-
     if inventory is None:
-        from tfdevices.inventory import discover
-
         inventory = discover()
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0):
         raise ReservationError(f"timeout={timeout!r} must be seconds >= 0 or None.", hint="e.g. timeout=60.")
@@ -235,8 +231,6 @@ def holders(inventory: Inventory | None = None, *, lock_dir: str | None = None) 
         One :class:`Holder` per held GPU, in inventory order.
     """
     if inventory is None:
-        from tfdevices.inventory import discover
-
         inventory = discover()
     directory = lock_dir or default_lock_dir()
     if not os.path.isdir(directory):
@@ -251,17 +245,13 @@ def holders(inventory: Inventory | None = None, *, lock_dir: str | None = None) 
 # ---------------------------------------------------------------- internals
 
 def _select(request: object, inventory: Inventory, exclude: list[str] | None, min_free: object,
-            max_util: object) -> Any:
-    from tfdevices.selection import select
-
+            max_util: object) -> Selection:
     return select(request, inventory, min_free_memory=min_free, max_utilization=max_util, exclude=exclude)
 
 
 def _choose(request: object, inventory: Inventory, wanted: tuple[GpuInfo, ...], exact: bool,
-            free: dict[str, int], min_free: object, max_util: object) -> Any:
+            free: dict[str, int], min_free: object, max_util: object) -> Selection | None:
     """The selection to claim now, or ``None`` when what is free does not suffice."""
-    from tfdevices.selection import Selection
-
     if exact:
         if not all(g.key in free for g in wanted):
             return None
