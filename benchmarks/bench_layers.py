@@ -8,7 +8,7 @@ Prints, measured side by side in one run on 4 logical CPU devices:
 2. on the three-layer example (layers 1 and 3 on CPU:0, layer 2 on CPU:1) and on a
    48-layer MLP over 4 devices: weight reads that cross devices, activation
    transfers, all transfers and bytes per forward step, for (a) the by-hand
-   ``tf.device``-in-call placement and (b) tfdevices' plan, read with ``tfdevices.capture``;
+   ``tf.device``-in-call placement and (b) tfdevices' plan, read with ``tfdevices.verify``;
 3. the planned bottleneck against the greedy fill-the-first-device plan that
    accelerate-style memory balancing makes, under the same per-device caps.
 """

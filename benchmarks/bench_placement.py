@@ -4,7 +4,7 @@ For Keras MLPs of 10, 100 and 1,000 Dense layers, in one process, side by side:
 
 * ``baseline``: a fresh ``tf.function`` train step traced, compiled and run once
   (what the first step of any training costs);
-* ``first call``: :func:`tfdevices.placement.capture` of a fresh step's first call
+* ``first call``: :func:`tfdevices.verify.capture` of a fresh step's first call
   (traced and compiled under capture) plus :func:`tfdevices.tensorboard.write_placement`;
 * ``compiled``: the same for the baseline's step, already compiled: capture clears the
   kernel cache, so TensorFlow recompiles it (without retracing).
@@ -50,8 +50,8 @@ def measure(layers: int, repeats: int) -> tuple[float, float, float, int]:
     """Best-of-``repeats`` seconds for (baseline, capture of a first call, capture of a compiled step) and ops."""
     import keras
 
-    from tfdevices._tf import import_tf
-    from tfdevices.placement import capture
+    from tfdevices.core._tf import import_tf
+    from tfdevices.verify import capture
     from tfdevices.tensorboard import write_placement
 
     tf = import_tf()

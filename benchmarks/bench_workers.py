@@ -36,7 +36,7 @@ def worker(steps: int) -> None:
     import tensorflow as tf
     import tf_keras as keras
 
-    from tfdevices.launch import launch_info
+    from tfdevices.jobs.env import launch_info
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
@@ -85,7 +85,7 @@ def worker(steps: int) -> None:
 
 
 def run_case(n: int, steps: int) -> list[dict]:
-    cmd = [sys.executable, "-m", "tfdevices.launcher", "-n", str(n), "--", sys.executable, __file__,
+    cmd = [sys.executable, "-m", "tfdevices", "launch", "-n", str(n), "--", sys.executable, __file__,
            "--worker", "--steps", str(steps)]
     env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
     proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=600)

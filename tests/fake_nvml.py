@@ -1,4 +1,4 @@
-"""A fake ``pynvml`` built from data, for testing the one NVML adapter (tfdevices.nvml).
+"""A fake ``pynvml`` built from data, for testing the one NVML adapter (tfdevices.gpus.nvml).
 
 It has the functions the adapter calls, raises ``NVMLError`` with NVML's codes
 the way ``pynvml`` does, and counts ``nvmlInit`` calls.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tfdevices.inventory import GpuInfo, Inventory
+from tfdevices.gpus.inventory import GpuInfo, Inventory
 
 GiB = 1 << 30
 _CC = {"V100": (7, 0), "T4": (7, 5)}

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from tfdevices.demos import DEMOS, run_demo
-from tfdevices.errors import InputError
+from tfdevices.core.errors import InputError
 from tests.helpers import REPO, run_cli, subprocess_env
 
 TOOLKIT_FLAGS = ("--gpus", "--min_free_memory", "--[no]memory_growth", "--memory_limit", "--virtual_devices",

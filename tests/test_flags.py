@@ -8,7 +8,7 @@ import pytest
 from absl import flags
 
 from tfdevices import flags as tfd_flags
-from tfdevices.errors import InputError
+from tfdevices.core.errors import InputError
 from tests.helpers import run_py
 
 

@@ -8,10 +8,10 @@ import math
 import pytest
 
 from tfdevices import measure
-from tfdevices.errors import InputError
-from tfdevices.inventory import GpuInfo, Inventory
-from tfdevices.launch import launch_info
-from tfdevices.ranks import gpu_for_rank
+from tfdevices.core.errors import InputError
+from tfdevices.gpus.inventory import GpuInfo, Inventory
+from tfdevices.jobs.env import launch_info
+from tfdevices.jobs.ranks import gpu_for_rank
 from tfdevices.measure import DeviceSpeed, measure_devices, peak_for
 
 

@@ -18,7 +18,7 @@ import textwrap
 import numpy as np
 
 from tests.helpers import REPO, subprocess_env
-from tfdevices.tfconfig import make_tf_config
+from tfdevices.jobs.tfconfig import make_tf_config
 
 TIMEOUT = 240  # seconds for the whole job; the workers are killed after it
 
@@ -26,7 +26,7 @@ WORKER = textwrap.dedent("""
     import json, os
     import numpy as np
     from tfdevices import build_strategy
-    from tfdevices.errors import StrategyError
+    from tfdevices.core.errors import StrategyError
     from tfdevices.training import check_fit_supported, train
 
     info = build_strategy("auto")          # before anything starts TensorFlow's runtime

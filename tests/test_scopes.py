@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from tfdevices.errors import InputError, SpecError
+from tfdevices.core.errors import InputError, SpecError
 from tfdevices.scopes import plan_assignment
 
 GiB = 1 << 30

@@ -7,10 +7,10 @@ import json
 import numpy as np
 import pytest
 
-from tfdevices.errors import LaunchError, SpecError, StrategyError, TfConfigError
+from tfdevices.core.errors import LaunchError, SpecError, StrategyError, TfConfigError
 from tfdevices.strategy import (
     KERAS3_FIT_MESSAGE, choose_cross_device_ops, cluster_from_env, decide_strategy, resolve_devices)
-from tfdevices.tfconfig import make_tf_config
+from tfdevices.jobs.tfconfig import make_tf_config
 from tests.helpers import run_py
 
 CPU4 = ["CPU:0", "CPU:1", "CPU:2", "CPU:3"]
@@ -321,7 +321,7 @@ def test_mask_first_then_build():
     proc = run_py("""
         import json, os, sys, tempfile
         from tests.inventories import eight
-        from tfdevices.errors import TfDevicesError
+        from tfdevices.core.errors import TfDevicesError
         path = os.path.join(tempfile.mkdtemp(), "inv.json")
         open(path, "w").write(eight().to_json())
         os.environ["TFDEVICES_INVENTORY"] = path

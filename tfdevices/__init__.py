@@ -13,35 +13,36 @@ import importlib
 import importlib.util
 from typing import Any
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # public name -> module that defines it (relative to this package)
 _EXPORTS: dict[str, str] = {
     # errors
-    "TfDevicesError": "errors", "InputError": "errors", "SpecError": "errors",
-    "MemorySizeError": "errors", "EnvVarError": "errors", "InventoryFileError": "errors",
-    "SelectionError": "errors", "TfConfigError": "errors", "LaunchError": "errors",
-    "PlanError": "errors", "RuntimeInitializedError": "errors",
-    "TensorFlowMissingError": "errors", "PlacementAssertionError": "errors",
-    "ReservationError": "errors", "StrategyError": "errors",
+    "TfDevicesError": "core.errors", "InputError": "core.errors", "UsageError": "core.errors",
+    "SpecError": "core.errors",
+    "MemorySizeError": "core.errors", "EnvVarError": "core.errors", "InventoryFileError": "core.errors",
+    "SelectionError": "core.errors", "TfConfigError": "core.errors", "LaunchError": "core.errors",
+    "PlanError": "core.errors", "RuntimeInitializedError": "core.errors",
+    "TensorFlowMissingError": "core.errors", "PlacementAssertionError": "core.errors",
+    "ReservationError": "core.errors", "StrategyError": "core.errors",
     # discover / select / configure
-    "parse_memory": "units", "format_bytes": "units",
-    "GpuInfo": "inventory", "Inventory": "inventory", "discover": "inventory",
-    "parse_spec": "spec", "DeviceSpec": "spec",
-    "select": "selection", "Selection": "selection",
+    "parse_memory": "core.units", "format_bytes": "core.units",
+    "GpuInfo": "gpus.inventory", "Inventory": "gpus.inventory", "discover": "gpus.discovery",
+    "parse_spec": "gpus.spec", "DeviceSpec": "gpus.spec",
+    "select": "gpus.selection", "Selection": "gpus.selection",
     "configure": "runtime", "RuntimeConfig": "runtime",
     # build
     "build_strategy": "strategy", "StrategyInfo": "strategy",
     "device_scope": "scopes", "assign": "scopes",
-    "plan_layers": "partition", "LayerPlan": "partition",
-    "place_layers": "keras_placement",
+    "plan_layers": "layers.plan", "LayerPlan": "layers.plan",
+    "place_layers": "layers.place",
     # verify
-    "capture": "placement", "PlacementReport": "placement",
+    "capture": "verify", "PlacementReport": "verify",
     # many processes
-    "launch_info": "launch", "LaunchInfo": "launch", "gpu_for_rank": "ranks",
+    "launch_info": "jobs.env", "LaunchInfo": "jobs.env", "gpu_for_rank": "jobs.ranks",
     "measure_devices": "measure", "DeviceSpeed": "measure",
-    "reserve": "reservation", "Reservation": "reservation",
-    "GpuAssignment": "ranks",
+    "reserve": "gpus.reservation", "Reservation": "gpus.reservation",
+    "GpuAssignment": "jobs.ranks",
 }
 
 __all__ = sorted(_EXPORTS)

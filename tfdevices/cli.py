@@ -1,7 +1,8 @@
-"""The ``tfdevices`` command.
+"""The ``tfdevices`` command: one argparse parser, one subparser per command.
 
-Errors are printed as one line (what was asked, what exists, a HINT) and exit
-with status 2; never a traceback.
+Every error, a bad argument included, is printed as one line (what was asked,
+what exists, a HINT) with exit status 2; never a traceback and never usage text
+spread over many lines.
 """
 
 from __future__ import annotations
@@ -10,16 +11,28 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any, NoReturn
 
-from tfdevices.errors import TfDevicesError
+from tfdevices.core.errors import TfDevicesError, UsageError
 
 EXIT_USAGE = 2
 
 
-def _inventory(args: argparse.Namespace):
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are :class:`UsageError` (one line, with the usage as HINT)."""
+
+    def error(self, message: str) -> NoReturn:
+        usage = " ".join(self.format_usage().split())
+        err = UsageError(f"{message}.", hint=f"{usage.removeprefix('usage: ')} (see {self.prog} --help).")
+        err.command = self.prog
+        raise err
+
+
+def _inventory(args: argparse.Namespace) -> Any:
     """``--inventory FILE`` read like ``TFDEVICES_INVENTORY=FILE``: this process's mask applies to it."""
-    from tfdevices import visibility
-    from tfdevices.inventory import Inventory, discover
+    from tfdevices.gpus import visibility
+    from tfdevices.gpus.discovery import discover
+    from tfdevices.gpus.inventory import Inventory
 
     return visibility.apply(Inventory.load(args.inventory), os.environ) if args.inventory else discover()
 
@@ -31,7 +44,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_select(args: argparse.Namespace) -> int:
-    from tfdevices.selection import select
+    from tfdevices.gpus.selection import select
 
     sel = select(args.spec, _inventory(args), min_free_memory=args.min_free_memory,
                  max_utilization=args.max_utilization, exclude=args.exclude, order=args.order)
@@ -46,21 +59,13 @@ def _cmd_select(args: argparse.Namespace) -> int:
     return 0
 
 
-# Commands implemented elsewhere as ``function(argv) -> int``: their arguments pass through untouched
-# (argparse cannot hand on options such as ``-n 2 -- python train.py``).
-FORWARDED = {"launch": "tfdevices.launcher:launch_main", "placement": "tfdevices.tensorboard:placement_main"}
+def _use_inventory(args: argparse.Namespace) -> None:
+    """Hands ``--inventory FILE`` on to the processes a command starts (``TFDEVICES_INVENTORY``)."""
+    from tfdevices import runtime
 
-
-def _forward(command: str, argv: list[str]) -> int:
-    import importlib
-
-    if argv[:1] == ["--inventory"] and len(argv) > 1:  # tfdevices launch --inventory FILE ...
-        from tfdevices.runtime import use_inventory_file
-
-        use_inventory_file(argv[1])
-        argv = argv[2:]
-    module, function = FORWARDED[command].split(":")
-    return int(getattr(importlib.import_module(module), function)(argv) or 0)
+    runtime.quiet_tensorflow_logs()
+    if args.inventory:
+        runtime.use_inventory_file(args.inventory)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -69,11 +74,22 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     if not args.name:
         print("demos:\n" + "\n".join(f"  {n:<10} {d}" for n, d in DEMOS.items()))
         return 0
-    if args.inventory:
-        from tfdevices.runtime import use_inventory_file
-
-        use_inventory_file(args.inventory)
+    _use_inventory(args)
     return run_demo(args.name, list(args.rest))
+
+
+def _cmd_launch(args: argparse.Namespace) -> int:
+    from tfdevices.jobs import launcher
+
+    _use_inventory(args)
+    return launcher.run(args)
+
+
+def _cmd_placement(args: argparse.Namespace) -> int:
+    from tfdevices.tensorboard.writer import format_placement
+
+    print(format_placement(args.logdir, name=args.name, as_json=args.json))
+    return 0
 
 
 def _fraction(text: str) -> float:
@@ -87,15 +103,19 @@ def _fraction(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    """The ``tfdevices`` parser: ``list``, ``select``, ``demo``, ``launch``, ``placement``."""
+    from tfdevices import __version__
+
+    common = _Parser(add_help=False)
     common.add_argument("--inventory", metavar="FILE",
                         help="read GPUs from a saved 'tfdevices list --json' instead of NVML")
-    parser = argparse.ArgumentParser(prog="tfdevices", description="Make TensorFlow use the right devices, and prove it.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser = _Parser(prog="tfdevices", description="Make TensorFlow use the right devices, and prove it.")
+    parser.add_argument("--version", action="version", version=f"tfdevices {__version__}")
+    sub = parser.add_subparsers(dest="subcommand", required=True, metavar="COMMAND", parser_class=_Parser)
 
     p = sub.add_parser("list", parents=[common], help="list GPUs (NVML index, CUDA ordinal, TF name, memory, load)")
     p.add_argument("--json", action="store_true", help="print JSON that --inventory and TFDEVICES_INVENTORY read back")
-    p.set_defaults(run=_cmd_list)
+    p.set_defaults(run=_cmd_list, parser=p)
 
     p = sub.add_parser("select", parents=[common], help="choose GPUs; prints 'export CUDA_VISIBLE_DEVICES=...'",
                        description="Choose GPUs. Use as: eval \"$(tfdevices select auto:2)\"")
@@ -107,31 +127,41 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how auto:N ranks GPUs (default: free_memory)")
     p.add_argument("--format", default="env", choices=("env", "json", "table"),
                    help="env: shell exports on stdout, the decisions on stderr (default)")
-    p.set_defaults(run=_cmd_select)
+    p.set_defaults(run=_cmd_select, parser=p)
 
     p = sub.add_parser("demo", parents=[common], help="run a demo (no NAME: list them); flags after NAME go to it")
     p.add_argument("name", nargs="?", help="demo name")
     p.add_argument("rest", nargs=argparse.REMAINDER, help="the demo's flags (see NAME --helpfull)")
-    p.set_defaults(run=_cmd_demo)
+    p.set_defaults(run=_cmd_demo, parser=p)
 
-    for name, text in (("placement", "print the placement stored in a TensorBoard log directory (LOGDIR)"),
-                       ("launch", "start N local workers with TF_CONFIG: -n N [--gpus SPEC] -- python train.py")):
-        sub.add_parser(name, help=text, add_help=False)  # listed here, run by _forward
+    p = sub.add_parser("launch", parents=[common], help="start N local workers with TF_CONFIG: -n N -- python train.py",
+                       description="Start N local workers with TF_CONFIG on free localhost ports.")
+    from tfdevices.jobs.launcher import add_arguments
+
+    add_arguments(p)
+    p.set_defaults(run=_cmd_launch, parser=p)
+
+    p = sub.add_parser("placement", help="print the placement stored in a TensorBoard log directory",
+                       description="Print the placement that write_placement or PlacementLogger stored under LOGDIR.")
+    p.add_argument("logdir", metavar="LOGDIR", help="a TensorBoard log directory (searched recursively)")
+    p.add_argument("--name", default="placement", help="the name= it was written with (default: placement)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(run=_cmd_placement, parser=p)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in FORWARDED:
-        command, run = argv[0], lambda: _forward(argv[0], argv[1:])
-    else:
-        args = build_parser().parse_args(argv)
-        command, run = args.command, lambda: args.run(args)
+    command = "tfdevices"
     try:
-        return run()
+        args, extra = build_parser().parse_known_args(argv)
+        if extra:  # said by the subcommand's parser, so the message names the subcommand
+            args.parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        command = f"tfdevices {args.subcommand}"
+        return int(args.run(args) or 0)
     except TfDevicesError as err:
-        print(f"tfdevices {command}: error: {err}", file=sys.stderr)
+        print(f"{getattr(err, 'command', command)}: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130

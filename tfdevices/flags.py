@@ -32,10 +32,10 @@ from typing import Any
 
 from absl import flags
 
-from tfdevices.errors import InputError, TfDevicesError
-from tfdevices.spec import parse_spec
+from tfdevices.core.errors import InputError, TfDevicesError
+from tfdevices.gpus.spec import parse_spec
 from tfdevices.strategy import CROSS_DEVICE_OPS, KINDS
-from tfdevices.units import parse_memory
+from tfdevices.core.units import parse_memory
 
 FLAGS = flags.FLAGS
 NAMES = ("gpus", "min_free_memory", "memory_growth", "memory_limit", "virtual_devices", "strategy",
@@ -91,7 +91,7 @@ class FlagsSetup:
     """What :func:`configure_from_flags` did.
 
     Attributes:
-        selection: the GPUs chosen (:class:`~tfdevices.selection.Selection`).
+        selection: the GPUs chosen (:class:`~tfdevices.gpus.selection.Selection`).
         runtime: the configuration applied (:class:`~tfdevices.runtime.RuntimeConfig`).
         strategy: the strategy built (:class:`~tfdevices.strategy.StrategyInfo`).
         logdir: ``--logdir`` (``None``: unset).
@@ -130,7 +130,7 @@ def configure_from_flags(flag_values: flags.FlagValues = FLAGS, *,
             :func:`tfdevices.select`, :func:`tfdevices.configure`, :func:`tfdevices.build_strategy`.
     """
     from tfdevices.runtime import configure
-    from tfdevices.selection import select
+    from tfdevices.gpus.selection import select
     from tfdevices.strategy import build_strategy
 
     fv = _parsed(flag_values)
@@ -146,7 +146,7 @@ def configure_from_flags(flag_values: flags.FlagValues = FLAGS, *,
 
 def log_placement(fn: Callable[..., Any], *args: Any, flag_values: flags.FlagValues = FLAGS,
                   **kwargs: Any) -> Any:
-    """With ``--log_placement``: runs ``fn`` once under :func:`tfdevices.capture` and writes the
+    """With ``--log_placement``: runs ``fn`` once under :func:`tfdevices.verify` and writes the
     placement to ``--logdir`` for TensorBoard.
 
     Args:
@@ -156,7 +156,7 @@ def log_placement(fn: Callable[..., Any], *args: Any, flag_values: flags.FlagVal
         **kwargs: its keyword arguments.
 
     Returns:
-        The :class:`~tfdevices.placement.PlacementReport`, or ``None`` when the flag is off.
+        The :class:`~tfdevices.verify.PlacementReport`, or ``None`` when the flag is off.
 
     Raises:
         InputError: the flags were not defined or not parsed.
@@ -164,7 +164,7 @@ def log_placement(fn: Callable[..., Any], *args: Any, flag_values: flags.FlagVal
     fv = _parsed(flag_values)
     if not fv.log_placement:
         return None
-    from tfdevices.placement import capture
+    from tfdevices.verify import capture
     from tfdevices.tensorboard import write_placement
 
     report = capture(fn, *args, **kwargs)

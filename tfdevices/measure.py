@@ -22,10 +22,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from tfdevices.devices import default_devices, short_name
-from tfdevices.errors import InputError
-from tfdevices.inventory import Inventory
-from tfdevices.units import format_bytes
+from tfdevices.core.devices import default_devices, logical_devices, short_name
+from tfdevices.core._tf import import_tf
+from tfdevices.core.errors import InputError
+from tfdevices.gpus.inventory import Inventory
+from tfdevices.core.units import format_bytes, parse_memory
 
 # name fragment -> (FP32 peak FLOP/s without tensor cores, host link bytes/s (PCIe, one direction)).
 # From the vendors' data sheets. TensorFlow runs float32 matmuls as TF32 on Ampere and later,
@@ -138,16 +139,11 @@ def measure_devices(devices: Sequence[str] | None = None, *, size: int = 1024, m
         InputError: a size or count is not a positive whole number, or a device is unknown.
         TensorFlowMissingError: TensorFlow is not installed.
     """
-    from tfdevices._tf import import_tf
-    from tfdevices.units import parse_memory
-
     for what, value in (("size", size), ("matmuls", matmuls)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InputError(f"measure_devices({what}={value!r}): expected a whole number >= 1.",
                              hint="e.g. size=1024, matmuls=8.")
     nbytes = parse_memory(copy_bytes, what="copy_bytes")
-    from tfdevices.runtime import logical_devices
-
     tf = import_tf()
     logical = list(logical_devices())
     if devices is None:

@@ -11,7 +11,7 @@ it (when tfdevices saw it happen); the same configuration again is a no-op.
 :func:`plan_runtime` decides everything without touching TensorFlow (so the GPU
 paths are tested on machines without GPUs); ``configure`` carries the plan out.
 
->>> from tfdevices.inventory import GpuInfo
+>>> from tfdevices.gpus.inventory import GpuInfo
 >>> a100 = GpuInfo(index=3, name="A100", uuid="GPU-3", memory_free=40 << 30, cuda_ordinal=3)
 >>> plan = plan_runtime(Selection(spec="3", gpus=(a100,)), virtual_devices=2)
 >>> plan.env, plan.config.gpu_map, plan.config.logical_devices
@@ -24,14 +24,15 @@ import dataclasses
 import os
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tfdevices.devices import short_name
-from tfdevices.errors import InputError, RuntimeInitializedError, TfDevicesError
-from tfdevices.inventory import INVENTORY_ENV, Inventory
-from tfdevices.selection import Selection, select
-from tfdevices.units import format_bytes, parse_memory
+from tfdevices.core.devices import short_name
+from tfdevices.core.errors import EnvVarError, InputError, RuntimeInitializedError, TfDevicesError
+from tfdevices.gpus.inventory import INVENTORY_ENV, Inventory
+from tfdevices.gpus.selection import Selection, select
+from tfdevices.jobs.env import VIRTUAL_DEVICES_ENV
+from tfdevices.core.units import format_bytes, parse_memory
 
 _MIB = 1024 * 1024
 _SPLIT_MARGIN = 0.95  # of a GPU's free memory shared out when splitting without memory_limit
@@ -94,7 +95,7 @@ _STARTED_BY: str | None = None
 def quiet_tensorflow_logs() -> None:
     """Turns TensorFlow's C++ INFO and WARNING lines off, unless ``TF_CPP_MIN_LOG_LEVEL`` is already set.
 
-    Takes effect only before TensorFlow is imported; :func:`tfdevices._tf.import_tf` calls it.
+    Takes effect only before TensorFlow is imported: :func:`configure` and the entry points call it.
     """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -119,13 +120,6 @@ def current() -> RuntimeConfig | None:
     return _CURRENT
 
 
-def logical_devices() -> tuple[str, ...]:
-    """TensorFlow's logical devices by short name (``"CPU:0"``, ``"GPU:1"``); this starts the runtime."""
-    from tfdevices._tf import import_tf
-
-    return tuple(short_name(d.name) for d in import_tf().config.list_logical_devices())
-
-
 def gpu_map(logical: Sequence[str], config: RuntimeConfig | None = None) -> dict[str, str]:
     """NVML key -> TensorFlow name of the GPUs: from ``config`` (default: what :func:`configure`
     applied in this process), else from :func:`tfdevices.discover` when ``logical`` has GPUs."""
@@ -134,7 +128,7 @@ def gpu_map(logical: Sequence[str], config: RuntimeConfig | None = None) -> dict
         return dict(config.gpu_map)
     if not any(d.startswith("GPU:") for d in logical):
         return {}
-    from tfdevices.inventory import discover
+    from tfdevices.gpus.discovery import discover
 
     return {g.key: short_name(g.tf_name) for g in discover().visible if g.tf_name}
 
@@ -299,9 +293,10 @@ def _gpu_limits(sel: Selection | None, count: int, limit: int | None, split: int
 def _apply(sel: Selection | None, growth: bool | None, limit: int | None, split: int | None) -> RuntimeConfig:
     """Carries out the plan: the only place that sets the environment or calls tf.config."""
     global _CURRENT
-    from tfdevices._tf import import_tf
+    from tfdevices.core._tf import import_tf
 
     tf_imported = "tensorflow" in sys.modules
+    quiet_tensorflow_logs()
     count = None if sel is not None else len(import_tf().config.list_physical_devices("GPU"))
     plan = plan_runtime(sel, memory_growth=growth, memory_limit=limit, virtual_devices=split,
                         tf_imported=tf_imported, gpu_count=count)
@@ -377,3 +372,27 @@ def _initialized_error(request: tuple[Any, ...]) -> RuntimeInitializedError:
         f"virtual_devices={request[3]}): TensorFlow's runtime has already started; {where}.{applied}",
         hint="call tfdevices.configure() first thing, before any TensorFlow op, model or device listing "
              "(or set CUDA_VISIBLE_DEVICES before starting Python).")
+
+
+def configure_worker(env: Mapping[str, str] | None = None) -> Any:
+    """Applies what ``tfdevices launch`` passed to this worker, before TensorFlow starts.
+
+    Splits the CPU (or each GPU) into ``TFDEVICES_VIRTUAL_DEVICES`` logical devices
+    when set. GPU visibility needs nothing: the launcher set ``CUDA_VISIBLE_DEVICES``.
+
+    Args:
+        env: the environment to read (default ``os.environ``).
+
+    Returns:
+        The :class:`~tfdevices.runtime.RuntimeConfig` applied, or ``None`` when there was nothing to do.
+
+    Raises:
+        EnvVarError: ``TFDEVICES_VIRTUAL_DEVICES`` is not a whole number >= 1.
+    """
+    value = (os.environ if env is None else env).get(VIRTUAL_DEVICES_ENV)
+    if value is None:
+        return None
+    if not value.strip().isdigit() or int(value) < 1:
+        raise EnvVarError(f"{VIRTUAL_DEVICES_ENV}={value!r} is not a whole number >= 1.",
+                          hint="tfdevices launch --virtual-devices N sets it; unset it otherwise.")
+    return configure(virtual_devices=int(value))

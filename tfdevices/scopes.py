@@ -26,10 +26,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from tfdevices import runtime
-from tfdevices._tf import import_tf
-from tfdevices.devices import default_devices, tfdevices_name
-from tfdevices.errors import InputError
-from tfdevices.units import format_bytes
+from tfdevices.core._tf import import_tf
+from tfdevices.core.devices import default_devices, logical_devices, tfdevices_name
+from tfdevices.core.errors import InputError
+from tfdevices.core.units import format_bytes
 
 POLICIES = ("round_robin", "by_memory")
 
@@ -132,7 +132,7 @@ def resolve_device(device: int | str) -> tuple[str, str]:
     """
     from tfdevices.strategy import resolve_devices
 
-    logical = runtime.logical_devices()
+    logical = logical_devices()
     names, tf_names = resolve_devices([device], logical=logical, gpu_map=runtime.gpu_map(logical))
     return names[0], tf_names[0]
 
@@ -184,7 +184,7 @@ def assign(tasks: Sequence[Callable[[], Any] | str] | Mapping[str, Callable[[], 
     from tfdevices.strategy import resolve_devices
 
     named = _named_tasks(tasks)
-    logical = runtime.logical_devices()
+    logical = logical_devices()
     gpu_map = runtime.gpu_map(logical)
     if devices is None:
         devices = [tfdevices_name(d, gpu_map) for d in default_devices(logical)]
@@ -236,7 +236,7 @@ def _named_tasks(tasks: object) -> list[tuple[str, Callable[[], Any] | None]]:
 def _free_memory(devices: Sequence[str]) -> dict[str, int]:
     if not any(d.isdigit() or ":" in d and d.split(":")[0].isdigit() for d in devices):
         return {}
-    from tfdevices.inventory import discover
+    from tfdevices.gpus.discovery import discover
 
     inventory = discover()
     return {d: g.memory_free for d in devices if (g := inventory.get(d)) is not None}

@@ -34,11 +34,11 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tfdevices.devices import is_logical_name, short_name, tfdevices_name
-from tfdevices._tf import import_tf
-from tfdevices.errors import SpecError, StrategyError
-from tfdevices.launch import launch_info
-from tfdevices.tfconfig import TfConfig
+from tfdevices.core.devices import is_logical_name, logical_devices, short_name, tfdevices_name
+from tfdevices.core._tf import import_tf
+from tfdevices.core.errors import SpecError, StrategyError
+from tfdevices.jobs.env import launch_info
+from tfdevices.jobs.tfconfig import TfConfig
 
 logger = logging.getLogger("tfdevices")
 
@@ -490,7 +490,7 @@ def build_strategy(kind: str = "auto", devices: object = None, cross_device_ops:
         return _build_multi_worker(tf, kind, devices, cross_device_ops, cluster)
     from tfdevices import runtime as rt
 
-    logical = rt.logical_devices()
+    logical = logical_devices()
     gpu_map = rt.gpu_map(logical, runtime)
     names, tf_names = resolve_devices(devices, logical=logical, gpu_map=gpu_map) if explicit else ((), logical)
     decision = decide_strategy(kind, tf_names, cluster.num_workers, explicit=explicit,
@@ -549,7 +549,7 @@ def _mask_first(devices: object, runtime: Any) -> Any:
     keys = [str(d).strip() for d in items
             if (isinstance(d, int) and not isinstance(d, bool)) or (isinstance(d, str) and not is_logical_name(d))]
     if runtime is None and keys and not rt.runtime_started():
-        from tfdevices.selection import select
+        from tfdevices.gpus.selection import select
 
         runtime = rt.configure(select(keys))
     return runtime

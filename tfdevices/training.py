@@ -14,8 +14,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from tfdevices._tf import import_tf
-from tfdevices.errors import StrategyError
+from tfdevices.core._tf import import_tf
+from tfdevices.core.errors import StrategyError
 from tfdevices.strategy import KERAS3_FIT_HINT, KERAS3_FIT_MESSAGE, StrategyInfo, legacy_keras
 
 

@@ -1,4 +1,4 @@
-"""A worker without TensorFlow, for tests/test_launcher.py.
+"""A worker without TensorFlow, for tests/jobs/test_launcher.py.
 
 Usage: echo_worker.py MODE [ARG]
   report        print one JSON line: what the launcher gave this worker (env, launch_info, gpu_for_rank)
@@ -15,8 +15,8 @@ import signal
 import sys
 import time
 
-from tfdevices.launch import launch_info
-from tfdevices.ranks import gpu_for_rank
+from tfdevices.jobs.env import launch_info
+from tfdevices.jobs.ranks import gpu_for_rank
 
 
 def main(argv: list[str]) -> int:

@@ -21,7 +21,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 
-from tfdevices.launch import launch_info  # noqa: E402
+from tfdevices.jobs.env import launch_info  # noqa: E402
 
 GLOBAL_BATCH = 8
 

@@ -1,4 +1,4 @@
-"""A process that reserves fake GPUs, for tests/test_reserve.py.
+"""A process that reserves fake GPUs, for tests/gpus/test_reservation.py.
 
 Usage: reserve_worker.py race LOCK_DIR INVENTORY_JSON
            on each stdin line "go": reserve auto:1 (no wait), print "got N" or "busy";
@@ -13,9 +13,9 @@ import os
 import sys
 import time
 
-from tfdevices.errors import ReservationError
-from tfdevices.inventory import Inventory
-from tfdevices.reservation import reserve
+from tfdevices.core.errors import ReservationError
+from tfdevices.gpus.inventory import Inventory
+from tfdevices.gpus.reservation import reserve
 
 
 def main(argv: list[str]) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 
-from tfdevices.errors import InputError
+from tfdevices.core.errors import InputError
 
 DEMOS: dict[str, str] = {
     "mirrored": "train a small Keras model with the chosen strategy (logical CPUs when there is no GPU), "

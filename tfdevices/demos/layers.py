@@ -1,7 +1,7 @@
 """Demo: put a Keras model's layers on several devices, and prove where they ran.
 
 It splits the CPU into logical devices when there is no GPU, builds an MLP,
-and compares, with :func:`tfdevices.capture` on one forward step:
+and compares, with :func:`tfdevices.verify` on one forward step:
 
 * before: the by-hand habit (``with tf.device(...)`` around each layer call):
   compute moves, the weights stay where the layers were built, so every step
@@ -98,7 +98,7 @@ def main(argv: list[str]) -> None:
     if not FLAGS["verbosity"].present:
         absl_logging.set_verbosity(absl_logging.WARNING)
     setup = tfd_flags.configure_from_flags(cpu_virtual_devices=max(CPU_DEVICES, FLAGS.devices))
-    tf = tfdevices._tf.import_tf()
+    tf = tfdevices.core._tf.import_tf()
     import keras
     import numpy as np
 

@@ -56,7 +56,7 @@ def main(argv: list[str]) -> None:
     print(tfdevices.discover().table(), "\n", flush=True)
     setup = tfd_flags.configure_from_flags(cpu_virtual_devices=CPU_DEVICES)
     print(setup.table(), "\n", flush=True)
-    tf = tfdevices._tf.import_tf()
+    tf = tfdevices.core._tf.import_tf()
     import keras
 
     info = setup.strategy

@@ -2,7 +2,7 @@
 
 Each computation runs on its own device (:func:`tfdevices.assign` runs them
 concurrently); the last op runs on the first device and needs the second one's
-result, so TensorFlow copies it across. :func:`tfdevices.capture` shows that
+result, so TensorFlow copies it across. :func:`tfdevices.verify` shows that
 copy (``_Send``/``_Recv``) with its size, from the graphs TensorFlow executed.
 
     python -m tfdevices.demos.tasks --size=512
@@ -46,7 +46,7 @@ def main(argv: list[str]) -> None:
         absl_logging.set_verbosity(absl_logging.WARNING)
     setup = tfd_flags.configure_from_flags(cpu_virtual_devices=CPU_DEVICES)
     print(setup.runtime.table(), "\n", flush=True)
-    tf = tfdevices._tf.import_tf()
+    tf = tfdevices.core._tf.import_tf()
     first, second = two_devices(setup.runtime.logical_devices)
     n, rounds = FLAGS.size, FLAGS.rounds
 

@@ -34,7 +34,7 @@ def main(argv: list[str]) -> None:
     info = tfdevices.launch_info()
     mine = tfdevices.gpu_for_rank(info, tfdevices.discover())
     tfdevices.configure(mine.spec)  # before TensorFlow starts: this process sees only its GPU(s)
-    tf = tfdevices._tf.import_tf()
+    tf = tfdevices.core._tf.import_tf()
     import keras
 
     strategy = tfdevices.build_strategy("multi_worker")

@@ -1,0 +1,138 @@
+"""The NVML adapter against a fake pynvml, and against the real one on this machine."""
+
+from __future__ import annotations
+
+import ctypes.util
+import dataclasses
+import threading
+
+import pytest
+
+from tests import fake_nvml as fk
+from tfdevices.gpus import nvml
+
+GPUS = fk.eight_gpus()
+
+
+@pytest.fixture(scope="module")
+def snap() -> nvml.NvmlSnapshot:
+    return nvml.Nvml(fk.FakeNvml(GPUS)).snapshot()
+
+
+@pytest.mark.parametrize("n", range(len(GPUS)))
+def test_each_gpu_is_read_as_plain_data(snap: nvml.NvmlSnapshot, n: int) -> None:
+    gpu, dev = GPUS[n], snap.devices[n]
+    assert (dev.index, dev.name, dev.uuid, dev.pci_bus_id) == (n, gpu.name, gpu.uuid, gpu.pci_bus_id)
+    assert (dev.memory_total, dev.memory_used, dev.memory_free) == (
+        gpu.memory_total, gpu.memory_used, gpu.memory_total - gpu.memory_used)
+    assert dev.utilization == pytest.approx(gpu.util_percent / 100)
+    assert dev.compute_capability == gpu.cc
+    assert dev.processes == len(set(gpu.compute_pids) | set(gpu.graphics_pids))
+    assert dev.mig_enabled == (None if gpu.mig is None and gpu.cc < (8, 0) else gpu.mig is not None)
+    assert [(m.mig_index, m.uuid, m.memory_total, m.memory_used, m.gpu_instance_id, m.compute_instance_id,
+             m.processes) for m in dev.mig] == [
+        (m.slot, m.uuid, m.memory_total, m.memory_used, m.gi, m.ci, len(m.pids)) for m in gpu.mig or ()]
+
+
+def test_snapshot_has_driver_and_no_failure(snap: nvml.NvmlSnapshot) -> None:
+    assert (snap.failure, snap.reason, snap.driver_version, len(snap.devices)) == (
+        None, None, fk.FakeNvml().driver, len(GPUS))
+
+
+def test_old_pynvml_bytes_are_decoded() -> None:
+    gpus = [dataclasses.replace(g, as_bytes=True) for g in GPUS[:2]]
+    devs = nvml.Nvml(fk.FakeNvml(gpus)).snapshot().devices
+    assert [(d.name, d.uuid, d.pci_bus_id) for d in devs] == [(g.name, g.uuid, g.pci_bus_id) for g in gpus]
+
+
+@pytest.mark.parametrize("fn, field", [
+    ("nvmlDeviceGetUtilizationRates", "utilization"),
+    ("nvmlDeviceGetMemoryInfo", "memory_total"),
+    ("nvmlDeviceGetMemoryInfo", "memory_free"),
+    ("nvmlDeviceGetCudaComputeCapability", "compute_capability"),
+    ("nvmlDeviceGetMigMode", "mig_enabled"),
+])
+@pytest.mark.parametrize("code", [fk.NVML_ERROR_NOT_SUPPORTED, fk.NVML_ERROR_NO_PERMISSION, fk.NVML_ERROR_UNKNOWN])
+def test_unavailable_value_is_none_not_an_exception(fn: str, field: str, code: int) -> None:
+    gpu = dataclasses.replace(GPUS[0], fail=((fn, code),))
+    dev = nvml.Nvml(fk.FakeNvml([gpu, GPUS[1]])).snapshot().devices[0]
+    assert getattr(dev, field) is None
+    assert dev.uuid == gpu.uuid
+
+
+@pytest.mark.parametrize("failing", [
+    ("nvmlDeviceGetComputeRunningProcesses",),
+    ("nvmlDeviceGetGraphicsRunningProcesses",),
+    ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"),
+])
+def test_processes_count_what_can_be_read(failing: tuple[str, ...]) -> None:
+    gpu = dataclasses.replace(GPUS[2], fail=tuple((f, fk.NVML_ERROR_NO_PERMISSION) for f in failing))
+    dev = nvml.Nvml(fk.FakeNvml([gpu])).snapshot().devices[0]
+    readable = [p for f, p in (("nvmlDeviceGetComputeRunningProcesses", gpu.compute_pids),
+                               ("nvmlDeviceGetGraphicsRunningProcesses", gpu.graphics_pids)) if f not in failing]
+    assert dev.processes == (None if not readable else len(set().union(*readable)))
+
+
+@pytest.mark.parametrize("kwargs, failure, words", [
+    (dict(init_error=fk.NVML_ERROR_LIBRARY_NOT_FOUND), "library-missing", "no NVIDIA driver"),
+    (dict(init_error=fk.NVML_ERROR_DRIVER_NOT_LOADED), "driver-not-loaded", "driver is not loaded"),
+    (dict(init_error=fk.NVML_ERROR_NO_PERMISSION), "no-permission", "insufficient permissions"),
+    (dict(init_error=fk.NVML_ERROR_UNKNOWN), "nvml-error", "NVML error: Unknown Error"),
+    (dict(count_error=fk.NVML_ERROR_NO_PERMISSION), "no-permission", "insufficient permissions"),
+    (dict(count_error=fk.NVML_ERROR_GPU_IS_LOST), "nvml-error", "GPU is lost"),
+    (dict(), "no-gpu", "NVML reports no GPU"),
+])
+def test_failures_are_classified_never_raised(kwargs: dict, failure: str, words: str) -> None:
+    snap = nvml.Nvml(fk.FakeNvml([], **kwargs)).snapshot()
+    assert (snap.devices, snap.failure) == ((), failure)
+    assert words in snap.reason
+    assert snap.failure in nvml.FAILURES
+
+
+def test_missing_pynvml_is_library_missing() -> None:
+    snap = nvml.Nvml(None, import_error="No module named 'pynvml'").snapshot()
+    assert (snap.failure, snap.reason) == ("library-missing",
+                                           "nvidia-ml-py is not installed (No module named 'pynvml')")
+
+
+def test_a_gpu_nvml_cannot_open_is_left_out_with_a_note() -> None:
+    gpus = [GPUS[0], dataclasses.replace(GPUS[1], fail=(("nvmlDeviceGetHandleByIndex", fk.NVML_ERROR_GPU_IS_LOST),)),
+            GPUS[2]]
+    snap = nvml.Nvml(fk.FakeNvml(gpus)).snapshot()
+    assert [d.index for d in snap.devices] == [0, 2]
+    assert snap.notes and snap.notes[0].startswith("GPU 1 left out") and "GPU is lost" in snap.notes[0]
+
+
+@pytest.mark.parametrize("init_error", [None, fk.NVML_ERROR_DRIVER_NOT_LOADED])
+def test_nvml_is_initialised_once_across_threads(init_error: int | None) -> None:
+    fake = fk.FakeNvml(GPUS[:2], init_error=init_error, init_delay=0.05)
+    adapter = nvml.Nvml(fake)
+    results: list[nvml.NvmlSnapshot] = []
+    threads = [threading.Thread(target=lambda: results.append(adapter.snapshot())) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert fake.init_calls == 1
+    assert len({r for r in results}) == 1 and len(results) == 8
+
+
+def test_shutdown_then_snapshot_initialises_again() -> None:
+    fake = fk.FakeNvml(GPUS[:1])
+    adapter = nvml.Nvml(fake)
+    first = adapter.snapshot()
+    adapter.shutdown()
+    second = adapter.snapshot()
+    assert (fake.init_calls, fake.shutdown_calls, first) == (2, 1, second)
+
+
+def test_real_pynvml_on_this_machine() -> None:
+    """The real adapter: without libnvidia-ml it gives an empty snapshot with a reason."""
+    snap = nvml.snapshot()
+    has_library = ctypes.util.find_library("nvidia-ml") is not None
+    if has_library:
+        assert snap.failure in (None,) + nvml.FAILURES
+        assert bool(snap.devices) == (snap.failure is None)
+    else:
+        assert (snap.devices, snap.failure) == ((), "library-missing")
+        assert "NVML" in snap.reason

@@ -1,0 +1,369 @@
+"""launch_info and gpu_for_rank: tables of launch environments, good and bad."""
+
+from __future__ import annotations
+
+import doctest
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import REPO, subprocess_env
+from tfdevices.jobs import env as launch
+from tfdevices.core.errors import EnvVarError, LaunchError, SelectionError, TfConfigError
+from tfdevices.gpus.inventory import GpuInfo, Inventory
+from tfdevices.jobs.env import launch_info
+from tfdevices.jobs.ranks import gpu_for_rank
+from tfdevices.jobs.slurm import expand_nodelist, expand_tasks_per_node, parse_gpu_list
+from tfdevices.jobs.tfconfig import make_tf_config
+
+STEP = {"SLURM_STEP_ID": "0"}
+
+
+def slurm(procid: int, localid: int, ntasks: int, **extra: str) -> dict[str, str]:
+    env = {"SLURM_PROCID": str(procid), "SLURM_LOCALID": str(localid), "SLURM_NTASKS": str(ntasks), **STEP}
+    env.update(extra)
+    return env
+
+
+def tfc(workers: list[str], index: int, task_type: str = "worker") -> dict[str, str]:
+    return {"TF_CONFIG": make_tf_config(workers, index, task_type)}
+
+
+# name, env, (source, rank, world, local_rank, local_world, node_rank, nodes, allocated gpus), this rank's GPUs
+GOOD = [
+    ("empty", {}, ("none", 0, 1, 0, 1, None, (), None), ()),
+    ("slurm 1 node 2 gpus rank1",
+     slurm(1, 1, 2, SLURM_STEP_NODELIST="gpu01", SLURM_STEP_TASKS_PER_NODE="2", SLURM_STEP_GPUS="0,1"),
+     ("SLURM", 1, 2, 1, 2, 0, ("gpu01",), (0, 1)), (1,)),
+    ("slurm allocation not 0..n-1",
+     slurm(0, 0, 2, SLURM_STEP_NODELIST="gpu01", SLURM_STEP_TASKS_PER_NODE="2", SLURM_STEP_GPUS="2,3"),
+     ("SLURM", 0, 2, 0, 2, 0, ("gpu01",), (2, 3)), (2,)),
+    ("slurm gres IDX format",
+     slurm(1, 1, 2, SLURM_NODELIST="n1", SLURM_TASKS_PER_NODE="2", SLURM_JOB_GPUS="gpu:2(IDX:0-1)"),
+     ("SLURM", 1, 2, 1, 2, 0, ("n1",), (0, 1)), (1,)),
+    ("slurm typed gres, two types",
+     slurm(0, 0, 1, SLURM_NODELIST="n1", SLURM_JOB_GPUS="gpu:a100:1(IDX:0),gpu:v100:1(IDX:2)"),
+     ("SLURM", 0, 1, 0, 1, 0, ("n1",), (0, 2)), (0, 2)),
+    ("slurm GPU_DEVICE_ORDINAL with (null)",
+     slurm(0, 0, 1, SLURM_NODELIST="n1", GPU_DEVICE_ORDINAL="0,(null)"),
+     ("SLURM", 0, 1, 0, 1, 0, ("n1",), (0,)), (0,)),
+    ("slurm bracketed node list, node 2",
+     slurm(5, 1, 6, SLURM_NODEID="2", SLURM_STEP_NODELIST="node[01-03]", SLURM_STEP_TASKS_PER_NODE="2(x3)",
+           SLURM_STEP_GPUS="0,1"),
+     ("SLURM", 5, 6, 1, 2, 2, ("node01", "node02", "node03"), (0, 1)), (1,)),
+    ("slurm mixed node list and uneven tasks",
+     slurm(6, 0, 7, SLURM_NODEID="3", SLURM_STEP_NODELIST="node[01-03],gpu7",
+           SLURM_STEP_TASKS_PER_NODE="2(x3),1", SLURM_STEP_GPUS="3"),
+     ("SLURM", 6, 7, 0, 1, 3, ("node01", "node02", "node03", "gpu7"), (3,)), (3,)),
+    ("slurm step beats job gpus",
+     slurm(0, 0, 2, SLURM_STEP_NODELIST="a", SLURM_STEP_TASKS_PER_NODE="2", SLURM_STEP_GPUS="1",
+           SLURM_JOB_GPUS="0,1,2,3"),
+     ("SLURM", 0, 2, 0, 2, 0, ("a",), (1,)), None),  # 2 ranks, 1 GPU: error unless share
+    ("slurm one rank, four gpus: takes all",
+     slurm(0, 0, 1, SLURM_STEP_NODELIST="a", SLURM_STEP_GPUS="0-3"),
+     ("SLURM", 0, 1, 0, 1, 0, ("a",), (0, 1, 2, 3)), (0, 1, 2, 3)),
+    ("slurm 2 ranks 4 gpus: blocks of two",
+     slurm(1, 1, 2, SLURM_STEP_NODELIST="a", SLURM_STEP_TASKS_PER_NODE="2", SLURM_STEP_GPUS="4-7"),
+     ("SLURM", 1, 2, 1, 2, 0, ("a",), (4, 5, 6, 7)), (6, 7)),
+    ("slurm batch script is one process",
+     {"SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_JOB_GPUS": "0"},
+     ("none", 0, 1, 0, 1, None, (), (0,)), (0,)),
+    ("slurm step without gpus",
+     slurm(0, 0, 1, SLURM_STEP_NODELIST="cpu[1-2]", SLURM_STEP_TASKS_PER_NODE="1(x2)", SLURM_NODEID="0",
+           SLURM_NTASKS="2"),
+     ("SLURM", 0, 2, 0, 1, 0, ("cpu1", "cpu2"), None), ()),
+    ("slurm with a 2-D bracket host list",
+     slurm(3, 1, 4, SLURM_NODEID="1", SLURM_STEP_NODELIST="r1n[8,10]", SLURM_STEP_TASKS_PER_NODE="2(x2)",
+           SLURM_STEP_GPUS="0,1"),
+     ("SLURM", 3, 4, 1, 2, 1, ("r1n8", "r1n10"), (0, 1)), (1,)),
+    ("tf_config 2 local workers",
+     tfc(["127.0.0.1:4000", "127.0.0.1:4001"], 1),
+     ("TF_CONFIG", 1, 2, 1, 2, 0, ("127.0.0.1",), None), ()),
+    ("tf_config 2 hosts x 2",
+     tfc(["h0:1", "h0:2", "h1:1", "h1:2"], 2),
+     ("TF_CONFIG", 2, 4, 0, 2, 1, ("h0", "h1"), None), ()),
+    ("tf_config chief counts first",
+     tfc(["h0:1", "h1:1", "h1:2"], 2, "chief"),
+     ("TF_CONFIG", 2, 3, 1, 2, 1, ("h0", "h1"), None), ()),
+    ("tf_config beats slurm batch vars (launcher inside sbatch)",
+     {**tfc(["localhost:5", "localhost:6"], 1), "SLURM_PROCID": "0", "SLURM_NTASKS": "1", **STEP,
+      "SLURM_STEP_GPUS": "0,1"},
+     ("TF_CONFIG", 1, 2, 1, 2, 0, ("localhost",), (0, 1)), (1,)),
+    ("tf_config agreeing with RANK",
+     {**tfc(["a:1", "a:2"], 0), "RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"},
+     ("TF_CONFIG", 0, 2, 0, 2, 0, ("a",), None), ()),
+    ("open mpi",
+     {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+      "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "CUDA_VISIBLE_DEVICES": "0,1", "SLURM_JOB_GPUS": "0,1"},
+     ("OMPI", 3, 4, 1, 2, None, (), (0, 1)), (1,)),
+    ("open mpi inside a slurm batch step",
+     {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+      "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_GPUS": "2,3"},
+     ("OMPI", 1, 2, 1, 2, None, (), (2, 3)), (3,)),
+    ("pmi (mpich, intel mpi)",
+     {"PMI_RANK": "2", "PMI_SIZE": "4", "MPI_LOCALRANKID": "0", "MPI_LOCALNRANKS": "2",
+      "SLURM_STEP_GPUS": "0,1"},
+     ("PMI", 2, 4, 0, 2, None, (), (0, 1)), (0,)),
+    ("pmi from srun --mpi=pmi2 beats slurm",
+     {**slurm(1, 1, 2, SLURM_STEP_NODELIST="a", SLURM_STEP_TASKS_PER_NODE="2"), "PMI_RANK": "1",
+      "PMI_SIZE": "2", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2"},
+     ("PMI", 1, 2, 1, 2, None, (), None), ()),
+    ("torchrun-style",
+     {"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4", "GROUP_RANK": "1"},
+     ("ENV", 5, 8, 1, 4, 1, (), None), ()),
+    ("torchrun-style inside srun",
+     {**slurm(1, 0, 2, SLURM_NODEID="1", SLURM_STEP_NODELIST="n[1-2]", SLURM_STEP_TASKS_PER_NODE="1(x2)"),
+      "RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "SLURM_STEP_GPUS": "0,1"},
+     ("ENV", 3, 4, 1, 2, None, (), (0, 1)), (1,)),
+    ("single-process generic",
+     {"RANK": "0", "WORLD_SIZE": "1"},
+     ("ENV", 0, 1, 0, None, None, (), None), ()),
+    ("whitespace around numbers",
+     {"RANK": " 1 ", "WORLD_SIZE": "2 ", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"},
+     ("ENV", 1, 2, 1, 2, None, (), None), ()),
+    ("launcher assignment wins",
+     {**tfc(["127.0.0.1:7", "127.0.0.1:8"], 1), "TFDEVICES_RANK_GPUS": "3", "SLURM_STEP_GPUS": "2,3",
+      "RANK": "1", "WORLD_SIZE": "2"},
+     ("TF_CONFIG", 1, 2, 1, 2, 0, ("127.0.0.1",), (2, 3)), (3,)),
+]
+
+
+@pytest.mark.parametrize("name,env,expected,gpus", GOOD, ids=[g[0] for g in GOOD])
+def test_launch_table(name: str, env: dict[str, str], expected: tuple, gpus: tuple | None) -> None:
+    info = launch_info(env)
+    got = (info.source, info.rank, info.world_size, info.local_rank, info.local_world_size,
+           info.node_rank, info.nodes, info.gpus)
+    assert got == expected, info.table()
+    assert info.reason and info.source in launch.SOURCES
+    if gpus is None:
+        with pytest.raises(SelectionError, match="local ranks but only"):
+            gpu_for_rank(info, local_world_size=info.local_world_size or 1)
+    else:
+        assignment = gpu_for_rank(info, local_world_size=info.local_world_size or 1)
+        assert assignment.gpus == gpus, assignment.table()
+        assert assignment.cuda_visible_devices == (",".join(map(str, gpus)) or "-1")
+
+
+def test_table_is_large_enough() -> None:
+    assert len(GOOD) >= 25
+
+
+def test_winner_lists_losers() -> None:
+    info = launch_info({**tfc(["a:1", "a:2"], 1), "SLURM_PROCID": "0", "SLURM_NTASKS": "1", **STEP,
+                        "RANK": "1", "WORLD_SIZE": "2"})
+    assert info.source == "TF_CONFIG"
+    assert info.ignored == ("ENV", "SLURM")
+    assert "TF_CONFIG" in info.table() and "ignored: ENV, SLURM" in info.table()
+
+
+def test_reads_os_environ_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("TF_CONFIG", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    assert (launch_info().source, launch_info().rank) == ("ENV", 1)
+
+
+# env, error type, first words of the message
+BAD = [
+    ({"RANK": "x", "WORLD_SIZE": "2"}, LaunchError, "RANK='x' is not a whole number"),
+    ({"RANK": "-1", "WORLD_SIZE": "2"}, LaunchError, "RANK='-1' is not a whole number"),
+    ({"RANK": "2", "WORLD_SIZE": "2"}, LaunchError, "RANK=2 is out of range for WORLD_SIZE=2"),
+    ({"RANK": "0", "WORLD_SIZE": "0"}, LaunchError, "WORLD_SIZE='0' is not a whole number >= 1"),
+    ({"RANK": "1"}, LaunchError, "WORLD_SIZE is not set, but RANK=1 is"),
+    ({"LOCAL_RANK": "0"}, LaunchError, "RANK is not set, but LOCAL_RANK=0 is"),
+    ({"RANK": "0", "WORLD_SIZE": "4", "LOCAL_RANK": "2"}, LaunchError, "LOCAL_RANK=2 is larger than RANK=0"),
+    ({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "2", "LOCAL_WORLD_SIZE": "2"}, LaunchError,
+     "LOCAL_RANK=2 is out of range for LOCAL_WORLD_SIZE=2"),
+    ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "3"}, LaunchError,
+     "LOCAL_WORLD_SIZE=3 is larger than WORLD_SIZE=2"),
+    (slurm(4, 0, 4), LaunchError, "SLURM_PROCID=4 is out of range for SLURM_NTASKS=4"),
+    (slurm(1, 2, 4, SLURM_STEP_TASKS_PER_NODE="2(x2)", SLURM_NODEID="0"), LaunchError,
+     "SLURM_LOCALID=2 is out of range for 2 task(s) on node 0"),
+    (slurm(1, 1, 4, SLURM_STEP_TASKS_PER_NODE="2(x3)"), LaunchError,
+     "SLURM_STEP_TASKS_PER_NODE='2(x3)' adds up to 6 tasks, but SLURM_NTASKS=4"),
+    (slurm(1, 1, 4, SLURM_STEP_TASKS_PER_NODE="2(x2)", SLURM_STEP_NODELIST="n[1-3]"), LaunchError,
+     "SLURM_STEP_TASKS_PER_NODE='2(x2)' describes 2 node(s), but SLURM_STEP_NODELIST='n[1-3]' has 3"),
+    (slurm(0, 0, 2, SLURM_STEP_NODELIST="node[01-03"), LaunchError, "SLURM_STEP_NODELIST='node[01-03': unbalanced"),
+    (slurm(0, 0, 2, SLURM_STEP_NODELIST="node[03-01]"), LaunchError, "SLURM_STEP_NODELIST='node[03-01]': range"),
+    (slurm(0, 0, 2, SLURM_JOB_NODELIST="a,,b"), LaunchError, "SLURM_JOB_NODELIST='a,,b': an empty host name"),
+    (slurm(0, 0, 2, SLURM_STEP_NODELIST="n[1,1]"), LaunchError, "SLURM_STEP_NODELIST='n[1,1]' names ['n1'] more"),
+    (slurm(0, 0, 2, SLURM_NODEID="2", SLURM_STEP_NODELIST="n[1-2]"), LaunchError,
+     "SLURM_NODEID=2 is out of range for 2 node(s)"),
+    (slurm(0, 0, 2, SLURM_STEP_TASKS_PER_NODE="2(x0)"), LaunchError, "SLURM_STEP_TASKS_PER_NODE='2(x0)'"),
+    ({"SLURM_PROCID": "0", **STEP}, LaunchError, "SLURM_PROCID is set but neither SLURM_STEP_NUM_TASKS"),
+    (slurm(0, 0, 1, SLURM_STEP_GPUS="0,x"), EnvVarError, "SLURM_STEP_GPUS='0,x': 'x' is not a GPU index"),
+    (slurm(0, 0, 1, SLURM_STEP_GPUS="0,0"), EnvVarError, "SLURM_STEP_GPUS='0,0' names GPU(s) [0] more than once"),
+    (slurm(0, 0, 1, SLURM_JOB_GPUS="gpu:3(IDX:0-1)"), EnvVarError,
+     "SLURM_JOB_GPUS='gpu:3(IDX:0-1)': 'gpu:3(IDX:0-1)' counts 3 GPU(s) but lists 2"),
+    (slurm(0, 0, 1, SLURM_JOB_GPUS="gpu:2(IDX:0-1"), EnvVarError, "SLURM_JOB_GPUS='gpu:2(IDX:0-1'"),
+    ({"GPU_DEVICE_ORDINAL": "3-1"}, EnvVarError, "GPU_DEVICE_ORDINAL='3-1': '3-1' is not a GPU index"),
+    ({"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "2"}, LaunchError,
+     "OMPI_COMM_WORLD_RANK=2 is out of range for OMPI_COMM_WORLD_SIZE=2"),
+    ({"PMI_RANK": "0"}, LaunchError, "PMI_SIZE is not set, but PMI_RANK=0 is"),
+    ({**tfc(["a:1", "a:2"], 1), "RANK": "0", "WORLD_SIZE": "2"}, LaunchError,
+     "RANK=0 contradicts TF_CONFIG, which makes this process rank 1"),
+    ({**tfc(["a:1", "a:2"], 1), "WORLD_SIZE": "3"}, LaunchError, "WORLD_SIZE=3 contradicts TF_CONFIG"),
+    ({"TF_CONFIG": "{not json"}, TfConfigError, "TF_CONFIG: not valid JSON"),
+    ({"TF_CONFIG": json.dumps({"cluster": {"worker": ["a:1"], "ps": ["a:2"]}, "task": {"type": "ps", "index": 0}})},
+     LaunchError, "TF_CONFIG: task type 'ps' is not a training process"),
+    ({"TFDEVICES_RANK_GPUS": "a"}, EnvVarError, "TFDEVICES_RANK_GPUS='a'"),
+]
+
+
+@pytest.mark.parametrize("env,error,message", BAD, ids=[b[2][:40] for b in BAD])
+def test_bad_environments(env: dict[str, str], error: type[Exception], message: str) -> None:
+    with pytest.raises(error) as caught:
+        launch_info(env)
+    assert str(caught.value).startswith(message), str(caught.value)
+    assert "HINT:" in str(caught.value)
+
+
+# ------------------------------------------------------------------ mapping
+
+def inventory(*indices: int, visible: tuple[int, ...] | None = None) -> Inventory:
+    shown = indices if visible is None else visible
+    gpus = tuple(GpuInfo(index=i, name="Fake", uuid=f"GPU-{i}",
+                         cuda_ordinal=shown.index(i) if i in shown else None) for i in indices)
+    return Inventory(gpus=gpus, source="nvml")
+
+
+ONE = launch_info({})
+
+# local world size, candidates, mapping, speeds, share -> plan (per local rank)
+MAPS = [
+    (2, [0, 1], "sequential", None, False, ((0,), (1,))),
+    (2, [2, 3], "sequential", None, False, ((2,), (3,))),
+    (3, [0, 1, 2, 3], "sequential", None, False, ((0,), (1,), (2,))),
+    (1, [5, 6], "sequential", None, False, ((5, 6),)),
+    (4, [0, 1], "sequential", None, True, ((0,), (1,), (0,), (1,))),
+    (2, [0, 1], [1, 0], None, False, ((1,), (0,))),
+    (2, [0, 1, 2, 3], [[0, 2], [1, 3]], None, False, ((0, 2), (1, 3))),
+    (2, [0, 1, 2, 3], lambda r, c: c[-1 - r], None, False, ((3,), (2,))),
+    (2, [0, 1, 2], "weighted", {0: 1.0, 1: 3.0, 2: 2.0}, False, ((1,), (2,))),
+    (4, [0, 1], "weighted", {0: 1.0, 1: 3.0}, True, ((0,), (1,), (1,), (1,))),
+    (5, [0, 1, 2], "weighted", {0: 2.0, 1: 2.0, 2: 1.0}, True, ((0,), (0,), (1,), (1,), (2,))),
+    (2, [], "sequential", None, False, ((), ())),
+]
+
+
+@pytest.mark.parametrize("size,candidates,mapping,speeds,share,plan", MAPS)
+def test_mapping_table(size, candidates, mapping, speeds, share, plan) -> None:
+    for rank in range(size):
+        a = gpu_for_rank(ONE, candidates, local_rank=rank, local_world_size=size, mapping=mapping,
+                         speeds=speeds, share=share)
+        assert a.plan == plan, a.table()
+        assert a.gpus == plan[rank]
+        assert f"*local rank {rank}" in a.table()
+        users = sum(plan[rank][0] in p for p in plan) if plan[rank] else 0
+        assert a.memory_fraction == (1 / users if users > 1 else None)
+
+
+def test_weighted_work_share_follows_speed() -> None:
+    shares = [gpu_for_rank(ONE, [0, 1], local_rank=r, local_world_size=3, mapping="weighted",
+                           speeds={0: 1.0, 1: 2.0}, share=True).work_share for r in range(3)]
+    assert shares == pytest.approx([1 / 3, 1 / 3, 1 / 3])  # GPU 1 is twice as fast and carries two ranks
+    fast = gpu_for_rank(ONE, [0, 1], local_rank=1, local_world_size=2, mapping="weighted",
+                        speeds={0: 1.0, 1: 3.0})
+    assert fast.work_share == pytest.approx(0.75)
+
+
+def test_weighted_accepts_measured_speeds() -> None:
+    from tfdevices.measure import DeviceSpeed
+
+    speeds = [DeviceSpeed(device="GPU:0", gpu_index=4, flops=5e12), DeviceSpeed(device="GPU:1", gpu_index=7,
+                                                                                 flops=1e13)]
+    a = gpu_for_rank(ONE, [4, 7], local_rank=0, local_world_size=1, mapping="weighted", speeds=speeds)
+    assert a.gpus == (7,)
+
+
+def test_inventory_candidates_intersect_allocation() -> None:
+    info = launch_info(slurm(1, 1, 2, SLURM_STEP_TASKS_PER_NODE="2", SLURM_STEP_GPUS="3,1"))
+    a = gpu_for_rank(info, inventory(0, 1, 2, 3))
+    assert (a.candidates, a.gpus) == ((3, 1), (1,))
+    # inside a device cgroup the allocated GPUs 2,3 show up as NVML 0,1
+    b = gpu_for_rank(launch_info(slurm(1, 1, 2, SLURM_STEP_TASKS_PER_NODE="2", SLURM_STEP_GPUS="2,3")),
+                     inventory(0, 1))
+    assert b.gpus == (1,) and "cgroup" in b.candidates_from
+    masked = inventory(0, 1, 2, 3, visible=(2,))
+    with pytest.raises(SelectionError, match=r"SLURM_STEP_GPUS=1,3 allocates GPUs this machine does not show"):
+        gpu_for_rank(launch_info(slurm(0, 0, 1, SLURM_STEP_TASKS_PER_NODE="1", SLURM_STEP_GPUS="1,3")), masked)
+
+
+def test_launcher_assignment_beats_the_inventory() -> None:
+    info = launch_info({**tfc(["127.0.0.1:7", "127.0.0.1:8"], 1), "TFDEVICES_RANK_GPUS": "1"})
+    a = gpu_for_rank(info, inventory(0, 1, visible=(1,)))  # the worker sees only its own GPU
+    assert (a.gpus, a.method) == ((1,), "launcher")
+    assert gpu_for_rank(info, [0, 1]).gpus == (1,) and gpu_for_rank(info, [0, 1]).method == "sequential"
+
+
+def test_selection_candidates() -> None:
+    from tfdevices.gpus.selection import select
+
+    sel = select("1,3", inventory(0, 1, 2, 3))
+    a = gpu_for_rank(ONE, sel, local_rank=1, local_world_size=2)
+    assert a.gpus == (3,) and a.candidates_from == "selection '1,3'"
+    assert a.env() == {"CUDA_VISIBLE_DEVICES": "3", "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "TFDEVICES_RANK_GPUS": "3"}
+    assert a.spec == "3"
+
+
+BAD_MAPS = [
+    (dict(local_world_size=3, gpus=[0, 1]), SelectionError, "3 local ranks but only 2 GPU(s) (0,1)"),
+    (dict(local_world_size=2, gpus=[0, 1], mapping=[0]), LaunchError, "mapping=[0] has 1 entr(ies) for 2"),
+    (dict(local_world_size=2, gpus=[0, 1], mapping=[0, 5]), SelectionError, "mapping[1] gave GPU(s) [5]"),
+    (dict(local_world_size=2, gpus=[0, 1], mapping=lambda r, c: "0"), LaunchError,
+     "mapping function for local rank 0 gave '0'"),
+    (dict(local_world_size=2, gpus=[0, 1], mapping="round-robin"), LaunchError, "mapping='round-robin': unknown"),
+    (dict(local_world_size=2, gpus=[0, 1], mapping="weighted"), LaunchError, "mapping='weighted' needs speeds="),
+    (dict(local_world_size=2, gpus=[0, 1], mapping="weighted", speeds={0: 1.0}), SelectionError,
+     "no speed for GPU(s) [1]"),
+    (dict(local_world_size=2, gpus=[0, 1], mapping="weighted", speeds={0: 1.0, 1: 0}), LaunchError,
+     "speeds {1: 0} must be positive"),
+    (dict(local_world_size=2, local_rank=2, gpus=[0, 1]), LaunchError, "local_rank=2 is out of range"),
+    (dict(local_world_size=0, gpus=[0]), LaunchError, "local_world_size=0 must be a whole number >= 1"),
+    (dict(local_world_size=1, gpus="0,1"), LaunchError, "gpus='0,1': expected NVML indices"),
+]
+
+
+@pytest.mark.parametrize("kwargs,error,message", BAD_MAPS, ids=[b[2][:30] for b in BAD_MAPS])
+def test_bad_mappings(kwargs: dict, error: type[Exception], message: str) -> None:
+    kwargs.setdefault("local_rank", 0)
+    with pytest.raises(error) as caught:
+        gpu_for_rank(ONE, **kwargs)
+    assert str(caught.value).startswith(message), str(caught.value)
+
+
+def test_unknown_local_world_size() -> None:
+    info = launch_info({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2"})
+    assert info.local_world_size is None and info.notes
+    with pytest.raises(LaunchError, match="the number of processes on this machine is unknown"):
+        gpu_for_rank(info, [0, 1])
+
+
+def test_parsers() -> None:
+    assert expand_nodelist("gpu-a[09-11]") == ["gpu-a09", "gpu-a10", "gpu-a11"]
+    assert expand_nodelist("n[1-2,5],x") == ["n1", "n2", "n5", "x"]
+    assert expand_tasks_per_node("4") == [4]
+    assert parse_gpu_list("") == ([], [])
+    assert parse_gpu_list("gpu:1(IDX:N/A)") == ([], [])
+    indices, notes = parse_gpu_list("(null)", variable="GPU_DEVICE_ORDINAL")
+    assert indices == [] and "(null)" in notes[0]
+    assert parse_gpu_list("gpu:a100:2(IDX:0,2),shard:4(0/4)")[0] == [0, 2]
+
+
+def test_docstring_examples() -> None:
+    from tfdevices.jobs import ranks, slurm
+
+    results = [doctest.testmod(module) for module in (launch, ranks, slurm)]
+    assert sum(r.attempted for r in results) >= 10 and sum(r.failed for r in results) == 0
+
+
+def test_launch_does_not_import_tensorflow() -> None:
+    code = ("import sys, tfdevices; from tfdevices.jobs.env import launch_info; from tfdevices.jobs.ranks import gpu_for_rank; "
+            "import tfdevices.gpus.reservation, tfdevices.jobs.launcher; "
+            "print(tfdevices.launch_info({'RANK': '0', 'WORLD_SIZE': '1'}).source, 'tensorflow' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], env=subprocess_env(), capture_output=True, text=True,
+                         timeout=60, cwd=REPO)
+    assert out.stdout.split() == ["ENV", "False"], out.stderr

@@ -1,0 +1,145 @@
+"""TF_CONFIG parsing: good inputs to their ranks, bad inputs to a TfConfigError naming TF_CONFIG."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tfdevices.core.errors import TfConfigError
+from tfdevices.jobs.tfconfig import TfConfig, make_tf_config, parse_tf_config, read_tf_config
+
+W2 = {"worker": ["localhost:2222", "localhost:2223"]}
+CW2 = {"chief": ["h0:1000"], "worker": ["h1:1000", "h2:1000"]}
+
+
+def cfg(cluster, task_type="worker", index=0, **extra) -> str:
+    return json.dumps({"cluster": cluster, "task": {"type": task_type, "index": index}, **extra})
+
+
+GOOD = [
+    # text, (task_type, task_index, rank, num_workers, address, is_chief)
+    (cfg(W2, "worker", 0), ("worker", 0, 0, 2, "localhost:2222", True)),
+    (cfg(W2, "worker", 1), ("worker", 1, 1, 2, "localhost:2223", False)),
+    (cfg(CW2, "chief", 0), ("chief", 0, 0, 3, "h0:1000", True)),
+    (cfg(CW2, "worker", 0), ("worker", 0, 1, 3, "h1:1000", False)),
+    (cfg(CW2, "worker", 1), ("worker", 1, 2, 3, "h2:1000", False)),
+    (cfg({**W2, "ps": ["p:1"]}, "ps", 0), ("ps", 0, None, 2, "p:1", False)),
+    (cfg(W2, "evaluator", 0), ("evaluator", 0, None, 2, None, False)),
+    (cfg({"worker": ["[::1]:2222", "10.0.0.2:65535"]}, "worker", 1), ("worker", 1, 1, 2, "10.0.0.2:65535", False)),
+    (cfg(W2, "worker", 0, rpc_layer="grpc", environment="cloud"), ("worker", 0, 0, 2, "localhost:2222", True)),
+    (json.dumps({"cluster": W2, "task": {"type": "worker", "index": 1, "trial": "1"}}),
+     ("worker", 1, 1, 2, "localhost:2223", False)),
+]
+
+
+@pytest.mark.parametrize("text, expected", GOOD)
+def test_good_tf_config(text, expected):
+    c = parse_tf_config(text)
+    assert (c.task_type, c.task_index, c.rank, c.num_workers, c.address, c.is_chief) == expected
+    assert parse_tf_config(c.to_json()).cluster == c.cluster
+
+
+@pytest.mark.parametrize("text", [None, "", "   ", "\n"])
+def test_unset_tf_config_is_none(text):
+    assert parse_tf_config(text) is None
+
+
+BAD = [
+    # text, words the message must contain
+    ("{not json", "not valid JSON"),
+    ("[1, 2]", "expected a JSON object, got an array"),
+    ('"worker"', "expected a JSON object, got a string"),
+    ("42", "expected a JSON object, got a number"),
+    (json.dumps({"task": {"type": "worker", "index": 0}}), "lacks ['cluster']"),
+    (json.dumps({"cluster": W2}), "lacks ['task']"),
+    (json.dumps({"cluster": W2, "task": {"type": "worker", "index": 0}, "clusters": {}}),
+     "unknown key(s) ['clusters']"),
+    (cfg({}), "'cluster' is empty"),
+    (json.dumps({"cluster": ["localhost:2222"], "task": {"type": "worker", "index": 0}}),
+     "'cluster' must be an object"),
+    (cfg({"workers": ["a:1"]}), "unknown job 'workers'"),
+    (cfg({"worker": []}), "must be a non-empty list"),
+    (cfg({"worker": "a:1,b:2"}), "must be a non-empty list"),
+    (cfg({"worker": [2222]}), "must be a 'host:port' string"),
+    (cfg({"worker": ["localhost"]}), "is not 'host:port'"),
+    (cfg({"worker": ["localhost:0"]}), "is not 'host:port'"),
+    (cfg({"worker": ["localhost:70000"]}), "is not 'host:port'"),
+    (cfg({"worker": [":2222"]}), "is not 'host:port'"),
+    (cfg({"worker": ["local host:2222"]}), "is not 'host:port'"),
+    (cfg({"worker": ["a:1", "a:1"]}), "address 'a:1' appears twice"),
+    (cfg({"chief": ["a:1"], "worker": ["a:1"]}), "address 'a:1' appears twice"),
+    (cfg({"chief": ["a:1", "b:1"]}, "chief", 0), "2 chiefs"),
+    (cfg({"ps": ["a:1"]}, "ps", 0), "no 'chief' or 'worker' job"),
+    (cfg(W2, "master", 0), "unknown task type 'master'"),
+    (cfg(W2, "chief", 0), "task type 'chief' is not a job of the cluster"),
+    (cfg(W2, "worker", 2), "task index 2 is out of range"),
+    (cfg(W2, "worker", -1), "task index -1 must be a whole number"),
+    (cfg(W2, "worker", "0"), 'task index "0" must be a whole number'),
+    (cfg(W2, "worker", True), "task index true must be a whole number"),
+    (cfg(W2, "worker", 1.0), "task index 1.0 must be a whole number"),
+    (cfg(W2, "evaluator", 1), "task type 'evaluator' is not a job"),
+    (json.dumps({"cluster": W2, "task": {"type": "worker"}}), "'task' lacks ['index']"),
+    (json.dumps({"cluster": W2, "task": {"type": "worker", "index": 0, "rank": 0}}), "unknown key(s) ['rank']"),
+    (json.dumps({"cluster": W2, "task": "worker:0"}), "'task' must be an object"),
+    (cfg(W2, rpc_layer=""), "rpc_layer='' must be a non-empty string"),
+]
+
+
+@pytest.mark.parametrize("text, words", BAD)
+def test_bad_tf_config(text, words):
+    with pytest.raises(TfConfigError) as info:
+        parse_tf_config(text)
+    message = str(info.value)
+    assert message.startswith("TF_CONFIG: ")
+    assert words in message
+    assert "HINT:" in message
+
+
+def test_bad_tf_config_names_its_source():
+    with pytest.raises(TfConfigError, match=r"^TF_CONFIG \(job\.json\): not valid JSON"):
+        parse_tf_config("{", source="job.json")
+
+
+def test_there_are_at_least_15_bad_inputs():
+    assert len(BAD) >= 15
+
+
+@pytest.mark.parametrize("n", [1, 2, 5])
+def test_make_tf_config_round_trips_every_rank(n):
+    addresses = [f"localhost:{3000 + i}" for i in range(n)]
+    for task_type in ("worker", "chief"):
+        configs = [parse_tf_config(make_tf_config(addresses, i, task_type)) for i in range(n)]
+        assert [c.rank for c in configs] == list(range(n))
+        assert [c.address for c in configs] == addresses
+        assert {c.num_workers for c in configs} == {n}
+        assert [c.is_chief for c in configs] == [True] + [False] * (n - 1)
+
+
+@pytest.mark.parametrize("workers, index, task_type, words", [
+    (["a:1", "a:1"], 0, "worker", "appears twice"),
+    (["a:1"], 1, "worker", "out of range"),
+    (["a:1", "b:2"], 2, "chief", "out of range"),
+    (["nohost"], 0, "worker", "is not 'host:port'"),
+    ([], 0, "worker", "non-empty list"),
+    (["a:1"], 0, "ps", "make_tf_config(task_type='ps') is not supported"),
+])
+def test_make_tf_config_bad(workers, index, task_type, words):
+    with pytest.raises(TfConfigError, match="^TF_CONFIG") as info:
+        make_tf_config(workers, index, task_type)
+    assert words in str(info.value)
+
+
+def test_read_tf_config_reads_the_given_env_only():
+    text = make_tf_config(["localhost:1", "localhost:2"], 1)
+    assert read_tf_config({"TF_CONFIG": text}).rank == 1
+    assert read_tf_config({}) is None
+    assert isinstance(read_tf_config({"TF_CONFIG": text}), TfConfig)
+
+
+def test_tf_config_is_frozen():
+    c = parse_tf_config(cfg(W2))
+    with pytest.raises(Exception):
+        c.task_index = 1  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        c.cluster["worker"] = ()  # type: ignore[index]

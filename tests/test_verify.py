@@ -1,0 +1,243 @@
+"""Placement capture on 4 logical CPUs: real TensorFlow runs, real partition graphs."""
+
+from __future__ import annotations
+
+import pytest
+
+from tfdevices.core.errors import InputError, PlacementAssertionError, SpecError, TfDevicesError
+from tfdevices.verify import PlacementReport, capture, capturing
+from tests.keras_models import on_device_layer
+
+
+def _pinned_step(tf, device: str):
+    """A tf.function whose 'pinned' scope runs on ``device``; its input comes from CPU:0."""
+    @tf.function
+    def step(x):
+        with tf.name_scope("pinned"), tf.device(device):
+            y = tf.matmul(x, x, transpose_b=True)
+            y = tf.nn.relu(y) + 1.0
+        return tf.reduce_sum(y)
+    return step
+
+
+@pytest.mark.parametrize("device", ["CPU:1", "CPU:2", "CPU:3"])
+def test_ops_pinned_to_a_device_are_reported_there(tf4, device):
+    tf = tf4
+    step = _pinned_step(tf, f"/device:{device}")
+    x = tf.ones([3, 5])
+    step(x)  # compiled before the capture: capture must still see it
+    report = capture(step, x)
+    pinned = [op for op in report.ops if op.name.startswith("pinned/")]
+    assert {op.type for op in pinned} >= {"MatMul", "Relu"}
+    assert {op.device for op in pinned} == {device}
+    assert {op.requested for op in pinned} == {device}
+    report.assert_on(device, ops="pinned/*")
+    report.assert_on(device.replace("CPU", "cpu"), ops=["pinned/*"], types=["MatMul"])
+    assert set(report.ops_on(device)) >= set(pinned)
+    assert report.op_counts[device] == len(report.ops_on(device))
+
+
+def test_transfer_into_a_pinned_scope_is_matched_with_its_size(tf4):
+    tf = tf4
+    step = _pinned_step(tf, "/CPU:2")
+    x = tf.ones([3, 5])
+    report = capture(step, x)
+    into = report.transfers(src="CPU:0", dst="CPU:2")
+    assert [t.tensor for t in into] == ["x:0"]
+    (t,) = into
+    assert (t.dtype, t.shape, t.bytes) == ("float32", tuple(x.shape), x.shape.num_elements() * 4)
+    assert t.send_op and t.recv_op
+    assert all(t.src != t.dst for t in report.transfers())
+    assert report.transfers(src="CPU:3") == ()
+    assert report.transfers(dst="CPU:*") == report.transfers()
+
+
+def test_assert_on_names_expected_device_actual_device_and_ops(tf4):
+    tf = tf4
+    report = capture(_pinned_step(tf, "/CPU:1"), tf.ones([2, 2]))
+    with pytest.raises(PlacementAssertionError) as err:
+        report.assert_on("CPU:3", ops="pinned/*")
+    message = str(err.value)
+    n = len([op for op in report.ops if op.name.startswith("pinned/")])
+    assert message.startswith(f"expected ops matching 'pinned/*' on CPU:3, but {n} of {n} ran elsewhere (CPU:1: {n})")
+    assert "pinned/MatMul (MatMul) on CPU:1" in message
+    assert "HINT:" in message
+    assert isinstance(err.value, AssertionError)
+
+
+def test_assert_on_a_pattern_matching_nothing_fails(tf4):
+    tf = tf4
+    report = capture(_pinned_step(tf, "/CPU:1"), tf.ones([2, 2]))
+    with pytest.raises(PlacementAssertionError, match=r"^expected ops matching 'dense_9/\*' to check, but none"):
+        report.assert_on("CPU:1", ops="dense_9/*")
+
+
+def test_assert_no_transfers_lists_the_copies(tf4):
+    tf = tf4
+    report = capture(_pinned_step(tf, "/CPU:1"), tf.ones([4, 3]))
+    with pytest.raises(PlacementAssertionError) as err:
+        report.assert_no_transfers()
+    count = len(report.transfers())
+    assert str(err.value).startswith(f"expected no cross-device transfers, but {count} ran")
+    assert "CPU:0 -> CPU:1 x:0 float32[4,3] 48 B" in str(err.value)
+    report.assert_no_transfers(src="CPU:2")
+    with pytest.raises(PlacementAssertionError, match="^expected no cross-device transfers from CPU:1 to CPU:0"):
+        report.assert_no_transfers(src="CPU:1", dst="CPU:0")
+
+
+def test_single_device_function_has_no_transfers(tf4):
+    tf = tf4
+    step = _pinned_step(tf, "/CPU:0")
+    report = capture(step, tf.ones([2, 2]))
+    report.assert_no_transfers()
+    report.assert_on("CPU:0")
+    assert report.devices == ("CPU:0",)
+
+
+def test_eager_ops_are_captured(tf4):
+    tf = tf4
+    with capturing() as cap:
+        with tf.device("/CPU:3"):
+            a = tf.constant([1.0, 2.0])
+            b = tf.math.square(a) * 2.0
+    assert b.device.endswith("CPU:3")
+    types = {op.type for op in cap.report.ops_on("CPU:3")}
+    assert {"Square", "Mul"} <= types
+    cap.report.assert_on("CPU:3", types=["Square", "Mul"])
+
+
+def test_report_is_available_only_after_the_block(tf4):
+    with capturing() as cap:
+        with pytest.raises(TfDevicesError, match="^the placement report is ready only after"):
+            cap.report  # noqa: B018
+        with pytest.raises(InputError, match="^a placement capture is already running"):
+            with capturing():
+                pass
+    assert isinstance(cap.report, PlacementReport)
+
+
+@pytest.mark.parametrize("bad, first_words", [
+    (1, "device 1 is a physical GPU index"),
+    ("2", "device '2' is a physical GPU index"),
+    ("gpu one", "device 'gpu one' is not a TensorFlow device name"),
+    ("", "device '' is not a TensorFlow device name"),
+])
+def test_bad_device_names_are_spec_errors(tf4, bad, first_words):
+    report = PlacementReport(ops=())
+    with pytest.raises(SpecError) as err:
+        report.ops_on(bad)
+    assert str(err.value).startswith(first_words)
+    assert err.value.hint
+
+
+@pytest.mark.parametrize("spelling", ["CPU:1", "cpu:1", "/CPU:1", "/device:CPU:1",
+                                      "/job:localhost/replica:0/task:0/device:CPU:1", "CPU:*", "*:1"])
+def test_device_spellings_select_the_same_ops(tf4, spelling):
+    tf = tf4
+    report = capture(_pinned_step(tf, "/CPU:1"), tf.ones([2, 2]))
+    assert set(report.ops_on("CPU:1")) <= set(report.ops_on(spelling))
+    assert report.ops_on("CPU:1")
+
+
+def test_capture_rejects_something_not_callable(tf4):
+    with pytest.raises(InputError, match="^capture\\(fn=...\\): expected something callable, got EagerTensor"):
+        capture(tf4.ones([1]))
+
+
+def test_diff_shows_moved_ops(tf4):
+    tf = tf4
+    x = tf.ones([2, 2])
+    before = capture(_pinned_step(tf, "/CPU:1"), x)
+    after = capture(_pinned_step(tf, "/CPU:2"), x)
+    diff = before.diff(after)
+    moved = {name: (a, b) for name, a, b in diff.moved}
+    assert moved["pinned/MatMul"] == ("CPU:1", "CPU:2")
+    assert diff.transfers_before != diff.transfers_after
+    assert "moved pinned/MatMul: CPU:1 -> CPU:2" in diff.summary()
+    assert before.diff(before).unchanged
+
+
+def test_json_markdown_and_summary(tf4):
+    tf = tf4
+    report = capture(_pinned_step(tf, "/CPU:1"), tf.ones([3, 3]))
+    again = PlacementReport.from_json(report.to_json())
+    assert again == report
+    markdown = report.to_markdown()
+    for device, n in report.op_counts.items():
+        assert f"| {device} | {n} |" in markdown
+    assert "| CPU:0 | CPU:1 | `x:0` | float32 | [3, 3] | 36 B |" in markdown
+    assert report.summary().startswith(f"{len(report.ops)} ops on {len(report.op_counts)} device(s)")
+    with pytest.raises(InputError, match="^not a placement report in JSON"):
+        PlacementReport.from_json("{}")
+
+
+@pytest.fixture(scope="module")
+def three_layer_report(tf4):
+    """A Keras 3 train step of dense_1 (CPU:0) -> dense_2 moved to CPU:1 -> dense_3 (CPU:0)."""
+    import keras
+
+    tf = tf4
+    on_device = on_device_layer(keras, tf)
+    model = keras.Sequential([
+        keras.Input((8,)), keras.layers.Dense(16, name="dense_1"),
+        on_device(keras.layers.Dense(12, name="dense_2"), "/CPU:1", name="moved"),
+        keras.layers.Dense(4, name="dense_3")])
+    model.compile(optimizer="sgd", loss="mse")
+    x, y = tf.ones([32, 8]), tf.zeros([32, 4])
+    model.train_on_batch(x, y)
+    return capture(model.train_on_batch, x, y)
+
+
+def test_three_layer_model_shows_activation_transfers(three_layer_report):
+    report = three_layer_report
+    report.assert_on("CPU:1", ops="moved*/*", types=["_FusedMatMul"])  # the forward pass moved
+    with pytest.raises(PlacementAssertionError, match=r"ran elsewhere \(CPU:0: \d+\): gradient_tape/"):
+        report.assert_on("CPU:1", ops="gradient_tape/*moved*/*")  # its gradients did not
+    forward_in = [t for t in report.transfers(src="CPU:0", dst="CPU:1") if "dense_1" in t.tensor]
+    forward_out = [t for t in report.transfers(src="CPU:1", dst="CPU:0") if "dense_2" in t.tensor]
+    assert forward_in and forward_out
+    assert all(t.shape == (32, 16) and t.bytes == 32 * 16 * 4 for t in forward_in)
+    assert all(t.shape == (32, 12) for t in forward_out)
+    with pytest.raises(PlacementAssertionError, match="^expected no cross-device transfers"):
+        report.assert_no_transfers()
+
+
+def test_three_layer_model_shows_weight_reads_crossing_devices(three_layer_report):
+    reads = three_layer_report.variables_on("CPU:0")
+    crossing = [r for r in reads if r.crosses_devices]
+    assert crossing and all("dense_2" in r.op for r in crossing)
+    assert all(r.stored_on == "CPU:0" and "CPU:1" in r.read_on for r in crossing)
+    assert {r.bytes for r in crossing} == {16 * 12 * 4, 12 * 4}
+    assert not [r for r in reads if r.crosses_devices and ("dense_1" in r.op or "dense_3" in r.op)]
+    assert three_layer_report.variables_on("CPU:1") == ()
+
+
+def test_mirrored_strategy_train_step_shows_all_reduce(tf4):
+    import keras
+    from tensorflow.python.distribute import cross_device_ops
+
+    tf = tf4
+    devices = ["/CPU:0", "/CPU:1"]
+    strategy = tf.distribute.MirroredStrategy(devices, cross_device_ops=cross_device_ops.CollectiveAllReduce(
+        devices=devices, group_size=len(devices), options=tf.distribute.experimental.CommunicationOptions()))
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3), keras.layers.Dense(1)])
+        optimizer = keras.optimizers.SGD(0.01)
+        optimizer.build(model.trainable_variables)
+
+    @tf.function
+    def train_step(x, y):
+        def replica(x, y):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.square(model(x) - y))
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            return loss
+        return strategy.run(replica, args=(x, y))
+
+    x, y = tf.ones([8, 4]), tf.zeros([8, 1])
+    report = capture(train_step, x, y)
+    reduces = [c for c in report.collectives if "Reduce" in c.type]
+    assert {c.device for c in reduces} == {"CPU:0", "CPU:1"}
+    assert {c.reduction for c in reduces} == {"Add"}
+    assert "collective(s): CollectiveReduce" in report.summary()

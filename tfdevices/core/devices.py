@@ -1,0 +1,92 @@
+"""Device names.
+
+tfdevices reads two kinds of device name, and no string can be both:
+
+* a physical GPU by its NVML index, as ``nvidia-smi`` shows it: the int ``2`` or the
+  string ``"2"`` (``"0:1"`` for MIG instance 1 of GPU 0);
+* a TensorFlow logical device: ``"GPU:1"``, ``"CPU:0"``, in any of TensorFlow's
+  spellings (``"/GPU:1"``, ``"/device:GPU:1"``, ``"gpu:1"``,
+  ``"/job:localhost/replica:0/task:0/device:GPU:1"``).
+
+:func:`short_name` turns TensorFlow's spellings into the short form ``"GPU:1"``
+used in every report.
+
+>>> short_name("/job:localhost/replica:0/task:0/device:GPU:1")
+'GPU:1'
+>>> short_name("cpu:0")
+'CPU:0'
+>>> is_logical_name("GPU:1"), is_logical_name("1")
+(True, False)
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+
+from tfdevices.core.errors import SpecError
+
+_LOGICAL = re.compile(
+    r"^(?:/job:(?P<job>[\w-]+)(?:/replica:\d+)?(?:/task:(?P<task>\d+))?)?"
+    r"(?:/?(?:device:)?)(?P<type>[A-Za-z_]+):(?P<index>\d+)$")
+_HINT = "name a TensorFlow device as 'GPU:0' or 'CPU:1', or a physical GPU by its nvidia-smi index ('2')."
+
+
+def is_logical_name(name: object) -> bool:
+    """Whether ``name`` is a TensorFlow logical device name (not an NVML index)."""
+    return isinstance(name, str) and _LOGICAL.match(name.strip()) is not None
+
+
+def short_name(device: str, *, what: str = "device") -> str:
+    """Returns ``TYPE:N`` for any TensorFlow spelling of a device.
+
+    Args:
+        device: e.g. ``"/job:worker/replica:0/task:1/device:CPU:0"``.
+        what: the input's name for error messages.
+
+    Raises:
+        SpecError: ``device`` is not a TensorFlow device name.
+    """
+    match = _LOGICAL.match(device.strip()) if isinstance(device, str) else None
+    if match is None:
+        raise SpecError(f"{what} {device!r} is not a TensorFlow device name.", hint=_HINT)
+    return f"{match['type'].upper()}:{int(match['index'])}"
+
+
+def task_of(device: str) -> str | None:
+    """``"worker:1"`` for ``"/job:worker/replica:0/task:1/device:CPU:0"``; ``None`` when the name has no job."""
+    match = _LOGICAL.match(device.strip())
+    if match is None or match["job"] is None:
+        return None
+    return f"{match['job']}:{match['task'] or 0}"
+
+
+def full_name(device: str) -> str:
+    """``"/device:GPU:1"`` for any spelling: the form ``tf.device`` accepts everywhere."""
+    return "/device:" + short_name(device)
+
+
+def default_devices(logical: Sequence[str]) -> tuple[str, ...]:
+    """Every GPU, else every CPU: what a computation uses when no device is named.
+
+    >>> default_devices(["CPU:0", "GPU:0", "GPU:1"]), default_devices(["CPU:0", "CPU:1"])
+    (('GPU:0', 'GPU:1'), ('CPU:0', 'CPU:1'))
+    """
+    gpus = tuple(d for d in logical if d.startswith("GPU:"))
+    return gpus or tuple(d for d in logical if d.startswith("CPU:"))
+
+
+def tfdevices_name(tf_name: str, gpu_map: Mapping[str, str]) -> str:
+    """The NVML key of a TensorFlow GPU name when ``gpu_map`` (NVML key -> TF name) knows it, else the name.
+
+    >>> tfdevices_name("GPU:1", {"2": "GPU:0", "5": "GPU:1"}), tfdevices_name("CPU:0", {})
+    ('5', 'CPU:0')
+    """
+    return next((k for k, v in gpu_map.items() if v == tf_name), tf_name)
+
+
+def logical_devices() -> tuple[str, ...]:
+    """TensorFlow's logical devices by short name (``"CPU:0"``, ``"GPU:1"``); this starts the runtime."""
+    from tfdevices.core._tf import import_tf
+
+    return tuple(short_name(d.name) for d in import_tf().config.list_logical_devices())

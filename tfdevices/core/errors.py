@@ -1,0 +1,90 @@
+"""One error hierarchy for the whole toolkit.
+
+Every error tfdevices raises derives from :class:`TfDevicesError`; errors about
+bad input also derive from :class:`ValueError`. A message says what was asked,
+what exists, and ends with a ``HINT:`` telling the user what to do, all on one
+line so the command line can print it as is.
+
+>>> err = SpecError("GPU spec '9': no GPU with NVML index 9; this machine has 0, 1.",
+...                 hint="pick one of 0, 1, or 'auto:N' for the N best.")
+>>> str(err)
+"GPU spec '9': no GPU with NVML index 9; this machine has 0, 1. HINT: pick one of 0, 1, or 'auto:N' for the N best."
+>>> isinstance(err, ValueError)
+True
+"""
+
+from __future__ import annotations
+
+
+class TfDevicesError(Exception):
+    """Base of every error tfdevices raises.
+
+    Args:
+        message: what was asked and what exists.
+        hint: how to fix it; appended as ``HINT: ...``.
+    """
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        self.message = message
+        self.hint = hint
+        super().__init__(message if hint is None else f"{message} HINT: {hint}")
+
+
+class InputError(TfDevicesError, ValueError):
+    """Bad input: a spec, a flag, a file or an environment variable."""
+
+
+class UsageError(InputError):
+    """A command line that does not parse: unknown option, missing or malformed argument."""
+
+
+class SpecError(InputError):
+    """A device spec (``"0,2"``, ``"auto:2"``, ``"CPU:1"`` ...) is malformed or names nothing."""
+
+
+class MemorySizeError(InputError):
+    """A memory size (``"8GiB"``) is malformed."""
+
+
+class EnvVarError(InputError):
+    """An environment variable holds a value tfdevices cannot use."""
+
+
+class InventoryFileError(InputError):
+    """A saved inventory (``tfdevices list --json``) cannot be read."""
+
+
+class SelectionError(TfDevicesError, ValueError):
+    """A valid request that the available devices cannot satisfy."""
+
+
+class TfConfigError(EnvVarError):
+    """``TF_CONFIG`` is malformed or inconsistent."""
+
+
+class LaunchError(InputError):
+    """Rank / world-size information from the launch environment is malformed or contradictory."""
+
+
+class PlanError(InputError):
+    """A layer plan cannot be made or a manual plan is invalid."""
+
+
+class RuntimeInitializedError(TfDevicesError, RuntimeError):
+    """TensorFlow's runtime already started, so devices can no longer be changed."""
+
+
+class TensorFlowMissingError(TfDevicesError, ImportError):
+    """The operation needs TensorFlow, which is not installed."""
+
+
+class PlacementAssertionError(TfDevicesError, AssertionError):
+    """A placement check (``report.assert_on`` ...) failed."""
+
+
+class ReservationError(TfDevicesError):
+    """No device could be reserved (all held by other processes)."""
+
+
+class StrategyError(TfDevicesError, ValueError):
+    """A tf.distribute strategy cannot be built as asked."""

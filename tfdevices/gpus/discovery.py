@@ -1,0 +1,162 @@
+"""discover(): the machine's GPUs from a saved listing, NVML, or (on request) TensorFlow.
+
+Order of sources:
+
+1. ``TFDEVICES_INVENTORY=FILE`` (non-empty): the listing saved by
+   ``tfdevices list --json``, with its CUDA/TensorFlow names recomputed for
+   this process's ``CUDA_VISIBLE_DEVICES`` and ``CUDA_DEVICE_ORDER``;
+2. otherwise NVML, through :mod:`tfdevices.gpus.nvml`;
+3. ``source="tensorflow"``: TensorFlow's own list (slow; no memory figures).
+
+A machine without GPU is not an error: the inventory is empty, ``source`` is
+``"none"`` and ``reason`` says why.
+
+>>> inv = discover(env={}, nvml_module=None)
+>>> inv.source == "nvml" or (inv.source, bool(inv.reason)) == ("none", True)
+True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from tfdevices.gpus import nvml, visibility
+from tfdevices.core.errors import InputError, InventoryFileError
+from tfdevices.gpus.inventory import INVENTORY_ENV, GpuInfo, Inventory
+
+KNOWN_SOURCES = ("nvml", "tensorflow")
+
+
+def discover(*, env: Mapping[str, str] | None = None, source: str = "nvml", nvml_module: Any = None) -> Inventory:
+    """Returns this machine's GPUs with their NVML, CUDA and TensorFlow names, without starting TensorFlow.
+
+    Args:
+        env: the environment (``TFDEVICES_INVENTORY``, ``CUDA_VISIBLE_DEVICES``,
+            ``CUDA_DEVICE_ORDER``); defaults to ``os.environ``.
+        source: ``"nvml"`` or ``"tensorflow"``.
+        nvml_module: a ``pynvml``-like module to read instead of ``pynvml`` (tests).
+
+    Returns:
+        An :class:`Inventory`; empty with ``source="none"`` and a ``reason`` when
+        there is no GPU.
+
+    Raises:
+        InputError: ``source`` is unknown.
+        InventoryFileError: ``TFDEVICES_INVENTORY`` names a missing or invalid file.
+        EnvVarError: ``CUDA_VISIBLE_DEVICES`` or ``CUDA_DEVICE_ORDER`` is malformed,
+            or the mask names GPUs that do not exist.
+
+    >>> discover(env={}, source="gpu")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    tfdevices.core.errors.InputError: discovery source 'gpu' is unknown; known sources: 'nvml', 'tensorflow'. HINT: ...
+    """
+    if source not in KNOWN_SOURCES:
+        raise InputError(f"discovery source {source!r} is unknown; known sources: "
+                         f"{', '.join(repr(s) for s in KNOWN_SOURCES)}.",
+                         hint="use source='nvml' (fast, default) or source='tensorflow'.")
+    env = os.environ if env is None else env
+    path = env.get(INVENTORY_ENV)
+    if path:
+        return from_file(path, env)
+    if source == "tensorflow":
+        return from_tensorflow(env)
+    return from_nvml(nvml.snapshot(nvml_module), env)
+
+
+def from_file(path: str, env: Mapping[str, str]) -> Inventory:
+    """Loads a saved listing and recomputes its visibility for ``env``.
+
+    Raises:
+        InventoryFileError: the file is missing or not an inventory; the message
+            names ``TFDEVICES_INVENTORY``.
+        EnvVarError: the masking variables are malformed or name GPUs the listing lacks.
+    """
+    try:
+        inventory = Inventory.load(path)
+    except InventoryFileError as err:
+        raise InventoryFileError(f"{INVENTORY_ENV}={path!r}: {err.message}",
+                                 hint=f"{err.hint} Or unset {INVENTORY_ENV} to read this machine.") from None
+    return visibility.apply(inventory, env)
+
+
+def from_nvml(snap: nvml.NvmlSnapshot, env: Mapping[str, str]) -> Inventory:
+    """Builds the inventory from an NVML snapshot (pure).
+
+    Args:
+        snap: what :func:`tfdevices.gpus.nvml.snapshot` returned.
+        env: the masking variables.
+
+    Returns:
+        The inventory; when NVML found nothing, empty with ``source="none"``.
+
+    Raises:
+        EnvVarError: the masking variables are malformed (only their syntax is
+            checked when there is no GPU) or name GPUs that do not exist.
+
+    >>> from tfdevices.gpus.nvml import NvmlSnapshot, NvmlDevice
+    >>> snap = NvmlSnapshot(devices=(NvmlDevice(index=0, name="A100", uuid="GPU-8f2a"),))
+    >>> from_nvml(snap, {"CUDA_VISIBLE_DEVICES": "0"}).gpus[0].tf_name
+    '/GPU:0'
+    """
+    gpus: list[GpuInfo] = []
+    mig_ids: dict[str, visibility.MigIds] = {}
+    for dev in snap.devices:
+        parent = _gpu_info(dev)
+        gpus.append(parent)
+        for mig in dev.mig:
+            info = dataclasses.replace(
+                parent, uuid=mig.uuid, name=mig.name or f"{dev.name} MIG", mig_index=mig.mig_index,
+                memory_total=mig.memory_total or 0, memory_used=mig.memory_used or 0,
+                memory_free=mig.memory_free or 0, utilization=None, processes=mig.processes)
+            gpus.append(info)
+            mig_ids[info.key] = visibility.MigIds(dev.uuid, mig.gpu_instance_id, mig.compute_instance_id)
+    inventory = Inventory(gpus=tuple(gpus), source="nvml" if gpus else "none", reason=snap.reason,
+                          driver_version=snap.driver_version, notes=snap.notes)
+    return visibility.apply(inventory, env, mig_ids=mig_ids)
+
+
+def _gpu_info(dev: nvml.NvmlDevice) -> GpuInfo:
+    return GpuInfo(index=dev.index, name=dev.name, uuid=dev.uuid, pci_bus_id=dev.pci_bus_id,
+                   memory_total=dev.memory_total or 0, memory_used=dev.memory_used or 0,
+                   memory_free=dev.memory_free or 0, utilization=dev.utilization,
+                   compute_capability=dev.compute_capability, processes=dev.processes)
+
+
+def from_tensorflow(env: Mapping[str, str]) -> Inventory:
+    """Lists GPUs through TensorFlow (imports it: seconds and hundreds of MiB).
+
+    TensorFlow sees only what ``CUDA_VISIBLE_DEVICES`` leaves, so each GPU's
+    ``index`` is its TensorFlow number, not its NVML index, and its memory is
+    unknown (0).
+
+    Raises:
+        TensorFlowMissingError: TensorFlow is not installed.
+        EnvVarError: the masking variables are malformed.
+    """
+    visibility.parse_device_order(env.get(visibility.ORDER_ENV))
+    visibility.parse_visible_devices(env.get(visibility.VISIBLE_ENV))
+    from tfdevices.core._tf import import_tf
+
+    tf = import_tf()
+    gpus = []
+    for n, device in enumerate(tf.config.list_physical_devices("GPU")):
+        details = tf.config.experimental.get_device_details(device)
+        cc = details.get("compute_capability")
+        gpus.append(GpuInfo(index=n, name=str(details.get("device_name", device.name)), uuid="",
+                            compute_capability=None if cc is None else (int(cc[0]), int(cc[1])),
+                            cuda_ordinal=n, tf_name=f"/GPU:{n}"))
+    common = dict(cuda_visible_devices=env.get(visibility.VISIBLE_ENV),
+                  cuda_device_order=env.get(visibility.ORDER_ENV))
+    if not gpus:
+        cuda = tf.test.is_built_with_cuda()
+        why = "" if cuda else "; this TensorFlow build has no CUDA support"
+        mask = env.get(visibility.VISIBLE_ENV)
+        masked = "" if mask is None else f"; {visibility.VISIBLE_ENV}={mask!r}"
+        return Inventory(source="none", reason=f"TensorFlow {tf.__version__} lists no GPU{why}{masked}", **common)
+    notes = ("TensorFlow reports no memory figures (shown as 0) and no NVML index: "
+             "indices are TensorFlow's own, after masking; use source='nvml' for both.",)
+    return Inventory(gpus=tuple(gpus), source="tensorflow", notes=notes, **common)

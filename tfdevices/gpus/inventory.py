@@ -1,0 +1,277 @@
+"""Discover: what GPUs exist, without starting TensorFlow.
+
+:func:`discover` reads NVML (through :mod:`tfdevices.gpus.nvml`) and returns a frozen
+:class:`Inventory`. Each :class:`GpuInfo` carries the three names a GPU has:
+
+* ``index``: the NVML index, what ``nvidia-smi`` shows (the name tfdevices speaks);
+* ``cuda_ordinal``: its number for CUDA under the current ``CUDA_VISIBLE_DEVICES``
+  and ``CUDA_DEVICE_ORDER`` (``None`` when masked out);
+* ``tf_name``: the ``/GPU:n`` name TensorFlow will give it (``None`` when masked out).
+
+An inventory round-trips through JSON, so a listing saved on one node
+(``tfdevices list --json > node.json``) can be planned against elsewhere
+(``TFDEVICES_INVENTORY=node.json`` or ``--inventory node.json``).
+
+>>> inv = Inventory.from_json(Inventory(gpus=(), source="none", reason="no NVIDIA driver").to_json())
+>>> inv.source, inv.reason, len(inv)
+('none', 'no NVIDIA driver', 0)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from tfdevices.core.errors import InventoryFileError
+from tfdevices.core.units import format_bytes
+
+SOURCES = ("nvml", "tensorflow", "none")
+INVENTORY_ENV = "TFDEVICES_INVENTORY"
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuInfo:
+    """One GPU (or one MIG instance of a GPU) as NVML reports it.
+
+    Memory is in bytes; ``utilization`` is a fraction in [0, 1]; fields NVML
+    could not answer are ``None``.
+    """
+
+    index: int
+    name: str
+    uuid: str
+    pci_bus_id: str = ""
+    memory_total: int = 0
+    memory_used: int = 0
+    memory_free: int = 0
+    utilization: float | None = None
+    compute_capability: tuple[int, int] | None = None
+    processes: int | None = None
+    mig_index: int | None = None
+    cuda_ordinal: int | None = None
+    tf_name: str | None = None
+
+    @property
+    def key(self) -> str:
+        """The name a spec uses: ``"3"`` for GPU 3, ``"0:1"`` for MIG instance 1 of GPU 0."""
+        return str(self.index) if self.mig_index is None else f"{self.index}:{self.mig_index}"
+
+    @property
+    def visible(self) -> bool:
+        """Whether CUDA sees this GPU under the current masking."""
+        return self.cuda_ordinal is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        if self.compute_capability is not None:
+            data["compute_capability"] = f"{self.compute_capability[0]}.{self.compute_capability[1]}"
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, where: str = "inventory") -> GpuInfo:
+        """Builds a GpuInfo from :meth:`to_dict` output, validating every field."""
+        if not isinstance(data, Mapping):
+            raise InventoryFileError(f"{where}: a GPU entry must be an object, got {type(data).__name__}.",
+                                     hint="use the output of 'tfdevices list --json'.")
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - set(fields))
+        if unknown:
+            raise InventoryFileError(f"{where}: unknown GPU field(s) {unknown}; known fields: {sorted(fields)}.",
+                                     hint="use the output of 'tfdevices list --json'.")
+        missing = [n for n in ("index", "name", "uuid") if n not in data]
+        if missing:
+            raise InventoryFileError(f"{where}: GPU entry lacks {missing}.",
+                                     hint="every GPU needs at least index, name and uuid.")
+        values = dict(data)
+        cc = values.get("compute_capability")
+        if cc is not None:
+            values["compute_capability"] = _parse_cc(cc, where)
+        for name in ("index", "memory_total", "memory_used", "memory_free", "processes",
+                     "mig_index", "cuda_ordinal"):
+            value = values.get(name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise InventoryFileError(f"{where}: GPU field {name}={value!r} must be a whole number >= 0.",
+                                         hint="fix or regenerate the file with 'tfdevices list --json'.")
+        util = values.get("utilization")
+        if util is not None and (isinstance(util, bool) or not isinstance(util, (int, float))
+                                 or not 0 <= util <= 1):
+            raise InventoryFileError(f"{where}: GPU field utilization={util!r} must be a fraction in [0, 1].",
+                                     hint="write 0.25 for 25%.")
+        for name in ("name", "uuid", "pci_bus_id"):
+            if name in values and not isinstance(values[name], str):
+                raise InventoryFileError(f"{where}: GPU field {name}={values[name]!r} must be a string.",
+                                         hint="fix or regenerate the file with 'tfdevices list --json'.")
+        tf_name = values.get("tf_name")
+        if tf_name is not None and not isinstance(tf_name, str):
+            raise InventoryFileError(f"{where}: GPU field tf_name={tf_name!r} must be a string or null.",
+                                     hint="fix or regenerate the file with 'tfdevices list --json'.")
+        return cls(**values)
+
+
+def _parse_cc(value: Any, where: str) -> tuple[int, int]:
+    text = value if isinstance(value, str) else None
+    if isinstance(value, (list, tuple)) and len(value) == 2:
+        text = f"{value[0]}.{value[1]}"
+    parts = text.split(".") if text else []
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        raise InventoryFileError(f"{where}: compute_capability={value!r} is not of the form '8.0'.",
+                                 hint="write it as 'major.minor', e.g. '8.6'.")
+    return int(parts[0]), int(parts[1])
+
+
+@dataclasses.dataclass(frozen=True)
+class Inventory:
+    """The GPUs of one machine, as seen by one process.
+
+    Attributes:
+        gpus: every GPU NVML reports, visible or masked, in NVML index order.
+        source: ``"nvml"``, ``"tensorflow"`` or ``"none"``.
+        reason: why no GPU was found (``None`` when some were).
+        driver_version: the NVIDIA driver version, when known.
+        cuda_visible_devices: ``CUDA_VISIBLE_DEVICES`` at discovery (``None``: unset).
+        cuda_device_order: ``CUDA_DEVICE_ORDER`` at discovery (``None``: unset, CUDA's FASTEST_FIRST).
+        notes: caveats worth showing, e.g. an estimated CUDA order.
+        loaded_from: the file this inventory was read from, if any.
+    """
+
+    gpus: tuple[GpuInfo, ...] = ()
+    source: str = "none"
+    reason: str | None = None
+    driver_version: str | None = None
+    cuda_visible_devices: str | None = None
+    cuda_device_order: str | None = None
+    notes: tuple[str, ...] = ()
+    loaded_from: str | None = None
+
+    def __iter__(self) -> Iterator[GpuInfo]:
+        return iter(self.gpus)
+
+    def __len__(self) -> int:
+        return len(self.gpus)
+
+    @property
+    def visible(self) -> tuple[GpuInfo, ...]:
+        """The GPUs CUDA will see, in CUDA ordinal order."""
+        return tuple(sorted((g for g in self.gpus if g.visible), key=lambda g: g.cuda_ordinal))
+
+    def get(self, key: str) -> GpuInfo | None:
+        """The GPU with this key (``"3"``, ``"0:1"``), or ``None``."""
+        return next((g for g in self.gpus if g.key == key), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["gpus"] = [g.to_dict() for g in self.gpus]
+        data["notes"] = list(self.notes)
+        data.pop("loaded_from")
+        return data
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_json(cls, text: str, *, where: str = "inventory JSON") -> Inventory:
+        """Reads what :meth:`to_json` (``tfdevices list --json``) wrote.
+
+        Raises:
+            InventoryFileError: the text is not JSON or not an inventory.
+        """
+        try:
+            data = json.loads(text)
+        except (json.JSONDecodeError, TypeError) as err:
+            raise InventoryFileError(f"{where}: not valid JSON ({err}).",
+                                     hint="save it with 'tfdevices list --json > FILE'.") from None
+        return cls.from_dict(data, where=where)
+
+    @classmethod
+    def from_dict(cls, data: Any, *, where: str = "inventory") -> Inventory:
+        if not isinstance(data, Mapping):
+            raise InventoryFileError(f"{where}: expected a JSON object, got {type(data).__name__}.",
+                                     hint="save it with 'tfdevices list --json > FILE'.")
+        fields = {f.name for f in dataclasses.fields(cls)} - {"loaded_from"}
+        unknown = sorted(set(data) - fields)
+        if unknown:
+            raise InventoryFileError(f"{where}: unknown field(s) {unknown}; known fields: {sorted(fields)}.",
+                                     hint="save it with 'tfdevices list --json > FILE'.")
+        source = data.get("source", "none")
+        if source not in SOURCES:
+            raise InventoryFileError(f"{where}: source={source!r}; known sources: {list(SOURCES)}.",
+                                     hint="save it with 'tfdevices list --json > FILE'.")
+        gpus = data.get("gpus", [])
+        if not isinstance(gpus, list):
+            raise InventoryFileError(f"{where}: 'gpus' must be a list, got {type(gpus).__name__}.",
+                                     hint="save it with 'tfdevices list --json > FILE'.")
+        parsed = tuple(GpuInfo.from_dict(g, where=f"{where}: gpus[{i}]") for i, g in enumerate(gpus))
+        keys = [g.key for g in parsed]
+        dupes = sorted({k for k in keys if keys.count(k) > 1})
+        if dupes:
+            raise InventoryFileError(f"{where}: GPU index(es) {dupes} appear more than once.",
+                                     hint="each GPU must appear once.")
+        notes = data.get("notes", [])
+        if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+            raise InventoryFileError(f"{where}: 'notes' must be a list of strings.",
+                                     hint="save it with 'tfdevices list --json > FILE'.")
+        for name in ("reason", "driver_version", "cuda_visible_devices", "cuda_device_order"):
+            if data.get(name) is not None and not isinstance(data[name], str):
+                raise InventoryFileError(f"{where}: {name}={data[name]!r} must be a string or null.",
+                                         hint="save it with 'tfdevices list --json > FILE'.")
+        return cls(gpus=parsed, source=source, reason=data.get("reason"),
+                   driver_version=data.get("driver_version"),
+                   cuda_visible_devices=data.get("cuda_visible_devices"),
+                   cuda_device_order=data.get("cuda_device_order"), notes=tuple(notes))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Inventory:
+        """Reads an inventory file.
+
+        Raises:
+            InventoryFileError: the file is missing, unreadable or not an inventory.
+        """
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except OSError as err:
+            raise InventoryFileError(f"inventory file {os.fspath(path)!r}: {err.strerror}.",
+                                     hint="save one with 'tfdevices list --json > FILE'.") from None
+        inv = cls.from_json(text, where=f"inventory file {os.fspath(path)!r}")
+        return dataclasses.replace(inv, loaded_from=os.fspath(path))
+
+    def table(self) -> str:
+        """A table like ``nvidia-smi``'s, with the NVML -> CUDA -> TensorFlow mapping."""
+        header = ("NVML", "CUDA", "TF", "Name", "Memory used / total", "Free", "Util", "CC", "Procs")
+        rows = [header]
+        for g in self.gpus:
+            rows.append((
+                g.key,
+                "-" if g.cuda_ordinal is None else str(g.cuda_ordinal),
+                g.tf_name or "(masked)",
+                g.name,
+                f"{format_bytes(g.memory_used)} / {format_bytes(g.memory_total)}",
+                format_bytes(g.memory_free),
+                "n/a" if g.utilization is None else f"{g.utilization:.0%}",
+                "n/a" if g.compute_capability is None else "%d.%d" % g.compute_capability,
+                "n/a" if g.processes is None else str(g.processes),
+            ))
+        widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+        lines.insert(1, "  ".join("-" * w for w in widths))
+        origin = f" (from {self.loaded_from})" if self.loaded_from else ""
+        head = f"source: {self.source}{origin}"
+        if self.driver_version:
+            head += f"  driver: {self.driver_version}"
+        head += f"  CUDA_VISIBLE_DEVICES={_show_env(self.cuda_visible_devices)}"
+        head += f"  CUDA_DEVICE_ORDER={_show_env(self.cuda_device_order)}"
+        out = [head]
+        if self.gpus:
+            out += lines
+        if not self.visible:
+            out.append(f"no GPU visible: {self.reason or 'none found'}")
+        out += [f"note: {n}" for n in self.notes]
+        return "\n".join(out)
+
+
+def _show_env(value: str | None) -> str:
+    return "(unset)" if value is None else repr(value) if value == "" else value
+

@@ -1,0 +1,263 @@
+"""Select: choose GPUs from an inventory. Pure: nothing here touches a GPU.
+
+>>> from tfdevices.gpus.inventory import GpuInfo, Inventory
+>>> gpus = tuple(GpuInfo(index=i, name="A100", uuid=f"GPU-{i}", memory_total=80 << 30,
+...                      memory_free=free << 30, memory_used=(80 - free) << 30, utilization=u,
+...                      cuda_ordinal=i, tf_name=f"/GPU:{i}")
+...              for i, (free, u) in enumerate([(10, 0.9), (70, 0.1), (60, 0.0)]))
+>>> sel = select("auto:2", Inventory(gpus=gpus, source="nvml"), min_free_memory="20GiB")
+>>> sel.cuda_visible_devices, sel.tf_names
+('1,2', ('GPU:0', 'GPU:1'))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from typing import Any
+
+from tfdevices.core.errors import InputError, SelectionError, SpecError
+from tfdevices.gpus.inventory import GpuInfo, Inventory
+from tfdevices.gpus.spec import DeviceSpec, parse_spec
+from tfdevices.core.units import format_bytes, parse_memory
+
+ORDERS = ("free_memory", "utilization", "index")
+HIDE_ALL = "-1"
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """Why one GPU was taken or skipped."""
+
+    key: str
+    taken: bool
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Selection:
+    """The GPUs chosen for this process.
+
+    Attributes:
+        spec: the canonical spec (``"auto:2"``).
+        gpus: the chosen GPUs in NVML index order (which is also their TensorFlow order after masking).
+        decisions: one per GPU in the inventory, saying why it was taken or skipped.
+        filters: the filters applied, for people (``"min_free_memory=8.0 GiB"``).
+        source: the inventory's source (``"nvml"``, ``"none"`` ...).
+    """
+
+    spec: str
+    gpus: tuple[GpuInfo, ...]
+    decisions: tuple[Decision, ...] = ()
+    filters: str = ""
+    source: str = "none"
+
+    @property
+    def is_cpu_only(self) -> bool:
+        return not self.gpus
+
+    @property
+    def cuda_visible_devices(self) -> str:
+        """The mask: NVML indices (MIG UUIDs for MIG instances), ``"-1"`` for no GPU."""
+        if not self.gpus:
+            return HIDE_ALL
+        return ",".join(g.uuid if g.mig_index is not None else str(g.index) for g in self.gpus)
+
+    @property
+    def tf_names(self) -> tuple[str, ...]:
+        """The TensorFlow names the chosen GPUs get once the mask is applied."""
+        return tuple(f"GPU:{i}" for i in range(len(self.gpus)))
+
+    def env(self) -> dict[str, str]:
+        """The environment that applies this selection in a process not yet using CUDA."""
+        return {"CUDA_VISIBLE_DEVICES": self.cuda_visible_devices, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "spec": self.spec, "filters": self.filters, "source": self.source,
+            "cuda_visible_devices": self.cuda_visible_devices,
+            "gpus": [{"nvml": g.key, "uuid": g.uuid, "name": g.name, "tf_name": t}
+                     for g, t in zip(self.gpus, self.tf_names)],
+            "decisions": [dataclasses.asdict(d) for d in self.decisions],
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    def table(self) -> str:
+        """The decision for each GPU, and the NVML -> TensorFlow names of the chosen ones."""
+        tf_of = dict(zip((g.key for g in self.gpus), self.tf_names))
+        lines = [f"spec: {self.spec}" + (f"  filters: {self.filters}" if self.filters else "")
+                 + f"  CUDA_VISIBLE_DEVICES={self.cuda_visible_devices}"]
+        for d in self.decisions:
+            mark = f"-> {tf_of[d.key]}" if d.taken else "skip"
+            lines.append(f"  GPU {d.key:<5} {mark:<10} {d.reason}")
+        if not self.gpus:
+            lines.append("  no GPU selected: TensorFlow will run on the CPU")
+        return "\n".join(lines)
+
+
+def select(spec: object = "all", inventory: Inventory | None = None, *,
+           min_free_memory: int | str | None = None, max_utilization: float | None = None,
+           exclude: object = None, order: str = "free_memory") -> Selection:
+    """Chooses GPUs.
+
+    Only GPUs visible under the current ``CUDA_VISIBLE_DEVICES`` are candidates:
+    a mask set by a scheduler is respected, never widened.
+
+    Args:
+        spec: see :mod:`tfdevices.gpus.spec` (``"all"``, ``"none"``, ``"auto:N"``, ``"0,2"``, ``0``, ``[0, 2]``).
+        inventory: what to choose from; ``None`` runs :func:`tfdevices.discover`.
+        min_free_memory: skip GPUs with less free memory (``"8GiB"`` or bytes).
+        max_utilization: skip GPUs busier than this fraction (0..1).
+        exclude: GPUs never to take, as an explicit spec (``"0"``, ``[0, 3]``).
+        order: how ``auto:N`` ranks GPUs: ``"free_memory"`` (most first), ``"utilization"``
+            (least first) or ``"index"``.
+
+    Returns:
+        A frozen :class:`Selection`.
+
+    Raises:
+        SpecError: the spec or ``exclude`` is malformed, or names a GPU that does not exist.
+        InputError: a filter or ``order`` is malformed.
+        SelectionError: the request is valid but cannot be met (too few GPUs pass the filters,
+            or an explicitly named GPU fails them or is hidden).
+    """
+    parsed = parse_spec(spec)
+    if inventory is None:
+        from tfdevices.gpus.discovery import discover
+
+        inventory = discover()
+    min_free = None if min_free_memory is None else parse_memory(min_free_memory, what="min_free_memory")
+    max_util = _check_utilization(max_utilization)
+    if order not in ORDERS:
+        raise InputError(f"order={order!r}: unknown order; known orders: {', '.join(ORDERS)}.",
+                         hint="use 'free_memory' (most free first), 'utilization' (least busy first) or 'index'.")
+    excluded = _resolve_exclude(exclude, inventory)
+    checks = _checks(min_free, max_util, excluded)
+    filters = ", ".join(p for p in (
+        f"min_free_memory={format_bytes(min_free)}" if min_free is not None else "",
+        f"max_utilization={max_util:.0%}" if max_util is not None else "",
+        f"exclude={','.join(sorted(excluded))}" if excluded else "") if p)
+    failures = {g.key: _first_failure(g, checks) for g in inventory.gpus}
+    chosen = _choose(parsed, inventory, failures, order, filters)
+    chosen_keys = {g.key for g in chosen}
+    decisions = tuple(
+        Decision(g.key, g.key in chosen_keys, _reason(g, parsed, failures[g.key], g.key in chosen_keys))
+        for g in inventory.gpus)
+    return Selection(spec=parsed.text, gpus=tuple(sorted(chosen, key=_nvml_order)), decisions=decisions,
+                     filters=filters, source=inventory.source)
+
+
+def _nvml_order(gpu: GpuInfo) -> tuple[int, int]:
+    return gpu.index, -1 if gpu.mig_index is None else gpu.mig_index
+
+
+def _check_utilization(value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise InputError(f"max_utilization={value!r}: must be a fraction between 0 and 1.",
+                         hint="write 0.5 for 50%.")
+    return float(value)
+
+
+def _resolve(key: str, inventory: Inventory, what: str, spec: object) -> GpuInfo:
+    """The GPU a spec key names: an NVML key (``"3"``, ``"0:1"``) or a unique UUID prefix."""
+    if key.startswith(("GPU-", "MIG-")):
+        found = [g for g in inventory.gpus if g.uuid.startswith(key)]
+    else:
+        found = [g for g in inventory.gpus if g.key == key]
+    if len(found) == 1:
+        return found[0]
+    exists = ", ".join(f"{g.key} ({g.uuid})" for g in inventory.gpus) or "no GPU"
+    why = "matches several GPUs" if found else "names no GPU"
+    raise SpecError(f"{what} {spec!r}: {key!r} {why}; this machine has {exists} (source: {inventory.source}).",
+                    hint="pick from the list above ('tfdevices list' shows it), or 'none' for the CPU.")
+
+
+def _resolve_exclude(exclude: object, inventory: Inventory) -> frozenset[str]:
+    if exclude is None:
+        return frozenset()
+    parsed = parse_spec(exclude, what="exclude")
+    if parsed.kind != "explicit":
+        raise SpecError(f"exclude {exclude!r}: must name GPUs ('0,3'), not {parsed.kind!r}.",
+                        hint="list the NVML indices to leave alone.")
+    return frozenset(_resolve(k, inventory, "exclude", exclude).key for k in parsed.keys)
+
+
+Check = Callable[[GpuInfo], "str | None"]
+
+
+def _checks(min_free: int | None, max_util: float | None, excluded: frozenset[str]) -> list[Check]:
+    checks: list[Check] = [lambda g: None if g.visible else "hidden by CUDA_VISIBLE_DEVICES",
+                           lambda g: "excluded" if g.key in excluded else None]
+    if min_free is not None:
+        checks.append(lambda g: None if g.memory_free >= min_free else
+                      f"{format_bytes(g.memory_free)} free < {format_bytes(min_free)}")
+    if max_util is not None:
+        checks.append(lambda g: "utilization unknown" if g.utilization is None else None
+                      if g.utilization <= max_util else f"utilization {g.utilization:.0%} > {max_util:.0%}")
+    return checks
+
+
+def _first_failure(gpu: GpuInfo, checks: list[Check]) -> str | None:
+    return next((why for why in (check(gpu) for check in checks) if why), None)
+
+
+_SORT_KEYS: dict[str, Callable[[GpuInfo], tuple]] = {
+    "free_memory": lambda g: (-g.memory_free, _nvml_order(g)),
+    "utilization": lambda g: (g.utilization if g.utilization is not None else 2.0, -g.memory_free, _nvml_order(g)),
+    "index": _nvml_order,
+}
+
+
+def _choose(spec: DeviceSpec, inventory: Inventory, failures: dict[str, str | None],
+            order: str, filters: str) -> list[GpuInfo]:
+    if spec.kind == "none":
+        return []
+    if spec.kind == "explicit":
+        named = [_resolve(k, inventory, "GPU spec", spec.text) for k in spec.keys]
+        bad = [g for g in named if failures[g.key]]
+        if bad:
+            raise SelectionError(
+                f"GPU spec {spec.text!r}: " + "; ".join(f"GPU {g.key} is {failures[g.key]}" for g in bad)
+                + f". {_summary(inventory, failures)}",
+                hint="choose other GPUs, relax the filters, or use 'auto:N' to let tfdevices choose.")
+        return named
+    passing = [g for g in inventory.gpus if not failures[g.key]]
+    if spec.kind == "all":
+        if not passing and filters and inventory.gpus:
+            raise SelectionError(f"GPU spec 'all' with {filters}: no GPU qualifies. {_summary(inventory, failures)}",
+                                 hint="relax the filters, or use 'none' for the CPU.")
+        return passing
+    if len(passing) < (spec.count or 0):
+        raise SelectionError(
+            f"GPU spec {spec.text!r}{' with ' + filters if filters else ''}: only {len(passing)} of "
+            f"{len(inventory.gpus)} GPUs qualify. {_summary(inventory, failures)}",
+            hint=f"ask for at most auto:{len(passing)}, relax the filters, or wait for GPUs to free up."
+            if passing else "relax the filters, or use 'none' for the CPU." if inventory.gpus
+            else "use 'none' (or 'all', which falls back to the CPU) on a machine without GPUs.")
+    return sorted(passing, key=_SORT_KEYS[order])[:spec.count]
+
+
+def _summary(inventory: Inventory, failures: dict[str, str | None]) -> str:
+    if not inventory.gpus:
+        return f"This machine has no GPU ({inventory.reason or 'none found'})."
+    parts = [f"GPU {g.key}: {failures[g.key] or 'ok'}" for g in inventory.gpus]
+    return "GPUs: " + "; ".join(parts) + "."
+
+
+def _reason(gpu: GpuInfo, spec: DeviceSpec, failure: str | None, taken: bool) -> str:
+    detail = f"{gpu.name}, {format_bytes(gpu.memory_free)} free" + (
+        f", {gpu.utilization:.0%} busy" if gpu.utilization is not None else "")
+    if taken:
+        return f"taken ({detail})"
+    if failure:
+        return f"{failure} ({detail})"
+    if spec.kind == "none":
+        return "spec 'none': CPU only"
+    if spec.kind == "auto":
+        return f"not among the best {spec.count} ({detail})"
+    return f"not named in {spec.text!r}"

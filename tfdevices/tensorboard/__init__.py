@@ -1,0 +1,21 @@
+"""Placement in TensorBoard: the writer and reader of placement runs and the Keras
+callbacks that capture a training step.
+
+``import tfdevices.tensorboard`` does not import TensorFlow or TensorBoard.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tfdevices.tensorboard.writer import format_placement, merged_graph_def, read_placement, write_placement
+
+__all__ = ["PlacementLogger", "format_placement", "merged_graph_def", "read_placement", "write_placement"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "PlacementLogger":
+        from tfdevices.tensorboard.callbacks import PlacementLogger
+
+        return PlacementLogger
+    raise AttributeError(f"module 'tfdevices.tensorboard' has no attribute {name!r}")
