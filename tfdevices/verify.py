@@ -771,6 +771,7 @@ class _Graph:
         self._graph = graph
         self._ops: dict[str, Any] = {}
         self._inner: dict[str, _Graph | None] = {}
+        self._asked: dict[str, str] = {}
         if graph is not None:
             cached = _OPS_BY_NAME.get(graph)
             if cached is None:
@@ -794,6 +795,13 @@ class _Graph:
 
     def op(self, name: str) -> Any:
         return self.find(name)[0]
+
+    def asked(self, op: Any) -> str:
+        """The device ``op`` asked for (read from TensorFlow once per op)."""
+        device = self._asked.get(op.name)
+        if device is None:
+            device = self._asked[op.name] = op.device
+        return device
 
     def _called(self, call_name: str) -> _Graph | None:
         if call_name not in self._inner:
@@ -854,8 +862,8 @@ def _model_ops(graph: _Graph, name: str, kernel: str) -> list[tuple[str, str, st
     if _is_fused(kernel):
         chain = _fused_chain(op, _base_type(kernel))
         if chain is not None:
-            return [(o.name, o.type, o.device) for o in chain]
-    return [(op.name, op.type, op.device)]
+            return [(o.name, o.type, graph.asked(o)) for o in chain]
+    return [(op.name, op.type, graph.asked(op))]
 
 
 # ----------------------------------------------------------------------------- what Python saw: calls and graphs
@@ -977,7 +985,7 @@ def _root(context: int, parents: dict[int, int]) -> int:
 
 
 def _us(ps: int) -> float:
-    return round(ps / 1e6, 3)
+    return ps // 1000 / 1000  # nanosecond resolution
 
 
 def _union(spans: list[tuple[int, int]]) -> int:
@@ -1024,7 +1032,14 @@ def _send_devices(kernel: _Kernel) -> tuple[str, str]:
 
 def _fallback_device(kernels: list[_Kernel], graph: _Graph, call: _Call | None) -> str:
     """The device of a partition that copied nothing: the one its ops asked for, else the call's."""
-    asked = {graph.op(k.name).device for k in kernels if graph.op(k.name) is not None and graph.op(k.name).device}
+    asked = set()
+    for kernel in kernels:
+        op = graph.op(kernel.name)
+        device = graph.asked(op) if op is not None else ""
+        if device:
+            asked.add(device)
+            if len(asked) > 1:
+                break
     if len(asked) == 1:
         return asked.pop()
     if call is not None and call.device:
