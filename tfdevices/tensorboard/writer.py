@@ -30,7 +30,7 @@ from typing import Any
 
 from tfdevices.core._tf import import_tf
 from tfdevices.core.errors import InputError
-from tfdevices.verify import PlacementReport
+from tfdevices.verify import PlacementReport, _gc_paused
 
 __all__ = ["format_placement", "merged_graph_def", "read_placement", "write_placement"]
 
@@ -111,7 +111,7 @@ def write_placement(report: PlacementReport, logdir: str | os.PathLike[str], ste
     logdir = os.fspath(logdir)
     writer = tf.summary.create_file_writer(logdir)
     try:
-        with writer.as_default():
+        with writer.as_default(), _gc_paused():
             if report.graphs:
                 graph_def = tf.compat.v1.GraphDef.FromString(merged_graph_def(report).SerializeToString())
                 tf.summary.graph(graph_def)
