@@ -336,17 +336,17 @@ class PlacementReport:
             and transfers.
         copies: every cross-device transfer; filter with :meth:`transfers`.
         collectives: the collective ops (all-reduce and friends).
-        graphs: each function's graph as the program wrote it, every node carrying the
-            device it ran on (``""`` for nodes that did not run as written), as
-            ``(namespace, serialized GraphDef)``, one namespace per call; what
-            ``tfdevices.tensorboard`` writes.
+        graphs: each called function's graph as the program wrote it, as
+            ``(namespace, graph)``, one namespace per call; ``graph`` is TensorFlow's
+            traced graph (or a serialized GraphDef). ``tfdevices.tensorboard`` writes
+            them with every node's executed device.
         busy_us: per device, the microseconds during which at least one of its kernels ran.
     """
 
     ops: tuple[OpPlacement, ...]
     copies: tuple[Transfer, ...] = ()
     collectives: tuple[Collective, ...] = ()
-    graphs: tuple[tuple[str, bytes], ...] = field(default=(), repr=False, compare=False)
+    graphs: tuple[tuple[str, Any], ...] = field(default=(), repr=False, compare=False)
     busy_us: dict[str, float] = field(default_factory=dict)
 
     # -- queries
@@ -945,7 +945,7 @@ class _Built:
     ops: list[OpPlacement] = field(default_factory=list)
     copies: list[Transfer] = field(default_factory=list)
     collectives: list[Collective] = field(default_factory=list)
-    graphs: list[tuple[str, bytes]] = field(default_factory=list)
+    graphs: list[tuple[str, Any]] = field(default_factory=list)
     spans: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
 
 
@@ -1091,8 +1091,8 @@ def _add_function(built: _Built, index: int, graph: _Graph, call: _Call | None, 
                 op = graph.op(kernel.name)
                 built.collectives.append(Collective(kernel.name, kernel.kernel, device, _attr(op, "merge_op"),
                                                     _attr(op, "T"), index))
-    if graph._graph is not None:  # the writer puts each node's executed device in (tfdevices.tensorboard)
-        built.graphs.append((f"call_{index:03d}", graph._graph.as_graph_def().SerializeToString()))
+    if graph._graph is not None:  # serialized by the writer, which puts each node's executed device in
+        built.graphs.append((f"call_{index:03d}", graph._graph))
 
 
 def _transfer(send: _Kernel, graph: _Graph, recvs: dict[str, tuple[int, _Kernel]], call: int,
