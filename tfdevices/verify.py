@@ -725,7 +725,9 @@ def _read_host_plane(plane: Any, trace: _Trace) -> None:
     kernels = trace.kernels
     for line in plane.lines:
         base = line.timestamp_ns * 1000
-        process_end, process = 0, 0  # the executor step (context) being read
+        # The executor context of the last step read on this thread: its kernels follow it (a step's
+        # own span is sometimes missing from the trace, its kernels are not).
+        process_end, process = 0, 0
         current: _Execution | None = None
         for event in line.events:
             kind = kinds.get(event.metadata_id)
@@ -738,15 +740,14 @@ def _read_host_plane(plane: Any, trace: _Trace) -> None:
                     current.xla = True  # the function ran as one compiled XLA executable
                     continue
                 stats = _stats(event, names) if kernel in TRANSFER_OPS else None
-                kernels.append(_Kernel(name, kernel, start, event.duration_ps,
-                                       process if start < process_end else 0, stats))
+                kernels.append(_Kernel(name, kernel, start, event.duration_ps, process, stats))
             elif code == _PROCESS:
                 process_end = start + event.duration_ps
                 process = next((int(_stat_value(s, names)) for s in event.stats if s.metadata_id == context_stat), 0)
             elif code == _ASYNC:  # an asynchronous kernel (_Recv, collectives) starts
                 stats = _stats(event, names)
                 kernels.append(_Kernel(str(stats.get("name", "")), str(stats.get("kernel_type", "")), start,
-                                       event.duration_ps, process if start < process_end else 0))
+                                       event.duration_ps, process))
             elif code == _EAGER:
                 stats = _stats(event, names)
                 current = _Execution(str(stats.get("eager_op", "")), bool(stats.get("is_func")), start,
