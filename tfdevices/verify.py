@@ -657,6 +657,7 @@ class _Trace:
     executions: list[_Execution] = field(default_factory=list)
     kernels: list[_Kernel] = field(default_factory=list)
     parents: dict[int, int] = field(default_factory=dict)  # nested function context -> caller context
+    outside: set[int] = field(default_factory=set)  # contexts of runs outside any call (tf.data ...)
 
 
 @contextlib.contextmanager
@@ -698,7 +699,25 @@ def read_trace(data: bytes) -> _Trace:
             if plane.name == "/host:CPU":
                 _read_host_plane(plane, trace)
     trace.executions.sort(key=lambda e: e.start_ps)
+    _claim_orphans(trace)
     return trace
+
+
+def _claim_orphans(trace: _Trace) -> None:
+    """Gives executor contexts whose ``FunctionRun`` is missing from the trace to the call that ran them.
+
+    A context is claimed by the function call whose span holds its first kernel.
+    """
+    known = set(trace.parents) | trace.outside | {c for e in trace.executions for c in e.contexts}
+    first: dict[int, int] = {}
+    for kernel in trace.kernels:
+        if kernel.context and kernel.context not in known and kernel.context not in first:
+            first[kernel.context] = kernel.start_ps
+    calls = [e for e in trace.executions if e.is_function and e.contexts]
+    for context, start in first.items():
+        owner = next((e for e in calls if e.start_ps <= start <= e.start_ps + e.duration_ps), None)
+        if owner is not None:
+            owner.contexts.append(context)
 
 
 _KERNEL, _PROCESS, _ASYNC, _EAGER, _RUN = range(5)
@@ -759,7 +778,8 @@ def _read_host_plane(plane: Any, trace: _Trace) -> None:
                     current.contexts.append(produced)
                 elif start < process_end:
                     trace.parents[produced] = process  # a function called from inside a function
-                # else: a run outside any call or step (tf.data and the like): not reported
+                else:  # a run outside any call or step (tf.data and the like): not reported
+                    trace.outside.add(produced)
 
 
 def _stats(event: Any, names: dict[int, str]) -> dict[str, Any]:
