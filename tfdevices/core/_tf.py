@@ -40,7 +40,7 @@ def import_tf() -> ModuleType:
         ) from None
     if not _autograph_told:
         _leave_to_python()
-        _quiet_python_logs()
+        _quiet_python_logs(tf)
     return tf
 
 
@@ -74,10 +74,19 @@ def _import_quietly() -> ModuleType:
     return tensorflow
 
 
-def _quiet_python_logs() -> None:
-    """Hides TensorFlow's Python INFO lines unless a level was chosen for them."""
+def _quiet_python_logs(tf: ModuleType) -> None:
+    """Hides TensorFlow's Python INFO lines unless a level was chosen for them.
+
+    TensorFlow sets its own default on first use: INFO in interactive sessions such as
+    Jupyter (``INFO:tensorflow:Using MirroredStrategy ...``), none elsewhere (absl apps
+    then show INFO). Either default becomes WARNING; a level the program set does not.
+    """
     logger = logging.getLogger("tensorflow")
-    if logger.level != logging.NOTSET or _verbosity_given():
+    before = logger.level
+    tf.get_logger()  # TensorFlow's defaults apply now, not after this
+    interactive = hasattr(sys, "ps1") or bool(sys.flags.interactive)  # TensorFlow's own test
+    default = logging.INFO if interactive else logging.NOTSET
+    if _verbosity_given() or before not in (logging.NOTSET, default) or logger.level not in (logging.NOTSET, default):
         return
     logger.setLevel(logging.WARNING)
 
