@@ -381,11 +381,16 @@ def test_parent_release_frees_the_gpu_while_a_forked_child_lives(tmp_path) -> No
     locks = str(tmp_path)
     res = reserve("0", inv, lock_dir=locks)
     read, write = os.pipe()
+    ready_read, ready_write = os.pipe()
     pid = os.fork()
     if pid == 0:  # a child that outlives the release (a DataLoader worker, a forked server ...)
         os.close(write)
+        os.write(ready_write, b"r")  # after fork's child hooks ran
         os.read(read, 1)
         os._exit(0)
+    os.read(ready_read, 1)
+    os.close(ready_read)
+    os.close(ready_write)
     try:
         res.release()
         with reserve("0", inv, lock_dir=locks) as again:  # not blocked by the child's inherited copies

@@ -353,10 +353,9 @@ def _attempt(request: object, inventory: Inventory, wanted: tuple[GpuInfo, ...],
              min_free: object, max_util: object
              ) -> tuple[Selection, dict[str, _Claim], tuple[Holder, ...]] | dict[str, Holder]:
     """One try under the directory lock: the claims made, or who holds what. Never leaks a claim."""
-    free: dict[str, _Claim] = {}
-    try:
-        with _directory_lock(directory):
-            free, held, cleaned = _probe(directory, inventory)
+    with _directory_lock(directory):
+        free, held, cleaned = _probe(directory, inventory)
+        try:  # what is not kept is closed before the directory lock goes, so the next caller sees it free
             chosen = _choose(request, inventory, wanted, exact, free, min_free, max_util)
             if chosen is None:
                 return held
@@ -368,9 +367,9 @@ def _attempt(request: object, inventory: Inventory, wanted: tuple[GpuInfo, ...],
                 free.update(keep)
                 raise
             return chosen, keep, cleaned
-    finally:
-        for claim in free.values():
-            claim.close(unlock=True)
+        finally:
+            for claim in free.values():
+                claim.close(unlock=True)
 
 
 def _select(request: object, inventory: Inventory, exclude: list[str] | None, min_free: object,
