@@ -56,7 +56,10 @@ def test_plan_ranks_matches_gpu_for_rank_rank_by_rank():
                    dict(gpus=[0, 1, 2], mapping="weighted", speeds={0: 3.0, 1: 2.0, 2: 1.0}, share=True),
                    dict(gpus=[]), dict(gpus=inv.eight())):
         plans = plan_ranks(ONE, local_world_size=4, **kwargs)
-        assert plans == tuple(gpu_for_rank(ONE, local_rank=r, local_world_size=4, **kwargs) for r in range(4))
+        assert tuple(plans) == tuple(gpu_for_rank(ONE, local_rank=r, local_world_size=4, **kwargs) for r in range(4))
+        assert plans[-1] == plans[3] and plans[1:3] == tuple(plans)[1:3] and len(plans) == 4
+    with pytest.raises(IndexError, match="local rank 4 is out of range 0..3"):
+        plan_ranks(ONE, [0, 1], local_world_size=4, share=True)[4]
 
 
 @pytest.mark.parametrize("n", [1000, 16_000])

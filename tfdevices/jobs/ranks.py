@@ -150,14 +150,15 @@ def gpu_for_rank(info: LaunchInfo | None = None, gpus: object = None, *,
 
 def plan_ranks(info: LaunchInfo | None = None, gpus: object = None, *, local_world_size: int | None = None,
                mapping: str | Sequence[int | Sequence[int]] | MapFunction = "sequential",
-               speeds: Speeds | None = None, share: bool = False) -> tuple[GpuAssignment, ...]:
-    """The assignment of every local rank, planned once: linear in the number of ranks.
+               speeds: Speeds | None = None, share: bool = False) -> RankPlan:
+    """Every local rank's assignment from one plan: linear in the number of ranks.
 
     Same arguments and checks as :func:`gpu_for_rank` (without ``local_rank``); a
     launcher that starts N processes calls this once instead of ``gpu_for_rank`` N times.
 
     Returns:
-        One :class:`GpuAssignment` per local rank, in rank order.
+        A :class:`RankPlan`: a sequence of one :class:`GpuAssignment` per local rank,
+        each built when it is read.
 
     >>> [a.gpus for a in plan_ranks(local_world_size=4, gpus=[0, 1], share=True)]
     [(0,), (1,), (0,), (1,)]
@@ -166,8 +167,34 @@ def plan_ranks(info: LaunchInfo | None = None, gpus: object = None, *, local_wor
     size = _local_size(info, local_world_size)
     candidates, origin = _candidates(info, gpus)
     method, plan = _plan(size, candidates, mapping, speeds, share)
-    planned = _Planned(plan, candidates, origin, method, speeds)
-    return tuple(planned.assignment(rank) for rank in range(size))
+    return RankPlan(_Planned(plan, candidates, origin, method, speeds))
+
+
+class RankPlan(Sequence[GpuAssignment]):
+    """The assignments of every local rank (see :func:`plan_ranks`); ``plan[r]`` is local rank r's.
+
+    Attributes:
+        plan: the GPUs of every local rank, indexed by local rank.
+        candidates: the GPUs offered, in order.
+        method: how ranks were mapped.
+    """
+
+    def __init__(self, planned: _Planned) -> None:
+        self._planned = planned
+        self.plan, self.candidates, self.method = planned.plan, planned.candidates, planned.method
+
+    def __len__(self) -> int:
+        return len(self.plan)
+
+    def __getitem__(self, rank):  # type: ignore[no-untyped-def]
+        if isinstance(rank, slice):
+            return tuple(self._planned.assignment(r) for r in range(len(self.plan))[rank])
+        if not -len(self.plan) <= rank < len(self.plan):
+            raise IndexError(f"local rank {rank} is out of range 0..{len(self.plan) - 1}")
+        return self._planned.assignment(rank % len(self.plan))
+
+    def __repr__(self) -> str:
+        return f"RankPlan({len(self.plan)} local ranks, {self.method}, GPUs {_listed(self.candidates)})"
 
 
 def _listed(indices: Sequence[int]) -> str:
@@ -338,22 +365,33 @@ class _Planned:
         self.total = sum(self.speed[g] for g in self.users if g in self.speed)
         unused = [c for c in candidates if c not in self.users]
         self.unused = f"; GPU(s) {_listed(unused)} left unused" if unused else ""
+        self._facts: dict[tuple[int, ...], tuple[float | None, float | None, str | None]] = {}
 
     def assignment(self, rank: int) -> GpuAssignment:
         mine = self.plan[rank]
-        most = max((self.users[g] for g in mine), default=0)
-        fraction = 1.0 / most if most > 1 else None
-        share = None
-        if self.method == "weighted" and mine:
-            share = sum(self.speed[g] / self.users[g] for g in mine) / self.total
-        elif self.plan:
-            share = 1.0 / len(self.plan)
-        if not self.candidates and self.method in MAPPINGS:
-            reason = "no GPU to map: every rank runs on the CPU"
-        elif fraction is not None:
-            reason = f"{self.users[mine[0]]} ranks share GPU {mine[0]}: cap each at {fraction:.0%} of its memory"
-        else:
+        fraction, share, reason = self._shared_facts(mine)
+        if reason is None:
             reason = f"local rank {rank} of {len(self.plan)} takes GPU(s) {join_indices(mine) or 'none (CPU)'}"
         return GpuAssignment(rank, mine, self.plan, self.candidates, self.origin, self.method, fraction, share,
                              reason + self.unused)
+
+    def _shared_facts(self, mine: tuple[int, ...]) -> tuple[float | None, float | None, str | None]:
+        """Memory fraction, work share and (unless it names the rank) the reason: the same for every rank
+        with these GPUs, so computed once per distinct GPU set."""
+        facts = self._facts.get(mine)
+        if facts is None:
+            most = max((self.users[g] for g in mine), default=0)
+            fraction = 1.0 / most if most > 1 else None
+            share = None
+            if self.method == "weighted" and mine:
+                share = sum(self.speed[g] / self.users[g] for g in mine) / self.total
+            elif self.plan:
+                share = 1.0 / len(self.plan)
+            reason = None
+            if not self.candidates and self.method in MAPPINGS:
+                reason = "no GPU to map: every rank runs on the CPU"
+            elif fraction is not None:
+                reason = f"{self.users[mine[0]]} ranks share GPU {mine[0]}: cap each at {fraction:.0%} of its memory"
+            facts = self._facts[mine] = (fraction, share, reason)
+        return facts
 
