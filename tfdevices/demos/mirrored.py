@@ -54,7 +54,8 @@ def main(argv: list[str]) -> None:
     if not FLAGS["verbosity"].present:
         absl_logging.set_verbosity(absl_logging.WARNING)  # TensorFlow's per-step INFO lines drown the output
     print(tfdevices.discover().table(), "\n", flush=True)
-    setup = tfd_flags.configure_from_flags(cpu_virtual_devices=CPU_DEVICES)
+    with tfd_flags.usage_errors():  # --batch_size below the replica count: a usage error before TensorFlow starts
+        setup = tfd_flags.configure_from_flags(cpu_virtual_devices=CPU_DEVICES, global_batch_size=FLAGS.batch_size)
     print(setup.table(), "\n", flush=True)
     tf = tfdevices.core._tf.import_tf()
     import keras

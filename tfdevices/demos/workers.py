@@ -28,11 +28,14 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     import tfdevices
+    from tfdevices.flags import check_batch_size, usage_errors
 
     if not FLAGS["verbosity"].present:
         absl_logging.set_verbosity(absl_logging.WARNING)  # TensorFlow's INFO lines drown the output
     info = tfdevices.launch_info()
     mine = tfdevices.gpu_for_rank(info, tfdevices.discover())
+    with usage_errors():  # before TensorFlow starts
+        check_batch_size(FLAGS.batch_size, info.world_size * max(1, len(mine.gpus)))
     tfdevices.configure(mine.spec)  # before TensorFlow starts: this process sees only its GPU(s)
     tf = tfdevices.core._tf.import_tf()
     import keras
