@@ -339,3 +339,30 @@ def test_mask_first_then_build():
 
 def test_keras3_fit_message_names_the_issue():
     assert "keras-team/keras#20585" in KERAS3_FIT_MESSAGE
+
+
+@pytest.mark.parametrize("mask, words", [
+    ("\u0663", "CUDA_VISIBLE_DEVICES='\u0663': '\u0663' is neither a GPU index"),  # CUDA would hide every GPU
+    ("GPU-ffff", "CUDA_VISIBLE_DEVICES='GPU-ffff': 'GPU-ffff' names no GPU"),
+    ("9", "CUDA_VISIBLE_DEVICES='9': no GPU with CUDA index 9"),
+    ("0,,1", "CUDA_VISIBLE_DEVICES='0,,1': entry 2 is empty"),
+])
+def test_auto_with_a_mask_naming_nothing_valid_is_an_error_not_a_cpu_run(mask, words):
+    """On an 8-GPU listing, a mask CUDA cannot use would leave TensorFlow on the CPU without a word."""
+    proc = run_py(f"""
+        import json, os, sys, tempfile
+        sys.modules["tensorflow"] = None  # the check comes before TensorFlow starts
+        from tests.inventories import eight
+        from tfdevices.core.errors import EnvVarError
+        path = os.path.join(tempfile.mkdtemp(), "inv.json")
+        open(path, "w").write(eight().to_json())
+        os.environ["TFDEVICES_INVENTORY"] = path
+        os.environ["CUDA_VISIBLE_DEVICES"] = {mask!r}
+        from tfdevices import build_strategy
+        try:
+            build_strategy("auto", env={{}})
+        except EnvVarError as err:
+            print(json.dumps(str(err)))
+    """)
+    said = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert said.startswith(words) and "HINT:" in said

@@ -483,6 +483,8 @@ def build_strategy(kind: str = "auto", devices: object = None, cross_device_ops:
     if kind not in KINDS:
         decide_strategy(kind, ())  # raises the StrategyError
     cluster = cluster_from_env(os.environ if env is None else env)
+    if devices is None:
+        _check_cuda_mask()
     runtime = _mask_first(devices, runtime)
     tf = import_tf()
     explicit = devices is not None
@@ -504,6 +506,15 @@ def build_strategy(kind: str = "auto", devices: object = None, cross_device_ops:
     return StrategyInfo(strategy=strategy, kind=decision.kind, devices=names, tf_devices=decision.devices,
                         cross_device_ops=ops.name, reason=f"{decision.reason}; {ops.reason}",
                         num_workers=decision.num_workers, cluster_source=cluster.source, warnings=warnings)
+
+
+def _check_cuda_mask() -> None:
+    """A ``CUDA_VISIBLE_DEVICES`` that names nothing valid is an error, not a silent run on the CPU (CUDA
+    stops at the first entry it cannot use). Discovery reads NVML, not TensorFlow, and raises EnvVarError."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", "").strip() not in ("", "-1"):
+        from tfdevices.gpus.discovery import discover
+
+        discover(env=os.environ)
 
 
 def _build_multi_worker(tf: Any, kind: str, devices: object, cross_device_ops: str,
