@@ -173,3 +173,17 @@ def test_fuzz_specs_are_bounded(spec):
         assert len(parsed.keys) <= MAX_GPUS and (parsed.count or 0) <= MAX_GPUS
         assert all(k.isascii() for k in parsed.keys)
         assert parse_spec(parsed.text) == parsed
+
+
+@pytest.mark.parametrize("spec", ["0-999999999", "auto:" + "9" * 4000, "0-1023," * 1000, 10**4000])
+def test_hostile_specs_are_refused_without_allocating(spec):
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(SpecError):
+            parse_spec(spec)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20

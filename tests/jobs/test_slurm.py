@@ -150,3 +150,22 @@ def test_fuzz_gpu_lists(text):
     else:
         assert len(indices) == len(set(indices)) <= MAX_GPUS
         assert all(0 <= i < MAX_GPUS for i in indices)
+
+
+@pytest.mark.parametrize("parse, text", [
+    (expand_nodelist, "n[0-99999]x[0-99999]"),
+    (expand_nodelist, "n[0-999999999]"),
+    (expand_tasks_per_node, "999999999(x999999999)"),
+    (parse_gpu_list, "0-999999999"),
+])
+def test_hostile_sizes_are_refused_without_allocating(parse, text):
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(TfDevicesError):
+            parse(text)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20, f"{peak} bytes allocated to refuse {text!r}"
