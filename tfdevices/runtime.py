@@ -32,7 +32,7 @@ from tfdevices.core.errors import EnvVarError, InputError, RuntimeInitializedErr
 from tfdevices.gpus.inventory import INVENTORY_ENV, Inventory
 from tfdevices.gpus.selection import Selection, select
 from tfdevices.jobs.env import VIRTUAL_DEVICES_ENV
-from tfdevices.core.units import format_bytes, parse_memory
+from tfdevices.core.units import format_bytes, parse_count, parse_memory, shown
 
 _MIB = 1024 * 1024
 _SPLIT_MARGIN = 0.95  # of a GPU's free memory shared out when splitting without memory_limit
@@ -392,7 +392,9 @@ def configure_worker(env: Mapping[str, str] | None = None) -> Any:
     value = (os.environ if env is None else env).get(VIRTUAL_DEVICES_ENV)
     if value is None:
         return None
-    if not value.strip().isdigit() or int(value) < 1:
-        raise EnvVarError(f"{VIRTUAL_DEVICES_ENV}={value!r} is not a whole number >= 1.",
+    count = parse_count(value.strip(), limit=1024)
+    if not count:
+        raise EnvVarError(f"{VIRTUAL_DEVICES_ENV}={shown(value)} is not a whole number >= 1 "
+                          "(ASCII digits, at most 1024).",
                           hint="tfdevices launch --virtual-devices N sets it; unset it otherwise.")
-    return configure(virtual_devices=int(value))
+    return configure(virtual_devices=count)
