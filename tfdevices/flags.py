@@ -34,7 +34,11 @@ from absl import flags
 
 from tfdevices.core.errors import InputError, TfDevicesError
 from tfdevices.gpus.spec import parse_spec
-from tfdevices.strategy import CROSS_DEVICE_OPS, KINDS
+from tfdevices.gpus.selection import select
+from tfdevices.runtime import configure
+from tfdevices.strategy import CROSS_DEVICE_OPS, KINDS, build_strategy
+from tfdevices.tensorboard.writer import write_placement
+from tfdevices.verify import capture
 from tfdevices.core.units import parse_memory
 
 FLAGS = flags.FLAGS
@@ -129,10 +133,6 @@ def configure_from_flags(flag_values: flags.FlagValues = FLAGS, *,
         SelectionError, RuntimeInitializedError, StrategyError: see
             :func:`tfdevices.select`, :func:`tfdevices.configure`, :func:`tfdevices.build_strategy`.
     """
-    from tfdevices.runtime import configure
-    from tfdevices.gpus.selection import select
-    from tfdevices.strategy import build_strategy
-
     fv = _parsed(flag_values)
     selection = select(fv.gpus, min_free_memory=fv.min_free_memory)
     split = fv.virtual_devices
@@ -164,9 +164,6 @@ def log_placement(fn: Callable[..., Any], *args: Any, flag_values: flags.FlagVal
     fv = _parsed(flag_values)
     if not fv.log_placement:
         return None
-    from tfdevices.verify import capture
-    from tfdevices.tensorboard import write_placement
-
     report = capture(fn, *args, **kwargs)
     write_placement(report, fv.logdir)
     return report

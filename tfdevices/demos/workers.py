@@ -15,6 +15,8 @@ weights: they are identical.
 from __future__ import annotations
 
 from absl import app, flags
+
+import tfdevices
 from absl import logging as absl_logging
 
 flags.DEFINE_integer("epochs", 2, "Epochs to train.", lower_bound=1)
@@ -27,8 +29,6 @@ FLAGS = flags.FLAGS
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    import tfdevices
-
     if not FLAGS["verbosity"].present:
         absl_logging.set_verbosity(absl_logging.WARNING)  # TensorFlow's INFO lines drown the output
     info = tfdevices.launch_info()

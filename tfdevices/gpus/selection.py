@@ -19,6 +19,7 @@ from typing import Any
 
 from tfdevices.core.errors import InputError, SelectionError, SpecError
 from tfdevices.gpus import visibility
+from tfdevices.gpus.discovery import discover
 from tfdevices.gpus.inventory import GpuInfo, Inventory
 from tfdevices.gpus.spec import DeviceSpec, parse_spec
 from tfdevices.core.units import format_bytes, parse_memory
@@ -124,8 +125,6 @@ def select(spec: object = "all", inventory: Inventory | None = None, *,
     """
     parsed = parse_spec(spec)
     if inventory is None:
-        from tfdevices.gpus.discovery import discover
-
         inventory = discover()
     min_free = None if min_free_memory is None else parse_memory(min_free_memory, what="min_free_memory")
     max_util = _check_utilization(max_utilization)
