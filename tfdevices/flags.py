@@ -16,7 +16,7 @@ Flags: ``--gpus`` (a spec: ``all``, ``none``, ``auto:2``, ``0,2``), ``--min_free
 the command line is parsed, so ``app.run`` answers a bad value with a usage
 message, before any work starts.
 
->>> from absl import flags
+>>> from absl import app, flags
 >>> fv = flags.FlagValues()
 >>> define_flags(fv)
 >>> _ = fv(["prog", "--gpus=auto:2", "--strategy=mirrored"])
@@ -32,12 +32,17 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from absl import flags
+from absl import app, flags
 
 from tfdevices.core.errors import InputError, TfDevicesError, UsageError
 from tfdevices.core.paths import check_directory
 from tfdevices.gpus.spec import parse_spec
-from tfdevices.strategy import CROSS_DEVICE_OPS, KINDS
+from tfdevices.jobs.env import launch_info
+from tfdevices.gpus.selection import select
+from tfdevices.runtime import configure
+from tfdevices.strategy import CROSS_DEVICE_OPS, KINDS, build_strategy
+from tfdevices.tensorboard.writer import write_placement
+from tfdevices.verify import capture
 from tfdevices.core.units import parse_memory
 
 FLAGS = flags.FLAGS
@@ -150,10 +155,6 @@ def configure_from_flags(flag_values: flags.FlagValues = FLAGS, *,
         SelectionError, RuntimeInitializedError, StrategyError: see
             :func:`tfdevices.select`, :func:`tfdevices.configure`, :func:`tfdevices.build_strategy`.
     """
-    from tfdevices.runtime import configure
-    from tfdevices.gpus.selection import select
-    from tfdevices.strategy import build_strategy
-
     fv = _parsed(flag_values)
     selection = select(fv.gpus, min_free_memory=fv.min_free_memory)
     split = fv.virtual_devices
@@ -184,8 +185,6 @@ def planned_replicas(strategy: str, gpus: int, split: int | None, world_size: in
     local = max(1, gpus) * (split or 1)
     if strategy == "multi_worker":
         if world_size is None:
-            from tfdevices.jobs.env import launch_info
-
             world_size = launch_info().world_size
         return local * world_size
     return local
@@ -209,8 +208,6 @@ def usage_errors() -> Iterator[None]:
     """Turns a tfdevices :class:`~tfdevices.core.errors.UsageError` into absl's ``app.UsageError``, so an
     absl app answers a bad combination of flags found after parsing (``--batch_size`` smaller than the
     replicas) with its usage message and exit status 1, as it does for a bad flag."""
-    from absl import app
-
     try:
         yield
     except UsageError as err:
@@ -237,9 +234,6 @@ def log_placement(fn: Callable[..., Any], *args: Any, flag_values: flags.FlagVal
     fv = _parsed(flag_values)
     if not fv.log_placement:
         return None
-    from tfdevices.verify import capture
-    from tfdevices.tensorboard import write_placement
-
     report = capture(fn, *args, **kwargs)
     write_placement(report, fv.logdir)
     return report

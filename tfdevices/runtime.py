@@ -27,7 +27,9 @@ import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tfdevices.core._tf import import_tf
 from tfdevices.core.devices import short_name
+from tfdevices.gpus.discovery import discover
 from tfdevices.core.errors import EnvVarError, InputError, RuntimeInitializedError, TfDevicesError
 from tfdevices.gpus.inventory import INVENTORY_ENV, Inventory
 from tfdevices.gpus.selection import Selection, select
@@ -128,8 +130,6 @@ def gpu_map(logical: Sequence[str], config: RuntimeConfig | None = None) -> dict
         return dict(config.gpu_map)
     if not any(d.startswith("GPU:") for d in logical):
         return {}
-    from tfdevices.gpus.discovery import discover
-
     return {g.key: short_name(g.tf_name) for g in discover().visible if g.tf_name}
 
 
@@ -293,8 +293,6 @@ def _gpu_limits(sel: Selection | None, count: int, limit: int | None, split: int
 def _apply(sel: Selection | None, growth: bool | None, limit: int | None, split: int | None) -> RuntimeConfig:
     """Carries out the plan: the only place that sets the environment or calls tf.config."""
     global _CURRENT
-    from tfdevices.core._tf import import_tf
-
     tf_imported = "tensorflow" in sys.modules
     quiet_tensorflow_logs()
     count = None if sel is not None else len(import_tf().config.list_physical_devices("GPU"))

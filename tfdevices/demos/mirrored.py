@@ -18,7 +18,9 @@ from typing import Any
 from absl import app, flags
 from absl import logging as absl_logging
 
+import tfdevices
 from tfdevices import flags as tfd_flags
+from tfdevices.training import train
 
 tfd_flags.define_flags()
 flags.DEFINE_integer("epochs", 2, "Epochs to train.", lower_bound=1)
@@ -49,8 +51,6 @@ def make_model(keras: Any) -> Any:
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    import tfdevices
-
     if not FLAGS["verbosity"].present:
         absl_logging.set_verbosity(absl_logging.WARNING)  # TensorFlow's per-step INFO lines drown the output
     print(tfdevices.discover().table(), "\n", flush=True)
@@ -67,8 +67,6 @@ def main(argv: list[str]) -> None:
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     logdir = FLAGS.logdir
     if info.kind == "multi_worker":
-        from tfdevices.training import train
-
         start = time.perf_counter()
         result = train(info, lambda: make_model(keras), data, loss=loss,
                        optimizer_fn=lambda: keras.optimizers.Adam(1e-3), epochs=FLAGS.epochs,

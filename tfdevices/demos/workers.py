@@ -15,7 +15,10 @@ weights: they are identical.
 from __future__ import annotations
 
 from absl import app, flags
+
+import tfdevices
 from absl import logging as absl_logging
+from tfdevices.flags import check_batch_size, usage_errors
 
 flags.DEFINE_integer("epochs", 2, "Epochs to train.", lower_bound=1)
 flags.DEFINE_integer("steps_per_epoch", 8, "Batches per epoch.", lower_bound=1)
@@ -27,9 +30,6 @@ FLAGS = flags.FLAGS
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    import tfdevices
-    from tfdevices.flags import check_batch_size, usage_errors
-
     if not FLAGS["verbosity"].present:
         absl_logging.set_verbosity(absl_logging.WARNING)  # TensorFlow's INFO lines drown the output
     info = tfdevices.launch_info()

@@ -18,12 +18,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tfdevices.core.errors import InputError, SelectionError, SpecError
+from tfdevices.gpus import visibility
+from tfdevices.gpus.discovery import discover
 from tfdevices.gpus.inventory import GpuInfo, Inventory
 from tfdevices.gpus.spec import DeviceSpec, parse_spec
 from tfdevices.core.units import format_bytes, parse_memory, shown
 
 ORDERS = ("free_memory", "utilization", "index")
-HIDE_ALL = "-1"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,9 +61,7 @@ class Selection:
     @property
     def cuda_visible_devices(self) -> str:
         """The mask: NVML indices (MIG UUIDs for MIG instances), ``"-1"`` for no GPU."""
-        if not self.gpus:
-            return HIDE_ALL
-        return ",".join(g.uuid if g.mig_index is not None else str(g.index) for g in self.gpus)
+        return visibility.mask(self.gpus)
 
     @property
     def tf_names(self) -> tuple[str, ...]:
@@ -71,7 +70,7 @@ class Selection:
 
     def env(self) -> dict[str, str]:
         """The environment that applies this selection in a process not yet using CUDA."""
-        return {"CUDA_VISIBLE_DEVICES": self.cuda_visible_devices, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+        return visibility.mask_env(self.gpus)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -126,8 +125,6 @@ def select(spec: object = "all", inventory: Inventory | None = None, *,
     """
     parsed = parse_spec(spec)
     if inventory is None:
-        from tfdevices.gpus.discovery import discover
-
         inventory = discover()
     min_free = None if min_free_memory is None else parse_memory(min_free_memory, what="min_free_memory")
     max_util = _check_utilization(max_utilization)

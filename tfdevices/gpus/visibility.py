@@ -34,6 +34,7 @@ from tfdevices.core.units import is_digits, parse_count, shown
 from tfdevices.gpus.inventory import GpuInfo, Inventory
 
 VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
+HIDE_ALL = "-1"  # the mask that hides every GPU
 ORDER_ENV = "CUDA_DEVICE_ORDER"
 ORDERS = ("FASTEST_FIRST", "PCI_BUS_ID")
 NOTE_PREFIX = "CUDA order"  # every note this module writes starts so; recomputing replaces them
@@ -381,3 +382,28 @@ def apply(inventory: Inventory, env: Mapping[str, str], *,
     return dataclasses.replace(inventory, gpus=vis.gpus, notes=kept + vis.notes, reason=reason,
                                cuda_visible_devices=env.get(VISIBLE_ENV),
                                cuda_device_order=env.get(ORDER_ENV))
+
+
+def mask(gpus: Sequence[GpuInfo | int]) -> str:
+    """The ``CUDA_VISIBLE_DEVICES`` value that shows exactly ``gpus``, in that order.
+
+    The one place tfdevices builds a mask: selection, rank mapping, reservation and
+    the launcher all call it. A GPU is its NVML index (``CUDA_DEVICE_ORDER=PCI_BUS_ID``
+    makes CUDA number GPUs as NVML does); a MIG instance is its UUID.
+
+    >>> mask([2, 0]), mask([])
+    ('2,0', '-1')
+    """
+    if not gpus:
+        return HIDE_ALL
+    return ",".join(str(g) if isinstance(g, int) else g.uuid if g.mig_index is not None else str(g.index)
+                    for g in gpus)
+
+
+def mask_env(gpus: Sequence[GpuInfo | int]) -> dict[str, str]:
+    """The environment that shows exactly ``gpus`` to a process not yet using CUDA.
+
+    >>> mask_env([1])
+    {'CUDA_VISIBLE_DEVICES': '1', 'CUDA_DEVICE_ORDER': 'PCI_BUS_ID'}
+    """
+    return {VISIBLE_ENV: mask(gpus), ORDER_ENV: "PCI_BUS_ID"}

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Union
 
 from tfdevices.core.errors import LaunchError, SelectionError
+from tfdevices.gpus import visibility
 from tfdevices.core.units import shown
 from tfdevices.gpus.inventory import Inventory
 from tfdevices.jobs.env import RANK_GPUS, LaunchInfo, launch_info
@@ -65,7 +66,7 @@ class GpuAssignment:
     @property
     def cuda_visible_devices(self) -> str:
         """The mask for this rank (``"-1"``: no GPU)."""
-        return join_indices(self.gpus) if self.gpus else "-1"
+        return visibility.mask(self.gpus)
 
     @property
     def shared(self) -> bool:
@@ -74,8 +75,7 @@ class GpuAssignment:
 
     def env(self) -> dict[str, str]:
         """Variables that apply this assignment in a process not yet using CUDA."""
-        return {"CUDA_VISIBLE_DEVICES": self.cuda_visible_devices, "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-                RANK_GPUS: join_indices(self.gpus)}
+        return {**visibility.mask_env(self.gpus), RANK_GPUS: join_indices(self.gpus)}
 
     def table(self) -> str:
         """Every local rank's GPUs; this rank marked with ``*``."""
