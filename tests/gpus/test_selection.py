@@ -196,3 +196,13 @@ def test_first_overlap_is_linear_and_exact():
     assert first_overlap(gpus) is None
     (i, _), (j, _) = first_overlap(gpus + [gpus[500]])
     assert (i, j) == (500, 1000)
+
+
+def test_errors_on_a_large_machine_stay_short():
+    machine = Inventory(gpus=tuple(inv.gpu(i, "A100", 80, 1, 0.9, uuid=f"GPU-{i:04d}-big") for i in range(1000)),
+                        source="nvml")
+    for call in (lambda: select("auto:2", machine, min_free_memory="8GiB"), lambda: select("1023", machine),
+                 lambda: select("GPU-9999", machine)):
+        with pytest.raises((SpecError, SelectionError)) as err:
+            call()
+        assert "more" in str(err.value) and len(str(err.value)) < 1500

@@ -329,8 +329,9 @@ def _choose(spec: DeviceSpec, inventory: Inventory, failures: dict[str, str | No
 def _summary(inventory: Inventory, failures: dict[str, str | None]) -> str:
     if not inventory.gpus:
         return f"This machine has no GPU ({inventory.reason or 'none found'})."
-    parts = [f"GPU {g.key}: {failures[g.key] or 'ok'}" for g in inventory.gpus]
-    return "GPUs: " + "; ".join(parts) + "."
+    parts = [f"GPU {g.key}: {failures[g.key] or 'ok'}" for g in inventory.gpus[:16]]
+    more = f"; and {len(inventory.gpus) - 16} more" if len(inventory.gpus) > 16 else ""
+    return "GPUs: " + "; ".join(parts) + more + "."
 
 
 def _reason(gpu: GpuInfo, spec: DeviceSpec, failure: str | None, taken: bool) -> str:

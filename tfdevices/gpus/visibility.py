@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from tfdevices.core.errors import EnvVarError
 from tfdevices.core.units import is_digits, parse_count, shown
@@ -290,10 +290,17 @@ def _existing(enumeration: Sequence[GpuInfo], source: str) -> str:
     if not enumeration:
         return f"this machine has no GPU CUDA can use ({source})"
     by_key = sorted(enumeration, key=lambda g: (g.index, g.mig_index if g.mig_index is not None else -1))
-    text = f"this machine has GPUs {', '.join(_label(g) for g in by_key)} ({source})"
+    text = f"this machine has GPUs {_first(_label(g) for g in by_key)} ({source})"
     if [g.key for g in by_key] != [g.key for g in enumeration]:
-        text += f"; CUDA indices 0..{len(enumeration) - 1} are, in order, {', '.join(g.key for g in enumeration)}"
+        text += f"; CUDA indices 0..{len(enumeration) - 1} are, in order, {_first(g.key for g in enumeration)}"
     return text
+
+
+def _first(items: Iterable[str], shown_items: int = 16) -> str:
+    """``"a, b, c"``, the first ``shown_items`` of them and how many more, so a message stays one short line."""
+    items = list(items)
+    more = f" and {len(items) - shown_items} more" if len(items) > shown_items else ""
+    return ", ".join(items[:shown_items]) + more
 
 
 def _match(tokens: Sequence[MaskToken], mask: str, enumeration: Sequence[GpuInfo], gpus: Sequence[GpuInfo],
