@@ -460,7 +460,8 @@ def _lock_file(path: str, *, blocking: bool) -> int | None:
 @contextlib.contextmanager
 def _directory_lock(directory: str) -> Iterator[None]:
     fd = _lock_file(os.path.join(directory, _SELECT_LOCK), blocking=True)
-    assert fd is not None  # a blocking lock is always granted
+    if fd is None:  # a blocking flock waits rather than refuse; kept for the type checker
+        raise ReservationError(f"lock directory {directory!r}: the directory lock was refused.", hint=_HINT)
     try:
         yield
     finally:

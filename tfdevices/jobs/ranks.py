@@ -288,7 +288,8 @@ def _given_plan(size: int, candidates: tuple[int, ...], mapping: object
     if callable(mapping):
         return "function", tuple(_checked(mapping(r, candidates), candidates, allowed,
                                           f"mapping function for local rank {r}") for r in range(size))
-    assert isinstance(mapping, (list, tuple))
+    if not isinstance(mapping, (list, tuple)):
+        raise LaunchError(f"mapping={shown(mapping)}: expected a list or a function.", hint="e.g. mapping=[2, 3].")
     if len(mapping) < size:
         raise LaunchError(f"mapping={shown(list(mapping))} has {len(mapping)} entr(ies) for {size} local ranks.",
                           hint="give one GPU (or list of GPUs) per local rank.")
