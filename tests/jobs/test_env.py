@@ -396,3 +396,11 @@ def test_16000_task_slurm_step_is_read():
                 SLURM_NODEID=str(n - 1))
     info = launch_info(env)
     assert (info.rank, info.world_size, info.node_rank, len(info.nodes)) == (n - 1, n, n - 1, n)
+
+
+def test_table_of_a_16000_node_step_stays_short():
+    n = 16_000
+    env = slurm(n - 1, 0, n, SLURM_STEP_NODELIST=",".join(f"node{i:05d}" for i in range(n)),
+                SLURM_STEP_TASKS_PER_NODE=f"1(x{n})", SLURM_NODEID=str(n - 1))
+    table = launch_info(env).table()
+    assert "(16,000 in all)" in table and "(159999 chars)" in table and len(table) < 2000

@@ -110,12 +110,13 @@ class LaunchInfo:
                  f"{'?' if self.local_world_size is None else self.local_world_size}"
                  + ("" if self.node_rank is None else f", node {self.node_rank}")]
         if self.nodes:
-            lines.append("nodes: " + ",".join(self.nodes))
+            shown_nodes = ",".join(self.nodes[:16]) + (f",... ({len(self.nodes):,} in all)" if len(self.nodes) > 16 else "")
+            lines.append("nodes: " + shown_nodes)
         if self.gpus is not None:
             lines.append(f"allocated GPUs: {join_indices(self.gpus)} (from {self.gpus_variable})")
         if self.assigned_gpus is not None:
             lines.append(f"assigned GPUs: {join_indices(self.assigned_gpus)} (from {RANK_GPUS})")
-        lines += [f"  {name}={value}" for name, value in self.variables]
+        lines += [f"  {name}={value if len(value) <= 200 else shown(value, 200)}" for name, value in self.variables]
         if self.ignored:
             lines.append("ignored: " + ", ".join(self.ignored))
         lines += [f"note: {n}" for n in self.notes]
