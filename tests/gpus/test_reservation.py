@@ -6,6 +6,7 @@ import contextlib
 import doctest
 import os
 import select as select_mod
+import shutil
 import signal
 import subprocess
 import sys
@@ -327,6 +328,22 @@ def test_lock_file_deleted_while_held_is_not_granted_again(tmp_path) -> None:
     first.release()
     with reserve("0", inv, lock_dir=locks) as again:
         assert again.indices == (0,)
+
+
+def test_restore_recreates_deleted_lock_files_with_the_holder_note(tmp_path) -> None:
+    inv = fake_inventory(2)
+    locks = str(tmp_path / "locks")
+    res = reserve("all", inv, lock_dir=locks)
+    assert res.restore() == ()
+    shutil.rmtree(locks)  # the cleaner took the lock files and the directory
+    assert res.lost() == ("0", "1")
+    assert res.restore() == ("0", "1") and res.lost() == ()
+    assert [(h.gpu, h.pid) for h in holders(inv, lock_dir=locks)] == [("0", os.getpid()), ("1", os.getpid())]
+    with pytest.raises(ReservationError, match=rf"held: GPU 0 by pid {os.getpid()}"):
+        reserve("0", inv, lock_dir=locks)
+    res.release()
+    with reserve("all", inv, lock_dir=locks) as again:
+        assert again.indices == (0, 1)
 
 
 def test_lock_file_replaced_between_open_and_flock_is_reopened(tmp_path, monkeypatch) -> None:

@@ -22,7 +22,8 @@ that should respect the reservations of the others must use the same directory.
 not free the GPU: on Linux each claim also binds an abstract Unix socket named
 after the lock directory and the GPU, a name no file cleaner can remove and the
 kernel frees when the holder ends, so the next caller sees the GPU held
-("its lock file was deleted"). A lock file replaced between ``open`` and
+("its lock file was deleted"); :meth:`Reservation.restore` writes the holder's
+file back. A lock file replaced between ``open`` and
 ``flock`` is detected (inode check) and opened again. A forked child inherits the
 locks; the parent's :meth:`Reservation.release` frees them all the same, and a
 child's ``release()`` says why it cannot. Anything that fails half-way through
@@ -238,6 +239,38 @@ class Reservation:
             if not _same_file(claim.fd, os.path.join(self.lock_dir, _lock_name(gpu))):
                 gone.append(key)
         return tuple(gone)
+
+    def restore(self) -> tuple[str, ...]:
+        """Recreates the lock files of :meth:`lost` GPUs, with this holder's note, so :func:`holders` names
+        this process again. The GPUs were never free meanwhile (on Linux).
+
+        Returns:
+            The keys of the GPUs whose lock file was recreated.
+
+        Raises:
+            ReservationError: called in a forked child, or the lock directory cannot be used.
+        """
+        if os.getpid() != self.pid:
+            raise ReservationError(f"restore() in pid {os.getpid()}: this reservation belongs to pid {self.pid}.",
+                                   hint="call restore() in the process that called reserve().")
+        lost = self.lost()
+        if not lost:
+            return ()
+        _prepare(self.lock_dir)
+        restored = []
+        with _directory_lock(self.lock_dir):  # no other caller is probing the files while we hold it
+            for key in lost:
+                gpu = next(g for g in self.gpus if g.key == key)
+                fd = _lock_file(os.path.join(self.lock_dir, _lock_name(gpu)), blocking=False)
+                if fd is None:
+                    continue
+                _write_holder(fd, gpu)
+                claim = self._claims[key]
+                with contextlib.suppress(OSError):
+                    os.close(claim.fd)  # the deleted file's lock guards nothing any more
+                claim.fd = fd
+                restored.append(key)
+        return tuple(restored)
 
     def __enter__(self) -> Reservation:
         return self
