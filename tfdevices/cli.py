@@ -11,9 +11,12 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn
 
 from tfdevices.core.errors import TfDevicesError, UsageError
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing for `tfdevices list`
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
 
 EXIT_USAGE = 2
 
@@ -102,23 +105,13 @@ def _fraction(text: str) -> float:
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``tfdevices`` parser: ``list``, ``select``, ``demo``, ``launch``, ``placement``."""
-    from tfdevices import __version__
-
-    common = _Parser(add_help=False)
-    common.add_argument("--inventory", metavar="FILE",
-                        help="read GPUs from a saved 'tfdevices list --json' instead of NVML")
-    parser = _Parser(prog="tfdevices", description="Make TensorFlow use the right devices, and prove it.")
-    parser.add_argument("--version", action="version", version=f"tfdevices {__version__}")
-    sub = parser.add_subparsers(dest="subcommand", required=True, metavar="COMMAND", parser_class=_Parser)
-
-    p = sub.add_parser("list", parents=[common], help="list GPUs (NVML index, CUDA ordinal, TF name, memory, load)")
+def _add_list(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON that --inventory and TFDEVICES_INVENTORY read back")
-    p.set_defaults(run=_cmd_list, parser=p)
+    p.set_defaults(run=_cmd_list)
 
-    p = sub.add_parser("select", parents=[common], help="choose GPUs; prints 'export CUDA_VISIBLE_DEVICES=...'",
-                       description="Choose GPUs. Use as: eval \"$(tfdevices select auto:2)\"")
+
+def _add_select(p: argparse.ArgumentParser) -> None:
+    p.description = "Choose GPUs. Use as: eval \"$(tfdevices select auto:2)\""
     p.add_argument("spec", help="'all', 'none', 'auto:N', or NVML indices '0,2'")
     p.add_argument("--min-free-memory", metavar="SIZE", help="skip GPUs with less free memory, e.g. 8GiB")
     p.add_argument("--max-utilization", metavar="FRACTION", type=_fraction, help="skip busier GPUs, e.g. 0.5 or 50%%")
@@ -127,26 +120,61 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how auto:N ranks GPUs (default: free_memory)")
     p.add_argument("--format", default="env", choices=("env", "json", "table"),
                    help="env: shell exports on stdout, the decisions on stderr (default)")
-    p.set_defaults(run=_cmd_select, parser=p)
+    p.set_defaults(run=_cmd_select)
 
-    p = sub.add_parser("demo", parents=[common], help="run a demo (no NAME: list them); flags after NAME go to it")
+
+def _add_demo(p: argparse.ArgumentParser) -> None:
     p.add_argument("name", nargs="?", help="demo name")
     p.add_argument("rest", nargs=argparse.REMAINDER, help="the demo's flags (see NAME --helpfull)")
-    p.set_defaults(run=_cmd_demo, parser=p)
+    p.set_defaults(run=_cmd_demo)
 
-    p = sub.add_parser("launch", parents=[common], help="start N local workers with TF_CONFIG: -n N -- python train.py",
-                       description="Start N local workers with TF_CONFIG on free localhost ports.")
+
+def _add_launch(p: argparse.ArgumentParser) -> None:
     from tfdevices.jobs.launcher import add_arguments
 
+    p.description = "Start N local workers with TF_CONFIG on free localhost ports."
     add_arguments(p)
-    p.set_defaults(run=_cmd_launch, parser=p)
+    p.set_defaults(run=_cmd_launch)
 
-    p = sub.add_parser("placement", help="print the placement stored in a TensorBoard log directory",
-                       description="Print the placement that write_placement or PlacementLogger stored under LOGDIR.")
+
+def _add_placement(p: argparse.ArgumentParser) -> None:
+    p.description = "Print the placement that write_placement or PlacementLogger stored under LOGDIR."
     p.add_argument("logdir", metavar="LOGDIR", help="a TensorBoard log directory (searched recursively)")
     p.add_argument("--name", default="placement", help="the name= it was written with (default: placement)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.set_defaults(run=_cmd_placement, parser=p)
+    p.set_defaults(run=_cmd_placement)
+
+
+# name -> (help, takes --inventory, adds the subcommand's arguments)
+COMMANDS: dict[str, tuple[str, bool, Any]] = {
+    "list": ("list GPUs (NVML index, CUDA ordinal, TF name, memory, load)", True, _add_list),
+    "select": ("choose GPUs; prints 'export CUDA_VISIBLE_DEVICES=...'", True, _add_select),
+    "demo": ("run a demo (no NAME: list them); flags after NAME go to it", True, _add_demo),
+    "launch": ("start N local workers with TF_CONFIG: -n N -- python train.py", True, _add_launch),
+    "placement": ("print the placement stored in a TensorBoard log directory", False, _add_placement),
+}
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The ``tfdevices`` parser, one subparser per command in :data:`COMMANDS`.
+
+    Args:
+        only: build the arguments of this command alone (the others get their help line
+            only), so that ``tfdevices list`` does not import what ``launch`` needs.
+    """
+    from tfdevices import __version__
+
+    common = _Parser(add_help=False)
+    common.add_argument("--inventory", metavar="FILE",
+                        help="read GPUs from a saved 'tfdevices list --json' instead of NVML")
+    parser = _Parser(prog="tfdevices", description="Make TensorFlow use the right devices, and prove it.")
+    parser.add_argument("--version", action="version", version=f"tfdevices {__version__}")
+    sub = parser.add_subparsers(dest="subcommand", required=True, metavar="COMMAND", parser_class=_Parser)
+    for name, (text, inventory, add) in COMMANDS.items():
+        p = sub.add_parser(name, help=text, parents=[common] if inventory else [])
+        if only is None or only == name:
+            add(p)
+            p.set_defaults(parser=p)
     return parser
 
 
@@ -155,11 +183,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = "tfdevices"
     try:
-        args, extra = build_parser().parse_known_args(argv)
+        first = next((a for a in argv if not a.startswith("-")), None)
+        args, extra = build_parser(first if first in COMMANDS else None).parse_known_args(argv)
         if extra:  # said by the subcommand's parser, so the message names the subcommand
             args.parser.error(f"unrecognized arguments: {' '.join(extra)}")
         command = f"tfdevices {args.subcommand}"
-        return int(args.run(args) or 0)
+        status = int(args.run(args) or 0)
+        sys.stdout.flush()  # a full disk shows here, not as a traceback at exit
+        return status
     except TfDevicesError as err:
         print(f"{getattr(err, 'command', command)}: error: {err}", file=sys.stderr)
         return EXIT_USAGE
@@ -168,6 +199,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `tfdevices list | head`: the reader left; nothing to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as err:  # `tfdevices list > /dev/full`
+        if err.filename is not None:
+            raise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        print(f"{command}: error: cannot write the output: {err.strerror}. "
+              "HINT: free some space, or write elsewhere.", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
