@@ -1222,11 +1222,12 @@ def _flat(record: Any) -> dict[str, Any]:
 def _profiling(tf: Any, out: list[bytes]) -> Iterator[None]:
     """Runs TensorFlow's profiler around the block; appends the XSpace it wrote (serialized) to ``out``."""
     logdir = tempfile.mkdtemp(prefix="tfdevices-capture-")
-    options = tf.profiler.experimental.ProfilerOptions(host_tracer_level=2, python_tracer_level=0,
-                                                       device_tracer_level=1)
     try:
         try:
-            tf.profiler.experimental.start(logdir, options=options)
+            # TensorFlow's defaults are what capture reads: every kernel (host tracer level 2), device
+            # kernels (device tracer level 1), no Python calls. TF 2.21 warns "expects an i value" on any
+            # option passed, and ignores it.
+            tf.profiler.experimental.start(logdir)
         except tf.errors.AlreadyExistsError:
             raise InputError("TensorFlow's profiler is already running in this process; a placement capture "
                              "reads its own profile.",
