@@ -1,0 +1,105 @@
+"""The Placement plugin served by a real ``tensorboard`` process: listing, data routes, static files."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+
+import pytest
+
+from tests.tensorboard.conftest import get, get_json, placement_entry_point, tensorboard
+
+
+def test_entry_point_names_the_plugin_class():
+    from tfdevices.tensorboard.plugin import PlacementPlugin
+
+    module, _, name = placement_entry_point().partition(":")
+    assert (module, name) == (PlacementPlugin.__module__, PlacementPlugin.__name__)
+
+
+def test_plugins_listing_enables_placement_only_with_placement_data(server, tf4, tmp_path):
+    listing = get_json(f"{server}/data/plugins_listing")
+    assert listing["placement"]["enabled"] is True
+    assert listing["placement"]["tab_name"] == "Placement"
+    assert listing["placement"]["loading_mechanism"] == {
+        "type": "IFRAME", "module_path": "/data/plugin/placement/static/index.js"}
+
+    other = tmp_path / "logs"
+    with tf4.summary.create_file_writer(str(other / "train")).as_default():
+        tf4.summary.scalar("loss", 1.0, step=0)
+        tf4.summary.text("notes", "no placement here", step=0)
+    with tensorboard(str(other), expect_run="train") as url:
+        listing = get_json(f"{url}/data/plugins_listing")
+        assert listing["placement"]["enabled"] is False
+        assert listing["scalars"]["enabled"] is True  # the server did read the run
+        assert get_json(f"{url}/data/plugin/placement/runs") == {"runs": []}
+
+
+def test_runs_route_lists_runs_tags_and_steps(server):
+    runs = get_json(f"{server}/data/plugin/placement/runs")["runs"]
+    assert runs == [{"run": "plain", "tag": "placement/json", "steps": [0]},
+                    {"run": "to_device", "tag": "placement/json", "steps": [0, 5]}]
+
+
+def _view(server: str, **params: object) -> dict:
+    return get_json(f"{server}/data/plugin/placement/view?{urllib.parse.urlencode(params)}")
+
+
+def test_view_route_matches_the_report(server, to_device_report):
+    view = _view(server, run="to_device", step=5)
+    assert (view["run"], view["step"], view["steps"]) == ("to_device", 5, [0, 5])
+    assert [d["name"] for d in view["devices"]] == ["CPU:0", "CPU:1", "CPU:2"]
+    assert {d["name"]: d["ops"] for d in view["devices"]} == to_device_report.op_counts
+    cells = {(c["src"], c["dst"]): c for c in view["matrix"]["cells"]}
+    for t in to_device_report.transfers():
+        assert t.tensor in [x["tensor"] for x in cells[(t.src, t.dst)]["tensors"]]
+    assert sum(c["count"] for c in cells.values()) == len(to_device_report.copies)
+    crossing = {r.op for r in to_device_report.variables_on() if r.crosses_devices}
+    assert crossing and {w["op"] for w in view["weights"]} == crossing
+    (root,) = view["scopes"]
+    assert root["mismatch"] and root["children"][0]["name"].startswith("to_b")  # mismatches first
+    assert view["timeline"]["lanes"] == ["CPU:0", "CPU:1", "CPU:2"]
+    assert len(view["timeline"]["ops"]) == len(to_device_report.ops)
+
+
+def test_view_defaults_to_the_last_step_and_names_what_exists(server):
+    assert _view(server, run="to_device")["step"] == 5
+    with pytest.raises(urllib.error.HTTPError) as err:
+        _view(server, run="to_device", step=7)
+    assert err.value.code == 404 and "has no step 7; it has [0, 5]" in err.value.read().decode()
+    with pytest.raises(urllib.error.HTTPError) as err:
+        _view(server, run="nope")
+    assert err.value.code == 404 and "runs with one: ['plain', 'to_device']" in err.value.read().decode()
+
+
+def test_diff_route_between_runs_and_between_steps(server):
+    query = urllib.parse.urlencode({"run": "plain", "run2": "to_device"})
+    diff = get_json(f"{server}/data/plugin/placement/diff?{query}")
+    assert not diff["unchanged"]
+    assert any("to_b" in name and (a, b) == ("CPU:0", "CPU:1") for name, a, b in diff["moved"]), diff["moved"]
+    assert {p["pair"]: (p["before"], p["after"]) for p in diff["transfers"]}["CPU:0 -> CPU:1"][0] == 0
+    assert {d["name"] for d in diff["devices"]} == {"CPU:0", "CPU:1", "CPU:2"}
+    query = urllib.parse.urlencode({"run": "to_device", "step": 0, "run2": "to_device", "step2": 5})
+    same = get_json(f"{server}/data/plugin/placement/diff?{query}")
+    assert same["unchanged"] and same["moved"] == []
+
+
+def test_static_route_serves_only_the_frontend(server):
+    script = get(f"{server}/data/plugin/placement/static/index.js").decode()
+    assert "export async function render" in script
+    assert "http://" not in script and "https://" not in script  # no network fetches
+    for bad in ("../plugin.py", "..%2Fplugin.py", "nope.js"):
+        with pytest.raises(urllib.error.HTTPError) as err:
+            get(f"{server}/data/plugin/placement/static/{bad}")
+        assert err.value.code == 404
+
+
+def test_plugin_module_is_not_imported_by_tfdevices(tmp_path):
+    from tests.helpers import run_py
+
+    out = run_py("""
+        import sys, tfdevices, tfdevices.tensorboard
+        print(sorted(m for m in ("tensorboard", "tfdevices.tensorboard.plugin", "werkzeug") if m in sys.modules))
+    """).stdout
+    assert json.loads(out.strip().replace("'", '"')) == []

@@ -1,0 +1,106 @@
+"""The dashboard's views, from real captures and from small reports with times."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tfdevices.tensorboard import views
+
+
+def _timed_report() -> dict:
+    """Two devices; CPU:1 does 4x the work of CPU:0; one copy between them."""
+    ops = [
+        {"name": "m/a/MatMul", "type": "MatMul", "kernel": "_MklMatMul", "device": "CPU:0", "requested": "CPU:0",
+         "call": 1, "start_us": 100.0, "duration_us": 10.0},
+        {"name": "m/a/Relu", "type": "Relu", "device": "CPU:0", "requested": "", "call": 1,
+         "start_us": 105.0, "duration_us": 10.0},  # overlaps the MatMul: busy counts the union
+        {"name": "m/b/MatMul", "type": "MatMul", "device": "CPU:1", "requested": "CPU:1", "call": 1,
+         "start_us": 130.0, "duration_us": 60.0},
+    ]
+    copies = [{"src": "CPU:0", "dst": "CPU:1", "tensor": "m/a/Relu:0", "dtype": "float32", "shape": [4, 4],
+               "bytes": 64, "call": 1, "start_us": 116.0, "duration_us": 12.0}]
+    return {"ops": ops, "transfers": copies, "collectives": []}
+
+
+def test_busy_time_is_the_union_of_op_times():
+    assert views.busy_us(_timed_report()) == {"CPU:0": 15.0, "CPU:1": 60.0}
+
+
+def test_busy_time_prefers_the_reports_own_device_figures():
+    report = {**_timed_report(), "devices": [{"name": "CPU:0", "busy_us": 7.5}]}
+    assert views.busy_us(report) == {"CPU:0": 7.5, "CPU:1": 60.0}
+
+
+def test_timeline_positions_ops_and_copies_from_the_first_event():
+    line = views.timeline(_timed_report())
+    assert line["timed"] and line["lanes"] == ["CPU:0", "CPU:1"]
+    assert [(lane, start, dur) for lane, start, dur, _, _ in line["ops"]] == [(0, 0.0, 10.0), (0, 5.0, 10.0),
+                                                                              (1, 30.0, 60.0)]
+    assert line["copies"] == [[0, 1, 16.0, 12.0, "m/a/Relu:0"]]
+    assert line["end"] == 90.0
+    assert line["types"][line["ops"][0][4]] == "_MklMatMul"  # the kernel when known, else the type
+
+
+def test_views_without_times_degrade_to_order_and_unknowns(to_device_report):
+    report = json.loads(to_device_report.to_json())
+    line = views.timeline(report)
+    assert not line["timed"]
+    for lane in range(len(line["lanes"])):
+        starts = [start for l, start, _, _, _ in line["ops"] if l == lane]
+        assert starts == [float(i) for i in range(len(starts))]
+    assert views.busy_us(report) == {}
+    assert all(d["busy_us"] is None for d in views.device_table(report))
+    assert all(c["us"] is None for c in views.transfer_matrix(report)["cells"])
+
+
+def test_transfer_matrix_counts_bytes_and_lists_tensors(to_device_report):
+    report = json.loads(to_device_report.to_json())
+    matrix = views.transfer_matrix(report)
+    assert matrix["devices"] == list(to_device_report.devices)
+    for cell in matrix["cells"]:
+        copies = to_device_report.transfers(cell["src"], cell["dst"])
+        assert cell["count"] == len(copies)
+        assert cell["bytes"] == sum(t.bytes or 0 for t in copies)
+        assert [t["tensor"] for t in cell["tensors"]] == [t.tensor for t in copies]
+
+
+def test_scope_tree_puts_the_mismatched_layer_first(to_device_report):
+    report = json.loads(to_device_report.to_json())
+    (root,) = views.scope_tree(report)
+    assert root["ops"] == len(to_device_report.ops)
+    names = [c["name"] for c in root["children"]]
+    assert names[0].startswith("to_b") and names[1].startswith("to_c") and names[2].startswith("a")
+    to_b = root["children"][0]
+    assert (to_b["asked"], to_b["ran"], to_b["mismatch"]) == (["CPU:1"], ["CPU:0", "CPU:1"], True)
+    a = root["children"][2]
+    assert (a["asked"], a["ran"], a["mismatch"]) == ([], ["CPU:0"], False)
+
+
+def test_weight_reads_are_the_crossing_variable_reads(to_device_report):
+    report = json.loads(to_device_report.to_json())
+    rows = views.weight_reads(report)
+    expected = {r.op: r for r in to_device_report.variables_on() if r.crosses_devices}
+    assert {r["op"] for r in rows} == set(expected)
+    for row in rows:
+        assert row["stored_on"] == "CPU:0" and row["read_on"] == [d for d in expected[row["op"]].read_on
+                                                                  if d != "CPU:0"]
+        assert row["bytes"] == expected[row["op"]].bytes
+
+
+def test_diff_view_matches_the_reports_diff(to_device_report, plain_report):
+    before, after = json.loads(plain_report.to_json()), json.loads(to_device_report.to_json())
+    view = views.diff_view(before, after)
+    expected = plain_report.diff(to_device_report)
+    assert [tuple(m) for m in view["moved"]] == list(expected.moved)
+    assert [tuple(a) for a in view["added"]] == list(expected.added)
+    assert [tuple(r) for r in view["removed"]] == list(expected.removed)
+    assert views.diff_view(after, after)["unchanged"]
+
+
+@pytest.mark.parametrize("report", [{}, {"ops": [], "transfers": []}])
+def test_empty_reports_give_empty_views(report):
+    view = views.dashboard_view(report)
+    assert view["devices"] == [] and view["scopes"] == [] and view["timeline"]["ops"] == []
+    assert view["summary"]["ops"] == 0 and not view["summary"]["timed"]

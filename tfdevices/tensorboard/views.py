@@ -1,0 +1,355 @@
+"""What the Placement dashboard shows, computed from a stored report (pure, TensorBoard-free).
+
+Every function here takes the report as the plain ``dict`` that
+``json.loads(PlacementReport.to_json())`` gives, so a report written by an older
+or newer tfdevices still reads: fields a report lacks (op and copy times, the
+kernel of each op, busy time per device) are left out of the view, never guessed.
+
+>>> report = {"ops": [{"name": "m/d/MatMul", "type": "MatMul", "device": "CPU:1", "requested": "CPU:1"}],
+...           "transfers": [], "collectives": []}
+>>> [d["name"] for d in device_table(report)]
+['CPU:1']
+>>> scope_tree(report)[0]["path"]
+'m'
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+__all__ = [
+    "busy_us", "device_table", "diff_view", "dashboard_view", "scope_tree", "timeline", "transfer_matrix",
+    "weight_reads",
+]
+
+Report = dict[str, Any]
+
+
+# ----------------------------------------------------------------------------- small readers
+
+def _ops(report: Report) -> list[dict[str, Any]]:
+    return list(report.get("ops") or ())
+
+
+def _copies(report: Report) -> list[dict[str, Any]]:
+    return list(report.get("transfers") or ())
+
+
+def _timed(record: dict[str, Any]) -> bool:
+    return record.get("start_us") is not None and record.get("duration_us") is not None
+
+
+def _kernel(op: dict[str, Any]) -> str:
+    return op.get("kernel") or op.get("type") or "?"
+
+
+def devices_of(report: Report) -> list[str]:
+    """Every device that ran an op or took part in a copy, sorted."""
+    names = {op.get("device", "?") for op in _ops(report)}
+    for t in _copies(report):
+        names.update((t.get("src", "?"), t.get("dst", "?")))
+    names.update(_stored_devices(report))
+    return sorted(names)
+
+
+def _stored_devices(report: Report) -> dict[str, dict[str, Any]]:
+    """The report's own per-device records (``devices``: a list of dicts with ``name``, or a mapping)."""
+    stored = report.get("devices") or {}
+    if isinstance(stored, dict):
+        return {str(k): (v if isinstance(v, dict) else {}) for k, v in stored.items()}
+    return {str(d.get("name") or d.get("device")): d for d in stored if isinstance(d, dict)}
+
+
+def _union_us(intervals: list[tuple[float, float]]) -> float:
+    """Total length of the union of ``(start, end)`` intervals."""
+    total, end = 0.0, float("-inf")
+    for start, stop in sorted(intervals):
+        if start > end:
+            total += stop - start
+            end = stop
+        elif stop > end:
+            total += stop - end
+            end = stop
+    return total
+
+
+def busy_us(report: Report) -> dict[str, float]:
+    """Busy time per device in microseconds: the report's own figure, else the union of its op times.
+
+    Devices without timed ops are left out (a report captured without timing gives ``{}``).
+
+    >>> busy_us({"ops": [{"device": "CPU:0", "start_us": 0, "duration_us": 5},
+    ...                  {"device": "CPU:0", "start_us": 3, "duration_us": 4}]})
+    {'CPU:0': 7.0}
+    """
+    out: dict[str, float] = {}
+    for name, record in _stored_devices(report).items():
+        if record.get("busy_us") is not None:
+            out[name] = float(record["busy_us"])
+    spans: dict[str, list[tuple[float, float]]] = {}
+    for op in _ops(report):
+        if _timed(op) and op.get("device") not in out:
+            start = float(op["start_us"])
+            spans.setdefault(op["device"], []).append((start, start + float(op["duration_us"])))
+    out.update({device: _union_us(s) for device, s in spans.items()})
+    return dict(sorted(out.items()))
+
+
+# ----------------------------------------------------------------------------- the views
+
+def device_table(report: Report, memory: dict[str, dict[str, float]] | None = None) -> list[dict[str, Any]]:
+    """One row per device: model ops, kernels, busy time, copies in and out, memory.
+
+    Args:
+        report: the stored report.
+        memory: ``{device: {"current_bytes": .., "peak_bytes": ..}}`` logged beside it, if any.
+
+    Returns:
+        Rows sorted by device name; ``busy_us`` and ``memory`` are ``None`` when not recorded.
+    """
+    busy = busy_us(report)
+    types: dict[str, Counter[str]] = {}
+    kernels: dict[str, Counter[str]] = {}
+    for op in _ops(report):
+        device = op.get("device", "?")
+        types.setdefault(device, Counter())[op.get("type", "?")] += 1
+        kernels.setdefault(device, Counter())[_kernel(op)] += 1
+    copies_in: Counter[str] = Counter()
+    copies_out: Counter[str] = Counter()
+    for t in _copies(report):
+        copies_out[t.get("src", "?")] += 1
+        copies_in[t.get("dst", "?")] += 1
+    rows = []
+    for device in devices_of(report):
+        rows.append({
+            "name": device,
+            "ops": sum(types.get(device, Counter()).values()),
+            "op_types": types.get(device, Counter()).most_common(6),
+            "kernels": len(kernels.get(device, ())),
+            "kernel_types": kernels.get(device, Counter()).most_common(6),
+            "busy_us": busy.get(device),
+            "copies_in": copies_in[device],
+            "copies_out": copies_out[device],
+            "memory": (memory or {}).get(device),
+        })
+    return rows
+
+
+def transfer_matrix(report: Report) -> dict[str, Any]:
+    """Source x destination: count, bytes and time of the copies, each cell with its tensors.
+
+    Returns:
+        ``{"devices": [...], "cells": [{"src", "dst", "count", "bytes", "unknown_bytes", "us", "tensors"}]}``;
+        ``us`` is ``None`` when no copy in the cell was timed.
+    """
+    cells: dict[tuple[str, str], dict[str, Any]] = {}
+    for t in _copies(report):
+        key = (t.get("src", "?"), t.get("dst", "?"))
+        cell = cells.setdefault(key, {"src": key[0], "dst": key[1], "count": 0, "bytes": 0,
+                                      "unknown_bytes": 0, "us": None, "tensors": []})
+        cell["count"] += 1
+        if t.get("bytes") is None:
+            cell["unknown_bytes"] += 1
+        else:
+            cell["bytes"] += int(t["bytes"])
+        if _timed(t):
+            cell["us"] = (cell["us"] or 0.0) + float(t["duration_us"])
+        cell["tensors"].append({"tensor": t.get("tensor", "?"), "dtype": t.get("dtype", ""),
+                                "shape": t.get("shape"), "bytes": t.get("bytes"),
+                                "us": float(t["duration_us"]) if _timed(t) else None})
+    return {"devices": devices_of(report), "cells": [cells[k] for k in sorted(cells)]}
+
+
+def _new_node(path: str) -> dict[str, Any]:
+    return {"name": path.rsplit("/", 1)[-1], "path": path, "ops": 0, "asked": set(), "ran": set(),
+            "busy_us": None, "own": [], "children": {}}
+
+
+def scope_tree(report: Report) -> list[dict[str, Any]]:
+    """The name scopes (layers) of the run as a tree: device asked for and device run on, mismatches first.
+
+    A node is a mismatch when its ops asked for devices and some of them ran elsewhere
+    (for example a layer asked for ``CPU:1`` whose weights are still read on ``CPU:0``).
+
+    Returns:
+        Root nodes; each ``{"name", "path", "ops", "asked", "ran", "mismatch", "busy_us", "op"?, "children"}``
+        with ``op`` (type, kernel, device, requested, time) on nodes that are ops.
+    """
+    root = _new_node("")
+    for op in _ops(report):
+        node = root
+        parts = str(op.get("name", "?")).split("/")
+        for depth in range(len(parts)):
+            child = node["children"].get(parts[depth])
+            if child is None:
+                child = node["children"][parts[depth]] = _new_node("/".join(parts[:depth + 1]))
+            node = child
+        node["own"].append(op)
+    return [_finish(child) for child in root["children"].values()] if root["children"] else []
+
+
+def _finish(node: dict[str, Any]) -> dict[str, Any]:
+    children = [_finish(child) for child in node["children"].values()]
+    asked: set[str] = set()
+    ran: set[str] = set()
+    count, busy, timed = 0, 0.0, False
+    for child in children:
+        asked.update(child["asked"])
+        ran.update(child["ran"])
+        count += child["ops"]
+        if child["busy_us"] is not None:
+            busy, timed = busy + child["busy_us"], True
+    own = node["own"]
+    for op in own:
+        if op.get("requested"):
+            asked.add(op["requested"])
+        ran.add(op.get("device", "?"))
+        count += 1
+        if _timed(op):
+            busy, timed = busy + float(op["duration_us"]), True
+    children.sort(key=lambda c: (not c["mismatch"], c["path"]))
+    out: dict[str, Any] = {
+        "name": node["name"], "path": node["path"], "ops": count, "asked": sorted(asked), "ran": sorted(ran),
+        "mismatch": bool(asked) and not ran <= asked, "busy_us": busy if timed else None, "children": children,
+    }
+    if own:
+        op = own[0]
+        out["op"] = {"type": op.get("type", "?"), "kernel": op.get("kernel", ""), "device": op.get("device", "?"),
+                     "requested": op.get("requested", ""),
+                     "us": float(op["duration_us"]) if _timed(op) else None, "repeats": len(own)}
+    return out
+
+
+def weight_reads(report: Report) -> list[dict[str, Any]]:
+    """Variable reads whose value is copied to another device on every call, with what each copy costs.
+
+    Returns:
+        One row per crossing read ``{"op", "stored_on", "read_on", "bytes", "us"}``, largest first.
+    """
+    sent: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    for t in _copies(report):
+        sent.setdefault((int(t.get("call", 0)), str(t.get("tensor", "")).rsplit(":", 1)[0]), []).append(t)
+    rows = []
+    for op in _ops(report):
+        if op.get("type") != "ReadVariableOp":
+            continue
+        copies = [t for t in sent.get((int(op.get("call", 0)), op.get("name", "")), ())
+                  if t.get("dst") != op.get("device")]
+        if not copies:
+            continue
+        timed = [float(t["duration_us"]) for t in copies if _timed(t)]
+        rows.append({"op": op["name"], "stored_on": op.get("device", "?"),
+                     "read_on": sorted({t.get("dst", "?") for t in copies}),
+                     "bytes": sum(int(t["bytes"]) for t in copies if t.get("bytes") is not None) or None,
+                     "us": sum(timed) if timed else None})
+    rows.sort(key=lambda r: (-(r["bytes"] or 0), r["op"]))
+    return rows
+
+
+def timeline(report: Report) -> dict[str, Any]:
+    """The captured step as lanes (one per device) of ops, and copies drawn between lanes.
+
+    With timing, positions are microseconds from the first op; without it (``"timed": False``)
+    each lane shows its ops in execution order, one unit each, so the order still reads.
+
+    Returns:
+        ``{"timed", "lanes", "end", "names", "ops": [[lane, start, duration, name index, type index]],
+        "types", "copies": [[src lane, dst lane, start, duration, tensor]]}`` (compact for 10^4 ops).
+    """
+    lanes = devices_of(report)
+    lane_of = {device: i for i, device in enumerate(lanes)}
+    ops = _ops(report)
+    copies = _copies(report)
+    timed = bool(ops) and all(_timed(op) for op in ops)
+    names: list[str] = []
+    types: dict[str, int] = {}
+    rows: list[list[Any]] = []
+    placed: dict[tuple[int, str], tuple[float, float]] = {}
+    if timed:
+        origin = min([float(op["start_us"]) for op in ops] + [float(t["start_us"]) for t in copies if _timed(t)])
+    else:
+        origin, cursor = 0.0, Counter()
+    for op in ops:
+        lane = lane_of[op.get("device", "?")]
+        if timed:
+            start, duration = float(op["start_us"]) - origin, float(op["duration_us"])
+        else:
+            start, duration = float(cursor[lane]), 1.0
+            cursor[lane] += 1
+        placed[(int(op.get("call", 0)), op.get("name", ""))] = (start, duration)
+        rows.append([lane, start, duration, len(names), types.setdefault(_kernel(op), len(types))])
+        names.append(op.get("name", "?"))
+    drawn = []
+    for t in copies:
+        if timed and _timed(t):
+            start, duration = float(t["start_us"]) - origin, float(t["duration_us"])
+        else:  # drawn from the end of the op that produced the tensor, when known
+            made = placed.get((int(t.get("call", 0)), str(t.get("tensor", "")).rsplit(":", 1)[0]))
+            start, duration = (made[0] + made[1], 0.0) if made else (0.0, 0.0)
+        drawn.append([lane_of[t.get("src", "?")], lane_of[t.get("dst", "?")], start, duration, t.get("tensor", "?")])
+    end = max([r[1] + r[2] for r in rows] + [c[2] + c[3] for c in drawn] + [0.0])
+    return {"timed": timed, "lanes": lanes, "end": end, "names": names, "types": list(types),
+            "ops": rows, "copies": drawn}
+
+
+def dashboard_view(report: Report, memory: dict[str, dict[str, float]] | None = None) -> dict[str, Any]:
+    """Everything the dashboard draws for one run and step."""
+    copies = _copies(report)
+    busy = busy_us(report)
+    copy_us = [float(t["duration_us"]) for t in copies if _timed(t)]
+    line = timeline(report)
+    return {
+        "summary": {
+            "ops": len(_ops(report)), "devices": len(devices_of(report)), "transfers": len(copies),
+            "bytes": sum(int(t["bytes"]) for t in copies if t.get("bytes") is not None),
+            "collectives": len(report.get("collectives") or ()), "timed": line["timed"],
+            "busy_us": sum(busy.values()) if busy else None, "copy_us": sum(copy_us) if copy_us else None,
+            "step_us": line["end"] if line["timed"] else None,
+        },
+        "devices": device_table(report, memory),
+        "matrix": transfer_matrix(report),
+        "scopes": scope_tree(report),
+        "weights": weight_reads(report),
+        "timeline": line,
+    }
+
+
+def _keyed(ops: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str, Any]]:
+    seen: Counter[str] = Counter()
+    keyed = {}
+    for op in ops:
+        name = op.get("name", "?")
+        keyed[(name, seen[name])] = op
+        seen[name] += 1
+    return keyed
+
+
+def _pairs(report: Report) -> dict[str, int]:
+    return dict(sorted(Counter(f"{t.get('src')} -> {t.get('dst')}" for t in _copies(report)).items()))
+
+
+def diff_view(before: Report, after: Report) -> dict[str, Any]:
+    """What changed from ``before`` to ``after`` (two runs, or two steps of one run).
+
+    Returns:
+        ``{"moved": [[name, device before, device after]], "added": [[name, device]], "removed": [...],
+        "devices": [{"name", "ops_before", "ops_after", "busy_before", "busy_after"}],
+        "transfers": [{"pair", "before", "after"}], "unchanged"}``.
+    """
+    mine, theirs = _keyed(_ops(before)), _keyed(_ops(after))
+    moved = [[k[0], mine[k].get("device"), theirs[k].get("device")]
+             for k in mine if k in theirs and mine[k].get("device") != theirs[k].get("device")]
+    added = [[k[0], theirs[k].get("device")] for k in theirs if k not in mine]
+    removed = [[k[0], mine[k].get("device")] for k in mine if k not in theirs]
+    counts_a = Counter(op.get("device") for op in _ops(before))
+    counts_b = Counter(op.get("device") for op in _ops(after))
+    busy_a, busy_b = busy_us(before), busy_us(after)
+    devices = [{"name": d, "ops_before": counts_a[d], "ops_after": counts_b[d],
+                "busy_before": busy_a.get(d), "busy_after": busy_b.get(d)}
+               for d in sorted(set(devices_of(before)) | set(devices_of(after)))]
+    pairs_a, pairs_b = _pairs(before), _pairs(after)
+    transfers = [{"pair": p, "before": pairs_a.get(p, 0), "after": pairs_b.get(p, 0)}
+                 for p in sorted(set(pairs_a) | set(pairs_b))]
+    return {"moved": moved, "added": added, "removed": removed, "devices": devices, "transfers": transfers,
+            "unchanged": not (moved or added or removed) and pairs_a == pairs_b}
