@@ -57,8 +57,9 @@ def test_view_route_matches_the_report(server, to_device_report):
     assert sum(c["count"] for c in cells.values()) == len(to_device_report.copies)
     crossing = {r.op for r in to_device_report.variables_on() if r.crosses_devices}
     assert crossing and {w["op"] for w in view["weights"]} == crossing
-    (root,) = view["scopes"]
-    assert root["mismatch"] and root["children"][0]["name"].startswith("to_b")  # mismatches first
+    nodes = view["scopes"]["nodes"]
+    assert nodes[0][1] == -1 and nodes[0][5]  # the model's scope: a mismatch
+    assert nodes[1][1] == 0 and nodes[1][0].startswith("to_b") and nodes[1][5]  # mismatches first
     assert view["timeline"]["lanes"] == ["CPU:0", "CPU:1", "CPU:2"]
     assert len(view["timeline"]["ops"]) == len(to_device_report.ops)
 

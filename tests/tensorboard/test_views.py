@@ -66,16 +66,46 @@ def test_transfer_matrix_counts_bytes_and_lists_tensors(to_device_report):
         assert [t["tensor"] for t in cell["tensors"]] == [t.tensor for t in copies]
 
 
+def _node(tree: dict, path: str) -> dict:
+    """The node at ``path`` as a dict, found by walking parents."""
+    nodes = tree["nodes"]
+
+    def path_of(i: int) -> str:
+        name, parent = nodes[i][0], nodes[i][1]
+        return name if parent < 0 else f"{path_of(parent)}/{name}"
+
+    (i,) = [i for i in range(len(nodes)) if path_of(i) == path]
+    name, parent, ops, asked, ran, mismatch, busy, op = nodes[i]
+    names = tree["devices"]
+    return {"index": i, "parent": parent, "ops": ops, "asked": [names[k] for k in asked],
+            "ran": [names[k] for k in ran], "mismatch": mismatch, "busy_us": busy, "op": op}
+
+
 def test_scope_tree_puts_the_mismatched_layer_first(to_device_report):
     report = json.loads(to_device_report.to_json())
-    (root,) = views.scope_tree(report)
-    assert root["ops"] == len(to_device_report.ops)
-    names = [c["name"] for c in root["children"]]
-    assert names[0].startswith("to_b") and names[1].startswith("to_c") and names[2].startswith("a")
-    to_b = root["children"][0]
+    tree = views.scope_tree(report)
+    nodes = tree["nodes"]
+    (root,) = [n for n in nodes if n[1] < 0]
+    assert nodes[0] is root and root[2] == len(to_device_report.ops)
+    children = [n[0] for n in nodes if n[1] == 0]
+    assert children[0].startswith("to_b") and children[1].startswith("to_c") and children[2].startswith("a")
+    to_b = _node(tree, f"{root[0]}/{children[0]}")
     assert (to_b["asked"], to_b["ran"], to_b["mismatch"]) == (["CPU:1"], ["CPU:0", "CPU:1"], True)
-    a = root["children"][2]
+    assert to_b["index"] == 1  # depth first: the first mismatched layer comes right after the root
+    a = _node(tree, f"{root[0]}/{children[2]}")
     assert (a["asked"], a["ran"], a["mismatch"]) == ([], ["CPU:0"], False)
+    for i, op in enumerate(to_device_report.ops):  # every op is a node that names its type and device
+        name, _, _, _, _, _, _, cell = nodes[tree["node_of_op"][i]]
+        assert name == op.name.rsplit("/", 1)[-1] and cell[0] == op.type
+        assert tree["devices"][cell[2]] == op.device
+
+
+def test_scope_tree_sums_op_times_up_the_scopes():
+    tree = views.scope_tree(_timed_report())
+    assert _node(tree, "m")["busy_us"] == 80.0
+    assert _node(tree, "m/a")["busy_us"] == 20.0
+    assert _node(tree, "m/a/MatMul")["op"] == ["MatMul", "_MklMatMul", 0, "CPU:0", 10.0, 1]
+    assert _node(tree, "m/b")["ops"] == 1
 
 
 def test_weight_reads_are_the_crossing_variable_reads(to_device_report):
@@ -102,5 +132,5 @@ def test_diff_view_matches_the_reports_diff(to_device_report, plain_report):
 @pytest.mark.parametrize("report", [{}, {"ops": [], "transfers": []}])
 def test_empty_reports_give_empty_views(report):
     view = views.dashboard_view(report)
-    assert view["devices"] == [] and view["scopes"] == [] and view["timeline"]["ops"] == []
+    assert view["devices"] == [] and view["scopes"]["nodes"] == [] and view["timeline"]["ops"] == []
     assert view["summary"]["ops"] == 0 and not view["summary"]["timed"]

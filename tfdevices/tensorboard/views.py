@@ -9,13 +9,14 @@ kernel of each op, busy time per device) are left out of the view, never guessed
 ...           "transfers": [], "collectives": []}
 >>> [d["name"] for d in device_table(report)]
 ['CPU:1']
->>> scope_tree(report)[0]["path"]
-'m'
+>>> [node[0] for node in scope_tree(report)["nodes"]]
+['m', 'd', 'MatMul']
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
@@ -161,64 +162,113 @@ def transfer_matrix(report: Report) -> dict[str, Any]:
     return {"devices": devices_of(report), "cells": [cells[k] for k in sorted(cells)]}
 
 
-def _new_node(path: str) -> dict[str, Any]:
-    return {"name": path.rsplit("/", 1)[-1], "path": path, "ops": 0, "asked": set(), "ran": set(),
-            "busy_us": None, "own": [], "children": {}}
+@dataclass
+class _Tree:
+    """The scope tree while it is built: parallel lists indexed by node id (parents before children)."""
+
+    names: list[str] = field(default_factory=list)
+    parents: list[int] = field(default_factory=list)
+    children: list[list[int]] = field(default_factory=list)
+    own: list[list[int]] = field(default_factory=list)
+    roots: list[int] = field(default_factory=list)
+
+    def add(self, name: str, parent: int) -> int:
+        node = len(self.names)
+        self.names.append(name)
+        self.parents.append(parent)
+        self.children.append([])
+        self.own.append([])
+        (self.children[parent] if parent >= 0 else self.roots).append(node)
+        return node
 
 
-def scope_tree(report: Report) -> list[dict[str, Any]]:
-    """The name scopes (layers) of the run as a tree: device asked for and device run on, mismatches first.
+def _grow(ops: list[dict[str, Any]]) -> tuple[_Tree, list[int]]:
+    """The name-scope tree of ``ops`` and the node of each op (an op's node is its full name)."""
+    tree = _Tree()
+    lookup: dict[tuple[int, str], int] = {}
+    node_of = []
+    for i, op in enumerate(ops):
+        node = -1
+        for part in str(op.get("name", "?")).split("/"):
+            child = lookup.get((node, part))
+            if child is None:
+                child = lookup[(node, part)] = tree.add(part, node)
+            node = child
+        tree.own[node].append(i)
+        node_of.append(node)
+    return tree, node_of
+
+
+def _indices(mask: int) -> list[int]:
+    return [i for i in range(mask.bit_length()) if mask >> i & 1]
+
+
+def scope_tree(report: Report) -> dict[str, Any]:
+    """The name scopes (layers) of the run: device asked for and device run on, mismatches first.
 
     A node is a mismatch when its ops asked for devices and some of them ran elsewhere
     (for example a layer asked for ``CPU:1`` whose weights are still read on ``CPU:0``).
+    Flat and compact, for 10^4 ops: nodes in display order (depth first, mismatches
+    first among siblings, then by name), each naming its parent.
 
     Returns:
-        Root nodes; each ``{"name", "path", "ops", "asked", "ran", "mismatch", "busy_us", "op"?, "children"}``
-        with ``op`` (type, kernel, device, requested, time) on nodes that are ops.
+        ``{"devices": [...], "nodes": [[name, parent, ops, asked, ran, mismatch, busy_us, op]], "node_of_op"}``:
+        ``asked``/``ran`` are indices into ``devices``; ``op`` is ``None`` for a scope, else
+        ``[type, kernel, device index, requested, duration_us, repeats]``; ``node_of_op[i]`` is op i's node.
     """
-    root = _new_node("")
-    for op in _ops(report):
-        node = root
-        parts = str(op.get("name", "?")).split("/")
-        for depth in range(len(parts)):
-            child = node["children"].get(parts[depth])
-            if child is None:
-                child = node["children"][parts[depth]] = _new_node("/".join(parts[:depth + 1]))
-            node = child
-        node["own"].append(op)
-    return [_finish(child) for child in root["children"].values()] if root["children"] else []
+    ops = _ops(report)
+    devices = devices_of(report)
+    index = {d: i for i, d in enumerate(devices)}
+    tree, node_of = _grow(ops)
+    n = len(tree.names)
+    asked, ran, count = [0] * n, [0] * n, [0] * n
+    busy: list[float | None] = [None] * n
+    for node in range(n - 1, -1, -1):  # children have larger ids: they are done first
+        for i in tree.own[node]:
+            op = ops[i]
+            ran[node] |= 1 << index[op.get("device", "?")]
+            if op.get("requested") in index:
+                asked[node] |= 1 << index[op["requested"]]
+            count[node] += 1
+            if _timed(op):
+                busy[node] = (busy[node] or 0.0) + float(op["duration_us"])
+        parent = tree.parents[node]
+        if parent >= 0:
+            asked[parent] |= asked[node]
+            ran[parent] |= ran[node]
+            count[parent] += count[node]
+            if busy[node] is not None:
+                busy[parent] = (busy[parent] or 0.0) + busy[node]
+    mismatch = [bool(asked[k]) and bool(ran[k] & ~asked[k]) for k in range(n)]
+    key = [(not mismatch[k], tree.names[k]) for k in range(n)]
+    order: list[int] = []
+    stack = sorted(tree.roots, key=key.__getitem__, reverse=True)
+    while stack:
+        node = stack.pop()
+        order.append(node)
+        kids = tree.children[node]
+        stack += sorted(kids, key=key.__getitem__, reverse=True) if len(kids) > 1 else kids
+    new_id = [0] * n
+    for new, old in enumerate(order):
+        new_id[old] = new
+    masks: dict[int, list[int]] = {}
+    nodes = []
+    for old in order:
+        parent = tree.parents[old]
+        a, r = asked[old], ran[old]
+        nodes.append([tree.names[old], new_id[parent] if parent >= 0 else -1, count[old],
+                      masks[a] if a in masks else masks.setdefault(a, _indices(a)),
+                      masks[r] if r in masks else masks.setdefault(r, _indices(r)),
+                      mismatch[old], busy[old], _op_cell(ops, tree.own[old], index)])
+    return {"devices": devices, "nodes": nodes, "node_of_op": [new_id[k] for k in node_of]}
 
 
-def _finish(node: dict[str, Any]) -> dict[str, Any]:
-    children = [_finish(child) for child in node["children"].values()]
-    asked: set[str] = set()
-    ran: set[str] = set()
-    count, busy, timed = 0, 0.0, False
-    for child in children:
-        asked.update(child["asked"])
-        ran.update(child["ran"])
-        count += child["ops"]
-        if child["busy_us"] is not None:
-            busy, timed = busy + child["busy_us"], True
-    own = node["own"]
-    for op in own:
-        if op.get("requested"):
-            asked.add(op["requested"])
-        ran.add(op.get("device", "?"))
-        count += 1
-        if _timed(op):
-            busy, timed = busy + float(op["duration_us"]), True
-    children.sort(key=lambda c: (not c["mismatch"], c["path"]))
-    out: dict[str, Any] = {
-        "name": node["name"], "path": node["path"], "ops": count, "asked": sorted(asked), "ran": sorted(ran),
-        "mismatch": bool(asked) and not ran <= asked, "busy_us": busy if timed else None, "children": children,
-    }
-    if own:
-        op = own[0]
-        out["op"] = {"type": op.get("type", "?"), "kernel": op.get("kernel", ""), "device": op.get("device", "?"),
-                     "requested": op.get("requested", ""),
-                     "us": float(op["duration_us"]) if _timed(op) else None, "repeats": len(own)}
-    return out
+def _op_cell(ops: list[dict[str, Any]], own: list[int], index: dict[str, int]) -> list[Any] | None:
+    if not own:
+        return None
+    op = ops[own[0]]
+    return [op.get("type", "?"), op.get("kernel", ""), index[op.get("device", "?")], op.get("requested", ""),
+            float(op["duration_us"]) if _timed(op) else None, len(own)]
 
 
 def weight_reads(report: Report) -> list[dict[str, Any]]:
@@ -247,30 +297,33 @@ def weight_reads(report: Report) -> list[dict[str, Any]]:
     return rows
 
 
-def timeline(report: Report) -> dict[str, Any]:
+def timeline(report: Report, node_of_op: list[int] | None = None) -> dict[str, Any]:
     """The captured step as lanes (one per device) of ops, and copies drawn between lanes.
 
     With timing, positions are microseconds from the first op; without it (``"timed": False``)
     each lane shows its ops in execution order, one unit each, so the order still reads.
 
+    Args:
+        report: the stored report.
+        node_of_op: each op's node in :func:`scope_tree` (the page names ops through it);
+            by default the op's index.
+
     Returns:
-        ``{"timed", "lanes", "end", "names", "ops": [[lane, start, duration, name index, type index]],
-        "types", "copies": [[src lane, dst lane, start, duration, tensor]]}`` (compact for 10^4 ops).
+        ``{"timed", "lanes", "end", "types", "ops": [[lane, start, duration, node, type index]],
+        "copies": [[src lane, dst lane, start, duration, tensor]]}`` (compact for 10^4 ops).
     """
     lanes = devices_of(report)
     lane_of = {device: i for i, device in enumerate(lanes)}
     ops = _ops(report)
     copies = _copies(report)
     timed = bool(ops) and all(_timed(op) for op in ops)
-    names: list[str] = []
     types: dict[str, int] = {}
     rows: list[list[Any]] = []
     placed: dict[tuple[int, str], tuple[float, float]] = {}
-    if timed:
-        origin = min([float(op["start_us"]) for op in ops] + [float(t["start_us"]) for t in copies if _timed(t)])
-    else:
-        origin, cursor = 0.0, Counter()
-    for op in ops:
+    origin = min([float(op["start_us"]) for op in ops] + [float(t["start_us"]) for t in copies if _timed(t)]) \
+        if timed else 0.0
+    cursor: Counter[int] = Counter()
+    for i, op in enumerate(ops):
         lane = lane_of[op.get("device", "?")]
         if timed:
             start, duration = float(op["start_us"]) - origin, float(op["duration_us"])
@@ -278,8 +331,8 @@ def timeline(report: Report) -> dict[str, Any]:
             start, duration = float(cursor[lane]), 1.0
             cursor[lane] += 1
         placed[(int(op.get("call", 0)), op.get("name", ""))] = (start, duration)
-        rows.append([lane, start, duration, len(names), types.setdefault(_kernel(op), len(types))])
-        names.append(op.get("name", "?"))
+        rows.append([lane, start, duration, node_of_op[i] if node_of_op else i,
+                     types.setdefault(_kernel(op), len(types))])
     drawn = []
     for t in copies:
         if timed and _timed(t):
@@ -289,8 +342,7 @@ def timeline(report: Report) -> dict[str, Any]:
             start, duration = (made[0] + made[1], 0.0) if made else (0.0, 0.0)
         drawn.append([lane_of[t.get("src", "?")], lane_of[t.get("dst", "?")], start, duration, t.get("tensor", "?")])
     end = max([r[1] + r[2] for r in rows] + [c[2] + c[3] for c in drawn] + [0.0])
-    return {"timed": timed, "lanes": lanes, "end": end, "names": names, "types": list(types),
-            "ops": rows, "copies": drawn}
+    return {"timed": timed, "lanes": lanes, "end": end, "types": list(types), "ops": rows, "copies": drawn}
 
 
 def dashboard_view(report: Report, memory: dict[str, dict[str, float]] | None = None) -> dict[str, Any]:
@@ -298,7 +350,8 @@ def dashboard_view(report: Report, memory: dict[str, dict[str, float]] | None = 
     copies = _copies(report)
     busy = busy_us(report)
     copy_us = [float(t["duration_us"]) for t in copies if _timed(t)]
-    line = timeline(report)
+    scopes = scope_tree(report)
+    line = timeline(report, scopes.pop("node_of_op"))
     return {
         "summary": {
             "ops": len(_ops(report)), "devices": len(devices_of(report)), "transfers": len(copies),
@@ -309,7 +362,7 @@ def dashboard_view(report: Report, memory: dict[str, dict[str, float]] | None = 
         },
         "devices": device_table(report, memory),
         "matrix": transfer_matrix(report),
-        "scopes": scope_tree(report),
+        "scopes": scopes,
         "weights": weight_reads(report),
         "timeline": line,
     }

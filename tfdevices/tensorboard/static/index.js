@@ -7,7 +7,7 @@ const LABEL = 90;        // px of lane labels
 const PALETTE = ['#4e79a7', '#59a14f', '#9c755f', '#af7aa1', '#76b7b2', '#edc948', '#b07aa1', '#86bcb6',
                  '#8cd17d', '#a0cbe8', '#d4a6c8', '#79706e'];
 
-const state = {runs: [], current: null, view: null, expanded: new Set(), query: ''};
+const state = {runs: [], current: null, view: null, tree: null, expanded: new Set(), query: ''};
 
 // ----------------------------------------------------------------------------- helpers
 
@@ -145,9 +145,11 @@ async function show(entry, step) {
   link.href = `trace?${new URLSearchParams(params)}`;
   link.style.display = state.view.summary.timed ? '' : 'none';
   document.getElementById('summary').textContent = summaryLine(state.view.summary);
-  state.expanded = initialExpansion(state.view.scopes);
+  state.tree = scopeTree(state.view.scopes);
+  state.expanded = initialExpansion(state.tree);
+  state.query = '';
   view.replaceChildren(devices(state.view), matrix(state.view.matrix), timelineSection(state.view.timeline),
-                       layers(state.view.scopes), weights(state.view.weights), diffSection());
+                       layers(state.tree), weights(state.view.weights), diffSection());
   drawTimeline();
 }
 
@@ -213,77 +215,92 @@ function showTensors(detail, cell) {
 
 // ----------------------------------------------------------------------------- layers / scopes
 
-function initialExpansion(roots) {
-  const open = new Set();
-  const walk = (node, depth) => {
-    if ((node.mismatch && depth < 4) || roots.length === 1 && depth === 0) open.add(node.path);
-    if (depth < 4) node.children.forEach((c) => walk(c, depth + 1));
+// The scope tree arrives flat, in display order: node = [name, parent, ops, asked, ran, mismatch, busy, op].
+function scopeTree(scopes) {
+  const nodes = scopes.nodes;
+  const children = nodes.map(() => []);
+  const roots = [];
+  const depth = new Array(nodes.length).fill(0);
+  nodes.forEach((n, i) => {
+    if (n[1] < 0) roots.push(i);
+    else { children[n[1]].push(i); depth[i] = depth[n[1]] + 1; }
+  });
+  const paths = new Array(nodes.length);
+  const pathOf = (i) => {
+    if (paths[i] === undefined) paths[i] = nodes[i][1] < 0 ? nodes[i][0] : `${pathOf(nodes[i][1])}/${nodes[i][0]}`;
+    return paths[i];
   };
-  roots.forEach((r) => walk(r, 0));
+  const names = (indices) => indices.map((k) => scopes.devices[k]).join(', ');
+  return {nodes, children, roots, depth, pathOf, names};
+}
+
+function initialExpansion(tree) {
+  const open = new Set();
+  tree.nodes.forEach((n, i) => { if (n[5] && tree.depth[i] < 4) open.add(i); });
+  if (tree.roots.length === 1) open.add(tree.roots[0]);
   return open;
 }
 
-function visibleRows(roots) {
+function visibleRows(tree) {
   const rows = [];
-  const walk = (node, depth) => {
-    rows.push({node, depth});
-    if (state.expanded.has(node.path)) node.children.forEach((c) => walk(c, depth + 1));
+  const walk = (i, depth) => {
+    rows.push({i, depth});
+    if (state.expanded.has(i)) tree.children[i].forEach((c) => walk(c, depth + 1));
   };
-  [...roots].sort((a, b) => (b.mismatch - a.mismatch) || a.path.localeCompare(b.path)).forEach((r) => walk(r, 0));
+  tree.roots.forEach((r) => walk(r, 0));
   return rows;
 }
 
-function searchRows(roots, query) {
-  const rows = [];
+function searchRows(tree, query) {
   const q = query.toLowerCase();
-  const walk = (node) => {
-    if (rows.length >= 5000) return;
-    if (node.path.toLowerCase().includes(q)) rows.push({node, depth: 0, full: true});
-    node.children.forEach(walk);
-  };
-  roots.forEach(walk);
-  rows.sort((a, b) => b.node.mismatch - a.node.mismatch);
+  const rows = [];
+  for (let i = 0; i < tree.nodes.length && rows.length < 5000; i++) {
+    if (tree.pathOf(i).toLowerCase().includes(q)) rows.push({i, depth: 0, full: true});
+  }
+  rows.sort((a, b) => tree.nodes[b.i][5] - tree.nodes[a.i][5]);
   return rows;
 }
 
-function layers(roots) {
+function layers(tree) {
   const count = el('span', {class: 'count'});
   const list = virtualList('layers', 420);
   const refresh = () => {
-    const rows = state.query ? searchRows(roots, state.query) : visibleRows(roots);
+    const rows = state.query ? searchRows(tree, state.query) : visibleRows(tree);
     count.textContent = state.query ? `${rows.length} match(es)` : `${rows.length} row(s) shown`;
     list.set(rows);
   };
-  list.renderRow = ({node, depth, full}) => {
-    const open = state.expanded.has(node.path);
-    const toggle = node.children.length ? (open ? '▾' : '▸') : '';
-    const row = el('div', {class: `row scope${node.mismatch ? ' mismatch' : ''}`, 'data-path': node.path,
+  list.renderRow = ({i, depth, full}) => {
+    const [name, , ops, asked, ran, mismatch, busy, op] = tree.nodes[i];
+    const kids = tree.children[i].length;
+    const open = state.expanded.has(i);
+    const row = el('div', {class: `row scope${mismatch ? ' mismatch' : ''}`, 'data-path': tree.pathOf(i),
                            onclick: () => {
-                             if (!node.children.length) return;
-                             if (open) state.expanded.delete(node.path); else state.expanded.add(node.path);
+                             if (!kids) return;
+                             if (open) state.expanded.delete(i); else state.expanded.add(i);
                              refresh();
                            }},
-      el('span', {class: 'name', title: node.path},
-         el('span', {class: 'toggle', text: toggle}), full ? node.path : node.name),
-      el('span', {class: 'ops', text: node.op ? node.op.kernel || node.op.type : `${node.ops} ops`}),
-      el('span', {class: 'asked', text: node.asked.join(', ') || '—'}),
-      el('span', {class: 'ran', text: node.ran.join(', ')}),
-      el('span', {class: 'time', text: formatUs(node.busy_us)}),
-      el('span', {class: 'flag', text: node.mismatch ? 'ran elsewhere' : ''}));
+      el('span', {class: 'name', title: tree.pathOf(i)},
+         el('span', {class: 'toggle', text: kids ? (open ? '▾' : '▸') : ''}), full ? tree.pathOf(i) : name),
+      el('span', {class: 'ops', text: op ? (op[1] || op[0]) : `${ops} ops`}),
+      el('span', {class: 'asked', text: tree.names(asked) || '—'}),
+      el('span', {class: 'ran', text: tree.names(ran)}),
+      el('span', {class: 'time', text: formatUs(busy)}),
+      el('span', {class: 'flag', text: mismatch ? 'ran elsewhere' : ''}));
     row.querySelector('.name').style.paddingLeft = `${depth * 14}px`;
     return row;
   };
   let timer = null;
   const search = el('input', {id: 'layer-search', type: 'search', placeholder: 'search scopes and ops…',
     oninput: () => { clearTimeout(timer); timer = setTimeout(() => { state.query = search.value.trim(); refresh(); }, 150); }});
-  const mismatches = roots.filter((r) => r.mismatch).length;
+  const mismatches = tree.nodes.filter((n) => n[5]).length;
   const header = el('div', {class: 'row scope head'}, el('span', {class: 'name', text: 'scope / op'}),
     el('span', {class: 'ops', text: 'ops'}), el('span', {class: 'asked', text: 'asked for'}),
     el('span', {class: 'ran', text: 'ran on'}), el('span', {class: 'time', text: 'time'}),
     el('span', {class: 'flag', text: ''}));
   const card = section('layers', 'Layers and name scopes: device asked for and device run on',
     el('div', {class: 'toolbar'}, search, count,
-       el('span', {class: 'hint', text: mismatches ? 'mismatches first' : 'every scope ran where it asked'})),
+       el('span', {class: 'hint', text: mismatches ? `${mismatches} scope(s) ran elsewhere than asked, shown first`
+                                                   : 'every scope ran where it asked'})),
     header, list.outer);
   queueMicrotask(refresh);
   return card;
@@ -386,7 +403,7 @@ function hover(event, canvas, tip) {
   const t = (px - LABEL) * span / (width - LABEL - 8);
   const slack = 3 * span / (width - LABEL - 8);
   const hit = line.ops.find(([l, start, duration]) => l === lane && start - slack <= t && t <= start + duration + slack);
-  tip.textContent = hit ? `${line.lanes[lane]} · ${line.names[hit[3]]} (${line.types[hit[4]]}) · ` +
+  tip.textContent = hit ? `${line.lanes[lane]} · ${state.tree.pathOf(hit[3])} (${line.types[hit[4]]}) · ` +
                           `${line.timed ? formatUs(hit[2]) : 'no time recorded'}` : '';
 }
 
