@@ -1,4 +1,8 @@
-"""Placement capture on 4 logical CPUs: real TensorFlow runs, real partition graphs."""
+"""Placement capture on 4 logical CPUs: real TensorFlow runs, read from TensorFlow's profiler.
+
+These tests depend on the kernels TensorFlow picks (oneDNN or not): run them under
+both TF_ENABLE_ONEDNN_OPTS=1 and TF_ENABLE_ONEDNN_OPTS=0.
+"""
 
 from __future__ import annotations
 
@@ -60,7 +64,7 @@ def test_assert_on_names_expected_device_actual_device_and_ops(tf4):
     message = str(err.value)
     n = len([op for op in report.ops if op.name.startswith("pinned/")])
     assert message.startswith(f"expected ops matching 'pinned/*' on CPU:3, but {n} of {n} ran elsewhere (CPU:1: {n})")
-    assert "pinned/MatMul (MatMul) on CPU:1" in message
+    assert "pinned/MatMul (MatMul" in message  # the model op, then the kernel when another one ran it
     assert "HINT:" in message
     assert isinstance(err.value, AssertionError)
 
@@ -190,7 +194,7 @@ def three_layer_report(tf4):
 
 def test_three_layer_model_shows_activation_transfers(three_layer_report):
     report = three_layer_report
-    report.assert_on("CPU:1", ops="moved*/*", types=["_FusedMatMul"])  # the forward pass moved
+    report.assert_on("CPU:1", ops="/sequential*/moved*/*", types=["MatMul", "BiasAdd"])  # the forward pass moved
     with pytest.raises(PlacementAssertionError, match=r"ran elsewhere \(CPU:0: \d+\): gradient_tape/"):
         report.assert_on("CPU:1", ops="gradient_tape/*moved*/*")  # its gradients did not
     forward_in = [t for t in report.transfers(src="CPU:0", dst="CPU:1") if "dense_1" in t.tensor]
@@ -241,3 +245,107 @@ def test_mirrored_strategy_train_step_shows_all_reduce(tf4):
     assert {c.device for c in reduces} == {"CPU:0", "CPU:1"}
     assert {c.reduction for c in reduces} == {"Add"}
     assert "collective(s): CollectiveReduce" in report.summary()
+
+
+# ----------------------------------------------------------------------------- model ops, kernels, eager, XLA, timing
+
+@pytest.fixture(scope="module")
+def relu_layer_report(tf4):
+    """A traced Keras 3 forward step: Dense(relu) layers, the middle one moved to CPU:1; captured after it ran."""
+    import keras
+
+    tf = tf4
+    on_device = on_device_layer(keras, tf)
+    model = keras.Sequential([
+        keras.Input((8,)), keras.layers.Dense(16, activation="relu", name="first"),
+        on_device(keras.layers.Dense(12, activation="relu", name="middle"), "/CPU:1", name="moved"),
+        keras.layers.Dense(4, activation="relu", name="last")])
+    step = tf.function(model)
+    x = tf.ones([32, 8])
+    step(x)
+    traces = step.experimental_get_tracing_count()
+    report = capture(step, x)
+    assert step.experimental_get_tracing_count() == traces  # captured without retracing
+    return report
+
+
+def test_dense_relu_layer_moved_to_cpu1_is_found_by_model_op(relu_layer_report):
+    report = relu_layer_report
+    report.assert_on("CPU:1", ops="moved*/*", types=["MatMul"])  # whichever kernel ran it
+    report.assert_on("CPU:1", ops="moved*/*", types=["MatMul", "BiasAdd", "Relu"])
+    moved = [op for op in report.ops if "/moved" in op.name and op.type in ("MatMul", "BiasAdd", "Relu")]
+    assert sorted(op.type for op in moved) == ["BiasAdd", "MatMul", "Relu"]  # a fused kernel counts as each op
+    assert all(op.kernel and op.kernel_name for op in moved)
+    assert len({op.kernel_name for op in moved}) <= len(moved)
+    others = [op for op in report.ops if op.type == "MatMul" and "/moved" not in op.name]
+    assert {op.device for op in others} == {"CPU:0"}
+
+
+def test_kernels_and_times_are_reported(relu_layer_report):
+    report = relu_layer_report
+    assert all(op.start_us is not None and op.start_us >= 0 and op.duration_us >= 0 for op in report.ops)
+    assert all(t.start_us is not None and t.duration_us >= 0 for t in report.transfers())
+    assert set(report.busy_us) == set(report.op_counts)
+    assert all(busy > 0 for busy in report.busy_us.values())
+    assert sum(report.kernel_counts.values()) <= len(report.ops)
+    again = PlacementReport.from_json(report.to_json())
+    assert again == report
+    assert again.busy_us == report.busy_us
+
+
+def test_a_failing_type_filter_lists_the_ops_matched_by_name(relu_layer_report):
+    with pytest.raises(PlacementAssertionError) as err:
+        relu_layer_report.assert_on("CPU:1", ops="moved*/*", types=["Conv2D"])
+    message = str(err.value)
+    assert message.startswith("expected ops matching 'moved*/*' of types ['Conv2D'] to check, but none of the")
+    assert "moved_1/middle_1/MatMul (MatMul" in message
+    assert "on CPU:1" in message
+    assert "HINT: types name the ops the program wrote" in message
+
+
+def test_an_eager_matmul_is_reported_once(tf4):
+    tf = tf4
+    a = tf.ones([3, 3])
+    with capturing() as cap:
+        with tf.device("/CPU:2"):
+            tf.matmul(a, a)
+        tf.matmul(a, a)
+    asked, default = cap.report.ops
+    assert (asked.type, asked.device, asked.requested) == ("MatMul", "CPU:2", "CPU:2")
+    assert (default.type, default.device, default.requested) == ("MatMul", "CPU:0", "")
+    assert asked.call != default.call
+
+
+def test_jit_compiled_step_reports_its_cluster(tf4):
+    tf = tf4
+
+    @tf.function(jit_compile=True)
+    def step(x):
+        return tf.nn.relu(tf.matmul(x, x) + 1.0)
+
+    x = tf.ones([4, 4])
+    with tf.device("/CPU:3"):
+        step(x)
+        report = capture(step, x)
+    assert report.ops  # never nothing
+    assert {op.device for op in report.ops} == {"CPU:3"}
+    assert {op.kernel for op in report.ops} == {"XlaCluster"}
+    assert {"MatMul", "AddV2", "Relu"} <= {op.type for op in report.ops}
+    ((cluster, (device, count)),) = report.xla_clusters.items()
+    assert device == "CPU:3" and count == len(report.ops)
+    assert f"compiled together by XLA in 1 cluster(s): {cluster} on CPU:3" in report.summary()
+    report.assert_on("CPU:3", types=["MatMul"])
+
+
+@pytest.mark.parametrize("pattern, expected", [
+    ("/pinned/*", True), ("pinned/*", True), ("/MatMul", False), ("/x/pinned/*", False),
+])
+def test_a_leading_slash_anchors_the_name_pattern(tf4, pattern, expected):
+    report = capture(_pinned_step(tf4, "/CPU:1"), tf4.ones([2, 2]))
+    found = bool([op for op in report.ops if op.name.startswith("pinned/")])
+    assert found
+    if expected:
+        report.assert_on("CPU:1", ops=pattern, types=["MatMul"])
+    else:
+        with pytest.raises(PlacementAssertionError):
+            report.assert_on("CPU:1", ops=pattern, types=["MatMul"])

@@ -1,32 +1,68 @@
-"""Placement verification: where every op really ran.
+"""Placement verification: where every op really ran, in the ops the program wrote.
 
-:func:`capture` runs a function once with TensorFlow's run metadata switched on
-and reads the partition graphs TensorFlow actually executed (not the devices
-that were requested). The result is a frozen :class:`PlacementReport`: every
-executed op with its requested and assigned device, every cross-device
-transfer (``_Send``/``_Recv`` pairs, matched into ``src -> dst`` with the tensor
-and its size where the shape is known), the collective ops, and checks that
-read as sentences.
+:func:`capture` (or the :func:`capturing` block) runs code under TensorFlow's
+profiler, which records every kernel TensorFlow executes with its start and
+duration, and the ``_Send`` of every tensor copied between devices (its key names
+both devices). Nothing is retraced or recompiled: a step that already ran is
+captured for about the cost of one profiled call. The result is a frozen
+:class:`PlacementReport`: every executed op with its device, the device the program
+asked for, the model op it is and the kernel that ran it, its start and duration;
+every cross-device transfer with the tensor and its size where the shape is known;
+the collective ops; and checks that read as sentences.
 
 >>> import tensorflow as tf
->>> import tfdevices.verify as placement
+>>> import tfdevices.verify as verify
 >>> @tf.function
 ... def step(x):
 ...     with tf.device("/CPU:0"):
 ...         return tf.reduce_sum(x * 2.0)
->>> report = placement.capture(step, tf.ones([4]))
->>> report.assert_on("CPU:0", ops="*")
+>>> report = verify.capture(step, tf.ones([4]))
+>>> report.assert_on("CPU:0", ops="*", types=["Mul"])
 >>> report.transfers()
 ()
 
-TensorFlow compiles each function (and each eager op) once and caches the
-result; the executed graphs are reported when a function is compiled. So that
-every call inside a capture is reported, capture clears TensorFlow's kernel
-cache first: functions are recompiled (not retraced) once.
+**Model ops and kernels.** TensorFlow rewrites graphs before running them: with
+oneDNN (the default on CPUs with AVX-512) a MatMul runs as ``_MklMatMul`` and a Dense
+layer's MatMul+BiasAdd+Relu as one ``_MklNativeFusedMatMul`` (``_FusedMatMul``
+without oneDNN) named after its last op. A report speaks of the ops the program
+wrote, whatever ran them: each op carries its model op (``type``, read from the
+function's traced graph) and the kernel (``kernel``, ``kernel_name``); a fused
+kernel counts as each op it fused. Ops that XLA compiled (``jit_compile=True``) are
+reported on the device their cluster ran on, with the kernel ``"XlaCluster"``.
+
+**Where each op ran.** The profiler records, for each function partition that runs,
+the executor context its kernels run in; a partition's device is read from the
+``_Send`` keys of the tensors it sends or receives. A partition that copies nothing
+(a function on one device) runs on the device its ops asked for or, when none
+asked, where its outputs were placed. Eager ops are recorded by an op callback,
+on the device of their output.
 
 Device names in reports are TensorFlow's short names, ``"CPU:1"``, ``"GPU:0"``,
 prefixed with the task (``"worker:1/GPU:0"``) when the device belongs to a job
 other than the local one.
+
+**JSON** (:meth:`PlacementReport.to_json`, what TensorBoard stores and the
+Placement dashboard reads), version 2::
+
+    {"version": 2,
+     "ops": [{"name": "seq/dense_1/MatMul",   # the op as the program wrote it
+              "type": "MatMul",               # the model op
+              "device": "CPU:1",              # where it ran
+              "requested": "CPU:1",           # what the program asked for ("" when nothing)
+              "call": 0,                      # index of the function call (or eager op)
+              "kernel": "_FusedMatMul",       # the kernel that ran it ("XlaCluster" for XLA)
+              "kernel_name": "seq/dense_1/Relu",  # the kernel's node (shared by the ops it fused)
+              "start_us": 12.5,               # kernel start, microseconds from the first event; null if unknown
+              "duration_us": 3.25}, ...],     # kernel duration (shared by the ops it fused); null if unknown
+     "transfers": [{"src": "CPU:0", "dst": "CPU:1", "tensor": "x:0", "dtype": "float32",
+                    "shape": [4, 16], "bytes": 256,   # shape/bytes null when unknown
+                    "send_op": "x/_1", "recv_op": "x/_2", "call": 0,
+                    "start_us": 10.0, "duration_us": 1.5}, ...],   # the _Send's start and duration
+     "collectives": [{"name": ..., "type": "CollectiveReduceV2", "device": "CPU:0",
+                      "reduction": "Add", "dtype": "float32", "call": 0}, ...],
+     "busy_us": {"CPU:0": 48.2, "CPU:1": 95.0}}   # per device: time at least one kernel ran
+
+Times come from one clock (the profiler's) for all devices of the process.
 """
 
 from __future__ import annotations
@@ -35,8 +71,13 @@ import contextlib
 import fnmatch
 import functools
 import json
+import math
+import os
 import re
+import shutil
+import tempfile
 import threading
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field, fields
@@ -57,7 +98,10 @@ PLUMBING = frozenset({"_Arg", "_Retval", "_DeviceArg", "_DeviceRetval", "NoOp"})
 #: Transfer ops: reported as :class:`Transfer`, not as ops.
 TRANSFER_OPS = frozenset({"_Send", "_Recv", "_HostSend", "_HostRecv"})
 _COLLECTIVE = re.compile(r"^_?(Collective|Nccl)")
-_EDGE_PREFIX = re.compile(r"^edge_\d+_")
+#: The kernel named for ops that XLA compiled together into one executable.
+XLA_CLUSTER = "XlaCluster"
+#: The version of the JSON schema :meth:`PlacementReport.to_json` writes (see the module docstring).
+JSON_VERSION = 2
 _DTYPE_BYTES = {
     "float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "half": 2, "float": 4, "double": 8,
     "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "int32": 4, "uint32": 4, "int64": 8,
@@ -77,12 +121,22 @@ _active = False
 class OpPlacement:
     """One executed op.
 
+    A kernel that fused several ops (``_FusedMatMul`` running a MatMul, its BiasAdd and
+    its Relu) gives one record per op it ran, each naming that kernel.
+
     Attributes:
-        name: the op's name in the executed graph (``"sequential/dense_2/MatMul"``).
-        type: the op type (``"MatMul"``).
+        name: the op's name as the program wrote it (``"sequential/dense_2/MatMul"``).
+        type: the model op: the op type the program wrote (``"MatMul"``), whatever kernel ran it.
         device: where it ran: ``"CPU:1"``, or ``"worker:1/GPU:0"`` on another job's task.
-        requested: the device the program asked for (``""`` when none or unknown).
-        call: index of the compiled function (or eager op) it belongs to, in capture order.
+        requested: the device the program asked for (``""`` when none was asked).
+        call: index of the function call (or eager op) it belongs to, in capture order.
+        kernel: the kernel TensorFlow executed (``"_FusedMatMul"``, ``"_MklMatMul"``,
+            ``"MatMul"``, or ``"XlaCluster"`` for ops XLA compiled together).
+        kernel_name: the executed kernel's node name (a fused kernel is named after its last
+            op: ``"dense_2/Relu"``), or the XLA cluster's function name.
+        start_us: when the kernel started, in microseconds from the first event captured
+            (``None`` when the profiler did not time it).
+        duration_us: how long the kernel ran, in microseconds (shared by the ops it fused).
     """
 
     name: str
@@ -90,6 +144,10 @@ class OpPlacement:
     device: str
     requested: str = ""
     call: int = 0
+    kernel: str = ""
+    kernel_name: str = ""
+    start_us: float | None = None
+    duration_us: float | None = None
 
 
 @dataclass(frozen=True)
@@ -104,8 +162,10 @@ class Transfer:
         shape: its shape, ``None`` when unknown; ``-1`` marks an unknown dimension.
         bytes: its size, ``None`` unless dtype and shape are fully known.
         send_op: the ``_Send`` op's name (``""`` when the sender is the client).
-        recv_op: the ``_Recv`` op's name (``""`` when the receiver is the client).
-        call: index of the compiled function it belongs to.
+        recv_op: the ``_Recv`` op's name (``""`` when not seen).
+        call: index of the function call it belongs to.
+        start_us: when the ``_Send`` started, in microseconds from the first event captured.
+        duration_us: how long the ``_Send`` ran, in microseconds.
     """
 
     src: str
@@ -117,6 +177,8 @@ class Transfer:
     send_op: str = ""
     recv_op: str = ""
     call: int = 0
+    start_us: float | None = None
+    duration_us: float | None = None
 
     def describe(self) -> str:
         """``"CPU:0 -> CPU:1 dense_1/BiasAdd:0 float32[32,16] 2.0 KiB"``."""
@@ -241,16 +303,24 @@ def _device_matcher(device: object, *, what: str = "device") -> Callable[[str], 
 
 
 def _name_matcher(pattern: str | Iterable[str]) -> Callable[[str], bool]:
-    """Matches op names by glob at any scope boundary: "dense_2/*" matches "model/dense_2/MatMul"."""
+    """Matches op names by glob at any scope boundary: "dense_2/*" matches "model/dense_2/MatMul".
+
+    A pattern that starts with "/" matches from the start of the name only:
+    "/model/*" matches "model/dense_2/MatMul" but not "gradient_tape/model/dense_2/MatMul".
+    """
     patterns = [pattern] if isinstance(pattern, str) else list(pattern)
-    if not patterns or not all(isinstance(p, str) and p for p in patterns):
+    if not patterns or not all(isinstance(p, str) and p.strip("/") for p in patterns):
         raise InputError(f"ops={pattern!r}: expected a glob pattern or a list of them.",
                          hint="e.g. ops='dense_2/*' or ops=['*MatMul*', '*BiasAdd*'].")
+    anchored = [p[1:] for p in patterns if p.startswith("/")]
+    anywhere = [p for p in patterns if not p.startswith("/")]
 
     def matches(name: str) -> bool:
+        if any(fnmatch.fnmatchcase(name, p) for p in anchored):
+            return True
         parts = name.split("/")
         suffixes = ["/".join(parts[i:]) for i in range(len(parts))]
-        return any(fnmatch.fnmatchcase(s, p) for p in patterns for s in suffixes)
+        return any(fnmatch.fnmatchcase(s, p) for p in anywhere for s in suffixes)
     return matches
 
 
@@ -265,14 +335,18 @@ class PlacementReport:
             and transfers.
         copies: every cross-device transfer; filter with :meth:`transfers`.
         collectives: the collective ops (all-reduce and friends).
-        graphs: the executed partition graphs as ``(namespace, serialized GraphDef)``,
-            one namespace per compiled function; what ``tfdevices.tensorboard`` writes.
+        graphs: each function's graph as the program wrote it, every node carrying the
+            device it ran on (``""`` for nodes that did not run as written), as
+            ``(namespace, serialized GraphDef)``, one namespace per call; what
+            ``tfdevices.tensorboard`` writes.
+        busy_us: per device, the microseconds during which at least one of its kernels ran.
     """
 
     ops: tuple[OpPlacement, ...]
     copies: tuple[Transfer, ...] = ()
     collectives: tuple[Collective, ...] = ()
     graphs: tuple[tuple[str, bytes], ...] = field(default=(), repr=False, compare=False)
+    busy_us: dict[str, float] = field(default_factory=dict)
 
     # -- queries
 
@@ -286,6 +360,21 @@ class PlacementReport:
     def op_counts(self) -> dict[str, int]:
         """Number of executed ops per device."""
         return dict(sorted(Counter(op.device for op in self.ops).items()))
+
+    @property
+    def kernel_counts(self) -> dict[str, int]:
+        """Number of kernels TensorFlow executed per device (a fused kernel counts once)."""
+        return dict(sorted(Counter(device for device, *_ in _kernels(self.ops)).items()))
+
+    @property
+    def xla_clusters(self) -> dict[str, tuple[str, int]]:
+        """Each XLA cluster that ran: its function name -> ``(device, ops compiled together)``."""
+        clusters: dict[str, tuple[str, int]] = {}
+        for op in self.ops:
+            if op.kernel == XLA_CLUSTER:
+                device, count = clusters.get(op.kernel_name, (op.device, 0))
+                clusters[op.kernel_name] = (device, count + 1)
+        return clusters
 
     def ops_on(self, device: str) -> tuple[OpPlacement, ...]:
         """The ops that ran on ``device`` (a name or pattern such as ``"CPU:*"``).
@@ -349,9 +438,13 @@ class PlacementReport:
 
         Args:
             device: a TensorFlow device name (``"GPU:1"``, ``"/device:CPU:1"``) or pattern (``"CPU:*"``).
-            ops: glob pattern(s) on op names, matched at any scope boundary
-                (``"dense_2/*"`` matches ``"model/dense_2/MatMul"``).
-            types: only ops of these types (``["MatMul"]``), or ``None`` for all.
+            ops: glob pattern(s) on the op names the program wrote, matched at any scope
+                boundary (``"dense_2/*"`` matches ``"model/dense_2/MatMul"``); a leading
+                ``"/"`` matches from the start only (``"/model/*"`` leaves out
+                ``"gradient_tape/model/..."``).
+            types: only ops of these model op types (``["MatMul"]``: the ops the program
+                wrote, whichever kernel ran them; a fused kernel counts as each op it
+                fused), or ``None`` for all.
 
         Raises:
             PlacementAssertionError: an op ran elsewhere, or no executed op matches.
@@ -362,7 +455,7 @@ class PlacementReport:
         offenders = [op for op in selected if not on(op.device)]
         if offenders:
             where = Counter(op.device for op in offenders)
-            listing = "; ".join(f"{op.name} ({op.type}) on {op.device}" for op in offenders[:20])
+            listing = "; ".join(f"{op.name} ({_ran_as(op)}) on {op.device}" for op in offenders[:20])
             more = f"; ... {len(offenders) - 20} more" if len(offenders) > 20 else ""
             raise PlacementAssertionError(
                 f"expected ops matching {ops!r} on {device}, but {len(offenders)} of {len(selected)} ran "
@@ -391,14 +484,23 @@ class PlacementReport:
     def _select(self, ops: str | Iterable[str], types: Iterable[str] | None) -> list[OpPlacement]:
         named = _name_matcher(ops)
         wanted = None if types is None else set([types] if isinstance(types, str) else types)
-        selected = [op for op in self.ops if named(op.name) and (wanted is None or op.type in wanted)]
-        if not selected:
-            sample = ", ".join(sorted({op.name for op in self.ops})[:8]) or "none"
+        by_name = [op for op in self.ops if named(op.name)]
+        selected = [op for op in by_name if wanted is None or op.type in wanted]
+        if selected:
+            return selected
+        if by_name and wanted is not None:
+            listing = "; ".join(f"{op.name} ({_ran_as(op)}) on {op.device}" for op in by_name[:20])
+            more = f"; ... {len(by_name) - 20} more" if len(by_name) > 20 else ""
             raise PlacementAssertionError(
-                f"expected ops matching {ops!r}{'' if types is None else f' of types {sorted(wanted)}'} "
-                f"to check, but none of the {len(self.ops)} executed ops matches; they include: {sample}.",
-                hint="check the pattern against report.ops (names are matched at scope boundaries).")
-        return selected
+                f"expected ops matching {ops!r} of types {sorted(wanted)} to check, but none of the "
+                f"{len(by_name)} ops matching {ops!r} is of those types: {listing}{more}.",
+                hint="types name the ops the program wrote (MatMul, BiasAdd, Relu ...), whichever kernel "
+                     "ran them; pick types from this list.")
+        sample = ", ".join(sorted({op.name for op in self.ops})[:8]) or "none"
+        raise PlacementAssertionError(
+            f"expected ops matching {ops!r}{'' if types is None else f' of types {sorted(wanted)}'} "
+            f"to check, but none of the {len(self.ops)} executed ops matches; they include: {sample}.",
+            hint="check the pattern against report.ops (names are matched at scope boundaries).")
 
     # -- comparison
 
@@ -424,6 +526,11 @@ class PlacementReport:
         lines.append(f"{len(self.copies)} transfer(s)" + (
             f" ({format_bytes(_total(self.copies))} where known): "
             + ", ".join(f"{p}: {n}" for p, n in pairs.items()) if pairs else ""))
+        clusters = self.xla_clusters
+        if clusters:
+            lines.append(f"{sum(n for _, n in clusters.values())} op(s) compiled together by XLA in "
+                         f"{len(clusters)} cluster(s): " + ", ".join(
+                             f"{name} on {device} ({n} ops)" for name, (device, n) in sorted(clusters.items())))
         kinds = Counter(c.type for c in self.collectives)
         lines.append(f"{len(self.collectives)} collective(s)" + (
             ": " + ", ".join(f"{t}: {n}" for t, n in sorted(kinds.items())) if kinds else ""))
@@ -434,10 +541,13 @@ class PlacementReport:
 
     def to_markdown(self) -> str:
         """Markdown tables: ops per device (with the commonest types), transfers, collectives."""
-        out = ["| device | ops | commonest op types |", "|---|---:|---|"]
+        out = ["| device | ops | commonest ops | kernels | busy |", "|---|---:|---|---:|---:|"]
+        kernels = self.kernel_counts
         for device, n in self.op_counts.items():
             types = Counter(op.type for op in self.ops if op.device == device).most_common(4)
-            out.append(f"| {device} | {n} | {', '.join(f'{t} ({c})' for t, c in types)} |")
+            busy = self.busy_us.get(device)
+            out.append(f"| {device} | {n} | {', '.join(f'{t} ({c})' for t, c in types)} | "
+                       f"{kernels.get(device, 0)} | {'?' if busy is None else f'{busy:.0f} us'} |")
         out += ["", f"**Transfers: {len(self.copies)}**", ""]
         if self.copies:
             out += ["| src | dst | tensor | dtype | shape | size |", "|---|---|---|---|---|---:|"]
@@ -459,9 +569,11 @@ class PlacementReport:
     def to_json(self) -> str:
         """The report as JSON (without the graphs); :meth:`from_json` reads it back."""
         return json.dumps({
+            "version": JSON_VERSION,
             "ops": [_flat(op) for op in self.ops],
             "transfers": [asdict(t) for t in self.copies],  # shapes are tuples: asdict copies them
             "collectives": [_flat(c) for c in self.collectives],
+            "busy_us": self.busy_us,
         })
 
     @classmethod
@@ -477,10 +589,21 @@ class PlacementReport:
                 ops=tuple(OpPlacement(**op) for op in data["ops"]),
                 copies=tuple(Transfer(**{**t, "shape": None if t["shape"] is None else tuple(t["shape"])})
                              for t in data["transfers"]),
-                collectives=tuple(Collective(**c) for c in data["collectives"]))
+                collectives=tuple(Collective(**c) for c in data["collectives"]),
+                busy_us={str(k): float(v) for k, v in data.get("busy_us", {}).items()})
         except (ValueError, KeyError, TypeError) as err:
             raise InputError(f"not a placement report in JSON ({err}): {text[:80]!r}",
                              hint="pass the output of PlacementReport.to_json().") from None
+
+
+def _ran_as(op: OpPlacement) -> str:
+    """``"MatMul via _FusedMatMul"``, or just ``"MatMul"`` when the kernel is the op itself."""
+    return op.type if op.kernel in ("", op.type) else f"{op.type} via {op.kernel}"
+
+
+def _kernels(ops: Iterable[OpPlacement]) -> set[tuple[str, int, str, str, float | None]]:
+    """The distinct kernels behind ``ops`` (a fused kernel's ops share one)."""
+    return {(op.device, op.call, op.kernel, op.kernel_name or op.name, op.start_us) for op in ops}
 
 
 def _total(transfers: Iterable[Transfer]) -> int:
@@ -500,125 +623,478 @@ def _keyed(ops: Iterable[OpPlacement]) -> dict[tuple[str, int], OpPlacement]:
     return keyed
 
 
-# ----------------------------------------------------------------------------- reading run metadata
+# ----------------------------------------------------------------------------- what ran: the profiler's trace
 
-def report_from_run_metadata(metadata: Any) -> PlacementReport:
-    """Builds a report from a ``RunMetadata`` proto (what :func:`capture` does after running).
+@dataclass
+class _Kernel:
+    """One kernel event of the trace (internal)."""
 
-    Args:
-        metadata: a ``tensorflow.RunMetadata`` with ``function_graphs`` or ``partition_graphs``.
+    name: str
+    kernel: str
+    start_ps: int
+    duration_ps: int
+    context: int = 0
+    stats: dict[str, Any] | None = None
 
-    Returns:
-        The report; one ``call`` per function graph.
+
+@dataclass
+class _Execution:
+    """One call TensorFlow executed (internal): a function, an XLA cluster or an eager op."""
+
+    name: str
+    is_function: bool
+    start_ps: int
+    duration_ps: int
+    contexts: list[int] = field(default_factory=list)
+    xla: bool = False
+
+
+@dataclass
+class _Trace:
+    """What the profiler recorded (internal): calls on the Python thread, kernels by executor context."""
+
+    executions: list[_Execution] = field(default_factory=list)
+    kernels: list[_Kernel] = field(default_factory=list)
+    parents: dict[int, int] = field(default_factory=dict)  # nested function context -> caller context
+
+
+_KERNEL_STATS = frozenset({"key", "from", "to"})
+
+
+def _stat_value(stat: Any, names: dict[int, str]) -> Any:
+    kind = stat.WhichOneof("value")
+    value = getattr(stat, kind) if kind else None
+    return names.get(value, value) if kind == "ref_value" else value
+
+
+def read_trace(data: bytes) -> _Trace:
+    """Reads a serialized XSpace (``*.xplane.pb``) into calls and kernels, one pass over its events.
+
+    On the host plane, TensorFlow records each eager call (``EagerExecute``, with the op or
+    function name), each function partition it runs (``FunctionRun``, producing a context
+    id), each executor step of a partition (``ExecutorState::Process``, consuming that id)
+    and, inside it, each kernel as ``name:kernel`` with its start and duration.
     """
-    calls = [(list(fg.partition_graphs), fg.pre_optimization_graph, fg.post_optimization_graph)
-             for fg in metadata.function_graphs]
-    if not calls and len(metadata.partition_graphs):
-        calls = [(list(metadata.partition_graphs), None, None)]
-    ops: list[OpPlacement] = []
-    copies: list[Transfer] = []
-    collectives: list[Collective] = []
-    graphs: list[tuple[str, bytes]] = []
-    calls = [call for call in calls  # drop calls of nothing but plumbing (the NoOp that flushes the metadata)
-             if not all(node.op in PLUMBING for partition in call[0] for node in partition.node)]
-    for index, (partitions, pre, post) in enumerate(calls):
-        requested = {n.name: n.device for n in pre.node} if pre is not None else {}
-        sends: dict[tuple[str, str, str], Any] = {}
-        recvs: list[Any] = []
-        for partition in partitions:
-            for node in partition.node:
-                if node.op in PLUMBING:
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2  # noqa: PLC0415 (lazy TensorFlow)
+
+    space = xplane_pb2.XSpace.FromString(data)
+    trace = _Trace()
+    for plane in space.planes:
+        if plane.name == "/host:CPU":
+            _read_host_plane(plane, trace)
+    trace.executions.sort(key=lambda e: e.start_ps)
+    return trace
+
+
+_KERNEL, _PROCESS, _ASYNC, _EAGER, _RUN = range(5)
+_EVENT_KINDS = {"ExecutorState::Process": _PROCESS, "ExecutorState::ProcessAsync::Start": _ASYNC,
+                "EagerExecute": _EAGER, "FunctionRun": _RUN}
+
+
+def _event_kinds(plane: Any) -> dict[int, tuple[int, str, str]]:
+    """``metadata id -> (kind, op name, kernel)`` for the events capture reads; others are skipped."""
+    kinds = {}
+    for key, meta in plane.event_metadata.items():
+        name, kernel = meta.name, meta.display_name
+        if kernel and name.endswith(":" + kernel):
+            kinds[key] = (_KERNEL, name[: -len(kernel) - 1], kernel)
+        elif name in _EVENT_KINDS:
+            kinds[key] = (_EVENT_KINDS[name], name, "")
+    return kinds
+
+
+def _read_host_plane(plane: Any, trace: _Trace) -> None:
+    names = {key: meta.name for key, meta in plane.stat_metadata.items()}
+    context_stat = next((key for key, name in names.items() if name == "_c"), None)
+    kinds = _event_kinds(plane)
+    kernels = trace.kernels
+    for line in plane.lines:
+        base = line.timestamp_ns * 1000
+        process_end, process = 0, 0  # the executor step (context) being read
+        current: _Execution | None = None
+        for event in line.events:
+            kind = kinds.get(event.metadata_id)
+            if kind is None:
+                continue
+            code, name, kernel = kind
+            start = base + event.offset_ps
+            if code == _KERNEL:
+                if current is not None and current.is_function and kernel == current.name:
+                    current.xla = True  # the function ran as one compiled XLA executable
                     continue
-                if node.op in TRANSFER_OPS:
-                    (sends.__setitem__(_transfer_key(node), node) if node.op.endswith("Send")
-                     else recvs.append(node))
-                    continue
-                device = _location(node.device)
-                ops.append(OpPlacement(node.name, node.op, device, _requested(requested.get(node.name, "")), index))
-                if _COLLECTIVE.match(node.op):
-                    collectives.append(Collective(
-                        node.name, node.op, device, _attr_s(node, "merge_op"), _attr_dtype(node, "T"), index))
-        if sends or recvs:  # shapes cost a graph import: only for calls that copy tensors
-            copies += _match_transfers(sends, recvs, _infer_shapes(post), index)
-        namespace = f"call_{index:03d}"
-        graphs += [(namespace, p.SerializeToString()) for p in partitions]
-    return PlacementReport(tuple(ops), tuple(copies), tuple(collectives), tuple(graphs))
+                stats = _stats(event, names) if kernel in TRANSFER_OPS else None
+                kernels.append(_Kernel(name, kernel, start, event.duration_ps,
+                                       process if start < process_end else 0, stats))
+            elif code == _PROCESS:
+                process_end = start + event.duration_ps
+                process = next((int(_stat_value(s, names)) for s in event.stats if s.metadata_id == context_stat), 0)
+            elif code == _ASYNC:  # an asynchronous kernel (_Recv, collectives) starts
+                stats = _stats(event, names)
+                kernels.append(_Kernel(str(stats.get("name", "")), str(stats.get("kernel_type", "")), start,
+                                       event.duration_ps, process if start < process_end else 0))
+            elif code == _EAGER:
+                stats = _stats(event, names)
+                current = _Execution(str(stats.get("eager_op", "")), bool(stats.get("is_func")), start,
+                                     event.duration_ps)
+                trace.executions.append(current)
+            else:  # FunctionRun: a function partition starts; its executor steps consume the context it produces
+                produced = int(_stats(event, names).get("_p", 0))
+                if current is not None and start < current.start_ps + current.duration_ps:
+                    current.contexts.append(produced)
+                elif start < process_end:
+                    trace.parents[produced] = process  # a function called from inside a function
+                # else: a run outside any call or step (tf.data and the like): not reported
+
+
+def _stats(event: Any, names: dict[int, str]) -> dict[str, Any]:
+    return {names[s.metadata_id]: _stat_value(s, names) for s in event.stats}
+
+
+# ----------------------------------------------------------------------------- the model graph of a function
+
+_OPS_BY_NAME: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
+
+
+class _Graph:
+    """The ops a function's traced graph holds, looked up by name (internal)."""
+
+    def __init__(self, graph: Any) -> None:
+        self._graph = graph
+        self._ops: dict[str, Any] = {}
+        if graph is not None:
+            cached = _OPS_BY_NAME.get(graph)
+            if cached is None:
+                cached = _OPS_BY_NAME[graph] = {op.name: op for op in graph.get_operations()}
+            self._ops = cached
+
+    def op(self, name: str) -> Any:
+        return self._ops.get(name)
+
+    def operations(self) -> list[Any]:
+        return list(self._ops.values())
+
+    def tensor(self, name: str) -> Any:
+        op_name, _, index = name.rpartition(":")
+        op = self._ops.get(op_name)
+        try:
+            return op.outputs[int(index)] if op is not None else None
+        except (IndexError, ValueError):
+            return None
+
+
+_MKL_PREFIX = re.compile(r"^_Mkl(?:Native)?")
+_FUSED_BASE = {"FusedBatchNormEx": "FusedBatchNormV3"}
+
+
+def _base_type(kernel: str) -> str:
+    """The op a kernel implements: ``_MklMatMul`` -> ``MatMul``, ``_FusedMatMul`` -> ``MatMul``."""
+    plain = _MKL_PREFIX.sub("", kernel).lstrip("_")
+    if plain.startswith("Fused") and plain not in ("FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3"):
+        plain = plain[len("Fused"):]
+    return _FUSED_BASE.get(plain, plain)
+
+
+def _is_fused(kernel: str) -> bool:
+    return "Fused" in kernel and _base_type(kernel) != _MKL_PREFIX.sub("", kernel).lstrip("_")
+
+
+def _fused_chain(op: Any, base: str, depth: int = 4) -> list[Any] | None:
+    """The ops from a fused kernel's first op (of type ``base``) to ``op``, its last; ``None`` if not found."""
+    if op.type == base:
+        return [op]
+    if depth == 0:
+        return None
+    for tensor in op.inputs:
+        chain = _fused_chain(tensor.op, base, depth - 1)
+        if chain is not None:
+            return [*chain, op]
+    return None
+
+
+def _model_ops(graph: _Graph, name: str, kernel: str) -> list[tuple[str, str, str]]:
+    """``(name, model op, requested device)`` for each op the user wrote that this kernel ran."""
+    op = graph.op(name)
+    if op is None:
+        return [(name, _base_type(kernel), "")]
+    if _is_fused(kernel):
+        chain = _fused_chain(op, _base_type(kernel))
+        if chain is not None:
+            return [(o.name, o.type, o.device) for o in chain]
+    return [(name, op.type, op.device)]
+
+
+# ----------------------------------------------------------------------------- what Python saw: calls and graphs
+
+@dataclass
+class _Call:
+    """One op or function call seen by the op callback (internal)."""
+
+    name: str
+    is_function: bool
+    device: str  # where its outputs (or, with none, its first input) live
+    requested: str  # the device scope it was called in
+
+
+@dataclass
+class _Recorder:
+    """What :func:`capturing` records on the Python side while the block runs (internal)."""
+
+    calls: list[_Call] = field(default_factory=list)
+    graphs: dict[str, Any] = field(default_factory=dict)
+
+    def on_op(self, op_type: Any, inputs: Any, attrs: Any, outputs: Any, op_name: Any = None,
+              graph: Any = None) -> None:
+        """The op callback: records eager ops and function calls, ignores graph construction."""
+        if graph is not None:
+            return
+        from tensorflow.python.eager import context  # noqa: PLC0415 (lazy TensorFlow)
+
+        name = op_type.decode() if isinstance(op_type, bytes) else str(op_type)
+        values = list(outputs or ()) or list(inputs or ())
+        device = getattr(values[0], "device", "") if values else ""
+        self.calls.append(_Call(name, name in self.graphs, device or "", context.context().device_name or ""))
+
+
+@contextlib.contextmanager
+def _recording(recorder: _Recorder) -> Iterator[None]:
+    """Records calls (an op callback) and the graph of every function called (internal)."""
+    from tensorflow.python.eager.polymorphic_function import atomic_function  # noqa: PLC0415
+    from tensorflow.python.framework import op_callbacks  # noqa: PLC0415 (lazy TensorFlow)
+
+    original = atomic_function.AtomicFunction.call_flat
+
+    def call_flat(function: Any, *args: Any) -> Any:
+        name = function.name.decode()
+        if name not in recorder.graphs:
+            recorder.graphs[name] = function.graph
+        return original(function, *args)
+
+    atomic_function.AtomicFunction.call_flat = call_flat
+    op_callbacks.add_op_callback(recorder.on_op)
+    try:
+        yield
+    finally:
+        op_callbacks.remove_op_callback(recorder.on_op)
+        atomic_function.AtomicFunction.call_flat = original
+
+
+# ----------------------------------------------------------------------------- building the report
+
+@dataclass
+class _Built:
+    """The records of a report being built, and the timing origin (internal)."""
+
+    ops: list[OpPlacement] = field(default_factory=list)
+    copies: list[Transfer] = field(default_factory=list)
+    collectives: list[Collective] = field(default_factory=list)
+    graphs: list[tuple[str, bytes]] = field(default_factory=list)
+    spans: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+
+
+def _pair_calls(trace: _Trace, recorder: _Recorder) -> list[tuple[_Call | None, _Execution | None]]:
+    """Matches the calls Python made with the executions the profiler saw, in call order."""
+    queues: dict[tuple[str, bool], list[_Execution]] = {}
+    for execution in reversed(trace.executions):
+        queues.setdefault((execution.name, execution.is_function), []).append(execution)
+    paired: list[tuple[_Call | None, _Execution | None]] = []
+    for call in recorder.calls:
+        queue = queues.get((call.name, call.is_function))
+        paired.append((call, queue.pop() if queue else None))
+    left = sorted((e for q in queues.values() for e in q if e.is_function), key=lambda e: e.start_ps)
+    return paired + [(None, execution) for execution in left]
+
+
+def build_report(trace: _Trace, recorder: _Recorder) -> PlacementReport:
+    """Builds the report from the profiler's trace and the calls Python made (linear in the events)."""
+    by_context: dict[int, list[_Kernel]] = {}
+    for kernel in trace.kernels:
+        by_context.setdefault(kernel.context, []).append(kernel)
+    paired = _pair_calls(trace, recorder)
+    origin = min([k.start_ps for k in trace.kernels] + [e.start_ps for _, e in paired if e is not None] or [0])
+    built = _Built()
+    for index, (call, execution) in enumerate(paired):
+        if execution is not None and execution.is_function and execution.contexts and not execution.xla:
+            name = execution.name
+            _add_function(built, index, _Graph(recorder.graphs.get(name)), call,
+                          _contexts(execution, trace.parents), by_context, origin)
+        elif execution is not None and execution.is_function or call is not None and call.is_function:
+            _add_cluster(built, index, call, execution, recorder, origin)
+        elif call is not None:
+            _add_eager(built, index, call, execution, origin)
+    busy = {device: round(_union(spans) / 1e6, 3) for device, spans in sorted(built.spans.items())}
+    return PlacementReport(tuple(built.ops), tuple(built.copies), tuple(built.collectives), tuple(built.graphs),
+                           busy_us=busy)
+
+
+def _contexts(execution: _Execution, parents: dict[int, int]) -> list[int]:
+    """The executor contexts of one function call, including functions it called."""
+    mine = set(execution.contexts)
+    nested = [c for c in parents if _root(c, parents) in mine]
+    return list(execution.contexts) + nested
+
+
+def _root(context: int, parents: dict[int, int]) -> int:
+    seen = set()
+    while context in parents and context not in seen:
+        seen.add(context)
+        context = parents[context]
+    return context
+
+
+def _us(ps: int) -> float:
+    return round(ps / 1e6, 3)
+
+
+def _union(spans: list[tuple[int, int]]) -> int:
+    """Length of the union of ``(start, end)`` spans."""
+    total, reach = 0, None
+    for start, end in sorted(spans):
+        if reach is None or start > reach:
+            total += end - start
+            reach = end
+        elif end > reach:
+            total += end - reach
+            reach = end
+    return total
+
+
+def _context_devices(contexts: list[int], by_context: dict[int, list[_Kernel]]) -> dict[int, str]:
+    """The device of each executor context, from the transfers it sent or received."""
+    devices: dict[int, str] = {}
+    owner = {k.name: c for c in contexts for k in by_context.get(c, ()) if k.kernel not in TRANSFER_OPS}
+    recv_owner = {k.name: c for c in contexts for k in by_context.get(c, ()) if k.kernel in TRANSFER_OPS
+                  and k.stats is None}
+    for context in contexts:
+        for kernel in by_context.get(context, ()):
+            if kernel.stats is None:
+                continue
+            src, dst = _send_devices(kernel)
+            devices.setdefault(context, src)
+            receiver = recv_owner.get(_recv_name(kernel.name), owner.get(str(kernel.stats.get("to", ""))))
+            if receiver is not None and dst:
+                devices.setdefault(receiver, dst)
+    return devices
+
+
+def _recv_name(send: str) -> str:
+    """The ``_Recv`` TensorFlow's partitioner pairs with a ``_Send`` ("x/_1" -> "x/_2")."""
+    prefix, _, number = send.rpartition("/_")
+    return f"{prefix}/_{int(number) + 1}" if number.isdigit() else ""
+
+
+def _send_devices(kernel: _Kernel) -> tuple[str, str]:
+    parts = str((kernel.stats or {}).get("key", "")).split(";")
+    return (parts[0], parts[2]) if len(parts) >= 3 else ("", "")
+
+
+def _fallback_device(kernels: list[_Kernel], graph: _Graph, call: _Call | None) -> str:
+    """The device of a partition that copied nothing: the one its ops asked for, else the call's."""
+    asked = {graph.op(k.name).device for k in kernels if graph.op(k.name) is not None and graph.op(k.name).device}
+    if len(asked) == 1:
+        return asked.pop()
+    if call is not None and call.device:
+        return call.device
+    return call.requested if call is not None and call.requested else "/device:CPU:0"
+
+
+def _add_function(built: _Built, index: int, graph: _Graph, call: _Call | None, contexts: list[int],
+                  by_context: dict[int, list[_Kernel]], origin: int) -> None:
+    devices = _context_devices(contexts, by_context)
+    recvs = {k.name: (c, k) for c in contexts for k in by_context.get(c, ()) if k.kernel in TRANSFER_OPS
+             and k.stats is None}
+    for context in contexts:
+        kernels = by_context.get(context, [])
+        where = devices.get(context) or _fallback_device(kernels, graph, call)
+        device = _location(where)
+        for kernel in kernels:
+            if kernel.kernel in PLUMBING or (kernel.kernel in TRANSFER_OPS and kernel.stats is None):
+                continue
+            start, duration = _us(kernel.start_ps - origin), _us(kernel.duration_ps)
+            built.spans.setdefault(device, []).append((kernel.start_ps, kernel.start_ps + kernel.duration_ps))
+            if kernel.stats is not None:
+                built.copies.append(_transfer(kernel, graph, recvs, index, start, duration))
+                continue
+            for name, model_op, asked in _model_ops(graph, kernel.name, kernel.kernel):
+                built.ops.append(OpPlacement(name, model_op, device, _requested(asked), index, kernel.kernel,
+                                             kernel.name, start, duration))
+            if _COLLECTIVE.match(kernel.kernel):
+                op = graph.op(kernel.name)
+                built.collectives.append(Collective(kernel.name, kernel.kernel, device, _attr(op, "merge_op"),
+                                                    _attr(op, "T"), index))
+    if graph._graph is not None:  # the writer puts each node's executed device in (tfdevices.tensorboard)
+        built.graphs.append((f"call_{index:03d}", graph._graph.as_graph_def().SerializeToString()))
+
+
+def _transfer(send: _Kernel, graph: _Graph, recvs: dict[str, tuple[int, _Kernel]], call: int,
+              start: float, duration: float) -> Transfer:
+    src, dst = _send_devices(send)
+    stats = send.stats or {}
+    source, consumer = str(stats.get("from", "")), graph.op(str(stats.get("to", "")))
+    tensor = next((t.name for t in getattr(consumer, "inputs", ()) if t.op.name == source), f"{source}:0")
+    value = graph.tensor(tensor)
+    dtype = value.dtype.name if value is not None else ""
+    shape = None
+    if value is not None and value.shape.rank is not None:
+        shape = tuple(-1 if d is None else d for d in value.shape.as_list())
+    size = None
+    if shape is not None and all(d >= 0 for d in shape) and dtype in _DTYPE_BYTES:
+        size = _DTYPE_BYTES[dtype] * math.prod(shape)
+    recv = _recv_name(send.name)
+    return Transfer(_location(src), _location(dst), tensor, dtype, shape, size, send.name,
+                    recv if recv in recvs else "", call, start, duration)
+
+
+def _attr(op: Any, name: str) -> str:
+    if op is None:
+        return ""
+    try:
+        value = op.get_attr(name)
+    except (ValueError, TypeError):
+        return ""
+    if isinstance(value, bytes):
+        return value.decode()
+    return getattr(value, "name", str(value))
+
+
+_GRAPH_PLUMBING = frozenset({"Placeholder", "NoOp", "Identity", "IdentityN"})
+
+
+def _add_cluster(built: _Built, index: int, call: _Call | None, execution: _Execution | None,
+                 recorder: _Recorder, origin: int) -> None:
+    """A function XLA compiled into one executable: its ops ran together on the call's device."""
+    name = execution.name if execution is not None else call.name if call is not None else ""
+    graph = recorder.graphs.get(name)
+    device = _location((call.device or call.requested) if call is not None else "") if call else "?"
+    start = _us(execution.start_ps - origin) if execution is not None else None
+    duration = _us(execution.duration_ps) if execution is not None else None
+    if execution is not None:
+        built.spans.setdefault(device, []).append((execution.start_ps, execution.start_ps + execution.duration_ps))
+    ops = [op for op in graph.get_operations() if op.type not in _GRAPH_PLUMBING] if graph is not None else []
+    for op in ops:
+        built.ops.append(OpPlacement(op.name, op.type, device, _requested(op.device), index, XLA_CLUSTER, name,
+                                     start, duration))
+    if not ops:
+        built.ops.append(OpPlacement(name, XLA_CLUSTER, device, "", index, XLA_CLUSTER, name, start, duration))
+
+
+def _add_eager(built: _Built, index: int, call: _Call, execution: _Execution | None, origin: int) -> None:
+    device = _location(call.device or call.requested)
+    start = _us(execution.start_ps - origin) if execution is not None else None
+    duration = _us(execution.duration_ps) if execution is not None else None
+    if execution is not None:
+        built.spans.setdefault(device, []).append((execution.start_ps, execution.start_ps + execution.duration_ps))
+    if call.name in PLUMBING:
+        return
+    built.ops.append(OpPlacement(call.name, call.name, device, _requested(call.requested), index, call.name,
+                                 call.name, start, duration))
+    if _COLLECTIVE.match(call.name):
+        built.collectives.append(Collective(call.name, call.name, device, "", "", index))
+
+
 
 
 def _requested(device: str) -> str:
     return _location(device) if device else ""
-
-
-def _transfer_key(node: Any) -> tuple[str, str, str]:
-    return (node.attr["tensor_name"].s.decode(), node.attr["send_device"].s.decode(),
-            node.attr["recv_device"].s.decode())
-
-
-def _match_transfers(sends: dict[tuple[str, str, str], Any], recvs: list[Any],
-                     shapes: dict[str, tuple[int, ...] | None], call: int) -> list[Transfer]:
-    out = []
-    matched = set()
-    for recv in recvs:
-        key = _transfer_key(recv)
-        send = sends.get(key)
-        matched.add(key)
-        out.append(_transfer(key, send, recv, shapes, call))
-    out += [_transfer(key, send, None, shapes, call) for key, send in sends.items() if key not in matched]
-    return out
-
-
-def _transfer(key: tuple[str, str, str], send: Any, recv: Any,
-              shapes: dict[str, tuple[int, ...] | None], call: int) -> Transfer:
-    tensor_name, src, dst = key
-    source = send.input[0] if send is not None and send.input else _EDGE_PREFIX.sub("", tensor_name)
-    tensor = source if ":" in source else f"{source}:0"
-    dtype = _attr_dtype(send, "T") if send is not None else _attr_dtype(recv, "tensor_type")
-    shape = shapes.get(tensor)
-    size = None
-    if shape is not None and all(d >= 0 for d in shape) and dtype in _DTYPE_BYTES:
-        size = _DTYPE_BYTES[dtype]
-        for d in shape:
-            size *= d
-    return Transfer(_location(src), _location(dst), tensor, dtype, shape, size,
-                    send.name if send is not None else "", recv.name if recv is not None else "", call)
-
-
-def _attr_s(node: Any, name: str) -> str:
-    return node.attr[name].s.decode() if name in node.attr else ""
-
-
-def _attr_dtype(node: Any, name: str) -> str:
-    if node is None or name not in node.attr:
-        return ""
-    from tensorflow.python.framework import dtypes  # noqa: PLC0415 (lazy TensorFlow)
-
-    try:
-        return dtypes.as_dtype(node.attr[name].type).name
-    except TypeError:
-        return ""
-
-
-def _infer_shapes(graph_def: Any) -> dict[str, tuple[int, ...] | None]:
-    """Output shapes by tensor name ("op:0"), by importing the optimized graph; empty if that fails."""
-    if graph_def is None or not len(graph_def.node):
-        return {}
-    tf = import_tf()
-    stripped = tf.compat.v1.GraphDef()
-    stripped.CopyFrom(graph_def)
-    for node in stripped.node:
-        node.device = ""
-    graph = tf.Graph()
-    try:
-        with graph.as_default():
-            tf.graph_util.import_graph_def(stripped, name="")
-    except Exception:  # noqa: BLE001 -- an op this build cannot import: sizes stay unknown
-        return {}
-    shapes: dict[str, tuple[int, ...] | None] = {}
-    for op in graph.get_operations():
-        for out in op.outputs:
-            dims = out.shape.as_list() if out.shape.rank is not None else None
-            shapes[out.name] = None if dims is None else tuple(-1 if d is None else d for d in dims)
-    return shapes
 
 
 # ----------------------------------------------------------------------------- capture
@@ -648,54 +1124,73 @@ def _flat(record: Any) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
+def _profiling(tf: Any, out: list[bytes]) -> Iterator[None]:
+    """Runs TensorFlow's profiler around the block; appends the XSpace it wrote (serialized) to ``out``."""
+    logdir = tempfile.mkdtemp(prefix="tfdevices-capture-")
+    options = tf.profiler.experimental.ProfilerOptions(host_tracer_level=2, python_tracer_level=0,
+                                                       device_tracer_level=1)
+    try:
+        try:
+            tf.profiler.experimental.start(logdir, options=options)
+        except tf.errors.AlreadyExistsError:
+            raise InputError("TensorFlow's profiler is already running in this process; a placement capture "
+                             "reads its own profile.",
+                             hint="stop the other profile (tf.profiler.experimental.stop()) before capturing.") from None
+        try:
+            yield
+        finally:
+            tf.profiler.experimental.stop()
+            for root, _, files in os.walk(logdir):
+                for name in files:
+                    if name.endswith(".xplane.pb"):
+                        with open(os.path.join(root, name), "rb") as f:
+                            out.append(f.read())
+    finally:
+        shutil.rmtree(logdir, ignore_errors=True)
+
+
+@contextlib.contextmanager
 def capturing() -> Iterator[Capture]:
     """Captures the placement of everything TensorFlow runs inside the block.
 
-    Clears TensorFlow's kernel cache on entry, so functions compiled earlier are
-    compiled again (not retraced) and reported. Eager ops are reported too; copies
-    of eager tensors between devices are not ops and do not show.
+    TensorFlow's profiler records every kernel that runs, with its start and
+    duration; an op callback records each eager op and function call. Nothing is
+    recompiled or retraced: capturing a step that already ran costs about one
+    profiled call of it.
 
     Yields:
         A :class:`Capture`; its ``report`` is ready when the block ends (even if it raised).
 
     Raises:
-        InputError: a capture is already running in this process.
+        InputError: a capture (or TensorFlow's profiler) is already running in this process.
 
     >>> import tensorflow as tf
     >>> from tfdevices.verify import capturing
     >>> with capturing() as cap:
     ...     with tf.device("/CPU:0"):
     ...         y = tf.constant([1.0, 2.0]) * 3.0
-    >>> "CPU:0" in cap.report.op_counts
-    True
+    >>> cap.report.ops_on("CPU:0")[0].type
+    'Mul'
     """
     global _active
     tf = import_tf()
-    from tensorflow.python.eager import context  # noqa: PLC0415 (lazy TensorFlow)
-
     with _lock:
         if _active:
             raise InputError("a placement capture is already running in this process; captures do not nest.",
                              hint="end the outer 'with capturing()' block (or capture()) first.")
         _active = True
-    ctx = context.context()
     cap = Capture()
+    recorder = _Recorder()
+    spaces: list[bytes] = []
     try:
-        ctx.ensure_initialized()
-        ctx.clear_kernel_cache()
-        ctx.enable_run_metadata()
-        ctx.export_run_metadata()  # drop anything recorded before this capture
-        try:
+        with _profiling(tf, spaces), _recording(recorder):
             yield cap
-        finally:
-            # Graphs of a call that raised reach the metadata only when the next kernel runs.
-            tf.raw_ops.NoOp()
-            metadata = ctx.export_run_metadata()
-            ctx.disable_run_metadata()
-            cap._report = report_from_run_metadata(metadata)
     finally:
-        with _lock:
-            _active = False
+        try:
+            cap._report = build_report(read_trace(spaces[0]) if spaces else _Trace(), recorder)
+        finally:
+            with _lock:
+                _active = False
 
 
 def capture(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> PlacementReport:

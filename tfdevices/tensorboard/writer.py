@@ -2,12 +2,13 @@
 
 :func:`write_placement` writes, into a normal TensorBoard run (a log directory):
 
-* the executed partition graphs merged into one GraphDef, with the real device
-  of every node and an edge from each ``_Send`` to its ``_Recv``, so the Graphs
-  dashboard's "color by device" shows where ops really ran;
+* each captured function's graph (the ops the program wrote) merged into one
+  GraphDef, every node carrying the device it really ran on, so the Graphs
+  dashboard's "color by device" shows where ops ran;
 * text summaries: the per-device table and transfer list (``NAME/report``) and
   the report as JSON (``NAME/json``, what :func:`read_placement` reads);
-* scalars: ops per device (``NAME/ops/CPU:1``), transfers and bytes per device
+* scalars: ops per device (``NAME/ops/CPU:1``), busy microseconds per device
+  (``NAME/busy_us/CPU:1``), transfers and bytes per device
   pair (``NAME/transfers/CPU:0 -> CPU:1``, ``NAME/transfer_bytes/...``).
 
 :func:`read_placement` reads the report back with TensorBoard's own event loading,
@@ -37,11 +38,12 @@ _EVENTS = "events.out.tfevents"
 
 
 def merged_graph_def(report: PlacementReport) -> Any:
-    """One GraphDef of every executed partition graph, each compiled function under its own namespace.
+    """One GraphDef of every captured function's graph, each call under its own namespace.
 
-    Node names repeat across functions and eager calls, so each call's nodes are
-    renamed ``call_NNN/<name>``; devices stay as TensorFlow assigned them, and each
-    ``_Recv`` gets its ``_Send`` as an input so the transfer shows as an edge.
+    Node names repeat across calls, so each call's nodes are renamed
+    ``call_NNN/<name>``. Every node carries the device it ran on (from the report's
+    ops: a fused kernel's ops all carry its device); a node that did not run as
+    written (folded away by TensorFlow's optimizer, or plumbing) has no device.
 
     Args:
         report: a report from :func:`tfdevices.verify.capture`.
@@ -51,24 +53,30 @@ def merged_graph_def(report: PlacementReport) -> Any:
     """
     from tensorboard.compat.proto import graph_pb2  # noqa: PLC0415 (lazy tensorboard)
 
+    ran_on = {(f"call_{op.call:03d}", op.name): _tf_device(op.device) for op in report.ops}
     merged = graph_pb2.GraphDef()
-    sender = {(f"call_{t.call:03d}", t.recv_op): t.send_op for t in report.copies if t.send_op and t.recv_op}
     for namespace, serialized in report.graphs:
-        partition = graph_pb2.GraphDef.FromString(serialized)
+        graph = graph_pb2.GraphDef.FromString(serialized)
         if not merged.HasField("versions"):
-            merged.versions.CopyFrom(partition.versions)
-        for node in partition.node:
-            new = merged.node.add()
-            new.CopyFrom(node)
-            new.name = f"{namespace}/{node.name}"
-            del new.input[:]
-            for source in node.input:
-                control = source.startswith("^")
-                new.input.append(("^" if control else "") + f"{namespace}/{source.lstrip('^')}")
-            send = sender.get((namespace, node.name))
-            if send is not None:
-                new.input.append(f"{namespace}/{send}")
+            merged.versions.CopyFrom(graph.versions)
+        for node in graph.node:
+            node.device = ran_on.get((namespace, node.name), "")
+            node.name = f"{namespace}/{node.name}"
+            inputs = [f"^{namespace}/{source[1:]}" if source.startswith("^") else f"{namespace}/{source}"
+                      for source in node.input]
+            del node.input[:]
+            node.input.extend(inputs)
+        merged.node.extend(graph.node)
     return merged
+
+
+def _tf_device(device: str) -> str:
+    """A report's device name as TensorFlow writes it: ``"worker:1/GPU:0"`` -> ``"/job:worker/task:1/device:GPU:0"``."""
+    task, _, short = device.rpartition("/")
+    if not task:
+        return f"/device:{short}"
+    job, _, index = task.partition(":")
+    return f"/job:{job}/task:{index or 0}/device:{short}"
 
 
 def write_placement(report: PlacementReport, logdir: str | os.PathLike[str], step: int = 0,
@@ -107,6 +115,8 @@ def write_placement(report: PlacementReport, logdir: str | os.PathLike[str], ste
             tf.summary.text(f"{name}/json", report.to_json(), step=step)
             for device, count in report.op_counts.items():
                 tf.summary.scalar(f"{name}/ops/{device}", float(count), step=step)
+            for device, busy in report.busy_us.items():
+                tf.summary.scalar(f"{name}/busy_us/{device}", float(busy), step=step)
             pairs: dict[str, list[int]] = {}
             for t in report.copies:
                 entry = pairs.setdefault(f"{t.src} -> {t.dst}", [0, 0])
