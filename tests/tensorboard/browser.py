@@ -50,11 +50,11 @@ class Browser:
         self._events: list[dict[str, Any]] = []
         self._log = open(os.path.join(self._profile, "stderr.log"), "wb")  # noqa: SIM115 (closed in close)
 
-        # bash (not sh: dash takes one-digit descriptors only) puts the pipe ends on fds 3 and 4, where Chromium looks for them.
+        # bash (dash takes one-digit descriptors only) puts the pipe ends on fds 3 and 4, where Chromium reads.
         wiring = f'exec "$@" 3<&{to_child_r} 4>&{from_child_w} {to_child_r}<&- {from_child_w}>&-'
         self.proc = subprocess.Popen(
-            [shutil.which("bash") or "/bin/bash", "-c", wiring, "bash", executable, *FLAGS, f"--user-data-dir={self._profile}",
-             f"--window-size={width},{height}", "about:blank"],
+            [shutil.which("bash") or "/bin/bash", "-c", wiring, "bash", executable, *FLAGS,
+             f"--user-data-dir={self._profile}", f"--window-size={width},{height}", "about:blank"],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._log,
             pass_fds=(to_child_r, from_child_w))
         os.close(to_child_r)

@@ -104,7 +104,8 @@ def test_placement_tab_shows_devices_transfers_mismatch_and_timeline(server, bro
         const lanes = c.dataset.lanes.split(',');
         const inked = lanes.map((_, i) => {
           const y = Math.round((i * 30 + 15) * (window.devicePixelRatio || 1));
-          const row = g.getImageData(Math.round(95 * (window.devicePixelRatio || 1)), y, c.width - 200, 1).data;
+          const left = Math.round(92 * (window.devicePixelRatio || 1));
+          const row = g.getImageData(left, y, c.width - left, 1).data;
           let n = 0;
           for (let k = 0; k < row.length; k += 4) if (row[k + 2] > row[k] + 40 || row[k + 1] > row[k] + 40) n++;
           return n;

@@ -39,3 +39,14 @@ def test_trace_needs_op_times(tmp_path):
         write_trace(_timed_report(), tmp_path / "missing" / "t.json")
     with pytest.raises(InputError, match="expected a PlacementReport or its JSON dict, got str"):
         chrome_trace("report")
+
+
+def test_trace_of_a_real_capture(to_device_report, tmp_path):
+    path = write_trace(to_device_report, tmp_path / "real.trace.json")
+    with open(path, encoding="utf-8") as f:
+        events = json.load(f)["traceEvents"]
+    tracks = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    assert sorted(tracks.values()) == list(to_device_report.devices) == ["CPU:0", "CPU:1", "CPU:2"]
+    slices = [e for e in events if e["ph"] == "X" and e.get("cat") != "copy"]
+    assert len(slices) == len(to_device_report.ops) and all(e["dur"] > 0 for e in slices)
+    assert {tracks[e["pid"]] for e in slices} == set(to_device_report.op_counts)

@@ -29,7 +29,7 @@ def test_busy_time_is_the_union_of_op_times():
 
 
 def test_busy_time_prefers_the_reports_own_device_figures():
-    report = {**_timed_report(), "devices": [{"name": "CPU:0", "busy_us": 7.5}]}
+    report = {**_timed_report(), "busy_us": {"CPU:0": 7.5}}
     assert views.busy_us(report) == {"CPU:0": 7.5, "CPU:1": 60.0}
 
 
@@ -43,8 +43,18 @@ def test_timeline_positions_ops_and_copies_from_the_first_event():
     assert line["types"][line["ops"][0][4]] == "_MklMatMul"  # the kernel when known, else the type
 
 
+def _untimed(report) -> dict:
+    """The report as an older tfdevices stored it: no op or copy times, no busy time."""
+    data = json.loads(report.to_json())
+    data.pop("busy_us", None)
+    for record in data["ops"] + data["transfers"]:
+        record.pop("start_us", None)
+        record.pop("duration_us", None)
+    return data
+
+
 def test_views_without_times_degrade_to_order_and_unknowns(to_device_report):
-    report = json.loads(to_device_report.to_json())
+    report = _untimed(to_device_report)
     line = views.timeline(report)
     assert not line["timed"]
     for lane in range(len(line["lanes"])):
@@ -134,3 +144,42 @@ def test_empty_reports_give_empty_views(report):
     view = views.dashboard_view(report)
     assert view["devices"] == [] and view["scopes"]["nodes"] == [] and view["timeline"]["ops"] == []
     assert view["summary"]["ops"] == 0 and not view["summary"]["timed"]
+
+
+def test_real_capture_views_carry_its_times(to_device_report):
+    report = json.loads(to_device_report.to_json())
+    view = views.dashboard_view(report)
+    assert view["summary"]["timed"] and view["timeline"]["timed"]
+    assert {d["name"]: d["busy_us"] for d in view["devices"]} == to_device_report.busy_us
+    assert all(d["busy_us"] > 0 for d in view["devices"])
+    assert all(duration >= 0 for _, _, duration, _, _ in view["timeline"]["ops"])
+    root = view["scopes"]["nodes"][0]
+    assert root[6] > 0  # the model's scope sums its kernels' time
+
+
+def test_the_device_given_four_times_the_work_shows_the_larger_busy_time(tf4):
+    """CPU:1 runs a chain of four matmuls, CPU:0 one of the same size: the report and the views say so."""
+    from tfdevices.verify import capture
+
+    tf = tf4
+    with tf.device("/CPU:0"):
+        w = [tf.Variable(tf.random.normal([384, 384], stddev=0.05, seed=i)) for i in range(5)]
+
+    @tf.function
+    def step(x):
+        with tf.device("/CPU:0"):
+            one = tf.matmul(x, w[0])
+        with tf.device("/CPU:1"):
+            four = x
+            for k in range(1, 5):
+                four = tf.matmul(four, w[k])
+        return tf.reduce_sum(one) + tf.reduce_sum(four)
+
+    x = tf.random.normal([384, 384], seed=7)
+    step(x)
+    report = capture(step, x)
+    busy = views.busy_us(json.loads(report.to_json()))
+    assert busy == report.busy_us
+    assert busy["CPU:1"] > busy["CPU:0"], busy
+    table = {d["name"]: d for d in views.device_table(json.loads(report.to_json()))}
+    assert table["CPU:1"]["kernel_types"][0][1] >= 4 and table["CPU:1"]["busy_us"] > table["CPU:0"]["busy_us"]

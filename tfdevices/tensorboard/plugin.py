@@ -173,7 +173,8 @@ class PlacementPlugin(base_plugin.TBPlugin):
         report, where = self._report(request)
         memory = self._memory(request, where["run"], where["tag"], where["step"])
         key = ("view", where["run"], where["tag"], where["step"], id(report), json.dumps(memory, sort_keys=True))
-        body = self._cached(key, lambda: json.dumps({**where, **views.dashboard_view(report, memory)}, separators=(",", ":")))
+        body = self._cached(key, lambda: json.dumps({**where, **views.dashboard_view(report, memory)},
+                                                    separators=(",", ":")))
         return http_util.Respond(request, body, "application/json")
 
     @wrappers.Request.application

@@ -50,16 +50,20 @@ def devices_of(report: Report) -> list[str]:
     names = {op.get("device", "?") for op in _ops(report)}
     for t in _copies(report):
         names.update((t.get("src", "?"), t.get("dst", "?")))
-    names.update(_stored_devices(report))
+    names.update(_stored_busy(report))
     return sorted(names)
 
 
-def _stored_devices(report: Report) -> dict[str, dict[str, Any]]:
-    """The report's own per-device records (``devices``: a list of dicts with ``name``, or a mapping)."""
-    stored = report.get("devices") or {}
-    if isinstance(stored, dict):
-        return {str(k): (v if isinstance(v, dict) else {}) for k, v in stored.items()}
-    return {str(d.get("name") or d.get("device")): d for d in stored if isinstance(d, dict)}
+def _stored_busy(report: Report) -> dict[str, float]:
+    """The report's own busy time per device (``busy_us``: ``{device: microseconds}``), if it has one."""
+    stored = report.get("busy_us") or {}
+    return {str(k): float(v) for k, v in stored.items() if v is not None} if isinstance(stored, dict) else {}
+
+
+def _kernel_key(op: dict[str, Any]) -> tuple[Any, ...]:
+    """One kernel execution: the ops a fused kernel ran share it (and their time)."""
+    return (op.get("device"), op.get("call", 0), op.get("kernel", ""), op.get("kernel_name") or op.get("name"),
+            op.get("start_us"))
 
 
 def _union_us(intervals: list[tuple[float, float]]) -> float:
@@ -84,10 +88,7 @@ def busy_us(report: Report) -> dict[str, float]:
     ...                  {"device": "CPU:0", "start_us": 3, "duration_us": 4}]})
     {'CPU:0': 7.0}
     """
-    out: dict[str, float] = {}
-    for name, record in _stored_devices(report).items():
-        if record.get("busy_us") is not None:
-            out[name] = float(record["busy_us"])
+    out = _stored_busy(report)
     spans: dict[str, list[tuple[float, float]]] = {}
     for op in _ops(report):
         if _timed(op) and op.get("device") not in out:
@@ -112,10 +113,14 @@ def device_table(report: Report, memory: dict[str, dict[str, float]] | None = No
     busy = busy_us(report)
     types: dict[str, Counter[str]] = {}
     kernels: dict[str, Counter[str]] = {}
+    seen: set[tuple[Any, ...]] = set()
     for op in _ops(report):
         device = op.get("device", "?")
         types.setdefault(device, Counter())[op.get("type", "?")] += 1
-        kernels.setdefault(device, Counter())[_kernel(op)] += 1
+        key = _kernel_key(op)
+        if key not in seen:
+            seen.add(key)
+            kernels.setdefault(device, Counter())[_kernel(op)] += 1
     copies_in: Counter[str] = Counter()
     copies_out: Counter[str] = Counter()
     for t in _copies(report):
@@ -127,7 +132,7 @@ def device_table(report: Report, memory: dict[str, dict[str, float]] | None = No
             "name": device,
             "ops": sum(types.get(device, Counter()).values()),
             "op_types": types.get(device, Counter()).most_common(6),
-            "kernels": len(kernels.get(device, ())),
+            "kernels": sum(kernels.get(device, Counter()).values()),
             "kernel_types": kernels.get(device, Counter()).most_common(6),
             "busy_us": busy.get(device),
             "copies_in": copies_in[device],
@@ -208,6 +213,7 @@ def scope_tree(report: Report) -> dict[str, Any]:
 
     A node is a mismatch when its ops asked for devices and some of them ran elsewhere
     (for example a layer asked for ``CPU:1`` whose weights are still read on ``CPU:0``).
+    A node's time is the time of its kernels, a fused kernel's split evenly among its ops.
     Flat and compact, for 10^4 ops: nodes in display order (depth first, mismatches
     first among siblings, then by name), each naming its parent.
 
@@ -220,6 +226,7 @@ def scope_tree(report: Report) -> dict[str, Any]:
     devices = devices_of(report)
     index = {d: i for i, d in enumerate(devices)}
     tree, node_of = _grow(ops)
+    shares = Counter(_kernel_key(op) for op in ops if _timed(op))  # a fused kernel's time is split among its ops
     n = len(tree.names)
     asked, ran, count = [0] * n, [0] * n, [0] * n
     busy: list[float | None] = [None] * n
@@ -231,7 +238,7 @@ def scope_tree(report: Report) -> dict[str, Any]:
                 asked[node] |= 1 << index[op["requested"]]
             count[node] += 1
             if _timed(op):
-                busy[node] = (busy[node] or 0.0) + float(op["duration_us"])
+                busy[node] = (busy[node] or 0.0) + float(op["duration_us"]) / shares[_kernel_key(op)]
         parent = tree.parents[node]
         if parent >= 0:
             asked[parent] |= asked[node]

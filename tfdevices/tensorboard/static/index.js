@@ -57,8 +57,9 @@ function colorOf(index) { return PALETTE[index % PALETTE.length]; }
 // ----------------------------------------------------------------------------- virtual list
 
 // A scrolling list that only builds the rows in view: 10^5 rows stay as fast as 10.
-function virtualList(className, height) {
+function virtualList(className, maxHeight) {
   const outer = el('div', {class: `vlist ${className}`});
+  let height = maxHeight;
   outer.style.height = `${height}px`;
   const inner = el('div', {class: 'vlist-inner'});
   outer.append(inner);
@@ -81,7 +82,12 @@ function virtualList(className, height) {
     pending = true;
     requestAnimationFrame(() => { pending = false; paint(); });
   });
-  list.set = (rows) => { list.rows = rows; paint(); };
+  list.set = (rows) => {
+    list.rows = rows;
+    height = Math.max(ROW, Math.min(maxHeight, rows.length * ROW + 2));
+    outer.style.height = `${height}px`;
+    paint();
+  };
   return list;
 }
 
@@ -372,9 +378,10 @@ function drawTimeline() {
     g.font = '12px sans-serif';
     g.fillText(name, 6, i * LANE + LANE / 2 + 4);
   });
-  for (const [lane, start, duration, , type] of line.ops) {
+  for (const [lane, start, duration, , type] of line.ops) {  // whole pixels, 2 at least: short ops stay visible
+    const left = Math.floor(x(start));
     g.fillStyle = colorOf(type);
-    g.fillRect(x(start), lane * LANE + 5, Math.max(1, x(start + duration) - x(start)), LANE - 10);
+    g.fillRect(left, lane * LANE + 5, Math.max(2, Math.round(x(start + duration)) - left), LANE - 10);
   }
   g.strokeStyle = '#f28e2b';
   g.lineWidth = 1.5;
