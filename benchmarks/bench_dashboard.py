@@ -5,16 +5,16 @@ updates), the layers spread in four blocks over four logical CPUs, is captured o
 and written with ``write_placement`` at 5 steps. A real ``tensorboard --logdir``
 then answers, side by side in one run:
 
-* ``/view`` cold: the first request for a step (TensorBoard reads the stored report,
-  the plugin parses it and computes every view: devices, transfer matrix, scope tree,
-  weight reads, timeline);
-* ``/view`` warm: the same request again (the plugin's cache);
-* ``/runs``: the run list the page asks for first;
+* ``/runs``: the run list the page asks for first; its first request reads every
+  stored step of the run from TensorBoard's data server (kept while the run is unchanged);
+* ``/view``, first request of a step: the plugin parses the stored report and computes
+  every view (devices, transfer matrix, scope tree, weight reads, timeline);
+* ``/view`` again: the same request (the plugin's cache);
 * ``read_placement``: the same report read back without a server (TensorBoard's
   event loading), for scale.
 
 Prints the best and median seconds of each, the response size, and the ratio of the
-cold ``/view`` to the 1 s budget of issue 11 (met when <= 1.0).
+slowest first ``/view`` of a step to the 1 s budget of issue 11 (met when <= 1.0).
 Run: ``.venv/bin/python benchmarks/bench_dashboard.py [--layers 1000]``.
 """
 
@@ -77,6 +77,7 @@ def _timed_get(url: str) -> tuple[float, int]:
 
 
 def _serve(logdir: str) -> tuple[subprocess.Popen, str]:
+    """A real tensorboard whose placement routes have not been asked anything yet (nothing cached)."""
     exe = os.path.join(os.path.dirname(sys.executable), "tensorboard")
     port = _free_port()
     proc = subprocess.Popen([exe, "--logdir", logdir, "--port", str(port), "--host", "127.0.0.1"],
@@ -84,10 +85,10 @@ def _serve(logdir: str) -> tuple[subprocess.Popen, str]:
     url = f"http://127.0.0.1:{port}"
     for _ in range(480):
         try:
-            with urllib.request.urlopen(f"{url}/data/plugin/placement/runs", timeout=5) as response:
-                runs = json.loads(response.read())["runs"]
-            if runs and len(runs[0]["steps"]) == STEPS:
-                return proc, url
+            with urllib.request.urlopen(f"{url}/data/plugins_listing", timeout=5) as response:
+                if json.loads(response.read())["placement"]["enabled"]:
+                    time.sleep(5)  # let the data server finish its first load of the 5 steps
+                    return proc, url
         except OSError:
             pass
         time.sleep(0.25)
@@ -123,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         proc, url = _serve(logdir)
         try:
             route = f"{url}/data/plugin/placement"
+            first_runs, _ = _timed_get(f"{route}/runs")  # reads every stored step of the run once
             runs = [_timed_get(f"{route}/runs")[0] for _ in range(STEPS)]
             cold, warm, size = [], [], 0
             for s in range(STEPS):
@@ -132,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             proc.terminate()
             proc.wait(timeout=30)
-    rows = [("/view cold (first request of a step)", cold), ("/view warm (cached)", warm), ("/runs", runs),
+    rows = [("/runs, first request (reads the 5 stored steps)", [first_runs]), ("/runs again", runs),
+            ("/view, first request of a step", cold), ("/view again (cached)", warm),
             ("read_placement, no server (once)", [read_s])]
     print(f"\n| request | best s | median s |\n|---|---:|---:|")
     for name, values in rows:

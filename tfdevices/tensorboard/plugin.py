@@ -45,7 +45,7 @@ _TEXT = "text"
 _SCALARS = "scalars"
 _STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 _MAX_STEPS = 10_000
-_CACHE = 16
+_CACHE = 8  # views (JSON text) and stored series; a 1,000-layer view is about 2 MB
 
 
 class PlacementPlugin(base_plugin.TBPlugin):
@@ -90,14 +90,21 @@ class PlacementPlugin(base_plugin.TBPlugin):
                         found.setdefault(run, {}).setdefault(tag, (plugin, series))
         return found
 
-    def _steps(self, ctx: RequestContext, eid: str, run: str, tag: str, plugin: str) -> list[Any]:
-        data = self._provider.read_tensors(
-            ctx, experiment_id=eid, plugin_name=plugin, downsample=_MAX_STEPS,
-            run_tag_filter=provider.RunTagFilter(runs=[run], tags=[tag]))
-        return list(data.get(run, {}).get(tag, ()))
+    def _steps(self, ctx: RequestContext, eid: str, run: str, tag: str, found: tuple[str, Any]) -> list[Any]:
+        """Every stored step of one report tag, read once per version of the series (its last step and time)."""
+        plugin, series = found
+        key = ("series", run, tag, plugin, series.max_step, series.max_wall_time)
 
-    def _report(self, request: wrappers.Request, suffix: str = "") -> tuple[dict[str, Any], dict[str, Any]]:
-        """The report a request names (``run``, ``tag``, ``step``; ``step`` defaults to the last)."""
+        def read() -> list[Any]:
+            data = self._provider.read_tensors(
+                ctx, experiment_id=eid, plugin_name=plugin, downsample=_MAX_STEPS,
+                run_tag_filter=provider.RunTagFilter(runs=[run], tags=[tag]))
+            return list(data.get(run, {}).get(tag, ()))
+
+        return self._cached(key, read)
+
+    def _datum(self, request: wrappers.Request, suffix: str = "") -> tuple[Any, dict[str, Any]]:
+        """The stored step a request names (``run``, ``tag``, ``step``; ``step`` defaults to the last)."""
         ctx = plugin_util.context(request.environ)
         eid = plugin_util.experiment_id(request.environ)
         run = request.args.get("run" + suffix)
@@ -107,7 +114,7 @@ class PlacementPlugin(base_plugin.TBPlugin):
         tag = request.args.get("tag" + suffix) or sorted(tags[run])[0]
         if tag not in tags[run]:
             raise errors.NotFoundError(f"run {run!r} has no placement tag {tag!r}; it has {sorted(tags[run])}")
-        data = self._steps(ctx, eid, run, tag, tags[run][tag][0])
+        data = self._steps(ctx, eid, run, tag, tags[run][tag])
         if not data:
             raise errors.NotFoundError(f"run {run!r} tag {tag!r} holds no step")
         wanted = request.args.get("step" + suffix)
@@ -115,13 +122,14 @@ class PlacementPlugin(base_plugin.TBPlugin):
         if datum is None:
             raise errors.NotFoundError(f"run {run!r} tag {tag!r} has no step {wanted}; "
                                        f"it has {[d.step for d in data]}")
-        report = self._parse(run, tag, datum.step, datum.wall_time, datum.numpy)
-        where = {"run": run, "tag": tag, "step": datum.step, "steps": [d.step for d in data]}
-        return report, where
+        where = {"run": run, "tag": tag, "step": datum.step, "steps": [d.step for d in data],
+                 "wall_time": datum.wall_time}
+        return datum, where
 
-    def _parse(self, run: str, tag: str, step: int, wall_time: float, value: Any) -> dict[str, Any]:
-        key = ("report", run, tag, step, wall_time)
-        return self._cached(key, lambda: json.loads(_text(value)))
+    def _report(self, request: wrappers.Request, suffix: str = "") -> tuple[dict[str, Any], dict[str, Any]]:
+        """The report a request names, parsed, and where it was found."""
+        datum, where = self._datum(request, suffix)
+        return json.loads(_text(datum.numpy)), where
 
     def _cached(self, key: tuple[Any, ...], make: Any) -> Any:
         with self._lock:
@@ -163,19 +171,23 @@ class PlacementPlugin(base_plugin.TBPlugin):
         eid = plugin_util.experiment_id(request.environ)
         runs = []
         for run, tags in sorted(self._placement_tags(ctx, eid).items()):
-            for tag, (plugin, _) in sorted(tags.items()):
-                steps = [d.step for d in self._steps(ctx, eid, run, tag, plugin)]
+            for tag, found in sorted(tags.items()):
+                steps = [d.step for d in self._steps(ctx, eid, run, tag, found)]
                 runs.append({"run": run, "tag": tag, "steps": steps})
         return http_util.Respond(request, {"runs": runs}, "application/json")
 
     @wrappers.Request.application
     def _serve_view(self, request: wrappers.Request) -> wrappers.Response:
-        report, where = self._report(request)
+        datum, where = self._datum(request)
         memory = self._memory(request, where["run"], where["tag"], where["step"])
-        key = ("view", where["run"], where["tag"], where["step"], id(report), json.dumps(memory, sort_keys=True))
-        body = self._cached(key, lambda: json.dumps({**where, **views.dashboard_view(report, memory)},
-                                                    separators=(",", ":")))
-        return http_util.Respond(request, body, "application/json")
+        key = ("view", where["run"], where["tag"], where["step"], where["wall_time"],
+               json.dumps(memory, sort_keys=True))
+
+        def build() -> str:
+            view = views.dashboard_view(json.loads(_text(datum.numpy)), memory)
+            return json.dumps({**where, **view}, separators=(",", ":"))
+
+        return http_util.Respond(request, self._cached(key, build), "application/json")
 
     @wrappers.Request.application
     def _serve_diff(self, request: wrappers.Request) -> wrappers.Response:
