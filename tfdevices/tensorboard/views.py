@@ -15,7 +15,7 @@ kernel of each op, busy time per device) are left out of the view, never guessed
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,8 +41,21 @@ def _timed(record: dict[str, Any]) -> bool:
     return record.get("start_us") is not None and record.get("duration_us") is not None
 
 
-def _kernel(op: dict[str, Any]) -> str:
-    return op.get("kernel") or op.get("type") or "?"
+@dataclass(frozen=True)
+class _Prepared:
+    """What several views need from one report, computed once (a 1,000-layer step has 10^4 ops)."""
+
+    ops: list[dict[str, Any]]
+    copies: list[dict[str, Any]]
+    devices: list[str]
+    kernel_keys: list[tuple[Any, ...]]
+    timed: list[bool]
+
+
+def _prepare(report: Report) -> _Prepared:
+    ops = _ops(report)
+    return _Prepared(ops, _copies(report), devices_of(report), [_kernel_key(op) for op in ops],
+                     [_timed(op) for op in ops])
 
 
 def devices_of(report: Report) -> list[str]:
@@ -100,7 +113,8 @@ def busy_us(report: Report) -> dict[str, float]:
 
 # ----------------------------------------------------------------------------- the views
 
-def device_table(report: Report, memory: dict[str, dict[str, float]] | None = None) -> list[dict[str, Any]]:
+def device_table(report: Report, memory: dict[str, dict[str, float]] | None = None, *,
+                 prepared: _Prepared | None = None) -> list[dict[str, Any]]:
     """One row per device: model ops, kernels, busy time, copies in and out, memory.
 
     Args:
@@ -110,24 +124,24 @@ def device_table(report: Report, memory: dict[str, dict[str, float]] | None = No
     Returns:
         Rows sorted by device name; ``busy_us`` and ``memory`` are ``None`` when not recorded.
     """
+    prep = prepared or _prepare(report)
     busy = busy_us(report)
-    types: dict[str, Counter[str]] = {}
-    kernels: dict[str, Counter[str]] = {}
+    types: defaultdict[str, Counter[str]] = defaultdict(Counter)
+    kernels: defaultdict[str, Counter[str]] = defaultdict(Counter)
     seen: set[tuple[Any, ...]] = set()
-    for op in _ops(report):
+    for op, key in zip(prep.ops, prep.kernel_keys):
         device = op.get("device", "?")
-        types.setdefault(device, Counter())[op.get("type", "?")] += 1
-        key = _kernel_key(op)
+        types[device][op.get("type", "?")] += 1
         if key not in seen:
             seen.add(key)
-            kernels.setdefault(device, Counter())[_kernel(op)] += 1
+            kernels[device][op.get("kernel") or op.get("type") or "?"] += 1
     copies_in: Counter[str] = Counter()
     copies_out: Counter[str] = Counter()
-    for t in _copies(report):
+    for t in prep.copies:
         copies_out[t.get("src", "?")] += 1
         copies_in[t.get("dst", "?")] += 1
     rows = []
-    for device in devices_of(report):
+    for device in prep.devices:
         rows.append({
             "name": device,
             "ops": sum(types.get(device, Counter()).values()),
@@ -142,7 +156,7 @@ def device_table(report: Report, memory: dict[str, dict[str, float]] | None = No
     return rows
 
 
-def transfer_matrix(report: Report) -> dict[str, Any]:
+def transfer_matrix(report: Report, *, prepared: _Prepared | None = None) -> dict[str, Any]:
     """Source x destination: count, bytes and time of the copies, each cell with its tensors.
 
     Returns:
@@ -164,7 +178,7 @@ def transfer_matrix(report: Report) -> dict[str, Any]:
         cell["tensors"].append({"tensor": t.get("tensor", "?"), "dtype": t.get("dtype", ""),
                                 "shape": t.get("shape"), "bytes": t.get("bytes"),
                                 "us": float(t["duration_us"]) if _timed(t) else None})
-    return {"devices": devices_of(report), "cells": [cells[k] for k in sorted(cells)]}
+    return {"devices": prepared.devices if prepared else devices_of(report), "cells": [cells[k] for k in sorted(cells)]}
 
 
 @dataclass
@@ -208,7 +222,7 @@ def _indices(mask: int) -> list[int]:
     return [i for i in range(mask.bit_length()) if mask >> i & 1]
 
 
-def scope_tree(report: Report) -> dict[str, Any]:
+def scope_tree(report: Report, *, prepared: _Prepared | None = None) -> dict[str, Any]:
     """The name scopes (layers) of the run: device asked for and device run on, mismatches first.
 
     A node is a mismatch when its ops asked for devices and some of them ran elsewhere
@@ -222,11 +236,11 @@ def scope_tree(report: Report) -> dict[str, Any]:
         ``asked``/``ran`` are indices into ``devices``; ``op`` is ``None`` for a scope, else
         ``[type, kernel, device index, requested, duration_us, repeats]``; ``node_of_op[i]`` is op i's node.
     """
-    ops = _ops(report)
-    devices = devices_of(report)
+    prep = prepared or _prepare(report)
+    ops, devices, keys, timed = prep.ops, prep.devices, prep.kernel_keys, prep.timed
     index = {d: i for i, d in enumerate(devices)}
     tree, node_of = _grow(ops)
-    shares = Counter(_kernel_key(op) for op in ops if _timed(op))  # a fused kernel's time is split among its ops
+    shares = Counter(k for k, t in zip(keys, timed) if t)  # a fused kernel's time is split among its ops
     n = len(tree.names)
     asked, ran, count = [0] * n, [0] * n, [0] * n
     busy: list[float | None] = [None] * n
@@ -237,8 +251,8 @@ def scope_tree(report: Report) -> dict[str, Any]:
             if op.get("requested") in index:
                 asked[node] |= 1 << index[op["requested"]]
             count[node] += 1
-            if _timed(op):
-                busy[node] = (busy[node] or 0.0) + float(op["duration_us"]) / shares[_kernel_key(op)]
+            if timed[i]:
+                busy[node] = (busy[node] or 0.0) + float(op["duration_us"]) / shares[keys[i]]
         parent = tree.parents[node]
         if parent >= 0:
             asked[parent] |= asked[node]
@@ -304,7 +318,8 @@ def weight_reads(report: Report) -> list[dict[str, Any]]:
     return rows
 
 
-def timeline(report: Report, node_of_op: list[int] | None = None) -> dict[str, Any]:
+def timeline(report: Report, node_of_op: list[int] | None = None, *,
+             prepared: _Prepared | None = None) -> dict[str, Any]:
     """The captured step as lanes (one per device) of ops, and copies drawn between lanes.
 
     With timing, positions are microseconds from the first op; without it (``"timed": False``)
@@ -319,11 +334,10 @@ def timeline(report: Report, node_of_op: list[int] | None = None) -> dict[str, A
         ``{"timed", "lanes", "end", "types", "ops": [[lane, start, duration, node, type index]],
         "copies": [[src lane, dst lane, start, duration, tensor]]}`` (compact for 10^4 ops).
     """
-    lanes = devices_of(report)
+    prep = prepared or _prepare(report)
+    lanes, ops, copies = prep.devices, prep.ops, prep.copies
     lane_of = {device: i for i, device in enumerate(lanes)}
-    ops = _ops(report)
-    copies = _copies(report)
-    timed = bool(ops) and all(_timed(op) for op in ops)
+    timed = bool(ops) and all(prep.timed)
     types: dict[str, int] = {}
     rows: list[list[Any]] = []
     placed: dict[tuple[int, str], tuple[float, float]] = {}
@@ -338,8 +352,8 @@ def timeline(report: Report, node_of_op: list[int] | None = None) -> dict[str, A
             start, duration = float(cursor[lane]), 1.0
             cursor[lane] += 1
         placed[(int(op.get("call", 0)), op.get("name", ""))] = (start, duration)
-        rows.append([lane, start, duration, node_of_op[i] if node_of_op else i,
-                     types.setdefault(_kernel(op), len(types))])
+        kernel = op.get("kernel") or op.get("type") or "?"
+        rows.append([lane, start, duration, node_of_op[i] if node_of_op else i, types.setdefault(kernel, len(types))])
     drawn = []
     for t in copies:
         if timed and _timed(t):
@@ -354,21 +368,21 @@ def timeline(report: Report, node_of_op: list[int] | None = None) -> dict[str, A
 
 def dashboard_view(report: Report, memory: dict[str, dict[str, float]] | None = None) -> dict[str, Any]:
     """Everything the dashboard draws for one run and step."""
-    copies = _copies(report)
+    prep = _prepare(report)
     busy = busy_us(report)
-    copy_us = [float(t["duration_us"]) for t in copies if _timed(t)]
-    scopes = scope_tree(report)
-    line = timeline(report, scopes.pop("node_of_op"))
+    copy_us = [float(t["duration_us"]) for t in prep.copies if _timed(t)]
+    scopes = scope_tree(report, prepared=prep)
+    line = timeline(report, scopes.pop("node_of_op"), prepared=prep)
     return {
         "summary": {
-            "ops": len(_ops(report)), "devices": len(devices_of(report)), "transfers": len(copies),
-            "bytes": sum(int(t["bytes"]) for t in copies if t.get("bytes") is not None),
+            "ops": len(prep.ops), "devices": len(prep.devices), "transfers": len(prep.copies),
+            "bytes": sum(int(t["bytes"]) for t in prep.copies if t.get("bytes") is not None),
             "collectives": len(report.get("collectives") or ()), "timed": line["timed"],
             "busy_us": sum(busy.values()) if busy else None, "copy_us": sum(copy_us) if copy_us else None,
             "step_us": line["end"] if line["timed"] else None,
         },
-        "devices": device_table(report, memory),
-        "matrix": transfer_matrix(report),
+        "devices": device_table(report, memory, prepared=prep),
+        "matrix": transfer_matrix(report, prepared=prep),
         "scopes": scopes,
         "weights": weight_reads(report),
         "timeline": line,
