@@ -11,7 +11,10 @@ then answers, side by side in one run:
   every view (devices, transfer matrix, scope tree, weight reads, timeline);
 * ``/view`` again: the same request (the plugin's cache);
 * ``read_placement``: the same report read back without a server (TensorBoard's
-  event loading), for scale.
+  event loading), for scale;
+* with Chromium on PATH, the page itself: seconds until the Placement tab shows the
+  devices, seconds for a search over every scope, and the longest main-thread task
+  (PerformanceObserver ``longtask``) while doing both.
 
 Prints the best and median seconds of each, the response size, and the ratio of the
 slowest first ``/view`` of a step to the 1 s budget of issue 11 (met when <= 1.0).
@@ -96,6 +99,42 @@ def _serve(logdir: str) -> tuple[subprocess.Popen, str]:
     raise SystemExit("tensorboard did not serve the placement run within 120 s")
 
 
+_FRAME = """(() => { const walk = (root) => { for (const n of root.querySelectorAll('*')) {
+  if (n.tagName === 'IFRAME' && n.contentDocument && n.contentDocument.getElementById('placement')) return n;
+  if (n.shadowRoot) { const f = walk(n.shadowRoot); if (f) return f; } } return null; }; return walk(document); })()"""
+_LONG_TASKS = """new Promise((done) => { const w = FRAME.contentWindow; const seen = [];
+  new w.PerformanceObserver((list) => seen.push(...list.getEntries().map((e) => e.duration)))
+    .observe({type: 'longtask', buffered: true});
+  setTimeout(() => done(seen), 1000); })"""
+
+
+def _browser_figures(url: str) -> dict[str, float] | None:
+    """Seconds to show the page, to search all scopes, and the longest main-thread task (ms), in Chromium."""
+    from tests.tensorboard.browser import Browser, find_chromium
+
+    executable = find_chromium()
+    if executable is None:
+        print("(no Chromium on PATH: page figures skipped)")
+        return None
+    frame = f"({_FRAME})"
+    with Browser(executable) as browser:
+        start = time.perf_counter()
+        browser.goto(f"{url}/#placement")
+        browser.wait_for(f"{frame} && {frame}.contentDocument.querySelectorAll('.device-name').length === {DEVICES}",
+                         timeout=120)
+        shown = time.perf_counter() - start
+        longest = max(browser.evaluate(_LONG_TASKS.replace("FRAME", frame)) or [0.0])
+        doc = f"{frame}.contentDocument"
+        start = time.perf_counter()
+        browser.evaluate(f"(() => {{ const s = {doc}.getElementById('layer-search'); s.value = 'matmul';"
+                         " s.dispatchEvent(new Event('input')); return true; })()")
+        browser.wait_for(f"/match/.test({doc}.querySelector('#layers .count').textContent)", timeout=60)
+        searched = time.perf_counter() - start
+        longest = max([longest, *(browser.evaluate(_LONG_TASKS.replace("FRAME", frame)) or [])])
+        rows = browser.evaluate(f"{doc}.querySelectorAll('#layers .vrow').length")
+        return {"shown": shown, "searched": searched, "longest_ms": longest, "rows_in_dom": rows}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=1000)
@@ -131,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
                 seconds, size = _timed_get(f"{route}/view?run=train&step={s}")
                 cold.append(seconds)
                 warm.append(_timed_get(f"{route}/view?run=train&step={s}")[0])
+            page = _browser_figures(url)
         finally:
             proc.terminate()
             proc.wait(timeout=30)
@@ -143,6 +183,10 @@ def main(argv: list[str] | None = None) -> int:
     ratio = max(cold) / BUDGET_S
     print(f"\n/view response: {size / 1e6:.2f} MB; slowest cold /view / {BUDGET_S:.0f} s budget = {ratio:.2f} "
           f"({'met' if ratio <= 1.0 else 'NOT met'}); cold / read_placement = {statistics.median(cold) / read_s:.2f}")
+    if page:
+        print(f"page in headless Chromium: Placement tab shown {page['shown']:.2f} s after opening TensorBoard; "
+              f"search of every scope for 'matmul' {page['searched']:.2f} s; longest main-thread task "
+              f"{page['longest_ms']:.0f} ms; {page['rows_in_dom']} scope rows in the page (the list is virtual)")
     return 0 if ratio <= 1.0 else 1
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.parse
+import urllib.request
 
 import pytest
 
@@ -86,6 +87,15 @@ def test_diff_route_between_runs_and_between_steps(server):
     assert same["unchanged"] and same["moved"] == []
 
 
+def test_trace_route_downloads_the_step_as_a_chrome_trace(server, to_device_report):
+    with urllib.request.urlopen(f"{server}/data/plugin/placement/trace?run=to_device&step=0", timeout=30) as response:
+        disposition = response.headers["Content-Disposition"]
+        trace = json.loads(response.read())
+    assert disposition == 'attachment; filename="to_device-0.trace.json"'
+    tracks = sorted(e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name")
+    assert tracks == list(to_device_report.devices)
+
+
 def test_static_route_serves_only_the_frontend(server):
     script = get(f"{server}/data/plugin/placement/static/index.js").decode()
     assert "export async function render" in script
@@ -104,3 +114,20 @@ def test_plugin_module_is_not_imported_by_tfdevices(tmp_path):
         print(sorted(m for m in ("tensorboard", "tfdevices.tensorboard.plugin", "werkzeug") if m in sys.modules))
     """).stdout
     assert json.loads(out.strip().replace("'", '"')) == []
+
+
+def test_reports_stored_under_the_plugins_own_name_enable_and_fill_the_tab(tf4, to_device_report, tmp_path):
+    """The way a writer can keep the JSON out of the Text tab: a tensor summary of the placement plugin."""
+    from tfdevices.tensorboard.metadata import summary_metadata
+
+    logdir = tmp_path / "logs"
+    with tf4.summary.create_file_writer(str(logdir / "native")).as_default():
+        for step in (1, 2):
+            tf4.summary.write("placement/json", to_device_report.to_json(), step=step, metadata=summary_metadata())
+    with tensorboard(str(logdir), expect_run="native") as url:
+        assert get_json(f"{url}/data/plugins_listing")["placement"]["enabled"] is True
+        assert get_json(f"{url}/data/plugin/placement/runs") == {
+            "runs": [{"run": "native", "tag": "placement/json", "steps": [1, 2]}]}
+        view = _view(url, run="native", step=2)
+        assert {d["name"]: d["ops"] for d in view["devices"]} == to_device_report.op_counts
+        assert get_json(f"{url}/data/plugins_listing")["text"]["enabled"] is False  # no JSON blob in Text

@@ -34,13 +34,13 @@ from tensorboard.data import provider
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
+from tfdevices.core.errors import InputError
 from tfdevices.tensorboard import views
+from tfdevices.tensorboard.metadata import PLUGIN_NAME
 from tfdevices.tensorboard.trace import chrome_trace
 
 __all__ = ["PLUGIN_NAME", "PlacementPlugin"]
 
-#: The plugin's name: its tab, its route prefix (``/data/plugin/placement``), its summaries' plugin name.
-PLUGIN_NAME = "placement"
 _TEXT = "text"
 _SCALARS = "scalars"
 _STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
@@ -199,7 +199,10 @@ class PlacementPlugin(base_plugin.TBPlugin):
     @wrappers.Request.application
     def _serve_trace(self, request: wrappers.Request) -> wrappers.Response:
         report, where = self._report(request)
-        trace = chrome_trace(report)
+        try:
+            trace = chrome_trace(report)
+        except InputError as err:
+            raise errors.InvalidArgumentError(str(err)) from None
         name = f"{where['run']}-{where['step']}.trace.json".replace("/", "_")
         response = http_util.Respond(request, trace, "application/json")
         response.headers["Content-Disposition"] = f'attachment; filename="{name}"'

@@ -204,18 +204,21 @@ class _Tree:
 def _grow(ops: list[dict[str, Any]]) -> tuple[_Tree, list[int]]:
     """The name-scope tree of ``ops`` and the node of each op (an op's node is its full name)."""
     tree = _Tree()
-    lookup: dict[tuple[int, str], int] = {}
-    node_of = []
+    ids: dict[str, int] = {}
+
+    def node_of(path: str) -> int:
+        node = ids.get(path)
+        if node is None:  # new: make its scope first (ops share scopes, so this walks up a step or two)
+            scope, _, name = path.rpartition("/")
+            node = ids[path] = tree.add(name, node_of(scope) if scope else -1)
+        return node
+
+    nodes = []
     for i, op in enumerate(ops):
-        node = -1
-        for part in str(op.get("name", "?")).split("/"):
-            child = lookup.get((node, part))
-            if child is None:
-                child = lookup[(node, part)] = tree.add(part, node)
-            node = child
+        node = node_of(str(op.get("name", "?")))
         tree.own[node].append(i)
-        node_of.append(node)
-    return tree, node_of
+        nodes.append(node)
+    return tree, nodes
 
 
 def _indices(mask: int) -> list[int]:
@@ -234,7 +237,8 @@ def scope_tree(report: Report, *, prepared: _Prepared | None = None) -> dict[str
     Returns:
         ``{"devices": [...], "nodes": [[name, parent, ops, asked, ran, mismatch, busy_us, op]], "node_of_op"}``:
         ``asked``/``ran`` are indices into ``devices``; ``op`` is ``None`` for a scope, else
-        ``[type, kernel, device index, requested, duration_us, repeats]``; ``node_of_op[i]`` is op i's node.
+        ``[type, kernel ("" when it is the type), device index, requested, duration_us, repeats]``;
+        ``node_of_op[i]`` is op i's node.
     """
     prep = prepared or _prepare(report)
     ops, devices, keys, timed = prep.ops, prep.devices, prep.kernel_keys, prep.timed
@@ -288,7 +292,9 @@ def _op_cell(ops: list[dict[str, Any]], own: list[int], index: dict[str, int]) -
     if not own:
         return None
     op = ops[own[0]]
-    return [op.get("type", "?"), op.get("kernel", ""), index[op.get("device", "?")], op.get("requested", ""),
+    kernel = op.get("kernel", "")
+    return [op.get("type", "?"), "" if kernel == op.get("type") else kernel, index[op.get("device", "?")],
+            op.get("requested", ""),
             float(op["duration_us"]) if _timed(op) else None, len(own)]
 
 
@@ -347,7 +353,7 @@ def timeline(report: Report, node_of_op: list[int] | None = None, *,
     for i, op in enumerate(ops):
         lane = lane_of[op.get("device", "?")]
         if timed:
-            start, duration = float(op["start_us"]) - origin, float(op["duration_us"])
+            start, duration = round(float(op["start_us"]) - origin, 3), float(op["duration_us"])
         else:
             start, duration = float(cursor[lane]), 1.0
             cursor[lane] += 1
@@ -357,7 +363,7 @@ def timeline(report: Report, node_of_op: list[int] | None = None, *,
     drawn = []
     for t in copies:
         if timed and _timed(t):
-            start, duration = float(t["start_us"]) - origin, float(t["duration_us"])
+            start, duration = round(float(t["start_us"]) - origin, 3), float(t["duration_us"])
         else:  # drawn from the end of the op that produced the tensor, when known
             made = placed.get((int(t.get("call", 0)), str(t.get("tensor", "")).rsplit(":", 1)[0]))
             start, duration = (made[0] + made[1], 0.0) if made else (0.0, 0.0)
