@@ -1,7 +1,8 @@
 """README.rst tells the truth: every ``python`` block runs, every ``console`` command exits as it says.
 
 Conventions in README.rst: ``.. code-block:: python`` blocks run, each in a fresh
-process from the repository root; ``.. code-block:: console`` lines starting with
+process from the repository root with no GPU variables set, and every
+``# prints: TEXT`` comment's TEXT must appear in what the block prints; ``.. code-block:: console`` lines starting with
 ``$ `` run in bash and must exit 0, or the status named by a trailing
 ``# exits N``; ``.. code-block:: bash`` blocks are shown, not run (make targets,
 SLURM scripts). The tests share one xdist group, so they run on one worker in
@@ -62,6 +63,17 @@ def test_python_example_runs(line_no, code):
     proc = run_py(code, check=False, timeout=600)
     assert proc.returncode == 0, f"README.rst line {line_no}:\n{code}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
     assert proc.stdout.strip(), "an example should show something"
+    for expected in _printed(code):
+        assert expected in proc.stdout, f"README.rst line {line_no}: says it prints {expected!r}:\n{proc.stdout}"
+
+
+def _printed(code: str) -> list[str]:
+    """The TEXT of every ``# prints: TEXT`` comment of a block."""
+    return [m[1].strip() for m in re.finditer(r"#\s*prints:\s*(.+)$", code, flags=re.MULTILINE)]
+
+
+def test_readme_says_what_its_examples_print():
+    assert sum(len(_printed(code)) for _, code in _blocks("python")) >= 5
 
 
 @pytest.mark.parametrize("line_no, command, status",

@@ -755,27 +755,70 @@ def _stats(event: Any, names: dict[int, str]) -> dict[str, Any]:
 _OPS_BY_NAME: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
 
 
+_CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
+
+
 class _Graph:
-    """The ops a function's traced graph holds, looked up by name (internal)."""
+    """The ops a function's traced graph holds, looked up by executed name (internal).
+
+    TensorFlow inlines the functions a function calls, naming their ops after the
+    call op (``"StatefulPartitionedCall/model/dense/MatMul"``); those are looked up in
+    the called function's graph and reported by the name the program gave them there
+    (``"model/dense/MatMul"``; ``kernel_name`` keeps the executed name).
+    """
 
     def __init__(self, graph: Any) -> None:
         self._graph = graph
         self._ops: dict[str, Any] = {}
+        self._inner: dict[str, _Graph | None] = {}
+        self._asked: dict[str, str] = {}
         if graph is not None:
             cached = _OPS_BY_NAME.get(graph)
             if cached is None:
                 cached = _OPS_BY_NAME[graph] = {op.name: op for op in graph.get_operations()}
             self._ops = cached
 
-    def op(self, name: str) -> Any:
-        return self._ops.get(name)
+    def find(self, name: str) -> tuple[Any, str]:
+        """The op an executed node name stands for, and the prefix of the call it was inlined from."""
+        op = self._ops.get(name)
+        if op is not None or self._graph is None:
+            return op, ""
+        at = name.find("/")
+        while at > 0:
+            inner = self._called(name[:at])
+            if inner is not None:
+                op, prefix = inner.find(name[at + 1:])
+                if op is not None:
+                    return op, f"{name[:at]}/{prefix}"
+            at = name.find("/", at + 1)
+        return None, ""
 
-    def operations(self) -> list[Any]:
-        return list(self._ops.values())
+    def op(self, name: str) -> Any:
+        return self.find(name)[0]
+
+    def asked(self, op: Any) -> str:
+        """The device ``op`` asked for (read from TensorFlow once per op)."""
+        device = self._asked.get(op.name)
+        if device is None:
+            device = self._asked[op.name] = op.device
+        return device
+
+    def _called(self, call_name: str) -> _Graph | None:
+        if call_name not in self._inner:
+            call = self._ops.get(call_name)
+            inner = None
+            if call is not None and call.type in _CALL_OPS:
+                try:
+                    function = getattr(self._graph, "_functions", {}).get(call.get_attr("f").name)
+                    inner = _Graph(function.graph) if function is not None else None
+                except (ValueError, AttributeError):
+                    inner = None
+            self._inner[call_name] = inner
+        return self._inner[call_name]
 
     def tensor(self, name: str) -> Any:
         op_name, _, index = name.rpartition(":")
-        op = self._ops.get(op_name)
+        op = self.op(op_name)
         try:
             return op.outputs[int(index)] if op is not None else None
         except (IndexError, ValueError):
@@ -813,14 +856,14 @@ def _fused_chain(op: Any, base: str, depth: int = 4) -> list[Any] | None:
 
 def _model_ops(graph: _Graph, name: str, kernel: str) -> list[tuple[str, str, str]]:
     """``(name, model op, requested device)`` for each op the user wrote that this kernel ran."""
-    op = graph.op(name)
+    op, _ = graph.find(name)
     if op is None:
         return [(name, _base_type(kernel), "")]
     if _is_fused(kernel):
         chain = _fused_chain(op, _base_type(kernel))
         if chain is not None:
-            return [(o.name, o.type, o.device) for o in chain]
-    return [(name, op.type, op.device)]
+            return [(o.name, o.type, graph.asked(o)) for o in chain]
+    return [(op.name, op.type, graph.asked(op))]
 
 
 # ----------------------------------------------------------------------------- what Python saw: calls and graphs
@@ -942,7 +985,7 @@ def _root(context: int, parents: dict[int, int]) -> int:
 
 
 def _us(ps: int) -> float:
-    return round(ps / 1e6, 3)
+    return ps // 1000 / 1000  # nanosecond resolution
 
 
 def _union(spans: list[tuple[int, int]]) -> int:
@@ -989,7 +1032,14 @@ def _send_devices(kernel: _Kernel) -> tuple[str, str]:
 
 def _fallback_device(kernels: list[_Kernel], graph: _Graph, call: _Call | None) -> str:
     """The device of a partition that copied nothing: the one its ops asked for, else the call's."""
-    asked = {graph.op(k.name).device for k in kernels if graph.op(k.name) is not None and graph.op(k.name).device}
+    asked = set()
+    for kernel in kernels:
+        op = graph.op(kernel.name)
+        device = graph.asked(op) if op is not None else ""
+        if device:
+            asked.add(device)
+            if len(asked) > 1:
+                break
     if len(asked) == 1:
         return asked.pop()
     if call is not None and call.device:
@@ -1029,9 +1079,13 @@ def _transfer(send: _Kernel, graph: _Graph, recvs: dict[str, tuple[int, _Kernel]
               start: float, duration: float) -> Transfer:
     src, dst = _send_devices(send)
     stats = send.stats or {}
-    source, consumer = str(stats.get("from", "")), graph.op(str(stats.get("to", "")))
-    tensor = next((t.name for t in getattr(consumer, "inputs", ()) if t.op.name == source), f"{source}:0")
-    value = graph.tensor(tensor)
+    source = str(stats.get("from", ""))
+    consumer, prefix = graph.find(str(stats.get("to", "")))
+    index = next((t.value_index for t in getattr(consumer, "inputs", ()) if prefix + t.op.name == source), 0)
+    producer, _ = graph.find(source)
+    outputs = producer.outputs if producer is not None else ()
+    value = outputs[index] if index < len(outputs) else None
+    tensor = f"{producer.name if producer is not None else source}:{index}"
     dtype = value.dtype.name if value is not None else ""
     shape = None
     if value is not None and value.shape.rank is not None:

@@ -44,6 +44,7 @@ def merged_graph_def(report: PlacementReport) -> Any:
     ``call_NNN/<name>``. Every node carries the device it ran on (from the report's
     ops: a fused kernel's ops all carry its device); a node that did not run as
     written (folded away by TensorFlow's optimizer, or plumbing) has no device.
+    An eager op is one node under its own namespace.
 
     Args:
         report: a report from :func:`tfdevices.verify.capture`.
@@ -67,16 +68,19 @@ def merged_graph_def(report: PlacementReport) -> Any:
             del node.input[:]
             node.input.extend(inputs)
         merged.node.extend(graph.node)
+    with_graph = {namespace for namespace, _ in report.graphs}
+    for op in report.ops:  # eager ops have no graph: one node each, under its own call's namespace
+        namespace = f"call_{op.call:03d}"
+        if namespace not in with_graph:
+            merged.node.add(name=f"{namespace}/{op.name}", op=op.type, device=_tf_device(op.device))
     return merged
 
 
 def _tf_device(device: str) -> str:
-    """A report's device name as TensorFlow writes it: ``"worker:1/GPU:0"`` -> ``"/job:worker/task:1/device:GPU:0"``."""
+    """A report's device name as TensorFlow writes it: ``"CPU:1"`` -> ``"/job:localhost/replica:0/task:0/device:CPU:1"``."""
     task, _, short = device.rpartition("/")
-    if not task:
-        return f"/device:{short}"
-    job, _, index = task.partition(":")
-    return f"/job:{job}/task:{index or 0}/device:{short}"
+    job, _, index = task.partition(":") if task else ("localhost", "", "0")
+    return f"/job:{job}/replica:0/task:{index or 0}/device:{short}"
 
 
 def write_placement(report: PlacementReport, logdir: str | os.PathLike[str], step: int = 0,
