@@ -59,7 +59,7 @@ def _choose(browser: Browser, select_id: str, text: str) -> None:
         s.dispatchEvent(new Event('change')); return true; }})()"""))
 
 
-def test_placement_tab_shows_devices_transfers_mismatch_and_timeline(server, browser, to_device_report, tmp_path):
+def test_placement_tab_shows_devices_transfers_mismatch_and_timeline(browser, server, to_device_report, tmp_path):
     browser.goto(f"{server}/#placement")
     tab = browser.wait_for("""(() => { const walk = (root) => { for (const n of root.querySelectorAll('*')) {
         if (n.shadowRoot) { const f = walk(n.shadowRoot); if (f) return f; }
@@ -122,7 +122,7 @@ def test_placement_tab_shows_devices_transfers_mismatch_and_timeline(server, bro
     assert os.path.getsize(kept) > 10_000
 
 
-def test_layer_search_and_diff_in_the_page(server, browser):
+def test_layer_search_and_diff_in_the_page(browser, server):
     browser.goto(f"{server}/#placement")
     _choose(browser, "run", "to_device")
     browser.wait_for(_in_frame("doc.querySelectorAll('.device-name').length > 1"))
