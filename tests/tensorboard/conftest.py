@@ -117,13 +117,18 @@ def plain_report(tf4):
 
 @pytest.fixture(scope="session")
 def placement_logdir(to_device_report, plain_report, tmp_path_factory) -> str:
-    """A log directory with two runs: ``to_device`` (steps 0 and 5) and ``plain`` (step 0)."""
+    """A log directory with two runs: ``to_device`` (steps 0 and 5) and ``plain`` (step 0, with memory)."""
     from tfdevices.tensorboard.writer import write_placement
 
     logdir = tmp_path_factory.mktemp("placement") / "logs"
     write_placement(to_device_report, logdir / "to_device", step=0)
     write_placement(to_device_report, logdir / "to_device", step=5)
     write_placement(plain_report, logdir / "plain", step=0)
+    import tensorflow as tf
+
+    with tf.summary.create_file_writer(str(logdir / "plain")).as_default():  # memory as PlacementLogger logs it
+        tf.summary.scalar("placement/memory/CPU:0/current_bytes", 1024.0, step=0)
+        tf.summary.scalar("placement/memory/CPU:0/peak_bytes", 4096.0, step=0)
     return str(logdir)
 
 

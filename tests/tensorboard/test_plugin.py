@@ -65,6 +65,12 @@ def test_view_route_matches_the_report(server, to_device_report):
     assert len(view["timeline"]["ops"]) == len(to_device_report.ops)
 
 
+def test_view_shows_the_memory_logged_beside_the_report(server):
+    devices = {d["name"]: d["memory"] for d in _view(server, run="plain")["devices"]}
+    assert devices == {"CPU:0": {"current_bytes": 1024.0, "peak_bytes": 4096.0}}
+    assert all(d["memory"] is None for d in _view(server, run="to_device")["devices"])
+
+
 def test_view_defaults_to_the_last_step_and_names_what_exists(server):
     assert _view(server, run="to_device")["step"] == 5
     with pytest.raises(urllib.error.HTTPError) as err:
