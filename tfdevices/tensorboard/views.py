@@ -50,12 +50,13 @@ class _Prepared:
     devices: list[str]
     kernel_keys: list[tuple[Any, ...]]
     timed: list[bool]
+    busy: dict[str, float]
 
 
 def _prepare(report: Report) -> _Prepared:
     ops = _ops(report)
     return _Prepared(ops, _copies(report), devices_of(report), [_kernel_key(op) for op in ops],
-                     [_timed(op) for op in ops])
+                     [_timed(op) for op in ops], busy_us(report))
 
 
 def devices_of(report: Report) -> list[str]:
@@ -104,7 +105,7 @@ def busy_us(report: Report) -> dict[str, float]:
     out = _stored_busy(report)
     spans: dict[str, list[tuple[float, float]]] = {}
     for op in _ops(report):
-        if _timed(op) and op.get("device") not in out:
+        if op.get("device") not in out and _timed(op):
             start = float(op["start_us"])
             spans.setdefault(op["device"], []).append((start, start + float(op["duration_us"])))
     out.update({device: _union_us(s) for device, s in spans.items()})
@@ -125,7 +126,7 @@ def device_table(report: Report, memory: dict[str, dict[str, float]] | None = No
         Rows sorted by device name; ``busy_us`` and ``memory`` are ``None`` when not recorded.
     """
     prep = prepared or _prepare(report)
-    busy = busy_us(report)
+    busy = prep.busy
     types: defaultdict[str, Counter[str]] = defaultdict(Counter)
     kernels: defaultdict[str, Counter[str]] = defaultdict(Counter)
     seen: set[tuple[Any, ...]] = set()
@@ -375,7 +376,7 @@ def timeline(report: Report, node_of_op: list[int] | None = None, *,
 def dashboard_view(report: Report, memory: dict[str, dict[str, float]] | None = None) -> dict[str, Any]:
     """Everything the dashboard draws for one run and step."""
     prep = _prepare(report)
-    busy = busy_us(report)
+    busy = prep.busy
     copy_us = [float(t["duration_us"]) for t in prep.copies if _timed(t)]
     scopes = scope_tree(report, prepared=prep)
     line = timeline(report, scopes.pop("node_of_op"), prepared=prep)
