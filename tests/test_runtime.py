@@ -217,3 +217,12 @@ def test_plan_cpu_only_splits_the_cpu():
     assert plan.cpu_split == 4 and plan.gpu_limits == ()
     assert plan.config.logical_devices == ("CPU:0", "CPU:1", "CPU:2", "CPU:3")
     assert plan.config.notes == ("memory_limit not applied: no GPU is visible",)
+
+
+@pytest.mark.parametrize("value", ["\u0663", "9" * 5000, "2000", "-1"])
+def test_virtual_devices_variable_takes_ascii_digits_only(value):
+    from tfdevices.core.errors import EnvVarError
+    from tfdevices.runtime import configure_worker
+
+    with pytest.raises(EnvVarError, match="TFDEVICES_VIRTUAL_DEVICES=.* is not a whole number >= 1"):
+        configure_worker({"TFDEVICES_VIRTUAL_DEVICES": value})

@@ -185,7 +185,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if extra:  # said by the subcommand's parser, so the message names the subcommand
             args.parser.error(f"unrecognized arguments: {' '.join(extra)}")
         command = f"tfdevices {args.subcommand}"
-        return int(args.run(args) or 0)
+        status = int(args.run(args) or 0)
+        sys.stdout.flush()  # a full disk shows here, not as a traceback at exit
+        return status
     except TfDevicesError as err:
         print(f"{getattr(err, 'command', command)}: error: {err}", file=sys.stderr)
         return EXIT_USAGE
@@ -194,6 +196,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `tfdevices list | head`: the reader left; nothing to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as err:  # `tfdevices list > /dev/full`
+        if err.filename is not None:
+            raise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        print(f"{command}: error: cannot write the output: {err.strerror}. "
+              "HINT: free some space, or write elsewhere.", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import pytest
 
 from tests.helpers import REPO, subprocess_env
 from tfdevices.jobs import env as launch
-from tfdevices.core.errors import EnvVarError, LaunchError, SelectionError, TfConfigError
+from tfdevices.core.errors import EnvVarError, LaunchError, SelectionError, TfConfigError, TfDevicesError
 from tfdevices.gpus.inventory import GpuInfo, Inventory
 from tfdevices.jobs.env import launch_info
 from tfdevices.jobs.ranks import gpu_for_rank
@@ -367,3 +367,40 @@ def test_launch_does_not_import_tensorflow() -> None:
     out = subprocess.run([sys.executable, "-c", code], env=subprocess_env(), capture_output=True, text=True,
                          timeout=60, cwd=REPO)
     assert out.stdout.split() == ["ENV", "False"], out.stderr
+
+
+# ---------------------------------------------------------------- hostile environments
+
+@pytest.mark.parametrize("env, first_words", [
+    ({"RANK": "\u0660", "WORLD_SIZE": "\u0661"}, "WORLD_SIZE='\u0661' is not a whole number >= 1 (ASCII digits"),
+    ({"RANK": "0", "WORLD_SIZE": "\uff12"}, "WORLD_SIZE='\uff12' is not a whole number"),
+    ({"RANK": "0", "WORLD_SIZE": "9" * 100_000}, "WORLD_SIZE='9999"),
+    ({"RANK": "0", "WORLD_SIZE": "4294967296"}, "WORLD_SIZE='4294967296' is not a whole number >= 1"),
+    ({"OMPI_COMM_WORLD_RANK": "\u0663", "OMPI_COMM_WORLD_SIZE": "4"}, "OMPI_COMM_WORLD_RANK='\u0663' is not"),
+    (slurm(0, 0, 2, SLURM_STEP_NODELIST="n[0-99999999]", SLURM_STEP_TASKS_PER_NODE="2"),
+     "SLURM_STEP_NODELIST='n[0-99999999]' names more than 100,000 hosts"),
+    (slurm(0, 0, 2, SLURM_STEP_NODELIST="n1", SLURM_STEP_TASKS_PER_NODE="1(x100000000)"),
+     "SLURM_STEP_TASKS_PER_NODE='1(x100000000)' describes more than"),
+    (slurm(0, 0, 2, SLURM_STEP_GPUS="0-100000000"), "SLURM_STEP_GPUS='0-100000000': GPU index 100000000 is out"),
+])
+def test_hostile_environments_are_short_errors(env, first_words):
+    with pytest.raises(TfDevicesError) as err:
+        launch_info(env)
+    message = str(err.value)
+    assert message.startswith(first_words) and "HINT:" in message and len(message) < 400
+
+
+def test_16000_task_slurm_step_is_read():
+    n = 16_000
+    env = slurm(n - 1, 0, n, SLURM_STEP_NODELIST=f"n[00000-{n - 1:05d}]", SLURM_STEP_TASKS_PER_NODE=f"1(x{n})",
+                SLURM_NODEID=str(n - 1))
+    info = launch_info(env)
+    assert (info.rank, info.world_size, info.node_rank, len(info.nodes)) == (n - 1, n, n - 1, n)
+
+
+def test_table_of_a_16000_node_step_stays_short():
+    n = 16_000
+    env = slurm(n - 1, 0, n, SLURM_STEP_NODELIST=",".join(f"node{i:05d}" for i in range(n)),
+                SLURM_STEP_TASKS_PER_NODE=f"1(x{n})", SLURM_NODEID=str(n - 1))
+    table = launch_info(env).table()
+    assert "(16,000 in all)" in table and "(159999 chars)" in table and len(table) < 2000

@@ -43,6 +43,7 @@ from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
 from tfdevices.core.errors import LaunchError
+from tfdevices.gpus.selection import select
 from tfdevices.jobs.env import RANK_GPUS, VIRTUAL_DEVICES_ENV, LaunchInfo
 from tfdevices.jobs.ranks import gpu_for_rank
 from tfdevices.jobs.tfconfig import make_tf_config
@@ -170,8 +171,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _candidate_gpus(spec: str) -> tuple[int, ...]:
-    from tfdevices.gpus.selection import select
-
     if spec in ("none", "cpu"):
         return ()
     return tuple(g.index for g in select(spec).gpus)
