@@ -70,6 +70,7 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import functools
+import gc
 import json
 import math
 import os
@@ -625,7 +626,7 @@ def _keyed(ops: Iterable[OpPlacement]) -> dict[tuple[str, int], OpPlacement]:
 
 # ----------------------------------------------------------------------------- what ran: the profiler's trace
 
-@dataclass
+@dataclass(slots=True)
 class _Kernel:
     """One kernel event of the trace (internal)."""
 
@@ -658,7 +659,20 @@ class _Trace:
     parents: dict[int, int] = field(default_factory=dict)  # nested function context -> caller context
 
 
-_KERNEL_STATS = frozenset({"key", "from", "to"})
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pauses Python's cyclic garbage collector while a report's records are made.
+
+    Tens of thousands of small records would trigger full collections that walk every
+    live object, making the work grow faster than the number of ops.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _stat_value(stat: Any, names: dict[int, str]) -> Any:
@@ -679,9 +693,10 @@ def read_trace(data: bytes) -> _Trace:
 
     space = xplane_pb2.XSpace.FromString(data)
     trace = _Trace()
-    for plane in space.planes:
-        if plane.name == "/host:CPU":
-            _read_host_plane(plane, trace)
+    with _gc_paused():
+        for plane in space.planes:
+            if plane.name == "/host:CPU":
+                _read_host_plane(plane, trace)
     trace.executions.sort(key=lambda e: e.start_ps)
     return trace
 
@@ -949,6 +964,11 @@ def _pair_calls(trace: _Trace, recorder: _Recorder) -> list[tuple[_Call | None, 
 
 def build_report(trace: _Trace, recorder: _Recorder) -> PlacementReport:
     """Builds the report from the profiler's trace and the calls Python made (linear in the events)."""
+    with _gc_paused():
+        return _build_report(trace, recorder)
+
+
+def _build_report(trace: _Trace, recorder: _Recorder) -> PlacementReport:
     by_context: dict[int, list[_Kernel]] = {}
     for kernel in trace.kernels:
         by_context.setdefault(kernel.context, []).append(kernel)

@@ -31,7 +31,7 @@ from typing import Any
 from tfdevices.core._tf import import_tf
 from tfdevices.core.errors import InputError
 from tfdevices.core.paths import check_directory
-from tfdevices.verify import PlacementReport
+from tfdevices.verify import PlacementReport, _gc_paused
 
 __all__ = ["format_placement", "merged_graph_def", "read_placement", "write_placement"]
 
@@ -113,7 +113,7 @@ def write_placement(report: PlacementReport, logdir: str | os.PathLike[str], ste
     tf = import_tf()
     writer = tf.summary.create_file_writer(logdir)
     try:
-        with writer.as_default():
+        with writer.as_default(), _gc_paused():
             if report.graphs:
                 graph_def = tf.compat.v1.GraphDef.FromString(merged_graph_def(report).SerializeToString())
                 tf.summary.graph(graph_def)
