@@ -180,6 +180,7 @@ def test_the_device_given_four_times_the_work_shows_the_larger_busy_time(tf4):
     report = capture(step, x)
     busy = views.busy_us(json.loads(report.to_json()))
     assert busy == report.busy_us
+    assert set(busy) == {"CPU:0", "CPU:1"}, [(op.name, op.device, op.duration_us) for op in report.ops]
     assert busy["CPU:1"] > busy["CPU:0"], busy
     table = {d["name"]: d for d in views.device_table(json.loads(report.to_json()))}
     assert table["CPU:1"]["kernel_types"][0][1] >= 4 and table["CPU:1"]["busy_us"] > table["CPU:0"]["busy_us"]
