@@ -13,6 +13,12 @@ no network fetch); the data routes below answer it with JSON computed by
 * ``/trace?run=..&tag=..&step=..``: the step as a Chrome trace (``traceEvents`` JSON);
 * ``/static/<file>``: the frontend.
 
+Reports are found in both forms a run can hold: text summaries ``NAME/json`` beside
+``NAME/report`` (as ``write_placement`` writes them), and tensor summaries marked with
+:func:`tfdevices.tensorboard.metadata.summary_metadata`. TensorBoard keeps a sample of
+10 steps per tag by default; ``--samples_per_plugin=text=all,placement=all`` keeps
+every captured step.
+
 This module imports TensorBoard at the top: only TensorBoard imports it (``import
 tfdevices`` does not).
 """
