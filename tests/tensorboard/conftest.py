@@ -117,7 +117,7 @@ def plain_report(tf4):
 
 @pytest.fixture(scope="session")
 def placement_logdir(to_device_report, plain_report, tmp_path_factory) -> str:
-    """A log directory with two runs: ``to_device`` (steps 0 and 5) and ``plain`` (step 0, with memory)."""
+    """Runs ``to_device`` (steps 0 and 5), ``plain`` (step 0, with memory) and ``fit`` (PlacementLogger, step 1)."""
     from tfdevices.tensorboard.writer import write_placement
 
     logdir = tmp_path_factory.mktemp("placement") / "logs"
@@ -129,7 +129,20 @@ def placement_logdir(to_device_report, plain_report, tmp_path_factory) -> str:
     with tf.summary.create_file_writer(str(logdir / "plain")).as_default():  # memory as PlacementLogger logs it
         tf.summary.scalar("placement/memory/CPU:0/current_bytes", 1024.0, step=0)
         tf.summary.scalar("placement/memory/CPU:0/peak_bytes", 4096.0, step=0)
+    _fit_with_placement_logger(str(logdir / "fit"))
     return str(logdir)
+
+
+def _fit_with_placement_logger(run: str) -> None:
+    """A run as users make it: ``model.fit`` with the PlacementLogger callback (step 1 captured)."""
+    import tensorflow as tf
+
+    from tfdevices.tensorboard.callbacks import PlacementLogger
+
+    model = to_device_model(tf)
+    model.compile(optimizer="sgd", loss="mse")
+    model.fit(tf.ones([64, 8]), tf.zeros([64, 4]), batch_size=16, epochs=1, verbose=0,
+              callbacks=[PlacementLogger(run, at_step=1)])
 
 
 @pytest.fixture(scope="session")

@@ -39,8 +39,19 @@ def test_plugins_listing_enables_placement_only_with_placement_data(server, tf4,
 
 def test_runs_route_lists_runs_tags_and_steps(server):
     runs = get_json(f"{server}/data/plugin/placement/runs")["runs"]
-    assert runs == [{"run": "plain", "tag": "placement/json", "steps": [0]},
+    assert runs == [{"run": "fit", "tag": "placement/json", "steps": [1]},
+                    {"run": "plain", "tag": "placement/json", "steps": [0]},
                     {"run": "to_device", "tag": "placement/json", "steps": [0, 5]}]
+
+
+def test_a_run_written_by_placement_logger_in_fit_shows_its_training_step(server):
+    view = _view(server, run="fit")
+    assert view["step"] == 1 and view["summary"]["timed"]
+    names = [d["name"] for d in view["devices"]]
+    assert names == ["CPU:0", "CPU:1", "CPU:2"]
+    nodes = view["scopes"]["nodes"]
+    assert any(n[5] and n[0].startswith("to_b") for n in nodes)  # the .to(device) layer: asked CPU:1, ran on two
+    assert view["weights"], "the moved layers' weights are read from CPU:0 every step"
 
 
 def _view(server: str, **params: object) -> dict:
@@ -78,7 +89,7 @@ def test_view_defaults_to_the_last_step_and_names_what_exists(server):
     assert err.value.code == 404 and "has no step 7; it has [0, 5]" in err.value.read().decode()
     with pytest.raises(urllib.error.HTTPError) as err:
         _view(server, run="nope")
-    assert err.value.code == 404 and "runs with one: ['plain', 'to_device']" in err.value.read().decode()
+    assert err.value.code == 404 and "runs with one: ['fit', 'plain', 'to_device']" in err.value.read().decode()
 
 
 def test_diff_route_between_runs_and_between_steps(server):
