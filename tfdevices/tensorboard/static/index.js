@@ -95,6 +95,7 @@ function virtualList(className, maxHeight) {
 
 export async function render() {
   document.head.append(el('link', {rel: 'stylesheet', href: 'static/style.css'}));
+  window.addEventListener('resize', () => drawTimeline());
   const root = el('div', {id: 'placement'});
   document.body.append(root);
   try {
@@ -460,5 +461,3 @@ function diffBody(d) {
   return [el('p', {text: `${d.moved.length} op(s) moved, ${d.added.length} added, ${d.removed.length} removed`}),
           el('div', {class: 'device-row'}, devices, pairs), moved.outer];
 }
-
-window.addEventListener('resize', () => drawTimeline());
