@@ -189,3 +189,17 @@ def test_the_device_given_four_times_the_work_shows_the_larger_busy_time(tf4):
     assert busy["CPU:1"] > busy["CPU:0"], busy
     table = {d["name"]: d for d in views.device_table(json.loads(report.to_json()))}
     assert table["CPU:1"]["kernel_types"][0][1] >= 4 and table["CPU:1"]["busy_us"] > table["CPU:0"]["busy_us"]
+
+
+def test_numbered_sibling_ops_fold_into_one_series_after_the_scopes():
+    ops = [{"name": "Assign" + ("" if i == 0 else f"_{i}"), "type": "AssignVariableOp", "device": "CPU:0"}
+           for i in range(12)]
+    ops += [{"name": "dense/MatMul", "type": "MatMul", "device": "CPU:1", "requested": "CPU:1"},
+            {"name": "Sum", "type": "Sum", "device": "CPU:0"}, {"name": "Sum_1", "type": "Sum", "device": "CPU:0"}]
+    tree = views.scope_tree({"ops": ops})
+    roots = [(name, count) for name, parent, count, *_ in tree["nodes"] if parent < 0]
+    assert roots == [("dense", 1), ("Assign_*", 12), ("Sum", 1), ("Sum_1", 1)]  # 2 Sums: too few to fold
+    series = [i for i, n in enumerate(tree["nodes"]) if n[0] == "Assign_*"][0]
+    members = [n[0] for n in tree["nodes"] if n[1] == series]
+    assert len(members) == 12 and set(members) == {op["name"] for op in ops[:12]}
+    assert all(tree["nodes"][tree["node_of_op"][i]][0] == op["name"].rsplit("/", 1)[-1] for i, op in enumerate(ops))

@@ -15,6 +15,7 @@ kernel of each op, busy time per device) are left out of the view, never guessed
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -232,8 +233,9 @@ def scope_tree(report: Report, *, prepared: _Prepared | None = None) -> dict[str
     A node is a mismatch when its ops asked for devices and some of them ran elsewhere
     (for example a layer asked for ``CPU:1`` whose weights are still read on ``CPU:0``).
     A node's time is the time of its kernels, a fused kernel's split evenly among its ops.
-    Flat and compact, for 10^4 ops: nodes in display order (depth first, mismatches
-    first among siblings, then by name), each naming its parent.
+    Flat and compact, for 10^4 ops: nodes in display order (depth first; among siblings
+    mismatches first, scopes before ops, then by name), each naming its parent; eight or
+    more sibling ops numbered alike (``Assign``, ``Assign_1`` ...) sit under one ``Assign_*`` node.
 
     Returns:
         ``{"devices": [...], "nodes": [[name, parent, ops, asked, ran, mismatch, busy_us, op]], "node_of_op"}``:
@@ -266,27 +268,64 @@ def scope_tree(report: Report, *, prepared: _Prepared | None = None) -> dict[str
             if busy[node] is not None:
                 busy[parent] = (busy[parent] or 0.0) + busy[node]
     mismatch = [bool(asked[k]) and bool(ran[k] & ~asked[k]) for k in range(n)]
-    key = [(not mismatch[k], tree.names[k]) for k in range(n)]
-    order: list[int] = []
-    stack = sorted(tree.roots, key=key.__getitem__, reverse=True)
-    while stack:
-        node = stack.pop()
-        order.append(node)
-        kids = tree.children[node]
-        stack += sorted(kids, key=key.__getitem__, reverse=True) if len(kids) > 1 else kids
-    new_id = [0] * n
-    for new, old in enumerate(order):
-        new_id[old] = new
     masks: dict[int, list[int]] = {}
-    nodes = []
-    for old in order:
-        parent = tree.parents[old]
-        a, r = asked[old], ran[old]
-        nodes.append([tree.names[old], new_id[parent] if parent >= 0 else -1, count[old],
-                      masks[a] if a in masks else masks.setdefault(a, _indices(a)),
-                      masks[r] if r in masks else masks.setdefault(r, _indices(r)),
-                      mismatch[old], busy[old], _op_cell(ops, tree.own[old], index)])
+
+    def devices_in(mask: int) -> list[int]:
+        return masks[mask] if mask in masks else masks.setdefault(mask, _indices(mask))
+
+    nodes: list[list[Any]] = []
+    new_id = [0] * n
+    stack: list[tuple[Any, int]] = [(item, -1) for item in reversed(_arrange(tree, tree.roots, mismatch))]
+    while stack:
+        item, parent = stack.pop()
+        here = len(nodes)
+        if isinstance(item, _Series):
+            members = item.members
+            a = r = 0
+            for k in members:
+                a, r = a | asked[k], r | ran[k]
+            times = [busy[k] for k in members if busy[k] is not None]
+            nodes.append([f"{item.base}_*", parent, sum(count[k] for k in members), devices_in(a), devices_in(r),
+                          any(mismatch[k] for k in members), sum(times) if times else None, None])
+            stack += [(k, here) for k in reversed(members)]
+            continue
+        new_id[item] = here
+        nodes.append([tree.names[item], parent, count[item], devices_in(asked[item]), devices_in(ran[item]),
+                      mismatch[item], busy[item], _op_cell(ops, tree.own[item], index)])
+        stack += [(kid, here) for kid in reversed(_arrange(tree, tree.children[item], mismatch))]
     return {"devices": devices, "nodes": nodes, "node_of_op": [new_id[k] for k in node_of]}
+
+
+@dataclass(frozen=True)
+class _Series:
+    """Sibling ops named ``base``, ``base_1``, ``base_2`` ...: one collapsible row (``base_*``)."""
+
+    base: str
+    members: list[int]
+
+
+_NUMBERED = re.compile(r"^(.*?)(?:_\d+)?$")
+_SERIES_MIN = 8
+
+
+def _arrange(tree: _Tree, kids: list[int], mismatch: list[bool]) -> list[Any]:
+    """Siblings in display order: mismatches first, scopes before ops, then by name; long series of
+    numbered ops (``AssignSubVariableOp_1`` ... ``_999``) as one :class:`_Series`."""
+    if len(kids) < 2:
+        return list(kids)
+    series: dict[str, list[int]] = defaultdict(list)
+    for k in kids:
+        if not tree.children[k]:
+            series[_NUMBERED.match(tree.names[k]).group(1)].append(k)
+    grouped = {k for members in series.values() if len(members) >= _SERIES_MIN for k in members}
+    items: list[tuple[tuple[bool, bool, str], Any]] = [
+        ((not mismatch[k], not tree.children[k], tree.names[k]), k) for k in kids if k not in grouped]
+    for base, members in series.items():
+        if len(members) >= _SERIES_MIN:
+            members.sort(key=lambda k: (not mismatch[k], tree.names[k]))
+            items.append(((not any(mismatch[k] for k in members), True, base), _Series(base, members)))
+    items.sort(key=lambda pair: pair[0])
+    return [item for _, item in items]
 
 
 def _op_cell(ops: list[dict[str, Any]], own: list[int], index: dict[str, int]) -> list[Any] | None:
