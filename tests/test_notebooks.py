@@ -52,6 +52,7 @@ def test_devices_and_strategies(tmp_path, monkeypatch):
     assert "strategy: mirrored (MirroredStrategy), 4 replica(s)" in out
     assert "loss per epoch:" in out and "cross-device transfers" in out
     assert "matmul0: CPU:0" in out and "matmul1: CPU:1" in out
+    assert "INFO:tensorflow" not in out  # quiet by default
 
 
 def test_placement(tmp_path, monkeypatch):

@@ -349,3 +349,14 @@ def test_a_leading_slash_anchors_the_name_pattern(tf4, pattern, expected):
     else:
         with pytest.raises(PlacementAssertionError):
             report.assert_on("CPU:1", ops=pattern, types=["MatMul"])
+
+
+def test_capture_refuses_to_run_beside_another_profile(tf4, tmp_path):
+    tf = tf4
+    tf.profiler.experimental.start(str(tmp_path))
+    try:
+        with pytest.raises(InputError, match="^TensorFlow's profiler is already running in this process"):
+            capture(lambda: tf.ones([2]) * 2.0)
+    finally:
+        tf.profiler.experimental.stop()
+    assert capture(lambda: tf.ones([2]) * 2.0).ops  # and captures again once it stopped

@@ -336,17 +336,17 @@ class PlacementReport:
             and transfers.
         copies: every cross-device transfer; filter with :meth:`transfers`.
         collectives: the collective ops (all-reduce and friends).
-        graphs: each function's graph as the program wrote it, every node carrying the
-            device it ran on (``""`` for nodes that did not run as written), as
-            ``(namespace, serialized GraphDef)``, one namespace per call; what
-            ``tfdevices.tensorboard`` writes.
+        graphs: each called function's graph as the program wrote it, as
+            ``(namespace, graph)``, one namespace per call; ``graph`` is TensorFlow's
+            traced graph (or a serialized GraphDef). ``tfdevices.tensorboard`` writes
+            them with every node's executed device.
         busy_us: per device, the microseconds during which at least one of its kernels ran.
     """
 
     ops: tuple[OpPlacement, ...]
     copies: tuple[Transfer, ...] = ()
     collectives: tuple[Collective, ...] = ()
-    graphs: tuple[tuple[str, bytes], ...] = field(default=(), repr=False, compare=False)
+    graphs: tuple[tuple[str, Any], ...] = field(default=(), repr=False, compare=False)
     busy_us: dict[str, float] = field(default_factory=dict)
 
     # -- queries
@@ -657,6 +657,7 @@ class _Trace:
     executions: list[_Execution] = field(default_factory=list)
     kernels: list[_Kernel] = field(default_factory=list)
     parents: dict[int, int] = field(default_factory=dict)  # nested function context -> caller context
+    outside: set[int] = field(default_factory=set)  # contexts of runs outside any call (tf.data ...)
 
 
 @contextlib.contextmanager
@@ -698,7 +699,25 @@ def read_trace(data: bytes) -> _Trace:
             if plane.name == "/host:CPU":
                 _read_host_plane(plane, trace)
     trace.executions.sort(key=lambda e: e.start_ps)
+    _claim_orphans(trace)
     return trace
+
+
+def _claim_orphans(trace: _Trace) -> None:
+    """Gives executor contexts whose ``FunctionRun`` is missing from the trace to the call that ran them.
+
+    A context is claimed by the function call whose span holds its first kernel.
+    """
+    known = set(trace.parents) | trace.outside | {c for e in trace.executions for c in e.contexts}
+    first: dict[int, int] = {}
+    for kernel in trace.kernels:
+        if kernel.context and kernel.context not in known and kernel.context not in first:
+            first[kernel.context] = kernel.start_ps
+    calls = [e for e in trace.executions if e.is_function and e.contexts]
+    for context, start in first.items():
+        owner = next((e for e in calls if e.start_ps <= start <= e.start_ps + e.duration_ps), None)
+        if owner is not None:
+            owner.contexts.append(context)
 
 
 _KERNEL, _PROCESS, _ASYNC, _EAGER, _RUN = range(5)
@@ -725,7 +744,9 @@ def _read_host_plane(plane: Any, trace: _Trace) -> None:
     kernels = trace.kernels
     for line in plane.lines:
         base = line.timestamp_ns * 1000
-        process_end, process = 0, 0  # the executor step (context) being read
+        # The executor context of the last step read on this thread: its kernels follow it (a step's
+        # own span is sometimes missing from the trace, its kernels are not).
+        process_end, process = 0, 0
         current: _Execution | None = None
         for event in line.events:
             kind = kinds.get(event.metadata_id)
@@ -738,15 +759,14 @@ def _read_host_plane(plane: Any, trace: _Trace) -> None:
                     current.xla = True  # the function ran as one compiled XLA executable
                     continue
                 stats = _stats(event, names) if kernel in TRANSFER_OPS else None
-                kernels.append(_Kernel(name, kernel, start, event.duration_ps,
-                                       process if start < process_end else 0, stats))
+                kernels.append(_Kernel(name, kernel, start, event.duration_ps, process, stats))
             elif code == _PROCESS:
                 process_end = start + event.duration_ps
                 process = next((int(_stat_value(s, names)) for s in event.stats if s.metadata_id == context_stat), 0)
             elif code == _ASYNC:  # an asynchronous kernel (_Recv, collectives) starts
                 stats = _stats(event, names)
                 kernels.append(_Kernel(str(stats.get("name", "")), str(stats.get("kernel_type", "")), start,
-                                       event.duration_ps, process if start < process_end else 0))
+                                       event.duration_ps, process))
             elif code == _EAGER:
                 stats = _stats(event, names)
                 current = _Execution(str(stats.get("eager_op", "")), bool(stats.get("is_func")), start,
@@ -758,7 +778,8 @@ def _read_host_plane(plane: Any, trace: _Trace) -> None:
                     current.contexts.append(produced)
                 elif start < process_end:
                     trace.parents[produced] = process  # a function called from inside a function
-                # else: a run outside any call or step (tf.data and the like): not reported
+                else:  # a run outside any call or step (tf.data and the like): not reported
+                    trace.outside.add(produced)
 
 
 def _stats(event: Any, names: dict[int, str]) -> dict[str, Any]:
@@ -945,7 +966,7 @@ class _Built:
     ops: list[OpPlacement] = field(default_factory=list)
     copies: list[Transfer] = field(default_factory=list)
     collectives: list[Collective] = field(default_factory=list)
-    graphs: list[tuple[str, bytes]] = field(default_factory=list)
+    graphs: list[tuple[str, Any]] = field(default_factory=list)
     spans: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
 
 
@@ -1091,8 +1112,8 @@ def _add_function(built: _Built, index: int, graph: _Graph, call: _Call | None, 
                 op = graph.op(kernel.name)
                 built.collectives.append(Collective(kernel.name, kernel.kernel, device, _attr(op, "merge_op"),
                                                     _attr(op, "T"), index))
-    if graph._graph is not None:  # the writer puts each node's executed device in (tfdevices.tensorboard)
-        built.graphs.append((f"call_{index:03d}", graph._graph.as_graph_def().SerializeToString()))
+    if graph._graph is not None:  # serialized by the writer, which puts each node's executed device in
+        built.graphs.append((f"call_{index:03d}", graph._graph))
 
 
 def _transfer(send: _Kernel, graph: _Graph, recvs: dict[str, tuple[int, _Kernel]], call: int,

@@ -1,4 +1,5 @@
-"""The lazy TensorFlow import: nothing tfdevices does inside a traced function can log the environment."""
+"""The lazy TensorFlow import: quiet by default, and nothing tfdevices does inside a traced function can
+log the environment."""
 
 from __future__ import annotations
 
@@ -38,3 +39,39 @@ def test_a_traced_function_calling_tfdevices_never_prints_the_environment(tmp_pa
     assert "[2.]" in proc.stdout
     assert probe not in proc.stdout + proc.stderr
     assert "AutoGraph could not transform" not in proc.stderr
+
+
+def _python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=subprocess_env(env),
+                          capture_output=True, text=True, timeout=300, cwd=REPO)
+
+
+def test_tensorflow_start_up_lines_are_dropped_when_the_level_hides_info():
+    proc = _python("""
+        import logging
+        from tfdevices.core._tf import import_tf
+        from tfdevices.core.devices import logical_devices
+
+        tf = import_tf()
+        logical_devices()
+        tf.get_logger().info("an INFO line of TensorFlow")
+        print(logging.getLogger("tensorflow").level)
+    """, TF_CPP_MIN_LOG_LEVEL="2")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == str(30)  # WARNING
+    assert "before absl::InitializeLog" not in proc.stderr
+    assert not [line for line in proc.stderr.splitlines() if line.startswith("I0000")], proc.stderr
+    assert "an INFO line of TensorFlow" not in proc.stderr
+
+
+def test_a_level_chosen_for_tensorflow_logs_is_kept():
+    proc = _python("""
+        import logging
+        logging.getLogger("tensorflow").setLevel(logging.INFO)
+        from tfdevices.core._tf import import_tf
+
+        import_tf()
+        print(logging.getLogger("tensorflow").level)
+    """, TF_CPP_MIN_LOG_LEVEL="2")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == str(20)  # INFO, as the program asked

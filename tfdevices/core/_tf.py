@@ -1,14 +1,28 @@
 """The one place TensorFlow is imported from, lazily.
 
-It writes nothing: TensorFlow's log level default is set by :mod:`tfdevices.runtime`
-(``configure`` and the entry points), the only module that writes the environment.
+It writes no environment: TensorFlow's log level default is set by
+:mod:`tfdevices.runtime` (``configure`` and the entry points), the only module that
+writes the environment. On its first call it keeps TensorFlow quiet the way that
+level asks: the C++ start-up lines TensorFlow prints before its logging reads
+``TF_CPP_MIN_LOG_LEVEL`` (``Could not find cuda drivers ...``, twice per process)
+are dropped when that level hides INFO, and TensorFlow's Python INFO lines (``Reduce
+to ... then broadcast``, which absl apps would show) are hidden unless a level was
+set for the ``tensorflow`` logger or ``--verbosity`` was given.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import re
+import sys
+import tempfile
 from types import ModuleType
 
 from tfdevices.core.errors import TensorFlowMissingError
+
+#: C++ lines TensorFlow prints before its log level applies: INFO lines and absl's banner.
+_EARLY_NOISE = re.compile(r"^(I\d{4} .*|WARNING: All log messages before absl::InitializeLog\(\) is called.*)$")
 
 
 def import_tf() -> ModuleType:
@@ -18,7 +32,7 @@ def import_tf() -> ModuleType:
         TensorFlowMissingError: TensorFlow is not installed.
     """
     try:
-        import tensorflow as tf
+        tf = _import_quietly() if "tensorflow" not in sys.modules else sys.modules["tensorflow"]
     except ImportError as err:
         raise TensorFlowMissingError(
             f"this needs TensorFlow, which cannot be imported ({err}).",
@@ -26,7 +40,64 @@ def import_tf() -> ModuleType:
         ) from None
     if not _autograph_told:
         _leave_to_python()
+        _quiet_python_logs(tf)
     return tf
+
+
+def _import_quietly() -> ModuleType:
+    """``import tensorflow``, dropping the start-up lines its C++ prints before its log level applies."""
+    level = os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0").strip()
+    if level in ("", "0"):
+        import tensorflow  # noqa: PLC0415 (lazy TensorFlow)
+
+        return tensorflow
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no real stderr (embedded interpreters)
+        import tensorflow  # noqa: PLC0415 (lazy TensorFlow)
+
+        return tensorflow
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            import tensorflow  # noqa: PLC0415 (lazy TensorFlow)
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            kept = [line for line in caught.read().decode(errors="replace").splitlines()
+                    if not _EARLY_NOISE.match(line)]
+            if kept:
+                sys.stderr.write("\n".join(kept) + "\n")
+    return tensorflow
+
+
+def _quiet_python_logs(tf: ModuleType) -> None:
+    """Hides TensorFlow's Python INFO lines unless a level was chosen for them.
+
+    TensorFlow sets its own default on first use: INFO in interactive sessions such as
+    Jupyter (``INFO:tensorflow:Using MirroredStrategy ...``), none elsewhere (absl apps
+    then show INFO). Either default becomes WARNING; a level the program set does not.
+    """
+    logger = logging.getLogger("tensorflow")
+    before = logger.level
+    tf.get_logger()  # TensorFlow's defaults apply now, not after this
+    interactive = hasattr(sys, "ps1") or bool(sys.flags.interactive)  # TensorFlow's own test
+    default = logging.INFO if interactive else logging.NOTSET
+    if _verbosity_given() or before not in (logging.NOTSET, default) or logger.level not in (logging.NOTSET, default):
+        return
+    logger.setLevel(logging.WARNING)
+
+
+def _verbosity_given() -> bool:
+    """Whether an absl app was started with ``--verbosity`` (or ``-v``)."""
+    absl_flags = sys.modules.get("absl.flags")
+    try:
+        return bool(absl_flags is not None and absl_flags.FLAGS.is_parsed() and absl_flags.FLAGS["verbosity"].present)
+    except KeyError:
+        return False
 
 
 _autograph_told = False

@@ -57,7 +57,8 @@ def merged_graph_def(report: PlacementReport) -> Any:
 
     ran_on = {(f"call_{op.call:03d}", op.name): _tf_device(op.device) for op in report.ops}
     merged = graph_pb2.GraphDef()
-    for namespace, serialized in report.graphs:
+    for namespace, source in report.graphs:
+        serialized = source if isinstance(source, bytes) else source.as_graph_def().SerializeToString()
         graph = graph_pb2.GraphDef.FromString(serialized)
         if not merged.HasField("versions"):
             merged.versions.CopyFrom(graph.versions)
