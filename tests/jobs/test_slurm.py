@@ -169,3 +169,14 @@ def test_hostile_sizes_are_refused_without_allocating(parse, text):
     finally:
         tracemalloc.stop()
     assert peak < 1 << 20, f"{peak} bytes allocated to refuse {text!r}"
+
+
+def test_parsers_read_slurms_formats() -> None:
+    assert expand_nodelist("gpu-a[09-11]") == ["gpu-a09", "gpu-a10", "gpu-a11"]
+    assert expand_nodelist("n[1-2,5],x") == ["n1", "n2", "n5", "x"]
+    assert expand_tasks_per_node("4") == [4]
+    assert parse_gpu_list("") == ([], [])
+    assert parse_gpu_list("gpu:1(IDX:N/A)") == ([], [])
+    indices, notes = parse_gpu_list("(null)", variable="GPU_DEVICE_ORDINAL")
+    assert indices == [] and "(null)" in notes[0]
+    assert parse_gpu_list("gpu:a100:2(IDX:0,2),shard:4(0/4)")[0] == [0, 2]
