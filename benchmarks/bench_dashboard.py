@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = [("/runs, first request (reads the 5 stored steps)", [first_runs]), ("/runs again", runs),
             ("/view, first request of a step", cold), ("/view again (cached)", warm),
             ("read_placement, no server (once)", [read_s])]
-    print(f"\n| request | best s | median s |\n|---|---:|---:|")
+    print("\n| request | best s | median s |\n|---|---:|---:|")
     for name, values in rows:
         print(f"| {name} | {min(values):.3f} | {statistics.median(values):.3f} |")
     ratio = statistics.median(cold) / BUDGET_S

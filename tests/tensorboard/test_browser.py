@@ -15,6 +15,9 @@ import pytest
 from tests.helpers import REPO
 from tests.tensorboard.browser import Browser, find_chromium
 
+# one worker builds the captures and the tensorboard server these tests share
+pytestmark = pytest.mark.xdist_group("dashboard")
+
 # The dashboard lives in an iframe that TensorBoard's app puts inside shadow roots: find it anywhere.
 FRAME = """(() => {
   const walk = (root) => {

@@ -11,6 +11,9 @@ import pytest
 
 from tests.tensorboard.conftest import get, get_json, placement_entry_point, tensorboard
 
+# one worker builds the captures and the tensorboard server these tests share
+pytestmark = pytest.mark.xdist_group("dashboard")
+
 
 def test_entry_point_names_the_plugin_class():
     from tfdevices.tensorboard.plugin import PlacementPlugin

@@ -10,6 +10,9 @@ from tfdevices.core.errors import InputError
 from tfdevices.tensorboard.trace import chrome_trace, write_trace
 from tests.tensorboard.test_views import _timed_report
 
+# one worker builds the captures and the tensorboard server these tests share
+pytestmark = pytest.mark.xdist_group("dashboard")
+
 
 def test_trace_file_is_json_with_one_track_per_device_and_positive_durations(tmp_path):
     report = _timed_report()

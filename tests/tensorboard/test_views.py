@@ -8,6 +8,9 @@ import pytest
 
 from tfdevices.tensorboard import views
 
+# one worker builds the captures and the tensorboard server these tests share
+pytestmark = pytest.mark.xdist_group("dashboard")
+
 
 def _timed_report() -> dict:
     """Two devices; CPU:1 does 4x the work of CPU:0; one copy between them."""
