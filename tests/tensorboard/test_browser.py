@@ -137,6 +137,16 @@ def test_layer_search_and_diff_in_the_page(browser, server):
         "[...doc.querySelectorAll('#layers .vrow')].map((r) => r.dataset.path)"))
     assert found and all("to_c" in path for path in found)
 
+    widths = browser.evaluate(_in_frame("""(() => {
+        const canvas = doc.getElementById('timeline-canvas');
+        const before = canvas.clientWidth;
+        canvas.parentElement.dispatchEvent(new WheelEvent('wheel', {deltaY: -100, ctrlKey: true, clientX: 400,
+                                                                     bubbles: true, cancelable: true}));
+        const zoomed = canvas.clientWidth;
+        doc.querySelector('#timeline button:nth-of-type(3)').click();  // fit
+        return [before, zoomed, canvas.clientWidth]; })()"""))
+    assert widths[1] == 2 * widths[0] and widths[2] == widths[0], widths  # ctrl + wheel zooms, 'fit' undoes it
+
     _choose(browser, "diff-run", "plain")
     _choose(browser, "diff-run2", "to_device")
     browser.evaluate(_in_frame("doc.getElementById('diff-go').click() || true"))

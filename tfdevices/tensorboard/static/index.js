@@ -343,8 +343,18 @@ function timelineSection(line) {
   canvas.addEventListener('mousemove', (event) => hover(event, canvas, tip));
   canvas.addEventListener('mouseleave', () => { tip.textContent = ''; });
   const setZoom = (z) => { zoom = Math.min(256, Math.max(1, z)); drawTimeline(); };
-  const note = line.timed ? 'time from the first op; orange lines are copies between devices'
-                          : 'this report has no op times: ops are shown in execution order';
+  scroller.addEventListener('wheel', (event) => {  // ctrl + wheel: zoom around the pointer
+    if (!event.ctrlKey && !event.metaKey) return;
+    event.preventDefault();
+    const at = event.clientX - scroller.getBoundingClientRect().left;
+    const before = canvas.clientWidth;
+    const t = (at + scroller.scrollLeft - LABEL) / (before - LABEL - 8);
+    setZoom(zoom * (event.deltaY < 0 ? 2 : 0.5));
+    scroller.scrollLeft = Math.max(0, LABEL + t * (canvas.clientWidth - LABEL - 8) - at);
+  }, {passive: false});
+  const note = (line.timed ? 'time from the first op; orange lines are copies between devices'
+                           : 'this report has no op times: ops are shown in execution order') +
+               '; ctrl + wheel zooms';
   return section('timeline', 'Timeline of the step',
     el('div', {class: 'toolbar'},
        el('button', {text: '−', onclick: () => setZoom(zoom / 2)}),
