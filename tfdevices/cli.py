@@ -89,8 +89,14 @@ def _cmd_launch(args: argparse.Namespace) -> int:
 
 
 def _cmd_placement(args: argparse.Namespace) -> int:
-    from tfdevices.tensorboard.writer import format_placement
+    from tfdevices.tensorboard.writer import format_placement, read_placement
 
+    if args.trace:
+        from tfdevices.tensorboard.trace import write_trace
+
+        path = write_trace(read_placement(args.logdir, name=args.name), args.trace)
+        print(f"wrote {path}: open it in Perfetto (ui.perfetto.dev) or chrome://tracing")
+        return 0
     print(format_placement(args.logdir, name=args.name, as_json=args.json))
     return 0
 
@@ -142,6 +148,8 @@ def _add_placement(p: argparse.ArgumentParser) -> None:
     p.add_argument("logdir", metavar="LOGDIR", help="a TensorBoard log directory (searched recursively)")
     p.add_argument("--name", default="placement", help="the name= it was written with (default: placement)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--trace", metavar="FILE",
+                   help="write the captured step as a Chrome trace (traceEvents JSON: Perfetto, chrome://tracing)")
     p.set_defaults(run=_cmd_placement)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -53,3 +54,17 @@ def test_trace_of_a_real_capture(to_device_report, tmp_path):
     slices = [e for e in events if e["ph"] == "X" and e.get("cat") != "copy"]
     assert len(slices) == len(to_device_report.ops) and all(e["dur"] > 0 for e in slices)
     assert {tracks[e["pid"]] for e in slices} == set(to_device_report.op_counts)
+
+
+def test_the_cli_writes_the_trace_of_a_stored_run(placement_logdir, tmp_path):
+    from tests.helpers import run_cli
+
+    out = tmp_path / "step.trace.json"
+    proc = run_cli("placement", os.path.join(placement_logdir, "to_device"), "--trace", str(out))
+    assert proc.returncode == 0 and proc.stdout.startswith(f"wrote {out}"), proc.stderr
+    with open(out, encoding="utf-8") as f:
+        events = json.load(f)["traceEvents"]
+    assert {e["args"]["name"] for e in events if e["name"] == "process_name"} == {"CPU:0", "CPU:1", "CPU:2"}
+    bad = run_cli("placement", os.path.join(placement_logdir, "to_device"), "--trace", str(tmp_path))
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+    assert bad.stderr.startswith(f"tfdevices placement: error: --trace '{tmp_path}': cannot write it") and "HINT:" in bad.stderr

@@ -100,7 +100,7 @@ def write_trace(report: Any, path: str | os.PathLike[str]) -> str:
     """Writes :func:`chrome_trace` of ``report`` to ``path`` (JSON) and returns the path.
 
     Raises:
-        InputError: the report has no timing, or ``path``'s folder does not exist.
+        InputError: the report has no timing, or ``path``'s folder does not exist or cannot be written.
     """
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
@@ -108,6 +108,10 @@ def write_trace(report: Any, path: str | os.PathLike[str]) -> str:
         raise InputError(f"--trace {path!r}: folder {folder!r} does not exist.",
                          hint="create the folder first or write the trace elsewhere.")
     trace = chrome_trace(report)
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(trace, f)
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(trace, f)
+    except OSError as err:  # a directory, no permission, a full disk
+        raise InputError(f"--trace {path!r}: cannot write it: {err.strerror or err}.",
+                         hint="name a file in a folder you can write, on a disk with room.") from None
     return path

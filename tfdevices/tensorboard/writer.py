@@ -25,7 +25,9 @@ True
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from typing import Any
 
 from tfdevices.core._tf import import_tf
@@ -171,13 +173,15 @@ def read_placement(logdir: str | os.PathLike[str], name: str = "placement") -> P
         listing = ", ".join(sorted(os.listdir(logdir))[:10]) or "nothing"
         raise InputError(f"log directory {logdir!r} holds no TensorBoard event files; it contains: {listing}.",
                          hint="pass the directory given to write_placement or PlacementLogger.")
+    import_tf()  # TensorBoard's loader imports TensorFlow: let it start quietly
     from tensorboard.backend.event_processing import event_accumulator  # noqa: PLC0415 (lazy tensorboard)
 
     found: list[tuple[float, int, str]] = []
     tags: set[str] = set()
     for run in dirs:
         acc = event_accumulator.EventAccumulator(run, size_guidance={event_accumulator.TENSORS: 0})
-        acc.Reload()
+        with _graphs_expected(event_accumulator.logger):
+            acc.Reload()
         run_tags = acc.Tags().get(event_accumulator.TENSORS, [])
         tags.update(run_tags)
         if f"{name}/json" in run_tags:
@@ -191,6 +195,23 @@ def read_placement(logdir: str | os.PathLike[str], name: str = "placement") -> P
             hint="write one with tfdevices.tensorboard.write_placement or the PlacementLogger callback "
                  "(or pass the name= it was written with).")
     return PlacementReport.from_json(max(found)[2])
+
+
+class _GraphsExpected:
+    """Drops the loader's warning about several graphs in one run: each step written keeps its own."""
+
+    def filter(self, record: Any) -> bool:
+        return not record.getMessage().startswith("Found more than one graph event per run")
+
+
+@contextlib.contextmanager
+def _graphs_expected(logger: Any) -> Iterator[None]:
+    quiet = _GraphsExpected()
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
 
 
 def format_placement(logdir: str | os.PathLike[str], name: str = "placement", *, as_json: bool = False) -> str:
