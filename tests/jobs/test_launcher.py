@@ -128,13 +128,13 @@ def test_sigterm_is_forwarded_to_every_worker(tmp_path) -> None:
 
 
 @pytest.mark.parametrize("args,message", [
-    (["-n", "0", "--", "true"], "-n 0 must be >= 1."),
+    (["-n", "0", "--", "true"], "-n 0: the number of workers must be a whole number >= 1."),
     (["-n", "2"], "no command to run."),
     (["-n", "two", "--", "true"], "argument -n/--num-workers: invalid int value: 'two'."),
     (["--", "true"], "the following arguments are required: -n/--num-workers."),
     (["-n", "1", "--bogus", "--", "true"], "unrecognized arguments: --bogus."),
     (["-n", "1", "--gpus", "9", "--", "true"], "GPU spec '9': "),
-    (["-n", "1", "--max-restarts", "-1", "--", "true"], "--max-restarts -1 must be >= 0."),
+    (["-n", "1", "--max-restarts", "-1", "--", "true"], "--max-restarts -1 must be between 0 and 1000."),
     (["-n", "1", "--", "/nonexistent/program"], "cannot start '/nonexistent/program': No such file"),
 ])
 def test_bad_input_is_one_line_and_status_2(args: list[str], message: str) -> None:

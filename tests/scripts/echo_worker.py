@@ -41,7 +41,10 @@ def main(argv: list[str]) -> int:
     if mode == "fail-first":
         restart = int(os.environ["TFDEVICES_RESTART"])
         print(f"attempt {restart}", flush=True)
-        return 3 if rank == 1 and restart == 0 else 0
+        if rank == 1 and restart == 0:
+            time.sleep(1.0)  # rank 0 prints before the launcher stops it
+            return 3
+        return 0
     if mode == "trap":
         folder = argv[1]
 
