@@ -9,7 +9,8 @@ import pytest
 
 from tfdevices.core.errors import LaunchError, SpecError, StrategyError, TfConfigError
 from tfdevices.strategy import (
-    KERAS3_FIT_MESSAGE, choose_cross_device_ops, cluster_from_env, decide_strategy, resolve_devices)
+    choose_cross_device_ops, cluster_from_env, decide_strategy, resolve_devices)
+from tfdevices.training import KERAS3_FIT_MESSAGE
 from tfdevices.jobs.tfconfig import make_tf_config
 from tests.helpers import run_py
 
@@ -339,3 +340,50 @@ def test_mask_first_then_build():
 
 def test_keras3_fit_message_names_the_issue():
     assert "keras-team/keras#20585" in KERAS3_FIT_MESSAGE
+
+
+# --------------------------------------------------------------------------- drop-in
+
+
+def test_what_build_strategy_returns_is_the_tensorflow_strategy(tf4):
+    """Used exactly like tf.distribute.MirroredStrategy (Keras included), and it still explains itself."""
+    import keras
+
+    from tfdevices import build_strategy
+
+    strategy = build_strategy("mirrored", ["CPU:1", "CPU:2"], env={})
+    assert isinstance(strategy, tf4.distribute.Strategy) and isinstance(strategy, tf4.distribute.MirroredStrategy)
+    assert strategy.num_replicas_in_sync == 2 and strategy.strategy is strategy
+    with strategy.scope():
+        assert tf4.distribute.get_strategy() is strategy and tf4.distribute.has_strategy()
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+        model.compile(optimizer="sgd", loss="mse")
+    assert model.distribute_strategy is strategy
+    assert all(isinstance(v.value, tf4.distribute.DistributedValues) for v in model.trainable_variables)  # mirrored
+    data = tf4.data.Dataset.from_tensor_slices(np.arange(8, dtype="float32").reshape(4, 2)).batch(4)
+    batch = next(iter(strategy.experimental_distribute_dataset(data)))
+    per_replica = strategy.run(lambda x: tf4.reduce_sum(x), args=(batch,))
+    assert float(strategy.reduce("SUM", per_replica, axis=None)) == float(np.arange(8).sum())
+    # it explains itself: the replicas named both ways, and why
+    assert (strategy.kind, strategy.devices, strategy.tf_devices) == ("mirrored", ("CPU:1", "CPU:2"), ("CPU:1", "CPU:2"))
+    assert strategy.info.num_replicas == 2 and strategy.info.strategy_class == "MirroredStrategy"
+    table = strategy.table()
+    assert table.startswith("strategy: mirrored (MirroredStrategy), 2 replica(s)") and "why: " in table
+
+
+@pytest.mark.parametrize("kind, devices", [("default", None), ("one_device", ["CPU:3"]),
+                                           ("mirrored", ["CPU:0", "CPU:1"])])
+def test_explained_adds_no_name_tensorflow_has(tf4, kind, devices):
+    """What tfdevices adds to a strategy shadows nothing of TensorFlow's (ours would silently win or lose)."""
+    from tfdevices import build_strategy
+    from tfdevices.strategy import Explained
+
+    strategy = build_strategy(kind, devices, env={})
+    ours = {n for n in vars(Explained) if not n.startswith("__")}
+    for base in type(strategy).__mro__:
+        if base is Explained or base is object or base.__module__ == "tfdevices.strategy":
+            continue
+        assert not ours & set(vars(base)), (base, ours & set(vars(base)))
+    with strategy.scope():  # the default strategy too: same object, it now explains itself
+        assert tf4.distribute.get_strategy() is strategy
+    assert strategy.kind == kind and strategy.table().startswith(f"strategy: {kind}")

@@ -27,7 +27,7 @@ from collections.abc import Collection
 from typing import IO
 
 LINE, PROGRESS, PROGRESS_END = "line", "progress", "progress_end"
-TF_LOG = re.compile(r"^[IWE]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ [\w.\-]+:\d+\] ")
+TF_LOG = re.compile(r"^[IWE]\d{4} [\d:.]+\s+\d+ [\w.\-]+:\d+\] ")
 WARNING = re.compile(r"^WARNING\b|\b\w*Warning: ")
 TF_LOG_BANNER = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
 MAX_SEEN = 20_000
