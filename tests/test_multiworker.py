@@ -219,3 +219,29 @@ def test_plain_keras3_fit_on_two_workers_under_launch(tf4, tmp_path):
     assert not re.search(rf"(?<!\d)\d+/{STEPS}(?!\d).*(?<!\d)\d+/{STEPS}(?!\d)", console), console
     assert not re.search(r"^\[1\]", console, re.M), console  # rank 1 is in its log only
     assert "cudart_stub.cc" not in console  # TensorFlow's start-up noise stays in the logs
+
+
+def test_two_launchers_form_one_four_worker_keras3_job(tf4, tmp_path):
+    """--nnodes 2 on one machine (node R's workers on 127.0.0.(R+1)): one 4-worker fit, one process's result."""
+    port = free_ports(1)[0]
+    launchers = [subprocess.Popen([sys.executable, "-m", "tfdevices", "launch", "-n", "2", "--nnodes", "2",
+                                   "--node-rank", str(node), "--master-addr", "127.0.0.1", "--master-port", str(port),
+                                   "--node-addr", f"127.0.0.{node + 1}", "--",
+                                   sys.executable, SCRIPT, str(tmp_path), str(EPOCHS), str(STEPS)],
+                                  env=subprocess_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True) for node in (1, 0)]
+    try:
+        outs = [p.communicate(timeout=TIMEOUT)[0] for p in launchers]
+    finally:
+        for p in launchers:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    assert [p.returncode for p in launchers] == [0, 0], outs
+    results = [json.loads((tmp_path / f"result-rank{r}.json").read_text()) for r in range(4)]
+    ref_history, ref_weights = reference_fit(tf4)
+    for r in results:
+        assert (r["workers"], r["replicas"]) == (4, 4)
+        np.testing.assert_allclose(r["history"]["loss"], ref_history["loss"], rtol=1e-4)
+        for got, want in zip(r["weights"], ref_weights):
+            np.testing.assert_allclose(np.array(got), want, rtol=1e-4, atol=1e-6)

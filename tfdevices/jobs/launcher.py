@@ -34,7 +34,7 @@ dies, even by SIGKILL. When a worker fails, the others are stopped (a synchronou
 cannot go on without it); with ``--max-restarts K`` the whole job is started again, up
 to K times, on fresh ports, so a script that restores from a checkpoint
 (``BackupAndRestore``) resumes. The exit status is the first non-zero one (``128 + N``
-for a worker killed by signal N).
+for a worker killed by signal N); ``128 + N`` when the launcher got signal N.
 
 Many machines (``--nnodes``): the launcher of ``--node-rank 0`` listens on
 ``--master-addr:--master-port``; the others connect to it and say where their workers
@@ -434,8 +434,8 @@ def launch(command: Sequence[str], n: int, *, gpus: object = (), share: bool = F
 def _final(job: _Job, code: int) -> int:
     if job.console.closed:
         return code or SIGPIPE_STATUS
-    if job.stopped_by is not None:  # interrupted: report it even if the workers exited cleanly
-        return code or 128 + job.stopped_by
+    if job.stopped_by is not None:  # interrupted: the status says so, however the workers ended
+        return 128 + job.stopped_by
     return code
 
 
@@ -475,6 +475,7 @@ class _Job:
         self._signals = 0
         self._kill_at: float | None = None
         self._tails: dict[int, collections.deque[str]] = {}
+        self._notices: list[str] = []
 
     def forwarding_signals(self) -> Any:
         job = self
@@ -496,9 +497,12 @@ class _Job:
         self.stopped_by = self.stopped_by or signum
         if self._signals == 1:  # forward it; kill what still runs after the grace period
             self._kill_at = time.monotonic() + GRACE_S
+            self._notices.append(f"signal {signum} passed to the workers; those still running in {GRACE_S:g} s, "
+                                 "or at a second signal, are killed")
             self._signal_all(signum)
-        else:  # a second signal: no more waiting
-            self._kill_at = time.monotonic()
+        else:  # a second signal: no more waiting (printed by _wait: a handler must not take the console's lock)
+            self._kill_at = None
+            self._notices.append("a second signal: killing the workers")
             self._signal_all(signal.SIGKILL)
 
     def stop_remote(self, code: int) -> None:
@@ -579,6 +583,8 @@ class _Job:
 
     def _wait(self, ranks: Sequence[int]) -> int:
         while True:
+            while self._notices:
+                self.console.say(self._notices.pop(0))
             codes = [p.poll() for p in self.procs]
             failed = [(r, c) for r, c in zip(ranks, codes) if c not in (None, 0)]
             if failed:
