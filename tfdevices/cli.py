@@ -85,6 +85,34 @@ def _cmd_launch(args: argparse.Namespace) -> int:
     return launcher.run(args)
 
 
+def _cmd_configure(args: argparse.Namespace) -> int:
+    from tfdevices.core.errors import UsageError
+    from tfdevices.runtime import configure
+
+    if not args.dry_run:
+        raise UsageError("configure plans only here: a process configures itself with tfdevices.configure().",
+                         hint="add --dry-run to see what configure() would mask, split and limit.")
+    config = configure(args.spec, memory_growth=args.memory_growth or None,
+                       memory_limit=_memory_limit(args.memory_limit), virtual_devices=args.virtual_devices,
+                       inventory=_inventory(args), dry_run=True)
+    print(config.table())
+    return 0
+
+
+def _memory_limit(text: str | None) -> object:
+    """``4GiB`` (every GPU), ``6GiB+2GiB`` (a split: one size per logical device), ``0=8GiB,1=6GiB+2GiB`` (by GPU)."""
+    if text is None:
+        return None
+
+    def sizes(part: str) -> object:
+        return part.split("+") if "+" in part else part
+
+    if "=" not in text:
+        return sizes(text)
+    pairs = [item.partition("=") for item in text.split(",")]
+    return {key.strip(): sizes(value.strip()) for key, _, value in pairs}
+
+
 def _cmd_placement(args: argparse.Namespace) -> int:
     from tfdevices.tensorboard.writer import format_placement
 
@@ -103,7 +131,7 @@ def _fraction(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``tfdevices`` parser: ``list``, ``select``, ``demo``, ``launch``, ``placement``."""
+    """The ``tfdevices`` parser: ``list``, ``select``, ``demo``, ``launch``, ``configure``, ``placement``."""
     from tfdevices import __version__
 
     common = _Parser(add_help=False)
@@ -140,6 +168,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_arguments(p)
     p.set_defaults(run=_cmd_launch, parser=p)
+
+    p = sub.add_parser("configure", parents=[common], help="plan configure(): mask, split, limits (--dry-run)",
+                       description="Show what tfdevices.configure() would mask, split and limit, for this "
+                                   "machine's GPUs or a saved inventory (--inventory), without applying it.")
+    p.add_argument("spec", nargs="?", default=None, help="GPUs: 'all', 'none', 'auto:N', '0,2' (default: as visible)")
+    p.add_argument("--dry-run", action="store_true", help="plan only (the only mode: a process configures itself)")
+    p.add_argument("--memory-growth", action="store_true", help="grow GPU memory as needed")
+    p.add_argument("--memory-limit", metavar="LIMIT",
+                   help="per logical GPU: '4GiB', a split '6GiB+2GiB', or by GPU '0=8GiB,1=4GiB'")
+    p.add_argument("--virtual-devices", type=int, metavar="N", help="logical devices per GPU (or the CPU)")
+    p.set_defaults(run=_cmd_configure, parser=p)
 
     p = sub.add_parser("placement", help="print the placement stored in a TensorBoard log directory",
                        description="Print the placement that write_placement or PlacementLogger stored under LOGDIR.")
