@@ -6,7 +6,8 @@ bar, ``tqdm``), shown as progress, not glued into one long line. :class:`Console
 decides what reaches the launcher's console:
 
 * progress of rank 0 only (every rank's with ``all_ranks``): redrawn in place on a
-  terminal, its final state only in a pipe or a file;
+  terminal, its final state only in a pipe or a file; Keras' ``Epoch N/M`` header
+  above a bar counts as progress;
 * a warning (``WARNING:...``, ``...Warning: ...`` and its indented source line) that
   another rank already printed identically once: the same warning on every rank
   prints once (other lines are every rank's own, and all shown);
@@ -29,6 +30,7 @@ from typing import IO
 LINE, PROGRESS, PROGRESS_END = "line", "progress", "progress_end"
 TF_LOG = re.compile(r"^[IWE]\d{4} [\d:.]+\s+\d+ [\w.\-]+:\d+\] ")
 WARNING = re.compile(r"^WARNING\b|\b\w*Warning: ")
+EPOCH = re.compile(r"^Epoch \d+/\d+$")  # Keras' header above each epoch's progress bar
 TF_LOG_BANNER = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
 MAX_SEEN = 20_000
 _CLEAR = "\r\x1b[K"
@@ -158,9 +160,11 @@ class Console:
         if not self.tf_logs and (TF_LOG.match(record.text) or record.text == TF_LOG_BANNER):
             self.hidden_tf_logs += 1
             return False
+        progress_rank = self.progress_ranks is None or rank in self.progress_ranks
         if record.kind != LINE:
-            return (self.progress_ranks is None or rank in self.progress_ranks) and (
-                record.kind == PROGRESS_END or self.tty)
+            return progress_rank and (record.kind == PROGRESS_END or self.tty)
+        if EPOCH.match(record.text) and not progress_rank:
+            return False
         if self.ranks is not None and rank not in self.ranks:
             return False
         return not self.dedupe or not self._is_warning(rank, record.text) or self._first_time(rank, record.text)
