@@ -317,8 +317,8 @@ def test_train_custom_loop_matches_fit_on_one_process(tf4):
         train(info, model_fn, ds, path="keras", **kw)
 
 
-def test_mask_first_then_build():
-    """NVML-named GPUs are masked before TensorFlow is imported (tensorflow#31410 cannot happen)."""
+def test_nvml_named_gpus_without_a_mask_say_configure_first():
+    """The strategy reads the configuration, it does not make one: no silent mask, and no GPU 0 filled."""
     proc = run_py("""
         import json, os, sys, tempfile
         from tests.inventories import eight
@@ -327,15 +327,23 @@ def test_mask_first_then_build():
         open(path, "w").write(eight().to_json())
         os.environ["TFDEVICES_INVENTORY"] = path
         from tfdevices import build_strategy
-        assert "tensorflow" not in sys.modules
         try:
             build_strategy("one_device", [5], env={})
-        except TfDevicesError as err:  # no real GPU here: the mask is what matters
-            print(json.dumps({"mask": os.environ.get("CUDA_VISIBLE_DEVICES"), "error": str(err)}))
+        except TfDevicesError as err:
+            print(json.dumps({"mask": os.environ.get("CUDA_VISIBLE_DEVICES"), "error": str(err),
+                              "tf": "tensorflow" in sys.modules}))
+        os.environ.update(CUDA_VISIBLE_DEVICES="5", CUDA_DEVICE_ORDER="PCI_BUS_ID")  # masked, as the launcher does
+        try:
+            build_strategy("one_device", [5], env={})
+        except TfDevicesError as err:                     # no real GPU here: past the check, TensorFlow lists none
+            print(json.dumps({"masked": str(err)}))
     """)
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert result["mask"] == "5"
-    assert result["error"].startswith("1 GPU(s) selected (CUDA_VISIBLE_DEVICES=5) but TensorFlow lists 0")
+    first, second = (json.loads(line) for line in proc.stdout.strip().splitlines()[-2:])
+    assert first["mask"] is None and not first["tf"]  # nothing written, TensorFlow not even imported
+    assert first["error"].startswith("build_strategy(devices=5) names GPU(s) 5 by NVML index, but nothing was "
+                                     "configured: TensorFlow would start on GPU(s) 0, 1, 2, 3, 4, 6, 7 too")
+    assert "HINT: call tfdevices.configure(tfdevices.select('5')) first" in first["error"]
+    assert "nothing was configured" not in second["masked"]
 
 
 def test_keras3_fit_message_names_the_issue():

@@ -211,7 +211,7 @@ def _dry_run(sel: Selection | None, growth: bool | None, limits: Limits, split: 
     if sel is None:
         from tfdevices.gpus.discovery import discover
 
-        count = len(discover(inventory).visible) if inventory is None else len(inventory.visible)
+        count = len((inventory if inventory is not None else discover()).visible)
     plan = plan_runtime(sel, memory_growth=growth, memory_limit=limits or None, virtual_devices=split,
                         tf_imported="tensorflow" in sys.modules, gpu_count=count)
     env = ", ".join(f"{k}={v}" for k, v in plan.env)

@@ -6,8 +6,10 @@ Two pure decisions, one effect:
   inputs (the kind asked for, the TensorFlow devices, the number of workers);
 * :func:`choose_cross_device_ops` picks how replicas reduce gradients (NCCL only
   where it can work) and says why;
-* :func:`build_strategy` gathers those inputs from TensorFlow and the
-  environment, masks GPUs first when it still can, and builds the strategy.
+* :func:`build_strategy` gathers those inputs from TensorFlow, the applied
+  configuration and :func:`tfdevices.launch_info`, and builds the strategy. It reads
+  the configuration and never makes one: GPUs named by NVML index with nothing
+  configured are an error that says to call :func:`tfdevices.configure` first.
 
 What :func:`build_strategy` returns is the ``tf.distribute`` strategy itself
 (``scope()``, ``run``, ``reduce``, ``num_replicas_in_sync``,
@@ -577,9 +579,9 @@ def build_strategy(kind: str = "auto", devices: object = None, cross_device_ops:
 
     GPUs named by NVML index are translated to TensorFlow's names through the
     applied :class:`~tfdevices.runtime.RuntimeConfig`. When TensorFlow's runtime
-    has not started and nothing was configured, the named GPUs are masked first
-    (``configure(select(...))``), so a strategy on GPU 1 never fills GPU 0
-    (tensorflow#31410).
+    has not started, nothing was configured and TensorFlow would see other GPUs
+    too, that is an error naming the ``configure(select(...))`` to call first, so a
+    strategy on GPU 1 never fills GPU 0 (tensorflow#31410).
 
     Args:
         kind: one of :data:`KINDS`.
@@ -605,7 +607,7 @@ def build_strategy(kind: str = "auto", devices: object = None, cross_device_ops:
     if kind not in KINDS:
         decide_strategy(kind, ())  # raises the StrategyError
     cluster = cluster_from_env(os.environ if env is None else env)
-    runtime = _mask_first(devices, runtime)
+    runtime = _check_masked(devices, runtime)
     tf = import_tf()
     explicit = devices is not None
     if kind == "multi_worker" or (kind == "auto" and cluster.num_workers > 1):
@@ -665,8 +667,14 @@ def _warn(*warnings: str | None) -> tuple[str, ...]:
     return kept
 
 
-def _mask_first(devices: object, runtime: Any) -> Any:
-    """Masks to the NVML-named GPUs when TensorFlow has not started and nothing was configured."""
+def _check_masked(devices: object, runtime: Any) -> Any:
+    """GPUs named by NVML index need a mask before TensorFlow starts, or TensorFlow fills the others too.
+
+    The strategy reads the configuration; it does not make one (``configure`` does). When
+    nothing was configured, TensorFlow has not started and it would see GPUs beyond those
+    named, this is an error that says what to call first (tensorflow#31410: a strategy on
+    GPU 1 that fills GPU 0's memory).
+    """
     from tfdevices import runtime as rt
 
     runtime = runtime if runtime is not None else rt.current()
@@ -674,10 +682,23 @@ def _mask_first(devices: object, runtime: Any) -> Any:
     keys = [str(d).strip() for d in items
             if (isinstance(d, int) and not isinstance(d, bool)) or (isinstance(d, str) and not is_logical_name(d))]
     if runtime is None and keys and not rt.runtime_started():
-        from tfdevices.gpus.selection import select
+        from tfdevices.gpus.discovery import discover
 
-        runtime = rt.configure(select(keys))
+        others = sorted((g.key for g in discover().visible if g.key not in keys),
+                        key=lambda k: [int(p) if p.isdigit() else 0 for p in k.split(":")])
+        if others:
+            spec = ",".join(keys)
+            raise StrategyError(
+                f"build_strategy(devices={_short(items)}) names GPU(s) {spec} by NVML index, but nothing was "
+                f"configured: TensorFlow would start on GPU(s) {_short(others)} too and take their memory "
+                "(tensorflow#31410).",
+                hint=f"call tfdevices.configure(tfdevices.select('{spec}')) first (or start with --gpus={spec}).")
     return runtime
+
+
+def _short(value: object, limit: int = 60) -> str:
+    text = ", ".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _unused_gpus_warning(decision: StrategyDecision, logical: Sequence[str]) -> str | None:
