@@ -294,3 +294,10 @@ def test_cli_configure_dry_run_prints_the_table():
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "memory_limit names GPU 9" in bad.stderr
     nodry = run_cli("configure", "0")
     assert nodry.returncode == 2 and "--dry-run" in nodry.stderr
+
+
+def test_cli_configure_dry_run_without_a_spec_plans_for_the_visible_gpus():
+    proc = run_cli("configure", "--dry-run", "--inventory", NODE8, "--memory-limit", "4GiB")
+    assert proc.returncode == 0, proc.stderr
+    assert "memory limit       4.0 GiB" in proc.stdout
+    assert "logical devices    GPU:0, GPU:1, GPU:2, GPU:3, GPU:4, GPU:5, GPU:6, GPU:7, CPU:0" in proc.stdout
