@@ -67,7 +67,7 @@ from typing import IO, Any
 from tfdevices.core.errors import LaunchError
 from tfdevices.jobs.env import RANK_GPUS, VIRTUAL_DEVICES_ENV, LaunchInfo
 from tfdevices.jobs.output import PROGRESS, Console, Record, Splitter
-from tfdevices.jobs.ranks import gpu_for_rank
+from tfdevices.jobs.ranks import gpu_plan
 from tfdevices.jobs.tfconfig import make_tf_config
 
 RESTART_ENV = "TFDEVICES_RESTART"
@@ -217,12 +217,9 @@ def plan_workers(n: int, ports: Sequence[int], gpus: object = (), *, share: bool
     return tuple(plans)
 
 
-def _assignments(info: LaunchInfo, gpus: object, n: int, share: bool) -> list[Any]:
-    """Each local rank's GPU assignment; one computation for all ranks on the CPU (the common case)."""
-    if isinstance(gpus, (tuple, list)) and not gpus:
-        first = gpu_for_rank(info, gpus, local_rank=0, share=share)
-        return [dataclasses.replace(first, local_rank=r) for r in range(n)]
-    return [gpu_for_rank(info, gpus, local_rank=r, share=share) for r in range(n)]
+def _assignments(info: LaunchInfo, gpus: object, n: int, share: bool) -> tuple[Any, ...]:
+    """Each local rank's GPU assignment, planned once for all of them."""
+    return gpu_plan(info, gpus, share=share)
 
 
 # --------------------------------------------------------------------------- command line

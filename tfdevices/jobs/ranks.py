@@ -247,10 +247,37 @@ def _weighted(size: int, candidates: tuple[int, ...], speed: dict[int, float]) -
     return tuple((c,) for c in candidates for _ in range(counts[c]))
 
 
+def gpu_plan(info: LaunchInfo, gpus: object, *, share: bool = False) -> tuple[GpuAssignment, ...]:
+    """Every local rank's :func:`gpu_for_rank` (sequential mapping) at once: linear in the number of ranks.
+
+    The launcher plans its N workers with it: the candidates, the plan and the GPUs'
+    users are found once, not once per rank.
+
+    >>> [a.gpus for a in gpu_plan(LaunchInfo(world_size=3, local_world_size=3), [4, 5], share=True)]
+    [(4,), (5,), (4,)]
+    """
+    size = info.local_world_size
+    if size is None or size < 1:
+        raise LaunchError(f"local_world_size={size!r} must be a whole number >= 1.", hint="set local_world_size.")
+    candidates, origin = _candidates(info, gpus)
+    method, plan = _plan(size, candidates, "sequential", None, share)
+    users = _users(plan)
+    return tuple(_assignment(r, plan, candidates, origin, method, None, users) for r in range(size))
+
+
+def _users(plan: tuple[tuple[int, ...], ...]) -> dict[int, int]:
+    """How many ranks use each GPU."""
+    users: dict[int, int] = {}
+    for p in plan:
+        for g in set(p):
+            users[g] = users.get(g, 0) + 1
+    return users
+
+
 def _assignment(rank: int, plan: tuple[tuple[int, ...], ...], candidates: tuple[int, ...], origin: str,
-                method: str, speeds: Speeds | None) -> GpuAssignment:
+                method: str, speeds: Speeds | None, users: dict[int, int] | None = None) -> GpuAssignment:
     mine = plan[rank]
-    users = {g: sum(g in p for p in plan) for p in plan for g in p}
+    users = _users(plan) if users is None else users
     fraction = (1.0 / max(users[g] for g in mine)) if mine and max(users[g] for g in mine) > 1 else None
     share = None
     if method == "weighted" and mine:
@@ -265,7 +292,7 @@ def _assignment(rank: int, plan: tuple[tuple[int, ...], ...], candidates: tuple[
         reason = f"{users[mine[0]]} ranks share GPU {mine[0]}: cap each at {fraction:.0%} of its memory"
     else:
         reason = f"local rank {rank} of {len(plan)} takes GPU(s) {join_indices(mine) or 'none (CPU)'}"
-    unused = [c for c in candidates if not any(c in p for p in plan)]
+    unused = [c for c in candidates if c not in users]
     if unused:
         reason += f"; GPU(s) {join_indices(unused)} left unused"
     return GpuAssignment(rank, mine, plan, candidates, origin, method, fraction, share, reason)
