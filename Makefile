@@ -6,6 +6,10 @@ STAMP := $(VENV)/.installed
 # The CUDA build of TensorFlow only where an NVIDIA driver is present.
 TF_PKG := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo 'tensorflow[and-cuda]>=2.16' || echo 'tensorflow>=2.16')
 PYTEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -q
+# Tests whose results depend on the kernels TensorFlow runs: oneDNN (on by default on
+# AVX-512 CPUs) rewrites MatMul into _MklMatMul, Dense layers into _MklNativeFusedMatMul.
+KERNEL_TESTS := tests/test_verify.py tests/tensorboard tests/layers/test_place.py tests/test_readme.py tests/test_notebooks.py
 
 .PHONY: demo test bench setup clean
 
@@ -22,7 +26,8 @@ demo: $(STAMP)
 	$(VENV)/bin/tfdevices demo mirrored
 
 test: $(STAMP)
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -q
+	TF_ENABLE_ONEDNN_OPTS=0 $(PYTEST)
+	TF_ENABLE_ONEDNN_OPTS=1 $(PYTEST) $(KERNEL_TESTS)
 
 bench: $(STAMP)
 	$(PY) benchmarks/run.py

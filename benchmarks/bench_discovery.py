@@ -4,12 +4,14 @@ Measures wall time and peak RSS of a fresh Python process for:
 
 * ``import tfdevices``   vs ``import tensorflow``;
 * ``python -m tfdevices list --json``  vs  listing GPUs through TensorFlow
-  (``import tensorflow as tf; tf.config.list_physical_devices("GPU")``).
+  (``import tensorflow as tf; tf.config.list_physical_devices("GPU")``);
+* ``python -m tfdevices list``  vs  the floor: a bare ``python`` that imports
+  ``pynvml`` and calls ``nvmlInit`` (nothing can list GPUs with less).
 
 The cases run alternately, ``--rounds`` times each, so a noisy neighbour hits
 both sides alike; medians and ratios are printed, with whether the issue's
 floors hold (tfdevices list at most 1/20 of the TensorFlow way in time and
-1/10 in peak memory). Peak RSS is the child's ``ru_maxrss`` from ``wait4``.
+1/10 in peak memory; at most 1.5x the NVML floor in time). Peak RSS is the child's ``ru_maxrss`` from ``wait4``.
 
 Usage::
 
@@ -35,11 +37,14 @@ CASES: dict[str, list[str]] = {
     "import tensorflow": ["-c", "import tensorflow"],
     "tfdevices list --json": ["-m", "tfdevices", "list", "--json"],
     "TF list_physical_devices": ["-c", "import tensorflow as tf; tf.config.list_physical_devices('GPU')"],
+    "tfdevices list": ["-m", "tfdevices", "list"],
+    "NVML floor": ["-c", "import pynvml\ntry:\n    pynvml.nvmlInit()\nexcept pynvml.NVMLError:\n    pass"],
 }
-PAIRS = [  # (tfdevices way, TensorFlow way, time floor, memory floor)
+PAIRS = [  # (tfdevices way, other way, time floor, memory floor): floors as "at most 1/N"
     ("import tfdevices", "import tensorflow", None, None),
     ("tfdevices list --json", "TF list_physical_devices", 20, 10),
 ]
+OVER_FLOOR = [("tfdevices list", "NVML floor", 1.5)]  # (case, floor case, at most this ratio in time)
 
 
 def run_once(args: list[str], env: dict[str, str]) -> tuple[float, int]:
@@ -93,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
             line += (f"; floor time <= 1/{t_floor}: {'met' if t_ratio <= 1 / t_floor else 'NOT met'}"
                      f", memory <= 1/{m_floor}: {'met' if m_ratio <= 1 / m_floor else 'NOT met'}")
         print(line)
+    for ours, floor, most in OVER_FLOOR:
+        t_ratio = med[ours][0] / med[floor][0]
+        print(f"{ours} / {floor}: time {t_ratio:.3f}; at most {most}x: {'met' if t_ratio <= most else 'NOT met'}")
     if opts.json:
         with open(opts.json, "w", encoding="utf-8") as f:
             json.dump({"rounds": opts.rounds, "runs": runs, "medians": med}, f, indent=2)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -166,3 +167,23 @@ def test_demo_with_a_bad_inventory_file_fails_before_the_demo(tmp_path):
     proc = run_cli("demo", "--inventory", str(bad), "mirrored")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.startswith(f"tfdevices demo: error: inventory file '{bad}': expected a JSON object"), proc.stderr
+
+
+def test_a_full_disk_is_one_line_and_non_zero(eight_file):
+    for args in (["list"], ["list", "--json"], ["select", "auto:2"]):
+        with open("/dev/full", "w") as full:
+            proc = subprocess.run([sys.executable, "-m", "tfdevices", *args, "--inventory", eight_file],
+                                  stdout=full, stderr=subprocess.PIPE, text=True, env=subprocess_env(), cwd=REPO,
+                                  timeout=60)
+        assert proc.returncode == 1, proc.stderr
+        said = proc.stderr.splitlines()[-1]  # select explains its choice on stderr first
+        assert said.startswith(f"tfdevices {args[0]}: error: cannot write the output: No space left")
+        assert "HINT:" in said and "Traceback" not in proc.stderr
+
+
+def test_a_fifo_given_as_inventory_is_refused_not_waited_on(tmp_path):
+    fifo = tmp_path / "inventory.fifo"
+    os.mkfifo(fifo)
+    proc = run_cli("list", "--inventory", str(fifo), timeout=60)  # would block forever on open() or read()
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(f"tfdevices list: error: inventory file '{fifo}' is a FIFO, not a file")

@@ -106,3 +106,40 @@ def test_workers_demo_under_the_launcher_trains_identical_weights():
     sums = {line.rsplit("checksum ", 1)[1] for line in lines}
     assert len(sums) == 1, lines  # every worker ends with the same weights
     assert all("2 replica(s), fit," in line for line in lines)  # plain Keras 3 fit, mended by build_strategy
+
+
+@pytest.mark.parametrize("name, args, words", [
+    ("mirrored", ["--logdir={file}"], "--logdir="),
+    ("mirrored", ["--logdir={file}/run1"], "lies under"),
+    ("tasks", ["--logdir={file}"], "is a file, not a directory"),
+    ("mirrored", ["--batch_size=3", "--gpus=none", "--virtual_devices=4"],
+     "--batch_size=3 is smaller than the 4 replicas"),
+    ("mirrored", ["--batch_size=1"], "--batch_size=1 is smaller than the 4 replicas"),  # 4 logical CPUs
+    ("mirrored", ["--virtual_devices=100000"], "virtual_devices"),
+    ("workers", ["--batch_size=1", "RANK=0", "WORLD_SIZE=2", "LOCAL_RANK=0", "LOCAL_WORLD_SIZE=2"],
+     "--batch_size=1 is smaller than the 2 replicas"),
+])
+def test_bad_flags_are_usage_errors_before_tensorflow_starts(tmp_path, name, args, words):
+    blocker = tmp_path / "file"
+    blocker.write_text("precious")
+    env = dict(a.split("=", 1) for a in args if not a.startswith("--"))
+    args = [a.format(file=blocker) for a in args if a.startswith("--")]
+    code = ("import sys; sys.modules['tensorflow'] = None  # importing TensorFlow now fails\n"
+            "from tfdevices.demos import run_demo\n"
+            f"sys.exit(run_demo({name!r}, {args!r}))\n")
+    proc = subprocess.run([sys.executable, "-c", code], env=subprocess_env(env), capture_output=True, text=True,
+                          timeout=120, cwd=str(tmp_path))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert words in proc.stderr and "Traceback" not in proc.stderr + proc.stdout, proc.stderr
+    assert blocker.read_text() == "precious"
+
+
+def test_planned_replicas_and_batch_check():
+    from tfdevices.flags import check_batch_size, planned_replicas
+    from tfdevices.core.errors import UsageError
+
+    assert planned_replicas("multi_worker", 2, None, world_size=3) == 6
+    assert planned_replicas("mirrored", 0, None) == 1
+    check_batch_size(4, 4)
+    with pytest.raises(UsageError, match="--batch_size=3 is smaller than the 4 replicas"):
+        check_batch_size(3, 4)

@@ -144,3 +144,25 @@ def test_log_placement_captures_and_writes(tmp_path):
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["devices"] == ["CPU:0"]
     assert any(f.startswith("events.out.tfevents") for f in out["files"])
+
+
+def test_logdir_that_is_a_file_or_under_one_fails_at_parse_time(tmp_path):
+    from absl import flags as absl_flags
+
+    from tfdevices.flags import define_flags, max_virtual_devices
+
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    for logdir, words in ((blocker, "is a file"), (blocker / "run", "lies under")):
+        fv = absl_flags.FlagValues()
+        define_flags(fv)
+        with pytest.raises(absl_flags.IllegalFlagValueError, match=words):
+            fv(["prog", f"--logdir={logdir}"])
+    fv = absl_flags.FlagValues()
+    define_flags(fv)
+    with pytest.raises(absl_flags.IllegalFlagValueError, match="virtual_devices"):
+        fv(["prog", f"--virtual_devices={max_virtual_devices() + 1}"])
+    fv = absl_flags.FlagValues()
+    define_flags(fv)
+    fv(["prog", f"--logdir={tmp_path / 'new' / 'run'}", f"--virtual_devices={max_virtual_devices()}"])
+    assert fv.virtual_devices == max_virtual_devices()

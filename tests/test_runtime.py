@@ -301,3 +301,11 @@ def test_cli_configure_dry_run_without_a_spec_plans_for_the_visible_gpus():
     assert proc.returncode == 0, proc.stderr
     assert "memory limit       4.0 GiB" in proc.stdout
     assert "logical devices    GPU:0, GPU:1, GPU:2, GPU:3, GPU:4, GPU:5, GPU:6, GPU:7, CPU:0" in proc.stdout
+
+@pytest.mark.parametrize("value", ["\u0663", "9" * 5000, "2000", "-1"])
+def test_virtual_devices_variable_takes_ascii_digits_only(value):
+    from tfdevices.core.errors import EnvVarError
+    from tfdevices.runtime import configure_worker
+
+    with pytest.raises(EnvVarError, match="TFDEVICES_VIRTUAL_DEVICES=.* is not a whole number >= 1"):
+        configure_worker({"TFDEVICES_VIRTUAL_DEVICES": value})

@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 from tfdevices.core.errors import LaunchError, SpecError, StrategyError, TfConfigError
-from tfdevices.strategy import (
-    choose_cross_device_ops, cluster_from_env, decide_strategy, resolve_devices)
+from tfdevices.strategy import choose_cross_device_ops, cluster_from_env, decide_strategy
 from tfdevices.training import KERAS3_FIT_MESSAGE
 from tfdevices.jobs.tfconfig import make_tf_config
 from tests.helpers import run_py
@@ -152,42 +151,6 @@ def test_choose_cross_device_ops(requested, kind, devices, facts, name):
 def test_choose_cross_device_ops_errors(requested, kind, devices, facts, words):
     with pytest.raises(StrategyError) as info:
         choose_cross_device_ops(requested, kind, devices, **facts)
-    assert words in str(info.value) and "HINT:" in str(info.value)
-
-
-# --------------------------------------------------------------------------- device names (pure)
-
-LOGICAL = ["CPU:0", "CPU:1", "GPU:0", "GPU:1"]
-MAP = {"3": "GPU:0", "5": "/GPU:1"}
-
-
-@pytest.mark.parametrize("devices, names, tf_names", [
-    ([3], ("3",), ("GPU:0",)),
-    (["5", 3], ("5", "3"), ("GPU:1", "GPU:0")),
-    ("CPU:1", ("CPU:1",), ("CPU:1",)),
-    (["/device:CPU:0", "cpu:1"], ("CPU:0", "CPU:1"), ("CPU:0", "CPU:1")),
-    (["GPU:1"], ("5",), ("GPU:1",)),  # a TF name of a known GPU is shown by its NVML index
-])
-def test_resolve_devices(devices, names, tf_names):
-    assert resolve_devices(devices, logical=LOGICAL, gpu_map=MAP) == (names, tf_names)
-
-
-@pytest.mark.parametrize("devices, gpu_map, words", [
-    ([0], MAP, "TensorFlow does not see the GPU with NVML index 0; GPUs it sees (NVML -> TF): 3 -> GPU:0"),
-    (["7"], {}, "GPUs it sees (NVML -> TF): none"),
-    ([-1], MAP, "cannot be negative"),
-    (["CPU:4"], MAP, "TensorFlow has no device CPU:4"),
-    (["GPU:2"], MAP, "TensorFlow has no device GPU:2"),
-    (["gpu0"], MAP, "neither an NVML index nor a TensorFlow device name"),
-    ([True], MAP, "expected an NVML index"),
-    ([1.0], MAP, "expected an NVML index"),
-    ([3, "GPU:0"], MAP, "named twice"),
-    (["CPU:1", "/cpu:1"], MAP, "named twice"),
-    ([2], {"2": "GPU:3"}, "GPU 2 should be TensorFlow's GPU:3"),
-])
-def test_resolve_devices_errors(devices, gpu_map, words):
-    with pytest.raises(SpecError) as info:
-        resolve_devices(devices, logical=LOGICAL, gpu_map=gpu_map)
     assert words in str(info.value) and "HINT:" in str(info.value)
 
 
@@ -395,3 +358,29 @@ def test_explained_adds_no_name_tensorflow_has(tf4, kind, devices):
     with strategy.scope():  # the default strategy too: same object, it now explains itself
         assert tf4.distribute.get_strategy() is strategy
     assert strategy.kind == kind and strategy.table().startswith(f"strategy: {kind}")
+
+@pytest.mark.parametrize("mask, words", [
+    ("\u0663", "CUDA_VISIBLE_DEVICES='\u0663': '\u0663' is neither a GPU index"),  # CUDA would hide every GPU
+    ("GPU-ffff", "CUDA_VISIBLE_DEVICES='GPU-ffff': 'GPU-ffff' names no GPU"),
+    ("9", "CUDA_VISIBLE_DEVICES='9': no GPU with CUDA index 9"),
+    ("0,,1", "CUDA_VISIBLE_DEVICES='0,,1': entry 2 is empty"),
+])
+def test_auto_with_a_mask_naming_nothing_valid_is_an_error_not_a_cpu_run(mask, words):
+    """On an 8-GPU listing, a mask CUDA cannot use would leave TensorFlow on the CPU without a word."""
+    proc = run_py(f"""
+        import json, os, sys, tempfile
+        sys.modules["tensorflow"] = None  # the check comes before TensorFlow starts
+        from tests.inventories import eight
+        from tfdevices.core.errors import EnvVarError
+        path = os.path.join(tempfile.mkdtemp(), "inv.json")
+        open(path, "w").write(eight().to_json())
+        os.environ["TFDEVICES_INVENTORY"] = path
+        os.environ["CUDA_VISIBLE_DEVICES"] = {mask!r}
+        from tfdevices import build_strategy
+        try:
+            build_strategy("auto", env={{}})
+        except EnvVarError as err:
+            print(json.dumps(str(err)))
+    """)
+    said = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert said.startswith(words) and "HINT:" in said

@@ -10,7 +10,6 @@ The flow: ``discover -> select -> reserve -> configure -> build -> run -> verify
 from __future__ import annotations
 
 import importlib
-import importlib.util
 from typing import Any
 
 __version__ = "0.2.0"
@@ -51,7 +50,9 @@ __all__ = sorted(_EXPORTS)
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
-        if not name.startswith("_") and importlib.util.find_spec(f"tfdevices.{name}") is not None:
+        from importlib.util import find_spec
+
+        if not name.startswith("_") and find_spec(f"tfdevices.{name}") is not None:
             return importlib.import_module(f"tfdevices.{name}")  # a submodule: tfdevices.runtime
         raise AttributeError(f"module 'tfdevices' has no attribute {name!r}")
     value = getattr(importlib.import_module(f"tfdevices.{module}"), name)

@@ -85,8 +85,56 @@ def _cmd_launch(args: argparse.Namespace) -> int:
     return launcher.run(args)
 
 
+def _cmd_placement(args: argparse.Namespace) -> int:
+    from tfdevices.tensorboard.writer import format_placement
+
+    print(format_placement(args.logdir, name=args.name, as_json=args.json))
+    return 0
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text.rstrip("%")) / (100 if text.endswith("%") else 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a fraction (write 0.5 or 50%)") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is outside 0..1 (write 0.5 or 50%)")
+    return value
+
+
+def _add_list(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print JSON that --inventory and TFDEVICES_INVENTORY read back")
+    p.set_defaults(run=_cmd_list)
+
+
+def _add_select(p: argparse.ArgumentParser) -> None:
+    p.description = "Choose GPUs. Use as: eval \"$(tfdevices select auto:2)\""
+    p.add_argument("spec", help="'all', 'none', 'auto:N', or NVML indices '0,2'")
+    p.add_argument("--min-free-memory", metavar="SIZE", help="skip GPUs with less free memory, e.g. 8GiB")
+    p.add_argument("--max-utilization", metavar="FRACTION", type=_fraction, help="skip busier GPUs, e.g. 0.5 or 50%%")
+    p.add_argument("--exclude", metavar="SPEC", help="GPUs never to take, e.g. 0,3")
+    p.add_argument("--order", default="free_memory", choices=("free_memory", "utilization", "index"),
+                   help="how auto:N ranks GPUs (default: free_memory)")
+    p.add_argument("--format", default="env", choices=("env", "json", "table"),
+                   help="env: shell exports on stdout, the decisions on stderr (default)")
+    p.set_defaults(run=_cmd_select)
+
+
+def _add_demo(p: argparse.ArgumentParser) -> None:
+    p.add_argument("name", nargs="?", help="demo name")
+    p.add_argument("rest", nargs=argparse.REMAINDER, help="the demo's flags (see NAME --helpfull)")
+    p.set_defaults(run=_cmd_demo)
+
+
+def _add_launch(p: argparse.ArgumentParser) -> None:
+    from tfdevices.jobs.launcher import add_arguments
+
+    p.description = "Start N local workers with TF_CONFIG on free localhost ports."
+    add_arguments(p)
+    p.set_defaults(run=_cmd_launch)
+
+
 def _cmd_configure(args: argparse.Namespace) -> int:
-    from tfdevices.core.errors import UsageError
     from tfdevices.runtime import configure
 
     if not args.dry_run:
@@ -113,25 +161,44 @@ def _memory_limit(text: str | None) -> object:
     return {key.strip(): sizes(value.strip()) for key, _, value in pairs}
 
 
-def _cmd_placement(args: argparse.Namespace) -> int:
-    from tfdevices.tensorboard.writer import format_placement
-
-    print(format_placement(args.logdir, name=args.name, as_json=args.json))
-    return 0
-
-
-def _fraction(text: str) -> float:
-    try:
-        value = float(text.rstrip("%")) / (100 if text.endswith("%") else 1)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a fraction (write 0.5 or 50%)") from None
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is outside 0..1 (write 0.5 or 50%)")
-    return value
+def _add_configure(p: argparse.ArgumentParser) -> None:
+    p.description = ("Show what tfdevices.configure() would mask, split and limit, for this machine's GPUs or "
+                     "a saved inventory (--inventory), without applying it.")
+    p.add_argument("spec", nargs="?", default=None, help="GPUs: 'all', 'none', 'auto:N', '0,2' (default: as visible)")
+    p.add_argument("--dry-run", action="store_true", help="plan only (the only mode: a process configures itself)")
+    p.add_argument("--memory-growth", action="store_true", help="grow GPU memory as needed")
+    p.add_argument("--memory-limit", metavar="LIMIT",
+                   help="per logical GPU: '4GiB', a split '6GiB+2GiB', or by GPU '0=8GiB,1=4GiB'")
+    p.add_argument("--virtual-devices", type=int, metavar="N", help="logical devices per GPU (or the CPU)")
+    p.set_defaults(run=_cmd_configure)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``tfdevices`` parser: ``list``, ``select``, ``demo``, ``launch``, ``configure``, ``placement``."""
+def _add_placement(p: argparse.ArgumentParser) -> None:
+    p.description = "Print the placement that write_placement or PlacementLogger stored under LOGDIR."
+    p.add_argument("logdir", metavar="LOGDIR", help="a TensorBoard log directory (searched recursively)")
+    p.add_argument("--name", default="placement", help="the name= it was written with (default: placement)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(run=_cmd_placement)
+
+
+# name -> (help, takes --inventory, adds the subcommand's arguments)
+COMMANDS: dict[str, tuple[str, bool, Any]] = {
+    "list": ("list GPUs (NVML index, CUDA ordinal, TF name, memory, load)", True, _add_list),
+    "select": ("choose GPUs; prints 'export CUDA_VISIBLE_DEVICES=...'", True, _add_select),
+    "demo": ("run a demo (no NAME: list them); flags after NAME go to it", True, _add_demo),
+    "launch": ("start N local workers with TF_CONFIG: -n N -- python train.py", True, _add_launch),
+    "configure": ("plan configure(): mask, split, limits (--dry-run)", True, _add_configure),
+    "placement": ("print the placement stored in a TensorBoard log directory", False, _add_placement),
+}
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The ``tfdevices`` parser, one subparser per command in :data:`COMMANDS`.
+
+    Args:
+        only: build the arguments of this command alone (the others get their help line
+            only), so that ``tfdevices list`` does not import what ``launch`` needs.
+    """
     from tfdevices import __version__
 
     common = _Parser(add_help=False)
@@ -140,52 +207,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="tfdevices", description="Make TensorFlow use the right devices, and prove it.")
     parser.add_argument("--version", action="version", version=f"tfdevices {__version__}")
     sub = parser.add_subparsers(dest="subcommand", required=True, metavar="COMMAND", parser_class=_Parser)
-
-    p = sub.add_parser("list", parents=[common], help="list GPUs (NVML index, CUDA ordinal, TF name, memory, load)")
-    p.add_argument("--json", action="store_true", help="print JSON that --inventory and TFDEVICES_INVENTORY read back")
-    p.set_defaults(run=_cmd_list, parser=p)
-
-    p = sub.add_parser("select", parents=[common], help="choose GPUs; prints 'export CUDA_VISIBLE_DEVICES=...'",
-                       description="Choose GPUs. Use as: eval \"$(tfdevices select auto:2)\"")
-    p.add_argument("spec", help="'all', 'none', 'auto:N', or NVML indices '0,2'")
-    p.add_argument("--min-free-memory", metavar="SIZE", help="skip GPUs with less free memory, e.g. 8GiB")
-    p.add_argument("--max-utilization", metavar="FRACTION", type=_fraction, help="skip busier GPUs, e.g. 0.5 or 50%%")
-    p.add_argument("--exclude", metavar="SPEC", help="GPUs never to take, e.g. 0,3")
-    p.add_argument("--order", default="free_memory", choices=("free_memory", "utilization", "index"),
-                   help="how auto:N ranks GPUs (default: free_memory)")
-    p.add_argument("--format", default="env", choices=("env", "json", "table"),
-                   help="env: shell exports on stdout, the decisions on stderr (default)")
-    p.set_defaults(run=_cmd_select, parser=p)
-
-    p = sub.add_parser("demo", parents=[common], help="run a demo (no NAME: list them); flags after NAME go to it")
-    p.add_argument("name", nargs="?", help="demo name")
-    p.add_argument("rest", nargs=argparse.REMAINDER, help="the demo's flags (see NAME --helpfull)")
-    p.set_defaults(run=_cmd_demo, parser=p)
-
-    p = sub.add_parser("launch", parents=[common], help="start N local workers with TF_CONFIG: -n N -- python train.py",
-                       description="Start N local workers with TF_CONFIG on free localhost ports.")
-    from tfdevices.jobs.launcher import add_arguments
-
-    add_arguments(p)
-    p.set_defaults(run=_cmd_launch, parser=p)
-
-    p = sub.add_parser("configure", parents=[common], help="plan configure(): mask, split, limits (--dry-run)",
-                       description="Show what tfdevices.configure() would mask, split and limit, for this "
-                                   "machine's GPUs or a saved inventory (--inventory), without applying it.")
-    p.add_argument("spec", nargs="?", default=None, help="GPUs: 'all', 'none', 'auto:N', '0,2' (default: as visible)")
-    p.add_argument("--dry-run", action="store_true", help="plan only (the only mode: a process configures itself)")
-    p.add_argument("--memory-growth", action="store_true", help="grow GPU memory as needed")
-    p.add_argument("--memory-limit", metavar="LIMIT",
-                   help="per logical GPU: '4GiB', a split '6GiB+2GiB', or by GPU '0=8GiB,1=4GiB'")
-    p.add_argument("--virtual-devices", type=int, metavar="N", help="logical devices per GPU (or the CPU)")
-    p.set_defaults(run=_cmd_configure, parser=p)
-
-    p = sub.add_parser("placement", help="print the placement stored in a TensorBoard log directory",
-                       description="Print the placement that write_placement or PlacementLogger stored under LOGDIR.")
-    p.add_argument("logdir", metavar="LOGDIR", help="a TensorBoard log directory (searched recursively)")
-    p.add_argument("--name", default="placement", help="the name= it was written with (default: placement)")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.set_defaults(run=_cmd_placement, parser=p)
+    for name, (text, inventory, add) in COMMANDS.items():
+        p = sub.add_parser(name, help=text, parents=[common] if inventory else [])
+        if only is None or only == name:
+            add(p)
+            p.set_defaults(parser=p)
     return parser
 
 
@@ -194,11 +220,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = "tfdevices"
     try:
-        args, extra = build_parser().parse_known_args(argv)
+        first = next((a for a in argv if not a.startswith("-")), None)
+        args, extra = build_parser(first if first in COMMANDS else None).parse_known_args(argv)
         if extra:  # said by the subcommand's parser, so the message names the subcommand
             args.parser.error(f"unrecognized arguments: {' '.join(extra)}")
         command = f"tfdevices {args.subcommand}"
-        return int(args.run(args) or 0)
+        status = int(args.run(args) or 0)
+        sys.stdout.flush()  # a full disk shows here, not as a traceback at exit
+        return status
     except TfDevicesError as err:
         print(f"{getattr(err, 'command', command)}: error: {err}", file=sys.stderr)
         return EXIT_USAGE
@@ -207,6 +236,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `tfdevices list | head`: the reader left; nothing to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as err:  # `tfdevices list > /dev/full`
+        if err.filename is not None:
+            raise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        print(f"{command}: error: cannot write the output: {err.strerror}. "
+              "HINT: free some space, or write elsewhere.", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ Flags: ``--gpus`` (a spec: ``all``, ``none``, ``auto:2``, ``0,2``), ``--min_free
 the command line is parsed, so ``app.run`` answers a bad value with a usage
 message, before any work starts.
 
->>> from absl import flags
+>>> from absl import app, flags
 >>> fv = flags.FlagValues()
 >>> define_flags(fv)
 >>> _ = fv(["prog", "--gpus=auto:2", "--strategy=mirrored"])
@@ -27,18 +27,38 @@ message, before any work starts.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from absl import flags
+from absl import app, flags
 
-from tfdevices.core.errors import InputError, TfDevicesError
+from tfdevices.core.errors import InputError, TfDevicesError, UsageError
+from tfdevices.core.paths import check_directory
 from tfdevices.gpus.spec import parse_spec
-from tfdevices.strategy import CROSS_DEVICE_OPS, KINDS
+from tfdevices.jobs.env import launch_info
+from tfdevices.gpus.selection import select
+from tfdevices.runtime import configure
+from tfdevices.strategy import CROSS_DEVICE_OPS, KINDS, build_strategy, explain
+from tfdevices.tensorboard.writer import write_placement
+from tfdevices.verify import capture
 from tfdevices.core.units import parse_memory
 
 FLAGS = flags.FLAGS
+
+
+def max_virtual_devices() -> int:
+    """The most logical devices ``--virtual_devices`` may split one device into on this machine.
+
+    Every logical device gets its own TensorFlow allocator and executor, and its
+    ops run on the host's cores (the CPU's own, or the ones that drive the GPU):
+    past four per core a split only time-slices them and costs memory. At least 8.
+    """
+    return max(8, 4 * (os.cpu_count() or 1))
+
+
 NAMES = ("gpus", "min_free_memory", "memory_growth", "memory_limit", "virtual_devices", "strategy",
          "cross_device_ops", "logdir", "log_placement")
 
@@ -61,7 +81,8 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
                       "(unset: TensorFlow's default).", flag_values=fv)
     flags.DEFINE_string("memory_limit", None, "Memory cap per logical GPU, e.g. '4GiB'.", flag_values=fv)
     flags.DEFINE_integer("virtual_devices", None, "Split each GPU, or the CPU when there is none, into N "
-                         "logical devices.", lower_bound=1, flag_values=fv)
+                         f"logical devices (at most {max_virtual_devices()} here: 4 per CPU core).",
+                         lower_bound=1, upper_bound=max_virtual_devices(), flag_values=fv)
     flags.DEFINE_enum("strategy", "auto", list(KINDS), "The tf.distribute strategy.", flag_values=fv)
     flags.DEFINE_enum("cross_device_ops", "auto", list(CROSS_DEVICE_OPS),
                       "How replicas reduce gradients ('auto': NCCL only where it can work).", flag_values=fv)
@@ -71,6 +92,7 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
     _validate("gpus", lambda v: parse_spec(v, what="--gpus"), fv)
     _validate("min_free_memory", lambda v: v is None or parse_memory(v, what="--min_free_memory"), fv)
     _validate("memory_limit", lambda v: v is None or parse_memory(v, what="--memory_limit"), fv)
+    _validate("logdir", lambda v: v is None or check_directory(v, what="--logdir"), fv)
     flags.register_multi_flags_validator(
         ["log_placement", "logdir"], lambda d: not d["log_placement"] or bool(d["logdir"]),
         message="--log_placement writes to TensorBoard: set --logdir too.", flag_values=fv)
@@ -109,7 +131,8 @@ class FlagsSetup:
 
 
 def configure_from_flags(flag_values: flags.FlagValues = FLAGS, *,
-                         cpu_virtual_devices: int | None = None) -> Any:
+                         cpu_virtual_devices: int | None = None,
+                         global_batch_size: int | None = None) -> Any:
     """Discovers, selects, configures and builds the strategy the flags ask for.
 
     Call it in ``main``, before anything else uses TensorFlow. What it returns is the
@@ -123,28 +146,75 @@ def configure_from_flags(flag_values: flags.FlagValues = FLAGS, *,
         cpu_virtual_devices: logical CPUs to split the CPU into when no GPU is
             selected and ``--virtual_devices`` is unset (demos use it to show
             distribution on a CPU-only machine); ``None``: no split.
+        global_batch_size: the batch split across the replicas; when given, a batch
+            smaller than the number of replicas is refused before TensorFlow starts.
 
     Returns:
         The ``tf.distribute.Strategy`` (:class:`~tfdevices.strategy.Explained`).
 
     Raises:
         InputError: the flags were not defined or not parsed.
+        UsageError: ``global_batch_size`` is smaller than the number of replicas.
         SelectionError, RuntimeInitializedError, StrategyError: see
             :func:`tfdevices.select`, :func:`tfdevices.configure`, :func:`tfdevices.build_strategy`.
     """
-    from tfdevices.runtime import configure
-    from tfdevices.gpus.selection import select
-    from tfdevices.strategy import build_strategy, explain
-
     fv = _parsed(flag_values)
     selection = select(fv.gpus, min_free_memory=fv.min_free_memory)
     split = fv.virtual_devices
     if split is None and selection.is_cpu_only:
         split = cpu_virtual_devices
+    if global_batch_size is not None:
+        check_batch_size(global_batch_size, planned_replicas(fv.strategy, len(selection.gpus), split))
     runtime = configure(selection, memory_growth=fv.memory_growth, memory_limit=fv.memory_limit,
                         virtual_devices=split)
     strategy = build_strategy(fv.strategy, None, fv.cross_device_ops, runtime=runtime)
     return explain(strategy, strategy.info, FlagsSetup(selection, runtime, fv.logdir, fv.log_placement))
+
+
+def planned_replicas(strategy: str, gpus: int, split: int | None, world_size: int | None = None) -> int:
+    """How many replicas a strategy will have, known before TensorFlow starts (pure).
+
+    Args:
+        strategy: a ``--strategy`` value.
+        gpus: the GPUs selected (0: the CPU).
+        split: logical devices per physical device (``None``: no split).
+        world_size: processes of a multi-worker job (``None``: read by :func:`tfdevices.launch_info`).
+
+    >>> planned_replicas("auto", 2, 3), planned_replicas("one_device", 8, None), planned_replicas("auto", 0, 4)
+    (6, 1, 4)
+    """
+    if strategy in ("default", "one_device"):
+        return 1
+    local = max(1, gpus) * (split or 1)
+    if strategy == "multi_worker":
+        if world_size is None:
+            world_size = launch_info().world_size
+        return local * world_size
+    return local
+
+
+def check_batch_size(global_batch_size: int, replicas: int, *, what: str = "--batch_size") -> None:
+    """Refuses a global batch smaller than the number of replicas (some replicas would get no example).
+
+    Raises:
+        UsageError: ``global_batch_size < replicas`` (under :func:`usage_errors`, absl's usage error).
+    """
+    if global_batch_size < replicas:
+        raise UsageError(f"{what}={global_batch_size} is smaller than the {replicas} replicas it is split across, "
+                         "so some replicas would train on no example.",
+                         hint=f"use {what}={replicas} or more (a multiple of {replicas} splits evenly), "
+                              "or fewer devices (--gpus, --virtual_devices).")
+
+
+@contextlib.contextmanager
+def usage_errors() -> Iterator[None]:
+    """Turns a tfdevices :class:`~tfdevices.core.errors.UsageError` into absl's ``app.UsageError``, so an
+    absl app answers a bad combination of flags found after parsing (``--batch_size`` smaller than the
+    replicas) with its usage message and exit status 1, as it does for a bad flag."""
+    try:
+        yield
+    except UsageError as err:
+        raise app.UsageError(str(err)) from None
 
 
 def log_placement(fn: Callable[..., Any], *args: Any, flag_values: flags.FlagValues = FLAGS,
@@ -167,9 +237,6 @@ def log_placement(fn: Callable[..., Any], *args: Any, flag_values: flags.FlagVal
     fv = _parsed(flag_values)
     if not fv.log_placement:
         return None
-    from tfdevices.verify import capture
-    from tfdevices.tensorboard import write_placement
-
     report = capture(fn, *args, **kwargs)
     write_placement(report, fv.logdir)
     return report

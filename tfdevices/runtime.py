@@ -28,12 +28,14 @@ import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tfdevices.core._tf import import_tf
 from tfdevices.core.devices import short_name
+from tfdevices.gpus.discovery import discover
 from tfdevices.core.errors import EnvVarError, InputError, RuntimeInitializedError, TfDevicesError
 from tfdevices.gpus.inventory import INVENTORY_ENV, Inventory
 from tfdevices.gpus.selection import Selection, select
 from tfdevices.jobs.env import VIRTUAL_DEVICES_ENV
-from tfdevices.core.units import format_bytes, parse_memory
+from tfdevices.core.units import format_bytes, parse_count, parse_memory, shown
 
 _MIB = 1024 * 1024
 _SPLIT_MARGIN = 0.95  # of a GPU's free memory shared out when splitting without memory_limit
@@ -146,8 +148,6 @@ def gpu_map(logical: Sequence[str], config: RuntimeConfig | None = None) -> dict
         return dict(config.gpu_map)
     if not any(d.startswith("GPU:") for d in logical):
         return {}
-    from tfdevices.gpus.discovery import discover
-
     return {g.key: short_name(g.tf_name) for g in discover().visible if g.tf_name}
 
 
@@ -422,8 +422,6 @@ def _gpu_limits(sel: Selection | None, keys: Sequence[str], limits: Limits,
 def _apply(sel: Selection | None, growth: bool | None, limit: Limits, split: int | None) -> RuntimeConfig:
     """Carries out the plan: the only place that sets the environment or calls tf.config."""
     global _CURRENT
-    from tfdevices.core._tf import import_tf
-
     tf_imported = "tensorflow" in sys.modules
     quiet_tensorflow_logs()
     count = None if sel is not None else len(import_tf().config.list_physical_devices("GPU"))
@@ -558,7 +556,9 @@ def configure_worker(env: Mapping[str, str] | None = None) -> Any:
     value = (os.environ if env is None else env).get(VIRTUAL_DEVICES_ENV)
     if value is None:
         return None
-    if not value.strip().isdigit() or int(value) < 1:
-        raise EnvVarError(f"{VIRTUAL_DEVICES_ENV}={value!r} is not a whole number >= 1.",
+    count = parse_count(value.strip(), limit=1024)
+    if not count:
+        raise EnvVarError(f"{VIRTUAL_DEVICES_ENV}={shown(value)} is not a whole number >= 1 "
+                          "(ASCII digits, at most 1024).",
                           hint="tfdevices launch --virtual-devices N sets it; unset it otherwise.")
-    return configure(virtual_devices=int(value))
+    return configure(virtual_devices=count)

@@ -27,9 +27,10 @@ from typing import Any
 
 from tfdevices import runtime
 from tfdevices.core._tf import import_tf
-from tfdevices.core.devices import default_devices, logical_devices, tfdevices_name
+from tfdevices.core.devices import default_devices, logical_devices, resolve_devices, tfdevices_name
 from tfdevices.core.errors import InputError
 from tfdevices.core.units import format_bytes
+from tfdevices.gpus.discovery import discover
 
 POLICIES = ("round_robin", "by_memory")
 
@@ -140,8 +141,6 @@ def resolve_device(device: int | str) -> tuple[str, str]:
     Raises:
         SpecError: the name is malformed or names no device TensorFlow has.
     """
-    from tfdevices.strategy import resolve_devices
-
     logical = logical_devices()
     names, tf_names = resolve_devices([device], logical=logical, gpu_map=runtime.gpu_map(logical))
     return names[0], tf_names[0]
@@ -191,8 +190,6 @@ def assign(tasks: Sequence[Callable[[], Any] | str] | Mapping[str, Callable[[], 
         InputError: see :func:`plan_assignment`; or a task is neither callable nor a name.
         SpecError: a device names nothing TensorFlow has, or is named twice.
     """
-    from tfdevices.strategy import resolve_devices
-
     named = _named_tasks(tasks)
     logical = logical_devices()
     gpu_map = runtime.gpu_map(logical)
@@ -246,7 +243,5 @@ def _named_tasks(tasks: object) -> list[tuple[str, Callable[[], Any] | None]]:
 def _free_memory(devices: Sequence[str]) -> dict[str, int]:
     if not any(d.isdigit() or ":" in d and d.split(":")[0].isdigit() for d in devices):
         return {}
-    from tfdevices.gpus.discovery import discover
-
     inventory = discover()
     return {d: g.memory_free for d in devices if (g := inventory.get(d)) is not None}

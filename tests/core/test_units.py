@@ -45,3 +45,60 @@ def test_size_error_names_the_flag():
                                      (8 << 30, "8.0 GiB"), (3 << 40, "3.0 TiB")])
 def test_format_bytes(n, text):
     assert format_bytes(n) == text
+
+
+# ---------------------------------------------------------------- hostile input: digits, sizes, long echoes
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from tfdevices import TfDevicesError  # noqa: E402
+from tfdevices.core.units import is_digits, parse_count, shown  # noqa: E402
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("0", True), ("0123", True), ("", False), ("-1", False), (" 1", False), ("1.0", False),
+    ("\u0663", False), ("\u00b2", False), ("\uff11", False), ("1\u0663", False),
+])
+def test_only_ascii_digits_are_digits(text, expected):
+    assert is_digits(text) is expected
+
+
+@pytest.mark.parametrize("text, limit, expected", [
+    ("0", 5, 0), ("5", 5, 5), ("6", 5, None), ("0005", 5, 5), ("9" * 100_000, 10**9, None),
+    ("\u0663", 9, None), ("", 5, None), ("-1", 5, None),
+])
+def test_parse_count_is_bounded_before_int(text, limit, expected):
+    assert parse_count(text, limit=limit) == expected
+
+
+@pytest.mark.parametrize("value", ["\u0668GiB", "\u0668.\u0665 GB", "\uff18GiB"])
+def test_sizes_with_non_ascii_digits_are_errors(value):
+    with pytest.raises(MemorySizeError, match="not a size"):
+        parse_memory(value)
+
+
+def test_long_size_is_shortened_in_the_message():
+    with pytest.raises(MemorySizeError) as err:
+        parse_memory("9" * 100_000 + "GiB")
+    assert len(str(err.value)) < 300 and "(100003 chars)" in str(err.value)
+
+
+def test_shown_keeps_short_values_and_bounds_long_ones():
+    assert shown("0,1") == "'0,1'"
+    assert shown(3) == "3"
+    long = shown("x" * 10**6)
+    assert len(long) <= 80 and "(1000000 chars)" in long
+    assert shown("\ud800") == "'\\ud800'"  # a lone surrogate is escaped, so it can be printed
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.text(max_size=40), st.integers(), st.floats(), st.none(),
+                 st.text(alphabet="0123456789.eE+- kKmMgGtTiIbB\u0663", max_size=40)))
+def test_random_sizes_raise_only_our_errors(value):
+    try:
+        size = parse_memory(value)
+    except TfDevicesError as err:
+        assert isinstance(err, MemorySizeError) and "HINT:" in str(err)
+    else:
+        assert isinstance(size, int) and size >= 0

@@ -106,7 +106,7 @@ def _write(tmp_path, name: str, text: str | None) -> str:
 
 @pytest.mark.parametrize("name, text, words", [
     ("missing.json", None, "No such file"),
-    ("adir", "<dir>", "Is a directory"),
+    ("adir", "<dir>", "is a directory, not a file"),
     ("bad.json", "{not json", "not valid JSON"),
     ("list.json", "[]", "expected a JSON object"),
     ("field.json", '{"gpus": [], "colour": 1}', "unknown field"),

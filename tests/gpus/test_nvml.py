@@ -136,3 +136,12 @@ def test_real_pynvml_on_this_machine() -> None:
     else:
         assert (snap.devices, snap.failure) == ((), "library-missing")
         assert "NVML" in snap.reason
+
+
+def test_names_that_are_not_text_become_printable() -> None:
+    gpus = [dataclasses.replace(GPUS[0], name="A100\ud800"), dataclasses.replace(GPUS[1], name="x" * 5000),
+            dataclasses.replace(GPUS[2], name="T4 \xff\xfe", as_bytes=False)]
+    devs = nvml.Nvml(fk.FakeNvml(gpus)).snapshot().devices
+    assert devs[0].name == "A100\\ud800" and len(devs[1].name) == 256
+    for d in devs:
+        d.name.encode("utf-8")  # printable, writable, JSON-safe

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import doctest
 import os
 import select as select_mod
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,10 +16,10 @@ import time
 import pytest
 
 from tests.helpers import REPO, subprocess_env
-from tfdevices.core.errors import ReservationError, SelectionError, SpecError
+from tfdevices.core.errors import InputError, ReservationError, SelectionError, SpecError
 from tfdevices.gpus.inventory import GpuInfo, Inventory
-from tfdevices.gpus.reservation import Reservation, default_lock_dir, holders, reserve
-from tfdevices.gpus.selection import select
+from tfdevices.gpus.reservation import DEFAULT_LOCK_DIR, Reservation, default_lock_dir, holders, reserve
+from tfdevices.gpus.selection import Selection, select
 
 WORKER = os.path.join(REPO, "tests", "scripts", "reserve_worker.py")
 RACERS, GPUS, ROUNDS = 16, 4, 50
@@ -184,7 +186,7 @@ def test_requests_that_can_never_be_met_fail_at_once(tmp_path) -> None:
         reserve("auto:3", inv, lock_dir=str(tmp_path), timeout=None)  # would otherwise wait forever
     with pytest.raises(SpecError):
         reserve("7", inv, lock_dir=str(tmp_path))
-    with pytest.raises(ReservationError, match=r"timeout=-1 must be seconds"):
+    with pytest.raises(InputError, match=r"timeout=-1 must be seconds"):
         reserve("auto:1", inv, lock_dir=str(tmp_path), timeout=-1)
 
 
@@ -198,7 +200,8 @@ def test_unusable_lock_dir(tmp_path) -> None:
 
 def test_default_lock_dir() -> None:
     assert default_lock_dir({"TFDEVICES_LOCK_DIR": "/x"}) == "/x"
-    assert default_lock_dir({}).endswith("tfdevices-locks")
+    assert default_lock_dir({}) == DEFAULT_LOCK_DIR == "/tmp/tfdevices-locks"
+    assert default_lock_dir({"TMPDIR": "/tmp/job-42"}) == DEFAULT_LOCK_DIR  # SLURM's per-job TMPDIR is not it
 
 
 def test_package_name_stays_the_function_after_the_module_is_imported(tmp_path) -> None:
@@ -211,3 +214,266 @@ def test_package_name_stays_the_function_after_the_module_is_imported(tmp_path) 
 def test_docstring_examples() -> None:
     failed, tried = doctest.testmod(sys.modules["tfdevices.gpus.reservation"])
     assert tried >= 6 and failed == 0
+
+
+# ---------------------------------------------------------------- hostile input, faults and races
+
+import fcntl  # noqa: E402
+import math  # noqa: E402
+import uuid  # noqa: E402
+
+from tfdevices.gpus import reservation as reservation_mod  # noqa: E402
+
+
+def unique_inventory(n: int) -> Inventory:
+    """Fake GPUs with UUIDs no other test or user shares, so the machine's default lock directory can be used."""
+    tag = uuid.uuid4().hex[:12]
+    return Inventory(gpus=tuple(GpuInfo(index=i, name="Fake GPU", uuid=f"GPU-test-{tag}-{i}", memory_free=1 << 30,
+                                        cuda_ordinal=i, tf_name=f"/GPU:{i}") for i in range(n)), source="nvml")
+
+
+def lock_files(inv: Inventory, directory: str) -> list[str]:
+    return [os.path.join(directory, reservation_mod._lock_name(g)) for g in inv.gpus]
+
+
+@pytest.mark.parametrize("kwargs, first_words", [
+    (dict(timeout=math.nan), "timeout=nan must be seconds >= 0 or None"),
+    (dict(timeout=-0.5), "timeout=-0.5 must be seconds"),
+    (dict(timeout="5"), "timeout='5' must be seconds"),
+    (dict(timeout=True), "timeout=True must be seconds"),
+    (dict(poll_interval=math.nan), "poll_interval=nan must be seconds > 0"),
+    (dict(poll_interval=-1), "poll_interval=-1 must be seconds > 0"),
+    (dict(poll_interval=0), "poll_interval=0 must be seconds > 0"),
+    (dict(poll_interval=math.inf), "poll_interval=inf must be seconds > 0"),
+    (dict(poll_interval=None), "poll_interval=None must be seconds > 0"),
+])
+def test_timeout_and_poll_interval_are_validated(tmp_path, kwargs, first_words) -> None:
+    with pytest.raises(InputError) as err:
+        reserve("auto:1", fake_inventory(1), lock_dir=str(tmp_path), **kwargs)
+    assert str(err.value).startswith(first_words) and "HINT:" in str(err.value)
+    assert os.listdir(tmp_path) == []  # refused before any lock was taken
+
+
+def test_infinite_timeout_waits_like_none(tmp_path) -> None:
+    inv = fake_inventory(1)
+    with reserve("0", inv, lock_dir=str(tmp_path), timeout=math.inf) as res:
+        assert res.indices == (0,)
+
+
+@pytest.mark.parametrize("spec", ["0,GPU-fake-0", "GPU-fake-1,1", [2, "GPU-fake-2"]])
+def test_one_gpu_named_twice_is_refused_and_takes_no_lock(tmp_path, spec) -> None:
+    inv = fake_inventory()
+    with pytest.raises(SpecError, match="one GPU is one GPU"):
+        reserve(spec, inv, lock_dir=str(tmp_path))
+    with reserve("all", inv, lock_dir=str(tmp_path)) as res:  # every GPU is still free
+        assert res.indices == (0, 1, 2, 3)
+
+
+def test_a_selection_holding_one_gpu_twice_is_refused(tmp_path) -> None:
+    inv = fake_inventory()
+    sel = select("0", inv)
+    doubled = Selection(spec="0,0", gpus=sel.gpus * 2)
+    with pytest.raises(SpecError, match="holds GPU 0 and GPU 0, which are one GPU"):
+        reserve(doubled, inv, lock_dir=str(tmp_path))
+    assert holders(inv, lock_dir=str(tmp_path)) == ()
+
+
+def test_partial_failure_releases_everything_taken(tmp_path, monkeypatch) -> None:
+    inv = fake_inventory()
+    calls = []
+
+    def failing_write(fd, gpu):
+        calls.append(gpu.key)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(reservation_mod, "_write_holder", failing_write)
+    with pytest.raises(OSError, match="No space left"):
+        reserve("auto:3", inv, lock_dir=str(tmp_path))
+    monkeypatch.undo()
+    with reserve("all", inv, lock_dir=str(tmp_path)) as res:  # nothing leaked: all four are free
+        assert res.indices == (0, 1, 2, 3)
+
+
+def test_interrupted_probe_releases_what_it_locked(tmp_path, monkeypatch) -> None:
+    inv = fake_inventory()
+    real = reservation_mod._bind_name
+    seen = []
+
+    def interrupted(directory, gpu):
+        seen.append(gpu.key)
+        if len(seen) == 3:
+            raise KeyboardInterrupt
+        return real(directory, gpu)
+
+    monkeypatch.setattr(reservation_mod, "_bind_name", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        reserve("auto:1", inv, lock_dir=str(tmp_path))
+    monkeypatch.undo()
+    with reserve("all", inv, lock_dir=str(tmp_path)) as res:
+        assert res.indices == (0, 1, 2, 3)
+
+
+def test_lock_file_deleted_while_held_is_not_granted_again(tmp_path) -> None:
+    inv = fake_inventory(2)
+    locks = str(tmp_path)
+    first = reserve("0", inv, lock_dir=locks)
+    for path in lock_files(inv, locks):
+        os.unlink(path)  # a /tmp cleaner
+    assert first.lost() == ("0",)
+    with pytest.raises(ReservationError, match=r"held: GPU 0 by an unknown process \(its lock file was deleted"):
+        reserve("0", inv, lock_dir=locks)
+    assert reserve("auto:1", inv, lock_dir=locks).indices == (1,)  # the other GPU is still given
+    assert [h.gpu for h in holders(inv, lock_dir=locks)] == ["0", "1"]
+    first.release()
+    with reserve("0", inv, lock_dir=locks) as again:
+        assert again.indices == (0,)
+
+
+def test_restore_recreates_deleted_lock_files_with_the_holder_note(tmp_path) -> None:
+    inv = fake_inventory(2)
+    locks = str(tmp_path / "locks")
+    res = reserve("all", inv, lock_dir=locks)
+    assert res.restore() == ()
+    shutil.rmtree(locks)  # the cleaner took the lock files and the directory
+    assert res.lost() == ("0", "1")
+    assert res.restore() == ("0", "1") and res.lost() == ()
+    assert [(h.gpu, h.pid) for h in holders(inv, lock_dir=locks)] == [("0", os.getpid()), ("1", os.getpid())]
+    with pytest.raises(ReservationError, match=rf"held: GPU 0 by pid {os.getpid()}"):
+        reserve("0", inv, lock_dir=locks)
+    res.release()
+    with reserve("all", inv, lock_dir=locks) as again:
+        assert again.indices == (0, 1)
+
+
+def test_lock_file_replaced_between_open_and_flock_is_reopened(tmp_path, monkeypatch) -> None:
+    inv = fake_inventory(1)
+    path = lock_files(inv, str(tmp_path))[0]
+    real_flock = fcntl.flock
+    swapped = []
+
+    def swap_then_lock(fd, op):
+        if not swapped and os.path.exists(path) and os.fstat(fd).st_ino == os.stat(path).st_ino:
+            swapped.append(True)
+            os.unlink(path)
+            open(path, "w").close()  # another file now has the name
+        return real_flock(fd, op)
+
+    monkeypatch.setattr(reservation_mod.fcntl, "flock", swap_then_lock)
+    res = reserve("0", inv, lock_dir=str(tmp_path))
+    monkeypatch.undo()
+    assert swapped and res.lost() == ()  # the lock is on the file the path names now
+    assert holders(inv, lock_dir=str(tmp_path))[0].pid == os.getpid()
+    res.release()
+
+
+def test_release_after_fork(tmp_path) -> None:
+    inv = fake_inventory(1)
+    locks = str(tmp_path)
+    res = reserve("0", inv, lock_dir=locks)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its release says why it cannot, and closes its copies
+        try:
+            res.release()
+            os.write(write, b"released")
+        except ReservationError as err:
+            os.write(write, str(err).encode()[:2000])
+        finally:
+            os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    said = os.read(read, 4096).decode()
+    os.close(read)
+    assert said.startswith(f"release() in pid {pid}: GPU(s) 0 were reserved by pid {os.getpid()}")
+    with pytest.raises(ReservationError):
+        reserve("0", inv, lock_dir=locks)  # still held by this process
+    res.release()
+    with reserve("0", inv, lock_dir=locks) as again:
+        assert again.indices == (0,)
+
+
+def test_parent_release_frees_the_gpu_while_a_forked_child_lives(tmp_path) -> None:
+    inv = fake_inventory(1)
+    locks = str(tmp_path)
+    res = reserve("0", inv, lock_dir=locks)
+    read, write = os.pipe()
+    ready_read, ready_write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a child that outlives the release (a DataLoader worker, a forked server ...)
+        os.close(write)
+        os.write(ready_write, b"r")  # after fork's child hooks ran
+        os.read(read, 1)
+        os._exit(0)
+    os.read(ready_read, 1)
+    os.close(ready_read)
+    os.close(ready_write)
+    try:
+        res.release()
+        with reserve("0", inv, lock_dir=locks) as again:  # not blocked by the child's inherited copies
+            assert again.indices == (0,)
+    finally:
+        os.close(write)
+        os.waitpid(pid, 0)
+        os.close(read)
+
+
+def test_symlinked_lock_file_is_refused(tmp_path) -> None:
+    inv = fake_inventory(1)
+    target = tmp_path / "elsewhere"
+    target.write_text("precious")
+    os.symlink(target, lock_files(inv, str(tmp_path))[0])
+    with pytest.raises(ReservationError, match="it is a symbolic link"):
+        reserve("0", inv, lock_dir=str(tmp_path))
+    assert target.read_text() == "precious"
+
+
+RACE_PROCS, RACE_GPUS, RACE_ROUNDS = 8, 3, 50
+
+
+def test_race_across_tmpdirs_with_lock_files_deleted_mid_hold(tmp_path) -> None:
+    """8 jobs with their own TMPDIR share the default lock directory; each round a cleaner deletes the lock
+    files while they are held, and every loser tries again: no GPU is ever granted twice."""
+    inv = unique_inventory(RACE_GPUS)
+    path = tmp_path / "inventory.json"
+    path.write_text(inv.to_json())
+    env = {k: v for k, v in subprocess_env().items() if k != "TFDEVICES_LOCK_DIR"}
+    procs = []
+    for i in range(RACE_PROCS):
+        tmpdir = tmp_path / f"job{i}"
+        tmpdir.mkdir()
+        procs.append(subprocess.Popen([sys.executable, WORKER, "race", "default", str(path)],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      env={**env, "TMPDIR": str(tmpdir)}, cwd=REPO))
+    readers = [Lines(p) for p in procs]
+
+    def ask(group):
+        for p in group:
+            p.stdin.write(b"go\n")
+            p.stdin.flush()
+        return {p.pid: readers[procs.index(p)].readline() for p in group}
+
+    double_grants = 0
+    try:
+        for round_ in range(RACE_ROUNDS):
+            answers = ask(procs)
+            winners = {pid: int(a.split()[1]) for pid, a in answers.items() if a.startswith("got")}
+            assert sorted(winners.values()) == list(range(RACE_GPUS)), f"round {round_}: {answers}"
+            for lock in lock_files(inv, DEFAULT_LOCK_DIR):
+                os.unlink(lock)  # the cleaner strikes while every GPU is held
+            again = ask([p for p in procs if p.pid not in winners])
+            regranted = [a for a in again.values() if a != "busy"]
+            double_grants += len(regranted)
+            assert not regranted, f"round {round_}: a held GPU was granted again: {again}"
+            for p in procs:
+                p.stdin.write(b"release\n")
+                p.stdin.flush()
+            assert [r.readline() for r in readers] == ["released"] * RACE_PROCS
+        assert double_grants == 0
+        print(f"{RACE_ROUNDS} rounds, {RACE_PROCS} processes with their own TMPDIR, lock files deleted "
+              f"mid-hold every round: {double_grants} double grants")
+    finally:
+        stop(procs)
+        for lock in lock_files(inv, DEFAULT_LOCK_DIR):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(lock)

@@ -129,3 +129,80 @@ def test_selection_is_frozen_and_serialisable():
     assert [g["tf_name"] for g in data["gpus"]] == ["GPU:0", "GPU:1"]
     assert sel.env() == {"CUDA_VISIBLE_DEVICES": "0,2", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     assert isinstance(sel, Selection)
+
+
+# ---------------------------------------------------------------- one GPU is one GPU
+
+from tfdevices.gpus.inventory import Inventory  # noqa: E402
+from tfdevices.gpus.selection import first_overlap, resolve_gpus  # noqa: E402
+
+
+def _mig_machine() -> Inventory:
+    """As NVML reports a MIG-mode GPU: the parent (masked: CUDA sees only its instances) and two instances."""
+    parent = inv.gpu(0, "A100-SXM4-40GB", 40, 30, None, ordinal=-1, uuid="GPU-77aa0000-0000")
+    return Inventory(gpus=(parent, *inv.mig().gpus[:2], inv.mig().gpus[2]), source="nvml")
+
+
+@pytest.mark.parametrize("spec, first_words", [
+    ("0,GPU-00aa00-0000", "GPU spec '0,GPU-00aa00-0000': 'GPU-00aa00-0000' is GPU 0 (GPU-00aa00-0000), named "
+                          "before as '0'; one GPU is one GPU"),
+    ("GPU-00aa00-0000,0", "GPU spec 'GPU-00aa00-0000,0': '0' is GPU 0"),
+    ("GPU-03a,GPU-03aa03", "GPU spec 'GPU-03a,GPU-03aa03': 'GPU-03aa03' is GPU 3"),  # two prefixes of one UUID
+    ("GPU-03A,GPU-03aa03", "GPU spec 'GPU-03A,GPU-03aa03': 'GPU-03aa03' is GPU 3"),  # a UUID's case does not make it another GPU
+    (["1", 1], "GPU spec ['1', 1]: GPU 1 named more than once"),
+    ([2, "GPU-02aa02"], "GPU spec '2,GPU-02aa02': 'GPU-02aa02' is GPU 2"),
+])
+def test_one_gpu_named_twice_is_refused(spec, first_words):
+    with pytest.raises(SpecError) as err:
+        select(spec, inv.eight())
+    assert str(err.value).startswith(first_words) and "HINT: name each GPU once" in str(err.value)
+
+
+@pytest.mark.parametrize("spec, first_words", [
+    ("0:0,0", "GPU spec '0:0,0': '0' is GPU 0 (GPU-77aa0000-0000), the parent of MIG instance 0:0"),
+    ("0,0:1", "GPU spec '0,0:1': '0:1' is MIG instance 0:1 (MIG-bbbb-1111) of GPU 0"),
+    ("0:0,MIG-aaaa", "GPU spec '0:0,MIG-aaaa': 'MIG-aaaa' is GPU 0:0 (MIG-aaaa-0000), named before as '0:0'"),
+])
+def test_mig_instance_and_its_parent_are_one_gpu(spec, first_words):
+    with pytest.raises(SpecError) as err:
+        select(spec, _mig_machine())
+    assert str(err.value).startswith(first_words)
+
+
+def test_two_mig_instances_of_one_gpu_are_two_devices():
+    assert select("0:0,0:1", _mig_machine()).cuda_visible_devices == "MIG-aaaa-0000,MIG-bbbb-1111"
+
+
+def test_select_never_exports_one_gpu_twice():
+    machine = inv.eight()
+    for spec in ("0", "0,1", "GPU-00aa", [3, "GPU-04aa"], "7,0-2"):
+        mask = select(spec, machine).cuda_visible_devices.split(",")
+        assert len(mask) == len(set(mask))
+
+
+def test_exclude_names_gpus_once_too():
+    with pytest.raises(SpecError, match="^exclude '0,GPU-00aa': 'GPU-00aa' is GPU 0"):
+        select("auto:1", inv.eight(), exclude="0,GPU-00aa")
+
+
+def test_resolve_gpus_keeps_the_order_given_and_refuses_other_kinds():
+    assert [g.key for g in resolve_gpus("5,GPU-01aa,3", inv.eight(), what="--gpus")] == ["5", "1", "3"]
+    with pytest.raises(SpecError, match="^--gpus 'auto:2': must name GPUs"):
+        resolve_gpus("auto:2", inv.eight(), what="--gpus")
+
+
+def test_first_overlap_is_linear_and_exact():
+    gpus = [inv.gpu(i, "A100", 80, 80, 0.0, uuid=f"GPU-{i:06d}") for i in range(1000)]
+    assert first_overlap(gpus) is None
+    (i, _), (j, _) = first_overlap(gpus + [gpus[500]])
+    assert (i, j) == (500, 1000)
+
+
+def test_errors_on_a_large_machine_stay_short():
+    machine = Inventory(gpus=tuple(inv.gpu(i, "A100", 80, 1, 0.9, uuid=f"GPU-{i:04d}-big") for i in range(1000)),
+                        source="nvml")
+    for call in (lambda: select("auto:2", machine, min_free_memory="8GiB"), lambda: select("1023", machine),
+                 lambda: select("GPU-9999", machine)):
+        with pytest.raises((SpecError, SelectionError)) as err:
+            call()
+        assert "more" in str(err.value) and len(str(err.value)) < 1500

@@ -109,3 +109,81 @@ def test_random_specs_raise_only_our_errors(spec):
     else:
         assert parsed.kind in ("all", "none", "auto", "explicit")
         assert parse_spec(parsed.text) == parsed
+
+
+# ---------------------------------------------------------------- hostile input: digits and sizes
+
+from tfdevices.gpus.spec import MAX_GPUS  # noqa: E402
+
+
+@pytest.mark.parametrize("spec, first_words", [
+    ("\u0663", "GPU spec '\u0663': '\u0663' is not a GPU index"),  # Arabic-Indic 3: CUDA would not read it
+    ("0,\uff11", "GPU spec '0,\uff11': '\uff11' is not a GPU index"),  # fullwidth 1
+    ("\u00b2", "GPU spec '\u00b2': '\u00b2' is not a GPU index"),  # superscript 2
+    ("auto:\u0663", "GPU spec 'auto:\u0663': the count after 'auto:' must be"),
+    ("0:\u0661", "GPU spec '0:\u0661': '0:\u0661' is not a GPU index"),
+    ("0-100000000", "GPU spec '0-100000000': '100000000' is not a GPU index (a machine has at most 1024"),
+    ("0-1024", "GPU spec '0-1024': '1024' is not a GPU index"),
+    ("auto:1025", "GPU spec 'auto:1025': the count after 'auto:' must be a whole number from 1 to 1024"),
+    pytest.param("auto:" + "9" * 5000, "GPU spec 'auto:9999", id="auto-long"),
+    pytest.param("9" * 5000, "GPU spec '9999", id="long-index"),
+    (5000, "GPU spec 5000: '5000' is not a GPU index (a machine has at most 1024 GPUs)"),
+    pytest.param(10**5000, "GPU spec <int of 16610 bits>: it is not a GPU index", id="huge-int"),
+    pytest.param([0, 10**5000], "GPU spec <a list too long to show>: item <int of 16610 bits>", id="huge-int-item"),
+    pytest.param([0] * 2000, "GPU spec [0, 0, 0", id="long-list"),
+    pytest.param(",".join(map(str, range(1000))) + ",0-100", "GPU spec '0,1,2", id="too-many"),
+])
+def test_hostile_specs(spec, first_words):
+    with pytest.raises(SpecError) as err:
+        parse_spec(spec)
+    text = str(err.value)
+    assert text.startswith(first_words)
+    assert "HINT:" in text and "\n" not in text
+    assert len(text) < 400  # long inputs are shortened in the message
+
+
+def test_largest_spec_is_accepted():
+    assert len(parse_spec(f"0-{MAX_GPUS - 1}").keys) == MAX_GPUS
+    assert parse_spec(f"auto:{MAX_GPUS}").count == MAX_GPUS
+
+
+def test_duplicates_are_found_in_a_long_spec():
+    keys = ",".join(str(i) for i in range(MAX_GPUS)) + ",5"
+    with pytest.raises(SpecError, match="GPU 5 named more than once"):
+        parse_spec(keys[: keys.rindex(",")] .replace(",1023", ",5"))
+
+
+_SPEC_ALPHABET = "0123456789,:-\u0663\uff11\u00b2 autoAUTOnecpilGPUMIab/\ud800"
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.one_of(
+    st.text(alphabet=_SPEC_ALPHABET, max_size=40),
+    st.builds(lambda a, b: f"{a}-{b}", st.integers(0, 10**12), st.integers(0, 10**12)),
+    st.builds(lambda n: f"auto:{n}", st.integers(-10, 10**30)),
+    st.integers(-10**30, 10**30),
+    st.lists(st.one_of(st.integers(-3, 10**9), st.text(alphabet=_SPEC_ALPHABET, max_size=12)), max_size=50),
+))
+def test_fuzz_specs_are_bounded(spec):
+    try:
+        parsed = parse_spec(spec)
+    except TfDevicesError as err:
+        assert isinstance(err, SpecError) and "HINT:" in str(err) and len(str(err)) < 600
+    else:
+        assert len(parsed.keys) <= MAX_GPUS and (parsed.count or 0) <= MAX_GPUS
+        assert all(k.isascii() for k in parsed.keys)
+        assert parse_spec(parsed.text) == parsed
+
+
+@pytest.mark.parametrize("spec", ["0-999999999", "auto:" + "9" * 4000, "0-1023," * 1000, 10**4000])
+def test_hostile_specs_are_refused_without_allocating(spec):
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(SpecError):
+            parse_spec(spec)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20

@@ -193,3 +193,51 @@ def test_apply_replaces_old_visibility_notes_and_keeps_others(env: dict[str, str
     assert (fresh.gpus, fresh.reason) == (expected.gpus, None)
     assert (fresh.cuda_visible_devices, fresh.cuda_device_order) == (env.get("CUDA_VISIBLE_DEVICES"),
                                                                      env.get("CUDA_DEVICE_ORDER"))
+
+
+# ---------------------------------------------------------------- hostile masks: digits, sizes, fuzzing
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from tfdevices.core.errors import TfDevicesError  # noqa: E402
+
+
+@pytest.mark.parametrize("mask, first_words", [
+    ("\u0663", "CUDA_VISIBLE_DEVICES='\u0663': '\u0663' is neither a GPU index nor"),  # CUDA would not see GPU 3
+    ("0,\uff11", "CUDA_VISIBLE_DEVICES='0,\uff11': '\uff11' is neither"),
+    ("\u00b2", "CUDA_VISIBLE_DEVICES='\u00b2': '\u00b2' is neither"),
+    ("-\u0661", "CUDA_VISIBLE_DEVICES='-\u0661': '-\u0661' is neither"),
+    ("9" * 5000, "CUDA_VISIBLE_DEVICES='9999"),
+    (",".join(["0"] * 100_000), "CUDA_VISIBLE_DEVICES='0,0,0"),
+    ("MIG-GPU-8f2a/\u0661/0", "CUDA_VISIBLE_DEVICES='MIG-GPU-8f2a/\u0661/0': 'MIG-GPU-8f2a/\u0661/0' is neither"),
+])
+def test_hostile_masks_are_refused_shortly(mask: str, first_words: str) -> None:
+    with pytest.raises(EnvVarError) as err:
+        vis.parse_visible_devices(mask)
+    text = str(err.value)
+    assert text.startswith(first_words) and "HINT:" in text and len(text) < 500
+
+
+def test_non_ascii_digit_never_selects_a_gpu() -> None:
+    with pytest.raises(EnvVarError):
+        vis.resolve(GPUS, {"CUDA_VISIBLE_DEVICES": "\u0663"}, mig_ids=MIG_IDS)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(
+    st.text(alphabet="0123456789,- GPUMIabcdef/\u0663\uff11", max_size=30),
+    st.lists(st.integers(-2, 10**12).map(str), max_size=20).map(",".join),
+    st.text(max_size=20),
+))
+def test_fuzz_masks_raise_only_our_errors(mask: str) -> None:
+    try:
+        tokens = vis.parse_visible_devices(mask)
+        out = vis.resolve(GPUS, {"CUDA_VISIBLE_DEVICES": mask}, mig_ids=MIG_IDS)
+    except TfDevicesError as err:
+        assert isinstance(err, EnvVarError) and "HINT:" in str(err) and len(str(err)) < 1500
+    else:
+        assert tokens is not None and len(tokens) <= vis.MAX_TOKENS
+        assert all(t.text.isascii() for t in tokens)
+        ordinals = [g.cuda_ordinal for g in out.gpus if g.cuda_ordinal is not None]
+        assert sorted(ordinals) == list(range(len(ordinals)))  # each visible device once

@@ -10,25 +10,12 @@ import sys
 import pytest
 
 from tests.helpers import REPO, subprocess_env
+from tests.jobs.environments import STEP, slurm, tfc
 from tfdevices.jobs import env as launch
-from tfdevices.core.errors import EnvVarError, LaunchError, SelectionError, TfConfigError
-from tfdevices.gpus.inventory import GpuInfo, Inventory
+from tfdevices.core.errors import EnvVarError, LaunchError, SelectionError, TfConfigError, TfDevicesError
 from tfdevices.jobs.env import launch_info
 from tfdevices.jobs.ranks import gpu_for_rank
-from tfdevices.jobs.slurm import expand_nodelist, expand_tasks_per_node, parse_gpu_list
-from tfdevices.jobs.tfconfig import make_tf_config
 
-STEP = {"SLURM_STEP_ID": "0"}
-
-
-def slurm(procid: int, localid: int, ntasks: int, **extra: str) -> dict[str, str]:
-    env = {"SLURM_PROCID": str(procid), "SLURM_LOCALID": str(localid), "SLURM_NTASKS": str(ntasks), **STEP}
-    env.update(extra)
-    return env
-
-
-def tfc(workers: list[str], index: int, task_type: str = "worker") -> dict[str, str]:
-    return {"TF_CONFIG": make_tf_config(workers, index, task_type)}
 
 
 # name, env, (source, rank, world, local_rank, local_world, node_rank, nodes, allocated gpus), this rank's GPUs
@@ -221,138 +208,6 @@ def test_bad_environments(env: dict[str, str], error: type[Exception], message: 
     assert "HINT:" in str(caught.value)
 
 
-# ------------------------------------------------------------------ mapping
-
-def inventory(*indices: int, visible: tuple[int, ...] | None = None) -> Inventory:
-    shown = indices if visible is None else visible
-    gpus = tuple(GpuInfo(index=i, name="Fake", uuid=f"GPU-{i}",
-                         cuda_ordinal=shown.index(i) if i in shown else None) for i in indices)
-    return Inventory(gpus=gpus, source="nvml")
-
-
-ONE = launch_info({})
-
-# local world size, candidates, mapping, speeds, share -> plan (per local rank)
-MAPS = [
-    (2, [0, 1], "sequential", None, False, ((0,), (1,))),
-    (2, [2, 3], "sequential", None, False, ((2,), (3,))),
-    (3, [0, 1, 2, 3], "sequential", None, False, ((0,), (1,), (2,))),
-    (1, [5, 6], "sequential", None, False, ((5, 6),)),
-    (4, [0, 1], "sequential", None, True, ((0,), (1,), (0,), (1,))),
-    (2, [0, 1], [1, 0], None, False, ((1,), (0,))),
-    (2, [0, 1, 2, 3], [[0, 2], [1, 3]], None, False, ((0, 2), (1, 3))),
-    (2, [0, 1, 2, 3], lambda r, c: c[-1 - r], None, False, ((3,), (2,))),
-    (2, [0, 1, 2], "weighted", {0: 1.0, 1: 3.0, 2: 2.0}, False, ((1,), (2,))),
-    (4, [0, 1], "weighted", {0: 1.0, 1: 3.0}, True, ((0,), (1,), (1,), (1,))),
-    (5, [0, 1, 2], "weighted", {0: 2.0, 1: 2.0, 2: 1.0}, True, ((0,), (0,), (1,), (1,), (2,))),
-    (2, [], "sequential", None, False, ((), ())),
-]
-
-
-@pytest.mark.parametrize("size,candidates,mapping,speeds,share,plan", MAPS)
-def test_mapping_table(size, candidates, mapping, speeds, share, plan) -> None:
-    for rank in range(size):
-        a = gpu_for_rank(ONE, candidates, local_rank=rank, local_world_size=size, mapping=mapping,
-                         speeds=speeds, share=share)
-        assert a.plan == plan, a.table()
-        assert a.gpus == plan[rank]
-        assert f"*local rank {rank}" in a.table()
-        users = sum(plan[rank][0] in p for p in plan) if plan[rank] else 0
-        assert a.memory_fraction == (1 / users if users > 1 else None)
-
-
-def test_weighted_work_share_follows_speed() -> None:
-    shares = [gpu_for_rank(ONE, [0, 1], local_rank=r, local_world_size=3, mapping="weighted",
-                           speeds={0: 1.0, 1: 2.0}, share=True).work_share for r in range(3)]
-    assert shares == pytest.approx([1 / 3, 1 / 3, 1 / 3])  # GPU 1 is twice as fast and carries two ranks
-    fast = gpu_for_rank(ONE, [0, 1], local_rank=1, local_world_size=2, mapping="weighted",
-                        speeds={0: 1.0, 1: 3.0})
-    assert fast.work_share == pytest.approx(0.75)
-
-
-def test_weighted_accepts_measured_speeds() -> None:
-    from tfdevices.measure import DeviceSpeed
-
-    speeds = [DeviceSpeed(device="GPU:0", gpu_index=4, flops=5e12), DeviceSpeed(device="GPU:1", gpu_index=7,
-                                                                                 flops=1e13)]
-    a = gpu_for_rank(ONE, [4, 7], local_rank=0, local_world_size=1, mapping="weighted", speeds=speeds)
-    assert a.gpus == (7,)
-
-
-def test_inventory_candidates_intersect_allocation() -> None:
-    info = launch_info(slurm(1, 1, 2, SLURM_STEP_TASKS_PER_NODE="2", SLURM_STEP_GPUS="3,1"))
-    a = gpu_for_rank(info, inventory(0, 1, 2, 3))
-    assert (a.candidates, a.gpus) == ((3, 1), (1,))
-    # inside a device cgroup the allocated GPUs 2,3 show up as NVML 0,1
-    b = gpu_for_rank(launch_info(slurm(1, 1, 2, SLURM_STEP_TASKS_PER_NODE="2", SLURM_STEP_GPUS="2,3")),
-                     inventory(0, 1))
-    assert b.gpus == (1,) and "cgroup" in b.candidates_from
-    masked = inventory(0, 1, 2, 3, visible=(2,))
-    with pytest.raises(SelectionError, match=r"SLURM_STEP_GPUS=1,3 allocates GPUs this machine does not show"):
-        gpu_for_rank(launch_info(slurm(0, 0, 1, SLURM_STEP_TASKS_PER_NODE="1", SLURM_STEP_GPUS="1,3")), masked)
-
-
-def test_launcher_assignment_beats_the_inventory() -> None:
-    info = launch_info({**tfc(["127.0.0.1:7", "127.0.0.1:8"], 1), "TFDEVICES_RANK_GPUS": "1"})
-    a = gpu_for_rank(info, inventory(0, 1, visible=(1,)))  # the worker sees only its own GPU
-    assert (a.gpus, a.method) == ((1,), "launcher")
-    assert gpu_for_rank(info, [0, 1]).gpus == (1,) and gpu_for_rank(info, [0, 1]).method == "sequential"
-
-
-def test_selection_candidates() -> None:
-    from tfdevices.gpus.selection import select
-
-    sel = select("1,3", inventory(0, 1, 2, 3))
-    a = gpu_for_rank(ONE, sel, local_rank=1, local_world_size=2)
-    assert a.gpus == (3,) and a.candidates_from == "selection '1,3'"
-    assert a.env() == {"CUDA_VISIBLE_DEVICES": "3", "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "TFDEVICES_RANK_GPUS": "3"}
-    assert a.spec == "3"
-
-
-BAD_MAPS = [
-    (dict(local_world_size=3, gpus=[0, 1]), SelectionError, "3 local ranks but only 2 GPU(s) (0,1)"),
-    (dict(local_world_size=2, gpus=[0, 1], mapping=[0]), LaunchError, "mapping=[0] has 1 entr(ies) for 2"),
-    (dict(local_world_size=2, gpus=[0, 1], mapping=[0, 5]), SelectionError, "mapping[1] gave GPU(s) [5]"),
-    (dict(local_world_size=2, gpus=[0, 1], mapping=lambda r, c: "0"), LaunchError,
-     "mapping function for local rank 0 gave '0'"),
-    (dict(local_world_size=2, gpus=[0, 1], mapping="round-robin"), LaunchError, "mapping='round-robin': unknown"),
-    (dict(local_world_size=2, gpus=[0, 1], mapping="weighted"), LaunchError, "mapping='weighted' needs speeds="),
-    (dict(local_world_size=2, gpus=[0, 1], mapping="weighted", speeds={0: 1.0}), SelectionError,
-     "no speed for GPU(s) [1]"),
-    (dict(local_world_size=2, gpus=[0, 1], mapping="weighted", speeds={0: 1.0, 1: 0}), LaunchError,
-     "speeds {1: 0} must be positive"),
-    (dict(local_world_size=2, local_rank=2, gpus=[0, 1]), LaunchError, "local_rank=2 is out of range"),
-    (dict(local_world_size=0, gpus=[0]), LaunchError, "local_world_size=0 must be a whole number >= 1"),
-    (dict(local_world_size=1, gpus="0,1"), LaunchError, "gpus='0,1': expected NVML indices"),
-]
-
-
-@pytest.mark.parametrize("kwargs,error,message", BAD_MAPS, ids=[b[2][:30] for b in BAD_MAPS])
-def test_bad_mappings(kwargs: dict, error: type[Exception], message: str) -> None:
-    kwargs.setdefault("local_rank", 0)
-    with pytest.raises(error) as caught:
-        gpu_for_rank(ONE, **kwargs)
-    assert str(caught.value).startswith(message), str(caught.value)
-
-
-def test_unknown_local_world_size() -> None:
-    info = launch_info({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2"})
-    assert info.local_world_size is None and info.notes
-    with pytest.raises(LaunchError, match="the number of processes on this machine is unknown"):
-        gpu_for_rank(info, [0, 1])
-
-
-def test_parsers() -> None:
-    assert expand_nodelist("gpu-a[09-11]") == ["gpu-a09", "gpu-a10", "gpu-a11"]
-    assert expand_nodelist("n[1-2,5],x") == ["n1", "n2", "n5", "x"]
-    assert expand_tasks_per_node("4") == [4]
-    assert parse_gpu_list("") == ([], [])
-    assert parse_gpu_list("gpu:1(IDX:N/A)") == ([], [])
-    indices, notes = parse_gpu_list("(null)", variable="GPU_DEVICE_ORDINAL")
-    assert indices == [] and "(null)" in notes[0]
-    assert parse_gpu_list("gpu:a100:2(IDX:0,2),shard:4(0/4)")[0] == [0, 2]
-
-
 def test_docstring_examples() -> None:
     from tfdevices.jobs import ranks, slurm
 
@@ -367,3 +222,40 @@ def test_launch_does_not_import_tensorflow() -> None:
     out = subprocess.run([sys.executable, "-c", code], env=subprocess_env(), capture_output=True, text=True,
                          timeout=60, cwd=REPO)
     assert out.stdout.split() == ["ENV", "False"], out.stderr
+
+
+# ---------------------------------------------------------------- hostile environments
+
+@pytest.mark.parametrize("env, first_words", [
+    ({"RANK": "\u0660", "WORLD_SIZE": "\u0661"}, "WORLD_SIZE='\u0661' is not a whole number >= 1 (ASCII digits"),
+    ({"RANK": "0", "WORLD_SIZE": "\uff12"}, "WORLD_SIZE='\uff12' is not a whole number"),
+    ({"RANK": "0", "WORLD_SIZE": "9" * 100_000}, "WORLD_SIZE='9999"),
+    ({"RANK": "0", "WORLD_SIZE": "4294967296"}, "WORLD_SIZE='4294967296' is not a whole number >= 1"),
+    ({"OMPI_COMM_WORLD_RANK": "\u0663", "OMPI_COMM_WORLD_SIZE": "4"}, "OMPI_COMM_WORLD_RANK='\u0663' is not"),
+    (slurm(0, 0, 2, SLURM_STEP_NODELIST="n[0-99999999]", SLURM_STEP_TASKS_PER_NODE="2"),
+     "SLURM_STEP_NODELIST='n[0-99999999]' names more than 100,000 hosts"),
+    (slurm(0, 0, 2, SLURM_STEP_NODELIST="n1", SLURM_STEP_TASKS_PER_NODE="1(x100000000)"),
+     "SLURM_STEP_TASKS_PER_NODE='1(x100000000)' describes more than"),
+    (slurm(0, 0, 2, SLURM_STEP_GPUS="0-100000000"), "SLURM_STEP_GPUS='0-100000000': GPU index 100000000 is out"),
+])
+def test_hostile_environments_are_short_errors(env, first_words):
+    with pytest.raises(TfDevicesError) as err:
+        launch_info(env)
+    message = str(err.value)
+    assert message.startswith(first_words) and "HINT:" in message and len(message) < 400
+
+
+def test_16000_task_slurm_step_is_read():
+    n = 16_000
+    env = slurm(n - 1, 0, n, SLURM_STEP_NODELIST=f"n[00000-{n - 1:05d}]", SLURM_STEP_TASKS_PER_NODE=f"1(x{n})",
+                SLURM_NODEID=str(n - 1))
+    info = launch_info(env)
+    assert (info.rank, info.world_size, info.node_rank, len(info.nodes)) == (n - 1, n, n - 1, n)
+
+
+def test_table_of_a_16000_node_step_stays_short():
+    n = 16_000
+    env = slurm(n - 1, 0, n, SLURM_STEP_NODELIST=",".join(f"node{i:05d}" for i in range(n)),
+                SLURM_STEP_TASKS_PER_NODE=f"1(x{n})", SLURM_NODEID=str(n - 1))
+    table = launch_info(env).table()
+    assert "(16,000 in all)" in table and "(159999 chars)" in table and len(table) < 2000

@@ -143,3 +143,74 @@ def test_tf_config_is_frozen():
         c.task_index = 1  # type: ignore[misc]
     with pytest.raises(TypeError):
         c.cluster["worker"] = ()  # type: ignore[index]
+
+
+# ---------------------------------------------------------------- hostile TF_CONFIG: digits, depth, size, fuzzing
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from tfdevices.core.errors import TfDevicesError  # noqa: E402
+
+
+def _one_worker(address: str) -> str:
+    return json.dumps({"cluster": {"worker": [address]}, "task": {"type": "worker", "index": 0}})
+
+
+@pytest.mark.parametrize("text, words", [
+    (_one_worker("h:\u0662\u0662\u0662\u0662"), "cluster address worker[0]='h:\u0662\u0662\u0662\u0662' is not 'host:port'"),
+    (_one_worker("h:\uff12\uff12"), "is not 'host:port'"),
+    (_one_worker("h:" + "9" * 5000), "cluster address worker[0]='h:9999"),
+    (_one_worker("h:65536"), "is not 'host:port'"),
+    (_one_worker("h:0"), "is not 'host:port'"),
+    (_one_worker("h\u0663st:2222"), "is not 'host:port'"),
+    ("[" * 100_000 + "]" * 100_000, "JSON nested too deeply"),
+    ('{"cluster": ' + "[" * 100_000, "JSON nested too deeply"),
+    ('{"cluster": {"worker": ["h:1"]}, "task": {"type": "worker", "index": ' + "9" * 5000 + "}}",
+     "holds a number thousands of digits long"),
+    ('{"cluster": {"worker": ["h:1"]}, "task": {"type": "worker", "index": 10000000000000000000000}}',
+     "task index 10000000000000000000000 is out of range"),
+    (json.dumps({"cluster": {"worker": ["h:1"] * 50_000}, "task": {"type": "worker", "index": 0}}),
+     "address 'h:1' appears twice"),
+    (json.dumps({"cluster": {"w" * 10_000: ["h:1"]}, "task": {"type": "worker", "index": 0}}),
+     "unknown job 'wwww"),
+])
+def test_hostile_tf_config(text, words):
+    with pytest.raises(TfConfigError) as err:
+        parse_tf_config(text)
+    message = str(err.value)
+    assert words in message and message.startswith("TF_CONFIG:") and "HINT:" in message
+    assert len(message) < 700 and "\n" not in message
+
+
+def test_a_16000_worker_tf_config_is_read():
+    workers = [f"node{i:05d}:2222" for i in range(16_000)]
+    cfg = parse_tf_config(make_tf_config(workers, 15_999))
+    assert (cfg.num_workers, cfg.rank, cfg.address) == (16_000, 15_999, "node15999:2222")
+
+
+_ADDRESS = st.builds(lambda h, p: f"{h}:{p}", st.text(alphabet="ab1.-[]:\u0663", max_size=6),
+                     st.one_of(st.integers(-1, 70000).map(str), st.text(alphabet="0123456789\u0662", max_size=6)))
+_TASK = st.fixed_dictionaries({"type": st.sampled_from(["worker", "chief", "ps", "evaluator", "boss", 3]),
+                               "index": st.one_of(st.integers(-2, 10**20), st.text(max_size=3), st.none())})
+_CONFIG = st.fixed_dictionaries(
+    {"cluster": st.dictionaries(st.sampled_from(["worker", "chief", "ps", "evaluator", "x"]),
+                                st.lists(_ADDRESS, max_size=3), max_size=3),
+     "task": _TASK},
+    optional={"rpc_layer": st.one_of(st.none(), st.text(max_size=4), st.integers())})
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(_CONFIG.map(json.dumps), st.text(max_size=40),
+                 st.recursive(st.integers() | st.text(max_size=4), lambda c: st.lists(c, max_size=3), max_leaves=10)
+                 .map(json.dumps)))
+def test_fuzz_tf_config(text):
+    try:
+        cfg = parse_tf_config(text)
+    except TfDevicesError as err:
+        assert isinstance(err, TfConfigError) and "HINT:" in str(err) and "\n" not in str(err)
+    else:
+        if cfg is not None:
+            assert parse_tf_config(cfg.to_json()).cluster == cfg.cluster
+            for addresses in cfg.cluster.values():
+                assert all(a.rpartition(":")[2].isascii() for a in addresses)

@@ -291,3 +291,21 @@ def test_unbuilt_model_is_an_error(tf4):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+@pytest.mark.parametrize("costs, speeds, words", [
+    ([1e308, 1e308, 1.0], None, "layer costs on GPU:0 add up to more than the largest float"),
+    ([1e308] * 3, None, "add up to more than the largest float"),
+    ([1.0, 1.0], [1e-320, 1.0], "once divided by its speed"),
+    ([1e300, 1e300], [1e-10, 1.0], "once divided by its speed 1e-10"),
+    ([10**400, 1], None, "cost of layer 0 is 1000"),
+])
+def test_costs_that_overflow_are_a_plan_error(costs, speeds, words):
+    with pytest.raises(PlanError) as err:
+        plan_layers(costs, ["GPU:0", "GPU:1"], speeds=speeds)
+    assert words in str(err.value) and "HINT:" in str(err.value) and len(str(err.value)) < 400
+
+
+def test_largest_finite_costs_still_plan():
+    plan = plan_layers([1e300, 1e300], ["GPU:0", "GPU:1"])
+    assert plan.devices == ("GPU:0", "GPU:1") and plan.bottleneck == 1e300

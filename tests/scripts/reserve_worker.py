@@ -1,5 +1,7 @@
 """A process that reserves fake GPUs, for tests/gpus/test_reservation.py.
 
+LOCK_DIR "default" means no lock_dir= (the machine's default lock directory).
+
 Usage: reserve_worker.py race LOCK_DIR INVENTORY_JSON
            on each stdin line "go": reserve auto:1 (no wait), print "got N" or "busy";
            on "release": release and print "released"; on EOF: exit.
@@ -20,6 +22,7 @@ from tfdevices.gpus.reservation import reserve
 
 def main(argv: list[str]) -> int:
     mode, lock_dir, inv_path = argv[:3]
+    lock_dir = None if lock_dir == "default" else lock_dir
     inventory = Inventory.load(inv_path)
     if mode == "race":
         held = None

@@ -191,3 +191,13 @@ def test_tensorboard_server_graph_endpoint_shows_real_devices(tensorboard_server
     assert expected and set(expected) <= set(served)
     for name, device in expected.items():
         assert served[name].endswith(f"device:{device}"), (name, served[name], device)
+
+
+@pytest.mark.parametrize("where, words", [("file", "is a file, not a directory"),
+                                          ("file/run1", "lies under")])
+def test_write_placement_into_a_file_path_is_an_input_error(report, tmp_path, where, words):
+    (tmp_path / "file").write_text("not a directory")
+    with pytest.raises(InputError) as err:
+        write_placement(report, tmp_path / where)
+    assert str(err.value).startswith("write_placement(logdir=...)=") and words in str(err.value)
+    assert (tmp_path / "file").read_text() == "not a directory"

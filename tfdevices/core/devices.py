@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
+from tfdevices.core._tf import import_tf
 from tfdevices.core.errors import SpecError
 
 _LOGICAL = re.compile(
@@ -87,6 +88,70 @@ def tfdevices_name(tf_name: str, gpu_map: Mapping[str, str]) -> str:
 
 def logical_devices() -> tuple[str, ...]:
     """TensorFlow's logical devices by short name (``"CPU:0"``, ``"GPU:1"``); this starts the runtime."""
-    from tfdevices.core._tf import import_tf
-
     return tuple(short_name(d.name) for d in import_tf().config.list_logical_devices())
+
+
+def resolve_devices(devices: object, *, logical: Sequence[str],
+                    gpu_map: Mapping[str, str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Translates tfdevices device names to TensorFlow's (pure).
+
+    Args:
+        devices: a device or a list of them: NVML indices (``1``, ``"1"``, ``"0:1"``)
+            or TensorFlow logical names (``"CPU:1"``).
+        logical: the logical devices TensorFlow has (``"CPU:0"``, ``"GPU:0"`` ...).
+        gpu_map: NVML key -> TensorFlow name, for the GPUs TensorFlow sees after masking.
+
+    Returns:
+        ``(tfdevices names, TensorFlow names)``, in the order given.
+
+    Raises:
+        SpecError: a name is malformed, repeated, names a GPU TensorFlow cannot see,
+            or a logical device that does not exist.
+
+    >>> resolve_devices([3, "CPU:1"], logical=["CPU:0", "CPU:1", "GPU:0"], gpu_map={"3": "GPU:0"})
+    (('3', 'CPU:1'), ('GPU:0', 'CPU:1'))
+    """
+    items = list(devices) if isinstance(devices, (list, tuple)) else [devices]
+    logical = tuple(short_name(d) for d in logical)
+    names: list[str] = []
+    tf_names: list[str] = []
+    for item in items:
+        name, tf_name = _resolve_one(item, logical, gpu_map)
+        if tf_name in tf_names:
+            raise SpecError(f"device {item!r} is named twice (as TensorFlow's {tf_name}) in {items!r}.",
+                            hint="name each device once.")
+        names.append(name)
+        tf_names.append(tf_name)
+    return tuple(names), tuple(tf_names)
+
+
+def _resolve_one(item: object, logical: tuple[str, ...], gpu_map: Mapping[str, str]) -> tuple[str, str]:
+    if isinstance(item, bool) or not isinstance(item, (int, str)):
+        raise SpecError(f"device {item!r}: expected an NVML index (1, '1') or a TensorFlow name ('CPU:1').",
+                        hint="name a physical GPU by its nvidia-smi index, or a logical device as 'CPU:1'.")
+    key = str(item).strip()
+    if isinstance(item, int) or key.replace(":", "", 1).isdigit():
+        if isinstance(item, int) and item < 0:
+            raise SpecError(f"device {item!r}: an NVML index cannot be negative.",
+                            hint="use the index nvidia-smi shows.")
+        if key not in gpu_map:
+            seen = ", ".join(f"{k} -> {v}" for k, v in gpu_map.items()) or "none"
+            raise SpecError(f"device {item!r}: TensorFlow does not see the GPU with NVML index {key}; "
+                            f"GPUs it sees (NVML -> TF): {seen}.",
+                            hint=f"select it before TensorFlow starts: configure(select('{key}')) or --gpus={key}.")
+        tf_name = short_name(gpu_map[key])
+        if tf_name not in logical:
+            raise SpecError(f"device {item!r}: GPU {key} should be TensorFlow's {tf_name}, but TensorFlow has "
+                            f"{', '.join(logical)}.",
+                            hint="install the CUDA build of TensorFlow (pip install 'tensorflow[and-cuda]') and "
+                                 "check the driver with nvidia-smi.")
+        return key, tf_name
+    if not is_logical_name(key):
+        raise SpecError(f"device {item!r} is neither an NVML index nor a TensorFlow device name.",
+                        hint="name a physical GPU by its nvidia-smi index ('1'), or a logical device as 'CPU:1'.")
+    tf_name = short_name(key)
+    if tf_name not in logical:
+        raise SpecError(f"device {item!r}: TensorFlow has no device {tf_name}; it has {', '.join(logical)}.",
+                        hint="pick one of those, or split the CPU with configure(virtual_devices=N).")
+    nvml = next((k for k, v in gpu_map.items() if short_name(v) == tf_name), None)
+    return (nvml or tf_name), tf_name

@@ -2,9 +2,15 @@
 
 A size is an ``int`` number of bytes or a string with a unit: ``B``, decimal
 ``KB``/``MB``/``GB``/``TB`` (powers of 1000) or binary ``KiB``/``MiB``/``GiB``/``TiB``
-(powers of 1024). Units are case-insensitive: ``"8gib"`` is 8 GiB. A bare number string such as ``"8"`` is rejected, because it could mean
-bytes, MiB (TensorFlow's ``memory_limit``) or GB; write the unit. A Python
-``int`` means bytes.
+(powers of 1024). Units are case-insensitive: ``"8gib"`` is 8 GiB. A bare
+number string such as ``"8"`` is rejected, because it could mean bytes, MiB
+(TensorFlow's ``memory_limit``) or GB; write the unit. A Python ``int`` means
+bytes.
+
+Two rules every parser of tfdevices follows live here too: only the ASCII
+digits ``0``-``9`` are digits (:func:`is_digits`; ``"٣"`` is not 3, because
+CUDA, SLURM and TensorFlow would not read it as 3), and an input echoed in a
+message is shortened (:func:`shown`), so a 100 KB variable gives a one-line error.
 
 >>> parse_memory("8GiB")
 8589934592
@@ -12,6 +18,8 @@ bytes, MiB (TensorFlow's ``memory_limit``) or GB; write the unit. A Python
 1500000000
 >>> format_bytes(8589934592)
 '8.0 GiB'
+>>> is_digits("12"), is_digits("\u0663"), is_digits("")
+(True, False, False)
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ _UNITS = {
     "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
     "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
 }
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]+)\s*$")
+_SIZE = re.compile(r"^\s*([0-9]{1,30}(?:\.[0-9]{1,30})?)\s*([a-zA-Z]+)\s*$")
 _HINT = "write a number and a unit, e.g. '8GiB', '512MiB' or '1.5GB'."
 
 
@@ -53,19 +61,20 @@ def parse_memory(value: int | str, *, what: str = "memory size") -> int:
         return value
     match = _SIZE.match(value)
     if not match:
-        if re.fullmatch(r"\s*\d+(\.\d+)?\s*", value):
+        if re.fullmatch(r"\s*[0-9]+(\.[0-9]+)?\s*", value):
             raise MemorySizeError(
-                f"{what} {value!r}: a bare number is ambiguous (bytes? MiB? GB?).", hint=_HINT)
-        raise MemorySizeError(f"{what} {value!r}: not a size.", hint=_HINT)
+                f"{what} {shown(value)}: a bare number is ambiguous (bytes? MiB? GB?).", hint=_HINT)
+        raise MemorySizeError(f"{what} {shown(value)}: not a size (a number of at most 30 ASCII digits "
+                              "and a unit).", hint=_HINT)
     number, unit = match.groups()
     factor = _UNITS.get(unit.lower())
     if factor is None:
         raise MemorySizeError(
-            f"{what} {value!r}: unknown unit {unit!r}; known units are "
+            f"{what} {shown(value)}: unknown unit {unit!r}; known units are "
             "B, KB, MB, GB, TB, KiB, MiB, GiB, TiB.", hint=_HINT)
     result = float(number) * factor
     if not math.isfinite(result):
-        raise MemorySizeError(f"{what} {value!r}: too large.", hint=_HINT)
+        raise MemorySizeError(f"{what} {shown(value)}: too large.", hint=_HINT)
     return int(result)
 
 
@@ -79,3 +88,51 @@ def format_bytes(n: int | None) -> str:
             return f"{int(size)} B" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
     raise AssertionError("unreachable")
+
+
+def is_digits(text: str) -> bool:
+    """Whether ``text`` is one or more ASCII digits ``0``-``9`` (``str.isdigit`` also takes ``"٣"``, ``"²"``).
+
+    >>> is_digits("007"), is_digits("-1"), is_digits("\u00b2")
+    (True, False, False)
+    """
+    return text.isascii() and text.isdigit()
+
+
+def parse_count(text: str, *, limit: int) -> int | None:
+    """``text`` as a whole number in ``0..limit`` (ASCII digits only), else ``None``.
+
+    The digits are counted before ``int()`` runs, so a 100,000-digit string costs nothing.
+
+    >>> parse_count("0012", limit=100), parse_count("101", limit=100), parse_count("\u0663", limit=9)
+    (12, None, None)
+    """
+    digits = text.lstrip("0") or "0"
+    if not is_digits(text) or len(digits) > len(str(limit)):
+        return None
+    value = int(digits)
+    return value if value <= limit else None
+
+
+SHOWN_CHARS = 80
+
+
+def shown(value: object, limit: int = SHOWN_CHARS) -> str:
+    """``repr(value)``, shortened in the middle past ``limit`` characters, for messages.
+
+    >>> shown("0-2")
+    "'0-2'"
+    >>> shown("n[" + "1," * 50000 + "2]")
+    "'n[1,1,1,1,1,1,1,1,1,1,1,1,1,1...(100004 chars)...,1,1,1,1,1,1,1,1,1,1,1,1,1,2]'"
+    """
+    try:
+        text = repr(value)
+    except ValueError:  # an int past Python's 4300-digit conversion limit
+        if isinstance(value, int):
+            return f"<int of {value.bit_length()} bits>"
+        return f"<a {type(value).__name__} too long to show>"
+    if len(text) <= limit:
+        return text
+    size = f"({len(value)} chars)" if isinstance(value, (str, bytes)) else f"({len(text)} chars shown as repr)"
+    keep = max(8, (limit - len(size) - 6) // 2)
+    return f"{text[:keep]}...{size}...{text[-keep:]}"

@@ -22,6 +22,7 @@ from typing import Any
 from absl import app, flags
 from absl import logging as absl_logging
 
+import tfdevices
 from tfdevices import flags as tfd_flags
 
 tfd_flags.define_flags()
@@ -63,9 +64,7 @@ def by_hand(keras: Any, tf: Any, model: Any, assignment: dict[str, str]) -> Any:
 def forward_traffic(tf: Any, model: Any, x: Any, layer_names: list[str]) -> dict[str, Any]:
     """One forward step under capture: data transfers and bytes, activation transfers between
     layers (the last layer's output, returned to the caller, left out), weight reads that cross devices."""
-    from tfdevices import capture
-
-    report = capture(tf.function(lambda t: model(t)), x)
+    report = tfdevices.capture(tf.function(lambda t: model(t)), x)
     data = [t for t in report.transfers() if "ctrl" not in t.tensor]
     inner = re.compile(r"(^|/)(" + "|".join(map(re.escape, layer_names[:-1])) + r")(_\d+)?/")
     reads = {r.op for r in report.variables_on()}
@@ -93,8 +92,6 @@ def _line(name: str, traffic: dict[str, Any]) -> str:
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    import tfdevices
-
     if not FLAGS["verbosity"].present:
         absl_logging.set_verbosity(absl_logging.WARNING)
     setup = tfd_flags.configure_from_flags(cpu_virtual_devices=max(CPU_DEVICES, FLAGS.devices))

@@ -18,7 +18,9 @@ from typing import Any
 from absl import app, flags
 from absl import logging as absl_logging
 
+import tfdevices
 from tfdevices import flags as tfd_flags
+from tfdevices.training import train
 
 tfd_flags.define_flags()
 flags.DEFINE_integer("epochs", 2, "Epochs to train.", lower_bound=1)
@@ -49,12 +51,11 @@ def make_model(keras: Any) -> Any:
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    import tfdevices
-
     if not FLAGS["verbosity"].present:
         absl_logging.set_verbosity(absl_logging.WARNING)  # TensorFlow's per-step INFO lines drown the output
     print(tfdevices.discover().table(), "\n", flush=True)
-    setup = tfd_flags.configure_from_flags(cpu_virtual_devices=CPU_DEVICES)
+    with tfd_flags.usage_errors():  # --batch_size below the replica count: a usage error before TensorFlow starts
+        setup = tfd_flags.configure_from_flags(cpu_virtual_devices=CPU_DEVICES, global_batch_size=FLAGS.batch_size)
     print(setup.table(), "\n", flush=True)
     tf = tfdevices.core._tf.import_tf()
     import keras
@@ -66,8 +67,6 @@ def main(argv: list[str]) -> None:
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     logdir = FLAGS.logdir
     if info.kind == "multi_worker":
-        from tfdevices.training import train
-
         start = time.perf_counter()
         result = train(info, lambda: make_model(keras), data, loss=loss,
                        optimizer_fn=lambda: keras.optimizers.Adam(1e-3), epochs=FLAGS.epochs,

@@ -17,7 +17,9 @@ from typing import Any
 from absl import app, flags
 from absl import logging as absl_logging
 
+import tfdevices
 from tfdevices import flags as tfd_flags
+from tfdevices.tensorboard.writer import write_placement
 
 tfd_flags.define_flags()
 flags.DEFINE_integer("size", 512, "Side of the square matrices each task multiplies.", lower_bound=1)
@@ -40,8 +42,6 @@ def two_devices(logical: tuple[str, ...]) -> tuple[str, str]:
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    import tfdevices
-
     if not FLAGS["verbosity"].present:
         absl_logging.set_verbosity(absl_logging.WARNING)
     setup = tfd_flags.configure_from_flags(cpu_virtual_devices=CPU_DEVICES)
@@ -84,8 +84,6 @@ def main(argv: list[str]) -> None:
     if not report.transfers():
         print("  no copy: both tasks ran on the same device")
     if FLAGS.log_placement:
-        from tfdevices.tensorboard import write_placement
-
         write_placement(report, FLAGS.logdir)
         print(f"\nTensorBoard logs: {os.path.abspath(FLAGS.logdir)}\n  tensorboard --logdir {FLAGS.logdir}")
 

@@ -15,7 +15,10 @@ weights: they are identical.
 from __future__ import annotations
 
 from absl import app, flags
+
+import tfdevices
 from absl import logging as absl_logging
+from tfdevices.flags import check_batch_size, usage_errors
 
 flags.DEFINE_integer("epochs", 2, "Epochs to train.", lower_bound=1)
 flags.DEFINE_integer("steps_per_epoch", 8, "Batches per epoch.", lower_bound=1)
@@ -27,12 +30,12 @@ FLAGS = flags.FLAGS
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    import tfdevices
-
     if not FLAGS["verbosity"].present:
         absl_logging.set_verbosity(absl_logging.WARNING)  # TensorFlow's INFO lines drown the output
     info = tfdevices.launch_info()
     mine = tfdevices.gpu_for_rank(info, tfdevices.discover())
+    with usage_errors():  # before TensorFlow starts
+        check_batch_size(FLAGS.batch_size, info.world_size * max(1, len(mine.gpus)))
     tfdevices.configure(mine.spec)  # before TensorFlow starts: this process sees only its GPU(s)
     tf = tfdevices.core._tf.import_tf()
     import keras

@@ -23,8 +23,10 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from tfdevices.gpus import nvml, visibility
+from tfdevices.core._tf import import_tf
 from tfdevices.core.errors import InputError, InventoryFileError
+from tfdevices.gpus import nvml, visibility
+from tfdevices.core.units import shown
 from tfdevices.gpus.inventory import INVENTORY_ENV, GpuInfo, Inventory
 
 KNOWN_SOURCES = ("nvml", "tensorflow")
@@ -78,7 +80,7 @@ def from_file(path: str, env: Mapping[str, str]) -> Inventory:
     try:
         inventory = Inventory.load(path)
     except InventoryFileError as err:
-        raise InventoryFileError(f"{INVENTORY_ENV}={path!r}: {err.message}",
+        raise InventoryFileError(f"{INVENTORY_ENV}={shown(path, 240)}: {err.message}",
                                  hint=f"{err.hint} Or unset {INVENTORY_ENV} to read this machine.") from None
     return visibility.apply(inventory, env)
 
@@ -139,8 +141,6 @@ def from_tensorflow(env: Mapping[str, str]) -> Inventory:
     """
     visibility.parse_device_order(env.get(visibility.ORDER_ENV))
     visibility.parse_visible_devices(env.get(visibility.VISIBLE_ENV))
-    from tfdevices.core._tf import import_tf
-
     tf = import_tf()
     gpus = []
     for n, device in enumerate(tf.config.list_physical_devices("GPU")):

@@ -22,14 +22,24 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import stat
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from tfdevices.core.errors import InventoryFileError
-from tfdevices.core.units import format_bytes
+from tfdevices.core.units import format_bytes, is_digits, shown
 
 SOURCES = ("nvml", "tensorflow", "none")
 INVENTORY_ENV = "TFDEVICES_INVENTORY"
+MAX_FILE_BYTES = 4 << 20
+"""The largest inventory file read (a listing of 8 GPUs is about 4 KB)."""
+MAX_GPUS = 4096
+"""The most entries (GPUs and MIG instances) an inventory may hold."""
+MAX_TEXT = 4096
+"""The longest string field an inventory may hold, in characters."""
+_LIMITS = {"index": 1023, "mig_index": 1023, "cuda_ordinal": MAX_GPUS - 1, "processes": 10**7,
+           "memory_total": 1 << 64, "memory_used": 1 << 64, "memory_free": 1 << 64}
+_FILE_HINT = "save one with 'tfdevices list --json > FILE'."
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,11 +99,11 @@ class GpuInfo:
         cc = values.get("compute_capability")
         if cc is not None:
             values["compute_capability"] = _parse_cc(cc, where)
-        for name in ("index", "memory_total", "memory_used", "memory_free", "processes",
-                     "mig_index", "cuda_ordinal"):
+        for name, limit in _LIMITS.items():
             value = values.get(name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-                raise InventoryFileError(f"{where}: GPU field {name}={value!r} must be a whole number >= 0.",
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limit):
+                raise InventoryFileError(f"{where}: GPU field {name}={shown(value)} must be a whole number "
+                                         f"from 0 to {limit:,}.",
                                          hint="fix or regenerate the file with 'tfdevices list --json'.")
         util = values.get("utilization")
         if util is not None and (isinstance(util, bool) or not isinstance(util, (int, float))
@@ -102,13 +112,30 @@ class GpuInfo:
                                      hint="write 0.25 for 25%.")
         for name in ("name", "uuid", "pci_bus_id"):
             if name in values and not isinstance(values[name], str):
-                raise InventoryFileError(f"{where}: GPU field {name}={values[name]!r} must be a string.",
+                raise InventoryFileError(f"{where}: GPU field {name}={shown(values[name])} must be a string.",
                                          hint="fix or regenerate the file with 'tfdevices list --json'.")
+            _check_text(values.get(name), f"{where}: GPU field {name}")
         tf_name = values.get("tf_name")
         if tf_name is not None and not isinstance(tf_name, str):
-            raise InventoryFileError(f"{where}: GPU field tf_name={tf_name!r} must be a string or null.",
+            raise InventoryFileError(f"{where}: GPU field tf_name={shown(tf_name)} must be a string or null.",
                                      hint="fix or regenerate the file with 'tfdevices list --json'.")
+        _check_text(tf_name, f"{where}: GPU field tf_name")
         return cls(**values)
+
+
+def _check_text(value: object, what: str) -> None:
+    """Refuses a string that cannot be printed or written back: too long, or holding a lone surrogate."""
+    if not isinstance(value, str):
+        return
+    if len(value) > MAX_TEXT:
+        raise InventoryFileError(f"{what}={shown(value)} is longer than {MAX_TEXT} characters.",
+                                 hint="fix or regenerate the file with 'tfdevices list --json'.")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise InventoryFileError(f"{what}={shown(value)} holds a lone surrogate ({value[err.start]!r} at "
+                                 f"character {err.start}), which is not text.",
+                                 hint="fix or regenerate the file with 'tfdevices list --json'.") from None
 
 
 def _parse_cc(value: Any, where: str) -> tuple[int, int]:
@@ -116,8 +143,9 @@ def _parse_cc(value: Any, where: str) -> tuple[int, int]:
     if isinstance(value, (list, tuple)) and len(value) == 2:
         text = f"{value[0]}.{value[1]}"
     parts = text.split(".") if text else []
-    if len(parts) != 2 or not all(p.isdigit() for p in parts):
-        raise InventoryFileError(f"{where}: compute_capability={value!r} is not of the form '8.0'.",
+    if len(parts) != 2 or not all(is_digits(p) and len(p) <= 3 for p in parts):
+        raise InventoryFileError(f"{where}: compute_capability={shown(value)} is not of the form '8.0' "
+                                 "(ASCII digits).",
                                  hint="write it as 'major.minor', e.g. '8.6'.")
     return int(parts[0]), int(parts[1])
 
@@ -180,8 +208,14 @@ class Inventory:
         """
         try:
             data = json.loads(text)
-        except (json.JSONDecodeError, TypeError) as err:
-            raise InventoryFileError(f"{where}: not valid JSON ({err}).",
+        except json.JSONDecodeError as err:
+            raise InventoryFileError(f"{where}: not valid JSON ({err.msg} at line {err.lineno} column {err.colno}).",
+                                     hint="save it with 'tfdevices list --json > FILE'.") from None
+        except RecursionError:
+            raise InventoryFileError(f"{where}: JSON nested too deeply to be an inventory.",
+                                     hint="save it with 'tfdevices list --json > FILE'.") from None
+        except ValueError:  # a number past Python's 4300-digit limit for int()
+            raise InventoryFileError(f"{where}: holds a number thousands of digits long; not an inventory.",
                                      hint="save it with 'tfdevices list --json > FILE'.") from None
         return cls.from_dict(data, where=where)
 
@@ -203,20 +237,26 @@ class Inventory:
         if not isinstance(gpus, list):
             raise InventoryFileError(f"{where}: 'gpus' must be a list, got {type(gpus).__name__}.",
                                      hint="save it with 'tfdevices list --json > FILE'.")
+        if len(gpus) > MAX_GPUS:
+            raise InventoryFileError(f"{where}: {len(gpus):,} GPU entries; an inventory holds at most {MAX_GPUS}.",
+                                     hint="save it with 'tfdevices list --json > FILE'.")
         parsed = tuple(GpuInfo.from_dict(g, where=f"{where}: gpus[{i}]") for i, g in enumerate(gpus))
-        keys = [g.key for g in parsed]
-        dupes = sorted({k for k in keys if keys.count(k) > 1})
+        seen: set[str] = set()
+        dupes = sorted({g.key for g in parsed if g.key in seen or seen.add(g.key)})  # type: ignore[func-returns-value]
         if dupes:
-            raise InventoryFileError(f"{where}: GPU index(es) {dupes} appear more than once.",
+            raise InventoryFileError(f"{where}: GPU index(es) {dupes[:8]} appear more than once.",
                                      hint="each GPU must appear once.")
         notes = data.get("notes", [])
-        if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
-            raise InventoryFileError(f"{where}: 'notes' must be a list of strings.",
+        if not isinstance(notes, list) or len(notes) > 64 or not all(isinstance(n, str) for n in notes):
+            raise InventoryFileError(f"{where}: 'notes' must be a list of at most 64 strings.",
                                      hint="save it with 'tfdevices list --json > FILE'.")
+        for i, note in enumerate(notes):
+            _check_text(note, f"{where}: notes[{i}]")
         for name in ("reason", "driver_version", "cuda_visible_devices", "cuda_device_order"):
             if data.get(name) is not None and not isinstance(data[name], str):
-                raise InventoryFileError(f"{where}: {name}={data[name]!r} must be a string or null.",
+                raise InventoryFileError(f"{where}: {name}={shown(data[name])} must be a string or null.",
                                          hint="save it with 'tfdevices list --json > FILE'.")
+            _check_text(data.get(name), f"{where}: {name}")
         return cls(gpus=parsed, source=source, reason=data.get("reason"),
                    driver_version=data.get("driver_version"),
                    cuda_visible_devices=data.get("cuda_visible_devices"),
@@ -229,13 +269,8 @@ class Inventory:
         Raises:
             InventoryFileError: the file is missing, unreadable or not an inventory.
         """
-        try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-        except OSError as err:
-            raise InventoryFileError(f"inventory file {os.fspath(path)!r}: {err.strerror}.",
-                                     hint="save one with 'tfdevices list --json > FILE'.") from None
-        inv = cls.from_json(text, where=f"inventory file {os.fspath(path)!r}")
+        where = f"inventory file {shown(os.fspath(path), 240)}"
+        inv = cls.from_json(_decode(read_bounded(path, what=where), where), where=where)
         return dataclasses.replace(inv, loaded_from=os.fspath(path))
 
     def table(self) -> str:
@@ -270,6 +305,61 @@ class Inventory:
             out.append(f"no GPU visible: {self.reason or 'none found'}")
         out += [f"note: {n}" for n in self.notes]
         return "\n".join(out)
+
+
+def read_bounded(path: str | os.PathLike[str], *, what: str, limit: int = MAX_FILE_BYTES) -> bytes:
+    """Reads a regular file of at most ``limit`` bytes, never waiting on a FIFO or a device.
+
+    Args:
+        path: the file.
+        what: the file's description in messages (``"inventory file 'x.json'"``).
+        limit: the most bytes to read.
+
+    Returns:
+        The file's bytes.
+
+    Raises:
+        InventoryFileError: the path is missing, unreadable, not a regular file (a FIFO,
+            a device, a directory, a socket) or larger than ``limit``.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    except (OSError, ValueError) as err:
+        why = err.strerror if isinstance(err, OSError) else str(err)
+        raise InventoryFileError(f"{what}: {why}.", hint=_FILE_HINT) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode)
+                    else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket"
+                    if stat.S_ISSOCK(mode) else "not a regular file")
+            raise InventoryFileError(f"{what} is {kind}, not a file; it is not read.", hint=_FILE_HINT)
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as err:
+        raise InventoryFileError(f"{what}: {err.strerror}.", hint=_FILE_HINT) from None
+    finally:
+        os.close(fd)
+    if size > limit:
+        raise InventoryFileError(f"{what} is larger than {format_bytes(limit)}; an inventory is a few KB.",
+                                 hint=_FILE_HINT)
+    return b"".join(chunks)
+
+
+def _decode(data: bytes, where: str) -> str:
+    """JSON text in UTF-8 (with or without a BOM), UTF-16 or UTF-32, as RFC 8259 allows; anything else is refused."""
+    encoding = json.detect_encoding(data)
+    try:
+        return data.decode("utf-8-sig" if encoding == "utf-8" else encoding)
+    except UnicodeDecodeError as err:
+        raise InventoryFileError(f"{where}: not JSON text (byte {data[err.start]:#04x} at offset {err.start} is not "
+                                 f"{encoding}; binary data, or a text encoding other than UTF-8/16/32).",
+                                 hint=_FILE_HINT) from None
 
 
 def _show_env(value: str | None) -> str:

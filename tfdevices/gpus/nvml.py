@@ -273,10 +273,12 @@ class Nvml:
 
 
 def _text(value: Any) -> str | None:
-    """NVML strings come as ``bytes`` from old ``pynvml`` and ``str`` from new."""
+    """NVML strings come as ``bytes`` from old ``pynvml`` and ``str`` from new; either way the result is
+    printable text (a lone surrogate, from bytes a driver got wrong, becomes ``\\udc..``), at most 256 characters."""
     if value is None:
         return None
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+    text = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")[:256]
 
 
 _DEFAULT = Nvml()

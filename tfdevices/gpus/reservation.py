@@ -12,9 +12,22 @@ since when). A file that is unlocked but not empty was left by a holder that
 died without releasing: it is wiped on the next reservation and reported in
 :attr:`Reservation.cleaned`.
 
-The lock directory is ``lock_dir=``, else ``$TFDEVICES_LOCK_DIR``, else
-``<tmp>/tfdevices-locks``. Every process that should respect the reservations of
-the others must use the same directory.
+**The lock directory** is ``lock_dir=``, else ``$TFDEVICES_LOCK_DIR``, else
+:data:`DEFAULT_LOCK_DIR` (``/tmp/tfdevices-locks``): a fixed path, one per
+machine, that does not follow ``TMPDIR`` (SLURM gives every job its own
+``TMPDIR``; jobs sharing a node must still see each other's locks). Every process
+that should respect the reservations of the others must use the same directory.
+
+**Faults it survives.** A lock file deleted while held (a ``/tmp`` cleaner) does
+not free the GPU: on Linux each claim also binds an abstract Unix socket named
+after the lock directory and the GPU, a name no file cleaner can remove and the
+kernel frees when the holder ends, so the next caller sees the GPU held
+("its lock file was deleted"); :meth:`Reservation.restore` writes the holder's
+file back. A lock file replaced between ``open`` and
+``flock`` is detected (inode check) and opened again. A forked child inherits the
+locks; the parent's :meth:`Reservation.release` frees them all the same, and a
+child's ``release()`` says why it cannot. Anything that fails half-way through
+a claim releases everything that claim took.
 
 >>> import tempfile
 >>> from tfdevices.gpus.inventory import GpuInfo, Inventory
@@ -39,35 +52,42 @@ import contextlib
 import dataclasses
 import errno
 import fcntl
+import hashlib
 import json
+import math
 import os
 import re
 import socket
 import sys
-import tempfile
 import time
 from collections.abc import Iterator, Mapping
 
-from tfdevices.core.errors import ReservationError, SelectionError
+from tfdevices.core.errors import InputError, ReservationError, SelectionError, SpecError
 from tfdevices.gpus.discovery import discover
 from tfdevices.gpus.inventory import GpuInfo, Inventory
-from tfdevices.gpus.selection import Selection, select
+from tfdevices.gpus.selection import Selection, first_overlap, select
 from tfdevices.gpus.spec import parse_spec
 
 LOCK_DIR_ENV = "TFDEVICES_LOCK_DIR"
+DEFAULT_LOCK_DIR = "/tmp/tfdevices-locks"
+"""The lock directory when neither ``lock_dir=`` nor ``$TFDEVICES_LOCK_DIR`` is given: one per machine,
+whatever ``TMPDIR`` says."""
 _SELECT_LOCK = ".select.lock"
 _HINT = ("wait for a GPU (timeout=SECONDS), ask for fewer or other GPUs, or ask the holders; "
          "a holder's lock goes away when its process ends.")
+_REOPEN_TRIES = 20
 
 
 def default_lock_dir(env: Mapping[str, str] | None = None) -> str:
-    """``$TFDEVICES_LOCK_DIR``, else ``<tmp>/tfdevices-locks``.
+    """``$TFDEVICES_LOCK_DIR``, else :data:`DEFAULT_LOCK_DIR` (never ``TMPDIR``, which SLURM sets per job).
 
     >>> default_lock_dir({"TFDEVICES_LOCK_DIR": "/scratch/locks"})
     '/scratch/locks'
+    >>> default_lock_dir({"TMPDIR": "/tmp/job42"})
+    '/tmp/tfdevices-locks'
     """
     env = os.environ if env is None else env
-    return env.get(LOCK_DIR_ENV) or os.path.join(tempfile.gettempdir(), "tfdevices-locks")
+    return env.get(LOCK_DIR_ENV) or DEFAULT_LOCK_DIR
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +100,7 @@ class Holder:
         host: the holder's host name.
         command: the holder's command line (shortened).
         since: when it took the lock (seconds since the epoch).
+        note: what else is known (``"its lock file was deleted"``).
     """
 
     gpu: str
@@ -87,13 +108,51 @@ class Holder:
     host: str = "?"
     command: str = ""
     since: float | None = None
+    note: str = ""
 
     def describe(self, now: float | None = None) -> str:
         """``"GPU 2 by pid 4121 on node7 (python train.py) for 42 s"``."""
         age = "" if self.since is None else f" for {max(0.0, (now or time.time()) - self.since):.0f} s"
         cmd = f" ({self.command})" if self.command else ""
         who = "an unknown process" if self.pid is None else f"pid {self.pid} on {self.host}"
-        return f"GPU {self.gpu} by {who}{cmd}{age}"
+        note = f" ({self.note})" if self.note else ""
+        return f"GPU {self.gpu} by {who}{cmd}{age}{note}"
+
+
+@dataclasses.dataclass
+class _Claim:
+    """One GPU held: the locked file's descriptor and, on Linux, the bound name's socket descriptor."""
+
+    fd: int
+    sock: int | None = None
+
+    def close(self, *, unlock: bool) -> None:
+        if self.sock is not None:
+            _close_socket(self.sock)
+            self.sock = None
+        if unlock:  # frees the lock even where a forked child still has a copy of the descriptor
+            with contextlib.suppress(OSError):
+                fcntl.flock(self.fd, fcntl.LOCK_UN)
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+
+_SOCKETS: set[int] = set()  # bound names' descriptors of this process: a forked child closes its copies
+
+
+def _close_socket(fd: int) -> None:
+    _SOCKETS.discard(fd)
+    with contextlib.suppress(OSError):
+        os.close(fd)
+
+
+def _forget_sockets_in_child() -> None:
+    for fd in list(_SOCKETS):
+        _close_socket(fd)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_sockets_in_child)
 
 
 class Reservation:
@@ -111,9 +170,10 @@ class Reservation:
         request: the spec asked for.
         waited: seconds spent waiting for a GPU to become free.
         cleaned: holders whose stale lock files were wiped (they had died without releasing).
+        pid: the process that made the reservation (the one that can release it).
     """
 
-    def __init__(self, gpus: tuple[GpuInfo, ...], selection: Selection, lock_dir: str, fds: dict[str, int],
+    def __init__(self, gpus: tuple[GpuInfo, ...], selection: Selection, lock_dir: str, claims: dict[str, _Claim],
                  request: str, waited: float, cleaned: tuple[Holder, ...]) -> None:
         self.gpus = gpus
         self.selection = selection
@@ -121,7 +181,8 @@ class Reservation:
         self.request = request
         self.waited = waited
         self.cleaned = cleaned
-        self._fds = dict(fds)
+        self.pid = os.getpid()
+        self._claims = dict(claims)
 
     @property
     def indices(self) -> tuple[int, ...]:
@@ -131,7 +192,7 @@ class Reservation:
     @property
     def held(self) -> bool:
         """Whether the locks are still held by this object."""
-        return bool(self._fds) or not self.gpus
+        return bool(self._claims) or not self.gpus
 
     @property
     def cuda_visible_devices(self) -> str:
@@ -143,12 +204,73 @@ class Reservation:
         return self.selection.env()
 
     def release(self) -> None:
-        """Releases every lock (idempotent). The holder line is wiped first, so the file is left clean."""
-        fds, self._fds = self._fds, {}
-        for fd in fds.values():
+        """Releases every lock (idempotent). The holder line is wiped first, so the file is left clean.
+
+        Raises:
+            ReservationError: called in a forked child: the locks belong to the process that
+                reserved them, which keeps them until it releases or ends. The child's copies
+                are closed, so they do not outlive that release.
+        """
+        claims, self._claims = self._claims, {}
+        if os.getpid() != self.pid:
+            for claim in claims.values():
+                claim.close(unlock=False)
+            if claims:
+                raise ReservationError(
+                    f"release() in pid {os.getpid()}: GPU(s) {','.join(claims)} were reserved by pid {self.pid}, "
+                    "which this process was forked from; they stay reserved until pid "
+                    f"{self.pid} releases them or ends (this process's copies are closed).",
+                    hint="release in the process that called reserve(), or reserve in the child itself.")
+            return
+        for claim in claims.values():
             with contextlib.suppress(OSError):
-                os.ftruncate(fd, 0)
-            os.close(fd)  # closing the last descriptor drops the flock
+                os.ftruncate(claim.fd, 0)
+            claim.close(unlock=True)
+
+    def lost(self) -> tuple[str, ...]:
+        """Keys of the held GPUs whose lock file is gone or replaced (a ``/tmp`` cleaner).
+
+        The GPUs stay reserved (the bound name still says so on Linux), but
+        :func:`holders` can no longer say who holds them.
+        """
+        gone = []
+        for key, claim in self._claims.items():
+            gpu = next(g for g in self.gpus if g.key == key)
+            if not _same_file(claim.fd, os.path.join(self.lock_dir, _lock_name(gpu))):
+                gone.append(key)
+        return tuple(gone)
+
+    def restore(self) -> tuple[str, ...]:
+        """Recreates the lock files of :meth:`lost` GPUs, with this holder's note, so :func:`holders` names
+        this process again. The GPUs were never free meanwhile (on Linux).
+
+        Returns:
+            The keys of the GPUs whose lock file was recreated.
+
+        Raises:
+            ReservationError: called in a forked child, or the lock directory cannot be used.
+        """
+        if os.getpid() != self.pid:
+            raise ReservationError(f"restore() in pid {os.getpid()}: this reservation belongs to pid {self.pid}.",
+                                   hint="call restore() in the process that called reserve().")
+        lost = self.lost()
+        if not lost:
+            return ()
+        _prepare(self.lock_dir)
+        restored = []
+        with _directory_lock(self.lock_dir):  # no other caller is probing the files while we hold it
+            for key in lost:
+                gpu = next(g for g in self.gpus if g.key == key)
+                fd = _lock_file(os.path.join(self.lock_dir, _lock_name(gpu)), blocking=False)
+                if fd is None:
+                    continue
+                _write_holder(fd, gpu)
+                claim = self._claims[key]
+                with contextlib.suppress(OSError):
+                    os.close(claim.fd)  # the deleted file's lock guards nothing any more
+                claim.fd = fd
+                restored.append(key)
+        return tuple(restored)
 
     def __enter__(self) -> Reservation:
         return self
@@ -157,7 +279,7 @@ class Reservation:
         self.release()
 
     def __repr__(self) -> str:
-        state = "held" if self._fds else "released" if self.gpus else "no GPU"
+        state = "held" if self._claims else "released" if self.gpus else "no GPU"
         return f"Reservation(gpus={list(self.indices)}, {state}, lock_dir={self.lock_dir!r})"
 
 
@@ -173,8 +295,8 @@ def reserve(request: object = "auto:1", inventory: Inventory | None = None, *, l
         inventory: what exists; ``None`` runs :func:`tfdevices.discover`.
         lock_dir: the lock directory (see the module docstring).
         timeout: seconds to wait for GPUs to become free; ``0`` fails at once, ``None``
-            waits forever.
-        poll_interval: seconds between attempts while waiting.
+            (or ``math.inf``) waits forever.
+        poll_interval: seconds between attempts while waiting (> 0).
         min_free_memory: passed to :func:`tfdevices.select` for spec requests.
         max_utilization: passed to :func:`tfdevices.select` for spec requests.
 
@@ -184,15 +306,18 @@ def reserve(request: object = "auto:1", inventory: Inventory | None = None, *, l
     Raises:
         ReservationError: the GPUs are held by other processes (the message says who),
             past ``timeout``; or the lock directory cannot be used.
-        SpecError, SelectionError: the request is malformed or could never be met on
-            this machine, whoever holds what.
+        InputError: ``timeout`` or ``poll_interval`` is not a number of seconds
+            (negative, NaN, a string ...).
+        SpecError, SelectionError: the request is malformed, names one GPU twice, or
+            could never be met on this machine, whoever holds what.
     """
+    _check_seconds("timeout", timeout, allow_none=True, allow_zero=True)
+    _check_seconds("poll_interval", poll_interval, allow_none=False, allow_zero=False)
     if inventory is None:
         inventory = discover()
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0):
-        raise ReservationError(f"timeout={timeout!r} must be seconds >= 0 or None.", hint="e.g. timeout=60.")
     directory = lock_dir or default_lock_dir()
     if isinstance(request, Selection):
+        _check_distinct(request)
         wanted, text, exact = request.gpus, request.spec, True
     else:
         parsed = parse_spec(request, what="reserve")
@@ -204,21 +329,14 @@ def reserve(request: object = "auto:1", inventory: Inventory | None = None, *, l
     _prepare(directory)
     start = time.monotonic()
     while True:
-        with _directory_lock(directory):
-            free_fds, holders, cleaned = _probe(directory, inventory)
-            chosen = _choose(request, inventory, wanted, exact, free_fds, min_free_memory, max_utilization)
-            keep = {} if chosen is None else {g.key: free_fds.pop(g.key) for g in chosen.gpus}
-            for fd in free_fds.values():
-                os.close(fd)
-            if chosen is not None:
-                waited = time.monotonic() - start
-                for gpu in chosen.gpus:
-                    _write_holder(keep[gpu.key], gpu)
-                return Reservation(chosen.gpus, chosen, directory, keep, text, waited, cleaned)
+        got = _attempt(request, inventory, wanted, exact, directory, min_free_memory, max_utilization)
         waited = time.monotonic() - start
+        if isinstance(got, tuple):
+            chosen, claims, cleaned = got
+            return Reservation(chosen.gpus, chosen, directory, claims, text, waited, cleaned)
         if timeout is not None and waited >= timeout:
-            raise _busy(text, inventory, wanted, exact, holders, directory, waited)
-        time.sleep(poll_interval)
+            raise _busy(text, inventory, wanted, exact, got, directory, waited)
+        time.sleep(poll_interval if timeout is None else max(0.0, min(poll_interval, timeout - waited)))
 
 
 def holders(inventory: Inventory | None = None, *, lock_dir: str | None = None) -> tuple[Holder, ...]:
@@ -237,13 +355,55 @@ def holders(inventory: Inventory | None = None, *, lock_dir: str | None = None) 
     if not os.path.isdir(directory):
         return ()
     with _directory_lock(directory):
-        free_fds, held, _ = _probe(directory, inventory, clean=False)
-        for fd in free_fds.values():
-            os.close(fd)
-    return tuple(held.values())
+        free, held, _ = _probe(directory, inventory, clean=False)
+        for claim in free.values():
+            claim.close(unlock=True)
+    return tuple(held[g.key] for g in inventory.gpus if g.key in held)
 
 
 # ---------------------------------------------------------------- internals
+
+def _check_seconds(name: str, value: object, *, allow_none: bool, allow_zero: bool) -> None:
+    if value is None and allow_none:
+        return
+    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and not math.isnan(value) and (
+        value > 0 or (allow_zero and value == 0))
+    if not ok or (not allow_none and value == math.inf):
+        wanted = "seconds >= 0 or None (wait forever)" if allow_none else "seconds > 0 (a finite number)"
+        raise InputError(f"{name}={value!r} must be {wanted}.",
+                         hint="e.g. timeout=60, poll_interval=0.05." if allow_none else "e.g. poll_interval=0.05.")
+
+
+def _check_distinct(selection: Selection) -> None:
+    clash = first_overlap(selection.gpus)
+    if clash is not None:
+        (_, a), (_, b) = clash
+        raise SpecError(f"reserve {selection.spec!r}: the selection holds GPU {a.key} and GPU {b.key}, "
+                        "which are one GPU.", hint="build the selection with tfdevices.select(), which names each GPU once.")
+
+
+def _attempt(request: object, inventory: Inventory, wanted: tuple[GpuInfo, ...], exact: bool, directory: str,
+             min_free: object, max_util: object
+             ) -> tuple[Selection, dict[str, _Claim], tuple[Holder, ...]] | dict[str, Holder]:
+    """One try under the directory lock: the claims made, or who holds what. Never leaks a claim."""
+    with _directory_lock(directory):
+        free, held, cleaned = _probe(directory, inventory)
+        try:  # what is not kept is closed before the directory lock goes, so the next caller sees it free
+            chosen = _choose(request, inventory, wanted, exact, free, min_free, max_util)
+            if chosen is None:
+                return held
+            keep = {g.key: free.pop(g.key) for g in chosen.gpus}
+            try:
+                for gpu in chosen.gpus:
+                    _write_holder(keep[gpu.key].fd, gpu)
+            except BaseException:
+                free.update(keep)
+                raise
+            return chosen, keep, cleaned
+        finally:
+            for claim in free.values():
+                claim.close(unlock=True)
+
 
 def _select(request: object, inventory: Inventory, exclude: list[str] | None, min_free: object,
             max_util: object) -> Selection:
@@ -251,7 +411,7 @@ def _select(request: object, inventory: Inventory, exclude: list[str] | None, mi
 
 
 def _choose(request: object, inventory: Inventory, wanted: tuple[GpuInfo, ...], exact: bool,
-            free: dict[str, int], min_free: object, max_util: object) -> Selection | None:
+            free: Mapping[str, _Claim], min_free: object, max_util: object) -> Selection | None:
     """The selection to claim now, or ``None`` when what is free does not suffice."""
     if exact:
         if not all(g.key in free for g in wanted):
@@ -275,26 +435,67 @@ def _prepare(directory: str) -> None:
         raise ReservationError(
             f"lock directory {directory!r} cannot be created: {err.strerror}.",
             hint=f"set {LOCK_DIR_ENV} (or lock_dir=) to a writable directory on this host.") from None
+    if not os.path.isdir(directory):
+        raise ReservationError(f"lock directory {directory!r} is not a directory.",
+                               hint=f"set {LOCK_DIR_ENV} (or lock_dir=) to a directory on this host.")
 
 
 def _open(path: str) -> int:
+    flags = os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    except PermissionError:
-        fd = os.open(path, os.O_RDONLY)
+        try:
+            fd = os.open(path, os.O_RDWR | flags, 0o666)
+        except PermissionError:
+            fd = os.open(path, os.O_RDONLY | (flags & ~os.O_CREAT))
     except OSError as err:
-        raise ReservationError(f"lock file {path!r} cannot be opened: {err.strerror}.",
+        why = "it is a symbolic link" if err.errno == errno.ELOOP else err.strerror
+        raise ReservationError(f"lock file {path!r} cannot be opened: {why}.",
                                hint=f"set {LOCK_DIR_ENV} (or lock_dir=) to a writable local directory.") from None
     with contextlib.suppress(OSError):
         os.fchmod(fd, 0o666)
     return fd
 
 
+def _same_file(fd: int, path: str) -> bool:
+    """Whether ``path`` still names the file open as ``fd`` (a cleaner may have deleted or replaced it)."""
+    try:
+        now = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return False
+    mine = os.fstat(fd)
+    return (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino)
+
+
+def _lock_file(path: str, *, blocking: bool) -> int | None:
+    """Opens and flocks ``path``; ``None`` when another process holds it. Retries while the file is
+    deleted or replaced between ``open`` and ``flock``, so the lock is on the file the path names."""
+    for _ in range(_REOPEN_TRIES):
+        fd = _open(path)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if blocking else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            os.close(fd)
+            if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                return None
+            raise ReservationError(f"lock file {path!r} cannot be locked: {err.strerror}.",
+                                   hint=f"set {LOCK_DIR_ENV} (or lock_dir=) to a local directory "
+                                        "(some network file systems lack flock).") from None
+        except BaseException:
+            os.close(fd)
+            raise
+        if _same_file(fd, path):
+            return fd
+        os.close(fd)  # locked a file that was just deleted or replaced: lock the one the path names now
+    raise ReservationError(f"lock file {path!r} keeps being replaced while it is locked.",
+                           hint=f"stop whatever cleans {os.path.dirname(path)!r}, or set {LOCK_DIR_ENV}.")
+
+
 @contextlib.contextmanager
 def _directory_lock(directory: str) -> Iterator[None]:
-    fd = _open(os.path.join(directory, _SELECT_LOCK))
+    fd = _lock_file(os.path.join(directory, _SELECT_LOCK), blocking=True)
+    if fd is None:  # a blocking flock waits rather than refuse; kept for the type checker
+        raise ReservationError(f"lock directory {directory!r}: the directory lock was refused.", hint=_HINT)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
         os.close(fd)
@@ -305,42 +506,86 @@ def _lock_name(gpu: GpuInfo) -> str:
     return "gpu-" + re.sub(r"[^A-Za-z0-9_.-]", "_", ident) + ".lock"
 
 
+def _bind_name(directory: str, gpu: GpuInfo) -> int | None:
+    """Binds this GPU's abstract socket name (Linux); its descriptor, or ``None`` when another process has it.
+
+    Where abstract names do not exist (not Linux), returns ``-1``: the file lock alone decides.
+    """
+    if not sys.platform.startswith("linux"):
+        return -1
+    ident = f"{os.path.realpath(directory)}\0{_lock_name(gpu)}".encode("utf-8", "surrogateescape")
+    name = b"\0tfdevices-gpu-lock:" + hashlib.sha256(ident).hexdigest()[:40].encode()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        sock.bind(name)
+    except OSError as err:
+        sock.close()
+        if err.errno == errno.EADDRINUSE:
+            return None
+        return -1  # abstract names refused here (a sandbox): the file lock alone decides
+    fd = sock.detach()  # a plain descriptor: never closed by the garbage collector
+    _SOCKETS.add(fd)
+    return fd
+
+
 def _probe(directory: str, inventory: Inventory, *, clean: bool = True
-           ) -> tuple[dict[str, int], dict[str, Holder], tuple[Holder, ...]]:
-    """Locks every free GPU file (caller keeps or closes them); reads the holders of the others."""
-    free: dict[str, int] = {}
+           ) -> tuple[dict[str, _Claim], dict[str, Holder], tuple[Holder, ...]]:
+    """Claims every free GPU (the caller keeps or closes the claims); reads the holders of the others."""
+    free: dict[str, _Claim] = {}
     held: dict[str, Holder] = {}
     cleaned: list[Holder] = []
-    for gpu in inventory.gpus:
-        fd = _open(os.path.join(directory, _lock_name(gpu)))
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as err:
-            if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+    try:
+        for gpu in inventory.gpus:
+            path = os.path.join(directory, _lock_name(gpu))
+            fd = _lock_file(path, blocking=False)
+            if fd is None:
+                held[gpu.key] = _read_holder_at(path, gpu.key)
+                continue
+            try:
+                sock = _bind_name(directory, gpu)
+            except BaseException:
                 os.close(fd)
                 raise
-            held[gpu.key] = _read_holder(fd, gpu.key)
-            os.close(fd)
-            continue
-        stale = _read_holder(fd, gpu.key)
-        if clean and stale.pid is not None:
-            cleaned.append(stale)
-            with contextlib.suppress(OSError):
-                os.ftruncate(fd, 0)
-        free[gpu.key] = fd
+            if sock is None:  # the file is free but the name is bound: its holder's file was deleted
+                os.close(fd)
+                held[gpu.key] = Holder(gpu.key, note="its lock file was deleted while held")
+                continue
+            claim = _Claim(fd, None if sock == -1 else sock)
+            free[gpu.key] = claim
+            stale = _read_holder(fd, gpu.key)
+            if clean and stale.pid is not None:
+                cleaned.append(stale)
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, 0)
+    except BaseException:
+        for claim in free.values():
+            claim.close(unlock=True)
+        raise
     return free, held, tuple(cleaned)
+
+
+def _read_holder_at(path: str, key: str) -> Holder:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return Holder(key)
+    try:
+        return _read_holder(fd, key)
+    finally:
+        os.close(fd)
 
 
 def _read_holder(fd: int, key: str) -> Holder:
     try:
         data = json.loads(os.pread(fd, 4096, 0).decode("utf-8", "replace") or "{}")
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return Holder(key)
     if not isinstance(data, dict):
         return Holder(key)
     pid, since = data.get("pid"), data.get("since")
-    return Holder(key, pid if isinstance(pid, int) else None, str(data.get("host", "?")),
-                  str(data.get("command", "")), since if isinstance(since, (int, float)) else None)
+    return Holder(key, pid if isinstance(pid, int) and not isinstance(pid, bool) else None,
+                  str(data.get("host", "?"))[:80], str(data.get("command", ""))[:120],
+                  since if isinstance(since, (int, float)) and math.isfinite(since) else None)
 
 
 def _write_holder(fd: int, gpu: GpuInfo) -> None:
@@ -349,7 +594,7 @@ def _write_holder(fd: int, gpu: GpuInfo) -> None:
                        "command": command, "since": time.time()}) + "\n"
     with contextlib.suppress(OSError):  # a read-only lock file still locks; only the note is lost
         os.ftruncate(fd, 0)
-        os.pwrite(fd, line.encode(), 0)
+        os.pwrite(fd, line.encode("utf-8", "backslashreplace"), 0)
 
 
 def _busy(text: str, inventory: Inventory, wanted: tuple[GpuInfo, ...], exact: bool,
@@ -358,7 +603,9 @@ def _busy(text: str, inventory: Inventory, wanted: tuple[GpuInfo, ...], exact: b
     considered = wanted if exact else inventory.gpus
     taken = [held[g.key] for g in considered if g.key in held]
     free = len(considered) - len(taken)
-    shown = "; ".join(h.describe(now) for h in taken) or "none"
+    shown = "; ".join(h.describe(now) for h in taken[:8]) or "none"
+    if len(taken) > 8:
+        shown += f"; and {len(taken) - 8} more"
     scope = f"GPU(s) {','.join(g.key for g in wanted)} asked for" if exact else "GPU(s)"
     return ReservationError(
         f"reserve {text!r}: {free} of {len(considered)} {scope} free in {directory} "

@@ -14,16 +14,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from tfdevices.core.errors import InputError, SelectionError, SpecError
+from tfdevices.gpus import visibility
+from tfdevices.gpus.discovery import discover
 from tfdevices.gpus.inventory import GpuInfo, Inventory
 from tfdevices.gpus.spec import DeviceSpec, parse_spec
-from tfdevices.core.units import format_bytes, parse_memory
+from tfdevices.core.units import format_bytes, parse_memory, shown
 
 ORDERS = ("free_memory", "utilization", "index")
-HIDE_ALL = "-1"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,9 +61,7 @@ class Selection:
     @property
     def cuda_visible_devices(self) -> str:
         """The mask: NVML indices (MIG UUIDs for MIG instances), ``"-1"`` for no GPU."""
-        if not self.gpus:
-            return HIDE_ALL
-        return ",".join(g.uuid if g.mig_index is not None else str(g.index) for g in self.gpus)
+        return visibility.mask(self.gpus)
 
     @property
     def tf_names(self) -> tuple[str, ...]:
@@ -71,7 +70,7 @@ class Selection:
 
     def env(self) -> dict[str, str]:
         """The environment that applies this selection in a process not yet using CUDA."""
-        return {"CUDA_VISIBLE_DEVICES": self.cuda_visible_devices, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+        return visibility.mask_env(self.gpus)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -126,8 +125,6 @@ def select(spec: object = "all", inventory: Inventory | None = None, *,
     """
     parsed = parse_spec(spec)
     if inventory is None:
-        from tfdevices.gpus.discovery import discover
-
         inventory = discover()
     min_free = None if min_free_memory is None else parse_memory(min_free_memory, what="min_free_memory")
     max_util = _check_utilization(max_utilization)
@@ -163,28 +160,115 @@ def _check_utilization(value: object) -> float | None:
     return float(value)
 
 
-def _resolve(key: str, inventory: Inventory, what: str, spec: object) -> GpuInfo:
+def resolve_gpus(spec: object, inventory: Inventory, *, what: str = "GPU spec") -> tuple[GpuInfo, ...]:
+    """The physical GPUs an explicit spec names, in the order given; one GPU named twice is an error.
+
+    This is where every list of GPUs enters (``select``, ``reserve``, ``tfdevices launch --gpus``):
+    each name is resolved to a GPU of ``inventory`` first, and then two names of one
+    GPU are refused, whatever their spelling: an index and its UUID, two UUID
+    prefixes of one GPU, or a MIG instance and its parent GPU.
+
+    Args:
+        spec: an explicit spec: ``"0,2"``, ``[0, "GPU-8a3c"]``, ``"0:1"`` ...
+        inventory: the GPUs that exist.
+        what: the input's name in messages (``"--gpus"``).
+
+    Returns:
+        The named GPUs, in the order given.
+
+    Raises:
+        SpecError: the spec is malformed or not explicit, a name matches no GPU or
+            several, or two names are one GPU.
+
+    >>> from tfdevices.gpus.inventory import GpuInfo, Inventory
+    >>> inv = Inventory(gpus=tuple(GpuInfo(index=i, name="A100", uuid=f"GPU-{i}a") for i in range(2)))
+    >>> [g.index for g in resolve_gpus("1,0", inv)]
+    [1, 0]
+    >>> resolve_gpus("0,GPU-0a", inv)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    tfdevices.core.errors.SpecError: GPU spec '0,GPU-0a': 'GPU-0a' is GPU 0 (GPU-0a), named before as '0'; ...
+    """
+    parsed = parse_spec(spec, what=what)
+    if parsed.kind != "explicit":
+        raise SpecError(f"{what} {shown(spec)}: must name GPUs ('0,3'), not {parsed.kind!r}.",
+                        hint="list NVML indices, UUID prefixes or MIG ids.")
+    return _resolve_all(parsed.keys, inventory, what, spec)
+
+
+def _resolve_all(keys: tuple[str, ...], inventory: Inventory, what: str, spec: object) -> tuple[GpuInfo, ...]:
+    by_key = {g.key: g for g in inventory.gpus}
+    named = tuple(_resolve(k, inventory, what, spec, by_key) for k in keys)
+    clash = first_overlap(named)
+    if clash is not None:
+        (i, a), (j, b) = clash
+        relation = f"is GPU {_label(b)}" if a.key == b.key else (
+            f"is MIG instance {_label(b)} of GPU {_label(a)}" if b.mig_index is not None
+            else f"is GPU {_label(b)}, the parent of MIG instance {_label(a)}")
+        raise SpecError(f"{what} {shown(spec)}: {shown(keys[j])} {relation}, named before as {shown(keys[i])}; "
+                        "one GPU is one GPU.",
+                        hint="name each GPU once (an index, its UUID and its MIG instances all name that GPU).")
+    return named
+
+
+def _label(g: GpuInfo) -> str:
+    return f"{g.key} ({g.uuid})" if g.uuid else g.key
+
+
+def first_overlap(gpus: Sequence[GpuInfo]) -> tuple[tuple[int, GpuInfo], tuple[int, GpuInfo]] | None:
+    """The first two entries of ``gpus`` that are one GPU, as ``((i, gpu), (j, gpu))`` with ``i < j``; else ``None``.
+
+    Two entries are one GPU when they have the same key or UUID, or when one is a
+    MIG instance of the other (same NVML index, one of them whole). Two MIG
+    instances of one GPU are two devices. Linear time.
+
+    >>> from tfdevices.gpus.inventory import GpuInfo
+    >>> parent = GpuInfo(index=0, name="A100", uuid="GPU-a")
+    >>> mig = GpuInfo(index=0, name="A100 MIG", uuid="MIG-b", mig_index=1)
+    >>> first_overlap([parent, mig])[1][0]
+    1
+    """
+    seen_key: dict[str, int] = {}
+    seen_uuid: dict[str, int] = {}
+    whole: dict[int, int] = {}
+    parts: dict[int, int] = {}
+    for j, g in enumerate(gpus):
+        uuid = g.uuid.lower()
+        family = parts if g.mig_index is None else whole  # a whole GPU clashes with its parts, and back
+        for i in (seen_key.get(g.key), seen_uuid.get(uuid) if uuid else None, family.get(g.index)):
+            if i is not None:
+                return (i, gpus[i]), (j, g)
+        seen_key[g.key] = j
+        if uuid:
+            seen_uuid[uuid] = j
+        (whole if g.mig_index is None else parts).setdefault(g.index, j)
+    return None
+
+
+def _resolve(key: str, inventory: Inventory, what: str, spec: object,
+             by_key: dict[str, GpuInfo] | None = None) -> GpuInfo:
     """The GPU a spec key names: an NVML key (``"3"``, ``"0:1"``) or a unique UUID prefix."""
     if key.startswith(("GPU-", "MIG-")):
-        found = [g for g in inventory.gpus if g.uuid.startswith(key)]
+        low = key.lower()
+        found = [g for g in inventory.gpus if g.uuid.lower().startswith(low)]
     else:
-        found = [g for g in inventory.gpus if g.key == key]
+        one = (by_key if by_key is not None else {g.key: g for g in inventory.gpus}).get(key)
+        found = [] if one is None else [one]
     if len(found) == 1:
         return found[0]
-    exists = ", ".join(f"{g.key} ({g.uuid})" for g in inventory.gpus) or "no GPU"
+    exists = ", ".join(f"{g.key} ({g.uuid})" for g in inventory.gpus[:16]) or "no GPU"
+    if len(inventory.gpus) > 16:
+        exists += f" and {len(inventory.gpus) - 16} more"
     why = "matches several GPUs" if found else "names no GPU"
-    raise SpecError(f"{what} {spec!r}: {key!r} {why}; this machine has {exists} (source: {inventory.source}).",
+    raise SpecError(f"{what} {shown(spec)}: {shown(key)} {why}; this machine has {exists} "
+                    f"(source: {inventory.source}).",
                     hint="pick from the list above ('tfdevices list' shows it), or 'none' for the CPU.")
 
 
 def _resolve_exclude(exclude: object, inventory: Inventory) -> frozenset[str]:
     if exclude is None:
         return frozenset()
-    parsed = parse_spec(exclude, what="exclude")
-    if parsed.kind != "explicit":
-        raise SpecError(f"exclude {exclude!r}: must name GPUs ('0,3'), not {parsed.kind!r}.",
-                        hint="list the NVML indices to leave alone.")
-    return frozenset(_resolve(k, inventory, "exclude", exclude).key for k in parsed.keys)
+    return frozenset(g.key for g in resolve_gpus(exclude, inventory, what="exclude"))
 
 
 Check = Callable[[GpuInfo], "str | None"]
@@ -218,7 +302,7 @@ def _choose(spec: DeviceSpec, inventory: Inventory, failures: dict[str, str | No
     if spec.kind == "none":
         return []
     if spec.kind == "explicit":
-        named = [_resolve(k, inventory, "GPU spec", spec.text) for k in spec.keys]
+        named = list(_resolve_all(spec.keys, inventory, "GPU spec", spec.text))
         bad = [g for g in named if failures[g.key]]
         if bad:
             raise SelectionError(
@@ -245,8 +329,9 @@ def _choose(spec: DeviceSpec, inventory: Inventory, failures: dict[str, str | No
 def _summary(inventory: Inventory, failures: dict[str, str | None]) -> str:
     if not inventory.gpus:
         return f"This machine has no GPU ({inventory.reason or 'none found'})."
-    parts = [f"GPU {g.key}: {failures[g.key] or 'ok'}" for g in inventory.gpus]
-    return "GPUs: " + "; ".join(parts) + "."
+    parts = [f"GPU {g.key}: {failures[g.key] or 'ok'}" for g in inventory.gpus[:16]]
+    more = f"; and {len(inventory.gpus) - 16} more" if len(inventory.gpus) > 16 else ""
+    return "GPUs: " + "; ".join(parts) + more + "."
 
 
 def _reason(gpu: GpuInfo, spec: DeviceSpec, failure: str | None, taken: bool) -> str:

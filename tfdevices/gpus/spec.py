@@ -18,6 +18,13 @@ Ambiguous spellings are errors: ``""`` (CUDA reads it as "no GPU"), ``"auto"``
 (how many?), ``"-1"``, and TensorFlow names like ``"GPU:1"`` (masking renumbers
 them; name the physical GPU instead).
 
+Only ASCII digits are digits (``"٣"`` is not GPU 3), and sizes are bounded before
+anything is expanded: a spec names at most :data:`MAX_GPUS` GPUs, each index
+below :data:`MAX_GPUS`, so ``"0-100000000"`` is an error at once. Naming one GPU
+twice is an error here when the spelling is the same (``"0,0"``, ``"0-2,1"``);
+:func:`tfdevices.gpus.selection.select` also finds one GPU named in two
+spellings (an index and its UUID, two UUID prefixes, a MIG instance and its parent).
+
 >>> parse_spec("auto:2")
 DeviceSpec(kind='auto', count=2, keys=())
 >>> parse_spec([2, "0"]).keys
@@ -34,12 +41,16 @@ from collections.abc import Sequence
 
 from tfdevices.core.devices import is_logical_name
 from tfdevices.core.errors import SpecError
+from tfdevices.core.units import is_digits, parse_count, shown
 
 _HINT = ("write 'all', 'none', 'auto:N' (the N best GPUs), or NVML indices as nvidia-smi shows them "
          "('0,2', '0-3', '0:1' for a MIG instance, 'GPU-<uuid prefix>').")
-_INDEX = re.compile(r"^\d+$")
-_MIG = re.compile(r"^\d+:\d+$")
-_RANGE = re.compile(r"^(\d+)-(\d+)$")
+MAX_GPUS = 1024
+"""The most GPUs a spec may name, and one more than the largest index it may name."""
+MAX_SPEC_CHARS = 65536
+"""The longest spec read, in characters."""
+_MIG = re.compile(r"^([0-9]+):([0-9]+)$")
+_RANGE = re.compile(r"^([0-9]+)-([0-9]+)$")
 _UUID = re.compile(r"^(GPU|MIG)-[0-9A-Za-z/-]+$")
 
 
@@ -81,77 +92,111 @@ def parse_spec(spec: object, *, what: str = "GPU spec") -> DeviceSpec:
     if isinstance(spec, bool) or spec is None:
         raise SpecError(f"{what} {spec!r}: expected a string, an int or a list of GPU indices.", hint=_HINT)
     if isinstance(spec, int):
-        return DeviceSpec("explicit", keys=(_token(str(spec), spec, what),))
+        if not 0 <= spec < MAX_GPUS:
+            raise SpecError(f"{what} {shown(spec)}: {shown(str(spec)) if abs(spec) < MAX_GPUS**2 else 'it'} "
+                            f"{_index_problem(spec)}.",
+                            hint="write 'none' to use no GPU." if spec == -1 else _HINT)
+        return DeviceSpec("explicit", keys=(str(spec),))
     if isinstance(spec, str):
+        if len(spec) > MAX_SPEC_CHARS:
+            raise SpecError(f"{what} {shown(spec)}: longer than {MAX_SPEC_CHARS:,} characters.", hint=_HINT)
         return _parse_text(spec, what)
     if isinstance(spec, Sequence):
         if not spec:
             raise SpecError(f"{what} []: an empty list is ambiguous.", hint="write 'none' for no GPU, 'all' for every GPU.")
+        if len(spec) > MAX_GPUS:
+            raise SpecError(f"{what} {shown(spec)}: {len(spec):,} items; a spec names at most {MAX_GPUS} GPUs.",
+                            hint=_HINT)
         keys: list[str] = []
         for item in spec:
-            if isinstance(item, bool) or not isinstance(item, (int, str)):
-                raise SpecError(f"{what} {spec!r}: item {item!r} is not a GPU index.", hint=_HINT)
-            keys += _expand(str(item).strip(), spec, what)
+            if isinstance(item, bool) or not isinstance(item, (int, str)) or (
+                    isinstance(item, str) and len(item) > MAX_SPEC_CHARS):
+                raise SpecError(f"{what} {shown(spec)}: item {shown(item)} is not a GPU index.", hint=_HINT)
+            if isinstance(item, int) and not 0 <= item < MAX_GPUS:
+                raise SpecError(f"{what} {shown(spec)}: item {shown(item)} {_index_problem(item)}.", hint=_HINT)
+            keys += _expand(str(item).strip(), spec, what, len(keys))
         return DeviceSpec("explicit", keys=_unique(keys, spec, what))
-    raise SpecError(f"{what} {spec!r}: expected a string, an int or a list, got {type(spec).__name__}.", hint=_HINT)
+    raise SpecError(f"{what} {shown(spec)}: expected a string, an int or a list, got {type(spec).__name__}.",
+                    hint=_HINT)
+
+
+def _index_problem(value: int) -> str:
+    if value < 0:
+        return "is not a GPU index (indices are >= 0)"
+    return f"is not a GPU index (a machine has at most {MAX_GPUS} GPUs)"
 
 
 def _parse_text(spec: str, what: str) -> DeviceSpec:
     text = spec.strip()
     low = text.lower()
     if not text:
-        raise SpecError(f"{what} {spec!r}: an empty spec is ambiguous (CUDA reads it as 'no GPU').",
+        raise SpecError(f"{what} {shown(spec)}: an empty spec is ambiguous (CUDA reads it as 'no GPU').",
                         hint="write 'none' for no GPU, 'all' for every GPU.")
     if low in ("all", "none", "cpu"):
         return DeviceSpec("none" if low == "cpu" else low)
     if low == "auto":
-        raise SpecError(f"{what} {spec!r}: 'auto' needs a count.",
+        raise SpecError(f"{what} {shown(spec)}: 'auto' needs a count.",
                         hint="write 'auto:1' for the best GPU, 'auto:N' for the N best, or 'all'.")
     if low.startswith("auto:"):
-        count = text[5:].strip()
-        if not _INDEX.match(count) or int(count) == 0:
-            raise SpecError(f"{what} {spec!r}: the count after 'auto:' must be a whole number >= 1.",
-                            hint="write e.g. 'auto:2'; for no GPU write 'none'.")
-        return DeviceSpec("auto", count=int(count))
+        count = parse_count(text[5:].strip(), limit=MAX_GPUS)
+        if not count:
+            raise SpecError(f"{what} {shown(spec)}: the count after 'auto:' must be a whole number from 1 to "
+                            f"{MAX_GPUS} (ASCII digits).", hint="write e.g. 'auto:2'; for no GPU write 'none'.")
+        return DeviceSpec("auto", count=count)
     keys: list[str] = []
     for token in text.split(","):
-        keys += _expand(token.strip(), spec, what)
+        keys += _expand(token.strip(), spec, what, len(keys))
     return DeviceSpec("explicit", keys=_unique(keys, spec, what))
 
 
-def _expand(token: str, spec: object, what: str) -> list[str]:
+def _index(text: str, spec: object, what: str) -> int:
+    value = parse_count(text, limit=MAX_GPUS - 1)
+    if value is None:
+        raise SpecError(f"{what} {shown(spec)}: {shown(text)} is not a GPU index (a machine has at most "
+                        f"{MAX_GPUS} GPUs).", hint=_HINT)
+    return value
+
+
+def _expand(token: str, spec: object, what: str, named: int) -> list[str]:
+    """One item's keys; ``named`` keys came before it (the total is bounded before a range expands)."""
     match = _RANGE.match(token)
-    if match:
-        first, last = int(match[1]), int(match[2])
-        if first > last:
-            raise SpecError(f"{what} {spec!r}: range {token!r} runs backwards.", hint=f"write '{last}-{first}'.")
-        return [str(i) for i in range(first, last + 1)]
-    return [_token(token, spec, what)]
+    if not match:
+        if named >= MAX_GPUS:
+            raise SpecError(f"{what} {shown(spec)}: names more than {MAX_GPUS} GPUs.", hint=_HINT)
+        return [_token(token, spec, what)]
+    first, last = _index(match[1], spec, what), _index(match[2], spec, what)
+    if first > last:
+        raise SpecError(f"{what} {shown(spec)}: range {shown(token)} runs backwards.", hint=f"write '{last}-{first}'.")
+    if named + last - first + 1 > MAX_GPUS:
+        raise SpecError(f"{what} {shown(spec)}: names more than {MAX_GPUS} GPUs.", hint=_HINT)
+    return [str(i) for i in range(first, last + 1)]
 
 
 def _token(token: str, spec: object, what: str) -> str:
-    if _INDEX.match(token):
-        return str(int(token))
-    if _MIG.match(token):
-        gpu, mig = token.split(":")
-        return f"{int(gpu)}:{int(mig)}"
+    if is_digits(token):
+        return str(_index(token, spec, what))
+    mig = _MIG.match(token)
+    if mig:
+        return f"{_index(mig[1], spec, what)}:{_index(mig[2], spec, what)}"
     if _UUID.match(token):
         return token
     if is_logical_name(token):
         raise SpecError(
-            f"{what} {spec!r}: {token!r} is a TensorFlow logical name, which masking renumbers.",
+            f"{what} {shown(spec)}: {shown(token)} is a TensorFlow logical name, which masking renumbers.",
             hint="name physical GPUs by their nvidia-smi index ('1'); TensorFlow names go to build_strategy/device_scope.")
-    if token.lstrip("-").isdigit():
-        raise SpecError(f"{what} {spec!r}: {token!r} is not a GPU index (indices are >= 0).",
+    if token.startswith("-") and is_digits(token[1:]):
+        raise SpecError(f"{what} {shown(spec)}: {shown(token)} is not a GPU index (indices are >= 0).",
                         hint="write 'none' to use no GPU." if token == "-1" else _HINT)
     if not token:
-        raise SpecError(f"{what} {spec!r}: empty item in the list.", hint="remove the stray comma.")
-    raise SpecError(f"{what} {spec!r}: {token!r} is not a GPU index, range, MIG id or UUID.", hint=_HINT)
+        raise SpecError(f"{what} {shown(spec)}: empty item in the list.", hint="remove the stray comma.")
+    raise SpecError(f"{what} {shown(spec)}: {shown(token)} is not a GPU index, range, MIG id or UUID "
+                    "(digits are ASCII 0-9).", hint=_HINT)
 
 
 def _unique(keys: list[str], spec: object, what: str) -> tuple[str, ...]:
-    dupes = sorted({k for k in keys if keys.count(k) > 1})
-    if dupes:
-        raise SpecError(f"{what} {spec!r}: GPU {', '.join(dupes)} named more than once.",
-                        hint="name each GPU once.")
-    return tuple(keys)
+    if len(set(keys)) == len(keys):
+        return tuple(keys)
+    seen: set[str] = set()
+    dupes = sorted({k for k in keys if k in seen or seen.add(k)})  # type: ignore[func-returns-value]
+    raise SpecError(f"{what} {shown(spec)}: GPU {', '.join(dupes[:8])} named more than once.",
+                    hint="name each GPU once.")

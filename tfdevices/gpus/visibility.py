@@ -27,21 +27,24 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from tfdevices.core.errors import EnvVarError
+from tfdevices.core.units import is_digits, parse_count, shown
 from tfdevices.gpus.inventory import GpuInfo, Inventory
 
 VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
+HIDE_ALL = "-1"  # the mask that hides every GPU
 ORDER_ENV = "CUDA_DEVICE_ORDER"
 ORDERS = ("FASTEST_FIRST", "PCI_BUS_ID")
 NOTE_PREFIX = "CUDA order"  # every note this module writes starts so; recomputing replaces them
 
-_INDEX = re.compile(r"^\d+$")
-_NEGATIVE = re.compile(r"^-\d+$")
+MAX_TOKENS = 1024
+"""The most entries ``CUDA_VISIBLE_DEVICES`` may list (a machine has fewer devices)."""
+_INDEX_LIMIT = 1 << 20
 _GPU_UUID = re.compile(r"^GPU-[0-9A-Fa-f][0-9A-Fa-f-]*$")
 _MIG_UUID = re.compile(r"^MIG-(?!GPU-)[0-9A-Fa-f][0-9A-Fa-f-]*$")
-_MIG_LEGACY = re.compile(r"^MIG-(GPU-[0-9A-Fa-f][0-9A-Fa-f-]*)/(\d+)/(\d+)$")
+_MIG_LEGACY = re.compile(r"^MIG-(GPU-[0-9A-Fa-f][0-9A-Fa-f-]*)/([0-9]{1,6})/([0-9]{1,6})$")
 _MASK_HINT = ("write indices ('0,2'), GPU-<uuid> or MIG-<uuid> ids separated by commas, "
               "'' or '-1' to hide every GPU, or unset it to show all")
 
@@ -116,7 +119,7 @@ def parse_device_order(value: str | None) -> str:
     if value.strip() in ORDERS:
         return value.strip()
     raise EnvVarError(
-        f"{ORDER_ENV}={value!r}: not a CUDA device order; CUDA knows {', '.join(ORDERS)} "
+        f"{ORDER_ENV}={shown(value)}: not a CUDA device order; CUDA knows {', '.join(ORDERS)} "
         "(and would silently use FASTEST_FIRST).",
         hint=f"export {ORDER_ENV}=PCI_BUS_ID so CUDA numbers GPUs as nvidia-smi does.")
 
@@ -145,25 +148,33 @@ def parse_visible_devices(value: str | None) -> tuple[MaskToken, ...] | None:
         return None
     if value.strip() in ("", "-1"):
         return ()
+    if value.count(",") >= MAX_TOKENS:
+        raise EnvVarError(f"{VISIBLE_ENV}={shown(value)}: {value.count(',') + 1:,} entries; a machine has at most "
+                          f"{MAX_TOKENS} devices.", hint=_MASK_HINT + ".")
     tokens: list[MaskToken] = []
+    seen: set[str] = set()
     for position, raw in enumerate(value.split(",")):
         token = _parse_token(value, raw.strip(), position)
-        if any(t.text == token.text for t in tokens):
-            raise EnvVarError(f"{VISIBLE_ENV}={value!r}: {token.text!r} is listed twice.",
+        if token.text in seen:
+            raise EnvVarError(f"{VISIBLE_ENV}={shown(value)}: {shown(token.text)} is listed twice.",
                               hint="list each GPU once.")
+        seen.add(token.text)
         tokens.append(token)
     return tuple(tokens)
 
 
 def _parse_token(value: str, text: str, position: int) -> MaskToken:
-    where = f"{VISIBLE_ENV}={value!r}"
+    where = f"{VISIBLE_ENV}={shown(value)}"
     if text == "":
         raise EnvVarError(f"{where}: entry {position + 1} is empty (CUDA stops there and hides the rest).",
                           hint="remove the stray comma.")
-    if _INDEX.match(text):
-        return MaskToken("index", text, index=int(text))
-    if _NEGATIVE.match(text):
-        raise EnvVarError(f"{where}: {text!r} is negative; only a lone '-1' means 'no GPU' "
+    if is_digits(text):
+        index = parse_count(text, limit=_INDEX_LIMIT)
+        if index is None:
+            raise EnvVarError(f"{where}: {shown(text)} is not a device index CUDA could have.", hint=_MASK_HINT + ".")
+        return MaskToken("index", text, index=index)
+    if text.startswith("-") and is_digits(text[1:]):
+        raise EnvVarError(f"{where}: {shown(text)} is negative; only a lone '-1' means 'no GPU' "
                           "(CUDA stops at it and hides what follows).", hint=_MASK_HINT + ".")
     if _GPU_UUID.match(text):
         return MaskToken("gpu", text, uuid=text)
@@ -173,8 +184,8 @@ def _parse_token(value: str, text: str, position: int) -> MaskToken:
     if legacy:
         return MaskToken("mig-legacy", text, uuid=legacy[1], gpu_instance=int(legacy[2]),
                          compute_instance=int(legacy[3]))
-    raise EnvVarError(f"{where}: {text!r} is neither a GPU index nor a GPU-/MIG- id.",
-                      hint=_MASK_HINT + ".")
+    raise EnvVarError(f"{where}: {shown(text)} is neither a GPU index nor a GPU-/MIG- id "
+                      "(CUDA reads only ASCII digits 0-9).", hint=_MASK_HINT + ".")
 
 
 def cuda_enumeration(gpus: Sequence[GpuInfo], order: str) -> tuple[tuple[GpuInfo, ...], bool]:
@@ -251,7 +262,7 @@ def resolve(gpus: Sequence[GpuInfo], env: Mapping[str, str], *,
     if enumeration and not chosen:
         count = len(enumeration)
         what = "the GPU is" if count == 1 else f"all {count} GPUs are"
-        hidden = f"{what} hidden by {VISIBLE_ENV}={mask_text!r}"
+        hidden = f"{what} hidden by {VISIBLE_ENV}={shown(mask_text)}"
     return Visibility(gpus=out, order=order, enumeration=tuple(g.key for g in enumeration),
                       notes=notes, hidden_reason=hidden)
 
@@ -279,23 +290,32 @@ def _existing(enumeration: Sequence[GpuInfo], source: str) -> str:
     if not enumeration:
         return f"this machine has no GPU CUDA can use ({source})"
     by_key = sorted(enumeration, key=lambda g: (g.index, g.mig_index if g.mig_index is not None else -1))
-    text = f"this machine has GPUs {', '.join(_label(g) for g in by_key)} ({source})"
+    text = f"this machine has GPUs {_first(_label(g) for g in by_key)} ({source})"
     if [g.key for g in by_key] != [g.key for g in enumeration]:
-        text += f"; CUDA indices 0..{len(enumeration) - 1} are, in order, {', '.join(g.key for g in enumeration)}"
+        text += f"; CUDA indices 0..{len(enumeration) - 1} are, in order, {_first(g.key for g in enumeration)}"
     return text
+
+
+def _first(items: Iterable[str], shown_items: int = 16) -> str:
+    """``"a, b, c"``, the first ``shown_items`` of them and how many more, so a message stays one short line."""
+    items = list(items)
+    more = f" and {len(items) - shown_items} more" if len(items) > shown_items else ""
+    return ", ".join(items[:shown_items]) + more
 
 
 def _match(tokens: Sequence[MaskToken], mask: str, enumeration: Sequence[GpuInfo], gpus: Sequence[GpuInfo],
            mig_ids: Mapping[str, MigIds], source: str) -> list[GpuInfo]:
-    where = f"{VISIBLE_ENV}={mask!r}"
+    where = f"{VISIBLE_ENV}={shown(mask)}"
     exists = _existing(enumeration, source)
     hint = "name GPUs that exist, by CUDA index ('0,2'), GPU-<uuid> or MIG-<uuid>"
     chosen: list[GpuInfo] = []
+    keys: set[str] = set()
     for token in tokens:
         device = _match_one(token, where, enumeration, gpus, mig_ids, exists, hint)
-        if any(d.key == device.key for d in chosen):
-            raise EnvVarError(f"{where}: {token.text!r} names GPU {device.key} again; {exists}.",
+        if device.key in keys:
+            raise EnvVarError(f"{where}: {shown(token.text)} names GPU {device.key} again; {exists}.",
                               hint="list each GPU once.")
+        keys.add(device.key)
         chosen.append(device)
     return chosen
 
@@ -316,7 +336,7 @@ def _match_one(token: MaskToken, where: str, enumeration: Sequence[GpuInfo], gpu
         if len(found) == 1:
             return found[0]
         extra = "" if mig_ids else " (a saved listing does not keep MIG instance ids)"
-        raise EnvVarError(f"{where}: {token.text!r} names no MIG instance{extra}; {exists}.",
+        raise EnvVarError(f"{where}: {shown(token.text)} names no MIG instance{extra}; {exists}.",
                           hint="name MIG instances by their MIG-<uuid> as nvidia-smi -L shows them.")
     prefix = (token.uuid or "").lower()
     pool = [g for g in enumeration if (g.mig_index is None) == (token.kind == "gpu")]
@@ -324,16 +344,16 @@ def _match_one(token: MaskToken, where: str, enumeration: Sequence[GpuInfo], gpu
     if len(found) == 1:
         return found[0]
     if len(found) > 1:
-        raise EnvVarError(f"{where}: {token.text!r} is a prefix of {len(found)} GPUs' uuids "
+        raise EnvVarError(f"{where}: {shown(token.text)} is a prefix of {len(found)} GPUs' uuids "
                           f"({', '.join(_label(g) for g in found)}); {exists}.",
                           hint="write more of the uuid so it names one GPU.")
     mig_parent = [g for g in gpus if g.mig_index is None and g.uuid.lower().startswith(prefix)
                   and g.key not in {d.key for d in enumeration}]
     if token.kind == "gpu" and mig_parent:
-        raise EnvVarError(f"{where}: {token.text!r} is GPU {mig_parent[0].key}, which is in MIG mode; "
+        raise EnvVarError(f"{where}: {shown(token.text)} is GPU {mig_parent[0].key}, which is in MIG mode; "
                           f"CUDA sees only its MIG instances; {exists}.",
                           hint="name its MIG instances by their MIG-<uuid>.")
-    raise EnvVarError(f"{where}: {token.text!r} names no GPU; {exists}.", hint=f"{hint} (nvidia-smi -L lists them).")
+    raise EnvVarError(f"{where}: {shown(token.text)} names no GPU; {exists}.", hint=f"{hint} (nvidia-smi -L lists them).")
 
 
 def apply(inventory: Inventory, env: Mapping[str, str], *,
@@ -369,3 +389,28 @@ def apply(inventory: Inventory, env: Mapping[str, str], *,
     return dataclasses.replace(inventory, gpus=vis.gpus, notes=kept + vis.notes, reason=reason,
                                cuda_visible_devices=env.get(VISIBLE_ENV),
                                cuda_device_order=env.get(ORDER_ENV))
+
+
+def mask(gpus: Sequence[GpuInfo | int]) -> str:
+    """The ``CUDA_VISIBLE_DEVICES`` value that shows exactly ``gpus``, in that order.
+
+    The one place tfdevices builds a mask: selection, rank mapping, reservation and
+    the launcher all call it. A GPU is its NVML index (``CUDA_DEVICE_ORDER=PCI_BUS_ID``
+    makes CUDA number GPUs as NVML does); a MIG instance is its UUID.
+
+    >>> mask([2, 0]), mask([])
+    ('2,0', '-1')
+    """
+    if not gpus:
+        return HIDE_ALL
+    return ",".join(str(g) if isinstance(g, int) else g.uuid if g.mig_index is not None else str(g.index)
+                    for g in gpus)
+
+
+def mask_env(gpus: Sequence[GpuInfo | int]) -> dict[str, str]:
+    """The environment that shows exactly ``gpus`` to a process not yet using CUDA.
+
+    >>> mask_env([1])
+    {'CUDA_VISIBLE_DEVICES': '1', 'CUDA_DEVICE_ORDER': 'PCI_BUS_ID'}
+    """
+    return {VISIBLE_ENV: mask(gpus), ORDER_ENV: "PCI_BUS_ID"}

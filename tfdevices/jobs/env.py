@@ -38,14 +38,16 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 from collections.abc import Mapping
 
 from tfdevices.core.errors import LaunchError
+from tfdevices.core.units import parse_count, shown
 from tfdevices.jobs.slurm import allocated_gpus, expand_nodelist, expand_tasks_per_node, join_indices, parse_gpu_list
 from tfdevices.jobs.tfconfig import TF_CONFIG, TfConfig, parse_tf_config
 
 SOURCES = ("TF_CONFIG", "OMPI", "PMI", "ENV", "SLURM", "none")
+MAX_RANK = 2**31 - 1
+"""The largest rank, world size or node id read from the environment."""
 RANK_GPUS = "TFDEVICES_RANK_GPUS"
 VIRTUAL_DEVICES_ENV = "TFDEVICES_VIRTUAL_DEVICES"  # logical devices per worker, set by tfdevices launch
 """Set by ``tfdevices launch`` for each worker: the NVML indices it assigned (``""``: none)."""
@@ -108,12 +110,13 @@ class LaunchInfo:
                  f"{'?' if self.local_world_size is None else self.local_world_size}"
                  + ("" if self.node_rank is None else f", node {self.node_rank}")]
         if self.nodes:
-            lines.append("nodes: " + ",".join(self.nodes))
+            shown_nodes = ",".join(self.nodes[:16]) + (f",... ({len(self.nodes):,} in all)" if len(self.nodes) > 16 else "")
+            lines.append("nodes: " + shown_nodes)
         if self.gpus is not None:
             lines.append(f"allocated GPUs: {join_indices(self.gpus)} (from {self.gpus_variable})")
         if self.assigned_gpus is not None:
             lines.append(f"assigned GPUs: {join_indices(self.assigned_gpus)} (from {RANK_GPUS})")
-        lines += [f"  {name}={value}" for name, value in self.variables]
+        lines += [f"  {name}={value if len(value) <= 200 else shown(value, 200)}" for name, value in self.variables]
         if self.ignored:
             lines.append("ignored: " + ", ".join(self.ignored))
         lines += [f"note: {n}" for n in self.notes]
@@ -292,11 +295,11 @@ def _slurm_local_size(env: Mapping[str, str], tasks_var: str | None, size_var: s
         return size if len(nodes) == 1 else None
     per_node = expand_tasks_per_node(env[tasks_var], variable=tasks_var)
     if sum(per_node) != size:
-        raise LaunchError(f"{tasks_var}={env[tasks_var]!r} adds up to {sum(per_node)} tasks, but "
+        raise LaunchError(f"{tasks_var}={shown(env[tasks_var])} adds up to {sum(per_node)} tasks, but "
                           f"{size_var}={size}.", hint="these come from the same srun; check the job script.")
     if nodes and len(per_node) != len(nodes):
-        raise LaunchError(f"{tasks_var}={env[tasks_var]!r} describes {len(per_node)} node(s), but "
-                          f"{node_var}={env[node_var or '']!r} has {len(nodes)}.",
+        raise LaunchError(f"{tasks_var}={shown(env[tasks_var])} describes {len(per_node)} node(s), but "
+                          f"{node_var}={shown(env[node_var or ''])} has {len(nodes)}.",
                           hint="these come from the same srun; check the job script.")
     if node is None:
         return per_node[0] if len(per_node) == 1 else None
@@ -316,11 +319,11 @@ def _cross_check_generic(info: LaunchInfo, env: Mapping[str, str]) -> None:
 
 def _int(env: Mapping[str, str], name: str, *, minimum: int = 0) -> int:
     value = env[name]
-    text = value.strip()
-    if not re.fullmatch(r"\d+", text) or int(text) < minimum:
-        raise LaunchError(f"{name}={value!r} is not a whole number >= {minimum}.",
-                          hint=f"set {name} to a number such as {minimum}, or unset it.")
-    return int(text)
+    number = parse_count(value.strip(), limit=MAX_RANK)
+    if number is None or number < minimum:
+        raise LaunchError(f"{name}={shown(value)} is not a whole number >= {minimum} "
+                          f"(ASCII digits, at most {MAX_RANK:,}).", hint=f"set {name} to a number such as {minimum}, or unset it.")
+    return number
 
 
 def _check_below(name: str, value: int, limit_name: str, limit: int, *, what: str | None = None) -> None:

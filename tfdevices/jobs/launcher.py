@@ -65,9 +65,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any
 
 from tfdevices.core.errors import LaunchError
+from tfdevices.gpus.selection import select
 from tfdevices.jobs.env import RANK_GPUS, VIRTUAL_DEVICES_ENV, LaunchInfo
 from tfdevices.jobs.output import PROGRESS, Console, Record, Splitter
-from tfdevices.jobs.ranks import gpu_plan
+from tfdevices.jobs.ranks import plan_ranks
 from tfdevices.jobs.tfconfig import make_tf_config
 
 RESTART_ENV = "TFDEVICES_RESTART"
@@ -219,7 +220,7 @@ def plan_workers(n: int, ports: Sequence[int], gpus: object = (), *, share: bool
 
 def _assignments(info: LaunchInfo, gpus: object, n: int, share: bool) -> tuple[Any, ...]:
     """Each local rank's GPU assignment, planned once for all of them."""
-    return gpu_plan(info, gpus, share=share)
+    return tuple(plan_ranks(info, gpus, local_world_size=n, share=share))
 
 
 # --------------------------------------------------------------------------- command line
@@ -351,8 +352,6 @@ def _check_log_dir(path: str) -> None:
 
 
 def _candidate_gpus(spec: str) -> tuple[int, ...]:
-    from tfdevices.gpus.selection import select
-
     if spec in ("none", "cpu"):
         return ()
     return tuple(g.index for g in select(spec).gpus)

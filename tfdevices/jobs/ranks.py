@@ -10,18 +10,23 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
-import itertools
+import heapq
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Union
 
 from tfdevices.core.errors import LaunchError, SelectionError
+from tfdevices.gpus import visibility
+from tfdevices.core.units import shown
 from tfdevices.gpus.inventory import Inventory
 from tfdevices.jobs.env import RANK_GPUS, LaunchInfo, launch_info
 from tfdevices.gpus.selection import Selection
 from tfdevices.jobs.slurm import join_indices
 
 MAPPINGS = ("sequential", "weighted")
+MAX_LOCAL_RANKS = 1_000_000
+"""The most processes one machine's plan may hold."""
 Speeds = Union[Mapping[int, float], Sequence[Any]]
 MapFunction = Callable[[int, tuple[int, ...]], Union[int, Sequence[int]]]
 
@@ -61,7 +66,7 @@ class GpuAssignment:
     @property
     def cuda_visible_devices(self) -> str:
         """The mask for this rank (``"-1"``: no GPU)."""
-        return join_indices(self.gpus) if self.gpus else "-1"
+        return visibility.mask(self.gpus)
 
     @property
     def shared(self) -> bool:
@@ -70,8 +75,7 @@ class GpuAssignment:
 
     def env(self) -> dict[str, str]:
         """Variables that apply this assignment in a process not yet using CUDA."""
-        return {"CUDA_VISIBLE_DEVICES": self.cuda_visible_devices, "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-                RANK_GPUS: join_indices(self.gpus)}
+        return {**visibility.mask_env(self.gpus), RANK_GPUS: join_indices(self.gpus)}
 
     def table(self) -> str:
         """Every local rank's GPUs; this rank marked with ``*``."""
@@ -130,24 +134,89 @@ def gpu_for_rank(info: LaunchInfo | None = None, gpus: object = None, *,
     """
     info = launch_info() if info is None else info
     rank = info.local_rank if local_rank is None else local_rank
-    size = info.local_world_size if local_world_size is None else local_world_size
-    if size is None:
-        raise LaunchError(f"the number of processes on this machine is unknown (source {info.source}).",
-                          hint="pass local_world_size=, or set LOCAL_WORLD_SIZE / SLURM_STEP_TASKS_PER_NODE.")
-    for name, value, minimum in (("local_rank", rank, 0), ("local_world_size", size, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise LaunchError(f"{name}={value!r} must be a whole number >= {minimum}.",
-                              hint=f"pass {name} as an int.")
+    size = _local_size(info, local_world_size)
+    _check_whole("local_rank", rank, 0)
     if rank >= size:
         raise LaunchError(f"local_rank={rank} is out of range for local_world_size={size}.",
                           hint=f"local ranks run 0..{size - 1}.")
-    from_env = gpus is None or (hasattr(gpus, "gpus") and not hasattr(gpus, "spec"))  # nothing or an Inventory
+    from_env = gpus is None or isinstance(gpus, Inventory)
     if info.assigned_gpus is not None and from_env and mapping == "sequential":
         return GpuAssignment(rank, info.assigned_gpus, (), info.assigned_gpus, RANK_GPUS, "launcher",
                              reason=f"tfdevices launch assigned them ({RANK_GPUS}={join_indices(info.assigned_gpus)})")
     candidates, origin = _candidates(info, gpus)
     method, plan = _plan(size, candidates, mapping, speeds, share)
-    return _assignment(rank, plan, candidates, origin, method, speeds)
+    return _Planned(plan, candidates, origin, method, speeds).assignment(rank)
+
+
+def plan_ranks(info: LaunchInfo | None = None, gpus: object = None, *, local_world_size: int | None = None,
+               mapping: str | Sequence[int | Sequence[int]] | MapFunction = "sequential",
+               speeds: Speeds | None = None, share: bool = False) -> RankPlan:
+    """Every local rank's assignment from one plan: linear in the number of ranks.
+
+    Same arguments and checks as :func:`gpu_for_rank` (without ``local_rank``); a
+    launcher that starts N processes calls this once instead of ``gpu_for_rank`` N times.
+
+    Returns:
+        A :class:`RankPlan`: a sequence of one :class:`GpuAssignment` per local rank,
+        each built when it is read.
+
+    >>> [a.gpus for a in plan_ranks(local_world_size=4, gpus=[0, 1], share=True)]
+    [(0,), (1,), (0,), (1,)]
+    """
+    info = launch_info() if info is None else info
+    size = _local_size(info, local_world_size)
+    candidates, origin = _candidates(info, gpus)
+    method, plan = _plan(size, candidates, mapping, speeds, share)
+    return RankPlan(_Planned(plan, candidates, origin, method, speeds))
+
+
+class RankPlan(Sequence[GpuAssignment]):
+    """The assignments of every local rank (see :func:`plan_ranks`); ``plan[r]`` is local rank r's.
+
+    Attributes:
+        plan: the GPUs of every local rank, indexed by local rank.
+        candidates: the GPUs offered, in order.
+        method: how ranks were mapped.
+    """
+
+    def __init__(self, planned: _Planned) -> None:
+        self._planned = planned
+        self.plan, self.candidates, self.method = planned.plan, planned.candidates, planned.method
+
+    def __len__(self) -> int:
+        return len(self.plan)
+
+    def __getitem__(self, rank):  # type: ignore[no-untyped-def]
+        if isinstance(rank, slice):
+            return tuple(self._planned.assignment(r) for r in range(len(self.plan))[rank])
+        if not -len(self.plan) <= rank < len(self.plan):
+            raise IndexError(f"local rank {rank} is out of range 0..{len(self.plan) - 1}")
+        return self._planned.assignment(rank % len(self.plan))
+
+    def __repr__(self) -> str:
+        return f"RankPlan({len(self.plan)} local ranks, {self.method}, GPUs {_listed(self.candidates)})"
+
+
+def _listed(indices: Sequence[int]) -> str:
+    """``"0,1,2"``, shortened past 16 GPUs: ``"0,1,...,15,... (16,000 in all)"``."""
+    return join_indices(indices) if len(indices) <= 16 else f"{join_indices(indices[:16])},... ({len(indices):,} in all)"
+
+
+def _check_whole(name: str, value: object, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise LaunchError(f"{name}={shown(value)} must be a whole number >= {minimum}.", hint=f"pass {name} as an int.")
+
+
+def _local_size(info: LaunchInfo, local_world_size: int | None) -> int:
+    size = info.local_world_size if local_world_size is None else local_world_size
+    if size is None:
+        raise LaunchError(f"the number of processes on this machine is unknown (source {info.source}).",
+                          hint="pass local_world_size=, or set LOCAL_WORLD_SIZE / SLURM_STEP_TASKS_PER_NODE.")
+    _check_whole("local_world_size", size, 1)
+    if size > MAX_LOCAL_RANKS:
+        raise LaunchError(f"local_world_size={size:,}: more than {MAX_LOCAL_RANKS:,} processes on one machine.",
+                          hint="check the number of processes; each needs its own CPU time and memory.")
+    return size
 
 
 def _candidates(info: LaunchInfo, gpus: object) -> tuple[tuple[int, ...], str]:
@@ -157,16 +226,18 @@ def _candidates(info: LaunchInfo, gpus: object) -> tuple[tuple[int, ...], str]:
         return info.gpus, str(info.gpus_variable)
     if isinstance(gpus, (list, tuple)) and all(isinstance(g, int) and not isinstance(g, bool) and g >= 0
                                                for g in gpus):
-        return tuple(gpus), "the gpus argument"
+        return _distinct(tuple(gpus), "gpus", gpus), "the gpus argument"
     if isinstance(gpus, Selection):  # the caller chose these
-        return tuple(g.index for g in gpus.gpus), f"selection {gpus.spec!r}"
+        return _distinct(tuple(g.index for g in gpus.gpus), f"selection {gpus.spec!r}", gpus.spec), \
+            f"selection {gpus.spec!r}"
     if not isinstance(gpus, Inventory):
-        raise LaunchError(f"gpus={gpus!r}: expected NVML indices, a Selection or an Inventory.",
+        raise LaunchError(f"gpus={shown(gpus)}: expected NVML indices, a Selection or an Inventory.",
                           hint="pass e.g. gpus=[0, 1] or tfdevices.select('all').")
-    visible = tuple(g.index for g in (gpus.visible or gpus.gpus))
+    visible = tuple(dict.fromkeys(g.index for g in (gpus.visible or gpus.gpus)))  # MIG instances: their GPU once
     if info.gpus is None:
         return visible, "the inventory's visible GPUs"
-    inside = tuple(i for i in info.gpus if i in visible)
+    shown_gpus = set(visible)
+    inside = tuple(i for i in info.gpus if i in shown_gpus)
     if len(inside) == len(info.gpus):
         return inside, f"{info.gpus_variable} (all present in the inventory)"
     if len(visible) == len(info.gpus):
@@ -177,24 +248,30 @@ def _candidates(info: LaunchInfo, gpus: object) -> tuple[tuple[int, ...], str]:
                          hint="check CUDA_VISIBLE_DEVICES and the job's GPU request (--gpus / --gres).")
 
 
+def _distinct(indices: tuple[int, ...], what: str, given: object) -> tuple[int, ...]:
+    """Refuses a list of GPUs that names one GPU twice (one GPU is one GPU; sharing is ``share=True``)."""
+    if len(set(indices)) == len(indices):
+        return indices
+    seen: set[int] = set()
+    twice = sorted({i for i in indices if i in seen or seen.add(i)})  # type: ignore[func-returns-value]
+    raise LaunchError(f"{what} {shown(given)} names GPU {join_indices(twice[:8])} more than once "
+                      "(MIG instances of one GPU map to its NVML index); one GPU is one GPU.",
+                      hint="list each GPU once; to run several ranks on one GPU pass share=True (--share).")
+
+
 def _plan(size: int, candidates: tuple[int, ...], mapping: object, speeds: Speeds | None,
           share: bool) -> tuple[str, tuple[tuple[int, ...], ...]]:
-    if callable(mapping):
-        plan = tuple(_checked(mapping(r, candidates), candidates, f"mapping function for local rank {r}")
-                     for r in range(size))
-        return "function", plan
-    if isinstance(mapping, (list, tuple)):
-        if len(mapping) < size:
-            raise LaunchError(f"mapping={list(mapping)!r} has {len(mapping)} entr(ies) for {size} local ranks.",
-                              hint="give one GPU (or list of GPUs) per local rank.")
-        return "explicit", tuple(_checked(m, candidates, f"mapping[{r}]") for r, m in enumerate(mapping[:size]))
+    if callable(mapping) or isinstance(mapping, (list, tuple)):
+        method, plan = _given_plan(size, candidates, mapping)
+        _refuse_unshared(plan, share, method)
+        return method, plan
     if mapping not in MAPPINGS:
         raise LaunchError(f"mapping={mapping!r}: unknown mapping; known: {', '.join(MAPPINGS)}, a list or a function.",
                           hint="use 'sequential', 'weighted', [gpu per rank] or a function.")
     if not candidates:
         return str(mapping), ((),) * size
     if size > len(candidates) and not share:
-        raise SelectionError(f"{size} local ranks but only {len(candidates)} GPU(s) ({join_indices(candidates)}).",
+        raise SelectionError(f"{size} local ranks but only {len(candidates)} GPU(s) ({_listed(candidates)}).",
                              hint="start at most one process per GPU, or pass share=True (--share) to put "
                                   "several ranks on a GPU.")
     if mapping == "weighted":
@@ -205,17 +282,43 @@ def _plan(size: int, candidates: tuple[int, ...], mapping: object, speeds: Speed
     return "sequential", tuple(candidates[r * per:(r + 1) * per] for r in range(size))
 
 
-def _checked(value: object, candidates: tuple[int, ...], what: str) -> tuple[int, ...]:
+def _given_plan(size: int, candidates: tuple[int, ...], mapping: object
+                ) -> tuple[str, tuple[tuple[int, ...], ...]]:
+    allowed = frozenset(candidates)
+    if callable(mapping):
+        return "function", tuple(_checked(mapping(r, candidates), candidates, allowed,
+                                          f"mapping function for local rank {r}") for r in range(size))
+    if not isinstance(mapping, (list, tuple)):
+        raise LaunchError(f"mapping={shown(mapping)}: expected a list or a function.", hint="e.g. mapping=[2, 3].")
+    if len(mapping) < size:
+        raise LaunchError(f"mapping={shown(list(mapping))} has {len(mapping)} entr(ies) for {size} local ranks.",
+                          hint="give one GPU (or list of GPUs) per local rank.")
+    return "explicit", tuple(_checked(m, candidates, allowed, f"mapping[{r}]") for r, m in enumerate(mapping[:size]))
+
+
+def _refuse_unshared(plan: tuple[tuple[int, ...], ...], share: bool, method: str) -> None:
+    if share:
+        return
+    users = collections.Counter(g for gpus in plan for g in gpus)
+    crowded = sorted(g for g, n in users.items() if n > 1)
+    if crowded:
+        raise SelectionError(f"the {method} mapping puts {users[crowded[0]]} local ranks on GPU {crowded[0]}"
+                             + (f" (and shares GPU(s) {join_indices(crowded[1:8])})" if len(crowded) > 1 else "")
+                             + "; one GPU is one GPU unless sharing is asked for.",
+                             hint="map each rank to its own GPU, or pass share=True (--share).")
+
+
+def _checked(value: object, candidates: tuple[int, ...], allowed: frozenset[int], what: str) -> tuple[int, ...]:
     items = [value] if isinstance(value, int) else value
     if not isinstance(items, (list, tuple)) or not all(isinstance(i, int) and not isinstance(i, bool)
                                                        for i in items):
-        raise LaunchError(f"{what} gave {value!r}: expected an NVML index or a list of them.",
+        raise LaunchError(f"{what} gave {shown(value)}: expected an NVML index or a list of them.",
                           hint="return e.g. 2 or [0, 1].")
-    outside = [i for i in items if i not in candidates]
+    outside = [i for i in items if i not in allowed]
     if candidates and outside:
-        raise SelectionError(f"{what} gave GPU(s) {outside}, which are not among the candidates "
-                             f"{join_indices(candidates)}.", hint="map ranks onto the GPUs this machine offers.")
-    return tuple(items)
+        raise SelectionError(f"{what} gave GPU(s) {outside[:8]}, which are not among the candidates "
+                             f"{_listed(candidates)}.", hint="map ranks onto the GPUs this machine offers.")
+    return _distinct(tuple(items), what, value)
 
 
 def _speed_table(speeds: Speeds | None, candidates: tuple[int, ...]) -> dict[int, float]:
@@ -237,63 +340,59 @@ def _speed_table(speeds: Speeds | None, candidates: tuple[int, ...]) -> dict[int
 
 
 def _weighted(size: int, candidates: tuple[int, ...], speed: dict[int, float]) -> tuple[tuple[int, ...], ...]:
+    position = {c: i for i, c in enumerate(candidates)}
     if size <= len(candidates):
-        fastest = sorted(candidates, key=lambda c: (-speed[c], candidates.index(c)))[:size]
+        fastest = set(sorted(candidates, key=lambda c: (-speed[c], position[c]))[:size])
         return tuple((c,) for c in candidates if c in fastest)
     counts = {c: 1 for c in candidates}
-    for _ in range(size - len(candidates)):  # D'Hondt: the next rank goes where it is worth most
-        best = max(candidates, key=lambda c: (speed[c] / (counts[c] + 1), -candidates.index(c)))
+    # D'Hondt: the next rank goes where it is worth most (ties: the earlier candidate); a heap keeps it n log c
+    heap = [(-speed[c] / 2, position[c], c) for c in candidates]
+    heapq.heapify(heap)
+    for _ in range(size - len(candidates)):
+        _, pos, best = heapq.heappop(heap)
         counts[best] += 1
+        heapq.heappush(heap, (-speed[best] / (counts[best] + 1), pos, best))
     return tuple((c,) for c in candidates for _ in range(counts[c]))
 
 
-def gpu_plan(info: LaunchInfo, gpus: object, *, share: bool = False) -> tuple[GpuAssignment, ...]:
-    """Every local rank's :func:`gpu_for_rank` (sequential mapping) at once: linear in the number of ranks.
+class _Planned:
+    """A plan and what every rank's assignment shares (counted once, so each assignment costs O(its GPUs))."""
 
-    The launcher plans its N workers with it: the candidates, the plan and the GPUs'
-    users are found once, not once per rank.
+    def __init__(self, plan: tuple[tuple[int, ...], ...], candidates: tuple[int, ...], origin: str, method: str,
+                 speeds: Speeds | None) -> None:
+        self.plan, self.candidates, self.origin, self.method = plan, candidates, origin, method
+        self.users = collections.Counter(g for gpus in plan for g in gpus)
+        self.speed = _speed_table(speeds, candidates) if method == "weighted" and candidates else {}
+        self.total = sum(self.speed[g] for g in self.users if g in self.speed)
+        unused = [c for c in candidates if c not in self.users]
+        self.unused = f"; GPU(s) {_listed(unused)} left unused" if unused else ""
+        self._facts: dict[tuple[int, ...], tuple[float | None, float | None, str | None]] = {}
 
-    >>> [a.gpus for a in gpu_plan(LaunchInfo(world_size=3, local_world_size=3), [4, 5], share=True)]
-    [(4,), (5,), (4,)]
-    """
-    size = info.local_world_size
-    if size is None or size < 1:
-        raise LaunchError(f"local_world_size={size!r} must be a whole number >= 1.", hint="set local_world_size.")
-    candidates, origin = _candidates(info, gpus)
-    method, plan = _plan(size, candidates, "sequential", None, share)
-    users = _users(plan)
-    return tuple(_assignment(r, plan, candidates, origin, method, None, users) for r in range(size))
+    def assignment(self, rank: int) -> GpuAssignment:
+        mine = self.plan[rank]
+        fraction, share, reason = self._shared_facts(mine)
+        if reason is None:
+            reason = f"local rank {rank} of {len(self.plan)} takes GPU(s) {join_indices(mine) or 'none (CPU)'}"
+        return GpuAssignment(rank, mine, self.plan, self.candidates, self.origin, self.method, fraction, share,
+                             reason + self.unused)
 
-
-def _users(plan: tuple[tuple[int, ...], ...]) -> dict[int, int]:
-    """How many ranks use each GPU."""
-    users: dict[int, int] = {}
-    for p in plan:
-        for g in set(p):
-            users[g] = users.get(g, 0) + 1
-    return users
-
-
-def _assignment(rank: int, plan: tuple[tuple[int, ...], ...], candidates: tuple[int, ...], origin: str,
-                method: str, speeds: Speeds | None, users: dict[int, int] | None = None) -> GpuAssignment:
-    mine = plan[rank]
-    users = _users(plan) if users is None else users
-    fraction = (1.0 / max(users[g] for g in mine)) if mine and max(users[g] for g in mine) > 1 else None
-    share = None
-    if method == "weighted" and mine:
-        speed = _speed_table(speeds, candidates)
-        total = sum(speed[g] for g in set(itertools.chain(*plan)))
-        share = sum(speed[g] / users[g] for g in mine) / total
-    elif plan:
-        share = 1.0 / len(plan)
-    if not candidates and method in MAPPINGS:
-        reason = "no GPU to map: every rank runs on the CPU"
-    elif fraction is not None:
-        reason = f"{users[mine[0]]} ranks share GPU {mine[0]}: cap each at {fraction:.0%} of its memory"
-    else:
-        reason = f"local rank {rank} of {len(plan)} takes GPU(s) {join_indices(mine) or 'none (CPU)'}"
-    unused = [c for c in candidates if c not in users]
-    if unused:
-        reason += f"; GPU(s) {join_indices(unused)} left unused"
-    return GpuAssignment(rank, mine, plan, candidates, origin, method, fraction, share, reason)
+    def _shared_facts(self, mine: tuple[int, ...]) -> tuple[float | None, float | None, str | None]:
+        """Memory fraction, work share and (unless it names the rank) the reason: the same for every rank
+        with these GPUs, so computed once per distinct GPU set."""
+        facts = self._facts.get(mine)
+        if facts is None:
+            most = max((self.users[g] for g in mine), default=0)
+            fraction = 1.0 / most if most > 1 else None
+            share = None
+            if self.method == "weighted" and mine:
+                share = sum(self.speed[g] / self.users[g] for g in mine) / self.total
+            elif self.plan:
+                share = 1.0 / len(self.plan)
+            reason = None
+            if not self.candidates and self.method in MAPPINGS:
+                reason = "no GPU to map: every rank runs on the CPU"
+            elif fraction is not None:
+                reason = f"{self.users[mine[0]]} ranks share GPU {mine[0]}: cap each at {fraction:.0%} of its memory"
+            facts = self._facts[mine] = (fraction, share, reason)
+        return facts
 

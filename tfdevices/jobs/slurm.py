@@ -1,5 +1,11 @@
 """SLURM's formats: node lists, tasks per node, and GPU allocations. Pure.
 
+Every list is counted before it is expanded, so a hostile or mistyped value
+(``"n[0-99999999]"``, ``"1(x100000000)"``, ``"0-4000000000"``) is an error at
+once, never a MemoryError or a minute of expansion; duplicates are found with
+sets, so a 16,000-host list expands in linear time. Only ASCII digits are
+digits, as in SLURM.
+
 >>> expand_nodelist("node[01-03],gpu7")
 ['node01', 'node02', 'node03', 'gpu7']
 >>> expand_tasks_per_node("3(x2),2,1")
@@ -11,12 +17,27 @@
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from collections.abc import Mapping, Sequence
 
 from tfdevices.core.errors import EnvVarError, LaunchError
+from tfdevices.core.units import shown
 
 GPU_VARIABLES = ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "GPU_DEVICE_ORDINAL")
+MAX_HOSTS = 100_000
+"""The most hosts a node list may expand to (the largest machines have about 10,000 nodes)."""
+MAX_TASKS = 10_000_000
+"""The most tasks a tasks-per-node value may add up to."""
+MAX_GPUS = 1024
+"""The most GPUs (and the largest GPU index + 1) one node's GPU list may name."""
+MAX_TEXT = 1 << 20
+"""The longest node list read, in characters (the kernel caps one variable at 128 KiB)."""
+
+_NUMBER = r"[0-9]{1,9}"
+_RANGE = re.compile(rf"^({_NUMBER})(?:-({_NUMBER}))?$")
+_TASKS = re.compile(rf"\s*({_NUMBER})(?:\(x({_NUMBER})\))?\s*")
+_NODES_HINT = "SLURM writes node lists like 'node[01-03,07],gpu7'."
 
 
 def join_indices(indices: Sequence[int]) -> str:
@@ -24,104 +45,142 @@ def join_indices(indices: Sequence[int]) -> str:
     return ",".join(str(i) for i in indices)
 
 
-_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
-
-
-def _expand_ranges(body: str, variable: str, whole: str) -> list[str]:
-    """``"01-03,7"`` -> ``["01", "02", "03", "7"]``, keeping zero padding."""
-    out: list[str] = []
+def _ranges(body: str, variable: str, whole: str) -> list[tuple[str, str]]:
+    """``"01-03,7"`` -> ``[("01", "03"), ("7", "7")]``, checked (ASCII digits, ascending), not expanded."""
+    out: list[tuple[str, str]] = []
     for part in body.split(","):
         match = _RANGE.match(part.strip())
         if not match:
-            raise LaunchError(f"{variable}={whole!r}: {part!r} is not a number or a range 'a-b'.",
-                              hint="SLURM writes node lists like 'node[01-03,07],gpu7'.")
+            raise LaunchError(f"{variable}={shown(whole)}: {shown(part)} is not a number or a range 'a-b' "
+                              "(ASCII digits, at most 9 each).", hint=_NODES_HINT)
         lo, hi = match.group(1), match.group(2) or match.group(1)
         if int(hi) < int(lo):
-            raise LaunchError(f"{variable}={whole!r}: range {part!r} runs backwards.",
+            raise LaunchError(f"{variable}={shown(whole)}: range {shown(part)} runs backwards.",
                               hint="write the smaller number first, e.g. '01-03'.")
+        out.append((lo, hi))
+    return out
+
+
+def _expand(ranges: list[tuple[str, str]]) -> list[str]:
+    out: list[str] = []
+    for lo, hi in ranges:
         width = len(lo) if lo.startswith("0") else 0
         out += [str(i).zfill(width) for i in range(int(lo), int(hi) + 1)]
     return out
 
 
-def expand_nodelist(text: str, *, variable: str = "SLURM_STEP_NODELIST") -> list[str]:
+def _count(ranges: list[tuple[str, str]]) -> int:
+    return sum(int(hi) - int(lo) + 1 for lo, hi in ranges)
+
+
+def expand_nodelist(text: str, *, variable: str = "SLURM_STEP_NODELIST", limit: int = MAX_HOSTS) -> list[str]:
     """Expands a SLURM host list.
 
     Args:
         text: e.g. ``"node[01-03],gpu7"`` or ``"rack[1-2]-n[1,3]"``.
         variable: the variable's name, for error messages.
+        limit: the most hosts it may expand to; counted before expanding.
 
     Returns:
         The host names in order.
 
     Raises:
-        LaunchError: unbalanced brackets, an empty name, a backwards range or a repeated host.
+        LaunchError: unbalanced brackets, an empty name, a backwards range, a
+            number that is not ASCII digits, more than ``limit`` hosts, or a repeated host.
 
     >>> expand_nodelist("node[01-03],gpu7")
     ['node01', 'node02', 'node03', 'gpu7']
     >>> expand_nodelist("r[1-2]n[8,10]")
     ['r1n8', 'r1n10', 'r2n8', 'r2n10']
     """
+    if len(text) > MAX_TEXT:
+        raise LaunchError(f"{variable}={shown(text)} is longer than {MAX_TEXT:,} characters.",
+                          hint="check the value; SLURM compresses node lists like 'node[0001-9999]'.")
+    items = _items(text, variable)
+    total = 0
+    for pieces in items:
+        total += math.prod(_count(_ranges(p[1:-1], variable, text)) for p in pieces[1::2]) if len(pieces) > 1 else 1
+        if total > limit:
+            raise LaunchError(f"{variable}={shown(text)} names more than {limit:,} hosts.",
+                              hint=f"check the value; tfdevices expands at most {limit:,} hosts.")
     hosts: list[str] = []
-    for item in _split_top_level(text, variable):
-        pieces = re.split(r"(\[[^\[\]]*\])", item)
-        if any(c in p for p in pieces if not p.startswith("[") for c in "[]"):
-            raise LaunchError(f"{variable}={text!r}: unbalanced brackets in {item!r}.",
-                              hint="SLURM writes node lists like 'node[01-03,07],gpu7'.")
-        choices = [_expand_ranges(p[1:-1], variable, text) if p.startswith("[") else [p] for p in pieces]
-        hosts += ["".join(parts) for parts in itertools.product(*choices)]
-    dupes = sorted({h for h in hosts if hosts.count(h) > 1})
-    if dupes:
-        raise LaunchError(f"{variable}={text!r} names {dupes} more than once.", hint="each node appears once.")
+    for pieces in items:
+        if len(pieces) == 1:
+            hosts.append(pieces[0])
+            continue
+        options = [_expand(_ranges(p[1:-1], variable, text)) if i % 2 else [p] for i, p in enumerate(pieces)]
+        hosts += ["".join(parts) for parts in itertools.product(*options)]
+    _refuse_repeats(hosts, variable, text)
     return hosts
 
 
-def _split_top_level(text: str, variable: str) -> list[str]:
-    items, depth, current = [], 0, ""
-    for ch in text.strip():
-        depth += {"[": 1, "]": -1}.get(ch, 0)
-        if depth not in (0, 1):
-            raise LaunchError(f"{variable}={text!r}: unbalanced brackets.",
-                              hint="SLURM writes node lists like 'node[01-03,07],gpu7'.")
-        if ch == "," and depth == 0:
-            items.append(current)
-            current = ""
-        else:
-            current += ch
-    items.append(current)
-    if depth != 0 or not all(i.strip() for i in items):
-        raise LaunchError(f"{variable}={text!r}: {'unbalanced brackets' if depth else 'an empty host name'}.",
-                          hint="SLURM writes node lists like 'node[01-03,07],gpu7'.")
-    return [i.strip() for i in items]
+def _refuse_repeats(hosts: list[str], variable: str, text: str) -> None:
+    if len(set(hosts)) == len(hosts):
+        return
+    seen: set[str] = set()
+    dupes = sorted({h for h in hosts if h in seen or seen.add(h)})  # type: ignore[func-returns-value]
+    more = f" (and {len(dupes) - 5} more)" if len(dupes) > 5 else ""
+    raise LaunchError(f"{variable}={shown(text)} names {dupes[:5]}{more} more than once.",
+                      hint="each node appears once.")
 
 
-def expand_tasks_per_node(text: str, *, variable: str = "SLURM_STEP_TASKS_PER_NODE") -> list[int]:
+def _items(text: str, variable: str) -> list[list[str]]:
+    """Splits at top-level commas; each item alternates text and ``[...]`` pieces (text first and last)."""
+    items: list[list[str]] = [[]]
+    for i, piece in enumerate(re.split(r"(\[[^\[\]]*\])", text.strip())):
+        if i % 2:
+            items[-1].append(piece)
+            continue
+        if "[" in piece or "]" in piece:
+            raise LaunchError(f"{variable}={shown(text)}: unbalanced brackets.", hint=_NODES_HINT)
+        first, *rest = piece.split(",")
+        items[-1].append(first)
+        items += [[part] for part in rest]
+    for item in items:
+        item[0] = item[0].lstrip()
+        item[-1] = item[-1].rstrip()
+        if len(item) == 1 and not item[0]:
+            raise LaunchError(f"{variable}={shown(text)}: an empty host name.", hint=_NODES_HINT)
+    return items
+
+
+def expand_tasks_per_node(text: str, *, variable: str = "SLURM_STEP_TASKS_PER_NODE",
+                          max_nodes: int = MAX_HOSTS, max_tasks: int = MAX_TASKS) -> list[int]:
     """Expands SLURM's tasks-per-node syntax.
 
     Args:
         text: e.g. ``"2(x3),1"``.
         variable: the variable's name, for error messages.
+        max_nodes: the most nodes it may describe; counted before expanding.
+        max_tasks: the most tasks it may add up to.
 
     Returns:
         Tasks on each node, in node order.
 
     Raises:
-        LaunchError: the text is malformed or a count is zero.
+        LaunchError: the text is malformed, a count is zero, or it describes
+            more than ``max_nodes`` nodes or ``max_tasks`` tasks.
 
     >>> expand_tasks_per_node("2(x3),1")
     [2, 2, 2, 1]
     """
-    out: list[int] = []
+    parts: list[tuple[int, int]] = []
+    nodes = tasks = 0
     for part in text.split(","):
-        match = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", part)
-        if not match or int(match.group(1)) == 0 or match.group(2) == "0":
-            raise LaunchError(f"{variable}={text!r}: {part!r} is not 'N' or 'N(xM)' with N, M >= 1.",
-                              hint="SLURM writes tasks per node like '2(x3),1'.")
-        out += [int(match.group(1))] * int(match.group(2) or 1)
-    return out
+        match = _TASKS.fullmatch(part)
+        if not match or int(match.group(1)) == 0 or (match.group(2) is not None and int(match.group(2)) == 0):
+            raise LaunchError(f"{variable}={shown(text)}: {shown(part)} is not 'N' or 'N(xM)' with N, M >= 1 "
+                              "(ASCII digits).", hint="SLURM writes tasks per node like '2(x3),1'.")
+        count, repeat = int(match.group(1)), int(match.group(2) or 1)
+        nodes, tasks = nodes + repeat, tasks + count * repeat
+        if nodes > max_nodes or tasks > max_tasks:
+            raise LaunchError(f"{variable}={shown(text)} describes more than {max_nodes:,} nodes or "
+                              f"{max_tasks:,} tasks.", hint="check the value; SLURM sets it for the job step.")
+        parts.append((count, repeat))
+    return [count for count, repeat in parts for _ in range(repeat)]
 
 
-_GRES = re.compile(r"^gpu(?::(?!\d+\()[\w.-]+)?(?::(\d+))?\(IDX:([^)]*)\)$")
+_GRES = re.compile(r"^gpu(?::(?![0-9]+\()[\w.-]+)?(?::([0-9]{1,9}))?\(IDX:([^)]*)\)$", re.ASCII)
 
 
 def parse_gpu_list(text: str, *, variable: str = "SLURM_STEP_GPUS") -> tuple[list[int], list[str]]:
@@ -130,6 +189,7 @@ def parse_gpu_list(text: str, *, variable: str = "SLURM_STEP_GPUS") -> tuple[lis
     Accepts plain lists and ranges (``"0,1"``, ``"2-3"``), SLURM's GRES detail
     format (``"gpu:2(IDX:0-1)"``, ``"gpu:a100:1(IDX:0),gpu:v100:1(IDX:2)"``) and
     ``(null)`` entries, which SLURM writes for slots without a GPU (``"0,(null)"``).
+    Indices are ASCII digits below :data:`MAX_GPUS`, counted before a range is expanded.
 
     Args:
         text: the variable's value.
@@ -140,7 +200,8 @@ def parse_gpu_list(text: str, *, variable: str = "SLURM_STEP_GPUS") -> tuple[lis
 
     Raises:
         EnvVarError: an entry is neither an index, a range, ``(null)`` nor a GRES
-            entry, a GRES count disagrees with its IDX list, or an index repeats.
+            entry, a GRES count disagrees with its IDX list, an index is
+            :data:`MAX_GPUS` or more, or an index repeats.
 
     >>> parse_gpu_list("gpu:2(IDX:0-1)")
     ([0, 1], [])
@@ -154,16 +215,29 @@ def parse_gpu_list(text: str, *, variable: str = "SLURM_STEP_GPUS") -> tuple[lis
         indices, notes = [], []
         for part in (p.strip() for p in text.split(",")) if text.strip() else ():
             if part == "(null)":
-                notes.append(f"{variable}={text!r} has a '(null)' entry (a slot without a GPU); ignored.")
+                notes.append(f"{variable}={shown(text)} has a '(null)' entry (a slot without a GPU); ignored.")
                 continue
             match = _RANGE.match(part)
             if not match or (match.group(2) and int(match.group(2)) < int(match.group(1))):
-                raise EnvVarError(f"{variable}={text!r}: {part!r} is not a GPU index or range.", hint=hint)
-            indices += range(int(match.group(1)), int(match.group(2) or match.group(1)) + 1)
-    dupes = sorted({i for i in indices if indices.count(i) > 1})
-    if dupes:
-        raise EnvVarError(f"{variable}={text!r} names GPU(s) {dupes} more than once.", hint=hint)
+                raise EnvVarError(f"{variable}={shown(text)}: {shown(part)} is not a GPU index or range "
+                                  "(ASCII digits).", hint=hint)
+            last = int(match.group(2) or match.group(1))
+            if last >= MAX_GPUS:
+                raise EnvVarError(f"{variable}={shown(text)}: GPU index {last} is out of range (a node has at "
+                                  f"most {MAX_GPUS} GPUs).", hint=hint)
+            indices += range(int(match.group(1)), last + 1)
+            if len(indices) > MAX_GPUS:
+                break  # a repeat: reported below
+    _refuse_repeated_gpus(indices, variable, text, hint)
     return indices, notes
+
+
+def _refuse_repeated_gpus(indices: list[int], variable: str, text: str, hint: str) -> None:
+    if len(set(indices)) == len(indices):
+        return
+    seen: set[int] = set()
+    dupes = sorted({i for i in indices if i in seen or seen.add(i)})  # type: ignore[func-returns-value]
+    raise EnvVarError(f"{variable}={shown(text)} names GPU(s) {dupes[:8]} more than once.", hint=hint)
 
 
 def _parse_gres(text: str, variable: str, hint: str) -> tuple[list[int], list[str]]:
@@ -172,19 +246,21 @@ def _parse_gres(text: str, variable: str, hint: str) -> tuple[list[int], list[st
     for entry in re.findall(r"[^,()]+(?:\([^)]*\))?", text):
         entry = entry.strip()
         if not entry.startswith("gpu"):
-            notes.append(f"{variable}: GRES entry {entry!r} is not a GPU; ignored.")
+            notes.append(f"{variable}: GRES entry {shown(entry)} is not a GPU; ignored.")
             continue
         match = _GRES.match(entry)
         if not match:
-            raise EnvVarError(f"{variable}={text!r}: GRES entry {entry!r} is not 'gpu[:type]:N(IDX:list)'.",
-                              hint=hint)
+            raise EnvVarError(f"{variable}={shown(text)}: GRES entry {shown(entry)} is not "
+                              "'gpu[:type]:N(IDX:list)'.", hint=hint)
         if match.group(2).strip() == "N/A":
             continue
         found, _ = parse_gpu_list(match.group(2), variable=variable)
         if match.group(1) is not None and int(match.group(1)) != len(found):
-            raise EnvVarError(f"{variable}={text!r}: {entry!r} counts {match.group(1)} GPU(s) but lists "
+            raise EnvVarError(f"{variable}={shown(text)}: {shown(entry)} counts {match.group(1)} GPU(s) but lists "
                               f"{len(found)} ({join_indices(tuple(found))}).", hint=hint)
         indices += found
+        if len(indices) > MAX_GPUS:
+            break  # a repeat: reported by the caller
     return indices, notes
 
 

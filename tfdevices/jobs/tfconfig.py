@@ -33,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tfdevices.core.errors import TfConfigError
+from tfdevices.core.units import parse_count, shown
 
 TF_CONFIG = "TF_CONFIG"
 TASK_TYPES = ("chief", "worker", "ps", "evaluator")
@@ -43,6 +44,8 @@ _HOST = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+)$")
 _EXAMPLE = ('{"cluster": {"worker": ["host0:2222", "host1:2222"]}, '
             '"task": {"type": "worker", "index": 0}}')
 _HINT = f"TF_CONFIG must look like {_EXAMPLE}."
+MAX_CHARS = 32 << 20
+"""The longest TF_CONFIG text read (16,000 workers take about 400 KB)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,11 +126,17 @@ def parse_tf_config(text: str | None, *, source: str = TF_CONFIG) -> TfConfig | 
     if text is None or not text.strip():
         return None
     where = source if source == TF_CONFIG else f"TF_CONFIG ({source})"
+    if len(text) > MAX_CHARS:
+        raise TfConfigError(f"{where}: {len(text):,} characters; TF_CONFIG is read up to {MAX_CHARS:,}.", hint=_HINT)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
         raise TfConfigError(f"{where}: not valid JSON ({err.msg} at line {err.lineno} column {err.colno}).",
                             hint=_HINT) from None
+    except RecursionError:
+        raise TfConfigError(f"{where}: JSON nested too deeply.", hint=_HINT) from None
+    except ValueError:  # a number past Python's 4300-digit limit
+        raise TfConfigError(f"{where}: holds a number thousands of digits long.", hint=_HINT) from None
     if not isinstance(data, dict):
         raise TfConfigError(f"{where}: expected a JSON object, got {_json_type(data)}.", hint=_HINT)
     _check_keys(data, _TOP_KEYS, ("cluster", "task"), where, "TF_CONFIG")
@@ -135,7 +144,7 @@ def parse_tf_config(text: str | None, *, source: str = TF_CONFIG) -> TfConfig | 
     task_type, task_index = _parse_task(data["task"], cluster, where)
     rpc_layer = data.get("rpc_layer")
     if rpc_layer is not None and not (isinstance(rpc_layer, str) and rpc_layer):
-        raise TfConfigError(f"{where}: rpc_layer={rpc_layer!r} must be a non-empty string such as 'grpc'.",
+        raise TfConfigError(f"{where}: rpc_layer={shown(rpc_layer)} must be a non-empty string such as 'grpc'.",
                             hint="remove rpc_layer to use TensorFlow's default, gRPC.")
     return TfConfig(cluster=types.MappingProxyType(cluster), task_type=task_type,
                     task_index=task_index, rpc_layer=rpc_layer, source=source)
@@ -214,15 +223,15 @@ def _parse_cluster(value: Any, where: str) -> dict[str, tuple[str, ...]]:
     seen: dict[str, str] = {}
     for job, addresses in value.items():
         if job not in TASK_TYPES:
-            raise TfConfigError(f"{where}: unknown job {job!r} in 'cluster'; known jobs: {list(TASK_TYPES)}.",
+            raise TfConfigError(f"{where}: unknown job {shown(job)} in 'cluster'; known jobs: {list(TASK_TYPES)}.",
                                 hint=_HINT)
         if not isinstance(addresses, list) or not addresses:
-            raise TfConfigError(f"{where}: cluster job {job!r} must be a non-empty list of 'host:port' "
-                                f"strings, got {json.dumps(addresses)}.", hint=_HINT)
+            raise TfConfigError(f"{where}: cluster job {shown(job)} must be a non-empty list of 'host:port' "
+                                f"strings, got {shown(json.dumps(addresses))}.", hint=_HINT)
         for i, address in enumerate(addresses):
             _check_address(address, f"{job}[{i}]", where)
             if address in seen:
-                raise TfConfigError(f"{where}: address {address!r} appears twice ({seen[address]} and {job}[{i}]).",
+                raise TfConfigError(f"{where}: address {shown(address)} appears twice ({seen[address]} and {job}[{i}]).",
                                     hint="give every task its own host:port.")
             seen[address] = f"{job}[{i}]"
         cluster[job] = tuple(addresses)
@@ -240,9 +249,9 @@ def _check_address(address: Any, name: str, where: str) -> None:
         raise TfConfigError(f"{where}: cluster address {name}={json.dumps(address)} must be a 'host:port' string.",
                             hint=_HINT)
     host, sep, port = address.rpartition(":")
-    if not sep or not _HOST.match(host) or not port.isdigit() or not 0 < int(port) < 65536:
-        raise TfConfigError(f"{where}: cluster address {name}={address!r} is not 'host:port' "
-                            "(a host name or IP, and a port 1..65535).",
+    if not sep or not _HOST.match(host) or not parse_count(port, limit=65535):
+        raise TfConfigError(f"{where}: cluster address {name}={shown(address)} is not 'host:port' "
+                            "(a host name or IP, and a port 1..65535 in ASCII digits).",
                             hint="write e.g. 'localhost:2222' or '10.0.0.2:2222'.")
 
 
@@ -253,7 +262,7 @@ def _parse_task(value: Any, cluster: Mapping[str, tuple[str, ...]], where: str) 
     _check_keys(value, _TASK_KEYS, ("type", "index"), where, "'task'")
     task_type, index = value["type"], value["index"]
     if task_type not in TASK_TYPES:
-        raise TfConfigError(f"{where}: unknown task type {task_type!r}; known types: {list(TASK_TYPES)}.",
+        raise TfConfigError(f"{where}: unknown task type {shown(task_type)}; known types: {list(TASK_TYPES)}.",
                             hint=f"set task.type to one of the cluster's jobs: {sorted(cluster)}.")
     if isinstance(index, bool) or not isinstance(index, int) or index < 0:
         raise TfConfigError(f"{where}: task index {json.dumps(index)} must be a whole number >= 0.",
@@ -261,7 +270,7 @@ def _parse_task(value: Any, cluster: Mapping[str, tuple[str, ...]], where: str) 
     if task_type not in cluster:
         if task_type == "evaluator" and index == 0:
             return task_type, index  # a side-car evaluator need not be in the cluster
-        raise TfConfigError(f"{where}: task type {task_type!r} is not a job of the cluster {sorted(cluster)}.",
+        raise TfConfigError(f"{where}: task type {shown(task_type)} is not a job of the cluster {sorted(cluster)}.",
                             hint=f"set task.type to one of {sorted(cluster)} or add '{task_type}' to the cluster.")
     size = len(cluster[task_type])
     if index >= size:

@@ -35,13 +35,14 @@ import fnmatch
 import math
 import re
 import struct
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from tfdevices.core.devices import short_name
 from tfdevices.core.errors import InputError, PlanError
-from tfdevices.core.units import format_bytes, parse_memory
+from tfdevices.core.units import format_bytes, parse_memory, shown
 from tfdevices.layers.model import LayerCosts, measure_layer_times, read_model
 
 BALANCE_BY = ("params", "flops", "memory", "time")
@@ -291,6 +292,7 @@ def plan_layers(model: Any, devices: Sequence[str] | Mapping[str, str], *,
     speed = _speeds(speeds, device_set)
     caps = _caps(max_memory, device_set)
     rows = _cost_rows(layers, kind, device_set, sample, speeds)
+    _check_finite(rows, speed)
     if manual:
         assigned = order
         _check_caps(layers, assigned, caps)
@@ -376,6 +378,19 @@ def _manual_devices(mapping: Mapping[str, str], names: Sequence[str]) -> list[st
             raise PlanError(f"manual map pattern {key!r} places no layer: it matches none of {_names(names)}, "
                             "or earlier entries took them.", hint="fix the pattern, or move it before broader ones.")
     return out
+
+
+def _check_finite(rows: Mapping[str, Sequence[float]], speed: Mapping[str, float]) -> None:
+    """Refuses costs whose sum on a device, divided by its speed, overflows a float (no plan could compare them)."""
+    for device, costs in rows.items():
+        try:
+            total = math.fsum(costs) / speed[device]
+        except OverflowError:
+            total = math.inf
+        if not math.isfinite(total):
+            raise PlanError(f"layer costs on {device} add up to more than the largest float "
+                            f"({sys.float_info.max:.3g}) once divided by its speed {speed[device]:g}.",
+                            hint="scale the costs down (e.g. divide every cost by 1e6) or the speeds up.")
 
 
 def _speeds(speeds: Sequence[float] | Mapping[str, float] | None, devices: Sequence[str]) -> dict[str, float]:
@@ -468,8 +483,8 @@ def _list_layers(costs: object, layer_bytes: Sequence[int] | None) -> LayerCosts
         raise PlanError(f"model {costs!r}: expected a built Keras model or a non-empty list of layer costs.",
                         hint="e.g. plan_layers([3.0, 1.0, 2.0], ['GPU:0', 'GPU:1']).")
     for i, c in enumerate(costs):
-        if isinstance(c, bool) or not isinstance(c, (int, float)) or not (0 <= c < math.inf):
-            raise PlanError(f"cost of layer {i} is {c!r}: costs must be finite numbers >= 0.",
+        if isinstance(c, bool) or not isinstance(c, (int, float)) or not (0 <= c <= sys.float_info.max):
+            raise PlanError(f"cost of layer {i} is {shown(c)}: costs must be finite numbers >= 0.",
                             hint="give each layer's cost (params, FLOPs, seconds) as a number.")
     n = len(costs)
     if layer_bytes is None:

@@ -6,16 +6,7 @@ callbacks that capture a training step.
 
 from __future__ import annotations
 
-from typing import Any
-
+from tfdevices.tensorboard.callbacks import PlacementLogger
 from tfdevices.tensorboard.writer import format_placement, merged_graph_def, read_placement, write_placement
 
 __all__ = ["PlacementLogger", "format_placement", "merged_graph_def", "read_placement", "write_placement"]
-
-
-def __getattr__(name: str) -> Any:
-    if name == "PlacementLogger":
-        from tfdevices.tensorboard.callbacks import PlacementLogger
-
-        return PlacementLogger
-    raise AttributeError(f"module 'tfdevices.tensorboard' has no attribute {name!r}")

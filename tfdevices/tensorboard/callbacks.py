@@ -27,6 +27,7 @@ from typing import Any
 from tfdevices.core._tf import import_tf
 from tfdevices.core.devices import short_name
 from tfdevices.core.errors import InputError
+from tfdevices.tensorboard.writer import write_placement
 from tfdevices.verify import PlacementReport, capturing
 
 __all__ = ["PlacementLogger"]
@@ -148,7 +149,5 @@ class PlacementLogger:
             writer.close()
 
     def _write(self, report: PlacementReport) -> None:
-        from tfdevices.tensorboard.writer import write_placement  # noqa: PLC0415 (keeps tensorboard lazy)
-
         self.report = report
         write_placement(report, self.logdir, step=self.at_step, name=self.name)

@@ -29,6 +29,7 @@ from typing import Any
 
 from tfdevices.core._tf import import_tf
 from tfdevices.core.errors import InputError
+from tfdevices.core.paths import check_directory
 from tfdevices.verify import PlacementReport
 
 __all__ = ["format_placement", "merged_graph_def", "read_placement", "write_placement"]
@@ -85,7 +86,8 @@ def write_placement(report: PlacementReport, logdir: str | os.PathLike[str], ste
         ``logdir`` as a string.
 
     Raises:
-        InputError: ``report`` is not a PlacementReport, ``name`` is empty, or ``step`` is negative.
+        InputError: ``report`` is not a PlacementReport, ``name`` is empty, ``step`` is negative,
+            or ``logdir`` is a file or lies under one.
     """
     if not isinstance(report, PlacementReport):
         raise InputError(f"write_placement(report=...): expected a PlacementReport, got {type(report).__name__}.",
@@ -95,8 +97,8 @@ def write_placement(report: PlacementReport, logdir: str | os.PathLike[str], ste
                          hint="e.g. name='placement'.")
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise InputError(f"write_placement(step={step!r}): expected a step >= 0.", hint="e.g. step=0.")
+    logdir = check_directory(logdir, what="write_placement(logdir=...)")
     tf = import_tf()
-    logdir = os.fspath(logdir)
     writer = tf.summary.create_file_writer(logdir)
     try:
         with writer.as_default():

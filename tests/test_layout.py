@@ -1,0 +1,109 @@
+"""The package's shape: wings that import one way, no cycles, at most 16 entries on top.
+
+Imports are read from the source (``ast``), function-level ones included, so a
+cycle hidden inside a function still counts.
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import tfdevices
+
+PACKAGE = pathlib.Path(tfdevices.__file__).parent
+# what each part may import from the package (besides itself); the top floor may import everything below it
+ALLOWED = {
+    "core": {"core"},
+    "gpus": {"core", "gpus"},
+    "jobs": {"core", "gpus", "jobs"},
+    "layers": {"core", "layers"},
+}
+# the one module whose own-package imports may sit inside functions: each command imports its module when it runs
+LAZY_OK = {"tfdevices.cli"}
+
+
+def _modules() -> dict[str, pathlib.Path]:
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _imports(name: str) -> list[tuple[str, bool]]:
+    """(imported module of the package, at module level?) for each import in ``name``."""
+    path = MODULES[name]
+    tree = ast.parse(path.read_text())
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    top = {id(node) for node in tree.body}
+    found = []
+    for node in ast.walk(tree):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
+        for target in targets:
+            if target in MODULES and target != name:
+                found.append((target, id(node) in top))
+    return found
+
+
+def _part(name: str) -> str:
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in ALLOWED else "top"
+
+
+def test_at_most_16_entries_at_the_top_of_the_package():
+    entries = sorted(p.name for p in PACKAGE.iterdir() if p.name != "__pycache__")
+    assert len(entries) <= 16, entries
+
+
+def test_no_import_cycles_counting_function_level_imports():
+    graph = {m: {t for t, _ in _imports(m)} for m in MODULES}
+    state: dict[str, int] = {}
+    cycle: list[str] = []
+
+    def visit(m: str, path: list[str]) -> bool:
+        state[m] = 1
+        for t in sorted(graph[m]):
+            if state.get(t) == 1:
+                cycle.extend(path[path.index(t):] + [m, t] if t in path else [m, t])
+                return True
+            if t not in state and visit(t, path + [m]):
+                return True
+        state[m] = 2
+        return False
+
+    for m in sorted(graph):
+        if m not in state and visit(m, []):
+            break
+    assert cycle == []
+
+
+def test_each_wing_imports_only_the_floors_below_it():
+    offenders = [f"{m} imports {t}" for m in MODULES if _part(m) != "top"
+                 for t, _ in _imports(m) if _part(t) not in ALLOWED[_part(m)]]
+    assert offenders == []
+
+
+def test_own_modules_are_imported_at_module_level():
+    offenders = [f"{m} imports {t} inside a function" for m in MODULES if m not in LAZY_OK
+                 for t, at_top in _imports(m) if not at_top]
+    assert offenders == []
+
+
+def test_the_checks_see_imports_where_they_are():
+    # the reader finds a known module-level import and a known wing, so the tests above can fail
+    assert ("tfdevices.core.errors", True) in _imports("tfdevices.gpus.spec")
+    assert _part("tfdevices.gpus.spec") == "gpus" and _part("tfdevices.runtime") == "top"
+    assert any(not at_top for _, at_top in _imports("tfdevices.cli"))
