@@ -209,13 +209,35 @@ def plan_workers(n: int, ports: Sequence[int], gpus: object = (), *, share: bool
     plans = []
     for local in range(n):
         rank = job.first_rank + local
-        env = {"TF_CONFIG": f"{head}{rank}}}}}", "RANK": str(rank),
-               "LOCAL_RANK": str(local), "WORLD_SIZE": str(world), "LOCAL_WORLD_SIZE": str(n),
+        env = {"RANK": str(rank), "LOCAL_RANK": str(local), "WORLD_SIZE": str(world), "LOCAL_WORLD_SIZE": str(n),
                RESTART_ENV: str(restart), "PYTHONUNBUFFERED": "1", **assignments[local].env()}
         if virtual_devices is not None:
             env[VIRTUAL_DEVICES_ENV] = str(virtual_devices)
-        plans.append(WorkerPlan(rank, job.addresses[rank], assignments[local].gpus, env, local))
+        plans.append(WorkerPlan(rank, job.addresses[rank], assignments[local].gpus, _WorkerEnv(env, head, rank), local))
     return tuple(plans)
+
+
+class _WorkerEnv(Mapping[str, str]):
+    """A worker's variables; its ``TF_CONFIG`` (every worker's address: N x N text for N workers) is
+    written when read, at the worker's start, so planning stays linear in N."""
+
+    def __init__(self, env: dict[str, str], head: str, rank: int) -> None:
+        self._env, self._head, self._rank = env, head, rank
+
+    def __getitem__(self, name: str) -> str:
+        if name == "TF_CONFIG":
+            return f"{self._head}{self._rank}}}}}"
+        return self._env[name]
+
+    def __iter__(self) -> Any:
+        yield "TF_CONFIG"
+        yield from self._env
+
+    def __len__(self) -> int:
+        return len(self._env) + 1
+
+    def __repr__(self) -> str:
+        return f"<worker {self._rank} environment: TF_CONFIG and {', '.join(self._env)}>"
 
 
 def _assignments(info: LaunchInfo, gpus: object, n: int, share: bool) -> tuple[Any, ...]:
