@@ -72,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
         env.pop(name, None)
     env["PYTHONPATH"] = REPO + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    # as after 'pip install': modules run from their compiled bytecode (the warm-up run writes it),
+    # as pynvml's own does; PYTHONDONTWRITEBYTECODE would recompile tfdevices in every process
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
 
     runs: dict[str, list[tuple[float, int]]] = {name: [] for name in CASES}
     for name, args in CASES.items():  # warm the file cache once, unmeasured

@@ -68,7 +68,7 @@ def test_only_runtime_sets_environment_variables_or_calls_tf_config():
     assert effect.search((package / "runtime.py").read_text())  # the pattern does find them where they are
 
 
-@pytest.mark.parametrize("module", ["core.devices", "core.errors", "core.units", "gpus.inventory", "gpus.selection",
+@pytest.mark.parametrize("module", ["core.devices", "core.errors", "core.records", "core.units", "gpus.inventory", "gpus.selection",
                                     "gpus.spec", "gpus.visibility", "jobs.slurm", "layers.plan", "runtime"])
 def test_docstring_examples_of_the_pure_modules(module):
     import doctest

@@ -10,7 +10,10 @@ The flow: ``discover -> select -> reserve -> configure -> build -> run -> verify
 from __future__ import annotations
 
 import importlib
-from typing import Any
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing for `import tfdevices`
+if TYPE_CHECKING:
+    from typing import Any
 
 __version__ = "0.2.0"
 

@@ -11,9 +11,12 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn
 
 from tfdevices.core.errors import TfDevicesError, UsageError
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing for `tfdevices list`
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
 
 EXIT_USAGE = 2
 

@@ -18,16 +18,19 @@ True
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Mapping
-from typing import Any
 
 from tfdevices.core._tf import import_tf
 from tfdevices.core.errors import InputError, InventoryFileError
-from tfdevices.gpus import nvml, visibility
+from tfdevices.core.records import replace
 from tfdevices.core.units import shown
+from tfdevices.gpus import nvml, visibility
 from tfdevices.gpus.inventory import INVENTORY_ENV, GpuInfo, Inventory
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing on the listing path
+if TYPE_CHECKING:
+    from typing import Any
 
 KNOWN_SOURCES = ("nvml", "tensorflow")
 
@@ -110,7 +113,7 @@ def from_nvml(snap: nvml.NvmlSnapshot, env: Mapping[str, str]) -> Inventory:
         parent = _gpu_info(dev)
         gpus.append(parent)
         for mig in dev.mig:
-            info = dataclasses.replace(
+            info = replace(
                 parent, uuid=mig.uuid, name=mig.name or f"{dev.name} MIG", mig_index=mig.mig_index,
                 memory_total=mig.memory_total or 0, memory_used=mig.memory_used or 0,
                 memory_free=mig.memory_free or 0, utilization=None, processes=mig.processes)

@@ -19,15 +19,18 @@ An inventory round-trips through JSON, so a listing saved on one node
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import stat
 from collections.abc import Iterator, Mapping
-from typing import Any
 
 from tfdevices.core.errors import InventoryFileError
+from tfdevices.core.records import asdict, fields, record, replace
 from tfdevices.core.units import format_bytes, is_digits, shown
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing on the listing path
+if TYPE_CHECKING:
+    from typing import Any
 
 SOURCES = ("nvml", "tensorflow", "none")
 INVENTORY_ENV = "TFDEVICES_INVENTORY"
@@ -42,7 +45,7 @@ _LIMITS = {"index": 1023, "mig_index": 1023, "cuda_ordinal": MAX_GPUS - 1, "proc
 _FILE_HINT = "save one with 'tfdevices list --json > FILE'."
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class GpuInfo:
     """One GPU (or one MIG instance of a GPU) as NVML reports it.
 
@@ -75,7 +78,7 @@ class GpuInfo:
         return self.cuda_ordinal is not None
 
     def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
+        data = asdict(self)
         if self.compute_capability is not None:
             data["compute_capability"] = f"{self.compute_capability[0]}.{self.compute_capability[1]}"
         return data
@@ -86,10 +89,10 @@ class GpuInfo:
         if not isinstance(data, Mapping):
             raise InventoryFileError(f"{where}: a GPU entry must be an object, got {type(data).__name__}.",
                                      hint="use the output of 'tfdevices list --json'.")
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - set(fields))
+        known = set(fields(cls))
+        unknown = sorted(set(data) - known)
         if unknown:
-            raise InventoryFileError(f"{where}: unknown GPU field(s) {unknown}; known fields: {sorted(fields)}.",
+            raise InventoryFileError(f"{where}: unknown GPU field(s) {unknown}; known fields: {sorted(known)}.",
                                      hint="use the output of 'tfdevices list --json'.")
         missing = [n for n in ("index", "name", "uuid") if n not in data]
         if missing:
@@ -150,7 +153,7 @@ def _parse_cc(value: Any, where: str) -> tuple[int, int]:
     return int(parts[0]), int(parts[1])
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Inventory:
     """The GPUs of one machine, as seen by one process.
 
@@ -190,7 +193,7 @@ class Inventory:
         return next((g for g in self.gpus if g.key == key), None)
 
     def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
+        data = asdict(self)
         data["gpus"] = [g.to_dict() for g in self.gpus]
         data["notes"] = list(self.notes)
         data.pop("loaded_from")
@@ -224,10 +227,10 @@ class Inventory:
         if not isinstance(data, Mapping):
             raise InventoryFileError(f"{where}: expected a JSON object, got {type(data).__name__}.",
                                      hint="save it with 'tfdevices list --json > FILE'.")
-        fields = {f.name for f in dataclasses.fields(cls)} - {"loaded_from"}
-        unknown = sorted(set(data) - fields)
+        known = set(fields(cls)) - {"loaded_from"}
+        unknown = sorted(set(data) - known)
         if unknown:
-            raise InventoryFileError(f"{where}: unknown field(s) {unknown}; known fields: {sorted(fields)}.",
+            raise InventoryFileError(f"{where}: unknown field(s) {unknown}; known fields: {sorted(known)}.",
                                      hint="save it with 'tfdevices list --json > FILE'.")
         source = data.get("source", "none")
         if source not in SOURCES:
@@ -271,7 +274,7 @@ class Inventory:
         """
         where = f"inventory file {shown(os.fspath(path), 240)}"
         inv = cls.from_json(_decode(read_bounded(path, what=where), where), where=where)
-        return dataclasses.replace(inv, loaded_from=os.fspath(path))
+        return replace(inv, loaded_from=os.fspath(path))
 
     def table(self) -> str:
         """A table like ``nvidia-smi``'s, with the NVML -> CUDA -> TensorFlow mapping."""

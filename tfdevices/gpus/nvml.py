@@ -18,9 +18,13 @@ talks to NVML.
 
 from __future__ import annotations
 
-import dataclasses
 import threading
-from typing import Any
+
+from tfdevices.core.records import record
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing on the listing path
+if TYPE_CHECKING:
+    from typing import Any
 
 # NVML return codes (nvml.h); read from the module when it defines them.
 _CODES = {
@@ -33,7 +37,7 @@ _CODES = {
 FAILURES = ("library-missing", "driver-not-loaded", "no-gpu", "no-permission", "nvml-error")
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class NvmlMig:
     """One MIG instance of a GPU.
 
@@ -55,7 +59,7 @@ class NvmlMig:
     compute_instance_id: int | None = None
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class NvmlDevice:
     """One physical GPU as NVML reports it; ``None`` where NVML could not say.
 
@@ -80,7 +84,7 @@ class NvmlDevice:
     mig: tuple[NvmlMig, ...] = ()
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class NvmlSnapshot:
     """What NVML said at one moment.
 

@@ -25,10 +25,10 @@ and return new data. The rules they follow:
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Iterable, Mapping, Sequence
 
+from tfdevices.core.records import record, replace
 from tfdevices.core.errors import EnvVarError
 from tfdevices.core.units import is_digits, parse_count, shown
 from tfdevices.gpus.inventory import GpuInfo, Inventory
@@ -49,7 +49,7 @@ _MASK_HINT = ("write indices ('0,2'), GPU-<uuid> or MIG-<uuid> ids separated by 
               "'' or '-1' to hide every GPU, or unset it to show all")
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class MaskToken:
     """One entry of ``CUDA_VISIBLE_DEVICES``.
 
@@ -71,7 +71,7 @@ class MaskToken:
     compute_instance: int | None = None
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class MigIds:
     """What the old ``MIG-GPU-<uuid>/<gi>/<ci>`` form needs to name a MIG instance."""
 
@@ -80,7 +80,7 @@ class MigIds:
     compute_instance: int | None
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Visibility:
     """The result of :func:`resolve`.
 
@@ -255,7 +255,7 @@ def resolve(gpus: Sequence[GpuInfo], env: Mapping[str, str], *,
     else:
         chosen = [] if not gpus else _match(tokens, mask_text or "", enumeration, gpus, mig_ids or {}, source)
     ordinal = {g.key: n for n, g in enumerate(chosen)}
-    out = tuple(dataclasses.replace(g, cuda_ordinal=ordinal.get(g.key),
+    out = tuple(replace(g, cuda_ordinal=ordinal.get(g.key),
                                     tf_name=None if g.key not in ordinal else f"/GPU:{ordinal[g.key]}")
                 for g in gpus)
     hidden = None
@@ -386,7 +386,7 @@ def apply(inventory: Inventory, env: Mapping[str, str], *,
     reason = inventory.reason
     if inventory.gpus:
         reason = vis.hidden_reason
-    return dataclasses.replace(inventory, gpus=vis.gpus, notes=kept + vis.notes, reason=reason,
+    return replace(inventory, gpus=vis.gpus, notes=kept + vis.notes, reason=reason,
                                cuda_visible_devices=env.get(VISIBLE_ENV),
                                cuda_device_order=env.get(ORDER_ENV))
 
