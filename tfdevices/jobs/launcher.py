@@ -269,8 +269,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="keep each rank's output in DIR/rank{R}.log; the console shows rank 0 only")
     out.add_argument("--tee", action="store_true", help="with --log-dir: show every rank on the console too")
     out.add_argument("--all-ranks", action="store_true",
-                     help="show every rank's progress bars and repeated lines (default: rank 0's progress, "
-                          "a line every rank prints the same once)")
+                     help="show every rank's progress bars and repeated warnings (default: rank 0's progress, "
+                          "a warning every rank prints the same once)")
     out.add_argument("--tf-logs", action="store_true", help="show TensorFlow's C++ log lines (hidden by default)")
     nodes = parser.add_argument_group("many machines (no scheduler)")
     nodes.add_argument("--nnodes", type=int, default=1, help="machines in the job, one launcher each")
