@@ -1,7 +1,8 @@
 """Kill a worker mid-epoch; the launcher restarts the job; BackupAndRestore resumes it.
 
-Two local workers (real TensorFlow gRPC on loopback) train a tiny tf_keras model
-with MultiWorkerMirroredStrategy. Rank 1 is killed with SIGKILL in the middle of
+Two local workers (real TensorFlow gRPC on loopback) train a tiny model with
+MultiWorkerMirroredStrategy and plain ``fit``: tf_keras, and Keras 3 through
+tfdevices.build_strategy (its fit adapter). Rank 1 is killed with SIGKILL in the middle of
 epoch 1. ``tfdevices launch --max-restarts 1`` stops rank 0, starts both again,
 and training resumes from the epoch-0 backup. The finished job must have run the
 requested number of steps, hold identical weights on both workers, equal to an
@@ -27,11 +28,11 @@ EPOCHS, STEPS = 3, 4
 KILL_EPOCH, KILL_BATCH = 1, 1
 
 
-def launch(out: str, *extra: str, restarts: int = 0) -> subprocess.Popen[str]:
+def launch(out: str, *extra: str, restarts: int = 0, keras: str = "2") -> subprocess.Popen[str]:
     cmd = [sys.executable, "-m", "tfdevices", "launch", "-n", "2", "--max-restarts", str(restarts), "--",
            sys.executable, SCRIPT, out, str(EPOCHS), str(STEPS), *extra]
-    return subprocess.Popen(cmd, env=subprocess_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+    return subprocess.Popen(cmd, env=subprocess_env({"FT_KERAS": keras}), cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
 def finish(proc: subprocess.Popen[str], timeout: float) -> str:
@@ -65,16 +66,17 @@ def events(out: str, rank: int) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_kill_a_worker_mid_epoch_and_resume(tmp_path) -> None:
+@pytest.mark.parametrize("keras", ["2", "3"])
+def test_kill_a_worker_mid_epoch_and_resume(tmp_path, keras) -> None:
     reference, resumed = str(tmp_path / "reference"), str(tmp_path / "resumed")
     os.makedirs(reference)
     os.makedirs(resumed)
 
-    proc = launch(reference)
+    proc = launch(reference, keras=keras)
     output = finish(proc, timeout=240)
     assert proc.returncode == 0, output
 
-    proc = launch(resumed, f"{KILL_EPOCH}:{KILL_BATCH}", restarts=1)
+    proc = launch(resumed, f"{KILL_EPOCH}:{KILL_BATCH}", restarts=1, keras=keras)
     try:
         marker = os.path.join(resumed, "ready-to-die")
         deadline = time.monotonic() + 240

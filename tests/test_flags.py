@@ -87,11 +87,17 @@ CONFIGURE = """
     fv = flags.FlagValues()
     tfd_flags.define_flags(fv)
     fv(["prog", *{args!r}])
-    setup = tfd_flags.configure_from_flags(fv, cpu_virtual_devices={cpu!r})
-    s = setup.strategy
+    s = tfd_flags.configure_from_flags(fv, cpu_virtual_devices={cpu!r})
+    import tensorflow as tf
+    with s.scope():  # what configure_from_flags returns is the tf.distribute strategy
+        in_scope = tf.distribute.get_strategy() is s and tf.Variable(1.0) is not None
+    table = s.table()
     print(json.dumps({{"kind": s.kind, "devices": list(s.tf_devices), "ops": s.cross_device_ops,
-                      "replicas": s.num_replicas, "mask": setup.runtime.mask, "spec": setup.selection.spec,
-                      "logical": list(setup.runtime.logical_devices)}}))
+                      "replicas": s.num_replicas_in_sync, "mask": s.runtime.mask, "spec": s.selection.spec,
+                      "logical": list(s.runtime.logical_devices), "in_scope": in_scope,
+                      "strategy": isinstance(s, tf.distribute.Strategy),
+                      "table": [s.selection.table() in table, s.runtime.table() in table,
+                                s.info.table() in table]}}))
 """
 
 
@@ -107,6 +113,7 @@ CONFIGURE = """
 def test_configure_from_flags(args, cpu, expected):
     out = json.loads(run_py(CONFIGURE.format(args=args, cpu=cpu)).stdout.strip().splitlines()[-1])
     assert {k: out[k] for k in expected} == expected
+    assert out["strategy"] and out["in_scope"] and out["table"] == [True, True, True]
     assert out["mask"] == "-1"  # no GPU on this machine (or selected): masked before TensorFlow started
 
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
-from tests.helpers import run_py
+from tests.helpers import run_cli, run_py
 
 
 def _last_json(proc) -> dict:
@@ -112,11 +113,18 @@ def test_memory_limit_without_gpu_is_noted_not_applied():
     ({"memory_growth": True, "virtual_devices": 2}, "memory_growth=True cannot be combined"),
     ({"memory_growth": True, "memory_limit": "1GiB"}, "memory_growth=True cannot be combined"),
     ({"memory_growth": "yes"}, "memory_growth='yes': must be True, False or None"),
-    ({"virtual_devices": 0}, "virtual_devices=0: must be a whole number >= 1"),
-    ({"virtual_devices": True}, "virtual_devices=True: must be a whole number >= 1"),
-    ({"virtual_devices": "4"}, "virtual_devices='4': must be a whole number >= 1"),
+    ({"virtual_devices": 0}, "virtual_devices=0: must be a whole number from 1 to 1024"),
+    ({"virtual_devices": True}, "virtual_devices=True: must be a whole number from 1 to 1024"),
+    ({"virtual_devices": "4"}, "virtual_devices='4': must be a whole number from 1 to 1024"),
+    ({"virtual_devices": 10 ** 30}, "virtual_devices=1000000000000000000000000000000: must be a whole number"),
     ({"memory_limit": "4"}, "memory_limit '4': a bare number is ambiguous"),
     ({"memory_limit": "512KiB"}, "memory_limit='512KiB': below 1 MiB"),
+    ({"memory_limit": []}, "memory_limit=[]: a list needs 1 to 1024 sizes"),
+    ({"memory_limit": ["1GiB", "1GiB"], "virtual_devices": 3}, "memory_limit lists 2 sizes but virtual_devices=3"),
+    ({"memory_limit": {}}, "memory_limit={}: names no GPU"),
+    ({"memory_limit": {"GPU:0": "1GiB"}}, "memory_limit: key 'GPU:0' is not a GPU's NVML key"),
+    ({"memory_limit": {"0": "1GiB", 0: "2GiB"}}, "memory_limit names a GPU twice"),
+    ({"memory_limit": {"1": ["1GiB", "1KiB"]}}, "memory_limit['1']=['1GiB', '1KiB']: below 1 MiB"),
 ])
 def test_bad_arguments_fail_before_touching_tensorflow(kwargs, first_words):
     import sys
@@ -162,7 +170,7 @@ def test_plan_masks_two_gpus_before_import():
     plan = plan_runtime(select("2,0", inv.eight()), memory_growth=True)
     assert dict(plan.env) == {"CUDA_VISIBLE_DEVICES": "0,2", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     assert plan.visible_ordinals is None and plan.gpu_count == 2
-    assert plan.memory_growth is True and plan.gpu_limits == ()
+    assert plan.memory_growth is True and plan.gpu_limits == () and plan.config.notes == ()
     assert plan.config.gpu_map == (("0", "GPU:0"), ("2", "GPU:1"))
     assert plan.config.logical_devices == ("GPU:0", "GPU:1", "CPU:0")
     assert plan.config.tf_name_for(2) == "GPU:1"
@@ -170,8 +178,8 @@ def test_plan_masks_two_gpus_before_import():
 
 def test_plan_splits_each_gpu_from_its_free_memory():
     plan = plan_runtime(select("0,2", inv.eight()), virtual_devices=2)
-    assert plan.gpu_limits == (int(78 * GiB * 0.95) // 2, int(39 * GiB * 0.95) // 2)
-    assert plan.per_gpu == 2 and plan.cpu_split is None
+    assert plan.gpu_limits == ((int(78 * GiB * 0.95) // 2,) * 2, (int(39 * GiB * 0.95) // 2,) * 2)
+    assert plan.cpu_split is None
     assert plan.config.split == "GPU" and plan.config.memory_limit is None  # the shares differ
     assert plan.config.gpu_map == (("0", "GPU:0"), ("2", "GPU:2"))
     assert plan.config.logical_devices == ("GPU:0", "GPU:1", "GPU:2", "GPU:3", "CPU:0")
@@ -179,7 +187,7 @@ def test_plan_splits_each_gpu_from_its_free_memory():
 
 def test_plan_memory_limit_per_gpu():
     plan = plan_runtime(select("auto:2", inv.eight()), memory_limit=4 * GiB)
-    assert plan.gpu_limits == (4 * GiB, 4 * GiB) and plan.per_gpu == 1
+    assert plan.gpu_limits == ((4 * GiB,), (4 * GiB,))
     assert plan.config.memory_limit == 4 * GiB and plan.config.split is None
     assert "memory limit       4.0 GiB" in plan.config.table()
 
@@ -218,6 +226,81 @@ def test_plan_cpu_only_splits_the_cpu():
     assert plan.config.logical_devices == ("CPU:0", "CPU:1", "CPU:2", "CPU:3")
     assert plan.config.notes == ("memory_limit not applied: no GPU is visible",)
 
+
+def test_plan_memory_limit_by_gpu_and_uneven_splits():
+    """A dict by NVML index: one size or a list (an uneven split) each; a GPU not named keeps TensorFlow's default."""
+    plan = plan_runtime(select("0,2,5", inv.eight()), memory_limit={"5": "4GiB", "0": ["6GiB", "2GiB"]})
+    assert plan.gpu_limits == ((6 * GiB, 2 * GiB), (), (4 * GiB,))
+    assert plan.config.gpu_map == (("0", "GPU:0"), ("2", "GPU:2"), ("5", "GPU:3"))
+    assert plan.config.logical_devices == ("GPU:0", "GPU:1", "GPU:2", "GPU:3", "CPU:0")
+    assert plan.config.memory_limit is None and plan.config.virtual_devices is None  # neither is one number
+    assert "memory limit       GPU 0: 6.0 GiB + 2.0 GiB; GPU 5: 4.0 GiB" in plan.config.table()
+    listed = plan_runtime(select("0,2", inv.eight()), memory_limit=["3GiB", "3GiB"])
+    assert listed.gpu_limits == ((3 * GiB,) * 2,) * 2 and listed.config.virtual_devices == 2
+    assert listed.config.memory_limit == 3 * GiB and listed.config.split == "GPU"
+
+
+def test_plan_memory_limit_for_a_gpu_not_selected_is_an_error():
+    with pytest.raises(Exception, match=r"^memory_limit names GPU 7, which is not selected; selected: 0, 2\."):
+        plan_runtime(select("0,2", inv.eight()), memory_limit={"7": "1GiB"})
+
+
+def test_memory_growth_without_gpu_is_a_no_op_said_once():
+    proc = run_py("""
+        import json, logging, tfdevices
+        said = []
+        logging.getLogger("tfdevices").addHandler(type("H", (logging.Handler,), {"emit": lambda s, r: said.append(r.getMessage())})())
+        cfg = tfdevices.configure(memory_growth=True)          # a portable script, on a machine without a GPU
+        again = tfdevices.configure(memory_growth=True)
+        print(json.dumps({"notes": list(cfg.notes), "said": said, "same": cfg is again, "growth": cfg.memory_growth}))
+    """)
+    out = _last_json(proc)
+    assert out == {"notes": ["memory_growth=True not applied: no GPU is visible"],
+                   "said": ["tfdevices: memory_growth=True not applied: no GPU is visible"], "same": True,
+                   "growth": True}
+
+
+NODE8 = os.path.join(os.path.dirname(__file__), "data", "node-8gpu.json")
+
+
+def test_dry_run_plans_against_a_saved_inventory_without_touching_anything():
+    proc = run_py(f"""
+        import json, os, sys, tfdevices
+        os.environ["TFDEVICES_INVENTORY"] = {NODE8!r}
+        cfg = tfdevices.configure("0,2", virtual_devices=2, dry_run=True)
+        by_gpu = tfdevices.configure("auto:2", memory_limit={{"0": "8GiB", "2": ["4GiB", "4GiB"]}}, dry_run=True)
+        print(json.dumps({{"tf": "tensorflow" in sys.modules, "mask": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                          "current": tfdevices.runtime.current() is not None, "table": cfg.table(),
+                          "logical": list(cfg.logical_devices), "by_gpu": by_gpu.table()}}))
+    """)
+    out = _last_json(proc)
+    assert (out["tf"], out["mask"], out["current"]) == (False, None, False)  # nothing applied, TensorFlow untouched
+    assert out["logical"] == ["GPU:0", "GPU:1", "GPU:2", "GPU:3", "CPU:0"]
+    table = out["table"]
+    assert "mask               CUDA_VISIBLE_DEVICES=0,2 (via dry run: nothing applied; would set " \
+           "CUDA_VISIBLE_DEVICES=0,2, CUDA_DEVICE_ORDER=PCI_BUS_ID)" in table
+    assert "GPUs (NVML -> TF)  0 -> GPU:0, 2 -> GPU:2" in table and "logical split      GPU x 2" in table
+    assert "memory limit       GPU 0: 37.0 GiB + 37.0 GiB; GPU 2: 18.5 GiB + 18.5 GiB" in table  # 95% of free / 2
+    assert "memory limit       GPU 0: 8.0 GiB; GPU 2: 4.0 GiB + 4.0 GiB" in out["by_gpu"]
+
+
+def test_cli_configure_dry_run_prints_the_table():
+    proc = run_cli("configure", "--dry-run", "--inventory", NODE8, "0,2", "--memory-limit", "0=8GiB,2=4GiB")
+    assert proc.returncode == 0, proc.stderr
+    assert "CUDA_VISIBLE_DEVICES=0,2" in proc.stdout and "GPU 0: 8.0 GiB; GPU 2: 4.0 GiB" in proc.stdout
+    split = run_cli("configure", "--dry-run", "--inventory", NODE8, "1", "--memory-limit", "6GiB+2GiB")
+    assert "GPU 1: 6.0 GiB + 2.0 GiB" in split.stdout and "1 -> GPU:0" in split.stdout, split.stdout + split.stderr
+    bad = run_cli("configure", "--dry-run", "--inventory", NODE8, "0", "--memory-limit", "9=1GiB")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "memory_limit names GPU 9" in bad.stderr
+    nodry = run_cli("configure", "0")
+    assert nodry.returncode == 2 and "--dry-run" in nodry.stderr
+
+
+def test_cli_configure_dry_run_without_a_spec_plans_for_the_visible_gpus():
+    proc = run_cli("configure", "--dry-run", "--inventory", NODE8, "--memory-limit", "4GiB")
+    assert proc.returncode == 0, proc.stderr
+    assert "memory limit       4.0 GiB" in proc.stdout
+    assert "logical devices    GPU:0, GPU:1, GPU:2, GPU:3, GPU:4, GPU:5, GPU:6, GPU:7, CPU:0" in proc.stdout
 
 @pytest.mark.parametrize("value", ["\u0663", "9" * 5000, "2000", "-1"])
 def test_virtual_devices_variable_takes_ascii_digits_only(value):

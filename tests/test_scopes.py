@@ -116,3 +116,23 @@ def test_assign_refuses_a_device_named_twice(tf4):
 
     with pytest.raises(tfdevices.SpecError, match=r"^device 'cpu:1' is named twice \(as TensorFlow's CPU:1\)"):
         tfdevices.assign([lambda: 1, lambda: 2], ["CPU:1", "cpu:1"])
+
+
+def test_device_scope_soft_placement_is_set_for_the_block_and_put_back(tf4):
+    import tfdevices
+
+    before = tf4.config.get_soft_device_placement()
+    with tfdevices.device_scope("CPU:1", soft_placement=not before):
+        assert tf4.config.get_soft_device_placement() is (not before)
+        assert "CPU:1" in tf4.constant(1.0).device
+    assert tf4.config.get_soft_device_placement() is before
+    with pytest.raises(ZeroDivisionError):  # put back when the block raises too
+        with tfdevices.device_scope("CPU:1", soft_placement=False):
+            raise ZeroDivisionError
+    assert tf4.config.get_soft_device_placement() is before
+    with tfdevices.device_scope("CPU:1"):  # None: TensorFlow's setting as it is
+        assert tf4.config.get_soft_device_placement() is before
+    with pytest.raises(tfdevices.InputError, match=r"^soft_placement='yes': must be True or False"):
+        with tfdevices.device_scope("CPU:1", soft_placement="yes"):
+            pass
+    assert tf4.config.get_soft_device_placement() is before

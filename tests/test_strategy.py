@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from tfdevices.core.errors import LaunchError, SpecError, StrategyError, TfConfigError
-from tfdevices.strategy import KERAS3_FIT_MESSAGE, choose_cross_device_ops, cluster_from_env, decide_strategy
+from tfdevices.strategy import choose_cross_device_ops, cluster_from_env, decide_strategy
+from tfdevices.training import KERAS3_FIT_MESSAGE
 from tfdevices.jobs.tfconfig import make_tf_config
 from tests.helpers import run_py
 
@@ -279,8 +280,8 @@ def test_train_custom_loop_matches_fit_on_one_process(tf4):
         train(info, model_fn, ds, path="keras", **kw)
 
 
-def test_mask_first_then_build():
-    """NVML-named GPUs are masked before TensorFlow is imported (tensorflow#31410 cannot happen)."""
+def test_nvml_named_gpus_without_a_mask_say_configure_first():
+    """The strategy reads the configuration, it does not make one: no silent mask, and no GPU 0 filled."""
     proc = run_py("""
         import json, os, sys, tempfile
         from tests.inventories import eight
@@ -289,20 +290,74 @@ def test_mask_first_then_build():
         open(path, "w").write(eight().to_json())
         os.environ["TFDEVICES_INVENTORY"] = path
         from tfdevices import build_strategy
-        assert "tensorflow" not in sys.modules
         try:
             build_strategy("one_device", [5], env={})
-        except TfDevicesError as err:  # no real GPU here: the mask is what matters
-            print(json.dumps({"mask": os.environ.get("CUDA_VISIBLE_DEVICES"), "error": str(err)}))
+        except TfDevicesError as err:
+            print(json.dumps({"mask": os.environ.get("CUDA_VISIBLE_DEVICES"), "error": str(err),
+                              "tf": "tensorflow" in sys.modules}))
+        os.environ.update(CUDA_VISIBLE_DEVICES="5", CUDA_DEVICE_ORDER="PCI_BUS_ID")  # masked, as the launcher does
+        try:
+            build_strategy("one_device", [5], env={})
+        except TfDevicesError as err:                     # no real GPU here: past the check, TensorFlow lists none
+            print(json.dumps({"masked": str(err)}))
     """)
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert result["mask"] == "5"
-    assert result["error"].startswith("1 GPU(s) selected (CUDA_VISIBLE_DEVICES=5) but TensorFlow lists 0")
+    first, second = (json.loads(line) for line in proc.stdout.strip().splitlines()[-2:])
+    assert first["mask"] is None and not first["tf"]  # nothing written, TensorFlow not even imported
+    assert first["error"].startswith("build_strategy(devices=5) names GPU(s) 5 by NVML index, but nothing was "
+                                     "configured: TensorFlow would start on GPU(s) 0, 1, 2, 3, 4, 6, 7 too")
+    assert "HINT: call tfdevices.configure(tfdevices.select('5')) first" in first["error"]
+    assert "nothing was configured" not in second["masked"]
 
 
 def test_keras3_fit_message_names_the_issue():
     assert "keras-team/keras#20585" in KERAS3_FIT_MESSAGE
 
+
+# --------------------------------------------------------------------------- drop-in
+
+
+def test_what_build_strategy_returns_is_the_tensorflow_strategy(tf4):
+    """Used exactly like tf.distribute.MirroredStrategy (Keras included), and it still explains itself."""
+    import keras
+
+    from tfdevices import build_strategy
+
+    strategy = build_strategy("mirrored", ["CPU:1", "CPU:2"], env={})
+    assert isinstance(strategy, tf4.distribute.Strategy) and isinstance(strategy, tf4.distribute.MirroredStrategy)
+    assert strategy.num_replicas_in_sync == 2 and strategy.strategy is strategy
+    with strategy.scope():
+        assert tf4.distribute.get_strategy() is strategy and tf4.distribute.has_strategy()
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+        model.compile(optimizer="sgd", loss="mse")
+    assert model.distribute_strategy is strategy
+    assert all(isinstance(v.value, tf4.distribute.DistributedValues) for v in model.trainable_variables)  # mirrored
+    data = tf4.data.Dataset.from_tensor_slices(np.arange(8, dtype="float32").reshape(4, 2)).batch(4)
+    batch = next(iter(strategy.experimental_distribute_dataset(data)))
+    per_replica = strategy.run(lambda x: tf4.reduce_sum(x), args=(batch,))
+    assert float(strategy.reduce("SUM", per_replica, axis=None)) == float(np.arange(8).sum())
+    # it explains itself: the replicas named both ways, and why
+    assert (strategy.kind, strategy.devices, strategy.tf_devices) == ("mirrored", ("CPU:1", "CPU:2"), ("CPU:1", "CPU:2"))
+    assert strategy.info.num_replicas == 2 and strategy.info.strategy_class == "MirroredStrategy"
+    table = strategy.table()
+    assert table.startswith("strategy: mirrored (MirroredStrategy), 2 replica(s)") and "why: " in table
+
+
+@pytest.mark.parametrize("kind, devices", [("default", None), ("one_device", ["CPU:3"]),
+                                           ("mirrored", ["CPU:0", "CPU:1"])])
+def test_explained_adds_no_name_tensorflow_has(tf4, kind, devices):
+    """What tfdevices adds to a strategy shadows nothing of TensorFlow's (ours would silently win or lose)."""
+    from tfdevices import build_strategy
+    from tfdevices.strategy import Explained
+
+    strategy = build_strategy(kind, devices, env={})
+    ours = {n for n in vars(Explained) if not n.startswith("__")}
+    for base in type(strategy).__mro__:
+        if base is Explained or base is object or base.__module__ == "tfdevices.strategy":
+            continue
+        assert not ours & set(vars(base)), (base, ours & set(vars(base)))
+    with strategy.scope():  # the default strategy too: same object, it now explains itself
+        assert tf4.distribute.get_strategy() is strategy
+    assert strategy.kind == kind and strategy.table().startswith(f"strategy: {kind}")
 
 @pytest.mark.parametrize("mask, words", [
     ("\u0663", "CUDA_VISIBLE_DEVICES='\u0663': '\u0663' is neither a GPU index"),  # CUDA would hide every GPU

@@ -143,6 +143,45 @@ def _add_launch(p: argparse.ArgumentParser) -> None:
     p.set_defaults(run=_cmd_launch)
 
 
+def _cmd_configure(args: argparse.Namespace) -> int:
+    from tfdevices.runtime import configure
+
+    if not args.dry_run:
+        raise UsageError("configure plans only here: a process configures itself with tfdevices.configure().",
+                         hint="add --dry-run to see what configure() would mask, split and limit.")
+    config = configure(args.spec, memory_growth=args.memory_growth or None,
+                       memory_limit=_memory_limit(args.memory_limit), virtual_devices=args.virtual_devices,
+                       inventory=_inventory(args), dry_run=True)
+    print(config.table())
+    return 0
+
+
+def _memory_limit(text: str | None) -> object:
+    """``4GiB`` (every GPU), ``6GiB+2GiB`` (a split: one size per logical device), ``0=8GiB,1=6GiB+2GiB`` (by GPU)."""
+    if text is None:
+        return None
+
+    def sizes(part: str) -> object:
+        return part.split("+") if "+" in part else part
+
+    if "=" not in text:
+        return sizes(text)
+    pairs = [item.partition("=") for item in text.split(",")]
+    return {key.strip(): sizes(value.strip()) for key, _, value in pairs}
+
+
+def _add_configure(p: argparse.ArgumentParser) -> None:
+    p.description = ("Show what tfdevices.configure() would mask, split and limit, for this machine's GPUs or "
+                     "a saved inventory (--inventory), without applying it.")
+    p.add_argument("spec", nargs="?", default=None, help="GPUs: 'all', 'none', 'auto:N', '0,2' (default: as visible)")
+    p.add_argument("--dry-run", action="store_true", help="plan only (the only mode: a process configures itself)")
+    p.add_argument("--memory-growth", action="store_true", help="grow GPU memory as needed")
+    p.add_argument("--memory-limit", metavar="LIMIT",
+                   help="per logical GPU: '4GiB', a split '6GiB+2GiB', or by GPU '0=8GiB,1=4GiB'")
+    p.add_argument("--virtual-devices", type=int, metavar="N", help="logical devices per GPU (or the CPU)")
+    p.set_defaults(run=_cmd_configure)
+
+
 def _add_placement(p: argparse.ArgumentParser) -> None:
     p.description = "Print the placement that write_placement or PlacementLogger stored under LOGDIR."
     p.add_argument("logdir", metavar="LOGDIR", help="a TensorBoard log directory (searched recursively)")
@@ -159,6 +198,7 @@ COMMANDS: dict[str, tuple[str, bool, Any]] = {
     "select": ("choose GPUs; prints 'export CUDA_VISIBLE_DEVICES=...'", True, _add_select),
     "demo": ("run a demo (no NAME: list them); flags after NAME go to it", True, _add_demo),
     "launch": ("start N local workers with TF_CONFIG: -n N -- python train.py", True, _add_launch),
+    "configure": ("plan configure(): mask, split, limits (--dry-run)", True, _add_configure),
     "placement": ("print the placement stored in a TensorBoard log directory", False, _add_placement),
 }
 

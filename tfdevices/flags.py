@@ -6,8 +6,9 @@ Two lines give an absl app the toolkit's flags::
     tfd_flags.define_flags()                      # at module level
 
     def main(argv):
-        setup = tfd_flags.configure_from_flags()  # discover, select, configure, build
-        with setup.strategy.strategy.scope():
+        strategy = tfd_flags.configure_from_flags()  # discover, select, configure, build
+        print(strategy.table())                       # the selection, the configuration, the strategy
+        with strategy.scope():                        # a tf.distribute.Strategy
             ...
 
 Flags: ``--gpus`` (a spec: ``all``, ``none``, ``auto:2``, ``0,2``), ``--min_free_memory``,
@@ -40,7 +41,7 @@ from tfdevices.gpus.spec import parse_spec
 from tfdevices.jobs.env import launch_info
 from tfdevices.gpus.selection import select
 from tfdevices.runtime import configure
-from tfdevices.strategy import CROSS_DEVICE_OPS, KINDS, build_strategy
+from tfdevices.strategy import CROSS_DEVICE_OPS, KINDS, build_strategy, explain
 from tfdevices.tensorboard.writer import write_placement
 from tfdevices.verify import capture
 from tfdevices.core.units import parse_memory
@@ -110,33 +111,35 @@ def _validate(name: str, check: Callable[[Any], object], fv: flags.FlagValues) -
 
 @dataclasses.dataclass(frozen=True)
 class FlagsSetup:
-    """What :func:`configure_from_flags` did.
+    """What :func:`configure_from_flags` did before building the strategy (its ``setup``).
 
     Attributes:
         selection: the GPUs chosen (:class:`~tfdevices.gpus.selection.Selection`).
         runtime: the configuration applied (:class:`~tfdevices.runtime.RuntimeConfig`).
-        strategy: the strategy built (:class:`~tfdevices.strategy.StrategyInfo`).
         logdir: ``--logdir`` (``None``: unset).
         log_placement: ``--log_placement``.
     """
 
     selection: Any
     runtime: Any
-    strategy: Any
     logdir: str | None = None
     log_placement: bool = False
 
     def table(self) -> str:
-        """The selection, the runtime configuration and the strategy, for people."""
-        return "\n\n".join((self.selection.table(), self.runtime.table(), self.strategy.table()))
+        """The selection and the runtime configuration, for people."""
+        return "\n\n".join((self.selection.table(), self.runtime.table()))
 
 
 def configure_from_flags(flag_values: flags.FlagValues = FLAGS, *,
                          cpu_virtual_devices: int | None = None,
-                         global_batch_size: int | None = None) -> FlagsSetup:
+                         global_batch_size: int | None = None) -> Any:
     """Discovers, selects, configures and builds the strategy the flags ask for.
 
-    Call it in ``main``, before anything else uses TensorFlow.
+    Call it in ``main``, before anything else uses TensorFlow. What it returns is the
+    strategy :func:`tfdevices.build_strategy` built (a ``tf.distribute.Strategy``), which
+    also carries what was done: ``table()`` shows the selection, the configuration and
+    the strategy; ``selection``, ``runtime``, ``logdir``, ``log_placement`` and ``setup``
+    (a :class:`FlagsSetup`) hold them.
 
     Args:
         flag_values: parsed flags holding :func:`define_flags`' flags.
@@ -147,7 +150,7 @@ def configure_from_flags(flag_values: flags.FlagValues = FLAGS, *,
             smaller than the number of replicas is refused before TensorFlow starts.
 
     Returns:
-        A :class:`FlagsSetup`.
+        The ``tf.distribute.Strategy`` (:class:`~tfdevices.strategy.Explained`).
 
     Raises:
         InputError: the flags were not defined or not parsed.
@@ -165,7 +168,7 @@ def configure_from_flags(flag_values: flags.FlagValues = FLAGS, *,
     runtime = configure(selection, memory_growth=fv.memory_growth, memory_limit=fv.memory_limit,
                         virtual_devices=split)
     strategy = build_strategy(fv.strategy, None, fv.cross_device_ops, runtime=runtime)
-    return FlagsSetup(selection, runtime, strategy, fv.logdir, fv.log_placement)
+    return explain(strategy, strategy.info, FlagsSetup(selection, runtime, fv.logdir, fv.log_placement))
 
 
 def planned_replicas(strategy: str, gpus: int, split: int | None, world_size: int | None = None) -> int:

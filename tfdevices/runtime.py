@@ -21,6 +21,7 @@ paths are tested on machines without GPUs); ``configure`` carries the plan out.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import sys
 import traceback
@@ -38,6 +39,11 @@ from tfdevices.core.units import format_bytes, parse_count, parse_memory, shown
 
 _MIB = 1024 * 1024
 _SPLIT_MARGIN = 0.95  # of a GPU's free memory shared out when splitting without memory_limit
+_MAX_LOGICAL = 1024  # logical devices per physical device: more is a mistake, not a plan
+logger = logging.getLogger("tfdevices")
+
+#: A memory limit, normalized: ``(GPU key or None for every GPU, (bytes per logical device, ...))`` pairs.
+Limits = tuple[tuple[str | None, tuple[int, ...]], ...]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,11 +56,14 @@ class RuntimeConfig:
             ``"tf.config"`` (``set_visible_devices`` after import) or ``"unchanged"``.
         gpu_map: ``(NVML key, TensorFlow name)`` for each GPU TensorFlow will use.
         memory_growth: as set on every visible GPU (``None``: TensorFlow's default).
-        memory_limit: bytes per logical GPU (``None``: no limit).
+        memory_limit: bytes per logical GPU when every one has the same (``None``: no limit, or
+            limits that differ: see ``memory_limits``).
         virtual_devices: logical devices per physical device (``None``: no split).
         split: what was split: ``"GPU"``, ``"CPU"`` or ``None``.
         logical_devices: the TensorFlow devices the runtime will have (``"GPU:0"``, ``"CPU:1"`` ...).
         notes: what was not applied, and why.
+        memory_limits: ``(NVML key, (bytes per logical GPU, ...))`` for each GPU given a
+            logical configuration.
     """
 
     mask: str | None
@@ -66,6 +75,7 @@ class RuntimeConfig:
     split: str | None
     logical_devices: tuple[str, ...]
     notes: tuple[str, ...] = ()
+    memory_limits: tuple[tuple[str, tuple[int, ...]], ...] = ()
     _request: tuple[Any, ...] = dataclasses.field(default=(), repr=False, compare=False)
 
     def tf_name_for(self, index: int | str) -> str:
@@ -82,12 +92,20 @@ class RuntimeConfig:
         rows = [("mask", f"CUDA_VISIBLE_DEVICES={self.mask} (via {self.method})" if self.mask else "unchanged"),
                 ("GPUs (NVML -> TF)", ", ".join(f"{n} -> {t}" for n, t in self.gpu_map) or "none"),
                 ("memory growth", "default" if self.memory_growth is None else str(self.memory_growth)),
-                ("memory limit", "none" if self.memory_limit is None else format_bytes(self.memory_limit)),
+                ("memory limit", self._limits_text()),
                 ("logical split", f"{self.split} x {self.virtual_devices}" if self.split else "none"),
                 ("logical devices", ", ".join(self.logical_devices))]
         rows += [("note", n) for n in self.notes]
         width = max(len(k) for k, _ in rows)
         return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
+
+    def _limits_text(self) -> str:
+        if self.memory_limit is not None:
+            return format_bytes(self.memory_limit)
+        if not self.memory_limits:
+            return "none"
+        return "; ".join(f"GPU {key}: " + " + ".join(format_bytes(b) for b in limits)
+                         for key, limits in self.memory_limits)
 
 
 _CURRENT: RuntimeConfig | None = None
@@ -144,52 +162,136 @@ def runtime_started() -> bool:
 
 
 def configure(selection: Selection | object = None, *, memory_growth: bool | None = None,
-              memory_limit: int | str | None = None, virtual_devices: int | None = None,
-              inventory: Inventory | None = None) -> RuntimeConfig:
+              memory_limit: object = None, virtual_devices: int | None = None,
+              inventory: Inventory | None = None, dry_run: bool = False) -> RuntimeConfig:
     """Configures TensorFlow's devices, in the only order that works.
+
+    Portable: on a machine without a GPU, ``memory_growth`` and ``memory_limit`` are
+    no-ops that say so (once, and in ``notes``), and ``virtual_devices`` splits the CPU.
 
     Args:
         selection: a :class:`Selection`, a spec for :func:`tfdevices.select` (``"auto:2"``),
             or ``None`` to leave visibility as it is.
         memory_growth: allocate GPU memory as needed instead of all at once (set on every
             visible GPU: TensorFlow refuses mixed settings).
-        memory_limit: cap per logical GPU (``"4GiB"`` or bytes).
+        memory_limit: cap per logical GPU: one size for all (``"4GiB"`` or bytes); a list of
+            sizes, one logical device each, for every GPU (``["6GiB", "2GiB"]``: an uneven
+            split); or a dict by NVML GPU key, each a size or a list (``{"0": "8GiB", "1": "4GiB"}``;
+            GPUs not named keep TensorFlow's default).
         virtual_devices: split each visible GPU, or the CPU when there is no GPU, into N
             logical devices. A GPU split without ``memory_limit`` shares 95% of its free memory.
-        inventory: used when ``selection`` is a spec.
+        inventory: used when ``selection`` is a spec, and by ``dry_run``.
+        dry_run: plan only: return what would be applied (mask, split, limits, TensorFlow
+            names) without touching the environment or TensorFlow, so it plans for a saved
+            inventory (``TFDEVICES_INVENTORY``) on a machine without a GPU.
 
     Returns:
-        The :class:`RuntimeConfig` applied.
+        The :class:`RuntimeConfig` applied (or, with ``dry_run``, planned).
 
     Raises:
         InputError: an argument is malformed, or two settings conflict.
         RuntimeInitializedError: TensorFlow's runtime already started with another configuration.
     """
-    growth, limit, split = _validate(memory_growth, memory_limit, virtual_devices)
+    growth, limits, split = _validate(memory_growth, memory_limit, virtual_devices)
     sel = selection if isinstance(selection, Selection) or selection is None else select(selection, inventory)
-    request = (None if sel is None else sel.cuda_visible_devices, growth, limit, split)
+    if dry_run:
+        return _dry_run(sel, growth, limits, split, inventory)
+    request = (None if sel is None else sel.cuda_visible_devices, growth, limits, split)
     if _CURRENT is not None and _CURRENT._request == request:
         return _CURRENT
     if runtime_started():
         raise _initialized_error(request)
-    return _apply(sel, growth, limit, split)
+    return _apply(sel, growth, limits, split)
 
 
-def _validate(growth: object, limit: object, split: object) -> tuple[bool | None, int | None, int | None]:
+def _dry_run(sel: Selection | None, growth: bool | None, limits: Limits, split: int | None,
+             inventory: Inventory | None) -> RuntimeConfig:
+    """The plan for this machine's (or the saved inventory's) GPUs; nothing applied."""
+    count = None
+    if sel is None:
+        from tfdevices.gpus.discovery import discover
+
+        count = len((inventory if inventory is not None else discover()).visible)
+    plan = plan_runtime(sel, memory_growth=growth, memory_limit=limits or None, virtual_devices=split,
+                        tf_imported="tensorflow" in sys.modules, gpu_count=count)
+    env = ", ".join(f"{k}={v}" for k, v in plan.env)
+    return dataclasses.replace(plan.config, method=f"dry run: nothing applied; would set {env or 'nothing'}"
+                               if plan.config.method == "environment" else f"dry run: nothing applied; "
+                               f"would use {plan.config.method}")
+
+
+def _validate(growth: object, limit: object, split: object) -> tuple[bool | None, Limits, int | None]:
     if growth is not None and not isinstance(growth, bool):
         raise InputError(f"memory_growth={growth!r}: must be True, False or None.", hint="pass a bool.")
-    limit_bytes = None if limit is None else parse_memory(limit, what="memory_limit")
-    if limit_bytes is not None and limit_bytes < _MIB:
-        raise InputError(f"memory_limit={limit!r}: below 1 MiB, TensorFlow's unit for limits.",
-                         hint="write e.g. '2GiB'.")
-    if split is not None and (isinstance(split, bool) or not isinstance(split, int) or split < 1):
-        raise InputError(f"virtual_devices={split!r}: must be a whole number >= 1.",
+    if split is not None and (isinstance(split, bool) or not isinstance(split, int) or not 1 <= split <= _MAX_LOGICAL):
+        raise InputError(f"virtual_devices={_short(split)}: must be a whole number from 1 to {_MAX_LOGICAL}.",
                          hint="write e.g. 4 to split the device into 4 logical devices.")
-    if growth and (limit_bytes is not None or split is not None):
+    limits = normalize_memory_limit(limit, split)
+    if growth and (limits or split is not None):
         raise InputError("memory_growth=True cannot be combined with memory_limit or virtual_devices: "
                          "TensorFlow refuses memory growth on a device with logical configurations.",
                          hint="use memory_limit (fixed share) or memory_growth (grow as needed), not both.")
-    return growth, limit_bytes, split
+    return growth, limits, split
+
+
+def normalize_memory_limit(limit: object, split: int | None = None) -> Limits:
+    """Reads a ``memory_limit`` into ``(GPU key or None, bytes per logical device)`` pairs (pure).
+
+    Args:
+        limit: ``None``; one size (``"4GiB"``, bytes); a list of sizes (one logical device
+            each, on every GPU); or a dict by NVML GPU key of sizes or lists.
+        split: ``virtual_devices``: one size then means that many logical devices of that size.
+
+    Returns:
+        ``()`` for no limit, else the pairs (key ``None``: every GPU).
+
+    Raises:
+        InputError: a size is malformed or below 1 MiB, a list is empty or disagrees with
+            ``split``, or a key is not a GPU key.
+
+    >>> normalize_memory_limit("2GiB", 2)
+    ((None, (2147483648, 2147483648)),)
+    >>> normalize_memory_limit({"1": "1GiB", 0: ["3GiB", "1GiB"]})
+    (('0', (3221225472, 1073741824)), ('1', (1073741824,)))
+    """
+    if limit is None:
+        return ()
+    if isinstance(limit, Mapping):
+        if not limit:
+            raise InputError("memory_limit={}: names no GPU.", hint="pass None for no limit, or {'0': '8GiB'}.")
+        pairs = []
+        for key, value in limit.items():
+            name = str(key).strip()
+            if isinstance(key, bool) or not (name.replace(":", "", 1).isascii() and name.replace(":", "", 1).isdigit()):
+                raise InputError(f"memory_limit: key {_short(key)} is not a GPU's NVML key.",
+                                 hint="key the dict by NVML index, as nvidia-smi shows it: {'0': '8GiB', '1': '4GiB'}.")
+            pairs.append((name, _sizes(value, split, f"memory_limit[{name!r}]")))
+        if len({k for k, _ in pairs}) != len(pairs):
+            raise InputError(f"memory_limit names a GPU twice: {_short(list(limit))}.", hint="name each GPU once.")
+        return tuple(sorted(pairs, key=lambda kv: [int(p) for p in kv[0].split(":")]))
+    return ((None, _sizes(limit, split, "memory_limit")),)
+
+
+def _sizes(value: object, split: int | None, what: str) -> tuple[int, ...]:
+    if isinstance(value, (list, tuple)):
+        if not value or len(value) > _MAX_LOGICAL:
+            raise InputError(f"{what}={_short(value)}: a list needs 1 to {_MAX_LOGICAL} sizes, one per logical device.",
+                             hint="e.g. ['6GiB', '2GiB'] for two logical devices.")
+        if split is not None and len(value) != split:
+            raise InputError(f"{what} lists {len(value)} sizes but virtual_devices={split}.",
+                             hint="leave virtual_devices out: the list says how many logical devices.")
+        sizes = tuple(parse_memory(v, what=what) for v in value)
+    else:
+        sizes = (parse_memory(value, what=what),) * (split or 1)  # type: ignore[arg-type]
+    if min(sizes) < _MIB:
+        raise InputError(f"{what}={_short(value)}: below 1 MiB, TensorFlow's unit for limits.",
+                         hint="write e.g. '2GiB'.")
+    return sizes
+
+
+def _short(value: object, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,8 +304,7 @@ class RuntimePlan:
             already imported), or ``None``.
         gpu_count: physical GPUs TensorFlow will use.
         memory_growth: to set on every one of them.
-        gpu_limits: bytes per logical GPU, one entry per physical GPU (empty: no logical configuration).
-        per_gpu: logical devices per physical GPU.
+        gpu_limits: for each physical GPU, bytes per logical device (``()``: no logical configuration).
         cpu_split: logical CPUs to make (``None``: no split).
         config: the :class:`RuntimeConfig` this plan gives.
     """
@@ -212,21 +313,20 @@ class RuntimePlan:
     visible_ordinals: tuple[int, ...] | None
     gpu_count: int
     memory_growth: bool | None
-    gpu_limits: tuple[int, ...]
-    per_gpu: int
+    gpu_limits: tuple[tuple[int, ...], ...]
     cpu_split: int | None
     config: RuntimeConfig
 
 
-def plan_runtime(sel: Selection | None, *, memory_growth: bool | None = None, memory_limit: int | None = None,
+def plan_runtime(sel: Selection | None, *, memory_growth: bool | None = None, memory_limit: object = None,
                  virtual_devices: int | None = None, tf_imported: bool = False,
                  gpu_count: int | None = None) -> RuntimePlan:
     """Plans a configuration (pure: no environment, no TensorFlow).
 
     Args:
         sel: the selection to mask to, or ``None`` to keep visibility as it is.
-        memory_growth, memory_limit, virtual_devices: validated as in :func:`configure`
-            (``memory_limit`` in bytes).
+        memory_growth, memory_limit, virtual_devices: as in :func:`configure`
+            (``memory_limit`` also normalized, see :func:`normalize_memory_limit`).
         tf_imported: whether TensorFlow is already imported (then masking goes through
             ``tf.config.set_visible_devices``).
         gpu_count: GPUs TensorFlow lists; needed only when ``sel`` is ``None``.
@@ -235,38 +335,57 @@ def plan_runtime(sel: Selection | None, *, memory_growth: bool | None = None, me
         The :class:`RuntimePlan`.
 
     Raises:
-        InputError: a GPU split needs a memory limit that cannot be derived.
+        InputError: a GPU split needs a memory limit that cannot be derived, or a limit
+            names a GPU that is not selected.
 
     >>> plan_runtime(None, virtual_devices=2, gpu_count=0).config.logical_devices
     ('CPU:0', 'CPU:1')
     """
     count = len(sel.gpus) if sel is not None else gpu_count or 0
     keys = [g.key for g in sel.gpus] if sel is not None else [str(i) for i in range(count)]
+    limits_in = memory_limit if _is_limits(memory_limit) else normalize_memory_limit(memory_limit, virtual_devices)
     notes: list[str] = []
-    limits: tuple[int, ...] = ()
-    if count and (memory_limit is not None or virtual_devices is not None):
-        limits = _gpu_limits(sel, count, memory_limit, virtual_devices or 1)
-    if not count and memory_limit is not None:
+    per_gpu: tuple[tuple[int, ...], ...] = ()
+    if count and (limits_in or virtual_devices is not None):
+        per_gpu = _gpu_limits(sel, keys, limits_in, virtual_devices or 1)
+    if not count and limits_in:
         notes.append("memory_limit not applied: no GPU is visible")
+    if not count and memory_growth is not None:
+        notes.append(f"memory_growth={memory_growth} not applied: no GPU is visible")
     cpu_split = virtual_devices if not count else None
-    per_gpu = virtual_devices if count and virtual_devices else 1
+    sizes = [len(p) or 1 for p in per_gpu] or [1] * count
+    firsts = [sum(sizes[:i]) for i in range(count)]
     split = "GPU" if count and virtual_devices else "CPU" if virtual_devices else None
     method = "unchanged" if sel is None else "tf.config" if tf_imported else "environment"
+    flat = {b for p in per_gpu for b in p}
+    uniform = len(flat) == 1 and all(per_gpu)
     config = RuntimeConfig(
         mask=None if sel is None else sel.cuda_visible_devices, method=method,
-        gpu_map=tuple((k, f"GPU:{i * per_gpu}") for i, k in enumerate(keys)),
+        gpu_map=tuple((k, f"GPU:{first}") for k, first in zip(keys, firsts)),
         memory_growth=memory_growth,
-        memory_limit=limits[0] if limits and len(set(limits)) == 1 else memory_limit if count else None,
-        virtual_devices=virtual_devices, split=split,
-        logical_devices=tuple(f"GPU:{i}" for i in range(count * per_gpu))
+        memory_limit=next(iter(flat)) if uniform and limits_in else None,
+        virtual_devices=virtual_devices if virtual_devices is not None else _even_split(sizes),
+        split=split or ("GPU" if any(n > 1 for n in sizes) else None),
+        logical_devices=tuple(f"GPU:{i}" for i in range(sum(sizes) if count else 0))
         + tuple(f"CPU:{i}" for i in range(cpu_split or 1)),
-        notes=tuple(notes), _request=(None if sel is None else sel.cuda_visible_devices, memory_growth,
-                                      memory_limit, virtual_devices))
+        notes=tuple(notes), memory_limits=tuple((k, p) for k, p in zip(keys, per_gpu) if p),
+        _request=(None if sel is None else sel.cuda_visible_devices, memory_growth, limits_in, virtual_devices))
     return RuntimePlan(
         env=tuple(sel.env().items()) if method == "environment" else (),
         visible_ordinals=_ordinals(sel) if method == "tf.config" else None,
-        gpu_count=count, memory_growth=memory_growth, gpu_limits=limits, per_gpu=per_gpu,
+        gpu_count=count, memory_growth=memory_growth, gpu_limits=per_gpu,
         cpu_split=cpu_split, config=config)
+
+
+def _even_split(sizes: Sequence[int]) -> int | None:
+    """Logical devices per GPU when a list of limits split every GPU alike (``None``: no split, or uneven)."""
+    return sizes[0] if sizes and len(set(sizes)) == 1 and sizes[0] > 1 else None
+
+
+def _is_limits(value: object) -> bool:
+    """Whether ``value`` is already normalized (:data:`Limits`)."""
+    return isinstance(value, tuple) and all(
+        isinstance(p, tuple) and len(p) == 2 and isinstance(p[1], tuple) for p in value) and bool(value)
 
 
 def _ordinals(sel: Selection) -> tuple[int, ...]:
@@ -279,25 +398,36 @@ def _ordinals(sel: Selection) -> tuple[int, ...]:
     return tuple(sorted(g.cuda_ordinal for g in sel.gpus if g.cuda_ordinal is not None))
 
 
-def _gpu_limits(sel: Selection | None, count: int, limit: int | None, split: int) -> tuple[int, ...]:
-    if limit is not None:
-        return (limit,) * count
+def _gpu_limits(sel: Selection | None, keys: Sequence[str], limits: Limits,
+                split: int) -> tuple[tuple[int, ...], ...]:
+    """Bytes per logical device for each physical GPU (``()``: leave it unconfigured)."""
+    if limits and limits[0][0] is None:
+        return (limits[0][1],) * len(keys)
+    if limits:
+        named = dict(limits)
+        unknown = [k for k in named if k not in keys]
+        if unknown:
+            raise InputError(f"memory_limit names GPU {', '.join(unknown)}, which is not selected; "
+                             f"selected: {', '.join(keys) or 'none'}.",
+                             hint="key the limits by the NVML index of a selected GPU.")
+        return tuple(named.get(k, ()) for k in keys)
     free = [g.memory_free for g in sel.gpus] if sel is not None else []
-    if len(free) != count or not all(free):
+    if len(free) != len(keys) or not all(free):
         raise InputError(f"virtual_devices={split}: splitting a GPU needs each part's memory, and the free "
                          "memory of the visible GPUs is unknown.",
                          hint="pass memory_limit (per logical GPU), e.g. memory_limit='4GiB'.")
-    return tuple(int(f * _SPLIT_MARGIN) // split for f in free)
+    return tuple((int(f * _SPLIT_MARGIN) // split,) * split for f in free)
 
 
-def _apply(sel: Selection | None, growth: bool | None, limit: int | None, split: int | None) -> RuntimeConfig:
+def _apply(sel: Selection | None, growth: bool | None, limit: Limits, split: int | None) -> RuntimeConfig:
     """Carries out the plan: the only place that sets the environment or calls tf.config."""
     global _CURRENT
     tf_imported = "tensorflow" in sys.modules
     quiet_tensorflow_logs()
     count = None if sel is not None else len(import_tf().config.list_physical_devices("GPU"))
-    plan = plan_runtime(sel, memory_growth=growth, memory_limit=limit, virtual_devices=split,
+    plan = plan_runtime(sel, memory_growth=growth, memory_limit=limit or None, virtual_devices=split,
                         tf_imported=tf_imported, gpu_count=count)
+    _say_once(plan.config.notes)
     os.environ.update(dict(plan.env))
     tf = import_tf()
     _trace_runtime_start()
@@ -312,14 +442,50 @@ def _apply(sel: Selection | None, growth: bool | None, limit: int | None, split:
                  "tf.sysconfig.get_build_info() shows what TensorFlow expects.")
     for gpu in gpus if plan.memory_growth is not None else ():
         tf.config.experimental.set_memory_growth(gpu, plan.memory_growth)
-    for gpu, share in zip(gpus, plan.gpu_limits):
-        tf.config.set_logical_device_configuration(
-            gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=share // _MIB)] * plan.per_gpu)
+    for gpu, shares in zip(gpus, plan.gpu_limits):
+        if shares:
+            tf.config.set_logical_device_configuration(
+                gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=share // _MIB) for share in shares])
     if plan.cpu_split:
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * plan.cpu_split)
     _CURRENT = plan.config
     return plan.config
+
+
+def _limits_words(limits: Limits) -> str:
+    if not limits:
+        return "None"
+    return "; ".join(f"{'every GPU' if key is None else 'GPU ' + key}: " + " + ".join(format_bytes(b) for b in sizes)
+                     for key, sizes in limits)
+
+
+_SAID: set[str] = set()
+
+
+def _say_once(notes: Sequence[str]) -> None:
+    """Logs each note (a setting that does not apply here) once per process."""
+    for note in notes:
+        if note not in _SAID:
+            _SAID.add(note)
+            logger.warning("tfdevices: %s", note)
+
+
+def set_soft_placement(enabled: bool) -> bool:
+    """Sets TensorFlow's soft device placement (process-wide); returns the previous setting.
+
+    Soft placement lets an op with no kernel on the requested device run elsewhere
+    (usually the CPU) without a word; off, such an op raises instead.
+    :func:`tfdevices.device_scope` uses it for ``soft_placement=``.
+    """
+    if not isinstance(enabled, bool):
+        raise InputError(f"soft_placement={_short(enabled)}: must be True or False.", hint="pass a bool.")
+    from tfdevices.core._tf import import_tf
+
+    tf = import_tf()
+    previous = bool(tf.config.get_soft_device_placement())
+    tf.config.set_soft_device_placement(enabled)
+    return previous
 
 
 def _set_visible(tf: Any, ordinals: tuple[int, ...], gpus: list[Any]) -> list[Any]:
@@ -364,9 +530,9 @@ def _initialized_error(request: tuple[Any, ...]) -> RuntimeInitializedError:
     where = f"it was started by {_STARTED_BY}" if _STARTED_BY else (
         "something in this process started it (creating a tensor, listing logical devices or building a model)")
     applied = f" The configuration in force: mask={_CURRENT.mask}, growth={_CURRENT.memory_growth}, " \
-              f"limit={_CURRENT.memory_limit}, split={_CURRENT.virtual_devices}." if _CURRENT else ""
+              f"limit={_CURRENT._limits_text()}, split={_CURRENT.virtual_devices}." if _CURRENT else ""
     return RuntimeInitializedError(
-        f"cannot configure devices (mask={request[0]}, memory_growth={request[1]}, memory_limit={request[2]}, "
+        f"cannot configure devices (mask={request[0]}, memory_growth={request[1]}, memory_limit={_limits_words(request[2])}, "
         f"virtual_devices={request[3]}): TensorFlow's runtime has already started; {where}.{applied}",
         hint="call tfdevices.configure() first thing, before any TensorFlow op, model or device listing "
              "(or set CUDA_VISIBLE_DEVICES before starting Python).")

@@ -101,18 +101,23 @@ def plan_assignment(tasks: Sequence[str], devices: Sequence[str], policy: str = 
 
 
 @contextlib.contextmanager
-def device_scope(device: int | str) -> Iterator[str]:
+def device_scope(device: int | str, *, soft_placement: bool | None = None) -> Iterator[str]:
     """``tf.device`` for a tfdevices device name, validated against TensorFlow's devices.
 
     Args:
         device: an NVML index (``1``, ``"1"``) of a GPU TensorFlow sees, or a
             TensorFlow logical name (``"CPU:1"``, ``"/GPU:0"``).
+        soft_placement: ``False``: an op with no kernel on ``device`` raises instead of
+            running elsewhere without a word; ``True``: it may run elsewhere; ``None``
+            (default): TensorFlow's setting as it is. TensorFlow keeps this setting per
+            process, so it is set for the block and put back after it.
 
     Yields:
         The TensorFlow name used (``"/device:GPU:0"``).
 
     Raises:
         SpecError: the name is malformed or names no device TensorFlow has.
+        InputError: ``soft_placement`` is not a bool or None.
 
     >>> import tfdevices
     >>> with tfdevices.device_scope("CPU:0") as name:
@@ -121,8 +126,13 @@ def device_scope(device: int | str) -> Iterator[str]:
     """
     tf_name = resolve_device(device)[1]
     tf = import_tf()
-    with tf.device(f"/device:{tf_name}"):
-        yield f"/device:{tf_name}"
+    previous = None if soft_placement is None else runtime.set_soft_placement(soft_placement)
+    try:
+        with tf.device(f"/device:{tf_name}"):
+            yield f"/device:{tf_name}"
+    finally:
+        if previous is not None:
+            runtime.set_soft_placement(previous)
 
 
 def resolve_device(device: int | str) -> tuple[str, str]:

@@ -6,17 +6,22 @@ Two pure decisions, one effect:
   inputs (the kind asked for, the TensorFlow devices, the number of workers);
 * :func:`choose_cross_device_ops` picks how replicas reduce gradients (NCCL only
   where it can work) and says why;
-* :func:`build_strategy` gathers those inputs from TensorFlow and the
-  environment, masks GPUs first when it still can, and builds the strategy.
+* :func:`build_strategy` gathers those inputs from TensorFlow, the applied
+  configuration and :func:`tfdevices.launch_info`, and builds the strategy. It reads
+  the configuration and never makes one: GPUs named by NVML index with nothing
+  configured are an error that says to call :func:`tfdevices.configure` first.
 
-Devices are named the tfdevices way: a physical GPU by its NVML index (``1`` or
-``"1"``, as ``nvidia-smi`` shows it), or a TensorFlow logical device
-(``"CPU:1"``, ``"GPU:0"``). :class:`StrategyInfo` shows both names.
+What :func:`build_strategy` returns is the ``tf.distribute`` strategy itself
+(``scope()``, ``run``, ``reduce``, ``num_replicas_in_sync``,
+``experimental_distribute_dataset``; ``isinstance(s, tf.distribute.MirroredStrategy)``
+holds, for Keras too), which also explains itself (:class:`Explained`): ``table()``,
+its replicas named both ways, and why. Devices are named the tfdevices way: a
+physical GPU by its NVML index (``1`` or ``"1"``, as ``nvidia-smi`` shows it), or a
+TensorFlow logical device (``"CPU:1"``, ``"GPU:0"``).
 
-Keras 3 ``model.fit`` fails under ``MultiWorkerMirroredStrategy``
-(keras-team/keras#20585: "Attempt to convert a value (PerReplica ...) with an
-unsupported type"). :func:`tfdevices.training.train` is the working path, one call:
-a custom training loop for Keras 3, or ``fit`` for ``tf_keras`` (``TF_USE_LEGACY_KERAS=1``).
+Keras 3 ``model.fit`` under ``MultiWorkerMirroredStrategy`` (keras-team/keras#20585)
+works once :func:`tfdevices.training.install_fit_adapter` mends it: building a
+multi-worker strategy installs it.
 
 >>> decide_strategy("auto", ["CPU:0", "GPU:0", "GPU:1"]).kind
 'mirrored'
@@ -40,6 +45,7 @@ from tfdevices.core.errors import StrategyError
 from tfdevices.gpus.discovery import discover
 from tfdevices.jobs.env import launch_info
 from tfdevices.jobs.tfconfig import TfConfig
+from tfdevices.training import install_fit_adapter
 
 logger = logging.getLogger("tfdevices")
 
@@ -47,13 +53,6 @@ KINDS = ("auto", "default", "one_device", "mirrored", "multi_worker")
 CROSS_DEVICE_OPS = ("auto", "nccl", "hierarchical_copy", "reduction_to_one_device", "ring", "none")
 _MIRRORED_OPS = ("nccl", "hierarchical_copy", "reduction_to_one_device")
 _MULTI_WORKER_OPS = ("nccl", "ring")
-KERAS_FIT_ISSUE = "keras-team/keras#20585"
-KERAS3_FIT_MESSAGE = (
-    f"Keras 3 model.fit fails under MultiWorkerMirroredStrategy ({KERAS_FIT_ISSUE}: "
-    "'Attempt to convert a value (PerReplica ...) with an unsupported type').")
-KERAS3_FIT_HINT = ("train with tfdevices.training.train(info, model_fn, dataset, loss=..., optimizer_fn=...), "
-                   "a custom loop that works with Keras 3, or set TF_USE_LEGACY_KERAS=1 (with tf_keras "
-                   "installed) before TensorFlow is imported to use tf_keras' fit.")
 
 
 # --------------------------------------------------------------------------- cluster
@@ -337,10 +336,9 @@ def _nccl_blocker(devices: Sequence[str], platform: str, nccl_available: bool, v
 
 @dataclasses.dataclass(frozen=True)
 class StrategyInfo:
-    """A built strategy and how it came about.
+    """How a strategy came about (what :meth:`Explained.table` shows).
 
     Attributes:
-        strategy: the ``tf.distribute.Strategy``.
         kind: ``"default"``, ``"one_device"``, ``"mirrored"`` or ``"multi_worker"``.
         devices: this process's replica devices, tfdevices names (NVML index for a GPU, ``"CPU:1"``).
         tf_devices: the same devices, TensorFlow names (``"GPU:0"``).
@@ -349,9 +347,10 @@ class StrategyInfo:
         num_workers: processes in the job.
         cluster_source: ``"TF_CONFIG"``, ``"SLURM"`` or ``"none"``.
         warnings: what the user should know.
+        strategy_class: the ``tf.distribute`` class (``"MirroredStrategy"``).
+        num_replicas: replicas in sync across the job (all workers).
     """
 
-    strategy: Any
     kind: str
     devices: tuple[str, ...]
     tf_devices: tuple[str, ...]
@@ -360,15 +359,12 @@ class StrategyInfo:
     num_workers: int = 1
     cluster_source: str = "none"
     warnings: tuple[str, ...] = ()
-
-    @property
-    def num_replicas(self) -> int:
-        """Replicas in sync across the job (all workers)."""
-        return int(self.strategy.num_replicas_in_sync)
+    strategy_class: str = ""
+    num_replicas: int = 1
 
     def table(self) -> str:
         """The strategy, its replicas with both device names, and why."""
-        lines = [f"strategy: {self.kind} ({type(self.strategy).__name__}), {self.num_replicas} replica(s)"
+        lines = [f"strategy: {self.kind} ({self.strategy_class}), {self.num_replicas} replica(s)"
                  + (f" on {self.num_workers} workers ({self.cluster_source})" if self.num_workers > 1 else ""),
                  f"cross-device ops: {self.cross_device_ops}",
                  f"why: {self.reason}"]
@@ -381,15 +377,143 @@ class StrategyInfo:
         return "\n".join(lines)
 
 
+class Explained:
+    """What tfdevices adds to the ``tf.distribute.Strategy`` it returns: how it came about.
+
+    :func:`build_strategy` returns the strategy itself, its class made a subclass of
+    its own ``tf.distribute`` class and this one, so it is used exactly like the
+    TensorFlow strategy, passes every ``isinstance`` check, and also answers
+    :meth:`table`, :attr:`info`, :attr:`kind`, :attr:`devices` (tfdevices names),
+    :attr:`tf_devices` and :attr:`reason`. The names here are none of
+    ``tf.distribute.Strategy``'s (a test keeps it so).
+    """
+
+    _tfdevices_info: StrategyInfo
+    _tfdevices_setup: Any = None
+
+    @property
+    def info(self) -> StrategyInfo:
+        """How this strategy came about."""
+        return self._tfdevices_info
+
+    @property
+    def kind(self) -> str:
+        """``"default"``, ``"one_device"``, ``"mirrored"`` or ``"multi_worker"``."""
+        return self._tfdevices_info.kind
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        """This process's replica devices, tfdevices names (NVML index for a GPU, ``"CPU:1"``)."""
+        return self._tfdevices_info.devices
+
+    @property
+    def tf_devices(self) -> tuple[str, ...]:
+        """The same devices, TensorFlow names (``"GPU:0"``)."""
+        return self._tfdevices_info.tf_devices
+
+    @property
+    def cross_device_ops(self) -> str:
+        """The reduction (``"nccl"``, ``"ring"``, ``"none"`` ...)."""
+        return self._tfdevices_info.cross_device_ops
+
+    @property
+    def reason(self) -> str:
+        """Why this kind, these devices and this reduction."""
+        return self._tfdevices_info.reason
+
+    @property
+    def num_workers(self) -> int:
+        """Processes in the job."""
+        return self._tfdevices_info.num_workers
+
+    @property
+    def cluster_source(self) -> str:
+        """``"TF_CONFIG"``, ``"SLURM"`` or ``"none"``."""
+        return self._tfdevices_info.cluster_source
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """What the user should know."""
+        return self._tfdevices_info.warnings
+
+    @property
+    def num_replicas(self) -> int:
+        """Replicas in sync across the job (``num_replicas_in_sync``)."""
+        return int(self.num_replicas_in_sync)  # type: ignore[attr-defined]
+
+    @property
+    def strategy(self) -> Any:
+        """This strategy (code written for tfdevices 0.1's ``StrategyInfo.strategy`` keeps working)."""
+        return self
+
+    @property
+    def setup(self) -> Any:
+        """What :func:`tfdevices.flags.configure_from_flags` did before building it (else ``None``)."""
+        return self._tfdevices_setup
+
+    @property
+    def selection(self) -> Any:
+        """From flags: the GPUs chosen (:class:`~tfdevices.gpus.selection.Selection`), else ``None``."""
+        return getattr(self._tfdevices_setup, "selection", None)
+
+    @property
+    def runtime(self) -> Any:
+        """From flags: the configuration applied (:class:`~tfdevices.runtime.RuntimeConfig`), else ``None``."""
+        return getattr(self._tfdevices_setup, "runtime", None)
+
+    @property
+    def logdir(self) -> str | None:
+        """From flags: ``--logdir`` (``None``: unset)."""
+        return getattr(self._tfdevices_setup, "logdir", None)
+
+    @property
+    def log_placement(self) -> bool:
+        """From flags: ``--log_placement``."""
+        return bool(getattr(self._tfdevices_setup, "log_placement", False))
+
+    def table(self) -> str:
+        """The selection and configuration (from flags), the strategy, its replicas named both ways, and why."""
+        own = self._tfdevices_info.table()
+        return own if self._tfdevices_setup is None else f"{self._tfdevices_setup.table()}\n\n{own}"
+
+
+_EXPLAINED: dict[type, type] = {}
+
+
+def explain(strategy: Any, info: StrategyInfo, setup: Any = None) -> Any:
+    """Makes ``strategy`` explain itself (:class:`Explained`); returns it.
+
+    Its class becomes a subclass of its own class and :class:`Explained` (made once per
+    class): the object stays the same TensorFlow strategy. TensorFlow's default strategy
+    is one object for the whole process; explaining it marks that one object.
+    """
+    base = type(strategy)
+    if not isinstance(strategy, Explained):
+        cls = _EXPLAINED.get(base)
+        if cls is None:
+            cls = _EXPLAINED[base] = type(base.__name__, (base, Explained),
+                                          {"__module__": __name__, "__qualname__": base.__name__,
+                                           "__doc__": f"{base.__doc__ or ''}\n\n(tfdevices: explains itself)"})
+        strategy.__class__ = cls
+    strategy._tfdevices_info = info
+    strategy._tfdevices_setup = setup
+    return strategy
+
+
 def build_strategy(kind: str = "auto", devices: object = None, cross_device_ops: str = "auto", *,
-                   runtime: Any = None, env: Mapping[str, str] | None = None) -> StrategyInfo:
-    """Builds a ``tf.distribute`` strategy on the right devices.
+                   runtime: Any = None, env: Mapping[str, str] | None = None) -> Any:
+    """Builds a ``tf.distribute`` strategy on the right devices; it explains itself.
+
+    The result is the ``tf.distribute`` strategy (``with build_strategy().scope():``),
+    an :class:`Explained` one too: ``table()``, ``devices`` / ``tf_devices``, ``reason``.
+    A multi-worker strategy also installs the Keras 3 fit adapter
+    (:func:`tfdevices.training.install_fit_adapter`).
 
     GPUs named by NVML index are translated to TensorFlow's names through the
     applied :class:`~tfdevices.runtime.RuntimeConfig`. When TensorFlow's runtime
-    has not started and nothing was configured, the named GPUs are masked first
-    (``configure(select(...))``), so a strategy on GPU 1 never fills GPU 0
-    (tensorflow#31410).
+    has not started, nothing was configured and TensorFlow would see other GPUs
+    too, that is an error naming the ``configure(select(...))`` to call first, so a
+    strategy on GPU 1 never fills GPU 0 (tensorflow#31410).
 
     Args:
         kind: one of :data:`KINDS`.
@@ -401,15 +525,15 @@ def build_strategy(kind: str = "auto", devices: object = None, cross_device_ops:
         env: environment to read ``TF_CONFIG`` / SLURM from (default ``os.environ``).
 
     Returns:
-        A :class:`StrategyInfo`.
+        The ``tf.distribute.Strategy``, :class:`Explained`.
 
     Raises:
         StrategyError: the kind, devices and reduction do not fit together.
         SpecError: a device name is malformed or names nothing TensorFlow sees.
         TfConfigError: ``TF_CONFIG`` is invalid.
 
-    >>> info = build_strategy("mirrored", ["CPU:0", "CPU:1"])  # doctest: +SKIP
-    >>> info.num_replicas, info.cross_device_ops                # doctest: +SKIP
+    >>> strategy = build_strategy("mirrored", ["CPU:0", "CPU:1"])  # doctest: +SKIP
+    >>> strategy.num_replicas_in_sync, strategy.cross_device_ops   # doctest: +SKIP
     (2, 'reduction_to_one_device')
     """
     if kind not in KINDS:
@@ -417,7 +541,7 @@ def build_strategy(kind: str = "auto", devices: object = None, cross_device_ops:
     cluster = cluster_from_env(os.environ if env is None else env)
     if devices is None:
         _check_cuda_mask()
-    runtime = _mask_first(devices, runtime)
+    runtime = _check_masked(devices, runtime)
     tf = import_tf()
     explicit = devices is not None
     if kind == "multi_worker" or (kind == "auto" and cluster.num_workers > 1):
@@ -435,9 +559,10 @@ def build_strategy(kind: str = "auto", devices: object = None, cross_device_ops:
                                   nccl_available=_nccl_available(tf), virtual_gpus=_virtual_gpus(tf))
     warnings = _warn(decision.warning, _unused_gpus_warning(decision, logical))
     strategy = _make(tf, decision, ops.name, cluster)
-    return StrategyInfo(strategy=strategy, kind=decision.kind, devices=names, tf_devices=decision.devices,
-                        cross_device_ops=ops.name, reason=f"{decision.reason}; {ops.reason}",
-                        num_workers=decision.num_workers, cluster_source=cluster.source, warnings=warnings)
+    return explain(strategy, StrategyInfo(
+        kind=decision.kind, devices=names, tf_devices=decision.devices, cross_device_ops=ops.name,
+        reason=f"{decision.reason}; {ops.reason}", num_workers=decision.num_workers, cluster_source=cluster.source,
+        warnings=warnings, strategy_class=type(strategy).__name__, num_replicas=int(strategy.num_replicas_in_sync)))
 
 
 def _check_cuda_mask() -> None:
@@ -448,7 +573,7 @@ def _check_cuda_mask() -> None:
 
 
 def _build_multi_worker(tf: Any, kind: str, devices: object, cross_device_ops: str,
-                        cluster: ClusterEnv) -> StrategyInfo:
+                        cluster: ClusterEnv) -> Any:
     """MultiWorkerMirroredStrategy must exist before TensorFlow's runtime starts: decide from physical devices."""
     from tfdevices.runtime import runtime_started
 
@@ -462,15 +587,17 @@ def _build_multi_worker(tf: Any, kind: str, devices: object, cross_device_ops: s
             hint="call build_strategy() first thing after configure(), before creating tensors or models.")
     ops = choose_cross_device_ops(cross_device_ops, decision.kind, decision.devices, platform=sys.platform,
                                   nccl_available=_nccl_available(tf), virtual_gpus=False)
-    warnings = list(_warn(decision.warning))
-    if not legacy_keras():
-        warnings += _warn(f"{KERAS3_FIT_MESSAGE} HINT: {KERAS3_FIT_HINT}")
+    warnings = _warn(decision.warning)
+    adapter = install_fit_adapter()  # warns itself when it does not cover this Keras
+    if not adapter.fit_works:
+        warnings += (adapter.reason,)
     strategy = _make(tf, decision, ops.name, cluster)
     tf_devices = tuple(short_name(d) for d in strategy.extended.worker_devices)
-    return StrategyInfo(strategy=strategy, kind=decision.kind, devices=tf_devices, tf_devices=tf_devices,
-                        cross_device_ops=ops.name, reason=f"{decision.reason}; {ops.reason}",
-                        num_workers=decision.num_workers, cluster_source=cluster.source,
-                        warnings=tuple(warnings))
+    return explain(strategy, StrategyInfo(
+        kind=decision.kind, devices=tf_devices, tf_devices=tf_devices, cross_device_ops=ops.name,
+        reason=f"{decision.reason}; {ops.reason}; {adapter.reason}", num_workers=decision.num_workers,
+        cluster_source=cluster.source, warnings=warnings, strategy_class=type(strategy).__name__,
+        num_replicas=int(strategy.num_replicas_in_sync)))
 
 
 def _warn(*warnings: str | None) -> tuple[str, ...]:
@@ -481,8 +608,14 @@ def _warn(*warnings: str | None) -> tuple[str, ...]:
     return kept
 
 
-def _mask_first(devices: object, runtime: Any) -> Any:
-    """Masks to the NVML-named GPUs when TensorFlow has not started and nothing was configured."""
+def _check_masked(devices: object, runtime: Any) -> Any:
+    """GPUs named by NVML index need a mask before TensorFlow starts, or TensorFlow fills the others too.
+
+    The strategy reads the configuration; it does not make one (``configure`` does). When
+    nothing was configured, TensorFlow has not started and it would see GPUs beyond those
+    named, this is an error that says what to call first (tensorflow#31410: a strategy on
+    GPU 1 that fills GPU 0's memory).
+    """
     from tfdevices import runtime as rt
 
     runtime = runtime if runtime is not None else rt.current()
@@ -490,10 +623,21 @@ def _mask_first(devices: object, runtime: Any) -> Any:
     keys = [str(d).strip() for d in items
             if (isinstance(d, int) and not isinstance(d, bool)) or (isinstance(d, str) and not is_logical_name(d))]
     if runtime is None and keys and not rt.runtime_started():
-        from tfdevices.gpus.selection import select
-
-        runtime = rt.configure(select(keys))
+        others = sorted((g.key for g in discover().visible if g.key not in keys),
+                        key=lambda k: [int(p) if p.isdigit() else 0 for p in k.split(":")])
+        if others:
+            spec = ",".join(keys)
+            raise StrategyError(
+                f"build_strategy(devices={_short(items)}) names GPU(s) {spec} by NVML index, but nothing was "
+                f"configured: TensorFlow would start on GPU(s) {_short(others)} too and take their memory "
+                "(tensorflow#31410).",
+                hint=f"call tfdevices.configure(tfdevices.select('{spec}')) first (or start with --gpus={spec}).")
     return runtime
+
+
+def _short(value: object, limit: int = 60) -> str:
+    text = ", ".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _unused_gpus_warning(decision: StrategyDecision, logical: Sequence[str]) -> str | None:
@@ -513,11 +657,6 @@ def _nccl_available(tf: Any) -> bool:
 
 def _virtual_gpus(tf: Any) -> bool:
     return len(tf.config.list_logical_devices("GPU")) > len(tf.config.list_physical_devices("GPU"))
-
-
-def legacy_keras() -> bool:
-    """Whether ``TF_USE_LEGACY_KERAS`` asks for tf_keras (Keras 2)."""
-    return os.environ.get("TF_USE_LEGACY_KERAS", "").strip().lower() in ("1", "true", "yes")
 
 
 def _make(tf: Any, decision: StrategyDecision, ops: str, cluster: ClusterEnv) -> Any:

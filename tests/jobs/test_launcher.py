@@ -128,14 +128,26 @@ def test_sigterm_is_forwarded_to_every_worker(tmp_path) -> None:
 
 
 @pytest.mark.parametrize("args,message", [
-    (["-n", "0", "--", "true"], "-n 0 must be >= 1."),
+    (["-n", "0", "--", "true"], "-n 0: the number of workers must be a whole number >= 1."),
     (["-n", "2"], "no command to run."),
     (["-n", "two", "--", "true"], "argument -n/--num-workers: invalid int value: 'two'."),
     (["--", "true"], "the following arguments are required: -n/--num-workers."),
     (["-n", "1", "--bogus", "--", "true"], "unrecognized arguments: --bogus."),
     (["-n", "1", "--gpus", "9", "--", "true"], "GPU spec '9': "),
-    (["-n", "1", "--max-restarts", "-1", "--", "true"], "--max-restarts -1 must be >= 0."),
+    (["-n", "1", "--max-restarts", "-1", "--", "true"], "--max-restarts -1 must be between 0 and 1000."),
     (["-n", "1", "--", "/nonexistent/program"], "cannot start '/nonexistent/program': No such file"),
+    (["-n", str(10 ** 30), "--", "true"], "-n 1000000000000000000000000000000: at most 1024 workers per machine."),
+    (["-n", "1025", "--oversubscribe", "--", "true"], "-n 1025: at most 1024 workers per machine."),
+    (["-n", str(4 * (os.cpu_count() or 1) + 1), "--", "true"],
+     f"-n {4 * (os.cpu_count() or 1) + 1}: this machine has {os.cpu_count()} CPU cores"),
+    (["-n", "1", "--max-restarts", str(10 ** 20), "--", "true"], "--max-restarts 100000000000000000000 must be"),
+    (["-n", "1", "--tee", "--", "true"], "--tee without --log-dir"),
+    (["-n", "1", "--node-rank", "1", "--", "true"], "--node-rank 1 without --nnodes."),
+    (["-n", "1", "--nnodes", "2", "--node-rank", "2", "--", "true"], "--node-rank 2 is out of range for --nnodes 2."),
+    (["-n", "1", "--nnodes", "2", "--", "true"], "--nnodes 2 needs --master-addr"),
+    (["-n", "1", "--nnodes", "2", "--master-addr", "127.0.0.1", "--max-restarts", "1", "--", "true"],
+     "--max-restarts with --nnodes > 1"),
+    (["-n", "1", "--log-dir", "/dev/null/logs", "--", "true"], "--log-dir '/dev/null/logs': cannot create it"),
 ])
 def test_bad_input_is_one_line_and_status_2(args: list[str], message: str) -> None:
     proc = run_launcher(*args)
@@ -181,3 +193,148 @@ def test_configure_worker_splits_the_cpu() -> None:
 def test_docstring_examples() -> None:
     failed, tried = doctest.testmod(launcher)
     assert tried >= 2 and failed == 0
+
+
+def test_oversubscribe_goes_beyond_the_machine_bound() -> None:
+    n = 4 * (os.cpu_count() or 1) + 1
+    proc = run_launcher("-n", str(n), "--oversubscribe", "--", "true")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("[launcher] worker ") == n
+
+
+def test_log_dir_keeps_one_log_per_rank_and_shows_a_failed_rank(tmp_path) -> None:
+    proc = run_launcher("-n", "2", "--log-dir", str(tmp_path), *worker("exit", "0,5"))
+    assert proc.returncode == 5, proc.stdout + proc.stderr
+    assert sorted(os.listdir(tmp_path)) == ["rank0.log", "rank1.log"]
+    tee = run_launcher("-n", "2", "--log-dir", str(tmp_path), "--tee", *worker("report"))
+    assert tee.returncode == 0 and sorted(reports(tee.stdout)) == [0, 1], tee.stdout  # --tee: every rank shown
+    quiet = run_launcher("-n", "2", "--log-dir", str(tmp_path), *worker("report"))
+    assert sorted(reports(quiet.stdout)) == [0], quiet.stdout  # without: rank 0 only
+    for rank in (0, 1):  # every run appended its rank's lines
+        log = (tmp_path / f"rank{rank}.log").read_text()
+        assert log.count(f"second line from {rank}") == 2 and log.count(f'"rank": {rank},') == 2, log
+
+
+def _pids_in_groups(groups: set[int]) -> set[int]:
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.getpgid(int(entry)) in groups and _alive(int(entry)):
+                    found.add(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has ended
+    except OSError:
+        return False
+
+
+def _start_stubborn(tmp_path) -> tuple[subprocess.Popen, set[int]]:
+    proc = subprocess.Popen([sys.executable, "-m", "tfdevices", "launch", "-n", "2", *worker("stubborn", str(tmp_path))],
+                            env=subprocess_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not all((tmp_path / f"ready-{r}").exists() and (tmp_path / f"ready-{r}").read_text() for r in (0, 1)):
+        assert proc.poll() is None and time.monotonic() < deadline, "the workers did not start"
+        time.sleep(0.1)
+    pids = {int(p) for r in (0, 1) for p in (tmp_path / f"ready-{r}").read_text().split()}
+    assert all(_alive(p) for p in pids)
+    return proc, pids
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_sigkill_of_the_launcher_leaves_no_worker(tmp_path) -> None:
+    """Workers (which ignore SIGTERM) and their children are gone 5 s after the launcher is killed by SIGKILL."""
+    proc, pids = _start_stubborn(tmp_path)
+    try:
+        os.kill(proc.pid, signal.SIGKILL)  # the launcher only: no handler, no clean-up runs
+        proc.wait(timeout=30)
+        time.sleep(5)
+        assert not {p for p in pids if _alive(p)}, "workers outlived their launcher"
+    finally:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        proc.communicate(timeout=30)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_second_signal_kills_workers_that_ignore_the_first(tmp_path) -> None:
+    proc, pids = _start_stubborn(tmp_path)
+    try:
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        assert proc.poll() is None  # the workers ignore SIGINT: the launcher waits (up to its grace period)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+    assert proc.returncode == 128 + signal.SIGINT, out
+    assert "[launcher] signal 2 passed to the workers" in out and "[launcher] a second signal: killing the workers" in out
+    assert re.search(r"worker \d exited with status 137 \(signal 9\)", out), out
+    assert not {p for p in pids if _alive(p)}, out  # their children too: the whole process group
+
+
+def test_output_piped_into_head_ends_the_job_quietly() -> None:
+    shell = (f"set -o pipefail; {sys.executable} -m tfdevices launch -n 2 "
+             f"-- {sys.executable} {WORKER} chatty | head -n 3")
+    proc = subprocess.run(["bash", "-c", shell], env=subprocess_env(), cwd=REPO, capture_output=True, text=True,
+                          timeout=120)  # a hang fails here
+    assert len(proc.stdout.splitlines()) == 3, proc.stdout
+    assert proc.returncode == 128 + signal.SIGPIPE, proc.stderr  # the launcher's status, through pipefail
+    assert "Traceback" not in proc.stderr and "Error" not in proc.stderr, proc.stderr
+
+
+def _node(rank: int, port: int, *command: str, n: int = 2, timeout: str = "60") -> subprocess.Popen:
+    """One launcher of a 2-machine job on this machine: node R's workers listen on 127.0.0.(R+1), its own host."""
+    return subprocess.Popen([sys.executable, "-m", "tfdevices", "launch", "-n", str(n), "--nnodes", "2",
+                             "--node-rank", str(rank), "--master-addr", "127.0.0.1", "--master-port", str(port),
+                             "--node-addr", f"127.0.0.{rank + 1}", "--rdzv-timeout", timeout, "--", *command],
+                            env=subprocess_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_two_launchers_form_one_job() -> None:
+    """Two launchers meeting on 127.0.0.1 (node 1 first: it waits for node 0), 2 workers each: one 4-worker cluster."""
+    port = launcher.free_ports(1)[0]
+    second = _node(1, port, sys.executable, WORKER, "report")
+    first = _node(0, port, sys.executable, WORKER, "report")
+    outs = [p.communicate(timeout=120) for p in (first, second)]
+    assert (first.returncode, second.returncode) == (0, 0), outs
+    got = {**reports(outs[0][0]), **reports(outs[1][0])}
+    assert sorted(got) == [0, 1, 2, 3]
+    clusters = {json.dumps(json.loads(r["tf_config"])["cluster"], sort_keys=True) for r in got.values()}
+    assert len(clusters) == 1  # every worker has the same cluster ...
+    workers = list(parse_tf_config(got[0]["tf_config"]).cluster["worker"])
+    assert len(set(workers)) == 4 and [got[r]["address"] for r in range(4)] == workers  # ... and its own place in it
+    assert [(got[r]["world"], got[r]["local_rank"]) for r in range(4)] == [(4, 0), (4, 1), (4, 0), (4, 1)]
+    assert "[launcher] node 0 of 2: ranks 0..1 of 4" in outs[0][0] and "node 1 of 2: ranks 2..3 of 4" in outs[1][0]
+
+
+def test_a_failure_on_one_machine_stops_the_other() -> None:
+    port = launcher.free_ports(1)[0]
+    first = _node(0, port, sys.executable, WORKER, "exit", "wait,wait,wait,wait")
+    second = _node(1, port, sys.executable, WORKER, "exit", "wait,wait,6,wait")
+    outs = [p.communicate(timeout=120) for p in (first, second)]
+    assert second.returncode == 6, outs[1]
+    assert first.returncode == 6 and "another machine's job stopped; stopping this one" in outs[0][0], outs[0]
+
+
+def test_a_missing_launcher_is_one_line_after_the_timeout() -> None:
+    port = launcher.free_ports(1)[0]
+    alone = _node(0, port, "true", timeout="1")
+    out, err = alone.communicate(timeout=60)
+    assert alone.returncode == 2, out + err
+    assert err.strip() == ("tfdevices launch: error: node(s) [1] did not join within 1 s. HINT: start the launcher "
+                           "on every machine with the same --nnodes, --master-addr and --master-port.")

@@ -5,6 +5,9 @@ Usage: echo_worker.py MODE [ARG]
   exit CODES    exit with CODES[rank] (comma-separated); ranks > 0 first sleep until stopped when CODE is 'wait'
   fail-first    rank 1 exits 3 on the first attempt (TFDEVICES_RESTART=0); everyone succeeds after
   trap DIR      write DIR/ready-RANK, then wait for a signal; on SIGTERM write DIR/term-RANK and exit 0
+  stubborn DIR  ignore SIGINT and SIGTERM, start a child (sleep) in the same process group, write
+                DIR/ready-RANK holding both pids, and sleep
+  chatty        print lines forever
 """
 
 from __future__ import annotations
@@ -41,7 +44,10 @@ def main(argv: list[str]) -> int:
     if mode == "fail-first":
         restart = int(os.environ["TFDEVICES_RESTART"])
         print(f"attempt {restart}", flush=True)
-        return 3 if rank == 1 and restart == 0 else 0
+        if rank == 1 and restart == 0:
+            time.sleep(1.0)  # rank 0 prints before the launcher stops it
+            return 3
+        return 0
     if mode == "trap":
         folder = argv[1]
 
@@ -53,6 +59,19 @@ def main(argv: list[str]) -> int:
         open(os.path.join(folder, f"ready-{rank}"), "w").close()
         time.sleep(120)
         return 1
+    if mode == "stubborn":
+        import subprocess
+
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, signal.SIG_IGN)
+        child = subprocess.Popen(["sleep", "300"])  # a grandchild of the launcher, in this worker's group
+        with open(os.path.join(argv[1], f"ready-{rank}"), "w") as f:
+            f.write(f"{os.getpid()} {child.pid}")
+        time.sleep(300)
+        return 1
+    if mode == "chatty":
+        while True:
+            print(f"rank {rank} says something rather long to fill the pipe " + "." * 60, flush=True)
     raise SystemExit(f"unknown mode {mode}")
 
 

@@ -1,4 +1,8 @@
-"""Fault-tolerant multi-worker training with tf_keras fit and BackupAndRestore.
+"""Fault-tolerant multi-worker training with fit and BackupAndRestore: tf_keras, or Keras 3 (FT_KERAS=3).
+
+With FT_KERAS=3 the strategy comes from tfdevices.build_strategy (which mends Keras 3 fit on
+many workers) and each rank keeps its own backup directory (Keras 3 callbacks do not know
+about workers); tf_keras' BackupAndRestore shares one directory itself.
 
 Run under ``tfdevices launch -n 2 --max-restarts 1`` (or ``srun``); every worker runs it.
 
@@ -16,7 +20,9 @@ import os
 import sys
 import time
 
-os.environ["TF_USE_LEGACY_KERAS"] = "1"  # Keras 3 fit fails under MultiWorkerMirroredStrategy (keras#20585)
+KERAS3 = os.environ.get("FT_KERAS") == "3"
+if not KERAS3:
+    os.environ["TF_USE_LEGACY_KERAS"] = "1"
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
@@ -32,10 +38,17 @@ def main(argv: list[str]) -> int:
     info = launch_info()  # TF_CONFIG under tfdevices launch, SLURM under srun
     attempt = int(os.environ.get("TFDEVICES_RESTART", "0"))
 
-    import tensorflow as tf
-    import tf_keras as keras
+    if KERAS3:
+        import tfdevices
 
-    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        strategy = tfdevices.build_strategy("multi_worker")
+        import keras
+        import tensorflow as tf
+    else:
+        import tensorflow as tf
+        import tf_keras as keras
+
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
     keras.utils.set_random_seed(7)
     rng = np.random.RandomState(0)
     x = rng.normal(size=(steps * GLOBAL_BATCH, 4)).astype("float32")  # exactly one epoch of data
@@ -44,7 +57,7 @@ def main(argv: list[str]) -> int:
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     data = tf.data.Dataset.from_tensor_slices((x, y)).batch(GLOBAL_BATCH).repeat().with_options(options)
     with strategy.scope():
-        model = keras.Sequential([keras.layers.Dense(8, activation="relu", input_shape=(4,)), keras.layers.Dense(1)])
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(1)])
         model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
 
     log_path = os.path.join(out, f"log-rank{info.rank}.jsonl")
@@ -70,7 +83,8 @@ def main(argv: list[str]) -> int:
                     time.sleep(1)
 
     log = Log()
-    backup = keras.callbacks.BackupAndRestore(backup_dir=os.path.join(out, "backup"))
+    backup_dir = os.path.join(out, "backup", f"rank{info.rank}" if KERAS3 else "")
+    backup = keras.callbacks.BackupAndRestore(backup_dir=backup_dir)
     model.fit(data, epochs=epochs, steps_per_epoch=steps, callbacks=[backup, log], verbose=0)
     weights = {f"w{i}": w for i, w in enumerate(model.get_weights())}
     np.savez(os.path.join(out, f"weights-rank{info.rank}.npz"),

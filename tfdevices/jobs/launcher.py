@@ -1,26 +1,46 @@
-"""``tfdevices launch``: N local workers with TF_CONFIG, one GPU mapping each.
+"""``tfdevices launch``: N workers with TF_CONFIG, one GPU mapping each, like ``torchrun`` for TensorFlow.
 
 ::
 
     tfdevices launch -n 2 [--gpus SPEC] [--share] [--max-restarts K] [--virtual-devices N] \\
-        -- python train.py --epochs 3
+        [--log-dir DIR [--tee]] [--all-ranks] [--tf-logs] -- python train.py --epochs 3
+
+    # two machines, no scheduler: the same command on each, --node-rank 0 and 1
+    tfdevices launch -n 4 --nnodes 2 --node-rank 0 --master-addr host0 -- python train.py
 
 Starts N copies of the command on this machine. Each worker gets
 
-* ``TF_CONFIG`` naming all N workers on free loopback ports (``127.0.0.1``),
-  with ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE`` and ``LOCAL_WORLD_SIZE`` agreeing with it;
+* ``TF_CONFIG`` naming every worker of the job (on free ports; ``127.0.0.1`` for a
+  one-machine job), with ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE`` and ``LOCAL_WORLD_SIZE``
+  agreeing with it;
 * its own GPUs from :func:`tfdevices.gpu_for_rank` over the GPUs ``--gpus`` selects
   (``CUDA_VISIBLE_DEVICES``, ``CUDA_DEVICE_ORDER=PCI_BUS_ID``, ``TFDEVICES_RANK_GPUS``),
   or no GPU (``CUDA_VISIBLE_DEVICES=-1``) when there is none;
 * ``TFDEVICES_VIRTUAL_DEVICES`` when ``--virtual-devices N`` is given (apply it with
-  :func:`configure_worker`), and ``TFDEVICES_RESTART``: how many times the job restarted.
+  :func:`tfdevices.runtime.configure_worker`), and ``TFDEVICES_RESTART``: how many times the job restarted.
 
-Each output line is prefixed with the worker's rank (``[1] ...``). SIGINT,
-SIGTERM and SIGHUP are forwarded to every worker. When a worker fails, the others
-are stopped (a synchronous job cannot go on without it); with ``--max-restarts K``
-the whole job is started again, up to K times, on fresh ports, so a training script
-that restores from a checkpoint (``BackupAndRestore``) resumes. The exit status is
-the first non-zero one (``128 + N`` for a worker killed by signal N).
+Output (see :mod:`tfdevices.jobs.output`): each line is prefixed with its rank
+(``[1] ...``); a progress bar (``\\r``) is shown as progress, rank 0's only unless
+``--all-ranks``; a line every rank prints the same (a warning) is shown once;
+TensorFlow's C++ start-up log lines are hidden unless ``--tf-logs``. ``--log-dir DIR``
+keeps every line of rank R in ``DIR/rank{R}.log`` and shows only rank 0 on the console
+(``--tee``: every rank, as without ``--log-dir``); a failed rank's last lines are shown.
+When the console goes away (``| head``) the job is stopped, quietly.
+
+Signals: SIGINT, SIGTERM and SIGHUP are forwarded to every worker; workers still
+running :data:`GRACE_S` seconds later, or at a second signal, are killed. Workers never
+outlive the launcher: a watchdog process kills their process groups when the launcher
+dies, even by SIGKILL. When a worker fails, the others are stopped (a synchronous job
+cannot go on without it); with ``--max-restarts K`` the whole job is started again, up
+to K times, on fresh ports, so a script that restores from a checkpoint
+(``BackupAndRestore``) resumes. The exit status is the first non-zero one (``128 + N``
+for a worker killed by signal N); ``128 + N`` when the launcher got signal N.
+
+Many machines (``--nnodes``): the launcher of ``--node-rank 0`` listens on
+``--master-addr:--master-port``; the others connect to it and say where their workers
+listen; every launcher then starts its workers with the whole cluster in ``TF_CONFIG``
+(global ranks in node order). The connections stay open: when one machine's job fails
+or its launcher dies, the others stop theirs.
 
 The same script runs unchanged under SLURM (``srun python train.py``):
 :func:`tfdevices.launch_info` reads either environment.
@@ -31,7 +51,9 @@ This module imports no TensorFlow.
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
+import json
 import os
 import signal
 import socket
@@ -39,18 +61,28 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any
 
 from tfdevices.core.errors import LaunchError
 from tfdevices.gpus.selection import select
 from tfdevices.jobs.env import RANK_GPUS, VIRTUAL_DEVICES_ENV, LaunchInfo
-from tfdevices.jobs.ranks import gpu_for_rank
+from tfdevices.jobs.output import PROGRESS, Console, Record, Splitter
+from tfdevices.jobs.ranks import plan_ranks
 from tfdevices.jobs.tfconfig import make_tf_config
 
 RESTART_ENV = "TFDEVICES_RESTART"
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 GRACE_S = 10.0
+WATCHDOG_GRACE_S = 2.0
+MAX_WORKERS = 1024  # per machine, even with --oversubscribe: ports, pipes and threads are finite
+WORKERS_PER_CORE = 4  # beyond this many TensorFlow processes per CPU core, -n is most likely a mistake
+MAX_NODES = 4096
+MAX_RESTARTS = 1000
+MAX_VIRTUAL_DEVICES = 1024
+TAIL_LINES = 20
+MASTER_PORT = 29400
+SIGPIPE_STATUS = 128 + 13
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,16 +90,31 @@ class WorkerPlan:
     """What one worker gets.
 
     Attributes:
-        rank: its rank (= local rank: every worker is on this machine).
+        rank: its rank in the whole job.
         address: its ``host:port`` in the cluster.
         gpus: its GPUs as NVML indices (empty: CPU).
         env: the variables set for it (on top of the launcher's own environment).
+        local_rank: its rank on this machine.
     """
 
     rank: int
     address: str
     gpus: tuple[int, ...]
     env: Mapping[str, str]
+    local_rank: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeJob:
+    """This machine's part of a job over several machines (from :func:`rendezvous`).
+
+    Attributes:
+        addresses: every worker's ``host:port``, in global rank order.
+        first_rank: the global rank of this machine's first worker.
+    """
+
+    addresses: tuple[str, ...]
+    first_rank: int
 
 
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
@@ -84,22 +131,61 @@ def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
             s.close()
 
 
-def plan_workers(n: int, ports: Sequence[int], gpus: object = (), *, share: bool = False,
-                 virtual_devices: int | None = None, restart: int = 0, host: str = "127.0.0.1"
-                 ) -> tuple[WorkerPlan, ...]:
-    """Plans N local workers (pure).
+def check_worker_count(n: object, *, cpus: int | None, oversubscribe: bool = False) -> int:
+    """Validates ``-n`` against this machine (pure).
+
+    Each worker is a TensorFlow process with thread pools of its own; more than
+    :data:`WORKERS_PER_CORE` per CPU core is taken for a mistake unless ``oversubscribe``.
 
     Args:
-        n: number of workers.
+        n: the number of workers asked for.
+        cpus: this machine's CPU cores (``os.cpu_count()``; ``None``: unknown, no machine bound).
+        oversubscribe: allow more (never more than :data:`MAX_WORKERS`).
+
+    Returns:
+        ``n``.
+
+    Raises:
+        LaunchError: not a whole number >= 1, more than the cores without ``oversubscribe``,
+            or more than :data:`MAX_WORKERS`.
+
+    >>> check_worker_count(2, cpus=8)
+    2
+    >>> check_worker_count(40, cpus=8)
+    Traceback (most recent call last):
+    ...
+    tfdevices.core.errors.LaunchError: -n 40: this machine has 8 CPU cores, and each worker is a TensorFlow \
+process of its own. HINT: use at most -n 32 (4 per core), or pass --oversubscribe to start more anyway.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise LaunchError(f"-n {_short(n)}: the number of workers must be a whole number >= 1.", hint="e.g. -n 2.")
+    if n > MAX_WORKERS:
+        raise LaunchError(f"-n {_short(n)}: at most {MAX_WORKERS} workers per machine.",
+                          hint="spread a bigger job over machines with --nnodes, or under SLURM.")
+    if cpus is not None and n > WORKERS_PER_CORE * cpus and not oversubscribe:
+        raise LaunchError(f"-n {n}: this machine has {cpus} CPU cores, and each worker is a TensorFlow process "
+                          "of its own.", hint=f"use at most -n {WORKERS_PER_CORE * cpus} ({WORKERS_PER_CORE} per "
+                                              "core), or pass --oversubscribe to start more anyway.")
+    return n
+
+
+def plan_workers(n: int, ports: Sequence[int], gpus: object = (), *, share: bool = False,
+                 virtual_devices: int | None = None, restart: int = 0, host: str = "127.0.0.1",
+                 job: NodeJob | None = None) -> tuple[WorkerPlan, ...]:
+    """Plans this machine's N workers (pure; linear in N).
+
+    Args:
+        n: number of workers on this machine.
         ports: one port per worker.
         gpus: the candidate GPUs (NVML indices, a Selection or an Inventory); empty: CPU.
         share: allow more workers than GPUs.
         virtual_devices: logical devices per worker, passed as ``TFDEVICES_VIRTUAL_DEVICES``.
         restart: the restart count, passed as ``TFDEVICES_RESTART``.
-        host: the address workers listen on.
+        host: the address workers listen on (one machine).
+        job: the whole job over several machines (``None``: this machine's N workers are the job).
 
     Returns:
-        One :class:`WorkerPlan` per rank.
+        One :class:`WorkerPlan` per local rank.
 
     Raises:
         LaunchError: ``n`` < 1 or the ports do not match.
@@ -109,39 +195,114 @@ def plan_workers(n: int, ports: Sequence[int], gpus: object = (), *, share: bool
     >>> [(p.rank, p.address, p.gpus, p.env["CUDA_VISIBLE_DEVICES"]) for p in plans]
     [(0, '127.0.0.1:5000', (2,), '2'), (1, '127.0.0.1:5001', (3,), '3')]
     """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise LaunchError(f"-n {n!r}: the number of workers must be a whole number >= 1.", hint="e.g. -n 2.")
+    check_worker_count(n, cpus=None)
     if len(ports) != n or len(set(ports)) != n:
-        raise LaunchError(f"{n} workers need {n} distinct ports, got {list(ports)}.", hint="use free_ports(n).")
-    addresses = [f"{host}:{p}" for p in ports]
-    info = LaunchInfo(world_size=n, local_world_size=n, source="launcher", reason="tfdevices launch")
+        raise LaunchError(f"{n} workers need {n} distinct ports, got {_short(list(ports))}.",
+                          hint="use free_ports(n).")
+    if job is None:
+        job = NodeJob(tuple(f"{host}:{p}" for p in ports), 0)
+    world = len(job.addresses)
+    text = make_tf_config(job.addresses, job.first_rank)  # validates the cluster once; each rank's
+    head = text[:text.rindex('"index": ') + len('"index": ')]  # TF_CONFIG is then this prefix + its index
+    info = LaunchInfo(world_size=world, local_world_size=n, source="launcher", reason="tfdevices launch")
+    assignments = _assignments(info, gpus, n, share)
     plans = []
-    for rank in range(n):
-        assignment = gpu_for_rank(info, gpus, local_rank=rank, share=share)
-        env = {"TF_CONFIG": make_tf_config(addresses, rank), "RANK": str(rank), "LOCAL_RANK": str(rank),
-               "WORLD_SIZE": str(n), "LOCAL_WORLD_SIZE": str(n), RESTART_ENV: str(restart),
-               "PYTHONUNBUFFERED": "1", **assignment.env()}
+    for local in range(n):
+        rank = job.first_rank + local
+        env = {"RANK": str(rank), "LOCAL_RANK": str(local), "WORLD_SIZE": str(world), "LOCAL_WORLD_SIZE": str(n),
+               RESTART_ENV: str(restart), "PYTHONUNBUFFERED": "1", **assignments[local].env()}
         if virtual_devices is not None:
             env[VIRTUAL_DEVICES_ENV] = str(virtual_devices)
-        plans.append(WorkerPlan(rank, addresses[rank], assignment.gpus, env))
+        plans.append(WorkerPlan(rank, job.addresses[rank], assignments[local].gpus, _WorkerEnv(env, head, rank), local))
     return tuple(plans)
 
 
-USAGE = "tfdevices launch -n N [--gpus SPEC] [--max-restarts K] -- python train.py ..."
+class _WorkerEnv(Mapping[str, str]):
+    """A worker's variables; its ``TF_CONFIG`` (every worker's address: N x N text for N workers) is
+    written when read, at the worker's start, so planning stays linear in N."""
+
+    def __init__(self, env: dict[str, str], head: str, rank: int) -> None:
+        self._env, self._head, self._rank = env, head, rank
+
+    def __getitem__(self, name: str) -> str:
+        if name == "TF_CONFIG":
+            return f"{self._head}{self._rank}}}}}"
+        return self._env[name]
+
+    def __iter__(self) -> Any:
+        yield "TF_CONFIG"
+        yield from self._env
+
+    def __len__(self) -> int:
+        return len(self._env) + 1
+
+    def __repr__(self) -> str:
+        return f"<worker {self._rank} environment: TF_CONFIG and {', '.join(self._env)}>"
+
+
+def _assignments(info: LaunchInfo, gpus: object, n: int, share: bool) -> tuple[Any, ...]:
+    """Each local rank's GPU assignment, planned once for all of them."""
+    return tuple(plan_ranks(info, gpus, local_world_size=n, share=share))
+
+
+# --------------------------------------------------------------------------- command line
+
+
+USAGE = "tfdevices launch -n N [--gpus SPEC] [--max-restarts K] [--log-dir DIR] -- python train.py ..."
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Adds the options of ``tfdevices launch`` to ``parser`` (the CLI's ``launch`` subcommand)."""
-    parser.add_argument("-n", "--num-workers", type=int, required=True, help="number of worker processes")
+    parser.add_argument("-n", "--num-workers", type=int, required=True, help="worker processes on this machine")
     parser.add_argument("--gpus", default="all",
                         help="GPUs to spread over the workers: 'all' (default), 'none', 'auto:N', '0,2'")
     parser.add_argument("--share", action="store_true", help="allow more workers than GPUs (they share GPUs)")
+    parser.add_argument("--oversubscribe", action="store_true",
+                        help=f"allow more than {WORKERS_PER_CORE} workers per CPU core (at most {MAX_WORKERS})")
     parser.add_argument("--max-restarts", type=int, default=0,
                         help="restart the whole job up to K times after a failure")
     parser.add_argument("--virtual-devices", type=int, default=None,
                         help="logical devices per worker (sets TFDEVICES_VIRTUAL_DEVICES; "
                              "see tfdevices.runtime.configure_worker)")
+    out = parser.add_argument_group("output")
+    out.add_argument("--log-dir", default=None,
+                     help="keep each rank's output in DIR/rank{R}.log; the console shows rank 0 only")
+    out.add_argument("--tee", action="store_true", help="with --log-dir: show every rank on the console too")
+    out.add_argument("--all-ranks", action="store_true",
+                     help="show every rank's progress bars and repeated warnings (default: rank 0's progress, "
+                          "a warning every rank prints the same once)")
+    out.add_argument("--tf-logs", action="store_true", help="show TensorFlow's C++ log lines (hidden by default)")
+    nodes = parser.add_argument_group("many machines (no scheduler)")
+    nodes.add_argument("--nnodes", type=int, default=1, help="machines in the job, one launcher each")
+    nodes.add_argument("--node-rank", type=int, default=0, help="this machine's place, 0 .. nnodes-1")
+    nodes.add_argument("--master-addr", default=None, help="the address of the machine with --node-rank 0")
+    nodes.add_argument("--master-port", type=int, default=MASTER_PORT,
+                       help=f"the port the launchers meet on (default {MASTER_PORT})")
+    nodes.add_argument("--node-addr", default=None,
+                       help="the address other machines reach this one's workers at (default: the one "
+                            "that reaches the master)")
+    nodes.add_argument("--rdzv-timeout", type=float, default=300.0,
+                       help="seconds to wait for every launcher to join (default 300)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command each worker runs, after '--'")
+
+
+@dataclasses.dataclass(frozen=True)
+class Nodes:
+    """Where this launcher is in a job over several machines.
+
+    Attributes:
+        nnodes: machines (launchers) in the job.
+        node_rank: this machine's place.
+        master: ``(host, port)`` of node 0's launcher.
+        node_addr: the address this machine's workers are reached at (``None``: found when joining).
+        timeout: seconds to wait for every launcher.
+    """
+
+    nnodes: int
+    node_rank: int
+    master: tuple[str, int]
+    node_addr: str | None = None
+    timeout: float = 300.0
 
 
 def run(args: argparse.Namespace) -> int:
@@ -160,14 +321,56 @@ def run(args: argparse.Namespace) -> int:
     if not command:
         raise LaunchError("no command to run.",
                           hint="put the command after '--': tfdevices launch -n 2 -- python train.py.")
-    for name, value, minimum in (("-n", args.num_workers, 1), ("--max-restarts", args.max_restarts, 0),
-                                 ("--virtual-devices", args.virtual_devices, 1)):
-        if value is not None and value < minimum:
-            raise LaunchError(f"{name} {value} must be >= {minimum}.", hint=f"e.g. {name} 2.")
+    check_worker_count(args.num_workers, cpus=os.cpu_count(), oversubscribe=args.oversubscribe)
+    for name, value, low, high in (("--max-restarts", args.max_restarts, 0, MAX_RESTARTS),
+                                   ("--virtual-devices", args.virtual_devices, 1, MAX_VIRTUAL_DEVICES),
+                                   ("--nnodes", args.nnodes, 1, MAX_NODES),
+                                   ("--master-port", args.master_port, 1, 65535)):
+        if value is not None and not low <= value <= high:
+            raise LaunchError(f"{name} {_short(value)} must be between {low} and {high}.", hint=f"e.g. {name} {low + 1}.")
+    if args.tee and not args.log_dir:
+        raise LaunchError("--tee without --log-dir: there is no log to tee.", hint="add --log-dir DIR.")
+    nodes = _nodes(args)
+    if args.log_dir:
+        _check_log_dir(args.log_dir)
     gpus = _candidate_gpus(args.gpus)
     plan_workers(args.num_workers, list(range(1, args.num_workers + 1)), gpus, share=args.share)  # fail early
     return launch(command, args.num_workers, gpus=gpus, share=args.share, max_restarts=args.max_restarts,
-                  virtual_devices=args.virtual_devices)
+                  virtual_devices=args.virtual_devices, log_dir=args.log_dir, tee=args.tee,
+                  all_ranks=args.all_ranks, tf_logs=args.tf_logs, nodes=nodes)
+
+
+def _nodes(args: argparse.Namespace) -> Nodes | None:
+    if args.nnodes == 1:
+        if args.node_rank != 0:
+            raise LaunchError(f"--node-rank {_short(args.node_rank)} without --nnodes.",
+                              hint="give --nnodes M (the number of machines) with --node-rank.")
+        return None
+    if not 0 <= args.node_rank < args.nnodes:
+        raise LaunchError(f"--node-rank {_short(args.node_rank)} is out of range for --nnodes {args.nnodes}.",
+                          hint=f"node ranks run 0..{args.nnodes - 1}.")
+    if not args.master_addr:
+        raise LaunchError(f"--nnodes {args.nnodes} needs --master-addr, the address of the --node-rank 0 machine.",
+                          hint="e.g. --master-addr host0 on every machine.")
+    if args.max_restarts:
+        raise LaunchError("--max-restarts with --nnodes > 1: restarting a job over several machines needs "
+                          "every launcher to agree, which this launcher does not do.",
+                          hint="leave --max-restarts out, or restart the launchers together from a scheduler.")
+    if not args.rdzv_timeout > 0:
+        raise LaunchError(f"--rdzv-timeout {args.rdzv_timeout!r} must be a number of seconds > 0.",
+                          hint="e.g. --rdzv-timeout 300.")
+    return Nodes(args.nnodes, args.node_rank, (args.master_addr, args.master_port), args.node_addr,
+                 min(args.rdzv_timeout, 86400.0))
+
+
+def _check_log_dir(path: str) -> None:
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as err:
+        raise LaunchError(f"--log-dir {_short(path)}: cannot create it ({err.strerror}).",
+                          hint="name a directory you can write to.") from None
+    if not os.access(path, os.W_OK):
+        raise LaunchError(f"--log-dir {_short(path)} is not writable.", hint="name a directory you can write to.")
 
 
 def _candidate_gpus(spec: str) -> tuple[int, ...]:
@@ -176,54 +379,121 @@ def _candidate_gpus(spec: str) -> tuple[int, ...]:
     return tuple(g.index for g in select(spec).gpus)
 
 
+def _short(value: object, limit: int = 60) -> str:
+    text = repr(value) if not isinstance(value, int) else str(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+# --------------------------------------------------------------------------- the job
+
+
 def launch(command: Sequence[str], n: int, *, gpus: object = (), share: bool = False, max_restarts: int = 0,
            virtual_devices: int | None = None, out: IO[str] | None = None,
-           env: Mapping[str, str] | None = None) -> int:
+           env: Mapping[str, str] | None = None, log_dir: str | None = None, tee: bool = False,
+           all_ranks: bool = False, tf_logs: bool = False, nodes: Nodes | None = None) -> int:
     """Runs N workers of ``command`` until they finish, restarting the job up to ``max_restarts`` times.
 
     Args:
         command: the program and its arguments.
-        n: number of workers.
+        n: number of workers on this machine.
         gpus: candidate GPUs (see :func:`plan_workers`).
         share: allow more workers than GPUs.
         max_restarts: restarts of the whole job after a failed attempt.
         virtual_devices: passed to each worker as ``TFDEVICES_VIRTUAL_DEVICES``.
-        out: where prefixed output goes (default ``sys.stdout``).
+        out: the console (default ``sys.stdout``).
         env: the base environment (default ``os.environ``).
+        log_dir: keep rank R's output in ``log_dir/rank{R}.log``; the console shows rank 0.
+        tee: with ``log_dir``, show every rank on the console too.
+        all_ranks: show every rank's progress and repeated lines.
+        tf_logs: show TensorFlow's C++ log lines.
+        nodes: this launcher's place in a job over several machines.
 
     Returns:
         0, or the first non-zero exit status of the last attempt.
     """
     out = out or sys.stdout
     base = dict(os.environ if env is None else env)
-    job = _Job(out)
-    with job.forwarding_signals():
-        for attempt in range(max_restarts + 1):
-            plans = plan_workers(n, free_ports(n), gpus, share=share, virtual_devices=virtual_devices,
-                                 restart=attempt)
-            code = job.run(command, plans, base)
-            if job.stopped_by is not None:  # interrupted: report it even if the workers exited cleanly
-                return code or 128 + job.stopped_by
-            if code == 0:
-                return 0
-            if attempt < max_restarts:
-                job.say(f"restarting all {n} workers (restart {attempt + 1} of {max_restarts})")
-        return code
+    console = Console(out, tty=_isatty(out), ranks=(0,) if log_dir and not tee else None,
+                      progress_ranks=None if all_ranks else (0,), dedupe=not all_ranks, tf_logs=tf_logs)
+    job = _Job(console, log_dir)
+    peers = None
+    try:
+        with job.forwarding_signals(), _Watchdog() as watchdog:
+            job.watchdog = watchdog
+            if nodes is not None:
+                cluster, peers = rendezvous(nodes, n)
+                console.say(f"node {nodes.node_rank} of {nodes.nnodes}: ranks {cluster.first_rank}.."
+                            f"{cluster.first_rank + n - 1} of {len(cluster.addresses)}")
+                host = cluster.addresses[cluster.first_rank].rsplit(":", 1)[0]
+                peers.watch(job.stop_remote)
+                plans = plan_workers(n, [int(a.rsplit(":", 1)[1]) for a in
+                                         cluster.addresses[cluster.first_rank:cluster.first_rank + n]],
+                                     gpus, share=share, virtual_devices=virtual_devices, host=host, job=cluster)
+                code = job.run(command, plans, base)
+                code = peers.finish(code)
+                return _final(job, code)
+            for attempt in range(max_restarts + 1):
+                plans = plan_workers(n, free_ports(n), gpus, share=share, virtual_devices=virtual_devices,
+                                     restart=attempt)
+                code = job.run(command, plans, base)
+                if job.stopped_by is not None or console.closed or code == 0:
+                    return _final(job, code)
+                if attempt < max_restarts:
+                    console.say(f"restarting all {n} workers (restart {attempt + 1} of {max_restarts})")
+            return code
+    finally:
+        if peers is not None:
+            peers.close()
+        _report_hidden(console)
+        if console.closed:
+            _silence(out)
+
+
+def _final(job: _Job, code: int) -> int:
+    if job.console.closed:
+        return code or SIGPIPE_STATUS
+    if job.stopped_by is not None:  # interrupted: the status says so, however the workers ended
+        return 128 + job.stopped_by
+    return code
+
+
+def _report_hidden(console: Console) -> None:
+    console.finish()
+    if console.hidden_tf_logs:
+        console.say(f"{console.hidden_tf_logs} TensorFlow start-up log line(s) not shown (--tf-logs shows them)")
+
+
+def _isatty(out: IO[str]) -> bool:
+    try:
+        return bool(out.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def _silence(out: IO[str]) -> None:
+    """The console's reader went away: point the stream at /dev/null so exiting does not fail on it."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, out.fileno())
+        os.close(devnull)
+    except (AttributeError, OSError, ValueError):
+        pass
 
 
 class _Job:
-    """One attempt's worker processes, their output pumps and the signal forwarding."""
+    """One attempt's worker processes, their output pumps, the signal forwarding and the stops."""
 
-    def __init__(self, out: IO[str]) -> None:
-        self.out = out
-        self.lock = threading.Lock()
+    def __init__(self, console: Console, log_dir: str | None) -> None:
+        self.console = console
+        self.log_dir = log_dir
         self.procs: list[subprocess.Popen[bytes]] = []
         self.stopped_by: int | None = None
-
-    def say(self, text: str, rank: int | str = "launcher") -> None:
-        with self.lock:
-            self.out.write(f"[{rank}] {text}\n")
-            self.out.flush()
+        self.remote_code: int | None = None
+        self.watchdog: _Watchdog | None = None
+        self._signals = 0
+        self._kill_at: float | None = None
+        self._tails: dict[int, collections.deque[str]] = {}
+        self._notices: list[str] = []
 
     def forwarding_signals(self) -> Any:
         job = self
@@ -241,58 +511,137 @@ class _Job:
         return _Forward()
 
     def _forward(self, signum: int, frame: object) -> None:
-        self.stopped_by = signum
+        self._signals += 1
+        self.stopped_by = self.stopped_by or signum
+        if self._signals == 1:  # forward it; kill what still runs after the grace period
+            self._kill_at = time.monotonic() + GRACE_S
+            self._notices.append(f"signal {signum} passed to the workers; those still running in {GRACE_S:g} s, "
+                                 "or at a second signal, are killed")
+            self._signal_all(signum)
+        else:  # a second signal: no more waiting (printed by _wait: a handler must not take the console's lock)
+            self._kill_at = None
+            self._notices.append("a second signal: killing the workers")
+            self._signal_all(signal.SIGKILL)
+
+    def stop_remote(self, code: int) -> None:
+        """Another machine's job failed or its launcher died: stop ours."""
+        if self.remote_code is None:
+            self.remote_code = code or 1
+
+    def _signal_all(self, signum: int) -> None:
         for p in self.procs:
             if p.poll() is None:
                 _signal_group(p, signum)
 
     def run(self, command: Sequence[str], plans: Sequence[WorkerPlan], base: Mapping[str, str]) -> int:
-        self.procs, pumps = [], []
+        self.procs, pumps, logs = [], [], []
         try:
             for plan in plans:
+                log = self._open_log(plan.rank)
+                logs.append(log)
                 proc = subprocess.Popen(list(command), env={**base, **plan.env}, stdout=subprocess.PIPE,
                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
                 self.procs.append(proc)
+                if self.watchdog is not None:
+                    self.watchdog.guard(proc.pid)
                 gpus = ",".join(map(str, plan.gpus)) or "none (CPU)"
-                self.say(f"worker {plan.rank}: pid {proc.pid}, {plan.address}, GPUs {gpus}")
-                pump = threading.Thread(target=self._pump, args=(proc, plan.rank), daemon=True)
+                self.console.say(f"worker {plan.rank}: pid {proc.pid}, {plan.address}, GPUs {gpus}")
+                pump = threading.Thread(target=self._pump, args=(proc, plan.rank, log), daemon=True)
                 pump.start()
                 pumps.append(pump)
-            return self._wait()
+            return self._wait([p.rank for p in plans])
         except OSError as err:
-            raise LaunchError(f"cannot start {command[0]!r}: {err.strerror}.",
+            raise LaunchError(f"cannot start {_short(command[0])}: {err.strerror}.",
                               hint="check the command after '--'.") from None
         finally:
             self._stop_all()
             for pump in pumps:
                 pump.join(timeout=5)
+            for log in logs:
+                if log is not None:
+                    log.close()
 
-    def _pump(self, proc: subprocess.Popen[bytes], rank: int) -> None:
-        if proc.stdout is None:
+    def _open_log(self, rank: int) -> IO[str] | None:
+        if not self.log_dir:
+            return None
+        path = os.path.join(self.log_dir, f"rank{rank}.log")
+        try:
+            return open(path, "a", encoding="utf-8", errors="replace")
+        except OSError as err:
+            raise LaunchError(f"--log-dir: cannot write {_short(path)} ({err.strerror}).",
+                              hint="name a directory you can write to.") from None
+
+    def _pump(self, proc: subprocess.Popen[bytes], rank: int, log: IO[str] | None) -> None:
+        stream = proc.stdout
+        if stream is None:
             return
-        for raw in iter(proc.stdout.readline, b""):
-            self.say(raw.decode("utf-8", "replace").rstrip("\n"), rank)
-        proc.stdout.close()
-
-    def _wait(self) -> int:
+        splitter = Splitter()
+        tail = self._tails.setdefault(rank, collections.deque(maxlen=TAIL_LINES))
+        tail.clear()
         while True:
+            data = stream.read1(1 << 16)
+            if not data:
+                break
+            for record in splitter.feed(data):
+                self._record(rank, record, log, tail)
+        for record in splitter.close():
+            self._record(rank, record, log, tail)
+        stream.close()
+
+    def _record(self, rank: int, record: Record, log: IO[str] | None, tail: collections.deque[str]) -> None:
+        if record.kind != PROGRESS:
+            tail.append(record.text)
+            if log is not None:
+                try:
+                    log.write(record.text + "\n")
+                    log.flush()
+                except OSError:  # a full disk must not stop the job's output pump
+                    pass
+        self.console.show(rank, record)
+
+    def _wait(self, ranks: Sequence[int]) -> int:
+        while True:
+            while self._notices:
+                self.console.say(self._notices.pop(0))
             codes = [p.poll() for p in self.procs]
-            failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
+            failed = [(r, c) for r, c in zip(ranks, codes) if c not in (None, 0)]
             if failed:
                 rank, code = failed[0]
                 status = _exit_status(code)
-                self.say(f"worker {rank} exited with status {status}"
-                         + (f" (signal {-code})" if code < 0 else "") + "; stopping the others")
+                self.console.say(f"worker {rank} exited with status {status}"
+                                 + (f" (signal {-code})" if code < 0 else "") + "; stopping the others")
+                self._show_tail(rank)
                 return status
             if all(c == 0 for c in codes):
                 return 0
+            if self.console.closed:
+                return SIGPIPE_STATUS
+            if self.remote_code is not None:
+                self.console.say("another machine's job stopped; stopping this one")
+                return self.remote_code
+            if self._kill_at is not None and time.monotonic() >= self._kill_at:
+                self._kill_at = None
+                self.console.say(f"workers still running {GRACE_S:g} s after the signal: killing them")
+                self._signal_all(signal.SIGKILL)
             time.sleep(0.05)
+
+    def _show_tail(self, rank: int) -> None:
+        """A failed rank whose lines the console did not show: its last lines."""
+        if self.console.ranks is None or rank in self.console.ranks:
+            return
+        time.sleep(0.2)  # let its pump read what it wrote last
+        lines = list(self._tails.get(rank, ()))
+        if lines:
+            self.console.say(f"the last {len(lines)} line(s) of rank {rank} "
+                             f"({os.path.join(self.log_dir or '', f'rank{rank}.log')}):")
+            for line in lines:
+                self.console.echo(f"[{rank}] {line}")
 
     def _stop_all(self) -> None:
         alive = [p for p in self.procs if p.poll() is None]
         for p in alive:
             _signal_group(p, signal.SIGTERM)
-        deadline = time.monotonic() + GRACE_S
+        deadline = time.monotonic() + (0 if self._signals > 1 else GRACE_S)
         for p in alive:
             try:
                 p.wait(timeout=max(0.1, deadline - time.monotonic()))
@@ -301,6 +650,8 @@ class _Job:
                 p.wait(timeout=30)
         for p in self.procs:  # the worker's own children too: its process group
             _signal_group(p, signal.SIGKILL)
+            if self.watchdog is not None:
+                self.watchdog.release(p.pid)
 
 
 def _signal_group(proc: subprocess.Popen[bytes], signum: int) -> None:
@@ -314,4 +665,290 @@ def _exit_status(code: int) -> int:
     return 128 - code if code < 0 else code
 
 
-__all__ = ["RANK_GPUS", "USAGE", "WorkerPlan", "add_arguments", "free_ports", "launch", "plan_workers", "run"]
+# --------------------------------------------------------------------------- no orphans
+
+
+_WATCHDOG = r"""
+import os, signal, sys, time
+for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
+    signal.signal(s, signal.SIG_IGN)
+groups = set()
+for line in sys.stdin:
+    word = line.strip()
+    if word == "done":
+        sys.exit(0)
+    if word[:1] in "+-" and word[1:].isdigit():
+        (groups.add if word[0] == "+" else groups.discard)(int(word[1:]))
+def alive(g):
+    try:
+        os.killpg(g, 0)
+        return True
+    except OSError:
+        return False
+for g in groups:
+    try:
+        os.killpg(g, signal.SIGTERM)
+    except OSError:
+        pass
+deadline = time.monotonic() + float(sys.argv[1])
+while time.monotonic() < deadline and any(alive(g) for g in groups):
+    time.sleep(0.05)
+for g in groups:
+    try:
+        os.killpg(g, signal.SIGKILL)
+    except OSError:
+        pass
+"""
+
+
+class _Watchdog:
+    """A small process that ends the workers' process groups when the launcher dies, even by SIGKILL.
+
+    It reads the groups to guard from a pipe; the pipe closing without ``done`` (the
+    launcher is gone, however it went) makes it send SIGTERM, then SIGKILL after
+    :data:`WATCHDOG_GRACE_S` seconds. It runs in its own session, so a Ctrl-C meant
+    for the launcher does not reach it.
+    """
+
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> _Watchdog:
+        try:
+            self._proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", _WATCHDOG, str(WATCHDOG_GRACE_S)],
+                                          stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.DEVNULL, start_new_session=True)
+        except OSError:
+            self._proc = None  # no watchdog: the launcher still stops its workers itself
+        return self
+
+    def guard(self, pgid: int) -> None:
+        self._send(f"+{pgid}")
+
+    def release(self, pgid: int) -> None:
+        self._send(f"-{pgid}")
+
+    def _send(self, word: str) -> None:
+        if self._proc is not None and self._proc.stdin is not None:
+            try:
+                self._proc.stdin.write(f"{word}\n".encode())
+                self._proc.stdin.flush()
+            except OSError:
+                pass
+
+    def __exit__(self, *exc: object) -> None:
+        if self._proc is None:
+            return
+        self._send("done")
+        try:
+            if self._proc.stdin is not None:
+                self._proc.stdin.close()
+            self._proc.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            self._proc.kill()
+
+
+# --------------------------------------------------------------------------- many machines
+
+
+_MAX_MESSAGE = 1 << 20
+
+
+class _Peers:
+    """The launchers' open connections: a failure or a death on one machine stops the others."""
+
+    def __init__(self, socks: Sequence[socket.socket], is_master: bool) -> None:
+        self.socks = list(socks)
+        self.is_master = is_master
+        self._done: dict[int, int] = {}
+        self._cond = threading.Condition()
+        self._on_stop: Callable[[int], None] | None = None
+        self._finished = False
+
+    def watch(self, on_stop: Callable[[int], None]) -> None:
+        """Calls ``on_stop(code)`` when another machine fails or goes away."""
+        self._on_stop = on_stop
+        for i, sock in enumerate(self.socks):
+            threading.Thread(target=self._listen, args=(i, sock), daemon=True).start()
+
+    def _listen(self, i: int, sock: socket.socket) -> None:
+        reader = sock.makefile("rb")
+        code = 1
+        try:
+            for raw in iter(lambda: reader.readline(256), b""):
+                word, _, value = raw.decode("ascii", "replace").strip().partition(" ")
+                code = int(value) if value.isdigit() else 1
+                if word == "done" and code == 0:
+                    with self._cond:
+                        self._done[i] = 0
+                        self._cond.notify_all()
+                    return
+                break  # "stop" or "done" with a failure
+        except OSError:
+            pass
+        with self._cond:  # a failure, or the connection dropped without "done"
+            self._done[i] = code or 1
+            self._cond.notify_all()
+            finished = self._finished
+        if not (finished and not self.is_master):
+            self._stop(code or 1, skip=i)
+
+    def _stop(self, code: int, skip: int | None = None) -> None:
+        if self.is_master:  # tell the other machines
+            for j, sock in enumerate(self.socks):
+                if j != skip:
+                    _send_line(sock, f"stop {code}")
+        if self._on_stop is not None:
+            self._on_stop(code)
+
+    def finish(self, code: int) -> int:
+        """This machine's job ended with ``code``: tell the others; node 0 waits for every machine.
+
+        Returns:
+            The job's status: this machine's, or the first failure elsewhere.
+        """
+        with self._cond:
+            self._finished = True
+        if code != 0:
+            for sock in self.socks:
+                _send_line(sock, f"stop {code}")
+            return code
+        if not self.is_master:
+            _send_line(self.socks[0], "done 0")
+            return 0
+        with self._cond:
+            self._cond.wait_for(lambda: len(self._done) == len(self.socks))
+            failures = [c for c in self._done.values() if c]
+        return failures[0] if failures else 0
+
+    def close(self) -> None:
+        for sock in self.socks:
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+
+def _send_line(sock: socket.socket, text: str) -> None:
+    try:
+        sock.sendall(f"{text}\n".encode())
+    except OSError:
+        pass
+
+
+def _read_json(sock: socket.socket, deadline: float) -> Any:
+    sock.settimeout(max(0.1, deadline - time.monotonic()))
+    line = sock.makefile("rb").readline(_MAX_MESSAGE)
+    sock.settimeout(None)
+    if not line.endswith(b"\n"):
+        raise LaunchError("a launcher sent no complete message while the machines met.",
+                          hint="start the same tfdevices version on every machine, with the same --nnodes.")
+    try:
+        return json.loads(line)
+    except ValueError:
+        raise LaunchError("a launcher sent a malformed message while the machines met.",
+                          hint="check that nothing else listens on --master-port.") from None
+
+
+def rendezvous(nodes: Nodes, n: int) -> tuple[NodeJob, _Peers]:
+    """Agrees with the other launchers on the cluster: node 0 gathers every machine's workers, tells all.
+
+    Every other node connects to node 0 (retrying until ``nodes.timeout``), says its node rank,
+    its address and its workers' ports, and gets back every worker's address in global rank order.
+
+    Raises:
+        LaunchError: a launcher did not come within the timeout, two claim one node rank, or
+            a message is malformed.
+    """
+    deadline = time.monotonic() + nodes.timeout
+    if nodes.node_rank == 0:
+        return _serve(nodes, n, deadline)
+    return _join(nodes, n, deadline)
+
+
+def _serve(nodes: Nodes, n: int, deadline: float) -> tuple[NodeJob, _Peers]:
+    host, port = nodes.master
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    joined: dict[int, tuple[socket.socket, str, list[int]]] = {}
+    try:
+        try:
+            server.bind((host, port))
+        except OSError as err:
+            raise LaunchError(f"--master-addr {_short(host)} --master-port {port}: cannot listen there "
+                              f"({err.strerror}).", hint="run --node-rank 0 on the machine --master-addr names, "
+                                                         "with a free --master-port.") from None
+        server.listen(nodes.nnodes)
+        while len(joined) < nodes.nnodes - 1:
+            server.settimeout(max(0.1, deadline - time.monotonic()))
+            try:
+                conn, _ = server.accept()
+            except socket.timeout:
+                missing = sorted(set(range(1, nodes.nnodes)) - set(joined))
+                raise LaunchError(f"node(s) {_short(missing)} did not join within {nodes.timeout:g} s.",
+                                  hint="start the launcher on every machine with the same --nnodes, "
+                                       "--master-addr and --master-port.") from None
+            rank, addr, ports = _hello(_read_json(conn, deadline), nodes.nnodes)
+            if rank in joined:
+                conn.close()
+                raise LaunchError(f"two launchers say --node-rank {rank}.", hint="give every machine its own --node-rank.")
+            joined[rank] = (conn, addr, ports)
+        own_host = nodes.node_addr or host
+        parts = {0: (own_host, free_ports(n, "0.0.0.0"))}
+        parts.update({r: (a, p) for r, (_, a, p) in joined.items()})
+        addresses, firsts = [], {}
+        for r in range(nodes.nnodes):
+            firsts[r] = len(addresses)
+            addresses += [f"{parts[r][0]}:{p}" for p in parts[r][1]]
+        for r, (conn, _, _) in joined.items():
+            _send_line(conn, json.dumps({"addresses": addresses, "first_rank": firsts[r]}))
+        return NodeJob(tuple(addresses), 0), _Peers([joined[r][0] for r in sorted(joined)], is_master=True)
+    except BaseException:
+        for conn, _, _ in joined.values():
+            conn.close()
+        raise
+    finally:
+        server.close()
+
+
+def _hello(message: Any, nnodes: int) -> tuple[int, str, list[int]]:
+    ok = (isinstance(message, dict) and isinstance(message.get("node_rank"), int)
+          and isinstance(message.get("host"), str) and isinstance(message.get("ports"), list)
+          and 0 < len(message["ports"]) <= MAX_WORKERS
+          and all(isinstance(p, int) and 0 < p < 65536 for p in message["ports"]))
+    if not ok or not 0 < message["node_rank"] < nnodes:
+        raise LaunchError(f"a launcher sent a malformed or out-of-range hello: {_short(message)}.",
+                          hint="start the same tfdevices version on every machine, with the same --nnodes.")
+    return message["node_rank"], message["host"], message["ports"]
+
+
+def _join(nodes: Nodes, n: int, deadline: float) -> tuple[NodeJob, _Peers]:
+    while True:
+        try:
+            sock = socket.create_connection(nodes.master, timeout=max(0.1, min(5.0, deadline - time.monotonic())))
+            break
+        except OSError:
+            if time.monotonic() >= deadline:
+                raise LaunchError(f"cannot reach the node-0 launcher at {_short(nodes.master[0])}:"
+                                  f"{nodes.master[1]} within {nodes.timeout:g} s.",
+                                  hint="start --node-rank 0 on the --master-addr machine; check the address, "
+                                       "port and firewall.") from None
+            time.sleep(0.2)
+    try:
+        host = nodes.node_addr or sock.getsockname()[0]
+        _send_line(sock, json.dumps({"node_rank": nodes.node_rank, "host": host,
+                                     "ports": free_ports(n, "0.0.0.0")}))
+        reply = _read_json(sock, deadline)
+        addresses, first = reply.get("addresses"), reply.get("first_rank")
+        if not (isinstance(addresses, list) and all(isinstance(a, str) for a in addresses)
+                and isinstance(first, int) and 0 <= first and first + n <= len(addresses)):
+            raise LaunchError("the node-0 launcher sent a malformed cluster.",
+                              hint="start the same tfdevices version on every machine.")
+        return NodeJob(tuple(addresses), first), _Peers([sock], is_master=False)
+    except BaseException:
+        sock.close()
+        raise
+
+
+__all__ = ["RANK_GPUS", "USAGE", "NodeJob", "Nodes", "WorkerPlan", "add_arguments", "check_worker_count",
+           "free_ports", "launch", "plan_workers", "rendezvous", "run"]

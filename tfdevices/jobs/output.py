@@ -1,0 +1,205 @@
+"""What ``tfdevices launch`` does with its workers' output (TensorFlow-free).
+
+Each worker's byte stream is cut into :class:`Record` s by :class:`Splitter`: a line
+ends at ``\\n``; a piece that ends at ``\\r`` is a progress update (Keras' progress
+bar, ``tqdm``), shown as progress, not glued into one long line. :class:`Console`
+decides what reaches the launcher's console:
+
+* progress of rank 0 only (every rank's with ``all_ranks``): redrawn in place on a
+  terminal, its final state only in a pipe or a file; Keras' ``Epoch N/M`` header
+  above a bar counts as progress;
+* a warning (``WARNING:...``, ``...Warning: ...`` and its indented source line) that
+  another rank already printed identically once: the same warning on every rank
+  prints once (other lines are every rank's own, and all shown);
+* TensorFlow's C++ start-up log lines (``I0000 ... cuda_platform.cc:52] ...``) hidden,
+  and counted, unless ``tf_logs``;
+* with ``ranks`` set, only those ranks' lines (``--log-dir`` without ``--tee``: rank 0).
+
+The per-rank logs (``--log-dir``) get every line of their rank, progress by its final state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import re
+import threading
+from collections.abc import Collection
+from typing import IO
+
+LINE, PROGRESS, PROGRESS_END = "line", "progress", "progress_end"
+TF_LOG = re.compile(r"^[IWE]\d{4} [\d:.]+\s+\d+ [\w.\-]+:\d+\] ")
+WARNING = re.compile(r"^WARNING\b|\b\w*Warning: ")
+EPOCH = re.compile(r"^Epoch \d+/\d+$")  # Keras' header above each epoch's progress bar
+TF_LOG_BANNER = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
+MAX_SEEN = 20_000
+_CLEAR = "\r\x1b[K"
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+    """One piece of a worker's output.
+
+    Attributes:
+        text: the text, without its line end or backspaces.
+        kind: ``"line"``; ``"progress"`` (ended by ``\\r``: to be overwritten by the next);
+            ``"progress_end"`` (a line that ends a run of progress updates: the bar's final state).
+    """
+
+    text: str
+    kind: str = LINE
+
+
+class Splitter:
+    """Cuts one worker's output into records (bytes in any chunking give the same records).
+
+    >>> s = Splitter()
+    >>> s.feed(b"Epoch 1/2\\n\\r1/3 =\\b\\b\\r2/3 ==\\r3/3 ===\\nnext")
+    [Record(text='Epoch 1/2', kind='line'), Record(text='1/3 =', kind='progress'), \
+Record(text='2/3 ==', kind='progress'), Record(text='3/3 ===', kind='progress_end')]
+    >>> s.close()
+    [Record(text='next', kind='line')]
+    """
+
+    def __init__(self, max_line: int = 1 << 16) -> None:
+        self._pending = b""
+        self._in_progress = False
+        self._max_line = max_line
+
+    def feed(self, data: bytes) -> list[Record]:
+        """The records completed by ``data``."""
+        data = self._pending + data
+        records: list[Record] = []
+        start = 0
+        for match in re.finditer(rb"[\r\n]", data):
+            records += self._record(data[start:match.start()], match.group() == b"\r")
+            start = match.end()
+        self._pending = data[start:]
+        if len(self._pending) > self._max_line:  # a line without end: cut it, memory stays bounded
+            records += self._record(self._pending, False)
+            self._pending = b""
+        return records
+
+    def close(self) -> list[Record]:
+        """The unfinished last piece, if any."""
+        pending, self._pending = self._pending, b""
+        return self._record(pending, False) if pending else []
+
+    def _record(self, raw: bytes, transient: bool) -> list[Record]:
+        text = raw.decode("utf-8", "replace").replace("\b", "")
+        if transient:
+            if not text.strip():
+                return []
+            self._in_progress = True
+            return [Record(text, PROGRESS)]
+        kind = PROGRESS_END if self._in_progress else LINE
+        self._in_progress = False
+        return [Record(text, kind)]
+
+
+class Console:
+    """The launcher's console: one place all ranks' records and the launcher's own lines go through.
+
+    Args:
+        out: the stream (the launcher's stdout).
+        tty: whether ``out`` is a terminal (progress redrawn in place).
+        ranks: the ranks whose lines are shown (``None``: all).
+        progress_ranks: the ranks whose progress is shown.
+        dedupe: print a warning that another rank printed identically only once.
+        tf_logs: show TensorFlow's C++ log lines.
+    """
+
+    def __init__(self, out: IO[str], *, tty: bool = False, ranks: Collection[int] | None = None,
+                 progress_ranks: Collection[int] | None = (0,), dedupe: bool = True, tf_logs: bool = False) -> None:
+        self.out = out
+        self.tty = tty
+        self.ranks = None if ranks is None else frozenset(ranks)
+        self.progress_ranks = None if progress_ranks is None else frozenset(progress_ranks)
+        self.dedupe = dedupe
+        self.tf_logs = tf_logs
+        self.hidden_tf_logs = 0
+        self.closed = False
+        self._lock = threading.Lock()
+        self._open: str | None = None  # the progress line shown in place (terminal)
+        self._seen: dict[str, dict[int, int]] = {}
+        self._in_warning: set[int] = set()  # ranks whose last line was a warning (its source line follows)
+
+    def say(self, text: str) -> None:
+        """A line of the launcher's own (always shown)."""
+        with self._lock:
+            self._line(f"[launcher] {text}")
+
+    def echo(self, text: str) -> None:
+        """A line shown as it is (always)."""
+        with self._lock:
+            self._line(text)
+
+    def show(self, rank: int, record: Record) -> None:
+        """Shows one worker record, if it is to be shown."""
+        with self._lock:
+            if not self._wanted(rank, record):
+                return
+            text = f"[{rank}] {record.text}"
+            if record.kind == PROGRESS:
+                self._open = text
+                self._write(_CLEAR + text)
+            elif record.kind == PROGRESS_END and self.tty and self._open is not None:
+                self._open = None
+                self._write(_CLEAR + text + "\n")
+            else:
+                self._line(text)
+
+    def finish(self) -> None:
+        """Ends an open progress line."""
+        with self._lock:
+            if self._open is not None:
+                self._open = None
+                self._write("\n")
+
+    def _wanted(self, rank: int, record: Record) -> bool:
+        if not self.tf_logs and (TF_LOG.match(record.text) or record.text == TF_LOG_BANNER):
+            self.hidden_tf_logs += 1
+            return False
+        progress_rank = self.progress_ranks is None or rank in self.progress_ranks
+        if record.kind != LINE:
+            return progress_rank and (record.kind == PROGRESS_END or self.tty)
+        if EPOCH.match(record.text) and not progress_rank:
+            return False
+        if self.ranks is not None and rank not in self.ranks:
+            return False
+        return not self.dedupe or not self._is_warning(rank, record.text) or self._first_time(rank, record.text)
+
+    def _is_warning(self, rank: int, text: str) -> bool:
+        continued = rank in self._in_warning and text[:1].isspace()
+        if WARNING.search(text) or continued:
+            self._in_warning.add(rank)
+            return True
+        self._in_warning.discard(rank)
+        return False
+
+    def _first_time(self, rank: int, text: str) -> bool:
+        """Whether no other rank printed this warning as often as ``rank`` now does."""
+        if len(self._seen) > MAX_SEEN:
+            self._seen.clear()
+        counts = self._seen.setdefault(text, {})
+        counts[rank] = counts.get(rank, 0) + 1
+        return all(n < counts[rank] for r, n in counts.items() if r != rank)
+
+    def _line(self, text: str) -> None:
+        if self._open is not None and self.tty:  # keep the progress line last: clear, print, redraw
+            self._write(_CLEAR + text + "\n" + self._open)
+        else:
+            self._write(text + "\n")
+
+    def _write(self, text: str) -> None:
+        if self.closed:
+            return
+        try:
+            self.out.write(text)
+            self.out.flush()
+        except OSError as err:  # the reader went away (``| head``): stop writing, the launcher stops the job
+            if not isinstance(err, BrokenPipeError) and err.errno not in (errno.EPIPE, errno.EINVAL):
+                raise
+            self.closed = True
+        except ValueError:  # the stream was closed
+            self.closed = True
