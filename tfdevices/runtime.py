@@ -209,8 +209,6 @@ def _dry_run(sel: Selection | None, growth: bool | None, limits: Limits, split: 
     """The plan for this machine's (or the saved inventory's) GPUs; nothing applied."""
     count = None
     if sel is None:
-        from tfdevices.gpus.discovery import discover
-
         count = len((inventory if inventory is not None else discover()).visible)
     plan = plan_runtime(sel, memory_growth=growth, memory_limit=limits or None, virtual_devices=split,
                         tf_imported="tensorflow" in sys.modules, gpu_count=count)
@@ -480,8 +478,6 @@ def set_soft_placement(enabled: bool) -> bool:
     """
     if not isinstance(enabled, bool):
         raise InputError(f"soft_placement={_short(enabled)}: must be True or False.", hint="pass a bool.")
-    from tfdevices.core._tf import import_tf
-
     tf = import_tf()
     previous = bool(tf.config.get_soft_device_placement())
     tf.config.set_soft_device_placement(enabled)

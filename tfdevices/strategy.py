@@ -39,6 +39,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tfdevices import runtime as rt
 from tfdevices.core.devices import is_logical_name, logical_devices, resolve_devices, short_name, tfdevices_name
 from tfdevices.core._tf import import_tf
 from tfdevices.core.errors import StrategyError
@@ -546,8 +547,6 @@ def build_strategy(kind: str = "auto", devices: object = None, cross_device_ops:
     explicit = devices is not None
     if kind == "multi_worker" or (kind == "auto" and cluster.num_workers > 1):
         return _build_multi_worker(tf, kind, devices, cross_device_ops, cluster)
-    from tfdevices import runtime as rt
-
     logical = logical_devices()
     gpu_map = rt.gpu_map(logical, runtime)
     names, tf_names = resolve_devices(devices, logical=logical, gpu_map=gpu_map) if explicit else ((), logical)
@@ -575,13 +574,11 @@ def _check_cuda_mask() -> None:
 def _build_multi_worker(tf: Any, kind: str, devices: object, cross_device_ops: str,
                         cluster: ClusterEnv) -> Any:
     """MultiWorkerMirroredStrategy must exist before TensorFlow's runtime starts: decide from physical devices."""
-    from tfdevices.runtime import runtime_started
-
     visible = [f"GPU:{i}" for i, _ in enumerate(tf.config.get_visible_devices("GPU"))] or ["CPU:0"]
     explicit = devices is not None
     decision = decide_strategy(kind, [str(d) for d in devices] if explicit else visible,  # type: ignore[union-attr]
                                cluster.num_workers, explicit=explicit, cluster_source=cluster.source)
-    if runtime_started():
+    if rt.runtime_started():
         raise StrategyError(
             "the multi_worker strategy must be built before TensorFlow's runtime starts, and it has started.",
             hint="call build_strategy() first thing after configure(), before creating tensors or models.")
@@ -616,8 +613,6 @@ def _check_masked(devices: object, runtime: Any) -> Any:
     named, this is an error that says what to call first (tensorflow#31410: a strategy on
     GPU 1 that fills GPU 0's memory).
     """
-    from tfdevices import runtime as rt
-
     runtime = runtime if runtime is not None else rt.current()
     items = list(devices) if isinstance(devices, (list, tuple)) else [] if devices is None else [devices]
     keys = [str(d).strip() for d in items
