@@ -127,8 +127,8 @@ def placement_logdir(to_device_report, plain_report, tmp_path_factory) -> str:
     import tensorflow as tf
 
     with tf.summary.create_file_writer(str(logdir / "plain")).as_default():  # memory as PlacementLogger logs it
-        tf.summary.scalar("placement/memory/CPU:0/current_bytes", 1024.0, step=0)
-        tf.summary.scalar("placement/memory/CPU:0/peak_bytes", 4096.0, step=0)
+        tf.summary.scalar("placement/memory/CPU/current_bytes", 1024.0, step=0)  # the host's allocator
+        tf.summary.scalar("placement/memory/CPU/peak_bytes", 4096.0, step=0)
     _fit_with_placement_logger(str(logdir / "fit"))
     return str(logdir)
 

@@ -81,7 +81,8 @@ def test_view_route_matches_the_report(server, to_device_report):
 
 def test_view_shows_the_memory_logged_beside_the_report(server):
     devices = {d["name"]: d["memory"] for d in _view(server, run="plain")["devices"]}
-    assert devices == {"CPU:0": {"current_bytes": 1024.0, "peak_bytes": 4096.0}}
+    # the host allocator's figures, shown on the card of the CPU that shares it
+    assert devices == {"CPU:0": {"current_bytes": 1024.0, "peak_bytes": 4096.0, "shared": 1.0}}
     assert all(d["memory"] is None for d in _view(server, run="to_device")["devices"])
 
 

@@ -42,6 +42,12 @@ def logdir(report, tmp_path_factory) -> str:
     return write_placement(report, run, step=3)
 
 
+def _ns(report, call: int) -> str:
+    """The namespace of call ``call``: named after the function called (``step``), or ``eager``."""
+    traced = {name for name, _ in report.graphs}
+    return f"{'step' if f'call_{call:03d}' in traced else 'eager'}_{call:03d}"
+
+
 def _devices_by_suffix(graph_def) -> dict[str, set[str]]:
     found: dict[str, set[str]] = {}
     for node in graph_def.node:
@@ -57,12 +63,14 @@ def test_merged_graph_keeps_devices_namespaces_and_senders(report):
     assert devices["left/MatMul"] == {"/job:localhost/replica:0/task:0/device:CPU:1"}
     assert devices["right/Relu"] == {"/job:localhost/replica:0/task:0/device:CPU:2"}
     by_name = {n.name: n for n in merged.node}
-    ran = {f"call_{op.call:03d}/{op.name}" for op in report.ops}
-    sources = [f"call_{t.call:03d}/{t.tensor.rsplit(':', 1)[0]}" for t in report.transfers()]
+    ran = {f"{_ns(report, op.call)}/{op.name}" for op in report.ops}
+    sources = [f"{_ns(report, t.call)}/{t.tensor.rsplit(':', 1)[0]}" for t in report.transfers()]
     assert any(name in ran for name in sources)
     for t, name in zip(report.transfers(), sources):
         if name in ran:  # a copied tensor's op (that ran as written) shows on the sending device
             assert by_name[name].device.endswith(f"device:{t.src}")
+    # namespaces are named after what was called: the function 'step', then the eager Square
+    assert {n.name.split("/")[0] for n in merged.node} == {"step_000", "eager_001"}
     # the eager Square ran as its own call: its own namespace
     square = [n for n in merged.node if n.op == "Square"]
     assert len(square) == 1 and square[0].name.split("/")[0] != by_name[next(
@@ -189,7 +197,7 @@ def test_tensorboard_server_graph_endpoint_shows_real_devices(tensorboard_server
         body = response.read().decode()
     graph = text_format.Parse(body, graph_pb2.GraphDef())
     served = {n.name: n.device for n in graph.node}
-    expected = {f"call_{op.call:03d}/{op.name}": op.device for op in report.ops}
+    expected = {f"{_ns(report, op.call)}/{op.name}": op.device for op in report.ops}
     assert expected and set(expected) <= set(served)
     for name, device in expected.items():
         assert served[name].endswith(f"device:{device}"), (name, served[name], device)

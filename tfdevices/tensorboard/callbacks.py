@@ -1,6 +1,6 @@
 """Keras callbacks: log where a real training step of ``fit`` ran.
 
-:class:`PlacementLogger` captures one training step of ``model.fit`` with
+:class:`PlacementLogger` captures a training step of ``model.fit`` (or one every N steps) with
 :func:`tfdevices.verify.capturing`, writes it with
 :func:`tfdevices.tensorboard.write_placement`, and logs per-device memory
 (``tf.config.experimental.get_memory_info``, where the device supports it) at
@@ -58,25 +58,29 @@ def _callback_class(framework: str) -> type:
 
 
 class PlacementLogger:
-    """Keras callback: captures training step ``at_step`` of ``fit`` and logs it to TensorBoard.
+    """Keras callback: captures training step ``at_step`` of ``fit`` (and every ``every`` steps after) to TensorBoard.
 
     Args:
         logdir: the TensorBoard run directory to write into.
         at_step: the training step to capture, counted from 0 over the whole ``fit``
             (Keras' ``optimizer.iterations``); the default 1 is the first step after tracing.
+        every: also capture every ``every`` steps after ``at_step`` (``None``: that step only);
+            each capture is written at its own step, so the scalars become series over steps.
         name: the prefix of the summary tags.
         framework: ``"keras"`` (Keras 3) or ``"tf_keras"``; by default ``tf_keras`` when
             ``TF_USE_LEGACY_KERAS`` is set, else Keras 3.
-        memory: whether to log per-device memory at the end of each epoch.
+        memory: whether to log memory at the end of each epoch, one series per allocator:
+            each GPU's own, and one for the host CPU however many logical CPUs share it.
 
     Attributes:
-        report: the captured :class:`~tfdevices.verify.PlacementReport`, ``None`` until
-            step ``at_step`` ran.
-        memory_devices: the devices whose memory was logged (devices without memory
-            statistics, such as CPUs, are skipped).
+        report: the latest captured :class:`~tfdevices.verify.PlacementReport`, ``None``
+            until step ``at_step`` ran.
+        steps: the steps captured so far.
+        memory_devices: the allocators whose memory was logged (``"GPU:0"``, ``"CPU"`` for the
+            host); devices without memory statistics are skipped.
 
     Raises:
-        InputError: ``at_step`` is negative or not an int, or ``framework`` is unknown.
+        InputError: ``at_step`` or ``every`` is not a whole number in range, or ``framework`` is unknown.
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> PlacementLogger:
@@ -84,14 +88,19 @@ class PlacementLogger:
             cls = _callback_class(_framework(kwargs.get("framework")))
         return super().__new__(cls)
 
-    def __init__(self, logdir: str | os.PathLike[str], at_step: int = 1, *, name: str = "placement",
-                 framework: str | None = None, memory: bool = True) -> None:
+    def __init__(self, logdir: str | os.PathLike[str], at_step: int = 1, *, every: int | None = None,
+                 name: str = "placement", framework: str | None = None, memory: bool = True) -> None:
         super().__init__()
         if isinstance(at_step, bool) or not isinstance(at_step, int) or at_step < 0:
             raise InputError(f"PlacementLogger(at_step={at_step!r}): expected a training step >= 0.",
                              hint="at_step=1 captures the first step after tracing.")
+        if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
+            raise InputError(f"PlacementLogger(every={every!r}): expected a whole number of steps >= 1, or None.",
+                             hint="every=100 captures steps at_step, at_step + 100, ...")
         self.logdir = os.fspath(logdir)
         self.at_step = at_step
+        self.every = every
+        self.steps: list[int] = []
         self.name = name
         self.framework = _framework(framework)
         self.memory = memory
@@ -100,11 +109,17 @@ class PlacementLogger:
         self._step = 0
         self._restore: tuple[Any, Any, Any] | None = None
 
+    def _due(self, step: int) -> bool:
+        if step < self.at_step:
+            return False
+        return step == self.at_step or (self.every is not None and (step - self.at_step) % self.every == 0)
+
     def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
-        """Wraps the model's train function for the one call that runs step ``at_step``."""
-        if self._step == self.at_step:
+        """Wraps the model's train function for the one call that runs a step to capture."""
+        if self._due(self._step):
             model = self.model
             original = model.train_function
+            step = self._step
 
             def captured(*args: Any, **kwargs: Any) -> Any:
                 model.train_function = original
@@ -112,7 +127,7 @@ class PlacementLogger:
                     with capturing() as cap:
                         return original(*args, **kwargs)
                 finally:
-                    self._write(cap.report)
+                    self._write(cap.report, step)
 
             model.train_function = captured
             self._restore = (model, original, captured)
@@ -131,10 +146,13 @@ class PlacementLogger:
         tf = import_tf()
         stats = {}
         for device in tf.config.list_logical_devices():
+            allocator = _allocator(short_name(device.name))
+            if allocator in stats:
+                continue  # logical CPUs share the host's allocator: its figures once, not once per CPU
             try:
-                stats[short_name(device.name)] = tf.config.experimental.get_memory_info(device.name)
+                stats[allocator] = tf.config.experimental.get_memory_info(device.name)
             except (ValueError, RuntimeError):
-                continue  # CPUs and some devices keep no memory statistics
+                continue  # devices without allocator statistics (the CPU unless oneDNN's allocator runs)
         self.memory_devices = tuple(sorted(stats))
         if not stats:
             return
@@ -148,6 +166,13 @@ class PlacementLogger:
             writer.flush()
             writer.close()
 
-    def _write(self, report: PlacementReport) -> None:
+    def _write(self, report: PlacementReport, step: int) -> None:
         self.report = report
-        write_placement(report, self.logdir, step=self.at_step, name=self.name)
+        self.steps.append(step)
+        write_placement(report, self.logdir, step=step, name=self.name)
+
+
+def _allocator(device: str) -> str:
+    """The allocator behind a logical device: each GPU (a logical split included) has its own;
+    every logical CPU of a process uses the host's one, named ``"CPU"``."""
+    return "CPU" if device.startswith("CPU:") else device

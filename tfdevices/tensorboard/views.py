@@ -153,7 +153,7 @@ def device_table(report: Report, memory: dict[str, dict[str, float]] | None = No
             "busy_us": busy.get(device),
             "copies_in": copies_in[device],
             "copies_out": copies_out[device],
-            "memory": (memory or {}).get(device),
+            "memory": _memory_of(memory or {}, device),
         })
     return rows
 
@@ -410,6 +410,14 @@ def timeline(report: Report, node_of_op: list[int] | None = None, *,
         drawn.append([lane_of[t.get("src", "?")], lane_of[t.get("dst", "?")], start, duration, t.get("tensor", "?")])
     end = max([r[1] + r[2] for r in rows] + [c[2] + c[3] for c in drawn] + [0.0])
     return {"timed": timed, "lanes": lanes, "end": end, "types": list(types), "ops": rows, "copies": drawn}
+
+
+def _memory_of(memory: dict[str, dict[str, float]], device: str) -> dict[str, float] | None:
+    """A device's memory figures: its own, or the host's (``"CPU"``) that every logical CPU shares."""
+    if device in memory:
+        return memory[device]
+    host = memory.get("CPU") if device.startswith("CPU:") or "/CPU:" in device else None
+    return None if host is None else {**host, "shared": 1.0}
 
 
 def dashboard_view(report: Report, memory: dict[str, dict[str, float]] | None = None) -> dict[str, Any]:

@@ -27,12 +27,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from collections.abc import Iterator
 from typing import Any
 
 from tfdevices.core._tf import import_tf
 from tfdevices.core.errors import InputError
 from tfdevices.core.paths import check_directory
+from tfdevices.tensorboard.metadata import summary_metadata
 from tfdevices.verify import PlacementReport, _gc_paused
 
 __all__ = ["format_placement", "merged_graph_def", "read_placement", "write_placement"]
@@ -43,8 +45,9 @@ _EVENTS = "events.out.tfevents"
 def merged_graph_def(report: PlacementReport) -> Any:
     """One GraphDef of every captured function's graph, each call under its own namespace.
 
-    Node names repeat across calls, so each call's nodes are renamed
-    ``call_NNN/<name>``. Every node carries the device it ran on (from the report's
+    Node names repeat across calls, so each call's nodes sit under a namespace
+    named after what was called and its place in the step: ``train_step_000/<name>``
+    for a ``tf.function`` named ``train_step``, ``eager_001/<name>`` for an eager op. Every node carries the device it ran on (from the report's
     ops: a fused kernel's ops all carry its device); a node that did not run as
     written (folded away by TensorFlow's optimizer, or plumbing) has no device.
     An eager op is one node under its own namespace.
@@ -59,25 +62,32 @@ def merged_graph_def(report: PlacementReport) -> Any:
 
     ran_on = {(f"call_{op.call:03d}", op.name): _tf_device(op.device) for op in report.ops}
     merged = graph_pb2.GraphDef()
-    for namespace, source in report.graphs:
+    for call, source in report.graphs:
         serialized = source if isinstance(source, bytes) else source.as_graph_def().SerializeToString()
         graph = graph_pb2.GraphDef.FromString(serialized)
         if not merged.HasField("versions"):
             merged.versions.CopyFrom(graph.versions)
+        namespace = _namespace(getattr(source, "name", None), call)
         for node in graph.node:
-            node.device = ran_on.get((namespace, node.name), "")
+            node.device = ran_on.get((call, node.name), "")
             node.name = f"{namespace}/{node.name}"
             inputs = [f"^{namespace}/{source[1:]}" if source.startswith("^") else f"{namespace}/{source}"
                       for source in node.input]
             del node.input[:]
             node.input.extend(inputs)
         merged.node.extend(graph.node)
-    with_graph = {namespace for namespace, _ in report.graphs}
+    with_graph = {call for call, _ in report.graphs}
     for op in report.ops:  # eager ops have no graph: one node each, under its own call's namespace
-        namespace = f"call_{op.call:03d}"
-        if namespace not in with_graph:
-            merged.node.add(name=f"{namespace}/{op.name}", op=op.type, device=_tf_device(op.device))
+        call = f"call_{op.call:03d}"
+        if call not in with_graph:
+            merged.node.add(name=f"{_namespace('eager', call)}/{op.name}", op=op.type, device=_tf_device(op.device))
     return merged
+
+
+def _namespace(function: object, call: str) -> str:
+    """``train_step_003`` for call 3 of a function named ``train_step``; ``call_003`` when it has no name."""
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", function).strip("_") if isinstance(function, str) else ""
+    return f"{name or 'call'}_{call.rpartition('_')[2]}"
 
 
 def _tf_device(device: str) -> str:
@@ -121,7 +131,8 @@ def write_placement(report: PlacementReport, logdir: str | os.PathLike[str], ste
                 graph_def = tf.compat.v1.GraphDef.FromString(merged_graph_def(report).SerializeToString())
                 tf.summary.graph(graph_def)
             tf.summary.text(f"{name}/report", f"{_code(report.summary())}\n\n{report.to_markdown()}", step=step)
-            tf.summary.text(f"{name}/json", report.to_json(), step=step)
+            # the data, for the Placement tab and read_placement; out of the Text tab, where the report leads
+            tf.summary.write(f"{name}/json", report.to_json(), step=step, metadata=summary_metadata().SerializeToString())
             for device, count in report.op_counts.items():
                 tf.summary.scalar(f"{name}/ops/{device}", float(count), step=step)
             for device, busy in report.busy_us.items():

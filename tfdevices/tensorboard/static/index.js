@@ -176,6 +176,7 @@ function devices(view) {
     const bar = el('div', {class: 'bar'});
     bar.style.width = `${Math.round(100 * (d.busy_us || 0) / most)}%`;
     const memory = d.memory ? `${formatBytes(d.memory.peak_bytes)} peak, ${formatBytes(d.memory.current_bytes)} now`
+                              + (d.memory.shared ? ' (the host allocator, shared by every CPU)' : '')
                             : 'not reported';
     return el('div', {class: 'device', 'data-device': d.name},
       el('h3', {class: 'device-name', text: d.name}),
