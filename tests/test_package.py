@@ -70,7 +70,8 @@ def test_only_runtime_sets_environment_variables_or_calls_tf_config():
 
 
 @pytest.mark.parametrize("module", ["core.devices", "core.errors", "core.records", "core.units", "gpus.inventory", "gpus.selection",
-                                    "gpus.spec", "gpus.visibility", "jobs.slurm", "layers.plan", "runtime"])
+                                    "gpus.spec", "gpus.visibility", "jobs.slurm", "layers.plan", "runtime",
+                                    "tensorboard.views"])
 def test_docstring_examples_of_the_pure_modules(module):
     import doctest
     import importlib

@@ -119,6 +119,10 @@ def test_placement_tab_shows_devices_transfers_mismatch_and_timeline(browser, se
     assert timeline["ops"] == len(to_device_report.ops)
     assert timeline["copies"] == len(to_device_report.copies)
     assert all(n > 0 for n in timeline["inked"]), timeline  # every lane has drawn ops
+    critical = browser.wait_for(_in_frame(
+        "doc.querySelectorAll('#critical .critical-list .row').length && "
+        "[doc.querySelector('#critical .hint').textContent, doc.querySelectorAll('#critical .row').length]"))
+    assert "from first to last" in critical[0] and critical[1] >= 1, critical  # where the step's time went
 
     shot = browser.screenshot(str(tmp_path / "placement_dashboard.png"))
     kept = shutil.copy(shot, os.path.join(artifacts_dir(), "placement_dashboard.png"))

@@ -206,3 +206,33 @@ def test_numbered_sibling_ops_fold_into_one_series_after_the_scopes():
     members = [n[0] for n in tree["nodes"] if n[1] == series]
     assert len(members) == 12 and set(members) == {op["name"] for op in ops[:12]}
     assert all(tree["nodes"][tree["node_of_op"][i]][0] == op["name"].rsplit("/", 1)[-1] for i, op in enumerate(ops))
+
+
+def test_the_critical_path_follows_what_each_event_waited_on():
+    from tfdevices.tensorboard.views import critical_path
+
+    report = {"ops": [
+        {"name": "load", "device": "CPU:0", "start_us": 0, "duration_us": 10},
+        {"name": "side", "device": "CPU:0", "start_us": 12, "duration_us": 30},   # ends last on CPU:0, feeds nothing
+        {"name": "mm", "device": "CPU:1", "start_us": 13, "duration_us": 40},
+        {"name": "mm", "device": "CPU:1", "start_us": 13, "duration_us": 40, "type": "BiasAdd"},  # fused: once
+        {"name": "sum", "device": "CPU:1", "start_us": 55, "duration_us": 5}],
+        "transfers": [{"tensor": "load:0", "src": "CPU:0", "dst": "CPU:1", "start_us": 10, "duration_us": 3}]}
+    path = critical_path(report)
+    assert [e[1] for e in path["events"]] == ["load", "load:0", "mm", "sum"]
+    assert path["count"] == 4 and path["us"] == 60.0
+    assert path["by_device"] == {"CPU:0": 10.0, "CPU:1": 45.0} and path["copies_us"] == 3.0
+    assert critical_path({"ops": [{"name": "x", "device": "CPU:0"}]})["us"] is None  # no times: no path
+
+
+def test_the_critical_path_of_a_real_capture_ends_the_step(to_device_report):
+    from tfdevices.tensorboard.views import critical_path, dashboard_view
+
+    report = json.loads(to_device_report.to_json())
+    path = critical_path(report)
+    starts = [e[3] for e in path["events"]]
+    assert path["count"] >= 2 and starts == sorted(starts)
+    last = max(float(o["start_us"]) + float(o["duration_us"]) for o in report["ops"] + report["transfers"])
+    assert path["events"][-1][3] + path["events"][-1][4] == pytest.approx(last)
+    assert sum(path["by_device"].values()) + path["copies_us"] <= path["us"] + 1e-6
+    assert dashboard_view(report)["critical_path"] == path

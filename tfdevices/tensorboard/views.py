@@ -15,6 +15,8 @@ kernel of each op, busy time per device) are left out of the view, never guessed
 
 from __future__ import annotations
 
+import bisect
+
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -22,6 +24,7 @@ from typing import Any
 
 __all__ = [
     "busy_us", "device_table", "diff_view", "dashboard_view", "scope_tree", "timeline", "transfer_matrix",
+    "critical_path",
     "weight_reads",
 ]
 
@@ -412,6 +415,82 @@ def timeline(report: Report, node_of_op: list[int] | None = None, *,
     return {"timed": timed, "lanes": lanes, "end": end, "types": list(types), "ops": rows, "copies": drawn}
 
 
+# ----------------------------------------------------------------------------- where the time went
+
+#: At most this many events of the critical path travel to the page (the figures cover all of them).
+CRITICAL_EVENTS_SHOWN = 2000
+
+
+def critical_path(report: Report, *, prepared: _Prepared | None = None) -> dict[str, Any]:
+    """The chain of kernels and copies that ends the step: where the step's time went.
+
+    Read from the timeline alone, backwards from the event that ends last: each kernel
+    waited on what ended last, before it started, on its own device (the kernel before
+    it there, or a copy that arrived there); each copy waited on what ended last on its
+    source device. Gaps between links are waiting the trace does not explain (the
+    runtime's own work).
+
+    Returns:
+        ``{"us": length of the path, "events": [[kind, name, lane, start_us, duration_us], ...]
+        (at most :data:`CRITICAL_EVENTS_SHOWN`, in time order), "count": events on the path,
+        "by_device": {device: microseconds of kernels on the path}, "copies_us": microseconds
+        of copies on the path}``; an empty path (``us`` ``None``) when the report has no times.
+
+    >>> path = critical_path({"ops": [
+    ...     {"name": "a", "device": "CPU:0", "start_us": 0, "duration_us": 10},
+    ...     {"name": "c", "device": "CPU:0", "start_us": 12, "duration_us": 3},
+    ...     {"name": "b", "device": "CPU:1", "start_us": 12, "duration_us": 18}],
+    ...     "transfers": [{"tensor": "a:0", "src": "CPU:0", "dst": "CPU:1", "start_us": 10, "duration_us": 2}]})
+    >>> [e[1] for e in path["events"]], path["us"], path["by_device"], path["copies_us"]
+    (['a', 'a:0', 'b'], 30.0, {'CPU:0': 10.0, 'CPU:1': 18.0}, 2.0)
+    """
+    prep = prepared or _prepare(report)
+    events: list[tuple[float, float, str, str, str, str]] = []  # (end, start, kind, name, waits on, lane)
+    seen: set[tuple[Any, ...]] = set()
+    for op, key, timed in zip(prep.ops, prep.kernel_keys, prep.timed):
+        if timed and key not in seen:  # a fused kernel once
+            seen.add(key)
+            start, device = float(op["start_us"]), str(op.get("device", "?"))
+            events.append((start + float(op["duration_us"]), start, "kernel", str(op.get("kernel_name") or
+                           op.get("name", "?")), device, device))
+    for t in prep.copies:
+        if _timed(t):
+            start = float(t["start_us"])
+            events.append((start + float(t["duration_us"]), start, "copy", str(t.get("tensor", "?")),
+                           str(t.get("src", "?")), f"{t.get('src', '?')} -> {t.get('dst', '?')}"))
+    if not events:
+        return {"us": None, "events": [], "count": 0, "by_device": {}, "copies_us": None}
+    arrivals: dict[str, list[tuple[float, float, int]]] = {}  # device -> (end, start, event) of what it waits on
+    for i, (end, start, kind, _, waits_on, lane) in enumerate(events):
+        device = waits_on if kind == "kernel" else lane.rpartition(" -> ")[2]
+        arrivals.setdefault(device, []).append((end, start, i))
+    ends = {d: [a[0] for a in sorted(v)] for d, v in arrivals.items()}
+    order = {d: sorted(v) for d, v in arrivals.items()}
+    path = [max(range(len(events)), key=lambda i: (events[i][0], -events[i][1]))]
+    while True:
+        _, start, _, _, waits_on, _ = events[path[-1]]
+        at = bisect.bisect_right(ends.get(waits_on, []), start + 1e-9) - 1
+        while at >= 0 and order[waits_on][at][1] >= start:  # only what started before: no loops
+            at -= 1
+        if at < 0:
+            break
+        path.append(order[waits_on][at][2])
+    path.reverse()
+    by_device: dict[str, float] = {}
+    copies = 0.0
+    for i in path:
+        end, start, kind, _, waits_on, _ = events[i]
+        if kind == "kernel":
+            by_device[waits_on] = by_device.get(waits_on, 0.0) + end - start
+        else:
+            copies += end - start
+    first, last = events[path[0]], events[path[-1]]
+    shown = [[events[i][2], events[i][3], events[i][5], events[i][1], events[i][0] - events[i][1]]
+             for i in path[-CRITICAL_EVENTS_SHOWN:]]
+    return {"us": last[0] - first[1], "events": shown, "count": len(path),
+            "by_device": dict(sorted(by_device.items())), "copies_us": copies}
+
+
 def _memory_of(memory: dict[str, dict[str, float]], device: str) -> dict[str, float] | None:
     """A device's memory figures: its own, or the host's (``"CPU"``) that every logical CPU shares."""
     if device in memory:
@@ -440,6 +519,7 @@ def dashboard_view(report: Report, memory: dict[str, dict[str, float]] | None = 
         "scopes": scopes,
         "weights": weight_reads(report),
         "timeline": line,
+        "critical_path": critical_path(report, prepared=prep),
     }
 
 

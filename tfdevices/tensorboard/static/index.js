@@ -156,7 +156,8 @@ async function show(entry, step) {
   state.expanded = initialExpansion(state.tree);
   state.query = '';
   view.replaceChildren(devices(state.view), matrix(state.view.matrix), timelineSection(state.view.timeline),
-                       layers(state.tree), weights(state.view.weights), diffSection());
+                       criticalPath(state.view.critical_path), layers(state.tree), weights(state.view.weights),
+                       diffSection());
   drawTimeline();
 }
 
@@ -312,6 +313,24 @@ function layers(tree) {
     header, list.outer);
   queueMicrotask(refresh);
   return card;
+}
+
+// ----------------------------------------------------------------------------- where the time went
+
+function criticalPath(path) {
+  const title = 'Critical path: the chain of kernels and copies that ends the step';
+  if (!path || path.us === null || path.us === undefined) {
+    return section('critical', title, el('p', {class: 'empty', text: 'No op times in this report.'}));
+  }
+  const shares = Object.entries(path.by_device).map(([d, us]) => `${d} ${formatUs(us)}`);
+  if (path.copies_us) shares.push(`copies ${formatUs(path.copies_us)}`);
+  const longest = [...path.events].sort((a, b) => b[4] - a[4]).slice(0, 12);
+  const list = el('div', {class: 'critical-list'}, ...longest.map(([kind, name, lane, , dur]) =>
+    el('div', {class: `row ${kind}`}, el('code', {class: 'name', text: name}), el('span', {text: lane}),
+       el('span', {text: formatUs(dur)}))));
+  return section('critical', title,
+    el('p', {class: 'hint', text: `${path.count} event(s), ${formatUs(path.us)} from first to last: ` +
+                                  `${shares.join(', ')}; the longest on it:`}), list);
 }
 
 // ----------------------------------------------------------------------------- weights read across devices
