@@ -60,6 +60,7 @@ def test_placement(tmp_path, monkeypatch):
     assert "transfer(s)" in out and "CPU:0 -> CPU:1" in out
     assert "expected no cross-device transfers" in out
     assert re.search(r"moved_1/dense_2_1/MatMul: MatMul on CPU:1 \(kernel \w+\)", out)  # model op, any kernel
+    assert re.search(r"CPU:1: \d+ ops, \d+ kernels, busy [\d.]+ us", out)  # the pictures' figures
 
 
 def test_layer_placement(tmp_path, monkeypatch):
@@ -71,3 +72,4 @@ def test_layer_placement(tmp_path, monkeypatch):
     assert moved and moved.group(1) == moved.group(2)
     assert "every op of every layer ran on its planned device" in out and "same outputs: True" in out
     assert "True True" in out
+    assert re.search(r"copies per forward pass: \{'by hand': \d+, 'place_layers': \d+\}", out)

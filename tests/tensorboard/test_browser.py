@@ -1,0 +1,157 @@
+"""The Placement tab in a real headless Chromium, served by a real ``tensorboard``.
+
+Chromium comes from the system packages (Debian: ``apt-get install chromium``). Without
+it the test is skipped on a developer's machine and FAILS in CI (``CI=true``). The
+screenshot is kept in ``build/test-artifacts/`` (or ``$TFDEVICES_TEST_ARTIFACTS``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from tests.helpers import REPO
+from tests.tensorboard.browser import Browser, find_chromium
+
+# one worker builds the captures and the tensorboard server these tests share
+pytestmark = pytest.mark.xdist_group("dashboard")
+
+# The dashboard lives in an iframe that TensorBoard's app puts inside shadow roots: find it anywhere.
+FRAME = """(() => {
+  const walk = (root) => {
+    for (const node of root.querySelectorAll('*')) {
+      if (node.tagName === 'IFRAME' && node.contentDocument && node.contentDocument.getElementById('placement'))
+        return node.contentDocument;
+      if (node.shadowRoot) { const found = walk(node.shadowRoot); if (found) return found; }
+    }
+    return null;
+  };
+  return walk(document);
+})()"""
+
+
+def artifacts_dir() -> str:
+    path = os.environ.get("TFDEVICES_TEST_ARTIFACTS") or os.path.join(REPO, "build", "test-artifacts")
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+@pytest.fixture()
+def browser():
+    executable = find_chromium()
+    if executable is None:
+        message = "Chromium is not installed (Debian: apt-get install chromium)"
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(f"{message}; CI must install it (.ci/run)")
+        pytest.skip(message)
+    with Browser(executable, width=1400, height=1900) as running:
+        yield running
+
+
+def _in_frame(expression: str) -> str:
+    return f"(() => {{ const doc = {FRAME}; if (!doc) return null; return ({expression}); }})()"
+
+
+def _choose(browser: Browser, select_id: str, text: str) -> None:
+    """Picks the option of a <select> in the dashboard whose label starts with ``text``."""
+    browser.wait_for(_in_frame(f"!!doc.getElementById('{select_id}')"))
+    browser.evaluate(_in_frame(f"""(() => {{ const s = doc.getElementById('{select_id}');
+        s.value = [...s.options].find((o) => o.textContent.startsWith('{text}')).value;
+        s.dispatchEvent(new Event('change')); return true; }})()"""))
+
+
+def test_placement_tab_shows_devices_transfers_mismatch_and_timeline(browser, server, to_device_report, tmp_path):
+    browser.goto(f"{server}/#placement")
+    tab = browser.wait_for("""(() => { const walk = (root) => { for (const n of root.querySelectorAll('*')) {
+        if (n.shadowRoot) { const f = walk(n.shadowRoot); if (f) return f; }
+        if (n.children.length === 0 && /^placement$/i.test(n.textContent.trim())) return n.textContent.trim(); }
+        return null; }; return walk(document); })()""")
+    assert tab.lower() == "placement"
+    _choose(browser, "run", "to_device")
+
+    devices = browser.wait_for(_in_frame("doc.querySelectorAll('.device-name').length > 1 && "
+                                         "[...doc.querySelectorAll('.device-name')].map((e) => e.textContent)"))
+    assert devices == ["CPU:0", "CPU:1", "CPU:2"]
+    ops = browser.evaluate(_in_frame(
+        "Object.fromEntries([...doc.querySelectorAll('.device')].map((d) => "
+        "[d.dataset.device, Number(d.querySelector('.ops').textContent)]))"))
+    assert ops == to_device_report.op_counts
+
+    pairs = browser.evaluate(_in_frame(
+        "[...doc.querySelectorAll('#matrix td.pair')].map((td) => [td.dataset.src, td.dataset.dst, td.textContent])"))
+    expected = {(t.src, t.dst) for t in to_device_report.transfers()}
+    assert {(src, dst) for src, dst, _ in pairs} == expected
+    for src, dst, text in pairs:
+        count = len(to_device_report.transfers(src, dst))
+        assert text.startswith(f"{count} cop"), (src, dst, text)
+    browser.evaluate(_in_frame("doc.querySelector('#matrix td.pair[data-src=\"CPU:0\"][data-dst=\"CPU:1\"]').click()"))
+    listed = browser.wait_for(_in_frame("[...doc.querySelectorAll('#matrix-detail code')].map((c) => c.textContent)"))
+    assert set(listed) == {t.tensor for t in to_device_report.transfers("CPU:0", "CPU:1")}
+
+    mismatched = browser.wait_for(_in_frame(
+        "doc.querySelectorAll('#layers .row.mismatch').length && "
+        "[...doc.querySelectorAll('#layers .row.mismatch')].map((r) => r.dataset.path)"))
+    layer = next(p for p in mismatched if p.rsplit("/", 1)[-1].startswith("to_b"))
+    row = browser.evaluate(_in_frame(
+        f"(() => {{ const r = doc.querySelector('#layers .row[data-path=\"{layer}\"]');"
+        " return [r.querySelector('.asked').textContent, r.querySelector('.ran').textContent]; })()"))
+    assert row == ["CPU:1", "CPU:0, CPU:1"]  # asked for CPU:1, its weights still read on CPU:0
+    first = browser.evaluate(_in_frame("doc.querySelector('#layers .vrow').dataset.path"))
+    assert first in mismatched  # mismatches first
+
+    timeline = browser.evaluate(_in_frame("""(() => {
+        const c = doc.getElementById('timeline-canvas');
+        const g = c.getContext('2d');
+        const lanes = c.dataset.lanes.split(',');
+        const inked = lanes.map((_, i) => {
+          const y = Math.round((i * 30 + 15) * (window.devicePixelRatio || 1));
+          const left = Math.round(92 * (window.devicePixelRatio || 1));
+          const row = g.getImageData(left, y, c.width - left, 1).data;
+          let n = 0;
+          for (let k = 0; k < row.length; k += 4) if (row[k + 2] > row[k] + 40 || row[k + 1] > row[k] + 40) n++;
+          return n;
+        });
+        return {lanes, ops: Number(c.dataset.ops), copies: Number(c.dataset.copies), inked};
+      })()"""))
+    assert timeline["lanes"] == ["CPU:0", "CPU:1", "CPU:2"]
+    assert timeline["ops"] == len(to_device_report.ops)
+    assert timeline["copies"] == len(to_device_report.copies)
+    assert all(n > 0 for n in timeline["inked"]), timeline  # every lane has drawn ops
+
+    shot = browser.screenshot(str(tmp_path / "placement_dashboard.png"))
+    kept = shutil.copy(shot, os.path.join(artifacts_dir(), "placement_dashboard.png"))
+    assert os.path.getsize(kept) > 10_000
+
+
+def test_layer_search_and_diff_in_the_page(browser, server):
+    browser.goto(f"{server}/#placement")
+    _choose(browser, "run", "to_device")
+    browser.wait_for(_in_frame("doc.querySelectorAll('.device-name').length > 1"))
+    browser.wait_for(_in_frame("!!doc.querySelector('#layer-search')"))
+    browser.evaluate(_in_frame("(() => { const s = doc.getElementById('layer-search'); s.value = 'to_c';"
+                               " s.dispatchEvent(new Event('input')); return true; })()"))
+    found = browser.wait_for(_in_frame(
+        "/match/.test(doc.querySelector('#layers .count').textContent) && "
+        "[...doc.querySelectorAll('#layers .vrow')].map((r) => r.dataset.path)"))
+    assert found and all("to_c" in path for path in found)
+
+    widths = browser.evaluate(_in_frame("""(() => {
+        const canvas = doc.getElementById('timeline-canvas');
+        const before = canvas.clientWidth;
+        canvas.parentElement.dispatchEvent(new WheelEvent('wheel', {deltaY: -100, ctrlKey: true, clientX: 400,
+                                                                     bubbles: true, cancelable: true}));
+        const zoomed = canvas.clientWidth;
+        doc.querySelector('#timeline button:nth-of-type(3)').click();  // fit
+        return [before, zoomed, canvas.clientWidth]; })()"""))
+    assert widths[1] == 2 * widths[0] and widths[2] == widths[0], widths  # ctrl + wheel zooms, 'fit' undoes it
+
+    _choose(browser, "diff-run", "plain")
+    _choose(browser, "diff-run2", "to_device")
+    browser.evaluate(_in_frame("doc.getElementById('diff-go').click() || true"))
+    summary = browser.wait_for(_in_frame("doc.querySelector('#diff-out p') && "
+                                         "!/Comparing/.test(doc.querySelector('#diff-out p').textContent) && "
+                                         "doc.querySelector('#diff-out p').textContent"))
+    moved = int(summary.split(" op(s) moved")[0])
+    assert moved >= 2, summary  # layers b and c moved off CPU:0

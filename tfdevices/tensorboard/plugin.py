@@ -1,0 +1,247 @@
+"""The Placement dashboard: a TensorBoard plugin registered through the ``tensorboard_plugins`` entry point.
+
+``tensorboard --logdir DIR`` loads it with no flag and shows a *Placement* tab
+whenever a run under ``DIR`` holds a report written by
+:func:`tfdevices.tensorboard.write_placement` or the ``PlacementLogger`` callback.
+The frontend is plain JavaScript and CSS shipped in ``static/`` (no build step,
+no network fetch); the data routes below answer it with JSON computed by
+:mod:`tfdevices.tensorboard.views`:
+
+* ``/runs``: the runs that hold a placement report, with their tags and steps;
+* ``/view?run=R&tag=T&step=S``: devices, transfer matrix, scopes, weight reads, timeline;
+* ``/diff?run=..&tag=..&step=..&run2=..&tag2=..&step2=..``: what changed between two runs or steps;
+* ``/trace?run=..&tag=..&step=..``: the step as a Chrome trace (``traceEvents`` JSON);
+* ``/static/<file>``: the frontend.
+
+Reports are found in both forms a run can hold: text summaries ``NAME/json`` beside
+``NAME/report`` (as ``write_placement`` writes them), and tensor summaries marked with
+:func:`tfdevices.tensorboard.metadata.summary_metadata`. TensorBoard keeps a sample of
+10 steps per tag by default; ``--samples_per_plugin=text=all,placement=all`` keeps
+every captured step.
+
+This module imports TensorBoard at the top: only TensorBoard imports it (``import
+tfdevices`` does not).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import mimetypes
+import os
+import threading
+from collections import OrderedDict
+from typing import Any
+
+from tensorboard import errors, plugin_util
+from tensorboard.backend import http_util
+from tensorboard.context import RequestContext
+from tensorboard.data import provider
+from tensorboard.plugins import base_plugin
+from werkzeug import wrappers
+
+from tfdevices.core.errors import InputError
+from tfdevices.tensorboard import views
+from tfdevices.tensorboard.metadata import PLUGIN_NAME
+from tfdevices.tensorboard.trace import chrome_trace
+
+__all__ = ["PLUGIN_NAME", "PlacementPlugin"]
+
+_TEXT = "text"
+_SCALARS = "scalars"
+_STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
+_MAX_STEPS = 10_000
+_CACHE = 8  # views (JSON text) and stored series; a 1,000-layer view is about 2 MB
+
+
+class PlacementPlugin(base_plugin.TBPlugin):
+    """Shows where each op of a run ran and how long it took (see the module docstring)."""
+
+    plugin_name = PLUGIN_NAME
+
+    def __init__(self, context: base_plugin.TBContext) -> None:
+        self._provider = context.data_provider
+        self._lock = threading.Lock()
+        self._cache: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+
+    # -- what TensorBoard asks every plugin
+
+    def get_plugin_apps(self) -> dict[str, Any]:
+        return {"/runs": self._serve_runs, "/view": self._serve_view, "/diff": self._serve_diff,
+                "/trace": self._serve_trace, "/static/*": self._serve_static}
+
+    def is_active(self) -> bool:
+        """Whether any run holds a report (those written as text, before the plugin had its own summaries)."""
+        if self._provider is None:
+            return False
+        return bool(self._placement_tags(RequestContext(), ""))
+
+    def data_plugin_names(self) -> tuple[str, ...]:
+        return (PLUGIN_NAME,)
+
+    def frontend_metadata(self) -> base_plugin.FrontendMetadata:
+        return base_plugin.FrontendMetadata(es_module_path="/static/index.js", tab_name="Placement",
+                                            disable_reload=False)
+
+    # -- finding the reports
+
+    def _placement_tags(self, ctx: RequestContext, eid: str) -> dict[str, dict[str, tuple[str, Any]]]:
+        """``{run: {tag: (plugin name, time series)}}`` of every stored report."""
+        found: dict[str, dict[str, tuple[str, Any]]] = {}
+        for plugin in (PLUGIN_NAME, _TEXT):
+            listing = self._provider.list_tensors(ctx, experiment_id=eid, plugin_name=plugin) or {}
+            for run, tags in listing.items():
+                for tag, series in tags.items():
+                    if plugin == PLUGIN_NAME or _is_report_text(tag, tags):
+                        found.setdefault(run, {}).setdefault(tag, (plugin, series))
+        return found
+
+    def _steps(self, ctx: RequestContext, eid: str, run: str, tag: str, found: tuple[str, Any]) -> list[Any]:
+        """Every stored step of one report tag, read once per version of the series (its last step and time)."""
+        plugin, series = found
+        key = ("series", run, tag, plugin, series.max_step, series.max_wall_time)
+
+        def read() -> list[Any]:
+            data = self._provider.read_tensors(
+                ctx, experiment_id=eid, plugin_name=plugin, downsample=_MAX_STEPS,
+                run_tag_filter=provider.RunTagFilter(runs=[run], tags=[tag]))
+            return list(data.get(run, {}).get(tag, ()))
+
+        return self._cached(key, read)
+
+    def _datum(self, request: wrappers.Request, suffix: str = "") -> tuple[Any, dict[str, Any]]:
+        """The stored step a request names (``run``, ``tag``, ``step``; ``step`` defaults to the last)."""
+        ctx = plugin_util.context(request.environ)
+        eid = plugin_util.experiment_id(request.environ)
+        run = request.args.get("run" + suffix)
+        tags = self._placement_tags(ctx, eid)
+        if run not in tags:
+            raise errors.NotFoundError(f"no placement report in run {run!r}; runs with one: {sorted(tags)}")
+        tag = request.args.get("tag" + suffix) or sorted(tags[run])[0]
+        if tag not in tags[run]:
+            raise errors.NotFoundError(f"run {run!r} has no placement tag {tag!r}; it has {sorted(tags[run])}")
+        data = self._steps(ctx, eid, run, tag, tags[run][tag])
+        if not data:
+            raise errors.NotFoundError(f"run {run!r} tag {tag!r} holds no step")
+        wanted = request.args.get("step" + suffix)
+        datum = data[-1] if wanted in (None, "") else next((d for d in data if str(d.step) == wanted), None)
+        if datum is None:
+            raise errors.NotFoundError(f"run {run!r} tag {tag!r} has no step {wanted}; "
+                                       f"it has {[d.step for d in data]}")
+        where = {"run": run, "tag": tag, "step": datum.step, "steps": [d.step for d in data],
+                 "wall_time": datum.wall_time}
+        return datum, where
+
+    def _report(self, request: wrappers.Request, suffix: str = "") -> tuple[dict[str, Any], dict[str, Any]]:
+        """The report a request names, parsed, and where it was found."""
+        datum, where = self._datum(request, suffix)
+        return json.loads(_text(datum.numpy)), where
+
+    def _cached(self, key: tuple[Any, ...], make: Any) -> Any:
+        with self._lock:
+            if key in self._cache:
+                self._cache.move_to_end(key)
+                return self._cache[key]
+        value = make()
+        with self._lock:
+            self._cache[key] = value
+            while len(self._cache) > _CACHE:
+                self._cache.popitem(last=False)
+        return value
+
+    def _memory(self, request: wrappers.Request, run: str, tag: str, step: int) -> dict[str, dict[str, float]]:
+        """``{device: {"current_bytes", "peak_bytes"}}`` logged by ``PlacementLogger`` at or before ``step``."""
+        ctx = plugin_util.context(request.environ)
+        eid = plugin_util.experiment_id(request.environ)
+        prefix = tag.rsplit("/", 1)[0] + "/memory/"
+        listing = self._provider.list_scalars(ctx, experiment_id=eid, plugin_name=_SCALARS,
+                                              run_tag_filter=provider.RunTagFilter(runs=[run])) or {}
+        wanted = [t for t in listing.get(run, {}) if t.startswith(prefix)]
+        if not wanted:
+            return {}
+        data = self._provider.read_scalars(ctx, experiment_id=eid, plugin_name=_SCALARS, downsample=_MAX_STEPS,
+                                           run_tag_filter=provider.RunTagFilter(runs=[run], tags=wanted))
+        out: dict[str, dict[str, float]] = {}
+        for t, points in data.get(run, {}).items():
+            device, key = t[len(prefix):].rsplit("/", 1)
+            earlier = [p for p in points if p.step <= step] or list(points)
+            if earlier:
+                out.setdefault(device, {})[key] = float(earlier[-1].value)
+        return out
+
+    # -- routes
+
+    @wrappers.Request.application
+    def _serve_runs(self, request: wrappers.Request) -> wrappers.Response:
+        ctx = plugin_util.context(request.environ)
+        eid = plugin_util.experiment_id(request.environ)
+        runs = []
+        for run, tags in sorted(self._placement_tags(ctx, eid).items()):
+            for tag, found in sorted(tags.items()):
+                steps = [d.step for d in self._steps(ctx, eid, run, tag, found)]
+                runs.append({"run": run, "tag": tag, "steps": steps})
+        return http_util.Respond(request, {"runs": runs}, "application/json")
+
+    @wrappers.Request.application
+    def _serve_view(self, request: wrappers.Request) -> wrappers.Response:
+        datum, where = self._datum(request)
+        memory = self._memory(request, where["run"], where["tag"], where["step"])
+        key = ("view", where["run"], where["tag"], where["step"], where["wall_time"],
+               json.dumps(memory, sort_keys=True))
+
+        def build() -> str:
+            view = views.dashboard_view(json.loads(_text(datum.numpy)), memory)
+            return json.dumps({**where, **view}, separators=(",", ":"))
+
+        return http_util.Respond(request, self._cached(key, build), "application/json")
+
+    @wrappers.Request.application
+    def _serve_diff(self, request: wrappers.Request) -> wrappers.Response:
+        before, where = self._report(request)
+        after, where2 = self._report(request, "2")
+        body = {"before": where, "after": where2, **views.diff_view(before, after)}
+        return http_util.Respond(request, body, "application/json")
+
+    @wrappers.Request.application
+    def _serve_trace(self, request: wrappers.Request) -> wrappers.Response:
+        report, where = self._report(request)
+        try:
+            trace = chrome_trace(report)
+        except InputError as err:
+            raise errors.InvalidArgumentError(str(err)) from None
+        name = f"{where['run']}-{where['step']}.trace.json".replace("/", "_")
+        response = http_util.Respond(request, trace, "application/json")
+        response.headers["Content-Disposition"] = f'attachment; filename="{name}"'
+        return response
+
+    @wrappers.Request.application
+    def _serve_static(self, request: wrappers.Request) -> wrappers.Response:
+        name = request.path.rsplit("/static/", 1)[-1]
+        if name not in _static_files():
+            return http_util.Respond(request, "Not found", "text/plain", code=404)
+        mimetype = mimetypes.guess_type(name)[0] or "application/octet-stream"
+        if name.endswith(".js"):
+            mimetype = "text/javascript"
+        with open(os.path.join(_STATIC, name), "rb") as f:
+            return http_util.Respond(request, f.read(), mimetype)
+
+
+@functools.cache
+def _static_files() -> frozenset[str]:
+    """The frontend's files: only these names are served (no path from a request reaches the disk)."""
+    return frozenset(os.listdir(_STATIC))
+
+
+def _is_report_text(tag: str, tags: Any) -> bool:
+    """A text summary ``NAME/json`` beside ``NAME/report``: how write_placement stored reports as text."""
+    return tag.endswith("/json") and tag[: -len("json")] + "report" in tags
+
+
+def _text(value: Any) -> str:
+    """The string held by a scalar string tensor (a NumPy bytes array)."""
+    item = value.item() if hasattr(value, "item") else value
+    if isinstance(item, bytes):
+        return item.decode("utf-8")
+    if getattr(value, "size", 1) != 1:
+        raise errors.InvalidArgumentError("a placement report is one string per step")
+    return str(item)

@@ -1,0 +1,113 @@
+"""A captured step as a Chrome trace: the ``traceEvents`` JSON that Perfetto and chrome://tracing open.
+
+One track (trace process) per device, its ops as timed slices on it; each copy
+is a slice on the sending device's "copies" row with a flow arrow to the
+receiving device. Needs a report captured with timing (ops with ``start_us``
+and ``duration_us``).
+
+>>> report = {"ops": [{"name": "m/MatMul", "type": "MatMul", "device": "CPU:0",
+...                    "start_us": 10.0, "duration_us": 5.0}], "transfers": []}
+>>> [e["name"] for e in chrome_trace(report)["traceEvents"] if e["ph"] == "X"]
+['m/MatMul']
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from tfdevices.core.errors import InputError
+from tfdevices.tensorboard.views import devices_of
+
+__all__ = ["chrome_trace", "write_trace"]
+
+_OPS_ROW, _COPIES_ROW = 0, 1
+
+
+def _timed(record: dict[str, Any]) -> bool:
+    return record.get("start_us") is not None and record.get("duration_us") is not None
+
+
+def _as_dict(report: Any) -> dict[str, Any]:
+    if isinstance(report, dict):
+        return report
+    if hasattr(report, "to_json"):
+        return json.loads(report.to_json())
+    raise InputError(f"chrome_trace(report=...): expected a PlacementReport or its JSON dict, "
+                     f"got {type(report).__name__}.", hint="pass what tfdevices.verify.capture returns.")
+
+
+def chrome_trace(report: Any) -> dict[str, Any]:
+    """The report's step as a Chrome trace.
+
+    Args:
+        report: a ``PlacementReport`` or the dict of its JSON.
+
+    Returns:
+        ``{"traceEvents": [...], "displayTimeUnit": "ms"}``: one process per device (named after it),
+        ops as complete (``"X"``) events with positive durations, copies with flow arrows.
+
+    Raises:
+        InputError: the report has no op, or its ops carry no times.
+    """
+    data = _as_dict(report)
+    ops = list(data.get("ops") or ())
+    if not ops or not all(_timed(op) for op in ops):
+        untimed = sum(not _timed(op) for op in ops)
+        raise InputError(f"the report has {len(ops)} op(s), {untimed} without start_us/duration_us: "
+                         "no timeline to write.",
+                         hint="capture the step with a tfdevices that records op times, then write the trace.")
+    pid = {device: i + 1 for i, device in enumerate(devices_of(data))}
+    events: list[dict[str, Any]] = []
+    for device, p in pid.items():
+        events.append({"name": "process_name", "ph": "M", "pid": p, "tid": _OPS_ROW, "args": {"name": device}})
+        events.append({"name": "process_sort_index", "ph": "M", "pid": p, "tid": _OPS_ROW, "args": {"sort_index": p}})
+        events.append({"name": "thread_name", "ph": "M", "pid": p, "tid": _OPS_ROW, "args": {"name": "ops"}})
+    for op in ops:
+        events.append({"name": op.get("name", "?"), "cat": op.get("type", "op"), "ph": "X",
+                       "ts": float(op["start_us"]), "dur": max(float(op["duration_us"]), 0.001),
+                       "pid": pid[op.get("device", "?")], "tid": _OPS_ROW,
+                       "args": {"type": op.get("type", ""), "kernel": op.get("kernel", ""),
+                                "requested": op.get("requested", "")}})
+    events += _copy_events(data, pid)
+    return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+
+def _copy_events(data: dict[str, Any], pid: dict[str, int]) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = []
+    named: set[int] = set()
+    for i, t in enumerate(data.get("transfers") or ()):
+        if not _timed(t):
+            continue
+        src, dst = pid[t.get("src", "?")], pid[t.get("dst", "?")]
+        if src not in named:
+            named.add(src)
+            events.append({"name": "thread_name", "ph": "M", "pid": src, "tid": _COPIES_ROW,
+                           "args": {"name": "copies out"}})
+        start, duration = float(t["start_us"]), max(float(t["duration_us"]), 0.001)
+        args = {"to": t.get("dst"), "dtype": t.get("dtype", ""), "shape": t.get("shape"), "bytes": t.get("bytes")}
+        events.append({"name": f"copy {t.get('tensor', '?')}", "cat": "copy", "ph": "X", "ts": start,
+                       "dur": duration, "pid": src, "tid": _COPIES_ROW, "args": args})
+        events.append({"name": "copy", "cat": "copy", "ph": "s", "id": i, "ts": start, "pid": src,
+                       "tid": _COPIES_ROW})
+        events.append({"name": "copy", "cat": "copy", "ph": "f", "bp": "e", "id": i, "ts": start + duration,
+                       "pid": dst, "tid": _OPS_ROW})
+    return events
+
+
+def write_trace(report: Any, path: str | os.PathLike[str]) -> str:
+    """Writes :func:`chrome_trace` of ``report`` to ``path`` (JSON) and returns the path.
+
+    Raises:
+        InputError: the report has no timing, or ``path``'s folder does not exist.
+    """
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise InputError(f"--trace {path!r}: folder {folder!r} does not exist.",
+                         hint="create the folder first or write the trace elsewhere.")
+    trace = chrome_trace(report)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(trace, f)
+    return path

@@ -1,0 +1,475 @@
+"""What the Placement dashboard shows, computed from a stored report (pure, TensorBoard-free).
+
+Every function here takes the report as the plain ``dict`` that
+``json.loads(PlacementReport.to_json())`` gives, so a report written by an older
+or newer tfdevices still reads: fields a report lacks (op and copy times, the
+kernel of each op, busy time per device) are left out of the view, never guessed.
+
+>>> report = {"ops": [{"name": "m/d/MatMul", "type": "MatMul", "device": "CPU:1", "requested": "CPU:1"}],
+...           "transfers": [], "collectives": []}
+>>> [d["name"] for d in device_table(report)]
+['CPU:1']
+>>> [node[0] for node in scope_tree(report)["nodes"]]
+['m', 'd', 'MatMul']
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "busy_us", "device_table", "diff_view", "dashboard_view", "scope_tree", "timeline", "transfer_matrix",
+    "weight_reads",
+]
+
+Report = dict[str, Any]
+
+
+# ----------------------------------------------------------------------------- small readers
+
+def _ops(report: Report) -> list[dict[str, Any]]:
+    return list(report.get("ops") or ())
+
+
+def _copies(report: Report) -> list[dict[str, Any]]:
+    return list(report.get("transfers") or ())
+
+
+def _timed(record: dict[str, Any]) -> bool:
+    return record.get("start_us") is not None and record.get("duration_us") is not None
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """What several views need from one report, computed once (a 1,000-layer step has 10^4 ops)."""
+
+    ops: list[dict[str, Any]]
+    copies: list[dict[str, Any]]
+    devices: list[str]
+    kernel_keys: list[tuple[Any, ...]]
+    timed: list[bool]
+    busy: dict[str, float]
+
+
+def _prepare(report: Report) -> _Prepared:
+    ops = _ops(report)
+    return _Prepared(ops, _copies(report), devices_of(report), [_kernel_key(op) for op in ops],
+                     [_timed(op) for op in ops], busy_us(report))
+
+
+def devices_of(report: Report) -> list[str]:
+    """Every device that ran an op or took part in a copy, sorted."""
+    names = {op.get("device", "?") for op in _ops(report)}
+    for t in _copies(report):
+        names.update((t.get("src", "?"), t.get("dst", "?")))
+    names.update(_stored_busy(report))
+    return sorted(names)
+
+
+def _stored_busy(report: Report) -> dict[str, float]:
+    """The report's own busy time per device (``busy_us``: ``{device: microseconds}``), if it has one."""
+    stored = report.get("busy_us") or {}
+    return {str(k): float(v) for k, v in stored.items() if v is not None} if isinstance(stored, dict) else {}
+
+
+def _kernel_key(op: dict[str, Any]) -> tuple[Any, ...]:
+    """One kernel execution: the ops a fused kernel ran share it (and their time)."""
+    return (op.get("device"), op.get("call", 0), op.get("kernel", ""), op.get("kernel_name") or op.get("name"),
+            op.get("start_us"))
+
+
+def _union_us(intervals: list[tuple[float, float]]) -> float:
+    """Total length of the union of ``(start, end)`` intervals."""
+    total, end = 0.0, float("-inf")
+    for start, stop in sorted(intervals):
+        if start > end:
+            total += stop - start
+            end = stop
+        elif stop > end:
+            total += stop - end
+            end = stop
+    return total
+
+
+def busy_us(report: Report) -> dict[str, float]:
+    """Busy time per device in microseconds: the report's own figure, else the union of its op times.
+
+    Devices without timed ops are left out (a report captured without timing gives ``{}``).
+
+    >>> busy_us({"ops": [{"device": "CPU:0", "start_us": 0, "duration_us": 5},
+    ...                  {"device": "CPU:0", "start_us": 3, "duration_us": 4}]})
+    {'CPU:0': 7.0}
+    """
+    out = _stored_busy(report)
+    spans: dict[str, list[tuple[float, float]]] = {}
+    for op in _ops(report):
+        if op.get("device") not in out and _timed(op):
+            start = float(op["start_us"])
+            spans.setdefault(op["device"], []).append((start, start + float(op["duration_us"])))
+    out.update({device: _union_us(s) for device, s in spans.items()})
+    return dict(sorted(out.items()))
+
+
+# ----------------------------------------------------------------------------- the views
+
+def device_table(report: Report, memory: dict[str, dict[str, float]] | None = None, *,
+                 prepared: _Prepared | None = None) -> list[dict[str, Any]]:
+    """One row per device: model ops, kernels, busy time, copies in and out, memory.
+
+    Args:
+        report: the stored report.
+        memory: ``{device: {"current_bytes": .., "peak_bytes": ..}}`` logged beside it, if any.
+
+    Returns:
+        Rows sorted by device name; ``busy_us`` and ``memory`` are ``None`` when not recorded.
+    """
+    prep = prepared or _prepare(report)
+    busy = prep.busy
+    types: defaultdict[str, Counter[str]] = defaultdict(Counter)
+    kernels: defaultdict[str, Counter[str]] = defaultdict(Counter)
+    seen: set[tuple[Any, ...]] = set()
+    for op, key in zip(prep.ops, prep.kernel_keys):
+        device = op.get("device", "?")
+        types[device][op.get("type", "?")] += 1
+        if key not in seen:
+            seen.add(key)
+            kernels[device][op.get("kernel") or op.get("type") or "?"] += 1
+    copies_in: Counter[str] = Counter()
+    copies_out: Counter[str] = Counter()
+    for t in prep.copies:
+        copies_out[t.get("src", "?")] += 1
+        copies_in[t.get("dst", "?")] += 1
+    rows = []
+    for device in prep.devices:
+        rows.append({
+            "name": device,
+            "ops": sum(types.get(device, Counter()).values()),
+            "op_types": types.get(device, Counter()).most_common(6),
+            "kernels": sum(kernels.get(device, Counter()).values()),
+            "kernel_types": kernels.get(device, Counter()).most_common(6),
+            "busy_us": busy.get(device),
+            "copies_in": copies_in[device],
+            "copies_out": copies_out[device],
+            "memory": (memory or {}).get(device),
+        })
+    return rows
+
+
+def transfer_matrix(report: Report, *, prepared: _Prepared | None = None) -> dict[str, Any]:
+    """Source x destination: count, bytes and time of the copies, each cell with its tensors.
+
+    Returns:
+        ``{"devices": [...], "cells": [{"src", "dst", "count", "bytes", "unknown_bytes", "us", "tensors"}]}``;
+        ``us`` is ``None`` when no copy in the cell was timed.
+    """
+    cells: dict[tuple[str, str], dict[str, Any]] = {}
+    for t in _copies(report):
+        key = (t.get("src", "?"), t.get("dst", "?"))
+        cell = cells.setdefault(key, {"src": key[0], "dst": key[1], "count": 0, "bytes": 0,
+                                      "unknown_bytes": 0, "us": None, "tensors": []})
+        cell["count"] += 1
+        if t.get("bytes") is None:
+            cell["unknown_bytes"] += 1
+        else:
+            cell["bytes"] += int(t["bytes"])
+        if _timed(t):
+            cell["us"] = (cell["us"] or 0.0) + float(t["duration_us"])
+        cell["tensors"].append({"tensor": t.get("tensor", "?"), "dtype": t.get("dtype", ""),
+                                "shape": t.get("shape"), "bytes": t.get("bytes"),
+                                "us": float(t["duration_us"]) if _timed(t) else None})
+    return {"devices": prepared.devices if prepared else devices_of(report), "cells": [cells[k] for k in sorted(cells)]}
+
+
+@dataclass
+class _Tree:
+    """The scope tree while it is built: parallel lists indexed by node id (parents before children)."""
+
+    names: list[str] = field(default_factory=list)
+    parents: list[int] = field(default_factory=list)
+    children: list[list[int]] = field(default_factory=list)
+    own: list[list[int]] = field(default_factory=list)
+    roots: list[int] = field(default_factory=list)
+
+    def add(self, name: str, parent: int) -> int:
+        node = len(self.names)
+        self.names.append(name)
+        self.parents.append(parent)
+        self.children.append([])
+        self.own.append([])
+        (self.children[parent] if parent >= 0 else self.roots).append(node)
+        return node
+
+
+def _grow(ops: list[dict[str, Any]]) -> tuple[_Tree, list[int]]:
+    """The name-scope tree of ``ops`` and the node of each op (an op's node is its full name)."""
+    tree = _Tree()
+    ids: dict[str, int] = {}
+
+    def node_of(path: str) -> int:
+        node = ids.get(path)
+        if node is None:  # new: make its scope first (ops share scopes, so this walks up a step or two)
+            scope, _, name = path.rpartition("/")
+            node = ids[path] = tree.add(name, node_of(scope) if scope else -1)
+        return node
+
+    nodes = []
+    for i, op in enumerate(ops):
+        node = node_of(str(op.get("name", "?")))
+        tree.own[node].append(i)
+        nodes.append(node)
+    return tree, nodes
+
+
+def _indices(mask: int) -> list[int]:
+    return [i for i in range(mask.bit_length()) if mask >> i & 1]
+
+
+def scope_tree(report: Report, *, prepared: _Prepared | None = None) -> dict[str, Any]:
+    """The name scopes (layers) of the run: device asked for and device run on, mismatches first.
+
+    A node is a mismatch when its ops asked for devices and some of them ran elsewhere
+    (for example a layer asked for ``CPU:1`` whose weights are still read on ``CPU:0``).
+    A node's time is the time of its kernels, a fused kernel's split evenly among its ops.
+    Flat and compact, for 10^4 ops: nodes in display order (depth first; among siblings
+    mismatches first, scopes before ops, then by name), each naming its parent; eight or
+    more sibling ops numbered alike (``Assign``, ``Assign_1`` ...) sit under one ``Assign_*`` node.
+
+    Returns:
+        ``{"devices": [...], "nodes": [[name, parent, ops, asked, ran, mismatch, busy_us, op]], "node_of_op"}``:
+        ``asked``/``ran`` are indices into ``devices``; ``op`` is ``None`` for a scope, else
+        ``[type, kernel ("" when it is the type), device index, requested, duration_us, repeats]``;
+        ``node_of_op[i]`` is op i's node.
+    """
+    prep = prepared or _prepare(report)
+    ops, devices, keys, timed = prep.ops, prep.devices, prep.kernel_keys, prep.timed
+    index = {d: i for i, d in enumerate(devices)}
+    tree, node_of = _grow(ops)
+    shares = Counter(k for k, t in zip(keys, timed) if t)  # a fused kernel's time is split among its ops
+    n = len(tree.names)
+    asked, ran, count = [0] * n, [0] * n, [0] * n
+    busy: list[float | None] = [None] * n
+    for node in range(n - 1, -1, -1):  # children have larger ids: they are done first
+        for i in tree.own[node]:
+            op = ops[i]
+            ran[node] |= 1 << index[op.get("device", "?")]
+            if op.get("requested") in index:
+                asked[node] |= 1 << index[op["requested"]]
+            count[node] += 1
+            if timed[i]:
+                busy[node] = (busy[node] or 0.0) + float(op["duration_us"]) / shares[keys[i]]
+        parent = tree.parents[node]
+        if parent >= 0:
+            asked[parent] |= asked[node]
+            ran[parent] |= ran[node]
+            count[parent] += count[node]
+            if busy[node] is not None:
+                busy[parent] = (busy[parent] or 0.0) + busy[node]
+    mismatch = [bool(asked[k]) and bool(ran[k] & ~asked[k]) for k in range(n)]
+    masks: dict[int, list[int]] = {}
+
+    def devices_in(mask: int) -> list[int]:
+        return masks[mask] if mask in masks else masks.setdefault(mask, _indices(mask))
+
+    nodes: list[list[Any]] = []
+    new_id = [0] * n
+    stack: list[tuple[Any, int]] = [(item, -1) for item in reversed(_arrange(tree, tree.roots, mismatch))]
+    while stack:
+        item, parent = stack.pop()
+        here = len(nodes)
+        if isinstance(item, _Series):
+            members = item.members
+            a = r = 0
+            for k in members:
+                a, r = a | asked[k], r | ran[k]
+            times = [busy[k] for k in members if busy[k] is not None]
+            nodes.append([f"{item.base}_*", parent, sum(count[k] for k in members), devices_in(a), devices_in(r),
+                          any(mismatch[k] for k in members), sum(times) if times else None, None])
+            stack += [(k, here) for k in reversed(members)]
+            continue
+        new_id[item] = here
+        nodes.append([tree.names[item], parent, count[item], devices_in(asked[item]), devices_in(ran[item]),
+                      mismatch[item], busy[item], _op_cell(ops, tree.own[item], index)])
+        stack += [(kid, here) for kid in reversed(_arrange(tree, tree.children[item], mismatch))]
+    return {"devices": devices, "nodes": nodes, "node_of_op": [new_id[k] for k in node_of]}
+
+
+@dataclass(frozen=True)
+class _Series:
+    """Sibling ops named ``base``, ``base_1``, ``base_2`` ...: one collapsible row (``base_*``)."""
+
+    base: str
+    members: list[int]
+
+
+_NUMBERED = re.compile(r"^(.*?)(?:_\d+)?$")
+_SERIES_MIN = 8
+
+
+def _arrange(tree: _Tree, kids: list[int], mismatch: list[bool]) -> list[Any]:
+    """Siblings in display order: mismatches first, scopes before ops, then by name; long series of
+    numbered ops (``AssignSubVariableOp_1`` ... ``_999``) as one :class:`_Series`."""
+    if len(kids) < 2:
+        return list(kids)
+    series: dict[str, list[int]] = defaultdict(list)
+    for k in kids:
+        if not tree.children[k]:
+            series[_NUMBERED.match(tree.names[k]).group(1)].append(k)
+    grouped = {k for members in series.values() if len(members) >= _SERIES_MIN for k in members}
+    items: list[tuple[tuple[bool, bool, str], Any]] = [
+        ((not mismatch[k], not tree.children[k], tree.names[k]), k) for k in kids if k not in grouped]
+    for base, members in series.items():
+        if len(members) >= _SERIES_MIN:
+            members.sort(key=lambda k: (not mismatch[k], tree.names[k]))
+            items.append(((not any(mismatch[k] for k in members), True, base), _Series(base, members)))
+    items.sort(key=lambda pair: pair[0])
+    return [item for _, item in items]
+
+
+def _op_cell(ops: list[dict[str, Any]], own: list[int], index: dict[str, int]) -> list[Any] | None:
+    if not own:
+        return None
+    op = ops[own[0]]
+    kernel = op.get("kernel", "")
+    return [op.get("type", "?"), "" if kernel == op.get("type") else kernel, index[op.get("device", "?")],
+            op.get("requested", ""),
+            float(op["duration_us"]) if _timed(op) else None, len(own)]
+
+
+def weight_reads(report: Report) -> list[dict[str, Any]]:
+    """Variable reads whose value is copied to another device on every call, with what each copy costs.
+
+    Returns:
+        One row per crossing read ``{"op", "stored_on", "read_on", "bytes", "us"}``, largest first.
+    """
+    sent: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    for t in _copies(report):
+        sent.setdefault((int(t.get("call", 0)), str(t.get("tensor", "")).rsplit(":", 1)[0]), []).append(t)
+    rows = []
+    for op in _ops(report):
+        if op.get("type") != "ReadVariableOp":
+            continue
+        copies = [t for t in sent.get((int(op.get("call", 0)), op.get("name", "")), ())
+                  if t.get("dst") != op.get("device")]
+        if not copies:
+            continue
+        timed = [float(t["duration_us"]) for t in copies if _timed(t)]
+        rows.append({"op": op["name"], "stored_on": op.get("device", "?"),
+                     "read_on": sorted({t.get("dst", "?") for t in copies}),
+                     "bytes": sum(int(t["bytes"]) for t in copies if t.get("bytes") is not None) or None,
+                     "us": sum(timed) if timed else None})
+    rows.sort(key=lambda r: (-(r["bytes"] or 0), r["op"]))
+    return rows
+
+
+def timeline(report: Report, node_of_op: list[int] | None = None, *,
+             prepared: _Prepared | None = None) -> dict[str, Any]:
+    """The captured step as lanes (one per device) of ops, and copies drawn between lanes.
+
+    With timing, positions are microseconds from the first op; without it (``"timed": False``)
+    each lane shows its ops in execution order, one unit each, so the order still reads.
+
+    Args:
+        report: the stored report.
+        node_of_op: each op's node in :func:`scope_tree` (the page names ops through it);
+            by default the op's index.
+
+    Returns:
+        ``{"timed", "lanes", "end", "types", "ops": [[lane, start, duration, node, type index]],
+        "copies": [[src lane, dst lane, start, duration, tensor]]}`` (compact for 10^4 ops).
+    """
+    prep = prepared or _prepare(report)
+    lanes, ops, copies = prep.devices, prep.ops, prep.copies
+    lane_of = {device: i for i, device in enumerate(lanes)}
+    timed = bool(ops) and all(prep.timed)
+    types: dict[str, int] = {}
+    rows: list[list[Any]] = []
+    placed: dict[tuple[int, str], tuple[float, float]] = {}
+    origin = min([float(op["start_us"]) for op in ops] + [float(t["start_us"]) for t in copies if _timed(t)]) \
+        if timed else 0.0
+    cursor: Counter[int] = Counter()
+    for i, op in enumerate(ops):
+        lane = lane_of[op.get("device", "?")]
+        if timed:
+            start, duration = round(float(op["start_us"]) - origin, 3), float(op["duration_us"])
+        else:
+            start, duration = float(cursor[lane]), 1.0
+            cursor[lane] += 1
+        placed[(int(op.get("call", 0)), op.get("name", ""))] = (start, duration)
+        kernel = op.get("kernel") or op.get("type") or "?"
+        rows.append([lane, start, duration, node_of_op[i] if node_of_op else i, types.setdefault(kernel, len(types))])
+    drawn = []
+    for t in copies:
+        if timed and _timed(t):
+            start, duration = round(float(t["start_us"]) - origin, 3), float(t["duration_us"])
+        else:  # drawn from the end of the op that produced the tensor, when known
+            made = placed.get((int(t.get("call", 0)), str(t.get("tensor", "")).rsplit(":", 1)[0]))
+            start, duration = (made[0] + made[1], 0.0) if made else (0.0, 0.0)
+        drawn.append([lane_of[t.get("src", "?")], lane_of[t.get("dst", "?")], start, duration, t.get("tensor", "?")])
+    end = max([r[1] + r[2] for r in rows] + [c[2] + c[3] for c in drawn] + [0.0])
+    return {"timed": timed, "lanes": lanes, "end": end, "types": list(types), "ops": rows, "copies": drawn}
+
+
+def dashboard_view(report: Report, memory: dict[str, dict[str, float]] | None = None) -> dict[str, Any]:
+    """Everything the dashboard draws for one run and step."""
+    prep = _prepare(report)
+    busy = prep.busy
+    copy_us = [float(t["duration_us"]) for t in prep.copies if _timed(t)]
+    scopes = scope_tree(report, prepared=prep)
+    line = timeline(report, scopes.pop("node_of_op"), prepared=prep)
+    return {
+        "summary": {
+            "ops": len(prep.ops), "devices": len(prep.devices), "transfers": len(prep.copies),
+            "bytes": sum(int(t["bytes"]) for t in prep.copies if t.get("bytes") is not None),
+            "collectives": len(report.get("collectives") or ()), "timed": line["timed"],
+            "busy_us": sum(busy.values()) if busy else None, "copy_us": sum(copy_us) if copy_us else None,
+            "step_us": line["end"] if line["timed"] else None,
+        },
+        "devices": device_table(report, memory, prepared=prep),
+        "matrix": transfer_matrix(report, prepared=prep),
+        "scopes": scopes,
+        "weights": weight_reads(report),
+        "timeline": line,
+    }
+
+
+def _keyed(ops: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str, Any]]:
+    seen: Counter[str] = Counter()
+    keyed = {}
+    for op in ops:
+        name = op.get("name", "?")
+        keyed[(name, seen[name])] = op
+        seen[name] += 1
+    return keyed
+
+
+def _pairs(report: Report) -> dict[str, int]:
+    return dict(sorted(Counter(f"{t.get('src')} -> {t.get('dst')}" for t in _copies(report)).items()))
+
+
+def diff_view(before: Report, after: Report) -> dict[str, Any]:
+    """What changed from ``before`` to ``after`` (two runs, or two steps of one run).
+
+    Returns:
+        ``{"moved": [[name, device before, device after]], "added": [[name, device]], "removed": [...],
+        "devices": [{"name", "ops_before", "ops_after", "busy_before", "busy_after"}],
+        "transfers": [{"pair", "before", "after"}], "unchanged"}``.
+    """
+    mine, theirs = _keyed(_ops(before)), _keyed(_ops(after))
+    moved = [[k[0], mine[k].get("device"), theirs[k].get("device")]
+             for k in mine if k in theirs and mine[k].get("device") != theirs[k].get("device")]
+    added = [[k[0], theirs[k].get("device")] for k in theirs if k not in mine]
+    removed = [[k[0], mine[k].get("device")] for k in mine if k not in theirs]
+    counts_a = Counter(op.get("device") for op in _ops(before))
+    counts_b = Counter(op.get("device") for op in _ops(after))
+    busy_a, busy_b = busy_us(before), busy_us(after)
+    devices = [{"name": d, "ops_before": counts_a[d], "ops_after": counts_b[d],
+                "busy_before": busy_a.get(d), "busy_after": busy_b.get(d)}
+               for d in sorted(set(devices_of(before)) | set(devices_of(after)))]
+    pairs_a, pairs_b = _pairs(before), _pairs(after)
+    transfers = [{"pair": p, "before": pairs_a.get(p, 0), "after": pairs_b.get(p, 0)}
+                 for p in sorted(set(pairs_a) | set(pairs_b))]
+    return {"moved": moved, "added": added, "removed": removed, "devices": devices, "transfers": transfers,
+            "unchanged": not (moved or added or removed) and pairs_a == pairs_b}
