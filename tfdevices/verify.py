@@ -821,6 +821,10 @@ def _read_line(line: Any, kinds: dict[int, tuple[int, str, str]], names: dict[in
             if current is not None and current.is_function and kernel == current.name:
                 current.xla = True  # the function ran as one compiled XLA executable
                 continue
+            if (inner is None or inner[0] != "step") and _int_stat(event, names, "_c"):
+                # The body of an asynchronous kernel (a collective) run by its own executor, outside any
+                # step; the kernel is recorded where it started (ProcessAsync::Start).
+                continue
             stats = _stats(event, names) if kernel in TRANSFER_OPS else None
             kernels.append(_Kernel(name, kernel, start, event.duration_ps, 0, stats))
             _place(kernels[-1], inner, links)
