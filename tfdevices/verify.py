@@ -788,18 +788,23 @@ class _Links:
 def _read_host_plane(plane: Any, trace: _Trace) -> None:
     names = {key: meta.name for key, meta in plane.stat_metadata.items()}
     kinds = _event_kinds(plane)
+    ids = {name: key for key, name in names.items() if name in ("_c", "_p")}
     links = _Links()
     for line in plane.lines:
-        _read_line(line, kinds, names, trace, links)
+        _read_line(line, kinds, names, ids.get("_c", -1), ids.get("_p", -1), trace, links)
     for kernel, where in links.pending:
         kernel.context = links.resolve(where)
         if not kernel.context:
             trace.unplaced.append(kernel)
 
 
-def _read_line(line: Any, kinds: dict[int, tuple[int, str, str]], names: dict[int, str], trace: _Trace,
-               links: _Links) -> None:
-    """Reads one thread's events; kernels outside any recorded step go to ``links.pending``."""
+def _read_line(line: Any, kinds: dict[int, tuple[int, str, str]], names: dict[int, str], consumed: int,
+               produced_id: int, trace: _Trace, links: _Links) -> None:
+    """Reads one thread's events; kernels outside any recorded step go to ``links.pending``.
+
+    ``consumed`` and ``produced_id`` are the ids of the ``_c`` and ``_p`` stats (the flow ids
+    TensorFlow's profiler ties a producer event to its consumer with).
+    """
     base = line.timestamp_ns * 1000
     kernels = trace.kernels
     # The spans open at the current event, innermost last, as (end, where); the thread-pool closure running.
@@ -815,13 +820,12 @@ def _read_line(line: Any, kinds: dict[int, tuple[int, str, str]], names: dict[in
         start = base + event.offset_ps
         while spans and spans[-1][0] <= start:
             spans.pop()
-        step = next((w for _, w in reversed(spans) if w is not None and w[0] == "step"), None)
         inner = spans[-1][1] if spans else region
         if code == _KERNEL:
             if current is not None and current.is_function and kernel == current.name:
                 current.xla = True  # the function ran as one compiled XLA executable
                 continue
-            if (inner is None or inner[0] != "step") and _int_stat(event, names, "_c"):
+            if (inner is None or inner[0] != "step") and _int_stat(event, consumed):
                 # The body of an asynchronous kernel (a collective) run by its own executor, outside any
                 # step; the kernel is recorded where it started (ProcessAsync::Start).
                 continue
@@ -830,21 +834,21 @@ def _read_line(line: Any, kinds: dict[int, tuple[int, str, str]], names: dict[in
             _place(kernels[-1], inner, links)
         elif code == _PROCESS:
             process_end = start + event.duration_ps
-            spans.append((process_end, ("step", _int_stat(event, names, "_c"))))
+            spans.append((process_end, ("step", _int_stat(event, consumed))))
         elif code == _ASYNC:  # an asynchronous kernel (_Recv, collectives) starts
             stats = _stats(event, names)
             kernels.append(_Kernel(str(stats.get("name", "")), str(stats.get("kernel_type", "")), start,
                                    event.duration_ps))
             _place(kernels[-1], inner, links)
-            links.async_starts[_int_stat(event, names, "_p")] = inner
+            links.async_starts[_int_stat(event, produced_id)] = inner
         elif code == _ASYNC_DONE:  # it completes: what it schedules continues the step it started in
-            spans.append((start + event.duration_ps, ("async", _int_stat(event, names, "_c"))))
+            spans.append((start + event.duration_ps, ("async", _int_stat(event, consumed))))
         elif code == _DONE_CALLBACK:  # a step's callback: what it schedules is not that step's work
             spans.append((start + event.duration_ps, None))
         elif code == _SCHEDULED:
-            links.scheduled[_int_stat(event, names, "_p")] = inner
+            links.scheduled[_int_stat(event, produced_id)] = inner
         elif code == _REGION_START:
-            region = ("region", _int_stat(event, names, "_c"))
+            region = ("region", _int_stat(event, consumed))
         elif code == _REGION_STOP:
             region = None
         elif code == _EAGER:
@@ -854,12 +858,13 @@ def _read_line(line: Any, kinds: dict[int, tuple[int, str, str]], names: dict[in
             trace.executions.append(current)
             spans.append((start + event.duration_ps, ("eager", 0)))  # an eager op's kernels: no step
         else:  # FunctionRun: a function partition starts; its executor steps consume the context it produces
-            produced = _int_stat(event, names, "_p")
+            produced = _int_stat(event, produced_id)
+            caller = next((w[1] for _, w in reversed(spans) if w is not None and w[0] == "step"), 0)
             spans.append((start + event.duration_ps, ("step", produced)))
             if current is not None and start < current.start_ps + current.duration_ps:
                 current.contexts.append(produced)
-            elif step is not None and start < process_end:
-                trace.parents[produced] = step[1]  # a function called from inside a function
+            elif caller and start < process_end:
+                trace.parents[produced] = caller  # a function called from inside a function
             else:  # a run outside any call or step (tf.data and the like): not reported
                 trace.outside.add(produced)
 
@@ -875,9 +880,12 @@ def _place(kernel: _Kernel, inner: _Where, links: _Links) -> None:
         links.pending.append((kernel, inner))
 
 
-def _int_stat(event: Any, names: dict[int, str], name: str) -> int:
-    value = next((_stat_value(s, names) for s in event.stats if names.get(s.metadata_id) == name), 0)
-    return int(value) if isinstance(value, int) else 0
+def _int_stat(event: Any, stat_id: int) -> int:
+    """The integer value of the event's stat ``stat_id`` (0 when absent)."""
+    for stat in event.stats:
+        if stat.metadata_id == stat_id:
+            return stat.uint64_value or stat.int64_value
+    return 0
 
 
 def _stats(event: Any, names: dict[int, str]) -> dict[str, Any]:
