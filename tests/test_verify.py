@@ -6,10 +6,13 @@ both TF_ENABLE_ONEDNN_OPTS=1 and TF_ENABLE_ONEDNN_OPTS=0.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tfdevices.core.errors import InputError, PlacementAssertionError, SpecError, TfDevicesError
 from tfdevices.verify import PlacementReport, capture, capturing
+from tests.helpers import run_py
 from tests.keras_models import on_device_layer
 
 
@@ -360,3 +363,43 @@ def test_capture_refuses_to_run_beside_another_profile(tf4, tmp_path):
     finally:
         tf.profiler.experimental.stop()
     assert capture(lambda: tf.ones([2]) * 2.0).ops  # and captures again once it stopped
+
+
+_FIRST_CAPTURE = """
+    import json
+    import tfdevices
+    tfdevices.configure(tfdevices.select("none", tfdevices.Inventory()), virtual_devices=4)
+    import tensorflow as tf
+    from tfdevices.verify import capture
+    with tf.device("/CPU:0"):
+        w = [tf.Variable(tf.random.normal([384, 384], stddev=0.05, seed=i)) for i in range(5)]
+
+    @tf.function
+    def step(x):
+        with tf.device("/CPU:0"):
+            one = tf.matmul(x, w[0])
+        with tf.device("/CPU:1"):
+            four = one
+            for k in range(1, 5):
+                four = tf.matmul(four, w[k])
+        return four
+
+    x = tf.random.normal([384, 384], seed=7)
+    step(x)
+    report = capture(step, x)
+    print(json.dumps({"matmuls": sorted((op.name, op.device) for op in report.ops if op.type == "MatMul"),
+                      "busy": sorted(report.busy_us), "copies": len(report.transfers("CPU:0", "CPU:1")),
+                      "notes": list(report.notes)}))
+"""
+
+
+def test_the_first_capture_of_a_fresh_process_puts_every_kernel_on_its_device():
+    # The first capture of a process sometimes ends the profile while the executor step that ran
+    # the CPU:1 MatMuls is still closing: its span is missing from the trace, its kernels are not.
+    # Each fresh process is one more chance to hit that.
+    expected = {"matmuls": [["MatMul", "CPU:0"], ["MatMul_1", "CPU:1"], ["MatMul_2", "CPU:1"],
+                            ["MatMul_3", "CPU:1"], ["MatMul_4", "CPU:1"]],
+                "busy": ["CPU:0", "CPU:1"], "copies": 5, "notes": []}
+    seen = [json.loads(run_py(_FIRST_CAPTURE, timeout=120).stdout.splitlines()[-1]) for _ in range(8)]
+    wrong = [s for s in seen if s != expected]
+    assert not wrong, f"{len(wrong)} of {len(seen)} fresh processes: {wrong[0]}"

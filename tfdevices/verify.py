@@ -35,7 +35,11 @@ the executor context its kernels run in; a partition's device is read from the
 ``_Send`` keys of the tensors it sends or receives. A partition that copies nothing
 (a function on one device) runs on the device its ops asked for or, when none
 asked, where its outputs were placed. Eager ops are recorded by an op callback,
-on the device of their output.
+on the device of their output. A step's span is written when the step ends, so one
+that ends after the profiler stopped is missing while its kernels are not; those
+kernels are tied to their step through the thread pool's record of who scheduled
+the work they ran in. A kernel the trace ties to no step is reported on device
+``"?"``, and the report's ``notes`` say so: never on a guessed device.
 
 Device names in reports are TensorFlow's short names, ``"CPU:1"``, ``"GPU:0"``,
 prefixed with the task (``"worker:1/GPU:0"``) when the device belongs to a job
@@ -60,7 +64,8 @@ Placement dashboard reads), version 2::
                     "start_us": 10.0, "duration_us": 1.5}, ...],   # the _Send's start and duration
      "collectives": [{"name": ..., "type": "CollectiveReduceV2", "device": "CPU:0",
                       "reduction": "Add", "dtype": "float32", "call": 0}, ...],
-     "busy_us": {"CPU:0": 48.2, "CPU:1": 95.0}}   # per device: time at least one kernel ran
+     "busy_us": {"CPU:0": 48.2, "CPU:1": 95.0},   # per device: time at least one kernel ran
+     "notes": []}   # what could not be established (ops on device "?"); absent in older reports
 
 Times come from one clock (the profiler's) for all devices of the process.
 """
@@ -101,6 +106,8 @@ TRANSFER_OPS = frozenset({"_Send", "_Recv", "_HostSend", "_HostRecv"})
 _COLLECTIVE = re.compile(r"^_?(Collective|Nccl)")
 #: The kernel named for ops that XLA compiled together into one executable.
 XLA_CLUSTER = "XlaCluster"
+#: The device of an op whose kernel the trace does not tie to a device (the report's notes say which).
+UNKNOWN_DEVICE = "?"
 #: The version of the JSON schema :meth:`PlacementReport.to_json` writes (see the module docstring).
 JSON_VERSION = 2
 _DTYPE_BYTES = {
@@ -341,6 +348,8 @@ class PlacementReport:
             traced graph (or a serialized GraphDef). ``tfdevices.tensorboard`` writes
             them with every node's executed device.
         busy_us: per device, the microseconds during which at least one of its kernels ran.
+        notes: what the report could not establish, as sentences: ops the profiler's trace does
+            not tie to a device are reported on device ``"?"`` (:data:`UNKNOWN_DEVICE`) and named here.
     """
 
     ops: tuple[OpPlacement, ...]
@@ -348,6 +357,7 @@ class PlacementReport:
     collectives: tuple[Collective, ...] = ()
     graphs: tuple[tuple[str, Any], ...] = field(default=(), repr=False, compare=False)
     busy_us: dict[str, float] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
 
     # -- queries
 
@@ -538,6 +548,7 @@ class PlacementReport:
         crossing = [r for r in self.variables_on() if r.crosses_devices]
         if crossing:
             lines.append(f"{len(crossing)} variable read(s) copied to another device every call")
+        lines += [f"note: {note}" for note in self.notes]
         return "\n".join(lines)
 
     def to_markdown(self) -> str:
@@ -575,6 +586,7 @@ class PlacementReport:
             "transfers": [asdict(t) for t in self.copies],  # shapes are tuples: asdict copies them
             "collectives": [_flat(c) for c in self.collectives],
             "busy_us": self.busy_us,
+            "notes": list(self.notes),
         })
 
     @classmethod
@@ -591,7 +603,8 @@ class PlacementReport:
                 copies=tuple(Transfer(**{**t, "shape": None if t["shape"] is None else tuple(t["shape"])})
                              for t in data["transfers"]),
                 collectives=tuple(Collective(**c) for c in data["collectives"]),
-                busy_us={str(k): float(v) for k, v in data.get("busy_us", {}).items()})
+                busy_us={str(k): float(v) for k, v in data.get("busy_us", {}).items()},
+                notes=tuple(str(n) for n in data.get("notes", ())))
         except (ValueError, KeyError, TypeError) as err:
             raise InputError(f"not a placement report in JSON ({err}): {text[:80]!r}",
                              hint="pass the output of PlacementReport.to_json().") from None
@@ -658,6 +671,7 @@ class _Trace:
     kernels: list[_Kernel] = field(default_factory=list)
     parents: dict[int, int] = field(default_factory=dict)  # nested function context -> caller context
     outside: set[int] = field(default_factory=set)  # contexts of runs outside any call (tf.data ...)
+    unplaced: list[_Kernel] = field(default_factory=list)  # kernels whose executor step the trace does not name
 
 
 @contextlib.contextmanager
@@ -689,6 +703,14 @@ def read_trace(data: bytes) -> _Trace:
     function name), each function partition it runs (``FunctionRun``, producing a context
     id), each executor step of a partition (``ExecutorState::Process``, consuming that id)
     and, inside it, each kernel as ``name:kernel`` with its start and duration.
+
+    A span is written when it ends, so a step still ending when the profiler stops is
+    missing while its kernels are not (the call returns as soon as its last kernel is
+    done, on another thread). Such kernels are given the step that scheduled them: the
+    thread pool records each closure it is given (``ThreadpoolListener::Record``) and the
+    start of its run (``ThreadpoolListener::StartRegion``) with one id; the span around
+    the ``Record`` names the step. A kernel whose step cannot be traced this way keeps
+    no context and is reported on an unknown device.
     """
     from tensorflow.tsl.profiler.protobuf import xplane_pb2  # noqa: PLC0415 (lazy TensorFlow)
 
@@ -720,9 +742,17 @@ def _claim_orphans(trace: _Trace) -> None:
             owner.contexts.append(context)
 
 
-_KERNEL, _PROCESS, _ASYNC, _EAGER, _RUN = range(5)
+(_KERNEL, _PROCESS, _ASYNC, _EAGER, _RUN, _ASYNC_DONE, _DONE_CALLBACK, _SCHEDULED, _REGION_START,
+ _REGION_STOP) = range(10)
 _EVENT_KINDS = {"ExecutorState::Process": _PROCESS, "ExecutorState::ProcessAsync::Start": _ASYNC,
-                "EagerExecute": _EAGER, "FunctionRun": _RUN}
+                "EagerExecute": _EAGER, "FunctionRun": _RUN, "ExecutorState::ProcessAsync::Done": _ASYNC_DONE,
+                "ExecutorDoneCallback": _DONE_CALLBACK, "ThreadpoolListener::Record": _SCHEDULED,
+                "ThreadpoolListener::StartRegion": _REGION_START, "ThreadpoolListener::StopRegion": _REGION_STOP}
+
+#: Where an event ran, before the thread-pool links are followed (internal): ``("step", context)``,
+#: ``("async", id)`` (inside the completion of an asynchronous kernel), ``("region", id)`` (in a
+#: thread-pool closure outside any recorded step) or ``None`` (nowhere a step can be read from).
+_Where = tuple[str, int] | None
 
 
 def _event_kinds(plane: Any) -> dict[int, tuple[int, str, str]]:
@@ -737,49 +767,125 @@ def _event_kinds(plane: Any) -> dict[int, tuple[int, str, str]]:
     return kinds
 
 
+@dataclass
+class _Links:
+    """What ties kernels to executor steps across threads (internal), filled while reading lines."""
+
+    scheduled: dict[int, _Where] = field(default_factory=dict)  # closure id -> where it was scheduled
+    async_starts: dict[int, _Where] = field(default_factory=dict)  # async kernel id -> where it started
+    pending: list[tuple[_Kernel, _Where]] = field(default_factory=list)  # kernels outside any recorded step
+
+    def resolve(self, where: _Where) -> int:
+        """The executor context ``where`` leads to, or 0 when the trace does not say."""
+        seen: set[tuple[str, int]] = set()
+        while where is not None and where[0] in ("region", "async") and where not in seen:
+            seen.add(where)
+            kind, key = where
+            where = (self.scheduled if kind == "region" else self.async_starts).get(key)
+        return where[1] if where is not None and where[0] == "step" else 0
+
+
 def _read_host_plane(plane: Any, trace: _Trace) -> None:
     names = {key: meta.name for key, meta in plane.stat_metadata.items()}
-    context_stat = next((key for key, name in names.items() if name == "_c"), None)
     kinds = _event_kinds(plane)
-    kernels = trace.kernels
+    ids = {name: key for key, name in names.items() if name in ("_c", "_p")}
+    links = _Links()
     for line in plane.lines:
-        base = line.timestamp_ns * 1000
-        # The executor context of the last step read on this thread: its kernels follow it (a step's
-        # own span is sometimes missing from the trace, its kernels are not).
-        process_end, process = 0, 0
-        current: _Execution | None = None
-        for event in line.events:
-            kind = kinds.get(event.metadata_id)
-            if kind is None:
+        _read_line(line, kinds, names, ids.get("_c", -1), ids.get("_p", -1), trace, links)
+    for kernel, where in links.pending:
+        kernel.context = links.resolve(where)
+        if not kernel.context:
+            trace.unplaced.append(kernel)
+
+
+def _read_line(line: Any, kinds: dict[int, tuple[int, str, str]], names: dict[int, str], consumed: int,
+               produced_id: int, trace: _Trace, links: _Links) -> None:
+    """Reads one thread's events; kernels outside any recorded step go to ``links.pending``.
+
+    ``consumed`` and ``produced_id`` are the ids of the ``_c`` and ``_p`` stats (the flow ids
+    TensorFlow's profiler ties a producer event to its consumer with).
+    """
+    base = line.timestamp_ns * 1000
+    kernels = trace.kernels
+    # The spans open at the current event, innermost last, as (end, where); the thread-pool closure running.
+    spans: list[tuple[int, _Where]] = []
+    region: _Where = None
+    process_end = 0
+    current: _Execution | None = None
+    for event in line.events:
+        kind = kinds.get(event.metadata_id)
+        if kind is None:
+            continue
+        code, name, kernel = kind
+        start = base + event.offset_ps
+        while spans and spans[-1][0] <= start:
+            spans.pop()
+        inner = spans[-1][1] if spans else region
+        if code == _KERNEL:
+            if current is not None and current.is_function and kernel == current.name:
+                current.xla = True  # the function ran as one compiled XLA executable
                 continue
-            code, name, kernel = kind
-            start = base + event.offset_ps
-            if code == _KERNEL:
-                if current is not None and current.is_function and kernel == current.name:
-                    current.xla = True  # the function ran as one compiled XLA executable
-                    continue
-                stats = _stats(event, names) if kernel in TRANSFER_OPS else None
-                kernels.append(_Kernel(name, kernel, start, event.duration_ps, process, stats))
-            elif code == _PROCESS:
-                process_end = start + event.duration_ps
-                process = next((int(_stat_value(s, names)) for s in event.stats if s.metadata_id == context_stat), 0)
-            elif code == _ASYNC:  # an asynchronous kernel (_Recv, collectives) starts
-                stats = _stats(event, names)
-                kernels.append(_Kernel(str(stats.get("name", "")), str(stats.get("kernel_type", "")), start,
-                                       event.duration_ps, process))
-            elif code == _EAGER:
-                stats = _stats(event, names)
-                current = _Execution(str(stats.get("eager_op", "")), bool(stats.get("is_func")), start,
-                                     event.duration_ps)
-                trace.executions.append(current)
-            else:  # FunctionRun: a function partition starts; its executor steps consume the context it produces
-                produced = int(_stats(event, names).get("_p", 0))
-                if current is not None and start < current.start_ps + current.duration_ps:
-                    current.contexts.append(produced)
-                elif start < process_end:
-                    trace.parents[produced] = process  # a function called from inside a function
-                else:  # a run outside any call or step (tf.data and the like): not reported
-                    trace.outside.add(produced)
+            if (inner is None or inner[0] != "step") and _int_stat(event, consumed):
+                # The body of an asynchronous kernel (a collective) run by its own executor, outside any
+                # step; the kernel is recorded where it started (ProcessAsync::Start).
+                continue
+            stats = _stats(event, names) if kernel in TRANSFER_OPS else None
+            kernels.append(_Kernel(name, kernel, start, event.duration_ps, 0, stats))
+            _place(kernels[-1], inner, links)
+        elif code == _PROCESS:
+            process_end = start + event.duration_ps
+            spans.append((process_end, ("step", _int_stat(event, consumed))))
+        elif code == _ASYNC:  # an asynchronous kernel (_Recv, collectives) starts
+            stats = _stats(event, names)
+            kernels.append(_Kernel(str(stats.get("name", "")), str(stats.get("kernel_type", "")), start,
+                                   event.duration_ps))
+            _place(kernels[-1], inner, links)
+            links.async_starts[_int_stat(event, produced_id)] = inner
+        elif code == _ASYNC_DONE:  # it completes: what it schedules continues the step it started in
+            spans.append((start + event.duration_ps, ("async", _int_stat(event, consumed))))
+        elif code == _DONE_CALLBACK:  # a step's callback: what it schedules is not that step's work
+            spans.append((start + event.duration_ps, None))
+        elif code == _SCHEDULED:
+            links.scheduled[_int_stat(event, produced_id)] = inner
+        elif code == _REGION_START:
+            region = ("region", _int_stat(event, consumed))
+        elif code == _REGION_STOP:
+            region = None
+        elif code == _EAGER:
+            stats = _stats(event, names)
+            current = _Execution(str(stats.get("eager_op", "")), bool(stats.get("is_func")), start,
+                                 event.duration_ps)
+            trace.executions.append(current)
+            spans.append((start + event.duration_ps, ("eager", 0)))  # an eager op's kernels: no step
+        else:  # FunctionRun: a function partition starts; its executor steps consume the context it produces
+            produced = _int_stat(event, produced_id)
+            caller = next((w[1] for _, w in reversed(spans) if w is not None and w[0] == "step"), 0)
+            spans.append((start + event.duration_ps, ("step", produced)))
+            if current is not None and start < current.start_ps + current.duration_ps:
+                current.contexts.append(produced)
+            elif caller and start < process_end:
+                trace.parents[produced] = caller  # a function called from inside a function
+            else:  # a run outside any call or step (tf.data and the like): not reported
+                trace.outside.add(produced)
+
+
+def _place(kernel: _Kernel, inner: _Where, links: _Links) -> None:
+    """Sets the kernel's context from the innermost span around it, or leaves it for the thread-pool links.
+
+    ``inner`` is that span (or the thread-pool closure running when no span is open).
+    """
+    if inner is not None and inner[0] == "step":
+        kernel.context = inner[1]
+    elif inner is None or inner[0] != "eager":  # eager ops are reported from their calls, not their kernels
+        links.pending.append((kernel, inner))
+
+
+def _int_stat(event: Any, stat_id: int) -> int:
+    """The integer value of the event's stat ``stat_id`` (0 when absent)."""
+    for stat in event.stats:
+        if stat.metadata_id == stat_id:
+            return stat.uint64_value or stat.int64_value
+    return 0
 
 
 def _stats(event: Any, names: dict[int, str]) -> dict[str, Any]:
@@ -968,6 +1074,7 @@ class _Built:
     collectives: list[Collective] = field(default_factory=list)
     graphs: list[tuple[str, Any]] = field(default_factory=list)
     spans: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
 
 def _pair_calls(trace: _Trace, recorder: _Recorder) -> list[tuple[_Call | None, _Execution | None]]:
@@ -999,15 +1106,17 @@ def _build_report(trace: _Trace, recorder: _Recorder) -> PlacementReport:
     for index, (call, execution) in enumerate(paired):
         if execution is not None and execution.is_function and execution.contexts and not execution.xla:
             name = execution.name
+            unplaced = [k for k in trace.unplaced
+                        if execution.start_ps <= k.start_ps <= execution.start_ps + execution.duration_ps]
             _add_function(built, index, _Graph(recorder.graphs.get(name)), call,
-                          _contexts(execution, trace.parents), by_context, origin)
+                          _contexts(execution, trace.parents), by_context, origin, unplaced)
         elif execution is not None and execution.is_function or call is not None and call.is_function:
             _add_cluster(built, index, call, execution, recorder, origin)
         elif call is not None:
             _add_eager(built, index, call, execution, origin)
     busy = {device: round(_union(spans) / 1e6, 3) for device, spans in sorted(built.spans.items())}
     return PlacementReport(tuple(built.ops), tuple(built.copies), tuple(built.collectives), tuple(built.graphs),
-                           busy_us=busy)
+                           busy_us=busy, notes=tuple(built.notes))
 
 
 def _contexts(execution: _Execution, parents: dict[int, int]) -> list[int]:
@@ -1089,31 +1198,51 @@ def _fallback_device(kernels: list[_Kernel], graph: _Graph, call: _Call | None) 
 
 
 def _add_function(built: _Built, index: int, graph: _Graph, call: _Call | None, contexts: list[int],
-                  by_context: dict[int, list[_Kernel]], origin: int) -> None:
+                  by_context: dict[int, list[_Kernel]], origin: int, unplaced: list[_Kernel]) -> None:
+    """Adds one function call's kernels; ``unplaced`` are those whose executor step the trace does not name."""
     devices = _context_devices(contexts, by_context)
     recvs = {k.name: (c, k) for c in contexts for k in by_context.get(c, ()) if k.kernel in TRANSFER_OPS
              and k.stats is None}
     for context in contexts:
         kernels = by_context.get(context, [])
         where = devices.get(context) or _fallback_device(kernels, graph, call)
-        device = _location(where)
-        for kernel in kernels:
-            if kernel.kernel in PLUMBING or (kernel.kernel in TRANSFER_OPS and kernel.stats is None):
-                continue
-            start, duration = _us(kernel.start_ps - origin), _us(kernel.duration_ps)
-            built.spans.setdefault(device, []).append((kernel.start_ps, kernel.start_ps + kernel.duration_ps))
-            if kernel.stats is not None:
-                built.copies.append(_transfer(kernel, graph, recvs, index, start, duration))
-                continue
-            for name, model_op, asked in _model_ops(graph, kernel.name, kernel.kernel):
-                built.ops.append(OpPlacement(name, model_op, device, _requested(asked), index, kernel.kernel,
-                                             kernel.name, start, duration))
-            if _COLLECTIVE.match(kernel.kernel):
-                op = graph.op(kernel.name)
-                built.collectives.append(Collective(kernel.name, kernel.kernel, device, _attr(op, "merge_op"),
-                                                    _attr(op, "T"), index))
+        _add_kernels(built, index, graph, kernels, _location(where), recvs, origin)
+    # Kernels of this call's graph only: other work (tf.data threads ...) may run during the call.
+    mine = [k for k in unplaced if k.kernel not in PLUMBING
+            and graph.find(str(k.stats.get("from", "")) if k.stats else k.name)[0] is not None]
+    for kernel in mine:  # a _Send runs on the device its key names first
+        if kernel.stats is not None:
+            _add_kernels(built, index, graph, [kernel], _location(_send_devices(kernel)[0]), recvs, origin)
+    unknown = [k for k in mine if k.kernel not in TRANSFER_OPS]
+    if unknown:
+        _add_kernels(built, index, graph, unknown, UNKNOWN_DEVICE, recvs, origin)
+        names = sorted({k.name for k in unknown})
+        built.notes.append(f"call {index}: the profiler's trace does not tie {len(unknown)} kernel(s) to an "
+                           f"executor step ({', '.join(names[:5])}{', ...' if len(names) > 5 else ''}): "
+                           f"reported on device {UNKNOWN_DEVICE!r}")
     if graph._graph is not None:  # serialized by the writer, which puts each node's executed device in
         built.graphs.append((f"call_{index:03d}", graph._graph))
+
+
+def _add_kernels(built: _Built, index: int, graph: _Graph, kernels: list[_Kernel], device: str,
+                 recvs: dict[str, tuple[int, _Kernel]], origin: int) -> None:
+    """Adds the ops, transfers and collectives of kernels that ran on ``device``."""
+    for kernel in kernels:
+        if kernel.kernel in PLUMBING or (kernel.kernel in TRANSFER_OPS and kernel.stats is None):
+            continue
+        start, duration = _us(kernel.start_ps - origin), _us(kernel.duration_ps)
+        if device != UNKNOWN_DEVICE:
+            built.spans.setdefault(device, []).append((kernel.start_ps, kernel.start_ps + kernel.duration_ps))
+        if kernel.stats is not None:
+            built.copies.append(_transfer(kernel, graph, recvs, index, start, duration))
+            continue
+        for name, model_op, asked in _model_ops(graph, kernel.name, kernel.kernel):
+            built.ops.append(OpPlacement(name, model_op, device, _requested(asked), index, kernel.kernel,
+                                         kernel.name, start, duration))
+        if _COLLECTIVE.match(kernel.kernel):
+            op = graph.op(kernel.name)
+            built.collectives.append(Collective(kernel.name, kernel.kernel, device, _attr(op, "merge_op"),
+                                                _attr(op, "T"), index))
 
 
 def _transfer(send: _Kernel, graph: _Graph, recvs: dict[str, tuple[int, _Kernel]], call: int,
