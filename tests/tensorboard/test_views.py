@@ -236,3 +236,12 @@ def test_the_critical_path_of_a_real_capture_ends_the_step(to_device_report):
     assert path["events"][-1][3] + path["events"][-1][4] == pytest.approx(last)
     assert sum(path["by_device"].values()) + path["copies_us"] <= path["us"] + 1e-6
     assert dashboard_view(report)["critical_path"] == path
+
+
+def test_the_report_notes_reach_the_page(to_device_report):
+    from tfdevices.tensorboard.views import dashboard_view
+
+    report = json.loads(to_device_report.to_json())
+    assert dashboard_view(report)["summary"]["notes"] == list(report.get("notes") or [])
+    noted = {**report, "notes": ["1 kernel(s) could not be tied to a device: shown on '?'"]}
+    assert dashboard_view(noted)["summary"]["notes"] == noted["notes"]

@@ -513,6 +513,7 @@ def dashboard_view(report: Report, memory: dict[str, dict[str, float]] | None = 
             "collectives": len(report.get("collectives") or ()), "timed": line["timed"],
             "busy_us": sum(busy.values()) if busy else None, "copy_us": sum(copy_us) if copy_us else None,
             "step_us": line["end"] if line["timed"] else None,
+            "notes": [str(n) for n in report.get("notes") or ()],  # e.g. kernels whose device is unknown ('?')
         },
         "devices": device_table(report, memory, prepared=prep),
         "matrix": transfer_matrix(report, prepared=prep),

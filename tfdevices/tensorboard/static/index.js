@@ -152,10 +152,12 @@ async function show(entry, step) {
   link.href = `trace?${new URLSearchParams(params)}`;
   link.style.display = state.view.summary.timed ? '' : 'none';
   document.getElementById('summary').textContent = summaryLine(state.view.summary);
+  const notes = state.view.summary.notes || [];
+  const noteList = el('div', {id: 'notes', class: 'notes'}, ...notes.map((n) => el('p', {class: 'note', text: n})));
   state.tree = scopeTree(state.view.scopes);
   state.expanded = initialExpansion(state.tree);
   state.query = '';
-  view.replaceChildren(devices(state.view), matrix(state.view.matrix), timelineSection(state.view.timeline),
+  view.replaceChildren(noteList, devices(state.view), matrix(state.view.matrix), timelineSection(state.view.timeline),
                        criticalPath(state.view.critical_path), layers(state.tree), weights(state.view.weights),
                        diffSection());
   drawTimeline();
