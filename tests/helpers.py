@@ -4,10 +4,11 @@ per process, so a test that needs its own device layout runs in a fresh one)."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -38,3 +39,12 @@ def run_cli(*args: str, env: Mapping[str, str] | None = None,
     """Runs ``python -m tfdevices ARGS`` in a fresh process."""
     return subprocess.run([sys.executable, "-m", "tfdevices", *args], env=subprocess_env(env),
                           capture_output=True, text=True, timeout=timeout, cwd=REPO)
+
+
+def kill_all(pids: Iterable[int]) -> None:
+    """SIGKILLs every process left of ``pids`` (a test's clean-up: gone ones are skipped)."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass

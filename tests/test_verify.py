@@ -371,21 +371,8 @@ _FIRST_CAPTURE = """
     tfdevices.configure(tfdevices.select("none", tfdevices.Inventory()), virtual_devices=4)
     import tensorflow as tf
     from tfdevices.verify import capture
-    with tf.device("/CPU:0"):
-        w = [tf.Variable(tf.random.normal([384, 384], stddev=0.05, seed=i)) for i in range(5)]
-
-    @tf.function
-    def step(x):
-        with tf.device("/CPU:0"):
-            one = tf.matmul(x, w[0])
-        with tf.device("/CPU:1"):
-            four = one
-            for k in range(1, 5):
-                four = tf.matmul(four, w[k])
-        return four
-
-    x = tf.random.normal([384, 384], seed=7)
-    step(x)
+    from tests.graphs import one_then_four
+    step, x = one_then_four(tf)
     report = capture(step, x)
     print(json.dumps({"matmuls": sorted((op.name, op.device) for op in report.ops if op.type == "MatMul"),
                       "busy": sorted(report.busy_us), "copies": len(report.transfers("CPU:0", "CPU:1")),

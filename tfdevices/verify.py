@@ -96,7 +96,7 @@ from tfdevices.core.units import format_bytes
 
 __all__ = [
     "Capture", "Collective", "OpPlacement", "PlacementDiff", "PlacementReport", "Transfer",
-    "VariableRead", "capture", "capturing",
+    "VariableRead", "capture", "capturing", "union_length",
 ]
 
 #: Function plumbing, not computation: left out of ``report.ops``.
@@ -1114,7 +1114,7 @@ def _build_report(trace: _Trace, recorder: _Recorder) -> PlacementReport:
             _add_cluster(built, index, call, execution, recorder, origin)
         elif call is not None:
             _add_eager(built, index, call, execution, origin)
-    busy = {device: round(_union(spans) / 1e6, 3) for device, spans in sorted(built.spans.items())}
+    busy = {device: round(union_length(spans) / 1e6, 3) for device, spans in sorted(built.spans.items())}
     return PlacementReport(tuple(built.ops), tuple(built.copies), tuple(built.collectives), tuple(built.graphs),
                            busy_us=busy, notes=tuple(built.notes))
 
@@ -1138,8 +1138,12 @@ def _us(ps: int) -> float:
     return ps // 1000 / 1000  # nanosecond resolution
 
 
-def _union(spans: list[tuple[int, int]]) -> int:
-    """Length of the union of ``(start, end)`` spans."""
+def union_length(spans: Iterable[tuple[float, float]]) -> float:
+    """Length of the union of ``(start, end)`` spans: the time at least one of them covers.
+
+    >>> union_length([(0, 5), (3, 7), (10, 11)])
+    8
+    """
     total, reach = 0, None
     for start, end in sorted(spans):
         if reach is None or start > reach:

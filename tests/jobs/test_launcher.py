@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tests.helpers import REPO, run_py, subprocess_env
+from tests.helpers import REPO, kill_all, run_py, subprocess_env
 from tests.jobs.launching import WORKER, reports, run_launcher, worker
 from tfdevices import runtime
 from tfdevices.jobs import launcher
@@ -227,11 +227,7 @@ def test_sigkill_of_the_launcher_leaves_no_worker(tmp_path) -> None:
         time.sleep(5)
         assert not {p for p in pids if _alive(p)}, "workers outlived their launcher"
     finally:
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        kill_all(pids)
         proc.communicate(timeout=30)
 
 
@@ -245,11 +241,7 @@ def test_a_second_signal_kills_workers_that_ignore_the_first(tmp_path) -> None:
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=30)
     finally:
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        kill_all(pids)
     assert proc.returncode == 128 + signal.SIGINT, out
     assert "[launcher] signal 2 passed to the workers" in out and "[launcher] a second signal: killing the workers" in out
     assert re.search(r"worker \d exited with status 137 \(signal 9\)", out), out

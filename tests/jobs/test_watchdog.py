@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
 import time
 
 import pytest
 
-from tests.helpers import run_py
+from tests.helpers import kill_all, run_py
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process groups and /proc")
 
@@ -46,11 +44,7 @@ def test_the_groups_end_when_the_owner_is_killed():
             time.sleep(0.1)
         assert len(pids) == 2 and not [p for p in pids if _alive(p)], "a guarded group outlived its owner"
     finally:
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        kill_all(pids)
 
 
 def test_released_groups_and_a_clean_exit_are_left_alone():
@@ -59,8 +53,4 @@ def test_released_groups_and_a_clean_exit_are_left_alone():
         time.sleep(1)
         assert len(pids) == 2 and all(_alive(p) for p in pids), "the watchdog ended groups after 'done'"
     finally:
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        kill_all(pids)

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from tests.graphs import one_then_four
 from tfdevices.tensorboard import views
 
 # one worker builds the captures and the tensorboard server these tests share
@@ -168,22 +169,7 @@ def test_the_device_given_four_times_the_work_shows_the_larger_busy_time(tf4):
     """
     from tfdevices.verify import capture
 
-    tf = tf4
-    with tf.device("/CPU:0"):
-        w = [tf.Variable(tf.random.normal([384, 384], stddev=0.05, seed=i)) for i in range(5)]
-
-    @tf.function
-    def step(x):
-        with tf.device("/CPU:0"):
-            one = tf.matmul(x, w[0])
-        with tf.device("/CPU:1"):
-            four = one
-            for k in range(1, 5):
-                four = tf.matmul(four, w[k])
-        return four
-
-    x = tf.random.normal([384, 384], seed=7)
-    step(x)
+    step, x = one_then_four(tf4)
     report = capture(step, x)
     busy = views.busy_us(json.loads(report.to_json()))
     assert busy == report.busy_us

@@ -22,6 +22,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from tfdevices.verify import union_length
+
 __all__ = [
     "busy_us", "device_table", "diff_view", "dashboard_view", "scope_tree", "timeline", "transfer_matrix",
     "critical_path",
@@ -84,19 +86,6 @@ def _kernel_key(op: dict[str, Any]) -> tuple[Any, ...]:
             op.get("start_us"))
 
 
-def _union_us(intervals: list[tuple[float, float]]) -> float:
-    """Total length of the union of ``(start, end)`` intervals."""
-    total, end = 0.0, float("-inf")
-    for start, stop in sorted(intervals):
-        if start > end:
-            total += stop - start
-            end = stop
-        elif stop > end:
-            total += stop - end
-            end = stop
-    return total
-
-
 def busy_us(report: Report) -> dict[str, float]:
     """Busy time per device in microseconds: the report's own figure, else the union of its op times.
 
@@ -112,7 +101,7 @@ def busy_us(report: Report) -> dict[str, float]:
         if op.get("device") not in out and _timed(op):
             start = float(op["start_us"])
             spans.setdefault(op["device"], []).append((start, start + float(op["duration_us"])))
-    out.update({device: _union_us(s) for device, s in spans.items()})
+    out.update({device: union_length(s) for device, s in spans.items()})
     return dict(sorted(out.items()))
 
 
