@@ -3,10 +3,13 @@ log the environment."""
 
 from __future__ import annotations
 
+import os
 import secrets
 import subprocess
 import sys
 import textwrap
+
+import pytest
 
 from tests.helpers import REPO, subprocess_env
 
@@ -75,3 +78,20 @@ def test_a_level_chosen_for_tensorflow_logs_is_kept():
     """, TF_CPP_MIN_LOG_LEVEL="2")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == str(20)  # INFO, as the program asked
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or os.path.exists("/proc/driver/nvidia"),
+                    reason="the case of a Linux machine with no NVIDIA driver loaded")
+def test_cudas_no_driver_complaint_is_dropped_where_there_is_no_driver():
+    code = """
+        import tensorflow as tf  # through import_tf, or straight
+        tf.config.list_physical_devices("GPU")
+        print(tf.constant(1) + 1)
+    """
+    straight = _python(code, TF_CPP_MIN_LOG_LEVEL="2")
+    quiet = _python("from tfdevices.core._tf import import_tf\n" + textwrap.dedent(code).replace(
+        "import tensorflow as tf", "tf = import_tf()"), TF_CPP_MIN_LOG_LEVEL="2")
+    assert straight.returncode == quiet.returncode == 0, quiet.stderr
+    assert "failed call to cuInit" in straight.stderr  # what TensorFlow prints on its own here
+    assert "failed call to cuInit" not in quiet.stderr, quiet.stderr
+    assert "tf.Tensor(2" in quiet.stdout

@@ -5,7 +5,9 @@ It writes no environment: TensorFlow's log level default is set by
 writes the environment. On its first call it keeps TensorFlow quiet the way that
 level asks: the C++ start-up lines TensorFlow prints before its logging reads
 ``TF_CPP_MIN_LOG_LEVEL`` (``Could not find cuda drivers ...``, twice per process)
-are dropped when that level hides INFO, and TensorFlow's Python INFO lines (``Reduce
+are dropped when that level hides INFO (and, on a Linux machine with no NVIDIA driver
+loaded, CUDA's ``failed call to cuInit`` at the first device listing, which then
+happens here), and TensorFlow's Python INFO lines (``Reduce
 to ... then broadcast``, which absl apps would show) are hidden unless a level was
 set for the ``tensorflow`` logger or ``--verbosity`` was given.
 """
@@ -23,6 +25,9 @@ from tfdevices.core.errors import TensorFlowMissingError
 
 #: C++ lines TensorFlow prints before its log level applies: INFO lines and absl's banner.
 _EARLY_NOISE = re.compile(r"^(I\d{4} .*|WARNING: All log messages before absl::InitializeLog\(\) is called.*)$")
+#: CUDA's complaint when it finds no driver: noise on a machine that has no NVIDIA driver at all.
+_NO_DRIVER_NOISE = re.compile(r"^E\d{4} .*failed call to cuInit.*$")
+_NVIDIA_DRIVER = "/proc/driver/nvidia"  # present on Linux whenever the NVIDIA kernel driver is loaded
 
 
 def import_tf() -> ModuleType:
@@ -58,17 +63,21 @@ def _import_quietly() -> ModuleType:
         import tensorflow  # noqa: PLC0415 (lazy TensorFlow)
 
         return tensorflow
+    no_driver = sys.platform.startswith("linux") and not os.path.exists(_NVIDIA_DRIVER)
     with tempfile.TemporaryFile() as caught:
         os.dup2(caught.fileno(), 2)
         try:
             import tensorflow  # noqa: PLC0415 (lazy TensorFlow)
+
+            if no_driver:  # CUDA is probed (and fails) at the first device listing: do it here, quietly
+                tensorflow.config.list_physical_devices("GPU")
         finally:
             sys.stderr.flush()
             os.dup2(saved, 2)
             os.close(saved)
             caught.seek(0)
             kept = [line for line in caught.read().decode(errors="replace").splitlines()
-                    if not _EARLY_NOISE.match(line)]
+                    if not _EARLY_NOISE.match(line) and not (no_driver and _NO_DRIVER_NOISE.match(line))]
             if kept:
                 sys.stderr.write("\n".join(kept) + "\n")
     return tensorflow
