@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -48,3 +48,15 @@ def kill_all(pids: Iterable[int]) -> None:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
+
+
+def peak_allocation(call: Callable[[], object]) -> int:
+    """Bytes at the peak of Python's allocations while ``call()`` runs (tracemalloc)."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        call()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()

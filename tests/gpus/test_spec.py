@@ -4,6 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.helpers import peak_allocation
 from tfdevices import SpecError, TfDevicesError
 from tfdevices.gpus.spec import DeviceSpec, parse_spec
 
@@ -177,13 +178,8 @@ def test_fuzz_specs_are_bounded(spec):
 
 @pytest.mark.parametrize("spec", ["0-999999999", "auto:" + "9" * 4000, "0-1023," * 1000, 10**4000])
 def test_hostile_specs_are_refused_without_allocating(spec):
-    import tracemalloc
-
-    tracemalloc.start()
-    try:
+    def refuse() -> None:
         with pytest.raises(SpecError):
             parse_spec(spec)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    assert peak < 1 << 20
+
+    assert peak_allocation(refuse) < 1 << 20

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.helpers import peak_allocation
 from tfdevices import EnvVarError, LaunchError, TfDevicesError
 from tfdevices.jobs.slurm import (MAX_GPUS, MAX_HOSTS, MAX_TASKS, expand_nodelist, expand_tasks_per_node,
                                   parse_gpu_list)
@@ -159,15 +160,11 @@ def test_fuzz_gpu_lists(text):
     (parse_gpu_list, "0-999999999"),
 ])
 def test_hostile_sizes_are_refused_without_allocating(parse, text):
-    import tracemalloc
-
-    tracemalloc.start()
-    try:
+    def refuse() -> None:
         with pytest.raises(TfDevicesError):
             parse(text)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+
+    peak = peak_allocation(refuse)
     assert peak < 1 << 20, f"{peak} bytes allocated to refuse {text!r}"
 
 

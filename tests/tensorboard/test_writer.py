@@ -4,10 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
-import sys
-import time
 import urllib.error
 import urllib.request
 
@@ -15,6 +11,7 @@ import pytest
 
 from tfdevices.core.errors import InputError
 from tfdevices.verify import PlacementReport, capture
+from tests.tensorboard.conftest import tensorboard
 from tfdevices.tensorboard import format_placement, merged_graph_def, read_placement, write_placement
 
 
@@ -152,41 +149,11 @@ def test_write_placement_bad_arguments(report, tmp_path, bad, first_words):
     assert str(err.value).startswith(first_words)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture()
 def tensorboard_server(logdir):
-    """A real ``tensorboard --logdir`` on a free localhost port; stopped at teardown, even on failure."""
-    exe = os.path.join(os.path.dirname(sys.executable), "tensorboard")
-    port = _free_port()
-    proc = subprocess.Popen([exe, "--logdir", os.path.dirname(logdir), "--port", str(port), "--host", "127.0.0.1"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        url = f"http://127.0.0.1:{port}"
-        for _ in range(240):  # bounded: 60 s
-            if proc.poll() is not None:
-                raise AssertionError(f"tensorboard exited {proc.returncode}: {proc.stderr.read().decode()[-2000:]}")
-            try:
-                with urllib.request.urlopen(f"{url}/data/runs", timeout=2) as response:
-                    if "run1" in json.loads(response.read()):
-                        break
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
-            time.sleep(0.25)
-        else:
-            raise AssertionError("tensorboard did not list run1 within 60 s")
+    """A real ``tensorboard --logdir`` on a free localhost port, listing run1; stopped at teardown."""
+    with tensorboard(os.path.dirname(logdir), expect_run="run1") as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def test_tensorboard_server_graph_endpoint_shows_real_devices(tensorboard_server, report):
