@@ -25,9 +25,14 @@ demo: $(STAMP)
 	$(VENV)/bin/tfdevices list
 	$(VENV)/bin/tfdevices demo mirrored
 
+# The whole suite runs with oneDNN set one way (ONEDNN_SUITE), the kernel-dependent tests again
+# with it set the other way (ONEDNN_KERNELS): both settings, whatever this CPU's default.
+ONEDNN_SUITE ?= TF_ENABLE_ONEDNN_OPTS=0
+ONEDNN_KERNELS ?= TF_ENABLE_ONEDNN_OPTS=1
+
 test: $(STAMP)
-	TF_ENABLE_ONEDNN_OPTS=0 $(PYTEST)
-	TF_ENABLE_ONEDNN_OPTS=1 $(PYTEST) $(KERNEL_TESTS)
+	$(ONEDNN_SUITE) $(PYTEST)
+	$(ONEDNN_KERNELS) $(PYTEST) $(KERNEL_TESTS)
 
 bench: $(STAMP)
 	$(PY) benchmarks/run.py

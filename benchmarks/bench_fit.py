@@ -23,6 +23,8 @@ import statistics
 import subprocess
 import sys
 
+from bench_workers import sharded_data  # benchmarks/ is on the path of a script run from it
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 PER_WORKER_BATCH = 64
@@ -31,8 +33,6 @@ WARMUP = 10
 
 def worker(keras_major: str, steps: int) -> None:
     import time
-
-    import numpy as np
 
     import tensorflow as tf
 
@@ -49,12 +49,7 @@ def worker(keras_major: str, steps: int) -> None:
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
     info = tfdevices.launch_info()
     global_batch = PER_WORKER_BATCH * info.world_size
-    rng = np.random.RandomState(0)
-    x = rng.normal(size=(global_batch * 8, 128)).astype("float32")
-    y = rng.randint(0, 10, size=(global_batch * 8,))
-    options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(global_batch).repeat().with_options(options)
+    data = sharded_data(tf, global_batch)
     with strategy.scope():
         model = keras.Sequential([keras.Input((128,)), keras.layers.Dense(512, activation="relu"),
                                   keras.layers.Dense(512, activation="relu"), keras.layers.Dense(10)])

@@ -21,11 +21,24 @@ import re
 import statistics
 import subprocess
 import sys
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 PER_WORKER_BATCH = 64
 WARMUP = 10
+
+
+def sharded_data(tf: Any, global_batch: int) -> Any:
+    """The benchmarks' input: 8 batches of 128 random features and 10 classes, sharded by data."""
+    import numpy as np  # noqa: PLC0415 (workers only)
+
+    rng = np.random.RandomState(0)
+    x = rng.normal(size=(global_batch * 8, 128)).astype("float32")
+    y = rng.randint(0, 10, size=(global_batch * 8,))
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return tf.data.Dataset.from_tensor_slices((x, y)).batch(global_batch).repeat().with_options(options)
 
 
 def worker(steps: int) -> None:
@@ -43,12 +56,7 @@ def worker(steps: int) -> None:
     info = launch_info()
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     global_batch = PER_WORKER_BATCH * info.world_size
-    rng = np.random.RandomState(0)
-    x = rng.normal(size=(global_batch * 8, 128)).astype("float32")
-    y = rng.randint(0, 10, size=(global_batch * 8,))
-    options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(global_batch).repeat().with_options(options)
+    data = sharded_data(tf, global_batch)
     with strategy.scope():
         model = keras.Sequential([keras.layers.Dense(512, activation="relu", input_shape=(128,)),
                                   keras.layers.Dense(512, activation="relu"), keras.layers.Dense(10)])

@@ -466,11 +466,10 @@ class PlacementReport:
         offenders = [op for op in selected if not on(op.device)]
         if offenders:
             where = Counter(op.device for op in offenders)
-            listing = "; ".join(f"{op.name} ({_ran_as(op)}) on {op.device}" for op in offenders[:20])
-            more = f"; ... {len(offenders) - 20} more" if len(offenders) > 20 else ""
+            listing = _listed(offenders, _where_ran)
             raise PlacementAssertionError(
                 f"expected ops matching {ops!r} on {device}, but {len(offenders)} of {len(selected)} ran "
-                f"elsewhere ({', '.join(f'{d}: {n}' for d, n in sorted(where.items()))}): {listing}{more}.",
+                f"elsewhere ({', '.join(f'{d}: {n}' for d, n in sorted(where.items()))}): {listing}.",
                 hint=f"pin them with tf.device('{device}') where they are created, or create their "
                      "variables on that device.")
 
@@ -484,11 +483,10 @@ class PlacementReport:
         found = self.transfers(src, dst)
         if found:
             scope = "" if src is None and dst is None else f" from {src or 'any device'} to {dst or 'any device'}"
-            listing = "; ".join(t.describe() for t in found[:20])
-            more = f"; ... {len(found) - 20} more" if len(found) > 20 else ""
+            listing = _listed(found, Transfer.describe)
             raise PlacementAssertionError(
                 f"expected no cross-device transfers{scope}, but {len(found)} ran "
-                f"({format_bytes(_total(found))} where known): {listing}{more}.",
+                f"({format_bytes(_total(found))} where known): {listing}.",
                 hint="keep each op on the device of its inputs and variables (report.variables_on() "
                      "shows weights read from another device).")
 
@@ -500,11 +498,10 @@ class PlacementReport:
         if selected:
             return selected
         if by_name and wanted is not None:
-            listing = "; ".join(f"{op.name} ({_ran_as(op)}) on {op.device}" for op in by_name[:20])
-            more = f"; ... {len(by_name) - 20} more" if len(by_name) > 20 else ""
+            listing = _listed(by_name, _where_ran)
             raise PlacementAssertionError(
                 f"expected ops matching {ops!r} of types {sorted(wanted)} to check, but none of the "
-                f"{len(by_name)} ops matching {ops!r} is of those types: {listing}{more}.",
+                f"{len(by_name)} ops matching {ops!r} is of those types: {listing}.",
                 hint="types name the ops the program wrote (MatMul, BiasAdd, Relu ...), whichever kernel "
                      "ran them; pick types from this list.")
         sample = ", ".join(sorted({op.name for op in self.ops})[:8]) or "none"
@@ -1136,6 +1133,19 @@ def _root(context: int, parents: dict[int, int]) -> int:
 
 def _us(ps: int) -> float:
     return ps // 1000 / 1000  # nanosecond resolution
+
+
+_LISTED = 20  # items an assertion message lists before "... N more"
+
+
+def _listed(items: list[Any] | tuple[Any, ...], describe: Callable[[Any], str]) -> str:
+    """``"a; b; ... 5 more"``: what an assertion message lists, at most :data:`_LISTED` items."""
+    more = f"; ... {len(items) - _LISTED} more" if len(items) > _LISTED else ""
+    return "; ".join(describe(item) for item in items[:_LISTED]) + more
+
+
+def _where_ran(op: OpPlacement) -> str:
+    return f"{op.name} ({_ran_as(op)}) on {op.device}"
 
 
 def union_length(spans: Iterable[tuple[float, float]]) -> float:
