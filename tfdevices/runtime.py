@@ -222,7 +222,7 @@ def _validate(growth: object, limit: object, split: object) -> tuple[bool | None
     if growth is not None and not isinstance(growth, bool):
         raise InputError(f"memory_growth={growth!r}: must be True, False or None.", hint="pass a bool.")
     if split is not None and (isinstance(split, bool) or not isinstance(split, int) or not 1 <= split <= _MAX_LOGICAL):
-        raise InputError(f"virtual_devices={_short(split)}: must be a whole number from 1 to {_MAX_LOGICAL}.",
+        raise InputError(f"virtual_devices={shown(split)}: must be a whole number from 1 to {_MAX_LOGICAL}.",
                          hint="write e.g. 4 to split the device into 4 logical devices.")
     limits = normalize_memory_limit(limit, split)
     if growth and (limits or split is not None):
@@ -261,11 +261,11 @@ def normalize_memory_limit(limit: object, split: int | None = None) -> Limits:
         for key, value in limit.items():
             name = str(key).strip()
             if isinstance(key, bool) or not (name.replace(":", "", 1).isascii() and name.replace(":", "", 1).isdigit()):
-                raise InputError(f"memory_limit: key {_short(key)} is not a GPU's NVML key.",
+                raise InputError(f"memory_limit: key {shown(key)} is not a GPU's NVML key.",
                                  hint="key the dict by NVML index, as nvidia-smi shows it: {'0': '8GiB', '1': '4GiB'}.")
             pairs.append((name, _sizes(value, split, f"memory_limit[{name!r}]")))
         if len({k for k, _ in pairs}) != len(pairs):
-            raise InputError(f"memory_limit names a GPU twice: {_short(list(limit))}.", hint="name each GPU once.")
+            raise InputError(f"memory_limit names a GPU twice: {shown(list(limit))}.", hint="name each GPU once.")
         return tuple(sorted(pairs, key=lambda kv: [int(p) for p in kv[0].split(":")]))
     return ((None, _sizes(limit, split, "memory_limit")),)
 
@@ -273,7 +273,7 @@ def normalize_memory_limit(limit: object, split: int | None = None) -> Limits:
 def _sizes(value: object, split: int | None, what: str) -> tuple[int, ...]:
     if isinstance(value, (list, tuple)):
         if not value or len(value) > _MAX_LOGICAL:
-            raise InputError(f"{what}={_short(value)}: a list needs 1 to {_MAX_LOGICAL} sizes, one per logical device.",
+            raise InputError(f"{what}={shown(value)}: a list needs 1 to {_MAX_LOGICAL} sizes, one per logical device.",
                              hint="e.g. ['6GiB', '2GiB'] for two logical devices.")
         if split is not None and len(value) != split:
             raise InputError(f"{what} lists {len(value)} sizes but virtual_devices={split}.",
@@ -282,14 +282,9 @@ def _sizes(value: object, split: int | None, what: str) -> tuple[int, ...]:
     else:
         sizes = (parse_memory(value, what=what),) * (split or 1)  # type: ignore[arg-type]
     if min(sizes) < _MIB:
-        raise InputError(f"{what}={_short(value)}: below 1 MiB, TensorFlow's unit for limits.",
+        raise InputError(f"{what}={shown(value)}: below 1 MiB, TensorFlow's unit for limits.",
                          hint="write e.g. '2GiB'.")
     return sizes
-
-
-def _short(value: object, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit] + "..."
 
 
 @dataclasses.dataclass(frozen=True)
@@ -477,7 +472,7 @@ def set_soft_placement(enabled: bool) -> bool:
     :func:`tfdevices.device_scope` uses it for ``soft_placement=``.
     """
     if not isinstance(enabled, bool):
-        raise InputError(f"soft_placement={_short(enabled)}: must be True or False.", hint="pass a bool.")
+        raise InputError(f"soft_placement={shown(enabled)}: must be True or False.", hint="pass a bool.")
     tf = import_tf()
     previous = bool(tf.config.get_soft_device_placement())
     tf.config.set_soft_device_placement(enabled)

@@ -63,6 +63,7 @@ from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
 from tfdevices.core.errors import LaunchError
+from tfdevices.core.units import shown
 from tfdevices.gpus.selection import select
 from tfdevices.jobs.env import RANK_GPUS, VIRTUAL_DEVICES_ENV, LaunchInfo
 from tfdevices.jobs.rendezvous import MASTER_PORT, MAX_WORKERS, NodeJob, Nodes, free_ports, rendezvous
@@ -128,9 +129,9 @@ def check_worker_count(n: object, *, cpus: int | None, oversubscribe: bool = Fal
 process of its own. HINT: use at most -n 32 (4 per core), or pass --oversubscribe to start more anyway.
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise LaunchError(f"-n {_short(n)}: the number of workers must be a whole number >= 1.", hint="e.g. -n 2.")
+        raise LaunchError(f"-n {shown(n)}: the number of workers must be a whole number >= 1.", hint="e.g. -n 2.")
     if n > MAX_WORKERS:
-        raise LaunchError(f"-n {_short(n)}: at most {MAX_WORKERS} workers per machine.",
+        raise LaunchError(f"-n {shown(n)}: at most {MAX_WORKERS} workers per machine.",
                           hint="spread a bigger job over machines with --nnodes, or under SLURM.")
     if cpus is not None and n > WORKERS_PER_CORE * cpus and not oversubscribe:
         raise LaunchError(f"-n {n}: this machine has {cpus} CPU cores, and each worker is a TensorFlow process "
@@ -167,7 +168,7 @@ def plan_workers(n: int, ports: Sequence[int], gpus: object = (), *, share: bool
     """
     check_worker_count(n, cpus=None)
     if len(ports) != n or len(set(ports)) != n:
-        raise LaunchError(f"{n} workers need {n} distinct ports, got {_short(list(ports))}.",
+        raise LaunchError(f"{n} workers need {n} distinct ports, got {shown(list(ports))}.",
                           hint="use free_ports(n).")
     if job is None:
         job = NodeJob(tuple(f"{host}:{p}" for p in ports), 0)
@@ -278,7 +279,7 @@ def run(args: argparse.Namespace) -> int:
                                    ("--nnodes", args.nnodes, 1, MAX_NODES),
                                    ("--master-port", args.master_port, 1, 65535)):
         if value is not None and not low <= value <= high:
-            raise LaunchError(f"{name} {_short(value)} must be between {low} and {high}.", hint=f"e.g. {name} {low + 1}.")
+            raise LaunchError(f"{name} {shown(value)} must be between {low} and {high}.", hint=f"e.g. {name} {low + 1}.")
     if args.tee and not args.log_dir:
         raise LaunchError("--tee without --log-dir: there is no log to tee.", hint="add --log-dir DIR.")
     nodes = _nodes(args)
@@ -294,11 +295,11 @@ def run(args: argparse.Namespace) -> int:
 def _nodes(args: argparse.Namespace) -> Nodes | None:
     if args.nnodes == 1:
         if args.node_rank != 0:
-            raise LaunchError(f"--node-rank {_short(args.node_rank)} without --nnodes.",
+            raise LaunchError(f"--node-rank {shown(args.node_rank)} without --nnodes.",
                               hint="give --nnodes M (the number of machines) with --node-rank.")
         return None
     if not 0 <= args.node_rank < args.nnodes:
-        raise LaunchError(f"--node-rank {_short(args.node_rank)} is out of range for --nnodes {args.nnodes}.",
+        raise LaunchError(f"--node-rank {shown(args.node_rank)} is out of range for --nnodes {args.nnodes}.",
                           hint=f"node ranks run 0..{args.nnodes - 1}.")
     if not args.master_addr:
         raise LaunchError(f"--nnodes {args.nnodes} needs --master-addr, the address of the --node-rank 0 machine.",
@@ -318,21 +319,16 @@ def _check_log_dir(path: str) -> None:
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as err:
-        raise LaunchError(f"--log-dir {_short(path)}: cannot create it ({err.strerror}).",
+        raise LaunchError(f"--log-dir {shown(path)}: cannot create it ({err.strerror}).",
                           hint="name a directory you can write to.") from None
     if not os.access(path, os.W_OK):
-        raise LaunchError(f"--log-dir {_short(path)} is not writable.", hint="name a directory you can write to.")
+        raise LaunchError(f"--log-dir {shown(path)} is not writable.", hint="name a directory you can write to.")
 
 
 def _candidate_gpus(spec: str) -> tuple[int, ...]:
     if spec in ("none", "cpu"):
         return ()
     return tuple(g.index for g in select(spec).gpus)
-
-
-def _short(value: object, limit: int = 60) -> str:
-    text = repr(value) if not isinstance(value, int) else str(value)
-    return text if len(text) <= limit else text[:limit] + "..."
 
 
 # --------------------------------------------------------------------------- the job
@@ -502,7 +498,7 @@ class _Job:
                 pumps.append(pump)
             return self._wait([p.rank for p in plans])
         except OSError as err:
-            raise LaunchError(f"cannot start {_short(command[0])}: {err.strerror}.",
+            raise LaunchError(f"cannot start {shown(command[0])}: {err.strerror}.",
                               hint="check the command after '--'.") from None
         finally:
             self._stop_all()
@@ -519,7 +515,7 @@ class _Job:
         try:
             return open(path, "a", encoding="utf-8", errors="replace")
         except OSError as err:
-            raise LaunchError(f"--log-dir: cannot write {_short(path)} ({err.strerror}).",
+            raise LaunchError(f"--log-dir: cannot write {shown(path)} ({err.strerror}).",
                               hint="name a directory you can write to.") from None
 
     def _pump(self, proc: subprocess.Popen[bytes], rank: int, log: IO[str] | None) -> None:
