@@ -72,8 +72,10 @@ def measure(layers: int, calls: int, repeats: int) -> dict[str, float]:
     step(x, y).numpy()  # traced and compiled here, before anything is measured
     plain = _best(lambda: step(x, y).numpy(), calls)
     capture = _best(lambda: verify.capture(lambda: step(x, y).numpy()), repeats)
-    recorder, spaces = verify._Recorder(), []
-    with verify._profiling(tf, spaces), verify._recording(recorder):
+    from tfdevices.verify import profiling, recording
+
+    recorder, spaces = recording._Recorder(), []
+    with profiling._profiling(tf, spaces), recording._recording(recorder):
         step(x, y).numpy()
     parse = _best(lambda: verify.read_trace(spaces[0]), repeats)
     trace = verify.read_trace(spaces[0])

@@ -39,7 +39,7 @@ _EXPORTS: dict[str, str] = {
     "plan_layers": "layers.plan", "LayerPlan": "layers.plan",
     "place_layers": "layers.place",
     # verify
-    "capture": "verify", "PlacementReport": "verify",
+    "capture": "verify", "PlacementReport": "verify", "read_profile": "verify",
     # many processes
     "launch_info": "jobs.env", "LaunchInfo": "jobs.env", "gpu_for_rank": "jobs.ranks",
     "measure_devices": "measure", "DeviceSpeed": "measure",

@@ -1,0 +1,291 @@
+"""Building the report: the calls Python made, paired with what the profiler saw them run.
+
+Each function call's executor contexts are placed on a device (from the ``_Send``
+keys of the tensors they copied, else the device their ops asked for, else the
+call's), each kernel becomes the ops of the model it ran (:mod:`tfdevices.verify.graph`),
+and on GPUs each op is then timed by the GPU's own clock (:mod:`tfdevices.verify.timing`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from tfdevices.verify.graph import _Graph, _model_ops
+from tfdevices.verify.host import _Execution, _Kernel, _Trace
+from tfdevices.verify.recording import _Call, _Recorder
+from tfdevices.verify.records import (
+    _COLLECTIVE, _DTYPE_BYTES, PLUMBING, TRANSFER_OPS, UNKNOWN_DEVICE, XLA_CLUSTER, Collective, OpPlacement,
+    Transfer, _gc_paused, _location, _us, union_length,
+)
+from tfdevices.verify.report import PlacementReport
+from tfdevices.verify.timing import apply_gpu_time, gpu_op_names
+
+__all__ = ["build_report"]
+
+@dataclass
+class _Built:
+    """The records of a report being built, and the timing origin (internal)."""
+
+    ops: list[OpPlacement] = field(default_factory=list)
+    copies: list[Transfer] = field(default_factory=list)
+    collectives: list[Collective] = field(default_factory=list)
+    graphs: list[tuple[str, Any]] = field(default_factory=list)
+    spans: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    on_gpu: dict[str, int] = field(default_factory=dict)  # op name -> the GPU that ran it (from device planes)
+
+
+def _pair_calls(trace: _Trace, recorder: _Recorder, *,
+                eager: bool = False) -> list[tuple[_Call | None, _Execution | None]]:
+    """Matches the calls Python made with the executions the profiler saw, in call order.
+
+    Executions no call matches follow, in time order: function calls, and with ``eager``
+    (reading a profile, where Python's calls were not recorded) eager ops too.
+    """
+    queues: dict[tuple[str, bool], list[_Execution]] = {}
+    for execution in reversed(trace.executions):
+        queues.setdefault((execution.name, execution.is_function), []).append(execution)
+    paired: list[tuple[_Call | None, _Execution | None]] = []
+    for call in recorder.calls:
+        queue = queues.get((call.name, call.is_function))
+        paired.append((call, queue.pop() if queue else None))
+    left = sorted((e for q in queues.values() for e in q if e.is_function or eager), key=lambda e: e.start_ps)
+    return paired + [(None, execution) for execution in left]
+
+
+def build_report(trace: _Trace, recorder: _Recorder | None = None) -> PlacementReport:
+    """Builds the report from the profiler's trace and the calls Python made (linear in the events).
+
+    Without a recorder (a profile read from disk) every execution the trace holds is
+    reported: ops whose device the trace does not name go to the host's CPU, and GPU
+    ops the host plane does not show are taken from the GPU's plane.
+    """
+    with _gc_paused():
+        return _build_report(trace, recorder)
+
+
+def _build_report(trace: _Trace, recorder: _Recorder | None) -> PlacementReport:
+    profile = recorder is None
+    recorder = recorder or _Recorder()
+    by_context: dict[int, list[_Kernel]] = {}
+    for kernel in trace.kernels:
+        by_context.setdefault(kernel.context, []).append(kernel)
+    paired = _pair_calls(trace, recorder, eager=profile)
+    gpu_starts = [k.start_ps for gpu in trace.gpus.values() for k in gpu.kernels[:1]]
+    origin = min([k.start_ps for k in trace.kernels] + [e.start_ps for _, e in paired if e is not None]
+                 + gpu_starts or [0])
+    built = _Built(on_gpu=gpu_op_names(trace.gpus))
+    for index, (call, execution) in enumerate(paired):
+        if execution is not None and execution.is_function and execution.contexts and not execution.xla:
+            name = execution.name
+            unplaced = [k for k in trace.unplaced
+                        if execution.start_ps <= k.start_ps <= execution.start_ps + execution.duration_ps]
+            _add_function(built, index, _Graph(recorder.graphs.get(name)), call,
+                          _contexts(execution, trace.parents), by_context, origin, unplaced)
+        elif execution is not None and execution.is_function or call is not None and call.is_function:
+            _add_cluster(built, index, call, execution, recorder, origin)
+        elif call is not None:
+            _add_eager(built, index, call, execution, origin)
+        elif execution is not None and execution.name not in built.on_gpu:  # an eager op read from a profile
+            _add_eager(built, index, _Call(execution.name, False, "/device:CPU:0", ""), execution, origin)
+    busy = {device: round(union_length(spans) / 1e6, 3) for device, spans in sorted(built.spans.items())}
+    if trace.gpus:
+        starts = [e.start_ps if e is not None else 0 for _, e in paired]
+        busy.update(apply_gpu_time(built, trace.gpus, origin, starts, keep_unmatched=profile))
+    return PlacementReport(tuple(built.ops), tuple(built.copies), tuple(built.collectives), tuple(built.graphs),
+                           busy_us=dict(sorted(busy.items())), notes=tuple(built.notes),
+                           steps=tuple(sorted(trace.steps)))
+
+
+def _contexts(execution: _Execution, parents: dict[int, int]) -> list[int]:
+    """The executor contexts of one function call, including functions it called."""
+    mine = set(execution.contexts)
+    nested = [c for c in parents if _root(c, parents) in mine]
+    return list(execution.contexts) + nested
+
+
+def _root(context: int, parents: dict[int, int]) -> int:
+    seen = set()
+    while context in parents and context not in seen:
+        seen.add(context)
+        context = parents[context]
+    return context
+
+
+def _context_devices(contexts: list[int], by_context: dict[int, list[_Kernel]]) -> dict[int, str]:
+    """The device of each executor context, from the transfers it sent or received."""
+    devices: dict[int, str] = {}
+    owner = {k.name: c for c in contexts for k in by_context.get(c, ()) if k.kernel not in TRANSFER_OPS}
+    recv_owner = {k.name: c for c in contexts for k in by_context.get(c, ()) if k.kernel in TRANSFER_OPS
+                  and k.stats is None}
+    for context in contexts:
+        for kernel in by_context.get(context, ()):
+            if kernel.stats is None:
+                continue
+            src, dst = _send_devices(kernel)
+            devices.setdefault(context, src)
+            receiver = recv_owner.get(_recv_name(kernel.name), owner.get(str(kernel.stats.get("to", ""))))
+            if receiver is not None and dst:
+                devices.setdefault(receiver, dst)
+    return devices
+
+
+def _recv_name(send: str) -> str:
+    """The ``_Recv`` TensorFlow's partitioner pairs with a ``_Send`` ("x/_1" -> "x/_2")."""
+    prefix, _, number = send.rpartition("/_")
+    return f"{prefix}/_{int(number) + 1}" if number.isdigit() else ""
+
+
+def _send_devices(kernel: _Kernel) -> tuple[str, str]:
+    parts = str((kernel.stats or {}).get("key", "")).split(";")
+    return (parts[0], parts[2]) if len(parts) >= 3 else ("", "")
+
+
+def _fallback_device(kernels: list[_Kernel], graph: _Graph, call: _Call | None, on_gpu: dict[str, int]) -> str:
+    """The device of a partition that copied nothing: the one its ops asked for, else the call's.
+
+    With no call (a profile), the GPU whose plane ran its kernels, else the host's CPU.
+    """
+    asked = set()
+    for kernel in kernels:
+        op = graph.op(kernel.name)
+        device = graph.asked(op) if op is not None else ""
+        if device:
+            asked.add(device)
+            if len(asked) > 1:
+                break
+    if len(asked) == 1:
+        return asked.pop()
+    if call is not None and call.device:
+        return call.device
+    if call is None:
+        gpus = [on_gpu[k.name] for k in kernels if k.name in on_gpu]
+        if gpus:
+            return f"/device:GPU:{max(set(gpus), key=gpus.count)}"
+    return call.requested if call is not None and call.requested else "/device:CPU:0"
+
+
+def _add_function(built: _Built, index: int, graph: _Graph, call: _Call | None, contexts: list[int],
+                  by_context: dict[int, list[_Kernel]], origin: int, unplaced: list[_Kernel]) -> None:
+    """Adds one function call's kernels; ``unplaced`` are those whose executor step the trace does not name."""
+    devices = _context_devices(contexts, by_context)
+    recvs = {k.name: (c, k) for c in contexts for k in by_context.get(c, ()) if k.kernel in TRANSFER_OPS
+             and k.stats is None}
+    for context in contexts:
+        kernels = by_context.get(context, [])
+        where = devices.get(context) or _fallback_device(kernels, graph, call, built.on_gpu)
+        _add_kernels(built, index, graph, kernels, _location(where), recvs, origin)
+    # Kernels of this call's graph only: other work (tf.data threads ...) may run during the call.
+    mine = [k for k in unplaced if k.kernel not in PLUMBING
+            and graph.find(str(k.stats.get("from", "")) if k.stats else k.name)[0] is not None]
+    for kernel in mine:  # a _Send runs on the device its key names first
+        if kernel.stats is not None:
+            _add_kernels(built, index, graph, [kernel], _location(_send_devices(kernel)[0]), recvs, origin)
+    unknown = [k for k in mine if k.kernel not in TRANSFER_OPS]
+    if unknown:
+        _add_kernels(built, index, graph, unknown, UNKNOWN_DEVICE, recvs, origin)
+        names = sorted({k.name for k in unknown})
+        built.notes.append(f"call {index}: the profiler's trace does not tie {len(unknown)} kernel(s) to an "
+                           f"executor step ({', '.join(names[:5])}{', ...' if len(names) > 5 else ''}): "
+                           f"reported on device {UNKNOWN_DEVICE!r}")
+    if graph._graph is not None:  # serialized by the writer, which puts each node's executed device in
+        built.graphs.append((f"call_{index:03d}", graph._graph))
+
+
+def _add_kernels(built: _Built, index: int, graph: _Graph, kernels: list[_Kernel], device: str,
+                 recvs: dict[str, tuple[int, _Kernel]], origin: int) -> None:
+    """Adds the ops, transfers and collectives of kernels that ran on ``device``."""
+    for kernel in kernels:
+        if kernel.kernel in PLUMBING or (kernel.kernel in TRANSFER_OPS and kernel.stats is None):
+            continue
+        start, duration = _us(kernel.start_ps - origin), _us(kernel.duration_ps)
+        if device != UNKNOWN_DEVICE:
+            built.spans.setdefault(device, []).append((kernel.start_ps, kernel.start_ps + kernel.duration_ps))
+        if kernel.stats is not None:
+            built.copies.append(_transfer(kernel, graph, recvs, index, start, duration))
+            continue
+        for name, model_op, asked in _model_ops(graph, kernel.name, kernel.kernel):
+            built.ops.append(OpPlacement(name, model_op, device, _requested(asked), index, kernel.kernel,
+                                         kernel.name, start, duration))
+        if _COLLECTIVE.match(kernel.kernel):
+            op = graph.op(kernel.name)
+            built.collectives.append(Collective(kernel.name, kernel.kernel, device, _attr(op, "merge_op"),
+                                                _attr(op, "T"), index))
+
+
+def _transfer(send: _Kernel, graph: _Graph, recvs: dict[str, tuple[int, _Kernel]], call: int,
+              start: float, duration: float) -> Transfer:
+    src, dst = _send_devices(send)
+    stats = send.stats or {}
+    source = str(stats.get("from", ""))
+    consumer, prefix = graph.find(str(stats.get("to", "")))
+    index = next((t.value_index for t in getattr(consumer, "inputs", ()) if prefix + t.op.name == source), 0)
+    producer, _ = graph.find(source)
+    outputs = producer.outputs if producer is not None else ()
+    value = outputs[index] if index < len(outputs) else None
+    tensor = f"{producer.name if producer is not None else source}:{index}"
+    dtype = value.dtype.name if value is not None else ""
+    shape = None
+    if value is not None and value.shape.rank is not None:
+        shape = tuple(-1 if d is None else d for d in value.shape.as_list())
+    size = None
+    if shape is not None and all(d >= 0 for d in shape) and dtype in _DTYPE_BYTES:
+        size = _DTYPE_BYTES[dtype] * math.prod(shape)
+    recv = _recv_name(send.name)
+    return Transfer(_location(src), _location(dst), tensor, dtype, shape, size, send.name,
+                    recv if recv in recvs else "", call, start, duration)
+
+
+def _attr(op: Any, name: str) -> str:
+    if op is None:
+        return ""
+    try:
+        value = op.get_attr(name)
+    except (ValueError, TypeError):
+        return ""
+    if isinstance(value, bytes):
+        return value.decode()
+    return getattr(value, "name", str(value))
+
+
+_GRAPH_PLUMBING = frozenset({"Placeholder", "NoOp", "Identity", "IdentityN"})
+
+
+def _add_cluster(built: _Built, index: int, call: _Call | None, execution: _Execution | None,
+                 recorder: _Recorder, origin: int) -> None:
+    """A function XLA compiled into one executable: its ops ran together on the call's device."""
+    name = execution.name if execution is not None else call.name if call is not None else ""
+    graph = recorder.graphs.get(name)
+    device = _location((call.device or call.requested) if call is not None else "") if call else "?"
+    start = _us(execution.start_ps - origin) if execution is not None else None
+    duration = _us(execution.duration_ps) if execution is not None else None
+    if execution is not None:
+        built.spans.setdefault(device, []).append((execution.start_ps, execution.start_ps + execution.duration_ps))
+    ops = [op for op in graph.get_operations() if op.type not in _GRAPH_PLUMBING] if graph is not None else []
+    for op in ops:
+        built.ops.append(OpPlacement(op.name, op.type, device, _requested(op.device), index, XLA_CLUSTER, name,
+                                     start, duration))
+    if not ops:
+        built.ops.append(OpPlacement(name, XLA_CLUSTER, device, "", index, XLA_CLUSTER, name, start, duration))
+
+
+def _add_eager(built: _Built, index: int, call: _Call, execution: _Execution | None, origin: int) -> None:
+    device = _location(call.device or call.requested)
+    start = _us(execution.start_ps - origin) if execution is not None else None
+    duration = _us(execution.duration_ps) if execution is not None else None
+    if execution is not None:
+        built.spans.setdefault(device, []).append((execution.start_ps, execution.start_ps + execution.duration_ps))
+    if call.name in PLUMBING:
+        return
+    built.ops.append(OpPlacement(call.name, call.name, device, _requested(call.requested), index, call.name,
+                                 call.name, start, duration))
+    if _COLLECTIVE.match(call.name):
+        built.collectives.append(Collective(call.name, call.name, device, "", "", index))
+
+
+def _requested(device: str) -> str:
+    return _location(device) if device else ""
+
+

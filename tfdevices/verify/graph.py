@@ -1,0 +1,128 @@
+"""The model graph of a function: the ops the program wrote, looked up by the names that ran.
+
+TensorFlow rewrites graphs before running them (oneDNN, grappler's fusions, inlining);
+these helpers map an executed kernel back to the ops of the traced graph it ran.
+"""
+
+from __future__ import annotations
+
+import re
+import weakref
+from typing import Any
+
+__all__: list[str] = []
+
+_OPS_BY_NAME: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
+
+
+_CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
+
+
+class _Graph:
+    """The ops a function's traced graph holds, looked up by executed name (internal).
+
+    TensorFlow inlines the functions a function calls, naming their ops after the
+    call op (``"StatefulPartitionedCall/model/dense/MatMul"``); those are looked up in
+    the called function's graph and reported by the name the program gave them there
+    (``"model/dense/MatMul"``; ``kernel_name`` keeps the executed name).
+    """
+
+    def __init__(self, graph: Any) -> None:
+        self._graph = graph
+        self._ops: dict[str, Any] = {}
+        self._inner: dict[str, _Graph | None] = {}
+        self._asked: dict[str, str] = {}
+        if graph is not None:
+            cached = _OPS_BY_NAME.get(graph)
+            if cached is None:
+                cached = _OPS_BY_NAME[graph] = {op.name: op for op in graph.get_operations()}
+            self._ops = cached
+
+    def find(self, name: str) -> tuple[Any, str]:
+        """The op an executed node name stands for, and the prefix of the call it was inlined from."""
+        op = self._ops.get(name)
+        if op is not None or self._graph is None:
+            return op, ""
+        at = name.find("/")
+        while at > 0:
+            inner = self._called(name[:at])
+            if inner is not None:
+                op, prefix = inner.find(name[at + 1:])
+                if op is not None:
+                    return op, f"{name[:at]}/{prefix}"
+            at = name.find("/", at + 1)
+        return None, ""
+
+    def op(self, name: str) -> Any:
+        return self.find(name)[0]
+
+    def asked(self, op: Any) -> str:
+        """The device ``op`` asked for (read from TensorFlow once per op)."""
+        device = self._asked.get(op.name)
+        if device is None:
+            device = self._asked[op.name] = op.device
+        return device
+
+    def _called(self, call_name: str) -> _Graph | None:
+        if call_name not in self._inner:
+            call = self._ops.get(call_name)
+            inner = None
+            if call is not None and call.type in _CALL_OPS:
+                try:
+                    function = getattr(self._graph, "_functions", {}).get(call.get_attr("f").name)
+                    inner = _Graph(function.graph) if function is not None else None
+                except (ValueError, AttributeError):
+                    inner = None
+            self._inner[call_name] = inner
+        return self._inner[call_name]
+
+    def tensor(self, name: str) -> Any:
+        op_name, _, index = name.rpartition(":")
+        op = self.op(op_name)
+        try:
+            return op.outputs[int(index)] if op is not None else None
+        except (IndexError, ValueError):
+            return None
+
+
+_MKL_PREFIX = re.compile(r"^_Mkl(?:Native)?")
+_FUSED_BASE = {"FusedBatchNormEx": "FusedBatchNormV3"}
+
+
+def _base_type(kernel: str) -> str:
+    """The op a kernel implements: ``_MklMatMul`` -> ``MatMul``, ``_FusedMatMul`` -> ``MatMul``."""
+    plain = _MKL_PREFIX.sub("", kernel).lstrip("_")
+    if plain.startswith("Fused") and plain not in ("FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3"):
+        plain = plain[len("Fused"):]
+    return _FUSED_BASE.get(plain, plain)
+
+
+def _is_fused(kernel: str) -> bool:
+    return "Fused" in kernel and _base_type(kernel) != _MKL_PREFIX.sub("", kernel).lstrip("_")
+
+
+def _fused_chain(op: Any, base: str, depth: int = 4) -> list[Any] | None:
+    """The ops from a fused kernel's first op (of type ``base``) to ``op``, its last; ``None`` if not found."""
+    if op.type == base:
+        return [op]
+    if depth == 0:
+        return None
+    for tensor in op.inputs:
+        chain = _fused_chain(tensor.op, base, depth - 1)
+        if chain is not None:
+            return [*chain, op]
+    return None
+
+
+def _model_ops(graph: _Graph, name: str, kernel: str) -> list[tuple[str, str, str]]:
+    """``(name, model op, requested device)`` for each op the user wrote that this kernel ran."""
+    op, _ = graph.find(name)
+    if op is None:
+        return [(name, _base_type(kernel), "")]
+    if _is_fused(kernel):
+        chain = _fused_chain(op, _base_type(kernel))
+        if chain is not None:
+            return [(o.name, o.type, graph.asked(o)) for o in chain]
+    return [(op.name, op.type, graph.asked(op))]
+
+

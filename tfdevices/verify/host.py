@@ -1,0 +1,294 @@
+"""Reading the profiler's host plane: calls, executor steps and the kernels that ran in them.
+
+:func:`read_trace` reads one serialized XSpace (what TensorFlow's profiler writes as
+``<host>.xplane.pb``): the host plane here, each GPU's plane in
+:mod:`tfdevices.verify.device`. One pass over the events; nothing is kept that the
+report does not use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tfdevices.verify.device import GpuPlane, gpu_index, read_gpu_plane
+from tfdevices.verify.records import TRANSFER_OPS, _gc_paused
+
+__all__ = ["read_trace", "parse_space"]
+
+#: The host plane's name in every XSpace TensorFlow writes.
+HOST_PLANE = "/host:CPU"
+#: Step markers written by ``tf.profiler.experimental.Trace(NAME, step_num=N)`` (tf_keras' fit, custom loops).
+_STEP_EVENTS = frozenset({"train", "test", "predict"})
+
+@dataclass(slots=True)
+class _Kernel:
+    """One kernel event of the trace (internal)."""
+
+    name: str
+    kernel: str
+    start_ps: int
+    duration_ps: int
+    context: int = 0
+    stats: dict[str, Any] | None = None
+
+
+@dataclass
+class _Execution:
+    """One call TensorFlow executed (internal): a function, an XLA cluster or an eager op."""
+
+    name: str
+    is_function: bool
+    start_ps: int
+    duration_ps: int
+    contexts: list[int] = field(default_factory=list)
+    xla: bool = False
+
+
+@dataclass
+class _Trace:
+    """What the profiler recorded (internal): calls on the Python thread, kernels by executor context."""
+
+    executions: list[_Execution] = field(default_factory=list)
+    kernels: list[_Kernel] = field(default_factory=list)
+    parents: dict[int, int] = field(default_factory=dict)  # nested function context -> caller context
+    outside: set[int] = field(default_factory=set)  # contexts of runs outside any call (tf.data ...)
+    unplaced: list[_Kernel] = field(default_factory=list)  # kernels whose executor step the trace does not name
+    gpus: dict[int, GpuPlane] = field(default_factory=dict)  # each GPU's own timeline, by plane ordinal
+    steps: set[int] = field(default_factory=set)  # step numbers marked on the host plane
+    skipped: list[str] = field(default_factory=list)  # planes not read, as "name (why)"
+    host_events: int = 0  # events on the host plane (read or not)
+
+
+def _stat_value(stat: Any, names: dict[int, str]) -> Any:
+    kind = stat.WhichOneof("value")
+    value = getattr(stat, kind) if kind else None
+    return names.get(value, value) if kind == "ref_value" else value
+
+
+def parse_space(data: bytes) -> Any:
+    """The XSpace a ``*.xplane.pb`` file holds (``DecodeError`` when it is not one)."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2  # noqa: PLC0415 (lazy TensorFlow)
+
+    return xplane_pb2.XSpace.FromString(data)
+
+
+def read_trace(data: bytes | Any) -> _Trace:
+    """Reads an XSpace (serialized, or parsed by :func:`parse_space`) into calls and kernels, one pass.
+
+    On the host plane, TensorFlow records each eager call (``EagerExecute``, with the op or
+    function name), each function partition it runs (``FunctionRun``, producing a context
+    id), each executor step of a partition (``ExecutorState::Process``, consuming that id)
+    and, inside it, each kernel as ``name:kernel`` with its start and duration. On a GPU
+    these host kernels are launches; each ``/device:GPU:N`` plane holds what the GPU ran
+    (:func:`tfdevices.verify.device.read_gpu_plane`). Other planes are named in ``skipped``.
+
+    A span is written when it ends, so a step still ending when the profiler stops is
+    missing while its kernels are not (the call returns as soon as its last kernel is
+    done, on another thread). Such kernels are given the step that scheduled them: the
+    thread pool records each closure it is given (``ThreadpoolListener::Record``) and the
+    start of its run (``ThreadpoolListener::StartRegion``) with one id; the span around
+    the ``Record`` names the step. A kernel whose step cannot be traced this way keeps
+    no context and is reported on an unknown device.
+    """
+    space = parse_space(data) if isinstance(data, (bytes, bytearray, memoryview)) else data
+    trace = _Trace()
+    with _gc_paused():
+        for plane in space.planes:
+            index = gpu_index(plane.name)
+            if plane.name == HOST_PLANE:
+                _read_host_plane(plane, trace)
+            elif index is not None:
+                trace.gpus[index] = read_gpu_plane(plane, index)
+            elif plane.lines:
+                trace.skipped.append(plane.name)
+    trace.executions.sort(key=lambda e: e.start_ps)
+    _claim_orphans(trace)
+    return trace
+
+
+def _claim_orphans(trace: _Trace) -> None:
+    """Gives executor contexts whose ``FunctionRun`` is missing from the trace to the call that ran them.
+
+    A context is claimed by the function call whose span holds its first kernel.
+    """
+    known = set(trace.parents) | trace.outside | {c for e in trace.executions for c in e.contexts}
+    first: dict[int, int] = {}
+    for kernel in trace.kernels:
+        if kernel.context and kernel.context not in known and kernel.context not in first:
+            first[kernel.context] = kernel.start_ps
+    calls = [e for e in trace.executions if e.is_function and e.contexts]
+    for context, start in first.items():
+        owner = next((e for e in calls if e.start_ps <= start <= e.start_ps + e.duration_ps), None)
+        if owner is not None:
+            owner.contexts.append(context)
+
+
+(_KERNEL, _PROCESS, _ASYNC, _EAGER, _RUN, _ASYNC_DONE, _DONE_CALLBACK, _SCHEDULED, _REGION_START,
+ _REGION_STOP) = range(10)
+_STEP = 10  # a step marker (tf.profiler.experimental.Trace("train", step_num=N))
+_EVENT_KINDS = {"ExecutorState::Process": _PROCESS, "ExecutorState::ProcessAsync::Start": _ASYNC,
+                "EagerExecute": _EAGER, "FunctionRun": _RUN, "ExecutorState::ProcessAsync::Done": _ASYNC_DONE,
+                "ExecutorDoneCallback": _DONE_CALLBACK, "ThreadpoolListener::Record": _SCHEDULED,
+                "ThreadpoolListener::StartRegion": _REGION_START, "ThreadpoolListener::StopRegion": _REGION_STOP}
+
+#: Where an event ran, before the thread-pool links are followed (internal): ``("step", context)``,
+#: ``("async", id)`` (inside the completion of an asynchronous kernel), ``("region", id)`` (in a
+#: thread-pool closure outside any recorded step) or ``None`` (nowhere a step can be read from).
+_Where = tuple[str, int] | None
+
+
+def _event_kinds(plane: Any) -> dict[int, tuple[int, str, str]]:
+    """``metadata id -> (kind, op name, kernel)`` for the events capture reads; others are skipped."""
+    kinds = {}
+    for key, meta in plane.event_metadata.items():
+        name, kernel = meta.name, meta.display_name
+        if kernel and name.endswith(":" + kernel):
+            kinds[key] = (_KERNEL, name[: -len(kernel) - 1], kernel)
+        elif name in _EVENT_KINDS:
+            kinds[key] = (_EVENT_KINDS[name], name, "")
+        elif name in _STEP_EVENTS:
+            kinds[key] = (_STEP, name, "")
+    return kinds
+
+
+@dataclass
+class _Links:
+    """What ties kernels to executor steps across threads (internal), filled while reading lines."""
+
+    scheduled: dict[int, _Where] = field(default_factory=dict)  # closure id -> where it was scheduled
+    async_starts: dict[int, _Where] = field(default_factory=dict)  # async kernel id -> where it started
+    pending: list[tuple[_Kernel, _Where]] = field(default_factory=list)  # kernels outside any recorded step
+
+    def resolve(self, where: _Where) -> int:
+        """The executor context ``where`` leads to, or 0 when the trace does not say."""
+        seen: set[tuple[str, int]] = set()
+        while where is not None and where[0] in ("region", "async") and where not in seen:
+            seen.add(where)
+            kind, key = where
+            where = (self.scheduled if kind == "region" else self.async_starts).get(key)
+        return where[1] if where is not None and where[0] == "step" else 0
+
+
+def _read_host_plane(plane: Any, trace: _Trace) -> None:
+    names = {key: meta.name for key, meta in plane.stat_metadata.items()}
+    kinds = _event_kinds(plane)
+    ids = {name: key for key, name in names.items() if name in ("_c", "_p", "step_num")}
+    links = _Links()
+    for line in plane.lines:
+        trace.host_events += len(line.events)
+        _read_line(line, kinds, names, ids.get("_c", -1), ids.get("_p", -1), trace, links)
+        if ids.get("step_num") is not None:
+            _read_steps(line, kinds, ids["step_num"], trace.steps)
+    for kernel, where in links.pending:
+        kernel.context = links.resolve(where)
+        if not kernel.context:
+            trace.unplaced.append(kernel)
+
+
+def _read_line(line: Any, kinds: dict[int, tuple[int, str, str]], names: dict[int, str], consumed: int,
+               produced_id: int, trace: _Trace, links: _Links) -> None:
+    """Reads one thread's events; kernels outside any recorded step go to ``links.pending``.
+
+    ``consumed`` and ``produced_id`` are the ids of the ``_c`` and ``_p`` stats (the flow ids
+    TensorFlow's profiler ties a producer event to its consumer with).
+    """
+    base = line.timestamp_ns * 1000
+    kernels = trace.kernels
+    # The spans open at the current event, innermost last, as (end, where); the thread-pool closure running.
+    spans: list[tuple[int, _Where]] = []
+    region: _Where = None
+    process_end = 0
+    current: _Execution | None = None
+    for event in line.events:
+        kind = kinds.get(event.metadata_id)
+        if kind is None:
+            continue
+        code, name, kernel = kind
+        if code == _STEP:
+            continue
+        start = base + event.offset_ps
+        while spans and spans[-1][0] <= start:
+            spans.pop()
+        inner = spans[-1][1] if spans else region
+        if code == _KERNEL:
+            if current is not None and current.is_function and kernel == current.name:
+                current.xla = True  # the function ran as one compiled XLA executable
+                continue
+            if (inner is None or inner[0] != "step") and _int_stat(event, consumed):
+                # The body of an asynchronous kernel (a collective) run by its own executor, outside any
+                # step; the kernel is recorded where it started (ProcessAsync::Start).
+                continue
+            stats = _stats(event, names) if kernel in TRANSFER_OPS else None
+            kernels.append(_Kernel(name, kernel, start, event.duration_ps, 0, stats))
+            _place(kernels[-1], inner, links)
+        elif code == _PROCESS:
+            process_end = start + event.duration_ps
+            spans.append((process_end, ("step", _int_stat(event, consumed))))
+        elif code == _ASYNC:  # an asynchronous kernel (_Recv, collectives) starts
+            stats = _stats(event, names)
+            kernels.append(_Kernel(str(stats.get("name", "")), str(stats.get("kernel_type", "")), start,
+                                   event.duration_ps))
+            _place(kernels[-1], inner, links)
+            links.async_starts[_int_stat(event, produced_id)] = inner
+        elif code == _ASYNC_DONE:  # it completes: what it schedules continues the step it started in
+            spans.append((start + event.duration_ps, ("async", _int_stat(event, consumed))))
+        elif code == _DONE_CALLBACK:  # a step's callback: what it schedules is not that step's work
+            spans.append((start + event.duration_ps, None))
+        elif code == _SCHEDULED:
+            links.scheduled[_int_stat(event, produced_id)] = inner
+        elif code == _REGION_START:
+            region = ("region", _int_stat(event, consumed))
+        elif code == _REGION_STOP:
+            region = None
+        elif code == _EAGER:
+            stats = _stats(event, names)
+            current = _Execution(str(stats.get("eager_op", "")), bool(stats.get("is_func")), start,
+                                 event.duration_ps)
+            trace.executions.append(current)
+            spans.append((start + event.duration_ps, ("eager", 0)))  # an eager op's kernels: no step
+        else:  # FunctionRun: a function partition starts; its executor steps consume the context it produces
+            produced = _int_stat(event, produced_id)
+            caller = next((w[1] for _, w in reversed(spans) if w is not None and w[0] == "step"), 0)
+            spans.append((start + event.duration_ps, ("step", produced)))
+            if current is not None and start < current.start_ps + current.duration_ps:
+                current.contexts.append(produced)
+            elif caller and start < process_end:
+                trace.parents[produced] = caller  # a function called from inside a function
+            else:  # a run outside any call or step (tf.data and the like): not reported
+                trace.outside.add(produced)
+
+
+def _read_steps(line: Any, kinds: dict[int, tuple[int, str, str]], step_num: int, steps: set[int]) -> None:
+    """Adds the ``step_num`` of the line's step markers to ``steps``."""
+    for event in line.events:
+        kind = kinds.get(event.metadata_id)
+        if kind is not None and kind[0] == _STEP:
+            for stat in event.stats:
+                if stat.metadata_id == step_num:
+                    steps.add(int(stat.int64_value or stat.uint64_value))
+
+
+def _place(kernel: _Kernel, inner: _Where, links: _Links) -> None:
+    """Sets the kernel's context from the innermost span around it, or leaves it for the thread-pool links.
+
+    ``inner`` is that span (or the thread-pool closure running when no span is open).
+    """
+    if inner is not None and inner[0] == "step":
+        kernel.context = inner[1]
+    elif inner is None or inner[0] != "eager":  # eager ops are reported from their calls, not their kernels
+        links.pending.append((kernel, inner))
+
+
+def _int_stat(event: Any, stat_id: int) -> int:
+    """The integer value of the event's stat ``stat_id`` (0 when absent)."""
+    for stat in event.stats:
+        if stat.metadata_id == stat_id:
+            return stat.uint64_value or stat.int64_value
+    return 0
+
+
+def _stats(event: Any, names: dict[int, str]) -> dict[str, Any]:
+    return {names[s.metadata_id]: _stat_value(s, names) for s in event.stats}
+
+

@@ -1,0 +1,64 @@
+"""What Python saw while a capture ran: eager ops and function calls, and each function's graph."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__: list[str] = []
+
+@dataclass
+class _Call:
+    """One op or function call seen by the op callback (internal)."""
+
+    name: str
+    is_function: bool
+    device: str  # where its outputs (or, with none, its first input) live
+    requested: str  # the device scope it was called in
+
+
+@dataclass
+class _Recorder:
+    """What :func:`capturing` records on the Python side while the block runs (internal)."""
+
+    calls: list[_Call] = field(default_factory=list)
+    graphs: dict[str, Any] = field(default_factory=dict)
+
+    def on_op(self, op_type: Any, inputs: Any, attrs: Any, outputs: Any, op_name: Any = None,
+              graph: Any = None) -> None:
+        """The op callback: records eager ops and function calls, ignores graph construction."""
+        if graph is not None:
+            return
+        from tensorflow.python.eager import context  # noqa: PLC0415 (lazy TensorFlow)
+
+        name = op_type.decode() if isinstance(op_type, bytes) else str(op_type)
+        values = list(outputs or ()) or list(inputs or ())
+        device = getattr(values[0], "device", "") if values else ""
+        self.calls.append(_Call(name, name in self.graphs, device or "", context.context().device_name or ""))
+
+
+@contextlib.contextmanager
+def _recording(recorder: _Recorder) -> Iterator[None]:
+    """Records calls (an op callback) and the graph of every function called (internal)."""
+    from tensorflow.python.eager.polymorphic_function import atomic_function  # noqa: PLC0415
+    from tensorflow.python.framework import op_callbacks  # noqa: PLC0415 (lazy TensorFlow)
+
+    original = atomic_function.AtomicFunction.call_flat
+
+    def call_flat(function: Any, *args: Any) -> Any:
+        name = function.name.decode()
+        if name not in recorder.graphs:
+            recorder.graphs[name] = function.graph
+        return original(function, *args)
+
+    atomic_function.AtomicFunction.call_flat = call_flat
+    op_callbacks.add_op_callback(recorder.on_op)
+    try:
+        yield
+    finally:
+        op_callbacks.remove_op_callback(recorder.on_op)
+        atomic_function.AtomicFunction.call_flat = original
+
+

@@ -1,0 +1,259 @@
+"""The records of a placement report: ops, transfers, collectives, variable reads, diffs.
+
+Plain frozen dataclasses and the constants every part of :mod:`tfdevices.verify`
+shares; nothing here reads a trace or imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import gc
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from tfdevices.core.devices import short_name, task_of
+from tfdevices.core.errors import SpecError
+from tfdevices.core.units import format_bytes
+
+__all__ = [
+    "Collective", "OpPlacement", "PlacementDiff", "Transfer", "VariableRead", "union_length",
+    "PLUMBING", "TRANSFER_OPS", "XLA_CLUSTER", "UNKNOWN_DEVICE", "JSON_VERSION",
+]
+
+#: Function plumbing, not computation: left out of ``report.ops``.
+PLUMBING = frozenset({"_Arg", "_Retval", "_DeviceArg", "_DeviceRetval", "NoOp"})
+#: Transfer ops: reported as :class:`Transfer`, not as ops.
+TRANSFER_OPS = frozenset({"_Send", "_Recv", "_HostSend", "_HostRecv"})
+_COLLECTIVE = re.compile(r"^_?(Collective|Nccl)")
+#: The kernel named for ops that XLA compiled together into one executable.
+XLA_CLUSTER = "XlaCluster"
+#: The device of an op whose kernel the trace does not tie to a device (the report's notes say which).
+UNKNOWN_DEVICE = "?"
+#: The version of the JSON schema :meth:`PlacementReport.to_json` writes (see the module docstring).
+JSON_VERSION = 3
+_DTYPE_BYTES = {
+    "float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "half": 2, "float": 4, "double": 8,
+    "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "int32": 4, "uint32": 4, "int64": 8,
+    "uint64": 8, "bool": 1, "complex64": 8, "complex128": 16,
+}
+
+
+# ----------------------------------------------------------------------------- records
+
+@dataclass(frozen=True)
+class OpPlacement:
+    """One executed op.
+
+    A kernel that fused several ops (``_FusedMatMul`` running a MatMul, its BiasAdd and
+    its Relu) gives one record per op it ran, each naming that kernel.
+
+    Attributes:
+        name: the op's name as the program wrote it (``"sequential/dense_2/MatMul"``).
+        type: the model op: the op type the program wrote (``"MatMul"``), whatever kernel ran it.
+        device: where it ran: ``"CPU:1"``, or ``"worker:1/GPU:0"`` on another job's task.
+        requested: the device the program asked for (``""`` when none was asked).
+        call: index of the function call (or eager op) it belongs to, in capture order.
+        kernel: the kernel TensorFlow executed (``"_FusedMatMul"``, ``"_MklMatMul"``,
+            ``"MatMul"``, or ``"XlaCluster"`` for ops XLA compiled together).
+        kernel_name: the executed kernel's node name (a fused kernel is named after its last
+            op: ``"dense_2/Relu"``), or the XLA cluster's function name.
+        start_us: when the op started, in microseconds from the first event captured
+            (``None`` when the profiler did not time it). On a GPU this is the GPU's own clock:
+            the start of its first kernel on the device.
+        duration_us: how long it ran, in microseconds (shared by the ops a kernel fused). On a
+            GPU: the union of its kernels on the device, not the host's launch.
+        launch_us: on a GPU, when the host launched it (the host-side event's start), in
+            microseconds from the first event; ``None`` for ops that ran on a CPU, and for GPU
+            ops read from a profile whose host plane does not show the launch.
+        kernels: on a GPU, the names of the device kernels that ran it (``()`` elsewhere, and
+            for a GPU op seen only on the host: the report's ``notes`` count those).
+    """
+
+    name: str
+    type: str
+    device: str
+    requested: str = ""
+    call: int = 0
+    kernel: str = ""
+    kernel_name: str = ""
+    start_us: float | None = None
+    duration_us: float | None = None
+    launch_us: float | None = None
+    kernels: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """One tensor copied between devices (a matched ``_Send``/``_Recv`` pair).
+
+    Attributes:
+        src: the sending device.
+        dst: the receiving device.
+        tensor: the tensor copied (``"dense_1/BiasAdd:0"``).
+        dtype: its dtype name (``"float32"``), ``""`` when unknown.
+        shape: its shape, ``None`` when unknown; ``-1`` marks an unknown dimension.
+        bytes: its size, ``None`` unless dtype and shape are fully known.
+        send_op: the ``_Send`` op's name (``""`` when the sender is the client).
+        recv_op: the ``_Recv`` op's name (``""`` when not seen).
+        call: index of the function call it belongs to.
+        start_us: when the copy started, in microseconds from the first event captured: the
+            ``_Send``'s start, or on a GPU the device's memcpy.
+        duration_us: how long it ran, in microseconds (on a GPU, the memcpy's own time).
+        kind: ``""`` for a copy seen as a ``_Send``/``_Recv`` pair only; on a GPU the memcpy's
+            direction: ``"H2D"``, ``"D2H"``, ``"D2D"`` (within one device) or ``"P2P"`` (peer).
+    """
+
+    src: str
+    dst: str
+    tensor: str
+    dtype: str = ""
+    shape: tuple[int, ...] | None = None
+    bytes: int | None = None
+    send_op: str = ""
+    recv_op: str = ""
+    call: int = 0
+    start_us: float | None = None
+    duration_us: float | None = None
+    kind: str = ""
+
+    def describe(self) -> str:
+        """``"CPU:0 -> CPU:1 dense_1/BiasAdd:0 float32[32,16] 2.0 KiB"``."""
+        shape = "?" if self.shape is None else ",".join("?" if d < 0 else str(d) for d in self.shape)
+        return f"{self.src} -> {self.dst} {self.tensor} {self.dtype or '?'}[{shape}] {format_bytes(self.bytes)}"
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective op (all-reduce, all-gather, broadcast ... of ``tf.distribute`` or NCCL).
+
+    Attributes:
+        name: the op's name.
+        type: the op type (``"CollectiveReduceV2"``, ``"NcclAllReduce"`` ...).
+        device: where it ran.
+        reduction: the merge op of a reduction (``"Add"``), ``""`` for others.
+        dtype: the reduced tensor's dtype name.
+        call: index of the compiled function it belongs to.
+        start_us: when it started, in microseconds from the first event (on a GPU, its NCCL
+            kernel's start on the device); ``None`` when not timed.
+        duration_us: how long it ran, in microseconds; ``None`` when not timed.
+    """
+
+    name: str
+    type: str
+    device: str
+    reduction: str = ""
+    dtype: str = ""
+    call: int = 0
+    start_us: float | None = None
+    duration_us: float | None = None
+
+
+@dataclass(frozen=True)
+class VariableRead:
+    """A read of a resource variable, and the devices that consumed the value.
+
+    Attributes:
+        op: the ``ReadVariableOp``'s name; the variable's layer is its scope.
+        stored_on: the device holding the variable (reads run where the variable lives).
+        read_on: the variable's own device and every device the value is copied to;
+            a device other than ``stored_on`` means a copy on every call.
+        bytes: the value's size when known.
+    """
+
+    op: str
+    stored_on: str
+    read_on: tuple[str, ...]
+    bytes: int | None = None
+
+    @property
+    def crosses_devices(self) -> bool:
+        """Whether the value is copied to another device."""
+        return any(device != self.stored_on for device in self.read_on)
+
+
+@dataclass(frozen=True)
+class PlacementDiff:
+    """What changed between two reports (``before.diff(after)``).
+
+    Attributes:
+        moved: ``(op name, device before, device after)`` for ops that changed device.
+        added: ops only in the second report, as ``(name, device)``.
+        removed: ops only in the first report, as ``(name, device)``.
+        transfers_before: transfer counts per ``"src -> dst"`` in the first report.
+        transfers_after: the same in the second report.
+    """
+
+    moved: tuple[tuple[str, str, str], ...]
+    added: tuple[tuple[str, str], ...]
+    removed: tuple[tuple[str, str], ...]
+    transfers_before: dict[str, int] = field(default_factory=dict)
+    transfers_after: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def unchanged(self) -> bool:
+        """True when no op moved, appeared or disappeared and the transfers are the same."""
+        return not (self.moved or self.added or self.removed) and self.transfers_before == self.transfers_after
+
+    def summary(self) -> str:
+        """One line per change."""
+        if self.unchanged:
+            return "placement unchanged"
+        lines = [f"moved {name}: {a} -> {b}" for name, a, b in self.moved]
+        lines += [f"added {name} on {device}" for name, device in self.added]
+        lines += [f"removed {name} from {device}" for name, device in self.removed]
+        if self.transfers_before != self.transfers_after:
+            lines.append(f"transfers {self.transfers_before} -> {self.transfers_after}")
+        return "\n".join(lines)
+
+
+@functools.lru_cache(maxsize=1024)
+def _location(device: str) -> str:
+    """Report name of a TF device string: ``"CPU:1"`` or ``"worker:1/CPU:1"``; ``"?"`` when unplaced."""
+    if not device:
+        return "?"
+    try:
+        short = short_name(device)
+    except SpecError:
+        return device
+    task = task_of(device)
+    return short if task is None or task.startswith("localhost:") else f"{task}/{short}"
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pauses Python's cyclic garbage collector while a report's records are made.
+
+    Tens of thousands of small records would trigger full collections that walk every
+    live object, making the work grow faster than the number of ops.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _us(ps: int) -> float:
+    return ps // 1000 / 1000  # nanosecond resolution
+
+
+def union_length(spans: Iterable[tuple[float, float]]) -> float:
+    """Length of the union of ``(start, end)`` spans: the time at least one of them covers.
+
+    >>> union_length([(0, 5), (3, 7), (10, 11)])
+    8
+    """
+    total, reach = 0, None
+    for start, end in sorted(spans):
+        if reach is None or start > reach:
+            total += end - start
+            reach = end
+        elif end > reach:
+            total += end - reach
+            reach = end
+    return total
+

@@ -1,0 +1,416 @@
+"""The placement report: queries, assertions that read as sentences, diffs and JSON."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from tfdevices.core.errors import InputError, PlacementAssertionError, SpecError
+from tfdevices.core.units import format_bytes
+from tfdevices.verify.records import (
+    JSON_VERSION, XLA_CLUSTER, Collective, OpPlacement, PlacementDiff, Transfer, VariableRead,
+)
+
+__all__ = ["PlacementReport"]
+
+_DEVICE_PATTERN = re.compile(
+    r"^(?:/job:(?P<job>[\w*-]+)(?:/replica:\d+)?(?:/task:(?P<task>\d+|\*))?)?"
+    r"(?:/?(?:device:)?)(?P<type>[A-Za-z_*]+):(?P<index>\d+|\*)$")
+_DEVICE_HINT = "name a TensorFlow device: 'GPU:1', '/device:CPU:1', or a pattern such as 'CPU:*'."
+
+
+def _device_matcher(device: object, *, what: str = "device") -> Callable[[str], bool]:
+    """A predicate on report device names for a TF logical name or pattern ("CPU:*").
+
+    Raises:
+        SpecError: ``device`` is a physical GPU index or not a device name.
+    """
+    if isinstance(device, bool) or isinstance(device, int) or (isinstance(device, str) and device.strip().isdigit()):
+        raise SpecError(
+            f"{what} {device!r} is a physical GPU index (nvidia-smi numbering), but placement reports "
+            "name TensorFlow's logical devices.",
+            hint=f"write the TensorFlow name, e.g. 'GPU:{str(device).strip()}' (masking renumbers GPUs: "
+                 "tfdevices.select shows which logical name an NVML index gets).")
+    match = _DEVICE_PATTERN.match(device.strip()) if isinstance(device, str) else None
+    if match is None:
+        raise SpecError(f"{what} {device!r} is not a TensorFlow device name or pattern.", hint=_DEVICE_HINT)
+    short = f"{match['type'].upper()}:{match['index']}"
+    if match["job"] is None or match["job"] == "localhost":
+        return lambda name: fnmatch.fnmatchcase(name.rsplit("/", 1)[-1], short)
+    task = f"{match['job']}:{match['task'] or 0}"
+    return lambda name: fnmatch.fnmatchcase(name, f"{task}/{short}")
+
+
+def _name_matcher(pattern: str | Iterable[str]) -> Callable[[str], bool]:
+    """Matches op names by glob at any scope boundary: "dense_2/*" matches "model/dense_2/MatMul".
+
+    A pattern that starts with "/" matches from the start of the name only:
+    "/model/*" matches "model/dense_2/MatMul" but not "gradient_tape/model/dense_2/MatMul".
+    """
+    patterns = [pattern] if isinstance(pattern, str) else list(pattern)
+    if not patterns or not all(isinstance(p, str) and p.strip("/") for p in patterns):
+        raise InputError(f"ops={pattern!r}: expected a glob pattern or a list of them.",
+                         hint="e.g. ops='dense_2/*' or ops=['*MatMul*', '*BiasAdd*'].")
+    anchored = [p[1:] for p in patterns if p.startswith("/")]
+    anywhere = [p for p in patterns if not p.startswith("/")]
+
+    def matches(name: str) -> bool:
+        if any(fnmatch.fnmatchcase(name, p) for p in anchored):
+            return True
+        parts = name.split("/")
+        suffixes = ["/".join(parts[i:]) for i in range(len(parts))]
+        return any(fnmatch.fnmatchcase(s, p) for p in anywhere for s in suffixes)
+    return matches
+
+
+# ----------------------------------------------------------------------------- the report
+
+@dataclass(frozen=True)
+class PlacementReport:
+    """Where the ops of one captured run really ran.
+
+    Attributes:
+        ops: every executed op except function plumbing (``_Arg``, ``_Retval``, ``NoOp``)
+            and transfers.
+        copies: every cross-device transfer; filter with :meth:`transfers`.
+        collectives: the collective ops (all-reduce and friends).
+        graphs: each called function's graph as the program wrote it, as
+            ``(namespace, graph)``, one namespace per call; ``graph`` is TensorFlow's
+            traced graph (or a serialized GraphDef). ``tfdevices.tensorboard`` writes
+            them with every node's executed device.
+        busy_us: per device, the microseconds during which at least one of its kernels ran
+            (on a GPU: its kernels on the device, by the GPU's clock).
+        steps: the training steps the trace covers, where it marks them (Keras' ``train``
+            step events in a profile); ``()`` when it does not say.
+        notes: what the report could not establish, as sentences: ops the profiler's trace does
+            not tie to a device are reported on device ``"?"`` (:data:`UNKNOWN_DEVICE`) and named here.
+    """
+
+    ops: tuple[OpPlacement, ...]
+    copies: tuple[Transfer, ...] = ()
+    collectives: tuple[Collective, ...] = ()
+    graphs: tuple[tuple[str, Any], ...] = field(default=(), repr=False, compare=False)
+    busy_us: dict[str, float] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    steps: tuple[int, ...] = ()
+
+    # -- queries
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        """Every device that ran an op or took part in a transfer, sorted."""
+        names = {op.device for op in self.ops} | {t.src for t in self.copies} | {t.dst for t in self.copies}
+        return tuple(sorted(names))
+
+    @property
+    def op_counts(self) -> dict[str, int]:
+        """Number of executed ops per device."""
+        return dict(sorted(Counter(op.device for op in self.ops).items()))
+
+    @property
+    def kernel_counts(self) -> dict[str, int]:
+        """Number of kernels TensorFlow executed per device (a fused kernel counts once)."""
+        return dict(sorted(Counter(device for device, *_ in _kernels(self.ops)).items()))
+
+    @property
+    def xla_clusters(self) -> dict[str, tuple[str, int]]:
+        """Each XLA cluster that ran: its function name -> ``(device, ops compiled together)``."""
+        clusters: dict[str, tuple[str, int]] = {}
+        for op in self.ops:
+            if op.kernel == XLA_CLUSTER:
+                device, count = clusters.get(op.kernel_name, (op.device, 0))
+                clusters[op.kernel_name] = (device, count + 1)
+        return clusters
+
+    def ops_on(self, device: str) -> tuple[OpPlacement, ...]:
+        """The ops that ran on ``device`` (a name or pattern such as ``"CPU:*"``).
+
+        Raises:
+            SpecError: ``device`` is not a TensorFlow device name or pattern.
+        """
+        on = _device_matcher(device)
+        return tuple(op for op in self.ops if on(op.device))
+
+    def transfers(self, src: str | None = None, dst: str | None = None) -> tuple[Transfer, ...]:
+        """The cross-device transfers, optionally only those from ``src`` and/or to ``dst``.
+
+        Args:
+            src: a device name or pattern for the sender, or ``None`` for any.
+            dst: a device name or pattern for the receiver, or ``None`` for any.
+
+        Returns:
+            The matching transfers, in capture order.
+
+        Raises:
+            SpecError: ``src`` or ``dst`` is not a TensorFlow device name or pattern.
+        """
+        from_src = (lambda _: True) if src is None else _device_matcher(src, what="src")
+        to_dst = (lambda _: True) if dst is None else _device_matcher(dst, what="dst")
+        return tuple(t for t in self.copies if from_src(t.src) and to_dst(t.dst))
+
+    def variables_on(self, device: str | None = None) -> tuple[VariableRead, ...]:
+        """Where each variable read happens: the variables stored on ``device`` and who reads them.
+
+        A ``VariableRead`` whose ``read_on`` names another device is a weight copied
+        across devices on every call: the classic silent slowdown.
+
+        Args:
+            device: a device name or pattern for the variables' device, ``None`` for all.
+
+        Returns:
+            One :class:`VariableRead` per ``ReadVariableOp`` executed.
+
+        Raises:
+            SpecError: ``device`` is not a TensorFlow device name or pattern.
+        """
+        on = (lambda _: True) if device is None else _device_matcher(device)
+        by_tensor: dict[tuple[int, str], list[Transfer]] = {}
+        for t in self.copies:
+            by_tensor.setdefault((t.call, t.tensor.rsplit(":", 1)[0]), []).append(t)
+        reads = []
+        for op in self.ops:
+            if op.type != "ReadVariableOp" or not on(op.device):
+                continue
+            sent = by_tensor.get((op.call, op.name), [])
+            read_on = tuple(sorted({op.device} | {t.dst for t in sent})) if sent else (op.device,)
+            size = next((t.bytes for t in sent if t.bytes is not None), None)
+            reads.append(VariableRead(op=op.name, stored_on=op.device, read_on=read_on, bytes=size))
+        return tuple(reads)
+
+    # -- assertions
+
+    def assert_on(self, device: str, ops: str | Iterable[str] = "*", *, types: Iterable[str] | None = None) -> None:
+        """Checks that every executed op matching ``ops`` (and ``types``) ran on ``device``.
+
+        Args:
+            device: a TensorFlow device name (``"GPU:1"``, ``"/device:CPU:1"``) or pattern (``"CPU:*"``).
+            ops: glob pattern(s) on the op names the program wrote, matched at any scope
+                boundary (``"dense_2/*"`` matches ``"model/dense_2/MatMul"``); a leading
+                ``"/"`` matches from the start only (``"/model/*"`` leaves out
+                ``"gradient_tape/model/..."``).
+            types: only ops of these model op types (``["MatMul"]``: the ops the program
+                wrote, whichever kernel ran them; a fused kernel counts as each op it
+                fused), or ``None`` for all.
+
+        Raises:
+            PlacementAssertionError: an op ran elsewhere, or no executed op matches.
+            SpecError: ``device`` is a physical GPU index or not a device name.
+            InputError: ``ops`` is not a pattern.
+        """
+        on, selected = _device_matcher(device), self._select(ops, types)
+        offenders = [op for op in selected if not on(op.device)]
+        if offenders:
+            where = Counter(op.device for op in offenders)
+            listing = _listed(offenders, _where_ran)
+            raise PlacementAssertionError(
+                f"expected ops matching {ops!r} on {device}, but {len(offenders)} of {len(selected)} ran "
+                f"elsewhere ({', '.join(f'{d}: {n}' for d, n in sorted(where.items()))}): {listing}.",
+                hint=f"pin them with tf.device('{device}') where they are created, or create their "
+                     "variables on that device.")
+
+    def assert_no_transfers(self, src: str | None = None, dst: str | None = None) -> None:
+        """Checks that no tensor was copied between devices (optionally only ``src`` -> ``dst``).
+
+        Raises:
+            PlacementAssertionError: transfers were found; the message lists them.
+            SpecError: ``src`` or ``dst`` is not a TensorFlow device name or pattern.
+        """
+        found = self.transfers(src, dst)
+        if found:
+            scope = "" if src is None and dst is None else f" from {src or 'any device'} to {dst or 'any device'}"
+            listing = _listed(found, Transfer.describe)
+            raise PlacementAssertionError(
+                f"expected no cross-device transfers{scope}, but {len(found)} ran "
+                f"({format_bytes(_total(found))} where known): {listing}.",
+                hint="keep each op on the device of its inputs and variables (report.variables_on() "
+                     "shows weights read from another device).")
+
+    def _select(self, ops: str | Iterable[str], types: Iterable[str] | None) -> list[OpPlacement]:
+        named = _name_matcher(ops)
+        wanted = None if types is None else set([types] if isinstance(types, str) else types)
+        by_name = [op for op in self.ops if named(op.name)]
+        selected = [op for op in by_name if wanted is None or op.type in wanted]
+        if selected:
+            return selected
+        if by_name and wanted is not None:
+            listing = _listed(by_name, _where_ran)
+            raise PlacementAssertionError(
+                f"expected ops matching {ops!r} of types {sorted(wanted)} to check, but none of the "
+                f"{len(by_name)} ops matching {ops!r} is of those types: {listing}.",
+                hint="types name the ops the program wrote (MatMul, BiasAdd, Relu ...), whichever kernel "
+                     "ran them; pick types from this list.")
+        sample = ", ".join(sorted({op.name for op in self.ops})[:8]) or "none"
+        raise PlacementAssertionError(
+            f"expected ops matching {ops!r}{'' if types is None else f' of types {sorted(wanted)}'} "
+            f"to check, but none of the {len(self.ops)} executed ops matches; they include: {sample}.",
+            hint="check the pattern against report.ops (names are matched at scope boundaries).")
+
+    # -- comparison
+
+    def diff(self, other: PlacementReport) -> PlacementDiff:
+        """What changed from this report to ``other``: moved, added and removed ops, and transfers.
+
+        Ops are matched by name (and occurrence, for names that repeat).
+        """
+        mine, theirs = _keyed(self.ops), _keyed(other.ops)
+        moved = tuple((k[0], mine[k].device, theirs[k].device)
+                      for k in mine if k in theirs and mine[k].device != theirs[k].device)
+        added = tuple((k[0], theirs[k].device) for k in theirs if k not in mine)
+        removed = tuple((k[0], mine[k].device) for k in mine if k not in theirs)
+        return PlacementDiff(moved, added, removed, _pair_counts(self.copies), _pair_counts(other.copies))
+
+    # -- output
+
+    def summary(self) -> str:
+        """A few lines for people: ops per device, transfers per device pair, collectives."""
+        counts = ", ".join(f"{d}: {n}" for d, n in self.op_counts.items()) or "none"
+        lines = [f"{len(self.ops)} ops on {len(self.op_counts)} device(s) ({counts})"]
+        pairs = _pair_counts(self.copies)
+        lines.append(f"{len(self.copies)} transfer(s)" + (
+            f" ({format_bytes(_total(self.copies))} where known): "
+            + ", ".join(f"{p}: {n}" for p, n in pairs.items()) if pairs else ""))
+        clusters = self.xla_clusters
+        if clusters:
+            lines.append(f"{sum(n for _, n in clusters.values())} op(s) compiled together by XLA in "
+                         f"{len(clusters)} cluster(s): " + ", ".join(
+                             f"{name} on {device} ({n} ops)" for name, (device, n) in sorted(clusters.items())))
+        kinds = Counter(c.type for c in self.collectives)
+        lines.append(f"{len(self.collectives)} collective(s)" + (
+            ": " + ", ".join(f"{t}: {n}" for t, n in sorted(kinds.items())) if kinds else ""))
+        crossing = [r for r in self.variables_on() if r.crosses_devices]
+        if crossing:
+            lines.append(f"{len(crossing)} variable read(s) copied to another device every call")
+        if self.steps:
+            lines.append(f"step(s) covered: {_ranges(self.steps)}")
+        gpu_busy = {d: us for d, us in self.busy_us.items() if d.rsplit("/", 1)[-1].startswith("GPU:")}
+        if gpu_busy:
+            lines.append("GPU busy (device clock): " + ", ".join(f"{d}: {us:.0f} us" for d, us in gpu_busy.items()))
+        lines += [f"note: {note}" for note in self.notes]
+        return "\n".join(lines)
+
+    def to_markdown(self) -> str:
+        """Markdown tables: ops per device (with the commonest types), transfers, collectives."""
+        out = ["| device | ops | commonest ops | kernels | busy |", "|---|---:|---|---:|---:|"]
+        kernels = self.kernel_counts
+        for device, n in self.op_counts.items():
+            types = Counter(op.type for op in self.ops if op.device == device).most_common(4)
+            busy = self.busy_us.get(device)
+            out.append(f"| {device} | {n} | {', '.join(f'{t} ({c})' for t, c in types)} | "
+                       f"{kernels.get(device, 0)} | {'?' if busy is None else f'{busy:.0f} us'} |")
+        out += ["", f"**Transfers: {len(self.copies)}**", ""]
+        if self.copies:
+            out += ["| src | dst | tensor | dtype | shape | size |", "|---|---|---|---|---|---:|"]
+            for t in self.copies:
+                shape = "?" if t.shape is None else str(list(t.shape))
+                out.append(f"| {t.src} | {t.dst} | `{t.tensor}` | {t.dtype or '?'} | {shape} | {format_bytes(t.bytes)} |")
+        out += ["", f"**Collectives: {len(self.collectives)}**", ""]
+        if self.collectives:
+            out += ["| device | type | op | reduction |", "|---|---|---|---|"]
+            out += [f"| {c.device} | {c.type} | `{c.name}` | {c.reduction} |" for c in self.collectives]
+        crossing = [r for r in self.variables_on() if r.crosses_devices]
+        if crossing:
+            out += ["", f"**Variable reads crossing devices: {len(crossing)}**", "",
+                    "| read op | stored on | read on | size |", "|---|---|---|---:|"]
+            out += [f"| `{r.op}` | {r.stored_on} | {', '.join(r.read_on)} | {format_bytes(r.bytes)} |"
+                    for r in crossing]
+        return "\n".join(out)
+
+    def to_json(self) -> str:
+        """The report as JSON (without the graphs); :meth:`from_json` reads it back."""
+        return json.dumps({
+            "version": JSON_VERSION,
+            "ops": [_flat(op) for op in self.ops],
+            "transfers": [asdict(t) for t in self.copies],  # shapes are tuples: asdict copies them
+            "collectives": [_flat(c) for c in self.collectives],
+            "busy_us": self.busy_us,
+            "notes": list(self.notes),
+            "steps": list(self.steps),
+        })
+
+    @classmethod
+    def from_json(cls, text: str) -> PlacementReport:
+        """Reads :meth:`to_json` output back.
+
+        Raises:
+            InputError: ``text`` is not a placement report in JSON.
+        """
+        try:
+            data = json.loads(text)
+            return cls(
+                ops=tuple(OpPlacement(**{**op, "kernels": tuple(op.get("kernels", ()))}) for op in data["ops"]),
+                copies=tuple(Transfer(**{**t, "shape": None if t["shape"] is None else tuple(t["shape"])})
+                             for t in data["transfers"]),
+                collectives=tuple(Collective(**c) for c in data["collectives"]),
+                busy_us={str(k): float(v) for k, v in data.get("busy_us", {}).items()},
+                notes=tuple(str(n) for n in data.get("notes", ())),
+                steps=tuple(int(s) for s in data.get("steps", ())))
+        except (ValueError, KeyError, TypeError) as err:
+            raise InputError(f"not a placement report in JSON ({err}): {text[:80]!r}",
+                             hint="pass the output of PlacementReport.to_json().") from None
+
+
+def _ranges(values: Iterable[int]) -> str:
+    """``"1-3, 7"`` for ``[1, 2, 3, 7]``.
+
+    >>> _ranges([7, 1, 2, 3])
+    '1-3, 7'
+    """
+    runs: list[list[int]] = []
+    for value in sorted(set(values)):
+        if runs and runs[-1][1] == value - 1:
+            runs[-1][1] = value
+        else:
+            runs.append([value, value])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def _ran_as(op: OpPlacement) -> str:
+    """``"MatMul via _FusedMatMul"``, or just ``"MatMul"`` when the kernel is the op itself."""
+    return op.type if op.kernel in ("", op.type) else f"{op.type} via {op.kernel}"
+
+
+def _kernels(ops: Iterable[OpPlacement]) -> set[tuple[str, int, str, str, float | None]]:
+    """The distinct kernels behind ``ops`` (a fused kernel's ops share one)."""
+    return {(op.device, op.call, op.kernel, op.kernel_name or op.name, op.start_us) for op in ops}
+
+
+def _total(transfers: Iterable[Transfer]) -> int:
+    return sum(t.bytes or 0 for t in transfers)
+
+
+def _pair_counts(transfers: Iterable[Transfer]) -> dict[str, int]:
+    return dict(sorted(Counter(f"{t.src} -> {t.dst}" for t in transfers).items()))
+
+
+def _keyed(ops: Iterable[OpPlacement]) -> dict[tuple[str, int], OpPlacement]:
+    seen: Counter[str] = Counter()
+    keyed = {}
+    for op in ops:
+        keyed[(op.name, seen[op.name])] = op
+        seen[op.name] += 1
+    return keyed
+
+
+_LISTED = 20  # items an assertion message lists before "... N more"
+
+
+def _listed(items: list[Any] | tuple[Any, ...], describe: Callable[[Any], str]) -> str:
+    """``"a; b; ... 5 more"``: what an assertion message lists, at most :data:`_LISTED` items."""
+    more = f"; ... {len(items) - _LISTED} more" if len(items) > _LISTED else ""
+    return "; ".join(describe(item) for item in items[:_LISTED]) + more
+
+
+def _where_ran(op: OpPlacement) -> str:
+    return f"{op.name} ({_ran_as(op)}) on {op.device}"
+
+
+def _flat(record: Any) -> dict[str, Any]:
+    """``dataclasses.asdict`` for a record of plain fields, without its deep copies (reports hold 10^4 ops)."""
+    return {f.name: getattr(record, f.name) for f in fields(record)}
+
+
