@@ -89,15 +89,18 @@ def _cmd_launch(args: argparse.Namespace) -> int:
 
 
 def _cmd_placement(args: argparse.Namespace) -> int:
-    from tfdevices.tensorboard.writer import format_placement, read_placement
+    from tfdevices import runtime
+    from tfdevices.tensorboard.writer import format_placement, load_placement
+
+    runtime.quiet_tensorflow_logs()  # TensorFlow starts to read the logs: its start-up lines are noise here
 
     if args.trace:
         from tfdevices.tensorboard.trace import write_trace
 
-        path = write_trace(read_placement(args.logdir, name=args.name), args.trace)
+        path = write_trace(load_placement(args.logdir, name=args.name, profile=args.profile), args.trace)
         print(f"wrote {path}: open it in Perfetto (ui.perfetto.dev) or chrome://tracing")
         return 0
-    print(format_placement(args.logdir, name=args.name, as_json=args.json))
+    print(format_placement(args.logdir, name=args.name, as_json=args.json, profile=args.profile))
     return 0
 
 
@@ -183,8 +186,12 @@ def _add_configure(p: argparse.ArgumentParser) -> None:
 
 
 def _add_placement(p: argparse.ArgumentParser) -> None:
-    p.description = "Print the placement that write_placement or PlacementLogger stored under LOGDIR."
-    p.add_argument("logdir", metavar="LOGDIR", help="a TensorBoard log directory (searched recursively)")
+    p.description = ("Print the placement that write_placement or PlacementLogger stored under PATH, or read it "
+                     "from a profile TensorFlow wrote (Keras' TensorBoard(profile_batch=...), tf.profiler).")
+    p.add_argument("logdir", metavar="PATH",
+                   help="a TensorBoard log directory (searched recursively), an event file, or a .xplane.pb profile")
+    p.add_argument("--profile", action="store_true",
+                   help="read the newest profile under PATH even where placement summaries are stored")
     p.add_argument("--name", default="placement", help="the name= it was written with (default: placement)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--trace", metavar="FILE",
@@ -199,7 +206,7 @@ COMMANDS: dict[str, tuple[str, bool, Any]] = {
     "demo": ("run a demo (no NAME: list them); flags after NAME go to it", True, _add_demo),
     "launch": ("start N local workers with TF_CONFIG: -n N -- python train.py", True, _add_launch),
     "configure": ("plan configure(): mask, split, limits (--dry-run)", True, _add_configure),
-    "placement": ("print the placement stored in a TensorBoard log directory", False, _add_placement),
+    "placement": ("print the placement stored in a log directory, or read from a profile", False, _add_placement),
 }
 
 

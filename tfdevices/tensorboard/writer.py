@@ -35,9 +35,10 @@ from tfdevices.core._tf import import_tf
 from tfdevices.core.errors import InputError
 from tfdevices.core.paths import check_directory
 from tfdevices.tensorboard.metadata import summary_metadata
-from tfdevices.verify import PlacementReport, _gc_paused
+from tfdevices.verify import PlacementReport, _gc_paused, read_profile
+from tfdevices.verify.profiles import find_profiles
 
-__all__ = ["format_placement", "merged_graph_def", "read_placement", "write_placement"]
+__all__ = ["format_placement", "load_placement", "merged_graph_def", "read_placement", "write_placement"]
 
 _EVENTS = "events.out.tfevents"
 
@@ -225,11 +226,40 @@ def _graphs_expected(logger: Any) -> Iterator[None]:
         logger.removeFilter(quiet)
 
 
-def format_placement(logdir: str | os.PathLike[str], name: str = "placement", *, as_json: bool = False) -> str:
-    """What ``tfdevices placement LOGDIR [--name NAME] [--json]`` prints: the stored report.
+def load_placement(path: str | os.PathLike[str], name: str = "placement", *, profile: bool = False) -> PlacementReport:
+    """What ``tfdevices placement PATH`` reads: a stored placement, or a profile TensorFlow wrote.
+
+    ``PATH`` may be a log directory, one of its event files, or a profile (``*.xplane.pb``).
+    A directory's placement summaries come first; a directory with none, but with
+    profiles (Keras' ``TensorBoard(profile_batch=...)``), is read with
+    :func:`tfdevices.verify.read_profile`, as it is with ``profile=True``.
 
     Raises:
-        InputError: no placement named ``name`` is stored under ``logdir``.
+        InputError: nothing readable is stored there.
     """
-    report = read_placement(logdir, name=name)
+    text = os.fspath(path)
+    if profile or text.endswith(".xplane.pb"):
+        return read_profile(text)
+    if os.path.isfile(text) and _EVENTS in os.path.basename(text):
+        text = os.path.dirname(text) or "."
+    try:
+        return read_placement(text, name=name)
+    except InputError as err:
+        if not os.path.isdir(text) or not find_profiles(text):
+            raise
+        placement_missing = err
+    try:
+        return read_profile(text)
+    except InputError:
+        raise placement_missing from None
+
+
+def format_placement(logdir: str | os.PathLike[str], name: str = "placement", *, as_json: bool = False,
+                     profile: bool = False) -> str:
+    """What ``tfdevices placement PATH [--name NAME] [--json] [--profile]`` prints (see :func:`load_placement`).
+
+    Raises:
+        InputError: no placement named ``name`` and no profile is stored under ``logdir``.
+    """
+    report = load_placement(logdir, name=name, profile=profile)
     return report.to_json() if as_json else f"{report.summary()}\n\n{report.to_markdown()}"

@@ -73,7 +73,7 @@ def _build_report(trace: _Trace, recorder: _Recorder | None) -> PlacementReport:
     for kernel in trace.kernels:
         by_context.setdefault(kernel.context, []).append(kernel)
     paired = _pair_calls(trace, recorder, eager=profile)
-    gpu_starts = [k.start_ps for gpu in trace.gpus.values() for k in gpu.kernels[:1]]
+    gpu_starts = [min(k.start_ps for k in gpu.kernels) for gpu in trace.gpus.values() if gpu.kernels]
     origin = min([k.start_ps for k in trace.kernels] + [e.start_ps for _, e in paired if e is not None]
                  + gpu_starts or [0])
     built = _Built(on_gpu=gpu_op_names(trace.gpus))

@@ -114,11 +114,23 @@ def _fused_chain(op: Any, base: str, depth: int = 4) -> list[Any] | None:
     return None
 
 
+_INLINED = re.compile(r"^(?:(?:Stateful)?PartitionedCall(?:_\d+)?/)+")
+
+
+def written_name(executed: str) -> str:
+    """An executed op's name without the call ops TensorFlow inlined it through (when no graph says more).
+
+    >>> written_name("StatefulPartitionedCall/sequential/dense/MatMul")
+    'sequential/dense/MatMul'
+    """
+    return _INLINED.sub("", executed) or executed
+
+
 def _model_ops(graph: _Graph, name: str, kernel: str) -> list[tuple[str, str, str]]:
     """``(name, model op, requested device)`` for each op the user wrote that this kernel ran."""
     op, _ = graph.find(name)
     if op is None:
-        return [(name, _base_type(kernel), "")]
+        return [(written_name(name), _base_type(kernel), "")]
     if _is_fused(kernel):
         chain = _fused_chain(op, _base_type(kernel))
         if chain is not None:

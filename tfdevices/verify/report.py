@@ -21,7 +21,8 @@ __all__ = ["PlacementReport"]
 _DEVICE_PATTERN = re.compile(
     r"^(?:/job:(?P<job>[\w*-]+)(?:/replica:\d+)?(?:/task:(?P<task>\d+|\*))?)?"
     r"(?:/?(?:device:)?)(?P<type>[A-Za-z_*]+):(?P<index>\d+|\*)$")
-_DEVICE_HINT = "name a TensorFlow device: 'GPU:1', '/device:CPU:1', or a pattern such as 'CPU:*'."
+_REPORT_TASK = re.compile(r"^([\w*-]+):(\d+|\*)/")
+_DEVICE_HINT = "name a TensorFlow device: 'GPU:1', '/device:CPU:1', 'worker:1/GPU:0', or a pattern such as 'CPU:*'."
 
 
 def _device_matcher(device: object, *, what: str = "device") -> Callable[[str], bool]:
@@ -36,7 +37,9 @@ def _device_matcher(device: object, *, what: str = "device") -> Callable[[str], 
             "name TensorFlow's logical devices.",
             hint=f"write the TensorFlow name, e.g. 'GPU:{str(device).strip()}' (masking renumbers GPUs: "
                  "tfdevices.select shows which logical name an NVML index gets).")
-    match = _DEVICE_PATTERN.match(device.strip()) if isinstance(device, str) else None
+    if isinstance(device, str):  # a report's own name for another task's device: "worker:1/GPU:0"
+        device = _REPORT_TASK.sub(r"/job:\1/task:\2/", device.strip())
+    match = _DEVICE_PATTERN.match(device) if isinstance(device, str) else None
     if match is None:
         raise SpecError(f"{what} {device!r} is not a TensorFlow device name or pattern.", hint=_DEVICE_HINT)
     short = f"{match['type'].upper()}:{match['index']}"

@@ -21,7 +21,14 @@ import dataclasses
 from typing import Any
 
 from tfdevices.verify.device import GpuCopy, GpuOp, GpuPlane, nccl_primitive
-from tfdevices.verify.records import UNKNOWN_DEVICE, Collective, OpPlacement, Transfer, _us
+from tfdevices.verify.graph import written_name
+from tfdevices.verify.records import (
+    UNKNOWN_DEVICE,
+    Collective,
+    OpPlacement,
+    Transfer,
+    _us,
+)
 
 __all__ = ["apply_gpu_time", "gpu_op_names"]
 
@@ -124,7 +131,7 @@ def _call_at(call_starts: list[int], ps: int) -> int:
 def _add_executions(built: Any, device: str, runs: list[GpuOp], origin: int, call_starts: list[int]) -> None:
     """Ops seen only on the GPU (reading a profile): eager ops, or ops whose launch the host plane lacks."""
     for run in runs:
-        built.ops.append(OpPlacement(run.op, run.type, device, "", _call_at(call_starts, run.start_ps), run.type,
+        built.ops.append(OpPlacement(written_name(run.op), run.type, device, "", _call_at(call_starts, run.start_ps), run.type,
                                      run.op, _us(run.start_ps - origin), _us(run.busy_ps), None, run.kernels))
 
 
