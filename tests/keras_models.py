@@ -34,3 +34,20 @@ def skip_model(keras: Any, seed: int | None = None) -> Any:
     c = keras.layers.Add(name="c")([a, b])
     d = keras.layers.Dense(3, name="d")(c)
     return keras.Model(inp, d)
+
+
+def fit_with_profile(keras: Any, logdir: str, *, profile_batch: tuple[int, int] = (2, 3)) -> str:
+    """Trains a two-Dense-layer model (``hidden``, ``out``) with ``keras.callbacks.TensorBoard(profile_batch=...)``.
+
+    The profile users already have: TensorFlow's profiler writes it under
+    ``LOGDIR/train/plugins/profile/<session>/<host>.xplane.pb``. Returns ``logdir``.
+    """
+    import numpy as np
+
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu", name="hidden"),
+                              keras.layers.Dense(1, name="out")])
+    model.compile("sgd", "mse")
+    x, y = np.ones((64, 8), "float32"), np.zeros((64, 1), "float32")
+    model.fit(x, y, batch_size=8, epochs=1, verbose=0,
+              callbacks=[keras.callbacks.TensorBoard(logdir, profile_batch=profile_batch)])
+    return logdir

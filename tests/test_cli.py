@@ -95,7 +95,7 @@ def test_errors_are_one_line_exit_2(eight_file, capsys, argv, first_words):
     (["select", "all", "--max-utilization", "2"], {}, "tfdevices select: error: argument --max-utilization: '2'"),
     (["select"], {}, "tfdevices select: error: the following arguments are required: spec."),
     (["frobnicate"], {}, "tfdevices: error: argument COMMAND: invalid choice: 'frobnicate'"),
-    (["placement"], {}, "tfdevices placement: error: the following arguments are required: LOGDIR."),
+    (["placement"], {}, "tfdevices placement: error: the following arguments are required: PATH."),
     (["launch", "--bogus"], {}, "tfdevices launch: error: the following arguments are required: -n/--num-workers."),
 ])
 def test_bad_input_in_a_real_process_gives_no_traceback(argv, env, first_words):

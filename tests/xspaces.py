@@ -128,7 +128,10 @@ def gpu_kernel(space: Space, gpu: int, stream: int, kernel: str, start_us: float
                op: str = "", *, group: int = 1, derived: bool = False, legacy: bool = False) -> None:
     """A kernel on GPU ``gpu``'s stream; ``op`` is the annotation (``"name:Type"``, ``""`` for none)."""
     plane = space.plane(f"/device:GPU:{gpu}", refs=not legacy)
-    stats: dict[str, Any] = {"correlation_id": 1000 + len(plane.plane.lines), "group_id": group,
+    # the stats XLA's CUPTI collector writes on every kernel (context_id as "$$<id>", occupancy figures)
+    stats: dict[str, Any] = {"correlation_id": 1000 + len(plane.plane.lines), "context_id": "$$1",
+                             "theoretical_occupancy_pct": 50.0, "occupancy_min_grid_size": 160,
+                             "occupancy_suggested_block_size": 1024, "group_id": group,
                              "kernel_details": "regs:38 shm:0 grid:160,1,1 block:1024,1,1 occ_pct:50.0"}
     if op and legacy:
         stats["level__0"] = op + "#id=7#"

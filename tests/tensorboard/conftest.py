@@ -150,3 +150,25 @@ def server(placement_logdir) -> Iterator[str]:
     """A real ``tensorboard`` over :func:`placement_logdir`."""
     with tensorboard(placement_logdir, expect_run="to_device") as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def profile_logdir(tf4, tmp_path_factory) -> str:
+    """A log directory that holds only a profile: Keras' TensorBoard(profile_batch=...)'s, without its summaries."""
+    import shutil
+
+    import keras
+
+    from tests.keras_models import fit_with_profile
+
+    written = fit_with_profile(keras, str(tmp_path_factory.mktemp("fit-with-profile")))
+    logdir = tmp_path_factory.mktemp("profile-only") / "logs"
+    shutil.copytree(os.path.join(written, "train", "plugins"), logdir / "train" / "plugins")
+    return str(logdir)
+
+
+@pytest.fixture(scope="session")
+def profile_server(profile_logdir) -> Iterator[str]:
+    """A real ``tensorboard`` over :func:`profile_logdir` (no event file: TensorBoard lists no run)."""
+    with tensorboard(profile_logdir) as url:
+        yield url

@@ -159,3 +159,23 @@ def test_layer_search_and_diff_in_the_page(browser, server):
                                          "doc.querySelector('#diff-out p').textContent"))
     moved = int(summary.split(" op(s) moved")[0])
     assert moved >= 2, summary  # layers b and c moved off CPU:0
+
+
+def test_placement_tab_shows_a_logdir_that_holds_only_a_profile(browser, profile_server, profile_logdir, tmp_path):
+    from tfdevices.verify import read_profile
+
+    report = read_profile(profile_logdir)
+    browser.goto(f"{profile_server}/#placement")
+    devices = browser.wait_for(_in_frame("doc.querySelectorAll('.device-name').length > 0 && "
+                                         "[...doc.querySelectorAll('.device-name')].map((e) => e.textContent)"))
+    assert devices == ["CPU:0"]
+    chosen = browser.evaluate(_in_frame("[doc.getElementById('run').selectedOptions[0].textContent, "
+                                        "doc.getElementById('step').selectedOptions[0].textContent]"))
+    assert chosen[0].startswith("train · profile/") and chosen[1] == "the whole profile", chosen
+    timeline = browser.wait_for(_in_frame("""(() => { const c = doc.getElementById('timeline-canvas');
+        return c && c.dataset.lanes && {lanes: c.dataset.lanes.split(','), ops: Number(c.dataset.ops)}; })()"""))
+    assert timeline == {"lanes": ["CPU:0"], "ops": len(report.ops)}
+    notes = browser.evaluate(_in_frame("[...doc.querySelectorAll('#notes .note')].map((n) => n.textContent)"))
+    assert any("read from a profile" in n for n in notes), notes
+    shot = browser.screenshot(str(tmp_path / "placement_from_profile.png"))
+    assert os.path.getsize(shutil.copy(shot, os.path.join(artifacts_dir(), "placement_from_profile.png"))) > 10_000

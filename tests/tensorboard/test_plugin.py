@@ -152,3 +152,25 @@ def test_reports_stored_under_the_plugins_own_name_enable_and_fill_the_tab(tf4, 
         view = _view(url, run="native", step=2)
         assert {d["name"]: d["ops"] for d in view["devices"]} == to_device_report.op_counts
         assert get_json(f"{url}/data/plugins_listing")["text"]["enabled"] is False  # no JSON blob in Text
+
+
+def test_a_logdir_holding_only_a_keras_profile_enables_the_tab_and_lists_it(profile_server):
+    listing = get_json(f"{profile_server}/data/plugins_listing")
+    assert listing["placement"]["enabled"] is True
+    runs = get_json(f"{profile_server}/data/plugin/placement/runs")["runs"]
+    assert [(r["run"], r["tag"].split("/")[0], r["steps"], r["kind"]) for r in runs] == [
+        ("train", "profile", [0], "profile")]
+    query = urllib.parse.urlencode({"run": "train", "tag": runs[0]["tag"]})
+    view = get_json(f"{profile_server}/data/plugin/placement/view?{query}")
+    assert [d["name"] for d in view["devices"]] == ["CPU:0"] and view["kind"] == "profile"
+    assert view["summary"]["timed"] and view["timeline"]["ops"]
+    assert any("read from a profile" in note for note in view["summary"]["notes"])
+    trace = get_json(f"{profile_server}/data/plugin/placement/trace?{query}")
+    assert any("/hidden" in e.get("name", "") for e in trace["traceEvents"])
+
+
+def test_an_unknown_profile_tag_is_not_found(profile_server):
+    query = urllib.parse.urlencode({"run": "train", "tag": "profile/no_such_session"})
+    with pytest.raises(urllib.error.HTTPError) as err:
+        get(f"{profile_server}/data/plugin/placement/view?{query}")
+    assert err.value.code == 404

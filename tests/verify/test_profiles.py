@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.helpers import run_cli
+from tests.keras_models import fit_with_profile
 from tests.verify.test_gpu_time import MATMUL, _host_step, _streams
 from tests.xspaces import Space, gpu_kernel, host_call
 from tfdevices.core.errors import InputError
@@ -42,16 +43,8 @@ def _gpu_space() -> Space:
 def keras_logdir(tf4, tmp_path_factory):
     """A Keras 3 fit with keras.callbacks.TensorBoard(profile_batch=(2, 3)): the profile users already have."""
     import keras
-    import numpy as np
 
-    logdir = str(tmp_path_factory.mktemp("keras-profile"))
-    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu", name="hidden"),
-                              keras.layers.Dense(1, name="out")])
-    model.compile("sgd", "mse")
-    x, y = np.ones((64, 8), "float32"), np.zeros((64, 1), "float32")
-    model.fit(x, y, batch_size=8, epochs=1, verbose=0,
-              callbacks=[keras.callbacks.TensorBoard(logdir, profile_batch=(2, 3))])
-    return logdir
+    return fit_with_profile(keras, str(tmp_path_factory.mktemp("keras-profile")))
 
 
 def _model_ops(report: PlacementReport) -> dict[str, set[str]]:

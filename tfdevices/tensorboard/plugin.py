@@ -7,7 +7,10 @@ The frontend is plain JavaScript and CSS shipped in ``static/`` (no build step,
 no network fetch); the data routes below answer it with JSON computed by
 :mod:`tfdevices.tensorboard.views`:
 
-* ``/runs``: the runs that hold a placement report, with their tags and steps;
+* ``/runs``: the runs that hold a placement report, with their tags and steps, and the
+  profiles TensorFlow wrote under the log directory (``<run>/plugins/profile/<session>/``:
+  Keras' ``TensorBoard(profile_batch=...)``, ``tf.profiler``), one tag ``profile/<session>``
+  each, read with :func:`tfdevices.verify.read_profile` when opened;
 * ``/view?run=R&tag=T&step=S``: devices, transfer matrix, scopes, weight reads, timeline;
 * ``/diff?run=..&tag=..&step=..&run2=..&tag2=..&step2=..``: what changed between two runs or steps;
 * ``/trace?run=..&tag=..&step=..``: the step as a Chrome trace (``traceEvents`` JSON);
@@ -30,6 +33,7 @@ import json
 import mimetypes
 import os
 import threading
+import time
 from collections import OrderedDict
 from typing import Any
 
@@ -44,6 +48,8 @@ from tfdevices.core.errors import InputError
 from tfdevices.tensorboard import views
 from tfdevices.tensorboard.metadata import PLUGIN_NAME
 from tfdevices.tensorboard.trace import chrome_trace
+from tfdevices.verify import read_profile
+from tfdevices.verify.profiles import ProfileFile, find_profiles
 
 __all__ = ["PLUGIN_NAME", "PlacementPlugin"]
 
@@ -51,6 +57,8 @@ _TEXT = "text"
 _SCALARS = "scalars"
 _STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 _MAX_STEPS = 10_000
+_PROFILE = "profile/"  # the tag of a profile session: profile/<session>
+_PROFILE_SEARCH_S = 5  # the log directory is searched for profiles at most this often
 _CACHE = 8  # views (JSON text) and stored series; a 1,000-layer view is about 2 MB
 
 
@@ -61,6 +69,7 @@ class PlacementPlugin(base_plugin.TBPlugin):
 
     def __init__(self, context: base_plugin.TBContext) -> None:
         self._provider = context.data_provider
+        self._logdir = getattr(context, "logdir", None) or ""
         self._lock = threading.Lock()
         self._cache: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
 
@@ -72,9 +81,9 @@ class PlacementPlugin(base_plugin.TBPlugin):
 
     def is_active(self) -> bool:
         """Whether any run holds a report (those written as text, before the plugin had its own summaries)."""
-        if self._provider is None:
-            return False
-        return bool(self._placement_tags(RequestContext(), ""))
+        if self._provider is not None and self._placement_tags(RequestContext(), ""):
+            return True
+        return bool(self._profiles())
 
     def data_plugin_names(self) -> tuple[str, ...]:
         return (PLUGIN_NAME,)
@@ -95,6 +104,45 @@ class PlacementPlugin(base_plugin.TBPlugin):
                     if plugin == PLUGIN_NAME or _is_report_text(tag, tags):
                         found.setdefault(run, {}).setdefault(tag, (plugin, series))
         return found
+
+    def _profiles(self) -> dict[str, dict[str, list[ProfileFile]]]:
+        """``{run: {"profile/<session>": files}}`` of the profiles under the log directory (a bounded search).
+
+        The search is repeated at most every few seconds: a profile written meanwhile shows on a reload.
+        """
+        if not self._logdir or not os.path.isdir(self._logdir):
+            return {}
+
+        def search() -> dict[str, dict[str, list[ProfileFile]]]:
+            try:
+                files = find_profiles(self._logdir)
+            except InputError:
+                return {}
+            found: dict[str, dict[str, list[ProfileFile]]] = {}
+            for f in files:
+                run = f.run.replace(os.sep, "/")
+                found.setdefault(run, {}).setdefault(_PROFILE + f.session, []).append(f)
+            return found
+
+        return self._cached(("profiles", int(time.monotonic() // _PROFILE_SEARCH_S)), search)
+
+    def _profile(self, run: str | None, tag: str) -> tuple[str, dict[str, Any]]:
+        """A profile's report (JSON text), read once per version of its files, and where it was found."""
+        files = self._profiles().get(run or "", {}).get(tag)
+        if not files:
+            raise errors.NotFoundError(f"no profile {tag!r} in run {run!r}")
+        versions = tuple((f.path, f.mtime) for f in files)
+        session = os.path.dirname(files[0].path)
+
+        def read() -> str:
+            try:
+                return read_profile(session).to_json()
+            except InputError as err:
+                raise errors.InvalidArgumentError(str(err)) from None
+
+        where = {"run": run, "tag": tag, "step": 0, "steps": [0], "wall_time": max(f.mtime for f in files),
+                 "kind": "profile"}
+        return self._cached(("profile", versions), read), where
 
     def _steps(self, ctx: RequestContext, eid: str, run: str, tag: str, found: tuple[str, Any]) -> list[Any]:
         """Every stored step of one report tag, read once per version of the series (its last step and time)."""
@@ -132,10 +180,18 @@ class PlacementPlugin(base_plugin.TBPlugin):
                  "wall_time": datum.wall_time}
         return datum, where
 
+    def _report_text(self, request: wrappers.Request, suffix: str = "") -> tuple[str, dict[str, Any]]:
+        """The report a request names (JSON text): a stored step, or a profile; and where it was found."""
+        tag = request.args.get("tag" + suffix) or ""
+        if tag.startswith(_PROFILE):
+            return self._profile(request.args.get("run" + suffix), tag)
+        datum, where = self._datum(request, suffix)
+        return _text(datum.numpy), where
+
     def _report(self, request: wrappers.Request, suffix: str = "") -> tuple[dict[str, Any], dict[str, Any]]:
         """The report a request names, parsed, and where it was found."""
-        datum, where = self._datum(request, suffix)
-        return json.loads(_text(datum.numpy)), where
+        text, where = self._report_text(request, suffix)
+        return json.loads(text), where
 
     def _cached(self, key: tuple[Any, ...], make: Any) -> Any:
         with self._lock:
@@ -180,17 +236,20 @@ class PlacementPlugin(base_plugin.TBPlugin):
             for tag, found in sorted(tags.items()):
                 steps = [d.step for d in self._steps(ctx, eid, run, tag, found)]
                 runs.append({"run": run, "tag": tag, "steps": steps})
+        for run, tags in sorted(self._profiles().items()):
+            runs += [{"run": run, "tag": tag, "steps": [0], "kind": "profile"} for tag in sorted(tags)]
         return http_util.Respond(request, {"runs": runs}, "application/json")
 
     @wrappers.Request.application
     def _serve_view(self, request: wrappers.Request) -> wrappers.Response:
-        datum, where = self._datum(request)
-        memory = self._memory(request, where["run"], where["tag"], where["step"])
+        text, where = self._report_text(request)
+        memory = {} if where.get("kind") == "profile" else self._memory(request, where["run"], where["tag"],
+                                                                         where["step"])
         key = ("view", where["run"], where["tag"], where["step"], where["wall_time"],
                json.dumps(memory, sort_keys=True))
 
         def build() -> str:
-            view = views.dashboard_view(json.loads(_text(datum.numpy)), memory)
+            view = views.dashboard_view(json.loads(text), memory)
             return json.dumps({**where, **view}, separators=(",", ":"))
 
         return http_util.Respond(request, self._cached(key, build), "application/json")

@@ -27,6 +27,7 @@ the union of its kernels' time: the device's clock, not the host's.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -57,6 +58,7 @@ def gpu_index(plane_name: str) -> int | None:
     return int(match[1]) if match else None
 
 
+@functools.lru_cache(maxsize=1 << 16)  # a step's ops repeat every step: parse each annotation once, share its strings
 def parse_annotation(text: str) -> tuple[str, str]:
     """The TensorFlow op an annotation names, as ``(op name, op type)``; ``("", "")`` when none.
 

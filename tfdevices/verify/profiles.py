@@ -26,6 +26,7 @@ import dataclasses
 import os
 import stat
 from dataclasses import dataclass
+from typing import Any
 
 from tfdevices.core.errors import InputError
 from tfdevices.core.units import format_bytes, shown
@@ -84,14 +85,12 @@ def find_profiles(logdir: str | os.PathLike[str]) -> list[ProfileFile]:
 
 
 def _profile_file(root: str, path: str) -> ProfileFile:
-    session_dir = os.path.dirname(path)
-    run_dir = session_dir
-    parts = os.path.relpath(session_dir, root).split(os.sep)
-    if len(parts) >= 3 and parts[-3:-1] == ["plugins", "profile"]:
-        run_dir = os.path.join(root, *parts[:-3]) if len(parts) > 3 else root
-    elif len(parts) >= 2 and parts[-2:] == ["plugins", "profile"]:
-        run_dir = os.path.join(root, *parts[:-2]) if len(parts) > 2 else root
-    run = os.path.relpath(run_dir, root)
+    """``path``'s run is the directory above its ``plugins/profile/<session>/`` (else its own directory)."""
+    session_dir = os.path.dirname(os.path.abspath(path))
+    parts = session_dir.split(os.sep)
+    run_dir = os.sep.join(parts[:-3]) if parts[-3:-1] == ["plugins", "profile"] else session_dir
+    inside = os.path.commonpath([run_dir, os.path.abspath(root)]) == os.path.abspath(root)
+    run = os.path.relpath(run_dir, root) if inside else os.path.basename(run_dir)
     host = os.path.basename(path)[: -len(_SUFFIX)]
     return ProfileFile(path, run, os.path.basename(session_dir), host, os.stat(path).st_mtime)
 
@@ -167,30 +166,7 @@ def _read_file(path: str, max_bytes: int) -> PlacementReport:
     if info.st_size == 0:
         raise InputError(f"profile {shown(path, 200)} is empty (0 bytes): the profiler did not finish writing it.",
                          hint="profile again and let the profiler stop (tf.profiler.experimental.stop()).")
-    try:
-        with open(path, "rb") as f:
-            data = f.read(max_bytes + 1)
-    except OSError as err:
-        raise InputError(f"profile {shown(path, 200)} cannot be read: {err.strerror}.", hint=_HINT) from None
-    return _report_of(path, data)
-
-
-def _report_of(path: str, data: bytes) -> PlacementReport:
-    from google.protobuf.message import DecodeError  # noqa: PLC0415 (lazy: protobuf comes with TensorFlow)
-
-    try:
-        space = parse_space(data)
-    except (DecodeError, RuntimeError, ValueError) as err:
-        raise InputError(f"profile {shown(path, 200)} ({format_bytes(len(data))}) is truncated or is not an XSpace "
-                         f"({shown(str(err), 120)}).", hint="profile again; " + _HINT) from None
-    names = [plane.name for plane in space.planes]
-    readable = [n for n in names if n == HOST_PLANE or n.startswith("/device:GPU:")]
-    if not readable:
-        listing = ", ".join(shown(n, 60) for n in names[:8]) or "none"
-        raise InputError(f"profile {shown(path, 200)} holds no host CPU or GPU plane; its planes: {listing}.",
-                         hint="tfdevices reads the profiles of CPUs and NVIDIA GPUs (TPU profiles: use "
-                              "TensorBoard's Profile tab).")
-    trace = read_trace(space)
+    trace = _trace_of(path, info.st_size, max_bytes)  # the file's bytes and the parsed XSpace are freed here
     report = build_report(trace)
     if not (report.ops or report.copies or report.collectives) and (trace.host_events or trace.gpus):
         raise InputError(f"profile {shown(path, 200)} holds {trace.host_events:,} host event(s) and "
@@ -201,6 +177,31 @@ def _report_of(path: str, data: bytes) -> PlacementReport:
     skipped = [f"plane {shown(name, 60)} not read (tfdevices reads /host:CPU and /device:GPU:N)"
                for name in trace.skipped]
     return dataclasses.replace(report, notes=tuple(skipped) + report.notes)
+
+
+def _trace_of(path: str, size: int, max_bytes: int) -> Any:
+    """The trace a profile file holds: read, parsed and walked once."""
+    from google.protobuf.message import DecodeError  # noqa: PLC0415 (lazy: protobuf comes with TensorFlow)
+
+    try:
+        with open(path, "rb") as f:
+            data = f.read(max_bytes + 1)
+    except OSError as err:
+        raise InputError(f"profile {shown(path, 200)} cannot be read: {err.strerror}.", hint=_HINT) from None
+    try:
+        space = parse_space(data)
+    except (DecodeError, RuntimeError, ValueError) as err:
+        raise InputError(f"profile {shown(path, 200)} ({format_bytes(size)}) is truncated or is not an XSpace "
+                         f"({shown(str(err), 120)}).", hint="profile again; " + _HINT) from None
+    del data
+    names = [plane.name for plane in space.planes]
+    readable = [n for n in names if n == HOST_PLANE or n.startswith("/device:GPU:")]
+    if not readable:
+        listing = ", ".join(shown(n, 60) for n in names[:8]) or "none"
+        raise InputError(f"profile {shown(path, 200)} holds no host CPU or GPU plane; its planes: {listing}.",
+                         hint="tfdevices reads the profiles of CPUs and NVIDIA GPUs (TPU profiles: use "
+                              "TensorBoard's Profile tab).")
+    return read_trace(space)
 
 
 def _merged(reports: list[PlacementReport], hosts: list[str]) -> PlacementReport:

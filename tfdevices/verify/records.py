@@ -42,7 +42,7 @@ _DTYPE_BYTES = {
 
 # ----------------------------------------------------------------------------- records
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class OpPlacement:
     """One executed op.
 
@@ -84,7 +84,7 @@ class OpPlacement:
     kernels: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Transfer:
     """One tensor copied between devices (a matched ``_Send``/``_Recv`` pair).
 
@@ -124,7 +124,7 @@ class Transfer:
         return f"{self.src} -> {self.dst} {self.tensor} {self.dtype or '?'}[{shape}] {format_bytes(self.bytes)}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Collective:
     """One collective op (all-reduce, all-gather, broadcast ... of ``tf.distribute`` or NCCL).
 

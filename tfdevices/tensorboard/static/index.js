@@ -106,8 +106,9 @@ export async function render() {
   }
   if (!state.runs.length) {
     root.append(el('p', {class: 'empty',
-      text: 'No placement report in this log directory. Write one with tfdevices.tensorboard.write_placement ' +
-            'or the PlacementLogger Keras callback.'}));
+      text: 'No placement report or profile in this log directory. Write one with ' +
+            'tfdevices.tensorboard.write_placement or the PlacementLogger Keras callback, or profile a few steps ' +
+            'with keras.callbacks.TensorBoard(profile_batch=...).'}));
     return;
   }
   root.append(toolbar(), el('div', {id: 'view'}));
@@ -123,7 +124,8 @@ function runSelect(id, onChange) {
 }
 
 function fillSteps(select, entry, chosen) {
-  select.replaceChildren(...entry.steps.map((s) => el('option', {value: s, text: `step ${s}`})));
+  const label = (s) => (entry.kind === 'profile' ? 'the whole profile' : `step ${s}`);
+  select.replaceChildren(...entry.steps.map((s) => el('option', {value: s, text: label(s)})));
   select.value = String(chosen ?? entry.steps[entry.steps.length - 1]);
 }
 

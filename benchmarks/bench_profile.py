@@ -1,0 +1,111 @@
+"""Reading profiles: time and peak memory of :func:`tfdevices.verify.read_profile` against profile size.
+
+Profiles are built in the shape TensorFlow's profiler writes on a GPU machine
+(``tests/xspaces.py``): per step, a ``tf.function`` call on the host plane whose
+executor launches 100 ops, and on ``/device:GPU:0`` 100 annotated kernels (every
+fourth op runs two) and two memcpys, with about the mix of the issue's 3 MB
+profile (15,000 host and 8,000 device events). Sizes: about 23 thousand events
+(that 3 MB case), 10 thousand, 100 thousand and 1 million events.
+
+Each size is read in a fresh process (best of ``--repeats`` reads; peak memory is
+the growth of the process's peak RSS over the read, against the file's size), so
+one size's memory does not hide another's. Prints time per event (linear when it
+stays flat) and memory per file byte.
+Run: ``.venv/bin/python benchmarks/bench_profile.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+OPS_PER_STEP = 100
+FLOOR_3MB_S = 1.0
+
+
+def build(path: str, steps: int) -> int:
+    """Writes a profile of ``steps`` steps to ``path``; returns its number of events."""
+    from tests.xspaces import Space, gpu_copy, gpu_kernel, host_call
+
+    space = Space()
+    at = 0.0
+    for step in range(steps):
+        ops = [(f"model/layer_{i}/MatMul", "MatMul", at + 10 + i * 2, 1.0) for i in range(OPS_PER_STEP)]
+        host_call(space, f"__inference_train_step_{step % 3}", at, at + 20 + 2 * OPS_PER_STEP, step + 1, ops)
+        for i, (op, kind, start, _) in enumerate(ops):
+            gpu_kernel(space, 0, 13, "volta_sgemm_128x64_nn", start + 30, 1.5, f"{op}:{kind}", group=step)
+            if i % 4 == 0:
+                gpu_kernel(space, 0, 13, "splitKreduce_kernel", start + 31.6, 0.3, f"{op}:{kind}", group=step)
+        gpu_copy(space, 0, 14, "H2D", at + 5, 2, 4096, op="IteratorGetNext:IteratorGetNext")
+        gpu_copy(space, 0, 15, "D2H", at + 40 + 2 * OPS_PER_STEP, 1, 4)
+        at += 40 + 3 * OPS_PER_STEP
+    space.write(path)
+    return sum(len(line.events) for plane in space.space.planes for line in plane.lines)
+
+
+def measure_one(path: str, repeats: int) -> dict[str, float]:
+    """In this (fresh) process: best read time and peak-RSS growth of reading ``path``."""
+    from tfdevices.core._tf import import_tf
+    from tfdevices.verify import read_profile
+
+    import_tf()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    best = float("inf")
+    ops = 0
+    for _ in range(repeats):
+        start = time.perf_counter()
+        report = read_profile(path)
+        best = min(best, time.perf_counter() - start)
+        ops = len(report.ops)
+        del report
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return {"seconds": best, "peak_growth": peak - before, "ops": ops}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", default="100,43,430,4300",
+                        help="steps per profile, comma-separated (defaults: ~10k, 23k, 100k, 1M events)")
+    parser.add_argument("--repeats", type=int, default=3, help="reads per size in its process; the best is kept")
+    parser.add_argument("--one", nargs=2, metavar=("PATH", "REPEATS"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.one:
+        print(json.dumps(measure_one(args.one[0], int(args.one[1]))))
+        return 0
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for steps in sorted(int(s) for s in args.steps.split(",")):
+            path = os.path.join(tmp, f"host-{steps}.xplane.pb")
+            events = build(path, steps)
+            size = os.path.getsize(path)
+            out = subprocess.run([sys.executable, __file__, "--one", path, str(args.repeats)], capture_output=True,
+                                 text=True, check=True, env=dict(os.environ, PYTHONPATH=ROOT))
+            result = json.loads(out.stdout.strip().splitlines()[-1])
+            rows.append((events, size, result))
+            os.remove(path)
+    print(f"{'events':>9} {'file MB':>8} {'ops':>7} {'read s':>8} {'us/event':>9} {'peak MB':>8} {'peak/file':>9}")
+    for events, size, r in rows:
+        print(f"{events:>9,} {size / 1e6:>8.2f} {r['ops']:>7,} {r['seconds']:>8.3f} "
+              f"{1e6 * r['seconds'] / events:>9.2f} {r['peak_growth'] / 1e6:>8.1f} {r['peak_growth'] / size:>8.1f}x")
+    small, large = rows[0], rows[-1]
+    growth = (large[2]["seconds"] / small[2]["seconds"]) / (large[0] / small[0])
+    print(f"time per event, {small[0]:,} -> {large[0]:,} events: {growth:.2f}x (1.00x = linear)")
+    issue = min(rows, key=lambda row: abs(row[0] - 23_000))  # the issue's 3 MB profile: ~15k host + 8k device events
+    print(f"the profile of {issue[0]:,} events (the issue's 3 MB case) reads in {issue[2]['seconds']:.3f} s "
+          f"(floor < {FLOOR_3MB_S:g} s: {'met' if issue[2]['seconds'] < FLOOR_3MB_S else 'NOT met'}); "
+          f"peak memory {issue[2]['peak_growth'] / issue[0]:.0f} B per event")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
