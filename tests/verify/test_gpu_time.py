@@ -147,3 +147,29 @@ def test_version_2_json_still_reads():
 
     report = PlacementReport.from_json(old)
     assert (report.ops[0].launch_us, report.ops[0].kernels, report.collectives[0].duration_us) == (None, (), None)
+
+
+def test_a_capture_counts_gpu_work_it_did_not_launch_without_reporting_it_as_ops():
+    from tfdevices.verify.recording import _Recorder
+
+    space = Space()
+    _host_step(space)
+    gpu_kernel(space, 0, 13, "sgemm", 100, 20, f"{MATMUL}:MatMul")
+    gpu_kernel(space, 0, 17, "prefetch_copy_kernel", 30, 5, "other_thread/Identity:Identity")  # before any launch
+    report = build_report(read_trace(space.bytes()), _Recorder())
+    assert "other_thread/Identity" not in {op.name for op in report.ops}
+    assert report.busy_us["GPU:0"] == 25.0
+    assert any("1 kernel execution(s) on GPU:0 belong to no captured op" in note for note in report.notes)
+
+
+def test_the_chrome_trace_shows_gpu_time_with_the_launch_and_kernels():
+    from tfdevices.tensorboard.trace import chrome_trace
+
+    space = Space()
+    _host_step(space)
+    _streams(space)
+    events = chrome_trace(_report(space))["traceEvents"]
+    (matmul,) = [e for e in events if e.get("name") == MATMUL]
+    assert (matmul["ts"], matmul["dur"], matmul["args"]["launched at (host, us)"]) == (60.0, 24.0, 10.0)
+    assert matmul["args"]["GPU kernels"] == ["volta_sgemm_128x64_nn", "splitKreduce_kernel"]
+    assert {e["args"]["memcpy"] for e in events if e.get("cat") == "copy" and e["ph"] == "X"} == {"H2D", "D2H"}

@@ -68,10 +68,19 @@ def chrome_trace(report: Any) -> dict[str, Any]:
         events.append({"name": op.get("name", "?"), "cat": op.get("type", "op"), "ph": "X",
                        "ts": float(op["start_us"]), "dur": max(float(op["duration_us"]), 0.001),
                        "pid": pid[op.get("device", "?")], "tid": _OPS_ROW,
-                       "args": {"type": op.get("type", ""), "kernel": op.get("kernel", ""),
-                                "requested": op.get("requested", "")}})
+                       "args": _op_args(op)})
     events += _copy_events(data, pid)
     return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+
+def _op_args(op: dict[str, Any]) -> dict[str, Any]:
+    """What a slice shows when clicked: the model op, its kernel, and on a GPU the launch and device kernels."""
+    args = {"type": op.get("type", ""), "kernel": op.get("kernel", ""), "requested": op.get("requested", "")}
+    if op.get("launch_us") is not None:
+        args["launched at (host, us)"] = op["launch_us"]
+    if op.get("kernels"):
+        args["GPU kernels"] = list(op["kernels"])
+    return args
 
 
 def _copy_events(data: dict[str, Any], pid: dict[str, int]) -> list[dict[str, Any]]:
@@ -86,7 +95,8 @@ def _copy_events(data: dict[str, Any], pid: dict[str, int]) -> list[dict[str, An
             events.append({"name": "thread_name", "ph": "M", "pid": src, "tid": _COPIES_ROW,
                            "args": {"name": "copies out"}})
         start, duration = float(t["start_us"]), max(float(t["duration_us"]), 0.001)
-        args = {"to": t.get("dst"), "dtype": t.get("dtype", ""), "shape": t.get("shape"), "bytes": t.get("bytes")}
+        args = {"to": t.get("dst"), "dtype": t.get("dtype", ""), "shape": t.get("shape"), "bytes": t.get("bytes"),
+                "memcpy": t.get("kind") or None}
         events.append({"name": f"copy {t.get('tensor', '?')}", "cat": "copy", "ph": "X", "ts": start,
                        "dur": duration, "pid": src, "tid": _COPIES_ROW, "args": args})
         events.append({"name": "copy", "cat": "copy", "ph": "s", "id": i, "ts": start, "pid": src,
