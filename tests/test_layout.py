@@ -107,3 +107,22 @@ def test_the_checks_see_imports_where_they_are():
     assert ("tfdevices.core.errors", True) in _imports("tfdevices.gpus.spec")
     assert _part("tfdevices.gpus.spec") == "gpus" and _part("tfdevices.runtime") == "top"
     assert any(not at_top for _, at_top in _imports("tfdevices.cli"))
+
+
+def test_the_verify_package_keeps_each_module_under_500_lines():
+    sizes = {m: len(p.read_text().splitlines()) for m, p in MODULES.items() if m.startswith("tfdevices.verify")}
+    assert len(sizes) >= 8, sizes  # the package's sections, not one file
+    assert {m: n for m, n in sizes.items() if n > 500} == {}
+
+
+def test_capture_stays_a_function_whatever_submodules_are_imported():
+    import importlib
+
+    for name in MODULES:
+        if name.startswith("tfdevices.verify."):
+            importlib.import_module(name)
+    import tfdevices.verify
+
+    assert callable(tfdevices.capture) and tfdevices.capture.__name__ == "capture"
+    assert tfdevices.verify.capture is tfdevices.capture and tfdevices.verify.capturing.__name__ == "capturing"
+    assert not any(name.rsplit(".", 1)[-1] in ("capture", "capturing") for name in MODULES)
