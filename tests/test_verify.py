@@ -390,3 +390,36 @@ def test_the_first_capture_of_a_fresh_process_puts_every_kernel_on_its_device():
     seen = [json.loads(run_py(_FIRST_CAPTURE, timeout=120).stdout.splitlines()[-1]) for _ in range(8)]
     wrong = [s for s in seen if s != expected]
     assert not wrong, f"{len(wrong)} of {len(seen)} fresh processes: {wrong[0]}"
+
+
+def test_capture_warms_up_a_function_that_has_not_run_and_says_when_a_capture_is_cold(tf4):
+    tf = tf4
+    calls = tf.Variable(0)
+
+    def make():
+        @tf.function
+        def step(x):
+            calls.assign_add(1)
+            return tf.reduce_sum(tf.matmul(x, x))
+        return step
+
+    x = tf.ones([4, 4])
+    warm = capture(make(), x)  # not run yet with these shapes: one warm-up call, then the captured one
+    assert (warm.cold, int(calls.numpy())) == (False, 2)
+    assert not any("cold" in note for note in warm.notes)
+    step = make()
+    cold = capture(step, x, warmup=0)  # the first call as it is
+    assert cold.cold and cold.notes[0].startswith("a first execution (cold): 1 function(s) were traced")
+    assert int(calls.numpy()) == 3
+    again = capture(step, x)  # it has run with these shapes: no warm-up
+    assert (again.cold, int(calls.numpy())) == (False, 4)
+    assert PlacementReport.from_json(cold.to_json()).cold is True
+    with capturing() as cap:  # a block that traces is cold too
+        make()(x)
+    assert cap.report.cold
+
+
+@pytest.mark.parametrize("bad", [-1, 101, 1.5, True, "1"])
+def test_capture_validates_warmup(tf4, bad):
+    with pytest.raises(InputError, match=r"^capture\(warmup="):
+        capture(lambda: None, warmup=bad)

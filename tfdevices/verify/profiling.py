@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -12,6 +13,7 @@ from typing import Any
 
 from tfdevices.core._tf import import_tf
 from tfdevices.core.errors import InputError, TfDevicesError
+from tfdevices.core.units import shown
 from tfdevices.verify.building import build_report
 from tfdevices.verify.host import _Trace, read_trace
 from tfdevices.verify.recording import _Recorder, _recording
@@ -106,35 +108,101 @@ def capturing() -> Iterator[Capture]:
             yield cap
     finally:
         try:
-            cap._report = build_report(read_trace(spaces[0]) if spaces else _Trace(), recorder)
+            cap._report = _with_cold(build_report(read_trace(spaces[0]) if spaces else _Trace(), recorder),
+                                     recorder.traced)
         finally:
             with _lock:
                 _active = False
 
 
-def capture(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> PlacementReport:
-    """Runs ``fn(*args, **kwargs)`` once and reports where its ops really ran.
+def _with_cold(report: PlacementReport, traced: list[str]) -> PlacementReport:
+    """Marks a report of a first execution (something was traced while it was captured)."""
+    if not traced:
+        return report
+    names = sorted({name for name in traced})
+    note = (f"a first execution (cold): {len(traced)} function(s) were traced during the capture "
+            f"({', '.join(shown(n, 60) for n in names[:3])}{', ...' if len(names) > 3 else ''}); its times include "
+            "one-time set-up (tracing, kernel initialisation, autotuning): capture a later call for warm times")
+    return dataclasses.replace(report, cold=True, notes=(note, *report.notes))
+
+
+#: Calls of plain (not tf.function) callables already run with an input signature: ``(id, signature)``.
+_seen: dict[tuple[int, Any], Any] = {}
+_SEEN_MAX = 4096
+
+
+def _signature(value: Any) -> Any:
+    """What decides a trace: each tensor's or array's shape and dtype, other values' types (bounded)."""
+    if isinstance(value, (list, tuple)):
+        return tuple(_signature(v) for v in value[:64])
+    if isinstance(value, dict):
+        return tuple((str(k), _signature(v)) for k, v in list(value.items())[:64])
+    shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+    if shape is not None and dtype is not None:
+        return (tuple(shape), str(dtype))
+    return type(value).__name__
+
+
+def _first_run(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether ``fn`` has not run yet with these inputs' shapes (so its next call would be cold).
+
+    A ``tf.function`` has run with them when it holds a trace for them; for other callables,
+    when an earlier capture in this process ran them with the same shapes.
+    """
+    count = getattr(fn, "experimental_get_tracing_count", None)
+    if callable(count):
+        before = count()
+        try:
+            fn.get_concrete_function(*args, **kwargs)  # type: ignore[attr-defined]
+        except Exception:  # noqa: BLE001 (inputs it cannot trace now: the call itself will say)
+            return True
+        return count() != before
+    key = (id(fn), _signature((args, kwargs)))
+    if key in _seen:
+        return False
+    if len(_seen) >= _SEEN_MAX:  # bounded: forgetting only costs a warm-up call
+        _seen.clear()
+    _seen[key] = True
+    return True
+
+
+def capture(fn: Callable[..., Any], *args: Any, warmup: int | None = None, **kwargs: Any) -> PlacementReport:
+    """Runs ``fn(*args, **kwargs)`` and reports where its ops really ran, from a warm call.
+
+    The first execution of a function pays one-time set-up (tracing, kernel
+    initialisation, cuDNN autotuning, XLA compilation) that later steps do not, so by
+    default a function that has not run yet with these input shapes runs once before
+    the captured call. Mind that a train step then runs twice.
 
     Args:
         fn: a ``tf.function``, a plain (eager) function, a Keras model, or a train step.
         *args: positional arguments for ``fn``.
+        warmup: calls before the captured one: ``None`` (default) one when ``fn`` has not
+            run yet with these input shapes, else none; ``0`` captures the call as it is
+            (a first call is then marked ``cold``).
         **kwargs: keyword arguments for ``fn``.
 
     Returns:
-        The :class:`PlacementReport` of that one call.
+        The :class:`PlacementReport` of the captured call.
 
     Raises:
-        InputError: ``fn`` is not callable, or a capture is already running.
+        InputError: ``fn`` is not callable, ``warmup`` is not a count, or a capture is already running.
 
     >>> import tensorflow as tf
     >>> from tfdevices.verify import capture
     >>> report = capture(lambda: tf.reduce_sum(tf.ones([3])))
-    >>> report.devices
-    ('CPU:0',)
+    >>> report.devices, report.cold
+    (('CPU:0',), False)
     """
     if not callable(fn):
         raise InputError(f"capture(fn=...): expected something callable, got {type(fn).__name__}.",
                          hint="pass the function itself, e.g. capture(step, x), not its result.")
+    if warmup is not None and (isinstance(warmup, bool) or not isinstance(warmup, int) or not 0 <= warmup <= 100):
+        raise InputError(f"capture(warmup={warmup!r}): expected a number of calls from 0 to 100, or None.",
+                         hint="warmup=1 runs the function once before the captured call; warmup=0 captures it cold.")
+    runs = (1 if _first_run(fn, args, kwargs) else 0) if warmup is None else warmup
+    for _ in range(runs):
+        fn(*args, **kwargs)
     with capturing() as cap:
         fn(*args, **kwargs)
     return cap.report

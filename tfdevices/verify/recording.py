@@ -25,6 +25,7 @@ class _Recorder:
 
     calls: list[_Call] = field(default_factory=list)
     graphs: dict[str, Any] = field(default_factory=dict)
+    traced: list[str] = field(default_factory=list)  # functions traced while recording: a first execution
 
     def on_op(self, op_type: Any, inputs: Any, attrs: Any, outputs: Any, op_name: Any = None,
               graph: Any = None) -> None:
@@ -43,9 +44,10 @@ class _Recorder:
 def _recording(recorder: _Recorder) -> Iterator[None]:
     """Records calls (an op callback) and the graph of every function called (internal)."""
     from tensorflow.python.eager.polymorphic_function import atomic_function  # noqa: PLC0415
-    from tensorflow.python.framework import op_callbacks  # noqa: PLC0415 (lazy TensorFlow)
+    from tensorflow.python.framework import func_graph, op_callbacks  # noqa: PLC0415 (lazy TensorFlow)
 
     original = atomic_function.AtomicFunction.call_flat
+    trace = func_graph.func_graph_from_py_func
 
     def call_flat(function: Any, *args: Any) -> Any:
         name = function.name.decode()
@@ -53,12 +55,18 @@ def _recording(recorder: _Recorder) -> Iterator[None]:
             recorder.graphs[name] = function.graph
         return original(function, *args)
 
+    def traced(name: Any, *args: Any, **kwargs: Any) -> Any:
+        recorder.traced.append(str(name))
+        return trace(name, *args, **kwargs)
+
     atomic_function.AtomicFunction.call_flat = call_flat
+    func_graph.func_graph_from_py_func = traced
     op_callbacks.add_op_callback(recorder.on_op)
     try:
         yield
     finally:
         op_callbacks.remove_op_callback(recorder.on_op)
+        func_graph.func_graph_from_py_func = trace
         atomic_function.AtomicFunction.call_flat = original
 
 

@@ -90,6 +90,9 @@ class PlacementReport:
             (on a GPU: its kernels on the device, by the GPU's clock).
         steps: the training steps the trace covers, where it marks them (Keras' ``train``
             step events in a profile); ``()`` when it does not say.
+        cold: whether this is a first execution: something was traced during the capture, so
+            its times include one-time set-up (tracing, kernel initialisation, autotuning);
+            :func:`~tfdevices.verify.capture` warms up first unless asked not to.
         notes: what the report could not establish, as sentences: ops the profiler's trace does
             not tie to a device are reported on device ``"?"`` (:data:`UNKNOWN_DEVICE`) and named here.
     """
@@ -101,6 +104,7 @@ class PlacementReport:
     busy_us: dict[str, float] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     steps: tuple[int, ...] = ()
+    cold: bool = False
 
     # -- queries
 
@@ -333,6 +337,7 @@ class PlacementReport:
             "busy_us": self.busy_us,
             "notes": list(self.notes),
             "steps": list(self.steps),
+            "cold": self.cold,
         })
 
     @classmethod
@@ -351,7 +356,8 @@ class PlacementReport:
                 collectives=tuple(Collective(**c) for c in data["collectives"]),
                 busy_us={str(k): float(v) for k, v in data.get("busy_us", {}).items()},
                 notes=tuple(str(n) for n in data.get("notes", ())),
-                steps=tuple(int(s) for s in data.get("steps", ())))
+                steps=tuple(int(s) for s in data.get("steps", ())),
+                cold=bool(data.get("cold", False)))
         except (ValueError, KeyError, TypeError) as err:
             raise InputError(f"not a placement report in JSON ({err}): {text[:80]!r}",
                              hint="pass the output of PlacementReport.to_json().") from None
