@@ -26,6 +26,7 @@ _EXPORTS: dict[str, str] = {
     "SelectionError": "core.errors", "TfConfigError": "core.errors", "LaunchError": "core.errors",
     "PlanError": "core.errors", "RuntimeInitializedError": "core.errors",
     "TensorFlowMissingError": "core.errors", "PlacementAssertionError": "core.errors",
+    "PlacementChangedError": "core.errors",
     "ReservationError": "core.errors", "StrategyError": "core.errors",
     # discover / select / configure
     "parse_memory": "core.units", "format_bytes": "core.units",

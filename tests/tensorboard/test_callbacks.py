@@ -7,6 +7,8 @@ both TF_ENABLE_ONEDNN_OPTS=1 and TF_ENABLE_ONEDNN_OPTS=0.
 from __future__ import annotations
 
 import importlib
+import math
+import os
 
 import numpy as np
 import pytest
@@ -126,3 +128,129 @@ def test_every_n_steps_makes_series_over_steps_and_one_host_memory_series(tf4, t
 def test_every_must_be_a_whole_number_of_steps(every, tmp_path):
     with pytest.raises(InputError, match=r"^PlacementLogger\(every="):
         PlacementLogger(tmp_path, every=every, framework="keras")
+
+
+# ----------------------------------------------------------------------------- a logger you can leave on
+
+def _shape_switch(keras, tf):
+    """A layer whose device depends on its input's static batch size: 16 on CPU:0, anything else on CPU:1."""
+
+    class ShapeSwitch(keras.layers.Layer):
+        def build(self, shape):
+            self.dense = keras.layers.Dense(4, name="inner")
+            self.dense.build(shape)
+
+        def call(self, x):
+            with tf.device("/CPU:0" if x.shape[0] == 16 else "/CPU:1"):
+                return tf.nn.relu(tf.matmul(x, self.dense.kernel))
+
+    return ShapeSwitch(name="switch")
+
+
+def _retracing_fit(tf, tmp_path, **logger_kwargs):
+    """50 steps of batch 16, then a new input shape (batch 4): Keras retraces its train function at step 50."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((8,)), _shape_switch(keras, tf), keras.layers.Dense(1, name="head")])
+    model.compile(optimizer="sgd", loss="mse")
+
+    def data(batch, batches):
+        x = tf.ones([batch * batches, 8])
+        return tf.data.Dataset.from_tensor_slices((x, tf.zeros([batch * batches, 1]))).batch(batch,
+                                                                                              drop_remainder=True)
+
+    logger = PlacementLogger(tmp_path, at_step=10, every=10, framework="keras", **logger_kwargs)
+    model.fit(data(16, 50), epochs=1, verbose=0, callbacks=[logger])
+    model.fit(data(4, 10), epochs=1, verbose=0, callbacks=[logger])
+    return logger
+
+
+def test_a_retrace_at_step_50_is_reported_with_the_ops_that_moved(tf4, tmp_path):
+    from tensorboard.backend.event_processing import event_accumulator
+
+    logger = _retracing_fit(tf4, tmp_path)
+    assert logger.steps == [10, 20, 30, 40, 50]
+    (change,) = logger.changes  # steps 20 to 40 repeat step 10: no change
+    assert (change.step, change.previous_step, change.retraced) == (50, 40, True)
+    moved = {name: (a, b) for name, a, b in change.moved}
+    assert moved and all(ab == ("CPU:0", "CPU:1") for ab in moved.values()), moved
+    assert any("/switch" in name and name.endswith("/MatMul") for name in moved), moved
+    assert change.why.startswith("(16, 8) float32, (16, 1) float32 -> "), change.why  # its inputs changed
+    assert logger.report.notes[0].startswith("changed: step 50 (since step 40): a new traced function")
+    acc = event_accumulator.EventAccumulator(str(tmp_path), size_guidance={event_accumulator.TENSORS: 0,
+                                                                           event_accumulator.SCALARS: 0})
+    acc.Reload()
+    from tensorboard.util import tensor_util
+
+    moved_series = {e.step: tensor_util.make_ndarray(e.tensor_proto).item()
+                    for e in acc.Tensors("placement/drift/moved_ops")}
+    assert moved_series == {20: 0.0, 30: 0.0, 40: 0.0, 50: float(len(change.moved))}
+    assert [e.step for e in acc.Tensors("placement/drift")] == [50]
+
+
+def test_on_change_raise_stops_fit_at_the_first_capture_after_the_retrace(tf4, tmp_path):
+    from tfdevices.core.errors import PlacementChangedError
+
+    with pytest.raises(PlacementChangedError, match=r"^placement changed during training: step 50 .*switch") as err:
+        _retracing_fit(tf4, tmp_path, on_change="raise")
+    assert "HINT:" in str(err.value)
+
+
+def test_on_change_calls_a_callable_and_warns(tf4, tmp_path):
+    seen = []
+    logger = _retracing_fit(tf4, tmp_path / "a", on_change=seen.append)
+    assert [c.step for c in seen] == [50] and seen[0] is logger.changes[0]
+    with pytest.warns(RuntimeWarning, match="placement changed: step 50"):
+        _retracing_fit(tf4, tmp_path / "b", on_change="warn")
+
+
+def _graph_events(logdir) -> int:
+    from tensorboard.backend.event_processing import event_file_loader
+
+    count = 0
+    for root, _, files in os.walk(logdir):
+        for name in files:
+            if "tfevents" in name:
+                count += sum(1 for e in event_file_loader.EventFileLoader(os.path.join(root, name)).Load()
+                             if e.HasField("graph_def"))
+    return count
+
+
+def test_one_traced_function_writes_its_graph_once_however_many_captures(tf4, tmp_path):
+    import keras
+
+    model = _model(keras, tf4)
+    logger = PlacementLogger(tmp_path, at_step=1, every=2, framework="keras")
+    model.fit(np.ones((40, 4)), np.zeros((40, 2)), batch_size=4, epochs=1, verbose=0, callbacks=[logger])
+    assert logger.steps == [1, 3, 5, 7, 9]
+    assert _graph_events(tmp_path) == 1
+
+
+def test_every_auto_spaces_captures_by_their_measured_cost(tf4, tmp_path):
+    import keras
+
+    model = _model(keras, tf4)
+    logger = PlacementLogger(tmp_path, at_step=1, every="auto", budget=0.5, framework="keras")
+    model.fit(np.ones((400, 4)), np.zeros((400, 2)), batch_size=2, epochs=1, verbose=0, callbacks=[logger])
+    assert len(logger.steps) >= 2 and len(logger.costs) == len(logger.steps)
+    gaps = [b - a for a, b in zip(logger.steps, logger.steps[1:])]
+    assert all(gap > 1 for gap in gaps), gaps  # spaced out, never every step
+    plans = logger._pace.plans
+    assert [p[0] for p in plans[: len(gaps)]] == logger.steps[:-1]  # each capture planned the next one
+    for (step, planned, step_s, cost), after, measured in zip(plans, logger.steps[1:], logger.costs):
+        assert after == planned and cost == measured  # captured where planned, from that capture's own cost
+        assert planned - step == max(1, math.ceil(cost / (0.5 * step_s)))  # what the budget allows
+
+
+@pytest.mark.parametrize("kwargs, first_words", [
+    ({"budget": 0}, "PlacementLogger(budget=0)"),
+    ({"budget": 0.9}, "PlacementLogger(budget=0.9)"),
+    ({"on_change": "panic"}, "PlacementLogger(on_change='panic')"),
+    ({"busy_threshold": 0}, "PlacementLogger(busy_threshold=0)"),
+    ({"every": "sometimes"}, "PlacementLogger(every='sometimes')"),
+])
+def test_bad_leave_on_arguments(tmp_path, kwargs, first_words):
+    with pytest.raises(InputError) as err:
+        PlacementLogger(tmp_path, framework="keras", **kwargs)
+    assert str(err.value).startswith(first_words) and "HINT:" in str(err.value)

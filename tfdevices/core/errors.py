@@ -82,6 +82,10 @@ class PlacementAssertionError(TfDevicesError, AssertionError):
     """A placement check (``report.assert_on`` ...) failed."""
 
 
+class PlacementChangedError(TfDevicesError, RuntimeError):
+    """The placement changed during training (``PlacementLogger(on_change="raise")``)."""
+
+
 class ReservationError(TfDevicesError):
     """No device could be reserved (all held by other processes)."""
 

@@ -20,15 +20,25 @@ when training raises.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import math
 import os
+import statistics
+import time
+import warnings
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from tfdevices.core._tf import import_tf
 from tfdevices.core.devices import short_name
-from tfdevices.core.errors import InputError
+from tfdevices.core.errors import InputError, PlacementChangedError
+from tfdevices.core.units import format_bytes
 from tfdevices.tensorboard.writer import write_placement
 from tfdevices.verify import PlacementReport, capturing
+from tfdevices.verify.drift import PlacementChange, drift, functions_of
 
 __all__ = ["PlacementLogger"]
 
@@ -58,29 +68,47 @@ def _callback_class(framework: str) -> type:
 
 
 class PlacementLogger:
-    """Keras callback: captures training step ``at_step`` of ``fit`` (and every ``every`` steps after) to TensorBoard.
+    """Keras callback: captures training step ``at_step`` of ``fit`` (and later ones) to TensorBoard, and watches them.
 
     Args:
         logdir: the TensorBoard run directory to write into.
         at_step: the training step to capture, counted from 0 over the whole ``fit``
             (Keras' ``optimizer.iterations``); the default 1 is the first step after tracing.
-        every: also capture every ``every`` steps after ``at_step`` (``None``: that step only);
-            each capture is written at its own step, so the scalars become series over steps.
+        every: also capture every ``every`` steps after ``at_step``; ``"auto"`` spaces the
+            captures so that they cost about ``budget`` of the training time (from the
+            measured cost of the last capture and the measured step time); ``None``: that
+            step only. Each capture is written at its own step, so the scalars become
+            series over steps.
+        budget: with ``every="auto"``, the share of training time captures may take (0.01: 1%).
+        on_change: what to do when a capture differs from the previous one of the same
+            function, or a new traced function replaced it (ops that moved device, copies
+            that appeared or vanished, busy time that shifted, a retrace): ``None`` records
+            it (``changes``, the summaries and the report's notes), ``"warn"`` also warns,
+            ``"raise"`` stops ``fit`` with :class:`~tfdevices.PlacementChangedError`, a
+            callable is called with the :class:`~tfdevices.verify.drift.PlacementChange`.
+        busy_threshold: a device's busy time counts as shifted when its share of all devices'
+            busy time changed by more than this (0.25: by 25 points).
         name: the prefix of the summary tags.
         framework: ``"keras"`` (Keras 3) or ``"tf_keras"``; by default ``tf_keras`` when
             ``TF_USE_LEGACY_KERAS`` is set, else Keras 3.
-        memory: whether to log memory at the end of each epoch, one series per allocator:
-            each GPU's own, and one for the host CPU however many logical CPUs share it.
+        memory: whether to log memory at each capture and at the end of each epoch, one series
+            per allocator (each GPU's own, and one for the host CPU however many logical CPUs
+            share it): the current use, and the peak since the last point. A GPU whose peak
+            passes 90% of its configured memory limit is warned about once.
 
     Attributes:
         report: the latest captured :class:`~tfdevices.verify.PlacementReport`, ``None``
             until step ``at_step`` ran.
         steps: the steps captured so far.
+        changes: the :class:`~tfdevices.verify.drift.PlacementChange` of each capture that
+            differed from the one it was compared with.
+        costs: seconds each capture added to its step (the capture and its writing).
         memory_devices: the allocators whose memory was logged (``"GPU:0"``, ``"CPU"`` for the
             host); devices without memory statistics are skipped.
 
     Raises:
-        InputError: ``at_step`` or ``every`` is not a whole number in range, or ``framework`` is unknown.
+        InputError: ``at_step``, ``every``, ``budget``, ``on_change`` or ``busy_threshold`` is out
+            of range, or ``framework`` is unknown.
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> PlacementLogger:
@@ -88,19 +116,21 @@ class PlacementLogger:
             cls = _callback_class(_framework(kwargs.get("framework")))
         return super().__new__(cls)
 
-    def __init__(self, logdir: str | os.PathLike[str], at_step: int = 1, *, every: int | None = None,
-                 name: str = "placement", framework: str | None = None, memory: bool = True) -> None:
+    def __init__(self, logdir: str | os.PathLike[str], at_step: int = 1, *, every: int | str | None = None,
+                 budget: float = 0.01, on_change: str | Callable[[PlacementChange], Any] | None = None,
+                 busy_threshold: float = 0.25, name: str = "placement", framework: str | None = None,
+                 memory: bool = True) -> None:
         super().__init__()
-        if isinstance(at_step, bool) or not isinstance(at_step, int) or at_step < 0:
-            raise InputError(f"PlacementLogger(at_step={at_step!r}): expected a training step >= 0.",
-                             hint="at_step=1 captures the first step after tracing.")
-        if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
-            raise InputError(f"PlacementLogger(every={every!r}): expected a whole number of steps >= 1, or None.",
-                             hint="every=100 captures steps at_step, at_step + 100, ...")
+        _check(at_step, every, budget, on_change, busy_threshold)
         self.logdir = os.fspath(logdir)
         self.at_step = at_step
         self.every = every
+        self.budget = float(budget)
+        self.on_change = on_change
+        self.busy_threshold = float(busy_threshold)
         self.steps: list[int] = []
+        self.changes: list[PlacementChange] = []
+        self.costs: list[float] = []
         self.name = name
         self.framework = _framework(framework)
         self.memory = memory
@@ -108,14 +138,24 @@ class PlacementLogger:
         self.memory_devices: tuple[str, ...] = ()
         self._step = 0
         self._restore: tuple[Any, Any, Any] | None = None
+        self._pace = _Pace()
+        self._by_function: dict[tuple[int, ...], tuple[int, PlacementReport]] = {}
+        self._last: tuple[int, PlacementReport] | None = None
+        self._graphs_written: set[tuple[int, ...]] = set()
+        self._warned: set[str] = set()
 
     def _due(self, step: int) -> bool:
         if step < self.at_step:
             return False
-        return step == self.at_step or (self.every is not None and (step - self.at_step) % self.every == 0)
+        if step == self.at_step:
+            return True
+        if self.every == "auto":
+            return self._pace.next_step is not None and step >= self._pace.next_step
+        return isinstance(self.every, int) and (step - self.at_step) % self.every == 0
 
     def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         """Wraps the model's train function for the one call that runs a step to capture."""
+        self._pace.tick(self.budget)
         if self._due(self._step):
             model = self.model
             original = model.train_function
@@ -123,11 +163,12 @@ class PlacementLogger:
 
             def captured(*args: Any, **kwargs: Any) -> Any:
                 model.train_function = original
+                started = time.perf_counter()
                 try:
                     with capturing() as cap:
                         return original(*args, **kwargs)
                 finally:
-                    self._write(cap.report, step)
+                    self._captured(cap.report, step, started)
 
             model.train_function = captured
             self._restore = (model, original, captured)
@@ -140,19 +181,56 @@ class PlacementLogger:
             restore[0].train_function = restore[1]
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
-        """Logs ``current`` and ``peak`` memory of every device that reports it."""
-        if not self.memory:
-            return
+        """Logs ``current`` memory and the ``peak`` since the last point, at the current step."""
+        if self.memory:
+            self._log_memory(max(self._step - 1, 0))
+
+    def _captured(self, report: PlacementReport, step: int, started: float) -> None:
+        change = self._compare(report, step)
+        if change is not None and change.changed:
+            self.changes.append(change)
+            report = dataclasses.replace(report, notes=(f"changed: {change.summary()}", *report.notes))
+        self._write(report, step, change)
+        if self.memory:
+            self._log_memory(step)
+        self.costs.append(time.perf_counter() - started)
+        self._pace.captured(step, self.costs[-1])
+        if change is not None and change.changed:
+            self._react(change)
+
+    def _compare(self, report: PlacementReport, step: int) -> PlacementChange | None:
+        """The capture's change since the previous one of its functions, or since the one it replaced."""
+        functions = functions_of(report)
+        earlier = self._by_function.get(functions) or self._last
+        self._by_function[functions] = self._last = (step, report)
+        if earlier is None:
+            return None
+        return drift(earlier[1], report, step=step, previous_step=earlier[0], busy_threshold=self.busy_threshold)
+
+    def _react(self, change: PlacementChange) -> None:
+        if self.on_change == "warn":
+            warnings.warn(f"placement changed: {change.summary()}", RuntimeWarning, stacklevel=2)
+        elif self.on_change == "raise":
+            raise PlacementChangedError(f"placement changed during training: {change.summary()}.",
+                                        hint="pin the moved ops with tf.device where they are created, or keep "
+                                             "input shapes fixed (drop_remainder=True) so the step is not retraced; "
+                                             "on_change='warn' only warns.")
+        elif callable(self.on_change):
+            self.on_change(change)
+
+    def _write(self, report: PlacementReport, step: int, change: PlacementChange | None) -> None:
+        self.report = report
+        self.steps.append(step)
+        functions = functions_of(report)
+        graphs = functions not in self._graphs_written
+        self._graphs_written.add(functions)
+        write_placement(report, self.logdir, step=step, name=self.name, graphs=graphs)
+        if change is not None:
+            _write_change(self.logdir, self.name, change)
+
+    def _log_memory(self, step: int) -> None:
         tf = import_tf()
-        stats = {}
-        for device in tf.config.list_logical_devices():
-            allocator = _allocator(short_name(device.name))
-            if allocator in stats:
-                continue  # logical CPUs share the host's allocator: its figures once, not once per CPU
-            try:
-                stats[allocator] = tf.config.experimental.get_memory_info(device.name)
-            except (ValueError, RuntimeError):
-                continue  # devices without allocator statistics (the CPU unless oneDNN's allocator runs)
+        stats = _memory_stats(tf)
         self.memory_devices = tuple(sorted(stats))
         if not stats:
             return
@@ -161,15 +239,135 @@ class PlacementLogger:
             with writer.as_default():
                 for device, info in sorted(stats.items()):
                     for key in ("current", "peak"):
-                        tf.summary.scalar(f"{self.name}/memory/{device}/{key}_bytes", float(info[key]), step=epoch)
+                        tf.summary.scalar(f"{self.name}/memory/{device}/{key}_bytes", float(info[key]), step=step)
         finally:
             writer.flush()
             writer.close()
+        for device, message in over_limit(stats, _memory_limits(tf)).items():
+            if device not in self._warned:
+                self._warned.add(device)
+                warnings.warn(message, ResourceWarning, stacklevel=2)
 
-    def _write(self, report: PlacementReport, step: int) -> None:
-        self.report = report
-        self.steps.append(step)
-        write_placement(report, self.logdir, step=step, name=self.name)
+
+@dataclass
+class _Pace:
+    """When ``every="auto"`` captures next: from the last capture's cost and the measured step time.
+
+    A step's time is the median of the last uncaptured steps (a step that traced or was
+    captured would count its set-up); the next capture waits until three steps after the
+    last one have been timed, then comes ``cost / (budget * step time)`` steps after it.
+    """
+
+    next_step: int | None = None
+    _times: deque[float] = field(default_factory=lambda: deque(maxlen=16))
+    _since: int = 0  # steps timed since the pending capture
+    _last_tick: float | None = None
+    _skip: bool = False  # the step that ended at this tick was captured
+    _pending: tuple[int, float] | None = None  # (step, cost) of a capture not yet spaced
+    plans: list[tuple[int, int, float, float]] = field(default_factory=list)  # (step, next, step_s, cost)
+
+    @property
+    def step_s(self) -> float | None:
+        """The median time of the recent uncaptured steps, ``None`` before one was timed."""
+        return statistics.median(self._times) if self._times else None
+
+    def tick(self, budget: float) -> None:
+        now = time.perf_counter()
+        if self._last_tick is not None and not self._skip:
+            self._times.append(now - self._last_tick)
+            self._since += 1
+        self._last_tick, self._skip = now, False
+        if self._pending is not None and self._since >= 3:
+            step, cost = self._pending
+            step_s = self.step_s or cost
+            self.next_step = step + max(1, math.ceil(cost / (budget * step_s)))
+            self.plans.append((step, self.next_step, step_s, cost))
+            self._pending = None
+
+    def captured(self, step: int, cost: float) -> None:
+        self._skip, self._since = True, 0
+        self._pending = (step, cost)
+        self.next_step = None
+
+
+def _check(at_step: Any, every: Any, budget: Any, on_change: Any, busy_threshold: Any) -> None:
+    if isinstance(at_step, bool) or not isinstance(at_step, int) or at_step < 0:
+        raise InputError(f"PlacementLogger(at_step={at_step!r}): expected a training step >= 0.",
+                         hint="at_step=1 captures the first step after tracing.")
+    if every is not None and every != "auto" and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
+        raise InputError(f"PlacementLogger(every={every!r}): expected a whole number of steps >= 1, 'auto', or None.",
+                         hint="every=100 captures steps at_step, at_step + 100, ...; every='auto' keeps the cost "
+                              "under budget.")
+    if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 < budget <= 0.5:
+        raise InputError(f"PlacementLogger(budget={budget!r}): expected a share of training time above 0 and "
+                         "at most 0.5.", hint="budget=0.01 lets captures take 1% of the time.")
+    if on_change not in (None, "warn", "raise") and not callable(on_change):
+        raise InputError(f"PlacementLogger(on_change={on_change!r}): expected None, 'warn', 'raise' or a callable.",
+                         hint="on_change='raise' stops fit when the placement changes.")
+    if isinstance(busy_threshold, bool) or not isinstance(busy_threshold, (int, float)) or not 0 < busy_threshold < 1:
+        raise InputError(f"PlacementLogger(busy_threshold={busy_threshold!r}): expected a share between 0 and 1.",
+                         hint="busy_threshold=0.25 tells a device whose share of the busy time changed by 25 points.")
+
+
+def _write_change(logdir: str, name: str, change: PlacementChange) -> None:
+    """The change as scalars (ops moved, copies changed, retraced) and a text line, at its step."""
+    tf = import_tf()
+    writer = tf.summary.create_file_writer(logdir)
+    try:
+        with writer.as_default():
+            tf.summary.scalar(f"{name}/drift/moved_ops", float(len(change.moved)), step=change.step)
+            tf.summary.scalar(f"{name}/drift/changed_copies", float(sum(abs(b - a) for _, a, b in change.copies)),
+                              step=change.step)
+            tf.summary.scalar(f"{name}/drift/retraced", float(change.retraced), step=change.step)
+            if change.changed:
+                tf.summary.text(f"{name}/drift", change.summary(), step=change.step)
+    finally:
+        writer.flush()
+        writer.close()
+
+
+def _memory_stats(tf: Any) -> dict[str, dict[str, int]]:
+    """``{allocator: {"current", "peak"}}`` of every device that reports it; peaks reset (peak since the last read)."""
+    stats: dict[str, dict[str, int]] = {}
+    for device in tf.config.list_logical_devices():
+        allocator = _allocator(short_name(device.name))
+        if allocator in stats:
+            continue  # logical CPUs share the host's allocator: its figures once, not once per CPU
+        try:
+            stats[allocator] = tf.config.experimental.get_memory_info(device.name)
+            tf.config.experimental.reset_memory_stats(device.name)
+        except (ValueError, RuntimeError):
+            continue  # devices without allocator statistics (the CPU unless oneDNN's allocator runs)
+    return stats
+
+
+def _memory_limits(tf: Any) -> dict[str, int]:
+    """Each logical GPU's configured memory limit in bytes (where ``configure`` or the user set one)."""
+    limits: dict[str, int] = {}
+    logical = 0
+    for gpu in tf.config.list_physical_devices("GPU"):
+        configs = tf.config.get_logical_device_configuration(gpu) or [None]
+        for config in configs:
+            if config is not None and getattr(config, "memory_limit", None):
+                limits[f"GPU:{logical}"] = int(config.memory_limit) * 2**20
+            logical += 1
+    return limits
+
+
+def over_limit(stats: dict[str, dict[str, int]], limits: dict[str, int], share: float = 0.9) -> dict[str, str]:
+    """The devices whose peak passed ``share`` of their memory limit, with a message each.
+
+    >>> over_limit({"GPU:0": {"current": 1, "peak": 950}, "GPU:1": {"current": 1, "peak": 10}},
+    ...            {"GPU:0": 1000, "GPU:1": 1000})
+    {'GPU:0': 'GPU:0 peaked at 95% of its 1000 B memory limit (950 B): the next larger batch or model may not fit'}
+    """
+    out = {}
+    for device, info in sorted(stats.items()):
+        limit = limits.get(device)
+        if limit and info.get("peak", 0) > share * limit:
+            out[device] = (f"{device} peaked at {info['peak'] / limit:.0%} of its {format_bytes(limit)} memory limit "
+                           f"({format_bytes(info['peak'])}): the next larger batch or model may not fit")
+    return out
 
 
 def _allocator(device: str) -> str:

@@ -99,7 +99,7 @@ def _tf_device(device: str) -> str:
 
 
 def write_placement(report: PlacementReport, logdir: str | os.PathLike[str], step: int = 0,
-                    name: str = "placement") -> str:
+                    name: str = "placement", *, graphs: bool = True) -> str:
     """Writes a placement report into the TensorBoard run ``logdir``.
 
     Args:
@@ -107,6 +107,8 @@ def write_placement(report: PlacementReport, logdir: str | os.PathLike[str], ste
         logdir: the run's directory (created if missing).
         step: the step the summaries are recorded at.
         name: the prefix of every summary tag.
+        graphs: whether to write the captured functions' graphs (the Graphs dashboard); a
+            logger that captures the same functions again writes them once.
 
     Returns:
         ``logdir`` as a string.
@@ -128,7 +130,7 @@ def write_placement(report: PlacementReport, logdir: str | os.PathLike[str], ste
     writer = tf.summary.create_file_writer(logdir)
     try:
         with writer.as_default(), _gc_paused():
-            if report.graphs:
+            if graphs and report.graphs:
                 graph_def = tf.compat.v1.GraphDef.FromString(merged_graph_def(report).SerializeToString())
                 tf.summary.graph(graph_def)
             tf.summary.text(f"{name}/report", f"{_code(report.summary())}\n\n{report.to_markdown()}", step=step)

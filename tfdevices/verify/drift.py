@@ -1,0 +1,170 @@
+"""Placement drift: what changed between two captures of a long run.
+
+A placement that is right at step 1 can change later: a retrace for a new input shape
+compiles a new function that may place ops differently, a soft-placement fallback
+moves an op to the CPU, a callback runs eager ops between steps. :func:`drift`
+compares a capture with the previous one of the same function, or, when the step
+now runs a new traced function, with the capture of the function it replaced, and
+says why it was retraced (its inputs).
+
+>>> from tfdevices.verify import OpPlacement, PlacementReport
+>>> a = PlacementReport((OpPlacement("d/MatMul", "MatMul", "CPU:0"),), busy_us={"CPU:0": 10.0})
+>>> b = PlacementReport((OpPlacement("d/MatMul", "MatMul", "CPU:1"),), busy_us={"CPU:1": 10.0})
+>>> print(drift(a, b, step=50, previous_step=40).summary())
+step 50 (since step 40): 1 op(s) moved: d/MatMul CPU:0 -> CPU:1; busy time moved: CPU:0 10 -> 0 us, CPU:1 0 -> 10 us
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from tfdevices.verify.report import PlacementReport
+
+__all__ = ["PlacementChange", "drift", "functions_of", "inputs_of"]
+
+_LISTED = 8  # ops named in a summary before "... N more"
+
+
+@dataclass(frozen=True)
+class PlacementChange:
+    """What changed at ``step`` since ``previous_step``.
+
+    Attributes:
+        step: the step of the new capture.
+        previous_step: the step it is compared with.
+        retraced: whether the step ran a newly traced function (compared with the one it replaced).
+        functions: the new capture's function names.
+        why: for a retrace, how the functions' inputs changed (``""`` when they did not, or unknown).
+        moved: ``(op, device before, device after)`` for ops that changed device.
+        added: ops only in the new capture, as ``(op, device)``.
+        removed: ops only in the previous one, as ``(op, device)``.
+        copies: per ``"src -> dst"``, ``(before, after)`` for pairs whose copy count changed.
+        busy: per device, ``(before, after)`` microseconds where busy time shifted more than the threshold.
+    """
+
+    step: int
+    previous_step: int
+    retraced: bool = False
+    functions: tuple[str, ...] = ()
+    why: str = ""
+    moved: tuple[tuple[str, str, str], ...] = ()
+    added: tuple[tuple[str, str], ...] = ()
+    removed: tuple[tuple[str, str], ...] = ()
+    copies: tuple[tuple[str, int, int], ...] = ()
+    busy: tuple[tuple[str, float, float], ...] = ()
+
+    @property
+    def changed(self) -> bool:
+        """Whether anything changed worth telling: a retrace, ops that moved or came and went, copies, busy time."""
+        return bool(self.retraced or self.moved or self.added or self.removed or self.copies or self.busy)
+
+    def summary(self) -> str:
+        """One line: ``step 50 (since step 40): retraced ...; 2 op(s) moved: ...``."""
+        parts = []
+        if self.retraced:
+            parts.append(f"a new traced function ({', '.join(self.functions) or '?'})"
+                         + (f", its inputs {self.why}" if self.why else ""))
+        if self.moved:
+            parts.append(f"{len(self.moved)} op(s) moved: " + _listed(f"{n} {a} -> {b}" for n, a, b in self.moved))
+        if self.added:
+            parts.append(f"{len(self.added)} op(s) appeared: " + _listed(f"{n} on {d}" for n, d in self.added))
+        if self.removed:
+            parts.append(f"{len(self.removed)} op(s) vanished: " + _listed(f"{n} from {d}" for n, d in self.removed))
+        if self.copies:
+            parts.append("copies changed: " + ", ".join(f"{p} {a} -> {b}" for p, a, b in self.copies))
+        if self.busy:
+            parts.append("busy time moved: " + ", ".join(f"{d} {a:.0f} -> {b:.0f} us" for d, a, b in self.busy))
+        return f"step {self.step} (since step {self.previous_step}): " + ("; ".join(parts) or "unchanged")
+
+
+def _listed(items: Any) -> str:
+    items = list(items)
+    more = f", ... {len(items) - _LISTED} more" if len(items) > _LISTED else ""
+    return ", ".join(items[:_LISTED]) + more
+
+
+def functions_of(report: PlacementReport) -> tuple[int, ...]:
+    """Which traced functions a capture ran: their graphs' identities (a retrace makes a new graph), sorted."""
+    return tuple(sorted({id(graph) for _, graph in report.graphs}))
+
+
+def _names(report: PlacementReport) -> tuple[str, ...]:
+    return tuple(sorted({str(getattr(graph, "name", "") or "?") for _, graph in report.graphs}))
+
+
+def inputs_of(report: PlacementReport) -> tuple[str, ...]:
+    """Each captured function's inputs as ``"(16, 8) float32"``: its input signature (an iterator's elements
+    included), else its graph's inputs (resource handles left out)."""
+    out: list[str] = []
+    for _, graph in report.graphs:
+        signature = getattr(graph, "structured_input_signature", None)
+        found = _specs(signature) if signature is not None else []
+        if not found:
+            found = [t for t in getattr(graph, "inputs", ()) if getattr(t.dtype, "name", "") != "resource"]
+        out += [_spec_text(spec) for spec in found]
+    return tuple(out)
+
+
+def _specs(value: Any, depth: int = 0) -> list[Any]:
+    """The tensor specs in a nested input signature (bounded depth), an iterator's element spec included."""
+    if depth > 16:
+        return []
+    if isinstance(value, (list, tuple)):
+        return [s for v in value for s in _specs(v, depth + 1)]
+    if isinstance(value, dict):
+        return [s for k in sorted(value, key=str) for s in _specs(value[k], depth + 1)]
+    element = getattr(value, "element_spec", None) or getattr(value, "_element_spec", None)  # an IteratorSpec
+    if element is not None:
+        return _specs(element, depth + 1)
+    if getattr(value, "shape", None) is not None and getattr(value, "dtype", None) is not None:
+        return [value] if getattr(value.dtype, "name", "") != "resource" else []
+    return []
+
+
+def _spec_text(spec: Any) -> str:
+    shape = spec.shape
+    dims = "?" if getattr(shape, "rank", None) is None else str(tuple(shape.as_list()))
+    return f"{dims} {spec.dtype.name}".replace("None", "?")
+
+
+def drift(before: PlacementReport, after: PlacementReport, *, step: int, previous_step: int,
+          busy_threshold: float = 0.25) -> PlacementChange:
+    """Compares two captures: ops that moved device, came or went, copies per device pair, busy time.
+
+    Args:
+        before: the earlier capture.
+        after: the new one.
+        step: the new capture's step.
+        previous_step: the earlier capture's step.
+        busy_threshold: a device's busy time counts as shifted when its share of all devices'
+            busy time changed by more than this (0.25: by 25 points). Shares, not times: a
+            machine that got slower or faster as a whole moved no work.
+
+    Returns:
+        A :class:`PlacementChange` (``changed`` is False when nothing moved).
+    """
+    diff = before.diff(after)
+    old, new = functions_of(before), functions_of(after)
+    retraced = bool(new) and new != old
+    why = ""
+    if retraced:
+        inputs_before, inputs_after = inputs_of(before), inputs_of(after)
+        if inputs_before != inputs_after:
+            why = f"{', '.join(inputs_before) or '()'} -> {', '.join(inputs_after) or '()'}"
+    pairs = sorted(set(diff.transfers_before) | set(diff.transfers_after))
+    copies = tuple((p, diff.transfers_before.get(p, 0), diff.transfers_after.get(p, 0)) for p in pairs
+                   if diff.transfers_before.get(p, 0) != diff.transfers_after.get(p, 0))
+    total_a, total_b = sum(before.busy_us.values()) or 1.0, sum(after.busy_us.values()) or 1.0
+    busy = tuple((device, before.busy_us.get(device, 0.0), after.busy_us.get(device, 0.0))
+                 for device in sorted(set(before.busy_us) | set(after.busy_us))
+                 if abs(after.busy_us.get(device, 0.0) / total_b - before.busy_us.get(device, 0.0) / total_a)
+                 > busy_threshold)
+    return PlacementChange(step, previous_step, retraced, _names(after) if retraced else (), why,
+                           _unique(diff.moved), _unique(diff.added), _unique(diff.removed), copies, busy)
+
+
+def _unique(items: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Each entry once (an op that repeats in a step moves once), in order."""
+    return tuple(Counter(items))
