@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -71,7 +72,16 @@ def measure(layers: int, calls: int, repeats: int) -> dict[str, float]:
     step = _step(keras, tf, layers)
     step(x, y).numpy()  # traced and compiled here, before anything is measured
     plain = _best(lambda: step(x, y).numpy(), calls)
-    capture = _best(lambda: verify.capture(lambda: step(x, y).numpy()), repeats)
+
+    def profiled() -> None:  # TensorFlow's profiler alone: start, the call, stop (writes the XSpace)
+        logdir = tempfile.mkdtemp()
+        tf.profiler.experimental.start(logdir)
+        step(x, y).numpy()
+        tf.profiler.experimental.stop()
+        shutil.rmtree(logdir, ignore_errors=True)
+
+    profiler = _best(profiled, repeats)
+    capture = _best(lambda: verify.capture(lambda: step(x, y).numpy(), warmup=0), repeats)
     from tfdevices.verify import profiling, recording
 
     recorder, spaces = recording._Recorder(), []
@@ -83,7 +93,7 @@ def measure(layers: int, calls: int, repeats: int) -> dict[str, float]:
     report = verify.build_report(trace, recorder)
     with tempfile.TemporaryDirectory() as logdir:
         write = _best(lambda: write_placement(report, logdir), repeats)
-    return {"plain": plain, "capture": capture, "parse": parse, "build": build, "write": write,
+    return {"plain": plain, "profiler": profiler, "capture": capture, "parse": parse, "build": build, "write": write,
             "ops": len(report.ops), "kernels": sum(report.kernel_counts.values())}
 
 
@@ -95,15 +105,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     measure(2, 2, 1)  # warm up TensorFlow, Keras and the profiler
-    print(f"{'layers':>7} {'ops':>7} {'kernels':>8} {'plain ms':>9} {'capture ms':>11} {'ratio':>7} "
-          f"{'parse ms':>9} {'build ms':>9} {'write ms':>9} {'own ms':>8}")
+    print(f"{'layers':>7} {'ops':>7} {'kernels':>8} {'plain ms':>9} {'profiler':>9} {'capture ms':>11} {'ratio':>7} "
+          f"{'/profiler':>9} {'parse ms':>9} {'build ms':>9} {'write ms':>9} {'own ms':>8}")
     results = {}
     for layers in sizes:
         r = results[layers] = measure(layers, args.calls, args.repeats)
         own = r["parse"] + r["build"] + r["write"]
-        print(f"{layers:>7} {r['ops']:>7} {r['kernels']:>8} {1e3 * r['plain']:>9.2f} {1e3 * r['capture']:>11.2f} "
-              f"{r['capture'] / r['plain']:>6.2f}x {1e3 * r['parse']:>9.2f} {1e3 * r['build']:>9.2f} "
-              f"{1e3 * r['write']:>9.2f} {1e3 * own:>8.2f}")
+        print(f"{layers:>7} {r['ops']:>7} {r['kernels']:>8} {1e3 * r['plain']:>9.2f} {r['profiler'] / r['plain']:>8.2f}x "
+              f"{1e3 * r['capture']:>11.2f} {r['capture'] / r['plain']:>6.2f}x {r['capture'] / r['profiler']:>8.2f}x "
+              f"{1e3 * r['parse']:>9.2f} {1e3 * r['build']:>9.2f} {1e3 * r['write']:>9.2f} {1e3 * own:>8.2f}")
     if 100 in results:
         ratio = results[100]["capture"] / results[100]["plain"]
         print(f"capture of a traced 100-layer step: {ratio:.2f}x one plain call (floor <= {RATIO_FLOOR:g}x): "

@@ -8,11 +8,21 @@ from __future__ import annotations
 
 import re
 import weakref
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__: list[str] = []
 
-_OPS_BY_NAME: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
+@dataclass
+class _Known:
+    """What one traced graph has told already (internal): read once per traced function, not per capture."""
+
+    ops: dict[str, Any]  # op name -> op
+    asked: dict[str, str] = field(default_factory=dict)  # op name -> the device it asked for
+    model_ops: dict[tuple[str, str], list[tuple[str, str, str]]] = field(default_factory=dict)  # per kernel
+
+
+_KNOWN: weakref.WeakKeyDictionary[Any, _Known] = weakref.WeakKeyDictionary()
 
 
 _CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
@@ -29,14 +39,15 @@ class _Graph:
 
     def __init__(self, graph: Any) -> None:
         self._graph = graph
-        self._ops: dict[str, Any] = {}
         self._inner: dict[str, _Graph | None] = {}
-        self._asked: dict[str, str] = {}
-        if graph is not None:
-            cached = _OPS_BY_NAME.get(graph)
-            if cached is None:
-                cached = _OPS_BY_NAME[graph] = {op.name: op for op in graph.get_operations()}
-            self._ops = cached
+        known = _KNOWN.get(graph) if graph is not None else None
+        if known is None:
+            known = _Known({op.name: op for op in graph.get_operations()} if graph is not None else {})
+            if graph is not None:
+                _KNOWN[graph] = known
+        self._known = known
+        self._ops = known.ops
+        self._asked = known.asked
 
     def find(self, name: str) -> tuple[Any, str]:
         """The op an executed node name stands for, and the prefix of the call it was inlined from."""
@@ -127,7 +138,15 @@ def written_name(executed: str) -> str:
 
 
 def _model_ops(graph: _Graph, name: str, kernel: str) -> list[tuple[str, str, str]]:
-    """``(name, model op, requested device)`` for each op the user wrote that this kernel ran."""
+    """``(name, model op, requested device)`` for each op the user wrote that this kernel ran (cached per graph)."""
+    key = (name, kernel)
+    found = graph._known.model_ops.get(key)
+    if found is None:
+        found = graph._known.model_ops[key] = _read_model_ops(graph, name, kernel)
+    return found
+
+
+def _read_model_ops(graph: _Graph, name: str, kernel: str) -> list[tuple[str, str, str]]:
     op, _ = graph.find(name)
     if op is None:
         return [(written_name(name), _base_type(kernel), "")]
