@@ -171,7 +171,8 @@ def test_a_retrace_at_step_50_is_reported_with_the_ops_that_moved(tf4, tmp_path)
 
     logger = _retracing_fit(tf4, tmp_path)
     assert logger.steps == [10, 20, 30, 40, 50]
-    (change,) = logger.changes  # steps 20 to 40 repeat step 10: no change
+    assert len(logger.changes) == 1, [c.summary() for c in logger.changes]  # steps 20 to 40 repeat step 10
+    (change,) = logger.changes
     assert (change.step, change.previous_step, change.retraced) == (50, 40, True)
     moved = {name: (a, b) for name, a, b in change.moved}
     assert moved and all(ab == ("CPU:0", "CPU:1") for ab in moved.values()), moved
@@ -200,7 +201,7 @@ def test_on_change_raise_stops_fit_at_the_first_capture_after_the_retrace(tf4, t
 def test_on_change_calls_a_callable_and_warns(tf4, tmp_path):
     seen = []
     logger = _retracing_fit(tf4, tmp_path / "a", on_change=seen.append)
-    assert [c.step for c in seen] == [50] and seen[0] is logger.changes[0]
+    assert [c.step for c in seen] == [50] and seen[0] is logger.changes[0], [c.summary() for c in seen]
     with pytest.warns(RuntimeWarning, match="placement changed: step 50"):
         _retracing_fit(tf4, tmp_path / "b", on_change="warn")
 

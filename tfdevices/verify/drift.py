@@ -20,6 +20,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from tfdevices.verify.records import UNKNOWN_DEVICE
 from tfdevices.verify.report import PlacementReport
 
 __all__ = ["PlacementChange", "drift", "functions_of", "inputs_of"]
@@ -38,8 +39,9 @@ class PlacementChange:
         functions: the new capture's function names.
         why: for a retrace, how the functions' inputs changed (``""`` when they did not, or unknown).
         moved: ``(op, device before, device after)`` for ops that changed device.
-        added: ops only in the new capture, as ``(op, device)``.
-        removed: ops only in the previous one, as ``(op, device)``.
+        added: after a retrace, ops only in the new capture, as ``(op, device)`` (between captures of
+            the same function an op that comes or goes is the trace's timing, not a change).
+        removed: after a retrace, ops only in the previous capture, as ``(op, device)``.
         copies: per ``"src -> dst"``, ``(before, after)`` for pairs whose copy count changed.
         busy: per device, ``(before, after)`` microseconds where busy time shifted more than the threshold.
     """
@@ -158,11 +160,17 @@ def drift(before: PlacementReport, after: PlacementReport, *, step: int, previou
                    if diff.transfers_before.get(p, 0) != diff.transfers_after.get(p, 0))
     total_a, total_b = sum(before.busy_us.values()) or 1.0, sum(after.busy_us.values()) or 1.0
     busy = tuple((device, before.busy_us.get(device, 0.0), after.busy_us.get(device, 0.0))
-                 for device in sorted(set(before.busy_us) | set(after.busy_us))
+                 for device in sorted(set(before.busy_us) | set(after.busy_us)) if device != UNKNOWN_DEVICE
                  if abs(after.busy_us.get(device, 0.0) / total_b - before.busy_us.get(device, 0.0) / total_a)
                  > busy_threshold)
+    known = UNKNOWN_DEVICE  # an op the trace did not tie to a device did not move: it is not known where it ran
+    moved = [m for m in diff.moved if known not in (m[1], m[2])]
+    # The same traced function runs the same ops: one that comes or goes between two of its captures is the
+    # trace's timing (an input pipeline's op that ran just before the profiler started), not a change.
+    added = [a for a in diff.added if a[1] != known] if retraced else []
+    removed = [r for r in diff.removed if r[1] != known] if retraced else []
     return PlacementChange(step, previous_step, retraced, _names(after) if retraced else (), why,
-                           _unique(diff.moved), _unique(diff.added), _unique(diff.removed), copies, busy)
+                           _unique(moved), _unique(added), _unique(removed), copies, busy)
 
 
 def _unique(items: tuple[Any, ...]) -> tuple[Any, ...]:
