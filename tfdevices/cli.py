@@ -199,6 +199,30 @@ def _add_placement(p: argparse.ArgumentParser) -> None:
     p.set_defaults(run=_cmd_placement)
 
 
+def _cmd_advise(args: argparse.Namespace) -> int:
+    import json
+
+    from tfdevices import runtime
+    from tfdevices.decide.advise import advise, format_findings
+    from tfdevices.tensorboard.writer import load_placement
+
+    runtime.quiet_tensorflow_logs()
+    findings = advise(load_placement(args.path, name=args.name, profile=args.profile))
+    print(json.dumps([f.__dict__ for f in findings], indent=1) if args.json else format_findings(findings))
+    return 0
+
+
+def _add_advise(p: argparse.ArgumentParser) -> None:
+    p.description = ("Say why a captured step is slow: findings ordered by the time at stake, each with its "
+                     "numbers from the step and a fix.")
+    p.add_argument("path", metavar="LOGDIR_OR_PROFILE",
+                   help="a TensorBoard log directory with a placement run, an event file, or a .xplane.pb profile")
+    p.add_argument("--profile", action="store_true", help="read the newest profile under PATH")
+    p.add_argument("--name", default="placement", help="the name= the placement was written with")
+    p.add_argument("--json", action="store_true", help="print the findings as JSON")
+    p.set_defaults(run=_cmd_advise)
+
+
 # name -> (help, takes --inventory, adds the subcommand's arguments)
 COMMANDS: dict[str, tuple[str, bool, Any]] = {
     "list": ("list GPUs (NVML index, CUDA ordinal, TF name, memory, load)", True, _add_list),
@@ -207,6 +231,7 @@ COMMANDS: dict[str, tuple[str, bool, Any]] = {
     "launch": ("start N local workers with TF_CONFIG: -n N -- python train.py", True, _add_launch),
     "configure": ("plan configure(): mask, split, limits (--dry-run)", True, _add_configure),
     "placement": ("print the placement stored in a log directory, or read from a profile", False, _add_placement),
+    "advise": ("say why a captured step is slow: findings with numbers and fixes", False, _add_advise),
 }
 
 
