@@ -46,7 +46,7 @@ _EXPORTS: dict[str, str] = {
     "reserve": "gpus.reservation", "Reservation": "gpus.reservation",
     "GpuAssignment": "jobs.ranks",
     # decide
-    "advise": "decide.advise", "Finding": "decide.advise",
+    "advise": "decide.advise", "Finding": "decide.advise", "tune": "decide.tune", "TuneResult": "decide.tune",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -27,7 +27,7 @@ from tfdevices.core.units import format_bytes
 from tfdevices.tensorboard.views import busy_us, critical_path, weight_reads
 from tfdevices.verify import PlacementReport, union_length
 
-__all__ = ["Finding", "KINDS", "advise", "format_findings"]
+__all__ = ["Finding", "KINDS", "advise", "format_findings", "time_shares"]
 
 #: The kinds of finding, in the order they are checked.
 KINDS = ("idle_devices", "copies_on_critical_path", "weights_across_devices", "all_reduce", "cpu_fallback",
@@ -93,6 +93,26 @@ def format_findings(findings: Iterable[Finding]) -> str:
                 "across devices, no large all-reduce, no CPU fallback, no input or launch wait.")
     return "\n\n".join(f"{i}. {f.kind}: {f.time_us:.0f} us at stake\n   {f.evidence}\n   FIX: {f.fix}"
                         for i, f in enumerate(findings, 1))
+
+
+def time_shares(report: PlacementReport | Report | str) -> dict[str, Any]:
+    """Where one step's time went: ``{"step_us", "copies", "all_reduce", "idle": {device: share}}``.
+
+    Shares are of the step's span (first event to last); ``{}`` for a report without times.
+
+    >>> time_shares({"ops": [{"device": "CPU:0", "start_us": 0, "duration_us": 80}],
+    ...              "transfers": [{"src": "CPU:0", "dst": "CPU:1", "start_us": 80, "duration_us": 20}]})
+    {'step_us': 100.0, 'copies': 0.2, 'all_reduce': 0.0, 'idle': {'CPU:0': 0.2}}
+    """
+    data = _as_dict(report)
+    span = _span(data)
+    if not span:
+        return {}
+    length = _length(span)
+    share = lambda records: round(union_length(_spans(records)) / length, 4)  # noqa: E731
+    idle = {d: round(max(0.0, 1 - us / length), 4) for d, us in sorted(_busy(data).items()) if d != "?"}
+    return {"step_us": float(length), "copies": share(data.get("transfers", ())),
+            "all_reduce": share(data.get("collectives", ())), "idle": idle}
 
 
 # ----------------------------------------------------------------------------- reading the report
