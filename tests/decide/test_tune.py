@@ -160,6 +160,11 @@ def _gone(pid, limit=30.0):
     return not _alive(pid)
 
 
+def _as_from_a_terminal():
+    # pytest-xdist's workers ignore SIGINT, and an ignored SIGINT is inherited: a shell gives tune Ctrl-C
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 130), (signal.SIGKILL, -9)])
 def test_stopping_tune_leaves_no_child(tmp_path, sig, code):
@@ -167,7 +172,8 @@ def test_stopping_tune_leaves_no_child(tmp_path, sig, code):
     proc = subprocess.Popen([sys.executable, "-m", "tfdevices", "tune", "tests.decide.models:hang",
                              "--candidates", ONE[0], "--timeout", "300"], cwd=REPO,
                             env=subprocess_env({"TFDEVICES_TEST_PIDFILE": str(pidfile)}),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_as_from_a_terminal)
     try:
         child = _wait_for(pidfile, proc)
         proc.send_signal(sig)
