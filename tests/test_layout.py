@@ -1,4 +1,4 @@
-"""The package's shape: wings that import one way, no cycles, at most 16 entries on top.
+"""The package's shape: wings that import one way, no cycles, at most 17 entries on top.
 
 Imports are read from the source (``ast``), function-level ones included, so a
 cycle hidden inside a function still counts.
@@ -63,9 +63,10 @@ def _part(name: str) -> str:
     return parts[1] if len(parts) > 1 and parts[1] in ALLOWED else "top"
 
 
-def test_at_most_16_entries_at_the_top_of_the_package():
+def test_at_most_17_entries_at_the_top_of_the_package():
+    # 16, and decide/ (tune, advise): the flow's last stage
     entries = sorted(p.name for p in PACKAGE.iterdir() if p.name != "__pycache__")
-    assert len(entries) <= 16, entries
+    assert len(entries) <= 17, entries
 
 
 def test_no_import_cycles_counting_function_level_imports():

@@ -44,7 +44,8 @@ def run_notebook(name: str, tmp_path, monkeypatch, cwd: str | None = None) -> st
 
 def test_every_notebook_has_a_test():
     assert sorted(os.listdir(NOTEBOOKS)) == [
-        "01_devices_and_strategies.ipynb", "02_placement.ipynb", "03_layer_placement.ipynb"]
+        "01_devices_and_strategies.ipynb", "02_placement.ipynb", "03_layer_placement.ipynb",
+        "04_tune_and_advise.ipynb"]
 
 
 def test_devices_and_strategies(tmp_path, monkeypatch):
@@ -73,3 +74,9 @@ def test_layer_placement(tmp_path, monkeypatch):
     assert "every op of every layer ran on its planned device" in out and "same outputs: True" in out
     assert "True True" in out
     assert re.search(r"copies per forward pass: \{'by hand': \d+, 'place_layers': \d+\}", out)
+
+
+def test_tune_and_advise(tmp_path, monkeypatch):
+    out = run_notebook("04_tune_and_advise.ipynb", tmp_path, monkeypatch, cwd=REPO)
+    assert "one_device:CPU:0" in out and "split:2" in out and "winner:" in out
+    assert "idle_devices (" in out and "weights_across_devices (" in out and "FIX:" in out

@@ -4,7 +4,7 @@
 loaded from its module on first use, and TensorFlow is imported only inside the
 functions that need it (configure, build, capture ...).
 
-The flow: ``discover -> select -> reserve -> configure -> build -> run -> verify -> log``.
+The flow: ``discover -> select -> reserve -> configure -> build -> run -> verify -> log -> decide``.
 """
 
 from __future__ import annotations
@@ -46,6 +46,8 @@ _EXPORTS: dict[str, str] = {
     "measure_devices": "measure", "DeviceSpeed": "measure",
     "reserve": "gpus.reservation", "Reservation": "gpus.reservation",
     "GpuAssignment": "jobs.ranks",
+    # decide
+    "advise": "decide.advise", "Finding": "decide.advise", "tune": "decide.tune", "TuneResult": "decide.tune",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -199,6 +199,57 @@ def _add_placement(p: argparse.ArgumentParser) -> None:
     p.set_defaults(run=_cmd_placement)
 
 
+def _cmd_advise(args: argparse.Namespace) -> int:
+    import json
+
+    from tfdevices import runtime
+    from tfdevices.decide.advise import advise, format_findings
+    from tfdevices.tensorboard.writer import load_placement
+
+    runtime.quiet_tensorflow_logs()
+    findings = advise(load_placement(args.path, name=args.name, profile=args.profile))
+    print(json.dumps([f.__dict__ for f in findings], indent=1) if args.json else format_findings(findings))
+    return 0
+
+
+def _add_advise(p: argparse.ArgumentParser) -> None:
+    p.description = ("Say why a captured step is slow: findings ordered by the time at stake, each with its "
+                     "numbers from the step and a fix.")
+    p.add_argument("path", metavar="LOGDIR_OR_PROFILE",
+                   help="a TensorBoard log directory with a placement run, an event file, or a .xplane.pb profile")
+    p.add_argument("--profile", action="store_true", help="read the newest profile under PATH")
+    p.add_argument("--name", default="placement", help="the name= the placement was written with")
+    p.add_argument("--json", action="store_true", help="print the findings as JSON")
+    p.set_defaults(run=_cmd_advise)
+
+
+def _cmd_tune(args: argparse.Namespace) -> int:
+    from tfdevices.decide.tune import tune
+
+    wanted = "auto" if args.candidates == "auto" else [c.strip() for c in args.candidates.split(",") if c.strip()]
+    result = tune(args.target, candidates=wanted, steps=args.steps, warmup=args.warmup, budget_s=args.budget,
+                  timeout_s=args.timeout, virtual_devices=args.virtual_devices, logdir=args.logdir,
+                  echo=lambda line: print(line, file=sys.stderr, flush=True))
+    print(result.to_json() if args.json else result.table())
+    return 0 if result.winner is not None else 1
+
+
+def _add_tune(p: argparse.ArgumentParser) -> None:
+    p.description = ("Measure each way to run a model here (one device, mirrored over k, layers split over k, "
+                     "multi-worker over GPUs), each in a fresh process; print the table and the winner's flags.")
+    p.add_argument("target", metavar="MODULE:FUNCTION",
+                   help="a function returning (compiled Keras model, tf.data.Dataset of (x, y) batches)")
+    p.add_argument("--candidates", default="auto", help="'auto' or names: one_device:CPU:0,mirrored:2,split:2")
+    p.add_argument("--steps", type=int, default=20, help="steps in each timed window (default 20)")
+    p.add_argument("--warmup", type=int, default=3, help="steps before it (default 3)")
+    p.add_argument("--budget", type=float, metavar="SECONDS", help="bound on the whole run")
+    p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS", help="bound on each candidate")
+    p.add_argument("--virtual-devices", type=int, default=4, metavar="N", help="logical CPUs without GPUs")
+    p.add_argument("--logdir", help="a TensorBoard run per candidate, with its captured step")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.set_defaults(run=_cmd_tune)
+
+
 # name -> (help, takes --inventory, adds the subcommand's arguments)
 COMMANDS: dict[str, tuple[str, bool, Any]] = {
     "list": ("list GPUs (NVML index, CUDA ordinal, TF name, memory, load)", True, _add_list),
@@ -207,6 +258,8 @@ COMMANDS: dict[str, tuple[str, bool, Any]] = {
     "launch": ("start N local workers with TF_CONFIG: -n N -- python train.py", True, _add_launch),
     "configure": ("plan configure(): mask, split, limits (--dry-run)", True, _add_configure),
     "placement": ("print the placement stored in a log directory, or read from a profile", False, _add_placement),
+    "tune": ("measure each way to run a model here and name the fastest", False, _add_tune),
+    "advise": ("say why a captured step is slow: findings with numbers and fixes", False, _add_advise),
 }
 
 

@@ -1,0 +1,192 @@
+"""tune(): candidates in fresh processes; out of memory, failures, hangs and Ctrl-C; the command."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.helpers import REPO, run_cli, subprocess_env
+from tfdevices import InputError
+from tfdevices.decide.tune import CandidateResult, TuneResult, tune
+
+ONE = ["one_device:CPU:0"]
+
+
+# ----------------------------------------------------------------------------- inputs, without processes
+
+def build_here():
+    return None
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"steps": 1}, "steps=1: expected a whole number >= 2"),
+    ({"steps": 2.5}, "steps=2.5"),
+    ({"warmup": -1}, "warmup=-1"),
+    ({"budget_s": 0}, "budget_s=0: expected a number of seconds > 0 or None"),
+    ({"budget_s": "1h"}, "budget_s='1h'"),
+    ({"timeout_s": None}, "timeout_s=None"),
+    ({"candidates": ["mirrored:9"]}, "candidates=['mirrored:9']"),
+    ({"virtual_devices": 0}, "virtual_devices=0"),
+])
+def test_bad_arguments_are_refused_before_any_process_starts(kwargs, words):
+    with pytest.raises(InputError, match=words.replace("(", r"\(").replace("[", r"\[")):
+        tune("tests.decide.models:tiny_mlp", devices=["CPU:0", "CPU:1"], **kwargs)
+
+
+@pytest.mark.parametrize("fn", [lambda: None, "not a spec", 3])
+def test_a_model_function_must_be_importable_by_the_children(fn):
+    with pytest.raises(InputError, match="model"):
+        tune(fn)
+
+
+def result(*rows):
+    return TuneResult(tuple(rows), rows[0])
+
+
+def test_flags_and_settings_reproduce_the_winner():
+    mirrored = CandidateResult("mirrored:2", "mirrored", ("CPU:0", "CPU:1"), "ok", 0.01, 0.009, 0.011, 3200.0, 0.012)
+    r = result(mirrored)
+    assert r.flags() == "--gpus=none --virtual_devices=2 --strategy=mirrored"
+    assert r.settings() == {"configure": {"gpus": "none", "virtual_devices": 2},
+                            "build_strategy": {"kind": "mirrored", "devices": ["CPU:0", "CPU:1"]}, "layers": None}
+    gpus = CandidateResult("mirrored:2", "mirrored", ("GPU:0", "GPU:2"), "ok", 0.01, 0.01, 0.01, 3200.0)
+    assert result(gpus).flags() == "--gpus=0,2 --strategy=mirrored"
+    one = CandidateResult("one_device:CPU:0", "one_device", ("CPU:0",), "ok", 0.01, 0.01, 0.01, 3200.0)
+    assert result(one).flags() == "--gpus=none --strategy=one_device"
+    split = CandidateResult("split:2", "split", ("CPU:0", "CPU:1"), "ok", 0.01, 0.01, 0.01, 3200.0)
+    assert result(split).settings()["layers"] == {"devices": ["CPU:0", "CPU:1"], "balance_by": "time"}
+    assert json.loads(result(split).to_json())["winner"] == "split:2"
+
+
+def test_the_flags_are_accepted_by_configure_from_flags_parser():
+    from absl import flags
+
+    from tfdevices.flags import define_flags
+
+    mirrored = CandidateResult("mirrored:2", "mirrored", ("CPU:0", "CPU:1"), "ok", 0.01, 0.01, 0.01, 3200.0)
+    fv = flags.FlagValues()
+    define_flags(fv)
+    fv(["prog", *result(mirrored).flags().split()])
+    assert (fv.gpus, fv.virtual_devices, fv.strategy) == ("none", 2, "mirrored")
+
+
+def test_the_table_marks_the_winner_and_scaling():
+    one = CandidateResult("one_device:CPU:0", "one_device", ("CPU:0",), "ok", 0.010, 0.009, 0.011, 3200.0, 0.010,
+                          {"host": 1 << 20}, {"copies": 0.0, "all_reduce": 0.0, "idle": {"CPU:0": 0.25}})
+    two = CandidateResult("mirrored:2", "mirrored", ("CPU:0", "CPU:1"), "ok", 0.008, 0.007, 0.009, 4000.0, 0.012,
+                          {"host": 1 << 20}, {"copies": 0.1, "all_reduce": 0.05, "idle": {"CPU:0": 0.2, "CPU:1": 0.3}})
+    oom = CandidateResult("split:2", "split", ("CPU:0", "CPU:1"), "out_of_memory", detail="ResourceExhaustedError: x")
+    lines = TuneResult((one, two, oom), two).table().splitlines()
+    assert lines[1].split() == ["one_device:CPU:0", "ok", "10.00", "(9.00-11.00)", "10.00", "3,200", "100%", "host",
+                                "1.0", "MiB", "0%", "0%", "25%"]
+    assert lines[2].split()[:8] == ["*", "mirrored:2", "ok", "8.00", "(7.00-9.00)", "12.00", "4,000", "62%"]
+    assert lines[3].split()[:2] == ["split:2", "out_of_memory"]
+    assert "  split:2: ResourceExhaustedError: x" in lines
+    assert lines[-1] == "winner: mirrored:2; reproduce with --gpus=none --virtual_devices=2 --strategy=mirrored"
+
+
+# ----------------------------------------------------------------------------- real children
+
+@pytest.mark.slow
+def test_out_of_memory_is_reported_as_such():
+    r = tune("tests.decide.models:huge", candidates=ONE, steps=2, warmup=0)
+    (c,) = r.candidates
+    assert c.status == "out_of_memory" and "OOM when allocating" in c.detail and r.winner is None
+
+
+@pytest.mark.slow
+def test_a_failing_model_function_is_reported_with_its_error():
+    (c,) = tune("tests.decide.models:raises", candidates=ONE, steps=2, warmup=0).candidates
+    assert (c.status, c.detail) == ("failed", "RuntimeError: no model today")
+
+
+@pytest.mark.slow
+def test_a_hanging_candidate_times_out_and_its_process_is_gone(tmp_path, monkeypatch):
+    pidfile = tmp_path / "pid"
+    monkeypatch.setenv("TFDEVICES_TEST_PIDFILE", str(pidfile))
+    (c,) = tune("tests.decide.models:hang", candidates=ONE, steps=2, timeout_s=20).candidates
+    assert (c.status, c.detail) == ("timeout", "still running after 20 s: stopped")
+    assert not _alive(int(pidfile.read_text()))
+
+
+@pytest.mark.slow
+def test_candidates_run_measure_and_go_on_after_one_fails(tmp_path):
+    # a batch of 32 does not split over 3 replicas: mirrored:3 fails, the others still run
+    r = tune("tests.decide.models:tiny_mlp", candidates=["mirrored:3", "split:2"], steps=4, warmup=1,
+             virtual_devices=3, logdir=tmp_path)
+    by_name = {c.name: c for c in r.candidates}
+    assert list(by_name) == ["one_device:CPU:0", "mirrored:3", "split:2"]
+    assert by_name["mirrored:3"].status == "failed" and by_name["mirrored:3"].detail
+    for name in ("one_device:CPU:0", "split:2"):
+        c = by_name[name]
+        assert c.status == "ok" and c.step_s > 0 and c.examples_per_s == pytest.approx(32 / c.step_s)
+        assert c.predicted_step_s is not None and "host" in c.peak_memory
+        assert set(c.shares) == {"step_us", "copies", "all_reduce", "idle"}
+        assert os.path.isdir(c.logdir) and c.logdir.startswith(str(tmp_path))
+    assert set(by_name["split:2"].shares["idle"]) >= {"CPU:0", "CPU:1"}
+    assert r.winner in (by_name["one_device:CPU:0"], by_name["split:2"])
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    try:  # a zombie is gone too
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _wait_for(path, proc, limit=120.0):
+    deadline = time.monotonic() + limit
+    while not path.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "the child never started"
+        time.sleep(0.2)
+    return int(path.read_text())
+
+
+def _gone(pid, limit=30.0):
+    deadline = time.monotonic() + limit
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not _alive(pid)
+
+
+def _as_from_a_terminal():
+    # pytest-xdist's workers ignore SIGINT, and an ignored SIGINT is inherited: a shell gives tune Ctrl-C
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 130), (signal.SIGKILL, -9)])
+def test_stopping_tune_leaves_no_child(tmp_path, sig, code):
+    pidfile = tmp_path / "pid"
+    proc = subprocess.Popen([sys.executable, "-m", "tfdevices", "tune", "tests.decide.models:hang",
+                             "--candidates", ONE[0], "--timeout", "300"], cwd=REPO,
+                            env=subprocess_env({"TFDEVICES_TEST_PIDFILE": str(pidfile)}),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_as_from_a_terminal)
+    try:
+        child = _wait_for(pidfile, proc)
+        proc.send_signal(sig)
+        assert proc.wait(timeout=60) == code
+        assert _gone(child), "the candidate's process outlived tune"
+    finally:
+        proc.kill()
+        proc.wait()
+    assert "Traceback" not in proc.stderr.read()
+
+
+def test_the_command_refuses_a_bad_target_in_one_line():
+    proc = run_cli("tune", "not-a-spec")
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("tfdevices tune: error: model function 'not-a-spec' is not MODULE:FUNCTION")
+    assert "HINT:" in proc.stderr and "Traceback" not in proc.stderr

@@ -1,0 +1,13 @@
+"""Decide: which way of running a model is fastest here, and why a step is slow.
+
+* :func:`~tfdevices.decide.tune.tune` builds every sensible way to run a model on this
+  machine's devices (one device, mirrored over the k best, the layers split over k,
+  multi-worker over several GPUs), runs each in a fresh process, and measures them.
+* :func:`~tfdevices.decide.advise.advise` reads one captured step (a
+  :class:`~tfdevices.verify.PlacementReport`) and says where its time went, with the
+  numbers and a fix.
+
+Planning is pure (:mod:`~tfdevices.decide.candidates`, :mod:`~tfdevices.decide.predict`);
+the effects live in :mod:`~tfdevices.decide.runner` (processes) and
+:mod:`~tfdevices.decide.child` (one candidate in one process).
+"""

@@ -1,0 +1,191 @@
+"""One tune candidate in one fresh process: ``python -m tfdevices.decide.child SPEC RESULT``.
+
+SPEC is a JSON file (what :mod:`tfdevices.decide.runner` writes); the result is one JSON
+object written to RESULT, never read from the environment. The process configures
+TensorFlow once (the CPU split into logical devices, or the GPUs), builds the candidate,
+warms up, times ``steps`` steps one by one, captures one more step, and writes what it saw.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any
+
+from tfdevices.core._tf import import_tf
+from tfdevices.decide.advise import time_shares
+from tfdevices.gpus.inventory import Inventory
+from tfdevices.gpus.selection import select
+from tfdevices.layers.place import place_layers
+from tfdevices.layers.plan import plan_layers
+from tfdevices.runtime import configure
+from tfdevices.strategy import build_strategy
+from tfdevices.tensorboard.callbacks import PlacementLogger
+
+__all__ = ["main"]
+
+
+def _load(target: str) -> Any:
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _configure(spec: dict[str, Any]) -> None:
+    if spec["gpus"]:
+        configure(select("all"), memory_limit=spec.get("memory_limit"))
+    else:
+        configure(select("none", Inventory()), virtual_devices=spec["virtual_devices"])
+
+
+def _build(spec: dict[str, Any]) -> tuple[Any, Any]:
+    fn = _load(spec["target"])
+    strategy, devices = spec["strategy"], spec["devices"]
+    if strategy == "split":
+        model, data = fn()
+        sample = next(iter(data))[0]
+        plan = plan_layers(model, devices, balance_by="time", sample=sample)
+        return place_layers(model, plan), data
+    kind = "one_device" if strategy == "one_device" else "mirrored"
+    with build_strategy(kind, devices).scope():
+        return fn()
+
+
+class _Clock:
+    """Times each training step (``on_train_batch_begin`` to ``on_train_batch_end``)."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self._start = 0.0
+
+    def callback(self) -> Any:
+        import keras
+
+        clock = self
+
+        class Clock(keras.callbacks.Callback):
+            def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+                clock._start = time.perf_counter()
+
+            def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+                clock.times.append(time.perf_counter() - clock._start)
+        return Clock()
+
+
+def _batch(data: Any) -> int:
+    return int(next(iter(data))[0].shape[0])
+
+
+def _peak_memory(tf: Any, devices: list[str]) -> dict[str, int]:
+    peaks = {}
+    for device in devices:
+        if device.startswith("CPU"):  # logical CPUs share the host's memory (and report no peak of their own)
+            peaks["host"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+            continue
+        try:
+            peaks[device] = int(tf.config.experimental.get_memory_info(device)["peak"])
+        except (ValueError, RuntimeError):
+            peaks.setdefault("host", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+    return peaks
+
+
+def _profile_extras(tf: Any, model: Any, data: Any, devices: list[str]) -> dict[str, Any]:
+    """What predictions need besides the step: weight and activation sizes, copy latency and bandwidth."""
+    batch = _batch(data)
+    sizes = [batch * int(abs(_numel(layer.output.shape))) * 4 for layer in model.layers if hasattr(layer, "output")]
+    out = {"grad_bytes": int(sum(int(w.numpy().nbytes) for w in model.trainable_weights)),
+           "variables": len(model.trainable_weights),
+           "activation_bytes": int(statistics.median(sizes)) if sizes else 0}
+    pair = [d for d in (tf.config.list_logical_devices()) if d.device_type == devices[0].split(":")[0]][:2]
+    if len(pair) == 2:
+        small, big = _copy_time(tf, pair, 256), _copy_time(tf, pair, 1 << 20)
+        out["copy_latency_s"] = small
+        out["copy_bytes_per_s"] = (4 * ((1 << 20) - 256)) / max(big - small, 1e-9)
+    return out
+
+
+def _numel(shape: Any) -> int:
+    n = 1
+    for d in shape[1:]:
+        n *= int(d or 1)
+    return n
+
+
+def _copy_time(tf: Any, pair: list[Any], floats: int) -> float:
+    with tf.device(pair[0].name):
+        x = tf.ones([floats])
+
+    @tf.function
+    def hop(x: Any) -> Any:
+        with tf.device(pair[1].name):
+            y = tf.identity(x)
+        with tf.device(pair[0].name):
+            return tf.identity(y)
+
+    hop(x)
+    runs = []
+    for _ in range(20):
+        start = time.perf_counter()
+        hop(x).numpy()
+        runs.append(time.perf_counter() - start)
+    return min(runs) / 2
+
+
+def run(spec: dict[str, Any]) -> dict[str, Any]:
+    """Runs the candidate ``spec`` describes; returns the result object."""
+    started = time.perf_counter()
+    sys.path[:0] = [p for p in spec.get("sys_path", ()) if p not in sys.path]
+    _configure(spec)
+    tf = import_tf()
+    model, data = _build(spec)
+    data = data.repeat()
+    model.fit(data, epochs=1, steps_per_epoch=spec["warmup"], verbose=0)
+    clock = _Clock()
+    window = time.perf_counter()
+    model.fit(data, epochs=1, steps_per_epoch=spec["steps"], verbose=0, callbacks=[clock.callback()])
+    window = time.perf_counter() - window
+    logdir = spec.get("logdir") or tempfile.mkdtemp(prefix="tfdevices-tune-")
+    logger = PlacementLogger(logdir, at_step=1, memory=False)
+    model.fit(data, epochs=1, steps_per_epoch=2, verbose=0, callbacks=[logger])
+    report = json.loads(logger.report.to_json())
+    times = sorted(clock.times)
+    result = {"status": "ok", "step_s": statistics.median(times), "step_q1_s": times[len(times) // 4],
+              "step_q3_s": times[(3 * len(times)) // 4], "batch": _batch(data),
+              "peak_memory": _peak_memory(tf, spec["devices"]), "shares": time_shares(report),
+              "startup_s": time.perf_counter() - started - window, "logdir": spec.get("logdir")}
+    if spec.get("profile"):
+        busy = report.get("busy_us", {}).get(spec["devices"][0])
+        result["compute_s"] = None if busy is None else busy / 1e6
+        result.update(_profile_extras(tf, model, data, spec["devices"]))
+    return result
+
+
+def _failure(err: BaseException) -> dict[str, Any]:
+    tf = sys.modules.get("tensorflow")
+    oom = tf is not None and isinstance(err, tf.errors.ResourceExhaustedError)
+    oom = oom or isinstance(err, MemoryError)
+    first = (str(err).strip().splitlines() or [""])[0][:300]
+    return {"status": "out_of_memory" if oom else "failed", "detail": f"{type(err).__name__}: {first}"}
+
+
+def main(argv: list[str]) -> int:
+    spec_path, result_path = argv
+    with open(spec_path) as f:
+        spec = json.load(f)
+    try:
+        result = run(spec)
+    except Exception as err:  # noqa: BLE001 -- every failure is reported to the parent, as a result
+        result = _failure(err)
+    with open(result_path + ".tmp", "w") as f:
+        json.dump(result, f)
+    os.replace(result_path + ".tmp", result_path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
