@@ -94,7 +94,8 @@ The package's modules follow the work: :mod:`~tfdevices.verify.records` and
 trace's planes), :mod:`~tfdevices.verify.graph` (the ops the program wrote),
 :mod:`~tfdevices.verify.recording` (what Python called), :mod:`~tfdevices.verify.building`
 and :mod:`~tfdevices.verify.timing` (the report), :mod:`~tfdevices.verify.profiling`
-(capture) and :mod:`~tfdevices.verify.profiles` (profiles on disk).
+(capture), :mod:`~tfdevices.verify.profiles` (profiles on disk) and
+:mod:`~tfdevices.verify.drift` (what changed between two captures of a long run).
 """
 
 
