@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tfdevices.core.errors import InputError, SpecError
 from tfdevices.scopes import plan_assignment
@@ -31,8 +33,8 @@ def test_plan_assignment(tasks, devices, policy, memory, expected):
 @pytest.mark.parametrize("tasks, devices, policy, memory, words", [
     ([], ["CPU:0"], "round_robin", None, "assign: no tasks given"),
     (["a"], [], "round_robin", None, "assign: no devices given"),
-    (["a", "a"], ["CPU:0"], "round_robin", None, "tasks ['a'] appear more than once"),
-    (["a"], ["CPU:0", "CPU:0"], "round_robin", None, "devices ['CPU:0'] appear more than once"),
+    (["a", "a"], ["CPU:0"], "round_robin", None, "tasks 'a' appear more than once among the 2 given"),
+    (["a"], ["CPU:0", "CPU:0"], "round_robin", None, "devices 'CPU:0' appear more than once among the 2 given"),
     (["a"], ["CPU:0"], "fastest", None, "assign policy 'fastest' is unknown"),
     (["a"], ["CPU:0"], "by_memory", None, "no free-memory figure for ['CPU:0']"),
     (["a"], ["0", "1"], "by_memory", {"0": 1}, "no free-memory figure for ['1']"),
@@ -136,3 +138,24 @@ def test_device_scope_soft_placement_is_set_for_the_block_and_put_back(tf4):
         with tfdevices.device_scope("CPU:1", soft_placement="yes"):
             pass
     assert tf4.config.get_soft_device_placement() is before
+
+
+def _by_memory_reference(tasks, devices, memory):
+    """The plain definition: each task to the device with the most free memory per task once it is added."""
+    counts = dict.fromkeys(devices, 0)
+    out = []
+    for _ in tasks:
+        device = max(devices, key=lambda d: (memory[d] / (counts[d] + 1), -devices.index(d)))
+        counts[device] += 1
+        out.append(device)
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(1, 60), memory=st.lists(st.integers(1, 64), min_size=1, max_size=6))
+def test_by_memory_planning_matches_its_definition(n, memory):
+    devices = [f"GPU:{i}" for i in range(len(memory))]
+    free = dict(zip(devices, memory))
+    tasks = [f"t{i}" for i in range(n)]
+    planned = [p.device for p in plan_assignment(tasks, devices, "by_memory", free_memory=free)]
+    assert planned == _by_memory_reference(tasks, devices, free)

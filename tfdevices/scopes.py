@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import heapq
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -77,9 +79,10 @@ def plan_assignment(tasks: Sequence[str], devices: Sequence[str], policy: str = 
     for what, names in (("tasks", tasks), ("devices", devices)):
         if not names:
             raise InputError(f"assign: no {what} given.", hint=f"pass at least one of the {what}.")
-        dupes = sorted({n for n in names if list(names).count(n) > 1})
+        dupes = sorted(n for n, k in Counter(names).items() if k > 1)
         if dupes:
-            raise InputError(f"assign: {what} {dupes} appear more than once in {list(names)}.",
+            listed = ", ".join(repr(n) for n in dupes[:10]) + (f", ... {len(dupes) - 10} more" if len(dupes) > 10 else "")
+            raise InputError(f"assign: {what} {listed} appear more than once among the {len(names)} given.",
                              hint=f"give each of the {what} once.")
     if policy == "round_robin":
         return tuple(TaskPlacement(t, devices[i % len(devices)], f"round robin: task {i} of {len(tasks)}")
@@ -90,13 +93,17 @@ def plan_assignment(tasks: Sequence[str], devices: Sequence[str], policy: str = 
         raise InputError(f"assign policy 'by_memory': no free-memory figure for {missing}; "
                          f"known: {sorted(memory) or 'none'}.",
                          hint="by_memory needs GPUs with NVML memory figures; use policy='round_robin' for CPUs.")
-    counts = dict.fromkeys(devices, 0)
+    # the device with the most free memory per task once this one is added, earliest first on ties: a heap,
+    # so planning stays O(tasks * log devices)
+    heap = [(-memory[d], i, 0) for i, d in enumerate(devices)]
+    heapq.heapify(heap)
     plan = []
     for task in tasks:
-        device = max(devices, key=lambda d: (memory[d] / (counts[d] + 1), -devices.index(d)))
-        counts[device] += 1
+        _, i, count = heapq.heappop(heap)
+        device = devices[i]
         plan.append(TaskPlacement(task, device, f"by memory: {format_bytes(memory[device])} free, "
-                                                f"task {counts[device]} on it"))
+                                                f"task {count + 1} on it"))
+        heapq.heappush(heap, (-memory[device] / (count + 2), i, count + 1))
     return tuple(plan)
 
 
