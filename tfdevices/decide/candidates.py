@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from tfdevices.core.devices import short_name
-from tfdevices.core.errors import InputError, SpecError
+from tfdevices.core.errors import InputError
 
 __all__ = ["Candidate", "Profile", "check_target", "choose", "plan_candidates", "predict_step_s", "prune"]
 
