@@ -32,11 +32,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfdevices.core._tf import import_tf
 from tfdevices.core.devices import short_name
 from tfdevices.core.errors import InputError, PlacementChangedError
 from tfdevices.core.units import format_bytes
-from tfdevices.tensorboard.writer import write_placement
+from tfdevices.tensorboard.writer import summary_writer, write_summaries
 from tfdevices.verify import PlacementReport, capturing
 from tfdevices.verify.drift import PlacementChange, drift, functions_of
 
@@ -183,16 +182,25 @@ class PlacementLogger:
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         """Logs ``current`` memory and the ``peak`` since the last point, at the current step."""
         if self.memory:
-            self._log_memory(max(self._step - 1, 0))
+            with summary_writer(self.logdir) as tf:
+                self._log_memory(tf, max(self._step - 1, 0))
 
     def _captured(self, report: PlacementReport, step: int, started: float) -> None:
         change = self._compare(report, step)
         if change is not None and change.changed:
             self.changes.append(change)
             report = dataclasses.replace(report, notes=(f"changed: {change.summary()}", *report.notes))
-        self._write(report, step, change)
-        if self.memory:
-            self._log_memory(step)
+        self.report = report
+        self.steps.append(step)
+        functions = functions_of(report)
+        graphs = functions not in self._graphs_written
+        self._graphs_written.add(functions)
+        with summary_writer(self.logdir) as tf:  # one writer (one event file) for everything of this capture
+            write_summaries(tf, report, step, self.name, graphs=graphs)
+            if change is not None:
+                _write_change(tf, self.name, change)
+            if self.memory:
+                self._log_memory(tf, step)
         self.costs.append(time.perf_counter() - started)
         self._pace.captured(step, self.costs[-1])
         if change is not None and change.changed:
@@ -218,31 +226,13 @@ class PlacementLogger:
         elif callable(self.on_change):
             self.on_change(change)
 
-    def _write(self, report: PlacementReport, step: int, change: PlacementChange | None) -> None:
-        self.report = report
-        self.steps.append(step)
-        functions = functions_of(report)
-        graphs = functions not in self._graphs_written
-        self._graphs_written.add(functions)
-        write_placement(report, self.logdir, step=step, name=self.name, graphs=graphs)
-        if change is not None:
-            _write_change(self.logdir, self.name, change)
-
-    def _log_memory(self, step: int) -> None:
-        tf = import_tf()
+    def _log_memory(self, tf: Any, step: int) -> None:
+        """Writes each allocator's current use and peak since the last point (default writer), warns past 90%."""
         stats = _memory_stats(tf)
         self.memory_devices = tuple(sorted(stats))
-        if not stats:
-            return
-        writer = tf.summary.create_file_writer(self.logdir)
-        try:
-            with writer.as_default():
-                for device, info in sorted(stats.items()):
-                    for key in ("current", "peak"):
-                        tf.summary.scalar(f"{self.name}/memory/{device}/{key}_bytes", float(info[key]), step=step)
-        finally:
-            writer.flush()
-            writer.close()
+        for device, info in sorted(stats.items()):
+            for key in ("current", "peak"):
+                tf.summary.scalar(f"{self.name}/memory/{device}/{key}_bytes", float(info[key]), step=step)
         for device, message in over_limit(stats, _memory_limits(tf)).items():
             if device not in self._warned:
                 self._warned.add(device)
@@ -309,21 +299,14 @@ def _check(at_step: Any, every: Any, budget: Any, on_change: Any, busy_threshold
                          hint="busy_threshold=0.25 tells a device whose share of the busy time changed by 25 points.")
 
 
-def _write_change(logdir: str, name: str, change: PlacementChange) -> None:
-    """The change as scalars (ops moved, copies changed, retraced) and a text line, at its step."""
-    tf = import_tf()
-    writer = tf.summary.create_file_writer(logdir)
-    try:
-        with writer.as_default():
-            tf.summary.scalar(f"{name}/drift/moved_ops", float(len(change.moved)), step=change.step)
-            tf.summary.scalar(f"{name}/drift/changed_copies", float(sum(abs(b - a) for _, a, b in change.copies)),
-                              step=change.step)
-            tf.summary.scalar(f"{name}/drift/retraced", float(change.retraced), step=change.step)
-            if change.changed:
-                tf.summary.text(f"{name}/drift", change.summary(), step=change.step)
-    finally:
-        writer.flush()
-        writer.close()
+def _write_change(tf: Any, name: str, change: PlacementChange) -> None:
+    """The change as scalars (ops moved, copies changed, retraced) and a text line, at its step (default writer)."""
+    tf.summary.scalar(f"{name}/drift/moved_ops", float(len(change.moved)), step=change.step)
+    tf.summary.scalar(f"{name}/drift/changed_copies", float(sum(abs(b - a) for _, a, b in change.copies)),
+                      step=change.step)
+    tf.summary.scalar(f"{name}/drift/retraced", float(change.retraced), step=change.step)
+    if change.changed:
+        tf.summary.text(f"{name}/drift", change.summary(), step=change.step)
 
 
 def _memory_stats(tf: Any) -> dict[str, dict[str, int]]:

@@ -126,33 +126,48 @@ def write_placement(report: PlacementReport, logdir: str | os.PathLike[str], ste
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise InputError(f"write_placement(step={step!r}): expected a step >= 0.", hint="e.g. step=0.")
     logdir = check_directory(logdir, what="write_placement(logdir=...)")
+    with summary_writer(logdir) as tf:
+        write_summaries(tf, report, step, name, graphs=graphs)
+    return logdir
+
+
+@contextlib.contextmanager
+def summary_writer(logdir: str) -> Iterator[Any]:
+    """One summary writer for ``logdir``, the default inside the block, flushed and closed when it ends.
+
+    Yields TensorFlow. Whatever is written is on disk when the block ends, even if it raised.
+    """
     tf = import_tf()
     writer = tf.summary.create_file_writer(logdir)
     try:
         with writer.as_default(), _gc_paused():
-            if graphs and report.graphs:
-                graph_def = tf.compat.v1.GraphDef.FromString(merged_graph_def(report).SerializeToString())
-                tf.summary.graph(graph_def)
-            tf.summary.text(f"{name}/report", f"{_code(report.summary())}\n\n{report.to_markdown()}", step=step)
-            # the data, for the Placement tab and read_placement; out of the Text tab, where the report leads
-            tf.summary.write(f"{name}/json", report.to_json(), step=step, metadata=summary_metadata().SerializeToString())
-            for device, count in report.op_counts.items():
-                tf.summary.scalar(f"{name}/ops/{device}", float(count), step=step)
-            for device, busy in report.busy_us.items():
-                tf.summary.scalar(f"{name}/busy_us/{device}", float(busy), step=step)
-            pairs: dict[str, list[int]] = {}
-            for t in report.copies:
-                entry = pairs.setdefault(f"{t.src} -> {t.dst}", [0, 0])
-                entry[0] += 1
-                entry[1] += t.bytes or 0
-            for pair, (count, size) in sorted(pairs.items()):
-                tf.summary.scalar(f"{name}/transfers/{pair}", float(count), step=step)
-                tf.summary.scalar(f"{name}/transfer_bytes/{pair}", float(size), step=step)
-            tf.summary.scalar(f"{name}/collectives", float(len(report.collectives)), step=step)
+            yield tf
     finally:
         writer.flush()
         writer.close()
-    return logdir
+
+
+def write_summaries(tf: Any, report: PlacementReport, step: int, name: str, *, graphs: bool = True) -> None:
+    """Writes the report's summaries with the default summary writer (see :func:`write_placement`)."""
+    if graphs and report.graphs:
+        graph_def = tf.compat.v1.GraphDef.FromString(merged_graph_def(report).SerializeToString())
+        tf.summary.graph(graph_def)
+    tf.summary.text(f"{name}/report", f"{_code(report.summary())}\n\n{report.to_markdown()}", step=step)
+    # the data, for the Placement tab and read_placement; out of the Text tab, where the report leads
+    tf.summary.write(f"{name}/json", report.to_json(), step=step, metadata=summary_metadata().SerializeToString())
+    for device, count in report.op_counts.items():
+        tf.summary.scalar(f"{name}/ops/{device}", float(count), step=step)
+    for device, busy in report.busy_us.items():
+        tf.summary.scalar(f"{name}/busy_us/{device}", float(busy), step=step)
+    pairs: dict[str, list[int]] = {}
+    for t in report.copies:
+        entry = pairs.setdefault(f"{t.src} -> {t.dst}", [0, 0])
+        entry[0] += 1
+        entry[1] += t.bytes or 0
+    for pair, (count, size) in sorted(pairs.items()):
+        tf.summary.scalar(f"{name}/transfers/{pair}", float(count), step=step)
+        tf.summary.scalar(f"{name}/transfer_bytes/{pair}", float(size), step=step)
+    tf.summary.scalar(f"{name}/collectives", float(len(report.collectives)), step=step)
 
 
 def _code(text: str) -> str:

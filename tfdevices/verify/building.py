@@ -148,16 +148,9 @@ def _fallback_device(kernels: list[_Kernel], graph: _Graph, call: _Call | None, 
 
     With no call (a profile), the GPU whose plane ran its kernels, else the host's CPU.
     """
-    asked = set()
-    for kernel in kernels:
-        op = graph.op(kernel.name)
-        device = graph.asked(op) if op is not None else ""
-        if device:
-            asked.add(device)
-            if len(asked) > 1:
-                break
-    if len(asked) == 1:
-        return asked.pop()
+    asked = graph.asked_by(kernel.name for kernel in kernels)
+    if asked:
+        return asked
     if call is not None and call.device:
         return call.device
     if call is None:

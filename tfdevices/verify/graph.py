@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import weakref
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +21,7 @@ class _Known:
     ops: dict[str, Any]  # op name -> op
     asked: dict[str, str] = field(default_factory=dict)  # op name -> the device it asked for
     model_ops: dict[tuple[str, str], list[tuple[str, str, str]]] = field(default_factory=dict)  # per kernel
+    asked_by: dict[tuple[str, ...], str] = field(default_factory=dict)  # kernel names -> the one device they asked
 
 
 _KNOWN: weakref.WeakKeyDictionary[Any, _Known] = weakref.WeakKeyDictionary()
@@ -66,6 +68,26 @@ class _Graph:
 
     def op(self, name: str) -> Any:
         return self.find(name)[0]
+
+    def asked_by(self, names: Iterable[str]) -> str:
+        """The one device the ops of these executed names asked for; ``""`` when none or several (cached)."""
+        key = tuple(names)
+        found = self._known.asked_by.get(key)
+        if found is None:
+            devices = set()
+            for name in key:
+                op = self.op(name)
+                device = self.asked(op) if op is not None else ""
+                if device:
+                    devices.add(device)
+                    if len(devices) > 1:
+                        break
+            found = devices.pop() if len(devices) == 1 else ""
+            if self._graph is not None:
+                if len(self._known.asked_by) >= 256:  # bounded: a graph has a few partitions, not thousands
+                    self._known.asked_by.clear()
+                self._known.asked_by[key] = found
+        return found
 
     def asked(self, op: Any) -> str:
         """The device ``op`` asked for (read from TensorFlow once per op)."""

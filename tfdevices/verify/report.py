@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import operator
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -418,8 +419,20 @@ def _where_ran(op: OpPlacement) -> str:
     return f"{op.name} ({_ran_as(op)}) on {op.device}"
 
 
+_GETTERS: dict[type, tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]]] = {}
+
+
 def _flat(record: Any) -> dict[str, Any]:
-    """``dataclasses.asdict`` for a record of plain fields, without its deep copies (reports hold 10^4 ops)."""
-    return {f.name: getattr(record, f.name) for f in fields(record)}
+    """``dataclasses.asdict`` for a record of plain fields, without its deep copies (reports hold 10^4 ops).
+
+    The field names and one getter for all of them are made once per record class.
+    """
+    kind = type(record)
+    known = _GETTERS.get(kind)
+    if known is None:
+        names = tuple(f.name for f in fields(record))
+        known = _GETTERS[kind] = (names, operator.attrgetter(*names))
+    names, get = known
+    return dict(zip(names, get(record)))
 
 
