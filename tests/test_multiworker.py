@@ -245,3 +245,19 @@ def test_two_launchers_form_one_four_worker_keras3_job(tf4, tmp_path):
         np.testing.assert_allclose(r["history"]["loss"], ref_history["loss"], rtol=1e-4)
         for got, want in zip(r["weights"], ref_weights):
             np.testing.assert_allclose(np.array(got), want, rtol=1e-4, atol=1e-6)
+
+
+def test_keras3_fit_on_two_workers_with_tf_use_legacy_keras_set(tf4, tmp_path):
+    """Ray Train sets TF_USE_LEGACY_KERAS=1 in its workers; `import keras` is still Keras 3 there, and fit works."""
+    proc = subprocess.run([sys.executable, "-m", "tfdevices", "launch", "-n", "2", "--no-mend", "--",
+                           sys.executable, SCRIPT, str(tmp_path), str(EPOCHS), str(STEPS)],
+                          env=subprocess_env({"TF_USE_LEGACY_KERAS": "1"}), cwd=REPO, capture_output=True, text=True,
+                          timeout=TIMEOUT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = [json.loads((tmp_path / f"result-rank{r}.json").read_text()) for r in (0, 1)]
+    ref_history, _ = reference_fit(tf4)
+    for r in results:
+        assert r["keras"].startswith("3.") and (r["workers"], r["replicas"]) == (2, 2)
+        np.testing.assert_allclose(r["history"]["loss"], ref_history["loss"], rtol=1e-4)
+    for a, b in zip(results[0]["weights"], results[1]["weights"]):
+        np.testing.assert_array_equal(np.array(a), np.array(b))

@@ -62,3 +62,30 @@ def test_custom_training_tutorial(tmp_path):
     losses = [float(v) for v in re.findall(r"^Epoch \d, Loss: ([\d.]+)", proc.stdout, re.M)]
     assert len(losses) == 2 and losses[1] < losses[0], proc.stdout
     assert any(name.startswith("ckpt-1") for name in os.listdir(tmp_path / "training_checkpoints"))
+
+
+def _launch_unchanged(tmp_path, *options: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    logs = tmp_path / "logs"
+    proc = run(sys.executable, "-m", "tfdevices", "launch", "-n", "2", "--log-dir", str(logs), *options, "--",
+               sys.executable, os.path.join(TUTORIALS, "multi_worker_with_keras_unchanged.py"), cwd=str(tmp_path))
+    return proc, [(logs / f"rank{rank}.log").read_text() for rank in (0, 1)]
+
+
+def test_the_unchanged_multi_worker_tutorial_trains_under_launch(tmp_path):
+    """The tutorial's own MultiWorkerMirroredStrategy() and plain fit with metrics: launch mends its workers."""
+    text = open(os.path.join(TUTORIALS, "multi_worker_with_keras_unchanged.py")).read()
+    assert "tfdevices" not in text.split('"""', 2)[2] and "strategy = tf.distribute.MultiWorkerMirroredStrategy()" in text
+    proc, logs = _launch_unchanged(tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for log in logs:
+        losses = [float(v) for v in re.findall(r"4/4\D.* accuracy: [\d.]+ - loss: ([\d.]+)", log)]
+        assert len(losses) == 3 and losses[-1] < losses[0], log[-2000:]
+        assert "sitecustomize" not in log and "Traceback" not in log
+    for text in [proc.stdout, proc.stderr, *logs]:  # a success reads as one: no crash message anywhere
+        assert "have crashed" not in text and "unavailable" not in text.lower(), text[-2000:]
+
+
+def test_without_the_mend_the_unchanged_tutorial_fails_as_keras_issue_20585(tmp_path):
+    proc, logs = _launch_unchanged(tmp_path, "--no-mend")
+    assert proc.returncode != 0
+    assert all("Attempt to convert a value (PerReplica" in log for log in logs), logs[0][-2000:]

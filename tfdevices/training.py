@@ -19,8 +19,11 @@ This module owns the Keras-version policy; it imports Keras only when a function
 from __future__ import annotations
 
 import dataclasses
+import importlib.abc
+import importlib.util
 import logging
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -157,18 +160,62 @@ def install_fit_adapter() -> FitAdapter:
     """
     if "done" in _ADAPTER_STATE:
         return _ADAPTER_STATE["done"]
-    if legacy_keras():
+    try:
+        from keras.src.version import __version__ as keras_version  # set before `import keras` ends
+    except ImportError:  # no Keras 3: only tf_keras (whose fit works) can be in use
         result = decide_fit_adapter("", legacy=True)
     else:
-        import keras
-
-        result = decide_fit_adapter(getattr(keras, "__version__", "unknown"))
+        # Keras 3 whatever TF_USE_LEGACY_KERAS says: that variable redirects tf.keras only, and
+        # `import keras` (Ray Train's workers set it) is still Keras 3. Mending Keras 3's trainer
+        # leaves tf_keras models alone: they train through tf_keras' own trainer.
+        result = decide_fit_adapter(str(keras_version))
         if result.state == INSTALL:
             result = _patch_trainer(result)
     if result.state == NOT_COVERED:
         logger.warning("tfdevices: %s", result.reason)
     _ADAPTER_STATE["done"] = result
     return result
+
+
+#: The module whose import installs the adapter (:func:`install_when_imported`).
+KERAS_TRAINER = "keras.src.backend.tensorflow.trainer"
+
+
+def install_when_imported() -> None:
+    """Mends Keras 3 ``fit`` (:func:`install_fit_adapter`) as soon as Keras' TensorFlow trainer is imported.
+
+    For scripts that build their own ``tf.distribute.MultiWorkerMirroredStrategy()``: the
+    workers ``tfdevices launch`` starts call it at start-up (its ``sitecustomize``), so they
+    need no change. Importing this costs nothing: Keras, TensorFlow and the mend load when
+    the program imports Keras' trainer itself; it is mended at once when that has happened.
+    Idempotent.
+    """
+    if KERAS_TRAINER in sys.modules:
+        install_fit_adapter()
+        return
+    if not any(isinstance(finder, _TrainerImported) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _TrainerImported())
+
+
+class _TrainerImported(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: wraps the loader of Keras' TensorFlow trainer to mend it once it has run."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != KERAS_TRAINER:
+            return None
+        sys.meta_path.remove(self)  # once: the mend imports the trainer's package itself
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        run = loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            run(module)
+            install_fit_adapter()
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
 
 
 def _patch_trainer(decision: FitAdapter) -> FitAdapter:

@@ -54,9 +54,11 @@ import argparse
 import collections
 import dataclasses
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -243,6 +245,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="show every rank's progress bars and repeated warnings (default: rank 0's progress, "
                           "a warning every rank prints the same once)")
     out.add_argument("--tf-logs", action="store_true", help="show TensorFlow's C++ log lines (hidden by default)")
+    parser.add_argument("--no-mend", action="store_true",
+                        help="leave Keras 3 model.fit as it is in the workers (by default it is mended for "
+                             "MultiWorkerMirroredStrategy, keras-team/keras#20585, with no change to the script)")
     nodes = parser.add_argument_group("many machines (no scheduler)")
     nodes.add_argument("--nnodes", type=int, default=1, help="machines in the job, one launcher each")
     nodes.add_argument("--node-rank", type=int, default=0, help="this machine's place, 0 .. nnodes-1")
@@ -289,7 +294,7 @@ def run(args: argparse.Namespace) -> int:
     plan_workers(args.num_workers, list(range(1, args.num_workers + 1)), gpus, share=args.share)  # fail early
     return launch(command, args.num_workers, gpus=gpus, share=args.share, max_restarts=args.max_restarts,
                   virtual_devices=args.virtual_devices, log_dir=args.log_dir, tee=args.tee,
-                  all_ranks=args.all_ranks, tf_logs=args.tf_logs, nodes=nodes)
+                  all_ranks=args.all_ranks, tf_logs=args.tf_logs, nodes=nodes, mend=not args.no_mend)
 
 
 def _nodes(args: argparse.Namespace) -> Nodes | None:
@@ -337,7 +342,7 @@ def _candidate_gpus(spec: str) -> tuple[int, ...]:
 def launch(command: Sequence[str], n: int, *, gpus: object = (), share: bool = False, max_restarts: int = 0,
            virtual_devices: int | None = None, out: IO[str] | None = None,
            env: Mapping[str, str] | None = None, log_dir: str | None = None, tee: bool = False,
-           all_ranks: bool = False, tf_logs: bool = False, nodes: Nodes | None = None) -> int:
+           all_ranks: bool = False, tf_logs: bool = False, nodes: Nodes | None = None, mend: bool = True) -> int:
     """Runs N workers of ``command`` until they finish, restarting the job up to ``max_restarts`` times.
 
     Args:
@@ -354,12 +359,17 @@ def launch(command: Sequence[str], n: int, *, gpus: object = (), share: bool = F
         all_ranks: show every rank's progress and repeated lines.
         tf_logs: show TensorFlow's C++ log lines.
         nodes: this launcher's place in a job over several machines.
+        mend: mend Keras 3 ``model.fit`` in the workers for ``MultiWorkerMirroredStrategy``
+            (keras-team/keras#20585), whoever builds the strategy: a ``sitecustomize`` put first
+            on the workers' ``PYTHONPATH`` (chaining any other) installs the mend when Keras'
+            trainer is imported.
 
     Returns:
         0, or the first non-zero exit status of the last attempt.
     """
     out = out or sys.stdout
     base = dict(os.environ if env is None else env)
+    site = _mend_site(base) if mend else None
     console = Console(out, tty=_isatty(out), ranks=(0,) if log_dir and not tee else None,
                       progress_ranks=None if all_ranks else (0,), dedupe=not all_ranks, tf_logs=tf_logs)
     job = _Job(console, log_dir)
@@ -389,11 +399,51 @@ def launch(command: Sequence[str], n: int, *, gpus: object = (), share: bool = F
                     console.say(f"restarting all {n} workers (restart {attempt + 1} of {max_restarts})")
             return code
     finally:
+        if site is not None:
+            shutil.rmtree(site, ignore_errors=True)
         if peers is not None:
             peers.close()
         _report_hidden(console)
         if console.closed:
             _silence(out)
+
+
+#: The workers' sitecustomize: chains the one it hides, then asks for the mend when Keras' trainer loads.
+_SITECUSTOMIZE = '''"""Written by tfdevices launch: mends Keras 3 model.fit for MultiWorkerMirroredStrategy in this worker."""
+import importlib.machinery
+import importlib.util
+import os
+import sys
+
+_here = os.path.dirname(os.path.abspath(__file__))
+
+
+def _chain():
+    """Runs the sitecustomize this one hides (later on sys.path), if there is one."""
+    rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != _here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    if spec is not None and spec.loader is not None:
+        hidden = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(hidden)
+
+
+_chain()
+try:
+    from tfdevices.training import install_when_imported
+except ImportError:  # tfdevices is not installed in this worker's Python: nothing to mend with
+    pass
+else:
+    install_when_imported()
+'''
+
+
+def _mend_site(env: dict[str, str]) -> str:
+    """Writes the workers' ``sitecustomize`` into a new directory put first on ``env``'s ``PYTHONPATH``."""
+    site = tempfile.mkdtemp(prefix="tfdevices-site-")
+    with open(os.path.join(site, "sitecustomize.py"), "w", encoding="utf-8") as f:
+        f.write(_SITECUSTOMIZE)
+    env["PYTHONPATH"] = site + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return site
 
 
 def _final(job: _Job, code: int) -> int:
