@@ -42,9 +42,11 @@ from typing import Any
 from tfdevices import runtime as rt
 from tfdevices.core.devices import is_logical_name, logical_devices, resolve_devices, short_name, tfdevices_name
 from tfdevices.core._tf import import_tf
-from tfdevices.core.errors import StrategyError
+from tfdevices.core.errors import LaunchError, StrategyError
+from tfdevices.core.units import shown
 from tfdevices.gpus.discovery import discover
 from tfdevices.jobs.env import launch_info
+from tfdevices.jobs.slurm import expand_tasks_per_node, step_cluster
 from tfdevices.jobs.tfconfig import TfConfig
 from tfdevices.training import install_fit_adapter
 
@@ -74,6 +76,8 @@ class ClusterEnv:
     source: str
     reason: str
     tf_config: TfConfig | None = None
+    addresses: tuple[str, ...] = ()  # a SLURM step's tasks, in rank order (what TF_CONFIG would list)
+    task_index: int = 0
 
 
 def cluster_from_env(env: Mapping[str, str]) -> ClusterEnv:
@@ -109,8 +113,23 @@ def cluster_from_env(env: Mapping[str, str]) -> ClusterEnv:
                           tf_config)
     if info.source == "SLURM" and info.world_size > 1:
         nodes = f" on {len(info.nodes)} node(s)" if info.nodes else ""
-        return ClusterEnv(info.world_size, "SLURM", f"SLURM step with {info.world_size} tasks{nodes}")
+        return ClusterEnv(info.world_size, "SLURM", f"SLURM step with {info.world_size} tasks{nodes}",
+                          addresses=_slurm_addresses(env, info), task_index=info.rank)
     return ClusterEnv(1, "none", f"no TF_CONFIG and no multi-task SLURM step: a single process ({info.reason})")
+
+
+def _slurm_addresses(env: Mapping[str, str], info: Any) -> tuple[str, ...]:
+    """Each task's ``host:port`` in this SLURM step, ports from the job and step ids (see :func:`step_cluster`)."""
+    tasks_var = next((v for v in ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE") if v in env), None)
+    per_node = expand_tasks_per_node(env[tasks_var], variable=tasks_var) if tasks_var else [info.world_size]
+    nodes = info.nodes or ("localhost",)
+    ids = []
+    for name in ("SLURM_JOB_ID", "SLURM_STEP_ID"):
+        value = env.get(name, env.get(name.replace("_ID", "ID"), "0"))
+        if not (value.isascii() and value.isdigit() and len(value) <= 18):
+            raise LaunchError(f"{name}={shown(value)} is not a whole number.", hint="run the script with srun.")
+        ids.append(int(value))
+    return tuple(step_cluster(nodes, per_node, ids[0], ids[1]))
 
 
 # --------------------------------------------------------------------------- decide
@@ -669,6 +688,10 @@ def _make(tf: Any, decision: StrategyDecision, ops: str, cluster: ClusterEnv) ->
         implementation=impl.NCCL if ops == "nccl" else impl.RING)
     resolver = None
     if cluster.source == "SLURM":
-        # tfdevices masks GPUs itself (gpu_for_rank + configure); the resolver must not set them again
-        resolver = tf.distribute.cluster_resolver.SlurmClusterResolver(auto_set_gpu=False)
+        # The cluster from the step itself, not TensorFlow's SlurmClusterResolver: that one runs nvidia-smi
+        # (missing on a node without a driver), counts GPUs without the step's mask, fails with no GPUs
+        # ("range() arg 3 must not be zero") and puts every step on one port. GPUs are tfdevices' (configure).
+        spec = tf.train.ClusterSpec({"worker": list(cluster.addresses)})
+        resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+            spec, task_type="worker", task_id=cluster.task_index, rpc_layer="grpc")
     return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)

@@ -271,3 +271,37 @@ def allocated_gpus(env: Mapping[str, str]) -> tuple[tuple[int, ...] | None, str 
             indices, notes = parse_gpu_list(env[var], variable=var)
             return tuple(indices), var, tuple(notes)
     return None, None, ()
+
+
+#: The ports a SLURM step's TensorFlow servers listen on start in this range, one block per step.
+PORT_RANGE = (20000, 60000)
+
+
+def step_port_base(job_id: int, step_id: int, tasks_per_node: int) -> int:
+    """The first port of a job step's block: task ``j`` of a node listens on ``base + j``.
+
+    Derived from the job and step ids, so every task of the step computes the same base
+    with no exchange, and two steps on one node (``srun &`` twice in a job, or two jobs)
+    fall in different blocks (blocks repeat only every ``(60000 - 20000) // tasks_per_node``
+    steps). TensorFlow's own ``SlurmClusterResolver`` puts every step on port 8888.
+
+    >>> step_port_base(4242, 0, 2), step_port_base(4242, 1, 2)
+    (44796, 54254)
+    """
+    low, high = PORT_RANGE
+    block = max(1, tasks_per_node)
+    blocks = (high - low) // block
+    return low + ((job_id * 7919 + step_id * 104729) % blocks) * block
+
+
+def step_cluster(nodes: Sequence[str], tasks_per_node: Sequence[int], job_id: int, step_id: int) -> list[str]:
+    """Every task's ``host:port`` in a SLURM step, in rank order (SLURM's default block distribution).
+
+    >>> step_cluster(["n1", "n2"], [2, 1], 4242, 0)
+    ['n1:44796', 'n1:44797', 'n2:44796']
+    """
+    if len(nodes) != len(tasks_per_node):
+        raise LaunchError(f"the step has {len(nodes)} node(s) but tasks for {len(tasks_per_node)}.",
+                          hint="SLURM_STEP_NODELIST and SLURM_STEP_TASKS_PER_NODE come from the same srun.")
+    base = step_port_base(job_id, step_id, max(tasks_per_node, default=1))
+    return [f"{host}:{base + j}" for host, count in zip(nodes, tasks_per_node) for j in range(count)]
