@@ -15,7 +15,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.engines import slurm_cluster
+from tests.engines import slurm_cluster, unavailable
 from tests.helpers import REPO, subprocess_env
 from tests.test_multiworker import EPOCHS, SCRIPT, STEPS, TIMEOUT, reference_fit
 
@@ -45,3 +45,23 @@ def test_keras3_fit_on_two_tasks_of_a_real_srun(tf4, tmp_path):
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         assert "Traceback" not in proc.stderr and "have crashed" not in proc.stdout + proc.stderr
         _check_two_workers(tf4, [json.loads((out / f"result-rank{r}.json").read_text()) for r in (0, 1)])
+
+
+def test_keras3_fit_on_two_ray_train_workers(tf4, tmp_path):
+    """Ray Train's TensorflowTrainer, 2 workers on a local Ray cluster (127.0.0.1): launch_info knows Ray, and
+    plain Keras 3 fit with metrics and validation_data works, although Ray sets TF_USE_LEGACY_KERAS=1."""
+    try:
+        import ray.train.tensorflow  # noqa: F401
+    except ImportError as err:
+        unavailable(f"Ray Train is not installed ({err}; pip install 'ray[train]', the test extra)")
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "tests", "scripts", "ray_fit.py"), str(out),
+                           str(EPOCHS), str(STEPS)], env=subprocess_env({"RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}),
+                          cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = [json.loads((out / f"result-rank{r}.json").read_text()) for r in (0, 1)]
+    assert [(r["source"], r["rank"], r["world_size"], r["local_rank"]) for r in results] == [
+        ("ray", 0, 2, 0), ("ray", 1, 2, 1)]
+    assert all(r["legacy_keras"] == "1" for r in results)  # what Ray's TensorFlow backend sets
+    _check_two_workers(tf4, results)

@@ -384,3 +384,20 @@ def test_auto_with_a_mask_naming_nothing_valid_is_an_error_not_a_cpu_run(mask, w
     """)
     said = json.loads(proc.stdout.strip().splitlines()[-1])
     assert said.startswith(words) and "HINT:" in said
+
+
+def test_an_evaluator_gets_one_process_and_a_ps_task_a_clear_refusal():
+    from tfdevices.core.errors import StrategyError
+    from tfdevices.strategy import cluster_from_env
+
+    cluster = {"chief": ["c:1"], "worker": ["w:1", "w:2"], "ps": ["p:1"]}
+
+    def env(role: str) -> dict[str, str]:
+        return {"TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": role, "index": 0}})}
+
+    evaluator = cluster_from_env(env("evaluator"))
+    assert (evaluator.num_workers, evaluator.source) == (1, "TF_CONFIG")
+    assert evaluator.reason.startswith("TF_CONFIG names this process evaluator 0: it does not train")
+    assert cluster_from_env(env("worker")).num_workers == 3
+    with pytest.raises(StrategyError, match=r"^TF_CONFIG names this process ps 0, a parameter server.*HINT: .*tf_keras"):
+        cluster_from_env(env("ps"))

@@ -105,7 +105,17 @@ def cluster_from_env(env: Mapping[str, str]) -> ClusterEnv:
     'none'
     """
     info = launch_info(env)
-    if info.source == "TF_CONFIG" and info.tf_config is not None:
+    if info.role == "ps":
+        raise StrategyError(
+            f"TF_CONFIG names this process ps {info.role_index}, a parameter server: it serves "
+            "ParameterServerStrategy, which Keras 3 does not support, and trains no replica of its own.",
+            hint="run parameter-server training with tf_keras (TF_USE_LEGACY_KERAS=1 and "
+                 "tf.distribute.experimental.ParameterServerStrategy), or drop the ps tasks and train the "
+                 "chief and workers with build_strategy('multi_worker').")
+    if info.role == "evaluator":
+        return ClusterEnv(1, "TF_CONFIG", f"TF_CONFIG names this process evaluator {info.role_index}: it does "
+                                          "not train, so one device of its own", info.tf_config)
+    if info.source in ("TF_CONFIG", "ray") and info.tf_config is not None:
         tf_config = info.tf_config
         jobs = ", ".join(f"{len(a)} {job}" for job, a in tf_config.cluster.items())
         return ClusterEnv(tf_config.num_workers, "TF_CONFIG",

@@ -194,8 +194,6 @@ BAD = [
      "RANK=0 contradicts TF_CONFIG, which makes this process rank 1"),
     ({**tfc(["a:1", "a:2"], 1), "WORLD_SIZE": "3"}, LaunchError, "WORLD_SIZE=3 contradicts TF_CONFIG"),
     ({"TF_CONFIG": "{not json"}, TfConfigError, "TF_CONFIG: not valid JSON"),
-    ({"TF_CONFIG": json.dumps({"cluster": {"worker": ["a:1"], "ps": ["a:2"]}, "task": {"type": "ps", "index": 0}})},
-     LaunchError, "TF_CONFIG: task type 'ps' is not a training process"),
     ({"TFDEVICES_RANK_GPUS": "a"}, EnvVarError, "TFDEVICES_RANK_GPUS='a'"),
 ]
 
@@ -259,3 +257,20 @@ def test_table_of_a_16000_node_step_stays_short():
                 SLURM_STEP_TASKS_PER_NODE=f"1(x{n})", SLURM_NODEID=str(n - 1))
     table = launch_info(env).table()
     assert "(16,000 in all)" in table and "(159999 chars)" in table and len(table) < 2000
+
+
+@pytest.mark.parametrize("role, index, trains, rank, world", [
+    ("chief", 0, True, 0, 4),
+    ("worker", 2, True, 3, 4),  # the chief is rank 0: worker 2 is rank 3
+    ("evaluator", 0, False, 0, 1),
+    ("ps", 1, False, 0, 1),
+])
+def test_every_tf_config_role_is_answered(role, index, trains, rank, world):
+    """A Kubeflow TFJob's processes: chief, workers, an evaluator and parameter servers."""
+    cluster = {"chief": ["c:1"], "worker": ["w:1", "w:2", "w:3"], "ps": ["p:1", "p:2"]}
+    env = {"TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": role, "index": index}})}
+    info = launch_info(env)
+    assert (info.role, info.role_index, info.trains, info.rank, info.world_size) == (role, index, trains, rank, world)
+    if not trains:
+        assert f"role: {role} {index} (does not train: no rank)" in info.table()
+        assert not info.is_distributed

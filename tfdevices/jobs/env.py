@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 from collections.abc import Mapping
 
 from tfdevices.core.errors import LaunchError
@@ -45,7 +46,7 @@ from tfdevices.core.units import parse_count, shown
 from tfdevices.jobs.slurm import allocated_gpus, expand_nodelist, expand_tasks_per_node, join_indices, parse_gpu_list
 from tfdevices.jobs.tfconfig import TF_CONFIG, TfConfig, parse_tf_config
 
-SOURCES = ("TF_CONFIG", "OMPI", "PMI", "ENV", "SLURM", "none")
+SOURCES = ("ray", "TF_CONFIG", "OMPI", "PMI", "ENV", "SLURM", "none")
 MAX_RANK = 2**31 - 1
 """The largest rank, world size or node id read from the environment."""
 RANK_GPUS = "TFDEVICES_RANK_GPUS"
@@ -92,6 +93,13 @@ class LaunchInfo:
     ignored: tuple[str, ...] = ()
     tf_config: TfConfig | None = None
     notes: tuple[str, ...] = ()
+    role: str = "worker"
+    role_index: int = 0
+
+    @property
+    def trains(self) -> bool:
+        """Whether this process is one of the training processes (a chief or a worker, not ``ps``/``evaluator``)."""
+        return self.role in ("chief", "worker")
 
     @property
     def is_distributed(self) -> bool:
@@ -105,6 +113,10 @@ class LaunchInfo:
 
     def table(self) -> str:
         """A short report: the winner, why, the figures and the variables read."""
+        if not self.trains:
+            return "\n".join([f"source: {self.source} ({self.reason})",
+                              f"role: {self.role} {self.role_index} (does not train: no rank)"]
+                             + [f"note: {n}" for n in self.notes])
         lines = [f"source: {self.source} ({self.reason})",
                  f"rank {self.rank} of {self.world_size}, local rank {self.local_rank} of "
                  f"{'?' if self.local_world_size is None else self.local_world_size}"
@@ -149,6 +161,7 @@ def launch_info(env: Mapping[str, str] | None = None) -> LaunchInfo:
     ...
     tfdevices.core.errors.LaunchError: RANK=2 is out of range for WORLD_SIZE=2 (ranks 0..1). HINT: set RANK to 0..1, or fix WORLD_SIZE.
     """
+    ray_info = _from_ray() if env is None else None
     env = os.environ if env is None else env
     readers = (("TF_CONFIG", _from_tf_config), ("OMPI", _from_ompi), ("PMI", _from_pmi),
                ("ENV", _from_generic), ("SLURM", _from_slurm))
@@ -165,6 +178,9 @@ def launch_info(env: Mapping[str, str] | None = None) -> LaunchInfo:
     ignored = tuple(n for n in present if n != info.source)
     if "ENV" in ignored and info.source == "TF_CONFIG":
         _cross_check_generic(info, env)
+    if ray_info is not None:  # Ray Train's worker: Ray's own context wins (its backend wrote TF_CONFIG)
+        info = dataclasses.replace(ray_info, tf_config=info.tf_config)
+        ignored = tuple(n for n in present if n != "TF_CONFIG")
     return dataclasses.replace(info, gpus=gpus, gpus_variable=gpu_var, assigned_gpus=assigned,
                                ignored=ignored, notes=info.notes + gpu_notes)
 
@@ -183,12 +199,47 @@ def _present(name: str, env: Mapping[str, str]) -> bool:
     return "SLURM_PROCID" in env
 
 
+_ROLES = {
+    "evaluator": "an evaluator: it does not train, it evaluates the checkpoints the training tasks write "
+                 "(build_strategy('auto') gives it a one-device strategy on its own GPU)",
+    "ps": "a parameter server: it does not train, it holds variables for ParameterServerStrategy, which "
+          "Keras 3 does not support (tf_keras does)",
+}
+
+
+def _from_ray() -> LaunchInfo | None:
+    """This process's place in a Ray Train run, from Ray's own context; ``None`` outside a Ray Train worker.
+
+    Reads Ray only when the program has imported it (``import tfdevices`` never does).
+    """
+    if "ray.train" not in sys.modules:
+        return None
+    try:
+        context = sys.modules["ray.train"].get_context()
+        rank, world = int(context.get_world_rank()), int(context.get_world_size())
+        local, local_size = int(context.get_local_rank()), int(context.get_local_world_size())
+        node = int(context.get_node_rank())
+    except Exception:  # noqa: BLE001 (not in a Ray Train worker, or a Ray without these calls)
+        return None
+    if not 0 <= rank < world or not 0 <= local < local_size:
+        return None
+    return LaunchInfo(rank=rank, world_size=world, local_rank=local, local_world_size=local_size, node_rank=node,
+                      source="ray", reason=f"Ray Train's context names this process worker {rank} of {world} "
+                                           f"(local {local} of {local_size} on node {node})")
+
+
 def _from_tf_config(env: Mapping[str, str]) -> LaunchInfo:
     cfg = parse_tf_config(env[TF_CONFIG])
+    if cfg is not None and cfg.task_type in _ROLES:
+        return LaunchInfo(world_size=1, local_world_size=1, source="TF_CONFIG", role=cfg.task_type,
+                          role_index=cfg.task_index,
+                          reason=f"TF_CONFIG names this process {cfg.task_type} {cfg.task_index}: "
+                                 f"{_ROLES[cfg.task_type]}",
+                          variables=((TF_CONFIG, env[TF_CONFIG]),), tf_config=cfg)
     if cfg is None or cfg.rank is None:
         raise LaunchError(f"TF_CONFIG: task type {cfg and cfg.task_type!r} is not a training process, "
                           "so it has no rank.",
-                          hint="launch_info describes chief and worker tasks; a ps or evaluator picks devices itself.")
+                          hint="launch_info describes chief, worker, evaluator and ps tasks.")
     hosts = [a.rpartition(":")[0] for job in ("chief", "worker") for a in cfg.cluster.get(job, ())]
     me = hosts[cfg.rank]
     nodes = tuple(dict.fromkeys(hosts))
@@ -196,6 +247,7 @@ def _from_tf_config(env: Mapping[str, str]) -> LaunchInfo:
     return LaunchInfo(
         rank=cfg.rank, world_size=cfg.num_workers, local_rank=local.index(cfg.rank),
         local_world_size=len(local), node_rank=nodes.index(me), nodes=nodes, source="TF_CONFIG",
+        role=cfg.task_type, role_index=cfg.task_index,
         reason=f"TF_CONFIG names this process {cfg.task_type} {cfg.task_index} of a "
                f"{cfg.num_workers}-process cluster; local ranks count the tasks on host {me!r}",
         variables=((TF_CONFIG, env[TF_CONFIG]),), tf_config=cfg)
