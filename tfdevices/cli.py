@@ -122,8 +122,9 @@ def _add_select(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-free-memory", metavar="SIZE", help="skip GPUs with less free memory, e.g. 8GiB")
     p.add_argument("--max-utilization", metavar="FRACTION", type=_fraction, help="skip busier GPUs, e.g. 0.5 or 50%%")
     p.add_argument("--exclude", metavar="SPEC", help="GPUs never to take, e.g. 0,3")
-    p.add_argument("--order", default="free_memory", choices=("free_memory", "utilization", "index"),
-                   help="how auto:N ranks GPUs (default: free_memory)")
+    p.add_argument("--order", default="links", choices=("links", "free_memory", "utilization", "index"),
+                   help="how auto:N ranks GPUs (default: links: the best-wired set, then free memory; "
+                        "the others ignore the wiring)")
     p.add_argument("--format", default="env", choices=("env", "json", "table"),
                    help="env: shell exports on stdout, the decisions on stderr (default)")
     p.set_defaults(run=_cmd_select)
