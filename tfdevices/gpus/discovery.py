@@ -37,7 +37,7 @@ KNOWN_SOURCES = ("nvml", "tensorflow")
 
 
 def discover(*, env: Mapping[str, str] | None = None, source: str = "nvml", nvml_module: Any = None,
-             topology: bool = True, users: bool = False, proc: str = "/proc") -> Inventory:
+             topology: bool = True, users: bool = False, proc: str | None = None) -> Inventory:
     """Returns this machine's GPUs with their NVML, CUDA and TensorFlow names, without starting TensorFlow.
 
     Args:
@@ -47,7 +47,7 @@ def discover(*, env: Mapping[str, str] | None = None, source: str = "nvml", nvml
         nvml_module: a ``pynvml``-like module to read instead of ``pynvml`` (tests).
         topology: read how the GPUs are wired (NVLinks, PCIe, CPU/NUMA affinity).
         users: name each GPU process's user and command from ``proc``.
-        proc: the proc file system's root (tests pass a directory).
+        proc: the proc file system's root (default ``/proc``; tests pass a directory).
 
     Returns:
         An :class:`Inventory`; empty with ``source="none"`` and a ``reason`` when

@@ -318,9 +318,14 @@ class Inventory:
         inv = cls.from_json(_decode(read_bounded(path, what=where), where), where=where)
         return replace(inv, loaded_from=os.fspath(path))
 
-    def table(self) -> str:
-        """A table like ``nvidia-smi``'s, with the NVML -> CUDA -> TensorFlow mapping."""
-        header = ("NVML", "CUDA", "TF", "Name", "Memory used / total", "Free", "Util", "CC", "Procs")
+    def table(self, *, processes: bool = False) -> str:
+        """A table like ``nvidia-smi``'s, with the NVML -> CUDA -> TensorFlow mapping and what gpustat shows.
+
+        Args:
+            processes: list each GPU's processes under it (pid, user, GPU memory, kind, command).
+        """
+        header = ("NVML", "CUDA", "TF", "Name", "Memory used / total", "Free", "Util", "CC", "Procs",
+                  "Temp", "Fan", "Power / cap", "Perf", "SM/mem MHz", "ECC", "MIG")
         rows = [header]
         for g in self.gpus:
             rows.append((
@@ -333,10 +338,14 @@ class Inventory:
                 "n/a" if g.utilization is None else f"{g.utilization:.0%}",
                 "n/a" if g.compute_capability is None else "%d.%d" % g.compute_capability,
                 "n/a" if g.processes is None else str(g.processes),
+                *_sensors(g),
             ))
         widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
         lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
         lines.insert(1, "  ".join("-" * w for w in widths))
+        if processes:
+            lines = [lines[0], lines[1]] + [line for g, row in zip(self.gpus, lines[2:])
+                                            for line in [row, *_process_lines(g)]]
         origin = f" (from {self.loaded_from})" if self.loaded_from else ""
         head = f"source: {self.source}{origin}"
         if self.driver_version:
@@ -350,6 +359,35 @@ class Inventory:
             out.append(f"no GPU visible: {self.reason or 'none found'}")
         out += [f"note: {n}" for n in self.notes]
         return "\n".join(out)
+
+
+def _sensors(g: GpuInfo) -> tuple[str, ...]:
+    """Temperature, fan, power, P-state, clocks, ECC and MIG mode as the listing shows them ("n/a": not reported)."""
+    def some(value: object, text: str) -> str:
+        return "n/a" if value is None else text
+
+    power = "n/a" if g.power_draw_mw is None and g.power_limit_mw is None else (
+        f"{some(g.power_draw_mw, f'{(g.power_draw_mw or 0) / 1000:.0f}')} / "
+        f"{some(g.power_limit_mw, f'{(g.power_limit_mw or 0) / 1000:.0f}')} W")
+    clocks = "n/a" if g.clock_sm_mhz is None and g.clock_memory_mhz is None else (
+        f"{some(g.clock_sm_mhz, str(g.clock_sm_mhz))}/{some(g.clock_memory_mhz, str(g.clock_memory_mhz))}")
+    return (some(g.temperature, f"{g.temperature}C"), some(g.fan_speed, f"{g.fan_speed}%"), power,
+            some(g.performance_state, f"P{g.performance_state}"), clocks, some(g.ecc_errors, str(g.ecc_errors)),
+            some(g.mig_enabled, "on" if g.mig_enabled else "off"))
+
+
+def _process_lines(g: GpuInfo) -> list[str]:
+    """One line per process: pid, user, GPU memory, kind, command ("?" where it could not be seen)."""
+    if g.process_list is None:
+        return ["    (processes not listed: NVML did not say, or the listing was saved without them)"]
+    if not g.process_list:
+        return ["    (no process)"]
+    lines = []
+    for p in g.process_list:
+        command = p.command if p.command is not None else "? (not visible to this user, or gone)"
+        lines.append(f"    pid {p.pid:<8} {p.user or '?':<12} {format_bytes(p.gpu_memory) if p.gpu_memory is not None else 'n/a':>10}"
+                     f"  {p.kind:<3}  {command}")
+    return lines
 
 
 def read_bounded(path: str | os.PathLike[str], *, what: str, limit: int = MAX_FILE_BYTES) -> bytes:

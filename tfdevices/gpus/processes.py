@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 KINDS = ("C", "G", "C+G")
 MAX_COMMAND = 1024
 """The most characters of a command kept (``ps`` shows as much)."""
+PROC_ROOT = "/proc"
+"""Where :func:`describe` reads by default (tests point it at a directory made of files)."""
 _READ = 4096
 _HINT = "regenerate it with 'tfdevices list --json'."
 
@@ -133,18 +135,19 @@ def user_name(uid: int, names: dict[int, str | None] | None = None) -> str:
     return name
 
 
-def describe(pids: Iterable[int], *, proc: str = "/proc") -> dict[int, tuple[str | None, str | None]]:
+def describe(pids: Iterable[int], *, proc: str | None = None) -> dict[int, tuple[str | None, str | None]]:
     """Each pid's (user, command) from ``proc``; ``(None, None)`` for a process it cannot see.
 
     Args:
         pids: the processes.
-        proc: the proc file system's root (tests pass a directory made of files).
+        proc: the proc file system's root (default :data:`PROC_ROOT`).
 
     Returns:
         pid -> (user name, command line). The command is ``cmdline``, or ``[comm]``
         for a process with an empty one (a kernel thread or a zombie); its environment
         is never read.
     """
+    proc = PROC_ROOT if proc is None else proc
     names: dict[int, str | None] = {}
     found: dict[int, tuple[str | None, str | None]] = {}
     for pid in dict.fromkeys(pids):
