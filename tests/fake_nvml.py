@@ -17,6 +17,7 @@ from types import SimpleNamespace
 from typing import Any
 
 NVML_ERROR_UNINITIALIZED = 1
+NVML_ERROR_INVALID_ARGUMENT = 2
 NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_NO_PERMISSION = 4
 NVML_ERROR_NOT_FOUND = 6
@@ -25,7 +26,26 @@ NVML_ERROR_LIBRARY_NOT_FOUND = 12
 NVML_ERROR_GPU_IS_LOST = 15
 NVML_ERROR_UNKNOWN = 999
 
-_TEXT = {NVML_ERROR_UNINITIALIZED: "Uninitialized", NVML_ERROR_NOT_SUPPORTED: "Not Supported",
+# constants as pynvml names them (nvml.h values)
+NVML_TEMPERATURE_GPU = 0
+NVML_CLOCK_SM = 1
+NVML_CLOCK_MEM = 2
+NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+NVML_VOLATILE_ECC = 0
+NVML_AFFINITY_SCOPE_NODE = 0
+NVML_NVLINK_MAX_LINKS = 18
+NVML_NVLINK_DEVICE_TYPE_GPU = 0x00
+NVML_NVLINK_DEVICE_TYPE_SWITCH = 0x02
+NVML_NVLINK_DEVICE_TYPE_UNKNOWN = 0xFF
+NVML_TOPOLOGY_INTERNAL = 0
+NVML_TOPOLOGY_SINGLE = 10
+NVML_TOPOLOGY_MULTIPLE = 20
+NVML_TOPOLOGY_HOSTBRIDGE = 30
+NVML_TOPOLOGY_NODE = 40
+NVML_TOPOLOGY_SYSTEM = 50
+
+_TEXT = {NVML_ERROR_UNINITIALIZED: "Uninitialized", NVML_ERROR_INVALID_ARGUMENT: "Invalid Argument",
+         NVML_ERROR_NOT_SUPPORTED: "Not Supported",
          NVML_ERROR_NO_PERMISSION: "Insufficient Permissions", NVML_ERROR_NOT_FOUND: "Not Found",
          NVML_ERROR_DRIVER_NOT_LOADED: "Driver Not Loaded",
          NVML_ERROR_LIBRARY_NOT_FOUND: "NVML Shared Library Not Found",
@@ -72,6 +92,20 @@ class FakeGpu:
     max_mig: int = 7
     fail: tuple[tuple[str, int], ...] = ()
     as_bytes: bool = False  # old pynvml returns bytes
+    # what gpustat / nvitop show (None: NVML answers Not Supported, as for a passively cooled GPU's fan)
+    temperature: int | None = 34
+    fan: int | None = None
+    power_mw: int | None = 61_000
+    power_limit_mw: int | None = 400_000
+    pstate: int | None = 0
+    clock_sm: int | None = 1410
+    clock_mem: int | None = 1215
+    ecc: int | None = 0
+    process_memory: tuple[tuple[int, int], ...] = ()  # (pid, bytes); other pids: usedGpuMemory None
+    # wiring
+    cpus: tuple[int, ...] | None = None  # None: nvmlDeviceGetCpuAffinity answers Not Supported
+    numa: int | None = None
+    nvlinks: tuple[tuple[str, int], ...] | None = None  # (remote bus id, NVML_NVLINK_DEVICE_TYPE_*); None: no NVLink
 
 
 class FakeNvml:
@@ -83,13 +117,18 @@ class FakeNvml:
         count_error: an NVML code ``nvmlDeviceGetCount`` raises.
         driver: the driver version string.
         init_delay: seconds ``nvmlInit`` sleeps (to test the lock).
+        ancestors: ``{(i, j): NVML_TOPOLOGY_*}`` for GPU pairs (either order); a pair
+            not given answers Not Supported.
     """
 
     NVMLError = NVMLError
 
     def __init__(self, gpus: list[FakeGpu] | tuple[FakeGpu, ...] = (), *, init_error: int | None = None,
-                 count_error: int | None = None, driver: str = "550.54.15", init_delay: float = 0.0) -> None:
+                 count_error: int | None = None, driver: str = "550.54.15", init_delay: float = 0.0,
+                 ancestors: dict[tuple[int, int], int] | None = None) -> None:
         self.gpus = list(gpus)
+        self.ancestors = dict(ancestors or {})
+        self.calls: dict[str, int] = {}
         self.init_error = init_error
         self.count_error = count_error
         self.driver = driver
@@ -98,7 +137,7 @@ class FakeNvml:
         self.shutdown_calls = 0
         self._count_lock = threading.Lock()
         for name, value in globals().items():
-            if name.startswith("NVML_ERROR_"):
+            if name.startswith("NVML_"):
                 setattr(self, name, value)
 
     # --- library ---------------------------------------------------------------------------
@@ -124,11 +163,11 @@ class FakeNvml:
         if not 0 <= index < len(self.gpus):
             raise NVMLError(NVML_ERROR_NOT_FOUND)
         self._check(self.gpus[index], "nvmlDeviceGetHandleByIndex")
-        return SimpleNamespace(gpu=self.gpus[index], mig=None)
+        return SimpleNamespace(gpu=self.gpus[index], mig=None, index=index)
 
     # --- per device ----------------------------------------------------------------------------
-    @staticmethod
-    def _check(gpu: FakeGpu, fn: str) -> None:
+    def _check(self, gpu: FakeGpu, fn: str) -> None:
+        self.calls[fn] = self.calls.get(fn, 0) + 1
         code = dict(gpu.fail).get(fn)
         if code is not None:
             raise NVMLError(code)
@@ -166,16 +205,100 @@ class FakeNvml:
     def nvmlDeviceGetComputeRunningProcesses(self, h: Any) -> list[Any]:
         self._check(h.gpu, "nvmlDeviceGetComputeRunningProcesses")
         pids = h.mig.pids if h.mig else h.gpu.compute_pids
-        return [SimpleNamespace(pid=p, usedGpuMemory=None) for p in pids]
+        return [self._proc(h, p) for p in pids]
 
     def nvmlDeviceGetGraphicsRunningProcesses(self, h: Any) -> list[Any]:
         self._check(h.gpu, "nvmlDeviceGetGraphicsRunningProcesses")
-        return [] if h.mig else [SimpleNamespace(pid=p, usedGpuMemory=None) for p in h.gpu.graphics_pids]
+        return [] if h.mig else [self._proc(h, p) for p in h.gpu.graphics_pids]
+
+    @staticmethod
+    def _proc(h: Any, pid: int) -> Any:
+        """As pynvml's nvmlFriendlyObject of c_nvmlProcessInfo_t: usedGpuMemory None when not available."""
+        gi = h.mig.gi if h.mig else 0xFFFFFFFF
+        return SimpleNamespace(pid=pid, usedGpuMemory=dict(h.gpu.process_memory).get(pid), gpuInstanceId=gi,
+                               computeInstanceId=h.mig.ci if h.mig else 0xFFFFFFFF)
+
+    # --- what gpustat / nvitop show -------------------------------------------------------------
+    def _value(self, h: Any, fn: str, value: Any) -> Any:
+        self._check(h.gpu, fn)
+        if value is None or h.mig:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return value
+
+    def nvmlDeviceGetTemperature(self, h: Any, sensor: int) -> int:
+        if sensor != NVML_TEMPERATURE_GPU:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        return self._value(h, "nvmlDeviceGetTemperature", h.gpu.temperature)
+
+    def nvmlDeviceGetFanSpeed(self, h: Any) -> int:
+        return self._value(h, "nvmlDeviceGetFanSpeed", h.gpu.fan)
+
+    def nvmlDeviceGetPowerUsage(self, h: Any) -> int:
+        return self._value(h, "nvmlDeviceGetPowerUsage", h.gpu.power_mw)
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h: Any) -> int:
+        return self._value(h, "nvmlDeviceGetEnforcedPowerLimit", h.gpu.power_limit_mw)
+
+    def nvmlDeviceGetPerformanceState(self, h: Any) -> int:
+        return self._value(h, "nvmlDeviceGetPerformanceState", h.gpu.pstate)
+
+    def nvmlDeviceGetClockInfo(self, h: Any, kind: int) -> int:
+        clocks = {NVML_CLOCK_SM: h.gpu.clock_sm, NVML_CLOCK_MEM: h.gpu.clock_mem}
+        if kind not in clocks:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        return self._value(h, "nvmlDeviceGetClockInfo", clocks[kind])
+
+    def nvmlDeviceGetTotalEccErrors(self, h: Any, error_type: int, counter: int) -> int:
+        if (error_type, counter) != (NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC):
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        return self._value(h, "nvmlDeviceGetTotalEccErrors", h.gpu.ecc)
+
+    # --- wiring ------------------------------------------------------------------------------------
+    def nvmlDeviceGetCpuAffinity(self, h: Any, words: int) -> list[int]:
+        """As pynvml: a c_ulonglong array of ``words`` 64-bit masks, CPU 0 in bit 0 of word 0."""
+        return self._mask(self._value(h, "nvmlDeviceGetCpuAffinity", h.gpu.cpus), words)
+
+    def nvmlDeviceGetMemoryAffinity(self, h: Any, words: int, scope: int) -> list[int]:
+        if scope != NVML_AFFINITY_SCOPE_NODE:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        numa = None if h.gpu.numa is None else (h.gpu.numa,)
+        return self._mask(self._value(h, "nvmlDeviceGetMemoryAffinity", numa), words)
+
+    @staticmethod
+    def _mask(bits: tuple[int, ...], words: int) -> list[int]:
+        out = [0] * words
+        for b in bits:
+            if b < 64 * words:
+                out[b // 64] |= 1 << (b % 64)
+        return out
+
+    def nvmlDeviceGetTopologyCommonAncestor(self, h1: Any, h2: Any) -> int:
+        self._check(h1.gpu, "nvmlDeviceGetTopologyCommonAncestor")
+        level = self.ancestors.get((h1.index, h2.index), self.ancestors.get((h2.index, h1.index)))
+        if level is None:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return level
+
+    def _link(self, h: Any, link: int, fn: str) -> tuple[str, int]:
+        links = self._value(h, fn, h.gpu.nvlinks)
+        if not 0 <= link < min(len(links), NVML_NVLINK_MAX_LINKS) or link >= NVML_NVLINK_MAX_LINKS:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        return links[link]
+
+    def nvmlDeviceGetNvLinkState(self, h: Any, link: int) -> int:
+        self._link(h, link, "nvmlDeviceGetNvLinkState")
+        return 1
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, h: Any, link: int) -> Any:
+        return SimpleNamespace(busId=self._s(h, self._link(h, link, "nvmlDeviceGetNvLinkRemotePciInfo")[0]))
+
+    def nvmlDeviceGetNvLinkRemoteDeviceType(self, h: Any, link: int) -> int:
+        return self._link(h, link, "nvmlDeviceGetNvLinkRemoteDeviceType")[1]
 
     def nvmlDeviceGetMigMode(self, h: Any) -> list[int]:
         self._check(h.gpu, "nvmlDeviceGetMigMode")
-        if h.gpu.mig is None and h.gpu.cc < (8, 0):
-            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)  # no MIG before Ampere
+        if h.gpu.mig is None and h.gpu.cc not in ((8, 0), (9, 0), (10, 0)):
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)  # MIG: A100/A30, H100/H200, B200 only
         on = int(h.gpu.mig is not None)
         return [on, on]
 
@@ -186,7 +309,7 @@ class FakeNvml:
         mig = next((m for m in h.gpu.mig or () if m.slot == slot), None)
         if mig is None:
             raise NVMLError(NVML_ERROR_NOT_FOUND)
-        return SimpleNamespace(gpu=h.gpu, mig=mig)
+        return SimpleNamespace(gpu=h.gpu, mig=mig, index=h.index)
 
     def nvmlDeviceGetGpuInstanceId(self, h: Any) -> int:
         return h.mig.gi
@@ -226,3 +349,66 @@ def eight_gpus() -> list[FakeGpu]:
                             memory_total=mem * 2**30, memory_used=used * 2**30, util_percent=util, cc=cc,
                             compute_pids=pids, graphics_pids=pids[:1], mig=mig))
     return gpus
+
+
+_CODE_LEVELS = {"PIX": NVML_TOPOLOGY_SINGLE, "PXB": NVML_TOPOLOGY_MULTIPLE, "PHB": NVML_TOPOLOGY_HOSTBRIDGE,
+                "NODE": NVML_TOPOLOGY_NODE, "SYS": NVML_TOPOLOGY_SYSTEM}
+
+
+def switch_bus_id(n: int) -> str:
+    """The PCI bus id of NVSwitch ``n`` (a DGX A100's are c4:00.0 .. c9:00.0, NVIDIA/nccl#1505)."""
+    return f"00000000:{0xC4 + n:02X}:00.0"
+
+
+def from_inventory(inv: Any, *, switches: int = 0, pids: dict[str, tuple[tuple[int, int], ...]] | None = None,
+                   driver: str | None = None) -> FakeNvml:
+    """A fake NVML that serves an inventory fixture, its topology included, in NVML's own shapes.
+
+    Each ``NV#`` between two GPUs becomes # active NVLinks whose remote PCI info is
+    the peer GPU, or, with ``switches`` > 0 (an NVSwitch node), each GPU's links are
+    spread evenly over that many NVSwitches (remote type SWITCH), as on a DGX A100
+    where each A100 has 2 links to each of 6 NVSwitches. A pair's PCIe common
+    ancestor is its PCIe code, or, under NVLink, NODE on one NUMA node and SYSTEM across.
+
+    Args:
+        inv: a :class:`tfdevices.gpus.inventory.Inventory` with ``topology``.
+        switches: NVSwitches per node (0: direct NVLinks).
+        pids: GPU key -> ((pid, GPU memory bytes), ...) running on it (compute).
+        driver: the driver version (default: the inventory's).
+    """
+    topo, pids = inv.topology, pids or {}
+    fakes = []
+    for g in (g for g in inv.gpus if g.mig_index is None):
+        migs = tuple(FakeMig(m.uuid, name=m.name, memory_total=m.memory_total, memory_used=m.memory_used,
+                             slot=m.mig_index, gi=m.mig_index + 1, ci=0, pids=tuple(p for p, _ in pids.get(m.key, ())))
+                     for m in inv.gpus if m.index == g.index and m.mig_index is not None)
+        mine = pids.get(g.key, ())
+        links = None
+        if topo is not None:
+            peers = [(o, int(code[2:])) for o in topo.gpus
+                     if o != g.index and (code := topo.link(g.index, o) or "").startswith("NV")]
+            if switches and peers:
+                total = max(n for _, n in peers)
+                links = tuple((switch_bus_id(k % switches), NVML_NVLINK_DEVICE_TYPE_SWITCH) for k in range(total))
+            elif peers:
+                bus = {x.index: x.pci_bus_id for x in inv.gpus if x.mig_index is None}
+                links = tuple((bus[o], NVML_NVLINK_DEVICE_TYPE_GPU) for o, n in peers for _ in range(n))
+        fakes.append(FakeGpu(
+            name=g.name, uuid=g.uuid, pci_bus_id=g.pci_bus_id, memory_total=g.memory_total, memory_used=g.memory_used,
+            util_percent=round((g.utilization or 0) * 100), cc=g.compute_capability or (8, 0),
+            compute_pids=tuple(p for p, _ in mine), process_memory=tuple(mine) + tuple(
+                x for m in migs for x in pids.get(f"{g.index}:{m.slot}", ())),
+            mig=migs if g.mig_enabled else None,
+            temperature=g.temperature, fan=g.fan_speed, power_mw=g.power_draw_mw, power_limit_mw=g.power_limit_mw,
+            pstate=g.performance_state, clock_sm=g.clock_sm_mhz, clock_mem=g.clock_memory_mhz, ecc=g.ecc_errors,
+            cpus=topo.cpus(g.index) or None if topo else None, numa=topo.numa(g.index) if topo else None,
+            nvlinks=links))
+    ancestors = {}
+    if topo is not None:
+        for a in topo.gpus:
+            for b in topo.gpus:
+                code = topo.link(a, b)
+                if a < b and code:
+                    ancestors[(a, b)] = _CODE_LEVELS.get(code) or (
+                        NVML_TOPOLOGY_NODE if topo.numa(a) == topo.numa(b) else NVML_TOPOLOGY_SYSTEM)
+    return FakeNvml(fakes, driver=driver or inv.driver_version or "550.54.15", ancestors=ancestors)

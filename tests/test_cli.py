@@ -1,14 +1,18 @@
 from __future__ import annotations
 
+import io
 import json
 import os
+import pwd
 import subprocess
 import sys
 
 import pytest
 
 from tfdevices import Inventory
-from tfdevices.cli import main
+from tfdevices.cli import CLEAR, main, watch
+from tfdevices.gpus import nvml as nvml_mod, processes as processes_mod
+from tests import fake_nvml as fk
 from tests import inventories as inv
 from tests.helpers import REPO, run_cli, subprocess_env
 
@@ -187,3 +191,151 @@ def test_a_fifo_given_as_inventory_is_refused_not_waited_on(tmp_path):
     proc = run_cli("list", "--inventory", str(fifo), timeout=60)  # would block forever on open() or read()
     assert proc.returncode == 2
     assert proc.stderr.startswith(f"tfdevices list: error: inventory file '{fifo}' is a FIFO, not a file")
+
+
+# --- list --processes / --watch, topo -----------------------------------------------------------------------
+
+DATA = os.path.join(os.path.dirname(__file__), "data")
+
+
+def _fake_proc(root, pid: int, uid: int, cmdline: bytes) -> None:
+    d = root / str(pid)
+    d.mkdir()
+    (d / "status").write_text(f"Name:\tpython\nPid:\t{pid}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n")
+    (d / "cmdline").write_bytes(cmdline)
+    (d / "environ").write_bytes(b"SECRET_TOKEN=hunter2\0HOME=/root\0")  # never read, never printed
+
+
+@pytest.fixture
+def machine(tmp_path, monkeypatch):
+    """The fake NVML (the 4-GPU PCIe box) with processes of two users (root and this user), and one whose
+    /proc entry is gone; a /proc made of files."""
+    gpus = fk.from_inventory(Inventory.load(os.path.join(DATA, "topo-pcie-4gpu-bridges.json")),
+                             pids={"0": ((4242, 3 << 30), (5151, 1 << 30)), "1": ((6161, 5 << 30),)})
+    monkeypatch.setattr(nvml_mod, "_DEFAULT", nvml_mod.Nvml(gpus))
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    _fake_proc(proc, 4242, 0, b"python\0train.py\0--epochs\x003\0")
+    _fake_proc(proc, 5151, os.getuid(), b"python3\0-m\0serve\0")
+    monkeypatch.setattr(processes_mod, "PROC_ROOT", str(proc))  # 6161 has no entry: it is gone
+    for name in ("TFDEVICES_INVENTORY", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"):
+        monkeypatch.delenv(name, raising=False)
+    return gpus
+
+
+def test_list_processes_shows_pid_user_memory_and_command_of_two_users_and_a_gone_one(machine, capsys):
+    assert main(["list", "--processes"]) == 0
+    out = capsys.readouterr().out
+    me = pwd.getpwuid(os.getuid()).pw_name
+    lines = [line.split() for line in out.splitlines() if line.startswith("    pid ")]
+    assert lines[0] == ["pid", "4242", "root", "3.0", "GiB", "C", "python", "train.py", "--epochs", "3"]
+    assert lines[1] == ["pid", "5151", me, "1.0", "GiB", "C", "python3", "-m", "serve"]
+    assert lines[2][:6] == ["pid", "6161", "?", "5.0", "GiB", "C"]  # gone: what NVML said is kept
+    assert "(not visible to this user, or gone)" in out
+    assert out.count("(no process)") == 2  # GPUs 2 and 3
+    assert "hunter2" not in out and "SECRET_TOKEN" not in out
+    assert "Temp" in out and "60 / 300 W" in out and "P0" in out
+
+
+def test_list_json_carries_processes_sensors_and_topology(machine, capsys):
+    assert main(["list", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert "hunter2" not in out
+    back = Inventory.from_json(out)
+    assert [(p.pid, p.user, p.command, p.gpu_memory) for p in back.gpus[0].process_list] == [
+        (4242, "root", "python train.py --epochs 3", 3 << 30),
+        (5151, pwd.getpwuid(os.getuid()).pw_name, "python3 -m serve", 1 << 30)]
+    assert [(p.pid, p.user, p.command) for p in back.gpus[1].process_list] == [(6161, None, None)]
+    assert back.topology.links[0] == ("X", "NV4", "SYS", "SYS") and back.topology.numa_affinity == (0, 0, 1, 1)
+    assert (back.gpus[3].temperature, back.gpus[3].fan_speed, back.gpus[3].power_limit_mw) == (43, 45, 300_000)
+
+
+def test_plain_list_reads_neither_topology_nor_proc(machine, capsys):
+    assert main(["list"]) == 0
+    assert "nvmlDeviceGetTopologyCommonAncestor" not in machine.calls
+    assert "    pid " not in capsys.readouterr().out
+
+
+def test_topo_prints_the_matrix_with_affinity_and_legend(machine, capsys):
+    assert main(["topo"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[1].split() == ["GPU0", "X", "NV4", "SYS", "SYS", "0-15,32-47", "0"]
+    assert "NV#  = Connection traversing a bonded set of # NVLinks" in out
+
+
+def test_topo_json_round_trips(machine, capsys):
+    from tfdevices.gpus.topology import Topology
+
+    assert main(["topo", "--json"]) == 0
+    topo = Topology.from_dict(json.loads(capsys.readouterr().out))
+    assert topo.links[2] == ("SYS", "SYS", "X", "NV4") and topo.cpu_affinity[3] == "16-31,48-63"
+
+
+@pytest.mark.parametrize("name", ["topo-dgx-a100-nvswitch.json", "topo-dgx1-v100-cubemesh.json",
+                                  "topo-mig-a100.json", "topo-pcie-4gpu-bridges.json"])
+def test_topo_from_a_saved_inventory_names_its_source(name, capsys):
+    assert main(["topo", "--inventory", os.path.join(DATA, name), "--no-legend"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[1].startswith("GPU0   X ") and "\nsource: " in out and "Legend" not in out
+
+
+def test_topo_of_a_file_without_topology_is_one_line_and_non_zero(eight_file, capsys):
+    assert main(["topo", "--inventory", eight_file]) == 2
+    assert capsys.readouterr().err.startswith(f"tfdevices topo: error: inventory file {eight_file!r} holds no topology")
+
+
+def test_topo_without_gpus_says_why(monkeypatch, capsys):
+    monkeypatch.setattr(nvml_mod, "_DEFAULT", nvml_mod.Nvml(fk.FakeNvml(init_error=fk.NVML_ERROR_LIBRARY_NOT_FOUND)))
+    monkeypatch.delenv("TFDEVICES_INVENTORY", raising=False)
+    assert main(["topo"]) == 0
+    assert capsys.readouterr().out.startswith("no topology: no NVIDIA driver")
+
+
+@pytest.mark.parametrize("value, words", [("0", "outside 0.1..86400"), ("x", "is not a number of seconds"),
+                                          ("1e9", "outside 0.1..86400"), ("nan", "outside 0.1..86400")])
+def test_watch_interval_is_bounded(value, words, capsys):
+    assert main(["list", "--watch", value]) == 2
+    assert words in capsys.readouterr().err
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def _stop_after(rounds: int):
+    calls = []
+
+    def sleep(seconds: float) -> None:
+        calls.append(seconds)
+        if len(calls) == rounds:
+            raise KeyboardInterrupt
+
+    return sleep, calls
+
+
+@pytest.mark.parametrize("out, redraw", [(io.StringIO(), False), (_Tty(), True)])
+def test_watch_redraws_on_a_terminal_and_appends_otherwise_and_ctrl_c_ends_cleanly(out, redraw):
+    sleep, calls = _stop_after(3)
+    texts = iter(["one", "two", "three"])
+    assert watch(lambda: next(texts), 1.5, out, sleep=sleep, clock=lambda: "12:00:00") == 0
+    text = out.getvalue()
+    assert calls == [1.5, 1.5, 1.5]
+    assert text.count(CLEAR) == (3 if redraw else 0)
+    assert text.count("12:00:00  every 1.5s (Ctrl-C ends)") == 3
+    assert [line for line in text.replace(CLEAR, "").splitlines() if line in ("one", "two", "three")] == [
+        "one", "two", "three"]
+
+
+def test_watch_in_a_real_process_ends_on_sigint_without_traceback(tmp_path):
+    import signal
+    import time
+
+    path = os.path.join(DATA, "topo-mig-a100.json")
+    proc = subprocess.Popen([sys.executable, "-m", "tfdevices", "list", "--watch", "0.2", "--inventory", path],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO, env=subprocess_env())
+    time.sleep(3)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert out.decode().count("every 0.2s (Ctrl-C ends)") >= 2 and b"Traceback" not in err

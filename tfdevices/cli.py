@@ -31,19 +31,105 @@ class _Parser(argparse.ArgumentParser):
         raise err
 
 
-def _inventory(args: argparse.Namespace) -> Any:
-    """``--inventory FILE`` read like ``TFDEVICES_INVENTORY=FILE``: this process's mask applies to it."""
+def _inventory(args: argparse.Namespace, *, topology: bool = True, users: bool = False) -> Any:
+    """``--inventory FILE`` read like ``TFDEVICES_INVENTORY=FILE``: this process's mask applies to it.
+
+    Args:
+        args: the parsed arguments (``args.inventory``).
+        topology: read the wiring from NVML (a file holds what it holds).
+        users: name each GPU process's user and command from ``/proc``.
+    """
     from tfdevices.gpus import visibility
     from tfdevices.gpus.discovery import discover
     from tfdevices.gpus.inventory import Inventory
 
-    return visibility.apply(Inventory.load(args.inventory), os.environ) if args.inventory else discover()
+    if args.inventory:
+        return visibility.apply(Inventory.load(args.inventory), os.environ)
+    return discover(topology=topology, users=users)
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    inventory = _inventory(args)
-    print(inventory.to_json() if args.json else inventory.table())
+    def listing() -> str:
+        inventory = _inventory(args, topology=args.json, users=args.json or args.processes)
+        return inventory.to_json() if args.json else inventory.table(processes=args.processes)
+
+    if args.watch is None:
+        print(listing())
+        return 0
+    return watch(listing, args.watch, sys.stdout)
+
+
+CLEAR = "\x1b[H\x1b[2J"
+"""Home the cursor and clear the screen (ANSI), as ``watch`` and ``gpustat -i`` redraw."""
+
+
+def watch(render: Any, seconds: float, out: Any, *, sleep: Any = None, clock: Any = None) -> int:
+    """Prints ``render()`` every ``seconds`` until Ctrl-C: redrawn in place on a terminal, one
+    listing after another (each headed by its time) otherwise.
+
+    Args:
+        render: returns the text to show.
+        seconds: the interval.
+        out: where to write (a terminal is redrawn in place).
+        sleep: ``time.sleep`` (tests pass their own).
+        clock: returns the time shown in the header (``time.strftime('%H:%M:%S')`` by default).
+
+    Returns:
+        0 when ended by Ctrl-C (KeyboardInterrupt).
+    """
+    import time
+
+    sleep = sleep or time.sleep
+    clock = clock or (lambda: time.strftime("%Y-%m-%d %H:%M:%S"))
+    tty = out.isatty() if hasattr(out, "isatty") else False
+    try:
+        while True:
+            text = render()
+            head = f"{clock()}  every {seconds:g}s (Ctrl-C ends)"
+            out.write(f"{CLEAR}{head}\n{text}\n" if tty else f"{head}\n{text}\n\n")
+            out.flush()
+            sleep(seconds)
+    except KeyboardInterrupt:
+        if tty:
+            out.write("\n")
+        out.flush()
+        return 0
+
+
+def _cmd_topo(args: argparse.Namespace) -> int:
+    import json
+
+    from tfdevices.core.errors import InventoryFileError
+    from tfdevices.gpus.topology import LEGEND
+
+    inventory = _inventory(args, topology=True)
+    topo = inventory.topology
+    if topo is None:
+        if args.inventory and inventory.gpus:
+            raise InventoryFileError(f"inventory file {args.inventory!r} holds no topology.",
+                                     hint="save one with 'tfdevices list --json' (or 'tfdevices topo --json').")
+        why = inventory.reason or "NVML gave no topology"
+        print(json.dumps({"topology": None, "reason": why}, indent=2) if args.json else f"no topology: {why}")
+        return 0
+    if args.json:
+        print(json.dumps(topo.to_dict(), indent=2))
+        return 0
+    print(topo.table())
+    if topo.origin and topo.origin != "nvml":
+        print(f"\nsource: {topo.origin}")
+    if not args.no_legend:
+        print("\n" + LEGEND)
     return 0
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds (write 2 or 0.5)") from None
+    if not 0.1 <= value <= 86400:
+        raise argparse.ArgumentTypeError(f"{text!r} is outside 0.1..86400 seconds")
+    return value
 
 
 def _cmd_select(args: argparse.Namespace) -> int:
@@ -115,8 +201,21 @@ def _fraction(text: str) -> float:
 
 
 def _add_list(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", action="store_true", help="print JSON that --inventory and TFDEVICES_INVENTORY read back")
+    p.add_argument("--json", action="store_true",
+                   help="print JSON that --inventory and TFDEVICES_INVENTORY read back (with processes and topology)")
+    p.add_argument("--processes", action="store_true",
+                   help="list each GPU's processes: pid, user, GPU memory, kind, command")
+    p.add_argument("--watch", nargs="?", const=2.0, type=_seconds, metavar="SECONDS",
+                   help="refresh every SECONDS (default 2) until Ctrl-C, like gpustat -i")
     p.set_defaults(run=_cmd_list)
+
+
+def _add_topo(p: argparse.ArgumentParser) -> None:
+    p.description = ("How the GPUs are wired, as 'nvidia-smi topo -m' shows it: NV# (bonded NVLinks), PIX, PXB, "
+                     "PHB, NODE, SYS, with each GPU's CPU and NUMA affinity (from NVML).")
+    p.add_argument("--json", action="store_true", help="print the topology as JSON")
+    p.add_argument("--no-legend", action="store_true", help="leave out the legend")
+    p.set_defaults(run=_cmd_topo)
 
 
 def _add_select(p: argparse.ArgumentParser) -> None:
@@ -125,8 +224,9 @@ def _add_select(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-free-memory", metavar="SIZE", help="skip GPUs with less free memory, e.g. 8GiB")
     p.add_argument("--max-utilization", metavar="FRACTION", type=_fraction, help="skip busier GPUs, e.g. 0.5 or 50%%")
     p.add_argument("--exclude", metavar="SPEC", help="GPUs never to take, e.g. 0,3")
-    p.add_argument("--order", default="free_memory", choices=("free_memory", "utilization", "index"),
-                   help="how auto:N ranks GPUs (default: free_memory)")
+    p.add_argument("--order", default="links", choices=("links", "free_memory", "utilization", "index"),
+                   help="how auto:N ranks GPUs (default: links: the best-wired set, then free memory; "
+                        "the others ignore the wiring)")
     p.add_argument("--format", default="env", choices=("env", "json", "table"),
                    help="env: shell exports on stdout, the decisions on stderr (default)")
     p.set_defaults(run=_cmd_select)
@@ -252,7 +352,8 @@ def _add_tune(p: argparse.ArgumentParser) -> None:
 
 # name -> (help, takes --inventory, adds the subcommand's arguments)
 COMMANDS: dict[str, tuple[str, bool, Any]] = {
-    "list": ("list GPUs (NVML index, CUDA ordinal, TF name, memory, load)", True, _add_list),
+    "list": ("list GPUs (NVML index, CUDA ordinal, TF name, memory, load, sensors; --processes)", True, _add_list),
+    "topo": ("how the GPUs are wired (NVLink, PCIe, sockets) and their CPU/NUMA affinity", True, _add_topo),
     "select": ("choose GPUs; prints 'export CUDA_VISIBLE_DEVICES=...'", True, _add_select),
     "demo": ("run a demo (no NAME: list them); flags after NAME go to it", True, _add_demo),
     "launch": ("start N local workers with TF_CONFIG: -n N -- python train.py", True, _add_launch),

@@ -145,3 +145,39 @@ def test_names_that_are_not_text_become_printable() -> None:
     assert devs[0].name == "A100\\ud800" and len(devs[1].name) == 256
     for d in devs:
         d.name.encode("utf-8")  # printable, writable, JSON-safe
+
+
+def test_what_gpustat_shows_is_read(snap: nvml.NvmlSnapshot) -> None:
+    gpu, dev = GPUS[0], snap.devices[0]
+    assert (dev.temperature, dev.fan_speed, dev.power_draw_mw, dev.power_limit_mw, dev.performance_state,
+            dev.clock_sm_mhz, dev.clock_memory_mhz, dev.ecc_errors) == (
+        gpu.temperature, None, gpu.power_mw, gpu.power_limit_mw, gpu.pstate, gpu.clock_sm, gpu.clock_mem, gpu.ecc)
+
+
+@pytest.mark.parametrize("fn, field", [
+    ("nvmlDeviceGetTemperature", "temperature"), ("nvmlDeviceGetFanSpeed", "fan_speed"),
+    ("nvmlDeviceGetPowerUsage", "power_draw_mw"), ("nvmlDeviceGetEnforcedPowerLimit", "power_limit_mw"),
+    ("nvmlDeviceGetPerformanceState", "performance_state"), ("nvmlDeviceGetClockInfo", "clock_sm_mhz"),
+    ("nvmlDeviceGetTotalEccErrors", "ecc_errors"),
+])
+def test_an_unreadable_sensor_is_none(fn: str, field: str) -> None:
+    gpu = dataclasses.replace(GPUS[0], fan=40, fail=((fn, fk.NVML_ERROR_NOT_SUPPORTED),))
+    assert getattr(nvml.Nvml(fk.FakeNvml([gpu])).snapshot().devices[0], field) is None
+
+
+def test_unknown_performance_state_32_is_none() -> None:
+    gpu = dataclasses.replace(GPUS[0], pstate=32)  # NVML_PSTATE_UNKNOWN
+    assert nvml.Nvml(fk.FakeNvml([gpu])).snapshot().devices[0].performance_state is None
+
+
+def test_process_list_merges_compute_and_graphics_with_memory() -> None:
+    gpu = dataclasses.replace(GPUS[2], compute_pids=(102, 103), graphics_pids=(103, 107),
+                              process_memory=((102, 3 << 30), (103, 1 << 30)))
+    procs = nvml.Nvml(fk.FakeNvml([gpu])).snapshot().devices[0].process_list
+    assert procs == (nvml.NvmlProcess(102, "C", 3 << 30), nvml.NvmlProcess(103, "C+G", 1 << 30),
+                     nvml.NvmlProcess(107, "G", None))
+
+
+def test_mig_instances_list_their_own_processes(snap: nvml.NvmlSnapshot) -> None:
+    mig = snap.devices[5].mig[0]
+    assert [p.pid for p in mig.process_list] == list(GPUS[5].mig[0].pids)

@@ -1,11 +1,16 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools as _it
+import os as _os
 
 import pytest
 
 from tfdevices import InputError, Selection, SelectionError, SpecError, select
 from tests import inventories as inv
+from tfdevices.gpus import selection as _sel
+from tfdevices.gpus import wiring as _wiring
+from tfdevices.gpus.inventory import Inventory as _Inventory
 
 
 @pytest.mark.parametrize("spec, kwargs, chosen", [
@@ -107,7 +112,7 @@ def test_no_gpu_machine():
     ("all", {"max_utilization": 50}, InputError, "max_utilization=50: must be a fraction"),
     ("all", {"max_utilization": "0.5"}, InputError, "max_utilization='0.5': must be a fraction"),
     ("all", {"max_utilization": -0.1}, InputError, "max_utilization=-0.1: must be a fraction"),
-    ("all", {"order": "memory"}, InputError, "order='memory': unknown order; known orders: free_memory"),
+    ("all", {"order": "memory"}, InputError, "order='memory': unknown order; known orders: links, free_memory"),
     ("all", {"exclude": "all"}, SpecError, "exclude 'all': must name GPUs"),
     ("all", {"exclude": "auto:1"}, SpecError, "exclude 'auto:1': must name GPUs"),
     ("all", {"exclude": "12"}, SpecError, "exclude '12': '12' names no GPU"),
@@ -206,3 +211,86 @@ def test_errors_on_a_large_machine_stay_short():
         with pytest.raises((SpecError, SelectionError)) as err:
             call()
         assert "more" in str(err.value) and len(str(err.value)) < 1500
+
+
+# --- choosing by wiring, on the published topologies (tests/data/topo-*.json) -------------------------------
+
+_DATA = _os.path.join(_os.path.dirname(_os.path.dirname(__file__)), "data")
+TOPOLOGIES = ["topo-dgx-a100-nvswitch.json", "topo-dgx1-v100-cubemesh.json", "topo-pcie-4gpu-bridges.json",
+              "topo-mig-a100.json"]
+
+
+def _topo(name: str) -> _Inventory:
+    return _Inventory.load(_os.path.join(_DATA, name))
+
+
+def _brute_best(inventory: _Inventory, count: int) -> set[str]:
+    """Every set of `count` qualifying GPUs, ranked by (weakest link, links in all, free memory, lowest indices)."""
+    pool = [g for g in inventory.gpus if g.visible]
+    link = lambda a, b: _sel._link(pool[a], pool[b], inventory.topology)  # noqa: E731
+    best = max(_it.combinations(range(len(pool)), count),
+               key=lambda s: _wiring.key(s, link, [g.memory_free for g in pool]))
+    return {pool[i].key for i in best}
+
+
+@pytest.mark.parametrize("name", TOPOLOGIES)
+@pytest.mark.parametrize("count", [2, 4])
+def test_auto_picks_the_best_linked_set_as_brute_force_does(name, count):
+    inventory = _topo(name)
+    if count > len(inventory.visible):
+        pytest.skip(f"{name} has {len(inventory.visible)} visible devices")
+    sel = select(f"auto:{count}", inventory)
+    assert {g.key for g in sel.gpus} == _brute_best(inventory, count)
+    assert sel.table().splitlines()[1].startswith("  links: ")
+    assert f"the best-linked of {len(list(_it.combinations(inventory.visible, count))):,} set" in sel.wiring
+
+
+@pytest.mark.parametrize("name, count, gpus, words", [
+    ("topo-dgx-a100-nvswitch.json", 2, ["3", "5"], "all NVLink (weakest NV12"),  # all alike: the most free memory
+    ("topo-dgx-a100-nvswitch.json", 4, ["1", "3", "5", "6"], "all NVLink (weakest NV12"),
+    ("topo-dgx1-v100-cubemesh.json", 2, ["0", "4"], "all NVLink (weakest NV2, GPU 0-4)"),  # a doubled link
+    ("topo-dgx1-v100-cubemesh.json", 4, ["0", "1", "2", "3"], "all NVLink (weakest NV1"),  # a fully linked quad
+    ("topo-pcie-4gpu-bridges.json", 2, ["0", "1"], "all NVLink (weakest NV4, GPU 0-1)"),
+    ("topo-pcie-4gpu-bridges.json", 4, ["0", "1", "2", "3"], "weakest link SYS (across CPU sockets"),
+    ("topo-mig-a100.json", 2, ["0", "1:2"], "weakest link MIG (no peer-to-peer"),
+])
+def test_the_table_says_why(name, count, gpus, words):
+    sel = select(f"auto:{count}", _topo(name))
+    assert [g.key for g in sel.gpus] == gpus
+    assert sel.wiring.startswith(words), sel.wiring
+    assert f"  links: {sel.wiring}" in sel.table()
+    taken = [d for d in sel.decisions if d.taken]
+    assert all(" to GPU " in d.reason for d in taken)
+    assert all(d.reason.startswith(("not among the best-linked", "hidden")) for d in sel.decisions if not d.taken)
+
+
+def test_pcie_box_nvlink_pair_beats_two_emptier_gpus_on_different_sockets_unless_free_memory_is_asked():
+    inventory = _topo("topo-pcie-4gpu-bridges.json")
+    free = {g.key: g.memory_free for g in inventory.gpus}
+    assert free["0"] == free["2"] > free["1"] > free["3"]  # GPUs 0 and 2 (different sockets) are the emptiest
+    wired = select("auto:2", inventory)
+    blind = select("auto:2", inventory, order="free_memory")
+    assert [g.key for g in wired.gpus] == ["0", "1"] and wired.wiring.startswith("all NVLink (weakest NV4")
+    assert [g.key for g in blind.gpus] == ["0", "2"]
+    assert blind.wiring.startswith("weakest link SYS (across CPU sockets, GPU 0-2); order='free_memory' ignores")
+    assert "SYS to GPU 2" in blind.decisions[0].reason
+
+
+def test_filters_apply_before_the_wiring():
+    inventory = _topo("topo-pcie-4gpu-bridges.json")
+    sel = select("auto:2", inventory, exclude="1")
+    assert [g.key for g in sel.gpus] == ["2", "3"]  # with GPU 1 out, the other bridged pair
+    sel = select("auto:2", inventory, exclude="1,3")
+    assert [g.key for g in sel.gpus] == ["0", "2"] and sel.wiring.startswith("weakest link SYS")
+
+
+def test_without_topology_links_order_is_free_memory_order():
+    for count in (1, 2, 3, 5):
+        assert select(f"auto:{count}", inv.eight()).gpus == select(f"auto:{count}", inv.eight(),
+                                                                    order="free_memory").gpus
+    assert select("auto:2", inv.eight()).wiring == ""
+
+
+def test_wiring_goes_into_json():
+    data = select("auto:2", _topo("topo-pcie-4gpu-bridges.json")).to_dict()
+    assert data["wiring"].startswith("all NVLink")

@@ -25,8 +25,9 @@ from tfdevices.core._tf import import_tf
 from tfdevices.core.errors import InputError, InventoryFileError
 from tfdevices.core.records import replace
 from tfdevices.core.units import shown
-from tfdevices.gpus import nvml, visibility
+from tfdevices.gpus import nvml, processes, topology as topo, visibility
 from tfdevices.gpus.inventory import INVENTORY_ENV, GpuInfo, Inventory
+from tfdevices.gpus.processes import GpuProcess
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing on the listing path
 if TYPE_CHECKING:
@@ -35,7 +36,8 @@ if TYPE_CHECKING:
 KNOWN_SOURCES = ("nvml", "tensorflow")
 
 
-def discover(*, env: Mapping[str, str] | None = None, source: str = "nvml", nvml_module: Any = None) -> Inventory:
+def discover(*, env: Mapping[str, str] | None = None, source: str = "nvml", nvml_module: Any = None,
+             topology: bool = True, users: bool = False, proc: str | None = None) -> Inventory:
     """Returns this machine's GPUs with their NVML, CUDA and TensorFlow names, without starting TensorFlow.
 
     Args:
@@ -43,6 +45,9 @@ def discover(*, env: Mapping[str, str] | None = None, source: str = "nvml", nvml
             ``CUDA_DEVICE_ORDER``); defaults to ``os.environ``.
         source: ``"nvml"`` or ``"tensorflow"``.
         nvml_module: a ``pynvml``-like module to read instead of ``pynvml`` (tests).
+        topology: read how the GPUs are wired (NVLinks, PCIe, CPU/NUMA affinity).
+        users: name each GPU process's user and command from ``proc``.
+        proc: the proc file system's root (default ``/proc``; tests pass a directory).
 
     Returns:
         An :class:`Inventory`; empty with ``source="none"`` and a ``reason`` when
@@ -69,7 +74,14 @@ def discover(*, env: Mapping[str, str] | None = None, source: str = "nvml", nvml
         return from_file(path, env)
     if source == "tensorflow":
         return from_tensorflow(env)
-    return from_nvml(nvml.snapshot(nvml_module), env)
+    snap = nvml.snapshot(nvml_module, topology=topology)
+    owners = processes.describe(_pids(snap), proc=proc) if users else None
+    return from_nvml(snap, env, owners=owners)
+
+
+def _pids(snap: nvml.NvmlSnapshot) -> list[int]:
+    return [p.pid for d in snap.devices for lst in [d.process_list, *(m.process_list for m in d.mig)]
+            for p in lst or ()]
 
 
 def from_file(path: str, env: Mapping[str, str]) -> Inventory:
@@ -88,12 +100,14 @@ def from_file(path: str, env: Mapping[str, str]) -> Inventory:
     return visibility.apply(inventory, env)
 
 
-def from_nvml(snap: nvml.NvmlSnapshot, env: Mapping[str, str]) -> Inventory:
+def from_nvml(snap: nvml.NvmlSnapshot, env: Mapping[str, str],
+              owners: Mapping[int, tuple[str | None, str | None]] | None = None) -> Inventory:
     """Builds the inventory from an NVML snapshot (pure).
 
     Args:
         snap: what :func:`tfdevices.gpus.nvml.snapshot` returned.
         env: the masking variables.
+        owners: pid -> (user, command), from :func:`tfdevices.gpus.processes.describe`.
 
     Returns:
         The inventory; when NVML found nothing, empty with ``source="none"``.
@@ -110,25 +124,38 @@ def from_nvml(snap: nvml.NvmlSnapshot, env: Mapping[str, str]) -> Inventory:
     gpus: list[GpuInfo] = []
     mig_ids: dict[str, visibility.MigIds] = {}
     for dev in snap.devices:
-        parent = _gpu_info(dev)
+        parent = _gpu_info(dev, owners)
         gpus.append(parent)
         for mig in dev.mig:
             info = replace(
                 parent, uuid=mig.uuid, name=mig.name or f"{dev.name} MIG", mig_index=mig.mig_index,
                 memory_total=mig.memory_total or 0, memory_used=mig.memory_used or 0,
-                memory_free=mig.memory_free or 0, utilization=None, processes=mig.processes)
+                memory_free=mig.memory_free or 0, utilization=None, processes=mig.processes,
+                process_list=_process_list(mig.process_list, owners))
             gpus.append(info)
             mig_ids[info.key] = visibility.MigIds(dev.uuid, mig.gpu_instance_id, mig.compute_instance_id)
     inventory = Inventory(gpus=tuple(gpus), source="nvml" if gpus else "none", reason=snap.reason,
-                          driver_version=snap.driver_version, notes=snap.notes)
+                          driver_version=snap.driver_version, notes=snap.notes, topology=topo.from_nvml(snap))
     return visibility.apply(inventory, env, mig_ids=mig_ids)
 
 
-def _gpu_info(dev: nvml.NvmlDevice) -> GpuInfo:
+def _process_list(procs: tuple[nvml.NvmlProcess, ...] | None,
+                  owners: Mapping[int, tuple[str | None, str | None]] | None) -> tuple[GpuProcess, ...] | None:
+    if procs is None:
+        return None
+    owners = owners or {}
+    return tuple(GpuProcess(p.pid, p.kind, p.used_memory, *owners.get(p.pid, (None, None))) for p in procs)
+
+
+def _gpu_info(dev: nvml.NvmlDevice, owners: Mapping[int, tuple[str | None, str | None]] | None) -> GpuInfo:
     return GpuInfo(index=dev.index, name=dev.name, uuid=dev.uuid, pci_bus_id=dev.pci_bus_id,
                    memory_total=dev.memory_total or 0, memory_used=dev.memory_used or 0,
                    memory_free=dev.memory_free or 0, utilization=dev.utilization,
-                   compute_capability=dev.compute_capability, processes=dev.processes)
+                   compute_capability=dev.compute_capability, processes=dev.processes,
+                   temperature=dev.temperature, fan_speed=dev.fan_speed, power_draw_mw=dev.power_draw_mw,
+                   power_limit_mw=dev.power_limit_mw, performance_state=dev.performance_state,
+                   clock_sm_mhz=dev.clock_sm_mhz, clock_memory_mhz=dev.clock_memory_mhz, ecc_errors=dev.ecc_errors,
+                   mig_enabled=dev.mig_enabled, process_list=_process_list(dev.process_list, owners))
 
 
 def from_tensorflow(env: Mapping[str, str]) -> Inventory:

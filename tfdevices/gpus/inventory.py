@@ -27,6 +27,8 @@ from collections.abc import Iterator, Mapping
 from tfdevices.core.errors import InventoryFileError
 from tfdevices.core.records import asdict, fields, record, replace
 from tfdevices.core.units import format_bytes, is_digits, shown
+from tfdevices.gpus.processes import GpuProcess
+from tfdevices.gpus.topology import Topology
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing on the listing path
 if TYPE_CHECKING:
@@ -41,7 +43,11 @@ MAX_GPUS = 4096
 MAX_TEXT = 4096
 """The longest string field an inventory may hold, in characters."""
 _LIMITS = {"index": 1023, "mig_index": 1023, "cuda_ordinal": MAX_GPUS - 1, "processes": 10**7,
-           "memory_total": 1 << 64, "memory_used": 1 << 64, "memory_free": 1 << 64}
+           "memory_total": 1 << 64, "memory_used": 1 << 64, "memory_free": 1 << 64,
+           "temperature": 1000, "fan_speed": 1000, "power_draw_mw": 10**8, "power_limit_mw": 10**8,
+           "performance_state": 15, "clock_sm_mhz": 10**6, "clock_memory_mhz": 10**6, "ecc_errors": 1 << 64}
+MAX_PROCESSES = 4096
+"""The most processes listed per GPU in an inventory file."""
 _FILE_HINT = "save one with 'tfdevices list --json > FILE'."
 
 
@@ -50,7 +56,11 @@ class GpuInfo:
     """One GPU (or one MIG instance of a GPU) as NVML reports it.
 
     Memory is in bytes; ``utilization`` is a fraction in [0, 1]; fields NVML
-    could not answer are ``None``.
+    could not answer are ``None``. What ``gpustat`` and ``nvitop`` show comes too:
+    ``temperature`` (C), ``fan_speed`` (%), ``power_draw_mw`` / ``power_limit_mw``
+    (milliwatts), ``performance_state`` (0 for P0), ``clock_sm_mhz`` /
+    ``clock_memory_mhz``, ``ecc_errors`` (uncorrected, since the driver loaded),
+    ``mig_enabled``, and ``process_list`` (``None`` where not read).
     """
 
     index: int
@@ -66,6 +76,16 @@ class GpuInfo:
     mig_index: int | None = None
     cuda_ordinal: int | None = None
     tf_name: str | None = None
+    temperature: int | None = None
+    fan_speed: int | None = None
+    power_draw_mw: int | None = None
+    power_limit_mw: int | None = None
+    performance_state: int | None = None
+    clock_sm_mhz: int | None = None
+    clock_memory_mhz: int | None = None
+    ecc_errors: int | None = None
+    mig_enabled: bool | None = None
+    process_list: tuple[GpuProcess, ...] | None = None
 
     @property
     def key(self) -> str:
@@ -81,6 +101,7 @@ class GpuInfo:
         data = asdict(self)
         if self.compute_capability is not None:
             data["compute_capability"] = f"{self.compute_capability[0]}.{self.compute_capability[1]}"
+        data["process_list"] = None if self.process_list is None else [p.to_dict() for p in self.process_list]
         return data
 
     @classmethod
@@ -123,7 +144,22 @@ class GpuInfo:
             raise InventoryFileError(f"{where}: GPU field tf_name={shown(tf_name)} must be a string or null.",
                                      hint="fix or regenerate the file with 'tfdevices list --json'.")
         _check_text(tf_name, f"{where}: GPU field tf_name")
+        mig = values.get("mig_enabled")
+        if mig is not None and not isinstance(mig, bool):
+            raise InventoryFileError(f"{where}: GPU field mig_enabled={shown(mig)} must be true, false or null.",
+                                     hint="fix or regenerate the file with 'tfdevices list --json'.")
+        values["process_list"] = _process_list(values.get("process_list"), where)
         return cls(**values)
+
+
+def _process_list(value: object, where: str) -> tuple[GpuProcess, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or len(value) > MAX_PROCESSES:
+        raise InventoryFileError(f"{where}: GPU field process_list must be a list of at most {MAX_PROCESSES} "
+                                 f"processes, or null; got {shown(value)}.",
+                                 hint="fix or regenerate the file with 'tfdevices list --json'.")
+    return tuple(GpuProcess.from_dict(p, where=f"{where}: process_list[{i}]") for i, p in enumerate(value))
 
 
 def _check_text(value: object, what: str) -> None:
@@ -166,6 +202,7 @@ class Inventory:
         cuda_device_order: ``CUDA_DEVICE_ORDER`` at discovery (``None``: unset, CUDA's FASTEST_FIRST).
         notes: caveats worth showing, e.g. an estimated CUDA order.
         loaded_from: the file this inventory was read from, if any.
+        topology: how the physical GPUs are wired (``None`` where not read).
     """
 
     gpus: tuple[GpuInfo, ...] = ()
@@ -176,6 +213,7 @@ class Inventory:
     cuda_device_order: str | None = None
     notes: tuple[str, ...] = ()
     loaded_from: str | None = None
+    topology: Topology | None = None
 
     def __iter__(self) -> Iterator[GpuInfo]:
         return iter(self.gpus)
@@ -197,6 +235,7 @@ class Inventory:
         data["gpus"] = [g.to_dict() for g in self.gpus]
         data["notes"] = list(self.notes)
         data.pop("loaded_from")
+        data["topology"] = None if self.topology is None else self.topology.to_dict()
         return data
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -260,10 +299,13 @@ class Inventory:
                 raise InventoryFileError(f"{where}: {name}={shown(data[name])} must be a string or null.",
                                          hint="save it with 'tfdevices list --json > FILE'.")
             _check_text(data.get(name), f"{where}: {name}")
+        topology = data.get("topology")
+        if topology is not None:
+            topology = Topology.from_dict(topology, where=f"{where}: topology", indices=[g.index for g in parsed])
         return cls(gpus=parsed, source=source, reason=data.get("reason"),
                    driver_version=data.get("driver_version"),
                    cuda_visible_devices=data.get("cuda_visible_devices"),
-                   cuda_device_order=data.get("cuda_device_order"), notes=tuple(notes))
+                   cuda_device_order=data.get("cuda_device_order"), notes=tuple(notes), topology=topology)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Inventory:
@@ -276,9 +318,14 @@ class Inventory:
         inv = cls.from_json(_decode(read_bounded(path, what=where), where), where=where)
         return replace(inv, loaded_from=os.fspath(path))
 
-    def table(self) -> str:
-        """A table like ``nvidia-smi``'s, with the NVML -> CUDA -> TensorFlow mapping."""
-        header = ("NVML", "CUDA", "TF", "Name", "Memory used / total", "Free", "Util", "CC", "Procs")
+    def table(self, *, processes: bool = False) -> str:
+        """A table like ``nvidia-smi``'s, with the NVML -> CUDA -> TensorFlow mapping and what gpustat shows.
+
+        Args:
+            processes: list each GPU's processes under it (pid, user, GPU memory, kind, command).
+        """
+        header = ("NVML", "CUDA", "TF", "Name", "Memory used / total", "Free", "Util", "CC", "Procs",
+                  "Temp", "Fan", "Power / cap", "Perf", "SM/mem MHz", "ECC", "MIG")
         rows = [header]
         for g in self.gpus:
             rows.append((
@@ -291,10 +338,14 @@ class Inventory:
                 "n/a" if g.utilization is None else f"{g.utilization:.0%}",
                 "n/a" if g.compute_capability is None else "%d.%d" % g.compute_capability,
                 "n/a" if g.processes is None else str(g.processes),
+                *_sensors(g),
             ))
         widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
         lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
         lines.insert(1, "  ".join("-" * w for w in widths))
+        if processes:
+            lines = [lines[0], lines[1]] + [line for g, row in zip(self.gpus, lines[2:])
+                                            for line in [row, *_process_lines(g)]]
         origin = f" (from {self.loaded_from})" if self.loaded_from else ""
         head = f"source: {self.source}{origin}"
         if self.driver_version:
@@ -308,6 +359,35 @@ class Inventory:
             out.append(f"no GPU visible: {self.reason or 'none found'}")
         out += [f"note: {n}" for n in self.notes]
         return "\n".join(out)
+
+
+def _sensors(g: GpuInfo) -> tuple[str, ...]:
+    """Temperature, fan, power, P-state, clocks, ECC and MIG mode as the listing shows them ("n/a": not reported)."""
+    def some(value: object, text: str) -> str:
+        return "n/a" if value is None else text
+
+    power = "n/a" if g.power_draw_mw is None and g.power_limit_mw is None else (
+        f"{some(g.power_draw_mw, f'{(g.power_draw_mw or 0) / 1000:.0f}')} / "
+        f"{some(g.power_limit_mw, f'{(g.power_limit_mw or 0) / 1000:.0f}')} W")
+    clocks = "n/a" if g.clock_sm_mhz is None and g.clock_memory_mhz is None else (
+        f"{some(g.clock_sm_mhz, str(g.clock_sm_mhz))}/{some(g.clock_memory_mhz, str(g.clock_memory_mhz))}")
+    return (some(g.temperature, f"{g.temperature}C"), some(g.fan_speed, f"{g.fan_speed}%"), power,
+            some(g.performance_state, f"P{g.performance_state}"), clocks, some(g.ecc_errors, str(g.ecc_errors)),
+            some(g.mig_enabled, "on" if g.mig_enabled else "off"))
+
+
+def _process_lines(g: GpuInfo) -> list[str]:
+    """One line per process: pid, user, GPU memory, kind, command ("?" where it could not be seen)."""
+    if g.process_list is None:
+        return ["    (processes not listed: NVML did not say, or the listing was saved without them)"]
+    if not g.process_list:
+        return ["    (no process)"]
+    lines = []
+    for p in g.process_list:
+        command = p.command if p.command is not None else "? (not visible to this user, or gone)"
+        lines.append(f"    pid {p.pid:<8} {p.user or '?':<12} {format_bytes(p.gpu_memory) if p.gpu_memory is not None else 'n/a':>10}"
+                     f"  {p.kind:<3}  {command}")
+    return lines
 
 
 def read_bounded(path: str | os.PathLike[str], *, what: str, limit: int = MAX_FILE_BYTES) -> bytes:

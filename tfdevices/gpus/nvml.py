@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 
-from tfdevices.core.records import record
+from tfdevices.core.records import record, replace
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing on the listing path
 if TYPE_CHECKING:
@@ -35,6 +35,16 @@ _CODES = {
     "NVML_ERROR_FUNCTION_NOT_FOUND": 13,
 }
 FAILURES = ("library-missing", "driver-not-loaded", "no-gpu", "no-permission", "nvml-error")
+# NVML constants (nvml.h), read from the module when it defines them.
+_CONSTANTS = {"NVML_TEMPERATURE_GPU": 0, "NVML_CLOCK_SM": 1, "NVML_CLOCK_MEM": 2,
+              "NVML_MEMORY_ERROR_TYPE_UNCORRECTED": 1, "NVML_VOLATILE_ECC": 0, "NVML_AFFINITY_SCOPE_NODE": 0,
+              "NVML_NVLINK_MAX_LINKS": 18, "NVML_NVLINK_DEVICE_TYPE_GPU": 0, "NVML_NVLINK_DEVICE_TYPE_SWITCH": 2}
+CPU_SET_WORDS = 64
+"""64-bit words asked of ``nvmlDeviceGetCpuAffinity``: room for 4,096 CPUs."""
+NODE_SET_WORDS = 4
+"""64-bit words asked of ``nvmlDeviceGetMemoryAffinity``: room for 256 NUMA nodes."""
+MAX_NVLINKS = 64
+"""The most NVLinks read per GPU, whatever the module's ``NVML_NVLINK_MAX_LINKS`` says."""
 
 
 @record
@@ -57,6 +67,22 @@ class NvmlMig:
     processes: int | None = None
     gpu_instance_id: int | None = None
     compute_instance_id: int | None = None
+    process_list: tuple[NvmlProcess, ...] | None = None
+
+
+@record
+class NvmlProcess:
+    """One process on a GPU, from NVML's compute and graphics lists.
+
+    Attributes:
+        pid: its process id (in the driver's PID namespace).
+        kind: ``"C"`` (compute), ``"G"`` (graphics) or ``"C+G"``, as ``nvidia-smi`` shows it.
+        used_memory: GPU memory it holds in bytes (``None`` where NVML cannot say).
+    """
+
+    pid: int
+    kind: str = "C"
+    used_memory: int | None = None
 
 
 @record
@@ -68,6 +94,17 @@ class NvmlDevice:
         utilization: GPU busy fraction in [0, 1].
         mig_enabled: whether MIG mode is on (``None``: the GPU has no MIG).
         mig: its MIG instances when MIG mode is on.
+        temperature: GPU core temperature in degrees C.
+        fan_speed: fan speed in percent of its maximum (may exceed 100 on some boards).
+        power_draw_mw, power_limit_mw: power draw and its enforced cap, in milliwatts.
+        performance_state: the P-state, 0 (P0, most performance) to 15.
+        clock_sm_mhz, clock_memory_mhz: current SM and memory clocks.
+        ecc_errors: uncorrected ECC errors since the driver loaded (volatile).
+        process_list: the processes on it (``None`` where NVML lists none for us).
+        cpu_affinity: the CPUs close to it (read with the topology only).
+        numa_node: the NUMA node close to it (read with the topology only).
+        nvlinks: its active NVLinks as (remote PCI bus id, remote kind), ``None``
+            where it has no NVLink (read with the topology only).
     """
 
     index: int
@@ -82,6 +119,18 @@ class NvmlDevice:
     processes: int | None = None
     mig_enabled: bool | None = None
     mig: tuple[NvmlMig, ...] = ()
+    temperature: int | None = None
+    fan_speed: int | None = None
+    power_draw_mw: int | None = None
+    power_limit_mw: int | None = None
+    performance_state: int | None = None
+    clock_sm_mhz: int | None = None
+    clock_memory_mhz: int | None = None
+    ecc_errors: int | None = None
+    process_list: tuple[NvmlProcess, ...] | None = None
+    cpu_affinity: tuple[int, ...] | None = None
+    numa_node: int | None = None
+    nvlinks: tuple[tuple[str, str], ...] | None = None
 
 
 @record
@@ -94,6 +143,10 @@ class NvmlSnapshot:
         failure: one of :data:`FAILURES` when no GPU could be listed, else ``None``.
         reason: the failure in words, for people.
         notes: per-GPU problems that did not stop the listing.
+        ancestors: when the topology was read, ``ancestors[i][j]`` is NVML's
+            ``nvmlDeviceGetTopologyCommonAncestor`` level (``NVML_TOPOLOGY_*``: 0, 10 ... 50)
+            between ``devices[i]`` and ``devices[j]`` (``None`` on the diagonal or where
+            NVML could not say); empty when not read.
     """
 
     devices: tuple[NvmlDevice, ...] = ()
@@ -101,6 +154,7 @@ class NvmlSnapshot:
     failure: str | None = None
     reason: str | None = None
     notes: tuple[str, ...] = ()
+    ancestors: tuple[tuple[int | None, ...], ...] = ()
 
 
 class Nvml:
@@ -129,6 +183,10 @@ class Nvml:
 
     def _code(self, name: str) -> int:
         return int(getattr(self._module, name, _CODES[name]))
+
+    def _const(self, name: str) -> int:
+        value = getattr(self._module, name, None)
+        return _CONSTANTS[name] if isinstance(value, bool) or not isinstance(value, int) else value
 
     def _classify(self, err: BaseException) -> tuple[str, str]:
         """Turns an NVML error raised at start-up into (failure, reason)."""
@@ -191,8 +249,12 @@ class Nvml:
         except self._module.NVMLError:
             return None
 
-    def snapshot(self) -> NvmlSnapshot:
+    def snapshot(self, *, topology: bool = False) -> NvmlSnapshot:
         """Reads every GPU now.
+
+        Args:
+            topology: also read how the GPUs are wired: each GPU's NVLinks and CPU/NUMA
+                affinity, and the PCIe common ancestor of every pair (n^2/2 NVML calls).
 
         Returns:
             An :class:`NvmlSnapshot`; empty with ``failure``/``reason`` set when
@@ -213,6 +275,7 @@ class Nvml:
             return NvmlSnapshot(driver_version=driver, failure="no-gpu",
                                 reason="NVML reports no GPU (the NVIDIA driver is loaded but lists no device)")
         devices: list[NvmlDevice] = []
+        handles: list[Any] = []
         notes: list[str] = []
         for index in range(count):
             try:
@@ -220,8 +283,53 @@ class Nvml:
             except m.NVMLError as err:
                 notes.append(f"GPU {index} left out: NVML cannot open it ({err}).")
                 continue
-            devices.append(self._device(index, handle))
-        return NvmlSnapshot(devices=tuple(devices), driver_version=driver, notes=tuple(notes))
+            device = self._device(index, handle)
+            if topology:
+                device = replace(device, **self._wiring(handle))
+            devices.append(device)
+            handles.append(handle)
+        ancestors = self._ancestors(handles) if topology else ()
+        return NvmlSnapshot(devices=tuple(devices), driver_version=driver, notes=tuple(notes), ancestors=ancestors)
+
+    def _ancestors(self, handles: list[Any]) -> tuple[tuple[int | None, ...], ...]:
+        """The NVML topology level of every pair of GPUs (symmetric; ``None`` on the diagonal)."""
+        n = len(handles)
+        levels: list[list[int | None]] = [[None] * n for _ in range(n)]
+        for i in range(n):
+            for j in range(i + 1, n):
+                level = _whole(self._get("nvmlDeviceGetTopologyCommonAncestor", handles[i], handles[j]))
+                levels[i][j] = levels[j][i] = level
+        return tuple(tuple(row) for row in levels)
+
+    def _wiring(self, handle: Any) -> dict[str, Any]:
+        """A GPU's CPU affinity, NUMA node and active NVLinks (remote PCI bus id, remote kind)."""
+        cpus = _bits(self._get("nvmlDeviceGetCpuAffinity", handle, CPU_SET_WORDS))
+        nodes = _bits(self._get("nvmlDeviceGetMemoryAffinity", handle, NODE_SET_WORDS,
+                                self._const("NVML_AFFINITY_SCOPE_NODE")))
+        return {"cpu_affinity": cpus or None, "numa_node": nodes[0] if nodes else None,
+                "nvlinks": self._nvlinks(handle)}
+
+    def _nvlinks(self, handle: Any) -> tuple[tuple[str, str], ...] | None:
+        """Each active NVLink as (remote PCI bus id, ``"gpu"``/``"switch"``/``"unknown"``); ``None``: no NVLink.
+
+        Links are read from 0 up; the first link NVML refuses (not supported, or past the
+        GPU's last link) ends the scan.
+        """
+        kinds = {self._const("NVML_NVLINK_DEVICE_TYPE_GPU"): "gpu", self._const("NVML_NVLINK_DEVICE_TYPE_SWITCH"): "switch"}
+        links: list[tuple[str, str]] = []
+        for link in range(min(self._const("NVML_NVLINK_MAX_LINKS"), MAX_NVLINKS)):
+            state = self._get("nvmlDeviceGetNvLinkState", handle, link)
+            if state is None:
+                if link == 0:
+                    return None
+                break
+            if not state:
+                continue
+            pci = self._get("nvmlDeviceGetNvLinkRemotePciInfo", handle, link)
+            bus = normal_bus_id(_text(getattr(pci, "busId", None)) or "")
+            kind = kinds.get(self._get("nvmlDeviceGetNvLinkRemoteDeviceType", handle, link), "unknown")
+            links.append((bus, kind))
+        return tuple(links)
 
     def _memory(self, handle: Any) -> tuple[int | None, int | None, int | None]:
         mem = self._get("nvmlDeviceGetMemoryInfo", handle)
@@ -229,12 +337,42 @@ class Nvml:
             return None, None, None
         return int(mem.total), int(mem.used), int(mem.free)
 
-    def _processes(self, handle: Any) -> int | None:
-        lists = [self._get("nvmlDeviceGetComputeRunningProcesses", handle),
-                 self._get("nvmlDeviceGetGraphicsRunningProcesses", handle)]
-        if all(lst is None for lst in lists):
+    def _process_list(self, handle: Any) -> tuple[NvmlProcess, ...] | None:
+        """NVML's compute and graphics process lists merged by pid (``None``: neither could be read)."""
+        lists = [(kind, self._get(fn, handle)) for kind, fn in (("C", "nvmlDeviceGetComputeRunningProcesses"),
+                                                                ("G", "nvmlDeviceGetGraphicsRunningProcesses"))]
+        if all(lst is None for _, lst in lists):
             return None
-        return len({p.pid for lst in lists if lst is not None for p in lst})
+        found: dict[int, NvmlProcess] = {}
+        for kind, lst in lists:
+            for p in lst or ():
+                pid, used = _whole(getattr(p, "pid", None)), _whole(getattr(p, "usedGpuMemory", None))
+                if pid is None:
+                    continue
+                seen = found.get(pid)
+                if seen is None:
+                    found[pid] = NvmlProcess(pid, kind, used)
+                elif seen.kind != kind:
+                    found[pid] = NvmlProcess(pid, "C+G", seen.used_memory if used is None else
+                                             used if seen.used_memory is None else max(used, seen.used_memory))
+        return tuple(found.values())
+
+    def _sensors(self, handle: Any) -> dict[str, int | None]:
+        """What gpustat and nvitop show: temperature, fan, power, performance state, clocks, ECC errors."""
+        state = _whole(self._get("nvmlDeviceGetPerformanceState", handle))
+        return {
+            "temperature": _whole(self._get("nvmlDeviceGetTemperature", handle,
+                                            self._const("NVML_TEMPERATURE_GPU"))),
+            "fan_speed": _whole(self._get("nvmlDeviceGetFanSpeed", handle)),
+            "power_draw_mw": _whole(self._get("nvmlDeviceGetPowerUsage", handle)),
+            "power_limit_mw": _whole(self._get("nvmlDeviceGetEnforcedPowerLimit", handle)),
+            "performance_state": state if state is not None and state <= 15 else None,  # 32: unknown
+            "clock_sm_mhz": _whole(self._get("nvmlDeviceGetClockInfo", handle, self._const("NVML_CLOCK_SM"))),
+            "clock_memory_mhz": _whole(self._get("nvmlDeviceGetClockInfo", handle, self._const("NVML_CLOCK_MEM"))),
+            "ecc_errors": _whole(self._get("nvmlDeviceGetTotalEccErrors", handle,
+                                           self._const("NVML_MEMORY_ERROR_TYPE_UNCORRECTED"),
+                                           self._const("NVML_VOLATILE_ECC"))),
+        }
 
     def _device(self, index: int, handle: Any) -> NvmlDevice:
         total, used, free = self._memory(handle)
@@ -243,6 +381,7 @@ class Nvml:
         pci = self._get("nvmlDeviceGetPciInfo", handle)
         mode = self._get("nvmlDeviceGetMigMode", handle)
         mig_enabled = None if mode is None else bool(mode[0])
+        procs = self._process_list(handle)
         return NvmlDevice(
             index=index,
             name=_text(self._get("nvmlDeviceGetName", handle)) or "",
@@ -251,9 +390,11 @@ class Nvml:
             memory_total=total, memory_used=used, memory_free=free,
             utilization=None if util is None else min(max(util.gpu / 100.0, 0.0), 1.0),
             compute_capability=None if cc is None else (int(cc[0]), int(cc[1])),
-            processes=self._processes(handle),
+            processes=None if procs is None else len(procs),
             mig_enabled=mig_enabled,
             mig=self._migs(handle) if mig_enabled else (),
+            process_list=procs,
+            **self._sensors(handle),
         )
 
     def _migs(self, handle: Any) -> tuple[NvmlMig, ...]:
@@ -264,16 +405,55 @@ class Nvml:
             if mig is None:  # an empty slot answers NVML_ERROR_NOT_FOUND
                 continue
             total, used, free = self._memory(mig)
+            procs = self._process_list(mig)
             migs.append(NvmlMig(
                 mig_index=slot,
                 uuid=_text(self._get("nvmlDeviceGetUUID", mig)) or "",
                 name=_text(self._get("nvmlDeviceGetName", mig)) or "",
                 memory_total=total, memory_used=used, memory_free=free,
-                processes=self._processes(mig),
+                processes=None if procs is None else len(procs), process_list=procs,
                 gpu_instance_id=self._get("nvmlDeviceGetGpuInstanceId", mig),
                 compute_instance_id=self._get("nvmlDeviceGetComputeInstanceId", mig),
             ))
         return tuple(migs)
+
+
+def _whole(value: Any) -> int | None:
+    """An NVML number as a non-negative int; ``None`` for anything else (an unavailable value, a sentinel)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0 or value >= 1 << 63:
+        return None
+    return int(value)
+
+
+def _bits(words: Any) -> tuple[int, ...]:
+    """The set bits of NVML's affinity words (64 bits each, word 0 first): ``[0b101]`` -> ``(0, 2)``.
+
+    >>> _bits([5, 1])
+    (0, 2, 64)
+    """
+    if words is None:
+        return ()
+    found = []
+    for w, word in enumerate(words):
+        word = int(word)
+        while word > 0:
+            low = word & -word
+            found.append(w * 64 + low.bit_length() - 1)
+            word ^= low
+    return tuple(found)
+
+
+def normal_bus_id(bus_id: str) -> str:
+    """A PCI bus id in one spelling, so two readings compare equal: lower case, 8-digit domain.
+
+    >>> normal_bus_id("0000:07:00.0"), normal_bus_id("00000000:C7:00.0")
+    ('00000000:07:00.0', '00000000:c7:00.0')
+    """
+    text = bus_id.strip().lower()
+    domain, sep, rest = text.partition(":")
+    if not sep or not rest:
+        return text
+    return f"{domain[-8:]:0>8}:{rest}"
 
 
 def _text(value: Any) -> str | None:
@@ -288,11 +468,12 @@ def _text(value: Any) -> str | None:
 _DEFAULT = Nvml()
 
 
-def snapshot(module: Any = None) -> NvmlSnapshot:
+def snapshot(module: Any = None, *, topology: bool = False) -> NvmlSnapshot:
     """Reads NVML: through ``module`` when given, else through the process-wide adapter.
 
     Args:
         module: a ``pynvml``-like module (tests pass a fake); ``None`` uses ``pynvml``.
+        topology: also read the wiring (see :meth:`Nvml.snapshot`).
 
     Returns:
         An :class:`NvmlSnapshot` (empty with a reason where there is no GPU).
@@ -300,4 +481,4 @@ def snapshot(module: Any = None) -> NvmlSnapshot:
     >>> snapshot().failure in (None,) + FAILURES
     True
     """
-    return _DEFAULT.snapshot() if module is None else Nvml(module).snapshot()
+    return (_DEFAULT if module is None else Nvml(module)).snapshot(topology=topology)

@@ -18,13 +18,16 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tfdevices.core.errors import InputError, SelectionError, SpecError
-from tfdevices.gpus import visibility
+from tfdevices.gpus import topology as tp, visibility
 from tfdevices.gpus.discovery import discover
 from tfdevices.gpus.inventory import GpuInfo, Inventory
 from tfdevices.gpus.spec import DeviceSpec, parse_spec
+from tfdevices.gpus.wiring import MAX_CANDIDATES, best_linked_set
 from tfdevices.core.units import format_bytes, parse_memory, shown
 
-ORDERS = ("free_memory", "utilization", "index")
+ORDERS = ("links", "free_memory", "utilization", "index")
+"""How ``auto:N`` ranks GPUs: ``links`` (best-wired set, then free memory; the default) or the
+wiring-blind orders of tfdevices 0.2."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +49,8 @@ class Selection:
         decisions: one per GPU in the inventory, saying why it was taken or skipped.
         filters: the filters applied, for people (``"min_free_memory=8.0 GiB"``).
         source: the inventory's source (``"nvml"``, ``"none"`` ...).
+        wiring: how the chosen GPUs are linked and why this set, for people (empty
+            when the topology is unknown or one GPU is chosen).
     """
 
     spec: str
@@ -53,6 +58,7 @@ class Selection:
     decisions: tuple[Decision, ...] = ()
     filters: str = ""
     source: str = "none"
+    wiring: str = ""
 
     @property
     def is_cpu_only(self) -> bool:
@@ -74,7 +80,7 @@ class Selection:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "spec": self.spec, "filters": self.filters, "source": self.source,
+            "spec": self.spec, "filters": self.filters, "source": self.source, "wiring": self.wiring,
             "cuda_visible_devices": self.cuda_visible_devices,
             "gpus": [{"nvml": g.key, "uuid": g.uuid, "name": g.name, "tf_name": t}
                      for g, t in zip(self.gpus, self.tf_names)],
@@ -89,6 +95,8 @@ class Selection:
         tf_of = dict(zip((g.key for g in self.gpus), self.tf_names))
         lines = [f"spec: {self.spec}" + (f"  filters: {self.filters}" if self.filters else "")
                  + f"  CUDA_VISIBLE_DEVICES={self.cuda_visible_devices}"]
+        if self.wiring:
+            lines.append(f"  links: {self.wiring}")
         for d in self.decisions:
             mark = f"-> {tf_of[d.key]}" if d.taken else "skip"
             lines.append(f"  GPU {d.key:<5} {mark:<10} {d.reason}")
@@ -99,7 +107,7 @@ class Selection:
 
 def select(spec: object = "all", inventory: Inventory | None = None, *,
            min_free_memory: int | str | None = None, max_utilization: float | None = None,
-           exclude: object = None, order: str = "free_memory") -> Selection:
+           exclude: object = None, order: str = "links") -> Selection:
     """Chooses GPUs.
 
     Only GPUs visible under the current ``CUDA_VISIBLE_DEVICES`` are candidates:
@@ -111,7 +119,10 @@ def select(spec: object = "all", inventory: Inventory | None = None, *,
         min_free_memory: skip GPUs with less free memory (``"8GiB"`` or bytes).
         max_utilization: skip GPUs busier than this fraction (0..1).
         exclude: GPUs never to take, as an explicit spec (``"0"``, ``[0, 3]``).
-        order: how ``auto:N`` ranks GPUs: ``"free_memory"`` (most first), ``"utilization"``
+        order: how ``auto:N`` ranks GPUs: ``"links"`` (the default: the N qualifying GPUs with
+            the best mutual links (all NVLink, else one PCIe switch, else one socket), among
+            equals the most free memory; without a known topology, as ``"free_memory"``),
+            or, ignoring the wiring, ``"free_memory"`` (most first), ``"utilization"``
             (least first) or ``"index"``.
 
     Returns:
@@ -130,7 +141,8 @@ def select(spec: object = "all", inventory: Inventory | None = None, *,
     max_util = _check_utilization(max_utilization)
     if order not in ORDERS:
         raise InputError(f"order={order!r}: unknown order; known orders: {', '.join(ORDERS)}.",
-                         hint="use 'free_memory' (most free first), 'utilization' (least busy first) or 'index'.")
+                         hint="use 'links' (best-wired first), 'free_memory' (most free first), "
+                              "'utilization' (least busy first) or 'index'.")
     excluded = _resolve_exclude(exclude, inventory)
     checks = _checks(min_free, max_util, excluded)
     filters = ", ".join(p for p in (
@@ -138,13 +150,16 @@ def select(spec: object = "all", inventory: Inventory | None = None, *,
         f"max_utilization={max_util:.0%}" if max_util is not None else "",
         f"exclude={','.join(sorted(excluded))}" if excluded else "") if p)
     failures = {g.key: _first_failure(g, checks) for g in inventory.gpus}
-    chosen = _choose(parsed, inventory, failures, order, filters)
+    chosen, wiring = _choose(parsed, inventory, failures, order, filters)
     chosen_keys = {g.key for g in chosen}
+    links = _links_within(chosen, inventory.topology)
     decisions = tuple(
-        Decision(g.key, g.key in chosen_keys, _reason(g, parsed, failures[g.key], g.key in chosen_keys))
+        Decision(g.key, g.key in chosen_keys,
+                 _reason(g, parsed, failures[g.key], g.key in chosen_keys, links.get(g.key),
+                         bool(wiring) and order == "links"))
         for g in inventory.gpus)
     return Selection(spec=parsed.text, gpus=tuple(sorted(chosen, key=_nvml_order)), decisions=decisions,
-                     filters=filters, source=inventory.source)
+                     filters=filters, source=inventory.source, wiring=wiring)
 
 
 def _nvml_order(gpu: GpuInfo) -> tuple[int, int]:
@@ -297,8 +312,88 @@ _SORT_KEYS: dict[str, Callable[[GpuInfo], tuple]] = {
 }
 
 
+MIG_LINK = "MIG"
+"""The link of a MIG instance to any other device: MIG has no peer-to-peer (neither PCIe nor
+NVLink, per NVIDIA's MIG user guide), so its traffic goes through host memory."""
+
+
+def _code(a: GpuInfo, b: GpuInfo, topology: tp.Topology) -> str:
+    """The link code between two entries; ``"MIG"`` where either is a MIG instance."""
+    if a.mig_index is not None or b.mig_index is not None:
+        return MIG_LINK
+    return topology.link(a.index, b.index) or "unknown"
+
+
+def _link(a: GpuInfo, b: GpuInfo, topology: tp.Topology) -> int:
+    """The rank of the link between two entries: a MIG instance's, through host memory, ranks as a host
+    bridge (PHB), or as the socket link (SYS) where the GPUs are on different sockets."""
+    code = _code(a, b, topology)
+    if code == MIG_LINK:
+        return tp.rank("SYS" if topology.link(a.index, b.index) == "SYS" else "PHB")
+    return tp.rank(code)
+
+
+def _words(code: str) -> str:
+    return "no peer-to-peer: through host memory" if code == MIG_LINK else tp.describe(code)
+
+
+def _links_within(chosen: Sequence[GpuInfo], topology: tp.Topology | None) -> dict[str, str]:
+    """Each chosen GPU's links to the others: ``{"0": "NV4 to GPU 1"}`` (empty without a topology)."""
+    if topology is None or len(chosen) < 2:
+        return {}
+    ordered = sorted(chosen, key=_nvml_order)
+    out = {}
+    for g in ordered:
+        parts = [f"{_code(g, o, topology)} to GPU {o.key}" for o in ordered if o is not g]
+        out[g.key] = ", ".join(parts[:4]) + (f" and {len(parts) - 4} more" if len(parts) > 4 else "")
+    return out
+
+
+def _by_links(passing: list[GpuInfo], count: int, topology: tp.Topology) -> tuple[list[GpuInfo], str]:
+    """The best-linked ``count`` of ``passing`` (see :mod:`tfdevices.gpus.wiring`), and why, for people."""
+    pool = sorted(passing, key=_nvml_order)
+    note = ""
+    if len(pool) > MAX_CANDIDATES:
+        pool = sorted(sorted(pool, key=_SORT_KEYS["free_memory"])[:MAX_CANDIDATES], key=_nvml_order)
+        note = f"; searched the {MAX_CANDIDATES} with the most free memory of {len(passing)} qualifying"
+    best = best_linked_set(len(pool), count, lambda a, b: _link(pool[a], pool[b], topology),
+                           [g.memory_free for g in pool])
+    chosen = [pool[i] for i in best.members]
+    weakest = min(((a, b) for a, b in _pairs(chosen)), key=lambda p: _link(p[0], p[1], topology))
+    code = _code(*weakest, topology)
+    where = f"GPU {weakest[0].key}-{weakest[1].key}"
+    kind = (f"all NVLink (weakest {code}, {where})" if tp.nvlinks(code) else
+            f"weakest link {code} ({_words(code)}, {where})")
+    sets = f"{best.considered:,} set{'s' if best.considered != 1 else ''}"
+    why = (f"{kind}; the best-linked of {sets} of {count} qualifying GPUs, then the most free memory{note} "
+           "(order='free_memory' ignores the wiring)")
+    return chosen, why
+
+
+def _pairs(gpus: Sequence[GpuInfo]) -> list[tuple[GpuInfo, GpuInfo]]:
+    return [(a, b) for i, a in enumerate(gpus) for b in gpus[i + 1:]]
+
+
+def _blind(chosen: list[GpuInfo], topology: tp.Topology | None, order: str) -> str:
+    """How a wiring-blind choice is linked, so the table shows what the order gave up."""
+    if topology is None or len(chosen) < 2:
+        return ""
+    weakest = min(_pairs(sorted(chosen, key=_nvml_order)), key=lambda p: _link(p[0], p[1], topology))
+    code = _code(*weakest, topology)
+    return (f"weakest link {code} ({_words(code)}, GPU {weakest[0].key}-{weakest[1].key}); "
+            f"order={order!r} ignores the wiring (order='links' prefers the best-linked set)")
+
+
 def _choose(spec: DeviceSpec, inventory: Inventory, failures: dict[str, str | None],
-            order: str, filters: str) -> list[GpuInfo]:
+            order: str, filters: str) -> tuple[list[GpuInfo], str]:
+    chosen = _choose_gpus(spec, inventory, failures, order, filters)
+    if isinstance(chosen, tuple):
+        return chosen
+    return chosen, "" if spec.kind != "auto" else _blind(chosen, inventory.topology, order)
+
+
+def _choose_gpus(spec: DeviceSpec, inventory: Inventory, failures: dict[str, str | None],
+                 order: str, filters: str) -> list[GpuInfo] | tuple[list[GpuInfo], str]:
     if spec.kind == "none":
         return []
     if spec.kind == "explicit":
@@ -323,7 +418,10 @@ def _choose(spec: DeviceSpec, inventory: Inventory, failures: dict[str, str | No
             hint=f"ask for at most auto:{len(passing)}, relax the filters, or wait for GPUs to free up."
             if passing else "relax the filters, or use 'none' for the CPU." if inventory.gpus
             else "use 'none' (or 'all', which falls back to the CPU) on a machine without GPUs.")
-    return sorted(passing, key=_SORT_KEYS[order])[:spec.count]
+    count = spec.count or 0
+    if order == "links" and inventory.topology is not None and count >= 2:
+        return _by_links(passing, count, inventory.topology)
+    return sorted(passing, key=_SORT_KEYS["free_memory" if order == "links" else order])[:count]
 
 
 def _summary(inventory: Inventory, failures: dict[str, str | None]) -> str:
@@ -334,15 +432,16 @@ def _summary(inventory: Inventory, failures: dict[str, str | None]) -> str:
     return "GPUs: " + "; ".join(parts) + more + "."
 
 
-def _reason(gpu: GpuInfo, spec: DeviceSpec, failure: str | None, taken: bool) -> str:
+def _reason(gpu: GpuInfo, spec: DeviceSpec, failure: str | None, taken: bool, links: str | None = None,
+            by_links: bool = False) -> str:
     detail = f"{gpu.name}, {format_bytes(gpu.memory_free)} free" + (
         f", {gpu.utilization:.0%} busy" if gpu.utilization is not None else "")
     if taken:
-        return f"taken ({detail})"
+        return f"taken ({detail}{'; ' + links if links else ''})"
     if failure:
         return f"{failure} ({detail})"
     if spec.kind == "none":
         return "spec 'none': CPU only"
     if spec.kind == "auto":
-        return f"not among the best {spec.count} ({detail})"
+        return f"not among the {'best-linked' if by_links else 'best'} {spec.count} ({detail})"
     return f"not named in {spec.text!r}"

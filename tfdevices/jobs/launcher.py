@@ -66,12 +66,14 @@ from typing import IO, Any
 
 from tfdevices.core.errors import LaunchError
 from tfdevices.core.units import shown
+from tfdevices.gpus.discovery import discover
 from tfdevices.gpus.selection import select
+from tfdevices.gpus.topology import format_cpus
 from tfdevices.jobs.env import RANK_GPUS, VIRTUAL_DEVICES_ENV, LaunchInfo
 from tfdevices.jobs.rendezvous import MASTER_PORT, MAX_WORKERS, NodeJob, Nodes, free_ports, rendezvous
 from tfdevices.jobs.watchdog import Watchdog
 from tfdevices.jobs.output import PROGRESS, Console, Record, Splitter
-from tfdevices.jobs.ranks import plan_ranks
+from tfdevices.jobs.ranks import cpu_binding, plan_ranks
 from tfdevices.jobs.tfconfig import make_tf_config
 
 RESTART_ENV = "TFDEVICES_RESTART"
@@ -259,6 +261,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "that reaches the master)")
     nodes.add_argument("--rdzv-timeout", type=float, default=300.0,
                        help="seconds to wait for every launcher to join (default 300)")
+    parser.add_argument("--cpu-affinity", choices=("numa", "none"), default=None,
+                        help="numa: bind each worker to the CPUs of its GPU's NUMA node (default where the "
+                             "topology is known and has several nodes); none: leave CPUs alone")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command each worker runs, after '--'")
 
 
@@ -294,7 +299,8 @@ def run(args: argparse.Namespace) -> int:
     plan_workers(args.num_workers, list(range(1, args.num_workers + 1)), gpus, share=args.share)  # fail early
     return launch(command, args.num_workers, gpus=gpus, share=args.share, max_restarts=args.max_restarts,
                   virtual_devices=args.virtual_devices, log_dir=args.log_dir, tee=args.tee,
-                  all_ranks=args.all_ranks, tf_logs=args.tf_logs, nodes=nodes, mend=not args.no_mend)
+                  all_ranks=args.all_ranks, tf_logs=args.tf_logs, nodes=nodes, mend=not args.no_mend,
+                  topology=_affinity_topology(getattr(args, "cpu_affinity", None), gpus))
 
 
 def _nodes(args: argparse.Namespace) -> Nodes | None:
@@ -342,7 +348,8 @@ def _candidate_gpus(spec: str) -> tuple[int, ...]:
 def launch(command: Sequence[str], n: int, *, gpus: object = (), share: bool = False, max_restarts: int = 0,
            virtual_devices: int | None = None, out: IO[str] | None = None,
            env: Mapping[str, str] | None = None, log_dir: str | None = None, tee: bool = False,
-           all_ranks: bool = False, tf_logs: bool = False, nodes: Nodes | None = None, mend: bool = True) -> int:
+           all_ranks: bool = False, tf_logs: bool = False, nodes: Nodes | None = None, mend: bool = True,
+           topology: Any = None) -> int:
     """Runs N workers of ``command`` until they finish, restarting the job up to ``max_restarts`` times.
 
     Args:
@@ -363,6 +370,8 @@ def launch(command: Sequence[str], n: int, *, gpus: object = (), share: bool = F
             (keras-team/keras#20585), whoever builds the strategy: a ``sitecustomize`` put first
             on the workers' ``PYTHONPATH`` (chaining any other) installs the mend when Keras'
             trainer is imported.
+        topology: the GPUs' :class:`~tfdevices.gpus.topology.Topology`: each worker is bound to
+            the CPUs of its GPUs' NUMA node (``None``: CPUs left alone).
 
     Returns:
         0, or the first non-zero exit status of the last attempt.
@@ -373,6 +382,7 @@ def launch(command: Sequence[str], n: int, *, gpus: object = (), share: bool = F
     console = Console(out, tty=_isatty(out), ranks=(0,) if log_dir and not tee else None,
                       progress_ranks=None if all_ranks else (0,), dedupe=not all_ranks, tf_logs=tf_logs)
     job = _Job(console, log_dir)
+    job.topology = topology
     peers = None
     try:
         with job.forwarding_signals(), Watchdog() as watchdog:
@@ -480,6 +490,8 @@ def _silence(out: IO[str]) -> None:
 class _Job:
     """One attempt's worker processes, their output pumps, the signal forwarding and the stops."""
 
+    topology: Any = None  # bind each worker to its GPUs' NUMA node (launch(topology=...))
+
     def __init__(self, console: Console, log_dir: str | None) -> None:
         self.console = console
         self.log_dir = log_dir
@@ -532,12 +544,15 @@ class _Job:
 
     def run(self, command: Sequence[str], plans: Sequence[WorkerPlan], base: Mapping[str, str]) -> int:
         self.procs, pumps, logs = [], [], []
+        bound = self._binding(plans)
         try:
             for plan in plans:
                 log = self._open_log(plan.rank)
                 logs.append(log)
-                proc = subprocess.Popen(list(command), env={**base, **plan.env}, stdout=subprocess.PIPE,
-                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+                with _pinned(bound.get(plan.local_rank)):
+                    proc = subprocess.Popen(list(command), env={**base, **plan.env}, stdout=subprocess.PIPE,
+                                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                            start_new_session=True)
                 self.procs.append(proc)
                 if self.watchdog is not None:
                     self.watchdog.guard(proc.pid)
@@ -557,6 +572,19 @@ class _Job:
             for log in logs:
                 if log is not None:
                     log.close()
+
+    def _binding(self, plans: Sequence[WorkerPlan]) -> dict[int, tuple[int, ...]]:
+        """Each local rank's CPUs (its GPUs' NUMA node), said on the console; empty without a topology."""
+        if self.topology is None or not hasattr(os, "sched_getaffinity"):
+            return {}
+        bound, notes = cpu_binding([p.gpus for p in plans], self.topology, os.sched_getaffinity(0))
+        for note in notes:
+            self.console.say(note)
+        for plan in plans:
+            if plan.local_rank in bound:
+                cpus = bound[plan.local_rank]
+                self.console.say(f"worker {plan.rank}: CPUs {format_cpus(cpus)} (its GPUs' NUMA node)")
+        return bound
 
     def _open_log(self, rank: int) -> IO[str] | None:
         if not self.log_dir:
@@ -664,3 +692,40 @@ def _exit_status(code: int) -> int:
 
 __all__ = ["MAX_WORKERS", "RANK_GPUS", "USAGE", "NodeJob", "Nodes", "WorkerPlan", "add_arguments",
            "check_worker_count", "free_ports", "launch", "plan_workers", "rendezvous", "run"]
+
+
+# --------------------------------------------------------------------------- NUMA binding (--cpu-affinity)
+
+
+def _affinity_topology(mode: str | None, gpus: Sequence[int]) -> Any:
+    """The topology to bind workers by: ``--cpu-affinity numa`` (or unset, where the topology is known
+    and has several NUMA nodes); ``None`` binds nothing.
+
+    Raises:
+        LaunchError: ``numa`` was asked but the GPUs' topology is unknown.
+    """
+    if mode == "none" or not gpus:
+        return None
+    topology = discover(topology=True).topology
+    if topology is None and mode == "numa":
+        raise LaunchError("--cpu-affinity numa: the GPUs' topology is unknown (NVML gave none, or the "
+                          "inventory file holds none).",
+                          hint="use --cpu-affinity none, or an inventory saved with 'tfdevices list --json'.")
+    return topology if topology is not None and len(topology.numa_nodes) > 1 else None
+
+
+class _pinned:
+    """Runs its block with this thread bound to ``cpus``: a child started there inherits the binding
+    (Linux binds per thread, so the launcher's other threads are untouched); restored after."""
+
+    def __init__(self, cpus: Sequence[int] | None) -> None:
+        self.cpus, self.before = cpus, None
+
+    def __enter__(self) -> None:
+        if self.cpus:
+            self.before = os.sched_getaffinity(0)
+            os.sched_setaffinity(0, self.cpus)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.before is not None:
+            os.sched_setaffinity(0, self.before)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import heapq
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Union
 
 from tfdevices.core.errors import LaunchError, SelectionError
@@ -22,6 +22,7 @@ from tfdevices.core.units import shown
 from tfdevices.gpus.inventory import Inventory
 from tfdevices.jobs.env import RANK_GPUS, LaunchInfo, launch_info
 from tfdevices.gpus.selection import Selection
+from tfdevices.gpus.topology import Topology, format_cpus
 from tfdevices.jobs.slurm import join_indices
 
 MAPPINGS = ("sequential", "weighted")
@@ -46,6 +47,10 @@ class GpuAssignment:
             shares its GPU (``None`` when not shared).
         work_share: this rank's share of the machine's work, by speed (equal without speeds).
         reason: why, for people.
+        cpus: the CPUs close to its GPUs, where the topology is known and the machine has
+            several NUMA nodes (empty otherwise): bind the rank there to keep its GPU and
+            its CPU cores on one NUMA node, as torchrun's NUMA binding does.
+        numa_node: the NUMA node of its GPUs (``None``: unknown, one node, or several).
     """
 
     local_rank: int
@@ -57,6 +62,8 @@ class GpuAssignment:
     memory_fraction: float | None = None
     work_share: float | None = None
     reason: str = ""
+    cpus: tuple[int, ...] = ()
+    numa_node: int | None = None
 
     @property
     def spec(self) -> str:
@@ -84,13 +91,16 @@ class GpuAssignment:
         for r, gpus in enumerate(self.plan):
             mark = "*" if r == self.local_rank else " "
             lines.append(f" {mark}local rank {r}: {'GPU ' + join_indices(gpus) if gpus else 'CPU'}")
+        if self.cpus:
+            lines.append(f"local rank {self.local_rank}: NUMA node {self.numa_node}, CPUs {format_cpus(self.cpus)}")
         return "\n".join(lines)
 
 
 def gpu_for_rank(info: LaunchInfo | None = None, gpus: object = None, *,
                  local_rank: int | None = None, local_world_size: int | None = None,
                  mapping: str | Sequence[int | Sequence[int]] | MapFunction = "sequential",
-                 speeds: Speeds | None = None, share: bool = False) -> GpuAssignment:
+                 speeds: Speeds | None = None, share: bool = False,
+                 topology: Topology | None = None) -> GpuAssignment:
     """Chooses the GPUs of one local rank.
 
     Candidates, first that applies: ``gpus`` (a list of NVML indices, a
@@ -113,6 +123,10 @@ def gpu_for_rank(info: LaunchInfo | None = None, gpus: object = None, *,
         speeds: for ``"weighted"``: NVML index -> relative speed, or
             :class:`~tfdevices.measure.DeviceSpeed` results with ``gpu_index`` set.
         share: allow more local ranks than GPUs (ranks then share GPUs).
+        topology: how the GPUs are wired (default: ``gpus.topology`` when ``gpus`` is an
+            Inventory). On a machine with several NUMA nodes, sequential blocks of several
+            GPUs are drawn within one node where they can be, and each assignment carries
+            the CPUs of its GPUs' node (:attr:`GpuAssignment.cpus`).
 
     Returns:
         A frozen :class:`GpuAssignment`.
@@ -144,13 +158,14 @@ def gpu_for_rank(info: LaunchInfo | None = None, gpus: object = None, *,
         return GpuAssignment(rank, info.assigned_gpus, (), info.assigned_gpus, RANK_GPUS, "launcher",
                              reason=f"tfdevices launch assigned them ({RANK_GPUS}={join_indices(info.assigned_gpus)})")
     candidates, origin = _candidates(info, gpus)
-    method, plan = _plan(size, candidates, mapping, speeds, share)
-    return _Planned(plan, candidates, origin, method, speeds).assignment(rank)
+    topology = _topology(gpus, topology)
+    method, plan = _plan(size, _numa_grouped(candidates, topology, size, mapping), mapping, speeds, share)
+    return _Planned(plan, candidates, origin, method, speeds, topology).assignment(rank)
 
 
 def plan_ranks(info: LaunchInfo | None = None, gpus: object = None, *, local_world_size: int | None = None,
                mapping: str | Sequence[int | Sequence[int]] | MapFunction = "sequential",
-               speeds: Speeds | None = None, share: bool = False) -> RankPlan:
+               speeds: Speeds | None = None, share: bool = False, topology: Topology | None = None) -> RankPlan:
     """Every local rank's assignment from one plan: linear in the number of ranks.
 
     Same arguments and checks as :func:`gpu_for_rank` (without ``local_rank``); a
@@ -166,8 +181,49 @@ def plan_ranks(info: LaunchInfo | None = None, gpus: object = None, *, local_wor
     info = launch_info() if info is None else info
     size = _local_size(info, local_world_size)
     candidates, origin = _candidates(info, gpus)
-    method, plan = _plan(size, candidates, mapping, speeds, share)
-    return RankPlan(_Planned(plan, candidates, origin, method, speeds))
+    topology = _topology(gpus, topology)
+    method, plan = _plan(size, _numa_grouped(candidates, topology, size, mapping), mapping, speeds, share)
+    return RankPlan(_Planned(plan, candidates, origin, method, speeds, topology))
+
+
+def _topology(gpus: object, topology: Topology | None) -> Topology | None:
+    """The topology given, else an Inventory's; kept only where the GPUs span several NUMA nodes."""
+    if topology is None and isinstance(gpus, Inventory):
+        topology = gpus.topology
+    return topology if topology is not None and len(topology.numa_nodes) > 1 else None
+
+
+def _numa_grouped(candidates: tuple[int, ...], topology: Topology | None, size: int,
+                  mapping: object) -> tuple[int, ...]:
+    """For sequential blocks of several GPUs per rank: the candidates grouped by NUMA node (nodes in order of
+    first appearance, GPUs in their order within a node), so a block stays on one node where it can.
+
+    >>> topo = Topology(gpus=(0, 1, 2, 3), links=(("X",) * 4,) * 4, numa_affinity=(0, 1, 0, 1))
+    >>> _numa_grouped((0, 1, 2, 3), topo, 2, "sequential")
+    (0, 2, 1, 3)
+    """
+    if topology is None or mapping != "sequential" or size >= len(candidates):
+        return candidates
+    nodes = {n: k for k, n in enumerate(dict.fromkeys(topology.numa(c) for c in candidates))}
+    return tuple(sorted(candidates, key=lambda c: nodes[topology.numa(c)]))
+
+
+def numa_cpus(gpus: Sequence[int], topology: Topology | None) -> tuple[tuple[int, ...], int | None]:
+    """The CPUs close to ``gpus`` and their NUMA node: ``((), None)`` where unknown or on one node.
+
+    GPUs on one node give that node's CPUs; GPUs on several give the union of their CPUs
+    and no node.
+
+    >>> topo = Topology(gpus=(0, 1), links=(("X", "SYS"), ("SYS", "X")), cpu_affinity=("0-3", "4-7"),
+    ...                 numa_affinity=(0, 1))
+    >>> numa_cpus([1], topo)
+    ((4, 5, 6, 7), 1)
+    """
+    if topology is None or not gpus or len(topology.numa_nodes) < 2:
+        return (), None
+    nodes = {topology.numa(g) for g in gpus}
+    cpus = sorted({c for g in gpus for c in topology.cpus(g)})
+    return tuple(cpus), (nodes.pop() if len(nodes) == 1 else None)
 
 
 class RankPlan(Sequence[GpuAssignment]):
@@ -359,8 +415,9 @@ class _Planned:
     """A plan and what every rank's assignment shares (counted once, so each assignment costs O(its GPUs))."""
 
     def __init__(self, plan: tuple[tuple[int, ...], ...], candidates: tuple[int, ...], origin: str, method: str,
-                 speeds: Speeds | None) -> None:
+                 speeds: Speeds | None, topology: Topology | None = None) -> None:
         self.plan, self.candidates, self.origin, self.method = plan, candidates, origin, method
+        self.topology = topology
         self.users = collections.Counter(g for gpus in plan for g in gpus)
         self.speed = _speed_table(speeds, candidates) if method == "weighted" and candidates else {}
         self.total = sum(self.speed[g] for g in self.users if g in self.speed)
@@ -373,8 +430,9 @@ class _Planned:
         fraction, share, reason = self._shared_facts(mine)
         if reason is None:
             reason = f"local rank {rank} of {len(self.plan)} takes GPU(s) {join_indices(mine) or 'none (CPU)'}"
+        cpus, node = numa_cpus(mine, self.topology)
         return GpuAssignment(rank, mine, self.plan, self.candidates, self.origin, self.method, fraction, share,
-                             reason + self.unused)
+                             reason + self.unused, cpus, node)
 
     def _shared_facts(self, mine: tuple[int, ...]) -> tuple[float | None, float | None, str | None]:
         """Memory fraction, work share and (unless it names the rank) the reason: the same for every rank
@@ -396,3 +454,37 @@ class _Planned:
             facts = self._facts[mine] = (fraction, share, reason)
         return facts
 
+
+
+def cpu_binding(gpus_per_rank: Sequence[Sequence[int]], topology: Topology | None,
+                available: Iterable[int]) -> tuple[dict[int, tuple[int, ...]], tuple[str, ...]]:
+    """Which CPUs each local rank should be bound to, so its GPU and its CPU cores share a NUMA node (pure).
+
+    Args:
+        gpus_per_rank: each local rank's GPUs (NVML indices).
+        topology: the machine's wiring; ``None`` or a single NUMA node binds nothing.
+        available: the CPUs this process may use (``os.sched_getaffinity(0)``).
+
+    Returns:
+        ``({local rank: CPUs}, notes)``: ranks whose close CPUs are not available to this
+        process (a cgroup, taskset, or a listing from another machine) are left unbound,
+        with a note.
+
+    >>> topo = Topology(gpus=(0, 1), links=(("X", "SYS"), ("SYS", "X")), cpu_affinity=("0-3", "4-7"),
+    ...                 numa_affinity=(0, 1))
+    >>> cpu_binding([(0,), (1,)], topo, range(6))
+    ({0: (0, 1, 2, 3), 1: (4, 5)}, ())
+    """
+    free = frozenset(available)
+    bound: dict[int, tuple[int, ...]] = {}
+    notes: list[str] = []
+    for rank, gpus in enumerate(gpus_per_rank):
+        cpus, node = numa_cpus(tuple(gpus), topology)
+        usable = tuple(c for c in cpus if c in free)
+        if usable:
+            bound[rank] = usable
+        elif cpus:
+            where = f"NUMA node {node}" if node is not None else "its GPUs' NUMA nodes"
+            notes.append(f"local rank {rank} left unbound: the CPUs of {where} ({format_cpus(cpus)}) are not "
+                         f"available to this process (it may use {format_cpus(sorted(free)) or 'none'}).")
+    return bound, tuple(notes)
