@@ -261,3 +261,14 @@ def test_keras3_fit_on_two_workers_with_tf_use_legacy_keras_set(tf4, tmp_path):
         np.testing.assert_allclose(r["history"]["loss"], ref_history["loss"], rtol=1e-4)
     for a, b in zip(results[0]["weights"], results[1]["weights"]):
         np.testing.assert_array_equal(np.array(a), np.array(b))
+
+
+def test_workers_that_finish_apart_leave_together_with_no_crash_message(tmp_path):
+    """Rank 0 outlives rank 1 by 15 s (past the coordination service's heartbeat timeout): still a clean success."""
+    proc = subprocess.run([sys.executable, "-m", "tfdevices", "launch", "-n", "2", "--tf-logs", "--",
+                           sys.executable, os.path.join(REPO, "tests", "scripts", "skewed_exit.py"), str(tmp_path),
+                           "15"], env=subprocess_env(), cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-3000:]
+    assert "rank 0 done" in output and "rank 1 done" in output
+    assert "have crashed" not in output and "unhealthy" not in output, output[-3000:]

@@ -48,7 +48,7 @@ from tfdevices.gpus.discovery import discover
 from tfdevices.jobs.env import launch_info
 from tfdevices.jobs.slurm import expand_tasks_per_node, step_cluster
 from tfdevices.jobs.tfconfig import TfConfig
-from tfdevices.training import install_fit_adapter
+from tfdevices.training import install_fit_adapter, leave_together
 
 logger = logging.getLogger("tfdevices")
 
@@ -704,4 +704,6 @@ def _make(tf: Any, decision: StrategyDecision, ops: str, cluster: ClusterEnv) ->
         spec = tf.train.ClusterSpec({"worker": list(cluster.addresses)})
         resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
             spec, task_type="worker", task_id=cluster.task_index, rpc_layer="grpc")
-    return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)
+    strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)
+    leave_together()  # a success reads as one: no worker leaves while another still runs
+    return strategy

@@ -18,6 +18,7 @@ This module owns the Keras-version policy; it imports Keras only when a function
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import importlib.abc
 import importlib.util
@@ -243,6 +244,7 @@ def _patch_trainer(decision: FitAdapter) -> FitAdapter:
         strategy = self._distribute_strategy
         if iterator is None or strategy is None or not multi_worker(strategy):
             return symbolic_build(self, iterator=iterator, data_batch=data_batch)
+        leave_together()
         # Keras 3.5-3.6 yield (step, iterator) from enumerate_epoch(); later releases iterate
         # (step, iterator) or (begin, end, iterator): the iterator is always last
         epochs = iterator.enumerate_epoch() if hasattr(iterator, "enumerate_epoch") else iterator
@@ -261,6 +263,39 @@ def _patch_trainer(decision: FitAdapter) -> FitAdapter:
     trainer_class._maybe_symbolic_build = mended_symbolic_build
     keras_trainer.reduce_per_replica = mended_reduce_per_replica
     return decision
+
+
+# --------------------------------------------------------------------------- leaving together
+
+#: How long a worker waits at exit for the others (a crashed one fails the barrier at once).
+EXIT_BARRIER_MS = 600_000
+_EXIT = {"registered": False}
+
+
+def leave_together() -> None:
+    """Makes the workers of a multi-worker job leave together: a barrier when the process exits.
+
+    TensorFlow's coordination service watches every task's heartbeat; when one worker finishes and
+    exits while another still runs, the service reports it as unhealthy and the survivor prints
+    "The tasks have crashed ..." although both succeed. Waiting at a barrier at exit keeps every
+    worker until all have reached it. A task that really crashed (stopped sending heartbeats) fails
+    the barrier, and the others exit with TensorFlow's report as before. Idempotent; registered by
+    :func:`tfdevices.build_strategy` and by the fit adapter when a multi-worker ``fit`` starts.
+    """
+    if not _EXIT["registered"]:
+        _EXIT["registered"] = True
+        atexit.register(_wait_for_the_others)
+
+
+def _wait_for_the_others() -> None:
+    try:
+        from tensorflow.python.eager import context  # noqa: PLC0415 (lazy TensorFlow)
+
+        if context.context().coordination_service is None:
+            return
+        context.context().wait_at_barrier("tfdevices/exit", EXIT_BARRIER_MS)
+    except Exception:  # noqa: BLE001 (a peer that crashed fails the barrier: TensorFlow reports it)
+        return
 
 
 # --------------------------------------------------------------------------- train
