@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -43,11 +44,13 @@ def main(argv: list[str]) -> int:
         model.compile(optimizer=keras.optimizers.SGD(0.5), loss="binary_crossentropy", metrics=["accuracy"])
     checkpoint = keras.callbacks.ModelCheckpoint(os.path.join(out, f"ckpt-rank{rank}.weights.h5"),
                                                  save_weights_only=True)
+    started = time.perf_counter()
     history = model.fit(train, epochs=epochs, steps_per_epoch=steps, validation_data=val,
                         callbacks=[checkpoint], verbose=1)
+    fit_s = time.perf_counter() - started
     result = {"history": history.history, "keras": keras.__version__, "kind": strategy.kind,
               "workers": strategy.num_workers, "replicas": strategy.num_replicas_in_sync,
-              "weights": [w.tolist() for w in model.get_weights()]}
+              "weights": [w.tolist() for w in model.get_weights()], "fit_s": fit_s}
     with open(os.path.join(out, f"result-rank{rank}.json"), "w") as f:
         json.dump(result, f)
     print(f"rank {rank} done", flush=True)

@@ -170,7 +170,9 @@ def test_the_device_given_four_times_the_work_shows_the_larger_busy_time(tf4):
     from tfdevices.verify import capture
 
     step, x = one_then_four(tf4)
-    report = capture(step, x)
+    # three captures, the median one by CPU:1's lead: one preempted kernel on a loaded machine is not the step
+    reports = sorted((capture(step, x) for _ in range(3)), key=lambda r: r.busy_us["CPU:1"] - r.busy_us["CPU:0"])
+    report = reports[1]
     busy = views.busy_us(json.loads(report.to_json()))
     assert busy == report.busy_us
     matmuls = [(op.name, op.device) for op in report.ops if op.type == "MatMul"]
