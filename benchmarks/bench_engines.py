@@ -4,8 +4,8 @@ Every engine runs tests/scripts/keras3_fit.py's training (the same model, data, 
 ``fit`` with metrics and ``validation_data``, through ``tfdevices.build_strategy("auto")``) on 2 CPU
 workers of this machine, ``--rounds`` times in turn; SLURM is a one-node cluster started here
 (tests/engines.py, needs root and Debian's slurmd, slurmctld, munge), Ray a local cluster on 127.0.0.1.
-Each worker times its own ``fit``; the step time is that over the steps, the slower worker's, median of
-the rounds. Prints each engine's step time and its ratio to ``tfdevices launch``.
+Each worker times its own epochs; the step time is the last epoch's over its steps (the first traces and
+compiles), the slower worker's, median of the rounds. Prints each engine's step time and its ratio to ``tfdevices launch``.
 Run: ``.venv/bin/python benchmarks/bench_engines.py`` (as root, for SLURM).
 """
 
@@ -26,12 +26,17 @@ RAY_SCRIPT = os.path.join(ROOT, "tests", "scripts", "ray_fit.py")
 
 
 def _step_s(out: str, epochs: int, steps: int) -> float:
-    results = [json.load(open(os.path.join(out, f"result-rank{r}.json"))) for r in (0, 1)]
-    return max(r["fit_s"] for r in results) / (epochs * steps)
+    """The slower worker's step time in the last epoch (the first one traces and compiles)."""
+    results = []
+    for rank in (0, 1):
+        with open(os.path.join(out, f"result-rank{rank}.json")) as f:
+            results.append(json.load(f))
+    return max(r["epochs_s"][-1] for r in results) / steps
 
 
 def _run(command: list[str], env: dict[str, str]) -> None:
-    proc = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, encoding="utf-8", errors="replace",
+                          timeout=900)
     if proc.returncode != 0:
         raise SystemExit(f"{command[:3]} failed ({proc.returncode}): {proc.stderr[-2000:]}")
 
@@ -61,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
                 times[engine].append(_step_s(out, args.epochs, args.steps))
     base = statistics.median(times["tfdevices launch"])
     print(f"Keras 3 fit on 2 CPU workers, global batch 16, {args.epochs} x {args.steps} steps, "
-          f"median of {args.rounds} rounds (the slower worker's fit)")
+          f"median of {args.rounds} rounds (the slower worker's last epoch)")
     print(f"{'engine':<18} {'step ms':>8} {'vs launch':>10}")
     for engine, values in times.items():
         step = statistics.median(values)
