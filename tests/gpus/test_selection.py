@@ -237,8 +237,10 @@ def _brute_best(inventory: _Inventory, count: int) -> set[str]:
 @pytest.mark.parametrize("count", [2, 4])
 def test_auto_picks_the_best_linked_set_as_brute_force_does(name, count):
     inventory = _topo(name)
-    if count > len(inventory.visible):
-        pytest.skip(f"{name} has {len(inventory.visible)} visible devices")
+    if count > len(inventory.visible):  # the MIG node shows 3 devices: asking for 4 is a clear error
+        with pytest.raises(SelectionError, match=f"auto:{count}"):
+            select(f"auto:{count}", inventory)
+        return
     sel = select(f"auto:{count}", inventory)
     assert {g.key for g in sel.gpus} == _brute_best(inventory, count)
     assert sel.table().splitlines()[1].startswith("  links: ")
