@@ -14,14 +14,14 @@ import tfdevices  # tfdevices
 import numpy as np
 import os
 
-import tests.tutorials.data  # test size
+import data  # test size: tests/tutorials/data.py, beside this script
 
 tfdevices.configure(virtual_devices=2)  # tfdevices: two logical CPUs here; on GPUs: configure("auto:2")
 print(tf.__version__)
 
 fashion_mnist = tf.keras.datasets.fashion_mnist
 
-(train_images, train_labels), (test_images, test_labels) = tests.tutorials.data.load_data()  # test size: was fashion_mnist.load_data()
+(train_images, train_labels), (test_images, test_labels) = data.load_data()  # test size: was fashion_mnist.load_data()
 
 # Add a dimension to the array -> new shape == (28, 28, 1)
 # This is done because the first layer in our model is a convolutional

@@ -6,7 +6,7 @@ seconds without a download (data of MNIST's shape from tests/tutorials/data.py, 
 ``# keras 3`` marks the checkpoint file names Keras 3 requires (``.weights.h5``), whatever the strategy.
 """
 
-import tests.tutorials.data as tfds  # test size: was `import tensorflow_datasets as tfds`
+import data as tfds  # test size: tests/tutorials/data.py, beside this script; was `import tensorflow_datasets as tfds`
 import tensorflow as tf
 import tfdevices  # tfdevices
 

@@ -7,11 +7,11 @@ import os
 import tensorflow as tf
 import numpy as np
 
-import tests.tutorials.data  # test size
+import data  # test size: tests/tutorials/data.py, beside this script
 
 
 def mnist_dataset(batch_size):
-  (x_train, y_train), _ = tests.tutorials.data.load_data()  # test size: was tf.keras.datasets.mnist.load_data()
+  (x_train, y_train), _ = data.load_data()  # test size: was tf.keras.datasets.mnist.load_data()
   # The `x` arrays are in uint8 and have values in the [0, 255] range.
   # You need to convert them to float32 with values in the [0, 1] range.
   x_train = x_train / np.float32(255)
