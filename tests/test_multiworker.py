@@ -272,3 +272,14 @@ def test_workers_that_finish_apart_leave_together_with_no_crash_message(tmp_path
     assert proc.returncode == 0, output[-3000:]
     assert "rank 0 done" in output and "rank 1 done" in output
     assert "have crashed" not in output and "unhealthy" not in output, output[-3000:]
+
+
+def test_a_rank_that_really_crashes_is_still_reported_and_does_not_wait_at_the_exit(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "tfdevices", "launch", "-n", "2", "--",
+                           sys.executable, os.path.join(REPO, "tests", "scripts", "crash_rank1.py")],
+                          env=subprocess_env(), cwd=REPO, capture_output=True, text=True, timeout=120)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "rank 1 fails on purpose" in output, output[-3000:]  # reported: by TensorFlow on rank 0 ("The tasks
+    assert "rank 0 passed the all-reduce" not in output           # have crashed") or the launcher stopping it,
+    # whichever comes first; and within the 120 s above, not after the exit barrier's 600 s

@@ -285,9 +285,18 @@ def leave_together() -> None:
     if not _EXIT["registered"]:
         _EXIT["registered"] = True
         atexit.register(_wait_for_the_others)
+        previous = sys.excepthook
+
+        def crashed(*info: Any) -> None:  # an uncaught exception ends this worker: it must not wait for the
+            _EXIT["crashed"] = True       # others (they may be blocked on it), its peers see it go as before
+            previous(*info)
+
+        sys.excepthook = crashed
 
 
 def _wait_for_the_others() -> None:
+    if _EXIT.get("crashed"):
+        return
     try:
         from tensorflow.python.eager import context  # noqa: PLC0415 (lazy TensorFlow)
 

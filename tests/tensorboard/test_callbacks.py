@@ -83,7 +83,8 @@ def test_step_beyond_training_captures_nothing(tf4, tmp_path):
 
     model = _model(keras, tf4)
     logger = PlacementLogger(tmp_path, at_step=50)
-    model.fit(np.ones((8, 4)), np.zeros((8, 2)), batch_size=4, epochs=1, verbose=0, callbacks=[logger])
+    with pytest.warns(RuntimeWarning, match=r"^PlacementLogger\(at_step=50\) captured nothing: training ran 2 step"):
+        model.fit(np.ones((8, 4)), np.zeros((8, 2)), batch_size=4, epochs=1, verbose=0, callbacks=[logger])
     assert logger.report is None
     assert not hasattr(model.train_function, "__wrapped__") and model.train_function.__name__ != "captured"
     with pytest.raises(InputError, match="holds no TensorBoard event files|no placement summary"):

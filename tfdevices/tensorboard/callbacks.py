@@ -178,6 +178,11 @@ class PlacementLogger:
         restore, self._restore = self._restore, None
         if restore is not None and restore[0].train_function is restore[2]:
             restore[0].train_function = restore[1]
+        if not self.steps and self._step <= self.at_step:
+            warnings.warn(f"PlacementLogger(at_step={self.at_step}) captured nothing: training ran {self._step} "
+                          f"step(s) (0..{max(self._step - 1, 0)}), so step {self.at_step} never came. HINT: pass "
+                          f"at_step={min(1, max(self._step - 1, 0))} (steps count from 0 over the whole fit).",
+                          RuntimeWarning, stacklevel=2)
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         """Logs ``current`` memory and the ``peak`` since the last point, at the current step."""

@@ -26,6 +26,7 @@ True
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import re
 from collections.abc import Iterator
@@ -205,7 +206,7 @@ def read_placement(logdir: str | os.PathLike[str], name: str = "placement") -> P
     import_tf()  # TensorBoard's loader imports TensorFlow: let it start quietly
     from tensorboard.backend.event_processing import event_accumulator  # noqa: PLC0415 (lazy tensorboard)
 
-    found: list[tuple[float, int, str]] = []
+    found: list[tuple[float, int, str, str, int]] = []  # (time, step, JSON, run, steps stored in it)
     tags: set[str] = set()
     for run in dirs:
         acc = event_accumulator.EventAccumulator(run, size_guidance={event_accumulator.TENSORS: 0})
@@ -214,8 +215,10 @@ def read_placement(logdir: str | os.PathLike[str], name: str = "placement") -> P
         run_tags = acc.Tags().get(event_accumulator.TENSORS, [])
         tags.update(run_tags)
         if f"{name}/json" in run_tags:
-            event = acc.Tensors(f"{name}/json")[-1]
-            found.append((event.wall_time, event.step, event.tensor_proto.string_val[0].decode()))
+            events = acc.Tensors(f"{name}/json")
+            event = events[-1]
+            found.append((event.wall_time, event.step, event.tensor_proto.string_val[0].decode(),
+                          os.path.relpath(run, logdir), len(events)))
     if not found:
         shown = ", ".join(sorted(tags)[:10]) or "no tensor or text summaries"
         raise InputError(
@@ -223,7 +226,16 @@ def read_placement(logdir: str | os.PathLike[str], name: str = "placement") -> P
             f"'{name}/json'; its tags: {shown}.",
             hint="write one with tfdevices.tensorboard.write_placement or the PlacementLogger callback "
                  "(or pass the name= it was written with).")
-    return PlacementReport.from_json(max(found)[2])
+    _, step, text, run, steps = max(found)
+    report = PlacementReport.from_json(text)
+    if len(found) == 1 and steps == 1:
+        return report
+    others = sorted(f[3] for f in found if f[3] != run)
+    where = (f"stored in run {run!r} at step {step}: the latest of {steps} step(s) there"
+             + (f" and of {len(found)} runs (the others: {', '.join(others[:5])}{', ...' if len(others) > 5 else ''})"
+                if others else "")
+             + "; pass a run's directory to read it, or open the Placement tab to pick a step")
+    return dataclasses.replace(report, notes=(where, *report.notes))
 
 
 class _GraphsExpected:
