@@ -178,3 +178,15 @@ def test_write_placement_into_a_file_path_is_an_input_error(report, tmp_path, wh
         write_placement(report, tmp_path / where)
     assert str(err.value).startswith("write_placement(logdir=...)=") and words in str(err.value)
     assert (tmp_path / "file").read_text() == "not a directory"
+
+
+def test_read_placement_says_which_run_and_step_it_shows_among_several(report, tmp_path):
+    write_placement(report, tmp_path / "a", step=1)
+    write_placement(report, tmp_path / "a", step=5)
+    only = read_placement(tmp_path / "a")
+    assert only.notes[0].startswith("stored in run '.' at step 5: the latest of 2 step(s) there; pass a run")
+    write_placement(report, tmp_path / "b", step=0)  # written last: the latest of the two runs
+    both = read_placement(tmp_path)
+    assert both.notes[0].startswith("stored in run 'b' at step 0: the latest of 1 step(s) there and of 2 runs "
+                                    "(the others: a)")
+    assert both.ops == report.ops
