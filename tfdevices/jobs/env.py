@@ -128,7 +128,8 @@ class LaunchInfo:
             lines.append(f"allocated GPUs: {join_indices(self.gpus)} (from {self.gpus_variable})")
         if self.assigned_gpus is not None:
             lines.append(f"assigned GPUs: {join_indices(self.assigned_gpus)} (from {RANK_GPUS})")
-        lines += [f"  {name}={value if len(value) <= 200 else shown(value, 200)}" for name, value in self.variables]
+        if self.variables:  # their names only: an environment's values are not for printing
+            lines.append("read: " + ", ".join(name for name, _ in self.variables))
         if self.ignored:
             lines.append("ignored: " + ", ".join(self.ignored))
         lines += [f"note: {n}" for n in self.notes]
