@@ -3,7 +3,7 @@
 * :func:`slurm_cluster`: a one-node SLURM (Debian's ``slurmctld``, ``slurmd``, ``munge``) with its
   own configuration, key, sockets and state under a temporary directory; the daemons it started
   are stopped by pid at the end. Needs root (``slurmd`` launches the tasks).
-* :func:`ray_cluster`: a local Ray cluster (``ray.init``) bound to 127.0.0.1, shut down at the end.
+* Ray: tests/scripts/ray_fit.py starts its own local cluster (``ray.init`` bound to 127.0.0.1).
 
 Without the engine the test is skipped with the reason, except under ``CI=true``, where it fails:
 ``.ci/run`` installs what they need.
@@ -20,27 +20,10 @@ import subprocess
 import time
 from collections.abc import Iterator
 
-import pytest
+from tests.helpers import unavailable
+from tfdevices.jobs.rendezvous import free_ports
 
 DAEMONS = ("munged", "slurmctld", "slurmd", "srun")
-
-
-def unavailable(reason: str) -> None:
-    """Skips the test with ``reason``, or fails it under CI, where the engine must be there."""
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        pytest.fail(f"{reason}; CI must provide it (.ci/run installs it)")
-    pytest.skip(reason)
-
-
-def _free_ports(n: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(n)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 _CONF = """ClusterName=tfdevices
@@ -107,7 +90,7 @@ def slurm_cluster(root: str) -> Iterator[dict[str, str]]:
         unavailable("a one-node SLURM needs root here (slurmd starts the tasks)")
     for sub in ("state", "spool"):
         os.makedirs(os.path.join(root, sub), exist_ok=True)
-    ctld_port, slurmd_port = _free_ports(2)
+    ctld_port, slurmd_port = free_ports(2)
     conf = os.path.join(root, "slurm.conf")
     with open(conf, "w") as f:
         f.write(_CONF.format(host=socket.gethostname(), root=root, ctld_port=ctld_port, slurmd_port=slurmd_port,

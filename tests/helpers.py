@@ -60,3 +60,13 @@ def peak_allocation(call: Callable[[], object]) -> int:
         return tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
+
+
+def unavailable(reason: str) -> None:
+    """Skips a test whose real dependency (a browser, an engine) is missing, or fails it under ``CI=true``,
+    where ``.ci/run`` must have installed it."""
+    import pytest
+
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(f"{reason}; CI must provide it (.ci/run installs it)")
+    pytest.skip(reason)

@@ -15,8 +15,8 @@ import sys
 import numpy as np
 import pytest
 
-from tests.engines import slurm_cluster, unavailable
-from tests.helpers import REPO, subprocess_env
+from tests.engines import slurm_cluster
+from tests.helpers import REPO, subprocess_env, unavailable
 from tests.test_multiworker import EPOCHS, SCRIPT, STEPS, TIMEOUT, reference_fit
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("engines")]

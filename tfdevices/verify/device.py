@@ -33,6 +33,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tfdevices.verify.records import union_length
+
 __all__ = ["GpuCopy", "GpuKernel", "GpuOp", "GpuPlane", "gpu_index", "parse_annotation", "read_gpu_plane"]
 
 _GPU_PLANE = re.compile(r"^/device:GPU:(\d{1,6})$")
@@ -146,21 +148,11 @@ class GpuPlane:
     def busy_ps(self) -> int:
         """Picoseconds during which at least one kernel ran on this GPU (its derived ops', without kernels)."""
         spans = [(k.start_ps, k.end_ps) for k in self.kernels] or [(o.start_ps, o.end_ps) for o in self.derived]
-        return _union(spans)
+        return int(union_length(spans))
 
     def unannotated(self) -> list[GpuKernel]:
         """Kernels no TensorFlow op is named for (NCCL's own, libraries', XLA's without ``tf_op``)."""
         return [k for k in self.kernels if not k.op]
-
-
-def _union(spans: Iterable[tuple[int, int]]) -> int:
-    total, reach = 0, None
-    for start, end in sorted(spans):
-        if reach is None or start > reach:
-            total, reach = total + end - start, end
-        elif end > reach:
-            total, reach = total + end - reach, end
-    return total
 
 
 def _executions(kernels: Iterable[GpuKernel]) -> list[GpuOp]:

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfdevices.verify.records import UNKNOWN_DEVICE
-from tfdevices.verify.report import PlacementReport
+from tfdevices.verify.report import PlacementReport, _listed
 
 __all__ = ["PlacementChange", "drift", "functions_of", "inputs_of"]
 
-_LISTED = 8  # ops named in a summary before "... N more"
+_NAMED = 8  # ops named in a summary before "... N more"
 
 
 @dataclass(frozen=True)
@@ -69,11 +69,11 @@ class PlacementChange:
             parts.append(f"a new traced function ({', '.join(self.functions) or '?'})"
                          + (f", its inputs {self.why}" if self.why else ""))
         if self.moved:
-            parts.append(f"{len(self.moved)} op(s) moved: " + _listed(f"{n} {a} -> {b}" for n, a, b in self.moved))
+            parts.append(f"{len(self.moved)} op(s) moved: " + _named([f"{n} {a} -> {b}" for n, a, b in self.moved]))
         if self.added:
-            parts.append(f"{len(self.added)} op(s) appeared: " + _listed(f"{n} on {d}" for n, d in self.added))
+            parts.append(f"{len(self.added)} op(s) appeared: " + _named([f"{n} on {d}" for n, d in self.added]))
         if self.removed:
-            parts.append(f"{len(self.removed)} op(s) vanished: " + _listed(f"{n} from {d}" for n, d in self.removed))
+            parts.append(f"{len(self.removed)} op(s) vanished: " + _named([f"{n} from {d}" for n, d in self.removed]))
         if self.copies:
             parts.append("copies changed: " + ", ".join(f"{p} {a} -> {b}" for p, a, b in self.copies))
         if self.busy:
@@ -81,10 +81,8 @@ class PlacementChange:
         return f"step {self.step} (since step {self.previous_step}): " + ("; ".join(parts) or "unchanged")
 
 
-def _listed(items: Any) -> str:
-    items = list(items)
-    more = f", ... {len(items) - _LISTED} more" if len(items) > _LISTED else ""
-    return ", ".join(items[:_LISTED]) + more
+def _named(items: list[str]) -> str:
+    return _listed(items, limit=_NAMED, sep=", ")
 
 
 def functions_of(report: PlacementReport) -> tuple[int, ...]:

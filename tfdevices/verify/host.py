@@ -179,22 +179,21 @@ def _read_host_plane(plane: Any, trace: _Trace) -> None:
     links = _Links()
     for line in plane.lines:
         trace.host_events += len(line.events)
-        _read_line(line, kinds, names, ids.get("_c", -1), ids.get("_p", -1), trace, links)
-        if ids.get("step_num") is not None:
-            _read_steps(line, kinds, ids["step_num"], trace.steps)
+        _read_line(line, kinds, names, ids, trace, links)
     for kernel, where in links.pending:
         kernel.context = links.resolve(where)
         if not kernel.context:
             trace.unplaced.append(kernel)
 
 
-def _read_line(line: Any, kinds: dict[int, tuple[int, str, str]], names: dict[int, str], consumed: int,
-               produced_id: int, trace: _Trace, links: _Links) -> None:
+def _read_line(line: Any, kinds: dict[int, tuple[int, str, str]], names: dict[int, str], ids: dict[str, int],
+               trace: _Trace, links: _Links) -> None:
     """Reads one thread's events; kernels outside any recorded step go to ``links.pending``.
 
-    ``consumed`` and ``produced_id`` are the ids of the ``_c`` and ``_p`` stats (the flow ids
-    TensorFlow's profiler ties a producer event to its consumer with).
+    ``ids`` holds the ids of the ``_c`` and ``_p`` stats (the flow ids TensorFlow's profiler ties a
+    producer event to its consumer with) and of ``step_num`` (a step marker's number).
     """
+    consumed, produced_id, step_num = ids.get("_c", -1), ids.get("_p", -1), ids.get("step_num", -1)
     base = line.timestamp_ns * 1000
     kernels = trace.kernels
     # The spans open at the current event, innermost last, as (end, where); the thread-pool closure running.
@@ -208,6 +207,8 @@ def _read_line(line: Any, kinds: dict[int, tuple[int, str, str]], names: dict[in
             continue
         code, name, kernel = kind
         if code == _STEP:
+            if any(stat.metadata_id == step_num for stat in event.stats):
+                trace.steps.add(_int_stat(event, step_num))
             continue
         start = base + event.offset_ps
         while spans and spans[-1][0] <= start:
@@ -259,16 +260,6 @@ def _read_line(line: Any, kinds: dict[int, tuple[int, str, str]], names: dict[in
                 trace.parents[produced] = caller  # a function called from inside a function
             else:  # a run outside any call or step (tf.data and the like): not reported
                 trace.outside.add(produced)
-
-
-def _read_steps(line: Any, kinds: dict[int, tuple[int, str, str]], step_num: int, steps: set[int]) -> None:
-    """Adds the ``step_num`` of the line's step markers to ``steps``."""
-    for event in line.events:
-        kind = kinds.get(event.metadata_id)
-        if kind is not None and kind[0] == _STEP:
-            for stat in event.stats:
-                if stat.metadata_id == step_num:
-                    steps.add(int(stat.int64_value or stat.uint64_value))
 
 
 def _place(kernel: _Kernel, inner: _Where, links: _Links) -> None:

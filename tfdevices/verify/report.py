@@ -409,10 +409,11 @@ def _keyed(ops: Iterable[OpPlacement]) -> dict[tuple[str, int], OpPlacement]:
 _LISTED = 20  # items an assertion message lists before "... N more"
 
 
-def _listed(items: list[Any] | tuple[Any, ...], describe: Callable[[Any], str]) -> str:
-    """``"a; b; ... 5 more"``: what an assertion message lists, at most :data:`_LISTED` items."""
-    more = f"; ... {len(items) - _LISTED} more" if len(items) > _LISTED else ""
-    return "; ".join(describe(item) for item in items[:_LISTED]) + more
+def _listed(items: list[Any] | tuple[Any, ...], describe: Callable[[Any], str] = str, *, limit: int = _LISTED,
+            sep: str = "; ") -> str:
+    """``"a; b; ... 5 more"``: what a message lists, at most ``limit`` items (:data:`_LISTED` by default)."""
+    more = f"{sep}... {len(items) - limit} more" if len(items) > limit else ""
+    return sep.join(describe(item) for item in items[:limit]) + more
 
 
 def _where_ran(op: OpPlacement) -> str:

@@ -33,14 +33,6 @@ from tfdevices.verify.records import (
 __all__ = ["apply_gpu_time", "gpu_op_names"]
 
 
-def _gpu_of(device: str) -> int | None:
-    """``"GPU:2"`` -> 2 for this process's GPUs; ``None`` for CPUs and other tasks' devices."""
-    if not device.startswith("GPU:"):
-        return None
-    index = device[4:]
-    return int(index) if index.isdigit() else None
-
-
 def _match(launches: list[float], starts: list[float]) -> list[int]:
     """For each start (sorted), the index of the latest launch at or before it; -1 when none.
 
