@@ -43,8 +43,16 @@ def placement_entry_point() -> str:
 
 
 @contextlib.contextmanager
-def tensorboard(logdir: str, expect_run: str | None = None) -> Iterator[str]:
-    """A real ``tensorboard --logdir`` on a free 127.0.0.1 port; stopped on exit, even on failure."""
+def tensorboard(logdir: str, expect_run: str | None = None,
+                expect_placement: dict[str, list[int]] | None = None,
+                expect_scalars: dict[str, list[str]] | None = None) -> Iterator[str]:
+    """A real ``tensorboard --logdir`` on a free 127.0.0.1 port; stopped on exit, even on failure.
+
+    Ready when ``/data/runs`` lists ``expect_run`` and, with ``expect_placement`` ({run: steps}), when the
+    Placement plugin lists those runs with all those steps, and with ``expect_scalars`` ({run: tags}) when the
+    scalars plugin lists those tags: TensorBoard lists a run before it has read all of its events, so a test
+    that asks for a step too early would get a 404.
+    """
     placement_entry_point()
     exe = os.path.join(os.path.dirname(sys.executable), "tensorboard")
     port = _free_port()
@@ -58,13 +66,15 @@ def tensorboard(logdir: str, expect_run: str | None = None) -> Iterator[str]:
                 raise AssertionError(f"tensorboard exited {proc.returncode}: {_tail(log.name)}")
             try:
                 runs = get_json(f"{url}/data/runs", timeout=2)
-                if expect_run is None or expect_run in runs:
+                if ((expect_run is None or expect_run in runs) and _lists_placement(url, expect_placement)
+                        and _lists_scalars(url, expect_scalars)):
                     break
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 pass
             time.sleep(0.25)
         else:
-            raise AssertionError(f"tensorboard did not list {expect_run!r} within 60 s: {_tail(log.name)}")
+            raise AssertionError(f"tensorboard did not list {expect_run!r} / {expect_placement!r} within 60 s: "
+                                 f"{_tail(log.name)}")
         yield url
     finally:
         proc.terminate()
@@ -74,6 +84,20 @@ def tensorboard(logdir: str, expect_run: str | None = None) -> Iterator[str]:
             proc.kill()
             proc.wait()
         log.close()
+
+
+def _lists_placement(url: str, expected: dict[str, list[int]] | None) -> bool:
+    if not expected:
+        return True
+    listed = {r["run"]: r["steps"] for r in get_json(f"{url}/data/plugin/placement/runs", timeout=2)["runs"]}
+    return all(listed.get(run) == steps for run, steps in expected.items())
+
+
+def _lists_scalars(url: str, expected: dict[str, list[str]] | None) -> bool:
+    if not expected:
+        return True
+    listed = get_json(f"{url}/data/plugin/scalars/tags", timeout=2)
+    return all(set(tags) <= set(listed.get(run, {})) for run, tags in expected.items())
 
 
 def _tail(path: str) -> str:
@@ -148,7 +172,10 @@ def _fit_with_placement_logger(run: str) -> None:
 @pytest.fixture(scope="session")
 def server(placement_logdir) -> Iterator[str]:
     """A real ``tensorboard`` over :func:`placement_logdir`."""
-    with tensorboard(placement_logdir, expect_run="to_device") as url:
+    with tensorboard(placement_logdir, expect_run="to_device",
+                     expect_placement={"to_device": [0, 5], "plain": [0], "fit": [1]},
+                     expect_scalars={"plain": ["placement/memory/CPU/current_bytes",
+                                               "placement/memory/CPU/peak_bytes"]}) as url:
         yield url
 
 

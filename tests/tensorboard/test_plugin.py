@@ -145,7 +145,7 @@ def test_reports_stored_under_the_plugins_own_name_enable_and_fill_the_tab(tf4, 
     with tf4.summary.create_file_writer(str(logdir / "native")).as_default():
         for step in (1, 2):
             tf4.summary.write("placement/json", to_device_report.to_json(), step=step, metadata=summary_metadata())
-    with tensorboard(str(logdir), expect_run="native") as url:
+    with tensorboard(str(logdir), expect_run="native", expect_placement={"native": [1, 2]}) as url:
         assert get_json(f"{url}/data/plugins_listing")["placement"]["enabled"] is True
         assert get_json(f"{url}/data/plugin/placement/runs") == {
             "runs": [{"run": "native", "tag": "placement/json", "steps": [1, 2]}]}
