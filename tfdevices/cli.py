@@ -327,7 +327,8 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     from tfdevices.decide.tune import tune
 
     wanted = "auto" if args.candidates == "auto" else [c.strip() for c in args.candidates.split(",") if c.strip()]
-    result = tune(args.target, candidates=wanted, steps=args.steps, warmup=args.warmup, budget_s=args.budget,
+    result = tune(args.target, candidates=wanted, steps=args.steps, warmup=args.warmup, rounds=args.rounds,
+                  budget_s=args.budget,
                   timeout_s=args.timeout, virtual_devices=args.virtual_devices, logdir=args.logdir,
                   echo=lambda line: print(line, file=sys.stderr, flush=True))
     print(result.to_json() if args.json else result.table())
@@ -342,6 +343,8 @@ def _add_tune(p: argparse.ArgumentParser) -> None:
     p.add_argument("--candidates", default="auto", help="'auto' or names: one_device:CPU:0,mirrored:2,split:2")
     p.add_argument("--steps", type=int, default=20, help="steps in each timed window (default 20)")
     p.add_argument("--warmup", type=int, default=3, help="steps before it (default 3)")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="timed windows per candidate, taking turns; each keeps its fastest (default 3)")
     p.add_argument("--budget", type=float, metavar="SECONDS", help="bound on the whole run")
     p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS", help="bound on each candidate")
     p.add_argument("--virtual-devices", type=int, default=4, metavar="N", help="logical CPUs without GPUs")

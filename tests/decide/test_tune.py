@@ -8,12 +8,13 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import pytest
 
 from tests.helpers import REPO, run_cli, subprocess_env
 from tfdevices import InputError
-from tfdevices.decide.tune import CandidateResult, TuneResult, tune
+from tfdevices.decide.tune import CandidateResult, TuneResult, _faster, tune
 
 ONE = ["one_device:CPU:0"]
 
@@ -33,6 +34,7 @@ def build_here():
     ({"timeout_s": None}, "timeout_s=None"),
     ({"candidates": ["mirrored:9"]}, "candidates=['mirrored:9']"),
     ({"virtual_devices": 0}, "virtual_devices=0"),
+    ({"rounds": 0}, "rounds=0: expected a whole number >= 1"),
 ])
 def test_bad_arguments_are_refused_before_any_process_starts(kwargs, words):
     with pytest.raises(InputError, match=words.replace("(", r"\(").replace("[", r"\[")):
@@ -91,6 +93,28 @@ def test_the_table_marks_the_winner_and_scaling():
     assert lines[-1] == "winner: mirrored:2; reproduce with --gpus=none --virtual_devices=2 --strategy=mirrored"
 
 
+def test_a_later_round_keeps_the_fastest_median_and_counts_every_round():
+    first = CandidateResult("split:2", "split", ("CPU:0", "CPU:1"), "ok", 0.010, 0.009, 0.012, 3200.0, 0.011,
+                            {"host": 1}, {"copies": 0.1}, "", "/logs/split_2", rounds=1)
+    slower = _faster(first, {"status": "ok", "step_s": 0.020, "step_q1_s": 0.019, "step_q3_s": 0.021, "batch": 32})
+    assert (slower.rounds, slower.step_s, slower.step_q3_s) == (2, 0.010, 0.012)
+    faster = _faster(slower, {"status": "ok", "step_s": 0.008, "step_q1_s": 0.007, "step_q3_s": 0.0085, "batch": 32})
+    assert (faster.rounds, faster.step_s, faster.step_q1_s, faster.step_q3_s) == (3, 0.008, 0.007, 0.0085)
+    assert faster.examples_per_s == pytest.approx(32 / 0.008)
+    # what the first round alone measured stays: prediction, memory, shares, its TensorBoard run
+    assert (faster.predicted_step_s, faster.peak_memory, faster.shares, faster.logdir) == (
+        0.011, {"host": 1}, {"copies": 0.1}, "/logs/split_2")
+    failed = _faster(faster, {"status": "timeout", "detail": "still running after 9 s: stopped"})
+    assert (failed.status, failed.rounds, failed.step_s) == ("ok", 3, 0.008)
+    assert failed.detail == "a later round: still running after 9 s: stopped"
+
+
+def test_the_table_says_how_many_rounds_timed_the_candidates():
+    three = CandidateResult("one_device:CPU:0", "one_device", ("CPU:0",), "ok", 0.01, 0.01, 0.01, 3200.0, rounds=3)
+    assert "step times: each candidate's fastest of up to 3 rounds, each in a fresh process" in result(three).table()
+    assert "rounds" not in result(replace(three, rounds=1)).table()
+
+
 # ----------------------------------------------------------------------------- real children
 
 @pytest.mark.slow
@@ -119,14 +143,16 @@ def test_a_hanging_candidate_times_out_and_its_process_is_gone(tmp_path, monkeyp
 def test_candidates_run_measure_and_go_on_after_one_fails(tmp_path):
     # a batch of 32 does not split over 3 replicas: mirrored:3 fails, the others still run
     r = tune("tests.decide.models:tiny_mlp", candidates=["mirrored:3", "split:2"], steps=4, warmup=1,
-             virtual_devices=3, logdir=tmp_path)
+             virtual_devices=3, logdir=tmp_path, rounds=2)
     by_name = {c.name: c for c in r.candidates}
     assert list(by_name) == ["one_device:CPU:0", "mirrored:3", "split:2"]
     assert by_name["mirrored:3"].status == "failed" and by_name["mirrored:3"].detail
+    assert by_name["mirrored:3"].rounds == 0
     for name in ("one_device:CPU:0", "split:2"):
         c = by_name[name]
         assert c.status == "ok" and c.step_s > 0 and c.examples_per_s == pytest.approx(32 / c.step_s)
         assert c.predicted_step_s is not None and "host" in c.peak_memory
+        assert c.rounds == 2  # timed again in a fresh process; the failed candidate is not
         assert set(c.shares) == {"step_us", "copies", "all_reduce", "idle"}
         assert os.path.isdir(c.logdir) and c.logdir.startswith(str(tmp_path))
     assert set(by_name["split:2"].shares["idle"]) >= {"CPU:0", "CPU:1"}

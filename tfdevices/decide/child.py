@@ -149,15 +149,17 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     window = time.perf_counter()
     model.fit(data, epochs=1, steps_per_epoch=spec["steps"], verbose=0, callbacks=[clock.callback()])
     window = time.perf_counter() - window
+    times = sorted(clock.times)
+    result = {"status": "ok", "step_s": statistics.median(times), "step_q1_s": times[len(times) // 4],
+              "step_q3_s": times[(3 * len(times)) // 4], "batch": _batch(data)}
+    if not spec.get("capture", True):  # a later round: the timed window only
+        return result
     logdir = spec.get("logdir") or tempfile.mkdtemp(prefix="tfdevices-tune-")
     logger = PlacementLogger(logdir, at_step=1, memory=False)
     model.fit(data, epochs=1, steps_per_epoch=2, verbose=0, callbacks=[logger])
     report = json.loads(logger.report.to_json())
-    times = sorted(clock.times)
-    result = {"status": "ok", "step_s": statistics.median(times), "step_q1_s": times[len(times) // 4],
-              "step_q3_s": times[(3 * len(times)) // 4], "batch": _batch(data),
-              "peak_memory": _peak_memory(tf, spec["devices"]), "shares": time_shares(report),
-              "startup_s": time.perf_counter() - started - window, "logdir": spec.get("logdir")}
+    result.update({"peak_memory": _peak_memory(tf, spec["devices"]), "shares": time_shares(report),
+                   "startup_s": time.perf_counter() - started - window, "logdir": spec.get("logdir")})
     if spec.get("profile"):
         busy = report.get("busy_us", {}).get(spec["devices"][0])
         result["compute_s"] = None if busy is None else busy / 1e6

@@ -4,7 +4,10 @@ Each candidate (:func:`~tfdevices.decide.candidates.plan_candidates`) runs in it
 fresh process: configure, build, warm up, a timed window of ``steps`` steps, one captured
 step. The one-device run goes first; its capture predicts the others
 (:func:`~tfdevices.decide.candidates.predict_step_s`), and ``budget_s`` keeps the
-fastest-predicted candidates that fit.
+fastest-predicted candidates that fit. Then ``rounds - 1`` more rounds time every candidate
+that ran again, each in a fresh process, in alternating order: a candidate's step time is
+its fastest round's median, so a burst of load from other processes during one window does
+not decide the winner.
 """
 
 from __future__ import annotations
@@ -37,13 +40,15 @@ class CandidateResult:
     Attributes:
         name, strategy, devices: the :class:`~tfdevices.decide.candidates.Candidate`.
         status: ``"ok"``, ``"out_of_memory"``, ``"failed"``, ``"timeout"`` or ``"skipped"``.
-        step_s: median step time (``None`` unless ok); ``step_q1_s``/``step_q3_s`` its quartiles.
+        step_s: median step time of its fastest round (``None`` unless ok); ``step_q1_s``/``step_q3_s``
+            that round's quartiles.
         examples_per_s: the global batch over ``step_s``.
         predicted_step_s: the prediction from the one-device capture (``None``: no basis).
         peak_memory: peak bytes per device (``"host"`` for logical CPUs, which share it).
         shares: from one captured step: ``{"step_us", "copies", "all_reduce", "idle": {device: share}}``.
         detail: why it did not run, or what it was.
         logdir: its TensorBoard run (``None`` without ``logdir``).
+        rounds: the timed windows it ran (each in a fresh process); ``step_s`` is the fastest's median.
     """
 
     name: str
@@ -59,6 +64,7 @@ class CandidateResult:
     shares: dict[str, Any] = field(default_factory=dict)
     detail: str = ""
     logdir: str | None = None
+    rounds: int = 0
 
 
 @dataclass(frozen=True)
@@ -87,6 +93,9 @@ class TuneResult:
         widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
         lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
         lines += [f"  {c.name}: {c.detail}" for c in self.candidates if c.detail]
+        most = max((c.rounds for c in self.candidates), default=0)
+        if most > 1:
+            lines.append(f"step times: each candidate's fastest of up to {most} rounds, each in a fresh process")
         if self.winner is not None:
             lines.append(f"winner: {self.winner.name}; reproduce with {self.flags()}")
         return "\n".join(lines)
@@ -187,7 +196,8 @@ def _devices(devices: Iterable[str] | None, split: int) -> tuple[tuple[str, ...]
 # ----------------------------------------------------------------------------- tune
 
 def tune(model_fn: Callable[[], Any] | str, *, devices: Iterable[str] | None = None,
-         candidates: str | Iterable[str] = "auto", steps: int = 20, warmup: int = 3, budget_s: float | None = None,
+         candidates: str | Iterable[str] = "auto", steps: int = 20, warmup: int = 3, rounds: int = 3,
+         budget_s: float | None = None,
          timeout_s: float = 300.0, virtual_devices: int = 4, memory_limit: object = None,
          logdir: str | os.PathLike[str] | None = None, echo: Callable[[str], None] | None = None) -> TuneResult:
     """Measures each way to run ``model_fn``'s model here, in fresh processes; returns the results.
@@ -200,6 +210,9 @@ def tune(model_fn: Callable[[], Any] | str, *, devices: Iterable[str] | None = N
         candidates: ``"auto"`` (all) or names from :func:`~tfdevices.decide.candidates.plan_candidates`
             (``"mirrored:2"``); the one-device run on the main kind always runs (predictions start from it).
         steps: steps in each timed window (after ``warmup`` steps).
+        rounds: timed windows per candidate, each in a fresh process, the candidates taking turns
+            (first round in plan order, then reversed, then plan order ...); a candidate's step time is
+            its fastest window's median. ``1`` measures each once (and so does a single candidate).
         budget_s: bound on the whole run: candidates are kept, fastest predicted first, while they fit.
         timeout_s: bound on each candidate's process.
         virtual_devices: logical CPUs to split the CPU into, without GPUs.
@@ -215,7 +228,7 @@ def tune(model_fn: Callable[[], Any] | str, *, devices: Iterable[str] | None = N
         KeyboardInterrupt: Ctrl-C or SIGTERM, after every child is stopped.
     """
     target = _target(model_fn)
-    steps, warmup = _count("steps", steps, 2), _count("warmup", warmup, 0)
+    steps, warmup, rounds = _count("steps", steps, 2), _count("warmup", warmup, 0), _count("rounds", rounds, 1)
     budget, timeout = _seconds("budget_s", budget_s, optional=True), _seconds("timeout_s", timeout_s, optional=False)
     split = _count("virtual_devices", virtual_devices, 1)
     names, gpus = _devices(devices, split)
@@ -237,6 +250,13 @@ def tune(model_fn: Callable[[], Any] | str, *, devices: Iterable[str] | None = N
             say(f"{c.name}: {results[c.name].status} {_ms(results[c.name].step_s)} ms/step")
             return raw
 
+        def again(c: Candidate, limit: float) -> None:
+            """Times ``c`` once more in a fresh process (no capture); keeps its fastest round."""
+            raw = run_candidate({**spec, "strategy": c.strategy, "devices": list(c.devices), "capture": False},
+                                timeout_s=limit, watchdog=watchdog)
+            results[c.name] = _faster(results[c.name], raw)
+            say(f"{c.name}: round {results[c.name].rounds} {raw.get('status')} {_ms(raw.get('step_s'))} ms/step")
+
         raw = run(base, None, True, timeout if budget is None else min(timeout, budget))
         profile = _profile(raw, gpus)
         if profile is not None:
@@ -253,8 +273,14 @@ def tune(model_fn: Callable[[], Any] | str, *, devices: Iterable[str] | None = N
             results[c.name] = CandidateResult(c.name, c.strategy, c.devices, "skipped",
                                               predicted_step_s=dict(runnable)[c], detail=reason)
         for c in kept:
-            remaining = timeout if budget is None else max(1.0, min(timeout, budget - (time.perf_counter() - started)))
-            run(c, dict(runnable)[c], False, remaining)
+            run(c, dict(runnable)[c], False, _limit(timeout, budget, started))
+        measured = [c for c in [base, *kept] if results[c.name].status == "ok"]
+        for turn in range(1, rounds if len(measured) > 1 else 1):
+            for c in measured[::-1] if turn % 2 else measured:
+                per_round = (results[c.name].step_s or 0.0) * (steps + warmup) + float(raw.get("startup_s") or 0.0)
+                if budget is not None and time.perf_counter() - started + per_round > budget:
+                    break
+                again(c, _limit(timeout, budget, started))
     if not any(c.strategy == "multi_worker" for c in planned):
         say("multi-worker: skipped (it runs one worker per GPU; this machine has fewer than two GPUs)")
     ordered = tuple(results[c.name] for c in planned if c.name in results)
@@ -263,13 +289,35 @@ def tune(model_fn: Callable[[], Any] | str, *, devices: Iterable[str] | None = N
     return TuneResult(ordered, winner, None if gpus else split)
 
 
+def _limit(timeout: float, budget: float | None, started: float) -> float:
+    """The time a child may take: its own bound, and what is left of the budget (at least 1 s)."""
+    return timeout if budget is None else max(1.0, min(timeout, budget - (time.perf_counter() - started)))
+
+
 def _result(c: Candidate, raw: dict[str, Any], predicted: float | None) -> CandidateResult:
     status = raw.get("status") if raw.get("status") in STATUSES else "failed"
     step = raw.get("step_s")
     return CandidateResult(
         c.name, c.strategy, c.devices, status, step, raw.get("step_q1_s"), raw.get("step_q3_s"),
         raw["batch"] / step if step else None, predicted, dict(raw.get("peak_memory") or {}),
-        dict(raw.get("shares") or {}), str(raw.get("detail") or ""), raw.get("logdir"))
+        dict(raw.get("shares") or {}), str(raw.get("detail") or ""), raw.get("logdir"), 1 if step else 0)
+
+
+def _faster(kept: CandidateResult, raw: dict[str, Any]) -> CandidateResult:
+    """``kept`` with one more round: its timing replaced when this round's median is faster.
+
+    A round that fails (the machine ran out of memory meanwhile, a time limit) is counted in
+    the detail; the candidate keeps the rounds it measured.
+    """
+    step = raw.get("step_s")
+    if raw.get("status") != "ok" or not step:
+        why = str(raw.get("detail") or raw.get("status") or "no result")
+        return replace(kept, detail=(kept.detail + "; " if kept.detail else "") + f"a later round: {why}")
+    rounds = kept.rounds + 1
+    if kept.step_s is not None and kept.step_s <= step:
+        return replace(kept, rounds=rounds)
+    return replace(kept, rounds=rounds, step_s=step, step_q1_s=raw.get("step_q1_s"), step_q3_s=raw.get("step_q3_s"),
+                   examples_per_s=raw["batch"] / step)
 
 
 def _profile(raw: dict[str, Any], gpus: bool) -> Profile | None:
