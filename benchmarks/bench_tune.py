@@ -1,10 +1,10 @@
 """tune's winner against every candidate measured again, longer: is the winner really the fastest?
 
-    .venv/bin/python benchmarks/bench_tune.py [--steps 20] [--models wide_mlp,deep_mlp,small_convnet]
+    .venv/bin/python benchmarks/bench_tune.py [--steps 20] [--rounds 3] [--models wide_mlp,deep_mlp,small_convnet]
 
 For each model of :mod:`tfdevices.decide.examples`, on 4 logical CPUs: ``tune`` with ``--steps``
-(every candidate in its own process), then ``tune`` again with 3x the steps (every candidate
-again, in fresh processes). Prints, per model, each candidate's predicted step, its step in the
+and ``--rounds`` (every candidate in its own process, each round in a fresh one), then ``tune``
+again with 3x the steps (every candidate again, in fresh processes, as many rounds). Prints, per model, each candidate's predicted step, its step in the
 first run and in the long run, and the winner's long-run throughput against the fastest
 long-run candidate (the issue's bound: within 5%).
 """
@@ -23,12 +23,12 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{1000 * value:.2f}"
 
 
-def bench(model: str, steps: int) -> list[str]:
+def bench(model: str, steps: int, rounds: int) -> list[str]:
     from tfdevices.decide.tune import tune
 
     target = f"tfdevices.decide.examples:{model}"
-    first = tune(target, steps=steps)
-    again = {c.name: c for c in tune(target, steps=3 * steps).candidates}
+    first = tune(target, steps=steps, rounds=rounds)
+    again = {c.name: c for c in tune(target, steps=3 * steps, rounds=rounds).candidates}
     lines = [f"### {model}", "", "| candidate | status | predicted ms | tune ms | 3x longer ms | 3x examples/s |",
              "|---|---|---:|---:|---:|---:|"]
     for c in first.candidates:
@@ -48,10 +48,13 @@ def bench(model: str, steps: int) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--models", default="wide_mlp,deep_mlp,small_convnet")
     args = parser.parse_args()
+    print(f"load average at the start: {os.getloadavg()[0]:.1f}", flush=True)
     for model in args.models.split(","):
-        print("\n".join(bench(model, args.steps)), flush=True)
+        print("\n".join(bench(model, args.steps, args.rounds)), flush=True)
+        print(f"load average: {os.getloadavg()[0]:.1f}", flush=True)
 
 
 if __name__ == "__main__":
