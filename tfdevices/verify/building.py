@@ -190,21 +190,25 @@ def _add_function(built: _Built, index: int, graph: _Graph, call: _Call | None, 
 def _add_kernels(built: _Built, index: int, graph: _Graph, kernels: list[_Kernel], device: str,
                  recvs: dict[str, tuple[int, _Kernel]], origin: int) -> None:
     """Adds the ops, transfers and collectives of kernels that ran on ``device``."""
+    spans = None if device == UNKNOWN_DEVICE else built.spans.setdefault(device, [])
+    add_op = built.ops.append
     for kernel in kernels:
-        if kernel.kernel in PLUMBING or (kernel.kernel in TRANSFER_OPS and kernel.stats is None):
+        kind = kernel.kernel
+        if kind in PLUMBING or (kind in TRANSFER_OPS and kernel.stats is None):
             continue
-        start, duration = _us(kernel.start_ps - origin), _us(kernel.duration_ps)
-        if device != UNKNOWN_DEVICE:
-            built.spans.setdefault(device, []).append((kernel.start_ps, kernel.start_ps + kernel.duration_ps))
+        begin, length = kernel.start_ps, kernel.duration_ps
+        start, duration = (begin - origin) // 1000 / 1000, length // 1000 / 1000  # records._us, inlined
+        if spans is not None:
+            spans.append((begin, begin + length))
         if kernel.stats is not None:
             built.copies.append(_transfer(kernel, graph, recvs, index, start, duration))
             continue
-        for name, model_op, asked in _model_ops(graph, kernel.name, kernel.kernel):
-            built.ops.append(OpPlacement(name, model_op, device, _requested(asked), index, kernel.kernel,
-                                         kernel.name, start, duration))
-        if _COLLECTIVE.match(kernel.kernel):
+        for name, model_op, asked in _model_ops(graph, kernel.name, kind):
+            add_op(OpPlacement(name, model_op, device, _location(asked) if asked else "", index, kind,
+                               kernel.name, start, duration))
+        if _COLLECTIVE.match(kind):
             op = graph.op(kernel.name)
-            built.collectives.append(Collective(kernel.name, kernel.kernel, device, _attr(op, "merge_op"),
+            built.collectives.append(Collective(kernel.name, kind, device, _attr(op, "merge_op"),
                                                 _attr(op, "T"), index))
 
 

@@ -135,9 +135,10 @@ _EVENT_KINDS = {"ExecutorState::Process": _PROCESS, "ExecutorState::ProcessAsync
                 "ThreadpoolListener::StartRegion": _REGION_START, "ThreadpoolListener::StopRegion": _REGION_STOP}
 
 #: Where an event ran, before the thread-pool links are followed (internal): ``("step", context)``,
-#: ``("async", id)`` (inside the completion of an asynchronous kernel), ``("region", id)`` (in a
-#: thread-pool closure outside any recorded step) or ``None`` (nowhere a step can be read from).
-_Where = tuple[str, int] | None
+#: ``("async", id)`` (inside the completion of an asynchronous kernel), ``("region", event)`` (in a
+#: thread-pool closure outside any recorded step: the ``StartRegion`` event, whose id is read only
+#: when a kernel needs it) or ``None`` (nowhere a step can be read from).
+_Where = tuple[str, Any] | None
 
 
 def _event_kinds(plane: Any) -> dict[int, tuple[int, str, str]]:
@@ -156,19 +157,32 @@ def _event_kinds(plane: Any) -> dict[int, tuple[int, str, str]]:
 
 @dataclass
 class _Links:
-    """What ties kernels to executor steps across threads (internal), filled while reading lines."""
+    """What ties kernels to executor steps across threads (internal), filled while reading lines.
 
-    scheduled: dict[int, _Where] = field(default_factory=dict)  # closure id -> where it was scheduled
+    Most kernels run inside a recorded step; the thread pool's records are read (their ids
+    decoded) only when some kernel ran outside one.
+    """
+
+    consumed_id: int = -1  # the ``_c`` stat's id
+    produced_id: int = -1  # the ``_p`` stat's id
+    records: list[tuple[Any, _Where]] = field(default_factory=list)  # (Record event, where it was scheduled)
     async_starts: dict[int, _Where] = field(default_factory=dict)  # async kernel id -> where it started
     pending: list[tuple[_Kernel, _Where]] = field(default_factory=list)  # kernels outside any recorded step
+    _scheduled: dict[int, _Where] | None = None
 
     def resolve(self, where: _Where) -> int:
         """The executor context ``where`` leads to, or 0 when the trace does not say."""
+        if self._scheduled is None:  # closure id -> where it was scheduled, decoded once
+            self._scheduled = {_int_stat(event, self.produced_id): at for event, at in self.records}
         seen: set[tuple[str, int]] = set()
-        while where is not None and where[0] in ("region", "async") and where not in seen:
-            seen.add(where)
+        while where is not None and where[0] in ("region", "async"):
             kind, key = where
-            where = (self.scheduled if kind == "region" else self.async_starts).get(key)
+            if kind == "region":
+                key = _int_stat(key, self.consumed_id)
+            if (kind, key) in seen:
+                break
+            seen.add((kind, key))
+            where = (self._scheduled if kind == "region" else self.async_starts).get(key)
         return where[1] if where is not None and where[0] == "step" else 0
 
 
@@ -176,7 +190,7 @@ def _read_host_plane(plane: Any, trace: _Trace) -> None:
     names = {key: meta.name for key, meta in plane.stat_metadata.items()}
     kinds = _event_kinds(plane)
     ids = {name: key for key, name in names.items() if name in ("_c", "_p", "step_num")}
-    links = _Links()
+    links = _Links(ids.get("_c", -1), ids.get("_p", -1))
     for line in plane.lines:
         trace.host_events += len(line.events)
         _read_line(line, kinds, names, ids, trace, links)
@@ -239,9 +253,9 @@ def _read_line(line: Any, kinds: dict[int, tuple[int, str, str]], names: dict[in
         elif code == _DONE_CALLBACK:  # a step's callback: what it schedules is not that step's work
             spans.append((start + event.duration_ps, None))
         elif code == _SCHEDULED:
-            links.scheduled[_int_stat(event, produced_id)] = inner
+            links.records.append((event, inner))
         elif code == _REGION_START:
-            region = ("region", _int_stat(event, consumed))
+            region = ("region", event)
         elif code == _REGION_STOP:
             region = None
         elif code == _EAGER:
@@ -274,8 +288,11 @@ def _place(kernel: _Kernel, inner: _Where, links: _Links) -> None:
 
 
 def _int_stat(event: Any, stat_id: int) -> int:
-    """The integer value of the event's stat ``stat_id`` (0 when absent)."""
-    for stat in event.stats:
+    """The integer value of the event's stat ``stat_id`` (0 when absent).
+
+    From the last stat back: the flow ids (``_c``, ``_p``) TensorFlow writes last.
+    """
+    for stat in reversed(event.stats):
         if stat.metadata_id == stat_id:
             return stat.uint64_value or stat.int64_value
     return 0
