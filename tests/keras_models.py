@@ -51,3 +51,18 @@ def fit_with_profile(keras: Any, logdir: str, *, profile_batch: tuple[int, int] 
     model.fit(x, y, batch_size=8, epochs=1, verbose=0,
               callbacks=[keras.callbacks.TensorBoard(logdir, profile_batch=profile_batch)])
     return logdir
+
+
+def shape_switch(keras: Any, tf: Any) -> Any:
+    """A layer whose device depends on its input's static batch size: 16 on CPU:0, anything else on CPU:1."""
+
+    class ShapeSwitch(keras.layers.Layer):
+        def build(self, shape: Any) -> None:
+            self.dense = keras.layers.Dense(4, name="inner")
+            self.dense.build(shape)
+
+        def call(self, x: Any) -> Any:
+            with tf.device("/CPU:0" if x.shape[0] == 16 else "/CPU:1"):
+                return tf.nn.relu(tf.matmul(x, self.dense.kernel))
+
+    return ShapeSwitch(name="switch")

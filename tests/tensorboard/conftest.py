@@ -141,7 +141,8 @@ def plain_report(tf4):
 
 @pytest.fixture(scope="session")
 def placement_logdir(to_device_report, plain_report, tmp_path_factory) -> str:
-    """Runs ``to_device`` (steps 0 and 5), ``plain`` (step 0, with memory) and ``fit`` (PlacementLogger, step 1)."""
+    """Runs ``to_device`` (steps 0 and 5), ``plain`` (step 0, with memory), ``fit`` (PlacementLogger, step 1)
+    and ``retrace`` (PlacementLogger every 2 steps; a new input shape at step 4 moves a layer)."""
     from tfdevices.tensorboard.writer import write_placement
 
     logdir = tmp_path_factory.mktemp("placement") / "logs"
@@ -154,7 +155,27 @@ def placement_logdir(to_device_report, plain_report, tmp_path_factory) -> str:
         tf.summary.scalar("placement/memory/CPU/current_bytes", 1024.0, step=0)  # the host's allocator
         tf.summary.scalar("placement/memory/CPU/peak_bytes", 4096.0, step=0)
     _fit_with_placement_logger(str(logdir / "fit"))
+    _fit_that_retraces(str(logdir / "retrace"))
     return str(logdir)
+
+
+def _fit_that_retraces(run: str) -> None:
+    """4 steps of batch 16, then batch 4: Keras retraces at step 4 and the switch layer moves CPU:0 -> CPU:1."""
+    import keras
+    import tensorflow as tf
+
+    from tests.keras_models import shape_switch
+    from tfdevices.tensorboard.callbacks import PlacementLogger
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((8,)), shape_switch(keras, tf), keras.layers.Dense(1, name="head")])
+    model.compile(optimizer="sgd", loss="mse")
+    logger = PlacementLogger(run, at_step=2, every=2, memory=False)
+    for batch, batches in ((16, 4), (4, 2)):
+        x, y = tf.ones([batch * batches, 8]), tf.zeros([batch * batches, 1])
+        data = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch, drop_remainder=True)
+        model.fit(data, epochs=1, verbose=0, callbacks=[logger])
+    assert [c.step for c in logger.changes] == [4], [c.summary() for c in logger.changes]
 
 
 def _fit_with_placement_logger(run: str) -> None:
@@ -173,7 +194,7 @@ def _fit_with_placement_logger(run: str) -> None:
 def server(placement_logdir) -> Iterator[str]:
     """A real ``tensorboard`` over :func:`placement_logdir`."""
     with tensorboard(placement_logdir, expect_run="to_device",
-                     expect_placement={"to_device": [0, 5], "plain": [0], "fit": [1]},
+                     expect_placement={"to_device": [0, 5], "plain": [0], "fit": [1], "retrace": [2, 4]},
                      expect_scalars={"plain": ["placement/memory/CPU/current_bytes",
                                                "placement/memory/CPU/peak_bytes"]}) as url:
         yield url

@@ -158,6 +158,26 @@ def test_layer_search_and_diff_in_the_page(browser, server):
     assert moved >= 2, summary  # layers b and c moved off CPU:0
 
 
+def test_changes_over_the_run_sit_on_a_step_axis_and_open_their_step(browser, server):
+    browser.goto(f"{server}/#placement")
+    _choose(browser, "run", "retrace")
+    marks = browser.wait_for(_in_frame(
+        "doc.querySelectorAll('#changes .change-mark').length && "
+        "[...doc.querySelectorAll('#changes .change-mark')].map((m) => [m.style.left, m.title])"))
+    assert len(marks) == 1 and marks[0][0] == "100%" and marks[0][1].startswith("step 4 (since step 2)"), marks
+    ticks = browser.evaluate(_in_frame("[...doc.querySelectorAll('#changes .tick')].map((t) => t.style.left)"))
+    assert ticks == ["0%", "100%"]  # the captured steps 2 and 4
+    _choose(browser, "step", "step 2")
+    browser.wait_for(_in_frame("doc.getElementById('step').value === '2' && !!doc.querySelector('#changes')"))
+    browser.evaluate(_in_frame("doc.querySelector('#changes .change-mark').click() || true"))
+    opened = browser.wait_for(_in_frame("doc.getElementById('step').value === '4' && "
+                                        "doc.querySelector('#changes .change span:last-child')?.textContent"))
+    assert "switch" in opened
+    _choose(browser, "run", "plain")
+    browser.wait_for(_in_frame("doc.querySelectorAll('.device-name').length > 0"))
+    assert browser.evaluate(_in_frame("doc.querySelector('#changes') === null")) is True
+
+
 def test_placement_tab_shows_a_logdir_that_holds_only_a_profile(browser, profile_server, profile_logdir, tmp_path):
     from tfdevices.verify import read_profile
 

@@ -13,6 +13,7 @@ import os
 import numpy as np
 import pytest
 
+from tests.keras_models import shape_switch
 from tfdevices.core.errors import InputError
 from tfdevices.tensorboard.callbacks import PlacementLogger
 from tfdevices.verify import capture
@@ -133,27 +134,12 @@ def test_every_must_be_a_whole_number_of_steps(every, tmp_path):
 
 # ----------------------------------------------------------------------------- a logger you can leave on
 
-def _shape_switch(keras, tf):
-    """A layer whose device depends on its input's static batch size: 16 on CPU:0, anything else on CPU:1."""
-
-    class ShapeSwitch(keras.layers.Layer):
-        def build(self, shape):
-            self.dense = keras.layers.Dense(4, name="inner")
-            self.dense.build(shape)
-
-        def call(self, x):
-            with tf.device("/CPU:0" if x.shape[0] == 16 else "/CPU:1"):
-                return tf.nn.relu(tf.matmul(x, self.dense.kernel))
-
-    return ShapeSwitch(name="switch")
-
-
 def _retracing_fit(tf, tmp_path, **logger_kwargs):
     """50 steps of batch 16, then a new input shape (batch 4): Keras retraces its train function at step 50."""
     import keras
 
     keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.Input((8,)), _shape_switch(keras, tf), keras.layers.Dense(1, name="head")])
+    model = keras.Sequential([keras.Input((8,)), shape_switch(keras, tf), keras.layers.Dense(1, name="head")])
     model.compile(optimizer="sgd", loss="mse")
 
     def data(batch, batches):

@@ -44,6 +44,7 @@ def test_runs_route_lists_runs_tags_and_steps(server):
     runs = get_json(f"{server}/data/plugin/placement/runs")["runs"]
     assert runs == [{"run": "fit", "tag": "placement/json", "steps": [1]},
                     {"run": "plain", "tag": "placement/json", "steps": [0]},
+                    {"run": "retrace", "tag": "placement/json", "steps": [2, 4]},
                     {"run": "to_device", "tag": "placement/json", "steps": [0, 5]}]
 
 
@@ -93,7 +94,17 @@ def test_view_defaults_to_the_last_step_and_names_what_exists(server):
     assert err.value.code == 404 and "has no step 7; it has [0, 5]" in err.value.read().decode()
     with pytest.raises(urllib.error.HTTPError) as err:
         _view(server, run="nope")
-    assert err.value.code == 404 and "runs with one: ['fit', 'plain', 'to_device']" in err.value.read().decode()
+    assert err.value.code == 404 and "runs with one: ['fit', 'plain', 'retrace', 'to_device']" in err.value.read().decode()
+
+
+def test_changes_route_lists_the_steps_whose_placement_changed(server):
+    changes = get_json(f"{server}/data/plugin/placement/changes?run=retrace&tag=placement/json")["changes"]
+    assert [c["step"] for c in changes] == [4]
+    summary = changes[0]["summary"]
+    assert summary.startswith("step 4 (since step 2): a new traced function"), summary
+    assert "switch" in summary and "CPU:0 -> CPU:1" in summary, summary
+    for run in ("plain", "fit"):  # written without a change: nothing to list
+        assert get_json(f"{server}/data/plugin/placement/changes?run={run}&tag=placement/json")["changes"] == []
 
 
 def test_diff_route_between_runs_and_between_steps(server):

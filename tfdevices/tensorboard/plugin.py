@@ -14,6 +14,8 @@ no network fetch); the data routes below answer it with JSON computed by
 * ``/view?run=R&tag=T&step=S``: devices, transfer matrix, scopes, weight reads, timeline;
 * ``/diff?run=..&tag=..&step=..&run2=..&tag2=..&step2=..``: what changed between two runs or steps;
 * ``/trace?run=..&tag=..&step=..``: the step as a Chrome trace (``traceEvents`` JSON);
+* ``/changes?run=..&tag=..``: what changed over the run, step by step (the text ``NAME/drift``
+  that ``PlacementLogger`` writes at each capture whose placement changed);
 * ``/static/<file>``: the frontend.
 
 Reports are found in both forms a run can hold: text summaries ``NAME/json`` beside
@@ -77,7 +79,7 @@ class PlacementPlugin(base_plugin.TBPlugin):
 
     def get_plugin_apps(self) -> dict[str, Any]:
         return {"/runs": self._serve_runs, "/view": self._serve_view, "/diff": self._serve_diff,
-                "/trace": self._serve_trace, "/static/*": self._serve_static}
+                "/trace": self._serve_trace, "/changes": self._serve_changes, "/static/*": self._serve_static}
 
     def is_active(self) -> bool:
         """Whether any run holds a report (those written as text, before the plugin had its own summaries)."""
@@ -272,6 +274,22 @@ class PlacementPlugin(base_plugin.TBPlugin):
         response = http_util.Respond(request, trace, "application/json")
         response.headers["Content-Disposition"] = f'attachment; filename="{name}"'
         return response
+
+    @wrappers.Request.application
+    def _serve_changes(self, request: wrappers.Request) -> wrappers.Response:
+        ctx = plugin_util.context(request.environ)
+        eid = plugin_util.experiment_id(request.environ)
+        run, tag = request.args.get("run") or "", request.args.get("tag") or ""
+        name = tag.rsplit("/", 1)[0] if "/" in tag and not tag.startswith(_PROFILE) else ""
+        changes: list[dict[str, Any]] = []
+        listing = {} if not name else self._provider.list_tensors(
+            ctx, experiment_id=eid, plugin_name=_TEXT,
+            run_tag_filter=provider.RunTagFilter(runs=[run], tags=[name + "/drift"])) or {}
+        series = listing.get(run, {}).get(name + "/drift")
+        if series is not None:
+            for datum in self._steps(ctx, eid, run, name + "/drift", (_TEXT, series)):
+                changes.append({"step": datum.step, "summary": _text(datum.numpy)})
+        return http_util.Respond(request, {"run": run, "tag": tag, "changes": changes}, "application/json")
 
     @wrappers.Request.application
     def _serve_static(self, request: wrappers.Request) -> wrappers.Response:

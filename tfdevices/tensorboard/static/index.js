@@ -159,10 +159,36 @@ async function show(entry, step) {
   state.tree = scopeTree(state.view.scopes);
   state.expanded = initialExpansion(state.tree);
   state.query = '';
-  view.replaceChildren(noteList, devices(state.view), matrix(state.view.matrix), timelineSection(state.view.timeline),
+  view.replaceChildren(noteList, await changesSection(entry), devices(state.view), matrix(state.view.matrix),
+                       timelineSection(state.view.timeline),
                        criticalPath(state.view.critical_path), layers(state.tree), weights(state.view.weights),
                        diffSection());
   drawTimeline();
+}
+
+// What changed over the run (PlacementLogger's drift), on the axis of the captured steps; a mark opens its step.
+async function changesSection(entry) {
+  if (entry.kind === 'profile') return '';
+  let changes = [];
+  try {
+    changes = (await getJson('changes', {run: entry.run, tag: entry.tag})).changes;
+  } catch (error) {
+    return el('p', {class: 'error', text: `Could not read the changes: ${error.message}`});
+  }
+  if (!changes.length) return '';
+  const steps = entry.steps.concat(changes.map((c) => c.step));
+  const first = Math.min(...steps), last = Math.max(...steps);
+  const at = (step) => `${last > first ? (100 * (step - first)) / (last - first) : 50}%`;
+  const open = (step) => () => { if (entry.steps.includes(step)) show(entry, step); };
+  const axis = el('div', {class: 'step-axis'},
+    ...entry.steps.map((s) => el('span', {class: 'tick', style: `left:${at(s)}`, title: `captured: step ${s}`})),
+    ...changes.map((c) => el('span', {class: 'change-mark', style: `left:${at(c.step)}`, title: c.summary,
+                                      onclick: open(c.step)})));
+  const rows = changes.map((c) => el('div', {class: 'change', onclick: open(c.step)},
+    el('a', {class: 'button', text: `step ${c.step}`}), el('span', {text: c.summary})));
+  return section('changes', `Changes over the run: ${changes.length} capture(s) whose placement changed`,
+    el('div', {class: 'axis-labels'}, el('span', {text: `step ${first}`}), el('span', {text: `step ${last}`})),
+    axis, el('div', {class: 'change-list'}, ...rows));
 }
 
 function summaryLine(s) {
