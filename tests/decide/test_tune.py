@@ -216,3 +216,18 @@ def test_the_command_refuses_a_bad_target_in_one_line():
     assert proc.returncode == 2
     assert proc.stderr.startswith("tfdevices tune: error: model function 'not-a-spec' is not MODULE:FUNCTION")
     assert "HINT:" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("medians, kept, ran", [
+    ([9.0, 9.1], 9.0, 2),  # steady at once: two windows
+    ([9.0, 8.8], 8.8, 2),  # faster, but by less than 5%: settled, the faster kept
+    ([38.0, 9.8, 9.7], 9.7, 3),  # a burst of load in the first window
+    ([9.0, 8.0, 7.0, 6.6, 6.5], 6.5, 5),  # still speeding up after the first windows
+    ([100 * 0.9 ** k for k in range(12)], 100 * 0.9 ** 7, 8),  # 10% faster every window: bounded at 8
+])
+def test_a_candidate_is_timed_until_its_step_time_settles(medians, kept, ran):
+    from tfdevices.decide.child import _steady_window
+
+    windows = iter([[m - 1, m, m + 5] for m in medians])  # each window's step times, its median m
+    times, count = _steady_window(lambda: next(windows))
+    assert (sorted(times)[1], count) == (pytest.approx(kept), ran)
