@@ -138,18 +138,24 @@ function toolbar() {
 }
 
 async function show(entry, step) {
+  // A later show() (another run or step picked while this one loads) wins: this one stops at its next await.
+  const token = (state.shown = (state.shown || 0) + 1);
   state.current = entry;
   const steps = document.getElementById('step');
   fillSteps(steps, entry, step);
   const params = {run: entry.run, tag: entry.tag, step: steps.value};
   const view = document.getElementById('view');
   view.replaceChildren(el('p', {class: 'loading', text: 'Loading…'}));
+  let shown;
   try {
-    state.view = await getJson('view', params);
+    shown = await getJson('view', params);
   } catch (error) {
-    view.replaceChildren(el('p', {class: 'error', text: error.message}));
+    if (token === state.shown) view.replaceChildren(el('p', {class: 'error', text: error.message}));
     return;
   }
+  const changes = await changesSection(entry);
+  if (token !== state.shown) return;
+  state.view = shown;
   const link = document.getElementById('trace-link');
   link.href = `trace?${new URLSearchParams(params)}`;
   link.style.display = state.view.summary.timed ? '' : 'none';
@@ -159,7 +165,7 @@ async function show(entry, step) {
   state.tree = scopeTree(state.view.scopes);
   state.expanded = initialExpansion(state.tree);
   state.query = '';
-  view.replaceChildren(noteList, await changesSection(entry), devices(state.view), matrix(state.view.matrix),
+  view.replaceChildren(noteList, changes, devices(state.view), matrix(state.view.matrix),
                        timelineSection(state.view.timeline),
                        criticalPath(state.view.critical_path), layers(state.tree), weights(state.view.weights),
                        diffSection());
