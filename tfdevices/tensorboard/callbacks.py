@@ -32,10 +32,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tfdevices.core._tf import import_tf
 from tfdevices.core.devices import short_name
 from tfdevices.core.errors import InputError, PlacementChangedError
 from tfdevices.core.units import format_bytes
-from tfdevices.tensorboard.writer import summary_writer, write_summaries
+from tfdevices.tensorboard.writer import EventWriter, summary_writer, write_summaries
 from tfdevices.verify import PlacementReport, capturing
 from tfdevices.verify.drift import PlacementChange, drift, functions_of
 
@@ -187,8 +188,8 @@ class PlacementLogger:
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         """Logs ``current`` memory and the ``peak`` since the last point, at the current step."""
         if self.memory:
-            with summary_writer(self.logdir) as tf:
-                self._log_memory(tf, max(self._step - 1, 0))
+            with summary_writer(self.logdir) as writer:
+                self._log_memory(writer, max(self._step - 1, 0))
 
     def _captured(self, report: PlacementReport, step: int, started: float) -> None:
         change = self._compare(report, step)
@@ -200,12 +201,12 @@ class PlacementLogger:
         functions = functions_of(report)
         graphs = functions not in self._graphs_written
         self._graphs_written.add(functions)
-        with summary_writer(self.logdir) as tf:  # one writer (one event file) for everything of this capture
-            write_summaries(tf, report, step, self.name, graphs=graphs)
+        with summary_writer(self.logdir) as writer:  # one event file for everything of this capture
+            write_summaries(writer, report, step, self.name, graphs=graphs)
             if change is not None:
-                _write_change(tf, self.name, change)
+                _write_change(writer, self.name, change)
             if self.memory:
-                self._log_memory(tf, step)
+                self._log_memory(writer, step)
         self.costs.append(time.perf_counter() - started)
         self._pace.captured(step, self.costs[-1])
         if change is not None and change.changed:
@@ -231,13 +232,14 @@ class PlacementLogger:
         elif callable(self.on_change):
             self.on_change(change)
 
-    def _log_memory(self, tf: Any, step: int) -> None:
-        """Writes each allocator's current use and peak since the last point (default writer), warns past 90%."""
+    def _log_memory(self, writer: EventWriter, step: int) -> None:
+        """Writes each allocator's current use and peak since the last point, warns past 90%."""
+        tf = import_tf()
         stats = _memory_stats(tf)
         self.memory_devices = tuple(sorted(stats))
         for device, info in sorted(stats.items()):
             for key in ("current", "peak"):
-                tf.summary.scalar(f"{self.name}/memory/{device}/{key}_bytes", float(info[key]), step=step)
+                writer.scalar(f"{self.name}/memory/{device}/{key}_bytes", info[key], step)
         for device, message in over_limit(stats, _memory_limits(tf)).items():
             if device not in self._warned:
                 self._warned.add(device)
@@ -304,14 +306,13 @@ def _check(at_step: Any, every: Any, budget: Any, on_change: Any, busy_threshold
                          hint="busy_threshold=0.25 tells a device whose share of the busy time changed by 25 points.")
 
 
-def _write_change(tf: Any, name: str, change: PlacementChange) -> None:
-    """The change as scalars (ops moved, copies changed, retraced) and a text line, at its step (default writer)."""
-    tf.summary.scalar(f"{name}/drift/moved_ops", float(len(change.moved)), step=change.step)
-    tf.summary.scalar(f"{name}/drift/changed_copies", float(sum(abs(b - a) for _, a, b in change.copies)),
-                      step=change.step)
-    tf.summary.scalar(f"{name}/drift/retraced", float(change.retraced), step=change.step)
+def _write_change(writer: EventWriter, name: str, change: PlacementChange) -> None:
+    """The change as scalars (ops moved, copies changed, retraced) and a text line, at its step."""
+    writer.scalar(f"{name}/drift/moved_ops", len(change.moved), change.step)
+    writer.scalar(f"{name}/drift/changed_copies", sum(abs(b - a) for _, a, b in change.copies), change.step)
+    writer.scalar(f"{name}/drift/retraced", change.retraced, change.step)
     if change.changed:
-        tf.summary.text(f"{name}/drift", change.summary(), step=change.step)
+        writer.text(f"{name}/drift", change.summary(), change.step)
 
 
 def _memory_stats(tf: Any) -> dict[str, dict[str, int]]:

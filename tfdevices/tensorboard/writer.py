@@ -29,6 +29,7 @@ import contextlib
 import dataclasses
 import os
 import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -127,48 +128,98 @@ def write_placement(report: PlacementReport, logdir: str | os.PathLike[str], ste
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise InputError(f"write_placement(step={step!r}): expected a step >= 0.", hint="e.g. step=0.")
     logdir = check_directory(logdir, what="write_placement(logdir=...)")
-    with summary_writer(logdir) as tf:
-        write_summaries(tf, report, step, name, graphs=graphs)
+    with summary_writer(logdir) as writer:
+        write_summaries(writer, report, step, name, graphs=graphs)
     return logdir
 
 
-@contextlib.contextmanager
-def summary_writer(logdir: str) -> Iterator[Any]:
-    """One summary writer for ``logdir``, the default inside the block, flushed and closed when it ends.
+class EventWriter:
+    """Summaries written as TensorBoard events, with no TensorFlow op: one event file, written on a thread.
 
-    Yields TensorFlow. Whatever is written is on disk when the block ends, even if it raised.
+    Each summary is the protocol buffer ``tf.summary`` would write (a float32 scalar
+    tensor, a string tensor with its plugin's metadata, the graph), built in Python and
+    handed to TensorBoard's own ``EventFileWriter``: no eager op runs per summary, which
+    is most of what a capture's summaries cost through ``tf.summary``.
     """
-    tf = import_tf()
-    writer = tf.summary.create_file_writer(logdir)
+
+    def __init__(self, logdir: str) -> None:
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter  # noqa: PLC0415 (lazy)
+
+        self._file = EventFileWriter(logdir, max_queue_size=1024, flush_secs=120)
+
+    def _add(self, step: int, value: Any) -> None:
+        from tensorboard.compat.proto import event_pb2, summary_pb2  # noqa: PLC0415 (lazy tensorboard)
+
+        self._file.add_event(event_pb2.Event(wall_time=time.time(), step=step,
+                                             summary=summary_pb2.Summary(value=[value])))
+
+    def scalar(self, tag: str, value: float, step: int) -> None:
+        """What ``tf.summary.scalar(tag, value, step=step)`` writes."""
+        from tensorboard.compat.proto import summary_pb2, tensor_pb2, types_pb2  # noqa: PLC0415
+        from tensorboard.plugins.scalar import metadata  # noqa: PLC0415
+
+        tensor = tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, float_val=[float(value)])
+        tensor.tensor_shape.SetInParent()
+        self._add(step, summary_pb2.Summary.Value(tag=tag, metadata=metadata.create_summary_metadata("", ""),
+                                                  tensor=tensor))
+
+    def text(self, tag: str, text: str, step: int) -> None:
+        """What ``tf.summary.text(tag, text, step=step)`` writes."""
+        from tensorboard.plugins.text import metadata  # noqa: PLC0415 (lazy tensorboard)
+
+        self.write(tag, text, step, metadata.create_summary_metadata("", ""))
+
+    def write(self, tag: str, text: str, step: int, summary_metadata: Any) -> None:
+        """What ``tf.summary.write(tag, text, step=step, metadata=summary_metadata)`` writes for a string."""
+        from tensorboard.compat.proto import summary_pb2, tensor_pb2, types_pb2  # noqa: PLC0415
+
+        tensor = tensor_pb2.TensorProto(dtype=types_pb2.DT_STRING, string_val=[text.encode("utf-8")])
+        tensor.tensor_shape.SetInParent()
+        self._add(step, summary_pb2.Summary.Value(tag=tag, metadata=summary_metadata, tensor=tensor))
+
+    def graph(self, graph_def: Any) -> None:
+        """What ``tf.summary.graph(graph_def)`` writes: the GraphDef, serialized, in an event of its own."""
+        from tensorboard.compat.proto import event_pb2  # noqa: PLC0415 (lazy tensorboard)
+
+        self._file.add_event(event_pb2.Event(wall_time=time.time(), step=0, graph_def=graph_def.SerializeToString()))
+
+    def close(self) -> None:
+        """Writes what is queued and closes the file."""
+        self._file.close()
+
+
+@contextlib.contextmanager
+def summary_writer(logdir: str) -> Iterator[EventWriter]:
+    """One :class:`EventWriter` for ``logdir``; what it was given is on disk when the block ends, even if it raised."""
+    writer = EventWriter(logdir)
     try:
-        with writer.as_default(), _gc_paused():
-            yield tf
+        with _gc_paused():
+            yield writer
     finally:
-        writer.flush()
         writer.close()
 
 
-def write_summaries(tf: Any, report: PlacementReport, step: int, name: str, *, graphs: bool = True) -> None:
-    """Writes the report's summaries with the default summary writer (see :func:`write_placement`)."""
+def write_summaries(writer: EventWriter, report: PlacementReport, step: int, name: str, *,
+                    graphs: bool = True) -> None:
+    """Writes the report's summaries with ``writer`` (see :func:`write_placement`)."""
     if graphs and report.graphs:
-        graph_def = tf.compat.v1.GraphDef.FromString(merged_graph_def(report).SerializeToString())
-        tf.summary.graph(graph_def)
-    tf.summary.text(f"{name}/report", f"{_code(report.summary())}\n\n{report.to_markdown()}", step=step)
+        writer.graph(merged_graph_def(report))
+    writer.text(f"{name}/report", f"{_code(report.summary())}\n\n{report.to_markdown()}", step)
     # the data, for the Placement tab and read_placement; out of the Text tab, where the report leads
-    tf.summary.write(f"{name}/json", report.to_json(), step=step, metadata=summary_metadata().SerializeToString())
+    writer.write(f"{name}/json", report.to_json(), step, summary_metadata())
     for device, count in report.op_counts.items():
-        tf.summary.scalar(f"{name}/ops/{device}", float(count), step=step)
+        writer.scalar(f"{name}/ops/{device}", count, step)
     for device, busy in report.busy_us.items():
-        tf.summary.scalar(f"{name}/busy_us/{device}", float(busy), step=step)
+        writer.scalar(f"{name}/busy_us/{device}", busy, step)
     pairs: dict[str, list[int]] = {}
     for t in report.copies:
         entry = pairs.setdefault(f"{t.src} -> {t.dst}", [0, 0])
         entry[0] += 1
         entry[1] += t.bytes or 0
     for pair, (count, size) in sorted(pairs.items()):
-        tf.summary.scalar(f"{name}/transfers/{pair}", float(count), step=step)
-        tf.summary.scalar(f"{name}/transfer_bytes/{pair}", float(size), step=step)
-    tf.summary.scalar(f"{name}/collectives", float(len(report.collectives)), step=step)
+        writer.scalar(f"{name}/transfers/{pair}", count, step)
+        writer.scalar(f"{name}/transfer_bytes/{pair}", size, step)
+    writer.scalar(f"{name}/collectives", len(report.collectives), step)
 
 
 def _code(text: str) -> str:
