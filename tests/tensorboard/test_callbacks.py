@@ -227,7 +227,9 @@ def test_every_auto_spaces_captures_by_their_measured_cost(tf4, tmp_path):
     plans = logger._pace.plans
     assert [p[0] for p in plans[: len(gaps)]] == logger.steps[:-1]  # each capture planned the next one
     for (step, planned, step_s, cost), after, measured in zip(plans, logger.steps[1:], logger.costs):
-        assert after == planned and cost == measured  # captured where planned, from that capture's own cost
+        # captured where planned, from that capture's own cost; the plan is made once three steps after the
+        # capture were timed, so a capture cheap enough to allow an earlier one comes four steps after the last
+        assert after == max(planned, step + 4) and cost == measured
         assert planned - step == max(1, math.ceil(cost / (0.5 * step_s)))  # what the budget allows
 
 

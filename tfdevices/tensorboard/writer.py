@@ -28,7 +28,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import itertools
 import re
+import socket
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -43,6 +45,7 @@ from tfdevices.verify.profiles import find_profiles
 __all__ = ["format_placement", "load_placement", "merged_graph_def", "read_placement", "write_placement"]
 
 _EVENTS = "events.out.tfevents"
+_FILES = itertools.count()  # event files this process wrote: their names sort in the order they were made
 
 
 def merged_graph_def(report: PlacementReport) -> Any:
@@ -134,24 +137,31 @@ def write_placement(report: PlacementReport, logdir: str | os.PathLike[str], ste
 
 
 class EventWriter:
-    """Summaries written as TensorBoard events, with no TensorFlow op: one event file, written on a thread.
+    """Summaries written as TensorBoard events, with no TensorFlow op: one event file.
 
     Each summary is the protocol buffer ``tf.summary`` would write (a float32 scalar
     tensor, a string tensor with its plugin's metadata, the graph), built in Python and
-    handed to TensorBoard's own ``EventFileWriter``: no eager op runs per summary, which
-    is most of what a capture's summaries cost through ``tf.summary``.
+    appended as a record by TensorFlow's ``TFRecordWriter`` (an event file is a file of
+    such records): no eager op runs per summary, which is most of what a capture's
+    summaries cost through ``tf.summary``.
     """
 
     def __init__(self, logdir: str) -> None:
-        from tensorboard.summary.writer.event_file_writer import EventFileWriter  # noqa: PLC0415 (lazy)
+        from tensorboard.compat.proto import event_pb2  # noqa: PLC0415 (lazy tensorboard)
 
-        self._file = EventFileWriter(logdir, max_queue_size=1024, flush_secs=120)
+        tf = import_tf()
+        tf.io.gfile.makedirs(logdir)
+        name = (f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}."
+                f"{next(_FILES)}.tfdevices")
+        self.path = os.path.join(logdir, name)
+        self._file = tf.io.TFRecordWriter(self.path)
+        self._file.write(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2").SerializeToString())
 
     def _add(self, step: int, value: Any) -> None:
         from tensorboard.compat.proto import event_pb2, summary_pb2  # noqa: PLC0415 (lazy tensorboard)
 
-        self._file.add_event(event_pb2.Event(wall_time=time.time(), step=step,
-                                             summary=summary_pb2.Summary(value=[value])))
+        self._file.write(event_pb2.Event(wall_time=time.time(), step=step,
+                                         summary=summary_pb2.Summary(value=[value])).SerializeToString())
 
     def scalar(self, tag: str, value: float, step: int) -> None:
         """What ``tf.summary.scalar(tag, value, step=step)`` writes."""
@@ -181,10 +191,11 @@ class EventWriter:
         """What ``tf.summary.graph(graph_def)`` writes: the GraphDef, serialized, in an event of its own."""
         from tensorboard.compat.proto import event_pb2  # noqa: PLC0415 (lazy tensorboard)
 
-        self._file.add_event(event_pb2.Event(wall_time=time.time(), step=0, graph_def=graph_def.SerializeToString()))
+        self._file.write(event_pb2.Event(wall_time=time.time(), step=0,
+                                         graph_def=graph_def.SerializeToString()).SerializeToString())
 
     def close(self) -> None:
-        """Writes what is queued and closes the file."""
+        """Flushes and closes the file."""
         self._file.close()
 
 
