@@ -34,13 +34,19 @@ dies, even by SIGKILL (:mod:`tfdevices.jobs.watchdog`). When a worker fails, the
 cannot go on without it); with ``--max-restarts K`` the whole job is started again, up
 to K times, on fresh ports, so a script that restores from a checkpoint
 (``BackupAndRestore``) resumes. The exit status is the first non-zero one (``128 + N``
-for a worker killed by signal N); ``128 + N`` when the launcher got signal N.
+for a worker killed by signal N); ``128 + N`` when the launcher got signal N, in every
+phase (a launcher waiting for the other machines stops at once).
 
 Many machines (``--nnodes``): the launcher of ``--node-rank 0`` listens on
 ``--master-addr:--master-port``; the others connect to it and say where their workers
 listen; every launcher then starts its workers with the whole cluster in ``TF_CONFIG``
-(global ranks in node order; :mod:`tfdevices.jobs.rendezvous`). The connections stay open: when one machine's job fails
-or its launcher dies, the others stop theirs.
+(global ranks in node order; :mod:`tfdevices.jobs.rendezvous`). Only launchers of the same job join
+(``--rdzv-id``, and the secret of ``--rdzv-token-file`` or ``TFDEVICES_RDZV_TOKEN`` when set:
+:mod:`tfdevices.jobs.handshake`); other connections are dropped and counted. The connections stay
+open: when one machine's job fails or its launcher dies, the others stop theirs.
+
+A one-machine job's workers keep TensorFlow's servers on 127.0.0.1 (:mod:`tfdevices.jobs.loopback`,
+from the workers' ``sitecustomize``: :mod:`tfdevices.jobs.workersite`).
 
 The same script runs unchanged under SLURM (``srun python train.py``):
 :func:`tfdevices.launch_info` reads either environment.
