@@ -269,3 +269,22 @@ def test_a_signal_ends_a_launcher_waiting_at_the_rendezvous(rank: int, signum: i
         proc.kill()
     assert proc.returncode == 128 + signum, lines.text()
     assert f"[launcher] signal {signum} while the machines met: stopping" in lines.text()
+
+
+def test_a_launcher_that_leaves_before_the_job_forms_is_waited_for_again() -> None:
+    """Node 1 of 3 joins, then gets SIGTERM while it waits for node 2: node 0 waits for a node 1 again."""
+    port = free_ports(1)[0]
+    node = lambda rank: _node(rank, port, sys.executable, WORKER, "report", n=1, nnodes=3)  # noqa: E731
+    first = node(0)
+    out0 = _Lines(first)
+    leaver = node(1)
+    out0.wait_for("rendezvous: node 1 joined")
+    leaver.send_signal(signal.SIGTERM)
+    assert leaver.wait(timeout=30) == 128 + signal.SIGTERM
+    out0.wait_for("node 1's launcher left before the job formed; waiting for node 1 again")
+    later = [node(1), node(2)]
+    outs = [p.communicate(timeout=120) for p in later]
+    first.wait(timeout=60)
+    text0 = out0.text()
+    assert [p.returncode for p in [first, *later]] == [0, 0, 0], (text0, outs)
+    assert sorted({**reports(text0), **reports(outs[0][0]), **reports(outs[1][0])}) == [0, 1, 2]

@@ -28,7 +28,7 @@ from tfdevices.core.errors import LaunchError
 from tfdevices.core.units import shown
 
 TOKEN_ENV = "TFDEVICES_RDZV_TOKEN"
-MAX_LINE = 64 << 10  # bytes in one message; a cluster of 4096 machines' addresses fits in a reply, not in a hello
+MAX_LINE = 64 << 10  # bytes in one message to node 0 (a hello of 1024 ports takes 7 KiB)
 HELLO_TIMEOUT = 10.0  # seconds a connection gets to say who it is
 POLL_S = 0.1  # how often a wait looks at the stop flag (signals end a waiting launcher at once)
 VERSION = 1

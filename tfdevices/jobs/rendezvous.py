@@ -86,6 +86,8 @@ class Nodes:
 
 
 MAX_PENDING = 64  # connections saying hello at once; more are dropped at once ("busy")
+MAX_CLUSTER = 64 << 20  # bytes of node 0's reply (every worker's address), read by a joiner only
+_SEND_TIMEOUT_S = 30.0
 _PEER_POLL_S = 5.0
 
 
@@ -282,6 +284,8 @@ def _serve(nodes: Nodes, n: int, deadline: float, say: Callable[[str], None],
                     conn.close()
             _take(results, joined, strays, say, nodes.nnodes)
             _forget_leavers(joined, say)
+        closing.set()
+        _take(results, joined, strays, say, nodes.nnodes)  # late ones: every node rank has joined
         own_host = nodes.node_addr or host
         parts = {0: (own_host, free_ports(n, "0.0.0.0"))}
         parts.update({r: (h.host, h.ports) for r, h in joined.items()})
@@ -290,6 +294,7 @@ def _serve(nodes: Nodes, n: int, deadline: float, say: Callable[[str], None],
             firsts[r] = len(addresses)
             addresses += [f"{parts[r][0]}:{p}" for p in parts[r][1]]
         for r, h in joined.items():
+            h.reader.sock.settimeout(_SEND_TIMEOUT_S)
             send(h.reader.sock, {"addresses": addresses, "first_rank": firsts[r],
                                  "proof": proof(nodes.token, "serve", *h.nonces, job, addresses, firsts[r])})
         if strays.summary():
@@ -353,9 +358,12 @@ def _forget_leavers(joined: dict[int, _Hello], say: Callable[[str], None]) -> No
     """A launcher that left before the job formed (stopped, killed) is waited for again."""
     if not joined:
         return
-    readable, _, _ = select.select([h.reader.sock for h in joined.values()], [], [], 0)
+    poller = select.poll()
+    for hello in joined.values():
+        poller.register(hello.reader.sock, select.POLLIN)
+    readable = {fd for fd, _ in poller.poll(0)}
     for rank, hello in list(joined.items()):
-        if hello.reader.sock in readable:
+        if hello.reader.sock.fileno() in readable:
             try:
                 gone = hello.reader.sock.recv(1, socket.MSG_PEEK) == b""
             except OSError:
@@ -436,7 +444,7 @@ def _connect(nodes: Nodes, deadline: float, stopped: Callable[[], bool]) -> tupl
                                   hint="start --node-rank 0 on the --master-addr machine; check the address, "
                                        "port and firewall.") from None
             _pause(stopped)
-    reader = LineReader(sock)
+    reader = LineReader(sock, MAX_CLUSTER)
     try:
         greeting = reader.message(min(deadline, time.monotonic() + HELLO_TIMEOUT), stopped)
     except Stray as stray:
