@@ -327,6 +327,8 @@ def _greet(conn: socket.socket, nodes: Nodes, job: str, deadline: float,
         results.put((conn, "hello", (rank, _Hello(reader, host, ports, (ours, theirs)))))
     except Stray as stray:
         results.put((conn, "stray", stray.kind))
+    except (OSError, ValueError, TypeError, KeyError):  # whatever else a stranger sends: dropped, counted
+        results.put((conn, "stray", "garbage"))
     except Stopped:
         conn.close()
     finally:
