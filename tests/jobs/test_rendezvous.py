@@ -1,16 +1,26 @@
-"""Launchers on several machines meet: two real launchers on 127.0.0.1 forming one job, failures, timeouts."""
+"""Launchers on several machines meet: real launchers on 127.0.0.1 forming one job, failures, timeouts,
+strangers at the door (stray connections, another job, no or a wrong secret, a replayed exchange), signals."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
+
+import pytest
 
 from tests.helpers import REPO, subprocess_env
 from tests.jobs.launching import WORKER, reports
+from tfdevices.jobs.handshake import KINDS, TOKEN_ENV
 from tfdevices.jobs.rendezvous import free_ports
 from tfdevices.jobs.tfconfig import parse_tf_config
+
+TINY = os.path.join(REPO, "tests", "scripts", "tiny_train.py")
 
 
 def test_free_ports_are_distinct_and_bindable_on_loopback() -> None:
@@ -21,12 +31,40 @@ def test_free_ports_are_distinct_and_bindable_on_loopback() -> None:
             s.bind(("127.0.0.1", port))
 
 
-def _node(rank: int, port: int, *command: str, n: int = 2, timeout: str = "60") -> subprocess.Popen:
-    """One launcher of a 2-machine job on this machine: node R's workers listen on 127.0.0.(R+1), its own host."""
-    return subprocess.Popen([sys.executable, "-m", "tfdevices", "launch", "-n", str(n), "--nnodes", "2",
+def _node(rank: int, port: int, *command: str, n: int = 2, timeout: str = "60", nnodes: int = 2,
+          options: tuple[str, ...] = (), env: dict[str, str] | None = None) -> subprocess.Popen:
+    """One launcher of an NNODES-machine job on this machine: node R's workers listen on 127.0.0.(R+1), its own host."""
+    return subprocess.Popen([sys.executable, "-m", "tfdevices", "launch", "-n", str(n), "--nnodes", str(nnodes),
                              "--node-rank", str(rank), "--master-addr", "127.0.0.1", "--master-port", str(port),
-                             "--node-addr", f"127.0.0.{rank + 1}", "--rdzv-timeout", timeout, "--", *command],
-                            env=subprocess_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--node-addr", f"127.0.0.{rank + 1}", "--rdzv-timeout", timeout, *options, "--",
+                             *command],
+                            env=subprocess_env(env), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+class _Lines:
+    """A launcher's stdout, read as it comes (so a test can wait for a line), kept whole for the end."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.lines: list[str] = []
+        self._cond = threading.Condition()
+        self._thread = threading.Thread(target=self._read, args=(proc,), daemon=True)
+        self._thread.start()
+
+    def _read(self, proc: subprocess.Popen) -> None:
+        for line in proc.stdout:
+            with self._cond:
+                self.lines.append(line.rstrip("\n"))
+                self._cond.notify_all()
+
+    def wait_for(self, text: str, timeout: float = 60) -> None:
+        with self._cond:
+            if not self._cond.wait_for(lambda: any(text in line for line in self.lines), timeout):
+                raise AssertionError(f"no line with {text!r} in {self.lines}")
+
+    def text(self) -> str:
+        self._thread.join(timeout=60)
+        return "\n".join(self.lines)
 
 
 def test_two_launchers_form_one_job() -> None:
@@ -48,8 +86,9 @@ def test_two_launchers_form_one_job() -> None:
 
 def test_a_failure_on_one_machine_stops_the_other() -> None:
     port = free_ports(1)[0]
-    first = _node(0, port, sys.executable, WORKER, "exit", "wait,wait,wait,wait")
-    second = _node(1, port, sys.executable, WORKER, "exit", "wait,wait,6,wait")
+    same = ("--rdzv-id", "one-job")  # the commands differ: the default id (derived from them) would too
+    first = _node(0, port, sys.executable, WORKER, "exit", "wait,wait,wait,wait", options=same)
+    second = _node(1, port, sys.executable, WORKER, "exit", "wait,wait,6,wait", options=same)
     outs = [p.communicate(timeout=120) for p in (first, second)]
     assert second.returncode == 6, outs[1]
     assert first.returncode == 6 and "another machine's job stopped; stopping this one" in outs[0][0], outs[0]
@@ -62,3 +101,190 @@ def test_a_missing_launcher_is_one_line_after_the_timeout() -> None:
     assert alone.returncode == 2, out + err
     assert err.strip() == ("tfdevices launch: error: node(s) [1] did not join within 1 s. HINT: start the launcher "
                            "on every machine with the same --nnodes, --master-addr and --master-port.")
+
+
+def _dropped(out: str, kind: str) -> list[str]:
+    return [line for line in out.splitlines() if "rendezvous: dropped a connection from" in line and KINDS[kind] in line]
+
+
+def _stray(port: int, data: bytes) -> None:
+    """Connects to node 0, sends ``data`` and closes (node 0 may close first: it reads only so much)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        try:
+            s.sendall(data)
+            s.shutdown(socket.SHUT_WR)
+            s.recv(1 << 16)
+        except OSError:
+            pass
+
+
+def _trained(stdout: str, world: int) -> list[float]:
+    """Each worker's w (tiny_train.py): 3 steps of w -= 0.5 (w - mean(r + 1)) over the whole cluster."""
+    got = [json.loads(line.split("] ", 1)[1]) for line in stdout.splitlines() if '"w":' in line]
+    expected = 0.0
+    for _ in range(3):
+        expected -= 0.5 * (expected - sum(r + 1 for r in range(world)) / world)
+    assert [g["w"] for g in got] == pytest.approx([expected] * len(got)), stdout
+    return [g["w"] for g in got]
+
+
+def test_stray_connections_never_stop_the_job_which_forms_and_trains() -> None:
+    """Garbage, an HTTP request, an over-long line and a half-open connection during the rendezvous of a
+    2-machine job (TensorFlow workers): each dropped and said once, the job forms and trains."""
+    port = free_ports(1)[0]
+    first = _node(0, port, sys.executable, TINY, n=1)
+    out0 = _Lines(first)
+    out0.wait_for("meeting the other machines' launchers")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # until node 0 listens (these probes are strays too: closed at once)
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    half_open = socket.create_connection(("127.0.0.1", port))
+    half_open.sendall(b'{"node_rank": 1, "host": ')  # and then nothing, for as long as the job forms
+    try:
+        _stray(port, b"\x00\xff\xfe garbage\n")
+        _stray(port, b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        _stray(port, b"{" + b" " * (100 << 10) + b"}\n")  # a JSON object over 64 KiB
+        for kind in ("garbage", "http", "long"):
+            out0.wait_for(KINDS[kind])
+        second = _node(1, port, sys.executable, TINY, n=1)
+        out1, err1 = second.communicate(timeout=240)
+        first.wait(timeout=60)
+    finally:
+        half_open.close()
+    text0 = out0.text()
+    assert (first.returncode, second.returncode) == (0, 0), (text0, out1, err1)
+    assert len(_trained(text0 + "\n" + out1, world=2)) == 2
+    for kind in ("closed", "garbage", "http", "long"):
+        assert len(_dropped(text0, kind)) == 1, text0  # one line per kind, however many came
+    assert "rendezvous: node 1 joined from 127.0.0.1" in text0 and "stray connection(s) dropped (" in text0
+
+
+def test_a_launcher_of_another_job_is_refused_and_the_right_one_joins() -> None:
+    port = free_ports(1)[0]
+    first = _node(0, port, sys.executable, WORKER, "report", options=("--rdzv-id", "job-a"))
+    out0 = _Lines(first)
+    other = _node(1, port, sys.executable, WORKER, "report", options=("--rdzv-id", "job-b"))
+    out, err = other.communicate(timeout=60)
+    assert other.returncode == 2 and "[1]" not in out, out + err
+    assert err.startswith(f"tfdevices launch: error: the node-0 launcher at '127.0.0.1':{port} runs another job: "
+                          "its rendezvous id differs from this launcher's (which comes from --rdzv-id). HINT: "), err
+    right = _node(1, port, sys.executable, WORKER, "report", options=("--rdzv-id", "job-a"))
+    out1, err1 = right.communicate(timeout=120)
+    first.wait(timeout=60)
+    text0 = out0.text()
+    assert (first.returncode, right.returncode) == (0, 0), (text0, out1, err1)
+    assert sorted({**reports(text0), **reports(out1)}) == [0, 1, 2, 3]
+    assert len(_dropped(text0, "job")) == 1, text0
+    assert "job-b" not in text0 + out + err and "job-a" not in text0 + out1 + err1
+
+
+class _Recorder:
+    """A relay between one launcher and node 0 that keeps every byte that crosses it, both ways."""
+
+    def __init__(self, target: int) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.sent = bytearray()  # joiner -> node 0
+        self.received = bytearray()  # node 0 -> joiner
+        threading.Thread(target=self._relay, args=(target,), daemon=True).start()
+
+    def _relay(self, target: int) -> None:
+        conn, _ = self.server.accept()
+        upstream = socket.create_connection(("127.0.0.1", target))
+        threading.Thread(target=self._pipe, args=(upstream, conn, self.received), daemon=True).start()
+        self._pipe(conn, upstream, self.sent)
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket, keep: bytearray) -> None:
+        try:
+            while data := src.recv(1 << 16):
+                keep += data
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+
+def test_a_token_refuses_launchers_without_it_with_a_wrong_one_and_a_replayed_exchange(tmp_path) -> None:
+    """Node 0 of 3 with TFDEVICES_RDZV_TOKEN: no token and a wrong one are refused (both sides say so); node 1
+    joins through a relay that records its exchange, which, replayed, is refused; node 2 joins; the job runs.
+    The secret never crosses the network and is never printed."""
+    secret = f"s3cret-{os.getpid()}-{time.monotonic_ns()}"
+    good, wrong = tmp_path / "good", tmp_path / "wrong"
+    good.write_text(secret + "\n")
+    wrong.write_text("not-the-secret\n")
+    port = free_ports(1)[0]
+    job = ("--rdzv-id", "exp-7")  # node 1 meets node 0 through the relay's port: the derived id would differ
+    node = lambda rank, *options, env=None, at=port: _node(  # noqa: E731
+        rank, at, sys.executable, WORKER, "report", n=1, nnodes=3, options=job + options, env=env)
+    first = node(0, env={TOKEN_ENV: secret})
+    out0 = _Lines(first)
+    refused = {}
+    for name, options in (("none", ()), ("wrong", ("--rdzv-token-file", str(wrong)))):
+        proc = node(1, *options)
+        refused[name] = proc.communicate(timeout=60)
+        assert proc.returncode == 2, refused[name]
+    assert "needs the job's rendezvous token, and this launcher has none. HINT:" in refused["none"][1]
+    assert "refused this launcher's rendezvous token: the secrets differ. HINT:" in refused["wrong"][1]
+    relay = _Recorder(port)
+    second = node(1, "--rdzv-token-file", str(good), at=relay.port)
+    out0.wait_for("rendezvous: node 1 joined")
+    hello = bytes(relay.sent).split(b"\n")[0] + b"\n"
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as replay:  # the recorded hello, replayed
+        replay.sendall(hello)
+        answer = replay.makefile("rb").read()
+    assert answer.splitlines()[-1] == b'{"refused":"token"}', answer
+    third = node(2, env={TOKEN_ENV: secret})
+    outs = [p.communicate(timeout=120) for p in (second, third)]
+    first.wait(timeout=60)
+    text0 = out0.text()
+    assert [p.returncode for p in (first, second, third)] == [0, 0, 0], (text0, outs)
+    assert sorted({**reports(text0), **reports(outs[0][0]), **reports(outs[1][0])}) == [0, 1, 2]
+    assert len(_dropped(text0, "token")) == 1 and "(3 no or wrong token)" in text0, text0
+    shown = text0 + "".join(o + e for o, e in outs) + "".join(o + e for o, e in refused.values())
+    assert secret not in shown
+    assert b'"proof":"' in relay.sent and secret.encode() not in relay.sent + relay.received
+
+
+@pytest.mark.parametrize("rank, signum", [(1, signal.SIGTERM), (1, signal.SIGINT), (0, signal.SIGTERM)])
+def test_a_signal_ends_a_launcher_waiting_at_the_rendezvous(rank: int, signum: int) -> None:
+    """Node 1 waiting for an absent node 0 (or node 0 for an absent node 1), up to 300 s: a signal ends it now."""
+    proc = _node(rank, free_ports(1)[0], "true", timeout="300")
+    lines = _Lines(proc)
+    lines.wait_for("meeting the other machines' launchers")
+    time.sleep(0.3)  # well into the wait (connecting, or listening)
+    proc.send_signal(signum)
+    try:
+        proc.wait(timeout=30)  # a liveness bound, far below --rdzv-timeout
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signum, lines.text()
+    assert f"[launcher] signal {signum} while the machines met: stopping" in lines.text()
+
+
+def test_a_launcher_that_leaves_before_the_job_forms_is_waited_for_again() -> None:
+    """Node 1 of 3 joins, then gets SIGTERM while it waits for node 2: node 0 waits for a node 1 again."""
+    port = free_ports(1)[0]
+    node = lambda rank: _node(rank, port, sys.executable, WORKER, "report", n=1, nnodes=3)  # noqa: E731
+    first = node(0)
+    out0 = _Lines(first)
+    leaver = node(1)
+    out0.wait_for("rendezvous: node 1 joined")
+    leaver.send_signal(signal.SIGTERM)
+    assert leaver.wait(timeout=30) == 128 + signal.SIGTERM
+    out0.wait_for("node 1's launcher left before the job formed; waiting for node 1 again")
+    later = [node(1), node(2)]
+    outs = [p.communicate(timeout=120) for p in later]
+    first.wait(timeout=60)
+    text0 = out0.text()
+    assert [p.returncode for p in [first, *later]] == [0, 0, 0], (text0, outs)
+    assert sorted({**reports(text0), **reports(outs[0][0]), **reports(outs[1][0])}) == [0, 1, 2]

@@ -34,13 +34,19 @@ dies, even by SIGKILL (:mod:`tfdevices.jobs.watchdog`). When a worker fails, the
 cannot go on without it); with ``--max-restarts K`` the whole job is started again, up
 to K times, on fresh ports, so a script that restores from a checkpoint
 (``BackupAndRestore``) resumes. The exit status is the first non-zero one (``128 + N``
-for a worker killed by signal N); ``128 + N`` when the launcher got signal N.
+for a worker killed by signal N); ``128 + N`` when the launcher got signal N, in every
+phase (a launcher waiting for the other machines stops at once).
 
 Many machines (``--nnodes``): the launcher of ``--node-rank 0`` listens on
 ``--master-addr:--master-port``; the others connect to it and say where their workers
 listen; every launcher then starts its workers with the whole cluster in ``TF_CONFIG``
-(global ranks in node order; :mod:`tfdevices.jobs.rendezvous`). The connections stay open: when one machine's job fails
-or its launcher dies, the others stop theirs.
+(global ranks in node order; :mod:`tfdevices.jobs.rendezvous`). Only launchers of the same job join
+(``--rdzv-id``, and the secret of ``--rdzv-token-file`` or ``TFDEVICES_RDZV_TOKEN`` when set:
+:mod:`tfdevices.jobs.handshake`); other connections are dropped and counted. The connections stay
+open: when one machine's job fails or its launcher dies, the others stop theirs.
+
+A one-machine job's workers keep TensorFlow's servers on 127.0.0.1 (:mod:`tfdevices.jobs.loopback`,
+from the workers' ``sitecustomize``: :mod:`tfdevices.jobs.workersite`).
 
 The same script runs unchanged under SLURM (``srun python train.py``):
 :func:`tfdevices.launch_info` reads either environment.
@@ -58,7 +64,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -70,8 +75,10 @@ from tfdevices.gpus.discovery import discover
 from tfdevices.gpus.selection import select
 from tfdevices.gpus.topology import format_cpus
 from tfdevices.jobs.env import RANK_GPUS, VIRTUAL_DEVICES_ENV, LaunchInfo
+from tfdevices.jobs.handshake import TOKEN_ENV, Stopped, rdzv_id, read_token
 from tfdevices.jobs.rendezvous import MASTER_PORT, MAX_WORKERS, NodeJob, Nodes, free_ports, rendezvous
 from tfdevices.jobs.watchdog import Watchdog
+from tfdevices.jobs.workersite import worker_site
 from tfdevices.jobs.output import PROGRESS, Console, Record, Splitter
 from tfdevices.jobs.ranks import cpu_binding, plan_ranks
 from tfdevices.jobs.tfconfig import make_tf_config
@@ -261,6 +268,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "that reaches the master)")
     nodes.add_argument("--rdzv-timeout", type=float, default=300.0,
                        help="seconds to wait for every launcher to join (default 300)")
+    nodes.add_argument("--rdzv-id", default=None,
+                       help="the job's name at the rendezvous: launchers of another job are refused (default: "
+                            "SLURM's job id, else derived from the command, --nnodes and --master-port)")
+    nodes.add_argument("--rdzv-token-file", default=None,
+                       help=f"a file holding the job's shared secret (default: ${TOKEN_ENV}, when set): "
+                            "launchers without it are refused; it never crosses the network")
     parser.add_argument("--cpu-affinity", choices=("numa", "none"), default=None,
                         help="numa: bind each worker to the CPUs of its GPU's NUMA node (default where the "
                              "topology is known and has several nodes); none: leave CPUs alone")
@@ -292,7 +305,7 @@ def run(args: argparse.Namespace) -> int:
             raise LaunchError(f"{name} {shown(value)} must be between {low} and {high}.", hint=f"e.g. {name} {low + 1}.")
     if args.tee and not args.log_dir:
         raise LaunchError("--tee without --log-dir: there is no log to tee.", hint="add --log-dir DIR.")
-    nodes = _nodes(args)
+    nodes = _nodes(args, command)
     if args.log_dir:
         _check_log_dir(args.log_dir)
     gpus = _candidate_gpus(args.gpus)
@@ -303,11 +316,14 @@ def run(args: argparse.Namespace) -> int:
                   topology=_affinity_topology(getattr(args, "cpu_affinity", None), gpus))
 
 
-def _nodes(args: argparse.Namespace) -> Nodes | None:
+def _nodes(args: argparse.Namespace, command: Sequence[str]) -> Nodes | None:
     if args.nnodes == 1:
-        if args.node_rank != 0:
-            raise LaunchError(f"--node-rank {shown(args.node_rank)} without --nnodes.",
-                              hint="give --nnodes M (the number of machines) with --node-rank.")
+        for name, value in (("--node-rank", args.node_rank or None), ("--rdzv-id", args.rdzv_id),
+                            ("--rdzv-token-file", args.rdzv_token_file)):
+            if value is not None:
+                raise LaunchError(f"{name} {shown(value)} without --nnodes.",
+                                  hint=f"give --nnodes M (the number of machines) with {name}; a one-machine job "
+                                       "has no rendezvous.")
         return None
     if not 0 <= args.node_rank < args.nnodes:
         raise LaunchError(f"--node-rank {shown(args.node_rank)} is out of range for --nnodes {args.nnodes}.",
@@ -322,8 +338,11 @@ def _nodes(args: argparse.Namespace) -> Nodes | None:
     if not args.rdzv_timeout > 0:
         raise LaunchError(f"--rdzv-timeout {args.rdzv_timeout!r} must be a number of seconds > 0.",
                           hint="e.g. --rdzv-timeout 300.")
+    if args.rdzv_id is not None and not 0 < len(args.rdzv_id) <= 256:
+        raise LaunchError(f"--rdzv-id {shown(args.rdzv_id)} must be 1 to 256 characters.", hint="e.g. --rdzv-id exp7.")
+    rdzv, source = rdzv_id(args.rdzv_id, os.environ, command, args.nnodes, args.master_port)
     return Nodes(args.nnodes, args.node_rank, (args.master_addr, args.master_port), args.node_addr,
-                 min(args.rdzv_timeout, 86400.0))
+                 min(args.rdzv_timeout, 86400.0), rdzv, read_token(args.rdzv_token_file, os.environ), source)
 
 
 def _check_log_dir(path: str) -> None:
@@ -378,7 +397,7 @@ def launch(command: Sequence[str], n: int, *, gpus: object = (), share: bool = F
     """
     out = out or sys.stdout
     base = dict(os.environ if env is None else env)
-    site = _mend_site(base) if mend else None
+    site = worker_site(base, mend=mend, loopback=nodes is None)
     console = Console(out, tty=_isatty(out), ranks=(0,) if log_dir and not tee else None,
                       progress_ranks=None if all_ranks else (0,), dedupe=not all_ranks, tf_logs=tf_logs)
     job = _Job(console, log_dir)
@@ -388,7 +407,13 @@ def launch(command: Sequence[str], n: int, *, gpus: object = (), share: bool = F
         with job.forwarding_signals(), Watchdog() as watchdog:
             job.watchdog = watchdog
             if nodes is not None:
-                cluster, peers = rendezvous(nodes, n)
+                console.say(f"node {nodes.node_rank} of {nodes.nnodes}: meeting the other machines' launchers at "
+                            f"{nodes.master[0]}:{nodes.master[1]} (for up to {nodes.timeout:g} s)")
+                try:
+                    cluster, peers = rendezvous(nodes, n, say=console.say, stopped=job.signalled)
+                except Stopped:
+                    console.say(f"signal {job.stopped_by} while the machines met: stopping")
+                    return _final(job, 1)
                 console.say(f"node {nodes.node_rank} of {nodes.nnodes}: ranks {cluster.first_rank}.."
                             f"{cluster.first_rank + n - 1} of {len(cluster.addresses)}")
                 host = cluster.addresses[cluster.first_rank].rsplit(":", 1)[0]
@@ -397,7 +422,7 @@ def launch(command: Sequence[str], n: int, *, gpus: object = (), share: bool = F
                                          cluster.addresses[cluster.first_rank:cluster.first_rank + n]],
                                      gpus, share=share, virtual_devices=virtual_devices, host=host, job=cluster)
                 code = job.run(command, plans, base)
-                code = peers.finish(code)
+                code = peers.finish(code, stopped=job.signalled)
                 return _final(job, code)
             for attempt in range(max_restarts + 1):
                 plans = plan_workers(n, free_ports(n), gpus, share=share, virtual_devices=virtual_devices,
@@ -416,44 +441,6 @@ def launch(command: Sequence[str], n: int, *, gpus: object = (), share: bool = F
         _report_hidden(console)
         if console.closed:
             _silence(out)
-
-
-#: The workers' sitecustomize: chains the one it hides, then asks for the mend when Keras' trainer loads.
-_SITECUSTOMIZE = '''"""Written by tfdevices launch: mends Keras 3 model.fit for MultiWorkerMirroredStrategy in this worker."""
-import importlib.machinery
-import importlib.util
-import os
-import sys
-
-_here = os.path.dirname(os.path.abspath(__file__))
-
-
-def _chain():
-    """Runs the sitecustomize this one hides (later on sys.path), if there is one."""
-    rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != _here]
-    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
-    if spec is not None and spec.loader is not None:
-        hidden = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(hidden)
-
-
-_chain()
-try:
-    from tfdevices.training import install_when_imported
-except ImportError:  # tfdevices is not installed in this worker's Python: nothing to mend with
-    pass
-else:
-    install_when_imported()
-'''
-
-
-def _mend_site(env: dict[str, str]) -> str:
-    """Writes the workers' ``sitecustomize`` into a new directory put first on ``env``'s ``PYTHONPATH``."""
-    site = tempfile.mkdtemp(prefix="tfdevices-site-")
-    with open(os.path.join(site, "sitecustomize.py"), "w", encoding="utf-8") as f:
-        f.write(_SITECUSTOMIZE)
-    env["PYTHONPATH"] = site + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return site
 
 
 def _final(job: _Job, code: int) -> int:
@@ -531,6 +518,10 @@ class _Job:
             self._kill_at = None
             self._notices.append("a second signal: killing the workers")
             self._signal_all(signal.SIGKILL)
+
+    def signalled(self) -> bool:
+        """The launcher got SIGINT, SIGTERM or SIGHUP: every wait ends at once."""
+        return self.stopped_by is not None
 
     def stop_remote(self, code: int) -> None:
         """Another machine's job failed or its launcher died: stop ours."""

@@ -1,17 +1,22 @@
 """Launchers on several machines meet: ``tfdevices launch --nnodes N --node-rank R --master-addr HOST``.
 
 Node 0's launcher listens on ``--master-addr:--master-port``; every other launcher
-connects, says how many workers it runs and where they are reached, and gets the
-whole cluster back (every worker's ``host:port`` in global rank order, and its own
-first rank). The connections stay open for the job's life, so a failure or a dead
-launcher on one machine stops the others (:class:`_Peers`). Messages are one JSON
-line each, bounded in size and in time. No TensorFlow here.
+connects, proves it belongs to the job (:mod:`tfdevices.jobs.handshake`: the same
+rendezvous id, and the shared secret when one is set), says how many workers it runs
+and where they are reached, and gets the whole cluster back (every worker's
+``host:port`` in global rank order, and its own first rank). Anything else that
+connects is dropped and counted; the rendezvous goes on until its deadline. The
+connections stay open for the job's life, so a failure or a dead launcher on one
+machine stops the others (:class:`_Peers`). A signal ends every wait at once
+(``stopped``). No TensorFlow here.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
+import math
+import queue
+import select
 import socket
 import threading
 import time
@@ -20,6 +25,8 @@ from typing import Any
 
 from tfdevices.core.errors import LaunchError
 from tfdevices.core.units import shown
+from tfdevices.jobs.handshake import (HELLO_TIMEOUT, POLL_S, VERSION, LineReader, Stopped, Stray, Strays, job_hash,
+                                      nonce, proof, proven, send, where)
 
 MASTER_PORT = 29400
 MAX_WORKERS = 1024  # per machine, even with --oversubscribe: ports, pipes and threads are finite
@@ -62,6 +69,9 @@ class Nodes:
         master: ``(host, port)`` of node 0's launcher.
         node_addr: the address this machine's workers are reached at (``None``: found when joining).
         timeout: seconds to wait for every launcher.
+        rdzv_id: the job's identity; launchers of another job are refused.
+        token: the job's shared secret (``None``: none; never shown).
+        id_source: where ``rdzv_id`` came from, for messages (which never show it).
     """
 
     nnodes: int
@@ -69,49 +79,77 @@ class Nodes:
     master: tuple[str, int]
     node_addr: str | None = None
     timeout: float = 300.0
+    rdzv_id: str = ""
+    token: bytes | None = dataclasses.field(default=None, repr=False)
+    id_source: str = "--rdzv-id"
 
 
-_MAX_MESSAGE = 1 << 20
+
+MAX_PENDING = 64  # connections saying hello at once; more are dropped at once ("busy")
+MAX_CLUSTER = 64 << 20  # bytes of node 0's reply (every worker's address), read by a joiner only
+_SEND_TIMEOUT_S = 30.0
+_PEER_POLL_S = 5.0
 
 
 class _Peers:
-    """The launchers' open connections: a failure or a death on one machine stops the others."""
+    """The launchers' open connections: a failure or a death on one machine stops the others.
 
-    def __init__(self, socks: Sequence[socket.socket], is_master: bool) -> None:
-        self.socks = list(socks)
+    Each connection carries ``done 0`` or ``stop CODE`` lines; another line is ignored
+    (said once), and a connection that drops without ``done`` is a failure.
+    """
+
+    def __init__(self, readers: Sequence[LineReader], is_master: bool,
+                 say: Callable[[str], None] = lambda text: None) -> None:
+        self.readers = list(readers)
+        self.socks = [r.sock for r in self.readers]
         self.is_master = is_master
+        self.say = say
         self._done: dict[int, int] = {}
         self._cond = threading.Condition()
         self._on_stop: Callable[[int], None] | None = None
         self._finished = False
+        self._ignored = 0
+        for sock in self.socks:
+            _keepalive(sock)
 
     def watch(self, on_stop: Callable[[int], None]) -> None:
         """Calls ``on_stop(code)`` when another machine fails or goes away."""
         self._on_stop = on_stop
-        for i, sock in enumerate(self.socks):
-            threading.Thread(target=self._listen, args=(i, sock), daemon=True).start()
+        for i, reader in enumerate(self.readers):
+            threading.Thread(target=self._listen, args=(i, reader), daemon=True).start()
 
-    def _listen(self, i: int, sock: socket.socket) -> None:
-        reader = sock.makefile("rb")
+    def _listen(self, i: int, reader: LineReader) -> None:
         code = 1
-        try:
-            for raw in iter(lambda: reader.readline(256), b""):
-                word, _, value = raw.decode("ascii", "replace").strip().partition(" ")
-                code = int(value) if value.isdigit() else 1
-                if word == "done" and code == 0:
-                    with self._cond:
-                        self._done[i] = 0
-                        self._cond.notify_all()
-                    return
-                break  # "stop" or "done" with a failure
-        except OSError:
-            pass
+        while True:
+            try:
+                raw = reader.line(math.inf, poll=_PEER_POLL_S)
+            except Stray as stray:
+                if stray.kind == "long":
+                    self._ignore()
+                    continue
+                break  # the connection dropped without "done"
+            word, _, value = raw.decode("ascii", "replace").strip().partition(" ")
+            if word not in ("done", "stop") or not value.isdigit():
+                self._ignore()
+                continue
+            code = int(value[:4]) or (1 if word == "stop" else 0)
+            if word == "done" and code == 0:
+                with self._cond:
+                    self._done[i] = 0
+                    self._cond.notify_all()
+                return
+            break  # "stop", or "done" with a failure
         with self._cond:  # a failure, or the connection dropped without "done"
             self._done[i] = code or 1
             self._cond.notify_all()
             finished = self._finished
         if not (finished and not self.is_master):
             self._stop(code or 1, skip=i)
+
+    def _ignore(self) -> None:
+        self._ignored += 1
+        if self._ignored == 1:
+            self.say("ignored a malformed line from another machine's launcher (more are counted)")
 
     def _stop(self, code: int, skip: int | None = None) -> None:
         if self.is_master:  # tell the other machines
@@ -121,8 +159,9 @@ class _Peers:
         if self._on_stop is not None:
             self._on_stop(code)
 
-    def finish(self, code: int) -> int:
-        """This machine's job ended with ``code``: tell the others; node 0 waits for every machine.
+    def finish(self, code: int, stopped: Callable[[], bool] = lambda: False) -> int:
+        """This machine's job ended with ``code``: tell the others; node 0 waits for every machine
+        (until ``stopped()``: a signal ends the wait).
 
         Returns:
             The job's status: this machine's, or the first failure elsewhere.
@@ -137,7 +176,8 @@ class _Peers:
             _send_line(self.socks[0], "done 0")
             return 0
         with self._cond:
-            self._cond.wait_for(lambda: len(self._done) == len(self.socks))
+            while len(self._done) < len(self.socks) and not stopped():
+                self._cond.wait(POLL_S)
             failures = [c for c in self._done.values() if c]
         return failures[0] if failures else 0
 
@@ -156,41 +196,62 @@ def _send_line(sock: socket.socket, text: str) -> None:
         pass
 
 
-def _read_json(sock: socket.socket, deadline: float) -> Any:
-    sock.settimeout(max(0.1, deadline - time.monotonic()))
-    line = sock.makefile("rb").readline(_MAX_MESSAGE)
-    sock.settimeout(None)
-    if not line.endswith(b"\n"):
-        raise LaunchError("a launcher sent no complete message while the machines met.",
-                          hint="start the same tfdevices version on every machine, with the same --nnodes.")
+def _keepalive(sock: socket.socket) -> None:
+    """A machine that vanishes without closing (power, network) is noticed in about two minutes."""
     try:
-        return json.loads(line)
-    except ValueError:
-        raise LaunchError("a launcher sent a malformed message while the machines met.",
-                          hint="check that nothing else listens on --master-port.") from None
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        for name, value in (("TCP_KEEPIDLE", 60), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 6)):
+            if hasattr(socket, name):
+                sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
+    except OSError:
+        pass
 
 
-def rendezvous(nodes: Nodes, n: int) -> tuple[NodeJob, _Peers]:
+def rendezvous(nodes: Nodes, n: int, *, say: Callable[[str], None] = lambda text: None,
+               stopped: Callable[[], bool] = lambda: False) -> tuple[NodeJob, _Peers]:
     """Agrees with the other launchers on the cluster: node 0 gathers every machine's workers, tells all.
 
-    Every other node connects to node 0 (retrying until ``nodes.timeout``), says its node rank,
-    its address and its workers' ports, and gets back every worker's address in global rank order.
+    Every other node connects to node 0 (retrying until ``nodes.timeout``), proves it belongs to
+    the job, says its node rank, its address and its workers' ports, and gets back every worker's
+    address in global rank order. On node 0, a connection that is not a launcher of this job is
+    dropped and counted (``say`` tells the first of each kind), and the rendezvous goes on.
+
+    Args:
+        nodes: this launcher's place, the job's identity and secret.
+        n: this machine's workers.
+        say: prints a line on the launcher's console.
+        stopped: true once the launcher got a signal: every wait ends at once.
 
     Raises:
-        LaunchError: a launcher did not come within the timeout, two claim one node rank, or
-            a message is malformed.
+        LaunchError: a launcher did not come within the timeout, node 0 refused this launcher
+            (another job, no or a wrong secret, its node rank taken), or what answers is not a launcher.
+        Stopped: ``stopped()`` became true while waiting.
     """
     deadline = time.monotonic() + nodes.timeout
     if nodes.node_rank == 0:
-        return _serve(nodes, n, deadline)
-    return _join(nodes, n, deadline)
+        return _serve(nodes, n, deadline, say, stopped)
+    return _join(nodes, n, deadline, say, stopped)
 
 
-def _serve(nodes: Nodes, n: int, deadline: float) -> tuple[NodeJob, _Peers]:
+@dataclasses.dataclass(frozen=True)
+class _Hello:
+    reader: LineReader
+    host: str
+    ports: list[int]
+    nonces: tuple[str, str]  # node 0's, the joiner's
+
+
+def _serve(nodes: Nodes, n: int, deadline: float, say: Callable[[str], None],
+           stopped: Callable[[], bool]) -> tuple[NodeJob, _Peers]:
     host, port = nodes.master
     server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    joined: dict[int, tuple[socket.socket, str, list[int]]] = {}
+    joined: dict[int, _Hello] = {}
+    strays = Strays(say)
+    results: queue.Queue[tuple[socket.socket, str, Any]] = queue.Queue()
+    slots = threading.BoundedSemaphore(MAX_PENDING)
+    closing = threading.Event()
+    job = job_hash(nodes.rdzv_id)
     try:
         try:
             server.bind((host, port))
@@ -198,76 +259,240 @@ def _serve(nodes: Nodes, n: int, deadline: float) -> tuple[NodeJob, _Peers]:
             raise LaunchError(f"--master-addr {shown(host)} --master-port {port}: cannot listen there "
                               f"({err.strerror}).", hint="run --node-rank 0 on the machine --master-addr names, "
                                                          "with a free --master-port.") from None
-        server.listen(nodes.nnodes)
+        server.listen(MAX_PENDING)
+        server.settimeout(POLL_S)
         while len(joined) < nodes.nnodes - 1:
-            server.settimeout(max(0.1, deadline - time.monotonic()))
-            try:
-                conn, _ = server.accept()
-            except socket.timeout:
+            if stopped():
+                raise Stopped()
+            if time.monotonic() >= deadline:
+                if strays.summary():
+                    say(str(strays.summary()))
                 missing = sorted(set(range(1, nodes.nnodes)) - set(joined))
                 raise LaunchError(f"node(s) {shown(missing)} did not join within {nodes.timeout:g} s.",
                                   hint="start the launcher on every machine with the same --nnodes, "
-                                       "--master-addr and --master-port.") from None
-            rank, addr, ports = _hello(_read_json(conn, deadline), nodes.nnodes)
-            if rank in joined:
-                conn.close()
-                raise LaunchError(f"two launchers say --node-rank {rank}.", hint="give every machine its own --node-rank.")
-            joined[rank] = (conn, addr, ports)
+                                       "--master-addr and --master-port.")
+            try:
+                conn, _ = server.accept()
+            except socket.timeout:
+                conn = None
+            if conn is not None:
+                if slots.acquire(blocking=False):
+                    threading.Thread(target=_greet, args=(conn, nodes, job, deadline, results, slots, closing),
+                                     daemon=True).start()
+                else:
+                    strays.drop("busy", where(conn))
+                    conn.close()
+            _take(results, joined, strays, say, nodes.nnodes)
+            _forget_leavers(joined, say)
+        closing.set()
+        _take(results, joined, strays, say, nodes.nnodes)  # late ones: every node rank has joined
         own_host = nodes.node_addr or host
         parts = {0: (own_host, free_ports(n, "0.0.0.0"))}
-        parts.update({r: (a, p) for r, (_, a, p) in joined.items()})
+        parts.update({r: (h.host, h.ports) for r, h in joined.items()})
         addresses, firsts = [], {}
         for r in range(nodes.nnodes):
             firsts[r] = len(addresses)
             addresses += [f"{parts[r][0]}:{p}" for p in parts[r][1]]
-        for r, (conn, _, _) in joined.items():
-            _send_line(conn, json.dumps({"addresses": addresses, "first_rank": firsts[r]}))
-        return NodeJob(tuple(addresses), 0), _Peers([joined[r][0] for r in sorted(joined)], is_master=True)
+        for r, h in joined.items():
+            h.reader.sock.settimeout(_SEND_TIMEOUT_S)
+            send(h.reader.sock, {"addresses": addresses, "first_rank": firsts[r],
+                                 "proof": proof(nodes.token, "serve", *h.nonces, job, addresses, firsts[r])})
+        if strays.summary():
+            say(str(strays.summary()))
+        return NodeJob(tuple(addresses), 0), _Peers([joined[r].reader for r in sorted(joined)], True, say)
     except BaseException:
-        for conn, _, _ in joined.values():
-            conn.close()
+        for h in joined.values():
+            h.reader.sock.close()
         raise
     finally:
+        closing.set()
         server.close()
 
 
+def _greet(conn: socket.socket, nodes: Nodes, job: str, deadline: float,
+           results: queue.Queue[tuple[socket.socket, str, Any]], slots: threading.BoundedSemaphore,
+           closing: threading.Event) -> None:
+    """One connection to node 0 (its own thread, so a slow one holds up no other): who is it?"""
+    try:
+        ours = nonce()
+        send(conn, {"tfdevices": "rendezvous", "version": VERSION, "nonce": ours, "token": nodes.token is not None})
+        reader = LineReader(conn)
+        hello = reader.message(min(deadline, time.monotonic() + HELLO_TIMEOUT), closing.is_set)
+        rank, host, ports = _hello(hello, nodes.nnodes)
+        if hello.get("job") != job:
+            raise Stray("job")
+        theirs = hello["nonce"]
+        if not proven(nodes.token, hello.get("proof"), "join", ours, theirs, job, rank, host, ports):
+            raise Stray("token")
+        results.put((conn, "hello", (rank, _Hello(reader, host, ports, (ours, theirs)))))
+    except Stray as stray:
+        results.put((conn, "stray", stray.kind))
+    except (OSError, ValueError, TypeError, KeyError):  # whatever else a stranger sends: dropped, counted
+        results.put((conn, "stray", "garbage"))
+    except Stopped:
+        conn.close()
+    finally:
+        slots.release()
+
+
+def _take(results: queue.Queue[tuple[socket.socket, str, Any]], joined: dict[int, _Hello], strays: Strays,
+          say: Callable[[str], None], nnodes: int) -> None:
+    """Node 0 takes the launchers that said hello, and drops the strays (refused ones are told why)."""
+    while True:
+        try:
+            conn, what, value = results.get_nowait()
+        except queue.Empty:
+            return
+        if what == "hello" and value[0] in joined:
+            what, value = "stray", "taken"
+        if what == "stray":
+            strays.drop(value, where(conn))
+            if value in ("job", "token", "taken"):
+                send(conn, {"refused": value})
+            conn.close()
+            continue
+        rank, hello = value
+        joined[rank] = hello
+        say(f"rendezvous: node {rank} joined from {where(conn)} ({len(joined) + 1} of {nnodes})")
+
+
+def _forget_leavers(joined: dict[int, _Hello], say: Callable[[str], None]) -> None:
+    """A launcher that left before the job formed (stopped, killed) is waited for again."""
+    if not joined:
+        return
+    poller = select.poll()
+    for hello in joined.values():
+        poller.register(hello.reader.sock, select.POLLIN)
+    readable = {fd for fd, _ in poller.poll(0)}
+    for rank, hello in list(joined.items()):
+        if hello.reader.sock.fileno() in readable:
+            try:
+                gone = hello.reader.sock.recv(1, socket.MSG_PEEK) == b""
+            except OSError:
+                gone = True
+            if gone:
+                hello.reader.sock.close()
+                del joined[rank]
+                say(f"rendezvous: node {rank}'s launcher left before the job formed; waiting for node {rank} again")
+
+
 def _hello(message: Any, nnodes: int) -> tuple[int, str, list[int]]:
-    ok = (isinstance(message, dict) and isinstance(message.get("node_rank"), int)
-          and isinstance(message.get("host"), str) and isinstance(message.get("ports"), list)
+    ok = (isinstance(message.get("node_rank"), int) and isinstance(message.get("host"), str)
+          and 0 < len(message["host"]) <= 255 and isinstance(message.get("ports"), list)
           and 0 < len(message["ports"]) <= MAX_WORKERS
-          and all(isinstance(p, int) and 0 < p < 65536 for p in message["ports"]))
+          and all(isinstance(p, int) and 0 < p < 65536 for p in message["ports"])
+          and isinstance(message.get("nonce"), str) and 0 < len(message["nonce"]) <= 64)
     if not ok or not 0 < message["node_rank"] < nnodes:
-        raise LaunchError(f"a launcher sent a malformed or out-of-range hello: {shown(message)}.",
-                          hint="start the same tfdevices version on every machine, with the same --nnodes.")
+        raise Stray("garbage")
     return message["node_rank"], message["host"], message["ports"]
 
 
-def _join(nodes: Nodes, n: int, deadline: float) -> tuple[NodeJob, _Peers]:
+def _join(nodes: Nodes, n: int, deadline: float, say: Callable[[str], None],
+          stopped: Callable[[], bool]) -> tuple[NodeJob, _Peers]:
+    master = f"{shown(nodes.master[0])}:{nodes.master[1]}"
     while True:
-        try:
-            sock = socket.create_connection(nodes.master, timeout=max(0.1, min(5.0, deadline - time.monotonic())))
+        reader, greeting = _connect(nodes, deadline, stopped)
+        if greeting is not None:
             break
-        except OSError:
-            if time.monotonic() >= deadline:
-                raise LaunchError(f"cannot reach the node-0 launcher at {shown(nodes.master[0])}:"
-                                  f"{nodes.master[1]} within {nodes.timeout:g} s.",
-                                  hint="start --node-rank 0 on the --master-addr machine; check the address, "
-                                       "port and firewall.") from None
-            time.sleep(0.2)
+        reader.sock.close()
+        _pause(stopped)
+    sock = reader.sock
     try:
+        job, ours, theirs = job_hash(nodes.rdzv_id), nonce(), greeting["nonce"]
         host = nodes.node_addr or sock.getsockname()[0]
-        _send_line(sock, json.dumps({"node_rank": nodes.node_rank, "host": host,
-                                     "ports": free_ports(n, "0.0.0.0")}))
-        reply = _read_json(sock, deadline)
+        ports = free_ports(n, "0.0.0.0")
+        send(sock, {"node_rank": nodes.node_rank, "host": host, "ports": ports, "job": job, "nonce": ours,
+                    "proof": proof(nodes.token, "join", theirs, ours, job, nodes.node_rank, host, ports)})
+        try:
+            reply = reader.message(deadline, stopped)
+        except Stray as stray:
+            raise LaunchError(f"the node-0 launcher at {master} "
+                              + ("closed the connection before the job formed." if stray.kind == "closed" else
+                                 f"did not form the job within {nodes.timeout:g} s." if stray.kind == "slow" else
+                                 "sent a malformed reply."),
+                              hint="see node 0's console; start the launcher on every machine with the same "
+                                   "--nnodes, --master-addr and --master-port.") from None
+        if "refused" in reply:
+            raise _refusal(reply["refused"], nodes, master, bool(greeting.get("token")))
         addresses, first = reply.get("addresses"), reply.get("first_rank")
         if not (isinstance(addresses, list) and all(isinstance(a, str) for a in addresses)
                 and isinstance(first, int) and 0 <= first and first + n <= len(addresses)):
             raise LaunchError("the node-0 launcher sent a malformed cluster.",
                               hint="start the same tfdevices version on every machine.")
-        return NodeJob(tuple(addresses), first), _Peers([sock], is_master=False)
+        if not proven(nodes.token, reply.get("proof"), "serve", theirs, ours, job, addresses, first):
+            raise LaunchError(f"the node-0 launcher at {master} did not prove it holds the job's "
+                              "rendezvous token.", hint="give every machine the same secret "
+                                                        "(TFDEVICES_RDZV_TOKEN or --rdzv-token-file).")
+        return NodeJob(tuple(addresses), first), _Peers([reader], False, say)
     except BaseException:
         sock.close()
         raise
 
 
-__all__ = ["MASTER_PORT", "MAX_WORKERS", "NodeJob", "Nodes", "free_ports", "rendezvous"]
+def _connect(nodes: Nodes, deadline: float, stopped: Callable[[], bool]) -> tuple[LineReader, Any]:
+    """Connects to node 0 (retrying until the deadline) and reads its greeting (``None``: try again)."""
+    master = f"{shown(nodes.master[0])}:{nodes.master[1]}"
+    while True:
+        if stopped():
+            raise Stopped()
+        left = deadline - time.monotonic()
+        try:
+            sock = socket.create_connection(nodes.master, timeout=max(POLL_S, min(1.0, left)))
+            break
+        except OSError:
+            if left <= 0:
+                raise LaunchError(f"cannot reach the node-0 launcher at {shown(nodes.master[0])}:"
+                                  f"{nodes.master[1]} within {nodes.timeout:g} s.",
+                                  hint="start --node-rank 0 on the --master-addr machine; check the address, "
+                                       "port and firewall.") from None
+            _pause(stopped)
+    reader = LineReader(sock, MAX_CLUSTER)
+    try:
+        greeting = reader.message(min(deadline, time.monotonic() + HELLO_TIMEOUT), stopped)
+    except Stray as stray:
+        if stray.kind in ("closed", "slow") and time.monotonic() < deadline:
+            return reader, None  # node 0 was busy, or is starting: try again
+        sock.close()
+        raise LaunchError(f"what answers at --master-addr {shown(nodes.master[0])} --master-port "
+                          f"{nodes.master[1]} is not a tfdevices launcher ({stray}).",
+                          hint="check --master-addr and --master-port; another program may use that port.") from None
+    except BaseException:
+        sock.close()
+        raise
+    if greeting.get("tfdevices") != "rendezvous" or not isinstance(greeting.get("nonce"), str):
+        sock.close()
+        raise LaunchError(f"what answers at {master} is not a tfdevices launcher of this version.",
+                          hint="start the same tfdevices version on every machine; check --master-port.")
+    return reader, greeting
+
+
+def _pause(stopped: Callable[[], bool], seconds: float = 0.2) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and not stopped():
+        time.sleep(0.05)
+
+
+def _refusal(kind: object, nodes: Nodes, master: str, wants_token: bool) -> LaunchError:
+    """Why node 0 refused this launcher, in the user's terms."""
+    if kind == "job":
+        return LaunchError(f"the node-0 launcher at {master} runs another job: its rendezvous id differs "
+                           f"from this launcher's (which comes from {nodes.id_source}).",
+                           hint="start every machine's launcher with the same command, --nnodes and --master-port, "
+                                "or the same --rdzv-id; another job needs another --master-port.")
+    if kind == "taken":
+        return LaunchError(f"--node-rank {nodes.node_rank}: another machine has joined as node {nodes.node_rank}.",
+                           hint="give every machine its own --node-rank.")
+    if kind == "token" and wants_token and nodes.token is None:
+        return LaunchError(f"the node-0 launcher at {master} needs the job's rendezvous token, and this "
+                           "launcher has none.", hint="set TFDEVICES_RDZV_TOKEN, or pass --rdzv-token-file, "
+                                                      "with the same secret on every machine.")
+    if kind == "token" and not wants_token:
+        return LaunchError(f"this launcher has a rendezvous token, and the node-0 launcher at {master} "
+                           "has none.", hint="give every machine the same secret (TFDEVICES_RDZV_TOKEN or "
+                                             "--rdzv-token-file), or none.")
+    return LaunchError(f"the node-0 launcher at {master} refused this launcher's rendezvous token: "
+                       "the secrets differ.", hint="give every machine the same secret (TFDEVICES_RDZV_TOKEN or "
+                                                   "--rdzv-token-file).")
+
+
+__all__ = ["MASTER_PORT", "MAX_WORKERS", "NodeJob", "Nodes", "Stopped", "free_ports", "rendezvous"]
