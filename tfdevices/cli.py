@@ -133,10 +133,11 @@ def _seconds(text: str) -> float:
 
 
 def _cmd_select(args: argparse.Namespace) -> int:
+    from tfdevices.core.errors import CLI
     from tfdevices.gpus.selection import select
 
     sel = select(args.spec, _inventory(args), min_free_memory=args.min_free_memory,
-                 max_utilization=args.max_utilization, exclude=args.exclude, order=args.order)
+                 max_utilization=args.max_utilization, exclude=args.exclude, order=args.order, terms=CLI)
     if args.format == "json":
         print(sel.to_json())
     elif args.format == "table":
@@ -247,6 +248,7 @@ def _add_launch(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_configure(args: argparse.Namespace) -> int:
+    from tfdevices.core.errors import CLI
     from tfdevices.runtime import configure
 
     if not args.dry_run:
@@ -254,7 +256,7 @@ def _cmd_configure(args: argparse.Namespace) -> int:
                          hint="add --dry-run to see what configure() would mask, split and limit.")
     config = configure(args.spec, memory_growth=args.memory_growth or None,
                        memory_limit=_memory_limit(args.memory_limit), virtual_devices=args.virtual_devices,
-                       inventory=_inventory(args), dry_run=True)
+                       inventory=_inventory(args), dry_run=True, terms=CLI)
     print(config.table())
     return 0
 
