@@ -100,7 +100,8 @@ def test_errors_are_one_line_exit_2(eight_file, capsys, argv, first_words):
     (["select"], {}, "tfdevices select: error: the following arguments are required: spec."),
     (["frobnicate"], {}, "tfdevices: error: argument COMMAND: invalid choice: 'frobnicate'"),
     (["placement"], {}, "tfdevices placement: error: the following arguments are required: PATH."),
-    (["launch", "--bogus"], {}, "tfdevices launch: error: the following arguments are required: -n/--num-workers."),
+    (["launch", "--bogus"], {}, "tfdevices launch: error: unrecognized arguments: --bogus (and the following "
+                                "arguments are required: -n/--num-workers)."),
 ])
 def test_bad_input_in_a_real_process_gives_no_traceback(argv, env, first_words):
     proc = run_cli(*argv, env=env)
@@ -406,3 +407,44 @@ def test_a_split_without_free_memory_hints_the_flag(tmp_path, capsys):
     assert err.startswith("tfdevices configure: error: --virtual-devices 2: splitting a GPU needs each part's "
                           "memory"), err
     assert "HINT: give the memory of each logical GPU, e.g. --memory-limit 4GiB." in err
+
+
+# --- argument errors: what was wrong as typed, and the fix for that case; every command's help ------------
+
+
+@pytest.mark.parametrize("argv, first_words, hint", [
+    (["launch", "python", "-c", "print('hi')", "-n", "2"],
+     "the following arguments are required: -n/--num-workers ('-n 2' comes after the command 'python', so it "
+     "went to the command).", "HINT: put tfdevices launch's options before '--' and the command: "
+     "tfdevices launch -n 2 -- python -c print('hi')"),
+    (["launch", "--bogus"], "unrecognized arguments: --bogus (and the following arguments are required",
+     "HINT: 'tfdevices launch --help' lists its options."),
+    (["launch"], "the following arguments are required: -n/--num-workers.",
+     "HINT: e.g. tfdevices launch -n 2 -- python train.py"),
+    (["select", "0", "--exlude", "1"], "unrecognized arguments: --exlude 1.", "HINT: did you mean --exclude?"),
+    (["placement", "logs", "--inventory", "node.json"], "unrecognized arguments: --inventory node.json.",
+     "HINT: --inventory is an option of list, topo, select, demo, launch, configure, not of tfdevices placement."),
+    (["lst"], "argument COMMAND: invalid choice: 'lst'", "HINT: did you mean 'list'?"),
+    (["launch", "-n", "zero", "--", "x"], "argument -n/--num-workers: invalid int value: 'zero'.",
+     "HINT: -n/--num-workers: worker processes on this machine."),
+])
+def test_an_argument_error_names_what_was_typed_and_its_fix(capsys, argv, first_words, hint):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.split(": error: ", 1)[1].startswith(first_words), err
+    assert hint in err and err.count("\n") == 1 and "usage:" not in err and len(err) < 400, err
+
+
+@pytest.mark.parametrize("name", sorted(__import__("tfdevices.cli", fromlist=["COMMANDS"]).COMMANDS))
+def test_every_commands_help_exits_0_with_its_own_options_first(capsys, name):
+    with pytest.raises(SystemExit) as exit_:
+        main([name, "--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    section = out.split("\noptions:\n", 1)[1].split("\n\n", 1)[0]  # the first group: options, not groups
+    options = [line.split()[0].rstrip(",") for line in section.splitlines() if line.startswith("  -")]
+    assert options[0] == "-h"
+    own = options[1:]
+    if "--inventory" in own and len(own) > 1:
+        assert own[-1] == "--inventory", own  # the shared option after the command's own
+    assert out.startswith(f"usage: tfdevices {name} ")
