@@ -486,7 +486,7 @@ def _apply(sel: Selection | None, growth: bool | None, limit: Limits, split: int
     _say_once(plan.config.notes)
     os.environ.update(dict(plan.env))
     tf = import_tf()
-    _trace_runtime_start()
+    trace_runtime_start()
     gpus = tf.config.list_physical_devices("GPU")
     if plan.visible_ordinals is not None:
         gpus = _set_visible(tf, plan.visible_ordinals, gpus)
@@ -552,8 +552,11 @@ def _set_visible(tf: Any, ordinals: tuple[int, ...], gpus: list[Any]) -> list[An
     return wanted
 
 
-def _trace_runtime_start() -> None:
-    """Records where TensorFlow's runtime starts, so a late configure() can say which call did it."""
+def trace_runtime_start() -> None:
+    """Records where TensorFlow's runtime starts, so a late configure() can say which call did it.
+
+    :func:`configure` calls it, and so does every tfdevices call that may start the runtime
+    (``build_strategy``, ``device_scope`` ...): then the line named is the user's call of it."""
     from tensorflow.python.eager import context
 
     original = context.Context.ensure_initialized
@@ -578,6 +581,21 @@ def _user_frame() -> str:
         if not any(s in frame.filename for s in skip):
             return f"{frame.filename}:{frame.lineno} ({(frame.line or frame.name).strip()})"
     return "inside TensorFlow"
+
+
+def unseen_gpu_hint(key: str) -> str:
+    """The fix for a GPU named by NVML index that TensorFlow does not see, by why: it does not
+    exist, TensorFlow started without it, or it can still be selected."""
+    inventory = discover()
+    if inventory.get(key) is None:
+        has = ", ".join(g.key for g in inventory.gpus[:16]) or f"no GPU ({inventory.reason or 'none found'})"
+        return (f"there is no GPU {key} here (GPUs: {has}); name devices TensorFlow has, e.g. "
+                "devices=['CPU:0', 'CPU:1'] (configure(virtual_devices=2) splits the CPU), or devices=None for "
+                "every visible device.")
+    if runtime_started():
+        return (f"TensorFlow's runtime started without GPU {key}; in a new process, call "
+                f"tfdevices.configure(tfdevices.select('{key}')) before any TensorFlow op (or start with --gpus={key}).")
+    return f"select it before TensorFlow starts: configure(select('{key}')) or --gpus={key}."
 
 
 def _initialized_error(request: tuple[Any, ...]) -> RuntimeInitializedError:
