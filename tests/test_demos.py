@@ -26,6 +26,10 @@ def test_unknown_demo_lists_the_demos():
         run_demo("mirorred", [])
     assert str(info.value).startswith("demo 'mirorred' does not exist; demos: ")
     assert all(name in str(info.value) for name in ("mirrored", "tasks"))
+    assert "HINT: did you mean 'tfdevices demo mirrored'?" in str(info.value)
+    with pytest.raises(InputError) as info:
+        run_demo("taks", [])
+    assert "HINT: did you mean 'tfdevices demo tasks'?" in str(info.value)  # the hint follows the input
 
 
 def test_every_demo_is_described_and_importable():

@@ -55,8 +55,12 @@ def run_demo(name: str, argv: list[str]) -> int:
             and exits with status 2, as for any bad input.
     """
     if name not in DEMOS:
+        import difflib
+
+        close = difflib.get_close_matches(name, list(DEMOS), n=1, cutoff=0.6)
         raise InputError(f"demo {name!r} does not exist; demos: {', '.join(sorted(DEMOS))}.",
-                         hint="run 'tfdevices demo mirrored', or 'tfdevices demo NAME --help' for its flags.")
+                         hint=(f"did you mean 'tfdevices demo {close[0]}'? " if close else "")
+                         + "'tfdevices demo' describes them, 'tfdevices demo NAME --help' lists one's flags.")
     return _run(importlib.import_module(f"tfdevices.demos.{name}"), f"tfdevices demo {name}", argv)
 
 
