@@ -15,8 +15,6 @@ True
 
 from __future__ import annotations
 
-import dataclasses
-
 
 class TfDevicesError(Exception):
     """Base of every error tfdevices raises.
@@ -96,7 +94,6 @@ class StrategyError(TfDevicesError, ValueError):
     """A tf.distribute strategy cannot be built as asked."""
 
 
-@dataclasses.dataclass(frozen=True)
 class Terms:
     """How the user named the settings, so that a message and its HINT speak as they wrote:
     Python keywords (the API), the ``tfdevices`` command line, or absl flags.
@@ -111,8 +108,15 @@ class Terms:
     ('GPU spec', '--gpus=none', "'none'", '--memory-growth')
     """
 
-    style: str = "python"
-    names: tuple[tuple[str, str], ...] = ()
+    __slots__ = ("style", "names")
+
+    def __init__(self, style: str = "python", names: tuple[tuple[str, str], ...] = ()) -> None:
+        # a plain class: `tfdevices list` imports this module, and stays clear of dataclasses
+        self.style = style
+        self.names = names
+
+    def __repr__(self) -> str:
+        return f"Terms({self.style!r})"
 
     def name(self, param: str) -> str:
         """The setting's name as the user wrote it (``"spec"``: the GPU spec)."""
