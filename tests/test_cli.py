@@ -67,8 +67,8 @@ def test_select_output_evaluates_in_a_shell(eight_file):
 
 
 @pytest.mark.parametrize("fmt, check", [
-    ("json", lambda out: json.loads(out)["cuda_visible_devices"] == "6,7"),
-    ("table", lambda out: out.startswith("spec: 7,6  CUDA_VISIBLE_DEVICES=6,7")),
+    ("json", lambda out: json.loads(out)["cuda_visible_devices"] == "7,6"),
+    ("table", lambda out: out.startswith("spec: 7,6  CUDA_VISIBLE_DEVICES=7,6")),
 ])
 def test_select_formats(eight_file, capsys, fmt, check):
     assert main(["select", "7,6", "--format", fmt, "--inventory", eight_file]) == 0
@@ -78,10 +78,10 @@ def test_select_formats(eight_file, capsys, fmt, check):
 @pytest.mark.parametrize("argv, first_words", [
     (["select", "auto"], "tfdevices select: error: GPU spec 'auto': 'auto' needs a count"),
     (["select", "GPU:1"], "tfdevices select: error: GPU spec 'GPU:1': 'GPU:1' is a TensorFlow logical name"),
-    (["select", "9"], "tfdevices select: error: GPU spec '9': '9' names no GPU; this machine has 0"),
+    (["select", "9"], "tfdevices select: error: GPU spec '9': '9' names no GPU; the inventory "),
     (["select", "auto:9"], "tfdevices select: error: GPU spec 'auto:9': only 8 of 8 GPUs qualify"),
-    (["select", "all", "--min-free-memory", "8"], "tfdevices select: error: min_free_memory '8': a bare number"),
-    (["select", "all", "--exclude", "all"], "tfdevices select: error: exclude 'all': must name GPUs"),
+    (["select", "all", "--min-free-memory", "8"], "tfdevices select: error: --min-free-memory '8': a bare number"),
+    (["select", "all", "--exclude", "all"], "tfdevices select: error: --exclude 'all': must name GPUs"),
     (["select", "1", "--max-utilization", "50%"], "tfdevices select: error: GPU spec '1': GPU 1 is utilization 95%"),
 ])
 def test_errors_are_one_line_exit_2(eight_file, capsys, argv, first_words):
@@ -100,7 +100,8 @@ def test_errors_are_one_line_exit_2(eight_file, capsys, argv, first_words):
     (["select"], {}, "tfdevices select: error: the following arguments are required: spec."),
     (["frobnicate"], {}, "tfdevices: error: argument COMMAND: invalid choice: 'frobnicate'"),
     (["placement"], {}, "tfdevices placement: error: the following arguments are required: PATH."),
-    (["launch", "--bogus"], {}, "tfdevices launch: error: the following arguments are required: -n/--num-workers."),
+    (["launch", "--bogus"], {}, "tfdevices launch: error: unrecognized arguments: --bogus (and the following "
+                                "arguments are required: -n/--num-workers)."),
 ])
 def test_bad_input_in_a_real_process_gives_no_traceback(argv, env, first_words):
     proc = run_cli(*argv, env=env)
@@ -134,7 +135,7 @@ def test_inventory_flag_applies_this_process_mask(eight_file, capsys, monkeypatc
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,2")
     assert main(["select", "all", "--format", "json", "--inventory", eight_file]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["cuda_visible_devices"] == "2,5"
+    assert data["cuda_visible_devices"] == "5,2"  # the mask's order is kept: GPU 5 stays GPU:0
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")
     assert main(["list", "--inventory", eight_file]) == 0
     assert "no GPU visible: all 8 GPUs are hidden by CUDA_VISIBLE_DEVICES='-1'" in capsys.readouterr().out
@@ -339,3 +340,111 @@ def test_watch_in_a_real_process_ends_on_sigint_without_traceback(tmp_path):
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     assert out.decode().count("every 0.2s (Ctrl-C ends)") >= 2 and b"Traceback" not in err
+
+
+# --- configure --dry-run: every logical device, limits said when derived, the flags in the hints ---------
+
+NODE8 = os.path.join(DATA, "node-8gpu.json")
+
+
+def _dry_run(capsys, *args):
+    status = main(["configure", "--dry-run", *args, "--inventory", NODE8])
+    out, err = capsys.readouterr()
+    return status, dict(line.split(None, 1) if not line.startswith(("GPUs", "memory", "logical"))
+                        else (line[:17].strip(), line[19:]) for line in out.splitlines()), err
+
+
+def test_dry_run_split_shows_every_logical_device_and_why_the_limits(capsys, monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    status, rows, _ = _dry_run(capsys, "0,2", "--virtual-devices", "2")
+    assert status == 0
+    assert rows["GPUs (NVML -> TF)"] == "0 -> GPU:0 and GPU:1, 2 -> GPU:2 and GPU:3"
+    assert rows["memory limit"].startswith("GPU 0: 37.0 GiB + 37.0 GiB; GPU 2: 18.5 GiB + 18.5 GiB (not asked for: ")
+    assert "95% of each GPU's free memory" in rows["memory limit"]
+
+
+def test_dry_run_uneven_split_by_gpu_as_the_readme_says(capsys, monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    status, rows, _ = _dry_run(capsys, "auto:2", "--memory-limit", "0=8GiB,2=6GiB+2GiB")
+    assert status == 0
+    assert rows["GPUs (NVML -> TF)"] == "0 -> GPU:0, 2 -> GPU:1 and GPU:2"
+    assert rows["logical split"] == "GPU 0 x 1, GPU 2 x 2" and "None" not in rows["logical split"]
+    assert "not asked for" not in rows["memory limit"]
+
+
+def test_dry_run_without_a_spec_splits_from_the_inventorys_free_memory(capsys, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,0")
+    status, rows, err = _dry_run(capsys, "--virtual-devices", "2")
+    assert status == 0, err
+    assert rows["GPUs (NVML -> TF)"] == "2 -> GPU:0 and GPU:1, 0 -> GPU:2 and GPU:3"
+    assert rows["memory limit"].startswith("GPU 2: 18.5 GiB + 18.5 GiB; GPU 0: 37.0 GiB + 37.0 GiB")
+
+
+@pytest.mark.parametrize("args, first_words, hint", [
+    (["0,2", "--memory-limit", "100GiB"], "--memory-limit asks for more memory than a GPU has: GPU 0 "
+     "(A100-SXM4-80GB) has 80.0 GiB in all, 100.0 GiB asked; GPU 2", "HINT: keep each GPU's limits within its "
+     "memory, e.g. --memory-limit 36GiB."),
+    (["0", "--memory-growth", "--memory-limit", "4GiB"], "--memory-growth cannot be combined with --memory-limit",
+     "HINT: drop --memory-growth"),
+    (["0", "--virtual-devices", "0"], "--virtual-devices 0: must be", "HINT: write e.g. --virtual-devices 4"),
+    (["0", "--memory-limit", "8"], "--memory-limit '8': a bare number", "HINT: "),
+])
+def test_dry_run_errors_speak_in_flags(capsys, args, first_words, hint):
+    status, _, err = _dry_run(capsys, *args)
+    assert status == 2
+    assert err.startswith(f"tfdevices configure: error: {first_words}"), err
+    assert hint in err and "memory_limit=" not in err and "virtual_devices=" not in err, err
+
+
+def test_a_split_without_free_memory_hints_the_flag(tmp_path, capsys):
+    unknown = tmp_path / "node.json"
+    data = json.loads(open(NODE8).read())
+    for g in data["gpus"]:
+        g["memory_free"] = 0
+    unknown.write_text(json.dumps(data))
+    assert main(["configure", "--dry-run", "--virtual-devices", "2", "--inventory", str(unknown)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tfdevices configure: error: --virtual-devices 2: splitting a GPU needs each part's "
+                          "memory"), err
+    assert "HINT: give the memory of each logical GPU, e.g. --memory-limit 4GiB." in err
+
+
+# --- argument errors: what was wrong as typed, and the fix for that case; every command's help ------------
+
+
+@pytest.mark.parametrize("argv, first_words, hint", [
+    (["launch", "python", "-c", "print('hi')", "-n", "2"],
+     "the following arguments are required: -n/--num-workers ('-n 2' comes after the command 'python', so it "
+     "went to the command).", "HINT: put tfdevices launch's options before '--' and the command: "
+     "tfdevices launch -n 2 -- python -c print('hi')"),
+    (["launch", "--bogus"], "unrecognized arguments: --bogus (and the following arguments are required",
+     "HINT: 'tfdevices launch --help' lists its options."),
+    (["launch"], "the following arguments are required: -n/--num-workers.",
+     "HINT: e.g. tfdevices launch -n 2 -- python train.py"),
+    (["select", "0", "--exlude", "1"], "unrecognized arguments: --exlude 1.", "HINT: did you mean --exclude?"),
+    (["placement", "logs", "--inventory", "node.json"], "unrecognized arguments: --inventory node.json.",
+     "HINT: --inventory is an option of list, topo, select, demo, launch, configure, not of tfdevices placement."),
+    (["lst"], "argument COMMAND: invalid choice: 'lst'", "HINT: did you mean 'list'?"),
+    (["launch", "-n", "zero", "--", "x"], "argument -n/--num-workers: invalid int value: 'zero'.",
+     "HINT: -n/--num-workers: worker processes on this machine."),
+])
+def test_an_argument_error_names_what_was_typed_and_its_fix(capsys, argv, first_words, hint):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.split(": error: ", 1)[1].startswith(first_words), err
+    assert hint in err and err.count("\n") == 1 and "usage:" not in err and len(err) < 400, err
+
+
+@pytest.mark.parametrize("name", sorted(__import__("tfdevices.cli", fromlist=["COMMANDS"]).COMMANDS))
+def test_every_commands_help_exits_0_with_its_own_options_first(capsys, name):
+    with pytest.raises(SystemExit) as exit_:
+        main([name, "--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    section = out.split("\noptions:\n", 1)[1].split("\n\n", 1)[0]  # the first group: options, not groups
+    options = [line.split()[0].rstrip(",") for line in section.splitlines() if line.startswith("  -")]
+    assert options[0] == "-h"
+    own = options[1:]
+    if "--inventory" in own and len(own) > 1:
+        assert own[-1] == "--inventory", own  # the shared option after the command's own
+    assert out.startswith(f"usage: tfdevices {name} ")

@@ -26,6 +26,10 @@ def test_unknown_demo_lists_the_demos():
         run_demo("mirorred", [])
     assert str(info.value).startswith("demo 'mirorred' does not exist; demos: ")
     assert all(name in str(info.value) for name in ("mirrored", "tasks"))
+    assert "HINT: did you mean 'tfdevices demo mirrored'?" in str(info.value)
+    with pytest.raises(InputError) as info:
+        run_demo("taks", [])
+    assert "HINT: did you mean 'tfdevices demo tasks'?" in str(info.value)  # the hint follows the input
 
 
 def test_every_demo_is_described_and_importable():
@@ -43,6 +47,8 @@ def test_mirrored_demo_trains_and_leaves_tensorboard_logs(tmp_path):
     assert "epoch 1:" in out and "epoch 2:" in out and "examples/s on 4 replica(s)" in out
     assert "placement of one step:" in out and "CPU:0, CPU:1, CPU:2, CPU:3" in out
     assert f"TensorBoard logs: {logdir}" in out
+    said = out + proc.stderr
+    assert said.count("no GPU visible: running on 4 logical CPU devices") == 1, said  # in the table, not logged too
     events = [f for _, _, files in os.walk(logdir) for f in files if f.startswith("events.out.tfevents")]
     assert len(events) >= 2  # Keras' training scalars and the placement run
 
@@ -70,18 +76,19 @@ def test_bad_flag_is_a_usage_error_not_a_traceback(name, args, words):
     assert "Traceback" not in proc.stderr + proc.stdout
 
 
-def test_run_demo_returns_the_exit_code():
-    code = subprocess.run([sys.executable, "-c", "import sys; from tfdevices.demos import run_demo; "
-                           "sys.exit(run_demo('tasks', ['--size=0']))"], env=subprocess_env(),
+def test_run_demo_raises_bad_input_for_the_command_to_say():
+    code = subprocess.run([sys.executable, "-c", "import sys; from tfdevices.demos import run_demo\n"
+                           "try:\n    run_demo('tasks', ['--size=0'])\n"
+                           "except __import__('tfdevices').UsageError as err:\n    print(err)"], env=subprocess_env(),
                           capture_output=True, text=True, timeout=120, cwd=REPO)
-    assert code.returncode == 1 and "size" in code.stderr and "Traceback" not in code.stderr
+    assert code.returncode == 0 and code.stdout.startswith("flag --size=0: ") and "HINT: " in code.stdout, code
 
 
 # the workers demo takes its GPUs from the launcher (gpu_for_rank), not from --gpus
 @pytest.mark.parametrize("name", sorted(set(DEMOS) - {"workers"}))
 def test_helpfull_lists_the_toolkit_flags(name):
     proc = run_module(name, "--helpfull")
-    assert proc.returncode in (0, 1)
+    assert proc.returncode == 0
     assert all(flag in proc.stdout for flag in TOOLKIT_FLAGS), proc.stdout[-2000:]
 
 
@@ -125,11 +132,11 @@ def test_bad_flags_are_usage_errors_before_tensorflow_starts(tmp_path, name, arg
     env = dict(a.split("=", 1) for a in args if not a.startswith("--"))
     args = [a.format(file=blocker) for a in args if a.startswith("--")]
     code = ("import sys; sys.modules['tensorflow'] = None  # importing TensorFlow now fails\n"
-            "from tfdevices.demos import run_demo\n"
-            f"sys.exit(run_demo({name!r}, {args!r}))\n")
+            "from tfdevices.cli import main\n"
+            f"sys.exit(main(['demo', {name!r}, *{args!r}]))\n")
     proc = subprocess.run([sys.executable, "-c", code], env=subprocess_env(env), capture_output=True, text=True,
                           timeout=120, cwd=str(tmp_path))
-    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.returncode == 2, proc.stdout + proc.stderr  # tfdevices demo: bad input is status 2
     assert words in proc.stderr and "Traceback" not in proc.stderr + proc.stdout, proc.stderr
     assert blocker.read_text() == "precious"
 
@@ -143,3 +150,61 @@ def test_planned_replicas_and_batch_check():
     check_batch_size(4, 4)
     with pytest.raises(UsageError, match="--batch_size=3 is smaller than the 4 replicas"):
         check_batch_size(3, 4)
+
+
+# --- help and exit status, as a newcomer meets them ---------------------------------------------------------
+
+HELP_SCRIPT = """
+import contextlib, io, json, sys
+from tfdevices.cli import main
+out = {}
+for flag in ("--help", "--helpshort", "--helpfull"):
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        status = main(["demo", sys.argv[1], flag])
+    out[flag] = [status, text.getvalue()]
+print(json.dumps(out))
+"""
+
+OWN_FLAGS = {"mirrored": ("--epochs", "--batch_size", "--gpus"), "tasks": ("--size", "--rounds", "--gpus"),
+             "layers": ("--layers", "--devices", "--gpus"), "workers": ("--epochs", "--steps_per_epoch")}
+
+
+@pytest.mark.parametrize("name", sorted(DEMOS))
+def test_a_demos_help_shows_its_own_flags_first_and_exits_0(name):
+    import json
+
+    proc = subprocess.run([sys.executable, "-c", HELP_SCRIPT, name], env=subprocess_env(), capture_output=True,
+                          text=True, timeout=120, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    helps = json.loads(proc.stdout.splitlines()[-1])
+    for flag, (status, text) in helps.items():
+        assert status == 0, (flag, text)
+        assert text.startswith("Demo: ") and f"USAGE: tfdevices demo {name} [flags]" in text, text[:300]
+        own = text.split("flags of this demo:", 1)[1]
+        first_other = own.find("absl.") if flag == "--helpfull" else len(own)
+        for wanted in OWN_FLAGS[name]:
+            assert -1 < own.find(wanted) < first_other, (flag, wanted)
+        assert ("logtostderr" in text) == (flag == "--helpfull")  # absl's own flags only in --helpfull
+
+
+def test_a_demo_run_as_a_script_follows_absl_help_0_and_bad_input_1():
+    shown = run_module("tasks", "--help")
+    assert shown.returncode == 0 and "--size" in shown.stdout and "--rounds" in shown.stdout
+    bad = run_module("tasks", "--gpus=GPU:1")
+    assert bad.returncode == 1 and bad.stderr.startswith("python -m tfdevices.demos.tasks: error: --gpus 'GPU:1'")
+    assert bad.stderr.count("\n") == 1 and "HINT: write '1'" in bad.stderr
+
+
+@pytest.mark.parametrize("args, first_words", [
+    (["--gpus=GPU:1"], "tfdevices demo: error: --gpus 'GPU:1': 'GPU:1' is a TensorFlow logical name"),
+    (["--gpus=0"], "tfdevices demo: error: --gpus '0': '0' names no GPU; the inventory {path} has no GPU"),
+])
+def test_a_bad_gpus_in_a_demo_is_one_line_and_status_2_whoever_finds_it(tmp_path, args, first_words):
+    from tfdevices import Inventory
+
+    path = tmp_path / "no-gpu.json"
+    path.write_text(Inventory(source="none", reason="no NVIDIA driver").to_json())
+    proc = run_cli("demo", "--inventory", str(path), "mirrored", *args, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.startswith(first_words.format(path=path)) and proc.stderr.count("\n") == 1, proc.stderr

@@ -167,7 +167,7 @@ GiB = 1 << 30
 
 
 def test_plan_masks_two_gpus_before_import():
-    plan = plan_runtime(select("2,0", inv.eight()), memory_growth=True)
+    plan = plan_runtime(select("0,2", inv.eight()), memory_growth=True)
     assert dict(plan.env) == {"CUDA_VISIBLE_DEVICES": "0,2", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     assert plan.visible_ordinals is None and plan.gpu_count == 2
     assert plan.memory_growth is True and plan.gpu_limits == () and plan.config.notes == ()
@@ -279,7 +279,8 @@ def test_dry_run_plans_against_a_saved_inventory_without_touching_anything():
     table = out["table"]
     assert "mask               CUDA_VISIBLE_DEVICES=0,2 (via dry run: nothing applied; would set " \
            "CUDA_VISIBLE_DEVICES=0,2, CUDA_DEVICE_ORDER=PCI_BUS_ID)" in table
-    assert "GPUs (NVML -> TF)  0 -> GPU:0, 2 -> GPU:2" in table and "logical split      GPU x 2" in table
+    assert "GPUs (NVML -> TF)  0 -> GPU:0 and GPU:1, 2 -> GPU:2 and GPU:3" in table
+    assert "logical split      GPU x 2" in table
     assert "memory limit       GPU 0: 37.0 GiB + 37.0 GiB; GPU 2: 18.5 GiB + 18.5 GiB" in table  # 95% of free / 2
     assert "memory limit       GPU 0: 8.0 GiB; GPU 2: 4.0 GiB + 4.0 GiB" in out["by_gpu"]
 
@@ -291,7 +292,7 @@ def test_cli_configure_dry_run_prints_the_table():
     split = run_cli("configure", "--dry-run", "--inventory", NODE8, "1", "--memory-limit", "6GiB+2GiB")
     assert "GPU 1: 6.0 GiB + 2.0 GiB" in split.stdout and "1 -> GPU:0" in split.stdout, split.stdout + split.stderr
     bad = run_cli("configure", "--dry-run", "--inventory", NODE8, "0", "--memory-limit", "9=1GiB")
-    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "memory_limit names GPU 9" in bad.stderr
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--memory-limit names GPU 9" in bad.stderr
     nodry = run_cli("configure", "0")
     assert nodry.returncode == 2 and "--dry-run" in nodry.stderr
 

@@ -401,3 +401,30 @@ def test_an_evaluator_gets_one_process_and_a_ps_task_a_clear_refusal():
     assert cluster_from_env(env("worker")).num_workers == 3
     with pytest.raises(StrategyError, match=r"^TF_CONFIG names this process ps 0, a parameter server.*HINT: .*tf_keras"):
         cluster_from_env(env("ps"))
+
+
+def test_a_gpu_that_does_not_exist_and_the_line_that_started_the_runtime_are_named(tmp_path):
+    """After `import tensorflow` on a machine without GPUs: the hint for GPU 0 is not 'select it first', and
+    a configure() after build_strategy names the user's build_strategy line, not 'something in this process'."""
+    empty = tmp_path / "no-gpu.json"
+    empty.write_text('{"gpus": [], "source": "none", "reason": "no NVIDIA driver"}')
+    proc = run_py("""
+        import json
+        import tensorflow as tf
+        import tfdevices
+        said = {}
+        try:
+            tfdevices.build_strategy("mirrored", [0, 1])
+        except tfdevices.TfDevicesError as err:
+            said["strategy"] = str(err)
+        tfdevices.build_strategy("auto")
+        try:
+            tfdevices.configure("none", virtual_devices=2)
+        except tfdevices.RuntimeInitializedError as err:
+            said["configure"] = str(err)
+        print(json.dumps(said))
+    """, env={"TFDEVICES_INVENTORY": str(empty), "CUDA_VISIBLE_DEVICES": "-1"})
+    said = json.loads(proc.stdout.splitlines()[-1])
+    assert "HINT: there is no GPU 0 here (GPUs: no GPU (no NVIDIA driver))" in said["strategy"], said
+    assert "configure(select('0'))" not in said["strategy"]
+    assert "it was started by <string>:7 " in said["configure"]  # the build_strategy line and "something in this process" not in said["configure"]

@@ -22,13 +22,85 @@ EXIT_USAGE = 2
 
 
 class _Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are :class:`UsageError` (one line, with the usage as HINT)."""
+    """An ArgumentParser whose errors are :class:`UsageError`: one line naming what was wrong as typed,
+    with the fix for that case as HINT (a close option, where an option goes, an example)."""
+
+    example = ""
+    """A command line that works, for the HINT of a missing argument (``tfdevices select auto:2``)."""
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        self._argv = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> NoReturn:
-        usage = " ".join(self.format_usage().split())
-        err = UsageError(f"{message}.", hint=f"{usage.removeprefix('usage: ')} (see {self.prog} --help).")
+        err = UsageError(*_explain(self, message, getattr(self, "_argv", [])))
         err.command = self.prog
         raise err
+
+
+def _explain(parser: argparse.ArgumentParser, message: str, argv: list[str]) -> tuple[str, str]:
+    """argparse's complaint, said from what was typed: ``(message, hint)``."""
+    import difflib
+
+    options = parser._option_string_actions  # pylint: disable=protected-access
+    unknown, misplaced, command = _scan(parser, argv)
+    help_line = f"'{parser.prog} --help' lists its options"
+    if unknown and not message.startswith("unrecognized"):
+        message = f"unrecognized arguments: {' '.join(unknown)} (and {message})"
+    if message.startswith("unrecognized"):
+        words = unknown or message.split(": ", 1)[1].split()
+        name = words[0].split("=")[0]
+        longs = {o[2:]: o for o in options if o.startswith("--")}
+        close = [longs[c] for c in difflib.get_close_matches(name.lstrip("-"), list(longs), n=1, cutoff=0.75)]
+        elsewhere = [c for c, (_, takes, _) in COMMANDS.items() if name == "--inventory" and takes]
+        hint = (f"did you mean {close[0]}? ({help_line})" if close else
+                f"{name} is an option of {', '.join(elsewhere)}, not of {parser.prog}." if elsewhere else
+                f"{help_line}." if name.startswith("-") else f"{parser.prog} takes no {name!r} here; {help_line}.")
+        return f"{message}.", hint
+    if message.startswith("the following arguments are required") and misplaced:
+        typed = " ".join(misplaced)
+        fixed = " ".join([parser.prog, *misplaced, "--", *[a for a in command if a not in misplaced]])
+        return (f"{message} ({typed!r} comes after the command {command[0]!r}, so it went to the command).",
+                f"put {parser.prog}'s options before '--' and the command: {fixed}")
+    if message.startswith("the following arguments are required"):
+        return f"{message}.", f"e.g. {parser.example} ({help_line})." if parser.example else f"{help_line}."
+    flag = message[len("argument "):].split(":", 1)[0] if message.startswith("argument ") else ""
+    action = next((a for a in parser._actions if "/".join(a.option_strings) == flag or a.dest == flag or  # noqa
+                   a.metavar == flag), None)
+    if action is not None and action.choices and "invalid choice: " in message:
+        typed = message.split("invalid choice: ", 1)[1].split(" (choose", 1)[0].strip("'")
+        close = difflib.get_close_matches(typed, list(action.choices), n=1, cutoff=0.6)
+        what = "the commands" if flag == "COMMAND" else f"what {flag} takes"
+        return f"{message}.", (f"did you mean {close[0]!r}? " if close else "") + f"'{parser.prog} --help' lists {what}."
+    if action is not None and action.help and action.help != argparse.SUPPRESS:
+        return f"{message}.", f"{flag}: {action.help % vars(action) if '%' in action.help else action.help}."
+    return f"{message}.", f"{help_line}."
+
+
+def _scan(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[list[str], list[str], list[str]]:
+    """Reads ``argv`` as the parser would: ``(unknown options before the command, this parser's options
+    typed after the command, the command)`` (the command: a ``REMAINDER`` argument such as launch's)."""
+    options = parser._option_string_actions  # pylint: disable=protected-access
+    remainder = any(a.nargs == argparse.REMAINDER for a in parser._actions)  # pylint: disable=protected-access
+    unknown: list[str] = []
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        if word == "--" or not word.startswith("-") or word == "-":
+            break
+        action = options.get(word.split("=", 1)[0])
+        if action is None:
+            unknown.append(word)
+        elif "=" not in word and action.nargs != 0 and action.nargs != "?":
+            i += 1  # its value
+        i += 1
+    command = argv[i + (argv[i:i + 1] == ["--"]):] if remainder else []
+    misplaced: list[str] = []
+    for j, word in enumerate(command[1:], 1):
+        action = options.get(word.split("=", 1)[0])
+        if action is not None and action.required:
+            misplaced += [word] if "=" in word or j + 1 >= len(command) else [word, command[j + 1]]
+    return unknown, misplaced, command
 
 
 def _inventory(args: argparse.Namespace, *, topology: bool = True, users: bool = False) -> Any:
@@ -133,10 +205,11 @@ def _seconds(text: str) -> float:
 
 
 def _cmd_select(args: argparse.Namespace) -> int:
+    from tfdevices.core.errors import CLI
     from tfdevices.gpus.selection import select
 
     sel = select(args.spec, _inventory(args), min_free_memory=args.min_free_memory,
-                 max_utilization=args.max_utilization, exclude=args.exclude, order=args.order)
+                 max_utilization=args.max_utilization, exclude=args.exclude, order=args.order, terms=CLI)
     if args.format == "json":
         print(sel.to_json())
     elif args.format == "table":
@@ -247,6 +320,7 @@ def _add_launch(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_configure(args: argparse.Namespace) -> int:
+    from tfdevices.core.errors import CLI
     from tfdevices.runtime import configure
 
     if not args.dry_run:
@@ -254,7 +328,7 @@ def _cmd_configure(args: argparse.Namespace) -> int:
                          hint="add --dry-run to see what configure() would mask, split and limit.")
     config = configure(args.spec, memory_growth=args.memory_growth or None,
                        memory_limit=_memory_limit(args.memory_limit), virtual_devices=args.virtual_devices,
-                       inventory=_inventory(args), dry_run=True)
+                       inventory=_inventory(args), dry_run=True, terms=CLI)
     print(config.table())
     return 0
 
@@ -367,6 +441,14 @@ COMMANDS: dict[str, tuple[str, bool, Any]] = {
 }
 
 
+EXAMPLES = {
+    "select": "tfdevices select auto:2", "launch": "tfdevices launch -n 2 -- python train.py",
+    "placement": "tfdevices placement logs/run", "advise": "tfdevices advise logs/run",
+    "tune": "tfdevices tune tfdevices.decide.examples:tiny_mlp", "configure": "tfdevices configure --dry-run auto:2",
+}
+"""A command line that works, per command: the HINT when a required argument is missing."""
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The ``tfdevices`` parser, one subparser per command in :data:`COMMANDS`.
 
@@ -376,17 +458,18 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """
     from tfdevices import __version__
 
-    common = _Parser(add_help=False)
-    common.add_argument("--inventory", metavar="FILE",
-                        help="read GPUs from a saved 'tfdevices list --json' instead of NVML")
     parser = _Parser(prog="tfdevices", description="Make TensorFlow use the right devices, and prove it.")
     parser.add_argument("--version", action="version", version=f"tfdevices {__version__}")
     sub = parser.add_subparsers(dest="subcommand", required=True, metavar="COMMAND", parser_class=_Parser)
     for name, (text, inventory, add) in COMMANDS.items():
-        p = sub.add_parser(name, help=text, parents=[common] if inventory else [])
+        p = sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
+        p.example = EXAMPLES.get(name, "")
         if only is None or only == name:
-            add(p)
+            add(p)  # the command's own options first in its --help, then the shared --inventory
             p.set_defaults(parser=p)
+        if inventory:
+            p.add_argument("--inventory", metavar="FILE",
+                           help="read GPUs from a saved 'tfdevices list --json' instead of NVML")
     return parser
 
 

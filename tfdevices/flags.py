@@ -35,7 +35,7 @@ from typing import Any
 
 from absl import app, flags
 
-from tfdevices.core.errors import InputError, TfDevicesError, UsageError
+from tfdevices.core.errors import ABSL, InputError, TfDevicesError, UsageError
 from tfdevices.core.paths import check_directory
 from tfdevices.gpus.spec import parse_spec
 from tfdevices.jobs.env import launch_info
@@ -159,14 +159,14 @@ def configure_from_flags(flag_values: flags.FlagValues = FLAGS, *,
             :func:`tfdevices.select`, :func:`tfdevices.configure`, :func:`tfdevices.build_strategy`.
     """
     fv = _parsed(flag_values)
-    selection = select(fv.gpus, min_free_memory=fv.min_free_memory)
+    selection = select(fv.gpus, min_free_memory=fv.min_free_memory, terms=ABSL)
     split = fv.virtual_devices
     if split is None and selection.is_cpu_only:
         split = cpu_virtual_devices
     if global_batch_size is not None:
         check_batch_size(global_batch_size, planned_replicas(fv.strategy, len(selection.gpus), split))
     runtime = configure(selection, memory_growth=fv.memory_growth, memory_limit=fv.memory_limit,
-                        virtual_devices=split)
+                        virtual_devices=split, terms=ABSL)
     strategy = build_strategy(fv.strategy, None, fv.cross_device_ops, runtime=runtime)
     return explain(strategy, strategy.info, FlagsSetup(selection, runtime, fv.logdir, fv.log_placement))
 

@@ -31,8 +31,8 @@ from typing import Any
 from tfdevices.core._tf import import_tf
 from tfdevices.core.devices import short_name
 from tfdevices.gpus.discovery import discover
-from tfdevices.core.errors import EnvVarError, InputError, RuntimeInitializedError, TfDevicesError
-from tfdevices.gpus.inventory import INVENTORY_ENV, Inventory
+from tfdevices.core.errors import PYTHON, EnvVarError, InputError, RuntimeInitializedError, Terms, TfDevicesError
+from tfdevices.gpus.inventory import INVENTORY_ENV, GpuInfo, Inventory
 from tfdevices.gpus.selection import Selection, select
 from tfdevices.jobs.env import VIRTUAL_DEVICES_ENV
 from tfdevices.core.units import format_bytes, parse_count, parse_memory, shown
@@ -89,23 +89,42 @@ class RuntimeConfig:
                          hint="select it before configure(), e.g. configure(select('0,1')).")
 
     def table(self) -> str:
-        rows = [("mask", f"CUDA_VISIBLE_DEVICES={self.mask} (via {self.method})" if self.mask else "unchanged"),
-                ("GPUs (NVML -> TF)", ", ".join(f"{n} -> {t}" for n, t in self.gpu_map) or "none"),
+        rows = [("mask", f"CUDA_VISIBLE_DEVICES={self.mask} (via {self.method})" if self.mask else
+                 "unchanged" if self.method == "unchanged" else f"unchanged ({self.method})"),
+                ("GPUs (NVML -> TF)", ", ".join(f"{n} -> {self._names_of(n, t)}" for n, t in self.gpu_map) or "none"),
                 ("memory growth", "default" if self.memory_growth is None else str(self.memory_growth)),
                 ("memory limit", self._limits_text()),
-                ("logical split", f"{self.split} x {self.virtual_devices}" if self.split else "none"),
+                ("logical split", self._split_text()),
                 ("logical devices", ", ".join(self.logical_devices))]
         rows += [("note", n) for n in self.notes]
         width = max(len(k) for k, _ in rows)
         return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
+
+    def _names_of(self, key: str, first: str) -> str:
+        """``GPU:0`` or, for a GPU split into logical devices, ``GPU:0 and GPU:1``."""
+        count = len(dict(self.memory_limits).get(key, ())) or 1
+        start = int(first.split(":")[1])
+        names = [f"GPU:{start + i}" for i in range(count)]
+        return names[0] if count == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+    def _split_text(self) -> str:
+        if not self.split:
+            return "none"
+        if self.virtual_devices is not None:
+            return f"{self.split} x {self.virtual_devices}"
+        return ", ".join(f"GPU {key} x {len(limits)}" for key, limits in self.memory_limits)  # uneven
 
     def _limits_text(self) -> str:
         if self.memory_limit is not None:
             return format_bytes(self.memory_limit)
         if not self.memory_limits:
             return "none"
+        derived = self._request and self._request[2] == () and self._request[3]
         return "; ".join(f"GPU {key}: " + " + ".join(format_bytes(b) for b in limits)
-                         for key, limits in self.memory_limits)
+                         for key, limits in self.memory_limits) + (
+            f" (not asked for: a split needs each part's memory, so {_SPLIT_MARGIN:.0%} of each GPU's free "
+            f"memory is shared among its {self._request[3]} logical devices; a memory limit sets them)"
+            if derived else "")
 
 
 _CURRENT: RuntimeConfig | None = None
@@ -163,7 +182,7 @@ def runtime_started() -> bool:
 
 def configure(selection: Selection | object = None, *, memory_growth: bool | None = None,
               memory_limit: object = None, virtual_devices: int | None = None,
-              inventory: Inventory | None = None, dry_run: bool = False) -> RuntimeConfig:
+              inventory: Inventory | None = None, dry_run: bool = False, terms: Terms = PYTHON) -> RuntimeConfig:
     """Configures TensorFlow's devices, in the only order that works.
 
     Portable: on a machine without a GPU, ``memory_growth`` and ``memory_limit`` are
@@ -184,6 +203,7 @@ def configure(selection: Selection | object = None, *, memory_growth: bool | Non
         dry_run: plan only: return what would be applied (mask, split, limits, TensorFlow
             names) without touching the environment or TensorFlow, so it plans for a saved
             inventory (``TFDEVICES_INVENTORY``) on a machine without a GPU.
+        terms: how messages name the settings (:data:`tfdevices.core.errors.CLI` for the command line).
 
     Returns:
         The :class:`RuntimeConfig` applied (or, with ``dry_run``, planned).
@@ -192,10 +212,11 @@ def configure(selection: Selection | object = None, *, memory_growth: bool | Non
         InputError: an argument is malformed, or two settings conflict.
         RuntimeInitializedError: TensorFlow's runtime already started with another configuration.
     """
-    growth, limits, split = _validate(memory_growth, memory_limit, virtual_devices)
-    sel = selection if isinstance(selection, Selection) or selection is None else select(selection, inventory)
+    growth, limits, split = _validate(memory_growth, memory_limit, virtual_devices, terms)
+    sel = selection if isinstance(selection, Selection) or selection is None else select(selection, inventory,
+                                                                                            terms=terms)
     if dry_run:
-        return _dry_run(sel, growth, limits, split, inventory)
+        return _dry_run(sel, growth, limits, split, inventory, terms)
     request = (None if sel is None else sel.cuda_visible_devices, growth, limits, split)
     if _CURRENT is not None and _CURRENT._request == request:
         return _CURRENT
@@ -205,40 +226,44 @@ def configure(selection: Selection | object = None, *, memory_growth: bool | Non
 
 
 def _dry_run(sel: Selection | None, growth: bool | None, limits: Limits, split: int | None,
-             inventory: Inventory | None) -> RuntimeConfig:
+             inventory: Inventory | None, terms: Terms) -> RuntimeConfig:
     """The plan for this machine's (or the saved inventory's) GPUs; nothing applied."""
-    count = None
-    if sel is None:
-        count = len((inventory if inventory is not None else discover()).visible)
+    visible = None if sel is not None else (inventory if inventory is not None else discover()).visible
     plan = plan_runtime(sel, memory_growth=growth, memory_limit=limits or None, virtual_devices=split,
-                        tf_imported="tensorflow" in sys.modules, gpu_count=count)
+                        tf_imported="tensorflow" in sys.modules, visible=visible, terms=terms)
     env = ", ".join(f"{k}={v}" for k, v in plan.env)
-    return dataclasses.replace(plan.config, method=f"dry run: nothing applied; would set {env or 'nothing'}"
-                               if plan.config.method == "environment" else f"dry run: nothing applied; "
-                               f"would use {plan.config.method}")
+    method = {"environment": f"dry run: nothing applied; would set {env or 'nothing'}",
+              "unchanged": "dry run: nothing applied"}.get(plan.config.method,
+                                                           f"dry run: nothing applied; would use {plan.config.method}")
+    return dataclasses.replace(plan.config, method=method)
 
 
-def _validate(growth: object, limit: object, split: object) -> tuple[bool | None, Limits, int | None]:
+def _validate(growth: object, limit: object, split: object,
+              terms: Terms = PYTHON) -> tuple[bool | None, Limits, int | None]:
     if growth is not None and not isinstance(growth, bool):
         raise InputError(f"memory_growth={growth!r}: must be True, False or None.", hint="pass a bool.")
     if split is not None and (isinstance(split, bool) or not isinstance(split, int) or not 1 <= split <= _MAX_LOGICAL):
-        raise InputError(f"virtual_devices={shown(split)}: must be a whole number from 1 to {_MAX_LOGICAL}.",
-                         hint="write e.g. 4 to split the device into 4 logical devices.")
-    limits = normalize_memory_limit(limit, split)
+        raise InputError(f"{terms.setting('virtual_devices', split)}: must be a whole number from 1 to "
+                         f"{_MAX_LOGICAL}.", hint=f"write e.g. {terms.setting('virtual_devices', 4)} to split the "
+                                                  "device into 4 logical devices.")
+    limits = normalize_memory_limit(limit, split, terms=terms)
     if growth and (limits or split is not None):
-        raise InputError("memory_growth=True cannot be combined with memory_limit or virtual_devices: "
+        other = terms.name("memory_limit") if limits else terms.name("virtual_devices")
+        raise InputError(f"{terms.setting('memory_growth', True)} cannot be combined with {other}: "
                          "TensorFlow refuses memory growth on a device with logical configurations.",
-                         hint="use memory_limit (fixed share) or memory_growth (grow as needed), not both.")
+                         hint=f"drop {terms.name('memory_growth')} to keep a fixed share, or {other} to grow "
+                              "as needed: not both.")
     return growth, limits, split
 
 
-def normalize_memory_limit(limit: object, split: int | None = None) -> Limits:
+def normalize_memory_limit(limit: object, split: int | None = None, *, terms: Terms = PYTHON) -> Limits:
     """Reads a ``memory_limit`` into ``(GPU key or None, bytes per logical device)`` pairs (pure).
 
     Args:
         limit: ``None``; one size (``"4GiB"``, bytes); a list of sizes (one logical device
             each, on every GPU); or a dict by NVML GPU key of sizes or lists.
         split: ``virtual_devices``: one size then means that many logical devices of that size.
+        terms: how messages name the settings.
 
     Returns:
         ``()`` for no limit, else the pairs (key ``None``: every GPU).
@@ -263,21 +288,23 @@ def normalize_memory_limit(limit: object, split: int | None = None) -> Limits:
             if isinstance(key, bool) or not (name.replace(":", "", 1).isascii() and name.replace(":", "", 1).isdigit()):
                 raise InputError(f"memory_limit: key {shown(key)} is not a GPU's NVML key.",
                                  hint="key the dict by NVML index, as nvidia-smi shows it: {'0': '8GiB', '1': '4GiB'}.")
-            pairs.append((name, _sizes(value, split, f"memory_limit[{name!r}]")))
+            pairs.append((name, _sizes(value, split, terms.name("memory_limit") + (
+                f"[{name!r}]" if terms.style == "python" else f" for GPU {name}"), terms)))
         if len({k for k, _ in pairs}) != len(pairs):
             raise InputError(f"memory_limit names a GPU twice: {shown(list(limit))}.", hint="name each GPU once.")
         return tuple(sorted(pairs, key=lambda kv: [int(p) for p in kv[0].split(":")]))
-    return ((None, _sizes(limit, split, "memory_limit")),)
+    return ((None, _sizes(limit, split, terms.name("memory_limit"), terms)),)
 
 
-def _sizes(value: object, split: int | None, what: str) -> tuple[int, ...]:
+def _sizes(value: object, split: int | None, what: str, terms: Terms = PYTHON) -> tuple[int, ...]:
     if isinstance(value, (list, tuple)):
         if not value or len(value) > _MAX_LOGICAL:
             raise InputError(f"{what}={shown(value)}: a list needs 1 to {_MAX_LOGICAL} sizes, one per logical device.",
                              hint="e.g. ['6GiB', '2GiB'] for two logical devices.")
         if split is not None and len(value) != split:
-            raise InputError(f"{what} lists {len(value)} sizes but virtual_devices={split}.",
-                             hint="leave virtual_devices out: the list says how many logical devices.")
+            raise InputError(f"{what} lists {len(value)} sizes but {terms.setting('virtual_devices', split)}.",
+                             hint=f"leave {terms.name('virtual_devices')} out: the list says how many logical "
+                                  "devices.")
         sizes = tuple(parse_memory(v, what=what) for v in value)
     else:
         sizes = (parse_memory(value, what=what),) * (split or 1)  # type: ignore[arg-type]
@@ -313,7 +340,8 @@ class RuntimePlan:
 
 def plan_runtime(sel: Selection | None, *, memory_growth: bool | None = None, memory_limit: object = None,
                  virtual_devices: int | None = None, tf_imported: bool = False,
-                 gpu_count: int | None = None) -> RuntimePlan:
+                 gpu_count: int | None = None, visible: Sequence[GpuInfo] | None = None,
+                 terms: Terms = PYTHON) -> RuntimePlan:
     """Plans a configuration (pure: no environment, no TensorFlow).
 
     Args:
@@ -323,24 +351,33 @@ def plan_runtime(sel: Selection | None, *, memory_growth: bool | None = None, me
         tf_imported: whether TensorFlow is already imported (then masking goes through
             ``tf.config.set_visible_devices``).
         gpu_count: GPUs TensorFlow lists; needed only when ``sel`` is ``None``.
+        visible: the GPUs visible now, when ``sel`` is ``None`` and they are known (a dry run): their
+            NVML keys, free memory (to split) and total memory (to check limits).
+        terms: how messages name the settings.
 
     Returns:
         The :class:`RuntimePlan`.
 
     Raises:
-        InputError: a GPU split needs a memory limit that cannot be derived, or a limit
-            names a GPU that is not selected.
+        InputError: a GPU split needs a memory limit that cannot be derived, a limit
+            names a GPU that is not selected, or asks for more than a GPU's memory.
 
     >>> plan_runtime(None, virtual_devices=2, gpu_count=0).config.logical_devices
     ('CPU:0', 'CPU:1')
     """
-    count = len(sel.gpus) if sel is not None else gpu_count or 0
-    keys = [g.key for g in sel.gpus] if sel is not None else [str(i) for i in range(count)]
-    limits_in = memory_limit if _is_limits(memory_limit) else normalize_memory_limit(memory_limit, virtual_devices)
+    gpus = _tf_ordered(sel, tf_imported) if sel is not None else tuple(visible or ())
+    count = len(gpus) if sel is not None or visible is not None else gpu_count or 0
+    keys = [g.key for g in gpus] if gpus or sel is not None else [str(i) for i in range(count)]
+    limits_in = memory_limit if _is_limits(memory_limit) else normalize_memory_limit(memory_limit, virtual_devices,
+                                                                                      terms=terms)
     notes: list[str] = []
+    if sel is not None and gpus != sel.gpus:
+        notes.append(f"GPUs in CUDA's order {', '.join(keys)}, not as selected ({sel.spec}): TensorFlow was "
+                     "imported before configure(), and set_visible_devices cannot reorder them")
     per_gpu: tuple[tuple[int, ...], ...] = ()
     if count and (limits_in or virtual_devices is not None):
-        per_gpu = _gpu_limits(sel, keys, limits_in, virtual_devices or 1)
+        per_gpu = _gpu_limits(gpus, keys, limits_in, virtual_devices or 1, terms)
+        notes += _check_limits(gpus, per_gpu, terms) if limits_in else []
     if not count and limits_in:
         notes.append("memory_limit not applied: no GPU is visible")
     if not count and memory_growth is not None:
@@ -381,6 +418,32 @@ def _is_limits(value: object) -> bool:
         isinstance(p, tuple) and len(p) == 2 and isinstance(p[1], tuple) for p in value) and bool(value)
 
 
+def _tf_ordered(sel: Selection, tf_imported: bool) -> tuple[GpuInfo, ...]:
+    """The selected GPUs in TensorFlow's order: the mask's (as selected) before import; after it,
+    ``set_visible_devices`` can only keep CUDA's order."""
+    if not tf_imported or any(g.cuda_ordinal is None for g in sel.gpus):
+        return sel.gpus
+    return tuple(sorted(sel.gpus, key=lambda g: g.cuda_ordinal or 0))
+
+
+def _check_limits(gpus: Sequence[GpuInfo], per_gpu: Sequence[tuple[int, ...]], terms: Terms) -> list[str]:
+    """A limit past a GPU's memory is an error; past what is free now, a note."""
+    notes = []
+    over = [(g, sum(p)) for g, p in zip(gpus, per_gpu) if p and g.memory_total and sum(p) > g.memory_total]
+    if over:
+        smallest = min(g.memory_total for g, _ in over)
+        fits = max(1, int(smallest * 0.9) >> 30)
+        raise InputError(f"{terms.name('memory_limit')} asks for more memory than a GPU has: " + "; ".join(
+            f"GPU {g.key} ({g.name}) has {format_bytes(g.memory_total)} in all, {format_bytes(asked)} asked"
+            for g, asked in over) + ".",
+            hint=f"keep each GPU's limits within its memory, e.g. {terms.setting('memory_limit', f'{fits}GiB')}.")
+    for g, shares in zip(gpus, per_gpu):
+        if shares and g.memory_total and sum(shares) > g.memory_free:
+            notes.append(f"memory limit {format_bytes(sum(shares))} on GPU {g.key} is more than its "
+                         f"{format_bytes(g.memory_free)} free now: other processes hold the rest")
+    return notes
+
+
 def _ordinals(sel: Selection) -> tuple[int, ...]:
     missing = [g.key for g in sel.gpus if g.cuda_ordinal is None]
     if missing:
@@ -391,8 +454,8 @@ def _ordinals(sel: Selection) -> tuple[int, ...]:
     return tuple(sorted(g.cuda_ordinal for g in sel.gpus if g.cuda_ordinal is not None))
 
 
-def _gpu_limits(sel: Selection | None, keys: Sequence[str], limits: Limits,
-                split: int) -> tuple[tuple[int, ...], ...]:
+def _gpu_limits(gpus: Sequence[GpuInfo], keys: Sequence[str], limits: Limits,
+                split: int, terms: Terms = PYTHON) -> tuple[tuple[int, ...], ...]:
     """Bytes per logical device for each physical GPU (``()``: leave it unconfigured)."""
     if limits and limits[0][0] is None:
         return (limits[0][1],) * len(keys)
@@ -400,15 +463,15 @@ def _gpu_limits(sel: Selection | None, keys: Sequence[str], limits: Limits,
         named = dict(limits)
         unknown = [k for k in named if k not in keys]
         if unknown:
-            raise InputError(f"memory_limit names GPU {', '.join(unknown)}, which is not selected; "
+            raise InputError(f"{terms.name('memory_limit')} names GPU {', '.join(unknown)}, which is not selected; "
                              f"selected: {', '.join(keys) or 'none'}.",
                              hint="key the limits by the NVML index of a selected GPU.")
         return tuple(named.get(k, ()) for k in keys)
-    free = [g.memory_free for g in sel.gpus] if sel is not None else []
+    free = [g.memory_free for g in gpus]
     if len(free) != len(keys) or not all(free):
-        raise InputError(f"virtual_devices={split}: splitting a GPU needs each part's memory, and the free "
-                         "memory of the visible GPUs is unknown.",
-                         hint="pass memory_limit (per logical GPU), e.g. memory_limit='4GiB'.")
+        raise InputError(f"{terms.setting('virtual_devices', split)}: splitting a GPU needs each part's memory, "
+                         "and the free memory of the visible GPUs is unknown.",
+                         hint=f"give the memory of each logical GPU, e.g. {terms.setting('memory_limit', '4GiB')}.")
     return tuple((int(f * _SPLIT_MARGIN) // split,) * split for f in free)
 
 
@@ -423,7 +486,7 @@ def _apply(sel: Selection | None, growth: bool | None, limit: Limits, split: int
     _say_once(plan.config.notes)
     os.environ.update(dict(plan.env))
     tf = import_tf()
-    _trace_runtime_start()
+    trace_runtime_start()
     gpus = tf.config.list_physical_devices("GPU")
     if plan.visible_ordinals is not None:
         gpus = _set_visible(tf, plan.visible_ordinals, gpus)
@@ -489,8 +552,11 @@ def _set_visible(tf: Any, ordinals: tuple[int, ...], gpus: list[Any]) -> list[An
     return wanted
 
 
-def _trace_runtime_start() -> None:
-    """Records where TensorFlow's runtime starts, so a late configure() can say which call did it."""
+def trace_runtime_start() -> None:
+    """Records where TensorFlow's runtime starts, so a late configure() can say which call did it.
+
+    :func:`configure` calls it, and so does every tfdevices call that may start the runtime
+    (``build_strategy``, ``device_scope`` ...): then the line named is the user's call of it."""
     from tensorflow.python.eager import context
 
     original = context.Context.ensure_initialized
@@ -515,6 +581,21 @@ def _user_frame() -> str:
         if not any(s in frame.filename for s in skip):
             return f"{frame.filename}:{frame.lineno} ({(frame.line or frame.name).strip()})"
     return "inside TensorFlow"
+
+
+def unseen_gpu_hint(key: str) -> str:
+    """The fix for a GPU named by NVML index that TensorFlow does not see, by why: it does not
+    exist, TensorFlow started without it, or it can still be selected."""
+    inventory = discover()
+    if inventory.get(key) is None:
+        has = ", ".join(g.key for g in inventory.gpus[:16]) or f"no GPU ({inventory.reason or 'none found'})"
+        return (f"there is no GPU {key} here (GPUs: {has}); name devices TensorFlow has, e.g. "
+                "devices=['CPU:0', 'CPU:1'] (configure(virtual_devices=2) splits the CPU), or devices=None for "
+                "every visible device.")
+    if runtime_started():
+        return (f"TensorFlow's runtime started without GPU {key}; in a new process, call "
+                f"tfdevices.configure(tfdevices.select('{key}')) before any TensorFlow op (or start with --gpus={key}).")
+    return f"select it before TensorFlow starts: configure(select('{key}')) or --gpus={key}."
 
 
 def _initialized_error(request: tuple[Any, ...]) -> RuntimeInitializedError:

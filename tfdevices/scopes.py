@@ -148,8 +148,10 @@ def resolve_device(device: int | str) -> tuple[str, str]:
     Raises:
         SpecError: the name is malformed or names no device TensorFlow has.
     """
+    runtime.trace_runtime_start()
     logical = logical_devices()
-    names, tf_names = resolve_devices([device], logical=logical, gpu_map=runtime.gpu_map(logical))
+    names, tf_names = resolve_devices([device], logical=logical, gpu_map=runtime.gpu_map(logical),
+                                      unseen=runtime.unseen_gpu_hint)
     return names[0], tf_names[0]
 
 
@@ -198,11 +200,13 @@ def assign(tasks: Sequence[Callable[[], Any] | str] | Mapping[str, Callable[[], 
         SpecError: a device names nothing TensorFlow has, or is named twice.
     """
     named = _named_tasks(tasks)
+    runtime.trace_runtime_start()
     logical = logical_devices()
     gpu_map = runtime.gpu_map(logical)
     if devices is None:
         devices = [tfdevices_name(d, gpu_map) for d in default_devices(logical)]
-    resolved = dict(zip(*resolve_devices(list(devices), logical=logical, gpu_map=gpu_map)))
+    resolved = dict(zip(*resolve_devices(list(devices), logical=logical, gpu_map=gpu_map,
+                                         unseen=runtime.unseen_gpu_hint)))
     memory = _free_memory(list(resolved)) if policy == "by_memory" else None
     plan = plan_assignment([n for n, _ in named], list(resolved), policy, free_memory=memory)
     fns = dict(named)

@@ -576,9 +576,11 @@ def build_strategy(kind: str = "auto", devices: object = None, cross_device_ops:
     explicit = devices is not None
     if kind == "multi_worker" or (kind == "auto" and cluster.num_workers > 1):
         return _build_multi_worker(tf, kind, devices, cross_device_ops, cluster)
+    rt.trace_runtime_start()  # a later configure() names the user's line that called this
     logical = logical_devices()
     gpu_map = rt.gpu_map(logical, runtime)
-    names, tf_names = resolve_devices(devices, logical=logical, gpu_map=gpu_map) if explicit else ((), logical)
+    names, tf_names = resolve_devices(devices, logical=logical, gpu_map=gpu_map,
+                                      unseen=rt.unseen_gpu_hint) if explicit else ((), logical)
     decision = decide_strategy(kind, tf_names, cluster.num_workers, explicit=explicit,
                                cluster_source=cluster.source)
     if not explicit:

@@ -18,9 +18,9 @@ from tfdevices.gpus.inventory import Inventory as _Inventory
     ("none", {}, []),
     ("cpu", {}, []),
     ("0,2", {}, ["0", "2"]),
-    ("2,0", {}, ["0", "2"]),  # TensorFlow numbers them in NVML order after masking
+    ("2,0", {}, ["2", "0"]),  # the mask keeps the order named: GPU 2 is TensorFlow's GPU:0
     (5, {}, ["5"]),
-    ([7, 6], {}, ["6", "7"]),
+    ([7, 6], {}, ["7", "6"]),
     ("GPU-03aa", {}, ["3"]),
     ("auto:1", {}, ["0"]),  # most free memory
     ("auto:3", {}, ["0", "2", "4"]),
@@ -60,7 +60,8 @@ def test_every_decision_says_why():
 def test_masked_gpus_are_never_candidates():
     masked = inv.eight(visible=[6, 2])  # CUDA_VISIBLE_DEVICES=6,2 set by a scheduler
     sel = select("all", masked)
-    assert [g.key for g in sel.gpus] == ["2", "6"]
+    assert [g.key for g in sel.gpus] == ["6", "2"]  # the scheduler's order: GPU 6 stays GPU:0
+    assert sel.cuda_visible_devices == "6,2"
     assert select("auto:1", masked).gpus[0].key == "2"
     reasons = {d.key: d.reason for d in sel.decisions}
     assert reasons["0"].startswith("hidden by CUDA_VISIBLE_DEVICES")
@@ -155,7 +156,7 @@ def _mig_machine() -> Inventory:
     ("GPU-03a,GPU-03aa03", "GPU spec 'GPU-03a,GPU-03aa03': 'GPU-03aa03' is GPU 3"),  # two prefixes of one UUID
     ("GPU-03A,GPU-03aa03", "GPU spec 'GPU-03A,GPU-03aa03': 'GPU-03aa03' is GPU 3"),  # a UUID's case does not make it another GPU
     (["1", 1], "GPU spec ['1', 1]: GPU 1 named more than once"),
-    ([2, "GPU-02aa02"], "GPU spec '2,GPU-02aa02': 'GPU-02aa02' is GPU 2"),
+    ([2, "GPU-02aa02"], "GPU spec [2, 'GPU-02aa02']: 'GPU-02aa02' is GPU 2"),  # echoed as given
 ])
 def test_one_gpu_named_twice_is_refused(spec, first_words):
     with pytest.raises(SpecError) as err:
@@ -296,3 +297,59 @@ def test_without_topology_links_order_is_free_memory_order():
 def test_wiring_goes_into_json():
     data = select("auto:2", _topo("topo-pcie-4gpu-bridges.json")).to_dict()
     assert data["wiring"].startswith("all NVLink")
+
+
+# --- a newcomer's inputs: the answer in the order asked, the input as typed, a hint that fits the case ---
+
+
+def test_an_explicit_spec_keeps_the_order_named_as_a_mask_does():
+    sel = select("7,6", inv.eight())
+    assert sel.cuda_visible_devices == "7,6" and [g.key for g in sel.gpus] == ["7", "6"]
+    assert "GPU 7     -> GPU:0" in sel.table() and "GPU 6     -> GPU:1" in sel.table()
+    assert select("auto:2", inv.eight(), order="index").cuda_visible_devices == "0,1"  # chosen, not named: NVML order
+
+
+@pytest.mark.parametrize("spec, typed", [("0-9", "'0-9'"), (" 9", "' 9'"), ([9, 0], "[9, 0]")])
+def test_errors_echo_the_spec_as_typed(spec, typed):
+    with pytest.raises(SpecError) as err:
+        select(spec, inv.eight())
+    assert str(err.value).startswith(f"GPU spec {typed}: "), str(err.value)
+
+
+def test_an_inventory_from_a_file_is_named_not_called_this_machine(tmp_path):
+    path = tmp_path / "node.json"
+    path.write_text(inv.eight().to_json())
+    with pytest.raises(SpecError) as err:
+        select("9", _Inventory.load(str(path)))
+    assert f"the inventory {path} has 0 (" in str(err.value)
+    assert "this machine" not in str(err.value) and "source:" not in str(err.value)
+
+
+@pytest.mark.parametrize("spec, kwargs, inventory, hint", [
+    ("auto:10", {}, inv.eight(), "HINT: ask for at most 'auto:8'."),
+    ("auto:9", {"min_free_memory": "30GiB"}, inv.eight(),
+     "HINT: ask for at most 'auto:3', or relax the filters, or wait for GPUs to free up."),
+    ("auto:3", {}, inv.eight(visible=[1, 2]),
+     "HINT: ask for at most 'auto:2', or start without the CUDA_VISIBLE_DEVICES that hides the others"),
+    ("3", {}, inv.eight(visible=[1, 2]), "HINT: pick among the GPUs visible here (1, 2)"),
+    ("3", {"exclude": "3"}, inv.eight(), "HINT: leave GPU 3 out of exclude; or use 'auto:N'"),
+    ("1", {"max_utilization": 0.5}, inv.eight(), "HINT: choose other GPUs or relax the filters; or use 'auto:N'"),
+    ("0,2", {}, inv.empty(), "HINT: run on the CPU: 'none' (or 'all', which falls back to the CPU)."),
+    ("9", {}, inv.eight(), "HINT: name one of 0, 1, 2, 3, 4, 5, 6, 7 ('tfdevices list' shows them), or 'none'"),
+])
+def test_the_hint_is_the_fix_for_this_case(spec, kwargs, inventory, hint):
+    with pytest.raises((SpecError, SelectionError)) as err:
+        select(spec, inventory, **kwargs)
+    assert hint in str(err.value), str(err.value)
+    assert "relax the filters" not in str(err.value) or kwargs.get("min_free_memory") or kwargs.get("max_utilization")
+
+
+def test_the_command_lines_terms_name_its_flags():
+    from tfdevices.core.errors import CLI
+
+    with pytest.raises(InputError, match=r"^--min-free-memory '8': a bare number"):
+        select("all", inv.eight(), min_free_memory="8", terms=CLI)
+    with pytest.raises(SpecError, match=r"^--exclude 'GPU:0': .* HINT: write '0'"):
+        select("all", inv.eight(), exclude="GPU:0", terms=CLI)
+    with pytest.raises(SelectionError, match=r"^GPU spec 'auto:4' with --min-free-memory 35.0 GiB: only 2"):
+        select("auto:4", inv.eight(), min_free_memory="35GiB", terms=CLI)

@@ -183,3 +183,19 @@ def test_hostile_specs_are_refused_without_allocating(spec):
             parse_spec(spec)
 
     assert peak_allocation(refuse) < 1 << 20
+
+
+@pytest.mark.parametrize("spec, what, fix", [
+    ("GPU:3", "GPU spec", "write '3'"),
+    ("GPU:0", "GPU spec", "write '0'"),
+    ("/gpu:2", "GPU spec", "write '2'"),
+    ("cuda:1", "GPU spec", "write '1'"),
+    ("GPU:1,2", "--gpus", "write '1,2'"),
+    (["GPU:4", 0], "exclude", "write '4,0'"),
+    ("CPU:0", "GPU spec", "write 'none' to run on the CPU"),
+])
+def test_a_tensorflow_name_is_answered_with_the_index_it_stands_for(spec, what, fix):
+    with pytest.raises(SpecError) as err:
+        parse_spec(spec, what=what)
+    assert str(err.value).startswith(f"{what} {spec!r}: ")
+    assert f"HINT: {fix}" in str(err.value), str(err.value)

@@ -22,7 +22,7 @@ used in every report.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from tfdevices.core._tf import import_tf
 from tfdevices.core.errors import SpecError
@@ -91,8 +91,8 @@ def logical_devices() -> tuple[str, ...]:
     return tuple(short_name(d.name) for d in import_tf().config.list_logical_devices())
 
 
-def resolve_devices(devices: object, *, logical: Sequence[str],
-                    gpu_map: Mapping[str, str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def resolve_devices(devices: object, *, logical: Sequence[str], gpu_map: Mapping[str, str],
+                    unseen: Callable[[str], str] | None = None) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Translates tfdevices device names to TensorFlow's (pure).
 
     Args:
@@ -100,6 +100,8 @@ def resolve_devices(devices: object, *, logical: Sequence[str],
             or TensorFlow logical names (``"CPU:1"``).
         logical: the logical devices TensorFlow has (``"CPU:0"``, ``"GPU:0"`` ...).
         gpu_map: NVML key -> TensorFlow name, for the GPUs TensorFlow sees after masking.
+        unseen: the HINT for a GPU TensorFlow does not see, from its NVML key (the caller knows
+            whether it exists and whether TensorFlow can still be configured).
 
     Returns:
         ``(tfdevices names, TensorFlow names)``, in the order given.
@@ -116,7 +118,7 @@ def resolve_devices(devices: object, *, logical: Sequence[str],
     names: list[str] = []
     tf_names: list[str] = []
     for item in items:
-        name, tf_name = _resolve_one(item, logical, gpu_map)
+        name, tf_name = _resolve_one(item, logical, gpu_map, unseen)
         if tf_name in tf_names:
             raise SpecError(f"device {item!r} is named twice (as TensorFlow's {tf_name}) in {items!r}.",
                             hint="name each device once.")
@@ -125,7 +127,8 @@ def resolve_devices(devices: object, *, logical: Sequence[str],
     return tuple(names), tuple(tf_names)
 
 
-def _resolve_one(item: object, logical: tuple[str, ...], gpu_map: Mapping[str, str]) -> tuple[str, str]:
+def _resolve_one(item: object, logical: tuple[str, ...], gpu_map: Mapping[str, str],
+                 unseen: Callable[[str], str] | None = None) -> tuple[str, str]:
     if isinstance(item, bool) or not isinstance(item, (int, str)):
         raise SpecError(f"device {item!r}: expected an NVML index (1, '1') or a TensorFlow name ('CPU:1').",
                         hint="name a physical GPU by its nvidia-smi index, or a logical device as 'CPU:1'.")
@@ -138,7 +141,8 @@ def _resolve_one(item: object, logical: tuple[str, ...], gpu_map: Mapping[str, s
             seen = ", ".join(f"{k} -> {v}" for k, v in gpu_map.items()) or "none"
             raise SpecError(f"device {item!r}: TensorFlow does not see the GPU with NVML index {key}; "
                             f"GPUs it sees (NVML -> TF): {seen}.",
-                            hint=f"select it before TensorFlow starts: configure(select('{key}')) or --gpus={key}.")
+                            hint=unseen(key) if unseen is not None else
+                            f"select it before TensorFlow starts: configure(select('{key}')) or --gpus={key}.")
         tf_name = short_name(gpu_map[key])
         if tf_name not in logical:
             raise SpecError(f"device {item!r}: GPU {key} should be TensorFlow's {tf_name}, but TensorFlow has "

@@ -92,3 +92,56 @@ class ReservationError(TfDevicesError):
 
 class StrategyError(TfDevicesError, ValueError):
     """A tf.distribute strategy cannot be built as asked."""
+
+
+class Terms:
+    """How the user named the settings, so that a message and its HINT speak as they wrote:
+    Python keywords (the API), the ``tfdevices`` command line, or absl flags.
+
+    Args:
+        style: ``"python"``, ``"cli"`` or ``"absl"``.
+        names: settings named otherwise in this style (``(("spec", "--gpus"),)``).
+
+    >>> PYTHON.setting("memory_limit", "4GiB"), CLI.setting("memory_limit", "4GiB"), ABSL.setting("memory_limit", "4GiB")
+    ("memory_limit='4GiB'", '--memory-limit 4GiB', '--memory_limit=4GiB')
+    >>> CLI.name("spec"), ABSL.setting("spec", "none"), CLI.setting("spec", "none"), CLI.setting("memory_growth", True)
+    ('GPU spec', '--gpus=none', "'none'", '--memory-growth')
+    """
+
+    __slots__ = ("style", "names")
+
+    def __init__(self, style: str = "python", names: tuple[tuple[str, str], ...] = ()) -> None:
+        # a plain class: `tfdevices list` imports this module, and stays clear of dataclasses
+        self.style = style
+        self.names = names
+
+    def __repr__(self) -> str:
+        return f"Terms({self.style!r})"
+
+    def name(self, param: str) -> str:
+        """The setting's name as the user wrote it (``"spec"``: the GPU spec)."""
+        named = dict(self.names)
+        if param in named:
+            return named[param]
+        if param == "spec":
+            return "--gpus" if self.style == "absl" else "GPU spec"
+        if self.style == "cli":
+            return "--" + param.replace("_", "-")
+        return "--" + param if self.style == "absl" else param
+
+    def setting(self, param: str, value: object) -> str:
+        """The setting with a value, as the user would write it: ``memory_limit='4GiB'``,
+        ``--memory-limit 4GiB``, ``--memory_limit=4GiB``."""
+        name = self.name(param)
+        if name == "GPU spec":  # the positional spec: its value alone
+            return repr(str(value))
+        if self.style == "python":
+            return f"{name}={value!r}"
+        if isinstance(value, bool):
+            return name if value else (f"--no{name[2:]}" if self.style == "absl" else f"no {name}")
+        return f"{name}={value}" if self.style == "absl" else f"{name} {value}"
+
+
+PYTHON = Terms("python")
+CLI = Terms("cli")
+ABSL = Terms("absl")

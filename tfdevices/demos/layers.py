@@ -17,12 +17,14 @@ and compares, with :func:`tfdevices.verify` on one forward step:
 from __future__ import annotations
 
 import re
+import sys
 from typing import Any
 
-from absl import app, flags
+from absl import flags
 from absl import logging as absl_logging
 
 import tfdevices
+from tfdevices.demos import no_arguments, run_script
 from tfdevices import flags as tfd_flags
 
 tfd_flags.define_flags()
@@ -90,8 +92,7 @@ def _line(name: str, traffic: dict[str, Any]) -> str:
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    no_arguments(argv)
     if not FLAGS["verbosity"].present:
         absl_logging.set_verbosity(absl_logging.WARNING)
     setup = tfd_flags.configure_from_flags(cpu_virtual_devices=max(CPU_DEVICES, FLAGS.devices))
@@ -128,4 +129,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    run_script(sys.modules[__name__])

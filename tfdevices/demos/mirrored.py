@@ -12,13 +12,15 @@ each epoch, and where the TensorBoard logs are (``tensorboard --logdir ...``).
 from __future__ import annotations
 
 import os
+import sys
 import time
 from typing import Any
 
-from absl import app, flags
+from absl import flags
 from absl import logging as absl_logging
 
 import tfdevices
+from tfdevices.demos import no_arguments, run_script, shown_in_tables
 from tfdevices import flags as tfd_flags
 from tfdevices.training import train
 
@@ -49,12 +51,11 @@ def make_model(keras: Any) -> Any:
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    no_arguments(argv)
     if not FLAGS["verbosity"].present:
         absl_logging.set_verbosity(absl_logging.WARNING)  # TensorFlow's per-step INFO lines drown the output
     print(tfdevices.discover().table(), "\n", flush=True)
-    with tfd_flags.usage_errors():  # --batch_size below the replica count: a usage error before TensorFlow starts
+    with shown_in_tables():  # --batch_size below the replica count: a usage error before TensorFlow starts
         setup = tfd_flags.configure_from_flags(cpu_virtual_devices=CPU_DEVICES, global_batch_size=FLAGS.batch_size)
     print(setup.table(), "\n", flush=True)
     tf = tfdevices.core._tf.import_tf()
@@ -114,4 +115,4 @@ class Throughput:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    run_script(sys.modules[__name__])

@@ -12,12 +12,14 @@ copy (``_Send``/``_Recv``) with its size, from the graphs TensorFlow executed.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
-from absl import app, flags
+from absl import flags
 from absl import logging as absl_logging
 
 import tfdevices
+from tfdevices.demos import no_arguments, run_script
 from tfdevices import flags as tfd_flags
 from tfdevices.tensorboard.writer import write_placement
 
@@ -40,8 +42,7 @@ def two_devices(logical: tuple[str, ...]) -> tuple[str, str]:
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    no_arguments(argv)
     if not FLAGS["verbosity"].present:
         absl_logging.set_verbosity(absl_logging.WARNING)
     setup = tfd_flags.configure_from_flags(cpu_virtual_devices=CPU_DEVICES)
@@ -89,4 +90,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    run_script(sys.modules[__name__])

@@ -14,11 +14,14 @@ weights: they are identical.
 
 from __future__ import annotations
 
-from absl import app, flags
+import sys
+
+from absl import flags
 
 import tfdevices
+from tfdevices.demos import no_arguments, run_script
 from absl import logging as absl_logging
-from tfdevices.flags import check_batch_size, usage_errors
+from tfdevices.flags import check_batch_size
 
 flags.DEFINE_integer("epochs", 2, "Epochs to train.", lower_bound=1)
 flags.DEFINE_integer("steps_per_epoch", 8, "Batches per epoch.", lower_bound=1)
@@ -28,14 +31,12 @@ FLAGS = flags.FLAGS
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    no_arguments(argv)
     if not FLAGS["verbosity"].present:
         absl_logging.set_verbosity(absl_logging.WARNING)  # TensorFlow's INFO lines drown the output
     info = tfdevices.launch_info()
     mine = tfdevices.gpu_for_rank(info, tfdevices.discover())
-    with usage_errors():  # before TensorFlow starts
-        check_batch_size(FLAGS.batch_size, info.world_size * max(1, len(mine.gpus)))
+    check_batch_size(FLAGS.batch_size, info.world_size * max(1, len(mine.gpus)))  # before TensorFlow starts
     tfdevices.configure(mine.spec)  # before TensorFlow starts: this process sees only its GPU(s)
     tf = tfdevices.core._tf.import_tf()
     import keras
@@ -56,4 +57,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    run_script(sys.modules[__name__])

@@ -17,7 +17,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tfdevices.core.errors import InputError, SelectionError, SpecError
+from tfdevices.core.errors import PYTHON, InputError, SelectionError, SpecError, Terms
 from tfdevices.gpus import topology as tp, visibility
 from tfdevices.gpus.discovery import discover
 from tfdevices.gpus.inventory import GpuInfo, Inventory
@@ -28,6 +28,8 @@ from tfdevices.core.units import format_bytes, parse_memory, shown
 ORDERS = ("links", "free_memory", "utilization", "index")
 """How ``auto:N`` ranks GPUs: ``links`` (best-wired set, then free memory; the default) or the
 wiring-blind orders of tfdevices 0.2."""
+HIDDEN = "hidden by CUDA_VISIBLE_DEVICES"
+"""Why a GPU that the process's mask hides is skipped."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,7 +47,9 @@ class Selection:
 
     Attributes:
         spec: the canonical spec (``"auto:2"``).
-        gpus: the chosen GPUs in NVML index order (which is also their TensorFlow order after masking).
+        gpus: the chosen GPUs in their TensorFlow order once masked: as named for an explicit spec
+            (``"7,6"``: GPU 7 is ``GPU:0``), the mask's order for ``"all"`` under a
+            ``CUDA_VISIBLE_DEVICES`` already set, else NVML index order.
         decisions: one per GPU in the inventory, saying why it was taken or skipped.
         filters: the filters applied, for people (``"min_free_memory=8.0 GiB"``).
         source: the inventory's source (``"nvml"``, ``"none"`` ...).
@@ -107,7 +111,7 @@ class Selection:
 
 def select(spec: object = "all", inventory: Inventory | None = None, *,
            min_free_memory: int | str | None = None, max_utilization: float | None = None,
-           exclude: object = None, order: str = "links") -> Selection:
+           exclude: object = None, order: str = "links", terms: Terms = PYTHON) -> Selection:
     """Chooses GPUs.
 
     Only GPUs visible under the current ``CUDA_VISIBLE_DEVICES`` are candidates:
@@ -124,6 +128,7 @@ def select(spec: object = "all", inventory: Inventory | None = None, *,
             equals the most free memory; without a known topology, as ``"free_memory"``),
             or, ignoring the wiring, ``"free_memory"`` (most first), ``"utilization"``
             (least first) or ``"index"``.
+        terms: how messages name the settings (:data:`tfdevices.core.errors.CLI` for the command line).
 
     Returns:
         A frozen :class:`Selection`.
@@ -134,23 +139,24 @@ def select(spec: object = "all", inventory: Inventory | None = None, *,
         SelectionError: the request is valid but cannot be met (too few GPUs pass the filters,
             or an explicitly named GPU fails them or is hidden).
     """
-    parsed = parse_spec(spec)
+    parsed = parse_spec(spec, what=terms.name("spec"))
     if inventory is None:
         inventory = discover()
-    min_free = None if min_free_memory is None else parse_memory(min_free_memory, what="min_free_memory")
-    max_util = _check_utilization(max_utilization)
+    min_free = None if min_free_memory is None else parse_memory(min_free_memory,
+                                                                 what=terms.name("min_free_memory"))
+    max_util = _check_utilization(max_utilization, terms)
     if order not in ORDERS:
-        raise InputError(f"order={order!r}: unknown order; known orders: {', '.join(ORDERS)}.",
+        raise InputError(f"{terms.setting('order', order)}: unknown order; known orders: {', '.join(ORDERS)}.",
                          hint="use 'links' (best-wired first), 'free_memory' (most free first), "
                               "'utilization' (least busy first) or 'index'.")
-    excluded = _resolve_exclude(exclude, inventory)
+    excluded = _resolve_exclude(exclude, inventory, terms)
     checks = _checks(min_free, max_util, excluded)
     filters = ", ".join(p for p in (
-        f"min_free_memory={format_bytes(min_free)}" if min_free is not None else "",
-        f"max_utilization={max_util:.0%}" if max_util is not None else "",
-        f"exclude={','.join(sorted(excluded))}" if excluded else "") if p)
+        _filter(terms, "min_free_memory", format_bytes(min_free)) if min_free is not None else "",
+        _filter(terms, "max_utilization", f"{max_util:.0%}") if max_util is not None else "",
+        _filter(terms, "exclude", ",".join(sorted(excluded))) if excluded else "") if p)
     failures = {g.key: _first_failure(g, checks) for g in inventory.gpus}
-    chosen, wiring = _choose(parsed, inventory, failures, order, filters)
+    chosen, wiring = _choose(_Asked(parsed, spec, terms), inventory, failures, order, filters)
     chosen_keys = {g.key for g in chosen}
     links = _links_within(chosen, inventory.topology)
     decisions = tuple(
@@ -158,20 +164,48 @@ def select(spec: object = "all", inventory: Inventory | None = None, *,
                  _reason(g, parsed, failures[g.key], g.key in chosen_keys, links.get(g.key),
                          bool(wiring) and order == "links"))
         for g in inventory.gpus)
-    return Selection(spec=parsed.text, gpus=tuple(sorted(chosen, key=_nvml_order)), decisions=decisions,
+    return Selection(spec=parsed.text, gpus=_tf_order(parsed, chosen, inventory), decisions=decisions,
                      filters=filters, source=inventory.source, wiring=wiring)
+
+
+def _filter(terms: Terms, param: str, text: str) -> str:
+    """A filter for people: ``min_free_memory=8.0 GiB`` (the API), ``--min-free-memory 8.0 GiB`` (the CLI)."""
+    return f"{param}={text}" if terms.style == "python" else terms.setting(param, text)
+
+
+def _tf_order(spec: DeviceSpec, chosen: Sequence[GpuInfo], inventory: Inventory) -> tuple[GpuInfo, ...]:
+    """The order the mask gives the chosen GPUs: as named (``"7,6"``), a mask already set
+    kept for ``"all"``, else NVML order."""
+    if spec.kind == "explicit":
+        return tuple(chosen)
+    if spec.kind == "all" and inventory.cuda_visible_devices is not None:
+        return tuple(sorted(chosen, key=lambda g: (g.cuda_ordinal is None, g.cuda_ordinal or 0, _nvml_order(g))))
+    return tuple(sorted(chosen, key=_nvml_order))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Asked:
+    """A spec as parsed, as typed (for messages), and the terms of the entry point it came through."""
+
+    parsed: DeviceSpec
+    typed: object
+    terms: Terms
+
+    @property
+    def echo(self) -> str:
+        return f"{self.terms.name('spec')} {shown(self.typed)}"
 
 
 def _nvml_order(gpu: GpuInfo) -> tuple[int, int]:
     return gpu.index, -1 if gpu.mig_index is None else gpu.mig_index
 
 
-def _check_utilization(value: object) -> float | None:
+def _check_utilization(value: object, terms: Terms = PYTHON) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-        raise InputError(f"max_utilization={value!r}: must be a fraction between 0 and 1.",
-                         hint="write 0.5 for 50%.")
+        raise InputError(f"{terms.setting('max_utilization', value)}: must be a fraction between 0 and 1.",
+                         hint=f"write {terms.setting('max_utilization', 0.5)} for 50%.")
     return float(value)
 
 
@@ -271,26 +305,47 @@ def _resolve(key: str, inventory: Inventory, what: str, spec: object,
         found = [] if one is None else [one]
     if len(found) == 1:
         return found[0]
-    exists = ", ".join(f"{g.key} ({g.uuid})" for g in inventory.gpus[:16]) or "no GPU"
+    if not inventory.gpus:
+        raise SpecError(f"{what} {shown(spec)}: {shown(key)} names no GPU; {_has(inventory)} no GPU "
+                        f"({inventory.reason or 'none found'}).",
+                        hint="leave it out: there is no GPU to exclude." if "exclude" in what
+                        else f"run on the CPU: {_setting(what, 'none')} (or 'all', which falls back to the CPU).")
+    exists = ", ".join(f"{g.key} ({g.uuid})" for g in inventory.gpus[:16])
     if len(inventory.gpus) > 16:
         exists += f" and {len(inventory.gpus) - 16} more"
-    why = "matches several GPUs" if found else "names no GPU"
-    raise SpecError(f"{what} {shown(spec)}: {shown(key)} {why}; this machine has {exists} "
-                    f"(source: {inventory.source}).",
-                    hint="pick from the list above ('tfdevices list' shows it), or 'none' for the CPU.")
+    if found:
+        raise SpecError(f"{what} {shown(spec)}: {shown(key)} matches several GPUs: "
+                        f"{', '.join(f'{g.key} ({g.uuid})' for g in found[:8])}.",
+                        hint="write more of the UUID, or the NVML index, to name one of them.")
+    keys = ", ".join(g.key for g in inventory.gpus[:16]) + (" ..." if len(inventory.gpus) > 16 else "")
+    raise SpecError(f"{what} {shown(spec)}: {shown(key)} names no GPU; {_has(inventory)} {exists}.",
+                    hint=f"name one of {keys} ('tfdevices list' shows them)"
+                    + ("." if "exclude" in what else f", or {_setting(what, 'none')} for the CPU."))
 
 
-def _resolve_exclude(exclude: object, inventory: Inventory) -> frozenset[str]:
+def _has(inventory: Inventory) -> str:
+    """Who has the GPUs: ``this machine has`` or ``the inventory node.json has`` (read from a file)."""
+    if inventory.loaded_from:
+        return f"the inventory {inventory.loaded_from} has"
+    return "this machine has"
+
+
+def _setting(what: str, value: str) -> str:
+    """``'none'`` for the GPU spec, ``--gpus none`` for a flag: the value as the user would give it."""
+    return f"{what} {value}" if what.startswith("--") else repr(value)
+
+
+def _resolve_exclude(exclude: object, inventory: Inventory, terms: Terms) -> frozenset[str]:
     if exclude is None:
         return frozenset()
-    return frozenset(g.key for g in resolve_gpus(exclude, inventory, what="exclude"))
+    return frozenset(g.key for g in resolve_gpus(exclude, inventory, what=terms.name("exclude")))
 
 
 Check = Callable[[GpuInfo], "str | None"]
 
 
 def _checks(min_free: int | None, max_util: float | None, excluded: frozenset[str]) -> list[Check]:
-    checks: list[Check] = [lambda g: None if g.visible else "hidden by CUDA_VISIBLE_DEVICES",
+    checks: list[Check] = [lambda g: None if g.visible else HIDDEN,
                            lambda g: "excluded" if g.key in excluded else None]
     if min_free is not None:
         checks.append(lambda g: None if g.memory_free >= min_free else
@@ -384,49 +439,83 @@ def _blind(chosen: list[GpuInfo], topology: tp.Topology | None, order: str) -> s
             f"order={order!r} ignores the wiring (order='links' prefers the best-linked set)")
 
 
-def _choose(spec: DeviceSpec, inventory: Inventory, failures: dict[str, str | None],
+def _choose(asked: _Asked, inventory: Inventory, failures: dict[str, str | None],
             order: str, filters: str) -> tuple[list[GpuInfo], str]:
-    chosen = _choose_gpus(spec, inventory, failures, order, filters)
+    chosen = _choose_gpus(asked, inventory, failures, order, filters)
     if isinstance(chosen, tuple):
         return chosen
-    return chosen, "" if spec.kind != "auto" else _blind(chosen, inventory.topology, order)
+    return chosen, "" if asked.parsed.kind != "auto" else _blind(chosen, inventory.topology, order)
 
 
-def _choose_gpus(spec: DeviceSpec, inventory: Inventory, failures: dict[str, str | None],
+def _choose_gpus(asked: _Asked, inventory: Inventory, failures: dict[str, str | None],
                  order: str, filters: str) -> list[GpuInfo] | tuple[list[GpuInfo], str]:
+    spec = asked.parsed
     if spec.kind == "none":
         return []
     if spec.kind == "explicit":
-        named = list(_resolve_all(spec.keys, inventory, "GPU spec", spec.text))
+        named = list(_resolve_all(spec.keys, inventory, asked.terms.name("spec"), asked.typed))
         bad = [g for g in named if failures[g.key]]
         if bad:
             raise SelectionError(
-                f"GPU spec {spec.text!r}: " + "; ".join(f"GPU {g.key} is {failures[g.key]}" for g in bad)
-                + f". {_summary(inventory, failures)}",
-                hint="choose other GPUs, relax the filters, or use 'auto:N' to let tfdevices choose.")
+                f"{asked.echo}: " + "; ".join(f"GPU {g.key} is {failures[g.key]}" for g in bad)
+                + f". {_summary(inventory, failures)}", hint=_named_hint(asked, bad, inventory, failures))
         return named
     passing = [g for g in inventory.gpus if not failures[g.key]]
     if spec.kind == "all":
         if not passing and filters and inventory.gpus:
-            raise SelectionError(f"GPU spec 'all' with {filters}: no GPU qualifies. {_summary(inventory, failures)}",
-                                 hint="relax the filters, or use 'none' for the CPU.")
+            raise SelectionError(f"{asked.echo} with {filters}: no GPU qualifies. {_summary(inventory, failures)}",
+                                 hint=f"relax the filters, or use {asked.terms.setting('spec', 'none')} for the CPU.")
         return passing
     if len(passing) < (spec.count or 0):
         raise SelectionError(
-            f"GPU spec {spec.text!r}{' with ' + filters if filters else ''}: only {len(passing)} of "
+            f"{asked.echo}{' with ' + filters if filters else ''}: only {len(passing)} of "
             f"{len(inventory.gpus)} GPUs qualify. {_summary(inventory, failures)}",
-            hint=f"ask for at most auto:{len(passing)}, relax the filters, or wait for GPUs to free up."
-            if passing else "relax the filters, or use 'none' for the CPU." if inventory.gpus
-            else "use 'none' (or 'all', which falls back to the CPU) on a machine without GPUs.")
+            hint=_count_hint(asked, passing, inventory, failures))
     count = spec.count or 0
     if order == "links" and inventory.topology is not None and count >= 2:
         return _by_links(passing, count, inventory.topology)
     return sorted(passing, key=_SORT_KEYS["free_memory" if order == "links" else order])[:count]
 
 
+def _named_hint(asked: _Asked, bad: Sequence[GpuInfo], inventory: Inventory,
+                failures: dict[str, str | None]) -> str:
+    """The fix for named GPUs that cannot be taken, by why: hidden, excluded, or below a filter."""
+    whys = {failures[g.key] for g in bad}
+    visible = [g.key for g in inventory.gpus if g.visible]
+    fixes = []
+    if HIDDEN in whys:
+        fixes.append(f"pick among the GPUs visible here ({', '.join(visible[:16]) or 'none'}): the "
+                     "CUDA_VISIBLE_DEVICES this process started with (a scheduler's, or yours) hides the others; "
+                     "tfdevices narrows a mask, never widens it")
+    if "excluded" in whys:
+        fixes.append(f"leave GPU {', '.join(g.key for g in bad if failures[g.key] == 'excluded')} out of "
+                     f"{asked.terms.name('exclude')}")
+    if whys - {HIDDEN, "excluded"}:
+        fixes.append("choose other GPUs or relax the filters")
+    return "; or ".join(fixes) + f"; or use {asked.terms.setting('spec', 'auto:N')} to let tfdevices choose."
+
+
+def _count_hint(asked: _Asked, passing: Sequence[GpuInfo], inventory: Inventory,
+                failures: dict[str, str | None]) -> str:
+    """The fix for ``auto:N`` with too few GPUs, by what keeps the others out."""
+    if not inventory.gpus:
+        return (f"use {asked.terms.setting('spec', 'none')} (or 'all', which falls back to the CPU) on a "
+                "machine without GPUs.")
+    whys = {w for w in failures.values() if w}
+    most = asked.terms.setting("spec", f"auto:{len(passing)}") if passing else asked.terms.setting("spec", "none")
+    fixes = [f"ask for at most {most}"]
+    if HIDDEN in whys:
+        fixes.append("start without the CUDA_VISIBLE_DEVICES that hides the others (a scheduler's, or yours)")
+    if whys - {HIDDEN, "excluded"}:
+        fixes.append("relax the filters, or wait for GPUs to free up")
+    if "excluded" in whys:
+        fixes.append(f"exclude fewer GPUs ({asked.terms.name('exclude')})")
+    return ", or ".join(fixes) + "."
+
+
 def _summary(inventory: Inventory, failures: dict[str, str | None]) -> str:
     if not inventory.gpus:
-        return f"This machine has no GPU ({inventory.reason or 'none found'})."
+        return f"{_has(inventory).capitalize()} no GPU ({inventory.reason or 'none found'})."
     parts = [f"GPU {g.key}: {failures[g.key] or 'ok'}" for g in inventory.gpus[:16]]
     more = f"; and {len(inventory.gpus) - 16} more" if len(inventory.gpus) > 16 else ""
     return "GPUs: " + "; ".join(parts) + more + "."

@@ -183,7 +183,7 @@ def _token(token: str, spec: object, what: str) -> str:
     if is_logical_name(token):
         raise SpecError(
             f"{what} {shown(spec)}: {shown(token)} is a TensorFlow logical name, which masking renumbers.",
-            hint="name physical GPUs by their nvidia-smi index ('1'); TensorFlow names go to build_strategy/device_scope.")
+            hint=_logical_hint(token, spec))
     if token.startswith("-") and is_digits(token[1:]):
         raise SpecError(f"{what} {shown(spec)}: {shown(token)} is not a GPU index (indices are >= 0).",
                         hint="write 'none' to use no GPU." if token == "-1" else _HINT)
@@ -191,6 +191,23 @@ def _token(token: str, spec: object, what: str) -> str:
         raise SpecError(f"{what} {shown(spec)}: empty item in the list.", hint="remove the stray comma.")
     raise SpecError(f"{what} {shown(spec)}: {shown(token)} is not a GPU index, range, MIG id or UUID "
                     "(digits are ASCII 0-9).", hint=_HINT)
+
+
+def _logical_hint(token: str, spec: object) -> str:
+    """The fix for a TensorFlow name in a GPU spec, from what was typed: ``'GPU:3'`` -> ``'3'``."""
+    if _DEVICE_TYPE.match(token.strip())[1].lower() == "cpu":
+        return "write 'none' to run on the CPU; CPU:N names go to build_strategy/device_scope."
+    items = spec if isinstance(spec, (list, tuple)) else str(spec).split(",")
+    guess = ",".join(_LOGICAL_INDEX.sub(r"\1", str(item).strip()) if is_logical_name(str(item)) else str(item).strip()
+                     for item in items)
+    index = _LOGICAL_INDEX.search(token.strip())[1]
+    return (f"write {guess!r}, in nvidia-smi's numbers: without a CUDA_VISIBLE_DEVICES mask TensorFlow's "
+            f"GPU:{index} is GPU {index} ('tfdevices list' shows both names); TensorFlow names go to "
+            "build_strategy/device_scope.")
+
+
+_DEVICE_TYPE = re.compile(r"^.*?/?(?:device:)?([A-Za-z_]+):[0-9]+$")
+_LOGICAL_INDEX = re.compile(r"^.*:([0-9]+)$")
 
 
 def _unique(keys: list[str], spec: object, what: str) -> tuple[str, ...]:

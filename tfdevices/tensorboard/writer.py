@@ -283,11 +283,14 @@ def read_placement(logdir: str | os.PathLike[str], name: str = "placement") -> P
                           os.path.relpath(run, logdir), len(events)))
     if not found:
         shown = ", ".join(sorted(tags)[:10]) or "no tensor or text summaries"
+        logger_ran = any(t.startswith(f"{name}/memory/") for t in tags)  # a PlacementLogger that captured no step
         raise InputError(
             f"log directory {logdir!r} holds {len(dirs)} run(s) but no placement summary "
             f"'{name}/json'; its tags: {shown}.",
-            hint="write one with tfdevices.tensorboard.write_placement or the PlacementLogger callback "
-                 "(or pass the name= it was written with).")
+            hint="a PlacementLogger logged memory here but captured no step: its at_step never came in that run "
+                 "(training ran fewer steps); pass a step the run reaches, e.g. PlacementLogger(logdir, at_step=1)."
+            if logger_ran else "write one with tfdevices.tensorboard.write_placement or the PlacementLogger callback "
+                               "(or pass the name= it was written with).")
     _, step, text, run, steps = max(found)
     report = PlacementReport.from_json(text)
     if len(found) == 1 and steps == 1:
