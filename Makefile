@@ -11,7 +11,7 @@ PYTEST := $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -q
 # AVX-512 CPUs) rewrites MatMul into _MklMatMul, Dense layers into _MklNativeFusedMatMul.
 KERNEL_TESTS := tests/test_verify.py tests/verify/test_profiles.py tests/tensorboard tests/layers/test_place.py tests/test_readme.py tests/test_notebooks.py tests/decide/test_advise_capture.py
 
-.PHONY: demo test bench setup clean
+.PHONY: demo test lint bench setup clean
 
 $(STAMP): setup.cfg setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,9 +30,17 @@ demo: $(STAMP)
 ONEDNN_SUITE ?= TF_ENABLE_ONEDNN_OPTS=0
 ONEDNN_KERNELS ?= TF_ENABLE_ONEDNN_OPTS=1
 
-test: $(STAMP)
+# lint first (seconds), then the tests
+test: lint
 	$(ONEDNN_SUITE) $(PYTEST)
 	$(ONEDNN_KERNELS) $(PYTEST) $(KERNEL_TESTS)
+
+# ruff (rules and format: .ci/ruff.toml) and mypy (setup.cfg: strict for core/, gpus/, jobs/, layers/)
+LINTED := tfdevices tests benchmarks
+lint: $(STAMP)
+	$(VENV)/bin/ruff check --config .ci/ruff.toml $(LINTED)
+	$(VENV)/bin/ruff format --check --config .ci/ruff.toml $(LINTED)
+	$(VENV)/bin/mypy
 
 bench: $(STAMP)
 	$(PY) benchmarks/run.py
