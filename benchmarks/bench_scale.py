@@ -52,8 +52,8 @@ def cases() -> dict[str, Callable[[int], object]]:
 
 
 def measure(fn: Callable[[int], object], n: int, rounds: int) -> float:
-    """Best (least disturbed) seconds of ``fn(n)``; the cyclic garbage collector is paused while it runs (its passes over
-    everything alive would otherwise land at random in one case or another)."""
+    """Best (least disturbed) seconds of ``fn(n)``; the cyclic garbage collector is paused while it runs (its passes
+    over everything alive would otherwise land at random in one case or another)."""
     times = []
     for _ in range(rounds):
         gc.collect()

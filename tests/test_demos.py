@@ -71,8 +71,8 @@ def test_bad_flag_is_a_usage_error_not_a_traceback(name, args, words):
 
 
 def test_run_demo_returns_the_exit_code():
-    code = subprocess.run([sys.executable, "-c", "import sys; from tfdevices.demos import run_demo; "
-                           "sys.exit(run_demo('tasks', ['--size=0']))"], env=subprocess_env(),
+    code = subprocess.run([sys.executable, "-c", ("import sys; from tfdevices.demos import run_demo; "
+                                                  "sys.exit(run_demo('tasks', ['--size=0']))")], env=subprocess_env(),
                           capture_output=True, text=True, timeout=120, cwd=REPO)
     assert code.returncode == 1 and "size" in code.stderr and "Traceback" not in code.stderr
 

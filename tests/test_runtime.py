@@ -249,7 +249,8 @@ def test_memory_growth_without_gpu_is_a_no_op_said_once():
     proc = run_py("""
         import json, logging, tfdevices
         said = []
-        logging.getLogger("tfdevices").addHandler(type("H", (logging.Handler,), {"emit": lambda s, r: said.append(r.getMessage())})())
+        handler = type("H", (logging.Handler,), {"emit": lambda s, r: said.append(r.getMessage())})
+        logging.getLogger("tfdevices").addHandler(handler())
         cfg = tfdevices.configure(memory_growth=True)          # a portable script, on a machine without a GPU
         again = tfdevices.configure(memory_growth=True)
         print(json.dumps({"notes": list(cfg.notes), "said": said, "same": cfg is again, "growth": cfg.memory_growth}))
@@ -277,8 +278,8 @@ def test_dry_run_plans_against_a_saved_inventory_without_touching_anything():
     assert (out["tf"], out["mask"], out["current"]) == (False, None, False)  # nothing applied, TensorFlow untouched
     assert out["logical"] == ["GPU:0", "GPU:1", "GPU:2", "GPU:3", "CPU:0"]
     table = out["table"]
-    assert "mask               CUDA_VISIBLE_DEVICES=0,2 (via dry run: nothing applied; would set " \
-           "CUDA_VISIBLE_DEVICES=0,2, CUDA_DEVICE_ORDER=PCI_BUS_ID)" in table
+    assert ("mask               CUDA_VISIBLE_DEVICES=0,2 (via dry run: nothing applied; would set "
+            "CUDA_VISIBLE_DEVICES=0,2, CUDA_DEVICE_ORDER=PCI_BUS_ID)") in table
     assert "GPUs (NVML -> TF)  0 -> GPU:0, 2 -> GPU:2" in table and "logical split      GPU x 2" in table
     assert "memory limit       GPU 0: 37.0 GiB + 37.0 GiB; GPU 2: 18.5 GiB + 18.5 GiB" in table  # 95% of free / 2
     assert "memory limit       GPU 0: 8.0 GiB; GPU 2: 4.0 GiB + 4.0 GiB" in out["by_gpu"]

@@ -89,6 +89,7 @@ class RuntimeConfig:
                          hint="select it before configure(), e.g. configure(select('0,1')).")
 
     def table(self) -> str:
+        """What was applied, one row per setting, for people."""
         rows = [("mask", f"CUDA_VISIBLE_DEVICES={self.mask} (via {self.method})" if self.mask else "unchanged"),
                 ("GPUs (NVML -> TF)", ", ".join(f"{n} -> {t}" for n, t in self.gpu_map) or "none"),
                 ("memory growth", "default" if self.memory_growth is None else str(self.memory_growth)),
@@ -155,7 +156,7 @@ def runtime_started() -> bool:
     """Whether TensorFlow's runtime (its eager context) has started in this process."""
     if "tensorflow" not in sys.modules:
         return False
-    from tensorflow.python.eager import context
+    from tensorflow.python.eager import context  # noqa: PLC0415 (lazy TensorFlow)
 
     ctx = context.context_safe()
     return ctx is not None and ctx._context_handle is not None  # pylint: disable=protected-access
@@ -318,8 +319,9 @@ def plan_runtime(sel: Selection | None, *, memory_growth: bool | None = None, me
 
     Args:
         sel: the selection to mask to, or ``None`` to keep visibility as it is.
-        memory_growth, memory_limit, virtual_devices: as in :func:`configure`
-            (``memory_limit`` also normalized, see :func:`normalize_memory_limit`).
+        memory_growth: as in :func:`configure`.
+        memory_limit: as in :func:`configure`, or already normalized (see :func:`normalize_memory_limit`).
+        virtual_devices: as in :func:`configure`.
         tf_imported: whether TensorFlow is already imported (then masking goes through
             ``tf.config.set_visible_devices``).
         gpu_count: GPUs TensorFlow lists; needed only when ``sel`` is ``None``.
@@ -491,7 +493,7 @@ def _set_visible(tf: Any, ordinals: tuple[int, ...], gpus: list[Any]) -> list[An
 
 def _trace_runtime_start() -> None:
     """Records where TensorFlow's runtime starts, so a late configure() can say which call did it."""
-    from tensorflow.python.eager import context
+    from tensorflow.python.eager import context  # noqa: PLC0415 (lazy TensorFlow)
 
     original = context.Context.ensure_initialized
     if getattr(original, "_tfdevices_traced", False):
@@ -520,11 +522,12 @@ def _user_frame() -> str:
 def _initialized_error(request: tuple[Any, ...]) -> RuntimeInitializedError:
     where = f"it was started by {_STARTED_BY}" if _STARTED_BY else (
         "something in this process started it (creating a tensor, listing logical devices or building a model)")
-    applied = f" The configuration in force: mask={_CURRENT.mask}, growth={_CURRENT.memory_growth}, " \
-              f"limit={_CURRENT._limits_text()}, split={_CURRENT.virtual_devices}." if _CURRENT else ""
+    applied = (f" The configuration in force: mask={_CURRENT.mask}, growth={_CURRENT.memory_growth}, "
+               f"limit={_CURRENT._limits_text()}, split={_CURRENT.virtual_devices}.") if _CURRENT else ""
     return RuntimeInitializedError(
-        f"cannot configure devices (mask={request[0]}, memory_growth={request[1]}, memory_limit={_limits_words(request[2])}, "
-        f"virtual_devices={request[3]}): TensorFlow's runtime has already started; {where}.{applied}",
+        f"cannot configure devices (mask={request[0]}, memory_growth={request[1]}, "
+        f"memory_limit={_limits_words(request[2])}, virtual_devices={request[3]}): "
+        f"TensorFlow's runtime has already started; {where}.{applied}",
         hint="call tfdevices.configure() first thing, before any TensorFlow op, model or device listing "
              "(or set CUDA_VISIBLE_DEVICES before starting Python).")
 

@@ -215,7 +215,7 @@ def assign(tasks: Sequence[Callable[[], Any] | str] | Mapping[str, Callable[[], 
         try:
             with tf.device(f"/device:{resolved[p.device]}"):
                 value = fns[p.task]() if run and fns[p.task] is not None else None
-        except BaseException as err:  # re-raised below, in the caller's thread
+        except BaseException as err:  # noqa: BLE001 (re-raised below, in the caller's thread)
             errors.append(err)
             value = None
         results[p.task] = TaskResult(p.task, p.device, resolved[p.device], p.reason, value,

@@ -64,7 +64,7 @@ class _Clock:
         self._start = 0.0
 
     def callback(self) -> Any:
-        import keras
+        import keras  # noqa: PLC0415 (lazy Keras)
 
         clock = self
 
@@ -174,6 +174,7 @@ def _failure(err: BaseException) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
+    """Runs the candidate that ``argv`` names (spec file, result file); returns the exit status."""
     spec_path, result_path = argv
     with open(spec_path) as f:
         spec = json.load(f)

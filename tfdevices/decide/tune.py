@@ -200,6 +200,7 @@ def tune(model_fn: Callable[[], Any] | str, *, devices: Iterable[str] | None = N
         candidates: ``"auto"`` (all) or names from :func:`~tfdevices.decide.candidates.plan_candidates`
             (``"mirrored:2"``); the one-device run on the main kind always runs (predictions start from it).
         steps: steps in each timed window (after ``warmup`` steps).
+        warmup: steps run before each timed window (tracing, first allocations).
         budget_s: bound on the whole run: candidates are kept, fastest predicted first, while they fit.
         timeout_s: bound on each candidate's process.
         virtual_devices: logical CPUs to split the CPU into, without GPUs.

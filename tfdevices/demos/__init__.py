@@ -42,7 +42,7 @@ def run_demo(name: str, argv: list[str]) -> int:
     if name not in DEMOS:
         raise InputError(f"demo {name!r} does not exist; demos: {', '.join(sorted(DEMOS))}.",
                          hint="run 'tfdevices demo mirrored', or 'tfdevices demo NAME --helpfull' for its flags.")
-    from absl import app
+    from absl import app  # noqa: PLC0415 (lazy absl: when a demo runs)
 
     module = importlib.import_module(f"tfdevices.demos.{name}")
     try:

@@ -44,11 +44,13 @@ def make_data(tf: Any, n: int, seed: int = 0) -> tuple[Any, Any]:
 
 
 def make_model(keras: Any) -> Any:
+    """The demo's model: three Dense layers, built with the ``keras`` module given."""
     return keras.Sequential([keras.Input((64,)), keras.layers.Dense(256, activation="relu"),
                              keras.layers.Dense(256, activation="relu"), keras.layers.Dense(10)])
 
 
 def main(argv: list[str]) -> None:
+    """Runs the demo (``absl.app.run`` calls it with the arguments left after the flags)."""
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     if not FLAGS["verbosity"].present:
@@ -58,7 +60,7 @@ def main(argv: list[str]) -> None:
         setup = tfd_flags.configure_from_flags(cpu_virtual_devices=CPU_DEVICES, global_batch_size=FLAGS.batch_size)
     print(setup.table(), "\n", flush=True)
     tf = tfdevices.core._tf.import_tf()
-    import keras
+    import keras  # noqa: PLC0415 (lazy Keras)
 
     info = setup.strategy
     batch = FLAGS.batch_size
@@ -96,7 +98,8 @@ class Throughput:
     """A Keras callback printing examples per second for each epoch."""
 
     def __new__(cls, batch: int, steps: int, replicas: int) -> Any:
-        import keras
+        """A Keras callback of the running Keras (imported here, when the demo runs)."""
+        import keras  # noqa: PLC0415 (lazy Keras)
 
         class _Throughput(keras.callbacks.Callback):
             def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:

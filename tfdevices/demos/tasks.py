@@ -40,6 +40,7 @@ def two_devices(logical: tuple[str, ...]) -> tuple[str, str]:
 
 
 def main(argv: list[str]) -> None:
+    """Runs the demo (``absl.app.run`` calls it with the arguments left after the flags)."""
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     if not FLAGS["verbosity"].present:

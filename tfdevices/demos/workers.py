@@ -28,6 +28,7 @@ FLAGS = flags.FLAGS
 
 
 def main(argv: list[str]) -> None:
+    """Runs the demo (``absl.app.run`` calls it with the arguments left after the flags)."""
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     if not FLAGS["verbosity"].present:
@@ -38,7 +39,7 @@ def main(argv: list[str]) -> None:
         check_batch_size(FLAGS.batch_size, info.world_size * max(1, len(mine.gpus)))
     tfdevices.configure(mine.spec)  # before TensorFlow starts: this process sees only its GPU(s)
     tf = tfdevices.core._tf.import_tf()
-    import keras
+    import keras  # noqa: PLC0415 (lazy Keras)
 
     strategy = tfdevices.build_strategy("multi_worker")
     x = tf.random.stateless_normal([FLAGS.batch_size * FLAGS.steps_per_epoch, 4], seed=[0, 1])

@@ -187,6 +187,6 @@ def from_tensorflow(env: Mapping[str, str]) -> Inventory:
         mask = env.get(visibility.VISIBLE_ENV)
         masked = "" if mask is None else f"; {visibility.VISIBLE_ENV}={mask!r}"
         return Inventory(source="none", reason=f"TensorFlow {tf.__version__} lists no GPU{why}{masked}", **common)
-    notes = ("TensorFlow reports no memory figures (shown as 0) and no NVML index: "
-             "indices are TensorFlow's own, after masking; use source='nvml' for both.",)
+    notes = (("TensorFlow reports no memory figures (shown as 0) and no NVML index: "
+              "indices are TensorFlow's own, after masking; use source='nvml' for both."),)
     return Inventory(gpus=tuple(gpus), source="tensorflow", notes=notes, **common)

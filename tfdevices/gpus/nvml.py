@@ -208,7 +208,7 @@ class Nvml:
             if self._module is None:
                 if self._import_error is None:
                     try:
-                        import pynvml
+                        import pynvml  # noqa: PLC0415 (lazy NVML: at first use, under the lock)
                         self._module = pynvml
                     except ImportError as err:
                         self._import_error = str(err)

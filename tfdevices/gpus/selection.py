@@ -62,6 +62,7 @@ class Selection:
 
     @property
     def is_cpu_only(self) -> bool:
+        """Whether no GPU was selected."""
         return not self.gpus
 
     @property
@@ -79,6 +80,7 @@ class Selection:
         return visibility.mask_env(self.gpus)
 
     def to_dict(self) -> dict[str, Any]:
+        """The selection as plain JSON values, what ``tfdevices select --json`` prints."""
         return {
             "spec": self.spec, "filters": self.filters, "source": self.source, "wiring": self.wiring,
             "cuda_visible_devices": self.cuda_visible_devices,
@@ -88,6 +90,7 @@ class Selection:
         }
 
     def to_json(self) -> str:
+        """The selection as JSON text."""
         return json.dumps(self.to_dict(), indent=2)
 
     def table(self) -> str:

@@ -183,7 +183,8 @@ def _token(token: str, spec: object, what: str) -> str:
     if is_logical_name(token):
         raise SpecError(
             f"{what} {shown(spec)}: {shown(token)} is a TensorFlow logical name, which masking renumbers.",
-            hint="name physical GPUs by their nvidia-smi index ('1'); TensorFlow names go to build_strategy/device_scope.")
+            hint="name physical GPUs by their nvidia-smi index ('1'); "
+                 "TensorFlow names go to build_strategy/device_scope.")
     if token.startswith("-") and is_digits(token[1:]):
         raise SpecError(f"{what} {shown(spec)}: {shown(token)} is not a GPU index (indices are >= 0).",
                         hint="write 'none' to use no GPU." if token == "-1" else _HINT)

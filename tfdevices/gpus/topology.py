@@ -211,6 +211,7 @@ class Topology:
         return tuple(dict.fromkeys(n for n in self.numa_affinity if n is not None))
 
     def to_dict(self) -> dict[str, Any]:
+        """The topology as plain JSON values."""
         return {"gpus": list(self.gpus), "links": [list(row) for row in self.links],
                 "cpu_affinity": list(self.cpu_affinity), "numa_affinity": list(self.numa_affinity),
                 "origin": self.origin}

@@ -98,7 +98,7 @@ def best_linked_set(n: int, count: int, link: Callable[[int, int], int], prefer:
 
 def _best_clique(n: int, count: int, adjacent: list[int], ranks: list[list[int]],
                  prefer: Sequence[float]) -> tuple[int, ...] | None:
-    """The best clique of ``count`` nodes by (sum of ranks, sum of prefer, lowest positions); ``None``: there is none."""
+    """The best clique of ``count`` nodes by (sum of ranks, sum of prefer, lowest positions); ``None``: none."""
     best: list[object] = [None, None]  # [key, members]
 
     def grow(members: tuple[int, ...], allowed: int, total: int, value: float) -> None:

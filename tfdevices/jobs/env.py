@@ -157,10 +157,11 @@ def launch_info(env: Mapping[str, str] | None = None) -> LaunchInfo:
     ...                     "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"})
     >>> info.source, info.rank, info.local_rank, info.local_world_size
     ('OMPI', 3, 1, 2)
-    >>> launch_info({"RANK": "2", "WORLD_SIZE": "2"})
+    >>> launch_info({"RANK": "2", "WORLD_SIZE": "2"})  # doctest: +NORMALIZE_WHITESPACE
     Traceback (most recent call last):
     ...
-    tfdevices.core.errors.LaunchError: RANK=2 is out of range for WORLD_SIZE=2 (ranks 0..1). HINT: set RANK to 0..1, or fix WORLD_SIZE.
+    tfdevices.core.errors.LaunchError: RANK=2 is out of range for WORLD_SIZE=2 (ranks 0..1).
+    HINT: set RANK to 0..1, or fix WORLD_SIZE.
     """
     ray_info = _from_ray() if env is None else None
     env = os.environ if env is None else env
@@ -289,8 +290,8 @@ def _ranked(source: str, env: Mapping[str, str], rank_var: str, size_var: str, l
     local = _int(env, local_var) if local_var in env else (rank if size == 1 or local_size == size else None)
     notes: tuple[str, ...] = ()
     if local is None:
-        local, notes = 0, (f"{local_var} is not set: local rank 0 assumed; set it when several "
-                           "processes share a machine.",)
+        local, notes = 0, ((f"{local_var} is not set: local rank 0 assumed; set it when several "
+                            "processes share a machine."),)
     if local_size is not None:
         _check_below(local_var, local, local_size_var, local_size)
     if local > rank:

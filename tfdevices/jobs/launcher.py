@@ -419,7 +419,8 @@ def launch(command: Sequence[str], n: int, *, gpus: object = (), share: bool = F
 
 
 #: The workers' sitecustomize: chains the one it hides, then asks for the mend when Keras' trainer loads.
-_SITECUSTOMIZE = '''"""Written by tfdevices launch: mends Keras 3 model.fit for MultiWorkerMirroredStrategy in this worker."""
+_SITECUSTOMIZE = '''"""Written by tfdevices launch: mends Keras 3 model.fit for MultiWorkerMirroredStrategy in this
+worker."""
 import importlib.machinery
 import importlib.util
 import os
@@ -714,7 +715,7 @@ def _affinity_topology(mode: str | None, gpus: Sequence[int]) -> Any:
     return topology if topology is not None and len(topology.numa_nodes) > 1 else None
 
 
-class _pinned:
+class _pinned:  # noqa: N801 (read as a function: `with _pinned(cpus):`)
     """Runs its block with this thread bound to ``cpus``: a child started there inherits the binding
     (Linux binds per thread, so the launcher's other threads are untouched); restored after."""
 

@@ -14,7 +14,7 @@ import collections
 import dataclasses
 import heapq
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Union
+from typing import Any
 
 from tfdevices.core.errors import LaunchError, SelectionError
 from tfdevices.gpus import visibility
@@ -28,8 +28,8 @@ from tfdevices.jobs.slurm import join_indices
 MAPPINGS = ("sequential", "weighted")
 MAX_LOCAL_RANKS = 1_000_000
 """The most processes one machine's plan may hold."""
-Speeds = Union[Mapping[int, float], Sequence[Any]]
-MapFunction = Callable[[int, tuple[int, ...]], Union[int, Sequence[int]]]
+Speeds = Mapping[int, float] | Sequence[Any]
+MapFunction = Callable[[int, tuple[int, ...]], int | Sequence[int]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,8 +86,8 @@ class GpuAssignment:
 
     def table(self) -> str:
         """Every local rank's GPUs; this rank marked with ``*``."""
-        lines = [f"{self.method} mapping of {len(self.plan)} local rank(s) onto GPUs "
-                 f"{join_indices(self.candidates) or '(none)'} from {self.candidates_from}: {self.reason}"]
+        lines = [(f"{self.method} mapping of {len(self.plan)} local rank(s) onto GPUs "
+                  f"{join_indices(self.candidates) or '(none)'} from {self.candidates_from}: {self.reason}")]
         for r, gpus in enumerate(self.plan):
             mark = "*" if r == self.local_rank else " "
             lines.append(f" {mark}local rank {r}: {'GPU ' + join_indices(gpus) if gpus else 'CPU'}")

@@ -38,8 +38,8 @@ Two things still cross: the optimizer's scalar step counter and learning rate
 the default device before the update runs on the weight's device.
 
 ``tf_keras`` (Keras 2): :func:`plan_layers` plans its Sequential and functional
-models (layers, sizes, order and edges read the same way), but :func:`place_layers` refuses them with a ``PlanError``: it
-rewrites Keras 3 variables and hooks. In ``tf_keras`` build each layer under
+models (layers, sizes, order and edges read the same way), but :func:`place_layers`
+refuses them with a ``PlanError``: it rewrites Keras 3 variables and hooks. In ``tf_keras`` build each layer under
 ``tf.device`` yourself (its variables follow the device scope at build time).
 """
 
@@ -260,7 +260,7 @@ def _no_xla(tf: Any, model: Any) -> None:
 @contextlib.contextmanager
 def _variables_created_on(tf: Any, plan: LayerPlan) -> Iterator[None]:
     """While a builder runs, creates each variable on the device of the planned layer being built."""
-    from keras.src.backend.common import global_state
+    from keras.src.backend.common import global_state  # noqa: PLC0415 (lazy Keras)
 
     devices = plan.assignment
 

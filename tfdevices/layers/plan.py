@@ -280,10 +280,11 @@ def plan_layers(model: Any, devices: Sequence[str] | Mapping[str, str], *,
 
     >>> plan_layers([1.0, 1.0, 1.0], {"layer_0": "GPU:1", "*": "/device:GPU:0"}).devices
     ('GPU:1', 'GPU:0', 'GPU:0')
-    >>> plan_layers([1.0], ["GPU:0", "GPU:0"])
+    >>> plan_layers([1.0], ["GPU:0", "GPU:0"])  # doctest: +NORMALIZE_WHITESPACE
     Traceback (most recent call last):
     ...
-    tfdevices.core.errors.PlanError: devices ['GPU:0', 'GPU:0'] name GPU:0 twice. HINT: list each device once, in stage order.
+    tfdevices.core.errors.PlanError: devices ['GPU:0', 'GPU:0'] name GPU:0 twice.
+    HINT: list each device once, in stage order.
     """
     layers, kind = _read_layers(model, balance_by, layer_bytes)
     manual = isinstance(devices, Mapping)

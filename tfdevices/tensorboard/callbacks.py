@@ -111,6 +111,7 @@ class PlacementLogger:
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> PlacementLogger:
+        """An instance of the callback class of the chosen Keras (``framework=``)."""
         if cls is PlacementLogger:
             cls = _callback_class(_framework(kwargs.get("framework")))
         return super().__new__(cls)

@@ -76,6 +76,7 @@ class PlacementPlugin(base_plugin.TBPlugin):
     # -- what TensorBoard asks every plugin
 
     def get_plugin_apps(self) -> dict[str, Any]:
+        """TensorBoard's routes of the Placement tab."""
         return {"/runs": self._serve_runs, "/view": self._serve_view, "/diff": self._serve_diff,
                 "/trace": self._serve_trace, "/static/*": self._serve_static}
 
@@ -86,9 +87,11 @@ class PlacementPlugin(base_plugin.TBPlugin):
         return bool(self._profiles())
 
     def data_plugin_names(self) -> tuple[str, ...]:
+        """The summary plugin name whose data this tab reads."""
         return (PLUGIN_NAME,)
 
     def frontend_metadata(self) -> base_plugin.FrontendMetadata:
+        """The tab's name and script for TensorBoard's frontend."""
         return base_plugin.FrontendMetadata(es_module_path="/static/index.js", tab_name="Placement",
                                             disable_reload=False)
 

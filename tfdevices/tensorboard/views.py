@@ -114,6 +114,7 @@ def device_table(report: Report, memory: dict[str, dict[str, float]] | None = No
     Args:
         report: the stored report.
         memory: ``{device: {"current_bytes": .., "peak_bytes": ..}}`` logged beside it, if any.
+        prepared: the report's indexes already built for another view of it (built here by default).
 
     Returns:
         Rows sorted by device name; ``busy_us`` and ``memory`` are ``None`` when not recorded.
@@ -367,6 +368,7 @@ def timeline(report: Report, node_of_op: list[int] | None = None, *,
         report: the stored report.
         node_of_op: each op's node in :func:`scope_tree` (the page names ops through it);
             by default the op's index.
+        prepared: the report's indexes already built for another view of it (built here by default).
 
     Returns:
         ``{"timed", "lanes", "end", "types", "ops": [[lane, start, duration, node, type index]],

@@ -32,7 +32,7 @@ def _device_matcher(device: object, *, what: str = "device") -> Callable[[str], 
     Raises:
         SpecError: ``device`` is a physical GPU index or not a device name.
     """
-    if isinstance(device, bool) or isinstance(device, int) or (isinstance(device, str) and device.strip().isdigit()):
+    if isinstance(device, (bool, int)) or (isinstance(device, str) and device.strip().isdigit()):
         raise SpecError(
             f"{what} {device!r} is a physical GPU index (nvidia-smi numbering), but placement reports "
             "name TensorFlow's logical devices.",
