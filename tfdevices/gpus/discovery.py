@@ -179,8 +179,8 @@ def from_tensorflow(env: Mapping[str, str]) -> Inventory:
         gpus.append(GpuInfo(index=n, name=str(details.get("device_name", device.name)), uuid="",
                             compute_capability=None if cc is None else (int(cc[0]), int(cc[1])),
                             cuda_ordinal=n, tf_name=f"/GPU:{n}"))
-    common = dict(cuda_visible_devices=env.get(visibility.VISIBLE_ENV),
-                  cuda_device_order=env.get(visibility.ORDER_ENV))
+    common: dict[str, Any] = dict(cuda_visible_devices=env.get(visibility.VISIBLE_ENV),
+                                  cuda_device_order=env.get(visibility.ORDER_ENV))
     if not gpus:
         cuda = tf.test.is_built_with_cuda()
         why = "" if cuda else "; this TensorFlow build has no CUDA support"

@@ -225,7 +225,7 @@ class Inventory:
     @property
     def visible(self) -> tuple[GpuInfo, ...]:
         """The GPUs CUDA will see, in CUDA ordinal order."""
-        return tuple(sorted((g for g in self.gpus if g.visible), key=lambda g: g.cuda_ordinal))
+        return tuple(sorted((g for g in self.gpus if g.visible), key=lambda g: g.cuda_ordinal or 0))
 
     def get(self, key: str) -> GpuInfo | None:
         """The GPU with this key (``"3"``, ``"0:1"``), or ``None``."""
@@ -330,7 +330,7 @@ class Inventory:
         """
         header = ("NVML", "CUDA", "TF", "Name", "Memory used / total", "Free", "Util", "CC", "Procs",
                   "Temp", "Fan", "Power / cap", "Perf", "SM/mem MHz", "ECC", "MIG")
-        rows = [header]
+        rows: list[tuple[str, ...]] = [header]
         for g in self.gpus:
             rows.append((
                 g.key,

@@ -357,7 +357,7 @@ class Nvml:
                                              used if seen.used_memory is None else max(used, seen.used_memory))
         return tuple(found.values())
 
-    def _sensors(self, handle: Any) -> dict[str, int | None]:
+    def _sensors(self, handle: Any) -> dict[str, Any]:  # int | None each, passed as NvmlDevice(**...)
         """What gpustat and nvitop show: temperature, fan, power, performance state, clocks, ECC errors."""
         state = _whole(self._get("nvmlDeviceGetPerformanceState", handle))
         return {

@@ -308,7 +308,7 @@ def _first_failure(gpu: GpuInfo, checks: list[Check]) -> str | None:
     return next((why for why in (check(gpu) for check in checks) if why), None)
 
 
-_SORT_KEYS: dict[str, Callable[[GpuInfo], tuple]] = {
+_SORT_KEYS: dict[str, Callable[[GpuInfo], tuple[Any, ...]]] = {
     "free_memory": lambda g: (-g.memory_free, _nvml_order(g)),
     "utilization": lambda g: (g.utilization if g.utilization is not None else 2.0, -g.memory_free, _nvml_order(g)),
     "index": _nvml_order,
