@@ -605,7 +605,7 @@ class _Job:
         tail = self._tails.setdefault(rank, collections.deque(maxlen=TAIL_LINES))
         tail.clear()
         while True:
-            data = stream.read1(1 << 16)
+            data = stream.read1(1 << 16)  # type: ignore[attr-defined]  # a BufferedReader, typed IO[bytes] by Popen
             if not data:
                 break
             for record in splitter.feed(data):
@@ -720,7 +720,8 @@ class _pinned:  # noqa: N801 (read as a function: `with _pinned(cpus):`)
     (Linux binds per thread, so the launcher's other threads are untouched); restored after."""
 
     def __init__(self, cpus: Sequence[int] | None) -> None:
-        self.cpus, self.before = cpus, None
+        self.cpus = cpus
+        self.before: set[int] | None = None
 
     def __enter__(self) -> None:
         if self.cpus:

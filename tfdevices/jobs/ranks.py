@@ -14,7 +14,7 @@ import collections
 import dataclasses
 import heapq
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, overload
 
 from tfdevices.core.errors import LaunchError, SelectionError
 from tfdevices.gpus import visibility
@@ -242,7 +242,11 @@ class RankPlan(Sequence[GpuAssignment]):
     def __len__(self) -> int:
         return len(self.plan)
 
-    def __getitem__(self, rank):  # type: ignore[no-untyped-def]
+    @overload
+    def __getitem__(self, rank: int) -> GpuAssignment: ...
+    @overload
+    def __getitem__(self, rank: slice) -> tuple[GpuAssignment, ...]: ...
+    def __getitem__(self, rank: int | slice) -> GpuAssignment | tuple[GpuAssignment, ...]:
         if isinstance(rank, slice):
             return tuple(self._planned.assignment(r) for r in range(len(self.plan))[rank])
         if not -len(self.plan) <= rank < len(self.plan):

@@ -216,7 +216,8 @@ def _serve(nodes: Nodes, n: int, deadline: float) -> tuple[NodeJob, _Peers]:
         own_host = nodes.node_addr or host
         parts = {0: (own_host, free_ports(n, "0.0.0.0"))}
         parts.update({r: (a, p) for r, (_, a, p) in joined.items()})
-        addresses, firsts = [], {}
+        addresses: list[str] = []
+        firsts: dict[int, int] = {}
         for r in range(nodes.nnodes):
             firsts[r] = len(addresses)
             addresses += [f"{parts[r][0]}:{p}" for p in parts[r][1]]

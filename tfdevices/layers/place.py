@@ -139,7 +139,7 @@ def _boundary_layers(model: Any, plan: LayerPlan) -> set[int]:
     """Layers that read an activation from another device (or the model's inputs)."""
     edges = read_model(model).edges if getattr(model, "built", False) else ()
     if not edges:
-        edges = ((i - 1, 0, i) for i in range(len(plan.layers)))
+        edges = tuple((i - 1, 0, i) for i in range(len(plan.layers)))
     return {c for p, _, c in edges if p < 0 or plan.devices[p] != plan.devices[c]}
 
 
@@ -195,7 +195,7 @@ def _colocate_gradients(tf: Any, model: Any) -> None:
 def _with_forward_op(op: Any) -> str:
     """The device of the forward op a gradient op (``gradient_tape/<forward op>/...``) belongs to."""
     if op.device or not op.name.startswith("gradient_tape/"):
-        return op.device
+        return str(op.device)
     parts = op.name[len("gradient_tape/"):].split("/")
     for k in range(len(parts), 0, -1):
         try:
@@ -203,7 +203,7 @@ def _with_forward_op(op: Any) -> str:
         except KeyError:
             continue
         if forward.device:
-            return forward.device
+            return str(forward.device)
     return ""
 
 
