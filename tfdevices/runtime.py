@@ -26,7 +26,7 @@ import os
 import sys
 import traceback
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 from tfdevices.core._tf import import_tf
 from tfdevices.core.devices import short_name
@@ -366,8 +366,8 @@ def plan_runtime(sel: Selection | None, *, memory_growth: bool | None = None, me
         notes=tuple(notes), memory_limits=tuple((k, p) for k, p in zip(keys, per_gpu) if p),
         _request=(None if sel is None else sel.cuda_visible_devices, memory_growth, limits_in, virtual_devices))
     return RuntimePlan(
-        env=tuple(sel.env().items()) if method == "environment" else (),
-        visible_ordinals=_ordinals(sel) if method == "tf.config" else None,
+        env=tuple(sel.env().items()) if sel is not None and method == "environment" else (),
+        visible_ordinals=_ordinals(sel) if sel is not None and method == "tf.config" else None,
         gpu_count=count, memory_growth=memory_growth, gpu_limits=per_gpu,
         cpu_split=cpu_split, config=config)
 
@@ -377,7 +377,7 @@ def _even_split(sizes: Sequence[int]) -> int | None:
     return sizes[0] if sizes and len(set(sizes)) == 1 and sizes[0] > 1 else None
 
 
-def _is_limits(value: object) -> bool:
+def _is_limits(value: object) -> TypeGuard[Limits]:
     """Whether ``value`` is already normalized (:data:`Limits`)."""
     return isinstance(value, tuple) and all(
         isinstance(p, tuple) and len(p) == 2 and isinstance(p[1], tuple) for p in value) and bool(value)
@@ -400,7 +400,7 @@ def _gpu_limits(sel: Selection | None, keys: Sequence[str], limits: Limits,
         return (limits[0][1],) * len(keys)
     if limits:
         named = dict(limits)
-        unknown = [k for k in named if k not in keys]
+        unknown = [str(k) for k in named if k not in keys]
         if unknown:
             raise InputError(f"memory_limit names GPU {', '.join(unknown)}, which is not selected; "
                              f"selected: {', '.join(keys) or 'none'}.",

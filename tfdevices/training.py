@@ -225,8 +225,8 @@ def _patch_trainer(decision: FitAdapter) -> FitAdapter:
     from keras.src import tree  # noqa: PLC0415 (lazy Keras)
     from keras.src.backend.tensorflow import trainer as keras_trainer  # noqa: PLC0415 (lazy Keras)
 
-    trainer_class = getattr(keras_trainer, "TensorFlowTrainer", None)
-    needed = (getattr(trainer_class, "_maybe_symbolic_build", None), getattr(keras_trainer, "reduce_per_replica", None),
+    trainer_class: Any = getattr(keras_trainer, "TensorFlowTrainer", None)
+    needed: tuple[Any, ...] = (getattr(trainer_class, "_maybe_symbolic_build", None), getattr(keras_trainer, "reduce_per_replica", None),
               getattr(keras_trainer, "_collective_all_reduce_multi_worker", None))
     if not all(callable(f) for f in needed):
         return FitAdapter(decision.keras_version, NOT_COVERED,

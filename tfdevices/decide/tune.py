@@ -164,9 +164,7 @@ def _count(name: str, value: object, low: int) -> int:
     return value
 
 
-def _seconds(name: str, value: object, *, optional: bool) -> float | None:
-    if value is None and optional:
-        return None
+def _seconds(name: str, value: object, *, optional: bool) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value != value:
         raise InputError(f"{name}={value!r}: expected a number of seconds > 0" + (" or None." if optional else "."),
                          hint=f"e.g. {name}=300.")
@@ -217,7 +215,8 @@ def tune(model_fn: Callable[[], Any] | str, *, devices: Iterable[str] | None = N
     """
     target = _target(model_fn)
     steps, warmup = _count("steps", steps, 2), _count("warmup", warmup, 0)
-    budget, timeout = _seconds("budget_s", budget_s, optional=True), _seconds("timeout_s", timeout_s, optional=False)
+    budget = None if budget_s is None else _seconds("budget_s", budget_s, optional=True)
+    timeout = _seconds("timeout_s", timeout_s, optional=False)
     split = _count("virtual_devices", virtual_devices, 1)
     names, gpus = _devices(devices, split)
     planned = plan_candidates(names)
@@ -265,7 +264,7 @@ def tune(model_fn: Callable[[], Any] | str, *, devices: Iterable[str] | None = N
 
 
 def _result(c: Candidate, raw: dict[str, Any], predicted: float | None) -> CandidateResult:
-    status = raw.get("status") if raw.get("status") in STATUSES else "failed"
+    status = raw["status"] if raw.get("status") in STATUSES else "failed"
     step = raw.get("step_s")
     return CandidateResult(
         c.name, c.strategy, c.devices, status, step, raw.get("step_q1_s"), raw.get("step_q3_s"),

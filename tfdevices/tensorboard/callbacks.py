@@ -110,6 +110,8 @@ class PlacementLogger:
             of range, or ``framework`` is unknown.
     """
 
+    model: Any  # the model being trained: Keras' Callback.set_model sets it
+
     def __new__(cls, *args: Any, **kwargs: Any) -> PlacementLogger:
         """An instance of the callback class of the chosen Keras (``framework=``)."""
         if cls is PlacementLogger:

@@ -258,8 +258,9 @@ def scope_tree(report: Report, *, prepared: _Prepared | None = None) -> dict[str
             asked[parent] |= asked[node]
             ran[parent] |= ran[node]
             count[parent] += count[node]
-            if busy[node] is not None:
-                busy[parent] = (busy[parent] or 0.0) + busy[node]
+            spent = busy[node]
+            if spent is not None:
+                busy[parent] = (busy[parent] or 0.0) + spent
     mismatch = [bool(asked[k]) and bool(ran[k] & ~asked[k]) for k in range(n)]
     masks: dict[int, list[int]] = {}
 
@@ -309,7 +310,7 @@ def _arrange(tree: _Tree, kids: list[int], mismatch: list[bool]) -> list[Any]:
     series: dict[str, list[int]] = defaultdict(list)
     for k in kids:
         if not tree.children[k]:
-            series[_NUMBERED.match(tree.names[k]).group(1)].append(k)
+            series[_NUMBERED.sub(r"\1", tree.names[k])].append(k)
     grouped = {k for members in series.values() if len(members) >= _SERIES_MIN for k in members}
     items: list[tuple[tuple[bool, bool, str], Any]] = [
         ((not mismatch[k], not tree.children[k], tree.names[k]), k) for k in kids if k not in grouped]

@@ -254,7 +254,7 @@ class PlacementReport:
                      "ran them; pick types from this list.")
         sample = ", ".join(sorted({op.name for op in self.ops})[:8]) or "none"
         raise PlacementAssertionError(
-            f"expected ops matching {ops!r}{'' if types is None else f' of types {sorted(wanted)}'} "
+            f"expected ops matching {ops!r}{'' if types is None else f' of types {sorted(wanted or ())}'} "
             f"to check, but none of the {len(self.ops)} executed ops matches; they include: {sample}.",
             hint="check the pattern against report.ops (names are matched at scope boundaries).")
 
