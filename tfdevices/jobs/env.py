@@ -7,16 +7,16 @@ by default). It imports no TensorFlow and touches no GPU, so it runs inside
 Sources, innermost launcher first (the first one present wins; the others are
 listed in :attr:`LaunchInfo.ignored`):
 
-==============  ===========================================================  =====================
-source          variables                                                    set by
-==============  ===========================================================  =====================
-``TF_CONFIG``   ``TF_CONFIG`` (cross-checked with ``RANK``/``WORLD_SIZE``)   ``tfdevices launch``, TF jobs
-``OMPI``        ``OMPI_COMM_WORLD_RANK/_SIZE/_LOCAL_RANK/_LOCAL_SIZE``       Open MPI ``mpirun``
-``PMI``         ``PMI_RANK``, ``PMI_SIZE``, ``MPI_LOCALRANKID/NRANKS``       MPICH, Intel MPI, ``srun --mpi=pmi2``
+==============  ==============================================================  =====================
+source          variables                                                       set by
+==============  ==============================================================  =====================
+``TF_CONFIG``   ``TF_CONFIG`` (cross-checked with ``RANK``/``WORLD_SIZE``)      ``tfdevices launch``, TF jobs
+``OMPI``        ``OMPI_COMM_WORLD_RANK/_SIZE/_LOCAL_RANK/_LOCAL_SIZE``          Open MPI ``mpirun``
+``PMI``         ``PMI_RANK``, ``PMI_SIZE``, ``MPI_LOCALRANKID/NRANKS``          MPICH, Intel MPI, ``srun --mpi=pmi2``
 ``ENV``         ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``  torchrun-style launchers
-``SLURM``       ``SLURM_PROCID``, ``SLURM_LOCALID``, ``SLURM_NTASKS`` ...     ``srun`` (a job step)
-``none``        nothing                                                      a single process
-==============  ===========================================================  =====================
+``SLURM``       ``SLURM_PROCID``, ``SLURM_LOCALID``, ``SLURM_NTASKS`` ...        ``srun`` (a job step)
+``none``        nothing                                                         a single process
+==============  ==============================================================  =====================
 
 An inner launcher runs inside an outer one (``mpirun`` or ``tfdevices launch``
 inside an ``sbatch`` script inherits the batch step's ``SLURM_PROCID=0``), so the

@@ -372,8 +372,9 @@ def timeline(report: Report, node_of_op: list[int] | None = None, *,
         prepared: the report's indexes already built for another view of it (built here by default).
 
     Returns:
+        One dict, compact for 10^4 ops,
         ``{"timed", "lanes", "end", "types", "ops": [[lane, start, duration, node, type index]],
-        "copies": [[src lane, dst lane, start, duration, tensor]]}`` (compact for 10^4 ops).
+        "copies": [[src lane, dst lane, start, duration, tensor]]}``.
     """
     prep = prepared or _prepare(report)
     lanes, ops, copies = prep.devices, prep.ops, prep.copies
@@ -423,6 +424,7 @@ def critical_path(report: Report, *, prepared: _Prepared | None = None) -> dict[
     runtime's own work).
 
     Returns:
+        The path as one dict,
         ``{"us": length of the path, "events": [[kind, name, lane, start_us, duration_us], ...]
         (at most :data:`CRITICAL_EVENTS_SHOWN`, in time order), "count": events on the path,
         "by_device": {device: microseconds of kernels on the path}, "copies_us": microseconds
@@ -534,6 +536,7 @@ def diff_view(before: Report, after: Report) -> dict[str, Any]:
     """What changed from ``before`` to ``after`` (two runs, or two steps of one run).
 
     Returns:
+        The changes as one dict,
         ``{"moved": [[name, device before, device after]], "added": [[name, device]], "removed": [...],
         "devices": [{"name", "ops_before", "ops_after", "busy_before", "busy_after"}],
         "transfers": [{"pair", "before", "after"}], "unchanged"}``.
