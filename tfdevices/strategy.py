@@ -493,7 +493,7 @@ class Explained:
 
     @property
     def logdir(self) -> str | None:
-        """From flags: ``--logdir`` (``None``: unset)."""
+        """From flags: ``--logdir``, ``"logs"`` when not given (``None``: not built from flags)."""
         return getattr(self._tfdevices_setup, "logdir", None)
 
     @property
