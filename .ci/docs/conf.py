@@ -97,12 +97,17 @@ def _tfdevices_names(app: Any, env: Any, node: Any, contnode: Any) -> Any:
         except (ImportError, AttributeError):
             pass
     short = target.rpartition(".")[2]
-    candidates += sorted(name for name in domain.objects if name.endswith("." + target) or name.endswith("." + short))
+    candidates += sorted(name for name in domain.objects if name.endswith(("." + target, "." + short)))
     for full in dict.fromkeys(candidates):
         if full in domain.objects:
             docname, node_id, _ = domain.objects[full][:3]
-            ref = nodes.reference("", "", internal=True, refuri=app.builder.get_relative_uri(node["refdoc"], docname)
-                                  + "#" + node_id, reftitle=full)
+            ref = nodes.reference(
+                "",
+                "",
+                internal=True,
+                refuri=app.builder.get_relative_uri(node["refdoc"], docname) + "#" + node_id,
+                reftitle=full,
+            )
             ref.append(contnode)
             return ref
     return None
