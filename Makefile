@@ -11,7 +11,7 @@ PYTEST := $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -q
 # AVX-512 CPUs) rewrites MatMul into _MklMatMul, Dense layers into _MklNativeFusedMatMul.
 KERNEL_TESTS := tests/test_verify.py tests/verify/test_profiles.py tests/tensorboard tests/layers/test_place.py tests/test_readme.py tests/test_notebooks.py tests/decide/test_advise_capture.py
 
-.PHONY: demo test bench setup clean
+.PHONY: demo test lint docs bench setup clean
 
 $(STAMP): setup.cfg setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,9 +30,31 @@ demo: $(STAMP)
 ONEDNN_SUITE ?= TF_ENABLE_ONEDNN_OPTS=0
 ONEDNN_KERNELS ?= TF_ENABLE_ONEDNN_OPTS=1
 
-test: $(STAMP)
-	$(ONEDNN_SUITE) $(PYTEST)
+# lint first (seconds), then the tests; the notebooks the tests ran go into the API pages with their outputs
+EXECUTED := build/notebooks
+test: lint
+	rm -rf $(EXECUTED)
+	$(ONEDNN_SUITE) TFDEVICES_EXECUTED_NOTEBOOKS=$(CURDIR)/$(EXECUTED) $(PYTEST)
 	$(ONEDNN_KERNELS) $(PYTEST) $(KERNEL_TESTS)
+	$(MAKE) docs NOTEBOOKS=$(EXECUTED)
+
+# ruff (rules and format: .ci/ruff.toml) and mypy (setup.cfg: strict for core/, gpus/, jobs/, layers/)
+LINTED := tfdevices tests benchmarks .ci/docs
+lint: $(STAMP)
+	$(VENV)/bin/ruff check --config .ci/ruff.toml $(LINTED)
+	$(VENV)/bin/ruff format --check --config .ci/ruff.toml $(LINTED)
+	$(VENV)/bin/mypy
+
+# The API pages in build/docs (Sphinx, warnings are errors): the README as the guide, the CLI's --help,
+# the notebooks with their outputs, autodoc from the docstrings. Sources: .ci/docs, laid out in build/docs-src.
+# NOTEBOOKS: a folder of already executed notebooks (make test passes the ones its tests ran);
+# without it the notebooks are executed here.
+NOTEBOOKS ?=
+docs: $(STAMP)
+	rm -rf build/docs-src build/docs
+	$(PY) .ci/docs/prepare.py build/docs-src $(if $(NOTEBOOKS),--executed $(NOTEBOOKS))
+	$(PY) -m sphinx -W --keep-going -q -b html -c .ci/docs build/docs-src build/docs
+	@echo "docs: build/docs/index.html"
 
 bench: $(STAMP)
 	$(PY) benchmarks/run.py

@@ -5,7 +5,8 @@ Every engine runs tests/scripts/keras3_fit.py's training (the same model, data, 
 workers of this machine, ``--rounds`` times in turn; SLURM is a one-node cluster started here
 (tests/engines.py, needs root and Debian's slurmd, slurmctld, munge), Ray a local cluster on 127.0.0.1.
 Each worker times its own epochs; the step time is the last epoch's over its steps (the first traces and
-compiles), the slower worker's, median of the rounds. Prints each engine's step time and its ratio to ``tfdevices launch``.
+compiles), the slower worker's, median of the rounds. Prints each engine's step time and its ratio to
+``tfdevices launch``.
 Run: ``.venv/bin/python benchmarks/bench_engines.py`` (as root, for SLURM).
 """
 

@@ -1,4 +1,4 @@
-"""Linear at cluster scale: SLURM node-list expansion, job layout and rank planning at 1k, 4k and 16k.
+"""Linear at cluster scale: SLURM node-list expansion, job layout, rank and task planning at 1k, 4k and 16k.
 
 Every case runs at 1,000, 4,000 and 16,000 hosts or tasks in one process, each
 size ``--rounds`` times (the best run, garbage collector paused: the
@@ -19,6 +19,7 @@ from collections.abc import Callable
 from tfdevices.jobs.env import LaunchInfo, launch_info
 from tfdevices.jobs.ranks import gpu_for_rank, plan_ranks
 from tfdevices.jobs.slurm import expand_nodelist, expand_tasks_per_node
+from tfdevices.scopes import plan_assignment
 
 SIZES = (1000, 4000, 16_000)
 FLOOR_S = 0.1
@@ -48,12 +49,17 @@ def cases() -> dict[str, Callable[[int], object]]:
             one, list(range(8)), local_world_size=n, share=True)),
         "gpu_for_rank: last of N ranks on 8 GPUs": lambda n: gpu_for_rank(one, list(range(8)), local_rank=n - 1,
                                                                           local_world_size=n, share=True),
+        "plan_assignment: N tasks round robin on 8 devices": lambda n: plan_assignment(
+            [f"t{i}" for i in range(n)], [f"CPU:{d}" for d in range(8)]),
+        "plan_assignment: N tasks by memory on 8 GPUs": lambda n: plan_assignment(
+            [f"t{i}" for i in range(n)], [str(d) for d in range(8)], "by_memory",
+            free_memory={str(d): (d + 1) << 30 for d in range(8)}),
     }
 
 
 def measure(fn: Callable[[int], object], n: int, rounds: int) -> float:
-    """Best (least disturbed) seconds of ``fn(n)``; the cyclic garbage collector is paused while it runs (its passes over
-    everything alive would otherwise land at random in one case or another)."""
+    """Best (least disturbed) seconds of ``fn(n)``; the cyclic garbage collector is paused while it runs (its passes
+    over everything alive would otherwise land at random in one case or another)."""
     times = []
     for _ in range(rounds):
         gc.collect()

@@ -34,14 +34,15 @@ def bench(model: str, steps: int, rounds: int) -> list[str]:
     for c in first.candidates:
         long = again.get(c.name)
         mark = " (winner)" if c is first.winner else ""
+        rate = "-" if not long or not long.examples_per_s else f"{long.examples_per_s:,.0f}"
         lines.append(f"| {c.name}{mark} | {c.status} | {_ms(c.predicted_step_s)} | {_ms(c.step_s)} | "
-                     f"{_ms(long and long.step_s)} | {'-' if not long or not long.examples_per_s else f'{long.examples_per_s:,.0f}'} |")
+                     f"{_ms(long and long.step_s)} | {rate} |")
     ok = [c for c in again.values() if c.examples_per_s]
     best = max(ok, key=lambda c: c.examples_per_s)
     won = again.get(first.winner.name) if first.winner else None
     ratio = (won.examples_per_s / best.examples_per_s) if won and won.examples_per_s else 0.0
-    lines += ["", f"winner {first.winner.name if first.winner else '-'}: {ratio:.1%} of the fastest in the long "
-              f"run ({best.name}); flags: {first.flags()}", ""]
+    lines += ["", (f"winner {first.winner.name if first.winner else '-'}: {ratio:.1%} of the fastest in the long "
+                   f"run ({best.name}); flags: {first.flags()}"), ""]
     return lines
 
 

@@ -59,8 +59,8 @@ def test_select_prints_exports_and_explains_on_stderr(eight_file, capsys):
 
 
 def test_select_output_evaluates_in_a_shell(eight_file):
-    script = f'eval "$({sys.executable} -m tfdevices select auto:1 --order utilization --inventory {eight_file})"; ' \
-             'echo "$CUDA_VISIBLE_DEVICES $CUDA_DEVICE_ORDER"'
+    script = (f'eval "$({sys.executable} -m tfdevices select auto:1 --order utilization --inventory {eight_file})"; '
+              'echo "$CUDA_VISIBLE_DEVICES $CUDA_DEVICE_ORDER"')
     proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=subprocess_env(), cwd=REPO,
                           timeout=60)
     assert proc.stdout.strip() == "0 PCI_BUS_ID"
@@ -152,7 +152,7 @@ def test_launch_passes_its_options_through(tmp_path):
     script.write_text("import json, os\nprint(json.loads(os.environ['TF_CONFIG'])['task']['index'])\n")
     proc = run_cli("launch", "-n", "2", "--", sys.executable, str(script), timeout=120)
     assert proc.returncode == 0, proc.stderr
-    lines = sorted(line for line in proc.stdout.splitlines() if line.startswith("[0] ") or line.startswith("[1] "))
+    lines = sorted(line for line in proc.stdout.splitlines() if line.startswith(("[0] ", "[1] ")))
     assert lines == ["[0] 0", "[1] 1"]
 
 

@@ -42,7 +42,7 @@ def finish(proc: subprocess.Popen[str], timeout: float) -> str:
         return out
     except subprocess.TimeoutExpired:
         stop(proc)
-        raise AssertionError(f"launcher did not finish within {timeout} s")
+        raise AssertionError(f"launcher did not finish within {timeout} s") from None
 
 
 def stop(proc: subprocess.Popen[str]) -> None:

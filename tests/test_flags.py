@@ -23,7 +23,7 @@ def test_defaults():
     fv = parse()
     assert {n: fv[n].value for n in tfd_flags.NAMES} == {
         "gpus": "all", "min_free_memory": None, "memory_growth": None, "memory_limit": None,
-        "virtual_devices": None, "strategy": "auto", "cross_device_ops": "auto", "logdir": None,
+        "virtual_devices": None, "strategy": "auto", "cross_device_ops": "auto", "logdir": "logs",
         "log_placement": False}
 
 
@@ -39,6 +39,7 @@ def test_defaults():
     (["--strategy=one_device"], "strategy", "one_device"),
     (["--cross_device_ops=hierarchical_copy"], "cross_device_ops", "hierarchical_copy"),
     (["--log_placement", "--logdir=/tmp/x"], "log_placement", True),
+    (["--log_placement"], "logdir", "logs"),  # --logdir's default: logs under the working directory
 ])
 def test_good_flags(args, name, value):
     assert parse(*args)[name].value == value
@@ -56,7 +57,7 @@ def test_good_flags(args, name, value):
     (["--strategy=mirror"], "strategy"),
     (["--cross_device_ops=NCCL"], "cross_device_ops"),
     (["--memory_growth=maybe"], "memory_growth"),
-    (["--log_placement"], "--log_placement writes to TensorBoard: set --logdir too"),
+    (["--log_placement", "--logdir="], "--logdir='': expected a directory"),
 ])
 def test_bad_flags_fail_at_parse_time(args, words):
     with pytest.raises(flags.Error) as info:
@@ -92,7 +93,7 @@ CONFIGURE = """
     with s.scope():  # what configure_from_flags returns is the tf.distribute strategy
         in_scope = tf.distribute.get_strategy() is s and tf.Variable(1.0) is not None
     table = s.table()
-    print(json.dumps({{"kind": s.kind, "devices": list(s.tf_devices), "ops": s.cross_device_ops,
+    print(json.dumps({{"kind": s.kind, "devices": list(s.tf_devices), "ops": s.cross_device_ops, "logdir": s.logdir,
                       "replicas": s.num_replicas_in_sync, "mask": s.runtime.mask, "spec": s.selection.spec,
                       "logical": list(s.runtime.logical_devices), "in_scope": in_scope,
                       "strategy": isinstance(s, tf.distribute.Strategy),
@@ -102,13 +103,14 @@ CONFIGURE = """
 
 
 @pytest.mark.parametrize("args, cpu, expected", [
-    (["--gpus=none", "--virtual_devices=3"], None,
-     {"kind": "mirrored", "devices": ["CPU:0", "CPU:1", "CPU:2"], "ops": "reduction_to_one_device", "replicas": 3}),
+    (["--gpus=none", "--virtual_devices=3", "--logdir=runs/a"], None,
+     {"kind": "mirrored", "devices": ["CPU:0", "CPU:1", "CPU:2"], "ops": "reduction_to_one_device", "replicas": 3,
+      "logdir": "runs/a"}),
     (["--gpus=none", "--strategy=one_device"], 2,
      {"kind": "one_device", "devices": ["CPU:0"], "ops": "none", "replicas": 1}),
     (["--gpus=none", "--strategy=mirrored", "--cross_device_ops=hierarchical_copy"], 2,
      {"kind": "mirrored", "devices": ["CPU:0", "CPU:1"], "ops": "hierarchical_copy", "replicas": 2}),
-    ([], None, {"kind": "one_device", "devices": ["CPU:0"], "ops": "none", "replicas": 1}),
+    ([], None, {"kind": "one_device", "devices": ["CPU:0"], "ops": "none", "replicas": 1, "logdir": "logs"}),
 ])
 def test_configure_from_flags(args, cpu, expected):
     out = json.loads(run_py(CONFIGURE.format(args=args, cpu=cpu)).stdout.strip().splitlines()[-1])

@@ -22,6 +22,7 @@ def run_notebook(name: str, tmp_path, monkeypatch, cwd: str | None = None) -> st
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
+    executed = os.environ.get("TFDEVICES_EXECUTED_NOTEBOOKS")  # make test: where make docs reads them
     nb = nbformat.read(os.path.join(NOTEBOOKS, name), as_version=4)
     assert all(not cell.get("outputs") for cell in nb.cells if cell.cell_type == "code"), "outputs must be cleared"
     for key, value in subprocess_env().items():  # the kernel inherits PYTHONPATH=REPO, quiet TensorFlow logs,
@@ -38,6 +39,9 @@ def run_notebook(name: str, tmp_path, monkeypatch, cwd: str | None = None) -> st
         client.execute()
     except CellExecutionError as err:
         pytest.fail(f"a cell of {name} failed:\n{err}")
+    if executed:  # the API pages show these outputs and plots instead of running the notebook again
+        os.makedirs(executed, exist_ok=True)
+        nbformat.write(nb, os.path.join(executed, name))
     return "".join(out.get("text", "") for cell in nb.cells if cell.cell_type == "code"
                    for out in cell.outputs if out.get("output_type") == "stream")
 

@@ -249,7 +249,8 @@ def test_memory_growth_without_gpu_is_a_no_op_said_once():
     proc = run_py("""
         import json, logging, tfdevices
         said = []
-        logging.getLogger("tfdevices").addHandler(type("H", (logging.Handler,), {"emit": lambda s, r: said.append(r.getMessage())})())
+        handler = type("H", (logging.Handler,), {"emit": lambda s, r: said.append(r.getMessage())})
+        logging.getLogger("tfdevices").addHandler(handler())
         cfg = tfdevices.configure(memory_growth=True)          # a portable script, on a machine without a GPU
         again = tfdevices.configure(memory_growth=True)
         print(json.dumps({"notes": list(cfg.notes), "said": said, "same": cfg is again, "growth": cfg.memory_growth}))

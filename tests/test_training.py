@@ -50,7 +50,8 @@ def test_uncovered_keras_is_left_alone_with_one_warning():
         import keras.src.version               # pretend: a release the adapter was not checked against
         keras.src.version.__version__ = "3.99.0"  # (Keras' own source of the version, set before `import keras` ends)
         records = []
-        logging.getLogger("tfdevices").addHandler(type("H", (logging.Handler,), {"emit": lambda s, r: records.append(r.getMessage())})())
+        handler = type("H", (logging.Handler,), {"emit": lambda s, r: records.append(r.getMessage())})
+        logging.getLogger("tfdevices").addHandler(handler())
         from tfdevices import training
         before = (trainer.TensorFlowTrainer._maybe_symbolic_build, trainer.reduce_per_replica)
         first, second = training.install_fit_adapter(), training.install_fit_adapter()

@@ -50,13 +50,13 @@ _EXPORTS: dict[str, str] = {
     "advise": "decide.advise", "Finding": "decide.advise", "tune": "decide.tune", "TuneResult": "decide.tune",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = sorted(_EXPORTS)  # noqa: PLE0605 (a list of _EXPORTS' names, built once)
 
 
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
-        from importlib.util import find_spec
+        from importlib.util import find_spec  # noqa: PLC0415 (lazy: only when a name is missing)
 
         if not name.startswith("_") and find_spec(f"tfdevices.{name}") is not None:
             return importlib.import_module(f"tfdevices.{name}")  # a submodule: tfdevices.runtime

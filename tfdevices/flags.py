@@ -47,6 +47,10 @@ from tfdevices.verify import capture
 from tfdevices.core.units import parse_memory
 
 FLAGS = flags.FLAGS
+DEFAULT_LOGDIR = "logs"
+"""``--logdir`` when it is not given: ``logs`` under the working directory, as Keras' ``TensorBoard``
+callback (``log_dir="logs"``); a :class:`~tfdevices.tensorboard.callbacks.PlacementLogger` given it
+writes its run there, and the demos write theirs under it (``logs/mirrored``)."""
 
 
 def max_virtual_devices() -> int:
@@ -86,16 +90,14 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
     flags.DEFINE_enum("strategy", "auto", list(KINDS), "The tf.distribute strategy.", flag_values=fv)
     flags.DEFINE_enum("cross_device_ops", "auto", list(CROSS_DEVICE_OPS),
                       "How replicas reduce gradients ('auto': NCCL only where it can work).", flag_values=fv)
-    flags.DEFINE_string("logdir", None, "TensorBoard log directory.", flag_values=fv)
+    flags.DEFINE_string("logdir", DEFAULT_LOGDIR, "TensorBoard log directory (relative to the working directory).",
+                        flag_values=fv)
     flags.DEFINE_bool("log_placement", False, "Capture where one step's ops ran and write it to --logdir "
                       "for TensorBoard.", flag_values=fv)
     _validate("gpus", lambda v: parse_spec(v, what="--gpus"), fv)
     _validate("min_free_memory", lambda v: v is None or parse_memory(v, what="--min_free_memory"), fv)
     _validate("memory_limit", lambda v: v is None or parse_memory(v, what="--memory_limit"), fv)
     _validate("logdir", lambda v: v is None or check_directory(v, what="--logdir"), fv)
-    flags.register_multi_flags_validator(
-        ["log_placement", "logdir"], lambda d: not d["log_placement"] or bool(d["logdir"]),
-        message="--log_placement writes to TensorBoard: set --logdir too.", flag_values=fv)
 
 
 def _validate(name: str, check: Callable[[Any], object], fv: flags.FlagValues) -> None:
@@ -116,7 +118,7 @@ class FlagsSetup:
     Attributes:
         selection: the GPUs chosen (:class:`~tfdevices.gpus.selection.Selection`).
         runtime: the configuration applied (:class:`~tfdevices.runtime.RuntimeConfig`).
-        logdir: ``--logdir`` (``None``: unset).
+        logdir: ``--logdir``; :data:`DEFAULT_LOGDIR` (``"logs"``) when it is not given.
         log_placement: ``--log_placement``.
     """
 
@@ -138,8 +140,8 @@ def configure_from_flags(flag_values: flags.FlagValues = FLAGS, *,
     Call it in ``main``, before anything else uses TensorFlow. What it returns is the
     strategy :func:`tfdevices.build_strategy` built (a ``tf.distribute.Strategy``), which
     also carries what was done: ``table()`` shows the selection, the configuration and
-    the strategy; ``selection``, ``runtime``, ``logdir``, ``log_placement`` and ``setup``
-    (a :class:`FlagsSetup`) hold them.
+    the strategy; ``selection``, ``runtime``, ``logdir`` (``"logs"`` when ``--logdir`` is not
+    given: :data:`DEFAULT_LOGDIR`), ``log_placement`` and ``setup`` (a :class:`FlagsSetup`) hold them.
 
     Args:
         flag_values: parsed flags holding :func:`define_flags`' flags.

@@ -109,10 +109,10 @@ class DeviceSpeed:
         """One line: device, GFLOP/s (and % of peak), copy rate (and % of peak)."""
         flops = f"{self.flops / 1e9:,.1f} GFLOP/s"
         if self.flops_efficiency is not None:
-            flops += f" ({self.flops_efficiency:.0%} of {self.peak_flops / 1e12:g} TFLOP/s FP32)"
+            flops += f" ({self.flops_efficiency:.0%} of {(self.peak_flops or 0) / 1e12:g} TFLOP/s FP32)"
         copy = f"{format_bytes(int(self.copy_bytes_per_s))}/s {self.copy_kind}"
         if self.copy_efficiency is not None:
-            copy += f" ({self.copy_efficiency:.0%} of {self.peak_copy_bytes_per_s / 1e9:g} GB/s)"
+            copy += f" ({self.copy_efficiency:.0%} of {(self.peak_copy_bytes_per_s or 0) / 1e9:g} GB/s)"
         who = self.device + ("" if self.gpu_index is None else f" (NVML {self.gpu_index}, {self.name})")
         return f"{who}: matmul {flops}; copy {copy}"
 

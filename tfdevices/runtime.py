@@ -26,7 +26,7 @@ import os
 import sys
 import traceback
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 from tfdevices.core._tf import import_tf
 from tfdevices.core.devices import short_name
@@ -89,6 +89,7 @@ class RuntimeConfig:
                          hint="select it before configure(), e.g. configure(select('0,1')).")
 
     def table(self) -> str:
+        """What was applied, one row per setting, for people."""
         rows = [("mask", f"CUDA_VISIBLE_DEVICES={self.mask} (via {self.method})" if self.mask else
                  "unchanged" if self.method == "unchanged" else f"unchanged ({self.method})"),
                 ("GPUs (NVML -> TF)", ", ".join(f"{n} -> {self._names_of(n, t)}" for n, t in self.gpu_map) or "none"),
@@ -174,7 +175,7 @@ def runtime_started() -> bool:
     """Whether TensorFlow's runtime (its eager context) has started in this process."""
     if "tensorflow" not in sys.modules:
         return False
-    from tensorflow.python.eager import context
+    from tensorflow.python.eager import context  # noqa: PLC0415 (lazy TensorFlow)
 
     ctx = context.context_safe()
     return ctx is not None and ctx._context_handle is not None  # pylint: disable=protected-access
@@ -346,8 +347,9 @@ def plan_runtime(sel: Selection | None, *, memory_growth: bool | None = None, me
 
     Args:
         sel: the selection to mask to, or ``None`` to keep visibility as it is.
-        memory_growth, memory_limit, virtual_devices: as in :func:`configure`
-            (``memory_limit`` also normalized, see :func:`normalize_memory_limit`).
+        memory_growth: as in :func:`configure`.
+        memory_limit: as in :func:`configure`, or already normalized (see :func:`normalize_memory_limit`).
+        virtual_devices: as in :func:`configure`.
         tf_imported: whether TensorFlow is already imported (then masking goes through
             ``tf.config.set_visible_devices``).
         gpu_count: GPUs TensorFlow lists; needed only when ``sel`` is ``None``.
@@ -401,8 +403,8 @@ def plan_runtime(sel: Selection | None, *, memory_growth: bool | None = None, me
         notes=tuple(notes), memory_limits=tuple((k, p) for k, p in zip(keys, per_gpu) if p),
         _request=(None if sel is None else sel.cuda_visible_devices, memory_growth, limits_in, virtual_devices))
     return RuntimePlan(
-        env=tuple(sel.env().items()) if method == "environment" else (),
-        visible_ordinals=_ordinals(sel) if method == "tf.config" else None,
+        env=tuple(sel.env().items()) if sel is not None and method == "environment" else (),
+        visible_ordinals=_ordinals(sel) if sel is not None and method == "tf.config" else None,
         gpu_count=count, memory_growth=memory_growth, gpu_limits=per_gpu,
         cpu_split=cpu_split, config=config)
 
@@ -412,7 +414,7 @@ def _even_split(sizes: Sequence[int]) -> int | None:
     return sizes[0] if sizes and len(set(sizes)) == 1 and sizes[0] > 1 else None
 
 
-def _is_limits(value: object) -> bool:
+def _is_limits(value: object) -> TypeGuard[Limits]:
     """Whether ``value`` is already normalized (:data:`Limits`)."""
     return isinstance(value, tuple) and all(
         isinstance(p, tuple) and len(p) == 2 and isinstance(p[1], tuple) for p in value) and bool(value)
@@ -461,7 +463,7 @@ def _gpu_limits(gpus: Sequence[GpuInfo], keys: Sequence[str], limits: Limits,
         return (limits[0][1],) * len(keys)
     if limits:
         named = dict(limits)
-        unknown = [k for k in named if k not in keys]
+        unknown = [str(k) for k in named if k not in keys]
         if unknown:
             raise InputError(f"{terms.name('memory_limit')} names GPU {', '.join(unknown)}, which is not selected; "
                              f"selected: {', '.join(keys) or 'none'}.",
@@ -557,7 +559,7 @@ def trace_runtime_start() -> None:
 
     :func:`configure` calls it, and so does every tfdevices call that may start the runtime
     (``build_strategy``, ``device_scope`` ...): then the line named is the user's call of it."""
-    from tensorflow.python.eager import context
+    from tensorflow.python.eager import context  # noqa: PLC0415 (lazy TensorFlow)
 
     original = context.Context.ensure_initialized
     if getattr(original, "_tfdevices_traced", False):
@@ -601,11 +603,12 @@ def unseen_gpu_hint(key: str) -> str:
 def _initialized_error(request: tuple[Any, ...]) -> RuntimeInitializedError:
     where = f"it was started by {_STARTED_BY}" if _STARTED_BY else (
         "something in this process started it (creating a tensor, listing logical devices or building a model)")
-    applied = f" The configuration in force: mask={_CURRENT.mask}, growth={_CURRENT.memory_growth}, " \
-              f"limit={_CURRENT._limits_text()}, split={_CURRENT.virtual_devices}." if _CURRENT else ""
+    applied = (f" The configuration in force: mask={_CURRENT.mask}, growth={_CURRENT.memory_growth}, "
+               f"limit={_CURRENT._limits_text()}, split={_CURRENT.virtual_devices}.") if _CURRENT else ""
     return RuntimeInitializedError(
-        f"cannot configure devices (mask={request[0]}, memory_growth={request[1]}, memory_limit={_limits_words(request[2])}, "
-        f"virtual_devices={request[3]}): TensorFlow's runtime has already started; {where}.{applied}",
+        f"cannot configure devices (mask={request[0]}, memory_growth={request[1]}, "
+        f"memory_limit={_limits_words(request[2])}, virtual_devices={request[3]}): "
+        f"TensorFlow's runtime has already started; {where}.{applied}",
         hint="call tfdevices.configure() first thing, before any TensorFlow op, model or device listing "
              "(or set CUDA_VISIBLE_DEVICES before starting Python).")
 

@@ -95,7 +95,7 @@ def plan_assignment(tasks: Sequence[str], devices: Sequence[str], policy: str = 
                          hint="by_memory needs GPUs with NVML memory figures; use policy='round_robin' for CPUs.")
     # the device with the most free memory per task once this one is added, earliest first on ties: a heap,
     # so planning stays O(tasks * log devices)
-    heap = [(-memory[d], i, 0) for i, d in enumerate(devices)]
+    heap: list[tuple[float, int, int]] = [(-memory[d], i, 0) for i, d in enumerate(devices)]
     heapq.heapify(heap)
     plan = []
     for task in tasks:
@@ -217,9 +217,10 @@ def assign(tasks: Sequence[Callable[[], Any] | str] | Mapping[str, Callable[[], 
     def work(p: TaskPlacement) -> None:
         start = time.perf_counter()
         try:
+            fn = fns[p.task]
             with tf.device(f"/device:{resolved[p.device]}"):
-                value = fns[p.task]() if run and fns[p.task] is not None else None
-        except BaseException as err:  # re-raised below, in the caller's thread
+                value = fn() if run and fn is not None else None
+        except BaseException as err:  # noqa: BLE001 (re-raised below, in the caller's thread)
             errors.append(err)
             value = None
         results[p.task] = TaskResult(p.task, p.device, resolved[p.device], p.reason, value,

@@ -270,7 +270,7 @@ def _decide_multi_worker(devices: tuple[str, ...], gpus: tuple[str, ...], num_wo
     chosen = gpus or ("CPU:0",)
     if cluster_source == "none" or num_workers <= 1:
         reason = "asked for multi_worker without TF_CONFIG or a SLURM step: one worker"
-        warning = "multi_worker with a single worker: set TF_CONFIG or run under srun to add workers."
+        warning: str | None = "multi_worker with a single worker: set TF_CONFIG or run under srun to add workers."
     else:
         reason = f"{cluster_source} describes {num_workers} workers: multi-worker mirrored"
         warning = None if gpus else "no GPU visible: each worker trains on its CPU."
@@ -493,7 +493,7 @@ class Explained:
 
     @property
     def logdir(self) -> str | None:
-        """From flags: ``--logdir`` (``None``: unset)."""
+        """From flags: ``--logdir``, ``"logs"`` when not given (``None``: not built from flags)."""
         return getattr(self._tfdevices_setup, "logdir", None)
 
     @property
@@ -607,7 +607,7 @@ def _build_multi_worker(tf: Any, kind: str, devices: object, cross_device_ops: s
     """MultiWorkerMirroredStrategy must exist before TensorFlow's runtime starts: decide from physical devices."""
     visible = [f"GPU:{i}" for i, _ in enumerate(tf.config.get_visible_devices("GPU"))] or ["CPU:0"]
     explicit = devices is not None
-    decision = decide_strategy(kind, [str(d) for d in devices] if explicit else visible,  # type: ignore[union-attr]
+    decision = decide_strategy(kind, [str(d) for d in devices] if explicit else visible,  # type: ignore[attr-defined]
                                cluster.num_workers, explicit=explicit, cluster_source=cluster.source)
     if rt.runtime_started():
         raise StrategyError(

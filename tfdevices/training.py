@@ -162,7 +162,7 @@ def install_fit_adapter() -> FitAdapter:
     if "done" in _ADAPTER_STATE:
         return _ADAPTER_STATE["done"]
     try:
-        from keras.src.version import __version__ as keras_version  # set before `import keras` ends
+        from keras.src.version import __version__ as keras_version  # noqa: PLC0415 (lazy Keras); set before `import keras` ends
     except ImportError:  # no Keras 3: only tf_keras (whose fit works) can be in use
         result = decide_fit_adapter("", legacy=True)
     else:
@@ -222,11 +222,11 @@ class _TrainerImported(importlib.abc.MetaPathFinder):
 def _patch_trainer(decision: FitAdapter) -> FitAdapter:
     """Wraps the two functions of Keras' TensorFlow trainer (see the notes above :data:`FIT_ADAPTER_KERAS`)."""
     tf = import_tf()
-    from keras.src import tree
-    from keras.src.backend.tensorflow import trainer as keras_trainer
+    from keras.src import tree  # noqa: PLC0415 (lazy Keras)
+    from keras.src.backend.tensorflow import trainer as keras_trainer  # noqa: PLC0415 (lazy Keras)
 
-    trainer_class = getattr(keras_trainer, "TensorFlowTrainer", None)
-    needed = (getattr(trainer_class, "_maybe_symbolic_build", None), getattr(keras_trainer, "reduce_per_replica", None),
+    trainer_class: Any = getattr(keras_trainer, "TensorFlowTrainer", None)
+    needed: tuple[Any, ...] = (getattr(trainer_class, "_maybe_symbolic_build", None), getattr(keras_trainer, "reduce_per_replica", None),
               getattr(keras_trainer, "_collective_all_reduce_multi_worker", None))
     if not all(callable(f) for f in needed):
         return FitAdapter(decision.keras_version, NOT_COVERED,

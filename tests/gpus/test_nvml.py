@@ -114,7 +114,7 @@ def test_nvml_is_initialised_once_across_threads(init_error: int | None) -> None
     for t in threads:
         t.join()
     assert fake.init_calls == 1
-    assert len({r for r in results}) == 1 and len(results) == 8
+    assert len(set(results)) == 1 and len(results) == 8
 
 
 def test_shutdown_then_snapshot_initialises_again() -> None:

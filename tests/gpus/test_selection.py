@@ -101,7 +101,8 @@ def test_no_gpu_machine():
     ("GPU-0", {}, SpecError, "GPU spec 'GPU-0': 'GPU-0' matches several GPUs"),
     ("auto:9", {}, SelectionError, "GPU spec 'auto:9': only 8 of 8 GPUs qualify"),
     ("auto:4", {"min_free_memory": "35GiB"}, SelectionError,
-     "GPU spec 'auto:4' with min_free_memory=35.0 GiB: only 2 of 8 GPUs qualify. GPUs: GPU 0: ok; GPU 1: 10.0 GiB"),
+     ("GPU spec 'auto:4' with min_free_memory=35.0 GiB: only 2 of 8 GPUs qualify. GPUs: GPU 0: ok; "
+      "GPU 1: 10.0 GiB")),
     ("1", {"max_utilization": 0.5}, SelectionError, "GPU spec '1': GPU 1 is utilization 95% > 50%"),
     ("1,5", {"min_free_memory": "16GiB"}, SelectionError,
      "GPU spec '1,5': GPU 1 is 10.0 GiB free < 16.0 GiB; GPU 5 is 2.0 GiB free < 16.0 GiB"),
@@ -150,8 +151,8 @@ def _mig_machine() -> Inventory:
 
 
 @pytest.mark.parametrize("spec, first_words", [
-    ("0,GPU-00aa00-0000", "GPU spec '0,GPU-00aa00-0000': 'GPU-00aa00-0000' is GPU 0 (GPU-00aa00-0000), named "
-                          "before as '0'; one GPU is one GPU"),
+    ("0,GPU-00aa00-0000", ("GPU spec '0,GPU-00aa00-0000': 'GPU-00aa00-0000' is GPU 0 (GPU-00aa00-0000), named "
+                           "before as '0'; one GPU is one GPU")),
     ("GPU-00aa00-0000,0", "GPU spec 'GPU-00aa00-0000,0': '0' is GPU 0"),
     ("GPU-03a,GPU-03aa03", "GPU spec 'GPU-03a,GPU-03aa03': 'GPU-03aa03' is GPU 3"),  # two prefixes of one UUID
     ("GPU-03A,GPU-03aa03", "GPU spec 'GPU-03A,GPU-03aa03': 'GPU-03aa03' is GPU 3"),  # a UUID's case does not make it another GPU

@@ -153,10 +153,10 @@ def test_without_gpus_only_syntax_is_checked(mask: str) -> None:
      "more of the uuid"),
     ({"CUDA_VISIBLE_DEVICES": "MIG-ffff"}, "CUDA_VISIBLE_DEVICES='MIG-ffff': 'MIG-ffff' names no GPU", ""),
     ({"CUDA_VISIBLE_DEVICES": f"MIG-GPU-{fk.uuid(5)[4:]}/3/0"}, "CUDA_VISIBLE_DEVICES='MIG-GPU-", "names no MIG"),
-    ({"CUDA_VISIBLE_DEVICES": fk.uuid(5)}, f"CUDA_VISIBLE_DEVICES='{fk.uuid(5)}': '{fk.uuid(5)}' is GPU 5, which is in "
-     "MIG mode", "MIG-<uuid>"),
-    ({"CUDA_VISIBLE_DEVICES": f"1,{fk.uuid(1)}"}, f"CUDA_VISIBLE_DEVICES='1,{fk.uuid(1)}': '{fk.uuid(1)}' names GPU 1 "
-     "again", "once"),
+    ({"CUDA_VISIBLE_DEVICES": fk.uuid(5)}, (f"CUDA_VISIBLE_DEVICES='{fk.uuid(5)}': '{fk.uuid(5)}' is GPU 5, which is "
+                                            "in MIG mode"), "MIG-<uuid>"),
+    ({"CUDA_VISIBLE_DEVICES": f"1,{fk.uuid(1)}"}, (f"CUDA_VISIBLE_DEVICES='1,{fk.uuid(1)}': '{fk.uuid(1)}' names "
+                                                   "GPU 1 again"), "once"),
     # CUDA_DEVICE_ORDER
     ({"CUDA_DEVICE_ORDER": "pci_bus_id"}, "CUDA_DEVICE_ORDER='pci_bus_id': not a CUDA device order", "PCI_BUS_ID"),
     ({"CUDA_DEVICE_ORDER": "PCI"}, "CUDA_DEVICE_ORDER='PCI': not a CUDA device order", "nvidia-smi"),

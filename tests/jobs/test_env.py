@@ -214,7 +214,8 @@ def test_docstring_examples() -> None:
 
 
 def test_launch_does_not_import_tensorflow() -> None:
-    code = ("import sys, tfdevices; from tfdevices.jobs.env import launch_info; from tfdevices.jobs.ranks import gpu_for_rank; "
+    code = ("import sys, tfdevices; from tfdevices.jobs.env import launch_info; "
+            "from tfdevices.jobs.ranks import gpu_for_rank; "
             "import tfdevices.gpus.reservation, tfdevices.jobs.launcher; "
             "print(tfdevices.launch_info({'RANK': '0', 'WORLD_SIZE': '1'}).source, 'tensorflow' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], env=subprocess_env(), capture_output=True, text=True,

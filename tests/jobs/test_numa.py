@@ -62,8 +62,8 @@ def test_binding_keeps_to_the_cpus_this_process_may_use():
     topo = fixture("topo-pcie-4gpu-bridges.json").topology
     bound, notes = cpu_binding([(0,), (2,)], topo, {0, 1, 2})
     assert bound == {0: (0, 1, 2)}
-    assert notes == ("local rank 1 left unbound: the CPUs of NUMA node 1 (16-31,48-63) are not available to this "
-                     "process (it may use 0-2).",)
+    assert notes == (("local rank 1 left unbound: the CPUs of NUMA node 1 (16-31,48-63) are not available to this "
+                      "process (it may use 0-2)."),)
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 or not {0, 1} <= os.sched_getaffinity(0),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -139,7 +140,7 @@ def test_read_tf_config_reads_the_given_env_only():
 
 def test_tf_config_is_frozen():
     c = parse_tf_config(cfg(W2))
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         c.task_index = 1  # type: ignore[misc]
     with pytest.raises(TypeError):
         c.cluster["worker"] = ()  # type: ignore[index]

@@ -23,7 +23,7 @@ def mlp(keras, n=8, width=16, seed=0):
 
 def activation_transfers(report, plan: LayerPlan):
     """Transfers of a planned layer's output between planned devices, leaving out the model's final output."""
-    inner = [name for name in plan.layers[:-1]]
+    inner = list(plan.layers[:-1])
     scoped = re.compile(r"(^|/)(" + "|".join(map(re.escape, inner)) + r")(_\d+)?/")
     return [t for t in report.transfers() if t.src in plan.devices and t.dst in plan.devices
             and "ctrl" not in t.tensor and scoped.search(t.tensor)]
@@ -153,7 +153,7 @@ def test_save_and_load_keep_weights_and_the_plan_reapplies(tf4, tmp_path):
     loaded = keras.models.load_model(tmp_path / "m.keras")
     assert set(devices_of(loaded).values()) == {"CPU:0"}
     again = place_layers(loaded, plan)
-    assert {p: d for p, d in devices_of(again).items()} == {
+    assert dict(devices_of(again)) == {
         w.path: plan.device_of(w.path.split("/")[-2]) for w in again.weights}
     np.testing.assert_allclose(again(x).numpy(), placed(x).numpy(), rtol=1e-6)
     fresh = place_layers(skip_model(keras, seed=9), plan)

@@ -21,9 +21,9 @@ from tfdevices.tensorboard import read_placement
 from tests.keras_models import on_device_layer
 
 
-def _model(K, tf, moved_device: str | None = None):
+def _model(K, tf, moved_device: str | None = None):  # noqa: N803 (K: the Keras module, keras or tf_keras)
     """dense_1 -> dense_2 -> dense_3; dense_2 called under ``tf.device(moved_device)`` when given."""
-    OnDevice = on_device_layer(K, tf)
+    OnDevice = on_device_layer(K, tf)  # noqa: N806 (a class)
     second = K.layers.Dense(6, name="dense_2")
     layers = [K.layers.Dense(5, name="dense_1"),
               OnDevice(second, moved_device, name="moved") if moved_device else second,
@@ -38,7 +38,7 @@ def _model(K, tf, moved_device: str | None = None):
     ("tf_keras", "CPU:1"),  # tf_keras builds it inside the scope: weights live where they are used
 ])
 def test_logger_captures_one_fit_step_and_writes_it(tf4, tmp_path, framework, dense_2_weights_on):
-    K = importlib.import_module(framework)
+    K = importlib.import_module(framework)  # noqa: N806 (the Keras module)
     model = _model(K, tf4, moved_device="/CPU:1")
     logger = PlacementLogger(tmp_path, at_step=2, framework=framework)
     assert isinstance(logger, K.callbacks.Callback) and isinstance(logger, PlacementLogger)

@@ -62,7 +62,7 @@ def test_views_without_times_degrade_to_order_and_unknowns(to_device_report):
     line = views.timeline(report)
     assert not line["timed"]
     for lane in range(len(line["lanes"])):
-        starts = [start for l, start, _, _, _ in line["ops"] if l == lane]
+        starts = [start for on, start, _, _, _ in line["ops"] if on == lane]
         assert starts == [float(i) for i in range(len(starts))]
     assert views.busy_us(report) == {}
     assert all(d["busy_us"] is None for d in views.device_table(report))
@@ -89,7 +89,7 @@ def _node(tree: dict, path: str) -> dict:
         return name if parent < 0 else f"{path_of(parent)}/{name}"
 
     (i,) = [i for i in range(len(nodes)) if path_of(i) == path]
-    name, parent, ops, asked, ran, mismatch, busy, op = nodes[i]
+    _, parent, ops, asked, ran, mismatch, busy, op = nodes[i]
     names = tree["devices"]
     return {"index": i, "parent": parent, "ops": ops, "asked": [names[k] for k in asked],
             "ran": [names[k] for k in ran], "mismatch": mismatch, "busy_us": busy, "op": op}
@@ -190,7 +190,7 @@ def test_numbered_sibling_ops_fold_into_one_series_after_the_scopes():
     tree = views.scope_tree({"ops": ops})
     roots = [(name, count) for name, parent, count, *_ in tree["nodes"] if parent < 0]
     assert roots == [("dense", 1), ("Assign_*", 12), ("Sum", 1), ("Sum_1", 1)]  # 2 Sums: too few to fold
-    series = [i for i, n in enumerate(tree["nodes"]) if n[0] == "Assign_*"][0]
+    series = next(i for i, n in enumerate(tree["nodes"]) if n[0] == "Assign_*")
     members = [n[0] for n in tree["nodes"] if n[1] == series]
     assert len(members) == 12 and set(members) == {op["name"] for op in ops[:12]}
     assert all(tree["nodes"][tree["node_of_op"][i]][0] == op["name"].rsplit("/", 1)[-1] for i, op in enumerate(ops))

@@ -37,6 +37,8 @@ class InputError(TfDevicesError, ValueError):
 class UsageError(InputError):
     """A command line that does not parse: unknown option, missing or malformed argument."""
 
+    command: str  # the command whose line it is (``tfdevices launch``), set by the CLI's parser
+
 
 class SpecError(InputError):
     """A device spec (``"0,2"``, ``"auto:2"``, ``"CPU:1"`` ...) is malformed or names nothing."""

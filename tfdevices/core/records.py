@@ -24,6 +24,17 @@ tfdevices.core.records.FrozenRecordError: cannot assign to field 'x' of a frozen
 
 from __future__ import annotations
 
+TYPE_CHECKING = False  # typing's flag without importing typing: the listing path does not load it
+if TYPE_CHECKING:
+    from typing import TypeVar
+
+    from typing_extensions import dataclass_transform
+
+    _R = TypeVar("_R")
+else:
+    def dataclass_transform(**_: object):  # what type checkers read; nothing at run time
+        return lambda decorator: decorator
+
 _FIELDS = "__record_fields__"
 _DEFAULTS = "__record_defaults__"
 
@@ -32,7 +43,8 @@ class FrozenRecordError(AttributeError):
     """A field of a frozen record was assigned or deleted (as dataclasses' ``FrozenInstanceError``)."""
 
 
-def record(cls: type) -> type:
+@dataclass_transform(frozen_default=True)
+def record(cls: type[_R]) -> type[_R]:
     """Makes ``cls`` a frozen record of its annotated fields (class attributes are defaults).
 
     Fields are read in definition order, base classes first; a field without a
@@ -44,7 +56,7 @@ def record(cls: type) -> type:
     names: list[str] = []
     defaults: dict[str, object] = {}
     for klass in reversed(cls.__mro__):
-        for name in klass.__dict__.get("__annotations__", {}):
+        for name in klass.__dict__.get("__annotations__", {}):  # noqa: RUF063 (this class's own; no inspect)
             if name not in names:
                 names.append(name)
             if name in klass.__dict__:
@@ -91,7 +103,7 @@ def _values(obj: object) -> tuple[object, ...]:
     return tuple(getattr(obj, name) for name in getattr(type(obj), _FIELDS))
 
 
-def _eq(self: object, other: object) -> bool:
+def _eq(self: object, other: object) -> object:  # bool, or NotImplemented
     if type(other) is not type(self):
         return NotImplemented
     return _values(self) == _values(other)
@@ -116,10 +128,11 @@ def is_record(obj: object) -> bool:
 
 def fields(obj: object) -> tuple[str, ...]:
     """The field names of a record (instance or class), in order."""
-    return getattr(obj, _FIELDS)
+    names: tuple[str, ...] = getattr(obj, _FIELDS)
+    return names
 
 
-def replace(obj: object, **changes: object) -> object:
+def replace(obj: _R, **changes: object) -> _R:
     """A copy of the record ``obj`` with ``changes`` (as ``dataclasses.replace``)."""
     return type(obj)(**{**{name: getattr(obj, name) for name in fields(obj)}, **changes})
 

@@ -7,7 +7,7 @@
   :class:`~tfdevices.verify.PlacementReport`) and says where its time went, with the
   numbers and a fix.
 
-Planning is pure (:mod:`~tfdevices.decide.candidates`, :mod:`~tfdevices.decide.predict`);
+Planning is pure (:mod:`~tfdevices.decide.candidates`: the candidates and their predicted step times);
 the effects live in :mod:`~tfdevices.decide.runner` (processes) and
 :mod:`~tfdevices.decide.child` (one candidate in one process).
 """

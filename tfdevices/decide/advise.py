@@ -246,7 +246,7 @@ def _cpu_fallback(data: Report, span: tuple[float, float]) -> list[Finding]:
     if not any(_kind(str(op.get("device", ""))) == "GPU" for op in ops):
         return []
     fell = [op for op in ops if _kind(str(op.get("device", ""))) == "CPU"
-            and not _kind(str(op.get("requested") or "GPU")) == "CPU" and op.get("type") not in ITERATOR_TYPES]
+            and _kind(str(op.get("requested") or "GPU")) != "CPU" and op.get("type") not in ITERATOR_TYPES]
     if not fell:
         return []
     us = union_length(_spans(fell))
@@ -256,7 +256,8 @@ def _cpu_fallback(data: Report, span: tuple[float, float]) -> list[Finding]:
         f"{len(fell)} op(s) of a GPU step ran on the CPU without asking for it ({us:.0f} us, "
         f"{_pct(us, _length(span))} of the step): {', '.join(f'{t} x{n}' for t, n in types)}.",
         "these ops have no GPU kernel for their dtype, or soft placement moved them: cast to a supported dtype, "
-        "do this work in the tf.data pipeline, or turn soft placement off (tfdevices.runtime.set_soft_placement(False)) to see why.")]
+        "do this work in the tf.data pipeline, or turn soft placement off "
+        "(tfdevices.runtime.set_soft_placement(False)) to see why.")]
 
 
 def _input_bound(data: Report, span: tuple[float, float]) -> list[Finding]:

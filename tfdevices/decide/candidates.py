@@ -170,7 +170,8 @@ def prune(order: Sequence[tuple[Candidate, float | None]], budget_s: float | Non
     Returns:
         ``(kept, pruned)``; pruned as ``(candidate, reason)``.
 
-    >>> a, b = Candidate("mirrored:2", "mirrored", ("CPU:0", "CPU:1")), Candidate("split:2", "split", ("CPU:0", "CPU:1"))
+    >>> a = Candidate("mirrored:2", "mirrored", ("CPU:0", "CPU:1"))
+    >>> b = Candidate("split:2", "split", ("CPU:0", "CPU:1"))
     >>> kept, pruned = prune([(b, 0.5), (a, 0.1)], 12.0, startup_s=5.0, steps=10)
     >>> [c.name for c in kept], pruned[0][1]
     (['mirrored:2'], 'pruned by the budget: predicted 500.0 ms/step, about 10.0 s to run, 6.0 s left')
@@ -187,6 +188,6 @@ def prune(order: Sequence[tuple[Candidate, float | None]], budget_s: float | Non
             left -= cost
         else:
             shown = "none" if predicted is None else f"{1000 * predicted:.1f} ms/step"
-            pruned.append((candidate, f"pruned by the budget: predicted {shown}, about {cost:.1f} s to run, "
-                                      f"{left:.1f} s left"))
+            pruned.append((candidate, (f"pruned by the budget: predicted {shown}, about {cost:.1f} s to run, "
+                                       f"{left:.1f} s left")))
     return tuple(c for c, _ in order if c in kept), tuple(pruned)

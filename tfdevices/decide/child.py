@@ -66,7 +66,7 @@ class _Clock:
         self._start = 0.0
 
     def callback(self) -> Any:
-        import keras
+        import keras  # noqa: PLC0415 (lazy Keras)
 
         clock = self
 
@@ -100,7 +100,7 @@ def _profile_extras(tf: Any, model: Any, data: Any, devices: list[str]) -> dict[
     """What predictions need besides the step: weight and activation sizes, copy latency and bandwidth."""
     batch = _batch(data)
     sizes = [batch * int(abs(_numel(layer.output.shape))) * 4 for layer in model.layers if hasattr(layer, "output")]
-    out = {"grad_bytes": int(sum(int(w.numpy().nbytes) for w in model.trainable_weights)),
+    out: dict[str, float] = {"grad_bytes": int(sum(int(w.numpy().nbytes) for w in model.trainable_weights)),
            "variables": len(model.trainable_weights),
            "activation_bytes": int(statistics.median(sizes)) if sizes else 0}
     pair = [d for d in (tf.config.list_logical_devices()) if d.device_type == devices[0].split(":")[0]][:2]
@@ -191,6 +191,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     logdir = spec.get("logdir") or tempfile.mkdtemp(prefix="tfdevices-tune-")
     logger = PlacementLogger(logdir, at_step=1, memory=False)
     model.fit(data, epochs=1, steps_per_epoch=2, verbose=0, callbacks=[logger])
+    if logger.report is None:
+        raise RuntimeError("the placement logger captured no step of the 2 it was given")
     report = json.loads(logger.report.to_json())
     result.update({"peak_memory": _peak_memory(tf, spec["devices"]), "shares": time_shares(report),
                    "startup_s": time.perf_counter() - started - window, "logdir": spec.get("logdir")})
@@ -210,6 +212,7 @@ def _failure(err: BaseException) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
+    """Runs the candidate that ``argv`` names (spec file, result file); returns the exit status."""
     spec_path, result_path = argv
     with open(spec_path) as f:
         spec = json.load(f)

@@ -23,7 +23,7 @@ def _data(tf: Any, shape: tuple[int, ...], classes: int, batch: int, n: int = 8)
 
 def _mlp(widths: list[int], inputs: int, batch: int) -> tuple[Any, Any]:
     tf = import_tf()
-    import keras
+    import keras  # noqa: PLC0415 (lazy Keras)
 
     layers = [keras.Input((inputs,))] + [keras.layers.Dense(w, activation="relu") for w in widths]
     model = keras.Sequential([*layers, keras.layers.Dense(10)])
@@ -50,7 +50,7 @@ def tiny_mlp() -> tuple[Any, Any]:
 def small_convnet() -> tuple[Any, Any]:
     """Two 3x3 convolutions (16, 32 filters) on 28x28x1 images, batch 64."""
     tf = import_tf()
-    import keras
+    import keras  # noqa: PLC0415 (lazy Keras)
 
     model = keras.Sequential([
         keras.Input((28, 28, 1)), keras.layers.Conv2D(16, 3, activation="relu"), keras.layers.MaxPooling2D(),

@@ -173,9 +173,7 @@ def _count(name: str, value: object, low: int) -> int:
     return value
 
 
-def _seconds(name: str, value: object, *, optional: bool) -> float | None:
-    if value is None and optional:
-        return None
+def _seconds(name: str, value: object, *, optional: bool) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value != value:
         raise InputError(f"{name}={value!r}: expected a number of seconds > 0" + (" or None." if optional else "."),
                          hint=f"e.g. {name}=300.")
@@ -213,6 +211,7 @@ def tune(model_fn: Callable[[], Any] | str, *, devices: Iterable[str] | None = N
         rounds: timed windows per candidate, each in a fresh process, the candidates taking turns
             (first round in plan order, then reversed, then plan order ...); a candidate's step time is
             its fastest window's median. ``1`` measures each once (and so does a single candidate).
+        warmup: steps run before each timed window (tracing, first allocations).
         budget_s: bound on the whole run: candidates are kept, fastest predicted first, while they fit.
         timeout_s: bound on each candidate's process.
         virtual_devices: logical CPUs to split the CPU into, without GPUs.
@@ -229,7 +228,8 @@ def tune(model_fn: Callable[[], Any] | str, *, devices: Iterable[str] | None = N
     """
     target = _target(model_fn)
     steps, warmup, rounds = _count("steps", steps, 2), _count("warmup", warmup, 0), _count("rounds", rounds, 1)
-    budget, timeout = _seconds("budget_s", budget_s, optional=True), _seconds("timeout_s", timeout_s, optional=False)
+    budget = None if budget_s is None else _seconds("budget_s", budget_s, optional=True)
+    timeout = _seconds("timeout_s", timeout_s, optional=False)
     split = _count("virtual_devices", virtual_devices, 1)
     names, gpus = _devices(devices, split)
     planned = plan_candidates(names)
@@ -295,7 +295,7 @@ def _limit(timeout: float, budget: float | None, started: float) -> float:
 
 
 def _result(c: Candidate, raw: dict[str, Any], predicted: float | None) -> CandidateResult:
-    status = raw.get("status") if raw.get("status") in STATUSES else "failed"
+    status = raw["status"] if raw.get("status") in STATUSES else "failed"
     step = raw.get("step_s")
     return CandidateResult(
         c.name, c.strategy, c.devices, status, step, raw.get("step_q1_s"), raw.get("step_q3_s"),

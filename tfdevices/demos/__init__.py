@@ -90,7 +90,7 @@ HELP = ("--help", "-help", "--helpshort", "-helpshort", "-?", "--helpfull", "-he
 
 
 def _run(module: Any, prog: str, argv: list[str]) -> int:
-    from absl import app
+    from absl import app  # noqa: PLC0415 (lazy absl: when a demo runs)
 
     asked = next((a for a in argv[:argv.index("--") if "--" in argv else len(argv)] if a in HELP), None)
     if asked is not None:

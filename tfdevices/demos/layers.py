@@ -92,13 +92,14 @@ def _line(name: str, traffic: dict[str, Any]) -> str:
 
 
 def main(argv: list[str]) -> None:
+    """Runs the demo (``absl.app.run`` calls it with the arguments left after the flags)."""
     no_arguments(argv)
     if not FLAGS["verbosity"].present:
         absl_logging.set_verbosity(absl_logging.WARNING)
     setup = tfd_flags.configure_from_flags(cpu_virtual_devices=max(CPU_DEVICES, FLAGS.devices))
     tf = tfdevices.core._tf.import_tf()
-    import keras
-    import numpy as np
+    import keras  # noqa: PLC0415 (lazy Keras)
+    import numpy as np  # noqa: PLC0415 (lazy NumPy, with TensorFlow)
 
     devices = pick_devices(setup.runtime.logical_devices, FLAGS.devices)
     print(f"devices: {', '.join(devices)}\n")

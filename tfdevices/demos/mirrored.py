@@ -46,11 +46,13 @@ def make_data(tf: Any, n: int, seed: int = 0) -> tuple[Any, Any]:
 
 
 def make_model(keras: Any) -> Any:
+    """The demo's model: three Dense layers, built with the ``keras`` module given."""
     return keras.Sequential([keras.Input((64,)), keras.layers.Dense(256, activation="relu"),
                              keras.layers.Dense(256, activation="relu"), keras.layers.Dense(10)])
 
 
 def main(argv: list[str]) -> None:
+    """Runs the demo (``absl.app.run`` calls it with the arguments left after the flags)."""
     no_arguments(argv)
     if not FLAGS["verbosity"].present:
         absl_logging.set_verbosity(absl_logging.WARNING)  # TensorFlow's per-step INFO lines drown the output
@@ -59,7 +61,7 @@ def main(argv: list[str]) -> None:
         setup = tfd_flags.configure_from_flags(cpu_virtual_devices=CPU_DEVICES, global_batch_size=FLAGS.batch_size)
     print(setup.table(), "\n", flush=True)
     tf = tfdevices.core._tf.import_tf()
-    import keras
+    import keras  # noqa: PLC0415 (lazy Keras)
 
     info = setup.strategy
     batch = FLAGS.batch_size
@@ -97,7 +99,8 @@ class Throughput:
     """A Keras callback printing examples per second for each epoch."""
 
     def __new__(cls, batch: int, steps: int, replicas: int) -> Any:
-        import keras
+        """A Keras callback of the running Keras (imported here, when the demo runs)."""
+        import keras  # noqa: PLC0415 (lazy Keras)
 
         class _Throughput(keras.callbacks.Callback):
             def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:

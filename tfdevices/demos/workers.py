@@ -31,6 +31,7 @@ FLAGS = flags.FLAGS
 
 
 def main(argv: list[str]) -> None:
+    """Runs the demo (``absl.app.run`` calls it with the arguments left after the flags)."""
     no_arguments(argv)
     if not FLAGS["verbosity"].present:
         absl_logging.set_verbosity(absl_logging.WARNING)  # TensorFlow's INFO lines drown the output
@@ -39,7 +40,7 @@ def main(argv: list[str]) -> None:
     check_batch_size(FLAGS.batch_size, info.world_size * max(1, len(mine.gpus)))  # before TensorFlow starts
     tfdevices.configure(mine.spec)  # before TensorFlow starts: this process sees only its GPU(s)
     tf = tfdevices.core._tf.import_tf()
-    import keras
+    import keras  # noqa: PLC0415 (lazy Keras)
 
     strategy = tfdevices.build_strategy("multi_worker")
     x = tf.random.stateless_normal([FLAGS.batch_size * FLAGS.steps_per_epoch, 4], seed=[0, 1])

@@ -179,14 +179,14 @@ def from_tensorflow(env: Mapping[str, str]) -> Inventory:
         gpus.append(GpuInfo(index=n, name=str(details.get("device_name", device.name)), uuid="",
                             compute_capability=None if cc is None else (int(cc[0]), int(cc[1])),
                             cuda_ordinal=n, tf_name=f"/GPU:{n}"))
-    common = dict(cuda_visible_devices=env.get(visibility.VISIBLE_ENV),
-                  cuda_device_order=env.get(visibility.ORDER_ENV))
+    common: dict[str, Any] = dict(cuda_visible_devices=env.get(visibility.VISIBLE_ENV),
+                                  cuda_device_order=env.get(visibility.ORDER_ENV))
     if not gpus:
         cuda = tf.test.is_built_with_cuda()
         why = "" if cuda else "; this TensorFlow build has no CUDA support"
         mask = env.get(visibility.VISIBLE_ENV)
         masked = "" if mask is None else f"; {visibility.VISIBLE_ENV}={mask!r}"
         return Inventory(source="none", reason=f"TensorFlow {tf.__version__} lists no GPU{why}{masked}", **common)
-    notes = ("TensorFlow reports no memory figures (shown as 0) and no NVML index: "
-             "indices are TensorFlow's own, after masking; use source='nvml' for both.",)
+    notes = (("TensorFlow reports no memory figures (shown as 0) and no NVML index: "
+              "indices are TensorFlow's own, after masking; use source='nvml' for both."),)
     return Inventory(gpus=tuple(gpus), source="tensorflow", notes=notes, **common)

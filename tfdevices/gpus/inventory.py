@@ -98,6 +98,7 @@ class GpuInfo:
         return self.cuda_ordinal is not None
 
     def to_dict(self) -> dict[str, Any]:
+        """This GPU as plain JSON values (compute capability as ``"8.0"``)."""
         data = asdict(self)
         if self.compute_capability is not None:
             data["compute_capability"] = f"{self.compute_capability[0]}.{self.compute_capability[1]}"
@@ -224,13 +225,14 @@ class Inventory:
     @property
     def visible(self) -> tuple[GpuInfo, ...]:
         """The GPUs CUDA will see, in CUDA ordinal order."""
-        return tuple(sorted((g for g in self.gpus if g.visible), key=lambda g: g.cuda_ordinal))
+        return tuple(sorted((g for g in self.gpus if g.visible), key=lambda g: g.cuda_ordinal or 0))
 
     def get(self, key: str) -> GpuInfo | None:
         """The GPU with this key (``"3"``, ``"0:1"``), or ``None``."""
         return next((g for g in self.gpus if g.key == key), None)
 
     def to_dict(self) -> dict[str, Any]:
+        """The inventory as plain JSON values, what ``tfdevices list --json`` prints."""
         data = asdict(self)
         data["gpus"] = [g.to_dict() for g in self.gpus]
         data["notes"] = list(self.notes)
@@ -239,6 +241,7 @@ class Inventory:
         return data
 
     def to_json(self, indent: int | None = 2) -> str:
+        """The inventory as JSON text (read back by :meth:`from_json`)."""
         return json.dumps(self.to_dict(), indent=indent)
 
     @classmethod
@@ -263,6 +266,7 @@ class Inventory:
 
     @classmethod
     def from_dict(cls, data: Any, *, where: str = "inventory") -> Inventory:
+        """An inventory from :meth:`to_dict`'s output; ``where`` names the input in errors (InventoryFileError)."""
         if not isinstance(data, Mapping):
             raise InventoryFileError(f"{where}: expected a JSON object, got {type(data).__name__}.",
                                      hint="save it with 'tfdevices list --json > FILE'.")
@@ -326,7 +330,7 @@ class Inventory:
         """
         header = ("NVML", "CUDA", "TF", "Name", "Memory used / total", "Free", "Util", "CC", "Procs",
                   "Temp", "Fan", "Power / cap", "Perf", "SM/mem MHz", "ECC", "MIG")
-        rows = [header]
+        rows: list[tuple[str, ...]] = [header]
         for g in self.gpus:
             rows.append((
                 g.key,
@@ -336,7 +340,7 @@ class Inventory:
                 f"{format_bytes(g.memory_used)} / {format_bytes(g.memory_total)}",
                 format_bytes(g.memory_free),
                 "n/a" if g.utilization is None else f"{g.utilization:.0%}",
-                "n/a" if g.compute_capability is None else "%d.%d" % g.compute_capability,
+                "n/a" if g.compute_capability is None else "{}.{}".format(*g.compute_capability),
                 "n/a" if g.processes is None else str(g.processes),
                 *_sensors(g),
             ))
@@ -385,8 +389,8 @@ def _process_lines(g: GpuInfo) -> list[str]:
     lines = []
     for p in g.process_list:
         command = p.command if p.command is not None else "? (not visible to this user, or gone)"
-        lines.append(f"    pid {p.pid:<8} {p.user or '?':<12} {format_bytes(p.gpu_memory) if p.gpu_memory is not None else 'n/a':>10}"
-                     f"  {p.kind:<3}  {command}")
+        memory = format_bytes(p.gpu_memory) if p.gpu_memory is not None else "n/a"
+        lines.append(f"    pid {p.pid:<8} {p.user or '?':<12} {memory:>10}  {p.kind:<3}  {command}")
     return lines
 
 

@@ -208,7 +208,7 @@ class Nvml:
             if self._module is None:
                 if self._import_error is None:
                     try:
-                        import pynvml
+                        import pynvml  # noqa: PLC0415 (lazy NVML: at first use, under the lock)
                         self._module = pynvml
                     except ImportError as err:
                         self._import_error = str(err)
@@ -357,7 +357,7 @@ class Nvml:
                                              used if seen.used_memory is None else max(used, seen.used_memory))
         return tuple(found.values())
 
-    def _sensors(self, handle: Any) -> dict[str, int | None]:
+    def _sensors(self, handle: Any) -> dict[str, Any]:  # int | None each, passed as NvmlDevice(**...)
         """What gpustat and nvitop show: temperature, fan, power, performance state, clocks, ECC errors."""
         state = _whole(self._get("nvmlDeviceGetPerformanceState", handle))
         return {

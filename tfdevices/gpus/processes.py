@@ -55,6 +55,7 @@ class GpuProcess:
     command: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        """The process as plain JSON values."""
         return asdict(self)
 
     @classmethod
@@ -125,7 +126,7 @@ def user_name(uid: int, names: dict[int, str | None] | None = None) -> str:
     if names is not None and uid in names:
         return names[uid] or str(uid)
     try:
-        import pwd
+        import pwd  # noqa: PLC0415 (lazy: only to name a user)
 
         name = pwd.getpwuid(uid).pw_name
     except (KeyError, ImportError):

@@ -383,7 +383,7 @@ def _check_distinct(selection: Selection) -> None:
 
 
 def _attempt(request: object, inventory: Inventory, wanted: tuple[GpuInfo, ...], exact: bool, directory: str,
-             min_free: object, max_util: object
+             min_free: int | str | None, max_util: float | None
              ) -> tuple[Selection, dict[str, _Claim], tuple[Holder, ...]] | dict[str, Holder]:
     """One try under the directory lock: the claims made, or who holds what. Never leaks a claim."""
     with _directory_lock(directory):
@@ -405,13 +405,13 @@ def _attempt(request: object, inventory: Inventory, wanted: tuple[GpuInfo, ...],
                 claim.close(unlock=True)
 
 
-def _select(request: object, inventory: Inventory, exclude: list[str] | None, min_free: object,
-            max_util: object) -> Selection:
+def _select(request: object, inventory: Inventory, exclude: list[str] | None, min_free: int | str | None,
+            max_util: float | None) -> Selection:
     return select(request, inventory, min_free_memory=min_free, max_utilization=max_util, exclude=exclude)
 
 
 def _choose(request: object, inventory: Inventory, wanted: tuple[GpuInfo, ...], exact: bool,
-            free: Mapping[str, _Claim], min_free: object, max_util: object) -> Selection | None:
+            free: Mapping[str, _Claim], min_free: int | str | None, max_util: float | None) -> Selection | None:
     """The selection to claim now, or ``None`` when what is free does not suffice."""
     if exact:
         if not all(g.key in free for g in wanted):

@@ -66,6 +66,7 @@ class Selection:
 
     @property
     def is_cpu_only(self) -> bool:
+        """Whether no GPU was selected."""
         return not self.gpus
 
     @property
@@ -83,6 +84,7 @@ class Selection:
         return visibility.mask_env(self.gpus)
 
     def to_dict(self) -> dict[str, Any]:
+        """The selection as plain JSON values, what ``tfdevices select --json`` prints."""
         return {
             "spec": self.spec, "filters": self.filters, "source": self.source, "wiring": self.wiring,
             "cuda_visible_devices": self.cuda_visible_devices,
@@ -92,6 +94,7 @@ class Selection:
         }
 
     def to_json(self) -> str:
+        """The selection as JSON text."""
         return json.dumps(self.to_dict(), indent=2)
 
     def table(self) -> str:
@@ -360,7 +363,7 @@ def _first_failure(gpu: GpuInfo, checks: list[Check]) -> str | None:
     return next((why for why in (check(gpu) for check in checks) if why), None)
 
 
-_SORT_KEYS: dict[str, Callable[[GpuInfo], tuple]] = {
+_SORT_KEYS: dict[str, Callable[[GpuInfo], tuple[Any, ...]]] = {
     "free_memory": lambda g: (-g.memory_free, _nvml_order(g)),
     "utilization": lambda g: (g.utilization if g.utilization is not None else 2.0, -g.memory_free, _nvml_order(g)),
     "index": _nvml_order,

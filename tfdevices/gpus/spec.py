@@ -1,16 +1,16 @@
 """The GPU spec grammar, one for every entry point (API, CLI, absl flags).
 
-==================  =====================================================
-spec                meaning
-==================  =====================================================
-``"all"``           every visible GPU that passes the filters (none: CPU)
-``"none"``/``"cpu"``  no GPU: run on the CPU
-``"auto:N"``        the N best visible GPUs after filters, by ``order``
-``"0,2"``, ``0``,     these physical GPUs by NVML index (what ``nvidia-smi``
-``[0, 2]``          shows); ``"0-3"`` is ``0,1,2,3``
-``"0:1"``           MIG instance 1 of GPU 0
-``"GPU-8a3c"``      the GPU whose UUID starts with this prefix
-==================  =====================================================
+======================  =====================================================
+spec                    meaning
+======================  =====================================================
+``"all"``               every visible GPU that passes the filters (none: CPU)
+``"none"``/``"cpu"``    no GPU: run on the CPU
+``"auto:N"``            the N best visible GPUs after filters, by ``order``
+``"0,2"``, ``0``,       these physical GPUs by NVML index (what ``nvidia-smi``
+``[0, 2]``              shows); ``"0-3"`` is ``0,1,2,3``
+``"0:1"``               MIG instance 1 of GPU 0
+``"GPU-8a3c"``          the GPU whose UUID starts with this prefix
+======================  =====================================================
 
 No input means two things: the int ``0`` and the string ``"0"`` both mean GPU 0
 (never "no GPU", unlike some libraries); a count is only ever ``"auto:N"``.

@@ -107,7 +107,7 @@ def check_code(value: object, what: str) -> str | None:
     """
     if value is None or value in _RANKS or value == "X" or (isinstance(value, str) and 1 <= nvlinks(value) <= MAX_NVLINKS
                                                               and value == f"NV{nvlinks(value)}"):
-        return value  # type: ignore[return-value]
+        return value
     raise InventoryFileError(f"{what}={shown(value)} is not a link code; known codes: X, NV1..NV{MAX_NVLINKS}, "
                              f"{', '.join(PCIE_CODES)} (null: unknown).", hint=_HINT)
 
@@ -121,7 +121,7 @@ def format_cpus(cpus: Sequence[int]) -> str:
     ordered = sorted(set(cpus))
     parts: list[str] = []
     start = prev = None
-    for cpu in ordered + [None]:  # type: ignore[list-item]
+    for cpu in [*ordered, None]:
         if prev is not None and cpu == prev + 1:
             prev = cpu
             continue
@@ -211,6 +211,7 @@ class Topology:
         return tuple(dict.fromkeys(n for n in self.numa_affinity if n is not None))
 
     def to_dict(self) -> dict[str, Any]:
+        """The topology as plain JSON values."""
         return {"gpus": list(self.gpus), "links": [list(row) for row in self.links],
                 "cpu_affinity": list(self.cpu_affinity), "numa_affinity": list(self.numa_affinity),
                 "origin": self.origin}

@@ -29,6 +29,7 @@ import dataclasses
 import itertools
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from tfdevices.core.errors import InputError
 
@@ -53,7 +54,7 @@ class LinkedSet:
     considered: int
 
 
-def key(members: Sequence[int], link: Callable[[int, int], int], prefer: Sequence[float]) -> tuple:
+def key(members: Sequence[int], link: Callable[[int, int], int], prefer: Sequence[float]) -> tuple[Any, ...]:
     """The order :func:`best_linked_set` maximises, for one set (used by tests' brute force too).
 
     >>> key((0, 1), lambda a, b: 104, [1.0, 2.0])
@@ -85,8 +86,8 @@ def best_linked_set(n: int, count: int, link: Callable[[int, int], int], prefer:
                          hint="choose among at most 16 candidates.")
     considered = math.comb(n, count)
     if count == 1:
-        best = max(range(n), key=lambda i: (prefer[i], -i))
-        return LinkedSet((best,), None, 0, considered)
+        only = max(range(n), key=lambda i: (prefer[i], -i))
+        return LinkedSet((only,), None, 0, considered)
     ranks = [[link(a, b) if a != b else 0 for b in range(n)] for a in range(n)]
     for level in sorted({ranks[a][b] for a in range(n) for b in range(a + 1, n)}, reverse=True):
         adjacent = [sum(1 << b for b in range(n) if b != a and ranks[a][b] >= level) for a in range(n)]
@@ -98,13 +99,13 @@ def best_linked_set(n: int, count: int, link: Callable[[int, int], int], prefer:
 
 def _best_clique(n: int, count: int, adjacent: list[int], ranks: list[list[int]],
                  prefer: Sequence[float]) -> tuple[int, ...] | None:
-    """The best clique of ``count`` nodes by (sum of ranks, sum of prefer, lowest positions); ``None``: there is none."""
-    best: list[object] = [None, None]  # [key, members]
+    """The best clique of ``count`` nodes by (sum of ranks, sum of prefer, lowest positions); ``None``: none."""
+    best: list[Any] = [None, None]  # [key, members]
 
     def grow(members: tuple[int, ...], allowed: int, total: int, value: float) -> None:
         if len(members) == count:
             k = (total, value, tuple(-m for m in members))
-            if best[0] is None or k > best[0]:  # type: ignore[operator]
+            if best[0] is None or k > best[0]:
                 best[0], best[1] = k, members
             return
         rest = allowed
@@ -118,6 +119,7 @@ def _best_clique(n: int, count: int, adjacent: list[int], ranks: list[list[int]]
                  value + prefer[nxt])
 
     grow((), (1 << n) - 1, 0, 0)
-    return best[1]  # type: ignore[return-value]
+    members: tuple[int, ...] | None = best[1]
+    return members
 
 

@@ -7,16 +7,16 @@ by default). It imports no TensorFlow and touches no GPU, so it runs inside
 Sources, innermost launcher first (the first one present wins; the others are
 listed in :attr:`LaunchInfo.ignored`):
 
-==============  ===========================================================  =====================
-source          variables                                                    set by
-==============  ===========================================================  =====================
-``TF_CONFIG``   ``TF_CONFIG`` (cross-checked with ``RANK``/``WORLD_SIZE``)   ``tfdevices launch``, TF jobs
-``OMPI``        ``OMPI_COMM_WORLD_RANK/_SIZE/_LOCAL_RANK/_LOCAL_SIZE``       Open MPI ``mpirun``
-``PMI``         ``PMI_RANK``, ``PMI_SIZE``, ``MPI_LOCALRANKID/NRANKS``       MPICH, Intel MPI, ``srun --mpi=pmi2``
+==============  ==============================================================  =====================
+source          variables                                                       set by
+==============  ==============================================================  =====================
+``TF_CONFIG``   ``TF_CONFIG`` (cross-checked with ``RANK``/``WORLD_SIZE``)      ``tfdevices launch``, TF jobs
+``OMPI``        ``OMPI_COMM_WORLD_RANK/_SIZE/_LOCAL_RANK/_LOCAL_SIZE``          Open MPI ``mpirun``
+``PMI``         ``PMI_RANK``, ``PMI_SIZE``, ``MPI_LOCALRANKID/NRANKS``          MPICH, Intel MPI, ``srun --mpi=pmi2``
 ``ENV``         ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``  torchrun-style launchers
-``SLURM``       ``SLURM_PROCID``, ``SLURM_LOCALID``, ``SLURM_NTASKS`` ...     ``srun`` (a job step)
-``none``        nothing                                                      a single process
-==============  ===========================================================  =====================
+``SLURM``       ``SLURM_PROCID``, ``SLURM_LOCALID``, ``SLURM_NTASKS`` ...        ``srun`` (a job step)
+``none``        nothing                                                         a single process
+==============  ==============================================================  =====================
 
 An inner launcher runs inside an outer one (``mpirun`` or ``tfdevices launch``
 inside an ``sbatch`` script inherits the batch step's ``SLURM_PROCID=0``), so the
@@ -157,10 +157,11 @@ def launch_info(env: Mapping[str, str] | None = None) -> LaunchInfo:
     ...                     "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"})
     >>> info.source, info.rank, info.local_rank, info.local_world_size
     ('OMPI', 3, 1, 2)
-    >>> launch_info({"RANK": "2", "WORLD_SIZE": "2"})
+    >>> launch_info({"RANK": "2", "WORLD_SIZE": "2"})  # doctest: +NORMALIZE_WHITESPACE
     Traceback (most recent call last):
     ...
-    tfdevices.core.errors.LaunchError: RANK=2 is out of range for WORLD_SIZE=2 (ranks 0..1). HINT: set RANK to 0..1, or fix WORLD_SIZE.
+    tfdevices.core.errors.LaunchError: RANK=2 is out of range for WORLD_SIZE=2 (ranks 0..1).
+    HINT: set RANK to 0..1, or fix WORLD_SIZE.
     """
     ray_info = _from_ray() if env is None else None
     env = os.environ if env is None else env
@@ -289,8 +290,8 @@ def _ranked(source: str, env: Mapping[str, str], rank_var: str, size_var: str, l
     local = _int(env, local_var) if local_var in env else (rank if size == 1 or local_size == size else None)
     notes: tuple[str, ...] = ()
     if local is None:
-        local, notes = 0, (f"{local_var} is not set: local rank 0 assumed; set it when several "
-                           "processes share a machine.",)
+        local, notes = 0, ((f"{local_var} is not set: local rank 0 assumed; set it when several "
+                            "processes share a machine."),)
     if local_size is not None:
         _check_below(local_var, local, local_size_var, local_size)
     if local > rank:

@@ -595,7 +595,7 @@ class _Job:
         tail = self._tails.setdefault(rank, collections.deque(maxlen=TAIL_LINES))
         tail.clear()
         while True:
-            data = stream.read1(1 << 16)
+            data = stream.read1(1 << 16)  # type: ignore[attr-defined]  # a BufferedReader, typed IO[bytes] by Popen
             if not data:
                 break
             for record in splitter.feed(data):
@@ -705,12 +705,13 @@ def _affinity_topology(mode: str | None, gpus: Sequence[int]) -> Any:
     return topology if topology is not None and len(topology.numa_nodes) > 1 else None
 
 
-class _pinned:
+class _pinned:  # noqa: N801 (read as a function: `with _pinned(cpus):`)
     """Runs its block with this thread bound to ``cpus``: a child started there inherits the binding
     (Linux binds per thread, so the launcher's other threads are untouched); restored after."""
 
     def __init__(self, cpus: Sequence[int] | None) -> None:
-        self.cpus, self.before = cpus, None
+        self.cpus = cpus
+        self.before: set[int] | None = None
 
     def __enter__(self) -> None:
         if self.cpus:

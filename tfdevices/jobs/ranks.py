@@ -14,7 +14,7 @@ import collections
 import dataclasses
 import heapq
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Union
+from typing import Any, overload
 
 from tfdevices.core.errors import LaunchError, SelectionError
 from tfdevices.gpus import visibility
@@ -28,8 +28,8 @@ from tfdevices.jobs.slurm import join_indices
 MAPPINGS = ("sequential", "weighted")
 MAX_LOCAL_RANKS = 1_000_000
 """The most processes one machine's plan may hold."""
-Speeds = Union[Mapping[int, float], Sequence[Any]]
-MapFunction = Callable[[int, tuple[int, ...]], Union[int, Sequence[int]]]
+Speeds = Mapping[int, float] | Sequence[Any]
+MapFunction = Callable[[int, tuple[int, ...]], int | Sequence[int]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,8 +86,8 @@ class GpuAssignment:
 
     def table(self) -> str:
         """Every local rank's GPUs; this rank marked with ``*``."""
-        lines = [f"{self.method} mapping of {len(self.plan)} local rank(s) onto GPUs "
-                 f"{join_indices(self.candidates) or '(none)'} from {self.candidates_from}: {self.reason}"]
+        lines = [(f"{self.method} mapping of {len(self.plan)} local rank(s) onto GPUs "
+                  f"{join_indices(self.candidates) or '(none)'} from {self.candidates_from}: {self.reason}")]
         for r, gpus in enumerate(self.plan):
             mark = "*" if r == self.local_rank else " "
             lines.append(f" {mark}local rank {r}: {'GPU ' + join_indices(gpus) if gpus else 'CPU'}")
@@ -242,7 +242,11 @@ class RankPlan(Sequence[GpuAssignment]):
     def __len__(self) -> int:
         return len(self.plan)
 
-    def __getitem__(self, rank):  # type: ignore[no-untyped-def]
+    @overload
+    def __getitem__(self, rank: int) -> GpuAssignment: ...
+    @overload
+    def __getitem__(self, rank: slice) -> tuple[GpuAssignment, ...]: ...
+    def __getitem__(self, rank: int | slice) -> GpuAssignment | tuple[GpuAssignment, ...]:
         if isinstance(rank, slice):
             return tuple(self._planned.assignment(r) for r in range(len(self.plan))[rank])
         if not -len(self.plan) <= rank < len(self.plan):

@@ -289,7 +289,8 @@ def _serve(nodes: Nodes, n: int, deadline: float, say: Callable[[str], None],
         own_host = nodes.node_addr or host
         parts = {0: (own_host, free_ports(n, "0.0.0.0"))}
         parts.update({r: (h.host, h.ports) for r, h in joined.items()})
-        addresses, firsts = [], {}
+        addresses: list[str] = []
+        firsts: dict[int, int] = {}
         for r in range(nodes.nnodes):
             firsts[r] = len(addresses)
             addresses += [f"{parts[r][0]}:{p}" for p in parts[r][1]]

@@ -68,9 +68,11 @@ class Watchdog:
         return self
 
     def guard(self, pgid: int) -> None:
+        """Ends process group ``pgid`` (SIGTERM, then SIGKILL) if the launcher dies."""
         self._send(f"+{pgid}")
 
     def release(self, pgid: int) -> None:
+        """Stops guarding process group ``pgid`` (it ended)."""
         self._send(f"-{pgid}")
 
     def _send(self, word: str) -> None:

@@ -119,7 +119,7 @@ def measure_layer_times(model: Any, sample: Any, devices: Sequence[str], *, repe
             registered with Keras), or the model is not a Keras 3 model.
     """
     tf = import_tf()
-    import keras
+    import keras  # noqa: PLC0415 (lazy Keras)
 
     layers = [layer for layer in model.layers if type(layer).__name__ != "InputLayer"]
     probe = keras.Model(model.inputs, [layer.input for layer in layers])

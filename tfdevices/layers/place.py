@@ -38,8 +38,8 @@ Two things still cross: the optimizer's scalar step counter and learning rate
 the default device before the update runs on the weight's device.
 
 ``tf_keras`` (Keras 2): :func:`plan_layers` plans its Sequential and functional
-models (layers, sizes, order and edges read the same way), but :func:`place_layers` refuses them with a ``PlanError``: it
-rewrites Keras 3 variables and hooks. In ``tf_keras`` build each layer under
+models (layers, sizes, order and edges read the same way), but :func:`place_layers`
+refuses them with a ``PlanError``: it rewrites Keras 3 variables and hooks. In ``tf_keras`` build each layer under
 ``tf.device`` yourself (its variables follow the device scope at build time).
 """
 
@@ -139,7 +139,7 @@ def _boundary_layers(model: Any, plan: LayerPlan) -> set[int]:
     """Layers that read an activation from another device (or the model's inputs)."""
     edges = read_model(model).edges if getattr(model, "built", False) else ()
     if not edges:
-        edges = ((i - 1, 0, i) for i in range(len(plan.layers)))
+        edges = tuple((i - 1, 0, i) for i in range(len(plan.layers)))
     return {c for p, _, c in edges if p < 0 or plan.devices[p] != plan.devices[c]}
 
 
@@ -195,7 +195,7 @@ def _colocate_gradients(tf: Any, model: Any) -> None:
 def _with_forward_op(op: Any) -> str:
     """The device of the forward op a gradient op (``gradient_tape/<forward op>/...``) belongs to."""
     if op.device or not op.name.startswith("gradient_tape/"):
-        return op.device
+        return str(op.device)
     parts = op.name[len("gradient_tape/"):].split("/")
     for k in range(len(parts), 0, -1):
         try:
@@ -203,7 +203,7 @@ def _with_forward_op(op: Any) -> str:
         except KeyError:
             continue
         if forward.device:
-            return forward.device
+            return str(forward.device)
     return ""
 
 
@@ -260,7 +260,7 @@ def _no_xla(tf: Any, model: Any) -> None:
 @contextlib.contextmanager
 def _variables_created_on(tf: Any, plan: LayerPlan) -> Iterator[None]:
     """While a builder runs, creates each variable on the device of the planned layer being built."""
-    from keras.src.backend.common import global_state
+    from keras.src.backend.common import global_state  # noqa: PLC0415 (lazy Keras)
 
     devices = plan.assignment
 

@@ -206,11 +206,11 @@ class _Problem:
 
 
 def _bits(x: float) -> int:
-    return struct.unpack("<q", struct.pack("<d", x))[0]
+    return int(struct.unpack("<q", struct.pack("<d", x))[0])
 
 
 def _float(bits: int) -> float:
-    return struct.unpack("<d", struct.pack("<q", bits))[0]
+    return float(struct.unpack("<d", struct.pack("<q", bits))[0])
 
 
 def _optimal_devices(problem: _Problem, names: Sequence[str], devices: Sequence[str]) -> list[str]:
@@ -280,14 +280,15 @@ def plan_layers(model: Any, devices: Sequence[str] | Mapping[str, str], *,
 
     >>> plan_layers([1.0, 1.0, 1.0], {"layer_0": "GPU:1", "*": "/device:GPU:0"}).devices
     ('GPU:1', 'GPU:0', 'GPU:0')
-    >>> plan_layers([1.0], ["GPU:0", "GPU:0"])
+    >>> plan_layers([1.0], ["GPU:0", "GPU:0"])  # doctest: +NORMALIZE_WHITESPACE
     Traceback (most recent call last):
     ...
-    tfdevices.core.errors.PlanError: devices ['GPU:0', 'GPU:0'] name GPU:0 twice. HINT: list each device once, in stage order.
+    tfdevices.core.errors.PlanError: devices ['GPU:0', 'GPU:0'] name GPU:0 twice.
+    HINT: list each device once, in stage order.
     """
     layers, kind = _read_layers(model, balance_by, layer_bytes)
     manual = isinstance(devices, Mapping)
-    order = _manual_devices(devices, layers.names) if manual else _device_list(devices)
+    order = _manual_devices(devices, layers.names) if isinstance(devices, Mapping) else _device_list(devices)
     device_set = list(dict.fromkeys(order))
     speed = _speeds(speeds, device_set)
     caps = _caps(max_memory, device_set)
@@ -350,19 +351,20 @@ def _device_list(devices: object) -> list[str]:
 
 def _device(name: object, what: str) -> str:
     try:
-        return short_name(name, what=what)  # type: ignore[arg-type]
+        return short_name(name, what=what)  # type: ignore[arg-type]  # it checks the type: SpecError
     except InputError as err:
         raise PlanError(err.message, hint=err.hint) from None
 
 
 def _manual_devices(mapping: Mapping[str, str], names: Sequence[str]) -> list[str]:
     patterns = [k for k in mapping if k not in names]
-    for key in patterns:
-        if not isinstance(key, str) or not _PATTERN_CHARS.search(key):
-            raise PlanError(f"manual map names layer {key!r}, which the model does not have; "
+    for pattern in patterns:
+        if not isinstance(pattern, str) or not _PATTERN_CHARS.search(pattern):
+            raise PlanError(f"manual map names layer {pattern!r}, which the model does not have; "
                             f"it has {_names(names)}.", hint="use the model's layer names or a pattern like 'dense_*'.")
     won: dict[str, int] = {p: 0 for p in patterns}
-    out, missing = [], []
+    out: list[str] = []
+    missing: list[str] = []
     for name in names:
         key = name if name in mapping else next((p for p in patterns if fnmatch.fnmatchcase(name, p)), None)
         if key is None:

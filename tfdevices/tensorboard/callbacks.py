@@ -111,7 +111,10 @@ class PlacementLogger:
             of range, or ``framework`` is unknown.
     """
 
+    model: Any  # the model being trained: Keras' Callback.set_model sets it
+
     def __new__(cls, *args: Any, **kwargs: Any) -> PlacementLogger:
+        """An instance of the callback class of the chosen Keras (``framework=``)."""
         if cls is PlacementLogger:
             cls = _callback_class(_framework(kwargs.get("framework")))
         return super().__new__(cls)

@@ -60,6 +60,8 @@ _SCALARS = "scalars"
 _STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 _MAX_STEPS = 10_000
 _PROFILE = "profile/"  # the tag of a profile session: profile/<session>
+# werkzeug's Request.application, which wraps methods too (werkzeug's types describe functions of a request only)
+_application: Any = wrappers.Request.application
 _PROFILE_SEARCH_S = 5  # the log directory is searched for profiles at most this often
 _CACHE = 8  # views (JSON text) and stored series; a 1,000-layer view is about 2 MB
 
@@ -78,6 +80,7 @@ class PlacementPlugin(base_plugin.TBPlugin):
     # -- what TensorBoard asks every plugin
 
     def get_plugin_apps(self) -> dict[str, Any]:
+        """TensorBoard's routes of the Placement tab."""
         return {"/runs": self._serve_runs, "/view": self._serve_view, "/diff": self._serve_diff,
                 "/trace": self._serve_trace, "/changes": self._serve_changes, "/static/*": self._serve_static}
 
@@ -88,9 +91,11 @@ class PlacementPlugin(base_plugin.TBPlugin):
         return bool(self._profiles())
 
     def data_plugin_names(self) -> tuple[str, ...]:
+        """The summary plugin name whose data this tab reads."""
         return (PLUGIN_NAME,)
 
     def frontend_metadata(self) -> base_plugin.FrontendMetadata:
+        """The tab's name and script for TensorBoard's frontend."""
         return base_plugin.FrontendMetadata(es_module_path="/static/index.js", tab_name="Placement",
                                             disable_reload=False)
 
@@ -229,7 +234,7 @@ class PlacementPlugin(base_plugin.TBPlugin):
 
     # -- routes
 
-    @wrappers.Request.application
+    @_application
     def _serve_runs(self, request: wrappers.Request) -> wrappers.Response:
         ctx = plugin_util.context(request.environ)
         eid = plugin_util.experiment_id(request.environ)
@@ -238,11 +243,11 @@ class PlacementPlugin(base_plugin.TBPlugin):
             for tag, found in sorted(tags.items()):
                 steps = [d.step for d in self._steps(ctx, eid, run, tag, found)]
                 runs.append({"run": run, "tag": tag, "steps": steps})
-        for run, tags in sorted(self._profiles().items()):
-            runs += [{"run": run, "tag": tag, "steps": [0], "kind": "profile"} for tag in sorted(tags)]
+        for run, profiles in sorted(self._profiles().items()):
+            runs += [{"run": run, "tag": tag, "steps": [0], "kind": "profile"} for tag in sorted(profiles)]
         return http_util.Respond(request, {"runs": runs}, "application/json")
 
-    @wrappers.Request.application
+    @_application
     def _serve_view(self, request: wrappers.Request) -> wrappers.Response:
         text, where = self._report_text(request)
         memory = {} if where.get("kind") == "profile" else self._memory(request, where["run"], where["tag"],
@@ -256,14 +261,14 @@ class PlacementPlugin(base_plugin.TBPlugin):
 
         return http_util.Respond(request, self._cached(key, build), "application/json")
 
-    @wrappers.Request.application
+    @_application
     def _serve_diff(self, request: wrappers.Request) -> wrappers.Response:
         before, where = self._report(request)
         after, where2 = self._report(request, "2")
         body = {"before": where, "after": where2, **views.diff_view(before, after)}
         return http_util.Respond(request, body, "application/json")
 
-    @wrappers.Request.application
+    @_application
     def _serve_trace(self, request: wrappers.Request) -> wrappers.Response:
         report, where = self._report(request)
         try:
@@ -275,7 +280,7 @@ class PlacementPlugin(base_plugin.TBPlugin):
         response.headers["Content-Disposition"] = f'attachment; filename="{name}"'
         return response
 
-    @wrappers.Request.application
+    @_application
     def _serve_changes(self, request: wrappers.Request) -> wrappers.Response:
         ctx = plugin_util.context(request.environ)
         eid = plugin_util.experiment_id(request.environ)
@@ -291,7 +296,7 @@ class PlacementPlugin(base_plugin.TBPlugin):
                 changes.append({"step": datum.step, "summary": _text(datum.numpy)})
         return http_util.Respond(request, {"run": run, "tag": tag, "changes": changes}, "application/json")
 
-    @wrappers.Request.application
+    @_application
     def _serve_static(self, request: wrappers.Request) -> wrappers.Response:
         name = request.path.rsplit("/static/", 1)[-1]
         if name not in _static_files():

@@ -114,6 +114,7 @@ def device_table(report: Report, memory: dict[str, dict[str, float]] | None = No
     Args:
         report: the stored report.
         memory: ``{device: {"current_bytes": .., "peak_bytes": ..}}`` logged beside it, if any.
+        prepared: the report's indexes already built for another view of it (built here by default).
 
     Returns:
         Rows sorted by device name; ``busy_us`` and ``memory`` are ``None`` when not recorded.
@@ -257,8 +258,9 @@ def scope_tree(report: Report, *, prepared: _Prepared | None = None) -> dict[str
             asked[parent] |= asked[node]
             ran[parent] |= ran[node]
             count[parent] += count[node]
-            if busy[node] is not None:
-                busy[parent] = (busy[parent] or 0.0) + busy[node]
+            spent = busy[node]
+            if spent is not None:
+                busy[parent] = (busy[parent] or 0.0) + spent
     mismatch = [bool(asked[k]) and bool(ran[k] & ~asked[k]) for k in range(n)]
     masks: dict[int, list[int]] = {}
 
@@ -308,7 +310,7 @@ def _arrange(tree: _Tree, kids: list[int], mismatch: list[bool]) -> list[Any]:
     series: dict[str, list[int]] = defaultdict(list)
     for k in kids:
         if not tree.children[k]:
-            series[_NUMBERED.match(tree.names[k]).group(1)].append(k)
+            series[_NUMBERED.sub(r"\1", tree.names[k])].append(k)
     grouped = {k for members in series.values() if len(members) >= _SERIES_MIN for k in members}
     items: list[tuple[tuple[bool, bool, str], Any]] = [
         ((not mismatch[k], not tree.children[k], tree.names[k]), k) for k in kids if k not in grouped]
@@ -367,10 +369,12 @@ def timeline(report: Report, node_of_op: list[int] | None = None, *,
         report: the stored report.
         node_of_op: each op's node in :func:`scope_tree` (the page names ops through it);
             by default the op's index.
+        prepared: the report's indexes already built for another view of it (built here by default).
 
     Returns:
+        One dict, compact for 10^4 ops,
         ``{"timed", "lanes", "end", "types", "ops": [[lane, start, duration, node, type index]],
-        "copies": [[src lane, dst lane, start, duration, tensor]]}`` (compact for 10^4 ops).
+        "copies": [[src lane, dst lane, start, duration, tensor]]}``.
     """
     prep = prepared or _prepare(report)
     lanes, ops, copies = prep.devices, prep.ops, prep.copies
@@ -420,6 +424,7 @@ def critical_path(report: Report, *, prepared: _Prepared | None = None) -> dict[
     runtime's own work).
 
     Returns:
+        The path as one dict,
         ``{"us": length of the path, "events": [[kind, name, lane, start_us, duration_us], ...]
         (at most :data:`CRITICAL_EVENTS_SHOWN`, in time order), "count": events on the path,
         "by_device": {device: microseconds of kernels on the path}, "copies_us": microseconds
@@ -531,6 +536,7 @@ def diff_view(before: Report, after: Report) -> dict[str, Any]:
     """What changed from ``before`` to ``after`` (two runs, or two steps of one run).
 
     Returns:
+        The changes as one dict,
         ``{"moved": [[name, device before, device after]], "added": [[name, device]], "removed": [...],
         "devices": [{"name", "ops_before", "ops_after", "busy_before", "busy_after"}],
         "transfers": [{"pair", "before", "after"}], "unchanged"}``.

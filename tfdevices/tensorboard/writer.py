@@ -53,9 +53,10 @@ def merged_graph_def(report: PlacementReport) -> Any:
 
     Node names repeat across calls, so each call's nodes sit under a namespace
     named after what was called and its place in the step: ``train_step_000/<name>``
-    for a ``tf.function`` named ``train_step``, ``eager_001/<name>`` for an eager op. Every node carries the device it ran on (from the report's
-    ops: a fused kernel's ops all carry its device); a node that did not run as
-    written (folded away by TensorFlow's optimizer, or plumbing) has no device.
+    for a ``tf.function`` named ``train_step``, ``eager_001/<name>`` for an eager op.
+    Every node carries the device it ran on (from the report's ops: a fused kernel's ops
+    all carry its device); a node that did not run as written (folded away by
+    TensorFlow's optimizer, or plumbing) has no device.
     An eager op is one node under its own namespace.
 
     Args:
@@ -97,7 +98,10 @@ def _namespace(function: object, call: str) -> str:
 
 
 def _tf_device(device: str) -> str:
-    """A report's device name as TensorFlow writes it: ``"CPU:1"`` -> ``"/job:localhost/replica:0/task:0/device:CPU:1"``."""
+    """A report's device name as TensorFlow writes it.
+
+    ``"CPU:1"`` -> ``"/job:localhost/replica:0/task:0/device:CPU:1"``.
+    """
     task, _, short = device.rpartition("/")
     job, _, index = task.partition(":") if task else ("localhost", "", "0")
     return f"/job:{job}/replica:0/task:{index or 0}/device:{short}"

@@ -171,6 +171,6 @@ def drift(before: PlacementReport, after: PlacementReport, *, step: int, previou
                            _unique(moved), _unique(added), _unique(removed), copies, busy)
 
 
-def _unique(items: tuple[Any, ...]) -> tuple[Any, ...]:
+def _unique(items: list[Any]) -> tuple[Any, ...]:
     """Each entry once (an op that repeats in a step moves once), in order."""
     return tuple(Counter(items))

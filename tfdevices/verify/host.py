@@ -63,11 +63,11 @@ class _Trace:
 
 def _stat_value(stat: Any, names: dict[int, str]) -> Any:
     kind = stat.WhichOneof("value")
-    value = getattr(stat, kind) if kind else None
+    value: Any = getattr(stat, kind) if kind else None
     return names.get(value, value) if kind == "ref_value" else value
 
 
-def parse_space(data: bytes) -> Any:
+def parse_space(data: bytes | bytearray | memoryview) -> Any:
     """The XSpace a ``*.xplane.pb`` file holds (``DecodeError`` when it is not one)."""
     import_tf()  # TensorFlow starts quietly (its C++ start-up lines filtered) before its proto module loads
     from tensorflow.tsl.profiler.protobuf import xplane_pb2  # noqa: PLC0415 (lazy TensorFlow)

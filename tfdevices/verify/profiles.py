@@ -206,7 +206,8 @@ def _trace_of(path: str, size: int, max_bytes: int) -> Any:
 
 def _merged(reports: list[PlacementReport], hosts: list[str]) -> PlacementReport:
     """One report of several hosts' reports, each host's devices under ``host:K/``."""
-    ops, copies, collectives, busy, notes, steps = [], [], [], {}, [], set()
+    ops, copies, collectives, busy, notes = [], [], [], {}, []
+    steps: set[int] = set()
     for k, report in enumerate(reports):
         def on(device: str, k: int = k) -> str:
             return device if device == "?" else f"host:{k}/{device}"

@@ -119,7 +119,7 @@ def _with_cold(report: PlacementReport, traced: list[str]) -> PlacementReport:
     """Marks a report of a first execution (something was traced while it was captured)."""
     if not traced:
         return report
-    names = sorted({name for name in traced})
+    names = sorted(set(traced))
     note = (f"a first execution (cold): {len(traced)} function(s) were traced during the capture "
             f"({', '.join(shown(n, 60) for n in names[:3])}{', ...' if len(names) > 3 else ''}); its times include "
             "one-time set-up (tracing, kernel initialisation, autotuning): capture a later call for warm times")

@@ -251,7 +251,8 @@ def union_length(spans: Iterable[tuple[float, float]]) -> float:
     >>> union_length([(0, 5), (3, 7), (10, 11)])
     8
     """
-    total, reach = 0, None
+    total: float = 0
+    reach: float | None = None
     for start, end in sorted(spans):
         if reach is None or start > reach:
             total += end - start

@@ -32,7 +32,7 @@ def _device_matcher(device: object, *, what: str = "device") -> Callable[[str], 
     Raises:
         SpecError: ``device`` is a physical GPU index or not a device name.
     """
-    if isinstance(device, bool) or isinstance(device, int) or (isinstance(device, str) and device.strip().isdigit()):
+    if isinstance(device, (bool, int)) or (isinstance(device, str) and device.strip().isdigit()):
         raise SpecError(
             f"{what} {device!r} is a physical GPU index (nvidia-smi numbering), but placement reports "
             "name TensorFlow's logical devices.",
@@ -254,7 +254,7 @@ class PlacementReport:
                      "ran them; pick types from this list.")
         sample = ", ".join(sorted({op.name for op in self.ops})[:8]) or "none"
         raise PlacementAssertionError(
-            f"expected ops matching {ops!r}{'' if types is None else f' of types {sorted(wanted)}'} "
+            f"expected ops matching {ops!r}{'' if types is None else f' of types {sorted(wanted or ())}'} "
             f"to check, but none of the {len(self.ops)} executed ops matches; they include: {sample}.",
             hint="check the pattern against report.ops (names are matched at scope boundaries).")
 
