@@ -48,8 +48,12 @@ def _step(tf, layers: int):
     weights = []
     for i in range(layers):
         with tf.device(f"/CPU:{i * DEVICES // layers}"):
-            weights.append((tf.Variable(tf.random.normal([16, 16], stddev=0.1), name=f"w{i}"),
-                            tf.Variable(tf.zeros([16]), name=f"b{i}")))
+            weights.append(
+                (
+                    tf.Variable(tf.random.normal([16, 16], stddev=0.1), name=f"w{i}"),
+                    tf.Variable(tf.zeros([16]), name=f"b{i}"),
+                )
+            )
     variables = [v for pair in weights for v in pair]
 
     @tf.function
@@ -84,8 +88,11 @@ def _serve(logdir: str) -> tuple[subprocess.Popen, str]:
     """A real tensorboard whose placement routes have not been asked anything yet (nothing cached)."""
     exe = os.path.join(os.path.dirname(sys.executable), "tensorboard")
     port = _free_port()
-    proc = subprocess.Popen([exe, "--logdir", logdir, "--port", str(port), "--host", "127.0.0.1"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [exe, "--logdir", logdir, "--port", str(port), "--host", "127.0.0.1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
     for _ in range(480):
         try:
@@ -121,14 +128,17 @@ def _browser_figures(url: str) -> dict[str, float] | None:
     with Browser(executable) as browser:
         start = time.perf_counter()
         browser.goto(f"{url}/#placement")
-        browser.wait_for(f"{frame} && {frame}.contentDocument.querySelectorAll('.device-name').length === {DEVICES}",
-                         timeout=120)
+        browser.wait_for(
+            f"{frame} && {frame}.contentDocument.querySelectorAll('.device-name').length === {DEVICES}", timeout=120
+        )
         shown = time.perf_counter() - start
         longest = max(browser.evaluate(_LONG_TASKS.replace("FRAME", frame)) or [0.0])
         doc = f"{frame}.contentDocument"
         start = time.perf_counter()
-        browser.evaluate(f"(() => {{ const s = {doc}.getElementById('layer-search'); s.value = 'matmul';"
-                         " s.dispatchEvent(new Event('input')); return true; })()")
+        browser.evaluate(
+            f"(() => {{ const s = {doc}.getElementById('layer-search'); s.value = 'matmul';"
+            " s.dispatchEvent(new Event('input')); return true; })()"
+        )
         browser.wait_for(f"/match/.test({doc}.querySelector('#layers .count').textContent)", timeout=60)
         searched = time.perf_counter() - start
         longest = max([longest, *(browser.evaluate(_LONG_TASKS.replace("FRAME", frame)) or [])])
@@ -143,8 +153,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import tfdevices
     from tfdevices.core._tf import import_tf
-    from tfdevices.verify import capture
     from tfdevices.tensorboard.writer import read_placement, write_placement
+    from tfdevices.verify import capture
 
     tfdevices.configure(tfdevices.select("none", tfdevices.Inventory()), virtual_devices=DEVICES)
     tf = import_tf()
@@ -152,8 +162,10 @@ def main(argv: list[str] | None = None) -> int:
     x = tf.ones([8, 16])
     step(x)
     report = capture(step, x)
-    print(f"{args.layers} layers: {len(report.ops)} ops on {len(report.devices)} devices, "
-          f"{len(report.copies)} copies", flush=True)
+    print(
+        f"{args.layers} layers: {len(report.ops)} ops on {len(report.devices)} devices, {len(report.copies)} copies",
+        flush=True,
+    )
     with tempfile.TemporaryDirectory() as logdir:
         run = os.path.join(logdir, "train")
         for s in range(STEPS):
@@ -175,21 +187,29 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             proc.terminate()
             proc.wait(timeout=30)
-    rows = [("/runs, first request (reads the 5 stored steps)", [first_runs]), ("/runs again", runs),
-            ("/view, first request of a step", cold), ("/view again (cached)", warm),
-            ("read_placement, no server (once)", [read_s])]
+    rows = [
+        ("/runs, first request (reads the 5 stored steps)", [first_runs]),
+        ("/runs again", runs),
+        ("/view, first request of a step", cold),
+        ("/view again (cached)", warm),
+        ("read_placement, no server (once)", [read_s]),
+    ]
     print("\n| request | best s | median s |\n|---|---:|---:|")
     for name, values in rows:
         print(f"| {name} | {min(values):.3f} | {statistics.median(values):.3f} |")
     ratio = statistics.median(cold) / BUDGET_S
-    print(f"\n/view response: {size / 1e6:.2f} MB; median first /view of a step / {BUDGET_S:.0f} s budget = "
-          f"{ratio:.2f} ({'met' if ratio <= 1.0 else 'NOT met'}; slowest {max(cold) / BUDGET_S:.2f}); "
-          f"first /view / read_placement = {statistics.median(cold) / read_s:.2f}; "
-          f"load average during the run {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    print(
+        f"\n/view response: {size / 1e6:.2f} MB; median first /view of a step / {BUDGET_S:.0f} s budget = "
+        f"{ratio:.2f} ({'met' if ratio <= 1.0 else 'NOT met'}; slowest {max(cold) / BUDGET_S:.2f}); "
+        f"first /view / read_placement = {statistics.median(cold) / read_s:.2f}; "
+        f"load average during the run {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+    )
     if page:
-        print(f"page in headless Chromium: Placement tab shown {page['shown']:.2f} s after opening TensorBoard; "
-              f"search of every scope for 'matmul' {page['searched']:.2f} s; longest main-thread task "
-              f"{page['longest_ms']:.0f} ms; {page['rows_in_dom']} scope rows in the page (the list is virtual)")
+        print(
+            f"page in headless Chromium: Placement tab shown {page['shown']:.2f} s after opening TensorBoard; "
+            f"search of every scope for 'matmul' {page['searched']:.2f} s; longest main-thread task "
+            f"{page['longest_ms']:.0f} ms; {page['rows_in_dom']} scope rows in the page (the list is virtual)"
+        )
     return 0 if ratio <= 1.0 else 1
 
 

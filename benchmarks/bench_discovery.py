@@ -50,8 +50,9 @@ OVER_FLOOR = [("tfdevices list", "NVML floor", 1.5)]  # (case, floor case, at mo
 def run_once(args: list[str], env: dict[str, str]) -> tuple[float, int]:
     """Runs ``python ARGS`` in a fresh process; returns (wall seconds, peak RSS bytes)."""
     start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, *args], env=env, cwd=REPO,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, *args], env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     assert proc.stderr is not None
     err = proc.stderr.read()
     _, status, usage = os.wait4(proc.pid, 0)
@@ -84,10 +85,13 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             runs[name].append(run_once(CASES[name], env))
 
-    med = {name: (statistics.median(w for w, _ in rs), statistics.median(m for _, m in rs))
-           for name, rs in runs.items()}
-    print(f"python {platform.python_version()}, {platform.machine()}, {os.cpu_count()} cores, "
-          f"{opts.rounds} alternating rounds, fresh process each, medians")
+    med = {
+        name: (statistics.median(w for w, _ in rs), statistics.median(m for _, m in rs)) for name, rs in runs.items()
+    }
+    print(
+        f"python {platform.python_version()}, {platform.machine()}, {os.cpu_count()} cores, "
+        f"{opts.rounds} alternating rounds, fresh process each, medians"
+    )
     print(f"{'case':28} {'wall s':>8} {'peak RSS MiB':>13}")
     for name, (wall, rss) in med.items():
         print(f"{name:28} {wall:8.3f} {rss / 2**20:13.1f}")
@@ -95,11 +99,14 @@ def main(argv: list[str] | None = None) -> int:
     for ours, theirs, t_floor, m_floor in PAIRS:
         t_ratio = med[ours][0] / med[theirs][0]
         m_ratio = med[ours][1] / med[theirs][1]
-        line = (f"{ours} / {theirs}: time {t_ratio:.3f} (1/{1 / t_ratio:.1f}), "
-                f"peak RSS {m_ratio:.3f} (1/{1 / m_ratio:.1f})")
+        line = (
+            f"{ours} / {theirs}: time {t_ratio:.3f} (1/{1 / t_ratio:.1f}), peak RSS {m_ratio:.3f} (1/{1 / m_ratio:.1f})"
+        )
         if t_floor:
-            line += (f"; floor time <= 1/{t_floor}: {'met' if t_ratio <= 1 / t_floor else 'NOT met'}"
-                     f", memory <= 1/{m_floor}: {'met' if m_ratio <= 1 / m_floor else 'NOT met'}")
+            line += (
+                f"; floor time <= 1/{t_floor}: {'met' if t_ratio <= 1 / t_floor else 'NOT met'}"
+                f", memory <= 1/{m_floor}: {'met' if m_ratio <= 1 / m_floor else 'NOT met'}"
+            )
         print(line)
     for ours, floor, most in OVER_FLOOR:
         t_ratio = med[ours][0] / med[floor][0]

@@ -36,8 +36,9 @@ def _step_s(out: str, epochs: int, steps: int) -> float:
 
 
 def _run(command: list[str], env: dict[str, str]) -> None:
-    proc = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, encoding="utf-8", errors="replace",
-                          timeout=900)
+    proc = subprocess.run(
+        command, env=env, cwd=ROOT, capture_output=True, encoding="utf-8", errors="replace", timeout=900
+    )
     if proc.returncode != 0:
         raise SystemExit(f"{command[:3]} failed ({proc.returncode}): {proc.stderr[-2000:]}")
 
@@ -66,8 +67,10 @@ def main(argv: list[str] | None = None) -> int:
                     _run([sys.executable, RAY_SCRIPT, out, str(args.epochs), str(args.steps)], env)
                 times[engine].append(_step_s(out, args.epochs, args.steps))
     base = statistics.median(times["tfdevices launch"])
-    print(f"Keras 3 fit on 2 CPU workers, global batch 16, {args.epochs} x {args.steps} steps, "
-          f"median of {args.rounds} rounds (the slower worker's last epoch)")
+    print(
+        f"Keras 3 fit on 2 CPU workers, global batch 16, {args.epochs} x {args.steps} steps, "
+        f"median of {args.rounds} rounds (the slower worker's last epoch)"
+    )
     print(f"{'engine':<18} {'step ms':>8} {'vs launch':>10}")
     for engine, values in times.items():
         step = statistics.median(values)

@@ -51,10 +51,19 @@ def worker(keras_major: str, steps: int) -> None:
     global_batch = PER_WORKER_BATCH * info.world_size
     data = sharded_data(tf, global_batch)
     with strategy.scope():
-        model = keras.Sequential([keras.Input((128,)), keras.layers.Dense(512, activation="relu"),
-                                  keras.layers.Dense(512, activation="relu"), keras.layers.Dense(10)])
-        model.compile(optimizer=keras.optimizers.SGD(0.01),
-                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+        model = keras.Sequential(
+            [
+                keras.Input((128,)),
+                keras.layers.Dense(512, activation="relu"),
+                keras.layers.Dense(512, activation="relu"),
+                keras.layers.Dense(10),
+            ]
+        )
+        model.compile(
+            optimizer=keras.optimizers.SGD(0.01),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            metrics=["accuracy"],
+        )
     ends: list[float] = []
 
     class Clock(keras.callbacks.Callback):
@@ -62,14 +71,32 @@ def worker(keras_major: str, steps: int) -> None:
             ends.append(time.perf_counter())
 
     history = model.fit(data, epochs=1, steps_per_epoch=steps + WARMUP, callbacks=[Clock()], verbose=0)
-    step_s = statistics.median(b - a for a, b in zip(ends[WARMUP:], ends[WARMUP + 1:]))
-    print("RESULT " + json.dumps({"rank": info.rank, "step_s": step_s, "keras": keras.__version__,
-                                  "loss": history.history["loss"][-1]}), flush=True)
+    step_s = statistics.median(b - a for a, b in zip(ends[WARMUP:], ends[WARMUP + 1 :]))
+    print(
+        "RESULT "
+        + json.dumps(
+            {"rank": info.rank, "step_s": step_s, "keras": keras.__version__, "loss": history.history["loss"][-1]}
+        ),
+        flush=True,
+    )
 
 
 def run_case(keras_major: str, steps: int) -> list[dict]:
-    cmd = [sys.executable, "-m", "tfdevices", "launch", "-n", "2", "--",
-           sys.executable, __file__, "--worker", keras_major, "--steps", str(steps)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tfdevices",
+        "launch",
+        "-n",
+        "2",
+        "--",
+        sys.executable,
+        __file__,
+        "--worker",
+        keras_major,
+        "--steps",
+        str(steps),
+    ]
     env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("TF_USE_LEGACY_KERAS", None)
     if keras_major == "2":
@@ -100,8 +127,10 @@ def main(argv: list[str]) -> int:
     k3, k2 = (statistics.median(steps[m]) for m in ("3", "2"))
     for major, name in (("3", "Keras 3 fit through tfdevices"), ("2", "tf_keras fit (TensorFlow's strategy)")):
         rounds = ", ".join(f"{s * 1000:.2f}" for s in steps[major])
-        print(f"{name} [{versions[major]}]: step {statistics.median(steps[major]) * 1000:.2f} ms "
-              f"(rounds: {rounds} ms), 2 workers x batch {PER_WORKER_BATCH}")
+        print(
+            f"{name} [{versions[major]}]: step {statistics.median(steps[major]) * 1000:.2f} ms "
+            f"(rounds: {rounds} ms), 2 workers x batch {PER_WORKER_BATCH}"
+        )
     print(f"step time Keras 3 via tfdevices / tf_keras: {k3 / k2:.2f}x")
     return 0
 

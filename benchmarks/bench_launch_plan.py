@@ -35,8 +35,10 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     for name, gpus in (("CPU", []), ("8 GPUs, shared", list(range(8)))):
         small, big = (timed(n, gpus, args.rounds) for n in SIZES)
-        print(f"{name}: {SIZES[0]} workers {small * 1000:.1f} ms, {SIZES[1]} workers {big * 1000:.1f} ms; "
-              f"ratio {big / small:.1f}x for {SIZES[1] // SIZES[0]}x the workers")
+        print(
+            f"{name}: {SIZES[0]} workers {small * 1000:.1f} ms, {SIZES[1]} workers {big * 1000:.1f} ms; "
+            f"ratio {big / small:.1f}x for {SIZES[1] // SIZES[0]}x the workers"
+        )
     return 0
 
 

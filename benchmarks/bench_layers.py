@@ -34,8 +34,10 @@ def planning_time() -> None:
     devices = [f"GPU:{i}" for i in range(8)]
     sizes = [rng.randint(1, 1000) for _ in range(1000)]
     caps = {d: sum(sizes) // 6 for d in devices}
-    for name, kwargs in [("plain", {}), ("speeds + max_memory", {"speeds": [1, 2, 1, 1, 2, 1, 1, 1],
-                                                                   "max_memory": caps, "layer_bytes": sizes})]:
+    for name, kwargs in [
+        ("plain", {}),
+        ("speeds + max_memory", {"speeds": [1, 2, 1, 1, 2, 1, 1, 1], "max_memory": caps, "layer_bytes": sizes}),
+    ]:
         best = min(_timed(lambda kwargs=kwargs: plan_layers(costs, devices, **kwargs)) for _ in range(20))
         print(f"plan 1000 layers over 8 devices ({name}): {best * 1000:.1f} ms (best of 20)")
 
@@ -66,8 +68,12 @@ def traffic(tf, keras) -> None:
     keras.utils.set_random_seed(0)
     three = keras.Sequential([keras.Input((256,))] + [keras.layers.Dense(256, name=f"layer{i}") for i in (1, 2, 3)])
     cases = [
-        ("three layers: 1, 3 on CPU:0, 2 on CPU:1", three,
-         {"layer1": "CPU:0", "layer2": "CPU:1", "layer3": "CPU:0"}, 256),
+        (
+            "three layers: 1, 3 on CPU:0, 2 on CPU:1",
+            three,
+            {"layer1": "CPU:0", "layer2": "CPU:1", "layer3": "CPU:0"},
+            256,
+        ),
         ("48-layer MLP over 4 devices", make_mlp(keras, 48, 64), DEVICES, 64),
     ]
     for title, model, devices, width in cases:
@@ -77,11 +83,15 @@ def traffic(tf, keras) -> None:
         hand = forward_traffic(tf, by_hand(keras, tf, model, plan.assignment), x, names)
         placed = forward_traffic(tf, place_layers(model, plan), x, names)
         print(f"\n{title} (batch 32, plan: {len(plan.stages)} stages, {plan.transfers} activation transfers)")
-        print(f"  {'':<10} {'weight reads across':>20} {'weight bytes':>13} {'activations':>12} "
-              f"{'act. bytes':>11} {'all transfers':>14} {'all bytes':>10}")
+        print(
+            f"  {'':<10} {'weight reads across':>20} {'weight bytes':>13} {'activations':>12} "
+            f"{'act. bytes':>11} {'all transfers':>14} {'all bytes':>10}"
+        )
         for name, t in (("(a) by hand", hand), ("(b) planned", placed)):
-            print(f"  {name:<10} {t['weights_across']:>20} {t['weight_bytes_across']:>13} {t['activations']:>12} "
-                  f"{t['activation_bytes']:>11} {t['transfers']:>14} {t['bytes']:>10}")
+            print(
+                f"  {name:<10} {t['weights_across']:>20} {t['weight_bytes_across']:>13} {t['activations']:>12} "
+                f"{t['activation_bytes']:>11} {t['transfers']:>14} {t['bytes']:>10}"
+            )
         if placed["bytes"]:
             print(f"  bytes moved per step, by hand / planned: {hand['bytes'] / placed['bytes']:.1f}x")
         if title.startswith("48"):
@@ -97,9 +107,11 @@ def quality(model, plan) -> None:
         cap = int(sum(sizes) * share)
         caps = [cap] * 4
         greedy = greedy_fill(costs, sizes, caps)
-        planned = plan_layers(model, DEVICES, max_memory={d: cap for d in DEVICES}).bottleneck
-        print(f"  caps {share:.0%} of the weights per device: bottleneck (params) greedy fill {greedy:,.0f}, "
-              f"planned {planned:,.0f}: greedy / planned = {greedy / planned:.2f}x")
+        planned = plan_layers(model, DEVICES, max_memory=dict.fromkeys(DEVICES, cap)).bottleneck
+        print(
+            f"  caps {share:.0%} of the weights per device: bottleneck (params) greedy fill {greedy:,.0f}, "
+            f"planned {planned:,.0f}: greedy / planned = {greedy / planned:.2f}x"
+        )
 
 
 def main() -> None:

@@ -39,7 +39,11 @@ sys.path.insert(0, REPO)
 
 GPUSTAT = shutil.which("gpustat", path=os.path.dirname(sys.executable)) or shutil.which("gpustat")
 CASES: dict[str, list[str] | None] = {
-    "NVML floor": [sys.executable, "-c", "import pynvml\ntry:\n    pynvml.nvmlInit()\nexcept pynvml.NVMLError:\n    pass"],
+    "NVML floor": [
+        sys.executable,
+        "-c",
+        "import pynvml\ntry:\n    pynvml.nvmlInit()\nexcept pynvml.NVMLError:\n    pass",
+    ],
     "tfdevices list --processes": [sys.executable, "-m", "tfdevices", "list", "--processes"],
     "tfdevices topo": [sys.executable, "-m", "tfdevices", "topo"],
     "tfdevices list": [sys.executable, "-m", "tfdevices", "list"],
@@ -62,7 +66,7 @@ def fresh_processes(rounds: int) -> dict[str, tuple[float, int]]:
         run_once(argv, env)
     runs: dict[str, list[tuple[float, int]]] = {n: [] for n in cases}
     for r in range(rounds):
-        for name in (list(cases) if r % 2 == 0 else list(reversed(cases))):
+        for name in list(cases) if r % 2 == 0 else list(reversed(cases)):
             runs[name].append(run_once(cases[name], env))
     return {n: (statistics.median(w for w, _ in rs), rs[-1][1]) for n, rs in runs.items()}
 
@@ -90,10 +94,12 @@ def in_process() -> dict[str, float]:
         "discover(): 8 GPUs, sensors": best_of(lambda: discover(env={}, nvml_module=fake, topology=False)),
         "discover(): + topology": best_of(lambda: discover(env={}, nvml_module=fake, topology=True)),
         "discover(): + topology + 24 processes (/proc)": best_of(
-            lambda: discover(env={}, nvml_module=fake, topology=True, users=True)),
+            lambda: discover(env={}, nvml_module=fake, topology=True, users=True)
+        ),
         "select('auto:4') on the DGX A100 fixture": best_of(lambda: select("auto:4", node)),
         "best_linked_set(16, 8), all alike (12,870 sets)": best_of(
-            lambda: best_linked_set(16, 8, lambda a, b: 112, list(range(16))), repeat=5),
+            lambda: best_linked_set(16, 8, lambda a, b: 112, list(range(16))), repeat=5
+        ),
     }
 
 
@@ -101,8 +107,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=11, help="alternating rounds (default 11)")
     opts = parser.parse_args(argv)
-    print(f"python {platform.python_version()}, {platform.machine()}, {os.cpu_count()} cores, "
-          f"{opts.rounds} alternating rounds, fresh process each, medians; gpustat: {GPUSTAT or 'not installed'}")
+    print(
+        f"python {platform.python_version()}, {platform.machine()}, {os.cpu_count()} cores, "
+        f"{opts.rounds} alternating rounds, fresh process each, medians; gpustat: {GPUSTAT or 'not installed'}"
+    )
     med = fresh_processes(opts.rounds)
     floor = med["NVML floor"][0]
     print(f"{'case':30} {'wall s':>8} {'/ floor':>8} {'exit':>5}")

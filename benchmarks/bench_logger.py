@@ -37,8 +37,13 @@ def main(argv: list[str] | None = None) -> int:
     from tfdevices.tensorboard.callbacks import PlacementLogger
 
     keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.Input((8,)), *[keras.layers.Dense(8, activation="relu")
-                                                   for _ in range(args.layers)], keras.layers.Dense(1)])
+    model = keras.Sequential(
+        [
+            keras.Input((8,)),
+            *[keras.layers.Dense(8, activation="relu") for _ in range(args.layers)],
+            keras.layers.Dense(1),
+        ]
+    )
     model.compile(optimizer="sgd", loss="mse")
     x, y = np.ones((16 * args.steps, 8), "float32"), np.zeros((16 * args.steps, 1), "float32")
     model.fit(x[:160], y[:160], batch_size=16, verbose=0)  # traces the train step before anything is timed
@@ -47,16 +52,21 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
             for case in CASES:
-                callbacks = [] if case is None else [PlacementLogger(os.path.join(tmp, f"{case}-{r}"), at_step=1,
-                                                                     every=case, framework="keras")]
+                callbacks = (
+                    []
+                    if case is None
+                    else [PlacementLogger(os.path.join(tmp, f"{case}-{r}"), at_step=1, every=case, framework="keras")]
+                )
                 start = time.perf_counter()
                 model.fit(x, y, batch_size=16, epochs=1, verbose=0, shuffle=False, callbacks=callbacks)
                 times[case].append(time.perf_counter() - start)
                 if callbacks:
                     captures[case] = len(callbacks[0].steps)
     base = statistics.median(times[None])
-    print(f"{args.layers}-layer MLP, {args.steps} steps per fit, median of {args.rounds}: "
-          f"{base:.2f} s without a logger ({1e3 * base / args.steps:.2f} ms a step)")
+    print(
+        f"{args.layers}-layer MLP, {args.steps} steps per fit, median of {args.rounds}: "
+        f"{base:.2f} s without a logger ({1e3 * base / args.steps:.2f} ms a step)"
+    )
     print(f"{'every':>7} {'captures':>9} {'fit s':>7} {'overhead':>9}")
     for case in CASES[1:]:
         t = statistics.median(times[case])

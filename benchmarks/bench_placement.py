@@ -35,8 +35,9 @@ GROWTH_FLOOR = 11.0
 
 
 def _step(keras, tf, layers: int):
-    model = keras.Sequential([keras.Input((8,)), *[keras.layers.Dense(8, activation="relu") for _ in range(layers)],
-                              keras.layers.Dense(1)])
+    model = keras.Sequential(
+        [keras.Input((8,)), *[keras.layers.Dense(8, activation="relu") for _ in range(layers)], keras.layers.Dense(1)]
+    )
     optimizer = keras.optimizers.SGD(0.01)
 
     @tf.function
@@ -93,8 +94,16 @@ def measure(layers: int, calls: int, repeats: int) -> dict[str, float]:
     report = verify.build_report(trace, recorder)
     with tempfile.TemporaryDirectory() as logdir:
         write = _best(lambda: write_placement(report, logdir), repeats)
-    return {"plain": plain, "profiler": profiler, "capture": capture, "parse": parse, "build": build, "write": write,
-            "ops": len(report.ops), "kernels": sum(report.kernel_counts.values())}
+    return {
+        "plain": plain,
+        "profiler": profiler,
+        "capture": capture,
+        "parse": parse,
+        "build": build,
+        "write": write,
+        "ops": len(report.ops),
+        "kernels": sum(report.kernel_counts.values()),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,24 +114,32 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     measure(2, 2, 1)  # warm up TensorFlow, Keras and the profiler
-    print(f"{'layers':>7} {'ops':>7} {'kernels':>8} {'plain ms':>9} {'profiler':>9} {'capture ms':>11} {'ratio':>7} "
-          f"{'/profiler':>9} {'parse ms':>9} {'build ms':>9} {'write ms':>9} {'own ms':>8}")
+    print(
+        f"{'layers':>7} {'ops':>7} {'kernels':>8} {'plain ms':>9} {'profiler':>9} {'capture ms':>11} {'ratio':>7} "
+        f"{'/profiler':>9} {'parse ms':>9} {'build ms':>9} {'write ms':>9} {'own ms':>8}"
+    )
     results = {}
     for layers in sizes:
         r = results[layers] = measure(layers, args.calls, args.repeats)
         own = r["parse"] + r["build"] + r["write"]
-        print(f"{layers:>7} {r['ops']:>7} {r['kernels']:>8} {1e3 * r['plain']:>9.2f} {r['profiler'] / r['plain']:>8.2f}x "
-              f"{1e3 * r['capture']:>11.2f} {r['capture'] / r['plain']:>6.2f}x {r['capture'] / r['profiler']:>8.2f}x "
-              f"{1e3 * r['parse']:>9.2f} {1e3 * r['build']:>9.2f} {1e3 * r['write']:>9.2f} {1e3 * own:>8.2f}")
+        print(
+            f"{layers:>7} {r['ops']:>7} {r['kernels']:>8} {1e3 * r['plain']:>9.2f} {r['profiler'] / r['plain']:>8.2f}x "
+            f"{1e3 * r['capture']:>11.2f} {r['capture'] / r['plain']:>6.2f}x {r['capture'] / r['profiler']:>8.2f}x "
+            f"{1e3 * r['parse']:>9.2f} {1e3 * r['build']:>9.2f} {1e3 * r['write']:>9.2f} {1e3 * own:>8.2f}"
+        )
     if 100 in results:
         ratio = results[100]["capture"] / results[100]["plain"]
-        print(f"capture of a traced 100-layer step: {ratio:.2f}x one plain call (floor <= {RATIO_FLOOR:g}x): "
-              f"{'met' if ratio <= RATIO_FLOOR else 'NOT met'}")
+        print(
+            f"capture of a traced 100-layer step: {ratio:.2f}x one plain call (floor <= {RATIO_FLOOR:g}x): "
+            f"{'met' if ratio <= RATIO_FLOOR else 'NOT met'}"
+        )
     if 100 in results and 1000 in results:
         own = {n: results[n]["parse"] + results[n]["build"] + results[n]["write"] for n in (100, 1000)}
         growth = own[1000] / own[100]
-        print(f"tfdevices' own capture work (parse + build + write), 100 -> 1,000 layers: {growth:.1f}x "
-              f"(floor <= {GROWTH_FLOOR:g}x): {'met' if growth <= GROWTH_FLOOR else 'NOT met'}")
+        print(
+            f"tfdevices' own capture work (parse + build + write), 100 -> 1,000 layers: {growth:.1f}x "
+            f"(floor <= {GROWTH_FLOOR:g}x): {'met' if growth <= GROWTH_FLOOR else 'NOT met'}"
+        )
     return 0
 
 

@@ -74,8 +74,11 @@ def measure_one(path: str, repeats: int) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", default="100,43,430,4300",
-                        help="steps per profile, comma-separated (defaults: ~10k, 23k, 100k, 1M events)")
+    parser.add_argument(
+        "--steps",
+        default="100,43,430,4300",
+        help="steps per profile, comma-separated (defaults: ~10k, 23k, 100k, 1M events)",
+    )
     parser.add_argument("--repeats", type=int, default=3, help="reads per size in its process; the best is kept")
     parser.add_argument("--one", nargs=2, metavar=("PATH", "REPEATS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -88,22 +91,31 @@ def main(argv: list[str] | None = None) -> int:
             path = os.path.join(tmp, f"host-{steps}.xplane.pb")
             events = build(path, steps)
             size = os.path.getsize(path)
-            out = subprocess.run([sys.executable, __file__, "--one", path, str(args.repeats)], capture_output=True,
-                                 text=True, check=True, env=dict(os.environ, PYTHONPATH=ROOT))
+            out = subprocess.run(
+                [sys.executable, __file__, "--one", path, str(args.repeats)],
+                capture_output=True,
+                text=True,
+                check=True,
+                env=dict(os.environ, PYTHONPATH=ROOT),
+            )
             result = json.loads(out.stdout.strip().splitlines()[-1])
             rows.append((events, size, result))
             os.remove(path)
     print(f"{'events':>9} {'file MB':>8} {'ops':>7} {'read s':>8} {'us/event':>9} {'peak MB':>8} {'peak/file':>9}")
     for events, size, r in rows:
-        print(f"{events:>9,} {size / 1e6:>8.2f} {r['ops']:>7,} {r['seconds']:>8.3f} "
-              f"{1e6 * r['seconds'] / events:>9.2f} {r['peak_growth'] / 1e6:>8.1f} {r['peak_growth'] / size:>8.1f}x")
+        print(
+            f"{events:>9,} {size / 1e6:>8.2f} {r['ops']:>7,} {r['seconds']:>8.3f} "
+            f"{1e6 * r['seconds'] / events:>9.2f} {r['peak_growth'] / 1e6:>8.1f} {r['peak_growth'] / size:>8.1f}x"
+        )
     small, large = rows[0], rows[-1]
     growth = (large[2]["seconds"] / small[2]["seconds"]) / (large[0] / small[0])
     print(f"time per event, {small[0]:,} -> {large[0]:,} events: {growth:.2f}x (1.00x = linear)")
     issue = min(rows, key=lambda row: abs(row[0] - 23_000))  # the issue's 3 MB profile: ~15k host + 8k device events
-    print(f"the profile of {issue[0]:,} events (the issue's 3 MB case) reads in {issue[2]['seconds']:.3f} s "
-          f"(floor < {FLOOR_3MB_S:g} s: {'met' if issue[2]['seconds'] < FLOOR_3MB_S else 'NOT met'}); "
-          f"peak memory {issue[2]['peak_growth'] / issue[0]:.0f} B per event")
+    print(
+        f"the profile of {issue[0]:,} events (the issue's 3 MB case) reads in {issue[2]['seconds']:.3f} s "
+        f"(floor < {FLOOR_3MB_S:g} s: {'met' if issue[2]['seconds'] < FLOOR_3MB_S else 'NOT met'}); "
+        f"peak memory {issue[2]['peak_growth'] / issue[0]:.0f} B per event"
+    )
     return 0
 
 

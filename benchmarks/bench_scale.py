@@ -26,9 +26,16 @@ FLOOR_S = 0.1
 
 
 def _slurm_env(n: int) -> dict[str, str]:
-    return {"SLURM_PROCID": str(n - 1), "SLURM_LOCALID": "0", "SLURM_NTASKS": str(n), "SLURM_STEP_ID": "0",
-            "SLURM_STEP_NODELIST": f"node[00000-{n - 1:05d}]", "SLURM_STEP_TASKS_PER_NODE": f"1(x{n})",
-            "SLURM_NODEID": str(n - 1), "SLURM_STEP_GPUS": "0-7"}
+    return {
+        "SLURM_PROCID": str(n - 1),
+        "SLURM_LOCALID": "0",
+        "SLURM_NTASKS": str(n),
+        "SLURM_STEP_ID": "0",
+        "SLURM_STEP_NODELIST": f"node[00000-{n - 1:05d}]",
+        "SLURM_STEP_TASKS_PER_NODE": f"1(x{n})",
+        "SLURM_NODEID": str(n - 1),
+        "SLURM_STEP_GPUS": "0-7",
+    }
 
 
 def cases() -> dict[str, Callable[[int], object]]:
@@ -39,21 +46,33 @@ def cases() -> dict[str, Callable[[int], object]]:
         "expand_nodelist 'r[0-N/4]n[1-4]'": lambda n: expand_nodelist(f"r[0-{n // 4 - 1}]n[1-4]"),
         "expand_tasks_per_node '1(xN)'": lambda n: expand_tasks_per_node(f"1(x{n})"),
         "launch_info: SLURM step of N tasks": lambda n: launch_info(_slurm_env(n)),
-        "plan_ranks: N ranks on 8 GPUs (share)": lambda n: plan_ranks(one, list(range(8)), local_world_size=n,
-                                                                     share=True),
+        "plan_ranks: N ranks on 8 GPUs (share)": lambda n: plan_ranks(
+            one, list(range(8)), local_world_size=n, share=True
+        ),
         "plan_ranks: N ranks on N GPUs": lambda n: plan_ranks(one, list(range(n)), local_world_size=n),
         "plan_ranks: N ranks weighted on 8 GPUs": lambda n: plan_ranks(
-            one, list(range(8)), local_world_size=n, mapping="weighted", share=True,
-            speeds={g: 1.0 + g for g in range(8)}),
-        "plan_ranks + every GpuAssignment (N on 8 GPUs)": lambda n: list(plan_ranks(
-            one, list(range(8)), local_world_size=n, share=True)),
-        "gpu_for_rank: last of N ranks on 8 GPUs": lambda n: gpu_for_rank(one, list(range(8)), local_rank=n - 1,
-                                                                          local_world_size=n, share=True),
+            one,
+            list(range(8)),
+            local_world_size=n,
+            mapping="weighted",
+            share=True,
+            speeds={g: 1.0 + g for g in range(8)},
+        ),
+        "plan_ranks + every GpuAssignment (N on 8 GPUs)": lambda n: list(
+            plan_ranks(one, list(range(8)), local_world_size=n, share=True)
+        ),
+        "gpu_for_rank: last of N ranks on 8 GPUs": lambda n: gpu_for_rank(
+            one, list(range(8)), local_rank=n - 1, local_world_size=n, share=True
+        ),
         "plan_assignment: N tasks round robin on 8 devices": lambda n: plan_assignment(
-            [f"t{i}" for i in range(n)], [f"CPU:{d}" for d in range(8)]),
+            [f"t{i}" for i in range(n)], [f"CPU:{d}" for d in range(8)]
+        ),
         "plan_assignment: N tasks by memory on 8 GPUs": lambda n: plan_assignment(
-            [f"t{i}" for i in range(n)], [str(d) for d in range(8)], "by_memory",
-            free_memory={str(d): (d + 1) << 30 for d in range(8)}),
+            [f"t{i}" for i in range(n)],
+            [str(d) for d in range(8)],
+            "by_memory",
+            free_memory={str(d): (d + 1) << 30 for d in range(8)},
+        ),
     }
 
 
@@ -84,10 +103,14 @@ def main() -> None:
     for name, fn in cases().items():
         t = [measure(fn, n, args.rounds) for n in SIZES]
         worst = max(worst, t[-1])
-        print(f"| {name} | {' | '.join(f'{x * 1000:.2f}' for x in t)} | {t[1] / t[0]:.1f} | {t[2] / t[1]:.1f} | "
-              f"{'yes' if t[-1] < FLOOR_S else 'NO'} |")
-    print(f"\nslowest case at 16,000: {worst * 1000:.1f} ms (floor {FLOOR_S * 1000:.0f} ms); "
-          "growth ratios near 4 are linear, near 16 quadratic")
+        print(
+            f"| {name} | {' | '.join(f'{x * 1000:.2f}' for x in t)} | {t[1] / t[0]:.1f} | {t[2] / t[1]:.1f} | "
+            f"{'yes' if t[-1] < FLOOR_S else 'NO'} |"
+        )
+    print(
+        f"\nslowest case at 16,000: {worst * 1000:.1f} ms (floor {FLOOR_S * 1000:.0f} ms); "
+        "growth ratios near 4 are linear, near 16 quadratic"
+    )
 
 
 if __name__ == "__main__":

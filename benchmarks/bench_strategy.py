@@ -33,10 +33,17 @@ def throughput(tf, keras, strategy, x, y, steps: int) -> tuple[float, float]:
     """(examples per wall second, examples per CPU second of this process)."""
     data = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH, drop_remainder=True).repeat()
     with strategy.scope():
-        model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(512, activation="relu"),
-                                  keras.layers.Dense(512, activation="relu"), keras.layers.Dense(10)])
-        model.compile(optimizer=keras.optimizers.SGD(0.01),
-                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model = keras.Sequential(
+            [
+                keras.Input((64,)),
+                keras.layers.Dense(512, activation="relu"),
+                keras.layers.Dense(512, activation="relu"),
+                keras.layers.Dense(10),
+            ]
+        )
+        model.compile(
+            optimizer=keras.optimizers.SGD(0.01), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        )
     model.fit(data, epochs=1, steps_per_epoch=5, verbose=0, shuffle=False)  # trace and warm up
     start, cpu = time.perf_counter(), time.process_time()
     model.fit(data, epochs=1, steps_per_epoch=steps, verbose=0, shuffle=False)
@@ -56,9 +63,11 @@ def main() -> None:
     import keras
 
     info = tfdevices.build_strategy("mirrored", DEVICES)
-    same_ops = {"reduction_to_one_device": tf.distribute.ReductionToOneDevice,
-                "hierarchical_copy": tf.distribute.HierarchicalCopyAllReduce,
-                "nccl": tf.distribute.NcclAllReduce}[info.cross_device_ops]
+    same_ops = {
+        "reduction_to_one_device": tf.distribute.ReductionToOneDevice,
+        "hierarchical_copy": tf.distribute.HierarchicalCopyAllReduce,
+        "nccl": tf.distribute.NcclAllReduce,
+    }[info.cross_device_ops]
     full = [f"/{d}" for d in DEVICES]
     cases = {
         "tfdevices build_strategy('mirrored')": lambda: tfdevices.build_strategy("mirrored", DEVICES).strategy,
@@ -71,22 +80,27 @@ def main() -> None:
     results = {name: [] for name in cases}
     names = list(cases)
     for r in range(args.rounds):
-        for name in names[r % len(names):] + names[:r % len(names)]:  # rotate: no case always runs first
+        for name in names[r % len(names) :] + names[: r % len(names)]:  # rotate: no case always runs first
             results[name].append(throughput(tf, keras, cases[name](), x, y, args.steps))
-    print(f"{len(DEVICES)} logical CPUs, batch {BATCH}, {args.steps} steps x {args.rounds} rounds; "
-          f"tfdevices chose cross_device_ops={info.cross_device_ops}")
+    print(
+        f"{len(DEVICES)} logical CPUs, batch {BATCH}, {args.steps} steps x {args.rounds} rounds; "
+        f"tfdevices chose cross_device_ops={info.cross_device_ops}"
+    )
     print("| case | examples/s (wall, median) | min | max | examples per CPU-s (median) |")
     print("|---|---:|---:|---:|---:|")
     for name, values in results.items():
         wall, cpu = [v[0] for v in values], [v[1] for v in values]
-        print(f"| {name} | {statistics.median(wall):,.0f} | {min(wall):,.0f} | {max(wall):,.0f} "
-              f"| {statistics.median(cpu):,.0f} |")
+        print(
+            f"| {name} | {statistics.median(wall):,.0f} | {min(wall):,.0f} | {max(wall):,.0f} "
+            f"| {statistics.median(cpu):,.0f} |"
+        )
     ours = results["tfdevices build_strategy('mirrored')"]
     for name in ("hand, TF default", "hand, same reduction"):
         for i, what in ((0, "wall"), (1, "CPU")):
             ratio = statistics.median(v[i] for v in ours) / statistics.median(v[i] for v in results[name])
-            print(f"ratio tfdevices / {name} ({what}): {ratio:.3f} "
-                  f"(floor 0.98: {'met' if ratio >= 0.98 else 'NOT met'})")
+            print(
+                f"ratio tfdevices / {name} ({what}): {ratio:.3f} (floor 0.98: {'met' if ratio >= 0.98 else 'NOT met'})"
+            )
 
 
 if __name__ == "__main__":

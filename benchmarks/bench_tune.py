@@ -4,9 +4,9 @@
 
 For each model of :mod:`tfdevices.decide.examples`, on 4 logical CPUs: ``tune`` with ``--steps``
 and ``--rounds`` (every candidate in its own process, each round in a fresh one), then ``tune``
-again with 3x the steps (every candidate again, in fresh processes, as many rounds). Prints, per model, each candidate's predicted step, its step in the
-first run and in the long run, and the winner's long-run throughput against the fastest
-long-run candidate (the issue's bound: within 5%).
+again with 3x the steps (every candidate again, in fresh processes, as many rounds). Prints, per
+model, each candidate's predicted step, its step in the first run and in the long run, and the
+winner's long-run throughput against the fastest long-run candidate (the issue's bound: within 5%).
 """
 
 from __future__ import annotations
@@ -29,20 +29,32 @@ def bench(model: str, steps: int, rounds: int) -> list[str]:
     target = f"tfdevices.decide.examples:{model}"
     first = tune(target, steps=steps, rounds=rounds)
     again = {c.name: c for c in tune(target, steps=3 * steps, rounds=rounds).candidates}
-    lines = [f"### {model}", "", "| candidate | status | predicted ms | tune ms | 3x longer ms | 3x examples/s |",
-             "|---|---|---:|---:|---:|---:|"]
+    lines = [
+        f"### {model}",
+        "",
+        "| candidate | status | predicted ms | tune ms | 3x longer ms | 3x examples/s |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
     for c in first.candidates:
         long = again.get(c.name)
         mark = " (winner)" if c is first.winner else ""
         rate = "-" if not long or not long.examples_per_s else f"{long.examples_per_s:,.0f}"
-        lines.append(f"| {c.name}{mark} | {c.status} | {_ms(c.predicted_step_s)} | {_ms(c.step_s)} | "
-                     f"{_ms(long and long.step_s)} | {rate} |")
+        lines.append(
+            f"| {c.name}{mark} | {c.status} | {_ms(c.predicted_step_s)} | {_ms(c.step_s)} | "
+            f"{_ms(long and long.step_s)} | {rate} |"
+        )
     ok = [c for c in again.values() if c.examples_per_s]
     best = max(ok, key=lambda c: c.examples_per_s)
     won = again.get(first.winner.name) if first.winner else None
     ratio = (won.examples_per_s / best.examples_per_s) if won and won.examples_per_s else 0.0
-    lines += ["", (f"winner {first.winner.name if first.winner else '-'}: {ratio:.1%} of the fastest in the long "
-                   f"run ({best.name}); flags: {first.flags()}"), ""]
+    lines += [
+        "",
+        (
+            f"winner {first.winner.name if first.winner else '-'}: {ratio:.1%} of the fastest in the long "
+            f"run ({best.name}); flags: {first.flags()}"
+        ),
+        "",
+    ]
     return lines
 
 

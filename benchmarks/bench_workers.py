@@ -31,7 +31,7 @@ WARMUP = 10
 
 def sharded_data(tf: Any, global_batch: int) -> Any:
     """The benchmarks' input: 8 batches of 128 random features and 10 classes, sharded by data."""
-    import numpy as np  # noqa: PLC0415 (workers only)
+    import numpy as np
 
     rng = np.random.RandomState(0)
     x = rng.normal(size=(global_batch * 8, 128)).astype("float32")
@@ -58,10 +58,16 @@ def worker(steps: int) -> None:
     global_batch = PER_WORKER_BATCH * info.world_size
     data = sharded_data(tf, global_batch)
     with strategy.scope():
-        model = keras.Sequential([keras.layers.Dense(512, activation="relu", input_shape=(128,)),
-                                  keras.layers.Dense(512, activation="relu"), keras.layers.Dense(10)])
-        model.compile(optimizer=keras.optimizers.SGD(0.01),
-                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model = keras.Sequential(
+            [
+                keras.layers.Dense(512, activation="relu", input_shape=(128,)),
+                keras.layers.Dense(512, activation="relu"),
+                keras.layers.Dense(10),
+            ]
+        )
+        model.compile(
+            optimizer=keras.optimizers.SGD(0.01), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        )
     ends: list[float] = []
 
     class Clock(keras.callbacks.Callback):
@@ -69,7 +75,7 @@ def worker(steps: int) -> None:
             ends.append(time.perf_counter())
 
     model.fit(data, epochs=1, steps_per_epoch=steps + WARMUP, callbacks=[Clock()], verbose=0)
-    step_s = statistics.median(b - a for a, b in zip(ends[WARMUP:], ends[WARMUP + 1:]))
+    step_s = statistics.median(b - a for a, b in zip(ends[WARMUP:], ends[WARMUP + 1 :]))
 
     shapes = [v.shape for v in model.trainable_variables]
 
@@ -78,6 +84,7 @@ def worker(steps: int) -> None:
         def fn() -> object:
             ctx = tf.distribute.get_replica_context()
             return ctx.all_reduce(tf.distribute.ReduceOp.SUM, [tf.ones(s) for s in shapes])
+
         return strategy.run(fn)
 
     times = []
@@ -88,13 +95,36 @@ def worker(steps: int) -> None:
         if i >= WARMUP:
             times.append(time.perf_counter() - start)
     params = sum(int(np.prod(s)) for s in shapes)
-    print("RESULT " + json.dumps({"rank": info.rank, "workers": info.world_size, "step_s": step_s,
-                                  "allreduce_s": statistics.median(times), "params": params}), flush=True)
+    print(
+        "RESULT "
+        + json.dumps(
+            {
+                "rank": info.rank,
+                "workers": info.world_size,
+                "step_s": step_s,
+                "allreduce_s": statistics.median(times),
+                "params": params,
+            }
+        ),
+        flush=True,
+    )
 
 
 def run_case(n: int, steps: int) -> list[dict]:
-    cmd = [sys.executable, "-m", "tfdevices", "launch", "-n", str(n), "--", sys.executable, __file__,
-           "--worker", "--steps", str(steps)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tfdevices",
+        "launch",
+        "-n",
+        str(n),
+        "--",
+        sys.executable,
+        __file__,
+        "--worker",
+        "--steps",
+        str(steps),
+    ]
     env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
     proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
@@ -115,16 +145,23 @@ def main(argv: list[str]) -> int:
     for _ in range(args.rounds):  # alternate the cases so drift on a shared machine hits both
         for n in (1, 2):
             results = run_case(n, args.steps)
-            rows[n].append({"step_s": max(r["step_s"] for r in results),
-                            "allreduce_s": max(r["allreduce_s"] for r in results), "params": results[0]["params"]})
+            rows[n].append(
+                {
+                    "step_s": max(r["step_s"] for r in results),
+                    "allreduce_s": max(r["allreduce_s"] for r in results),
+                    "params": results[0]["params"],
+                }
+            )
     summary = {}
     for n, runs in rows.items():
         step = statistics.median(r["step_s"] for r in runs)
         comm = statistics.median(r["allreduce_s"] for r in runs)
         summary[n] = (step, comm)
-        print(f"{n} worker(s): step {step * 1000:.2f} ms, all-reduce {comm * 1000:.2f} ms "
-              f"({comm / step:.0%} of the step), {n * PER_WORKER_BATCH / step:,.0f} samples/s "
-              f"[{runs[0]['params']:,} parameters, batch {PER_WORKER_BATCH} per worker]")
+        print(
+            f"{n} worker(s): step {step * 1000:.2f} ms, all-reduce {comm * 1000:.2f} ms "
+            f"({comm / step:.0%} of the step), {n * PER_WORKER_BATCH / step:,.0f} samples/s "
+            f"[{runs[0]['params']:,} parameters, batch {PER_WORKER_BATCH} per worker]"
+        )
     (s1, _), (s2, _) = summary[1], summary[2]
     print(f"step time 2 / 1 workers: {s2 / s1:.2f}x; throughput 2 / 1 workers: {2 * s1 / s2:.2f}x")
     return 0

@@ -31,5 +31,6 @@ def tf4():
         pass  # the assertion below says whether the layout is right
     names = [d.name for d in tf.config.list_logical_devices("CPU")]
     assert len(names) == LOGICAL_CPUS, (
-        f"expected {LOGICAL_CPUS} logical CPUs, got {names}: a test used TensorFlow without the tf4 fixture")
+        f"expected {LOGICAL_CPUS} logical CPUs, got {names}: a test used TensorFlow without the tf4 fixture"
+    )
     return tf

@@ -84,8 +84,9 @@ def slurm_cluster(root: str) -> Iterator[dict[str, str]]:
     """A one-node SLURM on this machine; yields the environment ``srun`` needs (``SLURM_CONF``)."""
     missing = [d for d in DAEMONS if shutil.which(d) is None and not os.path.exists(f"/usr/sbin/{d}")]
     if missing:
-        unavailable(f"SLURM is not installed ({', '.join(missing)} missing; Debian: apt-get install slurmd "
-                    "slurmctld munge)")
+        unavailable(
+            f"SLURM is not installed ({', '.join(missing)} missing; Debian: apt-get install slurmd slurmctld munge)"
+        )
     if os.geteuid() != 0:
         unavailable("a one-node SLURM needs root here (slurmd starts the tasks)")
     for sub in ("state", "spool"):
@@ -93,23 +94,40 @@ def slurm_cluster(root: str) -> Iterator[dict[str, str]]:
     ctld_port, slurmd_port = free_ports(2)
     conf = os.path.join(root, "slurm.conf")
     with open(conf, "w") as f:
-        f.write(_CONF.format(host=socket.gethostname(), root=root, ctld_port=ctld_port, slurmd_port=slurmd_port,
-                             cpus=os.cpu_count() or 1))
+        f.write(
+            _CONF.format(
+                host=socket.gethostname(),
+                root=root,
+                ctld_port=ctld_port,
+                slurmd_port=slurmd_port,
+                cpus=os.cpu_count() or 1,
+            )
+        )
     key = os.path.join(root, "munge.key")
     with open(key, "wb") as f:
         f.write(os.urandom(1024))
     os.chmod(key, 0o400)
     env = dict(os.environ, SLURM_CONF=conf)
     pids: list[int] = []
-    sbin = lambda name: shutil.which(name) or f"/usr/sbin/{name}"  # noqa: E731
+    sbin = lambda name: shutil.which(name) or f"/usr/sbin/{name}"
     try:
         try:
-            subprocess.run([sbin("munged"), "--force", f"--socket={root}/munge.socket", f"--key-file={key}",
-                            f"--pid-file={root}/munged.pid", f"--log-file={root}/munged.log",
-                            f"--seed-file={root}/munge.seed"], check=True, capture_output=True, timeout=30)
+            subprocess.run(
+                [
+                    sbin("munged"),
+                    "--force",
+                    f"--socket={root}/munge.socket",
+                    f"--key-file={key}",
+                    f"--pid-file={root}/munged.pid",
+                    f"--log-file={root}/munged.log",
+                    f"--seed-file={root}/munge.seed",
+                ],
+                check=True,
+                capture_output=True,
+                timeout=30,
+            )
             _wait_for_pid(f"{root}/munged.pid", pids)
-            subprocess.run([sbin("slurmctld"), "-c", "-f", conf], env=env, check=True, capture_output=True,
-                           timeout=30)
+            subprocess.run([sbin("slurmctld"), "-c", "-f", conf], env=env, check=True, capture_output=True, timeout=30)
             _wait_for_pid(f"{root}/slurmctld.pid", pids)
             subprocess.run([sbin("slurmd"), "-f", conf], env=env, check=True, capture_output=True, timeout=30)
             _wait_for_pid(f"{root}/slurmd.pid", pids)

@@ -44,12 +44,17 @@ NVML_TOPOLOGY_HOSTBRIDGE = 30
 NVML_TOPOLOGY_NODE = 40
 NVML_TOPOLOGY_SYSTEM = 50
 
-_TEXT = {NVML_ERROR_UNINITIALIZED: "Uninitialized", NVML_ERROR_INVALID_ARGUMENT: "Invalid Argument",
-         NVML_ERROR_NOT_SUPPORTED: "Not Supported",
-         NVML_ERROR_NO_PERMISSION: "Insufficient Permissions", NVML_ERROR_NOT_FOUND: "Not Found",
-         NVML_ERROR_DRIVER_NOT_LOADED: "Driver Not Loaded",
-         NVML_ERROR_LIBRARY_NOT_FOUND: "NVML Shared Library Not Found",
-         NVML_ERROR_GPU_IS_LOST: "GPU is lost", NVML_ERROR_UNKNOWN: "Unknown Error"}
+_TEXT = {
+    NVML_ERROR_UNINITIALIZED: "Uninitialized",
+    NVML_ERROR_INVALID_ARGUMENT: "Invalid Argument",
+    NVML_ERROR_NOT_SUPPORTED: "Not Supported",
+    NVML_ERROR_NO_PERMISSION: "Insufficient Permissions",
+    NVML_ERROR_NOT_FOUND: "Not Found",
+    NVML_ERROR_DRIVER_NOT_LOADED: "Driver Not Loaded",
+    NVML_ERROR_LIBRARY_NOT_FOUND: "NVML Shared Library Not Found",
+    NVML_ERROR_GPU_IS_LOST: "GPU is lost",
+    NVML_ERROR_UNKNOWN: "Unknown Error",
+}
 
 
 class NVMLError(Exception):
@@ -123,9 +128,16 @@ class FakeNvml:
 
     NVMLError = NVMLError
 
-    def __init__(self, gpus: list[FakeGpu] | tuple[FakeGpu, ...] = (), *, init_error: int | None = None,
-                 count_error: int | None = None, driver: str = "550.54.15", init_delay: float = 0.0,
-                 ancestors: dict[tuple[int, int], int] | None = None) -> None:
+    def __init__(
+        self,
+        gpus: list[FakeGpu] | tuple[FakeGpu, ...] = (),
+        *,
+        init_error: int | None = None,
+        count_error: int | None = None,
+        driver: str = "550.54.15",
+        init_delay: float = 0.0,
+        ancestors: dict[tuple[int, int], int] | None = None,
+    ) -> None:
         self.gpus = list(gpus)
         self.ancestors = dict(ancestors or {})
         self.calls: dict[str, int] = {}
@@ -215,8 +227,12 @@ class FakeNvml:
     def _proc(h: Any, pid: int) -> Any:
         """As pynvml's nvmlFriendlyObject of c_nvmlProcessInfo_t: usedGpuMemory None when not available."""
         gi = h.mig.gi if h.mig else 0xFFFFFFFF
-        return SimpleNamespace(pid=pid, usedGpuMemory=dict(h.gpu.process_memory).get(pid), gpuInstanceId=gi,
-                               computeInstanceId=h.mig.ci if h.mig else 0xFFFFFFFF)
+        return SimpleNamespace(
+            pid=pid,
+            usedGpuMemory=dict(h.gpu.process_memory).get(pid),
+            gpuInstanceId=gi,
+            computeInstanceId=h.mig.ci if h.mig else 0xFFFFFFFF,
+        )
 
     # --- what gpustat / nvitop show -------------------------------------------------------------
     def _value(self, h: Any, fn: str, value: Any) -> Any:
@@ -343,16 +359,34 @@ def eight_gpus() -> list[FakeGpu]:
     for n, (name, mem, used, util, cc, pids) in enumerate(specs):
         mig = None
         if n == 5:
-            mig = (FakeMig(mig_uuid(n, 1), slot=1, gi=1, ci=0, memory_used=2**30, pids=(106,)),
-                   FakeMig(mig_uuid(n, 2), slot=2, gi=2, ci=0))
-        gpus.append(FakeGpu(name=name, uuid=uuid(n), pci_bus_id=f"00000000:{0x10 + n:02X}:00.0",
-                            memory_total=mem * 2**30, memory_used=used * 2**30, util_percent=util, cc=cc,
-                            compute_pids=pids, graphics_pids=pids[:1], mig=mig))
+            mig = (
+                FakeMig(mig_uuid(n, 1), slot=1, gi=1, ci=0, memory_used=2**30, pids=(106,)),
+                FakeMig(mig_uuid(n, 2), slot=2, gi=2, ci=0),
+            )
+        gpus.append(
+            FakeGpu(
+                name=name,
+                uuid=uuid(n),
+                pci_bus_id=f"00000000:{0x10 + n:02X}:00.0",
+                memory_total=mem * 2**30,
+                memory_used=used * 2**30,
+                util_percent=util,
+                cc=cc,
+                compute_pids=pids,
+                graphics_pids=pids[:1],
+                mig=mig,
+            )
+        )
     return gpus
 
 
-_CODE_LEVELS = {"PIX": NVML_TOPOLOGY_SINGLE, "PXB": NVML_TOPOLOGY_MULTIPLE, "PHB": NVML_TOPOLOGY_HOSTBRIDGE,
-                "NODE": NVML_TOPOLOGY_NODE, "SYS": NVML_TOPOLOGY_SYSTEM}
+_CODE_LEVELS = {
+    "PIX": NVML_TOPOLOGY_SINGLE,
+    "PXB": NVML_TOPOLOGY_MULTIPLE,
+    "PHB": NVML_TOPOLOGY_HOSTBRIDGE,
+    "NODE": NVML_TOPOLOGY_NODE,
+    "SYS": NVML_TOPOLOGY_SYSTEM,
+}
 
 
 def switch_bus_id(n: int) -> str:
@@ -360,8 +394,13 @@ def switch_bus_id(n: int) -> str:
     return f"00000000:{0xC4 + n:02X}:00.0"
 
 
-def from_inventory(inv: Any, *, switches: int = 0, pids: dict[str, tuple[tuple[int, int], ...]] | None = None,
-                   driver: str | None = None) -> FakeNvml:
+def from_inventory(
+    inv: Any,
+    *,
+    switches: int = 0,
+    pids: dict[str, tuple[tuple[int, int], ...]] | None = None,
+    driver: str | None = None,
+) -> FakeNvml:
     """A fake NVML that serves an inventory fixture, its topology included, in NVML's own shapes.
 
     Each ``NV#`` between two GPUs becomes # active NVLinks whose remote PCI info is
@@ -379,30 +418,59 @@ def from_inventory(inv: Any, *, switches: int = 0, pids: dict[str, tuple[tuple[i
     topo, pids = inv.topology, pids or {}
     fakes = []
     for g in (g for g in inv.gpus if g.mig_index is None):
-        migs = tuple(FakeMig(m.uuid, name=m.name, memory_total=m.memory_total, memory_used=m.memory_used,
-                             slot=m.mig_index, gi=m.mig_index + 1, ci=0, pids=tuple(p for p, _ in pids.get(m.key, ())))
-                     for m in inv.gpus if m.index == g.index and m.mig_index is not None)
+        migs = tuple(
+            FakeMig(
+                m.uuid,
+                name=m.name,
+                memory_total=m.memory_total,
+                memory_used=m.memory_used,
+                slot=m.mig_index,
+                gi=m.mig_index + 1,
+                ci=0,
+                pids=tuple(p for p, _ in pids.get(m.key, ())),
+            )
+            for m in inv.gpus
+            if m.index == g.index and m.mig_index is not None
+        )
         mine = pids.get(g.key, ())
         links = None
         if topo is not None:
-            peers = [(o, int(code[2:])) for o in topo.gpus
-                     if o != g.index and (code := topo.link(g.index, o) or "").startswith("NV")]
+            peers = [
+                (o, int(code[2:]))
+                for o in topo.gpus
+                if o != g.index and (code := topo.link(g.index, o) or "").startswith("NV")
+            ]
             if switches and peers:
                 total = max(n for _, n in peers)
                 links = tuple((switch_bus_id(k % switches), NVML_NVLINK_DEVICE_TYPE_SWITCH) for k in range(total))
             elif peers:
                 bus = {x.index: x.pci_bus_id for x in inv.gpus if x.mig_index is None}
                 links = tuple((bus[o], NVML_NVLINK_DEVICE_TYPE_GPU) for o, n in peers for _ in range(n))
-        fakes.append(FakeGpu(
-            name=g.name, uuid=g.uuid, pci_bus_id=g.pci_bus_id, memory_total=g.memory_total, memory_used=g.memory_used,
-            util_percent=round((g.utilization or 0) * 100), cc=g.compute_capability or (8, 0),
-            compute_pids=tuple(p for p, _ in mine), process_memory=tuple(mine) + tuple(
-                x for m in migs for x in pids.get(f"{g.index}:{m.slot}", ())),
-            mig=migs if g.mig_enabled else None,
-            temperature=g.temperature, fan=g.fan_speed, power_mw=g.power_draw_mw, power_limit_mw=g.power_limit_mw,
-            pstate=g.performance_state, clock_sm=g.clock_sm_mhz, clock_mem=g.clock_memory_mhz, ecc=g.ecc_errors,
-            cpus=topo.cpus(g.index) or None if topo else None, numa=topo.numa(g.index) if topo else None,
-            nvlinks=links))
+        fakes.append(
+            FakeGpu(
+                name=g.name,
+                uuid=g.uuid,
+                pci_bus_id=g.pci_bus_id,
+                memory_total=g.memory_total,
+                memory_used=g.memory_used,
+                util_percent=round((g.utilization or 0) * 100),
+                cc=g.compute_capability or (8, 0),
+                compute_pids=tuple(p for p, _ in mine),
+                process_memory=tuple(mine) + tuple(x for m in migs for x in pids.get(f"{g.index}:{m.slot}", ())),
+                mig=migs if g.mig_enabled else None,
+                temperature=g.temperature,
+                fan=g.fan_speed,
+                power_mw=g.power_draw_mw,
+                power_limit_mw=g.power_limit_mw,
+                pstate=g.performance_state,
+                clock_sm=g.clock_sm_mhz,
+                clock_mem=g.clock_memory_mhz,
+                ecc=g.ecc_errors,
+                cpus=topo.cpus(g.index) or None if topo else None,
+                numa=topo.numa(g.index) if topo else None,
+                nvlinks=links,
+            )
+        )
     ancestors = {}
     if topo is not None:
         for a in topo.gpus:
@@ -410,5 +478,6 @@ def from_inventory(inv: Any, *, switches: int = 0, pids: dict[str, tuple[tuple[i
                 code = topo.link(a, b)
                 if a < b and code:
                     ancestors[(a, b)] = _CODE_LEVELS.get(code) or (
-                        NVML_TOPOLOGY_NODE if topo.numa(a) == topo.numa(b) else NVML_TOPOLOGY_SYSTEM)
+                        NVML_TOPOLOGY_NODE if topo.numa(a) == topo.numa(b) else NVML_TOPOLOGY_SYSTEM
+                    )
     return FakeNvml(fakes, driver=driver or inv.driver_version or "550.54.15", ancestors=ancestors)

@@ -24,21 +24,33 @@ def subprocess_env(extra: Mapping[str, str] | None = None, drop: tuple[str, ...]
     return env
 
 
-def run_py(code: str, *, env: Mapping[str, str] | None = None, timeout: float = 300,
-           check: bool = True) -> subprocess.CompletedProcess[str]:
+def run_py(
+    code: str, *, env: Mapping[str, str] | None = None, timeout: float = 300, check: bool = True
+) -> subprocess.CompletedProcess[str]:
     """Runs ``code`` (dedented) in a fresh Python; raises with its output if it fails and ``check``."""
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=subprocess_env(env),
-                          capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=subprocess_env(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+    )
     if check and proc.returncode != 0:
         raise AssertionError(f"subprocess failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
 
 
-def run_cli(*args: str, env: Mapping[str, str] | None = None,
-            timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def run_cli(*args: str, env: Mapping[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     """Runs ``python -m tfdevices ARGS`` in a fresh process."""
-    return subprocess.run([sys.executable, "-m", "tfdevices", *args], env=subprocess_env(env),
-                          capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "tfdevices", *args],
+        env=subprocess_env(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+    )
 
 
 def kill_all(pids: Iterable[int]) -> None:

@@ -20,15 +20,33 @@ EIGHT = [
 ]
 
 
-def gpu(index: int, name: str, total: int, free: int, util: float | None, *, ordinal: int | None = None,
-        mig_index: int | None = None, uuid: str | None = None) -> GpuInfo:
+def gpu(
+    index: int,
+    name: str,
+    total: int,
+    free: int,
+    util: float | None,
+    *,
+    ordinal: int | None = None,
+    mig_index: int | None = None,
+    uuid: str | None = None,
+) -> GpuInfo:
     ordinal = index if ordinal is None else ordinal
-    return GpuInfo(index=index, name=name, uuid=uuid or f"GPU-{index:02d}aa{index:02d}-0000",
-                   pci_bus_id=f"00000000:{index + 10:02X}:00.0", memory_total=total * GiB,
-                   memory_used=(total - free) * GiB, memory_free=free * GiB, utilization=util,
-                   compute_capability=_CC.get(name.split("-")[0], (8, 0)), processes=0, mig_index=mig_index,
-                   cuda_ordinal=ordinal if ordinal >= 0 else None,
-                   tf_name=f"/GPU:{ordinal}" if ordinal >= 0 else None)
+    return GpuInfo(
+        index=index,
+        name=name,
+        uuid=uuid or f"GPU-{index:02d}aa{index:02d}-0000",
+        pci_bus_id=f"00000000:{index + 10:02X}:00.0",
+        memory_total=total * GiB,
+        memory_used=(total - free) * GiB,
+        memory_free=free * GiB,
+        utilization=util,
+        compute_capability=_CC.get(name.split("-")[0], (8, 0)),
+        processes=0,
+        mig_index=mig_index,
+        cuda_ordinal=ordinal if ordinal >= 0 else None,
+        tf_name=f"/GPU:{ordinal}" if ordinal >= 0 else None,
+    )
 
 
 def eight(visible: list[int] | None = None) -> Inventory:
@@ -41,9 +59,11 @@ def eight(visible: list[int] | None = None) -> Inventory:
 
 def mig() -> Inventory:
     """GPU 0 split into two MIG instances, GPU 1 whole."""
-    gpus = (gpu(0, "A100 MIG 3g.20gb", 20, 19, None, ordinal=0, mig_index=0, uuid="MIG-aaaa-0000"),
-            gpu(0, "A100 MIG 3g.20gb", 20, 5, None, ordinal=1, mig_index=1, uuid="MIG-bbbb-1111"),
-            gpu(1, "A100-SXM4-40GB", 40, 30, 0.2, ordinal=2))
+    gpus = (
+        gpu(0, "A100 MIG 3g.20gb", 20, 19, None, ordinal=0, mig_index=0, uuid="MIG-aaaa-0000"),
+        gpu(0, "A100 MIG 3g.20gb", 20, 5, None, ordinal=1, mig_index=1, uuid="MIG-bbbb-1111"),
+        gpu(1, "A100-SXM4-40GB", 40, 30, 0.2, ordinal=2),
+    )
     return Inventory(gpus=gpus, source="nvml")
 
 

@@ -44,12 +44,19 @@ def fit_with_profile(keras: Any, logdir: str, *, profile_batch: tuple[int, int] 
     """
     import numpy as np
 
-    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu", name="hidden"),
-                              keras.layers.Dense(1, name="out")])
+    model = keras.Sequential(
+        [keras.Input((8,)), keras.layers.Dense(16, activation="relu", name="hidden"), keras.layers.Dense(1, name="out")]
+    )
     model.compile("sgd", "mse")
     x, y = np.ones((64, 8), "float32"), np.zeros((64, 1), "float32")
-    model.fit(x, y, batch_size=8, epochs=1, verbose=0,
-              callbacks=[keras.callbacks.TensorBoard(logdir, profile_batch=profile_batch)])
+    model.fit(
+        x,
+        y,
+        batch_size=8,
+        epochs=1,
+        verbose=0,
+        callbacks=[keras.callbacks.TensorBoard(logdir, profile_batch=profile_batch)],
+    )
     return logdir
 
 

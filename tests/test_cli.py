@@ -9,12 +9,11 @@ import sys
 
 import pytest
 
+from tests import fake_nvml as fk, inventories as inv
+from tests.helpers import REPO, run_cli, subprocess_env
 from tfdevices import Inventory
 from tfdevices.cli import CLEAR, main, watch
 from tfdevices.gpus import nvml as nvml_mod, processes as processes_mod
-from tests import fake_nvml as fk
-from tests import inventories as inv
-from tests.helpers import REPO, run_cli, subprocess_env
 
 
 @pytest.fixture
@@ -59,31 +58,43 @@ def test_select_prints_exports_and_explains_on_stderr(eight_file, capsys):
 
 
 def test_select_output_evaluates_in_a_shell(eight_file):
-    script = (f'eval "$({sys.executable} -m tfdevices select auto:1 --order utilization --inventory {eight_file})"; '
-              'echo "$CUDA_VISIBLE_DEVICES $CUDA_DEVICE_ORDER"')
-    proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=subprocess_env(), cwd=REPO,
-                          timeout=60)
+    script = (
+        f'eval "$({sys.executable} -m tfdevices select auto:1 --order utilization --inventory {eight_file})"; '
+        'echo "$CUDA_VISIBLE_DEVICES $CUDA_DEVICE_ORDER"'
+    )
+    proc = subprocess.run(
+        ["bash", "-c", script], capture_output=True, text=True, env=subprocess_env(), cwd=REPO, timeout=60
+    )
     assert proc.stdout.strip() == "0 PCI_BUS_ID"
 
 
-@pytest.mark.parametrize("fmt, check", [
-    ("json", lambda out: json.loads(out)["cuda_visible_devices"] == "7,6"),
-    ("table", lambda out: out.startswith("spec: 7,6  CUDA_VISIBLE_DEVICES=7,6")),
-])
+@pytest.mark.parametrize(
+    "fmt, check",
+    [
+        ("json", lambda out: json.loads(out)["cuda_visible_devices"] == "7,6"),
+        ("table", lambda out: out.startswith("spec: 7,6  CUDA_VISIBLE_DEVICES=7,6")),
+    ],
+)
 def test_select_formats(eight_file, capsys, fmt, check):
     assert main(["select", "7,6", "--format", fmt, "--inventory", eight_file]) == 0
     assert check(capsys.readouterr().out)
 
 
-@pytest.mark.parametrize("argv, first_words", [
-    (["select", "auto"], "tfdevices select: error: GPU spec 'auto': 'auto' needs a count"),
-    (["select", "GPU:1"], "tfdevices select: error: GPU spec 'GPU:1': 'GPU:1' is a TensorFlow logical name"),
-    (["select", "9"], "tfdevices select: error: GPU spec '9': '9' names no GPU; the inventory "),
-    (["select", "auto:9"], "tfdevices select: error: GPU spec 'auto:9': only 8 of 8 GPUs qualify"),
-    (["select", "all", "--min-free-memory", "8"], "tfdevices select: error: --min-free-memory '8': a bare number"),
-    (["select", "all", "--exclude", "all"], "tfdevices select: error: --exclude 'all': must name GPUs"),
-    (["select", "1", "--max-utilization", "50%"], "tfdevices select: error: GPU spec '1': GPU 1 is utilization 95%"),
-])
+@pytest.mark.parametrize(
+    "argv, first_words",
+    [
+        (["select", "auto"], "tfdevices select: error: GPU spec 'auto': 'auto' needs a count"),
+        (["select", "GPU:1"], "tfdevices select: error: GPU spec 'GPU:1': 'GPU:1' is a TensorFlow logical name"),
+        (["select", "9"], "tfdevices select: error: GPU spec '9': '9' names no GPU; the inventory "),
+        (["select", "auto:9"], "tfdevices select: error: GPU spec 'auto:9': only 8 of 8 GPUs qualify"),
+        (["select", "all", "--min-free-memory", "8"], "tfdevices select: error: --min-free-memory '8': a bare number"),
+        (["select", "all", "--exclude", "all"], "tfdevices select: error: --exclude 'all': must name GPUs"),
+        (
+            ["select", "1", "--max-utilization", "50%"],
+            "tfdevices select: error: GPU spec '1': GPU 1 is utilization 95%",
+        ),
+    ],
+)
 def test_errors_are_one_line_exit_2(eight_file, capsys, argv, first_words):
     assert main([*argv, "--inventory", eight_file]) == 2
     err = capsys.readouterr().err
@@ -91,18 +102,35 @@ def test_errors_are_one_line_exit_2(eight_file, capsys, argv, first_words):
     assert err.count("\n") == 1 and "HINT:" in err
 
 
-@pytest.mark.parametrize("argv, env, first_words", [
-    (["list", "--inventory", "/no/such.json"], {}, "tfdevices list: error: inventory file '/no/such.json': No such"),
-    (["list"], {"TFDEVICES_INVENTORY": "/no/such.json"}, "tfdevices list: error: TFDEVICES_INVENTORY='/no/such.json': inventory file"),
-    (["list"], {"CUDA_VISIBLE_DEVICES": "0,zero"}, "tfdevices list: error: CUDA_VISIBLE_DEVICES='0,zero'"),
-    (["list"], {"CUDA_DEVICE_ORDER": "SLOWEST_FIRST"}, "tfdevices list: error: CUDA_DEVICE_ORDER='SLOWEST_FIRST'"),
-    (["select", "all", "--max-utilization", "2"], {}, "tfdevices select: error: argument --max-utilization: '2'"),
-    (["select"], {}, "tfdevices select: error: the following arguments are required: spec."),
-    (["frobnicate"], {}, "tfdevices: error: argument COMMAND: invalid choice: 'frobnicate'"),
-    (["placement"], {}, "tfdevices placement: error: the following arguments are required: PATH."),
-    (["launch", "--bogus"], {}, "tfdevices launch: error: unrecognized arguments: --bogus (and the following "
-                                "arguments are required: -n/--num-workers)."),
-])
+@pytest.mark.parametrize(
+    "argv, env, first_words",
+    [
+        (
+            ["list", "--inventory", "/no/such.json"],
+            {},
+            "tfdevices list: error: inventory file '/no/such.json': No such",
+        ),
+        (
+            ["list"],
+            {"TFDEVICES_INVENTORY": "/no/such.json"},
+            "tfdevices list: error: TFDEVICES_INVENTORY='/no/such.json': inventory file",
+        ),
+        (["list"], {"CUDA_VISIBLE_DEVICES": "0,zero"}, "tfdevices list: error: CUDA_VISIBLE_DEVICES='0,zero'"),
+        (["list"], {"CUDA_DEVICE_ORDER": "SLOWEST_FIRST"}, "tfdevices list: error: CUDA_DEVICE_ORDER='SLOWEST_FIRST'"),
+        (["select", "all", "--max-utilization", "2"], {}, "tfdevices select: error: argument --max-utilization: '2'"),
+        (["select"], {}, "tfdevices select: error: the following arguments are required: spec."),
+        (["frobnicate"], {}, "tfdevices: error: argument COMMAND: invalid choice: 'frobnicate'"),
+        (["placement"], {}, "tfdevices placement: error: the following arguments are required: PATH."),
+        (
+            ["launch", "--bogus"],
+            {},
+            (
+                "tfdevices launch: error: unrecognized arguments: --bogus (and the following "
+                "arguments are required: -n/--num-workers)."
+            ),
+        ),
+    ],
+)
 def test_bad_input_in_a_real_process_gives_no_traceback(argv, env, first_words):
     proc = run_cli(*argv, env=env)
     assert proc.returncode == 2
@@ -115,17 +143,21 @@ def test_bad_inventory_file(tmp_path, capsys):
     path.write_text('{"gpus": [{"index": 0, "name": "A100"}]}')
     assert main(["list", "--inventory", str(path)]) == 2
     assert capsys.readouterr().err.startswith(
-        f"tfdevices list: error: inventory file '{path}': gpus[0]: GPU entry lacks ['uuid']")
+        f"tfdevices list: error: inventory file '{path}': gpus[0]: GPU entry lacks ['uuid']"
+    )
 
 
 def test_list_and_select_work_without_tensorflow(eight_file):
-    code = ("import sys; sys.modules['tensorflow'] = None  # import tensorflow now fails\n"
-            "from tfdevices.cli import main\n"
-            f"assert main(['list', '--inventory', {eight_file!r}]) == 0\n"
-            f"assert main(['select', 'auto:2', '--inventory', {eight_file!r}]) == 0\n"
-            "assert main(['list']) == 0\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env(),
-                          cwd=REPO, timeout=60)
+    code = (
+        "import sys; sys.modules['tensorflow'] = None  # import tensorflow now fails\n"
+        "from tfdevices.cli import main\n"
+        f"assert main(['list', '--inventory', {eight_file!r}]) == 0\n"
+        f"assert main(['select', 'auto:2', '--inventory', {eight_file!r}]) == 0\n"
+        "assert main(['list']) == 0\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env(), cwd=REPO, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
     assert "export CUDA_VISIBLE_DEVICES=0,2" in proc.stdout
 
@@ -142,8 +174,14 @@ def test_inventory_flag_applies_this_process_mask(eight_file, capsys, monkeypatc
 
 
 def test_a_closed_pipe_is_not_an_error(eight_file):
-    proc = subprocess.run(["bash", "-c", f"{sys.executable} -m tfdevices list --json --inventory {eight_file} | head -1"],
-                          capture_output=True, text=True, env=subprocess_env(), cwd=REPO, timeout=60)
+    proc = subprocess.run(
+        ["bash", "-c", f"{sys.executable} -m tfdevices list --json --inventory {eight_file} | head -1"],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        cwd=REPO,
+        timeout=60,
+    )
     assert proc.stdout == "{\n" and "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr
 
 
@@ -156,10 +194,16 @@ def test_launch_passes_its_options_through(tmp_path):
     assert lines == ["[0] 0", "[1] 1"]
 
 
-@pytest.mark.parametrize("argv, first_words", [
-    (["launch", "-n", "zero", "--", "x"], "tfdevices launch: error: argument -n/--num-workers: invalid int"),
-    (["placement", "/no/such/logdir"], "tfdevices placement: error: log directory '/no/such/logdir' does not exist"),
-])
+@pytest.mark.parametrize(
+    "argv, first_words",
+    [
+        (["launch", "-n", "zero", "--", "x"], "tfdevices launch: error: argument -n/--num-workers: invalid int"),
+        (
+            ["placement", "/no/such/logdir"],
+            "tfdevices placement: error: log directory '/no/such/logdir' does not exist",
+        ),
+    ],
+)
 def test_forwarded_commands_report_errors_in_one_line(argv, first_words):
     proc = run_cli(*argv)
     assert proc.returncode == 2 and proc.stderr.startswith(first_words), proc.stderr
@@ -177,9 +221,15 @@ def test_demo_with_a_bad_inventory_file_fails_before_the_demo(tmp_path):
 def test_a_full_disk_is_one_line_and_non_zero(eight_file):
     for args in (["list"], ["list", "--json"], ["select", "auto:2"]):
         with open("/dev/full", "w") as full:
-            proc = subprocess.run([sys.executable, "-m", "tfdevices", *args, "--inventory", eight_file],
-                                  stdout=full, stderr=subprocess.PIPE, text=True, env=subprocess_env(), cwd=REPO,
-                                  timeout=60)
+            proc = subprocess.run(
+                [sys.executable, "-m", "tfdevices", *args, "--inventory", eight_file],
+                stdout=full,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=subprocess_env(),
+                cwd=REPO,
+                timeout=60,
+            )
         assert proc.returncode == 1, proc.stderr
         said = proc.stderr.splitlines()[-1]  # select explains its choice on stderr first
         assert said.startswith(f"tfdevices {args[0]}: error: cannot write the output: No space left")
@@ -211,8 +261,10 @@ def _fake_proc(root, pid: int, uid: int, cmdline: bytes) -> None:
 def machine(tmp_path, monkeypatch):
     """The fake NVML (the 4-GPU PCIe box) with processes of two users (root and this user), and one whose
     /proc entry is gone; a /proc made of files."""
-    gpus = fk.from_inventory(Inventory.load(os.path.join(DATA, "topo-pcie-4gpu-bridges.json")),
-                             pids={"0": ((4242, 3 << 30), (5151, 1 << 30)), "1": ((6161, 5 << 30),)})
+    gpus = fk.from_inventory(
+        Inventory.load(os.path.join(DATA, "topo-pcie-4gpu-bridges.json")),
+        pids={"0": ((4242, 3 << 30), (5151, 1 << 30)), "1": ((6161, 5 << 30),)},
+    )
     monkeypatch.setattr(nvml_mod, "_DEFAULT", nvml_mod.Nvml(gpus))
     proc = tmp_path / "proc"
     proc.mkdir()
@@ -245,7 +297,8 @@ def test_list_json_carries_processes_sensors_and_topology(machine, capsys):
     back = Inventory.from_json(out)
     assert [(p.pid, p.user, p.command, p.gpu_memory) for p in back.gpus[0].process_list] == [
         (4242, "root", "python train.py --epochs 3", 3 << 30),
-        (5151, pwd.getpwuid(os.getuid()).pw_name, "python3 -m serve", 1 << 30)]
+        (5151, pwd.getpwuid(os.getuid()).pw_name, "python3 -m serve", 1 << 30),
+    ]
     assert [(p.pid, p.user, p.command) for p in back.gpus[1].process_list] == [(6161, None, None)]
     assert back.topology.links[0] == ("X", "NV4", "SYS", "SYS") and back.topology.numa_affinity == (0, 0, 1, 1)
     assert (back.gpus[3].temperature, back.gpus[3].fan_speed, back.gpus[3].power_limit_mw) == (43, 45, 300_000)
@@ -272,8 +325,15 @@ def test_topo_json_round_trips(machine, capsys):
     assert topo.links[2] == ("SYS", "SYS", "X", "NV4") and topo.cpu_affinity[3] == "16-31,48-63"
 
 
-@pytest.mark.parametrize("name", ["topo-dgx-a100-nvswitch.json", "topo-dgx1-v100-cubemesh.json",
-                                  "topo-mig-a100.json", "topo-pcie-4gpu-bridges.json"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "topo-dgx-a100-nvswitch.json",
+        "topo-dgx1-v100-cubemesh.json",
+        "topo-mig-a100.json",
+        "topo-pcie-4gpu-bridges.json",
+    ],
+)
 def test_topo_from_a_saved_inventory_names_its_source(name, capsys):
     assert main(["topo", "--inventory", os.path.join(DATA, name), "--no-legend"]) == 0
     out = capsys.readouterr().out
@@ -292,8 +352,15 @@ def test_topo_without_gpus_says_why(monkeypatch, capsys):
     assert capsys.readouterr().out.startswith("no topology: no NVIDIA driver")
 
 
-@pytest.mark.parametrize("value, words", [("0", "outside 0.1..86400"), ("x", "is not a number of seconds"),
-                                          ("1e9", "outside 0.1..86400"), ("nan", "outside 0.1..86400")])
+@pytest.mark.parametrize(
+    "value, words",
+    [
+        ("0", "outside 0.1..86400"),
+        ("x", "is not a number of seconds"),
+        ("1e9", "outside 0.1..86400"),
+        ("nan", "outside 0.1..86400"),
+    ],
+)
 def test_watch_interval_is_bounded(value, words, capsys):
     assert main(["list", "--watch", value]) == 2
     assert words in capsys.readouterr().err
@@ -325,7 +392,10 @@ def test_watch_redraws_on_a_terminal_and_appends_otherwise_and_ctrl_c_ends_clean
     assert text.count(CLEAR) == (3 if redraw else 0)
     assert text.count("12:00:00  every 1.5s (Ctrl-C ends)") == 3
     assert [line for line in text.replace(CLEAR, "").splitlines() if line in ("one", "two", "three")] == [
-        "one", "two", "three"]
+        "one",
+        "two",
+        "three",
+    ]
 
 
 def test_watch_in_a_real_process_ends_on_sigint_without_traceback(tmp_path):
@@ -333,8 +403,13 @@ def test_watch_in_a_real_process_ends_on_sigint_without_traceback(tmp_path):
     import time
 
     path = os.path.join(DATA, "topo-mig-a100.json")
-    proc = subprocess.Popen([sys.executable, "-m", "tfdevices", "list", "--watch", "0.2", "--inventory", path],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO, env=subprocess_env())
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tfdevices", "list", "--watch", "0.2", "--inventory", path],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=REPO,
+        env=subprocess_env(),
+    )
     time.sleep(3)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)
@@ -350,8 +425,16 @@ NODE8 = os.path.join(DATA, "node-8gpu.json")
 def _dry_run(capsys, *args):
     status = main(["configure", "--dry-run", *args, "--inventory", NODE8])
     out, err = capsys.readouterr()
-    return status, dict(line.split(None, 1) if not line.startswith(("GPUs", "memory", "logical"))
-                        else (line[:17].strip(), line[19:]) for line in out.splitlines()), err
+    return (
+        status,
+        dict(
+            line.split(None, 1)
+            if not line.startswith(("GPUs", "memory", "logical"))
+            else (line[:17].strip(), line[19:])
+            for line in out.splitlines()
+        ),
+        err,
+    )
 
 
 def test_dry_run_split_shows_every_logical_device_and_why_the_limits(capsys, monkeypatch):
@@ -380,15 +463,26 @@ def test_dry_run_without_a_spec_splits_from_the_inventorys_free_memory(capsys, m
     assert rows["memory limit"].startswith("GPU 2: 18.5 GiB + 18.5 GiB; GPU 0: 37.0 GiB + 37.0 GiB")
 
 
-@pytest.mark.parametrize("args, first_words, hint", [
-    (["0,2", "--memory-limit", "100GiB"], "--memory-limit asks for more memory than a GPU has: GPU 0 "
-     "(A100-SXM4-80GB) has 80.0 GiB in all, 100.0 GiB asked; GPU 2", "HINT: keep each GPU's limits within its "
-     "memory, e.g. --memory-limit 36GiB."),
-    (["0", "--memory-growth", "--memory-limit", "4GiB"], "--memory-growth cannot be combined with --memory-limit",
-     "HINT: drop --memory-growth"),
-    (["0", "--virtual-devices", "0"], "--virtual-devices 0: must be", "HINT: write e.g. --virtual-devices 4"),
-    (["0", "--memory-limit", "8"], "--memory-limit '8': a bare number", "HINT: "),
-])
+@pytest.mark.parametrize(
+    "args, first_words, hint",
+    [
+        (
+            ["0,2", "--memory-limit", "100GiB"],
+            (
+                "--memory-limit asks for more memory than a GPU has: GPU 0 "
+                "(A100-SXM4-80GB) has 80.0 GiB in all, 100.0 GiB asked; GPU 2"
+            ),
+            "HINT: keep each GPU's limits within its memory, e.g. --memory-limit 36GiB.",
+        ),
+        (
+            ["0", "--memory-growth", "--memory-limit", "4GiB"],
+            "--memory-growth cannot be combined with --memory-limit",
+            "HINT: drop --memory-growth",
+        ),
+        (["0", "--virtual-devices", "0"], "--virtual-devices 0: must be", "HINT: write e.g. --virtual-devices 4"),
+        (["0", "--memory-limit", "8"], "--memory-limit '8': a bare number", "HINT: "),
+    ],
+)
 def test_dry_run_errors_speak_in_flags(capsys, args, first_words, hint):
     status, _, err = _dry_run(capsys, *args)
     assert status == 2
@@ -404,30 +498,56 @@ def test_a_split_without_free_memory_hints_the_flag(tmp_path, capsys):
     unknown.write_text(json.dumps(data))
     assert main(["configure", "--dry-run", "--virtual-devices", "2", "--inventory", str(unknown)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("tfdevices configure: error: --virtual-devices 2: splitting a GPU needs each part's "
-                          "memory"), err
+    assert err.startswith(
+        "tfdevices configure: error: --virtual-devices 2: splitting a GPU needs each part's memory"
+    ), err
     assert "HINT: give the memory of each logical GPU, e.g. --memory-limit 4GiB." in err
 
 
 # --- argument errors: what was wrong as typed, and the fix for that case; every command's help ------------
 
 
-@pytest.mark.parametrize("argv, first_words, hint", [
-    (["launch", "python", "-c", "print('hi')", "-n", "2"],
-     "the following arguments are required: -n/--num-workers ('-n 2' comes after the command 'python', so it "
-     "went to the command).", "HINT: put tfdevices launch's options before '--' and the command: "
-     "tfdevices launch -n 2 -- python -c print('hi')"),
-    (["launch", "--bogus"], "unrecognized arguments: --bogus (and the following arguments are required",
-     "HINT: 'tfdevices launch --help' lists its options."),
-    (["launch"], "the following arguments are required: -n/--num-workers.",
-     "HINT: e.g. tfdevices launch -n 2 -- python train.py"),
-    (["select", "0", "--exlude", "1"], "unrecognized arguments: --exlude 1.", "HINT: did you mean --exclude?"),
-    (["placement", "logs", "--inventory", "node.json"], "unrecognized arguments: --inventory node.json.",
-     "HINT: --inventory is an option of list, topo, select, demo, launch, configure, not of tfdevices placement."),
-    (["lst"], "argument COMMAND: invalid choice: 'lst'", "HINT: did you mean 'list'?"),
-    (["launch", "-n", "zero", "--", "x"], "argument -n/--num-workers: invalid int value: 'zero'.",
-     "HINT: -n/--num-workers: worker processes on this machine."),
-])
+@pytest.mark.parametrize(
+    "argv, first_words, hint",
+    [
+        (
+            ["launch", "python", "-c", "print('hi')", "-n", "2"],
+            (
+                "the following arguments are required: -n/--num-workers ('-n 2' comes after the command 'python', "
+                "so it went to the command)."
+            ),
+            (
+                "HINT: put tfdevices launch's options before '--' and the command: tfdevices launch -n 2 -- python "
+                "-c print('hi')"
+            ),
+        ),
+        (
+            ["launch", "--bogus"],
+            "unrecognized arguments: --bogus (and the following arguments are required",
+            "HINT: 'tfdevices launch --help' lists its options.",
+        ),
+        (
+            ["launch"],
+            "the following arguments are required: -n/--num-workers.",
+            "HINT: e.g. tfdevices launch -n 2 -- python train.py",
+        ),
+        (["select", "0", "--exlude", "1"], "unrecognized arguments: --exlude 1.", "HINT: did you mean --exclude?"),
+        (
+            ["placement", "logs", "--inventory", "node.json"],
+            "unrecognized arguments: --inventory node.json.",
+            (
+                "HINT: --inventory is an option of list, topo, select, demo, launch, configure, not of tfdevices "
+                "placement."
+            ),
+        ),
+        (["lst"], "argument COMMAND: invalid choice: 'lst'", "HINT: did you mean 'list'?"),
+        (
+            ["launch", "-n", "zero", "--", "x"],
+            "argument -n/--num-workers: invalid int value: 'zero'.",
+            "HINT: -n/--num-workers: worker processes on this machine.",
+        ),
+    ],
+)
 def test_an_argument_error_names_what_was_typed_and_its_fix(capsys, argv, first_words, hint):
     assert main(argv) == 2
     err = capsys.readouterr().err

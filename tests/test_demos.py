@@ -8,17 +8,32 @@ import sys
 
 import pytest
 
-from tfdevices.demos import DEMOS, run_demo
-from tfdevices.core.errors import InputError
 from tests.helpers import REPO, run_cli, subprocess_env
+from tfdevices.core.errors import InputError
+from tfdevices.demos import DEMOS, run_demo
 
-TOOLKIT_FLAGS = ("--gpus", "--min_free_memory", "--[no]memory_growth", "--memory_limit", "--virtual_devices",
-                 "--strategy", "--cross_device_ops", "--logdir", "--[no]log_placement")
+TOOLKIT_FLAGS = (
+    "--gpus",
+    "--min_free_memory",
+    "--[no]memory_growth",
+    "--memory_limit",
+    "--virtual_devices",
+    "--strategy",
+    "--cross_device_ops",
+    "--logdir",
+    "--[no]log_placement",
+)
 
 
 def run_module(name: str, *args: str, cwd: str = REPO) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", f"tfdevices.demos.{name}", *args], env=subprocess_env(),
-                          capture_output=True, text=True, timeout=300, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", f"tfdevices.demos.{name}", *args],
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+    )
 
 
 def test_unknown_demo_lists_the_demos():
@@ -62,13 +77,16 @@ def test_tasks_demo_shows_the_cross_device_copy(tmp_path):
     assert any(f.startswith("events.out.tfevents") for f in os.listdir(tmp_path))
 
 
-@pytest.mark.parametrize("name, args, words", [
-    ("mirrored", ["--gpus=auto"], "--gpus 'auto'"),
-    ("mirrored", ["--strategy=mirror"], "strategy"),
-    ("mirrored", ["--epochs=0"], "epochs"),
-    ("tasks", ["--min_free_memory=8"], "a bare number is ambiguous"),
-    ("tasks", ["--no_such_flag"], "no_such_flag"),
-])
+@pytest.mark.parametrize(
+    "name, args, words",
+    [
+        ("mirrored", ["--gpus=auto"], "--gpus 'auto'"),
+        ("mirrored", ["--strategy=mirror"], "strategy"),
+        ("mirrored", ["--epochs=0"], "epochs"),
+        ("tasks", ["--min_free_memory=8"], "a bare number is ambiguous"),
+        ("tasks", ["--no_such_flag"], "no_such_flag"),
+    ],
+)
 def test_bad_flag_is_a_usage_error_not_a_traceback(name, args, words):
     proc = run_module(name, *args)
     assert proc.returncode == 1
@@ -77,10 +95,22 @@ def test_bad_flag_is_a_usage_error_not_a_traceback(name, args, words):
 
 
 def test_run_demo_raises_bad_input_for_the_command_to_say():
-    code = subprocess.run([sys.executable, "-c", "import sys; from tfdevices.demos import run_demo\n"
-                           "try:\n    run_demo('tasks', ['--size=0'])\n"
-                           "except __import__('tfdevices').UsageError as err:\n    print(err)"], env=subprocess_env(),
-                          capture_output=True, text=True, timeout=120, cwd=REPO)
+    code = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import sys; from tfdevices.demos import run_demo\n"
+                "try:\n    run_demo('tasks', ['--size=0'])\n"
+                "except __import__('tfdevices').UsageError as err:\n    print(err)"
+            ),
+        ],
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
     assert code.returncode == 0 and code.stdout.startswith("flag --size=0: ") and "HINT: " in code.stdout, code
 
 
@@ -105,8 +135,9 @@ def test_cli_reaches_the_demo():
 
 
 def test_workers_demo_under_the_launcher_trains_identical_weights():
-    proc = run_cli("launch", "-n", "2", "--", sys.executable, "-m", "tfdevices", "demo", "workers", "--epochs=1",
-                   timeout=240)
+    proc = run_cli(
+        "launch", "-n", "2", "--", sys.executable, "-m", "tfdevices", "demo", "workers", "--epochs=1", timeout=240
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = sorted(line for line in proc.stdout.splitlines() if " rank " in line and "checksum" in line)
     assert [line[:16] for line in lines] == ["[0] rank 0/2 (TF", "[1] rank 1/2 (TF"]
@@ -115,35 +146,52 @@ def test_workers_demo_under_the_launcher_trains_identical_weights():
     assert all("2 replica(s), fit," in line for line in lines)  # plain Keras 3 fit, mended by build_strategy
 
 
-@pytest.mark.parametrize("name, args, words", [
-    ("mirrored", ["--logdir={file}"], "--logdir="),
-    ("mirrored", ["--logdir={file}/run1"], "lies under"),
-    ("tasks", ["--logdir={file}"], "is a file, not a directory"),
-    ("mirrored", ["--batch_size=3", "--gpus=none", "--virtual_devices=4"],
-     "--batch_size=3 is smaller than the 4 replicas"),
-    ("mirrored", ["--batch_size=1"], "--batch_size=1 is smaller than the 4 replicas"),  # 4 logical CPUs
-    ("mirrored", ["--virtual_devices=100000"], "virtual_devices"),
-    ("workers", ["--batch_size=1", "RANK=0", "WORLD_SIZE=2", "LOCAL_RANK=0", "LOCAL_WORLD_SIZE=2"],
-     "--batch_size=1 is smaller than the 2 replicas"),
-])
+@pytest.mark.parametrize(
+    "name, args, words",
+    [
+        ("mirrored", ["--logdir={file}"], "--logdir="),
+        ("mirrored", ["--logdir={file}/run1"], "lies under"),
+        ("tasks", ["--logdir={file}"], "is a file, not a directory"),
+        (
+            "mirrored",
+            ["--batch_size=3", "--gpus=none", "--virtual_devices=4"],
+            "--batch_size=3 is smaller than the 4 replicas",
+        ),
+        ("mirrored", ["--batch_size=1"], "--batch_size=1 is smaller than the 4 replicas"),  # 4 logical CPUs
+        ("mirrored", ["--virtual_devices=100000"], "virtual_devices"),
+        (
+            "workers",
+            ["--batch_size=1", "RANK=0", "WORLD_SIZE=2", "LOCAL_RANK=0", "LOCAL_WORLD_SIZE=2"],
+            "--batch_size=1 is smaller than the 2 replicas",
+        ),
+    ],
+)
 def test_bad_flags_are_usage_errors_before_tensorflow_starts(tmp_path, name, args, words):
     blocker = tmp_path / "file"
     blocker.write_text("precious")
     env = dict(a.split("=", 1) for a in args if not a.startswith("--"))
     args = [a.format(file=blocker) for a in args if a.startswith("--")]
-    code = ("import sys; sys.modules['tensorflow'] = None  # importing TensorFlow now fails\n"
-            "from tfdevices.cli import main\n"
-            f"sys.exit(main(['demo', {name!r}, *{args!r}]))\n")
-    proc = subprocess.run([sys.executable, "-c", code], env=subprocess_env(env), capture_output=True, text=True,
-                          timeout=120, cwd=str(tmp_path))
+    code = (
+        "import sys; sys.modules['tensorflow'] = None  # importing TensorFlow now fails\n"
+        "from tfdevices.cli import main\n"
+        f"sys.exit(main(['demo', {name!r}, *{args!r}]))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        env=subprocess_env(env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=str(tmp_path),
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr  # tfdevices demo: bad input is status 2
     assert words in proc.stderr and "Traceback" not in proc.stderr + proc.stdout, proc.stderr
     assert blocker.read_text() == "precious"
 
 
 def test_planned_replicas_and_batch_check():
-    from tfdevices.flags import check_batch_size, planned_replicas
     from tfdevices.core.errors import UsageError
+    from tfdevices.flags import check_batch_size, planned_replicas
 
     assert planned_replicas("multi_worker", 2, None, world_size=3) == 6
     assert planned_replicas("mirrored", 0, None) == 1
@@ -166,16 +214,26 @@ for flag in ("--help", "--helpshort", "--helpfull"):
 print(json.dumps(out))
 """
 
-OWN_FLAGS = {"mirrored": ("--epochs", "--batch_size", "--gpus"), "tasks": ("--size", "--rounds", "--gpus"),
-             "layers": ("--layers", "--devices", "--gpus"), "workers": ("--epochs", "--steps_per_epoch")}
+OWN_FLAGS = {
+    "mirrored": ("--epochs", "--batch_size", "--gpus"),
+    "tasks": ("--size", "--rounds", "--gpus"),
+    "layers": ("--layers", "--devices", "--gpus"),
+    "workers": ("--epochs", "--steps_per_epoch"),
+}
 
 
 @pytest.mark.parametrize("name", sorted(DEMOS))
 def test_a_demos_help_shows_its_own_flags_first_and_exits_0(name):
     import json
 
-    proc = subprocess.run([sys.executable, "-c", HELP_SCRIPT, name], env=subprocess_env(), capture_output=True,
-                          text=True, timeout=120, cwd=REPO)
+    proc = subprocess.run(
+        [sys.executable, "-c", HELP_SCRIPT, name],
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
     assert proc.returncode == 0, proc.stderr
     helps = json.loads(proc.stdout.splitlines()[-1])
     for flag, (status, text) in helps.items():
@@ -196,10 +254,13 @@ def test_a_demo_run_as_a_script_follows_absl_help_0_and_bad_input_1():
     assert bad.stderr.count("\n") == 1 and "HINT: write '1'" in bad.stderr
 
 
-@pytest.mark.parametrize("args, first_words", [
-    (["--gpus=GPU:1"], "tfdevices demo: error: --gpus 'GPU:1': 'GPU:1' is a TensorFlow logical name"),
-    (["--gpus=0"], "tfdevices demo: error: --gpus '0': '0' names no GPU; the inventory {path} has no GPU"),
-])
+@pytest.mark.parametrize(
+    "args, first_words",
+    [
+        (["--gpus=GPU:1"], "tfdevices demo: error: --gpus 'GPU:1': 'GPU:1' is a TensorFlow logical name"),
+        (["--gpus=0"], "tfdevices demo: error: --gpus '0': '0' names no GPU; the inventory {path} has no GPU"),
+    ],
+)
 def test_a_bad_gpus_in_a_demo_is_one_line_and_status_2_whoever_finds_it(tmp_path, args, first_words):
     from tfdevices import Inventory
 

@@ -39,9 +39,14 @@ def test_keras3_fit_on_two_tasks_of_a_real_srun(tf4, tmp_path):
     with slurm_cluster(str(tmp_path / "slurm")) as slurm:
         out = tmp_path / "out"
         out.mkdir()
-        proc = subprocess.run(["srun", "-n", "2", "--kill-on-bad-exit=1", sys.executable, SCRIPT, str(out),
-                               str(EPOCHS), str(STEPS)], env=subprocess_env(slurm), cwd=REPO, capture_output=True,
-                              text=True, timeout=TIMEOUT)
+        proc = subprocess.run(
+            ["srun", "-n", "2", "--kill-on-bad-exit=1", sys.executable, SCRIPT, str(out), str(EPOCHS), str(STEPS)],
+            env=subprocess_env(slurm),
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+        )
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         assert "Traceback" not in proc.stderr and "have crashed" not in proc.stdout + proc.stderr
         _check_two_workers(tf4, [json.loads((out / f"result-rank{r}.json").read_text()) for r in (0, 1)])
@@ -56,12 +61,19 @@ def test_keras3_fit_on_two_ray_train_workers(tf4, tmp_path):
         unavailable(f"Ray Train is not installed ({err}; pip install 'ray[train]', the test extra)")
     out = tmp_path / "out"
     out.mkdir()
-    proc = subprocess.run([sys.executable, os.path.join(REPO, "tests", "scripts", "ray_fit.py"), str(out),
-                           str(EPOCHS), str(STEPS)], env=subprocess_env({"RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}),
-                          cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT)
+    proc = subprocess.run(
+        [sys.executable, os.path.join(REPO, "tests", "scripts", "ray_fit.py"), str(out), str(EPOCHS), str(STEPS)],
+        env=subprocess_env({"RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     results = [json.loads((out / f"result-rank{r}.json").read_text()) for r in (0, 1)]
     assert [(r["source"], r["rank"], r["world_size"], r["local_rank"]) for r in results] == [
-        ("ray", 0, 2, 0), ("ray", 1, 2, 1)]
+        ("ray", 0, 2, 0),
+        ("ray", 1, 2, 1),
+    ]
     assert all(r["legacy_keras"] == "1" for r in results)  # what Ray's TensorFlow backend sets
     _check_two_workers(tf4, results)

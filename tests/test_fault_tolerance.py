@@ -29,10 +29,32 @@ KILL_EPOCH, KILL_BATCH = 1, 1
 
 
 def launch(out: str, *extra: str, restarts: int = 0, keras: str = "2") -> subprocess.Popen[str]:
-    cmd = [sys.executable, "-m", "tfdevices", "launch", "-n", "2", "--max-restarts", str(restarts), "--",
-           sys.executable, SCRIPT, out, str(EPOCHS), str(STEPS), *extra]
-    return subprocess.Popen(cmd, env=subprocess_env({"FT_KERAS": keras}), cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "tfdevices",
+        "launch",
+        "-n",
+        "2",
+        "--max-restarts",
+        str(restarts),
+        "--",
+        sys.executable,
+        SCRIPT,
+        out,
+        str(EPOCHS),
+        str(STEPS),
+        *extra,
+    ]
+    return subprocess.Popen(
+        cmd,
+        env=subprocess_env({"FT_KERAS": keras}),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def finish(proc: subprocess.Popen[str], timeout: float) -> str:

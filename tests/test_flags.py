@@ -7,9 +7,9 @@ import json
 import pytest
 from absl import flags
 
+from tests.helpers import run_py
 from tfdevices import flags as tfd_flags
 from tfdevices.core.errors import InputError
-from tests.helpers import run_py
 
 
 def parse(*args: str) -> flags.FlagValues:
@@ -22,43 +22,56 @@ def parse(*args: str) -> flags.FlagValues:
 def test_defaults():
     fv = parse()
     assert {n: fv[n].value for n in tfd_flags.NAMES} == {
-        "gpus": "all", "min_free_memory": None, "memory_growth": None, "memory_limit": None,
-        "virtual_devices": None, "strategy": "auto", "cross_device_ops": "auto", "logdir": "logs",
-        "log_placement": False}
+        "gpus": "all",
+        "min_free_memory": None,
+        "memory_growth": None,
+        "memory_limit": None,
+        "virtual_devices": None,
+        "strategy": "auto",
+        "cross_device_ops": "auto",
+        "logdir": "logs",
+        "log_placement": False,
+    }
 
 
-@pytest.mark.parametrize("args, name, value", [
-    (["--gpus=auto:2"], "gpus", "auto:2"),
-    (["--gpus=0,2"], "gpus", "0,2"),
-    (["--gpus", "none"], "gpus", "none"),
-    (["--min_free_memory=8GiB"], "min_free_memory", "8GiB"),
-    (["--memory_growth"], "memory_growth", True),
-    (["--nomemory_growth"], "memory_growth", False),
-    (["--memory_limit=512MiB"], "memory_limit", "512MiB"),
-    (["--virtual_devices=4"], "virtual_devices", 4),
-    (["--strategy=one_device"], "strategy", "one_device"),
-    (["--cross_device_ops=hierarchical_copy"], "cross_device_ops", "hierarchical_copy"),
-    (["--log_placement", "--logdir=/tmp/x"], "log_placement", True),
-    (["--log_placement"], "logdir", "logs"),  # --logdir's default: logs under the working directory
-])
+@pytest.mark.parametrize(
+    "args, name, value",
+    [
+        (["--gpus=auto:2"], "gpus", "auto:2"),
+        (["--gpus=0,2"], "gpus", "0,2"),
+        (["--gpus", "none"], "gpus", "none"),
+        (["--min_free_memory=8GiB"], "min_free_memory", "8GiB"),
+        (["--memory_growth"], "memory_growth", True),
+        (["--nomemory_growth"], "memory_growth", False),
+        (["--memory_limit=512MiB"], "memory_limit", "512MiB"),
+        (["--virtual_devices=4"], "virtual_devices", 4),
+        (["--strategy=one_device"], "strategy", "one_device"),
+        (["--cross_device_ops=hierarchical_copy"], "cross_device_ops", "hierarchical_copy"),
+        (["--log_placement", "--logdir=/tmp/x"], "log_placement", True),
+        (["--log_placement"], "logdir", "logs"),  # --logdir's default: logs under the working directory
+    ],
+)
 def test_good_flags(args, name, value):
     assert parse(*args)[name].value == value
 
 
-@pytest.mark.parametrize("args, words", [
-    (["--gpus=auto"], "--gpus 'auto'"),
-    (["--gpus=GPU:1"], "--gpus 'GPU:1'"),
-    (["--gpus="], "--gpus ''"),
-    (["--min_free_memory=8"], "--min_free_memory '8': a bare number is ambiguous"),
-    (["--min_free_memory=lots"], "--min_free_memory 'lots': not a size"),
-    (["--memory_limit=4XB"], "--memory_limit '4XB': unknown unit"),
-    (["--virtual_devices=0"], "virtual_devices"),
-    (["--virtual_devices=two"], "virtual_devices"),
-    (["--strategy=mirror"], "strategy"),
-    (["--cross_device_ops=NCCL"], "cross_device_ops"),
-    (["--memory_growth=maybe"], "memory_growth"),
-    (["--log_placement", "--logdir="], "--logdir='': expected a directory"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--gpus=auto"], "--gpus 'auto'"),
+        (["--gpus=GPU:1"], "--gpus 'GPU:1'"),
+        (["--gpus="], "--gpus ''"),
+        (["--min_free_memory=8"], "--min_free_memory '8': a bare number is ambiguous"),
+        (["--min_free_memory=lots"], "--min_free_memory 'lots': not a size"),
+        (["--memory_limit=4XB"], "--memory_limit '4XB': unknown unit"),
+        (["--virtual_devices=0"], "virtual_devices"),
+        (["--virtual_devices=two"], "virtual_devices"),
+        (["--strategy=mirror"], "strategy"),
+        (["--cross_device_ops=NCCL"], "cross_device_ops"),
+        (["--memory_growth=maybe"], "memory_growth"),
+        (["--log_placement", "--logdir="], "--logdir='': expected a directory"),
+    ],
+)
 def test_bad_flags_fail_at_parse_time(args, words):
     with pytest.raises(flags.Error) as info:
         parse(*args)
@@ -102,16 +115,33 @@ CONFIGURE = """
 """
 
 
-@pytest.mark.parametrize("args, cpu, expected", [
-    (["--gpus=none", "--virtual_devices=3", "--logdir=runs/a"], None,
-     {"kind": "mirrored", "devices": ["CPU:0", "CPU:1", "CPU:2"], "ops": "reduction_to_one_device", "replicas": 3,
-      "logdir": "runs/a"}),
-    (["--gpus=none", "--strategy=one_device"], 2,
-     {"kind": "one_device", "devices": ["CPU:0"], "ops": "none", "replicas": 1}),
-    (["--gpus=none", "--strategy=mirrored", "--cross_device_ops=hierarchical_copy"], 2,
-     {"kind": "mirrored", "devices": ["CPU:0", "CPU:1"], "ops": "hierarchical_copy", "replicas": 2}),
-    ([], None, {"kind": "one_device", "devices": ["CPU:0"], "ops": "none", "replicas": 1, "logdir": "logs"}),
-])
+@pytest.mark.parametrize(
+    "args, cpu, expected",
+    [
+        (
+            ["--gpus=none", "--virtual_devices=3", "--logdir=runs/a"],
+            None,
+            {
+                "kind": "mirrored",
+                "devices": ["CPU:0", "CPU:1", "CPU:2"],
+                "ops": "reduction_to_one_device",
+                "replicas": 3,
+                "logdir": "runs/a",
+            },
+        ),
+        (
+            ["--gpus=none", "--strategy=one_device"],
+            2,
+            {"kind": "one_device", "devices": ["CPU:0"], "ops": "none", "replicas": 1},
+        ),
+        (
+            ["--gpus=none", "--strategy=mirrored", "--cross_device_ops=hierarchical_copy"],
+            2,
+            {"kind": "mirrored", "devices": ["CPU:0", "CPU:1"], "ops": "hierarchical_copy", "replicas": 2},
+        ),
+        ([], None, {"kind": "one_device", "devices": ["CPU:0"], "ops": "none", "replicas": 1, "logdir": "logs"}),
+    ],
+)
 def test_configure_from_flags(args, cpu, expected):
     out = json.loads(run_py(CONFIGURE.format(args=args, cpu=cpu)).stdout.strip().splitlines()[-1])
     assert {k: out[k] for k in expected} == expected
@@ -120,8 +150,9 @@ def test_configure_from_flags(args, cpu, expected):
 
 
 def test_configure_from_flags_error_names_the_reason():
-    proc = run_py(CONFIGURE.format(args=["--gpus=none", "--virtual_devices=2", "--cross_device_ops=nccl"],
-                                   cpu=None), check=False)
+    proc = run_py(
+        CONFIGURE.format(args=["--gpus=none", "--virtual_devices=2", "--cross_device_ops=nccl"], cpu=None), check=False
+    )
     assert proc.returncode != 0
     assert "StrategyError: cross_device_ops='nccl' cannot work here: CPU devices take part" in proc.stderr
 

@@ -50,7 +50,9 @@ def _imports(name: str) -> list[tuple[str, bool]]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                )
             targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
         for target in targets:
             if target in MODULES and target != name:
@@ -78,7 +80,7 @@ def test_no_import_cycles_counting_function_level_imports():
         state[m] = 1
         for t in sorted(graph[m]):
             if state.get(t) == 1:
-                cycle.extend(path[path.index(t):] + [m, t] if t in path else [m, t])
+                cycle.extend(path[path.index(t) :] + [m, t] if t in path else [m, t])
                 return True
             if t not in state and visit(t, path + [m]):
                 return True
@@ -92,14 +94,24 @@ def test_no_import_cycles_counting_function_level_imports():
 
 
 def test_each_wing_imports_only_the_floors_below_it():
-    offenders = [f"{m} imports {t}" for m in MODULES if _part(m) != "top"
-                 for t, _ in _imports(m) if _part(t) not in ALLOWED[_part(m)]]
+    offenders = [
+        f"{m} imports {t}"
+        for m in MODULES
+        if _part(m) != "top"
+        for t, _ in _imports(m)
+        if _part(t) not in ALLOWED[_part(m)]
+    ]
     assert offenders == []
 
 
 def test_own_modules_are_imported_at_module_level():
-    offenders = [f"{m} imports {t} inside a function" for m in MODULES if m not in LAZY_OK
-                 for t, at_top in _imports(m) if not at_top]
+    offenders = [
+        f"{m} imports {t} inside a function"
+        for m in MODULES
+        if m not in LAZY_OK
+        for t, at_top in _imports(m)
+        if not at_top
+    ]
     assert offenders == []
 
 

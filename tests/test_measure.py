@@ -41,14 +41,19 @@ def test_bad_arguments(tf4) -> None:
 
 def test_peaks_and_weighting_from_speeds() -> None:
     assert peak_for("NVIDIA H100 PCIe")[0] == 51e12 and peak_for("NVIDIA H100 80GB HBM3")[0] == 67e12
-    gpus = (GpuInfo(index=2, name="NVIDIA A100-SXM4-40GB", uuid="a", tf_name="/GPU:0"),
-            GpuInfo(index=5, name="Tesla T4", uuid="b", tf_name="/GPU:1"))
+    gpus = (
+        GpuInfo(index=2, name="NVIDIA A100-SXM4-40GB", uuid="a", tf_name="/GPU:0"),
+        GpuInfo(index=5, name="Tesla T4", uuid="b", tf_name="/GPU:1"),
+    )
     inv = Inventory(gpus=gpus, source="nvml")
     assert measure._gpu_for("GPU:1", inv).index == 5
-    speeds = [DeviceSpeed("GPU:0", gpu_index=2, flops=15e12, peak_flops=19.5e12),
-              DeviceSpeed("GPU:1", gpu_index=5, flops=5e12, peak_flops=8.1e12)]
-    plan = gpu_for_rank(launch_info({}), [2, 5], local_rank=0, local_world_size=4, mapping="weighted",
-                        speeds=speeds, share=True).plan
+    speeds = [
+        DeviceSpeed("GPU:0", gpu_index=2, flops=15e12, peak_flops=19.5e12),
+        DeviceSpeed("GPU:1", gpu_index=5, flops=5e12, peak_flops=8.1e12),
+    ]
+    plan = gpu_for_rank(
+        launch_info({}), [2, 5], local_rank=0, local_world_size=4, mapping="weighted", speeds=speeds, share=True
+    ).plan
     assert plan == ((2,), (2,), (2,), (5,))  # three times the speed, three times the replicas
 
 

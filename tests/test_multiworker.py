@@ -102,8 +102,16 @@ def run_workers(n: int, extra_env: dict[str, str], code: str = WORKER) -> list[d
     try:
         for rank in range(n):
             env = subprocess_env({"TF_CONFIG": make_tf_config(addresses, rank), **extra_env})
-            procs.append(subprocess.Popen([sys.executable, "-c", code], env=env, cwd=REPO, text=True,
-                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-c", code],
+                    env=env,
+                    cwd=REPO,
+                    text=True,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                )
+            )
         outputs = [p.communicate(timeout=TIMEOUT)[0] for p in procs]
     finally:
         for p in procs:
@@ -114,7 +122,7 @@ def run_workers(n: int, extra_env: dict[str, str], code: str = WORKER) -> list[d
     for rank, (p, out) in enumerate(zip(procs, outputs)):
         lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
         assert p.returncode == 0 and lines, f"worker {rank} failed ({p.returncode}):\n{out[-4000:]}"
-        results.append(json.loads(lines[-1][len("RESULT "):]))
+        results.append(json.loads(lines[-1][len("RESULT ") :]))
     return results
 
 
@@ -137,7 +145,12 @@ def test_two_workers_keras3_custom_loop_identical_weights(tf4):
     results = run_workers(2, {"TRAIN_PATH": "custom_loop"})
     for r in results:
         assert (r["kind"], r["workers"], r["replicas"], r["path"], r["keras"].startswith("3.")) == (
-            "multi_worker", 2, 2, "custom_loop", True)
+            "multi_worker",
+            2,
+            2,
+            "custom_loop",
+            True,
+        )
         assert r["losses"][1] < r["losses"][0]
         assert r["guard"] is None  # the fit adapter covers this Keras: fit works too
     first, second = ([np.array(w) for w in r["weights"]] for r in results)
@@ -162,7 +175,8 @@ def test_keras3_fit_fails_without_the_adapter_and_works_with_it():
     for r in run_workers(2, {}, RAW_WORKER):
         assert "PerReplica" in r["raw"], (
             "Keras 3 fit under MultiWorkerMirroredStrategy works without the adapter now: "
-            f"stop FIT_ADAPTER_KERAS before this Keras ({r['raw']})")
+            f"stop FIT_ADAPTER_KERAS before this Keras ({r['raw']})"
+        )
         assert (r["adapter"], r["mended"]) == ("install", ["loss", "mae"])
 
 
@@ -179,21 +193,46 @@ def reference_fit(tf) -> tuple[dict, list[np.ndarray]]:
     x = rng.normal(size=(16 * STEPS, 4)).astype("float32")
     y = (x.sum(1, keepdims=True) > 0).astype("float32")
     with tf.device("/CPU:0"):
-        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="tanh"),
-                                  keras.layers.Dense(1, activation="sigmoid")])
+        model = keras.Sequential(
+            [keras.Input((4,)), keras.layers.Dense(8, activation="tanh"), keras.layers.Dense(1, activation="sigmoid")]
+        )
         model.compile(optimizer=keras.optimizers.SGD(0.5), loss="binary_crossentropy", metrics=["accuracy"])
-        history = model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(16).repeat(), epochs=EPOCHS,
-                            steps_per_epoch=STEPS, verbose=0,
-                            validation_data=tf.data.Dataset.from_tensor_slices((x[::-1].copy(), y[::-1].copy())).batch(16))
+        history = model.fit(
+            tf.data.Dataset.from_tensor_slices((x, y)).batch(16).repeat(),
+            epochs=EPOCHS,
+            steps_per_epoch=STEPS,
+            verbose=0,
+            validation_data=tf.data.Dataset.from_tensor_slices((x[::-1].copy(), y[::-1].copy())).batch(16),
+        )
     return history.history, model.get_weights()
 
 
 def test_plain_keras3_fit_on_two_workers_under_launch(tf4, tmp_path):
     """The closing test: plain fit with metrics, validation_data and ModelCheckpoint under launch --log-dir."""
     logs = tmp_path / "logs"
-    proc = subprocess.run([sys.executable, "-m", "tfdevices", "launch", "-n", "2", "--log-dir", str(logs), "--",
-                           sys.executable, SCRIPT, str(tmp_path), str(EPOCHS), str(STEPS)],
-                          env=subprocess_env(), cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tfdevices",
+            "launch",
+            "-n",
+            "2",
+            "--log-dir",
+            str(logs),
+            "--",
+            sys.executable,
+            SCRIPT,
+            str(tmp_path),
+            str(EPOCHS),
+            str(STEPS),
+        ],
+        env=subprocess_env(),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
     console = proc.stdout
     assert proc.returncode == 0, console + proc.stderr
     results = [json.loads((tmp_path / f"result-rank{r}.json").read_text()) for r in (0, 1)]
@@ -224,12 +263,40 @@ def test_plain_keras3_fit_on_two_workers_under_launch(tf4, tmp_path):
 def test_two_launchers_form_one_four_worker_keras3_job(tf4, tmp_path):
     """--nnodes 2 on one machine (node R's workers on 127.0.0.(R+1)): one 4-worker fit, one process's result."""
     port = free_ports(1)[0]
-    launchers = [subprocess.Popen([sys.executable, "-m", "tfdevices", "launch", "-n", "2", "--nnodes", "2",
-                                   "--node-rank", str(node), "--master-addr", "127.0.0.1", "--master-port", str(port),
-                                   "--node-addr", f"127.0.0.{node + 1}", "--",
-                                   sys.executable, SCRIPT, str(tmp_path), str(EPOCHS), str(STEPS)],
-                                  env=subprocess_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  text=True) for node in (1, 0)]
+    launchers = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tfdevices",
+                "launch",
+                "-n",
+                "2",
+                "--nnodes",
+                "2",
+                "--node-rank",
+                str(node),
+                "--master-addr",
+                "127.0.0.1",
+                "--master-port",
+                str(port),
+                "--node-addr",
+                f"127.0.0.{node + 1}",
+                "--",
+                sys.executable,
+                SCRIPT,
+                str(tmp_path),
+                str(EPOCHS),
+                str(STEPS),
+            ],
+            env=subprocess_env(),
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for node in (1, 0)
+    ]
     try:
         outs = [p.communicate(timeout=TIMEOUT)[0] for p in launchers]
     finally:
@@ -249,10 +316,28 @@ def test_two_launchers_form_one_four_worker_keras3_job(tf4, tmp_path):
 
 def test_keras3_fit_on_two_workers_with_tf_use_legacy_keras_set(tf4, tmp_path):
     """Ray Train sets TF_USE_LEGACY_KERAS=1 in its workers; `import keras` is still Keras 3 there, and fit works."""
-    proc = subprocess.run([sys.executable, "-m", "tfdevices", "launch", "-n", "2", "--no-mend", "--",
-                           sys.executable, SCRIPT, str(tmp_path), str(EPOCHS), str(STEPS)],
-                          env=subprocess_env({"TF_USE_LEGACY_KERAS": "1"}), cwd=REPO, capture_output=True, text=True,
-                          timeout=TIMEOUT)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tfdevices",
+            "launch",
+            "-n",
+            "2",
+            "--no-mend",
+            "--",
+            sys.executable,
+            SCRIPT,
+            str(tmp_path),
+            str(EPOCHS),
+            str(STEPS),
+        ],
+        env=subprocess_env({"TF_USE_LEGACY_KERAS": "1"}),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     results = [json.loads((tmp_path / f"result-rank{r}.json").read_text()) for r in (0, 1)]
     ref_history, _ = reference_fit(tf4)
@@ -265,9 +350,27 @@ def test_keras3_fit_on_two_workers_with_tf_use_legacy_keras_set(tf4, tmp_path):
 
 def test_workers_that_finish_apart_leave_together_with_no_crash_message(tmp_path):
     """Rank 0 outlives rank 1 by 15 s (past the coordination service's heartbeat timeout): still a clean success."""
-    proc = subprocess.run([sys.executable, "-m", "tfdevices", "launch", "-n", "2", "--tf-logs", "--",
-                           sys.executable, os.path.join(REPO, "tests", "scripts", "skewed_exit.py"), str(tmp_path),
-                           "15"], env=subprocess_env(), cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tfdevices",
+            "launch",
+            "-n",
+            "2",
+            "--tf-logs",
+            "--",
+            sys.executable,
+            os.path.join(REPO, "tests", "scripts", "skewed_exit.py"),
+            str(tmp_path),
+            "15",
+        ],
+        env=subprocess_env(),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-3000:]
     assert "rank 0 done" in output and "rank 1 done" in output
@@ -275,11 +378,26 @@ def test_workers_that_finish_apart_leave_together_with_no_crash_message(tmp_path
 
 
 def test_a_rank_that_really_crashes_is_still_reported_and_does_not_wait_at_the_exit(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "tfdevices", "launch", "-n", "2", "--",
-                           sys.executable, os.path.join(REPO, "tests", "scripts", "crash_rank1.py")],
-                          env=subprocess_env(), cwd=REPO, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tfdevices",
+            "launch",
+            "-n",
+            "2",
+            "--",
+            sys.executable,
+            os.path.join(REPO, "tests", "scripts", "crash_rank1.py"),
+        ],
+        env=subprocess_env(),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     output = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert "rank 1 fails on purpose" in output, output[-3000:]  # reported: by TensorFlow on rank 0 ("The tasks
-    assert "rank 0 passed the all-reduce" not in output           # have crashed") or the launcher stopping it,
+    assert "rank 0 passed the all-reduce" not in output  # have crashed") or the launcher stopping it,
     # whichever comes first; and within the 120 s above, not after the exit barrier's 600 s

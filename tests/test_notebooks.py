@@ -26,15 +26,24 @@ def run_notebook(name: str, tmp_path, monkeypatch, cwd: str | None = None) -> st
     nb = nbformat.read(os.path.join(NOTEBOOKS, name), as_version=4)
     assert all(not cell.get("outputs") for cell in nb.cells if cell.cell_type == "code"), "outputs must be cleared"
     for key, value in subprocess_env().items():  # the kernel inherits PYTHONPATH=REPO, quiet TensorFlow logs,
-        monkeypatch.setenv(key, value)           # and no CUDA_VISIBLE_DEVICES / TF_CONFIG / TFDEVICES_INVENTORY
+        monkeypatch.setenv(key, value)  # and no CUDA_VISIBLE_DEVICES / TF_CONFIG / TFDEVICES_INVENTORY
     for key in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "TF_CONFIG", "TFDEVICES_INVENTORY"):
         monkeypatch.delenv(key, raising=False)
     # a 'python3' kernel that is this interpreter, whatever kernels the machine has
-    subprocess.run([sys.executable, "-m", "ipykernel", "install", "--prefix", str(tmp_path), "--name", "python3"],
-                   check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [sys.executable, "-m", "ipykernel", "install", "--prefix", str(tmp_path), "--name", "python3"],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     kernels = KernelSpecManager(kernel_dirs=[str(tmp_path / "share" / "jupyter" / "kernels")])
-    client = NotebookClient(nb, km=KernelManager(kernel_name="python3", kernel_spec_manager=kernels), timeout=300,
-                            kernel_name="python3", resources={"metadata": {"path": cwd or str(tmp_path)}})
+    client = NotebookClient(
+        nb,
+        km=KernelManager(kernel_name="python3", kernel_spec_manager=kernels),
+        timeout=300,
+        kernel_name="python3",
+        resources={"metadata": {"path": cwd or str(tmp_path)}},
+    )
     try:
         client.execute()
     except CellExecutionError as err:
@@ -42,14 +51,22 @@ def run_notebook(name: str, tmp_path, monkeypatch, cwd: str | None = None) -> st
     if executed:  # the API pages show these outputs and plots instead of running the notebook again
         os.makedirs(executed, exist_ok=True)
         nbformat.write(nb, os.path.join(executed, name))
-    return "".join(out.get("text", "") for cell in nb.cells if cell.cell_type == "code"
-                   for out in cell.outputs if out.get("output_type") == "stream")
+    return "".join(
+        out.get("text", "")
+        for cell in nb.cells
+        if cell.cell_type == "code"
+        for out in cell.outputs
+        if out.get("output_type") == "stream"
+    )
 
 
 def test_every_notebook_has_a_test():
     assert sorted(os.listdir(NOTEBOOKS)) == [
-        "01_devices_and_strategies.ipynb", "02_placement.ipynb", "03_layer_placement.ipynb",
-        "04_tune_and_advise.ipynb"]
+        "01_devices_and_strategies.ipynb",
+        "02_placement.ipynb",
+        "03_layer_placement.ipynb",
+        "04_tune_and_advise.ipynb",
+    ]
 
 
 def test_devices_and_strategies(tmp_path, monkeypatch):

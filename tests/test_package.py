@@ -6,23 +6,26 @@ import sys
 import pytest
 
 import tfdevices
-from tfdevices.demos import DEMOS
 from tests.helpers import REPO, subprocess_env
+from tfdevices.demos import DEMOS
 
 
 def test_importing_any_module_does_not_import_tensorflow():
-    code = ("import importlib, pkgutil, sys, tfdevices\n"
-            "names = [m.name for m in pkgutil.walk_packages(tfdevices.__path__, 'tfdevices.')]\n"
-            "assert len(names) > 25, names\n"
-            "for name in names:\n"
-            "    if not name.startswith('tfdevices.demos.'):  # each defines absl flags: one per process, below\n"
-            "        if name != 'tfdevices.tensorboard.plugin':  # TensorBoard's own entry point: a TBPlugin class\n"
-            "            importlib.import_module(name)\n"
-            "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras', 'tf_keras', "
-            "'tensorboard', 'numpy', 'pynvml'))\n"
-            "print(heavy)")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env(),
-                          cwd=REPO, timeout=60)
+    code = (
+        "import importlib, pkgutil, sys, tfdevices\n"
+        "names = [m.name for m in pkgutil.walk_packages(tfdevices.__path__, 'tfdevices.')]\n"
+        "assert len(names) > 25, names\n"
+        "for name in names:\n"
+        "    if not name.startswith('tfdevices.demos.'):  # each defines absl flags: one per process, below\n"
+        "        if name != 'tfdevices.tensorboard.plugin':  # TensorBoard's own entry point: a TBPlugin class\n"
+        "            importlib.import_module(name)\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras', 'tf_keras', "
+        "'tensorboard', 'numpy', 'pynvml'))\n"
+        "print(heavy)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env(), cwd=REPO, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
 
@@ -46,10 +49,13 @@ def test_unknown_attribute():
 
 @pytest.mark.parametrize("demo", sorted(DEMOS))
 def test_importing_a_demo_does_not_import_tensorflow(demo):
-    code = (f"import sys, tfdevices.demos.{demo}\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras', 'tf_keras')))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env(),
-                          cwd=REPO, timeout=60)
+    code = (
+        f"import sys, tfdevices.demos.{demo}\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras', 'tf_keras')))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env(), cwd=REPO, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
 
@@ -58,20 +64,40 @@ def test_only_runtime_sets_environment_variables_or_calls_tf_config():
     import pathlib
     import re
 
-    effect = re.compile(r"os\.environ\[[^\]]+\]\s*=|os\.environ\.(update|setdefault|pop)\(|os\.putenv\(|"
-                        r"tf\.config\.(set_|experimental\.set_)|set_logical_device_configuration\(|"
-                        r"set_visible_devices\(|set_memory_growth\(")
+    effect = re.compile(
+        r"os\.environ\[[^\]]+\]\s*=|os\.environ\.(update|setdefault|pop)\(|os\.putenv\(|"
+        r"tf\.config\.(set_|experimental\.set_)|set_logical_device_configuration\(|"
+        r"set_visible_devices\(|set_memory_growth\("
+    )
     package = pathlib.Path(tfdevices.__file__).parent
-    offenders = [f"{path.relative_to(package.parent)}:{n}: {line.strip()}"
-                 for path in sorted(package.rglob("*.py")) if path.name != "runtime.py"
-                 for n, line in enumerate(path.read_text().splitlines(), 1) if effect.search(line)]
+    offenders = [
+        f"{path.relative_to(package.parent)}:{n}: {line.strip()}"
+        for path in sorted(package.rglob("*.py"))
+        if path.name != "runtime.py"
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if effect.search(line)
+    ]
     assert offenders == []
     assert effect.search((package / "runtime.py").read_text())  # the pattern does find them where they are
 
 
-@pytest.mark.parametrize("module", ["core.devices", "core.errors", "core.records", "core.units", "gpus.inventory", "gpus.selection",
-                                    "gpus.spec", "gpus.visibility", "jobs.slurm", "layers.plan", "runtime",
-                                    "tensorboard.views"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "core.devices",
+        "core.errors",
+        "core.records",
+        "core.units",
+        "gpus.inventory",
+        "gpus.selection",
+        "gpus.spec",
+        "gpus.visibility",
+        "jobs.slurm",
+        "layers.plan",
+        "runtime",
+        "tensorboard.views",
+    ],
+)
 def test_docstring_examples_of_the_pure_modules(module):
     import doctest
     import importlib

@@ -41,7 +41,7 @@ def _blocks(language: str) -> list[tuple[int, str]]:
         if line.strip() != f".. code-block:: {language}":
             continue
         body = []
-        for text in lines[i + 1:]:
+        for text in lines[i + 1 :]:
             if text and not text.startswith(" "):
                 break
             body.append(text)
@@ -55,7 +55,7 @@ def _commands() -> list[tuple[int, str, int]]:
         for line in body.splitlines():
             if line.startswith("$ "):
                 match = re.search(r"\s+# exits (\d+)$", line)
-                command = line[2:match.start()] if match else line[2:]
+                command = line[2 : match.start()] if match else line[2:]
                 out.append((line_no, command, int(match[1]) if match else 0))
     return out
 
@@ -79,8 +79,11 @@ def fresh_copy(tmp_path_factory) -> str:
 def newcomer_env() -> dict[str, str]:
     """This environment with no PYTHONPATH and no GPU, job or inventory variables; the installed
     ``tfdevices`` first on PATH; TensorFlow's C++ start-up lines quiet (noise, not behaviour)."""
-    env = {k: v for k, v in os.environ.items() if k not in (
-        "PYTHONPATH", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "TF_CONFIG", "TFDEVICES_INVENTORY")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "TF_CONFIG", "TFDEVICES_INVENTORY")
+    }
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     return env
@@ -93,8 +96,14 @@ def test_readme_has_runnable_examples():
 def test_the_copy_is_fresh_and_nothing_is_on_pythonpath(fresh_copy):
     assert not os.path.exists(os.path.join(fresh_copy, ".venv")) and "PYTHONPATH" not in newcomer_env()
     assert os.path.exists(os.path.join(fresh_copy, "tests", "data", "node-8gpu.json"))
-    proc = subprocess.run([sys.executable, "-c", "import tests"], cwd=os.path.join(fresh_copy, "notebooks"),
-                          env=newcomer_env(), capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", "import tests"],
+        cwd=os.path.join(fresh_copy, "notebooks"),
+        env=newcomer_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 1 and "No module named 'tests'" in proc.stderr  # only what the README's cwd gives
 
 
@@ -103,16 +112,20 @@ def test_python_example_runs(fresh_copy, line_no, code):
     script = f"readme_line{line_no}.py"
     with open(os.path.join(fresh_copy, script), "w", encoding="utf-8") as f:
         f.write(code + "\n")
-    proc = subprocess.run([sys.executable, script], cwd=fresh_copy, env=newcomer_env(), capture_output=True,
-                          text=True, timeout=600)
-    assert proc.returncode == 0, f"README.rst line {line_no}:\n{code}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
+    proc = subprocess.run(
+        [sys.executable, script], cwd=fresh_copy, env=newcomer_env(), capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, (
+        f"README.rst line {line_no}:\n{code}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
+    )
     assert proc.stdout.strip(), "an example should show something"
     for expected in _printed(code):
         assert expected in proc.stdout, f"README.rst line {line_no}: says it prints {expected!r}:\n{proc.stdout}"
     marked = [i for i, text in enumerate(code.splitlines(), 1) if RUNTIME_START in text]
     for i in marked:
         assert re.search(rf"it was started by \S*\b{re.escape(script)}:{i} \(", proc.stdout), (
-            f"README.rst line {line_no + 1 + i}: marked as starting the runtime, but:\n{proc.stdout}")
+            f"README.rst line {line_no + 1 + i}: marked as starting the runtime, but:\n{proc.stdout}"
+        )
 
 
 def _printed(code: str) -> list[str]:
@@ -125,11 +138,13 @@ def test_readme_says_what_its_examples_print():
     assert any(RUNTIME_START in code for _, code in _blocks("python"))
 
 
-@pytest.mark.parametrize("line_no, command, status",
-                         [pytest.param(n, c, s, id=f"line{n}-{c.split(' --')[0]}") for n, c, s in _commands()])
+@pytest.mark.parametrize(
+    "line_no, command, status", [pytest.param(n, c, s, id=f"line{n}-{c.split(' --')[0]}") for n, c, s in _commands()]
+)
 def test_console_example_runs(fresh_copy, line_no, command, status):
-    proc = subprocess.run(["bash", "-c", command], capture_output=True, text=True, env=newcomer_env(),
-                          cwd=fresh_copy, timeout=600)
+    proc = subprocess.run(
+        ["bash", "-c", command], capture_output=True, text=True, env=newcomer_env(), cwd=fresh_copy, timeout=600
+    )
     assert proc.returncode == status, f"README.rst line {line_no}: $ {command}\n{proc.stdout}\n{proc.stderr}"
     assert "Traceback" not in proc.stderr
     if status:

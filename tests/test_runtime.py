@@ -74,8 +74,10 @@ def test_after_runtime_start_a_change_names_the_line_that_started_it():
             print(err)
     """)
     message = proc.stdout.strip().splitlines()[-1]
-    assert message.startswith("cannot configure devices (mask=None, memory_growth=None, memory_limit=None, "
-                              "virtual_devices=3): TensorFlow's runtime has already started; it was started by <string>:")
+    assert message.startswith(
+        "cannot configure devices (mask=None, memory_growth=None, memory_limit=None, "
+        "virtual_devices=3): TensorFlow's runtime has already started; it was started by <string>:"
+    )
     assert "it was started by <string>:5 " in message  # line 5 of the script: x = tf.constant(1.0)
     assert "split=2" in message
     assert "HINT: call tfdevices.configure() first thing" in message
@@ -109,23 +111,26 @@ def test_memory_limit_without_gpu_is_noted_not_applied():
     assert "note               memory_limit not applied" in out["table"]
 
 
-@pytest.mark.parametrize("kwargs, first_words", [
-    ({"memory_growth": True, "virtual_devices": 2}, "memory_growth=True cannot be combined"),
-    ({"memory_growth": True, "memory_limit": "1GiB"}, "memory_growth=True cannot be combined"),
-    ({"memory_growth": "yes"}, "memory_growth='yes': must be True, False or None"),
-    ({"virtual_devices": 0}, "virtual_devices=0: must be a whole number from 1 to 1024"),
-    ({"virtual_devices": True}, "virtual_devices=True: must be a whole number from 1 to 1024"),
-    ({"virtual_devices": "4"}, "virtual_devices='4': must be a whole number from 1 to 1024"),
-    ({"virtual_devices": 10 ** 30}, "virtual_devices=1000000000000000000000000000000: must be a whole number"),
-    ({"memory_limit": "4"}, "memory_limit '4': a bare number is ambiguous"),
-    ({"memory_limit": "512KiB"}, "memory_limit='512KiB': below 1 MiB"),
-    ({"memory_limit": []}, "memory_limit=[]: a list needs 1 to 1024 sizes"),
-    ({"memory_limit": ["1GiB", "1GiB"], "virtual_devices": 3}, "memory_limit lists 2 sizes but virtual_devices=3"),
-    ({"memory_limit": {}}, "memory_limit={}: names no GPU"),
-    ({"memory_limit": {"GPU:0": "1GiB"}}, "memory_limit: key 'GPU:0' is not a GPU's NVML key"),
-    ({"memory_limit": {"0": "1GiB", 0: "2GiB"}}, "memory_limit names a GPU twice"),
-    ({"memory_limit": {"1": ["1GiB", "1KiB"]}}, "memory_limit['1']=['1GiB', '1KiB']: below 1 MiB"),
-])
+@pytest.mark.parametrize(
+    "kwargs, first_words",
+    [
+        ({"memory_growth": True, "virtual_devices": 2}, "memory_growth=True cannot be combined"),
+        ({"memory_growth": True, "memory_limit": "1GiB"}, "memory_growth=True cannot be combined"),
+        ({"memory_growth": "yes"}, "memory_growth='yes': must be True, False or None"),
+        ({"virtual_devices": 0}, "virtual_devices=0: must be a whole number from 1 to 1024"),
+        ({"virtual_devices": True}, "virtual_devices=True: must be a whole number from 1 to 1024"),
+        ({"virtual_devices": "4"}, "virtual_devices='4': must be a whole number from 1 to 1024"),
+        ({"virtual_devices": 10**30}, "virtual_devices=1000000000000000000000000000000: must be a whole number"),
+        ({"memory_limit": "4"}, "memory_limit '4': a bare number is ambiguous"),
+        ({"memory_limit": "512KiB"}, "memory_limit='512KiB': below 1 MiB"),
+        ({"memory_limit": []}, "memory_limit=[]: a list needs 1 to 1024 sizes"),
+        ({"memory_limit": ["1GiB", "1GiB"], "virtual_devices": 3}, "memory_limit lists 2 sizes but virtual_devices=3"),
+        ({"memory_limit": {}}, "memory_limit={}: names no GPU"),
+        ({"memory_limit": {"GPU:0": "1GiB"}}, "memory_limit: key 'GPU:0' is not a GPU's NVML key"),
+        ({"memory_limit": {"0": "1GiB", 0: "2GiB"}}, "memory_limit names a GPU twice"),
+        ({"memory_limit": {"1": ["1GiB", "1KiB"]}}, "memory_limit['1']=['1GiB', '1KiB']: below 1 MiB"),
+    ],
+)
 def test_bad_arguments_fail_before_touching_tensorflow(kwargs, first_words):
     import sys
 
@@ -148,9 +153,16 @@ def test_a_spec_goes_through_select():
 def test_tf_name_for_a_gpu_that_is_not_configured():
     from tfdevices.runtime import RuntimeConfig
 
-    cfg = RuntimeConfig(mask="2,5", method="environment", gpu_map=(("2", "GPU:0"), ("5", "GPU:1")),
-                        memory_growth=None, memory_limit=None, virtual_devices=None, split=None,
-                        logical_devices=("GPU:0", "GPU:1", "CPU:0"))
+    cfg = RuntimeConfig(
+        mask="2,5",
+        method="environment",
+        gpu_map=(("2", "GPU:0"), ("5", "GPU:1")),
+        memory_growth=None,
+        memory_limit=None,
+        virtual_devices=None,
+        split=None,
+        logical_devices=("GPU:0", "GPU:1", "CPU:0"),
+    )
     assert cfg.tf_name_for(5) == "GPU:1"
     assert cfg.tf_name_for("2") == "GPU:0"
     with pytest.raises(Exception, match=r"^GPU '3' is not configured for TensorFlow; configured NVML GPUs: 2, 5"):
@@ -159,9 +171,9 @@ def test_tf_name_for_a_gpu_that_is_not_configured():
 
 # --- the GPU paths, planned from inventories made of data (no GPU needed) ---
 
+from tests import inventories as inv  # noqa: E402
 from tfdevices import Selection, select  # noqa: E402
 from tfdevices.runtime import plan_runtime  # noqa: E402
-from tests import inventories as inv  # noqa: E402
 
 GiB = 1 << 30
 
@@ -256,9 +268,12 @@ def test_memory_growth_without_gpu_is_a_no_op_said_once():
         print(json.dumps({"notes": list(cfg.notes), "said": said, "same": cfg is again, "growth": cfg.memory_growth}))
     """)
     out = _last_json(proc)
-    assert out == {"notes": ["memory_growth=True not applied: no GPU is visible"],
-                   "said": ["tfdevices: memory_growth=True not applied: no GPU is visible"], "same": True,
-                   "growth": True}
+    assert out == {
+        "notes": ["memory_growth=True not applied: no GPU is visible"],
+        "said": ["tfdevices: memory_growth=True not applied: no GPU is visible"],
+        "same": True,
+        "growth": True,
+    }
 
 
 NODE8 = os.path.join(os.path.dirname(__file__), "data", "node-8gpu.json")
@@ -278,8 +293,10 @@ def test_dry_run_plans_against_a_saved_inventory_without_touching_anything():
     assert (out["tf"], out["mask"], out["current"]) == (False, None, False)  # nothing applied, TensorFlow untouched
     assert out["logical"] == ["GPU:0", "GPU:1", "GPU:2", "GPU:3", "CPU:0"]
     table = out["table"]
-    assert "mask               CUDA_VISIBLE_DEVICES=0,2 (via dry run: nothing applied; would set " \
-           "CUDA_VISIBLE_DEVICES=0,2, CUDA_DEVICE_ORDER=PCI_BUS_ID)" in table
+    assert (
+        "mask               CUDA_VISIBLE_DEVICES=0,2 (via dry run: nothing applied; would set "
+        "CUDA_VISIBLE_DEVICES=0,2, CUDA_DEVICE_ORDER=PCI_BUS_ID)" in table
+    )
     assert "GPUs (NVML -> TF)  0 -> GPU:0 and GPU:1, 2 -> GPU:2 and GPU:3" in table
     assert "logical split      GPU x 2" in table
     assert "memory limit       GPU 0: 37.0 GiB + 37.0 GiB; GPU 2: 18.5 GiB + 18.5 GiB" in table  # 95% of free / 2
@@ -303,6 +320,7 @@ def test_cli_configure_dry_run_without_a_spec_plans_for_the_visible_gpus():
     assert proc.returncode == 0, proc.stderr
     assert "memory limit       4.0 GiB" in proc.stdout
     assert "logical devices    GPU:0, GPU:1, GPU:2, GPU:3, GPU:4, GPU:5, GPU:6, GPU:7, CPU:0" in proc.stdout
+
 
 @pytest.mark.parametrize("value", ["\u0663", "9" * 5000, "2000", "-1"])
 def test_virtual_devices_variable_takes_ascii_digits_only(value):

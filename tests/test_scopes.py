@@ -5,8 +5,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from tfdevices.core.errors import InputError, SpecError
 from tfdevices.scopes import plan_assignment
@@ -14,15 +13,23 @@ from tfdevices.scopes import plan_assignment
 GiB = 1 << 30
 
 
-@pytest.mark.parametrize("tasks, devices, policy, memory, expected", [
-    (["a"], ["CPU:0"], "round_robin", None, ["CPU:0"]),
-    (["a", "b", "c", "d", "e"], ["CPU:0", "CPU:1"], "round_robin", None,
-     ["CPU:0", "CPU:1", "CPU:0", "CPU:1", "CPU:0"]),
-    (["a", "b"], ["2", "0", "1"], "round_robin", None, ["2", "0"]),
-    (["a", "b", "c", "d"], ["0", "1"], "by_memory", {"0": 10 * GiB, "1": 30 * GiB}, ["1", "1", "0", "1"]),
-    (["a", "b"], ["0", "1"], "by_memory", {"0": 10 * GiB, "1": 10 * GiB}, ["0", "1"]),
-    (["a", "b", "c"], ["0", "1", "2"], "by_memory", {"0": 1, "1": 3, "2": 2}, ["1", "2", "1"]),
-])
+@pytest.mark.parametrize(
+    "tasks, devices, policy, memory, expected",
+    [
+        (["a"], ["CPU:0"], "round_robin", None, ["CPU:0"]),
+        (
+            ["a", "b", "c", "d", "e"],
+            ["CPU:0", "CPU:1"],
+            "round_robin",
+            None,
+            ["CPU:0", "CPU:1", "CPU:0", "CPU:1", "CPU:0"],
+        ),
+        (["a", "b"], ["2", "0", "1"], "round_robin", None, ["2", "0"]),
+        (["a", "b", "c", "d"], ["0", "1"], "by_memory", {"0": 10 * GiB, "1": 30 * GiB}, ["1", "1", "0", "1"]),
+        (["a", "b"], ["0", "1"], "by_memory", {"0": 10 * GiB, "1": 10 * GiB}, ["0", "1"]),
+        (["a", "b", "c"], ["0", "1", "2"], "by_memory", {"0": 1, "1": 3, "2": 2}, ["1", "2", "1"]),
+    ],
+)
 def test_plan_assignment(tasks, devices, policy, memory, expected):
     plan = plan_assignment(tasks, devices, policy, free_memory=memory)
     assert [p.device for p in plan] == expected
@@ -30,24 +37,33 @@ def test_plan_assignment(tasks, devices, policy, memory, expected):
     assert all(p.reason for p in plan)
 
 
-@pytest.mark.parametrize("tasks, devices, policy, memory, words", [
-    ([], ["CPU:0"], "round_robin", None, "assign: no tasks given"),
-    (["a"], [], "round_robin", None, "assign: no devices given"),
-    (["a", "a"], ["CPU:0"], "round_robin", None, "tasks 'a' appear more than once among the 2 given"),
-    (["a"], ["CPU:0", "CPU:0"], "round_robin", None, "devices 'CPU:0' appear more than once among the 2 given"),
-    (["a"], ["CPU:0"], "fastest", None, "assign policy 'fastest' is unknown"),
-    (["a"], ["CPU:0"], "by_memory", None, "no free-memory figure for ['CPU:0']"),
-    (["a"], ["0", "1"], "by_memory", {"0": 1}, "no free-memory figure for ['1']"),
-])
+@pytest.mark.parametrize(
+    "tasks, devices, policy, memory, words",
+    [
+        ([], ["CPU:0"], "round_robin", None, "assign: no tasks given"),
+        (["a"], [], "round_robin", None, "assign: no devices given"),
+        (["a", "a"], ["CPU:0"], "round_robin", None, "tasks 'a' appear more than once among the 2 given"),
+        (["a"], ["CPU:0", "CPU:0"], "round_robin", None, "devices 'CPU:0' appear more than once among the 2 given"),
+        (["a"], ["CPU:0"], "fastest", None, "assign policy 'fastest' is unknown"),
+        (["a"], ["CPU:0"], "by_memory", None, "no free-memory figure for ['CPU:0']"),
+        (["a"], ["0", "1"], "by_memory", {"0": 1}, "no free-memory figure for ['1']"),
+    ],
+)
 def test_plan_assignment_errors(tasks, devices, policy, memory, words):
     with pytest.raises(InputError) as info:
         plan_assignment(tasks, devices, policy, free_memory=memory)
     assert words in str(info.value) and "HINT:" in str(info.value)
 
 
-@pytest.mark.parametrize("device, expected", [
-    ("CPU:0", "CPU:0"), ("CPU:3", "CPU:3"), ("/device:CPU:2", "CPU:2"), ("cpu:1", "CPU:1"),
-])
+@pytest.mark.parametrize(
+    "device, expected",
+    [
+        ("CPU:0", "CPU:0"),
+        ("CPU:3", "CPU:3"),
+        ("/device:CPU:2", "CPU:2"),
+        ("cpu:1", "CPU:1"),
+    ],
+)
 def test_device_scope_places_ops(tf4, device, expected):
     import tfdevices
 
@@ -57,14 +73,17 @@ def test_device_scope_places_ops(tf4, device, expected):
     assert x.device.endswith(f"device:{expected}")
 
 
-@pytest.mark.parametrize("device, words", [
-    ("CPU:4", "TensorFlow has no device CPU:4"),
-    ("GPU:0", "TensorFlow has no device GPU:0"),
-    (0, "TensorFlow does not see the GPU with NVML index 0"),
-    ("1", "TensorFlow does not see the GPU with NVML index 1"),
-    ("cpu", "neither an NVML index nor a TensorFlow device name"),
-    (None, "expected an NVML index"),
-])
+@pytest.mark.parametrize(
+    "device, words",
+    [
+        ("CPU:4", "TensorFlow has no device CPU:4"),
+        ("GPU:0", "TensorFlow has no device GPU:0"),
+        (0, "TensorFlow does not see the GPU with NVML index 0"),
+        ("1", "TensorFlow does not see the GPU with NVML index 1"),
+        ("cpu", "neither an NVML index nor a TensorFlow device name"),
+        (None, "expected an NVML index"),
+    ],
+)
 def test_device_scope_rejects_what_tf_lacks(tf4, device, words):
     import tfdevices
 
@@ -84,6 +103,7 @@ def test_assign_runs_each_task_on_its_device_concurrently(tf4):
             barrier.wait()
             y = tf4.random.stateless_normal([64, 64], seed=[i, 0])
             return (y @ y).device
+
         task.__name__ = f"task{i}"
         return task
 

@@ -7,11 +7,11 @@ import json
 import numpy as np
 import pytest
 
+from tests.helpers import run_py
 from tfdevices.core.errors import LaunchError, SpecError, StrategyError, TfConfigError
+from tfdevices.jobs.tfconfig import make_tf_config
 from tfdevices.strategy import choose_cross_device_ops, cluster_from_env, decide_strategy
 from tfdevices.training import KERAS3_FIT_MESSAGE
-from tfdevices.jobs.tfconfig import make_tf_config
-from tests.helpers import run_py
 
 CPU4 = ["CPU:0", "CPU:1", "CPU:2", "CPU:3"]
 GPU2 = ["CPU:0", "GPU:0", "GPU:1"]
@@ -52,15 +52,18 @@ def test_decide_strategy(kind, devices, workers, explicit, source, want_kind, wa
     assert d.num_workers == (workers if want_kind == "multi_worker" else 1)
 
 
-@pytest.mark.parametrize("kind, devices, explicit, words", [
-    ("mirror", CPU4, False, "strategy kind 'mirror' is unknown"),
-    ("", CPU4, False, "strategy kind '' is unknown"),
-    ("default", ["CPU:0"], True, "strategy 'default' takes no devices"),
-    ("one_device", ["CPU:0", "CPU:1"], True, "strategy 'one_device' takes one device, got 2"),
-    ("multi_worker", ["GPU:0"], True, "strategy 'multi_worker' uses every visible GPU"),
-    ("mirrored", [], True, "devices=[] names no device"),
-    ("auto", [], True, "devices=[] names no device"),
-])
+@pytest.mark.parametrize(
+    "kind, devices, explicit, words",
+    [
+        ("mirror", CPU4, False, "strategy kind 'mirror' is unknown"),
+        ("", CPU4, False, "strategy kind '' is unknown"),
+        ("default", ["CPU:0"], True, "strategy 'default' takes no devices"),
+        ("one_device", ["CPU:0", "CPU:1"], True, "strategy 'one_device' takes one device, got 2"),
+        ("multi_worker", ["GPU:0"], True, "strategy 'multi_worker' uses every visible GPU"),
+        ("mirrored", [], True, "devices=[] names no device"),
+        ("auto", [], True, "devices=[] names no device"),
+    ],
+)
 def test_decide_strategy_errors(kind, devices, explicit, words):
     with pytest.raises(StrategyError) as info:
         decide_strategy(kind, devices, explicit=explicit)
@@ -73,35 +76,53 @@ TF2 = make_tf_config(["localhost:1", "localhost:2"], 1)
 SRUN = {"SLURM_STEP_ID": "0", "SLURM_PROCID": "0", "SLURM_LOCALID": "0"}
 
 
-@pytest.mark.parametrize("env, workers, source", [
-    ({}, 1, "none"),
-    ({"TF_CONFIG": ""}, 1, "none"),
-    ({"TF_CONFIG": TF2}, 2, "TF_CONFIG"),
-    ({"TF_CONFIG": make_tf_config(["a:1", "b:1", "c:1"], 0, "chief")}, 3, "TF_CONFIG"),
-    ({"TF_CONFIG": make_tf_config(["a:1"], 0)}, 1, "TF_CONFIG"),
-    # srun sets SLURM_STEP_ID and SLURM_LOCALID for every task of a step
-    ({**SRUN, "SLURM_PROCID": "1", "SLURM_LOCALID": "1", "SLURM_STEP_NUM_TASKS": "4",
-      "SLURM_STEP_NUM_NODES": "2"}, 4, "SLURM"),
-    ({**SRUN, "SLURM_NTASKS": "2", "SLURM_JOB_NUM_NODES": "1"}, 2, "SLURM"),
-    ({**SRUN, "SLURM_NTASKS": "1", "SLURM_NNODES": "1"}, 1, "none"),
-    ({"SLURM_NTASKS": "8", "SLURM_JOB_NUM_NODES": "2"}, 1, "none"),  # sbatch script, not inside srun
-    ({"SLURM_PROCID": "0", "SLURM_NTASKS": "8"}, 1, "none"),  # the batch step itself is one process
-    ({"TF_CONFIG": TF2, "SLURM_PROCID": "0", "SLURM_NTASKS": "8"}, 2, "TF_CONFIG"),
-    ({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2"}, 1, "none"),  # mpirun gives TF no cluster
-])
+@pytest.mark.parametrize(
+    "env, workers, source",
+    [
+        ({}, 1, "none"),
+        ({"TF_CONFIG": ""}, 1, "none"),
+        ({"TF_CONFIG": TF2}, 2, "TF_CONFIG"),
+        ({"TF_CONFIG": make_tf_config(["a:1", "b:1", "c:1"], 0, "chief")}, 3, "TF_CONFIG"),
+        ({"TF_CONFIG": make_tf_config(["a:1"], 0)}, 1, "TF_CONFIG"),
+        # srun sets SLURM_STEP_ID and SLURM_LOCALID for every task of a step
+        (
+            {
+                **SRUN,
+                "SLURM_PROCID": "1",
+                "SLURM_LOCALID": "1",
+                "SLURM_STEP_NUM_TASKS": "4",
+                "SLURM_STEP_NUM_NODES": "2",
+            },
+            4,
+            "SLURM",
+        ),
+        ({**SRUN, "SLURM_NTASKS": "2", "SLURM_JOB_NUM_NODES": "1"}, 2, "SLURM"),
+        ({**SRUN, "SLURM_NTASKS": "1", "SLURM_NNODES": "1"}, 1, "none"),
+        ({"SLURM_NTASKS": "8", "SLURM_JOB_NUM_NODES": "2"}, 1, "none"),  # sbatch script, not inside srun
+        ({"SLURM_PROCID": "0", "SLURM_NTASKS": "8"}, 1, "none"),  # the batch step itself is one process
+        ({"TF_CONFIG": TF2, "SLURM_PROCID": "0", "SLURM_NTASKS": "8"}, 2, "TF_CONFIG"),
+        ({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2"}, 1, "none"),  # mpirun gives TF no cluster
+    ],
+)
 def test_cluster_from_env(env, workers, source):
     c = cluster_from_env(env)
     assert (c.num_workers, c.source) == (workers, source)
     assert c.reason
 
 
-@pytest.mark.parametrize("env, error, words", [
-    ({"TF_CONFIG": "{"}, TfConfigError, "TF_CONFIG: not valid JSON"),
-    ({"TF_CONFIG": json.dumps({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 1}})},
-     TfConfigError, "TF_CONFIG: task index 1 is out of range"),
-    ({**SRUN, "SLURM_PROCID": "zero", "SLURM_NTASKS": "2"}, LaunchError, "SLURM_PROCID='zero'"),
-    ({**SRUN, "SLURM_STEP_NUM_TASKS": "2x"}, LaunchError, "SLURM_STEP_NUM_TASKS='2x'"),
-])
+@pytest.mark.parametrize(
+    "env, error, words",
+    [
+        ({"TF_CONFIG": "{"}, TfConfigError, "TF_CONFIG: not valid JSON"),
+        (
+            {"TF_CONFIG": json.dumps({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 1}})},
+            TfConfigError,
+            "TF_CONFIG: task index 1 is out of range",
+        ),
+        ({**SRUN, "SLURM_PROCID": "zero", "SLURM_NTASKS": "2"}, LaunchError, "SLURM_PROCID='zero'"),
+        ({**SRUN, "SLURM_STEP_NUM_TASKS": "2x"}, LaunchError, "SLURM_STEP_NUM_TASKS='2x'"),
+    ],
+)
 def test_cluster_from_env_errors(env, error, words):
     with pytest.raises(error) as info:
         cluster_from_env(env)
@@ -137,17 +158,20 @@ def test_choose_cross_device_ops(requested, kind, devices, facts, name):
     assert choice.name == name and choice.reason
 
 
-@pytest.mark.parametrize("requested, kind, devices, facts, words", [
-    ("nccl", "mirrored", ["CPU:0", "CPU:1"], LINUX_NCCL, "NCCL reduces between GPUs only"),
-    ("nccl", "mirrored", ["GPU:0", "GPU:1"], dict(LINUX_NCCL, platform="darwin"), "NCCL runs on Linux only"),
-    ("nccl", "mirrored", ["GPU:0", "GPU:1"], dict(LINUX_NCCL, nccl_available=False), "has no NCCL"),
-    ("nccl", "mirrored", ["GPU:0", "GPU:1"], dict(LINUX_NCCL, virtual_gpus=True), "split into virtual devices"),
-    ("nccl", "multi_worker", ["CPU:0"], LINUX_NCCL, "NCCL reduces between GPUs only"),
-    ("ring", "mirrored", ["GPU:0", "GPU:1"], LINUX_NCCL, "does not apply to the 'mirrored' strategy"),
-    ("hierarchical_copy", "multi_worker", ["GPU:0"], LINUX_NCCL, "does not apply to the 'multi_worker'"),
-    ("nccl", "one_device", ["GPU:0"], LINUX_NCCL, "does not apply to the 'one_device' strategy"),
-    ("NCCL", "mirrored", ["GPU:0", "GPU:1"], LINUX_NCCL, "cross_device_ops 'NCCL' is unknown"),
-])
+@pytest.mark.parametrize(
+    "requested, kind, devices, facts, words",
+    [
+        ("nccl", "mirrored", ["CPU:0", "CPU:1"], LINUX_NCCL, "NCCL reduces between GPUs only"),
+        ("nccl", "mirrored", ["GPU:0", "GPU:1"], dict(LINUX_NCCL, platform="darwin"), "NCCL runs on Linux only"),
+        ("nccl", "mirrored", ["GPU:0", "GPU:1"], dict(LINUX_NCCL, nccl_available=False), "has no NCCL"),
+        ("nccl", "mirrored", ["GPU:0", "GPU:1"], dict(LINUX_NCCL, virtual_gpus=True), "split into virtual devices"),
+        ("nccl", "multi_worker", ["CPU:0"], LINUX_NCCL, "NCCL reduces between GPUs only"),
+        ("ring", "mirrored", ["GPU:0", "GPU:1"], LINUX_NCCL, "does not apply to the 'mirrored' strategy"),
+        ("hierarchical_copy", "multi_worker", ["GPU:0"], LINUX_NCCL, "does not apply to the 'multi_worker'"),
+        ("nccl", "one_device", ["GPU:0"], LINUX_NCCL, "does not apply to the 'one_device' strategy"),
+        ("NCCL", "mirrored", ["GPU:0", "GPU:1"], LINUX_NCCL, "cross_device_ops 'NCCL' is unknown"),
+    ],
+)
 def test_choose_cross_device_ops_errors(requested, kind, devices, facts, words):
     with pytest.raises(StrategyError) as info:
         choose_cross_device_ops(requested, kind, devices, **facts)
@@ -162,10 +186,24 @@ BUILDS = [
     ("default", None, "auto", "default", "_DefaultDistributionStrategy", ("CPU:0",), "none"),
     ("one_device", ["CPU:2"], "auto", "one_device", "OneDeviceStrategy", ("CPU:2",), "none"),
     ("one_device", None, "none", "one_device", "OneDeviceStrategy", ("CPU:0",), "none"),
-    ("mirrored", ["CPU:0", "/device:CPU:3"], "auto", "mirrored", "MirroredStrategy", ("CPU:0", "CPU:3"),
-     "reduction_to_one_device"),
-    ("mirrored", ["CPU:1", "CPU:2"], "hierarchical_copy", "mirrored", "MirroredStrategy", ("CPU:1", "CPU:2"),
-     "hierarchical_copy"),
+    (
+        "mirrored",
+        ["CPU:0", "/device:CPU:3"],
+        "auto",
+        "mirrored",
+        "MirroredStrategy",
+        ("CPU:0", "CPU:3"),
+        "reduction_to_one_device",
+    ),
+    (
+        "mirrored",
+        ["CPU:1", "CPU:2"],
+        "hierarchical_copy",
+        "mirrored",
+        "MirroredStrategy",
+        ("CPU:1", "CPU:2"),
+        "hierarchical_copy",
+    ),
     ("auto", ["CPU:1"], "auto", "one_device", "OneDeviceStrategy", ("CPU:1",), "none"),
 ]
 
@@ -176,7 +214,11 @@ def test_build_strategy_kinds(tf4, kind, devices, ops, want_kind, cls, tf_device
 
     info = build_strategy(kind, devices, ops, env={})
     assert (info.kind, type(info.strategy).__name__, info.tf_devices, info.cross_device_ops) == (
-        want_kind, cls, tf_devices, want_ops)
+        want_kind,
+        cls,
+        tf_devices,
+        want_ops,
+    )
     assert info.devices == tf_devices  # no GPU: the tfdevices names are the logical CPU names
     assert info.num_replicas == (len(tf_devices) if want_kind != "default" else 1)
     if want_kind in ("one_device", "mirrored"):
@@ -201,14 +243,17 @@ def test_build_strategy_replicas_reduce_across_devices(tf4):
     assert values == [6.0, 6.0, 6.0]
 
 
-@pytest.mark.parametrize("kind, devices, ops, error, words", [
-    ("mirrored", ["CPU:7"], "auto", SpecError, "TensorFlow has no device CPU:7"),
-    ("mirrored", [0], "auto", SpecError, "TensorFlow does not see the GPU with NVML index 0"),
-    ("mirrored", None, "nccl", StrategyError, "cross_device_ops='nccl' cannot work here"),
-    ("one_device", None, "hierarchical_copy", StrategyError, "does not apply to the 'one_device'"),
-    ("multi_worker", None, "auto", StrategyError, "must be built before TensorFlow's runtime starts"),
-    ("single", None, "auto", StrategyError, "strategy kind 'single' is unknown"),
-])
+@pytest.mark.parametrize(
+    "kind, devices, ops, error, words",
+    [
+        ("mirrored", ["CPU:7"], "auto", SpecError, "TensorFlow has no device CPU:7"),
+        ("mirrored", [0], "auto", SpecError, "TensorFlow does not see the GPU with NVML index 0"),
+        ("mirrored", None, "nccl", StrategyError, "cross_device_ops='nccl' cannot work here"),
+        ("one_device", None, "hierarchical_copy", StrategyError, "does not apply to the 'one_device'"),
+        ("multi_worker", None, "auto", StrategyError, "must be built before TensorFlow's runtime starts"),
+        ("single", None, "auto", StrategyError, "strategy kind 'single' is unknown"),
+    ],
+)
 def test_build_strategy_errors(tf4, kind, devices, ops, error, words):
     from tfdevices import build_strategy
 
@@ -221,8 +266,12 @@ def test_build_strategy_reads_tf_config_from_env(tf4):
     from tfdevices import build_strategy
 
     with pytest.raises(TfConfigError, match="^TF_CONFIG: unknown task type 'boss'"):
-        build_strategy("auto", env={"TF_CONFIG": json.dumps(
-            {"cluster": {"worker": ["localhost:1"]}, "task": {"type": "boss", "index": 0}})})
+        build_strategy(
+            "auto",
+            env={
+                "TF_CONFIG": json.dumps({"cluster": {"worker": ["localhost:1"]}, "task": {"type": "boss", "index": 0}})
+            },
+        )
 
 
 def _fit_losses(tf, info, epochs=3):
@@ -233,8 +282,7 @@ def _fit_losses(tf, info, epochs=3):
     x = rng.normal(size=(128, 6)).astype("float32")
     y = (x @ rng.normal(size=(6, 1))).astype("float32")
     with info.strategy.scope():
-        model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(16, activation="tanh"),
-                                  keras.layers.Dense(1)])
+        model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(16, activation="tanh"), keras.layers.Dense(1)])
         model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
     ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(32)
     history = model.fit(ds, epochs=epochs, verbose=0, shuffle=False)
@@ -303,8 +351,10 @@ def test_nvml_named_gpus_without_a_mask_say_configure_first():
     """)
     first, second = (json.loads(line) for line in proc.stdout.strip().splitlines()[-2:])
     assert first["mask"] is None and not first["tf"]  # nothing written, TensorFlow not even imported
-    assert first["error"].startswith("build_strategy(devices=5) names GPU(s) 5 by NVML index, but nothing was "
-                                     "configured: TensorFlow would start on GPU(s) 0, 1, 2, 3, 4, 6, 7 too")
+    assert first["error"].startswith(
+        "build_strategy(devices=5) names GPU(s) 5 by NVML index, but nothing was "
+        "configured: TensorFlow would start on GPU(s) 0, 1, 2, 3, 4, 6, 7 too"
+    )
     assert "HINT: call tfdevices.configure(tfdevices.select('5')) first" in first["error"]
     assert "nothing was configured" not in second["masked"]
 
@@ -336,14 +386,19 @@ def test_what_build_strategy_returns_is_the_tensorflow_strategy(tf4):
     per_replica = strategy.run(lambda x: tf4.reduce_sum(x), args=(batch,))
     assert float(strategy.reduce("SUM", per_replica, axis=None)) == float(np.arange(8).sum())
     # it explains itself: the replicas named both ways, and why
-    assert (strategy.kind, strategy.devices, strategy.tf_devices) == ("mirrored", ("CPU:1", "CPU:2"), ("CPU:1", "CPU:2"))
+    assert (strategy.kind, strategy.devices, strategy.tf_devices) == (
+        "mirrored",
+        ("CPU:1", "CPU:2"),
+        ("CPU:1", "CPU:2"),
+    )
     assert strategy.info.num_replicas == 2 and strategy.info.strategy_class == "MirroredStrategy"
     table = strategy.table()
     assert table.startswith("strategy: mirrored (MirroredStrategy), 2 replica(s)") and "why: " in table
 
 
-@pytest.mark.parametrize("kind, devices", [("default", None), ("one_device", ["CPU:3"]),
-                                           ("mirrored", ["CPU:0", "CPU:1"])])
+@pytest.mark.parametrize(
+    "kind, devices", [("default", None), ("one_device", ["CPU:3"]), ("mirrored", ["CPU:0", "CPU:1"])]
+)
 def test_explained_adds_no_name_tensorflow_has(tf4, kind, devices):
     """What tfdevices adds to a strategy shadows nothing of TensorFlow's (ours would silently win or lose)."""
     from tfdevices import build_strategy
@@ -359,12 +414,16 @@ def test_explained_adds_no_name_tensorflow_has(tf4, kind, devices):
         assert tf4.distribute.get_strategy() is strategy
     assert strategy.kind == kind and strategy.table().startswith(f"strategy: {kind}")
 
-@pytest.mark.parametrize("mask, words", [
-    ("\u0663", "CUDA_VISIBLE_DEVICES='\u0663': '\u0663' is neither a GPU index"),  # CUDA would hide every GPU
-    ("GPU-ffff", "CUDA_VISIBLE_DEVICES='GPU-ffff': 'GPU-ffff' names no GPU"),
-    ("9", "CUDA_VISIBLE_DEVICES='9': no GPU with CUDA index 9"),
-    ("0,,1", "CUDA_VISIBLE_DEVICES='0,,1': entry 2 is empty"),
-])
+
+@pytest.mark.parametrize(
+    "mask, words",
+    [
+        ("\u0663", "CUDA_VISIBLE_DEVICES='\u0663': '\u0663' is neither a GPU index"),  # CUDA would hide every GPU
+        ("GPU-ffff", "CUDA_VISIBLE_DEVICES='GPU-ffff': 'GPU-ffff' names no GPU"),
+        ("9", "CUDA_VISIBLE_DEVICES='9': no GPU with CUDA index 9"),
+        ("0,,1", "CUDA_VISIBLE_DEVICES='0,,1': entry 2 is empty"),
+    ],
+)
 def test_auto_with_a_mask_naming_nothing_valid_is_an_error_not_a_cpu_run(mask, words):
     """On an 8-GPU listing, a mask CUDA cannot use would leave TensorFlow on the CPU without a word."""
     proc = run_py(f"""
@@ -399,7 +458,9 @@ def test_an_evaluator_gets_one_process_and_a_ps_task_a_clear_refusal():
     assert (evaluator.num_workers, evaluator.source) == (1, "TF_CONFIG")
     assert evaluator.reason.startswith("TF_CONFIG names this process evaluator 0: it does not train")
     assert cluster_from_env(env("worker")).num_workers == 3
-    with pytest.raises(StrategyError, match=r"^TF_CONFIG names this process ps 0, a parameter server.*HINT: .*tf_keras"):
+    with pytest.raises(
+        StrategyError, match=r"^TF_CONFIG names this process ps 0, a parameter server.*HINT: .*tf_keras"
+    ):
         cluster_from_env(env("ps"))
 
 
@@ -408,7 +469,8 @@ def test_a_gpu_that_does_not_exist_and_the_line_that_started_the_runtime_are_nam
     a configure() after build_strategy names the user's build_strategy line, not 'something in this process'."""
     empty = tmp_path / "no-gpu.json"
     empty.write_text('{"gpus": [], "source": "none", "reason": "no NVIDIA driver"}')
-    proc = run_py("""
+    proc = run_py(
+        """
         import json
         import tensorflow as tf
         import tfdevices
@@ -423,8 +485,12 @@ def test_a_gpu_that_does_not_exist_and_the_line_that_started_the_runtime_are_nam
         except tfdevices.RuntimeInitializedError as err:
             said["configure"] = str(err)
         print(json.dumps(said))
-    """, env={"TFDEVICES_INVENTORY": str(empty), "CUDA_VISIBLE_DEVICES": "-1"})
+    """,
+        env={"TFDEVICES_INVENTORY": str(empty), "CUDA_VISIBLE_DEVICES": "-1"},
+    )
     said = json.loads(proc.stdout.splitlines()[-1])
     assert "HINT: there is no GPU 0 here (GPUs: no GPU (no NVIDIA driver))" in said["strategy"], said
     assert "configure(select('0'))" not in said["strategy"]
-    assert "it was started by <string>:7 " in said["configure"]  # the build_strategy line and "something in this process" not in said["configure"]
+    assert (
+        "it was started by <string>:7 " in said["configure"]
+    )  # the build_strategy line and "something in this process" not in said["configure"]

@@ -12,21 +12,24 @@ from tfdevices.training import FIT_ADAPTER_KERAS, INSTALL, NOT_COVERED, NOT_NEED
 LOW, HIGH = FIT_ADAPTER_KERAS
 
 
-@pytest.mark.parametrize("version, legacy, state", [
-    ("3.5.0", False, INSTALL),          # the first release with _maybe_symbolic_build
-    ("3.8.0", False, INSTALL),
-    ("3.15.1", False, INSTALL),
-    ("3.15.2.dev2026", False, INSTALL),
-    ("3.4.1", False, NOT_COVERED),      # fit fails there too, by other code
-    ("3.0.5", False, NOT_COVERED),
-    ("3.16.0", False, NOT_COVERED),     # not checked: left as Keras made it, and said so
-    ("4.0.0", False, NOT_COVERED),
-    ("2.15.0", False, NOT_COVERED),
-    ("unknown", False, NOT_COVERED),
-    ("3.\u0661\u0665.0", False, NOT_COVERED),  # Arabic-Indic digits are not a release number
-    ("", False, NOT_COVERED),
-    ("3.15.1", True, NOT_NEEDED),       # tf_keras' fit works
-])
+@pytest.mark.parametrize(
+    "version, legacy, state",
+    [
+        ("3.5.0", False, INSTALL),  # the first release with _maybe_symbolic_build
+        ("3.8.0", False, INSTALL),
+        ("3.15.1", False, INSTALL),
+        ("3.15.2.dev2026", False, INSTALL),
+        ("3.4.1", False, NOT_COVERED),  # fit fails there too, by other code
+        ("3.0.5", False, NOT_COVERED),
+        ("3.16.0", False, NOT_COVERED),  # not checked: left as Keras made it, and said so
+        ("4.0.0", False, NOT_COVERED),
+        ("2.15.0", False, NOT_COVERED),
+        ("unknown", False, NOT_COVERED),
+        ("3.\u0661\u0665.0", False, NOT_COVERED),  # Arabic-Indic digits are not a release number
+        ("", False, NOT_COVERED),
+        ("3.15.1", True, NOT_NEEDED),  # tf_keras' fit works
+    ],
+)
 def test_decide_fit_adapter(version, legacy, state):
     decision = decide_fit_adapter(version, legacy=legacy)
     assert decision.state == state

@@ -46,8 +46,20 @@ def test_keras_distributed_tutorial(tmp_path):
 
 def test_multi_worker_with_keras_tutorial(tmp_path):
     """Unchanged it fails under Keras 3 (keras-team/keras#20585); ported, plain fit trains on 2 workers."""
-    proc = run(sys.executable, "-m", "tfdevices", "launch", "-n", "2", "--log-dir", str(tmp_path / "logs"), "--",
-               sys.executable, os.path.join(TUTORIALS, "multi_worker_with_keras.py"), cwd=str(tmp_path))
+    proc = run(
+        sys.executable,
+        "-m",
+        "tfdevices",
+        "launch",
+        "-n",
+        "2",
+        "--log-dir",
+        str(tmp_path / "logs"),
+        "--",
+        sys.executable,
+        os.path.join(TUTORIALS, "multi_worker_with_keras.py"),
+        cwd=str(tmp_path),
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for rank in (0, 1):
         log = (tmp_path / "logs" / f"rank{rank}.log").read_text()
@@ -66,15 +78,30 @@ def test_custom_training_tutorial(tmp_path):
 
 def _launch_unchanged(tmp_path, *options: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:
     logs = tmp_path / "logs"
-    proc = run(sys.executable, "-m", "tfdevices", "launch", "-n", "2", "--log-dir", str(logs), *options, "--",
-               sys.executable, os.path.join(TUTORIALS, "multi_worker_with_keras_unchanged.py"), cwd=str(tmp_path))
+    proc = run(
+        sys.executable,
+        "-m",
+        "tfdevices",
+        "launch",
+        "-n",
+        "2",
+        "--log-dir",
+        str(logs),
+        *options,
+        "--",
+        sys.executable,
+        os.path.join(TUTORIALS, "multi_worker_with_keras_unchanged.py"),
+        cwd=str(tmp_path),
+    )
     return proc, [(logs / f"rank{rank}.log").read_text() for rank in (0, 1)]
 
 
 def test_the_unchanged_multi_worker_tutorial_trains_under_launch(tmp_path):
     """The tutorial's own MultiWorkerMirroredStrategy() and plain fit with metrics: launch mends its workers."""
     text = open(os.path.join(TUTORIALS, "multi_worker_with_keras_unchanged.py")).read()
-    assert "tfdevices" not in text.split('"""', 2)[2] and "strategy = tf.distribute.MultiWorkerMirroredStrategy()" in text
+    assert (
+        "tfdevices" not in text.split('"""', 2)[2] and "strategy = tf.distribute.MultiWorkerMirroredStrategy()" in text
+    )
     proc, logs = _launch_unchanged(tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for log in logs:

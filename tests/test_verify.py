@@ -10,20 +10,22 @@ import json
 
 import pytest
 
-from tfdevices.core.errors import InputError, PlacementAssertionError, SpecError, TfDevicesError
-from tfdevices.verify import PlacementReport, capture, capturing
 from tests.helpers import run_py
 from tests.keras_models import on_device_layer
+from tfdevices.core.errors import InputError, PlacementAssertionError, SpecError, TfDevicesError
+from tfdevices.verify import PlacementReport, capture, capturing
 
 
 def _pinned_step(tf, device: str):
     """A tf.function whose 'pinned' scope runs on ``device``; its input comes from CPU:0."""
+
     @tf.function
     def step(x):
         with tf.name_scope("pinned"), tf.device(device):
             y = tf.matmul(x, x, transpose_b=True)
             y = tf.nn.relu(y) + 1.0
         return tf.reduce_sum(y)
+
     return step
 
 
@@ -123,12 +125,15 @@ def test_report_is_available_only_after_the_block(tf4):
     assert isinstance(cap.report, PlacementReport)
 
 
-@pytest.mark.parametrize("bad, first_words", [
-    (1, "device 1 is a physical GPU index"),
-    ("2", "device '2' is a physical GPU index"),
-    ("gpu one", "device 'gpu one' is not a TensorFlow device name"),
-    ("", "device '' is not a TensorFlow device name"),
-])
+@pytest.mark.parametrize(
+    "bad, first_words",
+    [
+        (1, "device 1 is a physical GPU index"),
+        ("2", "device '2' is a physical GPU index"),
+        ("gpu one", "device 'gpu one' is not a TensorFlow device name"),
+        ("", "device '' is not a TensorFlow device name"),
+    ],
+)
 def test_bad_device_names_are_spec_errors(tf4, bad, first_words):
     report = PlacementReport(ops=())
     with pytest.raises(SpecError) as err:
@@ -137,8 +142,10 @@ def test_bad_device_names_are_spec_errors(tf4, bad, first_words):
     assert err.value.hint
 
 
-@pytest.mark.parametrize("spelling", ["CPU:1", "cpu:1", "/CPU:1", "/device:CPU:1",
-                                      "/job:localhost/replica:0/task:0/device:CPU:1", "CPU:*", "*:1"])
+@pytest.mark.parametrize(
+    "spelling",
+    ["CPU:1", "cpu:1", "/CPU:1", "/device:CPU:1", "/job:localhost/replica:0/task:0/device:CPU:1", "CPU:*", "*:1"],
+)
 def test_device_spellings_select_the_same_ops(tf4, spelling):
     tf = tf4
     report = capture(_pinned_step(tf, "/CPU:1"), tf.ones([2, 2]))
@@ -185,10 +192,14 @@ def three_layer_report(tf4):
 
     tf = tf4
     on_device = on_device_layer(keras, tf)
-    model = keras.Sequential([
-        keras.Input((8,)), keras.layers.Dense(16, name="dense_1"),
-        on_device(keras.layers.Dense(12, name="dense_2"), "/CPU:1", name="moved"),
-        keras.layers.Dense(4, name="dense_3")])
+    model = keras.Sequential(
+        [
+            keras.Input((8,)),
+            keras.layers.Dense(16, name="dense_1"),
+            on_device(keras.layers.Dense(12, name="dense_2"), "/CPU:1", name="moved"),
+            keras.layers.Dense(4, name="dense_3"),
+        ]
+    )
     model.compile(optimizer="sgd", loss="mse")
     x, y = tf.ones([32, 8]), tf.zeros([32, 4])
     model.train_on_batch(x, y)
@@ -225,8 +236,12 @@ def test_mirrored_strategy_train_step_shows_all_reduce(tf4):
 
     tf = tf4
     devices = ["/CPU:0", "/CPU:1"]
-    strategy = tf.distribute.MirroredStrategy(devices, cross_device_ops=cross_device_ops.CollectiveAllReduce(
-        devices=devices, group_size=len(devices), options=tf.distribute.experimental.CommunicationOptions()))
+    strategy = tf.distribute.MirroredStrategy(
+        devices,
+        cross_device_ops=cross_device_ops.CollectiveAllReduce(
+            devices=devices, group_size=len(devices), options=tf.distribute.experimental.CommunicationOptions()
+        ),
+    )
     with strategy.scope():
         model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3), keras.layers.Dense(1)])
         optimizer = keras.optimizers.SGD(0.01)
@@ -240,6 +255,7 @@ def test_mirrored_strategy_train_step_shows_all_reduce(tf4):
             grads = tape.gradient(loss, model.trainable_variables)
             optimizer.apply_gradients(zip(grads, model.trainable_variables))
             return loss
+
         return strategy.run(replica, args=(x, y))
 
     x, y = tf.ones([8, 4]), tf.zeros([8, 1])
@@ -252,6 +268,7 @@ def test_mirrored_strategy_train_step_shows_all_reduce(tf4):
 
 # ----------------------------------------------------------------------------- model ops, kernels, eager, XLA, timing
 
+
 @pytest.fixture(scope="module")
 def relu_layer_report(tf4):
     """A traced Keras 3 forward step: Dense(relu) layers, the middle one moved to CPU:1; captured after it ran."""
@@ -259,10 +276,14 @@ def relu_layer_report(tf4):
 
     tf = tf4
     on_device = on_device_layer(keras, tf)
-    model = keras.Sequential([
-        keras.Input((8,)), keras.layers.Dense(16, activation="relu", name="first"),
-        on_device(keras.layers.Dense(12, activation="relu", name="middle"), "/CPU:1", name="moved"),
-        keras.layers.Dense(4, activation="relu", name="last")])
+    model = keras.Sequential(
+        [
+            keras.Input((8,)),
+            keras.layers.Dense(16, activation="relu", name="first"),
+            on_device(keras.layers.Dense(12, activation="relu", name="middle"), "/CPU:1", name="moved"),
+            keras.layers.Dense(4, activation="relu", name="last"),
+        ]
+    )
     step = tf.function(model)
     x = tf.ones([32, 8])
     step(x)
@@ -340,9 +361,15 @@ def test_jit_compiled_step_reports_its_cluster(tf4):
     report.assert_on("CPU:3", types=["MatMul"])
 
 
-@pytest.mark.parametrize("pattern, expected", [
-    ("/pinned/*", True), ("pinned/*", True), ("/MatMul", False), ("/x/pinned/*", False),
-])
+@pytest.mark.parametrize(
+    "pattern, expected",
+    [
+        ("/pinned/*", True),
+        ("pinned/*", True),
+        ("/MatMul", False),
+        ("/x/pinned/*", False),
+    ],
+)
 def test_a_leading_slash_anchors_the_name_pattern(tf4, pattern, expected):
     report = capture(_pinned_step(tf4, "/CPU:1"), tf4.ones([2, 2]))
     found = bool([op for op in report.ops if op.name.startswith("pinned/")])
@@ -384,9 +411,18 @@ def test_the_first_capture_of_a_fresh_process_puts_every_kernel_on_its_device():
     # The first capture of a process sometimes ends the profile while the executor step that ran
     # the CPU:1 MatMuls is still closing: its span is missing from the trace, its kernels are not.
     # Each fresh process is one more chance to hit that.
-    expected = {"matmuls": [["MatMul", "CPU:0"], ["MatMul_1", "CPU:1"], ["MatMul_2", "CPU:1"],
-                            ["MatMul_3", "CPU:1"], ["MatMul_4", "CPU:1"]],
-                "busy": ["CPU:0", "CPU:1"], "copies": 5, "notes": []}
+    expected = {
+        "matmuls": [
+            ["MatMul", "CPU:0"],
+            ["MatMul_1", "CPU:1"],
+            ["MatMul_2", "CPU:1"],
+            ["MatMul_3", "CPU:1"],
+            ["MatMul_4", "CPU:1"],
+        ],
+        "busy": ["CPU:0", "CPU:1"],
+        "copies": 5,
+        "notes": [],
+    }
     seen = [json.loads(run_py(_FIRST_CAPTURE, timeout=120).stdout.splitlines()[-1]) for _ in range(8)]
     wrong = [s for s in seen if s != expected]
     assert not wrong, f"{len(wrong)} of {len(seen)} fresh processes: {wrong[0]}"
@@ -401,6 +437,7 @@ def test_capture_warms_up_a_function_that_has_not_run_and_says_when_a_capture_is
         def step(x):
             calls.assign_add(1)
             return tf.reduce_sum(tf.matmul(x, x))
+
         return step
 
     x = tf.ones([4, 4])

@@ -59,8 +59,7 @@ class Plane:
             self._lines[name] = line
         return self._lines[name]
 
-    def event(self, line: str, name: str, start_us: float, duration_us: float, display: str = "",
-              **stats: Any) -> Any:
+    def event(self, line: str, name: str, start_us: float, duration_us: float, display: str = "", **stats: Any) -> Any:
         event = self.line(line).events.add()
         event.metadata_id = self.event_id(name, display)
         event.offset_ps = round(start_us * US)
@@ -108,8 +107,14 @@ class Space:
         return path
 
 
-def host_call(space: Space, function: str, start_us: float, end_us: float, context: int,
-              kernels: list[tuple[str, str, float, float]]) -> None:
+def host_call(
+    space: Space,
+    function: str,
+    start_us: float,
+    end_us: float,
+    context: int,
+    kernels: list[tuple[str, str, float, float]],
+) -> None:
     """One ``tf.function`` call on the host plane: its eager call, partition run, executor step and kernels.
 
     ``kernels`` are ``(op name, kernel, start_us, duration_us)``: on a GPU, their launches.
@@ -124,15 +129,31 @@ def host_call(space: Space, function: str, start_us: float, end_us: float, conte
         host.event(f"tf_Compute/{context}", f"{op}:{kernel}", start, duration, display=kernel)
 
 
-def gpu_kernel(space: Space, gpu: int, stream: int, kernel: str, start_us: float, duration_us: float,
-               op: str = "", *, group: int = 1, derived: bool = False, legacy: bool = False) -> None:
+def gpu_kernel(
+    space: Space,
+    gpu: int,
+    stream: int,
+    kernel: str,
+    start_us: float,
+    duration_us: float,
+    op: str = "",
+    *,
+    group: int = 1,
+    derived: bool = False,
+    legacy: bool = False,
+) -> None:
     """A kernel on GPU ``gpu``'s stream; ``op`` is the annotation (``"name:Type"``, ``""`` for none)."""
     plane = space.plane(f"/device:GPU:{gpu}", refs=not legacy)
     # the stats XLA's CUPTI collector writes on every kernel (context_id as "$$<id>", occupancy figures)
-    stats: dict[str, Any] = {"correlation_id": 1000 + len(plane.plane.lines), "context_id": "$$1",
-                             "theoretical_occupancy_pct": 50.0, "occupancy_min_grid_size": 160,
-                             "occupancy_suggested_block_size": 1024, "group_id": group,
-                             "kernel_details": "regs:38 shm:0 grid:160,1,1 block:1024,1,1 occ_pct:50.0"}
+    stats: dict[str, Any] = {
+        "correlation_id": 1000 + len(plane.plane.lines),
+        "context_id": "$$1",
+        "theoretical_occupancy_pct": 50.0,
+        "occupancy_min_grid_size": 160,
+        "occupancy_suggested_block_size": 1024,
+        "group_id": group,
+        "kernel_details": "regs:38 shm:0 grid:160,1,1 block:1024,1,1 occ_pct:50.0",
+    }
     if op and legacy:
         stats["level__0"] = op + "#id=7#"
     elif op:
@@ -140,12 +161,25 @@ def gpu_kernel(space: Space, gpu: int, stream: int, kernel: str, start_us: float
     plane.event(f"Stream #{stream}(Kernel)", kernel, start_us, duration_us, **stats)
 
 
-def gpu_copy(space: Space, gpu: int, stream: int, kind: str, start_us: float, duration_us: float,
-             size: int, op: str = "", dest: int | None = None) -> None:
+def gpu_copy(
+    space: Space,
+    gpu: int,
+    stream: int,
+    kind: str,
+    start_us: float,
+    duration_us: float,
+    size: int,
+    op: str = "",
+    dest: int | None = None,
+) -> None:
     """A memcpy (``kind`` ``"H2D"``, ``"D2H"``, ``"D2D"`` or ``"P2P"``) on GPU ``gpu``'s stream."""
     plane = space.plane(f"/device:GPU:{gpu}")
-    kinds = {"H2D": ("pinned", "device"), "D2H": ("device", "pinned"), "D2D": ("device", "device"),
-             "P2P": ("device", "device")}[kind]
+    kinds = {
+        "H2D": ("pinned", "device"),
+        "D2H": ("device", "pinned"),
+        "D2D": ("device", "device"),
+        "P2P": ("device", "device"),
+    }[kind]
     details = f"kind_src:{kinds[0]} kind_dst:{kinds[1]} size:{size} dest:{gpu if dest is None else dest} async:1"
     stats: dict[str, Any] = {"correlation_id": 2000, "memcpy_details": details}
     if op:

@@ -23,7 +23,8 @@ EXIT_USAGE = 2
 
 class _Parser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are :class:`UsageError`: one line naming what was wrong as typed,
-    with the fix for that case as HINT (a close option, where an option goes, an example)."""
+    with the fix for that case as HINT (a close option, where an option goes, an example).
+    """
 
     example = ""
     """A command line that works, for the HINT of a missing argument (``tfdevices select auto:2``)."""
@@ -39,7 +40,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _explain(parser: argparse.ArgumentParser, message: str, argv: list[str]) -> tuple[str, str]:
-    """argparse's complaint, said from what was typed: ``(message, hint)``."""
+    """Argparse's complaint, said from what was typed: ``(message, hint)``."""
     import difflib
 
     options = parser._option_string_actions  # pylint: disable=protected-access
@@ -53,25 +54,37 @@ def _explain(parser: argparse.ArgumentParser, message: str, argv: list[str]) -> 
         longs = {o[2:]: o for o in options if o.startswith("--")}
         close = [longs[c] for c in difflib.get_close_matches(name.lstrip("-"), list(longs), n=1, cutoff=0.75)]
         elsewhere = [c for c, (_, takes, _) in COMMANDS.items() if name == "--inventory" and takes]
-        hint = (f"did you mean {close[0]}? ({help_line})" if close else
-                f"{name} is an option of {', '.join(elsewhere)}, not of {parser.prog}." if elsewhere else
-                f"{help_line}." if name.startswith("-") else f"{parser.prog} takes no {name!r} here; {help_line}.")
+        hint = (
+            f"did you mean {close[0]}? ({help_line})"
+            if close
+            else f"{name} is an option of {', '.join(elsewhere)}, not of {parser.prog}."
+            if elsewhere
+            else f"{help_line}."
+            if name.startswith("-")
+            else f"{parser.prog} takes no {name!r} here; {help_line}."
+        )
         return f"{message}.", hint
     if message.startswith("the following arguments are required") and misplaced:
         typed = " ".join(misplaced)
         fixed = " ".join([parser.prog, *misplaced, "--", *[a for a in command if a not in misplaced]])
-        return (f"{message} ({typed!r} comes after the command {command[0]!r}, so it went to the command).",
-                f"put {parser.prog}'s options before '--' and the command: {fixed}")
+        return (
+            f"{message} ({typed!r} comes after the command {command[0]!r}, so it went to the command).",
+            f"put {parser.prog}'s options before '--' and the command: {fixed}",
+        )
     if message.startswith("the following arguments are required"):
-        return f"{message}.", f"e.g. {parser.example} ({help_line})." if parser.example else f"{help_line}."
-    flag = message[len("argument "):].split(":", 1)[0] if message.startswith("argument ") else ""
-    action = next((a for a in parser._actions if "/".join(a.option_strings) == flag or a.dest == flag or  # noqa
-                   a.metavar == flag), None)
+        example = getattr(parser, "example", None)
+        return f"{message}.", f"e.g. {example} ({help_line})." if example else f"{help_line}."
+    flag = message[len("argument ") :].split(":", 1)[0] if message.startswith("argument ") else ""
+    action = next(
+        (a for a in parser._actions if "/".join(a.option_strings) == flag or a.dest == flag or a.metavar == flag), None
+    )
     if action is not None and action.choices and "invalid choice: " in message:
         typed = message.split("invalid choice: ", 1)[1].split(" (choose", 1)[0].strip("'")
         close = difflib.get_close_matches(typed, list(action.choices), n=1, cutoff=0.6)
         what = "the commands" if flag == "COMMAND" else f"what {flag} takes"
-        return f"{message}.", (f"did you mean {close[0]!r}? " if close else "") + f"'{parser.prog} --help' lists {what}."
+        return f"{message}.", (
+            f"did you mean {close[0]!r}? " if close else ""
+        ) + f"'{parser.prog} --help' lists {what}."
     if action is not None and action.help and action.help != argparse.SUPPRESS:
         return f"{message}.", f"{flag}: {action.help % vars(action) if '%' in action.help else action.help}."
     return f"{message}.", f"{help_line}."
@@ -79,7 +92,8 @@ def _explain(parser: argparse.ArgumentParser, message: str, argv: list[str]) -> 
 
 def _scan(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[list[str], list[str], list[str]]:
     """Reads ``argv`` as the parser would: ``(unknown options before the command, this parser's options
-    typed after the command, the command)`` (the command: a ``REMAINDER`` argument such as launch's)."""
+    typed after the command, the command)`` (the command: a ``REMAINDER`` argument such as launch's).
+    """
     options = parser._option_string_actions  # pylint: disable=protected-access
     remainder = any(a.nargs == argparse.REMAINDER for a in parser._actions)  # pylint: disable=protected-access
     unknown: list[str] = []
@@ -94,7 +108,7 @@ def _scan(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[list[str], 
         elif "=" not in word and action.nargs != 0 and action.nargs != "?":
             i += 1  # its value
         i += 1
-    command = argv[i + (argv[i:i + 1] == ["--"]):] if remainder else []
+    command = argv[i + (argv[i : i + 1] == ["--"]) :] if remainder else []
     misplaced: list[str] = []
     for j, word in enumerate(command[1:], 1):
         action = options.get(word.split("=", 1)[0])
@@ -178,8 +192,10 @@ def _cmd_topo(args: argparse.Namespace) -> int:
     topo = inventory.topology
     if topo is None:
         if args.inventory and inventory.gpus:
-            raise InventoryFileError(f"inventory file {args.inventory!r} holds no topology.",
-                                     hint="save one with 'tfdevices list --json' (or 'tfdevices topo --json').")
+            raise InventoryFileError(
+                f"inventory file {args.inventory!r} holds no topology.",
+                hint="save one with 'tfdevices list --json' (or 'tfdevices topo --json').",
+            )
         why = inventory.reason or "NVML gave no topology"
         print(json.dumps({"topology": None, "reason": why}, indent=2) if args.json else f"no topology: {why}")
         return 0
@@ -208,8 +224,15 @@ def _cmd_select(args: argparse.Namespace) -> int:
     from tfdevices.core.errors import CLI
     from tfdevices.gpus.selection import select
 
-    sel = select(args.spec, _inventory(args), min_free_memory=args.min_free_memory,
-                 max_utilization=args.max_utilization, exclude=args.exclude, order=args.order, terms=CLI)
+    sel = select(
+        args.spec,
+        _inventory(args),
+        min_free_memory=args.min_free_memory,
+        max_utilization=args.max_utilization,
+        exclude=args.exclude,
+        order=args.order,
+        terms=CLI,
+    )
     if args.format == "json":
         print(sel.to_json())
     elif args.format == "table":
@@ -274,34 +297,54 @@ def _fraction(text: str) -> float:
 
 
 def _add_list(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", action="store_true",
-                   help="print JSON that --inventory and TFDEVICES_INVENTORY read back (with processes and topology)")
-    p.add_argument("--processes", action="store_true",
-                   help="list each GPU's processes: pid, user, GPU memory, kind, command")
-    p.add_argument("--watch", nargs="?", const=2.0, type=_seconds, metavar="SECONDS",
-                   help="refresh every SECONDS (default 2) until Ctrl-C, like gpustat -i")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print JSON that --inventory and TFDEVICES_INVENTORY read back (with processes and topology)",
+    )
+    p.add_argument(
+        "--processes", action="store_true", help="list each GPU's processes: pid, user, GPU memory, kind, command"
+    )
+    p.add_argument(
+        "--watch",
+        nargs="?",
+        const=2.0,
+        type=_seconds,
+        metavar="SECONDS",
+        help="refresh every SECONDS (default 2) until Ctrl-C, like gpustat -i",
+    )
     p.set_defaults(run=_cmd_list)
 
 
 def _add_topo(p: argparse.ArgumentParser) -> None:
-    p.description = ("How the GPUs are wired, as 'nvidia-smi topo -m' shows it: NV# (bonded NVLinks), PIX, PXB, "
-                     "PHB, NODE, SYS, with each GPU's CPU and NUMA affinity (from NVML).")
+    p.description = (
+        "How the GPUs are wired, as 'nvidia-smi topo -m' shows it: NV# (bonded NVLinks), PIX, PXB, "
+        "PHB, NODE, SYS, with each GPU's CPU and NUMA affinity (from NVML)."
+    )
     p.add_argument("--json", action="store_true", help="print the topology as JSON")
     p.add_argument("--no-legend", action="store_true", help="leave out the legend")
     p.set_defaults(run=_cmd_topo)
 
 
 def _add_select(p: argparse.ArgumentParser) -> None:
-    p.description = "Choose GPUs. Use as: eval \"$(tfdevices select auto:2)\""
+    p.description = 'Choose GPUs. Use as: eval "$(tfdevices select auto:2)"'
     p.add_argument("spec", help="'all', 'none', 'auto:N', or NVML indices '0,2'")
     p.add_argument("--min-free-memory", metavar="SIZE", help="skip GPUs with less free memory, e.g. 8GiB")
     p.add_argument("--max-utilization", metavar="FRACTION", type=_fraction, help="skip busier GPUs, e.g. 0.5 or 50%%")
     p.add_argument("--exclude", metavar="SPEC", help="GPUs never to take, e.g. 0,3")
-    p.add_argument("--order", default="links", choices=("links", "free_memory", "utilization", "index"),
-                   help="how auto:N ranks GPUs (default: links: the best-wired set, then free memory; "
-                        "the others ignore the wiring)")
-    p.add_argument("--format", default="env", choices=("env", "json", "table"),
-                   help="env: shell exports on stdout, the decisions on stderr (default)")
+    p.add_argument(
+        "--order",
+        default="links",
+        choices=("links", "free_memory", "utilization", "index"),
+        help="how auto:N ranks GPUs (default: links: the best-wired set, then free memory; "
+        "the others ignore the wiring)",
+    )
+    p.add_argument(
+        "--format",
+        default="env",
+        choices=("env", "json", "table"),
+        help="env: shell exports on stdout, the decisions on stderr (default)",
+    )
     p.set_defaults(run=_cmd_select)
 
 
@@ -324,11 +367,19 @@ def _cmd_configure(args: argparse.Namespace) -> int:
     from tfdevices.runtime import configure
 
     if not args.dry_run:
-        raise UsageError("configure plans only here: a process configures itself with tfdevices.configure().",
-                         hint="add --dry-run to see what configure() would mask, split and limit.")
-    config = configure(args.spec, memory_growth=args.memory_growth or None,
-                       memory_limit=_memory_limit(args.memory_limit), virtual_devices=args.virtual_devices,
-                       inventory=_inventory(args), dry_run=True, terms=CLI)
+        raise UsageError(
+            "configure plans only here: a process configures itself with tfdevices.configure().",
+            hint="add --dry-run to see what configure() would mask, split and limit.",
+        )
+    config = configure(
+        args.spec,
+        memory_growth=args.memory_growth or None,
+        memory_limit=_memory_limit(args.memory_limit),
+        virtual_devices=args.virtual_devices,
+        inventory=_inventory(args),
+        dry_run=True,
+        terms=CLI,
+    )
     print(config.table())
     return 0
 
@@ -348,28 +399,44 @@ def _memory_limit(text: str | None) -> object:
 
 
 def _add_configure(p: argparse.ArgumentParser) -> None:
-    p.description = ("Show what tfdevices.configure() would mask, split and limit, for this machine's GPUs or "
-                     "a saved inventory (--inventory), without applying it.")
+    p.description = (
+        "Show what tfdevices.configure() would mask, split and limit, for this machine's GPUs or "
+        "a saved inventory (--inventory), without applying it."
+    )
     p.add_argument("spec", nargs="?", default=None, help="GPUs: 'all', 'none', 'auto:N', '0,2' (default: as visible)")
     p.add_argument("--dry-run", action="store_true", help="plan only (the only mode: a process configures itself)")
     p.add_argument("--memory-growth", action="store_true", help="grow GPU memory as needed")
-    p.add_argument("--memory-limit", metavar="LIMIT",
-                   help="per logical GPU: '4GiB', a split '6GiB+2GiB', or by GPU '0=8GiB,1=4GiB'")
+    p.add_argument(
+        "--memory-limit",
+        metavar="LIMIT",
+        help="per logical GPU: '4GiB', a split '6GiB+2GiB', or by GPU '0=8GiB,1=4GiB'",
+    )
     p.add_argument("--virtual-devices", type=int, metavar="N", help="logical devices per GPU (or the CPU)")
     p.set_defaults(run=_cmd_configure)
 
 
 def _add_placement(p: argparse.ArgumentParser) -> None:
-    p.description = ("Print the placement that write_placement or PlacementLogger stored under PATH, or read it "
-                     "from a profile TensorFlow wrote (Keras' TensorBoard(profile_batch=...), tf.profiler).")
-    p.add_argument("logdir", metavar="PATH",
-                   help="a TensorBoard log directory (searched recursively), an event file, or a .xplane.pb profile")
-    p.add_argument("--profile", action="store_true",
-                   help="read the newest profile under PATH even where placement summaries are stored")
+    p.description = (
+        "Print the placement that write_placement or PlacementLogger stored under PATH, or read it "
+        "from a profile TensorFlow wrote (Keras' TensorBoard(profile_batch=...), tf.profiler)."
+    )
+    p.add_argument(
+        "logdir",
+        metavar="PATH",
+        help="a TensorBoard log directory (searched recursively), an event file, or a .xplane.pb profile",
+    )
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="read the newest profile under PATH even where placement summaries are stored",
+    )
     p.add_argument("--name", default="placement", help="the name= it was written with (default: placement)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.add_argument("--trace", metavar="FILE",
-                   help="write the captured step as a Chrome trace (traceEvents JSON: Perfetto, chrome://tracing)")
+    p.add_argument(
+        "--trace",
+        metavar="FILE",
+        help="write the captured step as a Chrome trace (traceEvents JSON: Perfetto, chrome://tracing)",
+    )
     p.set_defaults(run=_cmd_placement)
 
 
@@ -387,10 +454,15 @@ def _cmd_advise(args: argparse.Namespace) -> int:
 
 
 def _add_advise(p: argparse.ArgumentParser) -> None:
-    p.description = ("Say why a captured step is slow: findings ordered by the time at stake, each with its "
-                     "numbers from the step and a fix.")
-    p.add_argument("path", metavar="LOGDIR_OR_PROFILE",
-                   help="a TensorBoard log directory with a placement run, an event file, or a .xplane.pb profile")
+    p.description = (
+        "Say why a captured step is slow: findings ordered by the time at stake, each with its "
+        "numbers from the step and a fix."
+    )
+    p.add_argument(
+        "path",
+        metavar="LOGDIR_OR_PROFILE",
+        help="a TensorBoard log directory with a placement run, an event file, or a .xplane.pb profile",
+    )
     p.add_argument("--profile", action="store_true", help="read the newest profile under PATH")
     p.add_argument("--name", default="placement", help="the name= the placement was written with")
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
@@ -401,24 +473,41 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     from tfdevices.decide.tune import tune
 
     wanted = "auto" if args.candidates == "auto" else [c.strip() for c in args.candidates.split(",") if c.strip()]
-    result = tune(args.target, candidates=wanted, steps=args.steps, warmup=args.warmup, rounds=args.rounds,
-                  budget_s=args.budget,
-                  timeout_s=args.timeout, virtual_devices=args.virtual_devices, logdir=args.logdir,
-                  echo=lambda line: print(line, file=sys.stderr, flush=True))
+    result = tune(
+        args.target,
+        candidates=wanted,
+        steps=args.steps,
+        warmup=args.warmup,
+        rounds=args.rounds,
+        budget_s=args.budget,
+        timeout_s=args.timeout,
+        virtual_devices=args.virtual_devices,
+        logdir=args.logdir,
+        echo=lambda line: print(line, file=sys.stderr, flush=True),
+    )
     print(result.to_json() if args.json else result.table())
     return 0 if result.winner is not None else 1
 
 
 def _add_tune(p: argparse.ArgumentParser) -> None:
-    p.description = ("Measure each way to run a model here (one device, mirrored over k, layers split over k, "
-                     "multi-worker over GPUs), each in a fresh process; print the table and the winner's flags.")
-    p.add_argument("target", metavar="MODULE:FUNCTION",
-                   help="a function returning (compiled Keras model, tf.data.Dataset of (x, y) batches)")
+    p.description = (
+        "Measure each way to run a model here (one device, mirrored over k, layers split over k, "
+        "multi-worker over GPUs), each in a fresh process; print the table and the winner's flags."
+    )
+    p.add_argument(
+        "target",
+        metavar="MODULE:FUNCTION",
+        help="a function returning (compiled Keras model, tf.data.Dataset of (x, y) batches)",
+    )
     p.add_argument("--candidates", default="auto", help="'auto' or names: one_device:CPU:0,mirrored:2,split:2")
     p.add_argument("--steps", type=int, default=20, help="steps in each timed window (default 20)")
     p.add_argument("--warmup", type=int, default=3, help="steps before it (default 3)")
-    p.add_argument("--rounds", type=int, default=3,
-                   help="timed windows per candidate, taking turns; each keeps its fastest (default 3)")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="timed windows per candidate, taking turns; each keeps its fastest (default 3)",
+    )
     p.add_argument("--budget", type=float, metavar="SECONDS", help="bound on the whole run")
     p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS", help="bound on each candidate")
     p.add_argument("--virtual-devices", type=int, default=4, metavar="N", help="logical CPUs without GPUs")
@@ -442,9 +531,12 @@ COMMANDS: dict[str, tuple[str, bool, Any]] = {
 
 
 EXAMPLES = {
-    "select": "tfdevices select auto:2", "launch": "tfdevices launch -n 2 -- python train.py",
-    "placement": "tfdevices placement logs/run", "advise": "tfdevices advise logs/run",
-    "tune": "tfdevices tune tfdevices.decide.examples:tiny_mlp", "configure": "tfdevices configure --dry-run auto:2",
+    "select": "tfdevices select auto:2",
+    "launch": "tfdevices launch -n 2 -- python train.py",
+    "placement": "tfdevices placement logs/run",
+    "advise": "tfdevices advise logs/run",
+    "tune": "tfdevices tune tfdevices.decide.examples:tiny_mlp",
+    "configure": "tfdevices configure --dry-run auto:2",
 }
 """A command line that works, per command: the HINT when a required argument is missing."""
 
@@ -468,8 +560,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             add(p)  # the command's own options first in its --help, then the shared --inventory
             p.set_defaults(parser=p)
         if inventory:
-            p.add_argument("--inventory", metavar="FILE",
-                           help="read GPUs from a saved 'tfdevices list --json' instead of NVML")
+            p.add_argument(
+                "--inventory", metavar="FILE", help="read GPUs from a saved 'tfdevices list --json' instead of NVML"
+            )
     return parser
 
 
@@ -498,8 +591,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if err.filename is not None:
             raise
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        print(f"{command}: error: cannot write the output: {err.strerror}. "
-              "HINT: free some space, or write elsewhere.", file=sys.stderr)
+        print(
+            f"{command}: error: cannot write the output: {err.strerror}. HINT: free some space, or write elsewhere.",
+            file=sys.stderr,
+        )
         return 1
 
 

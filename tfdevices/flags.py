@@ -37,14 +37,14 @@ from absl import app, flags
 
 from tfdevices.core.errors import ABSL, InputError, TfDevicesError, UsageError
 from tfdevices.core.paths import check_directory
+from tfdevices.core.units import parse_memory
+from tfdevices.gpus.selection import select
 from tfdevices.gpus.spec import parse_spec
 from tfdevices.jobs.env import launch_info
-from tfdevices.gpus.selection import select
 from tfdevices.runtime import configure
 from tfdevices.strategy import CROSS_DEVICE_OPS, KINDS, build_strategy, explain
 from tfdevices.tensorboard.writer import write_placement
 from tfdevices.verify import capture
-from tfdevices.core.units import parse_memory
 
 FLAGS = flags.FLAGS
 DEFAULT_LOGDIR = "logs"
@@ -63,8 +63,17 @@ def max_virtual_devices() -> int:
     return max(8, 4 * (os.cpu_count() or 1))
 
 
-NAMES = ("gpus", "min_free_memory", "memory_growth", "memory_limit", "virtual_devices", "strategy",
-         "cross_device_ops", "logdir", "log_placement")
+NAMES = (
+    "gpus",
+    "min_free_memory",
+    "memory_growth",
+    "memory_limit",
+    "virtual_devices",
+    "strategy",
+    "cross_device_ops",
+    "logdir",
+    "log_placement",
+)
 
 
 def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
@@ -78,22 +87,46 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
     if "gpus" in flag_values:
         return
     fv = flag_values
-    flags.DEFINE_string("gpus", "all", "GPUs to use: 'all', 'none' (CPU), 'auto:N' (the N best), or NVML "
-                        "indices as nvidia-smi shows them ('0,2').", flag_values=fv)
+    flags.DEFINE_string(
+        "gpus",
+        "all",
+        "GPUs to use: 'all', 'none' (CPU), 'auto:N' (the N best), or NVML indices as nvidia-smi shows them ('0,2').",
+        flag_values=fv,
+    )
     flags.DEFINE_string("min_free_memory", None, "Skip GPUs with less free memory, e.g. '8GiB'.", flag_values=fv)
-    flags.DEFINE_bool("memory_growth", None, "Allocate GPU memory as needed instead of all at once "
-                      "(unset: TensorFlow's default).", flag_values=fv)
+    flags.DEFINE_bool(
+        "memory_growth",
+        None,
+        "Allocate GPU memory as needed instead of all at once (unset: TensorFlow's default).",
+        flag_values=fv,
+    )
     flags.DEFINE_string("memory_limit", None, "Memory cap per logical GPU, e.g. '4GiB'.", flag_values=fv)
-    flags.DEFINE_integer("virtual_devices", None, "Split each GPU, or the CPU when there is none, into N "
-                         f"logical devices (at most {max_virtual_devices()} here: 4 per CPU core).",
-                         lower_bound=1, upper_bound=max_virtual_devices(), flag_values=fv)
+    flags.DEFINE_integer(
+        "virtual_devices",
+        None,
+        "Split each GPU, or the CPU when there is none, into N "
+        f"logical devices (at most {max_virtual_devices()} here: 4 per CPU core).",
+        lower_bound=1,
+        upper_bound=max_virtual_devices(),
+        flag_values=fv,
+    )
     flags.DEFINE_enum("strategy", "auto", list(KINDS), "The tf.distribute strategy.", flag_values=fv)
-    flags.DEFINE_enum("cross_device_ops", "auto", list(CROSS_DEVICE_OPS),
-                      "How replicas reduce gradients ('auto': NCCL only where it can work).", flag_values=fv)
-    flags.DEFINE_string("logdir", DEFAULT_LOGDIR, "TensorBoard log directory (relative to the working directory).",
-                        flag_values=fv)
-    flags.DEFINE_bool("log_placement", False, "Capture where one step's ops ran and write it to --logdir "
-                      "for TensorBoard.", flag_values=fv)
+    flags.DEFINE_enum(
+        "cross_device_ops",
+        "auto",
+        list(CROSS_DEVICE_OPS),
+        "How replicas reduce gradients ('auto': NCCL only where it can work).",
+        flag_values=fv,
+    )
+    flags.DEFINE_string(
+        "logdir", DEFAULT_LOGDIR, "TensorBoard log directory (relative to the working directory).", flag_values=fv
+    )
+    flags.DEFINE_bool(
+        "log_placement",
+        False,
+        "Capture where one step's ops ran and write it to --logdir for TensorBoard.",
+        flag_values=fv,
+    )
     _validate("gpus", lambda v: parse_spec(v, what="--gpus"), fv)
     _validate("min_free_memory", lambda v: v is None or parse_memory(v, what="--min_free_memory"), fv)
     _validate("memory_limit", lambda v: v is None or parse_memory(v, what="--memory_limit"), fv)
@@ -132,9 +165,12 @@ class FlagsSetup:
         return "\n\n".join((self.selection.table(), self.runtime.table()))
 
 
-def configure_from_flags(flag_values: flags.FlagValues = FLAGS, *,
-                         cpu_virtual_devices: int | None = None,
-                         global_batch_size: int | None = None) -> Any:
+def configure_from_flags(
+    flag_values: flags.FlagValues = FLAGS,
+    *,
+    cpu_virtual_devices: int | None = None,
+    global_batch_size: int | None = None,
+) -> Any:
     """Discovers, selects, configures and builds the strategy the flags ask for.
 
     Call it in ``main``, before anything else uses TensorFlow. What it returns is the
@@ -167,8 +203,9 @@ def configure_from_flags(flag_values: flags.FlagValues = FLAGS, *,
         split = cpu_virtual_devices
     if global_batch_size is not None:
         check_batch_size(global_batch_size, planned_replicas(fv.strategy, len(selection.gpus), split))
-    runtime = configure(selection, memory_growth=fv.memory_growth, memory_limit=fv.memory_limit,
-                        virtual_devices=split, terms=ABSL)
+    runtime = configure(
+        selection, memory_growth=fv.memory_growth, memory_limit=fv.memory_limit, virtual_devices=split, terms=ABSL
+    )
     strategy = build_strategy(fv.strategy, None, fv.cross_device_ops, runtime=runtime)
     return explain(strategy, strategy.info, FlagsSetup(selection, runtime, fv.logdir, fv.log_placement))
 
@@ -202,25 +239,27 @@ def check_batch_size(global_batch_size: int, replicas: int, *, what: str = "--ba
         UsageError: ``global_batch_size < replicas`` (under :func:`usage_errors`, absl's usage error).
     """
     if global_batch_size < replicas:
-        raise UsageError(f"{what}={global_batch_size} is smaller than the {replicas} replicas it is split across, "
-                         "so some replicas would train on no example.",
-                         hint=f"use {what}={replicas} or more (a multiple of {replicas} splits evenly), "
-                              "or fewer devices (--gpus, --virtual_devices).")
+        raise UsageError(
+            f"{what}={global_batch_size} is smaller than the {replicas} replicas it is split across, "
+            "so some replicas would train on no example.",
+            hint=f"use {what}={replicas} or more (a multiple of {replicas} splits evenly), "
+            "or fewer devices (--gpus, --virtual_devices).",
+        )
 
 
 @contextlib.contextmanager
 def usage_errors() -> Iterator[None]:
     """Turns a tfdevices :class:`~tfdevices.core.errors.UsageError` into absl's ``app.UsageError``, so an
     absl app answers a bad combination of flags found after parsing (``--batch_size`` smaller than the
-    replicas) with its usage message and exit status 1, as it does for a bad flag."""
+    replicas) with its usage message and exit status 1, as it does for a bad flag.
+    """
     try:
         yield
     except UsageError as err:
         raise app.UsageError(str(err)) from None
 
 
-def log_placement(fn: Callable[..., Any], *args: Any, flag_values: flags.FlagValues = FLAGS,
-                  **kwargs: Any) -> Any:
+def log_placement(fn: Callable[..., Any], *args: Any, flag_values: flags.FlagValues = FLAGS, **kwargs: Any) -> Any:
     """With ``--log_placement``: runs ``fn`` once under :func:`tfdevices.verify` and writes the
     placement to ``--logdir`` for TensorBoard.
 
@@ -246,8 +285,9 @@ def log_placement(fn: Callable[..., Any], *args: Any, flag_values: flags.FlagVal
 
 def _parsed(fv: flags.FlagValues) -> flags.FlagValues:
     if "gpus" not in fv:
-        raise InputError("the tfdevices flags are not defined.",
-                         hint="call tfdevices.flags.define_flags() at module level.")
+        raise InputError(
+            "the tfdevices flags are not defined.", hint="call tfdevices.flags.define_flags() at module level."
+        )
     if not fv.is_parsed():
         raise InputError("the flags are not parsed yet.", hint="call this inside main(), under absl.app.run.")
     return fv

@@ -22,11 +22,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from tfdevices.core.devices import default_devices, logical_devices, short_name
 from tfdevices.core._tf import import_tf
+from tfdevices.core.devices import default_devices, logical_devices, short_name
 from tfdevices.core.errors import InputError
-from tfdevices.gpus.inventory import Inventory
 from tfdevices.core.units import format_bytes, parse_memory
+from tfdevices.gpus.inventory import Inventory
 
 # name fragment -> (FP32 peak FLOP/s without tensor cores, host link bytes/s (PCIe, one direction)).
 # From the vendors' data sheets. TensorFlow runs float32 matmuls as TF32 on Ampere and later,
@@ -117,8 +117,14 @@ class DeviceSpeed:
         return f"{who}: matmul {flops}; copy {copy}"
 
 
-def measure_devices(devices: Sequence[str] | None = None, *, size: int = 1024, matmuls: int = 8,
-                    copy_bytes: int | str = "64MiB", inventory: Inventory | None = None) -> tuple[DeviceSpeed, ...]:
+def measure_devices(
+    devices: Sequence[str] | None = None,
+    *,
+    size: int = 1024,
+    matmuls: int = 8,
+    copy_bytes: int | str = "64MiB",
+    inventory: Inventory | None = None,
+) -> tuple[DeviceSpeed, ...]:
     """Measures matmul FLOP/s and copy bytes/s on each device.
 
     Each figure is the best of three timed runs after one warm-up, so a first
@@ -141,8 +147,9 @@ def measure_devices(devices: Sequence[str] | None = None, *, size: int = 1024, m
     """
     for what, value in (("size", size), ("matmuls", matmuls)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise InputError(f"measure_devices({what}={value!r}): expected a whole number >= 1.",
-                             hint="e.g. size=1024, matmuls=8.")
+            raise InputError(
+                f"measure_devices({what}={value!r}): expected a whole number >= 1.", hint="e.g. size=1024, matmuls=8."
+            )
     nbytes = parse_memory(copy_bytes, what="copy_bytes")
     tf = import_tf()
     logical = list(logical_devices())
@@ -151,8 +158,10 @@ def measure_devices(devices: Sequence[str] | None = None, *, size: int = 1024, m
     names = [short_name(d, what="device") for d in devices]
     unknown = [d for d in names if d not in logical]
     if unknown:
-        raise InputError(f"measure_devices: unknown device(s) {unknown}; TensorFlow has {logical}.",
-                         hint="name devices as TensorFlow lists them, e.g. 'GPU:0'.")
+        raise InputError(
+            f"measure_devices: unknown device(s) {unknown}; TensorFlow has {logical}.",
+            hint="name devices as TensorFlow lists them, e.g. 'GPU:0'.",
+        )
     return tuple(_measure_one(tf, d, size, matmuls, nbytes, inventory) for d in names)
 
 
@@ -166,8 +175,9 @@ def _best_of(runs: int, fn: Any) -> float:
     return best
 
 
-def _measure_one(tf: Any, device: str, size: int, matmuls: int, nbytes: int,
-                 inventory: Inventory | None) -> DeviceSpeed:
+def _measure_one(
+    tf: Any, device: str, size: int, matmuls: int, nbytes: int, inventory: Inventory | None
+) -> DeviceSpeed:
     with tf.device(device):
         a = tf.random.normal((size, size), dtype=tf.float32)
         b = tf.random.normal((size, size), dtype=tf.float32) / math.sqrt(size)
@@ -195,11 +205,20 @@ def _measure_one(tf: Any, device: str, size: int, matmuls: int, nbytes: int,
     gpu = _gpu_for(device, inventory)
     peak = peak_for(gpu.name) if gpu is not None else None
     return DeviceSpeed(
-        device=device, gpu_index=None if gpu is None else gpu.index, name="" if gpu is None else gpu.name,
-        flops=2.0 * size**3 * matmuls / matmul_s, copy_bytes_per_s=moved_bytes / copy_s,
-        copy_kind="host->device" if is_gpu else "in-memory", matmul_size=size, matmuls=matmuls,
-        matmul_seconds=matmul_s, copy_bytes=moved_bytes, copy_seconds=copy_s,
-        peak_flops=None if peak is None else peak[0], peak_copy_bytes_per_s=None if peak is None else peak[1])
+        device=device,
+        gpu_index=None if gpu is None else gpu.index,
+        name="" if gpu is None else gpu.name,
+        flops=2.0 * size**3 * matmuls / matmul_s,
+        copy_bytes_per_s=moved_bytes / copy_s,
+        copy_kind="host->device" if is_gpu else "in-memory",
+        matmul_size=size,
+        matmuls=matmuls,
+        matmul_seconds=matmul_s,
+        copy_bytes=moved_bytes,
+        copy_seconds=copy_s,
+        peak_flops=None if peak is None else peak[0],
+        peak_copy_bytes_per_s=None if peak is None else peak[1],
+    )
 
 
 def _gpu_for(device: str, inventory: Inventory | None) -> Any:

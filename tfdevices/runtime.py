@@ -30,12 +30,12 @@ from typing import Any, TypeGuard
 
 from tfdevices.core._tf import import_tf
 from tfdevices.core.devices import short_name
-from tfdevices.gpus.discovery import discover
 from tfdevices.core.errors import PYTHON, EnvVarError, InputError, RuntimeInitializedError, Terms, TfDevicesError
+from tfdevices.core.units import format_bytes, parse_count, parse_memory, shown
+from tfdevices.gpus.discovery import discover
 from tfdevices.gpus.inventory import INVENTORY_ENV, GpuInfo, Inventory
 from tfdevices.gpus.selection import Selection, select
 from tfdevices.jobs.env import VIRTUAL_DEVICES_ENV
-from tfdevices.core.units import format_bytes, parse_count, parse_memory, shown
 
 _MIB = 1024 * 1024
 _SPLIT_MARGIN = 0.95  # of a GPU's free memory shared out when splitting without memory_limit
@@ -85,18 +85,28 @@ class RuntimeConfig:
             if nvml == key:
                 return tf_name
         used = ", ".join(n for n, _ in self.gpu_map) or "none"
-        raise InputError(f"GPU {key!r} is not configured for TensorFlow; configured NVML GPUs: {used}.",
-                         hint="select it before configure(), e.g. configure(select('0,1')).")
+        raise InputError(
+            f"GPU {key!r} is not configured for TensorFlow; configured NVML GPUs: {used}.",
+            hint="select it before configure(), e.g. configure(select('0,1')).",
+        )
 
     def table(self) -> str:
         """What was applied, one row per setting, for people."""
-        rows = [("mask", f"CUDA_VISIBLE_DEVICES={self.mask} (via {self.method})" if self.mask else
-                 "unchanged" if self.method == "unchanged" else f"unchanged ({self.method})"),
-                ("GPUs (NVML -> TF)", ", ".join(f"{n} -> {self._names_of(n, t)}" for n, t in self.gpu_map) or "none"),
-                ("memory growth", "default" if self.memory_growth is None else str(self.memory_growth)),
-                ("memory limit", self._limits_text()),
-                ("logical split", self._split_text()),
-                ("logical devices", ", ".join(self.logical_devices))]
+        rows = [
+            (
+                "mask",
+                f"CUDA_VISIBLE_DEVICES={self.mask} (via {self.method})"
+                if self.mask
+                else "unchanged"
+                if self.method == "unchanged"
+                else f"unchanged ({self.method})",
+            ),
+            ("GPUs (NVML -> TF)", ", ".join(f"{n} -> {self._names_of(n, t)}" for n, t in self.gpu_map) or "none"),
+            ("memory growth", "default" if self.memory_growth is None else str(self.memory_growth)),
+            ("memory limit", self._limits_text()),
+            ("logical split", self._split_text()),
+            ("logical devices", ", ".join(self.logical_devices)),
+        ]
         rows += [("note", n) for n in self.notes]
         width = max(len(k) for k, _ in rows)
         return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
@@ -121,11 +131,14 @@ class RuntimeConfig:
         if not self.memory_limits:
             return "none"
         derived = self._request and self._request[2] == () and self._request[3]
-        return "; ".join(f"GPU {key}: " + " + ".join(format_bytes(b) for b in limits)
-                         for key, limits in self.memory_limits) + (
+        return "; ".join(
+            f"GPU {key}: " + " + ".join(format_bytes(b) for b in limits) for key, limits in self.memory_limits
+        ) + (
             f" (not asked for: a split needs each part's memory, so {_SPLIT_MARGIN:.0%} of each GPU's free "
             f"memory is shared among its {self._request[3]} logical devices; a memory limit sets them)"
-            if derived else "")
+            if derived
+            else ""
+        )
 
 
 _CURRENT: RuntimeConfig | None = None
@@ -162,7 +175,8 @@ def current() -> RuntimeConfig | None:
 
 def gpu_map(logical: Sequence[str], config: RuntimeConfig | None = None) -> dict[str, str]:
     """NVML key -> TensorFlow name of the GPUs: from ``config`` (default: what :func:`configure`
-    applied in this process), else from :func:`tfdevices.discover` when ``logical`` has GPUs."""
+    applied in this process), else from :func:`tfdevices.discover` when ``logical`` has GPUs.
+    """
     config = config if config is not None else _CURRENT
     if config is not None:
         return dict(config.gpu_map)
@@ -181,9 +195,16 @@ def runtime_started() -> bool:
     return ctx is not None and ctx._context_handle is not None  # pylint: disable=protected-access
 
 
-def configure(selection: Selection | object = None, *, memory_growth: bool | None = None,
-              memory_limit: object = None, virtual_devices: int | None = None,
-              inventory: Inventory | None = None, dry_run: bool = False, terms: Terms = PYTHON) -> RuntimeConfig:
+def configure(
+    selection: Selection | object = None,
+    *,
+    memory_growth: bool | None = None,
+    memory_limit: object = None,
+    virtual_devices: int | None = None,
+    inventory: Inventory | None = None,
+    dry_run: bool = False,
+    terms: Terms = PYTHON,
+) -> RuntimeConfig:
     """Configures TensorFlow's devices, in the only order that works.
 
     Portable: on a machine without a GPU, ``memory_growth`` and ``memory_limit`` are
@@ -214,8 +235,11 @@ def configure(selection: Selection | object = None, *, memory_growth: bool | Non
         RuntimeInitializedError: TensorFlow's runtime already started with another configuration.
     """
     growth, limits, split = _validate(memory_growth, memory_limit, virtual_devices, terms)
-    sel = selection if isinstance(selection, Selection) or selection is None else select(selection, inventory,
-                                                                                            terms=terms)
+    sel = (
+        selection
+        if isinstance(selection, Selection) or selection is None
+        else select(selection, inventory, terms=terms)
+    )
     if dry_run:
         return _dry_run(sel, growth, limits, split, inventory, terms)
     request = (None if sel is None else sel.cuda_visible_devices, growth, limits, split)
@@ -226,34 +250,51 @@ def configure(selection: Selection | object = None, *, memory_growth: bool | Non
     return _apply(sel, growth, limits, split)
 
 
-def _dry_run(sel: Selection | None, growth: bool | None, limits: Limits, split: int | None,
-             inventory: Inventory | None, terms: Terms) -> RuntimeConfig:
+def _dry_run(
+    sel: Selection | None,
+    growth: bool | None,
+    limits: Limits,
+    split: int | None,
+    inventory: Inventory | None,
+    terms: Terms,
+) -> RuntimeConfig:
     """The plan for this machine's (or the saved inventory's) GPUs; nothing applied."""
     visible = None if sel is not None else (inventory if inventory is not None else discover()).visible
-    plan = plan_runtime(sel, memory_growth=growth, memory_limit=limits or None, virtual_devices=split,
-                        tf_imported="tensorflow" in sys.modules, visible=visible, terms=terms)
+    plan = plan_runtime(
+        sel,
+        memory_growth=growth,
+        memory_limit=limits or None,
+        virtual_devices=split,
+        tf_imported="tensorflow" in sys.modules,
+        visible=visible,
+        terms=terms,
+    )
     env = ", ".join(f"{k}={v}" for k, v in plan.env)
-    method = {"environment": f"dry run: nothing applied; would set {env or 'nothing'}",
-              "unchanged": "dry run: nothing applied"}.get(plan.config.method,
-                                                           f"dry run: nothing applied; would use {plan.config.method}")
+    method = {
+        "environment": f"dry run: nothing applied; would set {env or 'nothing'}",
+        "unchanged": "dry run: nothing applied",
+    }.get(plan.config.method, f"dry run: nothing applied; would use {plan.config.method}")
     return dataclasses.replace(plan.config, method=method)
 
 
-def _validate(growth: object, limit: object, split: object,
-              terms: Terms = PYTHON) -> tuple[bool | None, Limits, int | None]:
+def _validate(
+    growth: object, limit: object, split: object, terms: Terms = PYTHON
+) -> tuple[bool | None, Limits, int | None]:
     if growth is not None and not isinstance(growth, bool):
         raise InputError(f"memory_growth={growth!r}: must be True, False or None.", hint="pass a bool.")
     if split is not None and (isinstance(split, bool) or not isinstance(split, int) or not 1 <= split <= _MAX_LOGICAL):
-        raise InputError(f"{terms.setting('virtual_devices', split)}: must be a whole number from 1 to "
-                         f"{_MAX_LOGICAL}.", hint=f"write e.g. {terms.setting('virtual_devices', 4)} to split the "
-                                                  "device into 4 logical devices.")
+        raise InputError(
+            f"{terms.setting('virtual_devices', split)}: must be a whole number from 1 to {_MAX_LOGICAL}.",
+            hint=f"write e.g. {terms.setting('virtual_devices', 4)} to split the device into 4 logical devices.",
+        )
     limits = normalize_memory_limit(limit, split, terms=terms)
     if growth and (limits or split is not None):
         other = terms.name("memory_limit") if limits else terms.name("virtual_devices")
-        raise InputError(f"{terms.setting('memory_growth', True)} cannot be combined with {other}: "
-                         "TensorFlow refuses memory growth on a device with logical configurations.",
-                         hint=f"drop {terms.name('memory_growth')} to keep a fixed share, or {other} to grow "
-                              "as needed: not both.")
+        raise InputError(
+            f"{terms.setting('memory_growth', True)} cannot be combined with {other}: "
+            "TensorFlow refuses memory growth on a device with logical configurations.",
+            hint=f"drop {terms.name('memory_growth')} to keep a fixed share, or {other} to grow as needed: not both.",
+        )
     return growth, limits, split
 
 
@@ -287,10 +328,21 @@ def normalize_memory_limit(limit: object, split: int | None = None, *, terms: Te
         for key, value in limit.items():
             name = str(key).strip()
             if isinstance(key, bool) or not (name.replace(":", "", 1).isascii() and name.replace(":", "", 1).isdigit()):
-                raise InputError(f"memory_limit: key {shown(key)} is not a GPU's NVML key.",
-                                 hint="key the dict by NVML index, as nvidia-smi shows it: {'0': '8GiB', '1': '4GiB'}.")
-            pairs.append((name, _sizes(value, split, terms.name("memory_limit") + (
-                f"[{name!r}]" if terms.style == "python" else f" for GPU {name}"), terms)))
+                raise InputError(
+                    f"memory_limit: key {shown(key)} is not a GPU's NVML key.",
+                    hint="key the dict by NVML index, as nvidia-smi shows it: {'0': '8GiB', '1': '4GiB'}.",
+                )
+            pairs.append(
+                (
+                    name,
+                    _sizes(
+                        value,
+                        split,
+                        terms.name("memory_limit") + (f"[{name!r}]" if terms.style == "python" else f" for GPU {name}"),
+                        terms,
+                    ),
+                )
+            )
         if len({k for k, _ in pairs}) != len(pairs):
             raise InputError(f"memory_limit names a GPU twice: {shown(list(limit))}.", hint="name each GPU once.")
         return tuple(sorted(pairs, key=lambda kv: [int(p) for p in kv[0].split(":")]))
@@ -300,18 +352,22 @@ def normalize_memory_limit(limit: object, split: int | None = None, *, terms: Te
 def _sizes(value: object, split: int | None, what: str, terms: Terms = PYTHON) -> tuple[int, ...]:
     if isinstance(value, (list, tuple)):
         if not value or len(value) > _MAX_LOGICAL:
-            raise InputError(f"{what}={shown(value)}: a list needs 1 to {_MAX_LOGICAL} sizes, one per logical device.",
-                             hint="e.g. ['6GiB', '2GiB'] for two logical devices.")
+            raise InputError(
+                f"{what}={shown(value)}: a list needs 1 to {_MAX_LOGICAL} sizes, one per logical device.",
+                hint="e.g. ['6GiB', '2GiB'] for two logical devices.",
+            )
         if split is not None and len(value) != split:
-            raise InputError(f"{what} lists {len(value)} sizes but {terms.setting('virtual_devices', split)}.",
-                             hint=f"leave {terms.name('virtual_devices')} out: the list says how many logical "
-                                  "devices.")
+            raise InputError(
+                f"{what} lists {len(value)} sizes but {terms.setting('virtual_devices', split)}.",
+                hint=f"leave {terms.name('virtual_devices')} out: the list says how many logical devices.",
+            )
         sizes = tuple(parse_memory(v, what=what) for v in value)
     else:
         sizes = (parse_memory(value, what=what),) * (split or 1)  # type: ignore[arg-type]
     if min(sizes) < _MIB:
-        raise InputError(f"{what}={shown(value)}: below 1 MiB, TensorFlow's unit for limits.",
-                         hint="write e.g. '2GiB'.")
+        raise InputError(
+            f"{what}={shown(value)}: below 1 MiB, TensorFlow's unit for limits.", hint="write e.g. '2GiB'."
+        )
     return sizes
 
 
@@ -339,10 +395,17 @@ class RuntimePlan:
     config: RuntimeConfig
 
 
-def plan_runtime(sel: Selection | None, *, memory_growth: bool | None = None, memory_limit: object = None,
-                 virtual_devices: int | None = None, tf_imported: bool = False,
-                 gpu_count: int | None = None, visible: Sequence[GpuInfo] | None = None,
-                 terms: Terms = PYTHON) -> RuntimePlan:
+def plan_runtime(
+    sel: Selection | None,
+    *,
+    memory_growth: bool | None = None,
+    memory_limit: object = None,
+    virtual_devices: int | None = None,
+    tf_imported: bool = False,
+    gpu_count: int | None = None,
+    visible: Sequence[GpuInfo] | None = None,
+    terms: Terms = PYTHON,
+) -> RuntimePlan:
     """Plans a configuration (pure: no environment, no TensorFlow).
 
     Args:
@@ -370,12 +433,15 @@ def plan_runtime(sel: Selection | None, *, memory_growth: bool | None = None, me
     gpus = _tf_ordered(sel, tf_imported) if sel is not None else tuple(visible or ())
     count = len(gpus) if sel is not None or visible is not None else gpu_count or 0
     keys = [g.key for g in gpus] if gpus or sel is not None else [str(i) for i in range(count)]
-    limits_in = memory_limit if _is_limits(memory_limit) else normalize_memory_limit(memory_limit, virtual_devices,
-                                                                                      terms=terms)
+    limits_in = (
+        memory_limit if _is_limits(memory_limit) else normalize_memory_limit(memory_limit, virtual_devices, terms=terms)
+    )
     notes: list[str] = []
     if sel is not None and gpus != sel.gpus:
-        notes.append(f"GPUs in CUDA's order {', '.join(keys)}, not as selected ({sel.spec}): TensorFlow was "
-                     "imported before configure(), and set_visible_devices cannot reorder them")
+        notes.append(
+            f"GPUs in CUDA's order {', '.join(keys)}, not as selected ({sel.spec}): TensorFlow was "
+            "imported before configure(), and set_visible_devices cannot reorder them"
+        )
     per_gpu: tuple[tuple[int, ...], ...] = ()
     if count and (limits_in or virtual_devices is not None):
         per_gpu = _gpu_limits(gpus, keys, limits_in, virtual_devices or 1, terms)
@@ -392,7 +458,8 @@ def plan_runtime(sel: Selection | None, *, memory_growth: bool | None = None, me
     flat = {b for p in per_gpu for b in p}
     uniform = len(flat) == 1 and all(per_gpu)
     config = RuntimeConfig(
-        mask=None if sel is None else sel.cuda_visible_devices, method=method,
+        mask=None if sel is None else sel.cuda_visible_devices,
+        method=method,
         gpu_map=tuple((k, f"GPU:{first}") for k, first in zip(keys, firsts)),
         memory_growth=memory_growth,
         memory_limit=next(iter(flat)) if uniform and limits_in else None,
@@ -400,13 +467,19 @@ def plan_runtime(sel: Selection | None, *, memory_growth: bool | None = None, me
         split=split or ("GPU" if any(n > 1 for n in sizes) else None),
         logical_devices=tuple(f"GPU:{i}" for i in range(sum(sizes) if count else 0))
         + tuple(f"CPU:{i}" for i in range(cpu_split or 1)),
-        notes=tuple(notes), memory_limits=tuple((k, p) for k, p in zip(keys, per_gpu) if p),
-        _request=(None if sel is None else sel.cuda_visible_devices, memory_growth, limits_in, virtual_devices))
+        notes=tuple(notes),
+        memory_limits=tuple((k, p) for k, p in zip(keys, per_gpu) if p),
+        _request=(None if sel is None else sel.cuda_visible_devices, memory_growth, limits_in, virtual_devices),
+    )
     return RuntimePlan(
         env=tuple(sel.env().items()) if sel is not None and method == "environment" else (),
         visible_ordinals=_ordinals(sel) if sel is not None and method == "tf.config" else None,
-        gpu_count=count, memory_growth=memory_growth, gpu_limits=per_gpu,
-        cpu_split=cpu_split, config=config)
+        gpu_count=count,
+        memory_growth=memory_growth,
+        gpu_limits=per_gpu,
+        cpu_split=cpu_split,
+        config=config,
+    )
 
 
 def _even_split(sizes: Sequence[int]) -> int | None:
@@ -416,13 +489,17 @@ def _even_split(sizes: Sequence[int]) -> int | None:
 
 def _is_limits(value: object) -> TypeGuard[Limits]:
     """Whether ``value`` is already normalized (:data:`Limits`)."""
-    return isinstance(value, tuple) and all(
-        isinstance(p, tuple) and len(p) == 2 and isinstance(p[1], tuple) for p in value) and bool(value)
+    return (
+        isinstance(value, tuple)
+        and all(isinstance(p, tuple) and len(p) == 2 and isinstance(p[1], tuple) for p in value)
+        and bool(value)
+    )
 
 
 def _tf_ordered(sel: Selection, tf_imported: bool) -> tuple[GpuInfo, ...]:
     """The selected GPUs in TensorFlow's order: the mask's (as selected) before import; after it,
-    ``set_visible_devices`` can only keep CUDA's order."""
+    ``set_visible_devices`` can only keep CUDA's order.
+    """
     if not tf_imported or any(g.cuda_ordinal is None for g in sel.gpus):
         return sel.gpus
     return tuple(sorted(sel.gpus, key=lambda g: g.cuda_ordinal or 0))
@@ -435,29 +512,39 @@ def _check_limits(gpus: Sequence[GpuInfo], per_gpu: Sequence[tuple[int, ...]], t
     if over:
         smallest = min(g.memory_total for g, _ in over)
         fits = max(1, int(smallest * 0.9) >> 30)
-        raise InputError(f"{terms.name('memory_limit')} asks for more memory than a GPU has: " + "; ".join(
-            f"GPU {g.key} ({g.name}) has {format_bytes(g.memory_total)} in all, {format_bytes(asked)} asked"
-            for g, asked in over) + ".",
-            hint=f"keep each GPU's limits within its memory, e.g. {terms.setting('memory_limit', f'{fits}GiB')}.")
+        raise InputError(
+            f"{terms.name('memory_limit')} asks for more memory than a GPU has: "
+            + "; ".join(
+                f"GPU {g.key} ({g.name}) has {format_bytes(g.memory_total)} in all, {format_bytes(asked)} asked"
+                for g, asked in over
+            )
+            + ".",
+            hint=f"keep each GPU's limits within its memory, e.g. {terms.setting('memory_limit', f'{fits}GiB')}.",
+        )
     for g, shares in zip(gpus, per_gpu):
         if shares and g.memory_total and sum(shares) > g.memory_free:
-            notes.append(f"memory limit {format_bytes(sum(shares))} on GPU {g.key} is more than its "
-                         f"{format_bytes(g.memory_free)} free now: other processes hold the rest")
+            notes.append(
+                f"memory limit {format_bytes(sum(shares))} on GPU {g.key} is more than its "
+                f"{format_bytes(g.memory_free)} free now: other processes hold the rest"
+            )
     return notes
 
 
 def _ordinals(sel: Selection) -> tuple[int, ...]:
     missing = [g.key for g in sel.gpus if g.cuda_ordinal is None]
     if missing:
-        raise InputError(f"GPU {', '.join(missing)} selected, but hidden from CUDA in this process "
-                         f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}) and TensorFlow is "
-                         "already imported, so the mask can no longer change.",
-                         hint="call tfdevices.configure() before importing TensorFlow, or select among the visible GPUs.")
+        raise InputError(
+            f"GPU {', '.join(missing)} selected, but hidden from CUDA in this process "
+            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}) and TensorFlow is "
+            "already imported, so the mask can no longer change.",
+            hint="call tfdevices.configure() before importing TensorFlow, or select among the visible GPUs.",
+        )
     return tuple(sorted(g.cuda_ordinal for g in sel.gpus if g.cuda_ordinal is not None))
 
 
-def _gpu_limits(gpus: Sequence[GpuInfo], keys: Sequence[str], limits: Limits,
-                split: int, terms: Terms = PYTHON) -> tuple[tuple[int, ...], ...]:
+def _gpu_limits(
+    gpus: Sequence[GpuInfo], keys: Sequence[str], limits: Limits, split: int, terms: Terms = PYTHON
+) -> tuple[tuple[int, ...], ...]:
     """Bytes per logical device for each physical GPU (``()``: leave it unconfigured)."""
     if limits and limits[0][0] is None:
         return (limits[0][1],) * len(keys)
@@ -465,15 +552,19 @@ def _gpu_limits(gpus: Sequence[GpuInfo], keys: Sequence[str], limits: Limits,
         named = dict(limits)
         unknown = [str(k) for k in named if k not in keys]
         if unknown:
-            raise InputError(f"{terms.name('memory_limit')} names GPU {', '.join(unknown)}, which is not selected; "
-                             f"selected: {', '.join(keys) or 'none'}.",
-                             hint="key the limits by the NVML index of a selected GPU.")
+            raise InputError(
+                f"{terms.name('memory_limit')} names GPU {', '.join(unknown)}, which is not selected; "
+                f"selected: {', '.join(keys) or 'none'}.",
+                hint="key the limits by the NVML index of a selected GPU.",
+            )
         return tuple(named.get(k, ()) for k in keys)
     free = [g.memory_free for g in gpus]
     if len(free) != len(keys) or not all(free):
-        raise InputError(f"{terms.setting('virtual_devices', split)}: splitting a GPU needs each part's memory, "
-                         "and the free memory of the visible GPUs is unknown.",
-                         hint=f"give the memory of each logical GPU, e.g. {terms.setting('memory_limit', '4GiB')}.")
+        raise InputError(
+            f"{terms.setting('virtual_devices', split)}: splitting a GPU needs each part's memory, "
+            "and the free memory of the visible GPUs is unknown.",
+            hint=f"give the memory of each logical GPU, e.g. {terms.setting('memory_limit', '4GiB')}.",
+        )
     return tuple((int(f * _SPLIT_MARGIN) // split,) * split for f in free)
 
 
@@ -483,8 +574,14 @@ def _apply(sel: Selection | None, growth: bool | None, limit: Limits, split: int
     tf_imported = "tensorflow" in sys.modules
     quiet_tensorflow_logs()
     count = None if sel is not None else len(import_tf().config.list_physical_devices("GPU"))
-    plan = plan_runtime(sel, memory_growth=growth, memory_limit=limit or None, virtual_devices=split,
-                        tf_imported=tf_imported, gpu_count=count)
+    plan = plan_runtime(
+        sel,
+        memory_growth=growth,
+        memory_limit=limit or None,
+        virtual_devices=split,
+        tf_imported=tf_imported,
+        gpu_count=count,
+    )
     _say_once(plan.config.notes)
     os.environ.update(dict(plan.env))
     tf = import_tf()
@@ -497,13 +594,15 @@ def _apply(sel: Selection | None, growth: bool | None, limit: Limits, split: int
             f"{plan.gpu_count} GPU(s) selected (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')}) "
             f"but TensorFlow lists {len(gpus)}: CUDA could not use them.",
             hint="check the driver and CUDA libraries (pip install 'tfdevices[and-cuda]'); "
-                 "tf.sysconfig.get_build_info() shows what TensorFlow expects.")
+            "tf.sysconfig.get_build_info() shows what TensorFlow expects.",
+        )
     for gpu in gpus if plan.memory_growth is not None else ():
         tf.config.experimental.set_memory_growth(gpu, plan.memory_growth)
     for gpu, shares in zip(gpus, plan.gpu_limits):
         if shares:
             tf.config.set_logical_device_configuration(
-                gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=share // _MIB) for share in shares])
+                gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=share // _MIB) for share in shares]
+            )
     if plan.cpu_split:
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * plan.cpu_split)
@@ -514,8 +613,10 @@ def _apply(sel: Selection | None, growth: bool | None, limit: Limits, split: int
 def _limits_words(limits: Limits) -> str:
     if not limits:
         return "None"
-    return "; ".join(f"{'every GPU' if key is None else 'GPU ' + key}: " + " + ".join(format_bytes(b) for b in sizes)
-                     for key, sizes in limits)
+    return "; ".join(
+        f"{'every GPU' if key is None else 'GPU ' + key}: " + " + ".join(format_bytes(b) for b in sizes)
+        for key, sizes in limits
+    )
 
 
 _SAID: set[str] = set()
@@ -547,8 +648,10 @@ def set_soft_placement(enabled: bool) -> bool:
 def _set_visible(tf: Any, ordinals: tuple[int, ...], gpus: list[Any]) -> list[Any]:
     """``tf.config.set_visible_devices`` for these CUDA ordinals (TensorFlow already imported)."""
     if ordinals and ordinals[-1] >= len(gpus):
-        raise InputError(f"CUDA ordinals {list(ordinals)} selected, but TensorFlow sees {len(gpus)} GPU(s).",
-                         hint="call tfdevices.configure() before importing TensorFlow.")
+        raise InputError(
+            f"CUDA ordinals {list(ordinals)} selected, but TensorFlow sees {len(gpus)} GPU(s).",
+            hint="call tfdevices.configure() before importing TensorFlow.",
+        )
     wanted = [gpus[i] for i in ordinals]
     tf.config.set_visible_devices(wanted, "GPU")
     return wanted
@@ -558,7 +661,8 @@ def trace_runtime_start() -> None:
     """Records where TensorFlow's runtime starts, so a late configure() can say which call did it.
 
     :func:`configure` calls it, and so does every tfdevices call that may start the runtime
-    (``build_strategy``, ``device_scope`` ...): then the line named is the user's call of it."""
+    (``build_strategy``, ``device_scope`` ...): then the line named is the user's call of it.
+    """
     from tensorflow.python.eager import context  # noqa: PLC0415 (lazy TensorFlow)
 
     original = context.Context.ensure_initialized
@@ -577,8 +681,13 @@ def trace_runtime_start() -> None:
 
 def _user_frame() -> str:
     """The innermost caller outside TensorFlow, Keras and tfdevices: the line that started the runtime."""
-    skip = (os.sep + "tensorflow" + os.sep, os.sep + "keras" + os.sep, os.sep + "tf_keras" + os.sep,
-            os.path.dirname(os.path.abspath(__file__)) + os.sep, "<frozen ")
+    skip = (
+        os.sep + "tensorflow" + os.sep,
+        os.sep + "keras" + os.sep,
+        os.sep + "tf_keras" + os.sep,
+        os.path.dirname(os.path.abspath(__file__)) + os.sep,
+        "<frozen ",
+    )
     for frame in reversed(traceback.extract_stack()[:-2]):
         if not any(s in frame.filename for s in skip):
             return f"{frame.filename}:{frame.lineno} ({(frame.line or frame.name).strip()})"
@@ -587,30 +696,45 @@ def _user_frame() -> str:
 
 def unseen_gpu_hint(key: str) -> str:
     """The fix for a GPU named by NVML index that TensorFlow does not see, by why: it does not
-    exist, TensorFlow started without it, or it can still be selected."""
+    exist, TensorFlow started without it, or it can still be selected.
+    """
     inventory = discover()
     if inventory.get(key) is None:
         has = ", ".join(g.key for g in inventory.gpus[:16]) or f"no GPU ({inventory.reason or 'none found'})"
-        return (f"there is no GPU {key} here (GPUs: {has}); name devices TensorFlow has, e.g. "
-                "devices=['CPU:0', 'CPU:1'] (configure(virtual_devices=2) splits the CPU), or devices=None for "
-                "every visible device.")
+        return (
+            f"there is no GPU {key} here (GPUs: {has}); name devices TensorFlow has, e.g. "
+            "devices=['CPU:0', 'CPU:1'] (configure(virtual_devices=2) splits the CPU), or devices=None for "
+            "every visible device."
+        )
     if runtime_started():
-        return (f"TensorFlow's runtime started without GPU {key}; in a new process, call "
-                f"tfdevices.configure(tfdevices.select('{key}')) before any TensorFlow op (or start with --gpus={key}).")
+        return (
+            f"TensorFlow's runtime started without GPU {key}; in a new process, call "
+            f"tfdevices.configure(tfdevices.select('{key}')) before any TensorFlow op (or start with --gpus={key})."
+        )
     return f"select it before TensorFlow starts: configure(select('{key}')) or --gpus={key}."
 
 
 def _initialized_error(request: tuple[Any, ...]) -> RuntimeInitializedError:
-    where = f"it was started by {_STARTED_BY}" if _STARTED_BY else (
-        "something in this process started it (creating a tensor, listing logical devices or building a model)")
-    applied = (f" The configuration in force: mask={_CURRENT.mask}, growth={_CURRENT.memory_growth}, "
-               f"limit={_CURRENT._limits_text()}, split={_CURRENT.virtual_devices}.") if _CURRENT else ""
+    where = (
+        f"it was started by {_STARTED_BY}"
+        if _STARTED_BY
+        else ("something in this process started it (creating a tensor, listing logical devices or building a model)")
+    )
+    applied = (
+        (
+            f" The configuration in force: mask={_CURRENT.mask}, growth={_CURRENT.memory_growth}, "
+            f"limit={_CURRENT._limits_text()}, split={_CURRENT.virtual_devices}."
+        )
+        if _CURRENT
+        else ""
+    )
     return RuntimeInitializedError(
         f"cannot configure devices (mask={request[0]}, memory_growth={request[1]}, "
         f"memory_limit={_limits_words(request[2])}, virtual_devices={request[3]}): "
         f"TensorFlow's runtime has already started; {where}.{applied}",
         hint="call tfdevices.configure() first thing, before any TensorFlow op, model or device listing "
-             "(or set CUDA_VISIBLE_DEVICES before starting Python).")
+        "(or set CUDA_VISIBLE_DEVICES before starting Python).",
+    )
 
 
 def configure_worker(env: Mapping[str, str] | None = None) -> Any:
@@ -633,7 +757,8 @@ def configure_worker(env: Mapping[str, str] | None = None) -> Any:
         return None
     count = parse_count(value.strip(), limit=1024)
     if not count:
-        raise EnvVarError(f"{VIRTUAL_DEVICES_ENV}={shown(value)} is not a whole number >= 1 "
-                          "(ASCII digits, at most 1024).",
-                          hint="tfdevices launch --virtual-devices N sets it; unset it otherwise.")
+        raise EnvVarError(
+            f"{VIRTUAL_DEVICES_ENV}={shown(value)} is not a whole number >= 1 (ASCII digits, at most 1024).",
+            hint="tfdevices launch --virtual-devices N sets it; unset it otherwise.",
+        )
     return configure(virtual_devices=count)

@@ -52,8 +52,13 @@ class TaskPlacement:
     reason: str
 
 
-def plan_assignment(tasks: Sequence[str], devices: Sequence[str], policy: str = "round_robin", *,
-                    free_memory: Mapping[str, int] | None = None) -> tuple[TaskPlacement, ...]:
+def plan_assignment(
+    tasks: Sequence[str],
+    devices: Sequence[str],
+    policy: str = "round_robin",
+    *,
+    free_memory: Mapping[str, int] | None = None,
+) -> tuple[TaskPlacement, ...]:
     """Maps tasks to devices (pure).
 
     ``round_robin`` deals tasks out in order. ``by_memory`` gives each task to the
@@ -74,25 +79,34 @@ def plan_assignment(tasks: Sequence[str], devices: Sequence[str], policy: str = 
             ``by_memory`` without a memory figure for some device.
     """
     if policy not in POLICIES:
-        raise InputError(f"assign policy {policy!r} is unknown; known policies: {', '.join(POLICIES)}.",
-                         hint="use 'round_robin' or 'by_memory'.")
+        raise InputError(
+            f"assign policy {policy!r} is unknown; known policies: {', '.join(POLICIES)}.",
+            hint="use 'round_robin' or 'by_memory'.",
+        )
     for what, names in (("tasks", tasks), ("devices", devices)):
         if not names:
             raise InputError(f"assign: no {what} given.", hint=f"pass at least one of the {what}.")
         dupes = sorted(n for n, k in Counter(names).items() if k > 1)
         if dupes:
-            listed = ", ".join(repr(n) for n in dupes[:10]) + (f", ... {len(dupes) - 10} more" if len(dupes) > 10 else "")
-            raise InputError(f"assign: {what} {listed} appear more than once among the {len(names)} given.",
-                             hint=f"give each of the {what} once.")
+            listed = ", ".join(repr(n) for n in dupes[:10]) + (
+                f", ... {len(dupes) - 10} more" if len(dupes) > 10 else ""
+            )
+            raise InputError(
+                f"assign: {what} {listed} appear more than once among the {len(names)} given.",
+                hint=f"give each of the {what} once.",
+            )
     if policy == "round_robin":
-        return tuple(TaskPlacement(t, devices[i % len(devices)], f"round robin: task {i} of {len(tasks)}")
-                     for i, t in enumerate(tasks))
+        return tuple(
+            TaskPlacement(t, devices[i % len(devices)], f"round robin: task {i} of {len(tasks)}")
+            for i, t in enumerate(tasks)
+        )
     memory = dict(free_memory or {})
     missing = [d for d in devices if d not in memory]
     if missing:
-        raise InputError(f"assign policy 'by_memory': no free-memory figure for {missing}; "
-                         f"known: {sorted(memory) or 'none'}.",
-                         hint="by_memory needs GPUs with NVML memory figures; use policy='round_robin' for CPUs.")
+        raise InputError(
+            f"assign policy 'by_memory': no free-memory figure for {missing}; known: {sorted(memory) or 'none'}.",
+            hint="by_memory needs GPUs with NVML memory figures; use policy='round_robin' for CPUs.",
+        )
     # the device with the most free memory per task once this one is added, earliest first on ties: a heap,
     # so planning stays O(tasks * log devices)
     heap: list[tuple[float, int, int]] = [(-memory[d], i, 0) for i, d in enumerate(devices)]
@@ -101,8 +115,9 @@ def plan_assignment(tasks: Sequence[str], devices: Sequence[str], policy: str = 
     for task in tasks:
         _, i, count = heapq.heappop(heap)
         device = devices[i]
-        plan.append(TaskPlacement(task, device, f"by memory: {format_bytes(memory[device])} free, "
-                                                f"task {count + 1} on it"))
+        plan.append(
+            TaskPlacement(task, device, f"by memory: {format_bytes(memory[device])} free, task {count + 1} on it")
+        )
         heapq.heappush(heap, (-memory[device] / (count + 2), i, count + 1))
     return tuple(plan)
 
@@ -150,8 +165,9 @@ def resolve_device(device: int | str) -> tuple[str, str]:
     """
     runtime.trace_runtime_start()
     logical = logical_devices()
-    names, tf_names = resolve_devices([device], logical=logical, gpu_map=runtime.gpu_map(logical),
-                                      unseen=runtime.unseen_gpu_hint)
+    names, tf_names = resolve_devices(
+        [device], logical=logical, gpu_map=runtime.gpu_map(logical), unseen=runtime.unseen_gpu_hint
+    )
     return names[0], tf_names[0]
 
 
@@ -176,9 +192,13 @@ class TaskResult:
     seconds: float = 0.0
 
 
-def assign(tasks: Sequence[Callable[[], Any] | str] | Mapping[str, Callable[[], Any]],
-           devices: Sequence[int | str] | None = None, policy: str = "round_robin", *,
-           run: bool = True) -> tuple[TaskResult, ...]:
+def assign(
+    tasks: Sequence[Callable[[], Any] | str] | Mapping[str, Callable[[], Any]],
+    devices: Sequence[int | str] | None = None,
+    policy: str = "round_robin",
+    *,
+    run: bool = True,
+) -> tuple[TaskResult, ...]:
     """Maps independent tasks to devices and runs each under its device, concurrently.
 
     Each task runs in its own thread inside :func:`device_scope`, so ops on
@@ -205,8 +225,9 @@ def assign(tasks: Sequence[Callable[[], Any] | str] | Mapping[str, Callable[[], 
     gpu_map = runtime.gpu_map(logical)
     if devices is None:
         devices = [tfdevices_name(d, gpu_map) for d in default_devices(logical)]
-    resolved = dict(zip(*resolve_devices(list(devices), logical=logical, gpu_map=gpu_map,
-                                         unseen=runtime.unseen_gpu_hint)))
+    resolved = dict(
+        zip(*resolve_devices(list(devices), logical=logical, gpu_map=gpu_map, unseen=runtime.unseen_gpu_hint))
+    )
     memory = _free_memory(list(resolved)) if policy == "by_memory" else None
     plan = plan_assignment([n for n, _ in named], list(resolved), policy, free_memory=memory)
     fns = dict(named)
@@ -223,8 +244,7 @@ def assign(tasks: Sequence[Callable[[], Any] | str] | Mapping[str, Callable[[], 
         except BaseException as err:  # noqa: BLE001 (re-raised below, in the caller's thread)
             errors.append(err)
             value = None
-        results[p.task] = TaskResult(p.task, p.device, resolved[p.device], p.reason, value,
-                                     time.perf_counter() - start)
+        results[p.task] = TaskResult(p.task, p.device, resolved[p.device], p.reason, value, time.perf_counter() - start)
 
     threads = [threading.Thread(target=work, args=(p,), name=f"tfdevices-{p.task}") for p in plan]
     for t in threads:
@@ -240,20 +260,25 @@ def _named_tasks(tasks: object) -> list[tuple[str, Callable[[], Any] | None]]:
     if isinstance(tasks, Mapping):
         items = list(tasks.items())
     elif isinstance(tasks, (list, tuple)):
-        items = [(t, None) if isinstance(t, str) else (getattr(t, "__name__", f"task{i}"), t)
-                 for i, t in enumerate(tasks)]
+        items = [
+            (t, None) if isinstance(t, str) else (getattr(t, "__name__", f"task{i}"), t) for i, t in enumerate(tasks)
+        ]
     else:
-        raise InputError(f"assign(tasks=...): expected a list or a mapping, got {type(tasks).__name__}.",
-                         hint="pass [fn1, fn2] or {'name': fn}.")
+        raise InputError(
+            f"assign(tasks=...): expected a list or a mapping, got {type(tasks).__name__}.",
+            hint="pass [fn1, fn2] or {'name': fn}.",
+        )
     for name, fn in items:
         if not isinstance(name, str) or (fn is not None and not callable(fn)):
-            raise InputError(f"assign: task {name!r} -> {fn!r} is neither a callable nor a name.",
-                             hint="pass functions taking no arguments, or task names to plan only.")
+            raise InputError(
+                f"assign: task {name!r} -> {fn!r} is neither a callable nor a name.",
+                hint="pass functions taking no arguments, or task names to plan only.",
+            )
     return items
 
 
 def _free_memory(devices: Sequence[str]) -> dict[str, int]:
-    if not any(d.isdigit() or ":" in d and d.split(":")[0].isdigit() for d in devices):
+    if not any(d.isdigit() or (":" in d and d.split(":")[0].isdigit()) for d in devices):
         return {}
     inventory = discover()
     return {d: g.memory_free for d in devices if (g := inventory.get(d)) is not None}

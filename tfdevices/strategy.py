@@ -40,8 +40,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tfdevices import runtime as rt
-from tfdevices.core.devices import is_logical_name, logical_devices, resolve_devices, short_name, tfdevices_name
 from tfdevices.core._tf import import_tf
+from tfdevices.core.devices import is_logical_name, logical_devices, resolve_devices, short_name, tfdevices_name
 from tfdevices.core.errors import LaunchError, StrategyError
 from tfdevices.core.units import shown
 from tfdevices.gpus.discovery import discover
@@ -110,21 +110,34 @@ def cluster_from_env(env: Mapping[str, str]) -> ClusterEnv:
             f"TF_CONFIG names this process ps {info.role_index}, a parameter server: it serves "
             "ParameterServerStrategy, which Keras 3 does not support, and trains no replica of its own.",
             hint="run parameter-server training with tf_keras (TF_USE_LEGACY_KERAS=1 and "
-                 "tf.distribute.experimental.ParameterServerStrategy), or drop the ps tasks and train the "
-                 "chief and workers with build_strategy('multi_worker').")
+            "tf.distribute.experimental.ParameterServerStrategy), or drop the ps tasks and train the "
+            "chief and workers with build_strategy('multi_worker').",
+        )
     if info.role == "evaluator":
-        return ClusterEnv(1, "TF_CONFIG", f"TF_CONFIG names this process evaluator {info.role_index}: it does "
-                                          "not train, so one device of its own", info.tf_config)
+        return ClusterEnv(
+            1,
+            "TF_CONFIG",
+            f"TF_CONFIG names this process evaluator {info.role_index}: it does not train, so one device of its own",
+            info.tf_config,
+        )
     if info.source in ("TF_CONFIG", "ray") and info.tf_config is not None:
         tf_config = info.tf_config
         jobs = ", ".join(f"{len(a)} {job}" for job, a in tf_config.cluster.items())
-        return ClusterEnv(tf_config.num_workers, "TF_CONFIG",
-                          f"TF_CONFIG lists {jobs}; this is {tf_config.task_type} {tf_config.task_index}",
-                          tf_config)
+        return ClusterEnv(
+            tf_config.num_workers,
+            "TF_CONFIG",
+            f"TF_CONFIG lists {jobs}; this is {tf_config.task_type} {tf_config.task_index}",
+            tf_config,
+        )
     if info.source == "SLURM" and info.world_size > 1:
         nodes = f" on {len(info.nodes)} node(s)" if info.nodes else ""
-        return ClusterEnv(info.world_size, "SLURM", f"SLURM step with {info.world_size} tasks{nodes}",
-                          addresses=_slurm_addresses(env, info), task_index=info.rank)
+        return ClusterEnv(
+            info.world_size,
+            "SLURM",
+            f"SLURM step with {info.world_size} tasks{nodes}",
+            addresses=_slurm_addresses(env, info),
+            task_index=info.rank,
+        )
     return ClusterEnv(1, "none", f"no TF_CONFIG and no multi-task SLURM step: a single process ({info.reason})")
 
 
@@ -164,8 +177,9 @@ class StrategyDecision:
     warning: str | None = None
 
 
-def decide_strategy(kind: str, devices: Sequence[str], num_workers: int = 1, *,
-                    explicit: bool = False, cluster_source: str = "none") -> StrategyDecision:
+def decide_strategy(
+    kind: str, devices: Sequence[str], num_workers: int = 1, *, explicit: bool = False, cluster_source: str = "none"
+) -> StrategyDecision:
     """Chooses the strategy (pure).
 
     ``"auto"``: multi-worker when the job has several workers; otherwise mirrored
@@ -194,37 +208,52 @@ def decide_strategy(kind: str, devices: Sequence[str], num_workers: int = 1, *,
     'one visible GPU: one-device strategy on GPU:0'
     """
     if kind not in KINDS:
-        raise StrategyError(f"strategy kind {kind!r} is unknown; known kinds: {', '.join(KINDS)}.",
-                            hint="use 'auto' to choose from the visible devices.")
+        raise StrategyError(
+            f"strategy kind {kind!r} is unknown; known kinds: {', '.join(KINDS)}.",
+            hint="use 'auto' to choose from the visible devices.",
+        )
     devices = tuple(short_name(d) for d in devices)
     if explicit and not devices:
-        raise StrategyError(f"strategy {kind!r}: devices=[] names no device.",
-                            hint="name at least one device, or pass devices=None for every visible device.")
+        raise StrategyError(
+            f"strategy {kind!r}: devices=[] names no device.",
+            hint="name at least one device, or pass devices=None for every visible device.",
+        )
     gpus = tuple(d for d in devices if d.startswith("GPU:"))
     cpus = tuple(d for d in devices if d.startswith("CPU:"))
     if kind == "auto":
         return _decide_auto(devices, gpus, cpus, num_workers, explicit, cluster_source)
     if kind == "default":
         if explicit:
-            raise StrategyError(f"strategy 'default' takes no devices, got {list(devices)}.",
-                                hint="use 'one_device' or 'mirrored' to run on chosen devices.")
-        return StrategyDecision("default", gpus[:1] or cpus[:1], 1,
-                                "asked for the default strategy: TensorFlow places ops itself")
+            raise StrategyError(
+                f"strategy 'default' takes no devices, got {list(devices)}.",
+                hint="use 'one_device' or 'mirrored' to run on chosen devices.",
+            )
+        return StrategyDecision(
+            "default", gpus[:1] or cpus[:1], 1, "asked for the default strategy: TensorFlow places ops itself"
+        )
     if kind == "multi_worker":
         return _decide_multi_worker(devices, gpus, num_workers, explicit, cluster_source)
     if kind == "one_device":
         if explicit and len(devices) != 1:
-            raise StrategyError(f"strategy 'one_device' takes one device, got {len(devices)}: {list(devices)}.",
-                                hint="use 'mirrored' for several devices.")
+            raise StrategyError(
+                f"strategy 'one_device' takes one device, got {len(devices)}: {list(devices)}.",
+                hint="use 'mirrored' for several devices.",
+            )
         chosen = devices if explicit else (gpus or cpus)[:1]
-        return StrategyDecision("one_device", chosen, 1, f"asked for one device: {chosen[0]}",
-                                None if explicit or gpus else _cpu_warning(chosen))
+        return StrategyDecision(
+            "one_device",
+            chosen,
+            1,
+            f"asked for one device: {chosen[0]}",
+            None if explicit or gpus else _cpu_warning(chosen),
+        )
     # mirrored
     chosen = devices if explicit else (gpus or cpus)
     warning = None
     if explicit and gpus and cpus:
-        warning = (f"mirrored over CPU and GPU devices {list(chosen)}: every step waits for the slowest "
-                   "replica, the CPU.")
+        warning = (
+            f"mirrored over CPU and GPU devices {list(chosen)}: every step waits for the slowest replica, the CPU."
+        )
     elif not gpus:
         warning = _cpu_warning(chosen)
     how = "asked for" if explicit else "every visible " + ("GPU" if gpus else "CPU device")
@@ -233,40 +262,55 @@ def decide_strategy(kind: str, devices: Sequence[str], num_workers: int = 1, *,
 
 def _cpu_warning(devices: Sequence[str]) -> str:
     if len(devices) > 1:
-        return (f"no GPU visible: running on {len(devices)} logical CPU devices; they share the same cores, "
-                "so this checks distribution, not speed.")
+        return (
+            f"no GPU visible: running on {len(devices)} logical CPU devices; they share the same cores, "
+            "so this checks distribution, not speed."
+        )
     return "no GPU visible: running on the CPU."
 
 
-def _decide_auto(devices: tuple[str, ...], gpus: tuple[str, ...], cpus: tuple[str, ...], num_workers: int,
-                 explicit: bool, cluster_source: str) -> StrategyDecision:
+def _decide_auto(
+    devices: tuple[str, ...],
+    gpus: tuple[str, ...],
+    cpus: tuple[str, ...],
+    num_workers: int,
+    explicit: bool,
+    cluster_source: str,
+) -> StrategyDecision:
     if num_workers > 1:
         return _decide_multi_worker(devices, gpus, num_workers, explicit, cluster_source)
     if explicit:
         if len(devices) == 1:
-            return StrategyDecision("one_device", devices, 1, f"one device asked for: {devices[0]}",
-                                    None if gpus else _cpu_warning(devices))
+            return StrategyDecision(
+                "one_device", devices, 1, f"one device asked for: {devices[0]}", None if gpus else _cpu_warning(devices)
+            )
         return decide_strategy("mirrored", devices, explicit=True)
     if len(gpus) >= 2:
         return StrategyDecision("mirrored", gpus, 1, f"{len(gpus)} visible GPUs: mirrored over all of them")
     if len(gpus) == 1:
         return StrategyDecision("one_device", gpus, 1, f"one visible GPU: one-device strategy on {gpus[0]}")
     if len(cpus) >= 2:
-        return StrategyDecision("mirrored", cpus, 1,
-                                f"no GPU, the CPU split into {len(cpus)} logical devices: mirrored over them",
-                                _cpu_warning(cpus))
+        return StrategyDecision(
+            "mirrored",
+            cpus,
+            1,
+            f"no GPU, the CPU split into {len(cpus)} logical devices: mirrored over them",
+            _cpu_warning(cpus),
+        )
     chosen = cpus[:1] or ("CPU:0",)
-    return StrategyDecision("one_device", chosen, 1, "no GPU visible: one-device strategy on the CPU",
-                            _cpu_warning(chosen))
+    return StrategyDecision(
+        "one_device", chosen, 1, "no GPU visible: one-device strategy on the CPU", _cpu_warning(chosen)
+    )
 
 
-def _decide_multi_worker(devices: tuple[str, ...], gpus: tuple[str, ...], num_workers: int, explicit: bool,
-                         cluster_source: str) -> StrategyDecision:
+def _decide_multi_worker(
+    devices: tuple[str, ...], gpus: tuple[str, ...], num_workers: int, explicit: bool, cluster_source: str
+) -> StrategyDecision:
     if explicit:
         raise StrategyError(
-            f"strategy 'multi_worker' uses every visible GPU of each worker; it takes no devices, "
-            f"got {list(devices)}.",
-            hint="choose each worker's GPUs before TensorFlow starts: configure(select(...)) or --gpus.")
+            f"strategy 'multi_worker' uses every visible GPU of each worker; it takes no devices, got {list(devices)}.",
+            hint="choose each worker's GPUs before TensorFlow starts: configure(select(...)) or --gpus.",
+        )
     chosen = gpus or ("CPU:0",)
     if cluster_source == "none" or num_workers <= 1:
         reason = "asked for multi_worker without TF_CONFIG or a SLURM step: one worker"
@@ -293,8 +337,9 @@ class CrossDeviceOpsChoice:
     reason: str
 
 
-def choose_cross_device_ops(requested: str, kind: str, devices: Sequence[str], *, platform: str,
-                            nccl_available: bool, virtual_gpus: bool) -> CrossDeviceOpsChoice:
+def choose_cross_device_ops(
+    requested: str, kind: str, devices: Sequence[str], *, platform: str, nccl_available: bool, virtual_gpus: bool
+) -> CrossDeviceOpsChoice:
     """Chooses the cross-device reduction (pure).
 
     ``"auto"`` takes NCCL only where it can work: every device a GPU, Linux, NCCL
@@ -322,22 +367,30 @@ def choose_cross_device_ops(requested: str, kind: str, devices: Sequence[str], *
     CrossDeviceOpsChoice(name='reduction_to_one_device', reason='CPU devices take part: NCCL reduces between GPUs only')
     """
     if requested not in CROSS_DEVICE_OPS:
-        raise StrategyError(f"cross_device_ops {requested!r} is unknown; known: {', '.join(CROSS_DEVICE_OPS)}.",
-                            hint="use 'auto' to let tfdevices choose.")
+        raise StrategyError(
+            f"cross_device_ops {requested!r} is unknown; known: {', '.join(CROSS_DEVICE_OPS)}.",
+            hint="use 'auto' to let tfdevices choose.",
+        )
     if kind in ("default", "one_device"):
         if requested not in ("auto", "none"):
-            raise StrategyError(f"cross_device_ops={requested!r} does not apply to the {kind!r} strategy: "
-                                "one replica reduces nothing.",
-                                hint="use 'mirrored' or 'multi_worker', or leave cross_device_ops='auto'.")
+            raise StrategyError(
+                f"cross_device_ops={requested!r} does not apply to the {kind!r} strategy: one replica reduces nothing.",
+                hint="use 'mirrored' or 'multi_worker', or leave cross_device_ops='auto'.",
+            )
         return CrossDeviceOpsChoice("none", f"one replica: the {kind} strategy reduces nothing")
     allowed = _MULTI_WORKER_OPS if kind == "multi_worker" else _MIRRORED_OPS
     if requested not in ("auto", *allowed):
-        raise StrategyError(f"cross_device_ops={requested!r} does not apply to the {kind!r} strategy; "
-                            f"it takes {', '.join(('auto', *allowed))}.", hint="leave cross_device_ops='auto'.")
+        raise StrategyError(
+            f"cross_device_ops={requested!r} does not apply to the {kind!r} strategy; "
+            f"it takes {', '.join(('auto', *allowed))}.",
+            hint="leave cross_device_ops='auto'.",
+        )
     blocker = _nccl_blocker(devices, platform, nccl_available, virtual_gpus)
     if requested == "nccl" and blocker:
-        raise StrategyError(f"cross_device_ops='nccl' cannot work here: {blocker}.",
-                            hint="use cross_device_ops='auto', which picks what works.")
+        raise StrategyError(
+            f"cross_device_ops='nccl' cannot work here: {blocker}.",
+            hint="use cross_device_ops='auto', which picks what works.",
+        )
     if requested != "auto":
         return CrossDeviceOpsChoice(requested, "asked for")
     if not blocker:
@@ -394,10 +447,12 @@ class StrategyInfo:
 
     def table(self) -> str:
         """The strategy, its replicas with both device names, and why."""
-        lines = [f"strategy: {self.kind} ({self.strategy_class}), {self.num_replicas} replica(s)"
-                 + (f" on {self.num_workers} workers ({self.cluster_source})" if self.num_workers > 1 else ""),
-                 f"cross-device ops: {self.cross_device_ops}",
-                 f"why: {self.reason}"]
+        lines = [
+            f"strategy: {self.kind} ({self.strategy_class}), {self.num_replicas} replica(s)"
+            + (f" on {self.num_workers} workers ({self.cluster_source})" if self.num_workers > 1 else ""),
+            f"cross-device ops: {self.cross_device_ops}",
+            f"why: {self.reason}",
+        ]
         width = max([len("tfdevices")] + [len(d) for d in self.devices])
         lines.append(f"  replica  {'tfdevices'.ljust(width)}  TensorFlow")
         for i, (name, tf_name) in enumerate(zip(self.devices, self.tf_devices)):
@@ -521,17 +576,29 @@ def explain(strategy: Any, info: StrategyInfo, setup: Any = None) -> Any:
     if not isinstance(strategy, Explained):
         cls = _EXPLAINED.get(base)
         if cls is None:
-            cls = _EXPLAINED[base] = type(base.__name__, (base, Explained),
-                                          {"__module__": __name__, "__qualname__": base.__name__,
-                                           "__doc__": f"{base.__doc__ or ''}\n\n(tfdevices: explains itself)"})
+            cls = _EXPLAINED[base] = type(
+                base.__name__,
+                (base, Explained),
+                {
+                    "__module__": __name__,
+                    "__qualname__": base.__name__,
+                    "__doc__": f"{base.__doc__ or ''}\n\n(tfdevices: explains itself)",
+                },
+            )
         strategy.__class__ = cls
     strategy._tfdevices_info = info
     strategy._tfdevices_setup = setup
     return strategy
 
 
-def build_strategy(kind: str = "auto", devices: object = None, cross_device_ops: str = "auto", *,
-                   runtime: Any = None, env: Mapping[str, str] | None = None) -> Any:
+def build_strategy(
+    kind: str = "auto",
+    devices: object = None,
+    cross_device_ops: str = "auto",
+    *,
+    runtime: Any = None,
+    env: Mapping[str, str] | None = None,
+) -> Any:
     """Builds a ``tf.distribute`` strategy on the right devices; it explains itself.
 
     The result is the ``tf.distribute`` strategy (``with build_strategy().scope():``),
@@ -579,53 +646,94 @@ def build_strategy(kind: str = "auto", devices: object = None, cross_device_ops:
     rt.trace_runtime_start()  # a later configure() names the user's line that called this
     logical = logical_devices()
     gpu_map = rt.gpu_map(logical, runtime)
-    names, tf_names = resolve_devices(devices, logical=logical, gpu_map=gpu_map,
-                                      unseen=rt.unseen_gpu_hint) if explicit else ((), logical)
-    decision = decide_strategy(kind, tf_names, cluster.num_workers, explicit=explicit,
-                               cluster_source=cluster.source)
+    names, tf_names = (
+        resolve_devices(devices, logical=logical, gpu_map=gpu_map, unseen=rt.unseen_gpu_hint)
+        if explicit
+        else ((), logical)
+    )
+    decision = decide_strategy(kind, tf_names, cluster.num_workers, explicit=explicit, cluster_source=cluster.source)
     if not explicit:
         names = tuple(tfdevices_name(d, gpu_map) for d in decision.devices)
-    ops = choose_cross_device_ops(cross_device_ops, decision.kind, decision.devices, platform=sys.platform,
-                                  nccl_available=_nccl_available(tf), virtual_gpus=_virtual_gpus(tf))
+    ops = choose_cross_device_ops(
+        cross_device_ops,
+        decision.kind,
+        decision.devices,
+        platform=sys.platform,
+        nccl_available=_nccl_available(tf),
+        virtual_gpus=_virtual_gpus(tf),
+    )
     warnings = _warn(decision.warning, _unused_gpus_warning(decision, logical))
     strategy = _make(tf, decision, ops.name, cluster)
-    return explain(strategy, StrategyInfo(
-        kind=decision.kind, devices=names, tf_devices=decision.devices, cross_device_ops=ops.name,
-        reason=f"{decision.reason}; {ops.reason}", num_workers=decision.num_workers, cluster_source=cluster.source,
-        warnings=warnings, strategy_class=type(strategy).__name__, num_replicas=int(strategy.num_replicas_in_sync)))
+    return explain(
+        strategy,
+        StrategyInfo(
+            kind=decision.kind,
+            devices=names,
+            tf_devices=decision.devices,
+            cross_device_ops=ops.name,
+            reason=f"{decision.reason}; {ops.reason}",
+            num_workers=decision.num_workers,
+            cluster_source=cluster.source,
+            warnings=warnings,
+            strategy_class=type(strategy).__name__,
+            num_replicas=int(strategy.num_replicas_in_sync),
+        ),
+    )
 
 
 def _check_cuda_mask() -> None:
     """A ``CUDA_VISIBLE_DEVICES`` that names nothing valid is an error, not a silent run on the CPU (CUDA
-    stops at the first entry it cannot use). Discovery reads NVML, not TensorFlow, and raises EnvVarError."""
+    stops at the first entry it cannot use). Discovery reads NVML, not TensorFlow, and raises EnvVarError.
+    """
     if os.environ.get("CUDA_VISIBLE_DEVICES", "").strip() not in ("", "-1"):
         discover(env=os.environ)
 
 
-def _build_multi_worker(tf: Any, kind: str, devices: object, cross_device_ops: str,
-                        cluster: ClusterEnv) -> Any:
+def _build_multi_worker(tf: Any, kind: str, devices: object, cross_device_ops: str, cluster: ClusterEnv) -> Any:
     """MultiWorkerMirroredStrategy must exist before TensorFlow's runtime starts: decide from physical devices."""
     visible = [f"GPU:{i}" for i, _ in enumerate(tf.config.get_visible_devices("GPU"))] or ["CPU:0"]
     explicit = devices is not None
-    decision = decide_strategy(kind, [str(d) for d in devices] if explicit else visible,  # type: ignore[attr-defined]
-                               cluster.num_workers, explicit=explicit, cluster_source=cluster.source)
+    decision = decide_strategy(
+        kind,
+        [str(d) for d in devices] if explicit else visible,  # type: ignore[attr-defined]
+        cluster.num_workers,
+        explicit=explicit,
+        cluster_source=cluster.source,
+    )
     if rt.runtime_started():
         raise StrategyError(
             "the multi_worker strategy must be built before TensorFlow's runtime starts, and it has started.",
-            hint="call build_strategy() first thing after configure(), before creating tensors or models.")
-    ops = choose_cross_device_ops(cross_device_ops, decision.kind, decision.devices, platform=sys.platform,
-                                  nccl_available=_nccl_available(tf), virtual_gpus=False)
+            hint="call build_strategy() first thing after configure(), before creating tensors or models.",
+        )
+    ops = choose_cross_device_ops(
+        cross_device_ops,
+        decision.kind,
+        decision.devices,
+        platform=sys.platform,
+        nccl_available=_nccl_available(tf),
+        virtual_gpus=False,
+    )
     warnings = _warn(decision.warning)
     adapter = install_fit_adapter()  # warns itself when it does not cover this Keras
     if not adapter.fit_works:
         warnings += (adapter.reason,)
     strategy = _make(tf, decision, ops.name, cluster)
     tf_devices = tuple(short_name(d) for d in strategy.extended.worker_devices)
-    return explain(strategy, StrategyInfo(
-        kind=decision.kind, devices=tf_devices, tf_devices=tf_devices, cross_device_ops=ops.name,
-        reason=f"{decision.reason}; {ops.reason}; {adapter.reason}", num_workers=decision.num_workers,
-        cluster_source=cluster.source, warnings=warnings, strategy_class=type(strategy).__name__,
-        num_replicas=int(strategy.num_replicas_in_sync)))
+    return explain(
+        strategy,
+        StrategyInfo(
+            kind=decision.kind,
+            devices=tf_devices,
+            tf_devices=tf_devices,
+            cross_device_ops=ops.name,
+            reason=f"{decision.reason}; {ops.reason}; {adapter.reason}",
+            num_workers=decision.num_workers,
+            cluster_source=cluster.source,
+            warnings=warnings,
+            strategy_class=type(strategy).__name__,
+            num_replicas=int(strategy.num_replicas_in_sync),
+        ),
+    )
 
 
 def _warn(*warnings: str | None) -> tuple[str, ...]:
@@ -646,18 +754,24 @@ def _check_masked(devices: object, runtime: Any) -> Any:
     """
     runtime = runtime if runtime is not None else rt.current()
     items = list(devices) if isinstance(devices, (list, tuple)) else [] if devices is None else [devices]
-    keys = [str(d).strip() for d in items
-            if (isinstance(d, int) and not isinstance(d, bool)) or (isinstance(d, str) and not is_logical_name(d))]
+    keys = [
+        str(d).strip()
+        for d in items
+        if (isinstance(d, int) and not isinstance(d, bool)) or (isinstance(d, str) and not is_logical_name(d))
+    ]
     if runtime is None and keys and not rt.runtime_started():
-        others = sorted((g.key for g in discover().visible if g.key not in keys),
-                        key=lambda k: [int(p) if p.isdigit() else 0 for p in k.split(":")])
+        others = sorted(
+            (g.key for g in discover().visible if g.key not in keys),
+            key=lambda k: [int(p) if p.isdigit() else 0 for p in k.split(":")],
+        )
         if others:
             spec = ",".join(keys)
             raise StrategyError(
                 f"build_strategy(devices={_short(items)}) names GPU(s) {spec} by NVML index, but nothing was "
                 f"configured: TensorFlow would start on GPU(s) {_short(others)} too and take their memory "
                 "(tensorflow#31410).",
-                hint=f"call tfdevices.configure(tfdevices.select('{spec}')) first (or start with --gpus={spec}).")
+                hint=f"call tfdevices.configure(tfdevices.select('{spec}')) first (or start with --gpus={spec}).",
+            )
     return runtime
 
 
@@ -672,8 +786,10 @@ def _unused_gpus_warning(decision: StrategyDecision, logical: Sequence[str]) -> 
     unused = [d for d in logical if d.startswith("GPU:") and d not in decision.devices]
     if not unused or not any(d.startswith("GPU:") for d in decision.devices):
         return None
-    return (f"TensorFlow also sees {', '.join(unused)}, which this strategy does not use but TensorFlow "
-            "reserves memory on; mask them before TensorFlow starts (configure(select(...)) or --gpus).")
+    return (
+        f"TensorFlow also sees {', '.join(unused)}, which this strategy does not use but TensorFlow "
+        "reserves memory on; mask them before TensorFlow starts (configure(select(...)) or --gpus)."
+    )
 
 
 def _nccl_available(tf: Any) -> bool:
@@ -692,12 +808,14 @@ def _make(tf: Any, decision: StrategyDecision, ops: str, cluster: ClusterEnv) ->
     if decision.kind == "one_device":
         return tf.distribute.OneDeviceStrategy(full[0])
     if decision.kind == "mirrored":
-        cross = {"nccl": tf.distribute.NcclAllReduce, "hierarchical_copy": tf.distribute.HierarchicalCopyAllReduce,
-                 "reduction_to_one_device": tf.distribute.ReductionToOneDevice}[ops]()
+        cross = {
+            "nccl": tf.distribute.NcclAllReduce,
+            "hierarchical_copy": tf.distribute.HierarchicalCopyAllReduce,
+            "reduction_to_one_device": tf.distribute.ReductionToOneDevice,
+        }[ops]()
         return tf.distribute.MirroredStrategy(devices=full, cross_device_ops=cross)
     impl = tf.distribute.experimental.CommunicationImplementation
-    options = tf.distribute.experimental.CommunicationOptions(
-        implementation=impl.NCCL if ops == "nccl" else impl.RING)
+    options = tf.distribute.experimental.CommunicationOptions(implementation=impl.NCCL if ops == "nccl" else impl.RING)
     resolver = None
     if cluster.source == "SLURM":
         # The cluster from the step itself, not TensorFlow's SlurmClusterResolver: that one runs nvidia-smi
@@ -705,7 +823,8 @@ def _make(tf: Any, decision: StrategyDecision, ops: str, cluster: ClusterEnv) ->
         # ("range() arg 3 must not be zero") and puts every step on one port. GPUs are tfdevices' (configure).
         spec = tf.train.ClusterSpec({"worker": list(cluster.addresses)})
         resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
-            spec, task_type="worker", task_id=cluster.task_index, rpc_layer="grpc")
+            spec, task_type="worker", task_id=cluster.task_index, rpc_layer="grpc"
+        )
     strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)
     leave_together()  # a success reads as one: no worker leaves while another still runs
     return strategy

@@ -36,10 +36,13 @@ logger = logging.getLogger("tfdevices")
 KERAS_FIT_ISSUE = "keras-team/keras#20585"
 KERAS3_FIT_MESSAGE = (
     f"Keras 3 model.fit fails under MultiWorkerMirroredStrategy ({KERAS_FIT_ISSUE}: "
-    "'Attempt to convert a value (PerReplica ...) with an unsupported type').")
-KERAS3_FIT_HINT = ("train with tfdevices.training.train(strategy, model_fn, dataset, loss=..., optimizer_fn=...), "
-                   "whose custom loop works with any Keras 3, or set TF_USE_LEGACY_KERAS=1 (with tf_keras "
-                   "installed) before TensorFlow is imported to use tf_keras' fit.")
+    "'Attempt to convert a value (PerReplica ...) with an unsupported type')."
+)
+KERAS3_FIT_HINT = (
+    "train with tfdevices.training.train(strategy, model_fn, dataset, loss=..., optimizer_fn=...), "
+    "whose custom loop works with any Keras 3, or set TF_USE_LEGACY_KERAS=1 (with tf_keras "
+    "installed) before TensorFlow is imported to use tf_keras' fit."
+)
 
 
 def legacy_keras() -> bool:
@@ -116,20 +119,29 @@ def decide_fit_adapter(keras_version: str, *, legacy: bool = False) -> FitAdapte
     'not_needed'
     """
     if legacy:
-        return FitAdapter("tf_keras", NOT_NEEDED,
-                          "TF_USE_LEGACY_KERAS selects tf_keras, whose fit works under MultiWorkerMirroredStrategy")
+        return FitAdapter(
+            "tf_keras",
+            NOT_NEEDED,
+            "TF_USE_LEGACY_KERAS selects tf_keras, whose fit works under MultiWorkerMirroredStrategy",
+        )
     (lo_major, lo_minor), (hi_major, hi_minor) = FIT_ADAPTER_KERAS
     covered = f"{lo_major}.{lo_minor} to {hi_major}.{hi_minor - 1}"
     release = _release(keras_version)
     if release is not None and (lo_major, lo_minor) <= release < (hi_major, hi_minor):
-        return FitAdapter(keras_version, INSTALL,
-                          f"Keras {keras_version} fit fails on many workers ({KERAS_FIT_ISSUE}); tfdevices "
-                          f"mends it (the adapter covers Keras {covered})")
-    return FitAdapter(keras_version, NOT_COVERED,
-                      f"Keras {_short(keras_version)} is not a release the tfdevices adapter for {KERAS_FIT_ISSUE} "
-                      f"was checked against (Keras {covered}), so model.fit is left as Keras made it and may "
-                      "fail on many workers with 'Attempt to convert a value (PerReplica ...)'. "
-                      f"HINT: {KERAS3_FIT_HINT}")
+        return FitAdapter(
+            keras_version,
+            INSTALL,
+            f"Keras {keras_version} fit fails on many workers ({KERAS_FIT_ISSUE}); tfdevices "
+            f"mends it (the adapter covers Keras {covered})",
+        )
+    return FitAdapter(
+        keras_version,
+        NOT_COVERED,
+        f"Keras {_short(keras_version)} is not a release the tfdevices adapter for {KERAS_FIT_ISSUE} "
+        f"was checked against (Keras {covered}), so model.fit is left as Keras made it and may "
+        "fail on many workers with 'Attempt to convert a value (PerReplica ...)'. "
+        f"HINT: {KERAS3_FIT_HINT}",
+    )
 
 
 def _release(version: str) -> tuple[int, int] | None:
@@ -226,19 +238,28 @@ def _patch_trainer(decision: FitAdapter) -> FitAdapter:
     from keras.src.backend.tensorflow import trainer as keras_trainer  # noqa: PLC0415 (lazy Keras)
 
     trainer_class: Any = getattr(keras_trainer, "TensorFlowTrainer", None)
-    needed: tuple[Any, ...] = (getattr(trainer_class, "_maybe_symbolic_build", None), getattr(keras_trainer, "reduce_per_replica", None),
-              getattr(keras_trainer, "_collective_all_reduce_multi_worker", None))
+    needed: tuple[Any, ...] = (
+        getattr(trainer_class, "_maybe_symbolic_build", None),
+        getattr(keras_trainer, "reduce_per_replica", None),
+        getattr(keras_trainer, "_collective_all_reduce_multi_worker", None),
+    )
     if not all(callable(f) for f in needed):
-        return FitAdapter(decision.keras_version, NOT_COVERED,
-                          f"Keras {decision.keras_version} no longer has the trainer code the tfdevices adapter for "
-                          f"{KERAS_FIT_ISSUE} mends; model.fit is left as Keras made it. HINT: {KERAS3_FIT_HINT}")
+        return FitAdapter(
+            decision.keras_version,
+            NOT_COVERED,
+            f"Keras {decision.keras_version} no longer has the trainer code the tfdevices adapter for "
+            f"{KERAS_FIT_ISSUE} mends; model.fit is left as Keras made it. HINT: {KERAS3_FIT_HINT}",
+        )
     symbolic_build, reduce_per_replica, multi_worker = needed
 
     def local_batch(strategy: Any, batch: Any) -> Any:
         """This worker's first replica's values: the shapes and dtypes a MEAN over replicas would have."""
         return tree.map_structure(
-            lambda v: strategy.experimental_local_results(v)[0]
-            if isinstance(v, tf.distribute.DistributedValues) else v, batch)
+            lambda v: (
+                strategy.experimental_local_results(v)[0] if isinstance(v, tf.distribute.DistributedValues) else v
+            ),
+            batch,
+        )
 
     def mended_symbolic_build(self: Any, iterator: Any = None, data_batch: Any = None) -> Any:
         strategy = self._distribute_strategy
@@ -288,7 +309,7 @@ def leave_together() -> None:
         previous = sys.excepthook
 
         def crashed(*info: Any) -> None:  # an uncaught exception ends this worker: it must not wait for the
-            _EXIT["crashed"] = True       # others (they may be blocked on it), its peers see it go as before
+            _EXIT["crashed"] = True  # others (they may be blocked on it), its peers see it go as before
             previous(*info)
 
         sys.excepthook = crashed
@@ -338,8 +359,9 @@ def check_fit_supported(strategy: Any) -> None:
             the fit adapter does not cover (keras-team/keras#20585), with the working path in the hint.
     """
     if _multi_worker(strategy) and not install_fit_adapter().fit_works:
-        raise StrategyError(KERAS3_FIT_MESSAGE + f" {install_fit_adapter().reason.split(' HINT: ')[0]}.",
-                            hint=KERAS3_FIT_HINT)
+        raise StrategyError(
+            KERAS3_FIT_MESSAGE + f" {install_fit_adapter().reason.split(' HINT: ')[0]}.", hint=KERAS3_FIT_HINT
+        )
 
 
 def _multi_worker(strategy: Any) -> bool:
@@ -350,9 +372,18 @@ def _multi_worker(strategy: Any) -> bool:
     return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
 
 
-def train(strategy: Any, model_fn: Callable[[], Any], dataset: Any, *, loss: Any,
-          optimizer_fn: Callable[[], Any], epochs: int = 1, steps_per_epoch: int | None = None,
-          global_batch_size: int, path: str = "auto") -> TrainResult:
+def train(
+    strategy: Any,
+    model_fn: Callable[[], Any],
+    dataset: Any,
+    *,
+    loss: Any,
+    optimizer_fn: Callable[[], Any],
+    epochs: int = 1,
+    steps_per_epoch: int | None = None,
+    global_batch_size: int,
+    path: str = "auto",
+) -> TrainResult:
     """Trains a Keras model under ``strategy`` by the path that works with the installed Keras.
 
     ``fit`` wherever it works: one process, tf_keras (``TF_USE_LEGACY_KERAS=1``), and
@@ -379,16 +410,18 @@ def train(strategy: Any, model_fn: Callable[[], Any], dataset: Any, *, loss: Any
         StrategyError: ``path="fit"`` where fit cannot work, or an unknown path.
     """
     if path not in ("auto", "fit", "custom_loop"):
-        raise StrategyError(f"train(path={path!r}): unknown path; known: auto, fit, custom_loop.",
-                            hint="leave path='auto'.")
+        raise StrategyError(
+            f"train(path={path!r}): unknown path; known: auto, fit, custom_loop.", hint="leave path='auto'."
+        )
     if path == "fit":
         check_fit_supported(strategy)
     multi = _multi_worker(strategy)
     adapter = install_fit_adapter() if multi else None
     if path == "custom_loop" or (path == "auto" and adapter is not None and not adapter.fit_works):
         reason = adapter.reason if adapter is not None and not adapter.fit_works else "asked for"
-        losses, model = _custom_loop(strategy, model_fn, dataset, loss, optimizer_fn, epochs,
-                                     steps_per_epoch, global_batch_size)
+        losses, model = _custom_loop(
+            strategy, model_fn, dataset, loss, optimizer_fn, epochs, steps_per_epoch, global_batch_size
+        )
         return TrainResult(model, losses, "custom_loop", reason)
     with strategy.scope():
         model = model_fn()
@@ -398,9 +431,16 @@ def train(strategy: Any, model_fn: Callable[[], Any], dataset: Any, *, loss: Any
     return TrainResult(model, tuple(float(x) for x in history.history["loss"]), "fit", reason)
 
 
-def _custom_loop(strategy: Any, model_fn: Callable[[], Any], dataset: Any, loss: Any,
-                 optimizer_fn: Callable[[], Any], epochs: int, steps_per_epoch: int | None,
-                 global_batch_size: int) -> tuple[tuple[float, ...], Any]:
+def _custom_loop(
+    strategy: Any,
+    model_fn: Callable[[], Any],
+    dataset: Any,
+    loss: Any,
+    optimizer_fn: Callable[[], Any],
+    epochs: int,
+    steps_per_epoch: int | None,
+    global_batch_size: int,
+) -> tuple[tuple[float, ...], Any]:
     tf = import_tf()
     keras = tf.keras
     with strategy.scope():

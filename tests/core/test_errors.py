@@ -9,10 +9,22 @@ import pytest
 import tfdevices
 from tfdevices.core import errors
 
-ERRORS = [cls for _, cls in inspect.getmembers(errors, inspect.isclass)
-          if issubclass(cls, Exception) and cls.__module__ == errors.__name__]
-BAD_INPUT = [errors.InputError, errors.UsageError, errors.SpecError, errors.MemorySizeError, errors.EnvVarError,
-             errors.InventoryFileError, errors.TfConfigError, errors.LaunchError, errors.PlanError]
+ERRORS = [
+    cls
+    for _, cls in inspect.getmembers(errors, inspect.isclass)
+    if issubclass(cls, Exception) and cls.__module__ == errors.__name__
+]
+BAD_INPUT = [
+    errors.InputError,
+    errors.UsageError,
+    errors.SpecError,
+    errors.MemorySizeError,
+    errors.EnvVarError,
+    errors.InventoryFileError,
+    errors.TfConfigError,
+    errors.LaunchError,
+    errors.PlanError,
+]
 
 
 def test_every_error_derives_from_the_root_and_is_exported():

@@ -12,11 +12,14 @@ def test_existing_and_new_directories_are_accepted(tmp_path):
     assert not (tmp_path / "a").exists()  # checking creates nothing
 
 
-@pytest.mark.parametrize("where, words", [
-    ("file", "is a file, not a directory"),
-    ("file/run", "lies under"),
-    ("file/a/b/c", "lies under"),
-])
+@pytest.mark.parametrize(
+    "where, words",
+    [
+        ("file", "is a file, not a directory"),
+        ("file/run", "lies under"),
+        ("file/a/b/c", "lies under"),
+    ],
+)
 def test_a_file_or_a_path_under_a_file_is_refused(tmp_path, where, words):
     (tmp_path / "file").write_text("x")
     with pytest.raises(InputError) as err:

@@ -28,12 +28,15 @@ def test_construction_by_position_keyword_and_default():
     assert fields(Inner) == ("a", "b") == fields(Inner(1))
 
 
-@pytest.mark.parametrize("call, words", [
-    (lambda: Inner(), "missing required argument 'a'"),
-    (lambda: Inner(1, "y", 3), "takes 2 arguments but 3 were given"),
-    (lambda: Inner(1, c=2), "unexpected keyword argument 'c'"),
-    (lambda: Inner(1, a=2), "multiple values for argument 'a'"),
-])
+@pytest.mark.parametrize(
+    "call, words",
+    [
+        (lambda: Inner(), "missing required argument 'a'"),
+        (lambda: Inner(1, "y", 3), "takes 2 arguments but 3 were given"),
+        (lambda: Inner(1, c=2), "unexpected keyword argument 'c'"),
+        (lambda: Inner(1, a=2), "multiple values for argument 'a'"),
+    ],
+)
 def test_bad_construction_is_a_type_error(call, words):
     with pytest.raises(TypeError, match=words):
         call()
@@ -56,8 +59,12 @@ def test_equal_by_value_and_type_and_hashable():
 def test_replace_and_asdict_go_into_nested_records():
     outer = Outer("o", Inner(1), (Inner(2), Inner(3, "z")), {"k": Inner(4)})
     assert replace(outer, name="p") == Outer("p", Inner(1), (Inner(2), Inner(3, "z")), {"k": Inner(4)})
-    assert asdict(outer) == {"name": "o", "inner": {"a": 1, "b": "x"},
-                             "more": ({"a": 2, "b": "x"}, {"a": 3, "b": "z"}), "table": {"k": {"a": 4, "b": "x"}}}
+    assert asdict(outer) == {
+        "name": "o",
+        "inner": {"a": 1, "b": "x"},
+        "more": ({"a": 2, "b": "x"}, {"a": 3, "b": "z"}),
+        "table": {"k": {"a": 4, "b": "x"}},
+    }
     assert is_record(outer) and is_record(Outer) and not is_record(object())
     with pytest.raises(TypeError, match="unexpected keyword argument 'nope'"):
         replace(outer, nope=1)
@@ -65,6 +72,7 @@ def test_replace_and_asdict_go_into_nested_records():
 
 def test_a_required_field_after_a_default_is_refused():
     with pytest.raises(TypeError, match="field 'b' without a default follows 'a'"):
+
         @record
         class Bad:
             a: int = 0

@@ -36,8 +36,14 @@ def test_a_traced_function_calling_tfdevices_never_prints_the_environment(tmp_pa
     probe = f"probe-{secrets.token_hex(8)}"
     script = tmp_path / "traced.py"  # a file: AutoGraph converts only functions whose source it can read
     script.write_text(textwrap.dedent(_SCRIPT))
-    proc = subprocess.run([sys.executable, str(script)], env=subprocess_env({"TFDEVICES_PROBE": probe}),
-                          capture_output=True, text=True, timeout=300, cwd=REPO)
+    proc = subprocess.run(
+        [sys.executable, str(script)],
+        env=subprocess_env({"TFDEVICES_PROBE": probe}),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "[2.]" in proc.stdout
     assert probe not in proc.stdout + proc.stderr
@@ -45,12 +51,19 @@ def test_a_traced_function_calling_tfdevices_never_prints_the_environment(tmp_pa
 
 
 def _python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=subprocess_env(env),
-                          capture_output=True, text=True, timeout=300, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=subprocess_env(env),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
 
 
 def test_tensorflow_start_up_lines_are_dropped_when_the_level_hides_info():
-    proc = _python("""
+    proc = _python(
+        """
         import logging
         from tfdevices.core._tf import import_tf
         from tfdevices.core.devices import logical_devices
@@ -59,7 +72,9 @@ def test_tensorflow_start_up_lines_are_dropped_when_the_level_hides_info():
         logical_devices()
         tf.get_logger().info("an INFO line of TensorFlow")
         print(logging.getLogger("tensorflow").level)
-    """, TF_CPP_MIN_LOG_LEVEL="2")
+    """,
+        TF_CPP_MIN_LOG_LEVEL="2",
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == str(30)  # WARNING
     assert "before absl::InitializeLog" not in proc.stderr
@@ -68,20 +83,25 @@ def test_tensorflow_start_up_lines_are_dropped_when_the_level_hides_info():
 
 
 def test_a_level_chosen_for_tensorflow_logs_is_kept():
-    proc = _python("""
+    proc = _python(
+        """
         import logging
         logging.getLogger("tensorflow").setLevel(logging.INFO)
         from tfdevices.core._tf import import_tf
 
         import_tf()
         print(logging.getLogger("tensorflow").level)
-    """, TF_CPP_MIN_LOG_LEVEL="2")
+    """,
+        TF_CPP_MIN_LOG_LEVEL="2",
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == str(20)  # INFO, as the program asked
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux") or os.path.exists("/proc/driver/nvidia"),
-                    reason="the case of a Linux machine with no NVIDIA driver loaded")
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or os.path.exists("/proc/driver/nvidia"),
+    reason="the case of a Linux machine with no NVIDIA driver loaded",
+)
 def test_cudas_no_driver_complaint_is_dropped_where_there_is_no_driver():
     code = """
         import tensorflow as tf  # through import_tf, or straight
@@ -89,8 +109,11 @@ def test_cudas_no_driver_complaint_is_dropped_where_there_is_no_driver():
         print(tf.constant(1) + 1)
     """
     straight = _python(code, TF_CPP_MIN_LOG_LEVEL="2")
-    quiet = _python("from tfdevices.core._tf import import_tf\n" + textwrap.dedent(code).replace(
-        "import tensorflow as tf", "tf = import_tf()"), TF_CPP_MIN_LOG_LEVEL="2")
+    quiet = _python(
+        "from tfdevices.core._tf import import_tf\n"
+        + textwrap.dedent(code).replace("import tensorflow as tf", "tf = import_tf()"),
+        TF_CPP_MIN_LOG_LEVEL="2",
+    )
     assert straight.returncode == quiet.returncode == 0, quiet.stderr
     assert "failed call to cuInit" in straight.stderr  # what TensorFlow prints on its own here
     assert "failed call to cuInit" not in quiet.stderr, quiet.stderr

@@ -9,15 +9,36 @@ from tfdevices.decide.advise import KINDS, Finding, advise
 
 
 def op(name, device, start, duration, *, type="MatMul", requested=None, launch=None, call=0, kernel_name=None):
-    return {"name": name, "type": type, "device": device, "requested": device if requested is None else requested,
-            "call": call, "kernel": type, "kernel_name": kernel_name or name, "start_us": start,
-            "duration_us": duration, "launch_us": launch, "kernels": []}
+    return {
+        "name": name,
+        "type": type,
+        "device": device,
+        "requested": device if requested is None else requested,
+        "call": call,
+        "kernel": type,
+        "kernel_name": kernel_name or name,
+        "start_us": start,
+        "duration_us": duration,
+        "launch_us": launch,
+        "kernels": [],
+    }
 
 
 def copy(tensor, src, dst, start, duration, nbytes=4096, call=0):
-    return {"src": src, "dst": dst, "tensor": tensor, "dtype": "float32", "shape": [nbytes // 4], "bytes": nbytes,
-            "send_op": f"{tensor}/_1", "recv_op": f"{tensor}/_2", "call": call, "start_us": start,
-            "duration_us": duration, "kind": ""}
+    return {
+        "src": src,
+        "dst": dst,
+        "tensor": tensor,
+        "dtype": "float32",
+        "shape": [nbytes // 4],
+        "bytes": nbytes,
+        "send_op": f"{tensor}/_1",
+        "recv_op": f"{tensor}/_2",
+        "call": call,
+        "start_us": start,
+        "duration_us": duration,
+        "kind": "",
+    }
 
 
 def report(ops, transfers=(), collectives=()):
@@ -53,19 +74,28 @@ def test_devices_idle_while_others_work_a_split_without_overlap():
 
 
 def test_copies_on_the_critical_path():
-    ops = [op("a/MatMul", "CPU:0", 0, 40), op("b/MatMul", "CPU:1", 60, 40), op("c/MatMul", "CPU:0", 0, 95),
-           op("d/MatMul", "CPU:1", 0, 30)]
+    ops = [
+        op("a/MatMul", "CPU:0", 0, 40),
+        op("b/MatMul", "CPU:1", 60, 40),
+        op("c/MatMul", "CPU:0", 0, 95),
+        op("d/MatMul", "CPU:1", 0, 30),
+    ]
     found = {f.kind: f for f in advise(report(ops, [copy("a/MatMul:0", "CPU:0", "CPU:1", 40, 20)]))}
     assert set(found) == {"copies_on_critical_path"}
     assert found["copies_on_critical_path"].time_us == 20.0
-    assert "1 copies on the step's critical path take 20 us of its 100 us (20%)" in found[
-        "copies_on_critical_path"].evidence
+    assert (
+        "1 copies on the step's critical path take 20 us of its 100 us (20%)"
+        in found["copies_on_critical_path"].evidence
+    )
     assert "a/MatMul:0 CPU:0 -> CPU:1 20 us" in found["copies_on_critical_path"].evidence
 
 
 def test_weights_read_from_another_device_every_step():
-    ops = [op("m/dense/ReadVariableOp", "CPU:0", 0, 1, type="ReadVariableOp"),
-           op("m/dense/MatMul", "CPU:1", 0, 100), op("m/other/MatMul", "CPU:0", 1, 99)]
+    ops = [
+        op("m/dense/ReadVariableOp", "CPU:0", 0, 1, type="ReadVariableOp"),
+        op("m/dense/MatMul", "CPU:1", 0, 100),
+        op("m/other/MatMul", "CPU:0", 1, 99),
+    ]
     found = {f.kind: f for f in advise(report(ops, [copy("m/dense/ReadVariableOp:0", "CPU:0", "CPU:1", 1, 3, 65536)]))}
     assert set(found) == {"weights_across_devices"}
     w = found["weights_across_devices"]
@@ -77,13 +107,25 @@ def test_weights_read_from_another_device_every_step():
 
 def test_all_reduce_share_of_the_step():
     ops = [op("r0/MatMul", "CPU:0", 0, 70), op("r1/MatMul", "CPU:1", 0, 70)]
-    collectives = [{"name": f"r{i}/allreduce", "type": "CollectiveReduceV2", "device": f"CPU:{i}",
-                    "reduction": "Add", "dtype": "float32", "call": 0, "start_us": 70, "duration_us": 30}
-                   for i in range(2)]
+    collectives = [
+        {
+            "name": f"r{i}/allreduce",
+            "type": "CollectiveReduceV2",
+            "device": f"CPU:{i}",
+            "reduction": "Add",
+            "dtype": "float32",
+            "call": 0,
+            "start_us": 70,
+            "duration_us": 30,
+        }
+        for i in range(2)
+    ]
     (found,) = advise(report(ops, collectives=collectives))
     assert (found.kind, found.time_us) == ("all_reduce", 30.0)
-    assert "all-reduce runs 30 us of the 100 us step (30%): 2 collective op(s) (CollectiveReduceV2 x2) on 2" \
+    assert (
+        "all-reduce runs 30 us of the 100 us step (30%): 2 collective op(s) (CollectiveReduceV2 x2) on 2"
         in found.evidence
+    )
 
 
 def test_a_small_all_reduce_is_not_a_finding():
@@ -93,13 +135,18 @@ def test_a_small_all_reduce_is_not_a_finding():
 
 
 def test_ops_that_fell_back_to_the_cpu_in_a_gpu_step():
-    ops = [op("m/dense/MatMul", "GPU:0", 0, 100), op("m/unique/Unique", "CPU:0", 20, 15, type="Unique", requested=""),
-           op("m/asked/Shape", "CPU:0", 40, 5, type="Shape", requested="CPU:0"),
-           op("IteratorGetNext", "CPU:0", 0, 1, type="IteratorGetNext", requested="")]
+    ops = [
+        op("m/dense/MatMul", "GPU:0", 0, 100),
+        op("m/unique/Unique", "CPU:0", 20, 15, type="Unique", requested=""),
+        op("m/asked/Shape", "CPU:0", 40, 5, type="Shape", requested="CPU:0"),
+        op("IteratorGetNext", "CPU:0", 0, 1, type="IteratorGetNext", requested=""),
+    ]
     (found,) = advise(report(ops))
     assert (found.kind, found.time_us) == ("cpu_fallback", 15.0)
-    assert "1 op(s) of a GPU step ran on the CPU without asking for it (15 us, 15% of the step): Unique x1" \
+    assert (
+        "1 op(s) of a GPU step ran on the CPU without asking for it (15 us, 15% of the step): Unique x1"
         in found.evidence
+    )
 
 
 def test_cpu_ops_in_a_cpu_step_are_not_a_fallback():
@@ -132,8 +179,11 @@ def test_a_gpu_kept_busy_by_early_launches_is_not_launch_bound():
 
 
 def test_findings_are_ordered_by_the_time_at_stake():
-    ops = [op("IteratorGetNext", "CPU:0", 0, 10, type="IteratorGetNext"),
-           op("s0/MatMul", "CPU:0", 10, 60), op("s1/MatMul", "CPU:1", 70, 30)]
+    ops = [
+        op("IteratorGetNext", "CPU:0", 0, 10, type="IteratorGetNext"),
+        op("s0/MatMul", "CPU:0", 10, 60),
+        op("s1/MatMul", "CPU:1", 70, 30),
+    ]
     found = advise(report(ops))
     assert kinds(found) == ["idle_devices", "input_bound"]
     assert [f.time_us for f in found] == [50.0, 10.0]
@@ -141,8 +191,9 @@ def test_findings_are_ordered_by_the_time_at_stake():
 
 
 def test_a_finding_reads_as_one_line():
-    (found,) = advise(report([op("IteratorGetNext", "CPU:0", 0, 40, type="IteratorGetNext"),
-                              op("m/MatMul", "CPU:0", 40, 60)]))
+    (found,) = advise(
+        report([op("IteratorGetNext", "CPU:0", 0, 40, type="IteratorGetNext"), op("m/MatMul", "CPU:0", 40, 60)])
+    )
     assert str(found).startswith("input_bound (40 us at stake): the step waits 40 us") and " FIX: " in str(found)
 
 

@@ -32,8 +32,10 @@ def weights_elsewhere(tf4):
 def test_a_weight_read_on_another_device_is_found_with_its_size(weights_elsewhere):
     found = {f.kind: f for f in advise(weights_elsewhere)}
     assert "weights_across_devices" in found
-    assert "1 weight(s) are copied from the device that stores them to another on every step: 16.0 KiB" in found[
-        "weights_across_devices"].evidence
+    assert (
+        "1 weight(s) are copied from the device that stores them to another on every step: 16.0 KiB"
+        in found["weights_across_devices"].evidence
+    )
 
 
 def test_a_chain_over_two_devices_leaves_each_idle_while_the_other_works(tf4):

@@ -6,18 +6,30 @@ import pytest
 
 from tfdevices import InputError, SpecError
 from tfdevices.decide.candidates import (
-    Candidate, Profile, check_target, choose, plan_candidates, predict_step_s, prune,
+    Candidate,
+    Profile,
+    check_target,
+    choose,
+    plan_candidates,
+    predict_step_s,
+    prune,
 )
 
 CPUS = ["CPU:0", "CPU:1", "CPU:2", "CPU:3"]
 
 
-@pytest.mark.parametrize("devices, names", [
-    (["CPU:0"], ["one_device:CPU:0"]),
-    (CPUS, ["one_device:CPU:0", "mirrored:2", "mirrored:3", "mirrored:4", "split:2", "split:3", "split:4"]),
-    (["GPU:1", "GPU:0", "CPU:0"], ["one_device:GPU:1", "one_device:CPU:0", "mirrored:2", "split:2", "multi_worker:2"]),
-    (["/device:GPU:0", "CPU:0"], ["one_device:GPU:0", "one_device:CPU:0"]),
-])
+@pytest.mark.parametrize(
+    "devices, names",
+    [
+        (["CPU:0"], ["one_device:CPU:0"]),
+        (CPUS, ["one_device:CPU:0", "mirrored:2", "mirrored:3", "mirrored:4", "split:2", "split:3", "split:4"]),
+        (
+            ["GPU:1", "GPU:0", "CPU:0"],
+            ["one_device:GPU:1", "one_device:CPU:0", "mirrored:2", "split:2", "multi_worker:2"],
+        ),
+        (["/device:GPU:0", "CPU:0"], ["one_device:GPU:0", "one_device:CPU:0"]),
+    ],
+)
 def test_candidates_for_devices(devices, names):
     assert [c.name for c in plan_candidates(devices)] == names
 
@@ -55,18 +67,32 @@ def test_bad_targets(target):
         check_target(target)
 
 
-GPU_PROFILE = Profile(step_s=0.010, compute_s=0.008, grad_bytes=1_000_000, variables=4, activation_bytes=10_000,
-                      copy_latency_s=0.0001, copy_bytes_per_s=1e9, shared_compute=False)
+GPU_PROFILE = Profile(
+    step_s=0.010,
+    compute_s=0.008,
+    grad_bytes=1_000_000,
+    variables=4,
+    activation_bytes=10_000,
+    copy_latency_s=0.0001,
+    copy_bytes_per_s=1e9,
+    shared_compute=False,
+)
 
 
-@pytest.mark.parametrize("candidate, predicted", [
-    (Candidate("one_device:GPU:0", "one_device", ("GPU:0",)), 0.010),
-    (Candidate("mirrored:2", "mirrored", ("GPU:0", "GPU:1")), 0.002 + 0.004 + 8 * 0.0001 + 0.002),
-    (Candidate("mirrored:4", "mirrored", ("GPU:0", "GPU:1", "GPU:2", "GPU:3")), 0.002 + 0.002 + 24 * 0.0001 + 0.006),
-    (Candidate("split:2", "split", ("GPU:0", "GPU:1")), 0.010 + 2 * 0.0001 + 20_000 / 1e9),
-    (Candidate("split:3", "split", ("GPU:0", "GPU:1", "GPU:2")), 0.010 + 4 * 0.0001 + 40_000 / 1e9),
-    (Candidate("multi_worker:2", "multi_worker", ("GPU:0", "GPU:1")), None),
-])
+@pytest.mark.parametrize(
+    "candidate, predicted",
+    [
+        (Candidate("one_device:GPU:0", "one_device", ("GPU:0",)), 0.010),
+        (Candidate("mirrored:2", "mirrored", ("GPU:0", "GPU:1")), 0.002 + 0.004 + 8 * 0.0001 + 0.002),
+        (
+            Candidate("mirrored:4", "mirrored", ("GPU:0", "GPU:1", "GPU:2", "GPU:3")),
+            0.002 + 0.002 + 24 * 0.0001 + 0.006,
+        ),
+        (Candidate("split:2", "split", ("GPU:0", "GPU:1")), 0.010 + 2 * 0.0001 + 20_000 / 1e9),
+        (Candidate("split:3", "split", ("GPU:0", "GPU:1", "GPU:2")), 0.010 + 4 * 0.0001 + 40_000 / 1e9),
+        (Candidate("multi_worker:2", "multi_worker", ("GPU:0", "GPU:1")), None),
+    ],
+)
 def test_predictions(candidate, predicted):
     got = predict_step_s(candidate, GPU_PROFILE)
     assert got == (None if predicted is None else pytest.approx(predicted))

@@ -21,21 +21,25 @@ ONE = ["one_device:CPU:0"]
 
 # ----------------------------------------------------------------------------- inputs, without processes
 
+
 def build_here():
     return None
 
 
-@pytest.mark.parametrize("kwargs, words", [
-    ({"steps": 1}, "steps=1: expected a whole number >= 2"),
-    ({"steps": 2.5}, "steps=2.5"),
-    ({"warmup": -1}, "warmup=-1"),
-    ({"budget_s": 0}, "budget_s=0: expected a number of seconds > 0 or None"),
-    ({"budget_s": "1h"}, "budget_s='1h'"),
-    ({"timeout_s": None}, "timeout_s=None"),
-    ({"candidates": ["mirrored:9"]}, "candidates=['mirrored:9']"),
-    ({"virtual_devices": 0}, "virtual_devices=0"),
-    ({"rounds": 0}, "rounds=0: expected a whole number >= 1"),
-])
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        ({"steps": 1}, "steps=1: expected a whole number >= 2"),
+        ({"steps": 2.5}, "steps=2.5"),
+        ({"warmup": -1}, "warmup=-1"),
+        ({"budget_s": 0}, "budget_s=0: expected a number of seconds > 0 or None"),
+        ({"budget_s": "1h"}, "budget_s='1h'"),
+        ({"timeout_s": None}, "timeout_s=None"),
+        ({"candidates": ["mirrored:9"]}, "candidates=['mirrored:9']"),
+        ({"virtual_devices": 0}, "virtual_devices=0"),
+        ({"rounds": 0}, "rounds=0: expected a whole number >= 1"),
+    ],
+)
 def test_bad_arguments_are_refused_before_any_process_starts(kwargs, words):
     with pytest.raises(InputError, match=words.replace("(", r"\(").replace("[", r"\[")):
         tune("tests.decide.models:tiny_mlp", devices=["CPU:0", "CPU:1"], **kwargs)
@@ -55,8 +59,11 @@ def test_flags_and_settings_reproduce_the_winner():
     mirrored = CandidateResult("mirrored:2", "mirrored", ("CPU:0", "CPU:1"), "ok", 0.01, 0.009, 0.011, 3200.0, 0.012)
     r = result(mirrored)
     assert r.flags() == "--gpus=none --virtual_devices=2 --strategy=mirrored"
-    assert r.settings() == {"configure": {"gpus": "none", "virtual_devices": 2},
-                            "build_strategy": {"kind": "mirrored", "devices": ["CPU:0", "CPU:1"]}, "layers": None}
+    assert r.settings() == {
+        "configure": {"gpus": "none", "virtual_devices": 2},
+        "build_strategy": {"kind": "mirrored", "devices": ["CPU:0", "CPU:1"]},
+        "layers": None,
+    }
     gpus = CandidateResult("mirrored:2", "mirrored", ("GPU:0", "GPU:2"), "ok", 0.01, 0.01, 0.01, 3200.0)
     assert result(gpus).flags() == "--gpus=0,2 --strategy=mirrored"
     one = CandidateResult("one_device:CPU:0", "one_device", ("CPU:0",), "ok", 0.01, 0.01, 0.01, 3200.0)
@@ -79,14 +86,49 @@ def test_the_flags_are_accepted_by_configure_from_flags_parser():
 
 
 def test_the_table_marks_the_winner_and_scaling():
-    one = CandidateResult("one_device:CPU:0", "one_device", ("CPU:0",), "ok", 0.010, 0.009, 0.011, 3200.0, 0.010,
-                          {"host": 1 << 20}, {"copies": 0.0, "all_reduce": 0.0, "idle": {"CPU:0": 0.25}})
-    two = CandidateResult("mirrored:2", "mirrored", ("CPU:0", "CPU:1"), "ok", 0.008, 0.007, 0.009, 4000.0, 0.012,
-                          {"host": 1 << 20}, {"copies": 0.1, "all_reduce": 0.05, "idle": {"CPU:0": 0.2, "CPU:1": 0.3}})
+    one = CandidateResult(
+        "one_device:CPU:0",
+        "one_device",
+        ("CPU:0",),
+        "ok",
+        0.010,
+        0.009,
+        0.011,
+        3200.0,
+        0.010,
+        {"host": 1 << 20},
+        {"copies": 0.0, "all_reduce": 0.0, "idle": {"CPU:0": 0.25}},
+    )
+    two = CandidateResult(
+        "mirrored:2",
+        "mirrored",
+        ("CPU:0", "CPU:1"),
+        "ok",
+        0.008,
+        0.007,
+        0.009,
+        4000.0,
+        0.012,
+        {"host": 1 << 20},
+        {"copies": 0.1, "all_reduce": 0.05, "idle": {"CPU:0": 0.2, "CPU:1": 0.3}},
+    )
     oom = CandidateResult("split:2", "split", ("CPU:0", "CPU:1"), "out_of_memory", detail="ResourceExhaustedError: x")
     lines = TuneResult((one, two, oom), two).table().splitlines()
-    assert lines[1].split() == ["one_device:CPU:0", "ok", "10.00", "(9.00-11.00)", "10.00", "3,200", "100%", "host",
-                                "1.0", "MiB", "0%", "0%", "25%"]
+    assert lines[1].split() == [
+        "one_device:CPU:0",
+        "ok",
+        "10.00",
+        "(9.00-11.00)",
+        "10.00",
+        "3,200",
+        "100%",
+        "host",
+        "1.0",
+        "MiB",
+        "0%",
+        "0%",
+        "25%",
+    ]
     assert lines[2].split()[:8] == ["*", "mirrored:2", "ok", "8.00", "(7.00-9.00)", "12.00", "4,000", "62%"]
     assert lines[3].split()[:2] == ["split:2", "out_of_memory"]
     assert "  split:2: ResourceExhaustedError: x" in lines
@@ -94,8 +136,22 @@ def test_the_table_marks_the_winner_and_scaling():
 
 
 def test_a_later_round_keeps_the_fastest_median_and_counts_every_round():
-    first = CandidateResult("split:2", "split", ("CPU:0", "CPU:1"), "ok", 0.010, 0.009, 0.012, 3200.0, 0.011,
-                            {"host": 1}, {"copies": 0.1}, "", "/logs/split_2", rounds=1)
+    first = CandidateResult(
+        "split:2",
+        "split",
+        ("CPU:0", "CPU:1"),
+        "ok",
+        0.010,
+        0.009,
+        0.012,
+        3200.0,
+        0.011,
+        {"host": 1},
+        {"copies": 0.1},
+        "",
+        "/logs/split_2",
+        rounds=1,
+    )
     slower = _faster(first, {"status": "ok", "step_s": 0.020, "step_q1_s": 0.019, "step_q3_s": 0.021, "batch": 32})
     assert (slower.rounds, slower.step_s, slower.step_q3_s) == (2, 0.010, 0.012)
     faster = _faster(slower, {"status": "ok", "step_s": 0.008, "step_q1_s": 0.007, "step_q3_s": 0.0085, "batch": 32})
@@ -103,7 +159,11 @@ def test_a_later_round_keeps_the_fastest_median_and_counts_every_round():
     assert faster.examples_per_s == pytest.approx(32 / 0.008)
     # what the first round alone measured stays: prediction, memory, shares, its TensorBoard run
     assert (faster.predicted_step_s, faster.peak_memory, faster.shares, faster.logdir) == (
-        0.011, {"host": 1}, {"copies": 0.1}, "/logs/split_2")
+        0.011,
+        {"host": 1},
+        {"copies": 0.1},
+        "/logs/split_2",
+    )
     failed = _faster(faster, {"status": "timeout", "detail": "still running after 9 s: stopped"})
     assert (failed.status, failed.rounds, failed.step_s) == ("ok", 3, 0.008)
     assert failed.detail == "a later round: still running after 9 s: stopped"
@@ -116,6 +176,7 @@ def test_the_table_says_how_many_rounds_timed_the_candidates():
 
 
 # ----------------------------------------------------------------------------- real children
+
 
 @pytest.mark.slow
 def test_out_of_memory_is_reported_as_such():
@@ -142,8 +203,15 @@ def test_a_hanging_candidate_times_out_and_its_process_is_gone(tmp_path, monkeyp
 @pytest.mark.slow
 def test_candidates_run_measure_and_go_on_after_one_fails(tmp_path):
     # a batch of 32 does not split over 3 replicas: mirrored:3 fails, the others still run
-    r = tune("tests.decide.models:tiny_mlp", candidates=["mirrored:3", "split:2"], steps=4, warmup=1,
-             virtual_devices=3, logdir=tmp_path, rounds=2)
+    r = tune(
+        "tests.decide.models:tiny_mlp",
+        candidates=["mirrored:3", "split:2"],
+        steps=4,
+        warmup=1,
+        virtual_devices=3,
+        logdir=tmp_path,
+        rounds=2,
+    )
     by_name = {c.name: c for c in r.candidates}
     assert list(by_name) == ["one_device:CPU:0", "mirrored:3", "split:2"]
     assert by_name["mirrored:3"].status == "failed" and by_name["mirrored:3"].detail
@@ -195,11 +263,25 @@ def _as_from_a_terminal():
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 130), (signal.SIGKILL, -9)])
 def test_stopping_tune_leaves_no_child(tmp_path, sig, code):
     pidfile = tmp_path / "pid"
-    proc = subprocess.Popen([sys.executable, "-m", "tfdevices", "tune", "tests.decide.models:hang",
-                             "--candidates", ONE[0], "--timeout", "300"], cwd=REPO,
-                            env=subprocess_env({"TFDEVICES_TEST_PIDFILE": str(pidfile)}),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=_as_from_a_terminal)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tfdevices",
+            "tune",
+            "tests.decide.models:hang",
+            "--candidates",
+            ONE[0],
+            "--timeout",
+            "300",
+        ],
+        cwd=REPO,
+        env=subprocess_env({"TFDEVICES_TEST_PIDFILE": str(pidfile)}),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_as_from_a_terminal,
+    )
     try:
         child = _wait_for(pidfile, proc)
         proc.send_signal(sig)
@@ -218,13 +300,16 @@ def test_the_command_refuses_a_bad_target_in_one_line():
     assert "HINT:" in proc.stderr and "Traceback" not in proc.stderr
 
 
-@pytest.mark.parametrize("medians, kept, ran", [
-    ([9.0, 9.1], 9.0, 2),  # steady at once: two windows
-    ([9.0, 8.8], 8.8, 2),  # faster, but by less than 5%: settled, the faster kept
-    ([38.0, 9.8, 9.7], 9.7, 3),  # a burst of load in the first window
-    ([9.0, 8.0, 7.0, 6.6, 6.5], 6.5, 5),  # still speeding up after the first windows
-    ([100 * 0.9 ** k for k in range(12)], 100 * 0.9 ** 7, 8),  # 10% faster every window: bounded at 8
-])
+@pytest.mark.parametrize(
+    "medians, kept, ran",
+    [
+        ([9.0, 9.1], 9.0, 2),  # steady at once: two windows
+        ([9.0, 8.8], 8.8, 2),  # faster, but by less than 5%: settled, the faster kept
+        ([38.0, 9.8, 9.7], 9.7, 3),  # a burst of load in the first window
+        ([9.0, 8.0, 7.0, 6.6, 6.5], 6.5, 5),  # still speeding up after the first windows
+        ([100 * 0.9**k for k in range(12)], 100 * 0.9**7, 8),  # 10% faster every window: bounded at 8
+    ],
+)
 def test_a_candidate_is_timed_until_its_step_time_settles(medians, kept, ran):
     from tfdevices.decide.child import _steady_window
 

@@ -9,8 +9,8 @@ import pytest
 
 from tests import fake_nvml as fk
 from tests.helpers import run_py
-from tfdevices.gpus import discovery, nvml, visibility
 from tfdevices.core.errors import EnvVarError, InputError, InventoryFileError
+from tfdevices.gpus import discovery, nvml, visibility
 from tfdevices.gpus.inventory import Inventory
 
 FAKES = fk.eight_gpus()
@@ -24,24 +24,44 @@ def _discover(env: dict[str, str], gpus: list[fk.FakeGpu] = FAKES, **kwargs: obj
 def test_nvml_inventory_has_every_gpu_and_mig_instance() -> None:
     inv = _discover(_PCI)
     n_mig = sum(len(f.mig or ()) for f in FAKES)
-    assert (inv.source, inv.reason, inv.driver_version, len(inv)) == ("nvml", None, fk.FakeNvml().driver,
-                                                                      len(FAKES) + n_mig)
+    assert (inv.source, inv.reason, inv.driver_version, len(inv)) == (
+        "nvml",
+        None,
+        fk.FakeNvml().driver,
+        len(FAKES) + n_mig,
+    )
     for f, n in zip(FAKES, range(len(FAKES))):
         g = inv.get(str(n))
         assert (g.name, g.uuid, g.memory_total, g.memory_free, g.compute_capability) == (
-            f.name, f.uuid, f.memory_total, f.memory_total - f.memory_used, f.cc)
-        assert g.visible == (f.mig is None)   # a MIG-mode GPU is used through its instances
+            f.name,
+            f.uuid,
+            f.memory_total,
+            f.memory_total - f.memory_used,
+            f.cc,
+        )
+        assert g.visible == (f.mig is None)  # a MIG-mode GPU is used through its instances
         for m in f.mig or ():
             mig = inv.get(f"{n}:{m.slot}")
             assert (mig.uuid, mig.memory_total, mig.utilization, mig.pci_bus_id) == (
-                m.uuid, m.memory_total, None, f.pci_bus_id)
+                m.uuid,
+                m.memory_total,
+                None,
+                f.pci_bus_id,
+            )
             assert mig.visible
 
 
-@pytest.mark.parametrize("env", [
-    {}, _PCI, {**_PCI, "CUDA_VISIBLE_DEVICES": "2,0"}, {"CUDA_VISIBLE_DEVICES": "1"},
-    {**_PCI, "CUDA_VISIBLE_DEVICES": f"{fk.mig_uuid(5, 2)},{fk.uuid(7)}"}, {"CUDA_VISIBLE_DEVICES": "-1"},
-])
+@pytest.mark.parametrize(
+    "env",
+    [
+        {},
+        _PCI,
+        {**_PCI, "CUDA_VISIBLE_DEVICES": "2,0"},
+        {"CUDA_VISIBLE_DEVICES": "1"},
+        {**_PCI, "CUDA_VISIBLE_DEVICES": f"{fk.mig_uuid(5, 2)},{fk.uuid(7)}"},
+        {"CUDA_VISIBLE_DEVICES": "-1"},
+    ],
+)
 def test_json_round_trip(env: dict[str, str]) -> None:
     inv = _discover(env)
     back = Inventory.from_json(inv.to_json())
@@ -50,19 +70,31 @@ def test_json_round_trip(env: dict[str, str]) -> None:
 
 
 @pytest.mark.parametrize("saved_env", [{}, _PCI, {"CUDA_VISIBLE_DEVICES": "0"}])
-@pytest.mark.parametrize("env", [
-    {}, _PCI, {**_PCI, "CUDA_VISIBLE_DEVICES": "3,1"}, {"CUDA_VISIBLE_DEVICES": "0,5"},
-    {**_PCI, "CUDA_VISIBLE_DEVICES": fk.mig_uuid(5, 1)}, {"CUDA_VISIBLE_DEVICES": ""},
-])
-def test_saved_listing_plus_mask_gives_what_nvml_gives(tmp_path, saved_env: dict[str, str],
-                                                       env: dict[str, str]) -> None:
+@pytest.mark.parametrize(
+    "env",
+    [
+        {},
+        _PCI,
+        {**_PCI, "CUDA_VISIBLE_DEVICES": "3,1"},
+        {"CUDA_VISIBLE_DEVICES": "0,5"},
+        {**_PCI, "CUDA_VISIBLE_DEVICES": fk.mig_uuid(5, 1)},
+        {"CUDA_VISIBLE_DEVICES": ""},
+    ],
+)
+def test_saved_listing_plus_mask_gives_what_nvml_gives(
+    tmp_path, saved_env: dict[str, str], env: dict[str, str]
+) -> None:
     path = tmp_path / "node.json"
     path.write_text(_discover(saved_env).to_json())
     loaded = discovery.discover(env={**env, "TFDEVICES_INVENTORY": str(path)})
     live = _discover(env)
     assert [(g.key, g.cuda_ordinal, g.tf_name) for g in loaded] == [(g.key, g.cuda_ordinal, g.tf_name) for g in live]
     assert (loaded.reason, loaded.notes, loaded.cuda_visible_devices, loaded.loaded_from) == (
-        live.reason, live.notes, live.cuda_visible_devices, str(path))
+        live.reason,
+        live.notes,
+        live.cuda_visible_devices,
+        str(path),
+    )
 
 
 @pytest.mark.parametrize("n_gpus, mask", [(4, "-1"), (4, ""), (1, "-1"), (2, " ")])
@@ -72,13 +104,16 @@ def test_everything_masked_says_why(n_gpus: int, mask: str) -> None:
     assert (inv.source, inv.reason, inv.visible) == ("nvml", f"{what} hidden by CUDA_VISIBLE_DEVICES={mask!r}", ())
 
 
-@pytest.mark.parametrize("kwargs, words", [
-    (dict(init_error=fk.NVML_ERROR_LIBRARY_NOT_FOUND), "no NVIDIA driver"),
-    (dict(init_error=fk.NVML_ERROR_DRIVER_NOT_LOADED), "driver is not loaded"),
-    (dict(init_error=fk.NVML_ERROR_NO_PERMISSION), "insufficient permissions"),
-    (dict(count_error=fk.NVML_ERROR_UNKNOWN), "NVML error"),
-    (dict(), "NVML reports no GPU"),
-])
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        (dict(init_error=fk.NVML_ERROR_LIBRARY_NOT_FOUND), "no NVIDIA driver"),
+        (dict(init_error=fk.NVML_ERROR_DRIVER_NOT_LOADED), "driver is not loaded"),
+        (dict(init_error=fk.NVML_ERROR_NO_PERMISSION), "insufficient permissions"),
+        (dict(count_error=fk.NVML_ERROR_UNKNOWN), "NVML error"),
+        (dict(), "NVML reports no GPU"),
+    ],
+)
 @pytest.mark.parametrize("mask", [None, "0,3", "GPU-1234"])
 def test_no_gpu_is_an_empty_inventory_with_a_reason(kwargs: dict, words: str, mask: str | None) -> None:
     env = {} if mask is None else {"CUDA_VISIBLE_DEVICES": mask}
@@ -104,17 +139,23 @@ def _write(tmp_path, name: str, text: str | None) -> str:
     return str(path)
 
 
-@pytest.mark.parametrize("name, text, words", [
-    ("missing.json", None, "No such file"),
-    ("adir", "<dir>", "is a directory, not a file"),
-    ("bad.json", "{not json", "not valid JSON"),
-    ("list.json", "[]", "expected a JSON object"),
-    ("field.json", '{"gpus": [], "colour": 1}', "unknown field"),
-    ("gpu.json", '{"gpus": [{"index": 0}]}', "lacks"),
-    ("source.json", '{"source": "cuda"}', "known sources"),
-    ("dupe.json", '{"gpus": [{"index": 0, "name": "a", "uuid": "GPU-a"}, {"index": 0, "name": "b", "uuid": "GPU-b"}]}',
-     "more than once"),
-])
+@pytest.mark.parametrize(
+    "name, text, words",
+    [
+        ("missing.json", None, "No such file"),
+        ("adir", "<dir>", "is a directory, not a file"),
+        ("bad.json", "{not json", "not valid JSON"),
+        ("list.json", "[]", "expected a JSON object"),
+        ("field.json", '{"gpus": [], "colour": 1}', "unknown field"),
+        ("gpu.json", '{"gpus": [{"index": 0}]}', "lacks"),
+        ("source.json", '{"source": "cuda"}', "known sources"),
+        (
+            "dupe.json",
+            '{"gpus": [{"index": 0, "name": "a", "uuid": "GPU-a"}, {"index": 0, "name": "b", "uuid": "GPU-b"}]}',
+            "more than once",
+        ),
+    ],
+)
 def test_bad_inventory_file_names_the_variable(tmp_path, name: str, text: str | None, words: str) -> None:
     path = _write(tmp_path, name, text)
     with pytest.raises(InventoryFileError) as info:
@@ -128,8 +169,10 @@ def test_saved_listing_with_mask_naming_a_missing_gpu(tmp_path) -> None:
     path.write_text(_discover({}, FAKES[:2]).to_json())
     with pytest.raises(EnvVarError) as info:
         discovery.discover(env={"TFDEVICES_INVENTORY": str(path), "CUDA_VISIBLE_DEVICES": "0,7"})
-    assert str(info.value).startswith("CUDA_VISIBLE_DEVICES='0,7': no GPU with CUDA index 7; this machine has GPUs "
-                                      f"0 ({fk.uuid(0)[:12]}), 1 ({fk.uuid(1)[:12]}) (saved listing {path})")
+    assert str(info.value).startswith(
+        "CUDA_VISIBLE_DEVICES='0,7': no GPU with CUDA index 7; this machine has GPUs "
+        f"0 ({fk.uuid(0)[:12]}), 1 ({fk.uuid(1)[:12]}) (saved listing {path})"
+    )
 
 
 def test_empty_inventory_variable_means_read_the_machine() -> None:
@@ -139,8 +182,9 @@ def test_empty_inventory_variable_means_read_the_machine() -> None:
 
 @pytest.mark.parametrize("source", ["gpu", "NVML", "", "none"])
 def test_unknown_source_lists_the_known_ones(source: str) -> None:
-    with pytest.raises(InputError, match=f"^discovery source {source!r} is unknown; known sources: 'nvml', "
-                                         "'tensorflow'"):
+    with pytest.raises(
+        InputError, match=f"^discovery source {source!r} is unknown; known sources: 'nvml', 'tensorflow'"
+    ):
         discovery.discover(env={}, source=source)
 
 
@@ -156,23 +200,29 @@ def test_real_nvml_on_this_machine_gives_a_reason_not_an_error() -> None:
 def test_public_discover_reads_the_environment_without_tensorflow(tmp_path) -> None:
     path = tmp_path / "node.json"
     path.write_text(_discover({}, FAKES[:4]).to_json())
-    proc = run_py("""
+    proc = run_py(
+        """
         import sys, tfdevices
         inv = tfdevices.discover()
         print([(g.key, g.tf_name) for g in inv], inv.loaded_from is not None, "tensorflow" in sys.modules)
-    """, env={"TFDEVICES_INVENTORY": str(path), "CUDA_VISIBLE_DEVICES": "3,1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
+    """,
+        env={"TFDEVICES_INVENTORY": str(path), "CUDA_VISIBLE_DEVICES": "3,1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"},
+    )
     assert proc.stdout.strip() == str([("0", None), ("1", "/GPU:1"), ("2", None), ("3", "/GPU:0")]) + " True False"
 
 
 @pytest.mark.parametrize("env", [{}, {"CUDA_VISIBLE_DEVICES": "-1"}])
 def test_tensorflow_source_on_this_machine(env: dict[str, str]) -> None:
-    proc = run_py("""
+    proc = run_py(
+        """
         import json, sys, tfdevices
         inv = tfdevices.discover(source="tensorflow")
         import tensorflow as tf
         print(json.dumps([inv.source, inv.reason, len(tf.config.list_physical_devices("GPU")),
                           tf.__version__, inv.cuda_visible_devices]))
-    """, env=env)
+    """,
+        env=env,
+    )
     source, reason, tf_gpus, version, mask = json.loads(proc.stdout.strip().splitlines()[-1])
     assert mask == env.get("CUDA_VISIBLE_DEVICES")
     if tf_gpus == 0:
@@ -184,13 +234,16 @@ def test_tensorflow_source_on_this_machine(env: dict[str, str]) -> None:
 
 @pytest.mark.parametrize("env", [{"CUDA_DEVICE_ORDER": "pci"}, {"CUDA_VISIBLE_DEVICES": "x"}])
 def test_tensorflow_source_checks_the_variables_before_importing_tensorflow(env: dict[str, str]) -> None:
-    proc = run_py("""
+    proc = run_py(
+        """
         import sys, tfdevices
         try:
             tfdevices.discover(source="tensorflow")
         except tfdevices.EnvVarError as err:
             print(str(err).split("=")[0], "tensorflow" in sys.modules)
-    """, env=env)
+    """,
+        env=env,
+    )
     assert proc.stdout.split() == [next(iter(env)), "False"]
 
 

@@ -7,8 +7,7 @@ import os
 import threading
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from tests import inventories as inv
 from tfdevices.core.errors import InventoryFileError, TfDevicesError
@@ -34,29 +33,34 @@ def test_json_in_any_encoding_json_allows_is_read(tmp_path, encoding):
     assert _load(tmp_path, GOOD.encode(encoding)).gpus == inv.eight().gpus
 
 
-@pytest.mark.parametrize("data, words", [
-    (bytes(range(256)) * 4, "not JSON text (byte"),
-    (b"\xff\xfe\x00", "not JSON text"),
-    (GOOD.replace("A100", "A100 \u00e9").encode("latin-1"), "not JSON text (byte 0xe9"),
-    (GOOD.encode("cp1252")[:-1] + b"\x9d", "not JSON text"),
-    (b"\x00" * 64, "not"),
-    (b"", "not valid JSON"),
-    (b"[" * 200_000 + b"]" * 200_000, "JSON nested too deeply"),
-    (b'{"gpus": ' + b"[" * 100_000, "JSON nested too deeply"),
-    (b'{"gpus": [{"index": ' + b"9" * 5000 + b', "name": "a", "uuid": "GPU-a"}]}', "thousands of digits"),
-    (_with_gpu0(name="A\ud800"), "GPU field name='A\\ud800' holds a lone surrogate"),
-    (_with_gpu0(uuid="GPU-\udfff"), "GPU field uuid='GPU-\\udfff' holds a lone surrogate"),
-    (_with_gpu0(compute_capability="\u0668.\u0660"), "compute_capability='\u0668.\u0660' is not of the form '8.0'"),
-    (_with_gpu0(compute_capability=["\u0668", "0"]), "is not of the form '8.0'"),
-    (_with_gpu0(compute_capability="8888.0"), "is not of the form '8.0'"),
-    (_with_gpu0(index=10**30), "GPU field index=1000000000000000000000000000000 must be a whole number from 0"),
-    (_with_gpu0(memory_free=-1), "GPU field memory_free=-1 must be"),
-    (_with_gpu0(name="x" * 100_000), "GPU field name='xxxx"),
-    (json.dumps({"gpus": [{"index": i, "name": "a", "uuid": f"GPU-{i}"} for i in range(5000)]}),
-     "5,000 GPU entries"),
-    (json.dumps({"gpus": [], "notes": ["\ud800"]}), "notes[0]='\\ud800' holds a lone surrogate"),
-    (json.dumps({"gpus": [], "reason": 5}), "reason=5 must be a string"),
-])
+@pytest.mark.parametrize(
+    "data, words",
+    [
+        (bytes(range(256)) * 4, "not JSON text (byte"),
+        (b"\xff\xfe\x00", "not JSON text"),
+        (GOOD.replace("A100", "A100 \u00e9").encode("latin-1"), "not JSON text (byte 0xe9"),
+        (GOOD.encode("cp1252")[:-1] + b"\x9d", "not JSON text"),
+        (b"\x00" * 64, "not"),
+        (b"", "not valid JSON"),
+        (b"[" * 200_000 + b"]" * 200_000, "JSON nested too deeply"),
+        (b'{"gpus": ' + b"[" * 100_000, "JSON nested too deeply"),
+        (b'{"gpus": [{"index": ' + b"9" * 5000 + b', "name": "a", "uuid": "GPU-a"}]}', "thousands of digits"),
+        (_with_gpu0(name="A\ud800"), "GPU field name='A\\ud800' holds a lone surrogate"),
+        (_with_gpu0(uuid="GPU-\udfff"), "GPU field uuid='GPU-\\udfff' holds a lone surrogate"),
+        (_with_gpu0(compute_capability="\u0668.\u0660"), "compute_capability='\u0668.\u0660' is not of the form '8.0'"),
+        (_with_gpu0(compute_capability=["\u0668", "0"]), "is not of the form '8.0'"),
+        (_with_gpu0(compute_capability="8888.0"), "is not of the form '8.0'"),
+        (_with_gpu0(index=10**30), "GPU field index=1000000000000000000000000000000 must be a whole number from 0"),
+        (_with_gpu0(memory_free=-1), "GPU field memory_free=-1 must be"),
+        (_with_gpu0(name="x" * 100_000), "GPU field name='xxxx"),
+        (
+            json.dumps({"gpus": [{"index": i, "name": "a", "uuid": f"GPU-{i}"} for i in range(5000)]}),
+            "5,000 GPU entries",
+        ),
+        (json.dumps({"gpus": [], "notes": ["\ud800"]}), "notes[0]='\\ud800' holds a lone surrogate"),
+        (json.dumps({"gpus": [], "reason": 5}), "reason=5 must be a string"),
+    ],
+)
 def test_hostile_files_are_one_line_errors(tmp_path, data, words):
     with pytest.raises(InventoryFileError) as err:
         _load(tmp_path, data)
@@ -116,21 +120,27 @@ def test_duplicate_gpus_are_found_with_a_set_in_a_large_inventory(tmp_path):
 _JSONISH = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=6), children, max_size=4),
-    max_leaves=20)
-_GPU_FIELDS = st.fixed_dictionaries({"index": st.integers(-2, 2000), "name": st.text(max_size=6),
-                                     "uuid": st.text(max_size=6)},
-                                    optional={"compute_capability": st.text(alphabet="0123456789.\u0663", max_size=5),
-                                              "memory_free": st.integers(-1, 2**70),
-                                              "mig_index": st.integers(-1, 3) | st.none(),
-                                              "utilization": st.floats() | st.integers(-1, 2)})
+    max_leaves=20,
+)
+_GPU_FIELDS = st.fixed_dictionaries(
+    {"index": st.integers(-2, 2000), "name": st.text(max_size=6), "uuid": st.text(max_size=6)},
+    optional={
+        "compute_capability": st.text(alphabet="0123456789.\u0663", max_size=5),
+        "memory_free": st.integers(-1, 2**70),
+        "mig_index": st.integers(-1, 3) | st.none(),
+        "utilization": st.floats() | st.integers(-1, 2),
+    },
+)
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.one_of(
-    st.binary(max_size=200),
-    _JSONISH.map(lambda v: json.dumps(v).encode()),
-    st.lists(_GPU_FIELDS, max_size=4).map(lambda gs: json.dumps({"gpus": gs, "source": "nvml"}).encode()),
-))
+@given(
+    st.one_of(
+        st.binary(max_size=200),
+        _JSONISH.map(lambda v: json.dumps(v).encode()),
+        st.lists(_GPU_FIELDS, max_size=4).map(lambda gs: json.dumps({"gpus": gs, "source": "nvml"}).encode()),
+    )
+)
 def test_fuzz_inventory_files(tmp_path_factory, data):
     path = tmp_path_factory.mktemp("fuzz") / "inventory.json"
     path.write_bytes(data)

@@ -24,19 +24,27 @@ def test_each_gpu_is_read_as_plain_data(snap: nvml.NvmlSnapshot, n: int) -> None
     gpu, dev = GPUS[n], snap.devices[n]
     assert (dev.index, dev.name, dev.uuid, dev.pci_bus_id) == (n, gpu.name, gpu.uuid, gpu.pci_bus_id)
     assert (dev.memory_total, dev.memory_used, dev.memory_free) == (
-        gpu.memory_total, gpu.memory_used, gpu.memory_total - gpu.memory_used)
+        gpu.memory_total,
+        gpu.memory_used,
+        gpu.memory_total - gpu.memory_used,
+    )
     assert dev.utilization == pytest.approx(gpu.util_percent / 100)
     assert dev.compute_capability == gpu.cc
     assert dev.processes == len(set(gpu.compute_pids) | set(gpu.graphics_pids))
     assert dev.mig_enabled == (None if gpu.mig is None and gpu.cc < (8, 0) else gpu.mig is not None)
-    assert [(m.mig_index, m.uuid, m.memory_total, m.memory_used, m.gpu_instance_id, m.compute_instance_id,
-             m.processes) for m in dev.mig] == [
-        (m.slot, m.uuid, m.memory_total, m.memory_used, m.gi, m.ci, len(m.pids)) for m in gpu.mig or ()]
+    assert [
+        (m.mig_index, m.uuid, m.memory_total, m.memory_used, m.gpu_instance_id, m.compute_instance_id, m.processes)
+        for m in dev.mig
+    ] == [(m.slot, m.uuid, m.memory_total, m.memory_used, m.gi, m.ci, len(m.pids)) for m in gpu.mig or ()]
 
 
 def test_snapshot_has_driver_and_no_failure(snap: nvml.NvmlSnapshot) -> None:
     assert (snap.failure, snap.reason, snap.driver_version, len(snap.devices)) == (
-        None, None, fk.FakeNvml().driver, len(GPUS))
+        None,
+        None,
+        fk.FakeNvml().driver,
+        len(GPUS),
+    )
 
 
 def test_old_pynvml_bytes_are_decoded() -> None:
@@ -45,13 +53,16 @@ def test_old_pynvml_bytes_are_decoded() -> None:
     assert [(d.name, d.uuid, d.pci_bus_id) for d in devs] == [(g.name, g.uuid, g.pci_bus_id) for g in gpus]
 
 
-@pytest.mark.parametrize("fn, field", [
-    ("nvmlDeviceGetUtilizationRates", "utilization"),
-    ("nvmlDeviceGetMemoryInfo", "memory_total"),
-    ("nvmlDeviceGetMemoryInfo", "memory_free"),
-    ("nvmlDeviceGetCudaComputeCapability", "compute_capability"),
-    ("nvmlDeviceGetMigMode", "mig_enabled"),
-])
+@pytest.mark.parametrize(
+    "fn, field",
+    [
+        ("nvmlDeviceGetUtilizationRates", "utilization"),
+        ("nvmlDeviceGetMemoryInfo", "memory_total"),
+        ("nvmlDeviceGetMemoryInfo", "memory_free"),
+        ("nvmlDeviceGetCudaComputeCapability", "compute_capability"),
+        ("nvmlDeviceGetMigMode", "mig_enabled"),
+    ],
+)
 @pytest.mark.parametrize("code", [fk.NVML_ERROR_NOT_SUPPORTED, fk.NVML_ERROR_NO_PERMISSION, fk.NVML_ERROR_UNKNOWN])
 def test_unavailable_value_is_none_not_an_exception(fn: str, field: str, code: int) -> None:
     gpu = dataclasses.replace(GPUS[0], fail=((fn, code),))
@@ -60,28 +71,40 @@ def test_unavailable_value_is_none_not_an_exception(fn: str, field: str, code: i
     assert dev.uuid == gpu.uuid
 
 
-@pytest.mark.parametrize("failing", [
-    ("nvmlDeviceGetComputeRunningProcesses",),
-    ("nvmlDeviceGetGraphicsRunningProcesses",),
-    ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"),
-])
+@pytest.mark.parametrize(
+    "failing",
+    [
+        ("nvmlDeviceGetComputeRunningProcesses",),
+        ("nvmlDeviceGetGraphicsRunningProcesses",),
+        ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"),
+    ],
+)
 def test_processes_count_what_can_be_read(failing: tuple[str, ...]) -> None:
     gpu = dataclasses.replace(GPUS[2], fail=tuple((f, fk.NVML_ERROR_NO_PERMISSION) for f in failing))
     dev = nvml.Nvml(fk.FakeNvml([gpu])).snapshot().devices[0]
-    readable = [p for f, p in (("nvmlDeviceGetComputeRunningProcesses", gpu.compute_pids),
-                               ("nvmlDeviceGetGraphicsRunningProcesses", gpu.graphics_pids)) if f not in failing]
+    readable = [
+        p
+        for f, p in (
+            ("nvmlDeviceGetComputeRunningProcesses", gpu.compute_pids),
+            ("nvmlDeviceGetGraphicsRunningProcesses", gpu.graphics_pids),
+        )
+        if f not in failing
+    ]
     assert dev.processes == (None if not readable else len(set().union(*readable)))
 
 
-@pytest.mark.parametrize("kwargs, failure, words", [
-    (dict(init_error=fk.NVML_ERROR_LIBRARY_NOT_FOUND), "library-missing", "no NVIDIA driver"),
-    (dict(init_error=fk.NVML_ERROR_DRIVER_NOT_LOADED), "driver-not-loaded", "driver is not loaded"),
-    (dict(init_error=fk.NVML_ERROR_NO_PERMISSION), "no-permission", "insufficient permissions"),
-    (dict(init_error=fk.NVML_ERROR_UNKNOWN), "nvml-error", "NVML error: Unknown Error"),
-    (dict(count_error=fk.NVML_ERROR_NO_PERMISSION), "no-permission", "insufficient permissions"),
-    (dict(count_error=fk.NVML_ERROR_GPU_IS_LOST), "nvml-error", "GPU is lost"),
-    (dict(), "no-gpu", "NVML reports no GPU"),
-])
+@pytest.mark.parametrize(
+    "kwargs, failure, words",
+    [
+        (dict(init_error=fk.NVML_ERROR_LIBRARY_NOT_FOUND), "library-missing", "no NVIDIA driver"),
+        (dict(init_error=fk.NVML_ERROR_DRIVER_NOT_LOADED), "driver-not-loaded", "driver is not loaded"),
+        (dict(init_error=fk.NVML_ERROR_NO_PERMISSION), "no-permission", "insufficient permissions"),
+        (dict(init_error=fk.NVML_ERROR_UNKNOWN), "nvml-error", "NVML error: Unknown Error"),
+        (dict(count_error=fk.NVML_ERROR_NO_PERMISSION), "no-permission", "insufficient permissions"),
+        (dict(count_error=fk.NVML_ERROR_GPU_IS_LOST), "nvml-error", "GPU is lost"),
+        (dict(), "no-gpu", "NVML reports no GPU"),
+    ],
+)
 def test_failures_are_classified_never_raised(kwargs: dict, failure: str, words: str) -> None:
     snap = nvml.Nvml(fk.FakeNvml([], **kwargs)).snapshot()
     assert (snap.devices, snap.failure) == ((), failure)
@@ -91,13 +114,18 @@ def test_failures_are_classified_never_raised(kwargs: dict, failure: str, words:
 
 def test_missing_pynvml_is_library_missing() -> None:
     snap = nvml.Nvml(None, import_error="No module named 'pynvml'").snapshot()
-    assert (snap.failure, snap.reason) == ("library-missing",
-                                           "nvidia-ml-py is not installed (No module named 'pynvml')")
+    assert (snap.failure, snap.reason) == (
+        "library-missing",
+        "nvidia-ml-py is not installed (No module named 'pynvml')",
+    )
 
 
 def test_a_gpu_nvml_cannot_open_is_left_out_with_a_note() -> None:
-    gpus = [GPUS[0], dataclasses.replace(GPUS[1], fail=(("nvmlDeviceGetHandleByIndex", fk.NVML_ERROR_GPU_IS_LOST),)),
-            GPUS[2]]
+    gpus = [
+        GPUS[0],
+        dataclasses.replace(GPUS[1], fail=(("nvmlDeviceGetHandleByIndex", fk.NVML_ERROR_GPU_IS_LOST),)),
+        GPUS[2],
+    ]
     snap = nvml.Nvml(fk.FakeNvml(gpus)).snapshot()
     assert [d.index for d in snap.devices] == [0, 2]
     assert snap.notes and snap.notes[0].startswith("GPU 1 left out") and "GPU is lost" in snap.notes[0]
@@ -139,8 +167,11 @@ def test_real_pynvml_on_this_machine() -> None:
 
 
 def test_names_that_are_not_text_become_printable() -> None:
-    gpus = [dataclasses.replace(GPUS[0], name="A100\ud800"), dataclasses.replace(GPUS[1], name="x" * 5000),
-            dataclasses.replace(GPUS[2], name="T4 \xff\xfe", as_bytes=False)]
+    gpus = [
+        dataclasses.replace(GPUS[0], name="A100\ud800"),
+        dataclasses.replace(GPUS[1], name="x" * 5000),
+        dataclasses.replace(GPUS[2], name="T4 \xff\xfe", as_bytes=False),
+    ]
     devs = nvml.Nvml(fk.FakeNvml(gpus)).snapshot().devices
     assert devs[0].name == "A100\\ud800" and len(devs[1].name) == 256
     for d in devs:
@@ -149,17 +180,30 @@ def test_names_that_are_not_text_become_printable() -> None:
 
 def test_what_gpustat_shows_is_read(snap: nvml.NvmlSnapshot) -> None:
     gpu, dev = GPUS[0], snap.devices[0]
-    assert (dev.temperature, dev.fan_speed, dev.power_draw_mw, dev.power_limit_mw, dev.performance_state,
-            dev.clock_sm_mhz, dev.clock_memory_mhz, dev.ecc_errors) == (
-        gpu.temperature, None, gpu.power_mw, gpu.power_limit_mw, gpu.pstate, gpu.clock_sm, gpu.clock_mem, gpu.ecc)
+    assert (
+        dev.temperature,
+        dev.fan_speed,
+        dev.power_draw_mw,
+        dev.power_limit_mw,
+        dev.performance_state,
+        dev.clock_sm_mhz,
+        dev.clock_memory_mhz,
+        dev.ecc_errors,
+    ) == (gpu.temperature, None, gpu.power_mw, gpu.power_limit_mw, gpu.pstate, gpu.clock_sm, gpu.clock_mem, gpu.ecc)
 
 
-@pytest.mark.parametrize("fn, field", [
-    ("nvmlDeviceGetTemperature", "temperature"), ("nvmlDeviceGetFanSpeed", "fan_speed"),
-    ("nvmlDeviceGetPowerUsage", "power_draw_mw"), ("nvmlDeviceGetEnforcedPowerLimit", "power_limit_mw"),
-    ("nvmlDeviceGetPerformanceState", "performance_state"), ("nvmlDeviceGetClockInfo", "clock_sm_mhz"),
-    ("nvmlDeviceGetTotalEccErrors", "ecc_errors"),
-])
+@pytest.mark.parametrize(
+    "fn, field",
+    [
+        ("nvmlDeviceGetTemperature", "temperature"),
+        ("nvmlDeviceGetFanSpeed", "fan_speed"),
+        ("nvmlDeviceGetPowerUsage", "power_draw_mw"),
+        ("nvmlDeviceGetEnforcedPowerLimit", "power_limit_mw"),
+        ("nvmlDeviceGetPerformanceState", "performance_state"),
+        ("nvmlDeviceGetClockInfo", "clock_sm_mhz"),
+        ("nvmlDeviceGetTotalEccErrors", "ecc_errors"),
+    ],
+)
 def test_an_unreadable_sensor_is_none(fn: str, field: str) -> None:
     gpu = dataclasses.replace(GPUS[0], fan=40, fail=((fn, fk.NVML_ERROR_NOT_SUPPORTED),))
     assert getattr(nvml.Nvml(fk.FakeNvml([gpu])).snapshot().devices[0], field) is None
@@ -171,11 +215,15 @@ def test_unknown_performance_state_32_is_none() -> None:
 
 
 def test_process_list_merges_compute_and_graphics_with_memory() -> None:
-    gpu = dataclasses.replace(GPUS[2], compute_pids=(102, 103), graphics_pids=(103, 107),
-                              process_memory=((102, 3 << 30), (103, 1 << 30)))
+    gpu = dataclasses.replace(
+        GPUS[2], compute_pids=(102, 103), graphics_pids=(103, 107), process_memory=((102, 3 << 30), (103, 1 << 30))
+    )
     procs = nvml.Nvml(fk.FakeNvml([gpu])).snapshot().devices[0].process_list
-    assert procs == (nvml.NvmlProcess(102, "C", 3 << 30), nvml.NvmlProcess(103, "C+G", 1 << 30),
-                     nvml.NvmlProcess(107, "G", None))
+    assert procs == (
+        nvml.NvmlProcess(102, "C", 3 << 30),
+        nvml.NvmlProcess(103, "C+G", 1 << 30),
+        nvml.NvmlProcess(107, "G", None),
+    )
 
 
 def test_mig_instances_list_their_own_processes(snap: nvml.NvmlSnapshot) -> None:

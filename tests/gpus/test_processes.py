@@ -29,25 +29,43 @@ def test_describe(tmp_path):
     proc_entry(tmp_path, 12, uid=4_000_000_000, cmdline=b"x\0")  # a uid without a name
     proc_entry(tmp_path, 13, cmdline=b"y\0")  # status unreadable
     found = describe([10, 11, 12, 13, 14, 10], proc=str(tmp_path))
-    assert found == {10: ("root", "python a b.py"), 11: (pwd.getpwuid(os.getuid()).pw_name, "[kworker/0:1]"),
-                     12: ("4000000000", "x"), 13: (None, "y"), 14: (None, None)}
+    assert found == {
+        10: ("root", "python a b.py"),
+        11: (pwd.getpwuid(os.getuid()).pw_name, "[kworker/0:1]"),
+        12: ("4000000000", "x"),
+        13: (None, "y"),
+        14: (None, None),
+    }
     assert "abc" not in repr(found)
 
 
-@pytest.mark.parametrize("raw, text", [
-    (b"", None), (b"\0\0", None), (b"a\0b\0", "a b"), (b"echo\0\x1b[31mred\0", "echo \\x1b[31mred"),
-    (b"\xff\xfe\0", "\\xff\\xfe"), (b"x" * 5000, "x" * (MAX_COMMAND - 3) + "..."),
-])
+@pytest.mark.parametrize(
+    "raw, text",
+    [
+        (b"", None),
+        (b"\0\0", None),
+        (b"a\0b\0", "a b"),
+        (b"echo\0\x1b[31mred\0", "echo \\x1b[31mred"),
+        (b"\xff\xfe\0", "\\xff\\xfe"),
+        (b"x" * 5000, "x" * (MAX_COMMAND - 3) + "..."),
+    ],
+)
 def test_command_text(raw, text):
     assert command_text(raw) == text
 
 
-@pytest.mark.parametrize("data, first_words", [
-    ({"kind": "C"}, "p: lacks 'pid'"), ({"pid": -1}, "p: pid=-1 must be a whole number"),
-    ({"pid": 1, "kind": "X"}, "p: kind='X'; known kinds"), ({"pid": 1, "gpu_memory": 1.5}, "p: gpu_memory=1.5"),
-    ({"pid": 1, "user": 3}, "p: user=3 must be a string"), ({"pid": 1, "env": "A=1"}, "p: unknown field(s) ['env']"),
-    ([1], "p: a process must be an object"),
-])
+@pytest.mark.parametrize(
+    "data, first_words",
+    [
+        ({"kind": "C"}, "p: lacks 'pid'"),
+        ({"pid": -1}, "p: pid=-1 must be a whole number"),
+        ({"pid": 1, "kind": "X"}, "p: kind='X'; known kinds"),
+        ({"pid": 1, "gpu_memory": 1.5}, "p: gpu_memory=1.5"),
+        ({"pid": 1, "user": 3}, "p: user=3 must be a string"),
+        ({"pid": 1, "env": "A=1"}, "p: unknown field(s) ['env']"),
+        ([1], "p: a process must be an object"),
+    ],
+)
 def test_bad_process_entries_are_refused(data, first_words):
     with pytest.raises(InventoryFileError) as err:
         GpuProcess.from_dict(data, where="p")

@@ -26,12 +26,24 @@ RACERS, GPUS, ROUNDS = 16, 4, 50
 
 
 def fake_inventory(n: int = GPUS) -> Inventory:
-    return Inventory(gpus=tuple(GpuInfo(index=i, name="Fake GPU", uuid=f"GPU-fake-{i}", memory_total=16 << 30,
-                                        memory_free=(16 - i) << 30, cuda_ordinal=i, tf_name=f"/GPU:{i}")
-                                for i in range(n)), source="nvml")
+    return Inventory(
+        gpus=tuple(
+            GpuInfo(
+                index=i,
+                name="Fake GPU",
+                uuid=f"GPU-fake-{i}",
+                memory_total=16 << 30,
+                memory_free=(16 - i) << 30,
+                cuda_ordinal=i,
+                tf_name=f"/GPU:{i}",
+            )
+            for i in range(n)
+        ),
+        source="nvml",
+    )
 
 
-@pytest.fixture()
+@pytest.fixture
 def setup(tmp_path):
     inv = fake_inventory()
     path = tmp_path / "inventory.json"
@@ -64,8 +76,14 @@ class Lines:
 
 
 def start(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, WORKER, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=subprocess_env(), cwd=REPO)
+    return subprocess.Popen(
+        [sys.executable, WORKER, *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=subprocess_env(),
+        cwd=REPO,
+    )
 
 
 def stop(procs: list[subprocess.Popen]) -> None:
@@ -111,8 +129,11 @@ def test_killed_holder_is_free_within_a_second(setup) -> None:
     try:
         got, gpu, pid = Lines(proc).readline().split()
         assert (got, gpu, int(pid)) == ("got", "2", proc.pid)
-        with pytest.raises(ReservationError, match=rf"reserve '2': 0 of 1 GPU\(s\) 2 asked for free .*"
-                                                   rf"held: GPU 2 by pid {proc.pid} on "):
+        with pytest.raises(
+            ReservationError,
+            match=rf"reserve '2': 0 of 1 GPU\(s\) 2 asked for free .*"
+            rf"held: GPU 2 by pid {proc.pid} on ",
+        ):
             reserve("2", inv, lock_dir=locks)
         os.kill(proc.pid, signal.SIGKILL)
         killed = time.monotonic()
@@ -206,7 +227,7 @@ def test_default_lock_dir() -> None:
 
 def test_package_name_stays_the_function_after_the_module_is_imported(tmp_path) -> None:
     import tfdevices
-    import tfdevices.gpus.reservation  # noqa: F401
+    import tfdevices.gpus.reservation
 
     assert tfdevices.reserve("auto:1", fake_inventory(1), lock_dir=str(tmp_path)).indices == (0,)
 
@@ -228,25 +249,40 @@ from tfdevices.gpus import reservation as reservation_mod  # noqa: E402
 def unique_inventory(n: int) -> Inventory:
     """Fake GPUs with UUIDs no other test or user shares, so the machine's default lock directory can be used."""
     tag = uuid.uuid4().hex[:12]
-    return Inventory(gpus=tuple(GpuInfo(index=i, name="Fake GPU", uuid=f"GPU-test-{tag}-{i}", memory_free=1 << 30,
-                                        cuda_ordinal=i, tf_name=f"/GPU:{i}") for i in range(n)), source="nvml")
+    return Inventory(
+        gpus=tuple(
+            GpuInfo(
+                index=i,
+                name="Fake GPU",
+                uuid=f"GPU-test-{tag}-{i}",
+                memory_free=1 << 30,
+                cuda_ordinal=i,
+                tf_name=f"/GPU:{i}",
+            )
+            for i in range(n)
+        ),
+        source="nvml",
+    )
 
 
 def lock_files(inv: Inventory, directory: str) -> list[str]:
     return [os.path.join(directory, reservation_mod._lock_name(g)) for g in inv.gpus]
 
 
-@pytest.mark.parametrize("kwargs, first_words", [
-    (dict(timeout=math.nan), "timeout=nan must be seconds >= 0 or None"),
-    (dict(timeout=-0.5), "timeout=-0.5 must be seconds"),
-    (dict(timeout="5"), "timeout='5' must be seconds"),
-    (dict(timeout=True), "timeout=True must be seconds"),
-    (dict(poll_interval=math.nan), "poll_interval=nan must be seconds > 0"),
-    (dict(poll_interval=-1), "poll_interval=-1 must be seconds > 0"),
-    (dict(poll_interval=0), "poll_interval=0 must be seconds > 0"),
-    (dict(poll_interval=math.inf), "poll_interval=inf must be seconds > 0"),
-    (dict(poll_interval=None), "poll_interval=None must be seconds > 0"),
-])
+@pytest.mark.parametrize(
+    "kwargs, first_words",
+    [
+        (dict(timeout=math.nan), "timeout=nan must be seconds >= 0 or None"),
+        (dict(timeout=-0.5), "timeout=-0.5 must be seconds"),
+        (dict(timeout="5"), "timeout='5' must be seconds"),
+        (dict(timeout=True), "timeout=True must be seconds"),
+        (dict(poll_interval=math.nan), "poll_interval=nan must be seconds > 0"),
+        (dict(poll_interval=-1), "poll_interval=-1 must be seconds > 0"),
+        (dict(poll_interval=0), "poll_interval=0 must be seconds > 0"),
+        (dict(poll_interval=math.inf), "poll_interval=inf must be seconds > 0"),
+        (dict(poll_interval=None), "poll_interval=None must be seconds > 0"),
+    ],
+)
 def test_timeout_and_poll_interval_are_validated(tmp_path, kwargs, first_words) -> None:
     with pytest.raises(InputError) as err:
         reserve("auto:1", fake_inventory(1), lock_dir=str(tmp_path), **kwargs)
@@ -442,9 +478,16 @@ def test_race_across_tmpdirs_with_lock_files_deleted_mid_hold(tmp_path) -> None:
     for i in range(RACE_PROCS):
         tmpdir = tmp_path / f"job{i}"
         tmpdir.mkdir()
-        procs.append(subprocess.Popen([sys.executable, WORKER, "race", "default", str(path)],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      env={**env, "TMPDIR": str(tmpdir)}, cwd=REPO))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, WORKER, "race", "default", str(path)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env={**env, "TMPDIR": str(tmpdir)},
+                cwd=REPO,
+            )
+        )
     readers = [Lines(p) for p in procs]
 
     def ask(group):
@@ -470,8 +513,10 @@ def test_race_across_tmpdirs_with_lock_files_deleted_mid_hold(tmp_path) -> None:
                 p.stdin.flush()
             assert [r.readline() for r in readers] == ["released"] * RACE_PROCS
         assert double_grants == 0
-        print(f"{RACE_ROUNDS} rounds, {RACE_PROCS} processes with their own TMPDIR, lock files deleted "
-              f"mid-hold every round: {double_grants} double grants")
+        print(
+            f"{RACE_ROUNDS} rounds, {RACE_PROCS} processes with their own TMPDIR, lock files deleted "
+            f"mid-hold every round: {double_grants} double grants"
+        )
     finally:
         stop(procs)
         for lock in lock_files(inv, DEFAULT_LOCK_DIR):

@@ -34,8 +34,12 @@ def served(name: str, **kwargs) -> Inventory:
 
 def test_there_are_four_topology_fixtures_each_naming_its_source():
     names = [os.path.basename(f) for f in FIXTURES]
-    assert names == ["topo-dgx-a100-nvswitch.json", "topo-dgx1-v100-cubemesh.json", "topo-mig-a100.json",
-                     "topo-pcie-4gpu-bridges.json"]
+    assert names == [
+        "topo-dgx-a100-nvswitch.json",
+        "topo-dgx1-v100-cubemesh.json",
+        "topo-mig-a100.json",
+        "topo-pcie-4gpu-bridges.json",
+    ]
     for name in names:
         assert "github.com" in load(name).topology.origin or "issue" in load(name).topology.origin
 
@@ -47,9 +51,24 @@ def test_nvml_shapes_rebuild_the_published_matrix(name):
     assert got.topology.cpu_affinity == want.topology.cpu_affinity
     assert got.topology.numa_affinity == want.topology.numa_affinity
     assert got.topology.origin == "nvml"
-    keep = ("index", "name", "uuid", "pci_bus_id", "memory_total", "memory_used", "temperature", "fan_speed",
-            "power_draw_mw", "power_limit_mw", "performance_state", "clock_sm_mhz", "clock_memory_mhz",
-            "ecc_errors", "mig_enabled", "mig_index")
+    keep = (
+        "index",
+        "name",
+        "uuid",
+        "pci_bus_id",
+        "memory_total",
+        "memory_used",
+        "temperature",
+        "fan_speed",
+        "power_draw_mw",
+        "power_limit_mw",
+        "performance_state",
+        "clock_sm_mhz",
+        "clock_memory_mhz",
+        "ecc_errors",
+        "mig_enabled",
+        "mig_index",
+    )
     assert [{k: getattr(g, k) for k in keep} for g in got.gpus] == [{k: getattr(g, k) for k in keep} for g in want.gpus]
 
 
@@ -63,8 +82,10 @@ def test_nvswitch_links_count_the_links_each_gpu_has_to_the_switches():
 
 def test_an_unnamed_far_end_that_is_no_gpu_is_an_invisible_nvswitch():
     # in a VM NVML may not name the far end; NCCL takes such links as NVSwitches, so does tfdevices
-    devs = tuple(NvmlDevice(i, "A100", f"GPU-{i}", f"00000000:0{i}:00.0",
-                            nvlinks=(("00000000:c4:00.0", "unknown"),) * 12) for i in range(2))
+    devs = tuple(
+        NvmlDevice(i, "A100", f"GPU-{i}", f"00000000:0{i}:00.0", nvlinks=(("00000000:c4:00.0", "unknown"),) * 12)
+        for i in range(2)
+    )
     topo = tp.from_nvml(NvmlSnapshot(devices=devs, ancestors=((None, 50), (50, None))))
     assert topo.links[0][1] == "NV12"
 
@@ -87,9 +108,18 @@ def test_topology_is_not_read_unless_asked():
 def test_unreadable_wiring_is_none_not_an_exception():
     inv = load("topo-pcie-4gpu-bridges.json")
     fake = fk.from_inventory(inv)
-    fake.gpus[0] = dataclasses.replace(fake.gpus[0], fail=tuple(
-        (f, fk.NVML_ERROR_NO_PERMISSION) for f in ("nvmlDeviceGetCpuAffinity", "nvmlDeviceGetMemoryAffinity",
-                                                   "nvmlDeviceGetTopologyCommonAncestor", "nvmlDeviceGetNvLinkState")))
+    fake.gpus[0] = dataclasses.replace(
+        fake.gpus[0],
+        fail=tuple(
+            (f, fk.NVML_ERROR_NO_PERMISSION)
+            for f in (
+                "nvmlDeviceGetCpuAffinity",
+                "nvmlDeviceGetMemoryAffinity",
+                "nvmlDeviceGetTopologyCommonAncestor",
+                "nvmlDeviceGetNvLinkState",
+            )
+        ),
+    )
     topo = discover(env={}, nvml_module=fake).topology
     assert topo.cpu_affinity[0] is None and topo.numa_affinity[0] is None
     assert topo.links[0] == ("X", "NV4", None, None)  # GPU 1 still sees its bridge to GPU 0
@@ -117,28 +147,67 @@ def _bad(**change):
     return json.dumps(data)
 
 
-@pytest.mark.parametrize("change, first_words", [
-    (dict(links=[["X", "NV4"], ["NV4", "X"]]), "topology: links must be a 4 x 4 list of lists"),
-    (dict(links="X"), "topology: links must be a 4 x 4"),
-    (dict(gpus=[0, 1, 2, 9]), "topology: gpus names GPU(s) [9] that the inventory lacks"),
-    (dict(gpus=[0, 1, 1, 2]), "topology: gpus=[0, 1, 1, 2] names a GPU twice"),
-    (dict(gpus="0,1"), "topology: gpus='0,1' must be a list of NVML indices"),
-    (dict(links=[["X", "NV4", "SYS", "SYS"], ["NV4", "X", "SYS", "SYS"], ["SYS", "SYS", "X", "NV4"],
-                 ["SYS", "SYS", "NV4", "NVLINK"]]), "topology: links[3][3]='NVLINK' is not a link code"),
-    (dict(links=[["X", "NV4", "SYS", "SYS"], ["NV2", "X", "SYS", "SYS"], ["SYS", "SYS", "X", "NV4"],
-                 ["SYS", "SYS", "NV4", "X"]]), "topology: links[1][0]='NV2' but links[0][1]='NV4'"),
-    (dict(links=[["SYS", "NV4", "SYS", "SYS"], ["NV4", "X", "SYS", "SYS"], ["SYS", "SYS", "X", "NV4"],
-                 ["SYS", "SYS", "NV4", "X"]]), "topology: links[0][0]='SYS'; a GPU's link to itself is 'X'"),
-    (dict(links=[["X", "NV0", "SYS", "SYS"], ["NV0", "X", "SYS", "SYS"], ["SYS", "SYS", "X", "NV4"],
-                 ["SYS", "SYS", "NV4", "X"]]), "topology: links[0][1]='NV0' is not a link code"),
-    (dict(cpu_affinity=["0-15", "15-0", "1", "2"]), "topology: cpu_affinity[1] '15-0': '15-0' is not a range"),
-    (dict(cpu_affinity=["0-99999", "1", "1", "2"]), "topology: cpu_affinity[0] '0-99999'"),
-    (dict(cpu_affinity=["0-3"]), "topology: cpu_affinity must be a list with one entry per GPU (4)"),
-    (dict(numa_affinity=[0, 0, -1, 1]), "topology: numa_affinity[2]=-1 must be a NUMA node number"),
-    (dict(numa_affinity=[0, 0, True, 1]), "topology: numa_affinity[2]=True must be a NUMA node number"),
-    (dict(origin=7), "topology: origin=7 must be a string"),
-    (dict(wires=[]), "topology: unknown field(s) ['wires']"),
-])
+@pytest.mark.parametrize(
+    "change, first_words",
+    [
+        (dict(links=[["X", "NV4"], ["NV4", "X"]]), "topology: links must be a 4 x 4 list of lists"),
+        (dict(links="X"), "topology: links must be a 4 x 4"),
+        (dict(gpus=[0, 1, 2, 9]), "topology: gpus names GPU(s) [9] that the inventory lacks"),
+        (dict(gpus=[0, 1, 1, 2]), "topology: gpus=[0, 1, 1, 2] names a GPU twice"),
+        (dict(gpus="0,1"), "topology: gpus='0,1' must be a list of NVML indices"),
+        (
+            dict(
+                links=[
+                    ["X", "NV4", "SYS", "SYS"],
+                    ["NV4", "X", "SYS", "SYS"],
+                    ["SYS", "SYS", "X", "NV4"],
+                    ["SYS", "SYS", "NV4", "NVLINK"],
+                ]
+            ),
+            "topology: links[3][3]='NVLINK' is not a link code",
+        ),
+        (
+            dict(
+                links=[
+                    ["X", "NV4", "SYS", "SYS"],
+                    ["NV2", "X", "SYS", "SYS"],
+                    ["SYS", "SYS", "X", "NV4"],
+                    ["SYS", "SYS", "NV4", "X"],
+                ]
+            ),
+            "topology: links[1][0]='NV2' but links[0][1]='NV4'",
+        ),
+        (
+            dict(
+                links=[
+                    ["SYS", "NV4", "SYS", "SYS"],
+                    ["NV4", "X", "SYS", "SYS"],
+                    ["SYS", "SYS", "X", "NV4"],
+                    ["SYS", "SYS", "NV4", "X"],
+                ]
+            ),
+            "topology: links[0][0]='SYS'; a GPU's link to itself is 'X'",
+        ),
+        (
+            dict(
+                links=[
+                    ["X", "NV0", "SYS", "SYS"],
+                    ["NV0", "X", "SYS", "SYS"],
+                    ["SYS", "SYS", "X", "NV4"],
+                    ["SYS", "SYS", "NV4", "X"],
+                ]
+            ),
+            "topology: links[0][1]='NV0' is not a link code",
+        ),
+        (dict(cpu_affinity=["0-15", "15-0", "1", "2"]), "topology: cpu_affinity[1] '15-0': '15-0' is not a range"),
+        (dict(cpu_affinity=["0-99999", "1", "1", "2"]), "topology: cpu_affinity[0] '0-99999'"),
+        (dict(cpu_affinity=["0-3"]), "topology: cpu_affinity must be a list with one entry per GPU (4)"),
+        (dict(numa_affinity=[0, 0, -1, 1]), "topology: numa_affinity[2]=-1 must be a NUMA node number"),
+        (dict(numa_affinity=[0, 0, True, 1]), "topology: numa_affinity[2]=True must be a NUMA node number"),
+        (dict(origin=7), "topology: origin=7 must be a string"),
+        (dict(wires=[]), "topology: unknown field(s) ['wires']"),
+    ],
+)
 def test_bad_topology_is_refused_clearly(change, first_words):
     with pytest.raises(InventoryFileError) as err:
         Inventory.from_json(_bad(**change), where="f.json")

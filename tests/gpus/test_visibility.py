@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tests import fake_nvml as fk
-from tfdevices.gpus import visibility as vis
 from tfdevices.core.errors import EnvVarError
+from tfdevices.gpus import visibility as vis
 from tfdevices.gpus.inventory import GpuInfo, Inventory
 
 FAKES = fk.eight_gpus()
@@ -18,16 +18,17 @@ def _gpus() -> tuple[list[GpuInfo], dict[str, vis.MigIds]]:
     for n, f in enumerate(FAKES):
         gpus.append(GpuInfo(index=n, name=f.name, uuid=f.uuid, pci_bus_id=f.pci_bus_id, compute_capability=f.cc))
         for m in f.mig or ():
-            g = GpuInfo(index=n, name=m.name, uuid=m.uuid, pci_bus_id=f.pci_bus_id, compute_capability=f.cc,
-                        mig_index=m.slot)
+            g = GpuInfo(
+                index=n, name=m.name, uuid=m.uuid, pci_bus_id=f.pci_bus_id, compute_capability=f.cc, mig_index=m.slot
+            )
             gpus.append(g)
             ids[g.key] = vis.MigIds(f.uuid, m.gi, m.ci)
     return gpus, ids
 
 
 GPUS, MIG_IDS = _gpus()
-PCI_ORDER = ["0", "1", "2", "3", "4", "5:1", "5:2", "6", "7"]        # GPU 5 is enumerated as its MIG instances
-FAST_ORDER = ["7", "0", "1", "5:1", "5:2", "4", "6", "2", "3"]      # cc 9.0, 8.0, 7.5, 7.0; then PCI bus id
+PCI_ORDER = ["0", "1", "2", "3", "4", "5:1", "5:2", "6", "7"]  # GPU 5 is enumerated as its MIG instances
+FAST_ORDER = ["7", "0", "1", "5:1", "5:2", "4", "6", "2", "3"]  # cc 9.0, 8.0, 7.5, 7.0; then PCI bus id
 MIG5 = [m.uuid for m in FAKES[5].mig]
 
 
@@ -38,16 +39,19 @@ def _mapping(env: dict[str, str]) -> dict[str, int]:
     return {g.key: g.cuda_ordinal for g in out.gpus if g.cuda_ordinal is not None}
 
 
-@pytest.mark.parametrize("value, kinds", [
-    ("0", ["index"]),
-    ("0,2", ["index", "index"]),
-    (" 3 ,  1 ", ["index", "index"]),
-    ("GPU-8f2a", ["gpu"]),
-    ("GPU-8F2A-11c0", ["gpu"]),
-    ("MIG-5b1c0d2e-aaaa", ["mig"]),
-    ("MIG-GPU-8f2a0000/1/0", ["mig-legacy"]),
-    ("1,GPU-8f2a,MIG-5b1c", ["index", "gpu", "mig"]),
-])
+@pytest.mark.parametrize(
+    "value, kinds",
+    [
+        ("0", ["index"]),
+        ("0,2", ["index", "index"]),
+        (" 3 ,  1 ", ["index", "index"]),
+        ("GPU-8f2a", ["gpu"]),
+        ("GPU-8F2A-11c0", ["gpu"]),
+        ("MIG-5b1c0d2e-aaaa", ["mig"]),
+        ("MIG-GPU-8f2a0000/1/0", ["mig-legacy"]),
+        ("1,GPU-8f2a,MIG-5b1c", ["index", "gpu", "mig"]),
+    ],
+)
 def test_mask_syntax(value: str, kinds: list[str]) -> None:
     tokens = vis.parse_visible_devices(value)
     assert [t.kind for t in tokens] == kinds
@@ -59,16 +63,23 @@ def test_unset_shows_all_and_empty_or_minus_one_hide_all(value: str | None, expe
     assert vis.parse_visible_devices(value) == expected
 
 
-@pytest.mark.parametrize("value, expected", [
-    (None, "FASTEST_FIRST"), ("", "FASTEST_FIRST"), ("FASTEST_FIRST", "FASTEST_FIRST"),
-    ("PCI_BUS_ID", "PCI_BUS_ID"), (" PCI_BUS_ID ", "PCI_BUS_ID"),
-])
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        (None, "FASTEST_FIRST"),
+        ("", "FASTEST_FIRST"),
+        ("FASTEST_FIRST", "FASTEST_FIRST"),
+        ("PCI_BUS_ID", "PCI_BUS_ID"),
+        (" PCI_BUS_ID ", "PCI_BUS_ID"),
+    ],
+)
 def test_device_order(value: str | None, expected: str) -> None:
     assert vis.parse_device_order(value) == expected
 
 
-@pytest.mark.parametrize("order, expected", [("PCI_BUS_ID", PCI_ORDER), (None, FAST_ORDER),
-                                             ("FASTEST_FIRST", FAST_ORDER)])
+@pytest.mark.parametrize(
+    "order, expected", [("PCI_BUS_ID", PCI_ORDER), (None, FAST_ORDER), ("FASTEST_FIRST", FAST_ORDER)]
+)
 def test_cuda_enumeration_order(order: str | None, expected: list[str]) -> None:
     env = {} if order is None else {"CUDA_DEVICE_ORDER": order}
     out = vis.resolve(GPUS, env, mig_ids=MIG_IDS)
@@ -82,8 +93,12 @@ def test_cuda_enumeration_order(order: str | None, expected: list[str]) -> None:
 
 @pytest.mark.parametrize("order", [None, "PCI_BUS_ID"])
 def test_identical_gpus_fastest_first_is_pci_order_without_note(order: str | None) -> None:
-    same = [GpuInfo(index=n, name="A100", uuid=fk.uuid(n), pci_bus_id=f"0000:{0x40 - n:02x}:00.0",
-                    compute_capability=(8, 0)) for n in range(4)]
+    same = [
+        GpuInfo(
+            index=n, name="A100", uuid=fk.uuid(n), pci_bus_id=f"0000:{0x40 - n:02x}:00.0", compute_capability=(8, 0)
+        )
+        for n in range(4)
+    ]
     env = {} if order is None else {"CUDA_DEVICE_ORDER": order}
     out = vis.resolve(same, env)
     assert list(out.enumeration) == [g.key for g in sorted(same, key=lambda g: g.pci_bus_id)]
@@ -93,24 +108,27 @@ def test_identical_gpus_fastest_first_is_pci_order_without_note(order: str | Non
 _PCI = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
 
 
-@pytest.mark.parametrize("env, visible", [
-    ({}, FAST_ORDER),
-    (_PCI, PCI_ORDER),
-    ({**_PCI, "CUDA_VISIBLE_DEVICES": "0"}, ["0"]),
-    ({"CUDA_VISIBLE_DEVICES": "0"}, ["7"]),                               # index 0 in FASTEST_FIRST = the H100
-    ({**_PCI, "CUDA_VISIBLE_DEVICES": "2,0"}, ["2", "0"]),                 # CUDA ordinals follow the mask's order
-    ({**_PCI, "CUDA_VISIBLE_DEVICES": " 3 , 1 "}, ["3", "1"]),
-    ({**_PCI, "CUDA_VISIBLE_DEVICES": "5,6"}, ["5:1", "5:2"]),             # indices count MIG instances
-    ({**_PCI, "CUDA_VISIBLE_DEVICES": fk.uuid(4)}, ["4"]),
-    ({**_PCI, "CUDA_VISIBLE_DEVICES": fk.uuid(4)[:12]}, ["4"]),            # a uuid prefix
-    ({"CUDA_VISIBLE_DEVICES": f"{fk.uuid(6)},{fk.uuid(1)[:12]}"}, ["6", "1"]),
-    ({**_PCI, "CUDA_VISIBLE_DEVICES": MIG5[1]}, ["5:2"]),
-    ({**_PCI, "CUDA_VISIBLE_DEVICES": f"MIG-GPU-{fk.uuid(5)[4:]}/1/0,0"}, ["5:1", "0"]),
-    ({**_PCI, "CUDA_VISIBLE_DEVICES": f"8,{MIG5[0]},{fk.uuid(2)}"}, ["7", "5:1", "2"]),  # CUDA 8 = NVML 7
-    ({**_PCI, "CUDA_VISIBLE_DEVICES": MIG5[0].upper()}, ["5:1"]),
-    ({**_PCI, "CUDA_VISIBLE_DEVICES": ""}, []),
-    ({"CUDA_VISIBLE_DEVICES": "-1"}, []),
-])
+@pytest.mark.parametrize(
+    "env, visible",
+    [
+        ({}, FAST_ORDER),
+        (_PCI, PCI_ORDER),
+        ({**_PCI, "CUDA_VISIBLE_DEVICES": "0"}, ["0"]),
+        ({"CUDA_VISIBLE_DEVICES": "0"}, ["7"]),  # index 0 in FASTEST_FIRST = the H100
+        ({**_PCI, "CUDA_VISIBLE_DEVICES": "2,0"}, ["2", "0"]),  # CUDA ordinals follow the mask's order
+        ({**_PCI, "CUDA_VISIBLE_DEVICES": " 3 , 1 "}, ["3", "1"]),
+        ({**_PCI, "CUDA_VISIBLE_DEVICES": "5,6"}, ["5:1", "5:2"]),  # indices count MIG instances
+        ({**_PCI, "CUDA_VISIBLE_DEVICES": fk.uuid(4)}, ["4"]),
+        ({**_PCI, "CUDA_VISIBLE_DEVICES": fk.uuid(4)[:12]}, ["4"]),  # a uuid prefix
+        ({"CUDA_VISIBLE_DEVICES": f"{fk.uuid(6)},{fk.uuid(1)[:12]}"}, ["6", "1"]),
+        ({**_PCI, "CUDA_VISIBLE_DEVICES": MIG5[1]}, ["5:2"]),
+        ({**_PCI, "CUDA_VISIBLE_DEVICES": f"MIG-GPU-{fk.uuid(5)[4:]}/1/0,0"}, ["5:1", "0"]),
+        ({**_PCI, "CUDA_VISIBLE_DEVICES": f"8,{MIG5[0]},{fk.uuid(2)}"}, ["7", "5:1", "2"]),  # CUDA 8 = NVML 7
+        ({**_PCI, "CUDA_VISIBLE_DEVICES": MIG5[0].upper()}, ["5:1"]),
+        ({**_PCI, "CUDA_VISIBLE_DEVICES": ""}, []),
+        ({"CUDA_VISIBLE_DEVICES": "-1"}, []),
+    ],
+)
 def test_mask_gives_cuda_ordinals_and_tf_names(env: dict[str, str], visible: list[str]) -> None:
     assert _mapping(env) == {k: n for n, k in enumerate(visible)}
 
@@ -127,44 +145,68 @@ def test_without_gpus_only_syntax_is_checked(mask: str) -> None:
     assert (out.gpus, out.enumeration, out.hidden_reason) == ((), (), None)
 
 
-@pytest.mark.parametrize("env, first_words, also", [
-    # CUDA_VISIBLE_DEVICES: syntax
-    ({"CUDA_VISIBLE_DEVICES": "0,,1"}, "CUDA_VISIBLE_DEVICES='0,,1': entry 2 is empty", "stray comma"),
-    ({"CUDA_VISIBLE_DEVICES": "0,"}, "CUDA_VISIBLE_DEVICES='0,': entry 2 is empty", "CUDA stops"),
-    ({"CUDA_VISIBLE_DEVICES": ",0"}, "CUDA_VISIBLE_DEVICES=',0': entry 1 is empty", "hides the rest"),
-    ({"CUDA_VISIBLE_DEVICES": "-2"}, "CUDA_VISIBLE_DEVICES='-2': '-2' is negative", "lone '-1'"),
-    ({"CUDA_VISIBLE_DEVICES": "0,-1"}, "CUDA_VISIBLE_DEVICES='0,-1': '-1' is negative", "lone '-1'"),
-    ({"CUDA_VISIBLE_DEVICES": "abc"}, "CUDA_VISIBLE_DEVICES='abc': 'abc' is neither", "GPU-<uuid>"),
-    ({"CUDA_VISIBLE_DEVICES": "gpu-00000001"}, "CUDA_VISIBLE_DEVICES='gpu-00000001': 'gpu-00000001' is neither", ""),
-    ({"CUDA_VISIBLE_DEVICES": "GPU-"}, "CUDA_VISIBLE_DEVICES='GPU-': 'GPU-' is neither", ""),
-    ({"CUDA_VISIBLE_DEVICES": "GPU-xyz"}, "CUDA_VISIBLE_DEVICES='GPU-xyz': 'GPU-xyz' is neither", ""),
-    ({"CUDA_VISIBLE_DEVICES": "1.5"}, "CUDA_VISIBLE_DEVICES='1.5': '1.5' is neither", ""),
-    ({"CUDA_VISIBLE_DEVICES": "0 1"}, "CUDA_VISIBLE_DEVICES='0 1': '0 1' is neither", ""),
-    ({"CUDA_VISIBLE_DEVICES": "0;1"}, "CUDA_VISIBLE_DEVICES='0;1': '0;1' is neither", ""),
-    ({"CUDA_VISIBLE_DEVICES": "MIG-GPU-abcd/1"}, "CUDA_VISIBLE_DEVICES='MIG-GPU-abcd/1': 'MIG-GPU-abcd/1' is neither",
-     ""),
-    ({"CUDA_VISIBLE_DEVICES": "1,1"}, "CUDA_VISIBLE_DEVICES='1,1': '1' is listed twice", "once"),
-    # CUDA_VISIBLE_DEVICES: names nothing that exists
-    ({"CUDA_VISIBLE_DEVICES": "0,9"}, "CUDA_VISIBLE_DEVICES='0,9': no GPU with CUDA index 9; this machine has GPUs 0 (",
-     "CUDA_DEVICE_ORDER=PCI_BUS_ID"),
-    ({"CUDA_VISIBLE_DEVICES": "GPU-ffff"}, "CUDA_VISIBLE_DEVICES='GPU-ffff': 'GPU-ffff' names no GPU; this machine has",
-     "nvidia-smi -L"),
-    ({"CUDA_VISIBLE_DEVICES": "GPU-0000000"}, "CUDA_VISIBLE_DEVICES='GPU-0000000': 'GPU-0000000' is a prefix of 7",
-     "more of the uuid"),
-    ({"CUDA_VISIBLE_DEVICES": "MIG-ffff"}, "CUDA_VISIBLE_DEVICES='MIG-ffff': 'MIG-ffff' names no GPU", ""),
-    ({"CUDA_VISIBLE_DEVICES": f"MIG-GPU-{fk.uuid(5)[4:]}/3/0"}, "CUDA_VISIBLE_DEVICES='MIG-GPU-", "names no MIG"),
-    ({"CUDA_VISIBLE_DEVICES": fk.uuid(5)}, (f"CUDA_VISIBLE_DEVICES='{fk.uuid(5)}': '{fk.uuid(5)}' is GPU 5, which is "
-                                            "in MIG mode"), "MIG-<uuid>"),
-    ({"CUDA_VISIBLE_DEVICES": f"1,{fk.uuid(1)}"}, (f"CUDA_VISIBLE_DEVICES='1,{fk.uuid(1)}': '{fk.uuid(1)}' names "
-                                                   "GPU 1 again"), "once"),
-    # CUDA_DEVICE_ORDER
-    ({"CUDA_DEVICE_ORDER": "pci_bus_id"}, "CUDA_DEVICE_ORDER='pci_bus_id': not a CUDA device order", "PCI_BUS_ID"),
-    ({"CUDA_DEVICE_ORDER": "PCI"}, "CUDA_DEVICE_ORDER='PCI': not a CUDA device order", "nvidia-smi"),
-    ({"CUDA_DEVICE_ORDER": "FASTEST"}, "CUDA_DEVICE_ORDER='FASTEST': not a CUDA device order", "FASTEST_FIRST"),
-    ({"CUDA_DEVICE_ORDER": "1"}, "CUDA_DEVICE_ORDER='1': not a CUDA device order", "silently"),
-])
-def test_malformed_environment_is_refused_naming_the_variable(env: dict[str, str], first_words: str,
-                                                              also: str) -> None:
+@pytest.mark.parametrize(
+    "env, first_words, also",
+    [
+        # CUDA_VISIBLE_DEVICES: syntax
+        ({"CUDA_VISIBLE_DEVICES": "0,,1"}, "CUDA_VISIBLE_DEVICES='0,,1': entry 2 is empty", "stray comma"),
+        ({"CUDA_VISIBLE_DEVICES": "0,"}, "CUDA_VISIBLE_DEVICES='0,': entry 2 is empty", "CUDA stops"),
+        ({"CUDA_VISIBLE_DEVICES": ",0"}, "CUDA_VISIBLE_DEVICES=',0': entry 1 is empty", "hides the rest"),
+        ({"CUDA_VISIBLE_DEVICES": "-2"}, "CUDA_VISIBLE_DEVICES='-2': '-2' is negative", "lone '-1'"),
+        ({"CUDA_VISIBLE_DEVICES": "0,-1"}, "CUDA_VISIBLE_DEVICES='0,-1': '-1' is negative", "lone '-1'"),
+        ({"CUDA_VISIBLE_DEVICES": "abc"}, "CUDA_VISIBLE_DEVICES='abc': 'abc' is neither", "GPU-<uuid>"),
+        (
+            {"CUDA_VISIBLE_DEVICES": "gpu-00000001"},
+            "CUDA_VISIBLE_DEVICES='gpu-00000001': 'gpu-00000001' is neither",
+            "",
+        ),
+        ({"CUDA_VISIBLE_DEVICES": "GPU-"}, "CUDA_VISIBLE_DEVICES='GPU-': 'GPU-' is neither", ""),
+        ({"CUDA_VISIBLE_DEVICES": "GPU-xyz"}, "CUDA_VISIBLE_DEVICES='GPU-xyz': 'GPU-xyz' is neither", ""),
+        ({"CUDA_VISIBLE_DEVICES": "1.5"}, "CUDA_VISIBLE_DEVICES='1.5': '1.5' is neither", ""),
+        ({"CUDA_VISIBLE_DEVICES": "0 1"}, "CUDA_VISIBLE_DEVICES='0 1': '0 1' is neither", ""),
+        ({"CUDA_VISIBLE_DEVICES": "0;1"}, "CUDA_VISIBLE_DEVICES='0;1': '0;1' is neither", ""),
+        (
+            {"CUDA_VISIBLE_DEVICES": "MIG-GPU-abcd/1"},
+            "CUDA_VISIBLE_DEVICES='MIG-GPU-abcd/1': 'MIG-GPU-abcd/1' is neither",
+            "",
+        ),
+        ({"CUDA_VISIBLE_DEVICES": "1,1"}, "CUDA_VISIBLE_DEVICES='1,1': '1' is listed twice", "once"),
+        # CUDA_VISIBLE_DEVICES: names nothing that exists
+        (
+            {"CUDA_VISIBLE_DEVICES": "0,9"},
+            "CUDA_VISIBLE_DEVICES='0,9': no GPU with CUDA index 9; this machine has GPUs 0 (",
+            "CUDA_DEVICE_ORDER=PCI_BUS_ID",
+        ),
+        (
+            {"CUDA_VISIBLE_DEVICES": "GPU-ffff"},
+            "CUDA_VISIBLE_DEVICES='GPU-ffff': 'GPU-ffff' names no GPU; this machine has",
+            "nvidia-smi -L",
+        ),
+        (
+            {"CUDA_VISIBLE_DEVICES": "GPU-0000000"},
+            "CUDA_VISIBLE_DEVICES='GPU-0000000': 'GPU-0000000' is a prefix of 7",
+            "more of the uuid",
+        ),
+        ({"CUDA_VISIBLE_DEVICES": "MIG-ffff"}, "CUDA_VISIBLE_DEVICES='MIG-ffff': 'MIG-ffff' names no GPU", ""),
+        ({"CUDA_VISIBLE_DEVICES": f"MIG-GPU-{fk.uuid(5)[4:]}/3/0"}, "CUDA_VISIBLE_DEVICES='MIG-GPU-", "names no MIG"),
+        (
+            {"CUDA_VISIBLE_DEVICES": fk.uuid(5)},
+            (f"CUDA_VISIBLE_DEVICES='{fk.uuid(5)}': '{fk.uuid(5)}' is GPU 5, which is in MIG mode"),
+            "MIG-<uuid>",
+        ),
+        (
+            {"CUDA_VISIBLE_DEVICES": f"1,{fk.uuid(1)}"},
+            (f"CUDA_VISIBLE_DEVICES='1,{fk.uuid(1)}': '{fk.uuid(1)}' names GPU 1 again"),
+            "once",
+        ),
+        # CUDA_DEVICE_ORDER
+        ({"CUDA_DEVICE_ORDER": "pci_bus_id"}, "CUDA_DEVICE_ORDER='pci_bus_id': not a CUDA device order", "PCI_BUS_ID"),
+        ({"CUDA_DEVICE_ORDER": "PCI"}, "CUDA_DEVICE_ORDER='PCI': not a CUDA device order", "nvidia-smi"),
+        ({"CUDA_DEVICE_ORDER": "FASTEST"}, "CUDA_DEVICE_ORDER='FASTEST': not a CUDA device order", "FASTEST_FIRST"),
+        ({"CUDA_DEVICE_ORDER": "1"}, "CUDA_DEVICE_ORDER='1': not a CUDA device order", "silently"),
+    ],
+)
+def test_malformed_environment_is_refused_naming_the_variable(env: dict[str, str], first_words: str, also: str) -> None:
     with pytest.raises(EnvVarError) as info:
         vis.resolve(GPUS, {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", **env}, mig_ids=MIG_IDS)
     assert str(info.value).startswith(first_words)
@@ -185,33 +227,46 @@ def test_legacy_mig_form_needs_instance_ids() -> None:
 
 @pytest.mark.parametrize("env", [{"CUDA_VISIBLE_DEVICES": "1"}, {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}, {}])
 def test_apply_replaces_old_visibility_notes_and_keeps_others(env: dict[str, str]) -> None:
-    stale = Inventory(gpus=tuple(GPUS), source="nvml", notes=("GPU 9 left out: lost.", "CUDA order estimated: old"),
-                      reason="all 9 GPUs are hidden by CUDA_VISIBLE_DEVICES='-1'", cuda_visible_devices="-1")
+    stale = Inventory(
+        gpus=tuple(GPUS),
+        source="nvml",
+        notes=("GPU 9 left out: lost.", "CUDA order estimated: old"),
+        reason="all 9 GPUs are hidden by CUDA_VISIBLE_DEVICES='-1'",
+        cuda_visible_devices="-1",
+    )
     fresh = vis.apply(stale, env, mig_ids=MIG_IDS)
     expected = vis.resolve(GPUS, env, mig_ids=MIG_IDS)
     assert fresh.notes == ("GPU 9 left out: lost.",) + expected.notes
     assert (fresh.gpus, fresh.reason) == (expected.gpus, None)
-    assert (fresh.cuda_visible_devices, fresh.cuda_device_order) == (env.get("CUDA_VISIBLE_DEVICES"),
-                                                                     env.get("CUDA_DEVICE_ORDER"))
+    assert (fresh.cuda_visible_devices, fresh.cuda_device_order) == (
+        env.get("CUDA_VISIBLE_DEVICES"),
+        env.get("CUDA_DEVICE_ORDER"),
+    )
 
 
 # ---------------------------------------------------------------- hostile masks: digits, sizes, fuzzing
 
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from hypothesis import (  # noqa: E402
+    given,
+    settings,
+    strategies as st,
+)
 
 from tfdevices.core.errors import TfDevicesError  # noqa: E402
 
 
-@pytest.mark.parametrize("mask, first_words", [
-    ("\u0663", "CUDA_VISIBLE_DEVICES='\u0663': '\u0663' is neither a GPU index nor"),  # CUDA would not see GPU 3
-    ("0,\uff11", "CUDA_VISIBLE_DEVICES='0,\uff11': '\uff11' is neither"),
-    ("\u00b2", "CUDA_VISIBLE_DEVICES='\u00b2': '\u00b2' is neither"),
-    ("-\u0661", "CUDA_VISIBLE_DEVICES='-\u0661': '-\u0661' is neither"),
-    ("9" * 5000, "CUDA_VISIBLE_DEVICES='9999"),
-    (",".join(["0"] * 100_000), "CUDA_VISIBLE_DEVICES='0,0,0"),
-    ("MIG-GPU-8f2a/\u0661/0", "CUDA_VISIBLE_DEVICES='MIG-GPU-8f2a/\u0661/0': 'MIG-GPU-8f2a/\u0661/0' is neither"),
-])
+@pytest.mark.parametrize(
+    "mask, first_words",
+    [
+        ("\u0663", "CUDA_VISIBLE_DEVICES='\u0663': '\u0663' is neither a GPU index nor"),  # CUDA would not see GPU 3
+        ("0,\uff11", "CUDA_VISIBLE_DEVICES='0,\uff11': '\uff11' is neither"),
+        ("\u00b2", "CUDA_VISIBLE_DEVICES='\u00b2': '\u00b2' is neither"),
+        ("-\u0661", "CUDA_VISIBLE_DEVICES='-\u0661': '-\u0661' is neither"),
+        ("9" * 5000, "CUDA_VISIBLE_DEVICES='9999"),
+        (",".join(["0"] * 100_000), "CUDA_VISIBLE_DEVICES='0,0,0"),
+        ("MIG-GPU-8f2a/\u0661/0", "CUDA_VISIBLE_DEVICES='MIG-GPU-8f2a/\u0661/0': 'MIG-GPU-8f2a/\u0661/0' is neither"),
+    ],
+)
 def test_hostile_masks_are_refused_shortly(mask: str, first_words: str) -> None:
     with pytest.raises(EnvVarError) as err:
         vis.parse_visible_devices(mask)
@@ -225,11 +280,13 @@ def test_non_ascii_digit_never_selects_a_gpu() -> None:
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.one_of(
-    st.text(alphabet="0123456789,- GPUMIabcdef/\u0663\uff11", max_size=30),
-    st.lists(st.integers(-2, 10**12).map(str), max_size=20).map(",".join),
-    st.text(max_size=20),
-))
+@given(
+    st.one_of(
+        st.text(alphabet="0123456789,- GPUMIabcdef/\u0663\uff11", max_size=30),
+        st.lists(st.integers(-2, 10**12).map(str), max_size=20).map(",".join),
+        st.text(max_size=20),
+    )
+)
 def test_fuzz_masks_raise_only_our_errors(mask: str) -> None:
     try:
         tokens = vis.parse_visible_devices(mask)

@@ -23,14 +23,17 @@ NV4, SYS, PIX, NODE = 104, 10, 50, 20
 PCIE_BOX = [[0, NV4, SYS, SYS], [NV4, 0, SYS, SYS], [SYS, SYS, 0, NV4], [SYS, SYS, NV4, 0]]
 
 
-@pytest.mark.parametrize("count, prefer, want", [
-    (2, [46, 30, 46, 20], (0, 1)),  # the NVLink pair beats the two emptiest GPUs on different sockets
-    (2, [10, 30, 46, 20], (2, 3)),  # of two NVLink pairs, the one with more free memory
-    (2, [46, 46, 46, 46], (0, 1)),  # all equal: lowest indices
-    (3, [46, 30, 46, 20], (0, 1, 2)),  # no 3 GPUs are all NVLinked: most links in all, then memory
-    (4, [1, 1, 1, 1], (0, 1, 2, 3)),
-    (1, [1, 5, 5, 2], (1,)),
-])
+@pytest.mark.parametrize(
+    "count, prefer, want",
+    [
+        (2, [46, 30, 46, 20], (0, 1)),  # the NVLink pair beats the two emptiest GPUs on different sockets
+        (2, [10, 30, 46, 20], (2, 3)),  # of two NVLink pairs, the one with more free memory
+        (2, [46, 46, 46, 46], (0, 1)),  # all equal: lowest indices
+        (3, [46, 30, 46, 20], (0, 1, 2)),  # no 3 GPUs are all NVLinked: most links in all, then memory
+        (4, [1, 1, 1, 1], (0, 1, 2, 3)),
+        (1, [1, 5, 5, 2], (1,)),
+    ],
+)
 def test_pcie_box(count, prefer, want):
     best = best_linked_set(4, count, table(PCIE_BOX), prefer)
     assert best.members == want == brute(4, count, table(PCIE_BOX), prefer)
@@ -45,8 +48,16 @@ def test_weakest_link_comes_before_the_sum_of_links():
     assert best.members == (2, 3, 4) == brute(5, 3, table(m), [9, 9, 9, 0, 0]) and best.weakest == PIX
 
 
-@pytest.mark.parametrize("n, count, prefer", [(0, 1, []), (3, 0, [1, 1, 1]), (3, 4, [1, 1, 1]), (3, 2, [1, 1]),
-                                              (MAX_CANDIDATES + 1, 2, [1] * (MAX_CANDIDATES + 1))])
+@pytest.mark.parametrize(
+    "n, count, prefer",
+    [
+        (0, 1, []),
+        (3, 0, [1, 1, 1]),
+        (3, 4, [1, 1, 1]),
+        (3, 2, [1, 1]),
+        (MAX_CANDIDATES + 1, 2, [1] * (MAX_CANDIDATES + 1)),
+    ],
+)
 def test_bounds_are_checked(n, count, prefer):
     with pytest.raises(InputError, match=r"^best_linked_set\(n="):
         best_linked_set(n, count, lambda a, b: 1, prefer)

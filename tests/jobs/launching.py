@@ -14,8 +14,14 @@ WORKER = os.path.join(REPO, "tests", "scripts", "echo_worker.py")
 
 
 def run_launcher(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tfdevices", "launch", *args], env=subprocess_env(env), cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "tfdevices", "launch", *args],
+        env=subprocess_env(env),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def worker(*args: str) -> list[str]:

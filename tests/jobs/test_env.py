@@ -11,117 +11,267 @@ import pytest
 
 from tests.helpers import REPO, subprocess_env
 from tests.jobs.environments import STEP, slurm, tfc
-from tfdevices.jobs import env as launch
 from tfdevices.core.errors import EnvVarError, LaunchError, SelectionError, TfConfigError, TfDevicesError
+from tfdevices.jobs import env as launch
 from tfdevices.jobs.env import launch_info
 from tfdevices.jobs.ranks import gpu_for_rank
-
-
 
 # name, env, (source, rank, world, local_rank, local_world, node_rank, nodes, allocated gpus), this rank's GPUs
 GOOD = [
     ("empty", {}, ("none", 0, 1, 0, 1, None, (), None), ()),
-    ("slurm 1 node 2 gpus rank1",
-     slurm(1, 1, 2, SLURM_STEP_NODELIST="gpu01", SLURM_STEP_TASKS_PER_NODE="2", SLURM_STEP_GPUS="0,1"),
-     ("SLURM", 1, 2, 1, 2, 0, ("gpu01",), (0, 1)), (1,)),
-    ("slurm allocation not 0..n-1",
-     slurm(0, 0, 2, SLURM_STEP_NODELIST="gpu01", SLURM_STEP_TASKS_PER_NODE="2", SLURM_STEP_GPUS="2,3"),
-     ("SLURM", 0, 2, 0, 2, 0, ("gpu01",), (2, 3)), (2,)),
-    ("slurm gres IDX format",
-     slurm(1, 1, 2, SLURM_NODELIST="n1", SLURM_TASKS_PER_NODE="2", SLURM_JOB_GPUS="gpu:2(IDX:0-1)"),
-     ("SLURM", 1, 2, 1, 2, 0, ("n1",), (0, 1)), (1,)),
-    ("slurm typed gres, two types",
-     slurm(0, 0, 1, SLURM_NODELIST="n1", SLURM_JOB_GPUS="gpu:a100:1(IDX:0),gpu:v100:1(IDX:2)"),
-     ("SLURM", 0, 1, 0, 1, 0, ("n1",), (0, 2)), (0, 2)),
-    ("slurm GPU_DEVICE_ORDINAL with (null)",
-     slurm(0, 0, 1, SLURM_NODELIST="n1", GPU_DEVICE_ORDINAL="0,(null)"),
-     ("SLURM", 0, 1, 0, 1, 0, ("n1",), (0,)), (0,)),
-    ("slurm bracketed node list, node 2",
-     slurm(5, 1, 6, SLURM_NODEID="2", SLURM_STEP_NODELIST="node[01-03]", SLURM_STEP_TASKS_PER_NODE="2(x3)",
-           SLURM_STEP_GPUS="0,1"),
-     ("SLURM", 5, 6, 1, 2, 2, ("node01", "node02", "node03"), (0, 1)), (1,)),
-    ("slurm mixed node list and uneven tasks",
-     slurm(6, 0, 7, SLURM_NODEID="3", SLURM_STEP_NODELIST="node[01-03],gpu7",
-           SLURM_STEP_TASKS_PER_NODE="2(x3),1", SLURM_STEP_GPUS="3"),
-     ("SLURM", 6, 7, 0, 1, 3, ("node01", "node02", "node03", "gpu7"), (3,)), (3,)),
-    ("slurm step beats job gpus",
-     slurm(0, 0, 2, SLURM_STEP_NODELIST="a", SLURM_STEP_TASKS_PER_NODE="2", SLURM_STEP_GPUS="1",
-           SLURM_JOB_GPUS="0,1,2,3"),
-     ("SLURM", 0, 2, 0, 2, 0, ("a",), (1,)), None),  # 2 ranks, 1 GPU: error unless share
-    ("slurm one rank, four gpus: takes all",
-     slurm(0, 0, 1, SLURM_STEP_NODELIST="a", SLURM_STEP_GPUS="0-3"),
-     ("SLURM", 0, 1, 0, 1, 0, ("a",), (0, 1, 2, 3)), (0, 1, 2, 3)),
-    ("slurm 2 ranks 4 gpus: blocks of two",
-     slurm(1, 1, 2, SLURM_STEP_NODELIST="a", SLURM_STEP_TASKS_PER_NODE="2", SLURM_STEP_GPUS="4-7"),
-     ("SLURM", 1, 2, 1, 2, 0, ("a",), (4, 5, 6, 7)), (6, 7)),
-    ("slurm batch script is one process",
-     {"SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_JOB_GPUS": "0"},
-     ("none", 0, 1, 0, 1, None, (), (0,)), (0,)),
-    ("slurm step without gpus",
-     slurm(0, 0, 1, SLURM_STEP_NODELIST="cpu[1-2]", SLURM_STEP_TASKS_PER_NODE="1(x2)", SLURM_NODEID="0",
-           SLURM_NTASKS="2"),
-     ("SLURM", 0, 2, 0, 1, 0, ("cpu1", "cpu2"), None), ()),
-    ("slurm with a 2-D bracket host list",
-     slurm(3, 1, 4, SLURM_NODEID="1", SLURM_STEP_NODELIST="r1n[8,10]", SLURM_STEP_TASKS_PER_NODE="2(x2)",
-           SLURM_STEP_GPUS="0,1"),
-     ("SLURM", 3, 4, 1, 2, 1, ("r1n8", "r1n10"), (0, 1)), (1,)),
-    ("tf_config 2 local workers",
-     tfc(["127.0.0.1:4000", "127.0.0.1:4001"], 1),
-     ("TF_CONFIG", 1, 2, 1, 2, 0, ("127.0.0.1",), None), ()),
-    ("tf_config 2 hosts x 2",
-     tfc(["h0:1", "h0:2", "h1:1", "h1:2"], 2),
-     ("TF_CONFIG", 2, 4, 0, 2, 1, ("h0", "h1"), None), ()),
-    ("tf_config chief counts first",
-     tfc(["h0:1", "h1:1", "h1:2"], 2, "chief"),
-     ("TF_CONFIG", 2, 3, 1, 2, 1, ("h0", "h1"), None), ()),
-    ("tf_config beats slurm batch vars (launcher inside sbatch)",
-     {**tfc(["localhost:5", "localhost:6"], 1), "SLURM_PROCID": "0", "SLURM_NTASKS": "1", **STEP,
-      "SLURM_STEP_GPUS": "0,1"},
-     ("TF_CONFIG", 1, 2, 1, 2, 0, ("localhost",), (0, 1)), (1,)),
-    ("tf_config agreeing with RANK",
-     {**tfc(["a:1", "a:2"], 0), "RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"},
-     ("TF_CONFIG", 0, 2, 0, 2, 0, ("a",), None), ()),
-    ("open mpi",
-     {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
-      "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "CUDA_VISIBLE_DEVICES": "0,1", "SLURM_JOB_GPUS": "0,1"},
-     ("OMPI", 3, 4, 1, 2, None, (), (0, 1)), (1,)),
-    ("open mpi inside a slurm batch step",
-     {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
-      "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_GPUS": "2,3"},
-     ("OMPI", 1, 2, 1, 2, None, (), (2, 3)), (3,)),
-    ("pmi (mpich, intel mpi)",
-     {"PMI_RANK": "2", "PMI_SIZE": "4", "MPI_LOCALRANKID": "0", "MPI_LOCALNRANKS": "2",
-      "SLURM_STEP_GPUS": "0,1"},
-     ("PMI", 2, 4, 0, 2, None, (), (0, 1)), (0,)),
-    ("pmi from srun --mpi=pmi2 beats slurm",
-     {**slurm(1, 1, 2, SLURM_STEP_NODELIST="a", SLURM_STEP_TASKS_PER_NODE="2"), "PMI_RANK": "1",
-      "PMI_SIZE": "2", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2"},
-     ("PMI", 1, 2, 1, 2, None, (), None), ()),
-    ("torchrun-style",
-     {"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4", "GROUP_RANK": "1"},
-     ("ENV", 5, 8, 1, 4, 1, (), None), ()),
-    ("torchrun-style inside srun",
-     {**slurm(1, 0, 2, SLURM_NODEID="1", SLURM_STEP_NODELIST="n[1-2]", SLURM_STEP_TASKS_PER_NODE="1(x2)"),
-      "RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "SLURM_STEP_GPUS": "0,1"},
-     ("ENV", 3, 4, 1, 2, None, (), (0, 1)), (1,)),
-    ("single-process generic",
-     {"RANK": "0", "WORLD_SIZE": "1"},
-     ("ENV", 0, 1, 0, None, None, (), None), ()),
-    ("whitespace around numbers",
-     {"RANK": " 1 ", "WORLD_SIZE": "2 ", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"},
-     ("ENV", 1, 2, 1, 2, None, (), None), ()),
-    ("launcher assignment wins",
-     {**tfc(["127.0.0.1:7", "127.0.0.1:8"], 1), "TFDEVICES_RANK_GPUS": "3", "SLURM_STEP_GPUS": "2,3",
-      "RANK": "1", "WORLD_SIZE": "2"},
-     ("TF_CONFIG", 1, 2, 1, 2, 0, ("127.0.0.1",), (2, 3)), (3,)),
+    (
+        "slurm 1 node 2 gpus rank1",
+        slurm(1, 1, 2, SLURM_STEP_NODELIST="gpu01", SLURM_STEP_TASKS_PER_NODE="2", SLURM_STEP_GPUS="0,1"),
+        ("SLURM", 1, 2, 1, 2, 0, ("gpu01",), (0, 1)),
+        (1,),
+    ),
+    (
+        "slurm allocation not 0..n-1",
+        slurm(0, 0, 2, SLURM_STEP_NODELIST="gpu01", SLURM_STEP_TASKS_PER_NODE="2", SLURM_STEP_GPUS="2,3"),
+        ("SLURM", 0, 2, 0, 2, 0, ("gpu01",), (2, 3)),
+        (2,),
+    ),
+    (
+        "slurm gres IDX format",
+        slurm(1, 1, 2, SLURM_NODELIST="n1", SLURM_TASKS_PER_NODE="2", SLURM_JOB_GPUS="gpu:2(IDX:0-1)"),
+        ("SLURM", 1, 2, 1, 2, 0, ("n1",), (0, 1)),
+        (1,),
+    ),
+    (
+        "slurm typed gres, two types",
+        slurm(0, 0, 1, SLURM_NODELIST="n1", SLURM_JOB_GPUS="gpu:a100:1(IDX:0),gpu:v100:1(IDX:2)"),
+        ("SLURM", 0, 1, 0, 1, 0, ("n1",), (0, 2)),
+        (0, 2),
+    ),
+    (
+        "slurm GPU_DEVICE_ORDINAL with (null)",
+        slurm(0, 0, 1, SLURM_NODELIST="n1", GPU_DEVICE_ORDINAL="0,(null)"),
+        ("SLURM", 0, 1, 0, 1, 0, ("n1",), (0,)),
+        (0,),
+    ),
+    (
+        "slurm bracketed node list, node 2",
+        slurm(
+            5,
+            1,
+            6,
+            SLURM_NODEID="2",
+            SLURM_STEP_NODELIST="node[01-03]",
+            SLURM_STEP_TASKS_PER_NODE="2(x3)",
+            SLURM_STEP_GPUS="0,1",
+        ),
+        ("SLURM", 5, 6, 1, 2, 2, ("node01", "node02", "node03"), (0, 1)),
+        (1,),
+    ),
+    (
+        "slurm mixed node list and uneven tasks",
+        slurm(
+            6,
+            0,
+            7,
+            SLURM_NODEID="3",
+            SLURM_STEP_NODELIST="node[01-03],gpu7",
+            SLURM_STEP_TASKS_PER_NODE="2(x3),1",
+            SLURM_STEP_GPUS="3",
+        ),
+        ("SLURM", 6, 7, 0, 1, 3, ("node01", "node02", "node03", "gpu7"), (3,)),
+        (3,),
+    ),
+    (
+        "slurm step beats job gpus",
+        slurm(
+            0,
+            0,
+            2,
+            SLURM_STEP_NODELIST="a",
+            SLURM_STEP_TASKS_PER_NODE="2",
+            SLURM_STEP_GPUS="1",
+            SLURM_JOB_GPUS="0,1,2,3",
+        ),
+        ("SLURM", 0, 2, 0, 2, 0, ("a",), (1,)),
+        None,
+    ),  # 2 ranks, 1 GPU: error unless share
+    (
+        "slurm one rank, four gpus: takes all",
+        slurm(0, 0, 1, SLURM_STEP_NODELIST="a", SLURM_STEP_GPUS="0-3"),
+        ("SLURM", 0, 1, 0, 1, 0, ("a",), (0, 1, 2, 3)),
+        (0, 1, 2, 3),
+    ),
+    (
+        "slurm 2 ranks 4 gpus: blocks of two",
+        slurm(1, 1, 2, SLURM_STEP_NODELIST="a", SLURM_STEP_TASKS_PER_NODE="2", SLURM_STEP_GPUS="4-7"),
+        ("SLURM", 1, 2, 1, 2, 0, ("a",), (4, 5, 6, 7)),
+        (6, 7),
+    ),
+    (
+        "slurm batch script is one process",
+        {"SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_JOB_GPUS": "0"},
+        ("none", 0, 1, 0, 1, None, (), (0,)),
+        (0,),
+    ),
+    (
+        "slurm step without gpus",
+        slurm(
+            0,
+            0,
+            1,
+            SLURM_STEP_NODELIST="cpu[1-2]",
+            SLURM_STEP_TASKS_PER_NODE="1(x2)",
+            SLURM_NODEID="0",
+            SLURM_NTASKS="2",
+        ),
+        ("SLURM", 0, 2, 0, 1, 0, ("cpu1", "cpu2"), None),
+        (),
+    ),
+    (
+        "slurm with a 2-D bracket host list",
+        slurm(
+            3,
+            1,
+            4,
+            SLURM_NODEID="1",
+            SLURM_STEP_NODELIST="r1n[8,10]",
+            SLURM_STEP_TASKS_PER_NODE="2(x2)",
+            SLURM_STEP_GPUS="0,1",
+        ),
+        ("SLURM", 3, 4, 1, 2, 1, ("r1n8", "r1n10"), (0, 1)),
+        (1,),
+    ),
+    (
+        "tf_config 2 local workers",
+        tfc(["127.0.0.1:4000", "127.0.0.1:4001"], 1),
+        ("TF_CONFIG", 1, 2, 1, 2, 0, ("127.0.0.1",), None),
+        (),
+    ),
+    (
+        "tf_config 2 hosts x 2",
+        tfc(["h0:1", "h0:2", "h1:1", "h1:2"], 2),
+        ("TF_CONFIG", 2, 4, 0, 2, 1, ("h0", "h1"), None),
+        (),
+    ),
+    (
+        "tf_config chief counts first",
+        tfc(["h0:1", "h1:1", "h1:2"], 2, "chief"),
+        ("TF_CONFIG", 2, 3, 1, 2, 1, ("h0", "h1"), None),
+        (),
+    ),
+    (
+        "tf_config beats slurm batch vars (launcher inside sbatch)",
+        {
+            **tfc(["localhost:5", "localhost:6"], 1),
+            "SLURM_PROCID": "0",
+            "SLURM_NTASKS": "1",
+            **STEP,
+            "SLURM_STEP_GPUS": "0,1",
+        },
+        ("TF_CONFIG", 1, 2, 1, 2, 0, ("localhost",), (0, 1)),
+        (1,),
+    ),
+    (
+        "tf_config agreeing with RANK",
+        {**tfc(["a:1", "a:2"], 0), "RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"},
+        ("TF_CONFIG", 0, 2, 0, 2, 0, ("a",), None),
+        (),
+    ),
+    (
+        "open mpi",
+        {
+            "OMPI_COMM_WORLD_RANK": "3",
+            "OMPI_COMM_WORLD_SIZE": "4",
+            "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+            "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+            "CUDA_VISIBLE_DEVICES": "0,1",
+            "SLURM_JOB_GPUS": "0,1",
+        },
+        ("OMPI", 3, 4, 1, 2, None, (), (0, 1)),
+        (1,),
+    ),
+    (
+        "open mpi inside a slurm batch step",
+        {
+            "OMPI_COMM_WORLD_RANK": "1",
+            "OMPI_COMM_WORLD_SIZE": "2",
+            "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+            "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+            "SLURM_PROCID": "0",
+            "SLURM_NTASKS": "2",
+            "SLURM_JOB_GPUS": "2,3",
+        },
+        ("OMPI", 1, 2, 1, 2, None, (), (2, 3)),
+        (3,),
+    ),
+    (
+        "pmi (mpich, intel mpi)",
+        {"PMI_RANK": "2", "PMI_SIZE": "4", "MPI_LOCALRANKID": "0", "MPI_LOCALNRANKS": "2", "SLURM_STEP_GPUS": "0,1"},
+        ("PMI", 2, 4, 0, 2, None, (), (0, 1)),
+        (0,),
+    ),
+    (
+        "pmi from srun --mpi=pmi2 beats slurm",
+        {
+            **slurm(1, 1, 2, SLURM_STEP_NODELIST="a", SLURM_STEP_TASKS_PER_NODE="2"),
+            "PMI_RANK": "1",
+            "PMI_SIZE": "2",
+            "MPI_LOCALRANKID": "1",
+            "MPI_LOCALNRANKS": "2",
+        },
+        ("PMI", 1, 2, 1, 2, None, (), None),
+        (),
+    ),
+    (
+        "torchrun-style",
+        {"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4", "GROUP_RANK": "1"},
+        ("ENV", 5, 8, 1, 4, 1, (), None),
+        (),
+    ),
+    (
+        "torchrun-style inside srun",
+        {
+            **slurm(1, 0, 2, SLURM_NODEID="1", SLURM_STEP_NODELIST="n[1-2]", SLURM_STEP_TASKS_PER_NODE="1(x2)"),
+            "RANK": "3",
+            "WORLD_SIZE": "4",
+            "LOCAL_RANK": "1",
+            "LOCAL_WORLD_SIZE": "2",
+            "SLURM_STEP_GPUS": "0,1",
+        },
+        ("ENV", 3, 4, 1, 2, None, (), (0, 1)),
+        (1,),
+    ),
+    ("single-process generic", {"RANK": "0", "WORLD_SIZE": "1"}, ("ENV", 0, 1, 0, None, None, (), None), ()),
+    (
+        "whitespace around numbers",
+        {"RANK": " 1 ", "WORLD_SIZE": "2 ", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"},
+        ("ENV", 1, 2, 1, 2, None, (), None),
+        (),
+    ),
+    (
+        "launcher assignment wins",
+        {
+            **tfc(["127.0.0.1:7", "127.0.0.1:8"], 1),
+            "TFDEVICES_RANK_GPUS": "3",
+            "SLURM_STEP_GPUS": "2,3",
+            "RANK": "1",
+            "WORLD_SIZE": "2",
+        },
+        ("TF_CONFIG", 1, 2, 1, 2, 0, ("127.0.0.1",), (2, 3)),
+        (3,),
+    ),
 ]
 
 
 @pytest.mark.parametrize("name,env,expected,gpus", GOOD, ids=[g[0] for g in GOOD])
 def test_launch_table(name: str, env: dict[str, str], expected: tuple, gpus: tuple | None) -> None:
     info = launch_info(env)
-    got = (info.source, info.rank, info.world_size, info.local_rank, info.local_world_size,
-           info.node_rank, info.nodes, info.gpus)
+    got = (
+        info.source,
+        info.rank,
+        info.world_size,
+        info.local_rank,
+        info.local_world_size,
+        info.node_rank,
+        info.nodes,
+        info.gpus,
+    )
     assert got == expected, info.table()
     assert info.reason and info.source in launch.SOURCES
     if gpus is None:
@@ -138,8 +288,9 @@ def test_table_is_large_enough() -> None:
 
 
 def test_winner_lists_losers() -> None:
-    info = launch_info({**tfc(["a:1", "a:2"], 1), "SLURM_PROCID": "0", "SLURM_NTASKS": "1", **STEP,
-                        "RANK": "1", "WORLD_SIZE": "2"})
+    info = launch_info(
+        {**tfc(["a:1", "a:2"], 1), "SLURM_PROCID": "0", "SLURM_NTASKS": "1", **STEP, "RANK": "1", "WORLD_SIZE": "2"}
+    )
     assert info.source == "TF_CONFIG"
     assert info.ignored == ("ENV", "SLURM")
     assert "TF_CONFIG" in info.table() and "ignored: ENV, SLURM" in info.table()
@@ -162,36 +313,63 @@ BAD = [
     ({"RANK": "1"}, LaunchError, "WORLD_SIZE is not set, but RANK=1 is"),
     ({"LOCAL_RANK": "0"}, LaunchError, "RANK is not set, but LOCAL_RANK=0 is"),
     ({"RANK": "0", "WORLD_SIZE": "4", "LOCAL_RANK": "2"}, LaunchError, "LOCAL_RANK=2 is larger than RANK=0"),
-    ({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "2", "LOCAL_WORLD_SIZE": "2"}, LaunchError,
-     "LOCAL_RANK=2 is out of range for LOCAL_WORLD_SIZE=2"),
-    ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "3"}, LaunchError,
-     "LOCAL_WORLD_SIZE=3 is larger than WORLD_SIZE=2"),
+    (
+        {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "2", "LOCAL_WORLD_SIZE": "2"},
+        LaunchError,
+        "LOCAL_RANK=2 is out of range for LOCAL_WORLD_SIZE=2",
+    ),
+    (
+        {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "3"},
+        LaunchError,
+        "LOCAL_WORLD_SIZE=3 is larger than WORLD_SIZE=2",
+    ),
     (slurm(4, 0, 4), LaunchError, "SLURM_PROCID=4 is out of range for SLURM_NTASKS=4"),
-    (slurm(1, 2, 4, SLURM_STEP_TASKS_PER_NODE="2(x2)", SLURM_NODEID="0"), LaunchError,
-     "SLURM_LOCALID=2 is out of range for 2 task(s) on node 0"),
-    (slurm(1, 1, 4, SLURM_STEP_TASKS_PER_NODE="2(x3)"), LaunchError,
-     "SLURM_STEP_TASKS_PER_NODE='2(x3)' adds up to 6 tasks, but SLURM_NTASKS=4"),
-    (slurm(1, 1, 4, SLURM_STEP_TASKS_PER_NODE="2(x2)", SLURM_STEP_NODELIST="n[1-3]"), LaunchError,
-     "SLURM_STEP_TASKS_PER_NODE='2(x2)' describes 2 node(s), but SLURM_STEP_NODELIST='n[1-3]' has 3"),
+    (
+        slurm(1, 2, 4, SLURM_STEP_TASKS_PER_NODE="2(x2)", SLURM_NODEID="0"),
+        LaunchError,
+        "SLURM_LOCALID=2 is out of range for 2 task(s) on node 0",
+    ),
+    (
+        slurm(1, 1, 4, SLURM_STEP_TASKS_PER_NODE="2(x3)"),
+        LaunchError,
+        "SLURM_STEP_TASKS_PER_NODE='2(x3)' adds up to 6 tasks, but SLURM_NTASKS=4",
+    ),
+    (
+        slurm(1, 1, 4, SLURM_STEP_TASKS_PER_NODE="2(x2)", SLURM_STEP_NODELIST="n[1-3]"),
+        LaunchError,
+        "SLURM_STEP_TASKS_PER_NODE='2(x2)' describes 2 node(s), but SLURM_STEP_NODELIST='n[1-3]' has 3",
+    ),
     (slurm(0, 0, 2, SLURM_STEP_NODELIST="node[01-03"), LaunchError, "SLURM_STEP_NODELIST='node[01-03': unbalanced"),
     (slurm(0, 0, 2, SLURM_STEP_NODELIST="node[03-01]"), LaunchError, "SLURM_STEP_NODELIST='node[03-01]': range"),
     (slurm(0, 0, 2, SLURM_JOB_NODELIST="a,,b"), LaunchError, "SLURM_JOB_NODELIST='a,,b': an empty host name"),
     (slurm(0, 0, 2, SLURM_STEP_NODELIST="n[1,1]"), LaunchError, "SLURM_STEP_NODELIST='n[1,1]' names ['n1'] more"),
-    (slurm(0, 0, 2, SLURM_NODEID="2", SLURM_STEP_NODELIST="n[1-2]"), LaunchError,
-     "SLURM_NODEID=2 is out of range for 2 node(s)"),
+    (
+        slurm(0, 0, 2, SLURM_NODEID="2", SLURM_STEP_NODELIST="n[1-2]"),
+        LaunchError,
+        "SLURM_NODEID=2 is out of range for 2 node(s)",
+    ),
     (slurm(0, 0, 2, SLURM_STEP_TASKS_PER_NODE="2(x0)"), LaunchError, "SLURM_STEP_TASKS_PER_NODE='2(x0)'"),
     ({"SLURM_PROCID": "0", **STEP}, LaunchError, "SLURM_PROCID is set but neither SLURM_STEP_NUM_TASKS"),
     (slurm(0, 0, 1, SLURM_STEP_GPUS="0,x"), EnvVarError, "SLURM_STEP_GPUS='0,x': 'x' is not a GPU index"),
     (slurm(0, 0, 1, SLURM_STEP_GPUS="0,0"), EnvVarError, "SLURM_STEP_GPUS='0,0' names GPU(s) [0] more than once"),
-    (slurm(0, 0, 1, SLURM_JOB_GPUS="gpu:3(IDX:0-1)"), EnvVarError,
-     "SLURM_JOB_GPUS='gpu:3(IDX:0-1)': 'gpu:3(IDX:0-1)' counts 3 GPU(s) but lists 2"),
+    (
+        slurm(0, 0, 1, SLURM_JOB_GPUS="gpu:3(IDX:0-1)"),
+        EnvVarError,
+        "SLURM_JOB_GPUS='gpu:3(IDX:0-1)': 'gpu:3(IDX:0-1)' counts 3 GPU(s) but lists 2",
+    ),
     (slurm(0, 0, 1, SLURM_JOB_GPUS="gpu:2(IDX:0-1"), EnvVarError, "SLURM_JOB_GPUS='gpu:2(IDX:0-1'"),
     ({"GPU_DEVICE_ORDINAL": "3-1"}, EnvVarError, "GPU_DEVICE_ORDINAL='3-1': '3-1' is not a GPU index"),
-    ({"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "2"}, LaunchError,
-     "OMPI_COMM_WORLD_RANK=2 is out of range for OMPI_COMM_WORLD_SIZE=2"),
+    (
+        {"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "2"},
+        LaunchError,
+        "OMPI_COMM_WORLD_RANK=2 is out of range for OMPI_COMM_WORLD_SIZE=2",
+    ),
     ({"PMI_RANK": "0"}, LaunchError, "PMI_SIZE is not set, but PMI_RANK=0 is"),
-    ({**tfc(["a:1", "a:2"], 1), "RANK": "0", "WORLD_SIZE": "2"}, LaunchError,
-     "RANK=0 contradicts TF_CONFIG, which makes this process rank 1"),
+    (
+        {**tfc(["a:1", "a:2"], 1), "RANK": "0", "WORLD_SIZE": "2"},
+        LaunchError,
+        "RANK=0 contradicts TF_CONFIG, which makes this process rank 1",
+    ),
     ({**tfc(["a:1", "a:2"], 1), "WORLD_SIZE": "3"}, LaunchError, "WORLD_SIZE=3 contradicts TF_CONFIG"),
     ({"TF_CONFIG": "{not json"}, TfConfigError, "TF_CONFIG: not valid JSON"),
     ({"TFDEVICES_RANK_GPUS": "a"}, EnvVarError, "TFDEVICES_RANK_GPUS='a'"),
@@ -214,29 +392,40 @@ def test_docstring_examples() -> None:
 
 
 def test_launch_does_not_import_tensorflow() -> None:
-    code = ("import sys, tfdevices; from tfdevices.jobs.env import launch_info; "
-            "from tfdevices.jobs.ranks import gpu_for_rank; "
-            "import tfdevices.gpus.reservation, tfdevices.jobs.launcher; "
-            "print(tfdevices.launch_info({'RANK': '0', 'WORLD_SIZE': '1'}).source, 'tensorflow' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], env=subprocess_env(), capture_output=True, text=True,
-                         timeout=60, cwd=REPO)
+    code = (
+        "import sys, tfdevices; from tfdevices.jobs.env import launch_info; "
+        "from tfdevices.jobs.ranks import gpu_for_rank; "
+        "import tfdevices.gpus.reservation, tfdevices.jobs.launcher; "
+        "print(tfdevices.launch_info({'RANK': '0', 'WORLD_SIZE': '1'}).source, 'tensorflow' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=subprocess_env(), capture_output=True, text=True, timeout=60, cwd=REPO
+    )
     assert out.stdout.split() == ["ENV", "False"], out.stderr
 
 
 # ---------------------------------------------------------------- hostile environments
 
-@pytest.mark.parametrize("env, first_words", [
-    ({"RANK": "\u0660", "WORLD_SIZE": "\u0661"}, "WORLD_SIZE='\u0661' is not a whole number >= 1 (ASCII digits"),
-    ({"RANK": "0", "WORLD_SIZE": "\uff12"}, "WORLD_SIZE='\uff12' is not a whole number"),
-    ({"RANK": "0", "WORLD_SIZE": "9" * 100_000}, "WORLD_SIZE='9999"),
-    ({"RANK": "0", "WORLD_SIZE": "4294967296"}, "WORLD_SIZE='4294967296' is not a whole number >= 1"),
-    ({"OMPI_COMM_WORLD_RANK": "\u0663", "OMPI_COMM_WORLD_SIZE": "4"}, "OMPI_COMM_WORLD_RANK='\u0663' is not"),
-    (slurm(0, 0, 2, SLURM_STEP_NODELIST="n[0-99999999]", SLURM_STEP_TASKS_PER_NODE="2"),
-     "SLURM_STEP_NODELIST='n[0-99999999]' names more than 100,000 hosts"),
-    (slurm(0, 0, 2, SLURM_STEP_NODELIST="n1", SLURM_STEP_TASKS_PER_NODE="1(x100000000)"),
-     "SLURM_STEP_TASKS_PER_NODE='1(x100000000)' describes more than"),
-    (slurm(0, 0, 2, SLURM_STEP_GPUS="0-100000000"), "SLURM_STEP_GPUS='0-100000000': GPU index 100000000 is out"),
-])
+
+@pytest.mark.parametrize(
+    "env, first_words",
+    [
+        ({"RANK": "\u0660", "WORLD_SIZE": "\u0661"}, "WORLD_SIZE='\u0661' is not a whole number >= 1 (ASCII digits"),
+        ({"RANK": "0", "WORLD_SIZE": "\uff12"}, "WORLD_SIZE='\uff12' is not a whole number"),
+        ({"RANK": "0", "WORLD_SIZE": "9" * 100_000}, "WORLD_SIZE='9999"),
+        ({"RANK": "0", "WORLD_SIZE": "4294967296"}, "WORLD_SIZE='4294967296' is not a whole number >= 1"),
+        ({"OMPI_COMM_WORLD_RANK": "\u0663", "OMPI_COMM_WORLD_SIZE": "4"}, "OMPI_COMM_WORLD_RANK='\u0663' is not"),
+        (
+            slurm(0, 0, 2, SLURM_STEP_NODELIST="n[0-99999999]", SLURM_STEP_TASKS_PER_NODE="2"),
+            "SLURM_STEP_NODELIST='n[0-99999999]' names more than 100,000 hosts",
+        ),
+        (
+            slurm(0, 0, 2, SLURM_STEP_NODELIST="n1", SLURM_STEP_TASKS_PER_NODE="1(x100000000)"),
+            "SLURM_STEP_TASKS_PER_NODE='1(x100000000)' describes more than",
+        ),
+        (slurm(0, 0, 2, SLURM_STEP_GPUS="0-100000000"), "SLURM_STEP_GPUS='0-100000000': GPU index 100000000 is out"),
+    ],
+)
 def test_hostile_environments_are_short_errors(env, first_words):
     with pytest.raises(TfDevicesError) as err:
         launch_info(env)
@@ -246,27 +435,42 @@ def test_hostile_environments_are_short_errors(env, first_words):
 
 def test_16000_task_slurm_step_is_read():
     n = 16_000
-    env = slurm(n - 1, 0, n, SLURM_STEP_NODELIST=f"n[00000-{n - 1:05d}]", SLURM_STEP_TASKS_PER_NODE=f"1(x{n})",
-                SLURM_NODEID=str(n - 1))
+    env = slurm(
+        n - 1,
+        0,
+        n,
+        SLURM_STEP_NODELIST=f"n[00000-{n - 1:05d}]",
+        SLURM_STEP_TASKS_PER_NODE=f"1(x{n})",
+        SLURM_NODEID=str(n - 1),
+    )
     info = launch_info(env)
     assert (info.rank, info.world_size, info.node_rank, len(info.nodes)) == (n - 1, n, n - 1, n)
 
 
 def test_table_of_a_16000_node_step_stays_short():
     n = 16_000
-    env = slurm(n - 1, 0, n, SLURM_STEP_NODELIST=",".join(f"node{i:05d}" for i in range(n)),
-                SLURM_STEP_TASKS_PER_NODE=f"1(x{n})", SLURM_NODEID=str(n - 1))
+    env = slurm(
+        n - 1,
+        0,
+        n,
+        SLURM_STEP_NODELIST=",".join(f"node{i:05d}" for i in range(n)),
+        SLURM_STEP_TASKS_PER_NODE=f"1(x{n})",
+        SLURM_NODEID=str(n - 1),
+    )
     table = launch_info(env).table()
     assert "(16,000 in all)" in table and len(table) < 2000
     assert "read: SLURM_PROCID, SLURM_LOCALID" in table and env["SLURM_STEP_NODELIST"][:200] not in table
 
 
-@pytest.mark.parametrize("role, index, trains, rank, world", [
-    ("chief", 0, True, 0, 4),
-    ("worker", 2, True, 3, 4),  # the chief is rank 0: worker 2 is rank 3
-    ("evaluator", 0, False, 0, 1),
-    ("ps", 1, False, 0, 1),
-])
+@pytest.mark.parametrize(
+    "role, index, trains, rank, world",
+    [
+        ("chief", 0, True, 0, 4),
+        ("worker", 2, True, 3, 4),  # the chief is rank 0: worker 2 is rank 3
+        ("evaluator", 0, False, 0, 1),
+        ("ps", 1, False, 0, 1),
+    ],
+)
 def test_every_tf_config_role_is_answered(role, index, trains, rank, world):
     """A Kubeflow TFJob's processes: chief, workers, an evaluator and parameter servers."""
     cluster = {"chief": ["c:1"], "worker": ["w:1", "w:2", "w:3"], "ps": ["p:1", "p:2"]}

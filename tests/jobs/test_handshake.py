@@ -20,7 +20,7 @@ def test_docstring_examples() -> None:
     assert result.attempted > 0 and result.failed == 0
 
 
-@pytest.fixture()
+@pytest.fixture
 def pair():
     """Two ends of one TCP connection on 127.0.0.1."""
     with socket.socket() as server:
@@ -37,12 +37,15 @@ def soon(seconds: float = 30.0) -> float:
     return time.monotonic() + seconds
 
 
-@pytest.mark.parametrize("sent, kind", [
-    (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", "http"),
-    (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\n", "garbage"),  # a TLS hello, then a newline
-    (b"[1, 2]\n", "garbage"),  # JSON, but not an object
-    (b"x" * (handshake.MAX_LINE + 10) + b"\n", "long"),
-])
+@pytest.mark.parametrize(
+    "sent, kind",
+    [
+        (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", "http"),
+        (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\n", "garbage"),  # a TLS hello, then a newline
+        (b"[1, 2]\n", "garbage"),  # JSON, but not an object
+        (b"x" * (handshake.MAX_LINE + 10) + b"\n", "long"),
+    ],
+)
 def test_a_stray_line_is_told_by_its_kind(pair, sent, kind) -> None:
     client, accepted = pair
     client.sendall(sent)
@@ -97,9 +100,11 @@ def test_the_token_comes_from_the_file_then_the_variable(tmp_path) -> None:
     assert read_token(None, {TOKEN_ENV: "from-env"}) == b"from-env"
     assert read_token(None, {}) is None
     (tmp_path / "empty").write_text("\n")
-    for args, first in [((str(tmp_path / "empty"), {}), "--rdzv-token-file"),
-                        ((str(tmp_path / "missing"), {}), "--rdzv-token-file"),
-                        ((None, {TOKEN_ENV: " "}), f"{TOKEN_ENV} is set but empty")]:
+    for args, first in [
+        ((str(tmp_path / "empty"), {}), "--rdzv-token-file"),
+        ((str(tmp_path / "missing"), {}), "--rdzv-token-file"),
+        ((None, {TOKEN_ENV: " "}), f"{TOKEN_ENV} is set but empty"),
+    ]:
         with pytest.raises(LaunchError) as caught:
             read_token(*args)
         assert str(caught.value).startswith(first) and "HINT:" in str(caught.value)
@@ -111,8 +116,10 @@ def test_strays_say_the_first_of_each_kind_and_count_the_rest() -> None:
     strays = Strays(said.append)
     for kind in ("http", "http", "garbage", "http"):
         strays.drop(kind, "127.0.0.1:5")
-    assert said == [f"rendezvous: dropped a connection from 127.0.0.1:5: {KINDS[k]} (more of this kind are counted)"
-                    for k in ("http", "garbage")]
+    assert said == [
+        f"rendezvous: dropped a connection from 127.0.0.1:5: {KINDS[k]} (more of this kind are counted)"
+        for k in ("http", "garbage")
+    ]
     assert strays.summary() == "rendezvous: 4 stray connection(s) dropped (3 HTTP, 1 malformed)"
 
 

@@ -16,15 +16,26 @@ import pytest
 from tests.helpers import REPO, kill_all, run_py, subprocess_env
 from tests.jobs.launching import WORKER, reports, run_launcher, worker
 from tfdevices import runtime
-from tfdevices.jobs import launcher
 from tfdevices.core.errors import LaunchError, SelectionError
 from tfdevices.gpus.inventory import GpuInfo, Inventory
+from tfdevices.jobs import launcher
 from tfdevices.jobs.launcher import plan_workers
 from tfdevices.jobs.tfconfig import parse_tf_config
 
+
 def fake_inventory_file(tmp_path, n: int) -> str:
-    gpus = tuple(GpuInfo(index=i, name="Fake", uuid=f"GPU-{i}", cuda_ordinal=i, tf_name=f"/GPU:{i}",
-                         memory_total=8 << 30, memory_free=8 << 30) for i in range(n))
+    gpus = tuple(
+        GpuInfo(
+            index=i,
+            name="Fake",
+            uuid=f"GPU-{i}",
+            cuda_ordinal=i,
+            tf_name=f"/GPU:{i}",
+            memory_total=8 << 30,
+            memory_free=8 << 30,
+        )
+        for i in range(n)
+    )
     path = tmp_path / "inventory.json"
     path.write_text(Inventory(gpus=gpus, source="nvml").to_json())
     return str(path)
@@ -53,8 +64,9 @@ def test_one_gpu_per_worker_from_the_inventory(tmp_path) -> None:
     inv = {"TFDEVICES_INVENTORY": fake_inventory_file(tmp_path, 4)}
     got = reports(run_launcher("-n", "2", "--gpus", "1,3", *worker("report"), env=inv).stdout)
     assert [(got[r]["cuda"], got[r]["gpus"]) for r in (0, 1)] == [("1", [1]), ("3", [3])]
-    shared = run_launcher("-n", "3", "--gpus", "auto:2", "--share", "--virtual-devices", "2",
-                          *worker("report"), env=inv)
+    shared = run_launcher(
+        "-n", "3", "--gpus", "auto:2", "--share", "--virtual-devices", "2", *worker("report"), env=inv
+    )
     got = reports(shared.stdout)
     assert [got[r]["cuda"] for r in (0, 1, 2)] == ["0", "1", "0"], shared.stdout + shared.stderr
     assert {got[r]["virtual"] for r in got} == {"2"}
@@ -79,16 +91,26 @@ def test_max_restarts_restarts_the_job() -> None:
     assert again.returncode == 0, again.stdout + again.stderr
     assert "[launcher] restarting all 2 workers (restart 1 of 2)" in again.stdout, again.stdout
     assert sorted(re.findall(r"^\[(\d)\] attempt (\d)$", again.stdout, re.M)) == [
-        ("0", "0"), ("0", "1"), ("1", "0"), ("1", "1")], again.stdout
+        ("0", "0"),
+        ("0", "1"),
+        ("1", "0"),
+        ("1", "1"),
+    ], again.stdout
     ports = re.findall(r"127\.0\.0\.1:(\d+)", again.stdout)
     # ports are chosen again for the restart: free now, distinct within each attempt
     assert len(ports) == 4 and len(set(ports[:2])) == 2 and len(set(ports[2:])) == 2, again.stdout
 
 
 def test_sigterm_is_forwarded_to_every_worker(tmp_path) -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "tfdevices", "launch", "-n", "2", *worker("trap", str(tmp_path))],
-                            env=subprocess_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tfdevices", "launch", "-n", "2", *worker("trap", str(tmp_path))],
+        env=subprocess_env(),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while not all((tmp_path / f"ready-{r}").exists() for r in (0, 1)):
@@ -104,33 +126,58 @@ def test_sigterm_is_forwarded_to_every_worker(tmp_path) -> None:
     assert proc.returncode == 128 + signal.SIGTERM, out + err
 
 
-@pytest.mark.parametrize("args,message", [
-    (["-n", "0", "--", "true"], "-n 0: the number of workers must be a whole number >= 1."),
-    (["-n", "2"], "no command to run."),
-    (["-n", "two", "--", "true"], "argument -n/--num-workers: invalid int value: 'two'."),
-    (["--", "true"], "the following arguments are required: -n/--num-workers."),
-    (["-n", "1", "--bogus", "--", "true"], "unrecognized arguments: --bogus."),
-    (["-n", "1", "--gpus", "9", "--", "true"], "GPU spec '9': "),
-    (["-n", "1", "--max-restarts", "-1", "--", "true"], "--max-restarts -1 must be between 0 and 1000."),
-    (["-n", "1", "--", "/nonexistent/program"], "cannot start '/nonexistent/program': No such file"),
-    (["-n", str(10 ** 30), "--", "true"], "-n 1000000000000000000000000000000: at most 1024 workers per machine."),
-    (["-n", "1025", "--oversubscribe", "--", "true"], "-n 1025: at most 1024 workers per machine."),
-    (["-n", str(4 * (os.cpu_count() or 1) + 1), "--", "true"],
-     f"-n {4 * (os.cpu_count() or 1) + 1}: this machine has {os.cpu_count()} CPU cores"),
-    (["-n", "1", "--max-restarts", str(10 ** 20), "--", "true"], "--max-restarts 100000000000000000000 must be"),
-    (["-n", "1", "--tee", "--", "true"], "--tee without --log-dir"),
-    (["-n", "1", "--node-rank", "1", "--", "true"], "--node-rank 1 without --nnodes."),
-    (["-n", "1", "--rdzv-id", "exp7", "--", "true"], "--rdzv-id 'exp7' without --nnodes."),
-    (["-n", "1", "--nnodes", "2", "--master-addr", "127.0.0.1", "--rdzv-id", "", "--", "true"],
-     "--rdzv-id '' must be 1 to 256 characters."),
-    (["-n", "1", "--nnodes", "2", "--master-addr", "127.0.0.1", "--rdzv-token-file", "/nonexistent/token", "--",
-      "true"], "--rdzv-token-file '/nonexistent/token': cannot read it (No such file or directory)."),
-    (["-n", "1", "--nnodes", "2", "--node-rank", "2", "--", "true"], "--node-rank 2 is out of range for --nnodes 2."),
-    (["-n", "1", "--nnodes", "2", "--", "true"], "--nnodes 2 needs --master-addr"),
-    (["-n", "1", "--nnodes", "2", "--master-addr", "127.0.0.1", "--max-restarts", "1", "--", "true"],
-     "--max-restarts with --nnodes > 1"),
-    (["-n", "1", "--log-dir", "/dev/null/logs", "--", "true"], "--log-dir '/dev/null/logs': cannot create it"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["-n", "0", "--", "true"], "-n 0: the number of workers must be a whole number >= 1."),
+        (["-n", "2"], "no command to run."),
+        (["-n", "two", "--", "true"], "argument -n/--num-workers: invalid int value: 'two'."),
+        (["--", "true"], "the following arguments are required: -n/--num-workers."),
+        (["-n", "1", "--bogus", "--", "true"], "unrecognized arguments: --bogus."),
+        (["-n", "1", "--gpus", "9", "--", "true"], "GPU spec '9': "),
+        (["-n", "1", "--max-restarts", "-1", "--", "true"], "--max-restarts -1 must be between 0 and 1000."),
+        (["-n", "1", "--", "/nonexistent/program"], "cannot start '/nonexistent/program': No such file"),
+        (["-n", str(10**30), "--", "true"], "-n 1000000000000000000000000000000: at most 1024 workers per machine."),
+        (["-n", "1025", "--oversubscribe", "--", "true"], "-n 1025: at most 1024 workers per machine."),
+        (
+            ["-n", str(4 * (os.cpu_count() or 1) + 1), "--", "true"],
+            f"-n {4 * (os.cpu_count() or 1) + 1}: this machine has {os.cpu_count()} CPU cores",
+        ),
+        (["-n", "1", "--max-restarts", str(10**20), "--", "true"], "--max-restarts 100000000000000000000 must be"),
+        (["-n", "1", "--tee", "--", "true"], "--tee without --log-dir"),
+        (["-n", "1", "--node-rank", "1", "--", "true"], "--node-rank 1 without --nnodes."),
+        (["-n", "1", "--rdzv-id", "exp7", "--", "true"], "--rdzv-id 'exp7' without --nnodes."),
+        (
+            ["-n", "1", "--nnodes", "2", "--master-addr", "127.0.0.1", "--rdzv-id", "", "--", "true"],
+            "--rdzv-id '' must be 1 to 256 characters.",
+        ),
+        (
+            [
+                "-n",
+                "1",
+                "--nnodes",
+                "2",
+                "--master-addr",
+                "127.0.0.1",
+                "--rdzv-token-file",
+                "/nonexistent/token",
+                "--",
+                "true",
+            ],
+            "--rdzv-token-file '/nonexistent/token': cannot read it (No such file or directory).",
+        ),
+        (
+            ["-n", "1", "--nnodes", "2", "--node-rank", "2", "--", "true"],
+            "--node-rank 2 is out of range for --nnodes 2.",
+        ),
+        (["-n", "1", "--nnodes", "2", "--", "true"], "--nnodes 2 needs --master-addr"),
+        (
+            ["-n", "1", "--nnodes", "2", "--master-addr", "127.0.0.1", "--max-restarts", "1", "--", "true"],
+            "--max-restarts with --nnodes > 1",
+        ),
+        (["-n", "1", "--log-dir", "/dev/null/logs", "--", "true"], "--log-dir '/dev/null/logs': cannot create it"),
+    ],
+)
 def test_bad_input_is_one_line_and_status_2(args: list[str], message: str) -> None:
     proc = run_launcher(*args)
     assert proc.returncode == 2, proc.stdout + proc.stderr
@@ -153,12 +200,16 @@ def test_plan_workers() -> None:
 
 
 def test_configure_worker_splits_the_cpu() -> None:
-    proc = run_py("""
+    proc = run_py(
+        """
         import tensorflow as tf
         from tfdevices.runtime import configure_worker
         configure_worker()
         print(len(tf.config.list_logical_devices("CPU")))
-    """, env={"TFDEVICES_VIRTUAL_DEVICES": "3"}, timeout=120)
+    """,
+        env={"TFDEVICES_VIRTUAL_DEVICES": "3"},
+        timeout=120,
+    )
     assert proc.stdout.split()[-1] == "3"
     with pytest.raises(Exception, match=r"TFDEVICES_VIRTUAL_DEVICES='0' is not a whole number >= 1"):
         runtime.configure_worker({"TFDEVICES_VIRTUAL_DEVICES": "0"})
@@ -210,9 +261,15 @@ def _alive(pid: int) -> bool:
 
 
 def _start_stubborn(tmp_path) -> tuple[subprocess.Popen, set[int]]:
-    proc = subprocess.Popen([sys.executable, "-m", "tfdevices", "launch", "-n", "2", *worker("stubborn", str(tmp_path))],
-                            env=subprocess_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tfdevices", "launch", "-n", "2", *worker("stubborn", str(tmp_path))],
+        env=subprocess_env(),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 60
     while not all((tmp_path / f"ready-{r}").exists() and (tmp_path / f"ready-{r}").read_text() for r in (0, 1)):
         assert proc.poll() is None and time.monotonic() < deadline, "the workers did not start"
@@ -248,16 +305,20 @@ def test_a_second_signal_kills_workers_that_ignore_the_first(tmp_path) -> None:
     finally:
         kill_all(pids)
     assert proc.returncode == 128 + signal.SIGINT, out
-    assert "[launcher] signal 2 passed to the workers" in out and "[launcher] a second signal: killing the workers" in out
+    assert (
+        "[launcher] signal 2 passed to the workers" in out and "[launcher] a second signal: killing the workers" in out
+    )
     assert re.search(r"worker \d exited with status 137 \(signal 9\)", out), out
     assert not {p for p in pids if _alive(p)}, out  # their children too: the whole process group
 
 
 def test_output_piped_into_head_ends_the_job_quietly() -> None:
-    shell = (f"set -o pipefail; {sys.executable} -m tfdevices launch -n 2 "
-             f"-- {sys.executable} {WORKER} chatty | head -n 3")
-    proc = subprocess.run(["bash", "-c", shell], env=subprocess_env(), cwd=REPO, capture_output=True, text=True,
-                          timeout=120)  # a hang fails here
+    shell = (
+        f"set -o pipefail; {sys.executable} -m tfdevices launch -n 2 -- {sys.executable} {WORKER} chatty | head -n 3"
+    )
+    proc = subprocess.run(
+        ["bash", "-c", shell], env=subprocess_env(), cwd=REPO, capture_output=True, text=True, timeout=120
+    )  # a hang fails here
     assert len(proc.stdout.splitlines()) == 3, proc.stdout
     assert proc.returncode == 128 + signal.SIGPIPE, proc.stderr  # the launcher's status, through pipefail
     assert "Traceback" not in proc.stderr and "Error" not in proc.stderr, proc.stderr

@@ -36,14 +36,17 @@ def _v6(host: str) -> bytes:
     return struct.pack("=HHI16sI", socket.AF_INET6, 0x1F90, 0, socket.inet_pton(socket.AF_INET6, host), 0)
 
 
-@pytest.mark.parametrize("raw, v6only, host", [
-    (_v4("0.0.0.0"), False, "127.0.0.1"),
-    (_v4("10.1.2.3"), False, None),
-    (_v4("127.0.0.1"), False, None),
-    (_v6("::"), False, "::ffff:127.0.0.1"),  # dual-stack: IPv4 clients of 127.0.0.1 still reach it
-    (_v6("::"), True, "::1"),
-    (_v6("fe80::1"), False, None),
-])
+@pytest.mark.parametrize(
+    "raw, v6only, host",
+    [
+        (_v4("0.0.0.0"), False, "127.0.0.1"),
+        (_v4("10.1.2.3"), False, None),
+        (_v4("127.0.0.1"), False, None),
+        (_v6("::"), False, "::ffff:127.0.0.1"),  # dual-stack: IPv4 clients of 127.0.0.1 still reach it
+        (_v6("::"), True, "::1"),
+        (_v6("fe80::1"), False, None),
+    ],
+)
 def test_only_a_wildcard_address_becomes_the_loopback_one(raw: bytes, v6only: bool, host: str | None) -> None:
     got = loopback_address(raw, lambda: v6only)
     if host is None:
@@ -52,7 +55,7 @@ def test_only_a_wildcard_address_becomes_the_loopback_one(raw: bytes, v6only: bo
     family = struct.unpack_from("=H", raw)[0]
     assert len(got) == len(raw) and got[:4] == raw[:4]  # family and port kept
     at = slice(4, 8) if family == socket.AF_INET else slice(8, 24)
-    assert socket.inet_ntop(family, got[at]) == host and got[at.stop:] == raw[at.stop:]
+    assert socket.inet_ntop(family, got[at]) == host and got[at.stop :] == raw[at.stop :]
 
 
 def _listening(pid: int) -> set[tuple[str, int]]:
@@ -75,7 +78,9 @@ def _listening(pid: int) -> set[tuple[str, int]]:
                     continue
                 hexaddr, hexport = local.split(":")
                 raw = bytes.fromhex(hexaddr)  # the kernel writes each 32-bit word in host order
-                raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4)) if sys.byteorder == "little" else raw
+                raw = (
+                    b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4)) if sys.byteorder == "little" else raw
+                )
                 found.add((socket.inet_ntop(family, raw), int(hexport, 16)))
     return found
 
@@ -83,9 +88,14 @@ def _listening(pid: int) -> set[tuple[str, int]]:
 def test_the_workers_of_a_one_machine_job_listen_on_127_0_0_1_only(tmp_path) -> None:
     """tfdevices launch -n 2 with TensorFlow workers (MultiWorkerMirroredStrategy, 3 steps): while they hold,
     each listens on its TF_CONFIG port on 127.0.0.1 only; 127.0.0.1 reaches it, 127.0.0.2 does not."""
-    proc = subprocess.Popen([sys.executable, "-m", "tfdevices", "launch", "-n", "2", "--", sys.executable, TINY,
-                             str(tmp_path)], env=subprocess_env(), cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tfdevices", "launch", "-n", "2", "--", sys.executable, TINY, str(tmp_path)],
+        env=subprocess_env(),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     lines: list[str] = []
     pids: dict[int, int] = {}
     try:

@@ -22,9 +22,15 @@ def fixture(name: str) -> Inventory:
     return Inventory.load(os.path.join(DATA, name))
 
 
-@pytest.mark.parametrize("rank, gpu, node, cpus", [
-    (0, 0, 3, "48-63,176-191"), (2, 2, 1, "16-31,144-159"), (4, 4, 7, "112-127,240-255"), (7, 7, 5, "80-95,208-223"),
-])
+@pytest.mark.parametrize(
+    "rank, gpu, node, cpus",
+    [
+        (0, 0, 3, "48-63,176-191"),
+        (2, 2, 1, "16-31,144-159"),
+        (4, 4, 7, "112-127,240-255"),
+        (7, 7, 5, "80-95,208-223"),
+    ],
+)
 def test_each_rank_gets_the_cpus_of_its_gpus_numa_node(rank, gpu, node, cpus):
     inv = fixture("topo-dgx-a100-nvswitch.json")
     a = gpu_for_rank(INFO, inv, local_rank=rank, local_world_size=8)
@@ -35,13 +41,22 @@ def test_each_rank_gets_the_cpus_of_its_gpus_numa_node(rank, gpu, node, cpus):
 
 def test_blocks_of_several_gpus_stay_on_one_node_where_they_can():
     # GPUs alternate between two nodes: blocks of 2 are drawn within a node
-    topo = Topology(gpus=(0, 1, 2, 3), links=tuple(tuple("X" if i == j else "SYS" for j in range(4)) for i in range(4)),
-                    cpu_affinity=("0-7", "8-15", "0-7", "8-15"), numa_affinity=(0, 1, 0, 1))
+    topo = Topology(
+        gpus=(0, 1, 2, 3),
+        links=tuple(tuple("X" if i == j else "SYS" for j in range(4)) for i in range(4)),
+        cpu_affinity=("0-7", "8-15", "0-7", "8-15"),
+        numa_affinity=(0, 1, 0, 1),
+    )
     plan = plan_ranks(INFO, [0, 1, 2, 3], local_world_size=2, topology=topo)
     assert [a.gpus for a in plan] == [(0, 2), (1, 3)]
     assert [(a.numa_node, a.cpus) for a in plan] == [(0, tuple(range(8))), (1, tuple(range(8, 16)))]
     # one GPU per rank: the order of GPUs is kept
-    assert [a.gpus for a in plan_ranks(INFO, [0, 1, 2, 3], local_world_size=4, topology=topo)] == [(0,), (1,), (2,), (3,)]
+    assert [a.gpus for a in plan_ranks(INFO, [0, 1, 2, 3], local_world_size=4, topology=topo)] == [
+        (0,),
+        (1,),
+        (2,),
+        (3,),
+    ]
 
 
 def test_one_numa_node_or_no_topology_binds_nothing():
@@ -54,25 +69,37 @@ def test_one_numa_node_or_no_topology_binds_nothing():
 def test_a_rank_spanning_nodes_gets_both_nodes_cpus_and_no_node():
     topo = fixture("topo-pcie-4gpu-bridges.json").topology
     cpus, node = numa_cpus([1, 2], topo)
-    assert node is None and cpus == tuple(sorted(set(range(0, 16)) | set(range(32, 48)) | set(range(16, 32))
-                                                 | set(range(48, 64))))
+    assert node is None and cpus == tuple(
+        sorted(set(range(16)) | set(range(32, 48)) | set(range(16, 32)) | set(range(48, 64)))
+    )
 
 
 def test_binding_keeps_to_the_cpus_this_process_may_use():
     topo = fixture("topo-pcie-4gpu-bridges.json").topology
     bound, notes = cpu_binding([(0,), (2,)], topo, {0, 1, 2})
     assert bound == {0: (0, 1, 2)}
-    assert notes == (("local rank 1 left unbound: the CPUs of NUMA node 1 (16-31,48-63) are not available to this "
-                      "process (it may use 0-2)."),)
+    assert notes == (
+        (
+            "local rank 1 left unbound: the CPUs of NUMA node 1 (16-31,48-63) are not available to this "
+            "process (it may use 0-2)."
+        ),
+    )
 
 
-@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 or not {0, 1} <= os.sched_getaffinity(0),
-                    reason="needs CPUs 0 and 1")
+@pytest.mark.skipif(
+    len(os.sched_getaffinity(0)) < 2 or not {0, 1} <= os.sched_getaffinity(0), reason="needs CPUs 0 and 1"
+)
 def test_launch_binds_each_worker_to_its_gpus_node():
     topo = Topology(gpus=(0, 1), links=(("X", "SYS"), ("SYS", "X")), cpu_affinity=("0", "1"), numa_affinity=(0, 1))
     out = io.StringIO()
-    code = launcher.launch([sys.executable, "-c", "import os; print('cpus', sorted(os.sched_getaffinity(0)))"], 2,
-                           gpus=(0, 1), out=out, topology=topo, all_ranks=True)
+    code = launcher.launch(
+        [sys.executable, "-c", "import os; print('cpus', sorted(os.sched_getaffinity(0)))"],
+        2,
+        gpus=(0, 1),
+        out=out,
+        topology=topo,
+        all_ranks=True,
+    )
     text = out.getvalue()
     assert code == 0, text
     assert "[0] cpus [0]" in text and "[1] cpus [1]" in text

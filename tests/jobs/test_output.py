@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import io
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from tfdevices.jobs.output import LINE, PROGRESS, PROGRESS_END, Console, Record, Splitter
 
@@ -22,8 +21,13 @@ def records(data: bytes, cuts: list[int] = ()) -> list[Record]:
 
 
 def test_keras_progress_is_progress_and_its_last_state_ends_it():
-    assert records(KERAS) == [Record("Epoch 1/2"), Record("1/3 [=>  ]", PROGRESS), Record("2/3 [==> ]", PROGRESS),
-                              Record("3/3 [===]", PROGRESS_END), Record("done")]
+    assert records(KERAS) == [
+        Record("Epoch 1/2"),
+        Record("1/3 [=>  ]", PROGRESS),
+        Record("2/3 [==> ]", PROGRESS),
+        Record("3/3 [===]", PROGRESS_END),
+        Record("done"),
+    ]
 
 
 @settings(max_examples=200, deadline=None)
@@ -67,26 +71,43 @@ def test_all_ranks_shows_every_rank_progress():
 def test_terminal_redraws_progress_in_place_and_keeps_it_last():
     console = Console(io.StringIO(), tty=True)
     out = show(console, (0, b"\r1/3\r2/3\r"), (1, b"hello\n"), (0, b"3/3\n"))
-    assert out == ("\r\x1b[K[0] 1/3" "\r\x1b[K[0] 2/3"
-                   "\r\x1b[K[1] hello\n[0] 2/3"  # a line from another rank: above the progress line, redrawn
-                   "\r\x1b[K[0] 3/3\n")
+    assert out == (
+        "\r\x1b[K[0] 1/3\r\x1b[K[0] 2/3"
+        "\r\x1b[K[1] hello\n[0] 2/3"  # a line from another rank: above the progress line, redrawn
+        "\r\x1b[K[0] 3/3\n"
+    )
 
 
 def test_a_warning_every_rank_prints_is_shown_once_other_lines_every_time():
     warning = b"/x/epoch_iterator.py:74: UserWarning: shuffle=True was passed\n  self.data_adapter = get(\n"
-    out = show(Console(io.StringIO()), (0, warning + b"rank 0 ready\n"), (1, warning + b"rank 1 ready\n"),
-               (1, b"ready\n"), (0, b"ready\n"), (0, b"WARNING:tensorflow:x\n"), (0, b"WARNING:tensorflow:x\n"))
+    out = show(
+        Console(io.StringIO()),
+        (0, warning + b"rank 0 ready\n"),
+        (1, warning + b"rank 1 ready\n"),
+        (1, b"ready\n"),
+        (0, b"ready\n"),
+        (0, b"WARNING:tensorflow:x\n"),
+        (0, b"WARNING:tensorflow:x\n"),
+    )
     assert out.splitlines() == [
-        "[0] /x/epoch_iterator.py:74: UserWarning: shuffle=True was passed", "[0]   self.data_adapter = get(",
-        "[0] rank 0 ready", "[1] rank 1 ready", "[1] ready", "[0] ready",
-        "[0] WARNING:tensorflow:x", "[0] WARNING:tensorflow:x"]  # one rank's repeats are its own: all shown
+        "[0] /x/epoch_iterator.py:74: UserWarning: shuffle=True was passed",
+        "[0]   self.data_adapter = get(",
+        "[0] rank 0 ready",
+        "[1] rank 1 ready",
+        "[1] ready",
+        "[0] ready",
+        "[0] WARNING:tensorflow:x",
+        "[0] WARNING:tensorflow:x",
+    ]  # one rank's repeats are its own: all shown
 
 
 def test_tensorflow_start_up_lines_are_hidden_and_counted_unless_asked():
-    noise = (b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
-             b"I0000 00:00:1795416137.430329     899 cudart_stub.cc:31] Could not find cuda drivers\n"
-             b"E0000 00:00:1795416148.220133     899 cuda_platform.cc:52] failed call to cuInit\n"
-             b"F0000 00:00:1795416148.220133     899 x.cc:1] fatal: shown\n")
+    noise = (
+        b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
+        b"I0000 00:00:1795416137.430329     899 cudart_stub.cc:31] Could not find cuda drivers\n"
+        b"E0000 00:00:1795416148.220133     899 cuda_platform.cc:52] failed call to cuInit\n"
+        b"F0000 00:00:1795416148.220133     899 x.cc:1] fatal: shown\n"
+    )
     quiet = Console(io.StringIO())
     assert show(quiet, (0, noise)).splitlines() == ["[0] F0000 00:00:1795416148.220133     899 x.cc:1] fatal: shown"]
     assert quiet.hidden_tf_logs == 3

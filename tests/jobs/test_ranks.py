@@ -16,19 +16,33 @@ from tfdevices.jobs.ranks import MAX_LOCAL_RANKS, gpu_for_rank, plan_ranks
 EMPTY = LaunchInfo()
 
 
-
-@pytest.mark.parametrize("kwargs, error, first_words", [
-    (dict(local_world_size=2, gpus=[0, 0]), LaunchError, "gpus [0, 0] names GPU 0 more than once"),
-    (dict(local_world_size=1, gpus=[3, 1, 3, 1]), LaunchError, "gpus [3, 1, 3, 1] names GPU 1,3 more than once"),
-    (dict(local_world_size=2, gpus=[0, 1], mapping=[[0, 0], [1]]), LaunchError,
-     "mapping[0] [0, 0] names GPU 0 more than once"),
-    (dict(local_world_size=2, gpus=[0, 1], mapping=[0, 0]), SelectionError,
-     "the explicit mapping puts 2 local ranks on GPU 0"),
-    (dict(local_world_size=3, gpus=[0, 1, 2], mapping=lambda r, c: c[0]), SelectionError,
-     "the function mapping puts 3 local ranks on GPU 0"),
-    (dict(local_world_size=MAX_LOCAL_RANKS + 1, gpus=[0], share=True), LaunchError,
-     "local_world_size=1,000,001: more than 1,000,000 processes"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, first_words",
+    [
+        (dict(local_world_size=2, gpus=[0, 0]), LaunchError, "gpus [0, 0] names GPU 0 more than once"),
+        (dict(local_world_size=1, gpus=[3, 1, 3, 1]), LaunchError, "gpus [3, 1, 3, 1] names GPU 1,3 more than once"),
+        (
+            dict(local_world_size=2, gpus=[0, 1], mapping=[[0, 0], [1]]),
+            LaunchError,
+            "mapping[0] [0, 0] names GPU 0 more than once",
+        ),
+        (
+            dict(local_world_size=2, gpus=[0, 1], mapping=[0, 0]),
+            SelectionError,
+            "the explicit mapping puts 2 local ranks on GPU 0",
+        ),
+        (
+            dict(local_world_size=3, gpus=[0, 1, 2], mapping=lambda r, c: c[0]),
+            SelectionError,
+            "the function mapping puts 3 local ranks on GPU 0",
+        ),
+        (
+            dict(local_world_size=MAX_LOCAL_RANKS + 1, gpus=[0], share=True),
+            LaunchError,
+            "local_world_size=1,000,001: more than 1,000,000 processes",
+        ),
+    ],
+)
 def test_one_gpu_is_one_gpu_in_rank_plans(kwargs, error, first_words):
     with pytest.raises(error) as err:
         gpu_for_rank(EMPTY, local_rank=0, **kwargs)
@@ -55,9 +69,13 @@ def test_an_inventory_of_mig_instances_offers_their_gpu_once():
 
 
 def test_plan_ranks_matches_gpu_for_rank_rank_by_rank():
-    for kwargs in (dict(gpus=[4, 5, 6, 7]), dict(gpus=[0, 1], share=True),
-                   dict(gpus=[0, 1, 2], mapping="weighted", speeds={0: 3.0, 1: 2.0, 2: 1.0}, share=True),
-                   dict(gpus=[]), dict(gpus=inv.eight())):
+    for kwargs in (
+        dict(gpus=[4, 5, 6, 7]),
+        dict(gpus=[0, 1], share=True),
+        dict(gpus=[0, 1, 2], mapping="weighted", speeds={0: 3.0, 1: 2.0, 2: 1.0}, share=True),
+        dict(gpus=[]),
+        dict(gpus=inv.eight()),
+    ):
         plans = plan_ranks(EMPTY, local_world_size=4, **kwargs)
         assert tuple(plans) == tuple(gpu_for_rank(EMPTY, local_rank=r, local_world_size=4, **kwargs) for r in range(4))
         assert plans[-1] == plans[3] and plans[1:3] == tuple(plans)[1:3] and len(plans) == 4
@@ -72,14 +90,22 @@ def test_planning_many_ranks(n):
     assert plans[0].memory_fraction == pytest.approx(8 / n)
     one_each = plan_ranks(EMPTY, local_world_size=n, gpus=list(range(n)))
     assert [a.gpus[0] for a in one_each] == list(range(n))
-    weighted = plan_ranks(EMPTY, local_world_size=n, gpus=[0, 1], mapping="weighted", speeds={0: 3.0, 1: 1.0},
-                          share=True)
+    weighted = plan_ranks(
+        EMPTY, local_world_size=n, gpus=[0, 1], mapping="weighted", speeds={0: 3.0, 1: 1.0}, share=True
+    )
     assert sum(a.gpus == (0,) for a in weighted) == 3 * n // 4
 
 
 def test_weighted_sharing_follows_dhondt():
-    plan = gpu_for_rank(EMPTY, local_rank=0, local_world_size=7, gpus=[0, 1, 2], mapping="weighted",
-                        speeds={0: 4.0, 1: 2.0, 2: 1.0}, share=True).plan
+    plan = gpu_for_rank(
+        EMPTY,
+        local_rank=0,
+        local_world_size=7,
+        gpus=[0, 1, 2],
+        mapping="weighted",
+        speeds={0: 4.0, 1: 2.0, 2: 1.0},
+        share=True,
+    ).plan
     assert [p[0] for p in plan] == [0, 0, 0, 0, 1, 1, 2]
 
 
@@ -91,10 +117,13 @@ def test_inventory_candidates_use_the_allocation_in_order():
 
 # ------------------------------------------------------------------ mapping
 
+
 def inventory(*indices: int, visible: tuple[int, ...] | None = None) -> Inventory:
     shown = indices if visible is None else visible
-    gpus = tuple(GpuInfo(index=i, name="Fake", uuid=f"GPU-{i}",
-                         cuda_ordinal=shown.index(i) if i in shown else None) for i in indices)
+    gpus = tuple(
+        GpuInfo(index=i, name="Fake", uuid=f"GPU-{i}", cuda_ordinal=shown.index(i) if i in shown else None)
+        for i in indices
+    )
     return Inventory(gpus=gpus, source="nvml")
 
 
@@ -120,8 +149,9 @@ MAPS = [
 @pytest.mark.parametrize("size,candidates,mapping,speeds,share,plan", MAPS)
 def test_mapping_table(size, candidates, mapping, speeds, share, plan) -> None:
     for rank in range(size):
-        a = gpu_for_rank(ONE, candidates, local_rank=rank, local_world_size=size, mapping=mapping,
-                         speeds=speeds, share=share)
+        a = gpu_for_rank(
+            ONE, candidates, local_rank=rank, local_world_size=size, mapping=mapping, speeds=speeds, share=share
+        )
         assert a.plan == plan, a.table()
         assert a.gpus == plan[rank]
         assert f"*local rank {rank}" in a.table()
@@ -130,19 +160,24 @@ def test_mapping_table(size, candidates, mapping, speeds, share, plan) -> None:
 
 
 def test_weighted_work_share_follows_speed() -> None:
-    shares = [gpu_for_rank(ONE, [0, 1], local_rank=r, local_world_size=3, mapping="weighted",
-                           speeds={0: 1.0, 1: 2.0}, share=True).work_share for r in range(3)]
+    shares = [
+        gpu_for_rank(
+            ONE, [0, 1], local_rank=r, local_world_size=3, mapping="weighted", speeds={0: 1.0, 1: 2.0}, share=True
+        ).work_share
+        for r in range(3)
+    ]
     assert shares == pytest.approx([1 / 3, 1 / 3, 1 / 3])  # GPU 1 is twice as fast and carries two ranks
-    fast = gpu_for_rank(ONE, [0, 1], local_rank=1, local_world_size=2, mapping="weighted",
-                        speeds={0: 1.0, 1: 3.0})
+    fast = gpu_for_rank(ONE, [0, 1], local_rank=1, local_world_size=2, mapping="weighted", speeds={0: 1.0, 1: 3.0})
     assert fast.work_share == pytest.approx(0.75)
 
 
 def test_weighted_accepts_measured_speeds() -> None:
     from tfdevices.measure import DeviceSpeed
 
-    speeds = [DeviceSpeed(device="GPU:0", gpu_index=4, flops=5e12), DeviceSpeed(device="GPU:1", gpu_index=7,
-                                                                                 flops=1e13)]
+    speeds = [
+        DeviceSpeed(device="GPU:0", gpu_index=4, flops=5e12),
+        DeviceSpeed(device="GPU:1", gpu_index=7, flops=1e13),
+    ]
     a = gpu_for_rank(ONE, [4, 7], local_rank=0, local_world_size=1, mapping="weighted", speeds=speeds)
     assert a.gpus == (7,)
 
@@ -152,8 +187,7 @@ def test_inventory_candidates_intersect_allocation() -> None:
     a = gpu_for_rank(info, inventory(0, 1, 2, 3))
     assert (a.candidates, a.gpus) == ((3, 1), (1,))
     # inside a device cgroup the allocated GPUs 2,3 show up as NVML 0,1
-    b = gpu_for_rank(launch_info(slurm(1, 1, 2, SLURM_STEP_TASKS_PER_NODE="2", SLURM_STEP_GPUS="2,3")),
-                     inventory(0, 1))
+    b = gpu_for_rank(launch_info(slurm(1, 1, 2, SLURM_STEP_TASKS_PER_NODE="2", SLURM_STEP_GPUS="2,3")), inventory(0, 1))
     assert b.gpus == (1,) and "cgroup" in b.candidates_from
     masked = inventory(0, 1, 2, 3, visible=(2,))
     with pytest.raises(SelectionError, match=r"SLURM_STEP_GPUS=1,3 allocates GPUs this machine does not show"):
@@ -181,14 +215,23 @@ BAD_MAPS = [
     (dict(local_world_size=3, gpus=[0, 1]), SelectionError, "3 local ranks but only 2 GPU(s) (0,1)"),
     (dict(local_world_size=2, gpus=[0, 1], mapping=[0]), LaunchError, "mapping=[0] has 1 entr(ies) for 2"),
     (dict(local_world_size=2, gpus=[0, 1], mapping=[0, 5]), SelectionError, "mapping[1] gave GPU(s) [5]"),
-    (dict(local_world_size=2, gpus=[0, 1], mapping=lambda r, c: "0"), LaunchError,
-     "mapping function for local rank 0 gave '0'"),
+    (
+        dict(local_world_size=2, gpus=[0, 1], mapping=lambda r, c: "0"),
+        LaunchError,
+        "mapping function for local rank 0 gave '0'",
+    ),
     (dict(local_world_size=2, gpus=[0, 1], mapping="round-robin"), LaunchError, "mapping='round-robin': unknown"),
     (dict(local_world_size=2, gpus=[0, 1], mapping="weighted"), LaunchError, "mapping='weighted' needs speeds="),
-    (dict(local_world_size=2, gpus=[0, 1], mapping="weighted", speeds={0: 1.0}), SelectionError,
-     "no speed for GPU(s) [1]"),
-    (dict(local_world_size=2, gpus=[0, 1], mapping="weighted", speeds={0: 1.0, 1: 0}), LaunchError,
-     "speeds {1: 0} must be positive"),
+    (
+        dict(local_world_size=2, gpus=[0, 1], mapping="weighted", speeds={0: 1.0}),
+        SelectionError,
+        "no speed for GPU(s) [1]",
+    ),
+    (
+        dict(local_world_size=2, gpus=[0, 1], mapping="weighted", speeds={0: 1.0, 1: 0}),
+        LaunchError,
+        "speeds {1: 0} must be positive",
+    ),
     (dict(local_world_size=2, local_rank=2, gpus=[0, 1]), LaunchError, "local_rank=2 is out of range"),
     (dict(local_world_size=0, gpus=[0]), LaunchError, "local_world_size=0 must be a whole number >= 1"),
     (dict(local_world_size=1, gpus="0,1"), LaunchError, "gpus='0,1': expected NVML indices"),

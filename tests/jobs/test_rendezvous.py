@@ -31,15 +31,47 @@ def test_free_ports_are_distinct_and_bindable_on_loopback() -> None:
             s.bind(("127.0.0.1", port))
 
 
-def _node(rank: int, port: int, *command: str, n: int = 2, timeout: str = "60", nnodes: int = 2,
-          options: tuple[str, ...] = (), env: dict[str, str] | None = None) -> subprocess.Popen:
+def _node(
+    rank: int,
+    port: int,
+    *command: str,
+    n: int = 2,
+    timeout: str = "60",
+    nnodes: int = 2,
+    options: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+) -> subprocess.Popen:
     """One launcher of an NNODES-machine job on this machine: node R's workers listen on 127.0.0.(R+1), its own host."""
-    return subprocess.Popen([sys.executable, "-m", "tfdevices", "launch", "-n", str(n), "--nnodes", str(nnodes),
-                             "--node-rank", str(rank), "--master-addr", "127.0.0.1", "--master-port", str(port),
-                             "--node-addr", f"127.0.0.{rank + 1}", "--rdzv-timeout", timeout, *options, "--",
-                             *command],
-                            env=subprocess_env(env), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tfdevices",
+            "launch",
+            "-n",
+            str(n),
+            "--nnodes",
+            str(nnodes),
+            "--node-rank",
+            str(rank),
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            str(port),
+            "--node-addr",
+            f"127.0.0.{rank + 1}",
+            "--rdzv-timeout",
+            timeout,
+            *options,
+            "--",
+            *command,
+        ],
+        env=subprocess_env(env),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 class _Lines:
@@ -99,12 +131,16 @@ def test_a_missing_launcher_is_one_line_after_the_timeout() -> None:
     alone = _node(0, port, "true", timeout="1")
     out, err = alone.communicate(timeout=60)
     assert alone.returncode == 2, out + err
-    assert err.strip() == ("tfdevices launch: error: node(s) [1] did not join within 1 s. HINT: start the launcher "
-                           "on every machine with the same --nnodes, --master-addr and --master-port.")
+    assert err.strip() == (
+        "tfdevices launch: error: node(s) [1] did not join within 1 s. HINT: start the launcher "
+        "on every machine with the same --nnodes, --master-addr and --master-port."
+    )
 
 
 def _dropped(out: str, kind: str) -> list[str]:
-    return [line for line in out.splitlines() if "rendezvous: dropped a connection from" in line and KINDS[kind] in line]
+    return [
+        line for line in out.splitlines() if "rendezvous: dropped a connection from" in line and KINDS[kind] in line
+    ]
 
 
 def _stray(port: int, data: bytes) -> None:
@@ -170,8 +206,10 @@ def test_a_launcher_of_another_job_is_refused_and_the_right_one_joins() -> None:
     other = _node(1, port, sys.executable, WORKER, "report", options=("--rdzv-id", "job-b"))
     out, err = other.communicate(timeout=60)
     assert other.returncode == 2 and "[1]" not in out, out + err
-    assert err.startswith(f"tfdevices launch: error: the node-0 launcher at '127.0.0.1':{port} runs another job: "
-                          "its rendezvous id differs from this launcher's (which comes from --rdzv-id). HINT: "), err
+    assert err.startswith(
+        f"tfdevices launch: error: the node-0 launcher at '127.0.0.1':{port} runs another job: "
+        "its rendezvous id differs from this launcher's (which comes from --rdzv-id). HINT: "
+    ), err
     right = _node(1, port, sys.executable, WORKER, "report", options=("--rdzv-id", "job-a"))
     out1, err1 = right.communicate(timeout=120)
     first.wait(timeout=60)
@@ -224,8 +262,9 @@ def test_a_token_refuses_launchers_without_it_with_a_wrong_one_and_a_replayed_ex
     wrong.write_text("not-the-secret\n")
     port = free_ports(1)[0]
     job = ("--rdzv-id", "exp-7")  # node 1 meets node 0 through the relay's port: the derived id would differ
-    node = lambda rank, *options, env=None, at=port: _node(  # noqa: E731
-        rank, at, sys.executable, WORKER, "report", n=1, nnodes=3, options=job + options, env=env)
+    node = lambda rank, *options, env=None, at=port: _node(
+        rank, at, sys.executable, WORKER, "report", n=1, nnodes=3, options=job + options, env=env
+    )
     first = node(0, env={TOKEN_ENV: secret})
     out0 = _Lines(first)
     refused = {}
@@ -274,7 +313,7 @@ def test_a_signal_ends_a_launcher_waiting_at_the_rendezvous(rank: int, signum: i
 def test_a_launcher_that_leaves_before_the_job_forms_is_waited_for_again() -> None:
     """Node 1 of 3 joins, then gets SIGTERM while it waits for node 2: node 0 waits for a node 1 again."""
     port = free_ports(1)[0]
-    node = lambda rank: _node(rank, port, sys.executable, WORKER, "report", n=1, nnodes=3)  # noqa: E731
+    node = lambda rank: _node(rank, port, sys.executable, WORKER, "report", n=1, nnodes=3)
     first = node(0)
     out0 = _Lines(first)
     leaver = node(1)

@@ -3,43 +3,47 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from tests.helpers import peak_allocation
 from tfdevices import EnvVarError, LaunchError, TfDevicesError
-from tfdevices.jobs.slurm import (MAX_GPUS, MAX_HOSTS, MAX_TASKS, expand_nodelist, expand_tasks_per_node,
-                                  parse_gpu_list)
+from tfdevices.jobs.slurm import MAX_GPUS, MAX_HOSTS, MAX_TASKS, expand_nodelist, expand_tasks_per_node, parse_gpu_list
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("node[01-03],gpu7", ["node01", "node02", "node03", "gpu7"]),
-    ("r[1-2]n[8,10]", ["r1n8", "r1n10", "r2n8", "r2n10"]),
-    (" a , b ", ["a", "b"]),
-    ("n[098-101]", ["n098", "n099", "n100", "n101"]),
-    ("x", ["x"]),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("node[01-03],gpu7", ["node01", "node02", "node03", "gpu7"]),
+        ("r[1-2]n[8,10]", ["r1n8", "r1n10", "r2n8", "r2n10"]),
+        (" a , b ", ["a", "b"]),
+        ("n[098-101]", ["n098", "n099", "n100", "n101"]),
+        ("x", ["x"]),
+    ],
+)
 def test_node_lists(text, expected):
     assert expand_nodelist(text) == expected
 
 
-@pytest.mark.parametrize("text, first_words", [
-    ("n[0-10000000]", "SLURM_STEP_NODELIST='n[0-10000000]' names more than 100,000 hosts"),
-    ("n[0-999]x[0-999]", "SLURM_STEP_NODELIST='n[0-999]x[0-999]' names more than 100,000 hosts"),
-    ("n[0-99999999999]", "SLURM_STEP_NODELIST='n[0-99999999999]': '0-99999999999' is not a number or a range"),
-    ("n[\u0663]", "SLURM_STEP_NODELIST='n[\u0663]': '\u0663' is not a number or a range"),
-    ("n[1-\uff13]", "SLURM_STEP_NODELIST='n[1-\uff13]': '1-\uff13' is not a number"),
-    ("n[3-1]", "SLURM_STEP_NODELIST='n[3-1]': range '3-1' runs backwards"),
-    ("n[1-3],n2", "SLURM_STEP_NODELIST='n[1-3],n2' names ['n2'] more than once"),
-    ("n[1-2", "SLURM_STEP_NODELIST='n[1-2': unbalanced brackets"),
-    ("n]", "SLURM_STEP_NODELIST='n]': unbalanced brackets"),
-    ("n[[1]]", "SLURM_STEP_NODELIST='n[[1]]': unbalanced brackets"),
-    ("a,,b", "SLURM_STEP_NODELIST='a,,b': an empty host name"),
-    ("", "SLURM_STEP_NODELIST='': an empty host name"),
-    ("n[]", "SLURM_STEP_NODELIST='n[]': '' is not a number"),
-    ("h" * 2_000_000, "SLURM_STEP_NODELIST='hhhh"),
-    (",".join(f"h{i}" for i in range(MAX_HOSTS + 1)), "SLURM_STEP_NODELIST='h0,h1,h2"),
-])
+@pytest.mark.parametrize(
+    "text, first_words",
+    [
+        ("n[0-10000000]", "SLURM_STEP_NODELIST='n[0-10000000]' names more than 100,000 hosts"),
+        ("n[0-999]x[0-999]", "SLURM_STEP_NODELIST='n[0-999]x[0-999]' names more than 100,000 hosts"),
+        ("n[0-99999999999]", "SLURM_STEP_NODELIST='n[0-99999999999]': '0-99999999999' is not a number or a range"),
+        ("n[\u0663]", "SLURM_STEP_NODELIST='n[\u0663]': '\u0663' is not a number or a range"),
+        ("n[1-\uff13]", "SLURM_STEP_NODELIST='n[1-\uff13]': '1-\uff13' is not a number"),
+        ("n[3-1]", "SLURM_STEP_NODELIST='n[3-1]': range '3-1' runs backwards"),
+        ("n[1-3],n2", "SLURM_STEP_NODELIST='n[1-3],n2' names ['n2'] more than once"),
+        ("n[1-2", "SLURM_STEP_NODELIST='n[1-2': unbalanced brackets"),
+        ("n]", "SLURM_STEP_NODELIST='n]': unbalanced brackets"),
+        ("n[[1]]", "SLURM_STEP_NODELIST='n[[1]]': unbalanced brackets"),
+        ("a,,b", "SLURM_STEP_NODELIST='a,,b': an empty host name"),
+        ("", "SLURM_STEP_NODELIST='': an empty host name"),
+        ("n[]", "SLURM_STEP_NODELIST='n[]': '' is not a number"),
+        ("h" * 2_000_000, "SLURM_STEP_NODELIST='hhhh"),
+        (",".join(f"h{i}" for i in range(MAX_HOSTS + 1)), "SLURM_STEP_NODELIST='h0,h1,h2"),
+    ],
+)
 def test_bad_node_lists(text, first_words):
     with pytest.raises(LaunchError) as err:
         expand_nodelist(text)
@@ -65,31 +69,37 @@ def test_tasks_per_node(text, expected):
     assert expand_tasks_per_node(text) == expected
 
 
-@pytest.mark.parametrize("text, first_words", [
-    ("1(x100000000)", "SLURM_STEP_TASKS_PER_NODE='1(x100000000)' describes more than 100,000 nodes"),
-    ("100000000(x100000)", "SLURM_STEP_TASKS_PER_NODE='100000000(x100000)' describes more than"),
-    ("\u0663", "SLURM_STEP_TASKS_PER_NODE='\u0663': '\u0663' is not 'N' or 'N(xM)'"),
-    ("2(x\u0663)", "SLURM_STEP_TASKS_PER_NODE='2(x\u0663)': '2(x\u0663)' is not"),
-    ("1(x0)", "SLURM_STEP_TASKS_PER_NODE='1(x0)': '1(x0)' is not"),
-    ("0", "SLURM_STEP_TASKS_PER_NODE='0': '0' is not"),
-    ("9" * 50, "SLURM_STEP_TASKS_PER_NODE='9999"),
-])
+@pytest.mark.parametrize(
+    "text, first_words",
+    [
+        ("1(x100000000)", "SLURM_STEP_TASKS_PER_NODE='1(x100000000)' describes more than 100,000 nodes"),
+        ("100000000(x100000)", "SLURM_STEP_TASKS_PER_NODE='100000000(x100000)' describes more than"),
+        ("\u0663", "SLURM_STEP_TASKS_PER_NODE='\u0663': '\u0663' is not 'N' or 'N(xM)'"),
+        ("2(x\u0663)", "SLURM_STEP_TASKS_PER_NODE='2(x\u0663)': '2(x\u0663)' is not"),
+        ("1(x0)", "SLURM_STEP_TASKS_PER_NODE='1(x0)': '1(x0)' is not"),
+        ("0", "SLURM_STEP_TASKS_PER_NODE='0': '0' is not"),
+        ("9" * 50, "SLURM_STEP_TASKS_PER_NODE='9999"),
+    ],
+)
 def test_bad_tasks_per_node(text, first_words):
     with pytest.raises(LaunchError) as err:
         expand_tasks_per_node(text)
     assert str(err.value).startswith(first_words) and "HINT:" in str(err.value)
 
 
-@pytest.mark.parametrize("text, first_words", [
-    ("0-100000000", "SLURM_STEP_GPUS='0-100000000': GPU index 100000000 is out of range"),
-    ("0-99999999999", "SLURM_STEP_GPUS='0-99999999999': '0-99999999999' is not a GPU index"),
-    ("\u0663", "SLURM_STEP_GPUS='\u0663': '\u0663' is not a GPU index"),
-    ("0,0", "SLURM_STEP_GPUS='0,0' names GPU(s) [0] more than once"),
-    ("0-3,2", "SLURM_STEP_GPUS='0-3,2' names GPU(s) [2] more than once"),
-    ("gpu:2(IDX:0-1),gpu:1(IDX:1)", "SLURM_STEP_GPUS='gpu:2(IDX:0-1),gpu:1(IDX:1)' names GPU(s) [1]"),
-    ("gpu:\u0662(IDX:0-1)", "SLURM_STEP_GPUS='gpu:\u0662(IDX:0-1)': GRES entry"),
-    (",".join(["0-1023"] * 200), "SLURM_STEP_GPUS='0-1023,0-1023"),
-])
+@pytest.mark.parametrize(
+    "text, first_words",
+    [
+        ("0-100000000", "SLURM_STEP_GPUS='0-100000000': GPU index 100000000 is out of range"),
+        ("0-99999999999", "SLURM_STEP_GPUS='0-99999999999': '0-99999999999' is not a GPU index"),
+        ("\u0663", "SLURM_STEP_GPUS='\u0663': '\u0663' is not a GPU index"),
+        ("0,0", "SLURM_STEP_GPUS='0,0' names GPU(s) [0] more than once"),
+        ("0-3,2", "SLURM_STEP_GPUS='0-3,2' names GPU(s) [2] more than once"),
+        ("gpu:2(IDX:0-1),gpu:1(IDX:1)", "SLURM_STEP_GPUS='gpu:2(IDX:0-1),gpu:1(IDX:1)' names GPU(s) [1]"),
+        ("gpu:\u0662(IDX:0-1)", "SLURM_STEP_GPUS='gpu:\u0662(IDX:0-1)': GRES entry"),
+        (",".join(["0-1023"] * 200), "SLURM_STEP_GPUS='0-1023,0-1023"),
+    ],
+)
 def test_bad_gpu_lists(text, first_words):
     with pytest.raises(EnvVarError) as err:
         parse_gpu_list(text)
@@ -107,12 +117,18 @@ _NODE_ALPHABET = "nodegpu0123456789[],-x \u0663\uff11"
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.one_of(
-    st.text(alphabet=_NODE_ALPHABET, max_size=40),
-    st.builds(lambda p, a, b: f"{p}[{a}-{b}]", st.sampled_from(["n", "r1n", ""]),
-              st.integers(0, 10**10), st.integers(0, 10**10)),
-    st.builds(lambda a, b, c, d: f"n[{a}-{b}]m[{c}-{d}]", *[st.integers(0, 10**6)] * 4),
-))
+@given(
+    st.one_of(
+        st.text(alphabet=_NODE_ALPHABET, max_size=40),
+        st.builds(
+            lambda p, a, b: f"{p}[{a}-{b}]",
+            st.sampled_from(["n", "r1n", ""]),
+            st.integers(0, 10**10),
+            st.integers(0, 10**10),
+        ),
+        st.builds(lambda a, b, c, d: f"n[{a}-{b}]m[{c}-{d}]", *[st.integers(0, 10**6)] * 4),
+    )
+)
 def test_fuzz_node_lists(text):
     try:
         hosts = expand_nodelist(text)
@@ -124,11 +140,14 @@ def test_fuzz_node_lists(text):
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.one_of(
-    st.text(alphabet="0123456789(x),\u0663 ", max_size=30),
-    st.lists(st.builds(lambda n, m: f"{n}(x{m})", st.integers(0, 10**9), st.integers(0, 10**9)),
-             min_size=1, max_size=5).map(",".join),
-))
+@given(
+    st.one_of(
+        st.text(alphabet="0123456789(x),\u0663 ", max_size=30),
+        st.lists(
+            st.builds(lambda n, m: f"{n}(x{m})", st.integers(0, 10**9), st.integers(0, 10**9)), min_size=1, max_size=5
+        ).map(",".join),
+    )
+)
 def test_fuzz_tasks_per_node(text):
     try:
         counts = expand_tasks_per_node(text)
@@ -139,10 +158,12 @@ def test_fuzz_tasks_per_node(text):
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.one_of(
-    st.text(alphabet="0123456789,-()nul\u0663gpu:IDXa ", max_size=40),
-    st.builds(lambda a, b: f"{a}-{b}", st.integers(0, 10**12), st.integers(0, 10**12)),
-))
+@given(
+    st.one_of(
+        st.text(alphabet="0123456789,-()nul\u0663gpu:IDXa ", max_size=40),
+        st.builds(lambda a, b: f"{a}-{b}", st.integers(0, 10**12), st.integers(0, 10**12)),
+    )
+)
 def test_fuzz_gpu_lists(text):
     try:
         indices, _ = parse_gpu_list(text)
@@ -153,12 +174,15 @@ def test_fuzz_gpu_lists(text):
         assert all(0 <= i < MAX_GPUS for i in indices)
 
 
-@pytest.mark.parametrize("parse, text", [
-    (expand_nodelist, "n[0-99999]x[0-99999]"),
-    (expand_nodelist, "n[0-999999999]"),
-    (expand_tasks_per_node, "999999999(x999999999)"),
-    (parse_gpu_list, "0-999999999"),
-])
+@pytest.mark.parametrize(
+    "parse, text",
+    [
+        (expand_nodelist, "n[0-99999]x[0-99999]"),
+        (expand_nodelist, "n[0-999999999]"),
+        (expand_tasks_per_node, "999999999(x999999999)"),
+        (parse_gpu_list, "0-999999999"),
+    ],
+)
 def test_hostile_sizes_are_refused_without_allocating(parse, text):
     def refuse() -> None:
         with pytest.raises(TfDevicesError):

@@ -29,8 +29,10 @@ GOOD = [
     (cfg(W2, "evaluator", 0), ("evaluator", 0, None, 2, None, False)),
     (cfg({"worker": ["[::1]:2222", "10.0.0.2:65535"]}, "worker", 1), ("worker", 1, 1, 2, "10.0.0.2:65535", False)),
     (cfg(W2, "worker", 0, rpc_layer="grpc", environment="cloud"), ("worker", 0, 0, 2, "localhost:2222", True)),
-    (json.dumps({"cluster": W2, "task": {"type": "worker", "index": 1, "trial": "1"}}),
-     ("worker", 1, 1, 2, "localhost:2223", False)),
+    (
+        json.dumps({"cluster": W2, "task": {"type": "worker", "index": 1, "trial": "1"}}),
+        ("worker", 1, 1, 2, "localhost:2223", False),
+    ),
 ]
 
 
@@ -54,11 +56,15 @@ BAD = [
     ("42", "expected a JSON object, got a number"),
     (json.dumps({"task": {"type": "worker", "index": 0}}), "lacks ['cluster']"),
     (json.dumps({"cluster": W2}), "lacks ['task']"),
-    (json.dumps({"cluster": W2, "task": {"type": "worker", "index": 0}, "clusters": {}}),
-     "unknown key(s) ['clusters']"),
+    (
+        json.dumps({"cluster": W2, "task": {"type": "worker", "index": 0}, "clusters": {}}),
+        "unknown key(s) ['clusters']",
+    ),
     (cfg({}), "'cluster' is empty"),
-    (json.dumps({"cluster": ["localhost:2222"], "task": {"type": "worker", "index": 0}}),
-     "'cluster' must be an object"),
+    (
+        json.dumps({"cluster": ["localhost:2222"], "task": {"type": "worker", "index": 0}}),
+        "'cluster' must be an object",
+    ),
     (cfg({"workers": ["a:1"]}), "unknown job 'workers'"),
     (cfg({"worker": []}), "must be a non-empty list"),
     (cfg({"worker": "a:1,b:2"}), "must be a non-empty list"),
@@ -117,14 +123,17 @@ def test_make_tf_config_round_trips_every_rank(n):
         assert [c.is_chief for c in configs] == [True] + [False] * (n - 1)
 
 
-@pytest.mark.parametrize("workers, index, task_type, words", [
-    (["a:1", "a:1"], 0, "worker", "appears twice"),
-    (["a:1"], 1, "worker", "out of range"),
-    (["a:1", "b:2"], 2, "chief", "out of range"),
-    (["nohost"], 0, "worker", "is not 'host:port'"),
-    ([], 0, "worker", "non-empty list"),
-    (["a:1"], 0, "ps", "make_tf_config(task_type='ps') is not supported"),
-])
+@pytest.mark.parametrize(
+    "workers, index, task_type, words",
+    [
+        (["a:1", "a:1"], 0, "worker", "appears twice"),
+        (["a:1"], 1, "worker", "out of range"),
+        (["a:1", "b:2"], 2, "chief", "out of range"),
+        (["nohost"], 0, "worker", "is not 'host:port'"),
+        ([], 0, "worker", "non-empty list"),
+        (["a:1"], 0, "ps", "make_tf_config(task_type='ps') is not supported"),
+    ],
+)
 def test_make_tf_config_bad(workers, index, task_type, words):
     with pytest.raises(TfConfigError, match="^TF_CONFIG") as info:
         make_tf_config(workers, index, task_type)
@@ -148,8 +157,11 @@ def test_tf_config_is_frozen():
 
 # ---------------------------------------------------------------- hostile TF_CONFIG: digits, depth, size, fuzzing
 
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from hypothesis import (  # noqa: E402
+    given,
+    settings,
+    strategies as st,
+)
 
 from tfdevices.core.errors import TfDevicesError  # noqa: E402
 
@@ -158,24 +170,35 @@ def _one_worker(address: str) -> str:
     return json.dumps({"cluster": {"worker": [address]}, "task": {"type": "worker", "index": 0}})
 
 
-@pytest.mark.parametrize("text, words", [
-    (_one_worker("h:\u0662\u0662\u0662\u0662"), "cluster address worker[0]='h:\u0662\u0662\u0662\u0662' is not 'host:port'"),
-    (_one_worker("h:\uff12\uff12"), "is not 'host:port'"),
-    (_one_worker("h:" + "9" * 5000), "cluster address worker[0]='h:9999"),
-    (_one_worker("h:65536"), "is not 'host:port'"),
-    (_one_worker("h:0"), "is not 'host:port'"),
-    (_one_worker("h\u0663st:2222"), "is not 'host:port'"),
-    ("[" * 100_000 + "]" * 100_000, "JSON nested too deeply"),
-    ('{"cluster": ' + "[" * 100_000, "JSON nested too deeply"),
-    ('{"cluster": {"worker": ["h:1"]}, "task": {"type": "worker", "index": ' + "9" * 5000 + "}}",
-     "holds a number thousands of digits long"),
-    ('{"cluster": {"worker": ["h:1"]}, "task": {"type": "worker", "index": 10000000000000000000000}}',
-     "task index 10000000000000000000000 is out of range"),
-    (json.dumps({"cluster": {"worker": ["h:1"] * 50_000}, "task": {"type": "worker", "index": 0}}),
-     "address 'h:1' appears twice"),
-    (json.dumps({"cluster": {"w" * 10_000: ["h:1"]}, "task": {"type": "worker", "index": 0}}),
-     "unknown job 'wwww"),
-])
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        (
+            _one_worker("h:\u0662\u0662\u0662\u0662"),
+            "cluster address worker[0]='h:\u0662\u0662\u0662\u0662' is not 'host:port'",
+        ),
+        (_one_worker("h:\uff12\uff12"), "is not 'host:port'"),
+        (_one_worker("h:" + "9" * 5000), "cluster address worker[0]='h:9999"),
+        (_one_worker("h:65536"), "is not 'host:port'"),
+        (_one_worker("h:0"), "is not 'host:port'"),
+        (_one_worker("h\u0663st:2222"), "is not 'host:port'"),
+        ("[" * 100_000 + "]" * 100_000, "JSON nested too deeply"),
+        ('{"cluster": ' + "[" * 100_000, "JSON nested too deeply"),
+        (
+            '{"cluster": {"worker": ["h:1"]}, "task": {"type": "worker", "index": ' + "9" * 5000 + "}}",
+            "holds a number thousands of digits long",
+        ),
+        (
+            '{"cluster": {"worker": ["h:1"]}, "task": {"type": "worker", "index": 10000000000000000000000}}',
+            "task index 10000000000000000000000 is out of range",
+        ),
+        (
+            json.dumps({"cluster": {"worker": ["h:1"] * 50_000}, "task": {"type": "worker", "index": 0}}),
+            "address 'h:1' appears twice",
+        ),
+        (json.dumps({"cluster": {"w" * 10_000: ["h:1"]}, "task": {"type": "worker", "index": 0}}), "unknown job 'wwww"),
+    ],
+)
 def test_hostile_tf_config(text, words):
     with pytest.raises(TfConfigError) as err:
         parse_tf_config(text)
@@ -190,21 +213,38 @@ def test_a_16000_worker_tf_config_is_read():
     assert (cfg.num_workers, cfg.rank, cfg.address) == (16_000, 15_999, "node15999:2222")
 
 
-_ADDRESS = st.builds(lambda h, p: f"{h}:{p}", st.text(alphabet="ab1.-[]:\u0663", max_size=6),
-                     st.one_of(st.integers(-1, 70000).map(str), st.text(alphabet="0123456789\u0662", max_size=6)))
-_TASK = st.fixed_dictionaries({"type": st.sampled_from(["worker", "chief", "ps", "evaluator", "boss", 3]),
-                               "index": st.one_of(st.integers(-2, 10**20), st.text(max_size=3), st.none())})
+_ADDRESS = st.builds(
+    lambda h, p: f"{h}:{p}",
+    st.text(alphabet="ab1.-[]:\u0663", max_size=6),
+    st.one_of(st.integers(-1, 70000).map(str), st.text(alphabet="0123456789\u0662", max_size=6)),
+)
+_TASK = st.fixed_dictionaries(
+    {
+        "type": st.sampled_from(["worker", "chief", "ps", "evaluator", "boss", 3]),
+        "index": st.one_of(st.integers(-2, 10**20), st.text(max_size=3), st.none()),
+    }
+)
 _CONFIG = st.fixed_dictionaries(
-    {"cluster": st.dictionaries(st.sampled_from(["worker", "chief", "ps", "evaluator", "x"]),
-                                st.lists(_ADDRESS, max_size=3), max_size=3),
-     "task": _TASK},
-    optional={"rpc_layer": st.one_of(st.none(), st.text(max_size=4), st.integers())})
+    {
+        "cluster": st.dictionaries(
+            st.sampled_from(["worker", "chief", "ps", "evaluator", "x"]), st.lists(_ADDRESS, max_size=3), max_size=3
+        ),
+        "task": _TASK,
+    },
+    optional={"rpc_layer": st.one_of(st.none(), st.text(max_size=4), st.integers())},
+)
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.one_of(_CONFIG.map(json.dumps), st.text(max_size=40),
-                 st.recursive(st.integers() | st.text(max_size=4), lambda c: st.lists(c, max_size=3), max_leaves=10)
-                 .map(json.dumps)))
+@given(
+    st.one_of(
+        _CONFIG.map(json.dumps),
+        st.text(max_size=40),
+        st.recursive(st.integers() | st.text(max_size=4), lambda c: st.lists(c, max_size=3), max_leaves=10).map(
+            json.dumps
+        ),
+    )
+)
 def test_fuzz_tf_config(text):
     try:
         cfg = parse_tf_config(text)

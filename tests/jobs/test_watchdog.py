@@ -22,7 +22,8 @@ def _alive(pid: int) -> bool:
 
 def _owner(then: str) -> list[int]:
     """Runs a process that guards two 'sleep' process groups with a Watchdog, then ``then``; returns their pids."""
-    proc = run_py(f"""
+    proc = run_py(
+        f"""
         import os, signal, subprocess, sys
         from tfdevices.jobs.watchdog import Watchdog
         dog = Watchdog().__enter__()
@@ -32,7 +33,10 @@ def _owner(then: str) -> list[int]:
             dog.guard(kid.pid)
         print(" ".join(str(k.pid) for k in kids), flush=True)
         {then}
-    """, check=False, timeout=60)
+    """,
+        check=False,
+        timeout=60,
+    )
     return [int(p) for p in proc.stdout.split()]
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from tests.keras_models import skip_model
 from tfdevices.core.errors import PlanError
 from tfdevices.layers.model import LayerCosts, read_model
-from tests.keras_models import skip_model
 
 
 def test_a_functional_graph_gives_its_layers_costs_and_edges(tf4):
@@ -46,10 +46,13 @@ def test_tf_keras_models_are_read_the_same(tf4):
     assert (old.names, old.params, old.memory, old.edges) == (new.names, new.params, new.memory, new.edges)
 
 
-@pytest.mark.parametrize("make, words", [
-    (lambda k: k.Sequential([k.layers.Dense(3)]), "is not built, so its layers have no sizes yet"),
-    (lambda k: k.Model(*[k.Input((3,))] * 2), "has no layers to place"),
-])
+@pytest.mark.parametrize(
+    "make, words",
+    [
+        (lambda k: k.Sequential([k.layers.Dense(3)]), "is not built, so its layers have no sizes yet"),
+        (lambda k: k.Model(*[k.Input((3,))] * 2), "has no layers to place"),
+    ],
+)
 def test_models_that_cannot_be_read(tf4, make, words):
     import keras
 

@@ -7,26 +7,30 @@ import re
 import numpy as np
 import pytest
 
-from tfdevices.core.errors import PlanError
-from tfdevices.layers.plan import LayerPlan, plan_layers
 from tests.helpers import run_py
 from tests.keras_models import skip_model
+from tfdevices.core.errors import PlanError
+from tfdevices.layers.plan import LayerPlan, plan_layers
 
 DEVICES = ["CPU:0", "CPU:1", "CPU:2", "CPU:3"]
 
 
 def mlp(keras, n=8, width=16, seed=0):
     keras.utils.set_random_seed(seed)
-    return keras.Sequential([keras.Input((width,))] + [keras.layers.Dense(width * (1 + i % 2), name=f"d{i}")
-                                                        for i in range(n)])
+    return keras.Sequential(
+        [keras.Input((width,))] + [keras.layers.Dense(width * (1 + i % 2), name=f"d{i}") for i in range(n)]
+    )
 
 
 def activation_transfers(report, plan: LayerPlan):
     """Transfers of a planned layer's output between planned devices, leaving out the model's final output."""
     inner = list(plan.layers[:-1])
     scoped = re.compile(r"(^|/)(" + "|".join(map(re.escape, inner)) + r")(_\d+)?/")
-    return [t for t in report.transfers() if t.src in plan.devices and t.dst in plan.devices
-            and "ctrl" not in t.tensor and scoped.search(t.tensor)]
+    return [
+        t
+        for t in report.transfers()
+        if t.src in plan.devices and t.dst in plan.devices and "ctrl" not in t.tensor and scoped.search(t.tensor)
+    ]
 
 
 def weight_reads_across(report):
@@ -67,7 +71,7 @@ def test_placed_forward_pass_reads_weights_locally_and_moves_each_activation_onc
     placed = place_layers(model, plan)
 
     homes = devices_of(placed)
-    for layer in placed.layers[-len(plan.layers):]:
+    for layer in placed.layers[-len(plan.layers) :]:
         assert {homes[w.path] for w in layer.weights} <= {plan.device_of(layer.name)}
     step = tf.function(lambda t: placed(t))
     report = capture(step, x)
@@ -153,8 +157,7 @@ def test_save_and_load_keep_weights_and_the_plan_reapplies(tf4, tmp_path):
     loaded = keras.models.load_model(tmp_path / "m.keras")
     assert set(devices_of(loaded).values()) == {"CPU:0"}
     again = place_layers(loaded, plan)
-    assert dict(devices_of(again)) == {
-        w.path: plan.device_of(w.path.split("/")[-2]) for w in again.weights}
+    assert dict(devices_of(again)) == {w.path: plan.device_of(w.path.split("/")[-2]) for w in again.weights}
     np.testing.assert_allclose(again(x).numpy(), placed(x).numpy(), rtol=1e-6)
     fresh = place_layers(skip_model(keras, seed=9), plan)
     fresh.load_weights(tmp_path / "m.weights.h5")
@@ -180,7 +183,8 @@ def test_builder_creates_each_variable_on_its_device(tf4):
         placed = place_layers(lambda: mlp(keras, n=4), plan)
     assert sorted({d[-5:] for d in created}) == sorted(set(plan.devices))
     assert [devices_of(placed)[w.path] for w in placed.weights] == [
-        plan.device_of(w.path.split("/")[-2]) for w in placed.weights]
+        plan.device_of(w.path.split("/")[-2]) for w in placed.weights
+    ]
 
 
 def test_balance_by_time_measures_every_layer_on_every_device(tf4):
@@ -193,8 +197,12 @@ def test_balance_by_time_measures_every_layer_on_every_device(tf4):
 
 
 BAD = [
-    ("unknown device", lambda keras: (mlp(keras, n=2), {"*": "CPU:7"}), {},
-     "plan puts layers on ['CPU:7'], which TensorFlow does not see; it sees"),
+    (
+        "unknown device",
+        lambda keras: (mlp(keras, n=2), {"*": "CPU:7"}),
+        {},
+        "plan puts layers on ['CPU:7'], which TensorFlow does not see; it sees",
+    ),
     ("another model", lambda keras: (mlp(keras, n=2), None), {"other": True}, "plan is for layers"),
 ]
 
@@ -237,13 +245,17 @@ def test_tf_keras_models_are_refused_with_a_clear_error(tf4):
 
 
 def test_layers_demo_runs_and_shows_the_plan_and_verified_placement():
-    proc = run_py("""
+    proc = run_py(
+        """
         import sys
         from tfdevices.demos import layers
         from absl import app
         sys.argv = ["layers", "--layers=12", "--devices=3"]
         app.run(layers.main)
-    """, check=False, timeout=240)
+    """,
+        check=False,
+        timeout=240,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     assert "bottleneck" in out and "by hand" in out and "placed" in out

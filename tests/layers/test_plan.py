@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
+from tests.keras_models import skip_model
 from tfdevices.core.errors import PlanError
 from tfdevices.layers.plan import LayerPlan, plan_layers
-from tests.keras_models import skip_model
 
 DEVICES = ["CPU:0", "CPU:1", "CPU:2", "CPU:3"]
 
@@ -116,7 +116,7 @@ def _greedy_stages(costs, bound):
     for i in range(len(costs)):
         if costs[i] > bound:
             return math.inf
-        if math.fsum(costs[start:i + 1]) > bound:
+        if math.fsum(costs[start : i + 1]) > bound:
             stages, start = stages + 1, i
     return stages
 
@@ -158,15 +158,21 @@ BAD = [
     (([1.0], ["GPU:0"]), {"max_memory": ["GPU:0"]}, "max_memory ['GPU:0']: expected a {device: size} map"),
     (([1.0], ["GPU:0"]), {"layer_bytes": [1, 2]}, "layer_bytes [1, 2]: expected 1 non-negative ints"),
     (([1.0], ["GPU:0"]), {"balance_by": "params"}, "balance_by='params' applies to a Keras model"),
-    (([1.0, 1.0], ["GPU:0"]), {"max_memory": {"GPU:0": 1}, "layer_bytes": [1, 1]},
-     "layer 'layer_1' (1 B) does not fit"),
+    (
+        ([1.0, 1.0], ["GPU:0"]),
+        {"max_memory": {"GPU:0": 1}, "layer_bytes": [1, 1]},
+        "layer 'layer_1' (1 B) does not fit",
+    ),
     (([1.0, 1.0], {"layer_0": "GPU:0"}), {}, "manual map leaves layers ['layer_1'] without a device"),
     (([1.0, 1.0], {"dense": "GPU:0", "*": "GPU:1"}), {}, "manual map names layer 'dense', which the model"),
     (([1.0, 1.0], {"*": "GPU:0", "layer_1*": "GPU:1"}), {}, "manual map pattern 'layer_1*' places no layer"),
     (([1.0, 1.0], {"conv*": "GPU:0", "*": "GPU:1"}), {}, "manual map pattern 'conv*' places no layer"),
     (([1.0, 1.0], {"*": "GPU"}), {}, "manual map['*'] 'GPU' is not a TensorFlow device name"),
-    (([1.0, 1.0], {"*": "GPU:0"}), {"max_memory": {"GPU:0": 1}, "layer_bytes": [1, 1]},
-     "manual map puts 2 B of variables on GPU:0"),
+    (
+        ([1.0, 1.0], {"*": "GPU:0"}),
+        {"max_memory": {"GPU:0": 1}, "layer_bytes": [1, 1]},
+        "manual map puts 2 B of variables on GPU:0",
+    ),
 ]
 
 
@@ -221,10 +227,10 @@ def test_model_costs_are_read_from_its_layers(tf4):
 
 
 SKIP_MAPS = [
-    ({"a": "CPU:0", "*": "CPU:1"}, 1),              # a's output goes to b and c, both on CPU:1: one transfer
+    ({"a": "CPU:0", "*": "CPU:1"}, 1),  # a's output goes to b and c, both on CPU:1: one transfer
     ({"a": "CPU:0", "b": "CPU:1", "*": "CPU:0"}, 2),  # a -> b, b -> c
     ({"a": "CPU:0", "b": "CPU:1", "c": "CPU:0", "d": "CPU:1"}, 3),
-    ({"[ab]": "CPU:1", "*": "CPU:2"}, 2),           # a -> c and b -> c are two tensors
+    ({"[ab]": "CPU:1", "*": "CPU:2"}, 2),  # a -> c and b -> c are two tensors
 ]
 
 
@@ -276,7 +282,11 @@ def test_tf_keras_models_are_planned_the_same_way(tf4):
     for balance_by in ("params", "flops", "memory"):
         new_plan = plan_layers(skip_model(keras), DEVICES[:2], balance_by=balance_by)
         old_plan = plan_layers(old, DEVICES[:2], balance_by=balance_by)
-        assert (old_plan.costs, old_plan.memory, old_plan.devices) == (new_plan.costs, new_plan.memory, new_plan.devices)
+        assert (old_plan.costs, old_plan.memory, old_plan.devices) == (
+            new_plan.costs,
+            new_plan.memory,
+            new_plan.devices,
+        )
     for mapping, transfers in SKIP_MAPS:
         assert plan_layers(old, mapping).transfers == transfers
 
@@ -293,13 +303,16 @@ if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
 
 
-@pytest.mark.parametrize("costs, speeds, words", [
-    ([1e308, 1e308, 1.0], None, "layer costs on GPU:0 add up to more than the largest float"),
-    ([1e308] * 3, None, "add up to more than the largest float"),
-    ([1.0, 1.0], [1e-320, 1.0], "once divided by its speed"),
-    ([1e300, 1e300], [1e-10, 1.0], "once divided by its speed 1e-10"),
-    ([10**400, 1], None, "cost of layer 0 is 1000"),
-])
+@pytest.mark.parametrize(
+    "costs, speeds, words",
+    [
+        ([1e308, 1e308, 1.0], None, "layer costs on GPU:0 add up to more than the largest float"),
+        ([1e308] * 3, None, "add up to more than the largest float"),
+        ([1.0, 1.0], [1e-320, 1.0], "once divided by its speed"),
+        ([1e300, 1e300], [1e-10, 1.0], "once divided by its speed 1e-10"),
+        ([10**400, 1], None, "cost of layer 0 is 1000"),
+    ],
+)
 def test_costs_that_overflow_are_a_plan_error(costs, speeds, words):
     with pytest.raises(PlanError) as err:
         plan_layers(costs, ["GPU:0", "GPU:1"], speeds=speeds)

@@ -11,7 +11,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-import tfdevices  # noqa: E402
+import tfdevices
 
 strategy = tfdevices.build_strategy("multi_worker")
 import tensorflow as tf  # noqa: E402

@@ -28,11 +28,24 @@ def main(argv: list[str]) -> int:
     rank = info.rank
     if mode == "report":
         a = gpu_for_rank(info)
-        print(json.dumps({"rank": rank, "world": info.world_size, "local_rank": info.local_rank,
-                          "source": info.source, "ignored": list(info.ignored), "tf_config": os.environ["TF_CONFIG"],
-                          "address": info.tf_config.address, "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"),
-                          "gpus": list(a.gpus), "method": a.method, "restart": os.environ.get("TFDEVICES_RESTART"),
-                          "virtual": os.environ.get("TFDEVICES_VIRTUAL_DEVICES")}))
+        print(
+            json.dumps(
+                {
+                    "rank": rank,
+                    "world": info.world_size,
+                    "local_rank": info.local_rank,
+                    "source": info.source,
+                    "ignored": list(info.ignored),
+                    "tf_config": os.environ["TF_CONFIG"],
+                    "address": info.tf_config.address,
+                    "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                    "gpus": list(a.gpus),
+                    "method": a.method,
+                    "restart": os.environ.get("TFDEVICES_RESTART"),
+                    "virtual": os.environ.get("TFDEVICES_VIRTUAL_DEVICES"),
+                }
+            )
+        )
         print(f"second line from {rank}", file=sys.stderr)
         return 0
     if mode == "exit":

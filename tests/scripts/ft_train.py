@@ -65,8 +65,17 @@ def main(argv: list[str]) -> int:
     class Log(keras.callbacks.Callback):
         def _write(self, event: str, epoch: int) -> None:
             with open(log_path, "a") as f:
-                f.write(json.dumps({"attempt": attempt, "event": event, "epoch": epoch,
-                                    "iterations": int(self.model.optimizer.iterations.numpy())}) + "\n")
+                f.write(
+                    json.dumps(
+                        {
+                            "attempt": attempt,
+                            "event": event,
+                            "epoch": epoch,
+                            "iterations": int(self.model.optimizer.iterations.numpy()),
+                        }
+                    )
+                    + "\n"
+                )
 
         def on_epoch_begin(self, epoch: int, logs: object = None) -> None:
             self.epoch = epoch
@@ -87,10 +96,14 @@ def main(argv: list[str]) -> int:
     backup = keras.callbacks.BackupAndRestore(backup_dir=backup_dir)
     model.fit(data, epochs=epochs, steps_per_epoch=steps, callbacks=[backup, log], verbose=0)
     weights = {f"w{i}": w for i, w in enumerate(model.get_weights())}
-    np.savez(os.path.join(out, f"weights-rank{info.rank}.npz"),
-             iterations=int(model.optimizer.iterations.numpy()), **weights)
-    print(f"rank {info.rank} of {info.world_size} done: attempt {attempt}, "
-          f"{int(model.optimizer.iterations.numpy())} steps, {strategy.num_replicas_in_sync} replicas", flush=True)
+    np.savez(
+        os.path.join(out, f"weights-rank{info.rank}.npz"), iterations=int(model.optimizer.iterations.numpy()), **weights
+    )
+    print(
+        f"rank {info.rank} of {info.world_size} done: attempt {attempt}, "
+        f"{int(model.optimizer.iterations.numpy())} steps, {strategy.num_replicas_in_sync} replicas",
+        flush=True,
+    )
     return 0
 
 

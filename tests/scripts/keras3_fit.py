@@ -39,23 +39,33 @@ def main(argv: list[str]) -> int:
     train = tf.data.Dataset.from_tensor_slices((x, y)).batch(GLOBAL_BATCH).repeat()
     val = tf.data.Dataset.from_tensor_slices((x[::-1].copy(), y[::-1].copy())).batch(GLOBAL_BATCH)
     with strategy.scope():
-        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="tanh"),
-                                  keras.layers.Dense(1, activation="sigmoid")])
+        model = keras.Sequential(
+            [keras.Input((4,)), keras.layers.Dense(8, activation="tanh"), keras.layers.Dense(1, activation="sigmoid")]
+        )
         model.compile(optimizer=keras.optimizers.SGD(0.5), loss="binary_crossentropy", metrics=["accuracy"])
-    checkpoint = keras.callbacks.ModelCheckpoint(os.path.join(out, f"ckpt-rank{rank}.weights.h5"),
-                                                 save_weights_only=True)
+    checkpoint = keras.callbacks.ModelCheckpoint(
+        os.path.join(out, f"ckpt-rank{rank}.weights.h5"), save_weights_only=True
+    )
     epochs_s: list[float] = []
     timer = keras.callbacks.LambdaCallback(
         on_epoch_begin=lambda epoch, logs: epochs_s.append(-time.perf_counter()),
-        on_epoch_end=lambda epoch, logs: epochs_s.__setitem__(-1, epochs_s[-1] + time.perf_counter()))
+        on_epoch_end=lambda epoch, logs: epochs_s.__setitem__(-1, epochs_s[-1] + time.perf_counter()),
+    )
     started = time.perf_counter()
-    history = model.fit(train, epochs=epochs, steps_per_epoch=steps, validation_data=val,
-                        callbacks=[checkpoint, timer], verbose=1)
+    history = model.fit(
+        train, epochs=epochs, steps_per_epoch=steps, validation_data=val, callbacks=[checkpoint, timer], verbose=1
+    )
     fit_s = time.perf_counter() - started
-    result = {"history": history.history, "keras": keras.__version__, "kind": strategy.kind,
-              "workers": strategy.num_workers, "replicas": strategy.num_replicas_in_sync,
-              "weights": [w.tolist() for w in model.get_weights()], "fit_s": fit_s,
-              "epochs_s": epochs_s}
+    result = {
+        "history": history.history,
+        "keras": keras.__version__,
+        "kind": strategy.kind,
+        "workers": strategy.num_workers,
+        "replicas": strategy.num_replicas_in_sync,
+        "weights": [w.tolist() for w in model.get_weights()],
+        "fit_s": fit_s,
+        "epochs_s": epochs_s,
+    }
     with open(os.path.join(out, f"result-rank{rank}.json"), "w") as f:
         json.dump(result, f)
     print(f"rank {rank} done", flush=True)

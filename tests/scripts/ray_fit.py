@@ -26,8 +26,13 @@ def train_loop(config: dict) -> None:
     path = os.path.join(config["out"], f"result-rank{info.rank}.json")
     with open(path) as f:
         result = json.load(f)
-    result.update(source=info.source, rank=info.rank, world_size=info.world_size, local_rank=info.local_rank,
-                  legacy_keras=os.environ.get("TF_USE_LEGACY_KERAS"))
+    result.update(
+        source=info.source,
+        rank=info.rank,
+        world_size=info.world_size,
+        local_rank=info.local_rank,
+        legacy_keras=os.environ.get("TF_USE_LEGACY_KERAS"),
+    )
     with open(path, "w") as f:
         json.dump(result, f)
 
@@ -41,13 +46,20 @@ def main(argv: list[str]) -> int:
     epochs = int(argv[1]) if len(argv) > 1 else 2
     steps = int(argv[2]) if len(argv) > 2 else 4
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    ray.init(num_cpus=2, _node_ip_address="127.0.0.1", include_dashboard=False, log_to_driver=True,
-             runtime_env={"env_vars": {"PYTHONPATH": repo, "TF_CPP_MIN_LOG_LEVEL": "2"}})
+    ray.init(
+        num_cpus=2,
+        _node_ip_address="127.0.0.1",
+        include_dashboard=False,
+        log_to_driver=True,
+        runtime_env={"env_vars": {"PYTHONPATH": repo, "TF_CPP_MIN_LOG_LEVEL": "2"}},
+    )
     try:
         trainer = TensorflowTrainer(
-            train_loop, train_loop_config={"out": out, "epochs": epochs, "steps": steps, "repo": repo},
+            train_loop,
+            train_loop_config={"out": out, "epochs": epochs, "steps": steps, "repo": repo},
             scaling_config=ScalingConfig(num_workers=2, use_gpu=False, resources_per_worker={"CPU": 1}),
-            run_config=RunConfig(storage_path=os.path.join(out, "ray"), name="fit"))
+            run_config=RunConfig(storage_path=os.path.join(out, "ray"), name="fit"),
+        )
         trainer.fit()
     finally:
         ray.shutdown()

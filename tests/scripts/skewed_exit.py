@@ -13,9 +13,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from tests.scripts import keras3_fit  # noqa: E402
-
-import tfdevices  # noqa: E402
+import tfdevices
+from tests.scripts import keras3_fit
 
 if __name__ == "__main__":
     keras3_fit.main([sys.argv[1], "1", "2"])

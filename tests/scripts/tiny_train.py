@@ -3,8 +3,9 @@ runtime and collectives), for the launcher's tests: the job forms and trains.
 
 Usage: tiny_train.py [HOLD_DIR]
 Prints one JSON line: {"rank", "w", "port"}: w after 3 steps of w -= 0.5 * (w - mean(r + 1)) over the
-N replicas, the same on every worker when the all-reduce ran over the whole cluster. With HOLD_DIR, then prints "ready RANK" and waits (at most
-120 s) for HOLD_DIR/go, so a test can look at the worker's sockets while its server runs.
+N replicas, the same on every worker when the all-reduce ran over the whole cluster. With HOLD_DIR,
+then prints "ready RANK" and waits (at most 120 s) for HOLD_DIR/go, so a test can look at the
+worker's sockets while its server runs.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import tensorflow as tf  # noqa: E402
+import tensorflow as tf
 
 
 def main(argv: list[str]) -> int:

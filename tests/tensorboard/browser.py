@@ -19,9 +19,20 @@ import tempfile
 import time
 from typing import Any
 
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-extensions",
-         "--disable-dev-shm-usage", "--hide-scrollbars", "--mute-audio", "--remote-debugging-pipe")
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-extensions",
+    "--disable-dev-shm-usage",
+    "--hide-scrollbars",
+    "--mute-audio",
+    "--remote-debugging-pipe",
+)
 NAMES = ("chromium", "chromium-browser", "google-chrome", "chrome")
 
 
@@ -48,15 +59,27 @@ class Browser:
         self._buffer = b""
         self._next_id = 0
         self._events: list[dict[str, Any]] = []
-        self._log = open(os.path.join(self._profile, "stderr.log"), "wb")  # noqa: SIM115 (closed in close)
+        self._log = open(os.path.join(self._profile, "stderr.log"), "wb")
 
         # bash (dash takes one-digit descriptors only) puts the pipe ends on fds 3 and 4, where Chromium reads.
         wiring = f'exec "$@" 3<&{to_child_r} 4>&{from_child_w} {to_child_r}<&- {from_child_w}>&-'
         self.proc = subprocess.Popen(
-            [shutil.which("bash") or "/bin/bash", "-c", wiring, "bash", executable, *FLAGS,
-             f"--user-data-dir={self._profile}", f"--window-size={width},{height}", "about:blank"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._log,
-            pass_fds=(to_child_r, from_child_w))
+            [
+                shutil.which("bash") or "/bin/bash",
+                "-c",
+                wiring,
+                "bash",
+                executable,
+                *FLAGS,
+                f"--user-data-dir={self._profile}",
+                f"--window-size={width},{height}",
+                "about:blank",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=self._log,
+            pass_fds=(to_child_r, from_child_w),
+        )
         os.close(to_child_r)
         os.close(from_child_w)
         try:
@@ -64,16 +87,20 @@ class Browser:
             self._session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
             self.send("Page.enable", session=True)
             self.send("Runtime.enable", session=True)
-            self.send("Emulation.setDeviceMetricsOverride",
-                      {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False}, session=True)
+            self.send(
+                "Emulation.setDeviceMetricsOverride",
+                {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+                session=True,
+            )
         except BaseException:
             self.close()
             raise
 
     # -- protocol
 
-    def send(self, method: str, params: dict[str, Any] | None = None, *, session: bool = False,
-             timeout: float = 60.0) -> dict[str, Any]:
+    def send(
+        self, method: str, params: dict[str, Any] | None = None, *, session: bool = False, timeout: float = 60.0
+    ) -> dict[str, Any]:
         """Sends one command and returns its result.
 
         Raises:
@@ -125,8 +152,12 @@ class Browser:
         Raises:
             RuntimeError: the expression threw.
         """
-        result = self.send("Runtime.evaluate", {"expression": expression, "awaitPromise": True,
-                                                "returnByValue": True}, session=True, timeout=timeout)
+        result = self.send(
+            "Runtime.evaluate",
+            {"expression": expression, "awaitPromise": True, "returnByValue": True},
+            session=True,
+            timeout=timeout,
+        )
         if "exceptionDetails" in result:
             details = result["exceptionDetails"]
             raise RuntimeError(f"JavaScript threw: {details.get('exception', {}).get('description') or details}")
@@ -148,8 +179,9 @@ class Browser:
 
     def screenshot(self, path: str) -> str:
         """Saves a PNG of the whole page to ``path``."""
-        data = self.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True},
-                         session=True)["data"]
+        data = self.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True}, session=True)[
+            "data"
+        ]
         with open(path, "wb") as f:
             f.write(base64.b64decode(data))
         return path

@@ -37,15 +37,20 @@ def get_json(url: str, timeout: float = 30) -> object:
 def placement_entry_point() -> str:
     """The ``tensorboard_plugins`` entry point TensorBoard loads the dashboard from (installed metadata)."""
     points = [ep for ep in metadata.entry_points(group="tensorboard_plugins") if ep.name == "placement"]
-    assert points, ("no 'placement' entry point in group 'tensorboard_plugins' of the installed metadata: "
-                    "reinstall tfdevices (pip install -e .) after setup.cfg changes")
+    assert points, (
+        "no 'placement' entry point in group 'tensorboard_plugins' of the installed metadata: "
+        "reinstall tfdevices (pip install -e .) after setup.cfg changes"
+    )
     return points[0].value
 
 
 @contextlib.contextmanager
-def tensorboard(logdir: str, expect_run: str | None = None,
-                expect_placement: dict[str, list[int]] | None = None,
-                expect_scalars: dict[str, list[str]] | None = None) -> Iterator[str]:
+def tensorboard(
+    logdir: str,
+    expect_run: str | None = None,
+    expect_placement: dict[str, list[int]] | None = None,
+    expect_scalars: dict[str, list[str]] | None = None,
+) -> Iterator[str]:
     """A real ``tensorboard --logdir`` on a free 127.0.0.1 port; stopped on exit, even on failure.
 
     Ready when ``/data/runs`` lists ``expect_run`` and, with ``expect_placement`` ({run: steps}), when the
@@ -56,9 +61,10 @@ def tensorboard(logdir: str, expect_run: str | None = None,
     placement_entry_point()
     exe = os.path.join(os.path.dirname(sys.executable), "tensorboard")
     port = _free_port()
-    log = open(os.path.join(logdir, os.pardir, f"tensorboard-{port}.log"), "wb")  # noqa: SIM115
-    proc = subprocess.Popen([exe, "--logdir", logdir, "--port", str(port), "--host", "127.0.0.1"],
-                            stdout=log, stderr=subprocess.STDOUT)
+    log = open(os.path.join(logdir, os.pardir, f"tensorboard-{port}.log"), "wb")
+    proc = subprocess.Popen(
+        [exe, "--logdir", logdir, "--port", str(port), "--host", "127.0.0.1"], stdout=log, stderr=subprocess.STDOUT
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(240):  # bounded: 60 s
@@ -66,15 +72,19 @@ def tensorboard(logdir: str, expect_run: str | None = None,
                 raise AssertionError(f"tensorboard exited {proc.returncode}: {_tail(log.name)}")
             try:
                 runs = get_json(f"{url}/data/runs", timeout=2)
-                if ((expect_run is None or expect_run in runs) and _lists_placement(url, expect_placement)
-                        and _lists_scalars(url, expect_scalars)):
+                if (
+                    (expect_run is None or expect_run in runs)
+                    and _lists_placement(url, expect_placement)
+                    and _lists_scalars(url, expect_scalars)
+                ):
                     break
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 pass
             time.sleep(0.25)
         else:
-            raise AssertionError(f"tensorboard did not list {expect_run!r} / {expect_placement!r} within 60 s: "
-                                 f"{_tail(log.name)}")
+            raise AssertionError(
+                f"tensorboard did not list {expect_run!r} / {expect_placement!r} within 60 s: {_tail(log.name)}"
+            )
         yield url
     finally:
         proc.terminate()
@@ -186,17 +196,25 @@ def _fit_with_placement_logger(run: str) -> None:
 
     model = to_device_model(tf)
     model.compile(optimizer="sgd", loss="mse")
-    model.fit(tf.ones([64, 8]), tf.zeros([64, 4]), batch_size=16, epochs=1, verbose=0,
-              callbacks=[PlacementLogger(run, at_step=1)])
+    model.fit(
+        tf.ones([64, 8]),
+        tf.zeros([64, 4]),
+        batch_size=16,
+        epochs=1,
+        verbose=0,
+        callbacks=[PlacementLogger(run, at_step=1)],
+    )
 
 
 @pytest.fixture(scope="session")
 def server(placement_logdir) -> Iterator[str]:
     """A real ``tensorboard`` over :func:`placement_logdir`."""
-    with tensorboard(placement_logdir, expect_run="to_device",
-                     expect_placement={"to_device": [0, 5], "plain": [0], "fit": [1], "retrace": [2, 4]},
-                     expect_scalars={"plain": ["placement/memory/CPU/current_bytes",
-                                               "placement/memory/CPU/peak_bytes"]}) as url:
+    with tensorboard(
+        placement_logdir,
+        expect_run="to_device",
+        expect_placement={"to_device": [0, 5], "plain": [0], "fit": [1], "retrace": [2, 4]},
+        expect_scalars={"plain": ["placement/memory/CPU/current_bytes", "placement/memory/CPU/peak_bytes"]},
+    ) as url:
         yield url
 
 

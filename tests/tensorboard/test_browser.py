@@ -38,7 +38,7 @@ def artifacts_dir() -> str:
     return path
 
 
-@pytest.fixture()
+@pytest.fixture
 def browser():
     executable = find_chromium()
     if executable is None:
@@ -54,9 +54,11 @@ def _in_frame(expression: str) -> str:
 def _choose(browser: Browser, select_id: str, text: str) -> None:
     """Picks the option of a <select> in the dashboard whose label starts with ``text``."""
     browser.wait_for(_in_frame(f"!!doc.getElementById('{select_id}')"))
-    browser.evaluate(_in_frame(f"""(() => {{ const s = doc.getElementById('{select_id}');
+    browser.evaluate(
+        _in_frame(f"""(() => {{ const s = doc.getElementById('{select_id}');
         s.value = [...s.options].find((o) => o.textContent.startsWith('{text}')).value;
-        s.dispatchEvent(new Event('change')); return true; }})()"""))
+        s.dispatchEvent(new Event('change')); return true; }})()""")
+    )
 
 
 def test_placement_tab_shows_devices_transfers_mismatch_and_timeline(browser, server, to_device_report, tmp_path):
@@ -68,37 +70,54 @@ def test_placement_tab_shows_devices_transfers_mismatch_and_timeline(browser, se
     assert tab.lower() == "placement"
     _choose(browser, "run", "to_device")
 
-    devices = browser.wait_for(_in_frame("doc.querySelectorAll('.device-name').length > 1 && "
-                                         "[...doc.querySelectorAll('.device-name')].map((e) => e.textContent)"))
+    devices = browser.wait_for(
+        _in_frame(
+            "doc.querySelectorAll('.device-name').length > 1 && "
+            "[...doc.querySelectorAll('.device-name')].map((e) => e.textContent)"
+        )
+    )
     assert devices == ["CPU:0", "CPU:1", "CPU:2"]
-    ops = browser.evaluate(_in_frame(
-        "Object.fromEntries([...doc.querySelectorAll('.device')].map((d) => "
-        "[d.dataset.device, Number(d.querySelector('.ops').textContent)]))"))
+    ops = browser.evaluate(
+        _in_frame(
+            "Object.fromEntries([...doc.querySelectorAll('.device')].map((d) => "
+            "[d.dataset.device, Number(d.querySelector('.ops').textContent)]))"
+        )
+    )
     assert ops == to_device_report.op_counts
 
-    pairs = browser.evaluate(_in_frame(
-        "[...doc.querySelectorAll('#matrix td.pair')].map((td) => [td.dataset.src, td.dataset.dst, td.textContent])"))
+    pairs = browser.evaluate(
+        _in_frame(
+            "[...doc.querySelectorAll('#matrix td.pair')].map((td) => [td.dataset.src, td.dataset.dst, td.textContent])"
+        )
+    )
     expected = {(t.src, t.dst) for t in to_device_report.transfers()}
     assert {(src, dst) for src, dst, _ in pairs} == expected
     for src, dst, text in pairs:
         count = len(to_device_report.transfers(src, dst))
         assert text.startswith(f"{count} cop"), (src, dst, text)
-    browser.evaluate(_in_frame("doc.querySelector('#matrix td.pair[data-src=\"CPU:0\"][data-dst=\"CPU:1\"]').click()"))
+    browser.evaluate(_in_frame('doc.querySelector(\'#matrix td.pair[data-src="CPU:0"][data-dst="CPU:1"]\').click()'))
     listed = browser.wait_for(_in_frame("[...doc.querySelectorAll('#matrix-detail code')].map((c) => c.textContent)"))
     assert set(listed) == {t.tensor for t in to_device_report.transfers("CPU:0", "CPU:1")}
 
-    mismatched = browser.wait_for(_in_frame(
-        "doc.querySelectorAll('#layers .row.mismatch').length && "
-        "[...doc.querySelectorAll('#layers .row.mismatch')].map((r) => r.dataset.path)"))
+    mismatched = browser.wait_for(
+        _in_frame(
+            "doc.querySelectorAll('#layers .row.mismatch').length && "
+            "[...doc.querySelectorAll('#layers .row.mismatch')].map((r) => r.dataset.path)"
+        )
+    )
     layer = next(p for p in mismatched if p.rsplit("/", 1)[-1].startswith("to_b"))
-    row = browser.evaluate(_in_frame(
-        f"(() => {{ const r = doc.querySelector('#layers .row[data-path=\"{layer}\"]');"
-        " return [r.querySelector('.asked').textContent, r.querySelector('.ran').textContent]; })()"))
+    row = browser.evaluate(
+        _in_frame(
+            f"(() => {{ const r = doc.querySelector('#layers .row[data-path=\"{layer}\"]');"
+            " return [r.querySelector('.asked').textContent, r.querySelector('.ran').textContent]; })()"
+        )
+    )
     assert row == ["CPU:1", "CPU:0, CPU:1"]  # asked for CPU:1, its weights still read on CPU:0
     first = browser.evaluate(_in_frame("doc.querySelector('#layers .vrow').dataset.path"))
     assert first in mismatched  # mismatches first
 
-    timeline = browser.evaluate(_in_frame("""(() => {
+    timeline = browser.evaluate(
+        _in_frame("""(() => {
         const c = doc.getElementById('timeline-canvas');
         const g = c.getContext('2d');
         const lanes = c.dataset.lanes.split(',');
@@ -111,14 +130,18 @@ def test_placement_tab_shows_devices_transfers_mismatch_and_timeline(browser, se
           return n;
         });
         return {lanes, ops: Number(c.dataset.ops), copies: Number(c.dataset.copies), inked};
-      })()"""))
+      })()""")
+    )
     assert timeline["lanes"] == ["CPU:0", "CPU:1", "CPU:2"]
     assert timeline["ops"] == len(to_device_report.ops)
     assert timeline["copies"] == len(to_device_report.copies)
     assert all(n > 0 for n in timeline["inked"]), timeline  # every lane has drawn ops
-    critical = browser.wait_for(_in_frame(
-        "doc.querySelectorAll('#critical .critical-list .row').length && "
-        "[doc.querySelector('#critical .hint').textContent, doc.querySelectorAll('#critical .row').length]"))
+    critical = browser.wait_for(
+        _in_frame(
+            "doc.querySelectorAll('#critical .critical-list .row').length && "
+            "[doc.querySelector('#critical .hint').textContent, doc.querySelectorAll('#critical .row').length]"
+        )
+    )
     assert "from first to last" in critical[0] and critical[1] >= 1, critical  # where the step's time went
 
     shot = browser.screenshot(str(tmp_path / "placement_dashboard.png"))
@@ -131,29 +154,42 @@ def test_layer_search_and_diff_in_the_page(browser, server):
     _choose(browser, "run", "to_device")
     browser.wait_for(_in_frame("doc.querySelectorAll('.device-name').length > 1"))
     browser.wait_for(_in_frame("!!doc.querySelector('#layer-search')"))
-    browser.evaluate(_in_frame("(() => { const s = doc.getElementById('layer-search'); s.value = 'to_c';"
-                               " s.dispatchEvent(new Event('input')); return true; })()"))
-    found = browser.wait_for(_in_frame(
-        "/match/.test(doc.querySelector('#layers .count').textContent) && "
-        "[...doc.querySelectorAll('#layers .vrow')].map((r) => r.dataset.path)"))
+    browser.evaluate(
+        _in_frame(
+            "(() => { const s = doc.getElementById('layer-search'); s.value = 'to_c';"
+            " s.dispatchEvent(new Event('input')); return true; })()"
+        )
+    )
+    found = browser.wait_for(
+        _in_frame(
+            "/match/.test(doc.querySelector('#layers .count').textContent) && "
+            "[...doc.querySelectorAll('#layers .vrow')].map((r) => r.dataset.path)"
+        )
+    )
     assert found and all("to_c" in path for path in found)
 
-    widths = browser.evaluate(_in_frame("""(() => {
+    widths = browser.evaluate(
+        _in_frame("""(() => {
         const canvas = doc.getElementById('timeline-canvas');
         const before = canvas.clientWidth;
         canvas.parentElement.dispatchEvent(new WheelEvent('wheel', {deltaY: -100, ctrlKey: true, clientX: 400,
                                                                      bubbles: true, cancelable: true}));
         const zoomed = canvas.clientWidth;
         doc.querySelector('#timeline button:nth-of-type(3)').click();  // fit
-        return [before, zoomed, canvas.clientWidth]; })()"""))
+        return [before, zoomed, canvas.clientWidth]; })()""")
+    )
     assert widths[1] == 2 * widths[0] and widths[2] == widths[0], widths  # ctrl + wheel zooms, 'fit' undoes it
 
     _choose(browser, "diff-run", "plain")
     _choose(browser, "diff-run2", "to_device")
     browser.evaluate(_in_frame("doc.getElementById('diff-go').click() || true"))
-    summary = browser.wait_for(_in_frame("doc.querySelector('#diff-out p') && "
-                                         "!/Comparing/.test(doc.querySelector('#diff-out p').textContent) && "
-                                         "doc.querySelector('#diff-out p').textContent"))
+    summary = browser.wait_for(
+        _in_frame(
+            "doc.querySelector('#diff-out p') && "
+            "!/Comparing/.test(doc.querySelector('#diff-out p').textContent) && "
+            "doc.querySelector('#diff-out p').textContent"
+        )
+    )
     moved = int(summary.split(" op(s) moved")[0])
     assert moved >= 2, summary  # layers b and c moved off CPU:0
 
@@ -161,17 +197,24 @@ def test_layer_search_and_diff_in_the_page(browser, server):
 def test_changes_over_the_run_sit_on_a_step_axis_and_open_their_step(browser, server):
     browser.goto(f"{server}/#placement")
     _choose(browser, "run", "retrace")
-    marks = browser.wait_for(_in_frame(
-        "doc.querySelectorAll('#changes .change-mark').length && "
-        "[...doc.querySelectorAll('#changes .change-mark')].map((m) => [m.style.left, m.title])"))
+    marks = browser.wait_for(
+        _in_frame(
+            "doc.querySelectorAll('#changes .change-mark').length && "
+            "[...doc.querySelectorAll('#changes .change-mark')].map((m) => [m.style.left, m.title])"
+        )
+    )
     assert len(marks) == 1 and marks[0][0] == "100%" and marks[0][1].startswith("step 4 (since step 2)"), marks
     ticks = browser.evaluate(_in_frame("[...doc.querySelectorAll('#changes .tick')].map((t) => t.style.left)"))
     assert ticks == ["0%", "100%"]  # the captured steps 2 and 4
     _choose(browser, "step", "step 2")
     browser.wait_for(_in_frame("doc.getElementById('step').value === '2' && !!doc.querySelector('#changes')"))
     browser.evaluate(_in_frame("doc.querySelector('#changes .change-mark').click() || true"))
-    opened = browser.wait_for(_in_frame("doc.getElementById('step').value === '4' && "
-                                        "doc.querySelector('#changes .change span:last-child')?.textContent"))
+    opened = browser.wait_for(
+        _in_frame(
+            "doc.getElementById('step').value === '4' && "
+            "doc.querySelector('#changes .change span:last-child')?.textContent"
+        )
+    )
     assert "switch" in opened
     _choose(browser, "run", "plain")
     browser.wait_for(_in_frame("doc.querySelectorAll('.device-name').length > 0"))
@@ -183,14 +226,24 @@ def test_placement_tab_shows_a_logdir_that_holds_only_a_profile(browser, profile
 
     report = read_profile(profile_logdir)
     browser.goto(f"{profile_server}/#placement")
-    devices = browser.wait_for(_in_frame("doc.querySelectorAll('.device-name').length > 0 && "
-                                         "[...doc.querySelectorAll('.device-name')].map((e) => e.textContent)"))
+    devices = browser.wait_for(
+        _in_frame(
+            "doc.querySelectorAll('.device-name').length > 0 && "
+            "[...doc.querySelectorAll('.device-name')].map((e) => e.textContent)"
+        )
+    )
     assert devices == ["CPU:0"]
-    chosen = browser.evaluate(_in_frame("[doc.getElementById('run').selectedOptions[0].textContent, "
-                                        "doc.getElementById('step').selectedOptions[0].textContent]"))
+    chosen = browser.evaluate(
+        _in_frame(
+            "[doc.getElementById('run').selectedOptions[0].textContent, "
+            "doc.getElementById('step').selectedOptions[0].textContent]"
+        )
+    )
     assert chosen[0].startswith("train · profile/") and chosen[1] == "the whole profile", chosen
-    timeline = browser.wait_for(_in_frame("""(() => { const c = doc.getElementById('timeline-canvas');
-        return c && c.dataset.lanes && {lanes: c.dataset.lanes.split(','), ops: Number(c.dataset.ops)}; })()"""))
+    timeline = browser.wait_for(
+        _in_frame("""(() => { const c = doc.getElementById('timeline-canvas');
+        return c && c.dataset.lanes && {lanes: c.dataset.lanes.split(','), ops: Number(c.dataset.ops)}; })()""")
+    )
     assert timeline == {"lanes": ["CPU:0"], "ops": len(report.ops)}
     notes = browser.evaluate(_in_frame("[...doc.querySelectorAll('#notes .note')].map((n) => n.textContent)"))
     assert any("read from a profile" in n for n in notes), notes

@@ -13,30 +13,34 @@ import os
 import numpy as np
 import pytest
 
-from tests.keras_models import shape_switch
+from tests.keras_models import on_device_layer, shape_switch
 from tfdevices.core.errors import InputError
+from tfdevices.tensorboard import read_placement
 from tfdevices.tensorboard.callbacks import PlacementLogger
 from tfdevices.verify import capture
-from tfdevices.tensorboard import read_placement
-from tests.keras_models import on_device_layer
 
 
 def _model(K, tf, moved_device: str | None = None):  # noqa: N803 (K: the Keras module, keras or tf_keras)
     """dense_1 -> dense_2 -> dense_3; dense_2 called under ``tf.device(moved_device)`` when given."""
     OnDevice = on_device_layer(K, tf)  # noqa: N806 (a class)
     second = K.layers.Dense(6, name="dense_2")
-    layers = [K.layers.Dense(5, name="dense_1"),
-              OnDevice(second, moved_device, name="moved") if moved_device else second,
-              K.layers.Dense(2, name="dense_3")]
+    layers = [
+        K.layers.Dense(5, name="dense_1"),
+        OnDevice(second, moved_device, name="moved") if moved_device else second,
+        K.layers.Dense(2, name="dense_3"),
+    ]
     model = K.Sequential([K.Input((4,)), *layers])
     model.compile(optimizer="sgd", loss="mse")
     return model
 
 
-@pytest.mark.parametrize("framework, dense_2_weights_on", [
-    ("keras", "CPU:0"),  # Keras 3 builds the layer outside the tf.device scope: weights copied every step
-    ("tf_keras", "CPU:1"),  # tf_keras builds it inside the scope: weights live where they are used
-])
+@pytest.mark.parametrize(
+    "framework, dense_2_weights_on",
+    [
+        ("keras", "CPU:0"),  # Keras 3 builds the layer outside the tf.device scope: weights copied every step
+        ("tf_keras", "CPU:1"),  # tf_keras builds it inside the scope: weights live where they are used
+    ],
+)
 def test_logger_captures_one_fit_step_and_writes_it(tf4, tmp_path, framework, dense_2_weights_on):
     K = importlib.import_module(framework)  # noqa: N806 (the Keras module)
     model = _model(K, tf4, moved_device="/CPU:1")
@@ -91,14 +95,18 @@ def test_step_beyond_training_captures_nothing(tf4, tmp_path):
     with pytest.raises(InputError, match="no placement summary") as err:  # the logger's memory is there
         read_placement(tmp_path)
     assert "HINT: a PlacementLogger logged memory here but captured no step: its at_step never came" in str(
-        err.value), str(err.value)
+        err.value
+    ), str(err.value)
 
 
-@pytest.mark.parametrize("kwargs, first_words", [
-    ({"at_step": -1}, "PlacementLogger(at_step=-1): expected a training step >= 0"),
-    ({"at_step": 1.5}, "PlacementLogger(at_step=1.5): expected a training step >= 0"),
-    ({"framework": "jax"}, "PlacementLogger(framework='jax'): expected one of keras, tf_keras"),
-])
+@pytest.mark.parametrize(
+    "kwargs, first_words",
+    [
+        ({"at_step": -1}, "PlacementLogger(at_step=-1): expected a training step >= 0"),
+        ({"at_step": 1.5}, "PlacementLogger(at_step=1.5): expected a training step >= 0"),
+        ({"framework": "jax"}, "PlacementLogger(framework='jax'): expected one of keras, tf_keras"),
+    ],
+)
 def test_bad_arguments(tmp_path, kwargs, first_words):
     with pytest.raises(InputError) as err:
         PlacementLogger(tmp_path, **kwargs)
@@ -136,6 +144,7 @@ def test_every_must_be_a_whole_number_of_steps(every, tmp_path):
 
 # ----------------------------------------------------------------------------- a logger you can leave on
 
+
 def _retracing_fit(tf, tmp_path, **logger_kwargs):
     """50 steps of batch 16, then a new input shape (batch 4): Keras retraces its train function at step 50."""
     import keras
@@ -146,8 +155,7 @@ def _retracing_fit(tf, tmp_path, **logger_kwargs):
 
     def data(batch, batches):
         x = tf.ones([batch * batches, 8])
-        return tf.data.Dataset.from_tensor_slices((x, tf.zeros([batch * batches, 1]))).batch(batch,
-                                                                                              drop_remainder=True)
+        return tf.data.Dataset.from_tensor_slices((x, tf.zeros([batch * batches, 1]))).batch(batch, drop_remainder=True)
 
     logger = PlacementLogger(tmp_path, at_step=10, every=10, framework="keras", **logger_kwargs)
     model.fit(data(16, 50), epochs=1, verbose=0, callbacks=[logger])
@@ -168,13 +176,15 @@ def test_a_retrace_at_step_50_is_reported_with_the_ops_that_moved(tf4, tmp_path)
     assert any("/switch" in name and name.endswith("/MatMul") for name in moved), moved
     assert change.why.startswith("(16, 8) float32, (16, 1) float32 -> "), change.why  # its inputs changed
     assert logger.report.notes[0].startswith("changed: step 50 (since step 40): a new traced function")
-    acc = event_accumulator.EventAccumulator(str(tmp_path), size_guidance={event_accumulator.TENSORS: 0,
-                                                                           event_accumulator.SCALARS: 0})
+    acc = event_accumulator.EventAccumulator(
+        str(tmp_path), size_guidance={event_accumulator.TENSORS: 0, event_accumulator.SCALARS: 0}
+    )
     acc.Reload()
     from tensorboard.util import tensor_util
 
-    moved_series = {e.step: tensor_util.make_ndarray(e.tensor_proto).item()
-                    for e in acc.Tensors("placement/drift/moved_ops")}
+    moved_series = {
+        e.step: tensor_util.make_ndarray(e.tensor_proto).item() for e in acc.Tensors("placement/drift/moved_ops")
+    }
     assert moved_series == {20: 0.0, 30: 0.0, 40: 0.0, 50: float(len(change.moved))}
     assert [e.step for e in acc.Tensors("placement/drift")] == [50]
 
@@ -202,8 +212,11 @@ def _graph_events(logdir) -> int:
     for root, _, files in os.walk(logdir):
         for name in files:
             if "tfevents" in name:
-                count += sum(1 for e in event_file_loader.EventFileLoader(os.path.join(root, name)).Load()
-                             if e.HasField("graph_def"))
+                count += sum(
+                    1
+                    for e in event_file_loader.EventFileLoader(os.path.join(root, name)).Load()
+                    if e.HasField("graph_def")
+                )
     return count
 
 
@@ -235,13 +248,16 @@ def test_every_auto_spaces_captures_by_their_measured_cost(tf4, tmp_path):
         assert planned - step == max(1, math.ceil(cost / (0.5 * step_s)))  # what the budget allows
 
 
-@pytest.mark.parametrize("kwargs, first_words", [
-    ({"budget": 0}, "PlacementLogger(budget=0)"),
-    ({"budget": 0.9}, "PlacementLogger(budget=0.9)"),
-    ({"on_change": "panic"}, "PlacementLogger(on_change='panic')"),
-    ({"busy_threshold": 0}, "PlacementLogger(busy_threshold=0)"),
-    ({"every": "sometimes"}, "PlacementLogger(every='sometimes')"),
-])
+@pytest.mark.parametrize(
+    "kwargs, first_words",
+    [
+        ({"budget": 0}, "PlacementLogger(budget=0)"),
+        ({"budget": 0.9}, "PlacementLogger(budget=0.9)"),
+        ({"on_change": "panic"}, "PlacementLogger(on_change='panic')"),
+        ({"busy_threshold": 0}, "PlacementLogger(busy_threshold=0)"),
+        ({"every": "sometimes"}, "PlacementLogger(every='sometimes')"),
+    ],
+)
 def test_bad_leave_on_arguments(tmp_path, kwargs, first_words):
     with pytest.raises(InputError) as err:
         PlacementLogger(tmp_path, framework="keras", **kwargs)

@@ -27,7 +27,9 @@ def test_plugins_listing_enables_placement_only_with_placement_data(server, tf4,
     assert listing["placement"]["enabled"] is True
     assert listing["placement"]["tab_name"] == "Placement"
     assert listing["placement"]["loading_mechanism"] == {
-        "type": "IFRAME", "module_path": "/data/plugin/placement/static/index.js"}
+        "type": "IFRAME",
+        "module_path": "/data/plugin/placement/static/index.js",
+    }
 
     other = tmp_path / "logs"
     with tf4.summary.create_file_writer(str(other / "train")).as_default():
@@ -42,10 +44,12 @@ def test_plugins_listing_enables_placement_only_with_placement_data(server, tf4,
 
 def test_runs_route_lists_runs_tags_and_steps(server):
     runs = get_json(f"{server}/data/plugin/placement/runs")["runs"]
-    assert runs == [{"run": "fit", "tag": "placement/json", "steps": [1]},
-                    {"run": "plain", "tag": "placement/json", "steps": [0]},
-                    {"run": "retrace", "tag": "placement/json", "steps": [2, 4]},
-                    {"run": "to_device", "tag": "placement/json", "steps": [0, 5]}]
+    assert runs == [
+        {"run": "fit", "tag": "placement/json", "steps": [1]},
+        {"run": "plain", "tag": "placement/json", "steps": [0]},
+        {"run": "retrace", "tag": "placement/json", "steps": [2, 4]},
+        {"run": "to_device", "tag": "placement/json", "steps": [0, 5]},
+    ]
 
 
 def test_a_run_written_by_placement_logger_in_fit_shows_its_training_step(server):
@@ -94,7 +98,9 @@ def test_view_defaults_to_the_last_step_and_names_what_exists(server):
     assert err.value.code == 404 and "has no step 7; it has [0, 5]" in err.value.read().decode()
     with pytest.raises(urllib.error.HTTPError) as err:
         _view(server, run="nope")
-    assert err.value.code == 404 and "runs with one: ['fit', 'plain', 'retrace', 'to_device']" in err.value.read().decode()
+    assert (
+        err.value.code == 404 and "runs with one: ['fit', 'plain', 'retrace', 'to_device']" in err.value.read().decode()
+    )
 
 
 def test_changes_route_lists_the_steps_whose_placement_changed(server):
@@ -159,7 +165,8 @@ def test_reports_stored_under_the_plugins_own_name_enable_and_fill_the_tab(tf4, 
     with tensorboard(str(logdir), expect_run="native", expect_placement={"native": [1, 2]}) as url:
         assert get_json(f"{url}/data/plugins_listing")["placement"]["enabled"] is True
         assert get_json(f"{url}/data/plugin/placement/runs") == {
-            "runs": [{"run": "native", "tag": "placement/json", "steps": [1, 2]}]}
+            "runs": [{"run": "native", "tag": "placement/json", "steps": [1, 2]}]
+        }
         view = _view(url, run="native", step=2)
         assert {d["name"]: d["ops"] for d in view["devices"]} == to_device_report.op_counts
         assert get_json(f"{url}/data/plugins_listing")["text"]["enabled"] is False  # no JSON blob in Text
@@ -170,7 +177,8 @@ def test_a_logdir_holding_only_a_keras_profile_enables_the_tab_and_lists_it(prof
     assert listing["placement"]["enabled"] is True
     runs = get_json(f"{profile_server}/data/plugin/placement/runs")["runs"]
     assert [(r["run"], r["tag"].split("/")[0], r["steps"], r["kind"]) for r in runs] == [
-        ("train", "profile", [0], "profile")]
+        ("train", "profile", [0], "profile")
+    ]
     query = urllib.parse.urlencode({"run": "train", "tag": runs[0]["tag"]})
     view = get_json(f"{profile_server}/data/plugin/placement/view?{query}")
     assert [d["name"] for d in view["devices"]] == ["CPU:0"] and view["kind"] == "profile"

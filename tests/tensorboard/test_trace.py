@@ -7,9 +7,9 @@ import os
 
 import pytest
 
+from tests.tensorboard.test_views import _timed_report
 from tfdevices.core.errors import InputError
 from tfdevices.tensorboard.trace import chrome_trace, write_trace
-from tests.tensorboard.test_views import _timed_report
 
 # one worker builds the captures and the tensorboard server these tests share
 pytestmark = pytest.mark.xdist_group("dashboard")
@@ -25,7 +25,8 @@ def test_trace_file_is_json_with_one_track_per_device_and_positive_durations(tmp
     assert sorted(tracks.values()) == ["CPU:0", "CPU:1"]
     slices = [e for e in events if e["ph"] == "X" and e.get("cat") != "copy"]
     assert sorted((tracks[e["pid"]], e["name"]) for e in slices) == sorted(
-        (op["device"], op["name"]) for op in report["ops"])
+        (op["device"], op["name"]) for op in report["ops"]
+    )
     assert all(e["dur"] > 0 for e in slices)
     assert [e["ts"] for e in slices] == [op["start_us"] for op in report["ops"]]
     (copy,) = [e for e in events if e["ph"] == "X" and e.get("cat") == "copy"]
@@ -67,4 +68,7 @@ def test_the_cli_writes_the_trace_of_a_stored_run(placement_logdir, tmp_path):
     assert {e["args"]["name"] for e in events if e["name"] == "process_name"} == {"CPU:0", "CPU:1", "CPU:2"}
     bad = run_cli("placement", os.path.join(placement_logdir, "to_device"), "--trace", str(tmp_path))
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
-    assert bad.stderr.startswith(f"tfdevices placement: error: --trace '{tmp_path}': cannot write it") and "HINT:" in bad.stderr
+    assert (
+        bad.stderr.startswith(f"tfdevices placement: error: --trace '{tmp_path}': cannot write it")
+        and "HINT:" in bad.stderr
+    )

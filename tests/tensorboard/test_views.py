@@ -16,15 +16,48 @@ pytestmark = pytest.mark.xdist_group("dashboard")
 def _timed_report() -> dict:
     """Two devices; CPU:1 does 4x the work of CPU:0; one copy between them."""
     ops = [
-        {"name": "m/a/MatMul", "type": "MatMul", "kernel": "_MklMatMul", "device": "CPU:0", "requested": "CPU:0",
-         "call": 1, "start_us": 100.0, "duration_us": 10.0},
-        {"name": "m/a/Relu", "type": "Relu", "device": "CPU:0", "requested": "", "call": 1,
-         "start_us": 105.0, "duration_us": 10.0},  # overlaps the MatMul: busy counts the union
-        {"name": "m/b/MatMul", "type": "MatMul", "device": "CPU:1", "requested": "CPU:1", "call": 1,
-         "start_us": 130.0, "duration_us": 60.0},
+        {
+            "name": "m/a/MatMul",
+            "type": "MatMul",
+            "kernel": "_MklMatMul",
+            "device": "CPU:0",
+            "requested": "CPU:0",
+            "call": 1,
+            "start_us": 100.0,
+            "duration_us": 10.0,
+        },
+        {
+            "name": "m/a/Relu",
+            "type": "Relu",
+            "device": "CPU:0",
+            "requested": "",
+            "call": 1,
+            "start_us": 105.0,
+            "duration_us": 10.0,
+        },  # overlaps the MatMul: busy counts the union
+        {
+            "name": "m/b/MatMul",
+            "type": "MatMul",
+            "device": "CPU:1",
+            "requested": "CPU:1",
+            "call": 1,
+            "start_us": 130.0,
+            "duration_us": 60.0,
+        },
     ]
-    copies = [{"src": "CPU:0", "dst": "CPU:1", "tensor": "m/a/Relu:0", "dtype": "float32", "shape": [4, 4],
-               "bytes": 64, "call": 1, "start_us": 116.0, "duration_us": 12.0}]
+    copies = [
+        {
+            "src": "CPU:0",
+            "dst": "CPU:1",
+            "tensor": "m/a/Relu:0",
+            "dtype": "float32",
+            "shape": [4, 4],
+            "bytes": 64,
+            "call": 1,
+            "start_us": 116.0,
+            "duration_us": 12.0,
+        }
+    ]
     return {"ops": ops, "transfers": copies, "collectives": []}
 
 
@@ -40,8 +73,11 @@ def test_busy_time_prefers_the_reports_own_device_figures():
 def test_timeline_positions_ops_and_copies_from_the_first_event():
     line = views.timeline(_timed_report())
     assert line["timed"] and line["lanes"] == ["CPU:0", "CPU:1"]
-    assert [(lane, start, dur) for lane, start, dur, _, _ in line["ops"]] == [(0, 0.0, 10.0), (0, 5.0, 10.0),
-                                                                              (1, 30.0, 60.0)]
+    assert [(lane, start, dur) for lane, start, dur, _, _ in line["ops"]] == [
+        (0, 0.0, 10.0),
+        (0, 5.0, 10.0),
+        (1, 30.0, 60.0),
+    ]
     assert line["copies"] == [[0, 1, 16.0, 12.0, "m/a/Relu:0"]]
     assert line["end"] == 90.0
     assert line["types"][line["ops"][0][4]] == "_MklMatMul"  # the kernel when known, else the type
@@ -91,8 +127,16 @@ def _node(tree: dict, path: str) -> dict:
     (i,) = [i for i in range(len(nodes)) if path_of(i) == path]
     _, parent, ops, asked, ran, mismatch, busy, op = nodes[i]
     names = tree["devices"]
-    return {"index": i, "parent": parent, "ops": ops, "asked": [names[k] for k in asked],
-            "ran": [names[k] for k in ran], "mismatch": mismatch, "busy_us": busy, "op": op}
+    return {
+        "index": i,
+        "parent": parent,
+        "ops": ops,
+        "asked": [names[k] for k in asked],
+        "ran": [names[k] for k in ran],
+        "mismatch": mismatch,
+        "busy_us": busy,
+        "op": op,
+    }
 
 
 def test_scope_tree_puts_the_mismatched_layer_first(to_device_report):
@@ -128,8 +172,9 @@ def test_weight_reads_are_the_crossing_variable_reads(to_device_report):
     expected = {r.op: r for r in to_device_report.variables_on() if r.crosses_devices}
     assert {r["op"] for r in rows} == set(expected)
     for row in rows:
-        assert row["stored_on"] == "CPU:0" and row["read_on"] == [d for d in expected[row["op"]].read_on
-                                                                  if d != "CPU:0"]
+        assert row["stored_on"] == "CPU:0" and row["read_on"] == [
+            d for d in expected[row["op"]].read_on if d != "CPU:0"
+        ]
         assert row["bytes"] == expected[row["op"]].bytes
 
 
@@ -183,10 +228,15 @@ def test_the_device_given_four_times_the_work_shows_the_larger_busy_time(tf4):
 
 
 def test_numbered_sibling_ops_fold_into_one_series_after_the_scopes():
-    ops = [{"name": "Assign" + ("" if i == 0 else f"_{i}"), "type": "AssignVariableOp", "device": "CPU:0"}
-           for i in range(12)]
-    ops += [{"name": "dense/MatMul", "type": "MatMul", "device": "CPU:1", "requested": "CPU:1"},
-            {"name": "Sum", "type": "Sum", "device": "CPU:0"}, {"name": "Sum_1", "type": "Sum", "device": "CPU:0"}]
+    ops = [
+        {"name": "Assign" + ("" if i == 0 else f"_{i}"), "type": "AssignVariableOp", "device": "CPU:0"}
+        for i in range(12)
+    ]
+    ops += [
+        {"name": "dense/MatMul", "type": "MatMul", "device": "CPU:1", "requested": "CPU:1"},
+        {"name": "Sum", "type": "Sum", "device": "CPU:0"},
+        {"name": "Sum_1", "type": "Sum", "device": "CPU:0"},
+    ]
     tree = views.scope_tree({"ops": ops})
     roots = [(name, count) for name, parent, count, *_ in tree["nodes"] if parent < 0]
     assert roots == [("dense", 1), ("Assign_*", 12), ("Sum", 1), ("Sum_1", 1)]  # 2 Sums: too few to fold
@@ -199,13 +249,16 @@ def test_numbered_sibling_ops_fold_into_one_series_after_the_scopes():
 def test_the_critical_path_follows_what_each_event_waited_on():
     from tfdevices.tensorboard.views import critical_path
 
-    report = {"ops": [
-        {"name": "load", "device": "CPU:0", "start_us": 0, "duration_us": 10},
-        {"name": "side", "device": "CPU:0", "start_us": 12, "duration_us": 30},   # ends last on CPU:0, feeds nothing
-        {"name": "mm", "device": "CPU:1", "start_us": 13, "duration_us": 40},
-        {"name": "mm", "device": "CPU:1", "start_us": 13, "duration_us": 40, "type": "BiasAdd"},  # fused: once
-        {"name": "sum", "device": "CPU:1", "start_us": 55, "duration_us": 5}],
-        "transfers": [{"tensor": "load:0", "src": "CPU:0", "dst": "CPU:1", "start_us": 10, "duration_us": 3}]}
+    report = {
+        "ops": [
+            {"name": "load", "device": "CPU:0", "start_us": 0, "duration_us": 10},
+            {"name": "side", "device": "CPU:0", "start_us": 12, "duration_us": 30},  # ends last on CPU:0, feeds nothing
+            {"name": "mm", "device": "CPU:1", "start_us": 13, "duration_us": 40},
+            {"name": "mm", "device": "CPU:1", "start_us": 13, "duration_us": 40, "type": "BiasAdd"},  # fused: once
+            {"name": "sum", "device": "CPU:1", "start_us": 55, "duration_us": 5},
+        ],
+        "transfers": [{"tensor": "load:0", "src": "CPU:0", "dst": "CPU:1", "start_us": 10, "duration_us": 3}],
+    }
     path = critical_path(report)
     assert [e[1] for e in path["events"]] == ["load", "load:0", "mm", "sum"]
     assert path["count"] == 4 and path["us"] == 60.0

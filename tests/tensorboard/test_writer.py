@@ -9,10 +9,10 @@ import urllib.request
 
 import pytest
 
-from tfdevices.core.errors import InputError
-from tfdevices.verify import PlacementReport, capture
 from tests.tensorboard.conftest import tensorboard
+from tfdevices.core.errors import InputError
 from tfdevices.tensorboard import format_placement, merged_graph_def, read_placement, write_placement
+from tfdevices.verify import PlacementReport, capture
 
 
 @pytest.fixture(scope="module")
@@ -70,8 +70,11 @@ def test_merged_graph_keeps_devices_namespaces_and_senders(report):
     assert {n.name.split("/")[0] for n in merged.node} == {"step_000", "eager_001"}
     # the eager Square ran as its own call: its own namespace
     square = [n for n in merged.node if n.op == "Square"]
-    assert len(square) == 1 and square[0].name.split("/")[0] != by_name[next(
-        n for n in by_name if n.endswith("/left/MatMul"))].name.split("/")[0]
+    assert (
+        len(square) == 1
+        and square[0].name.split("/")[0]
+        != by_name[next(n for n in by_name if n.endswith("/left/MatMul"))].name.split("/")[0]
+    )
 
 
 def test_event_accumulator_reads_graph_text_and_scalars(report, logdir):
@@ -111,10 +114,16 @@ def test_read_placement_round_trip(report, logdir):
     assert again.ops == report.ops and again.copies == report.copies
 
 
-@pytest.mark.parametrize("make, first_words", [
-    (lambda tmp: str(tmp / "missing"), "log directory '{path}' does not exist"),
-    (lambda tmp: (tmp / "notes.txt").write_text("x") and str(tmp), "log directory '{path}' holds no TensorBoard event files; it contains: notes.txt"),
-])
+@pytest.mark.parametrize(
+    "make, first_words",
+    [
+        (lambda tmp: str(tmp / "missing"), "log directory '{path}' does not exist"),
+        (
+            lambda tmp: (tmp / "notes.txt").write_text("x") and str(tmp),
+            "log directory '{path}' holds no TensorBoard event files; it contains: notes.txt",
+        ),
+    ],
+)
 def test_read_placement_bad_logdirs(tmp_path, make, first_words):
     path = make(tmp_path)
     with pytest.raises(InputError) as err:
@@ -137,11 +146,14 @@ def test_format_placement_gives_the_stored_report(report, logdir):
         format_placement(logdir, name="other")
 
 
-@pytest.mark.parametrize("bad, first_words", [
-    ({"report": "text"}, "write_placement(report=...): expected a PlacementReport, got str"),
-    ({"step": -1}, "write_placement(step=-1): expected a step >= 0"),
-    ({"name": ""}, "write_placement(name=''): expected a non-empty tag prefix"),
-])
+@pytest.mark.parametrize(
+    "bad, first_words",
+    [
+        ({"report": "text"}, "write_placement(report=...): expected a PlacementReport, got str"),
+        ({"step": -1}, "write_placement(step=-1): expected a step >= 0"),
+        ({"name": ""}, "write_placement(name=''): expected a non-empty tag prefix"),
+    ],
+)
 def test_write_placement_bad_arguments(report, tmp_path, bad, first_words):
     kwargs = {"report": report, "logdir": tmp_path, **bad}
     with pytest.raises(InputError) as err:
@@ -149,7 +161,7 @@ def test_write_placement_bad_arguments(report, tmp_path, bad, first_words):
     assert str(err.value).startswith(first_words)
 
 
-@pytest.fixture()
+@pytest.fixture
 def tensorboard_server(logdir):
     """A real ``tensorboard --logdir`` on a free localhost port, listing run1; stopped at teardown."""
     with tensorboard(os.path.dirname(logdir), expect_run="run1") as url:
@@ -157,8 +169,8 @@ def tensorboard_server(logdir):
 
 
 def test_tensorboard_server_graph_endpoint_shows_real_devices(tensorboard_server, report):
-    from tensorboard.compat.proto import graph_pb2
     from google.protobuf import text_format
+    from tensorboard.compat.proto import graph_pb2
 
     with urllib.request.urlopen(f"{tensorboard_server}/data/plugin/graphs/graph?run=run1", timeout=30) as response:
         body = response.read().decode()
@@ -170,8 +182,7 @@ def test_tensorboard_server_graph_endpoint_shows_real_devices(tensorboard_server
         assert served[name].endswith(f"device:{device}"), (name, served[name], device)
 
 
-@pytest.mark.parametrize("where, words", [("file", "is a file, not a directory"),
-                                          ("file/run1", "lies under")])
+@pytest.mark.parametrize("where, words", [("file", "is a file, not a directory"), ("file/run1", "lies under")])
 def test_write_placement_into_a_file_path_is_an_input_error(report, tmp_path, where, words):
     (tmp_path / "file").write_text("not a directory")
     with pytest.raises(InputError) as err:
@@ -187,6 +198,7 @@ def test_read_placement_says_which_run_and_step_it_shows_among_several(report, t
     assert only.notes[0].startswith("stored in run '.' at step 5: the latest of 2 step(s) there; pass a run")
     write_placement(report, tmp_path / "b", step=0)  # written last: the latest of the two runs
     both = read_placement(tmp_path)
-    assert both.notes[0].startswith("stored in run 'b' at step 0: the latest of 1 step(s) there and of 2 runs "
-                                    "(the others: a)")
+    assert both.notes[0].startswith(
+        "stored in run 'b' at step 0: the latest of 1 step(s) there and of 2 runs (the others: a)"
+    )
     assert both.ops == report.ops

@@ -20,7 +20,7 @@ def mnist_arrays(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     labels = rng.integers(0, 10, size=n).astype("uint8")
     images = rng.integers(0, 80, size=(n, 28, 28)).astype("uint8")
     for i, label in enumerate(labels):
-        images[i, 2 + 2 * label:4 + 2 * label, :] = 255
+        images[i, 2 + 2 * label : 4 + 2 * label, :] = 255
     return images, labels
 
 
@@ -44,6 +44,8 @@ def tfds_load(n: int = 512) -> tuple[dict[str, Any], _Info]:
     import tensorflow as tf
 
     (x, y), (xt, yt) = load_data(n)
-    datasets = {"train": tf.data.Dataset.from_tensor_slices((x[..., None], y.astype("int64"))),
-                "test": tf.data.Dataset.from_tensor_slices((xt[..., None], yt.astype("int64")))}
+    datasets = {
+        "train": tf.data.Dataset.from_tensor_slices((x[..., None], y.astype("int64"))),
+        "test": tf.data.Dataset.from_tensor_slices((xt[..., None], yt.astype("int64"))),
+    }
     return datasets, _Info({"train": _Split(len(x)), "test": _Split(len(xt))})

@@ -6,28 +6,29 @@ seconds without a download (data of MNIST's shape from tests/tutorials/data.py, 
 ``# keras 3`` marks the checkpoint file names Keras 3 requires (``.weights.h5``), whatever the strategy.
 """
 
+import os
+
 import data as tfds  # test size: tests/tutorials/data.py, beside this script; was `import tensorflow_datasets as tfds`
 import tensorflow as tf
-import tfdevices  # tfdevices
 
-import os
+import tfdevices  # tfdevices
 
 tfdevices.configure(virtual_devices=2)  # tfdevices: two logical CPUs here; on GPUs: configure("auto:2")
 print(tf.__version__)
 
 datasets, info = tfds.tfds_load()  # test size: was tfds.load(name='mnist', with_info=True, as_supervised=True)
 
-mnist_train, mnist_test = datasets['train'], datasets['test']
+mnist_train, mnist_test = datasets["train"], datasets["test"]
 
 strategy = tfdevices.build_strategy("mirrored")  # tfdevices: was tf.distribute.MirroredStrategy()
 
-print('Number of devices: {}'.format(strategy.num_replicas_in_sync))
+print(f"Number of devices: {strategy.num_replicas_in_sync}")
 
 # You can also do info.splits.total_num_examples to get the total
 # number of examples in the dataset.
 
-num_train_examples = info.splits['train'].num_examples
-num_test_examples = info.splits['test'].num_examples
+num_train_examples = info.splits["train"].num_examples
+num_test_examples = info.splits["test"].num_examples
 
 BUFFER_SIZE = 10000
 
@@ -36,30 +37,34 @@ BATCH_SIZE = BATCH_SIZE_PER_REPLICA * strategy.num_replicas_in_sync
 
 
 def scale(image, label):
-  image = tf.cast(image, tf.float32)
-  image /= 255
+    image = tf.cast(image, tf.float32)
+    image /= 255
 
-  return image, label
+    return image, label
 
 
 train_dataset = mnist_train.map(scale).cache().shuffle(BUFFER_SIZE).batch(BATCH_SIZE)
 eval_dataset = mnist_test.map(scale).batch(BATCH_SIZE)
 
 with strategy.scope():
-  model = tf.keras.Sequential([
-      tf.keras.layers.Conv2D(32, 3, activation='relu', input_shape=(28, 28, 1)),
-      tf.keras.layers.MaxPooling2D(),
-      tf.keras.layers.Flatten(),
-      tf.keras.layers.Dense(64, activation='relu'),
-      tf.keras.layers.Dense(10)
-  ])
+    model = tf.keras.Sequential(
+        [
+            tf.keras.layers.Conv2D(32, 3, activation="relu", input_shape=(28, 28, 1)),
+            tf.keras.layers.MaxPooling2D(),
+            tf.keras.layers.Flatten(),
+            tf.keras.layers.Dense(64, activation="relu"),
+            tf.keras.layers.Dense(10),
+        ]
+    )
 
-  model.compile(loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                optimizer=tf.keras.optimizers.Adam(),
-                metrics=['accuracy'])
+    model.compile(
+        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        optimizer=tf.keras.optimizers.Adam(),
+        metrics=["accuracy"],
+    )
 
 # Define the checkpoint directory to store the checkpoints.
-checkpoint_dir = './training_checkpoints'
+checkpoint_dir = "./training_checkpoints"
 # Define the name of the checkpoint files.
 checkpoint_prefix = os.path.join(checkpoint_dir, "ckpt_{epoch}.weights.h5")  # keras 3: was "ckpt_{epoch}"
 
@@ -67,35 +72,36 @@ checkpoint_prefix = os.path.join(checkpoint_dir, "ckpt_{epoch}.weights.h5")  # k
 # Define a function for decaying the learning rate.
 # You can define any decay function you need.
 def decay(epoch):
-  if epoch < 3:
-    return 1e-3
-  elif epoch >= 3 and epoch < 7:
-    return 1e-4
-  else:
-    return 1e-5
+    if epoch < 3:
+        return 1e-3
+    elif epoch >= 3 and epoch < 7:
+        return 1e-4
+    else:
+        return 1e-5
 
 
 # Define a callback for printing the learning rate at the end of each epoch.
 class PrintLR(tf.keras.callbacks.Callback):
-  def on_epoch_end(self, epoch, logs=None):
-    print('\nLearning rate for epoch {} is {}'.format(epoch + 1, model.optimizer.learning_rate.numpy()))
+    def on_epoch_end(self, epoch, logs=None):
+        print(f"\nLearning rate for epoch {epoch + 1} is {model.optimizer.learning_rate.numpy()}")
 
 
 # Put all the callbacks together.
 callbacks = [
-    tf.keras.callbacks.TensorBoard(log_dir='./logs'),
-    tf.keras.callbacks.ModelCheckpoint(filepath=checkpoint_prefix,
-                                       save_weights_only=True),
+    tf.keras.callbacks.TensorBoard(log_dir="./logs"),
+    tf.keras.callbacks.ModelCheckpoint(filepath=checkpoint_prefix, save_weights_only=True),
     tf.keras.callbacks.LearningRateScheduler(decay),
-    PrintLR()
+    PrintLR(),
 ]
 
 EPOCHS = 2  # test size: was 12
 
 model.fit(train_dataset, epochs=EPOCHS, callbacks=callbacks)
 
-model.load_weights(os.path.join(checkpoint_dir, "ckpt_{}.weights.h5".format(EPOCHS)))  # keras 3: was tf.train.latest_checkpoint(checkpoint_dir)
+model.load_weights(
+    os.path.join(checkpoint_dir, f"ckpt_{EPOCHS}.weights.h5")
+)  # keras 3: was tf.train.latest_checkpoint(checkpoint_dir)
 
 eval_loss, eval_acc = model.evaluate(eval_dataset)
 
-print('Eval loss: {}, Eval accuracy: {}'.format(eval_loss, eval_acc))
+print(f"Eval loss: {eval_loss}, Eval accuracy: {eval_acc}")

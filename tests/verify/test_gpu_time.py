@@ -17,18 +17,25 @@ MATMUL, RELU = "model/dense/MatMul", "model/dense/Relu"
 
 def _host_step(space: Space, at: float = 40.0, context: int = 7) -> None:
     """One call of train_step: the host launches MatMul at +10 us and Relu at +15 us."""
-    host_call(space, "__inference_train_step_12", at, at + 160, context,
-              [(MATMUL, "MatMul", at + 10, 3.0), (RELU, "Relu", at + 15, 2.0)])
+    host_call(
+        space,
+        "__inference_train_step_12",
+        at,
+        at + 160,
+        context,
+        [(MATMUL, "MatMul", at + 10, 3.0), (RELU, "Relu", at + 15, 2.0)],
+    )
 
 
 def _streams(space: Space, *, annotated: bool = True, legacy: bool = False) -> None:
     """GPU:0 runs MatMul as two kernels (20 + 4 us), Relu (2 us), copies and an NCCL all-reduce (30 us)."""
+
     def op(name: str, kind: str) -> str:
         return f"{name}:{kind}" if annotated else ""
+
     gpu_kernel(space, 0, 13, "volta_sgemm_128x64_nn", 100, 20, op(MATMUL, "MatMul"), legacy=legacy)
     gpu_kernel(space, 0, 13, "splitKreduce_kernel", 121, 4, op(MATMUL, "MatMul"), legacy=legacy)
-    gpu_kernel(space, 0, 13, "void Eigen::internal::EigenMetaKernel<relu>", 130, 2, op(RELU, "Relu"),
-               legacy=legacy)
+    gpu_kernel(space, 0, 13, "void Eigen::internal::EigenMetaKernel<relu>", 130, 2, op(RELU, "Relu"), legacy=legacy)
     gpu_kernel(space, 0, 20, "ncclKernel_AllReduce_RING_LL_Sum_float", 140, 30, legacy=legacy)
     gpu_copy(space, 0, 14, "H2D", 90, 6, 4096, op="IteratorGetNext:IteratorGetNext")
     gpu_copy(space, 0, 15, "D2H", 175, 1.5, 2048)
@@ -100,7 +107,13 @@ def test_a_gpu_op_without_device_kernels_keeps_host_time_and_says_so():
     gpu_kernel(space, 0, 13, "sgemm", 100, 20, f"{MATMUL}:MatMul")
     report = _report(space)
     relu = _op(report, RELU)
-    assert (relu.device, relu.start_us, relu.duration_us, relu.launch_us, relu.kernels) == ("GPU:0", 15.0, 2.0, None, ())
+    assert (relu.device, relu.start_us, relu.duration_us, relu.launch_us, relu.kernels) == (
+        "GPU:0",
+        15.0,
+        2.0,
+        None,
+        (),
+    )
     assert any("1 op(s) on GPU:0 ran no kernel on the device" in note for note in report.notes)
 
 
@@ -113,7 +126,9 @@ def test_two_gpus_are_timed_on_their_own_planes():
     gpu_copy(space, 1, 16, "P2P", 130, 3, 512, dest=0)
     report = _report(space)
     assert {op.name: (op.device, op.duration_us) for op in report.ops} == {
-        MATMUL: ("GPU:0", 20.0), "replica_1/" + MATMUL: ("GPU:1", 11.0)}
+        MATMUL: ("GPU:0", 20.0),
+        "replica_1/" + MATMUL: ("GPU:1", 11.0),
+    }
     assert report.busy_us == {"GPU:0": 20.0, "GPU:1": 11.0}
     assert [(t.src, t.dst, t.kind, t.bytes) for t in report.copies] == [("GPU:1", "GPU:0", "P2P", 512)]
 
@@ -124,7 +139,13 @@ def test_a_cpu_only_trace_is_unchanged_by_the_gpu_reading():
     report = _report(space)
     (op,) = report.ops
     assert (op.device, op.type, op.start_us, op.duration_us, op.launch_us, op.kernels) == (
-        "CPU:0", "MatMul", 10.0, 3.0, None, ())
+        "CPU:0",
+        "MatMul",
+        10.0,
+        3.0,
+        None,
+        (),
+    )
     assert report.busy_us == {"CPU:0": 3.0}
 
 
@@ -139,10 +160,12 @@ def test_json_round_trip_keeps_the_gpu_fields():
 
 
 def test_version_2_json_still_reads():
-    old = ('{"version": 2, "ops": [{"name": "a", "type": "MatMul", "device": "CPU:0", "requested": "", "call": 0,'
-           ' "kernel": "MatMul", "kernel_name": "a", "start_us": 1.0, "duration_us": 2.0}], "transfers": [],'
-           ' "collectives": [{"name": "c", "type": "CollectiveReduceV2", "device": "CPU:0", "reduction": "Add",'
-           ' "dtype": "float32", "call": 0}], "busy_us": {"CPU:0": 2.0}, "notes": []}')
+    old = (
+        '{"version": 2, "ops": [{"name": "a", "type": "MatMul", "device": "CPU:0", "requested": "", "call": 0,'
+        ' "kernel": "MatMul", "kernel_name": "a", "start_us": 1.0, "duration_us": 2.0}], "transfers": [],'
+        ' "collectives": [{"name": "c", "type": "CollectiveReduceV2", "device": "CPU:0", "reduction": "Add",'
+        ' "dtype": "float32", "call": 0}], "busy_us": {"CPU:0": 2.0}, "notes": []}'
+    )
     from tfdevices.verify import PlacementReport
 
     report = PlacementReport.from_json(old)

@@ -11,8 +11,7 @@ import os
 import shutil
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tests.helpers import run_cli
 from tests.keras_models import fit_with_profile
@@ -38,6 +37,7 @@ def _gpu_space() -> Space:
 
 
 # ----------------------------------------------------------------------------- a real Keras profile
+
 
 @pytest.fixture(scope="module")
 def keras_logdir(tf4, tmp_path_factory):
@@ -86,6 +86,7 @@ def test_tfdevices_placement_reads_the_keras_profile(keras_logdir, tmp_path):
 
 # ----------------------------------------------------------------------------- GPU profiles and several hosts
 
+
 def test_a_gpu_profile_reads_with_gpu_time_and_its_steps(tmp_path):
     space = _gpu_space()
     host = space.plane("/host:CPU")
@@ -94,7 +95,10 @@ def test_a_gpu_profile_reads_with_gpu_time_and_its_steps(tmp_path):
     report = read_profile(tmp_path)
     (matmul,) = [op for op in report.ops if op.name == MATMUL]
     assert (matmul.device, matmul.duration_us, matmul.kernels) == (
-        "GPU:0", 24.0, ("volta_sgemm_128x64_nn", "splitKreduce_kernel"))
+        "GPU:0",
+        24.0,
+        ("volta_sgemm_128x64_nn", "splitKreduce_kernel"),
+    )
     assert report.busy_us["GPU:0"] == 56.0
     assert report.steps == (7,)
     assert "step(s) covered: 7" in report.summary()
@@ -107,7 +111,9 @@ def test_ops_seen_only_on_the_gpu_are_reported_there(tmp_path):
     gpu_kernel(space, 0, 13, "sgemm", 100, 20, "MatMul:MatMul")  # an eager op: no host kernel event
     report = read_profile(space.write(str(tmp_path / "h.xplane.pb")))
     assert {(op.name, op.device, op.duration_us, op.launch_us) for op in report.ops} == {
-        ("host/Add", "CPU:0", 2.0, None), ("MatMul", "GPU:0", 20.0, None)}
+        ("host/Add", "CPU:0", 2.0, None),
+        ("MatMul", "GPU:0", 20.0, None),
+    }
 
 
 def test_several_hosts_are_one_report_with_a_prefix_per_host(tmp_path):
@@ -134,6 +140,7 @@ def test_the_newest_session_is_read_and_the_others_are_named(tmp_path):
 
 # ----------------------------------------------------------------------------- bad profiles: clear errors
 
+
 def _tpu_only(path):
     space = Space()
     space.plane("/device:TPU:0").event("XLA Ops", "fusion.1", 0, 5)
@@ -158,6 +165,7 @@ def _write(data: bytes):
         with open(path, "wb") as f:
             f.write(data)
         return path
+
     return make
 
 
@@ -166,14 +174,18 @@ def _fifo(path):
     return path
 
 
-@pytest.mark.parametrize("make, first_words", [
-    (_write(b""), "profile '{path}' is empty (0 bytes)"),
-    (_truncated, "profile '{path}' ("),
-    (_write(b"\xff" * 64), "profile '{path}' ("),
-    (_tpu_only, "profile '{path}' holds no host CPU or GPU plane; its planes: '/device:TPU:0'"),
-    (_unknown_version, "profile '{path}' holds 1 host event(s) and 0 GPU event(s), but none"),
-    (_fifo, "profile '{path}' is not a regular file"),
-], ids=["empty", "truncated", "corrupt", "tpu-only", "unknown-version", "fifo"])
+@pytest.mark.parametrize(
+    "make, first_words",
+    [
+        (_write(b""), "profile '{path}' is empty (0 bytes)"),
+        (_truncated, "profile '{path}' ("),
+        (_write(b"\xff" * 64), "profile '{path}' ("),
+        (_tpu_only, "profile '{path}' holds no host CPU or GPU plane; its planes: '/device:TPU:0'"),
+        (_unknown_version, "profile '{path}' holds 1 host event(s) and 0 GPU event(s), but none"),
+        (_fifo, "profile '{path}' is not a regular file"),
+    ],
+    ids=["empty", "truncated", "corrupt", "tpu-only", "unknown-version", "fifo"],
+)
 def test_bad_profiles_are_clear_errors(tmp_path, make, first_words):
     path = make(str(tmp_path / "host.xplane.pb"))
     with pytest.raises(InputError) as err:
@@ -223,6 +235,7 @@ def test_a_placement_directory_with_profiles_prefers_the_placement_unless_asked(
 
 
 # ----------------------------------------------------------------------------- fuzzing the parsers
+
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.binary(max_size=2048))

@@ -76,8 +76,11 @@ def _import_quietly() -> ModuleType:
             os.dup2(saved, 2)
             os.close(saved)
             caught.seek(0)
-            kept = [line for line in caught.read().decode(errors="replace").splitlines()
-                    if not _EARLY_NOISE.match(line) and not (no_driver and _NO_DRIVER_NOISE.match(line))]
+            kept = [
+                line
+                for line in caught.read().decode(errors="replace").splitlines()
+                if not _EARLY_NOISE.match(line) and not (no_driver and _NO_DRIVER_NOISE.match(line))
+            ]
             if kept:
                 sys.stderr.write("\n".join(kept) + "\n")
     return tensorflow

@@ -29,7 +29,8 @@ from tfdevices.core.errors import SpecError
 
 _LOGICAL = re.compile(
     r"^(?:/job:(?P<job>[\w-]+)(?:/replica:\d+)?(?:/task:(?P<task>\d+))?)?"
-    r"(?:/?(?:device:)?)(?P<type>[A-Za-z_]+):(?P<index>\d+)$")
+    r"(?:/?(?:device:)?)(?P<type>[A-Za-z_]+):(?P<index>\d+)$"
+)
 _HINT = "name a TensorFlow device as 'GPU:0' or 'CPU:1', or a physical GPU by its nvidia-smi index ('2')."
 
 
@@ -91,8 +92,9 @@ def logical_devices() -> tuple[str, ...]:
     return tuple(short_name(d.name) for d in import_tf().config.list_logical_devices())
 
 
-def resolve_devices(devices: object, *, logical: Sequence[str], gpu_map: Mapping[str, str],
-                    unseen: Callable[[str], str] | None = None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def resolve_devices(
+    devices: object, *, logical: Sequence[str], gpu_map: Mapping[str, str], unseen: Callable[[str], str] | None = None
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Translates tfdevices device names to TensorFlow's (pure).
 
     Args:
@@ -120,42 +122,57 @@ def resolve_devices(devices: object, *, logical: Sequence[str], gpu_map: Mapping
     for item in items:
         name, tf_name = _resolve_one(item, logical, gpu_map, unseen)
         if tf_name in tf_names:
-            raise SpecError(f"device {item!r} is named twice (as TensorFlow's {tf_name}) in {items!r}.",
-                            hint="name each device once.")
+            raise SpecError(
+                f"device {item!r} is named twice (as TensorFlow's {tf_name}) in {items!r}.",
+                hint="name each device once.",
+            )
         names.append(name)
         tf_names.append(tf_name)
     return tuple(names), tuple(tf_names)
 
 
-def _resolve_one(item: object, logical: tuple[str, ...], gpu_map: Mapping[str, str],
-                 unseen: Callable[[str], str] | None = None) -> tuple[str, str]:
+def _resolve_one(
+    item: object, logical: tuple[str, ...], gpu_map: Mapping[str, str], unseen: Callable[[str], str] | None = None
+) -> tuple[str, str]:
     if isinstance(item, bool) or not isinstance(item, (int, str)):
-        raise SpecError(f"device {item!r}: expected an NVML index (1, '1') or a TensorFlow name ('CPU:1').",
-                        hint="name a physical GPU by its nvidia-smi index, or a logical device as 'CPU:1'.")
+        raise SpecError(
+            f"device {item!r}: expected an NVML index (1, '1') or a TensorFlow name ('CPU:1').",
+            hint="name a physical GPU by its nvidia-smi index, or a logical device as 'CPU:1'.",
+        )
     key = str(item).strip()
     if isinstance(item, int) or key.replace(":", "", 1).isdigit():
         if isinstance(item, int) and item < 0:
-            raise SpecError(f"device {item!r}: an NVML index cannot be negative.",
-                            hint="use the index nvidia-smi shows.")
+            raise SpecError(
+                f"device {item!r}: an NVML index cannot be negative.", hint="use the index nvidia-smi shows."
+            )
         if key not in gpu_map:
             seen = ", ".join(f"{k} -> {v}" for k, v in gpu_map.items()) or "none"
-            raise SpecError(f"device {item!r}: TensorFlow does not see the GPU with NVML index {key}; "
-                            f"GPUs it sees (NVML -> TF): {seen}.",
-                            hint=unseen(key) if unseen is not None else
-                            f"select it before TensorFlow starts: configure(select('{key}')) or --gpus={key}.")
+            raise SpecError(
+                f"device {item!r}: TensorFlow does not see the GPU with NVML index {key}; "
+                f"GPUs it sees (NVML -> TF): {seen}.",
+                hint=unseen(key)
+                if unseen is not None
+                else f"select it before TensorFlow starts: configure(select('{key}')) or --gpus={key}.",
+            )
         tf_name = short_name(gpu_map[key])
         if tf_name not in logical:
-            raise SpecError(f"device {item!r}: GPU {key} should be TensorFlow's {tf_name}, but TensorFlow has "
-                            f"{', '.join(logical)}.",
-                            hint="install the CUDA build of TensorFlow (pip install 'tensorflow[and-cuda]') and "
-                                 "check the driver with nvidia-smi.")
+            raise SpecError(
+                f"device {item!r}: GPU {key} should be TensorFlow's {tf_name}, but TensorFlow has "
+                f"{', '.join(logical)}.",
+                hint="install the CUDA build of TensorFlow (pip install 'tensorflow[and-cuda]') and "
+                "check the driver with nvidia-smi.",
+            )
         return key, tf_name
     if not is_logical_name(key):
-        raise SpecError(f"device {item!r} is neither an NVML index nor a TensorFlow device name.",
-                        hint="name a physical GPU by its nvidia-smi index ('1'), or a logical device as 'CPU:1'.")
+        raise SpecError(
+            f"device {item!r} is neither an NVML index nor a TensorFlow device name.",
+            hint="name a physical GPU by its nvidia-smi index ('1'), or a logical device as 'CPU:1'.",
+        )
     tf_name = short_name(key)
     if tf_name not in logical:
-        raise SpecError(f"device {item!r}: TensorFlow has no device {tf_name}; it has {', '.join(logical)}.",
-                        hint="pick one of those, or split the CPU with configure(virtual_devices=N).")
+        raise SpecError(
+            f"device {item!r}: TensorFlow has no device {tf_name}; it has {', '.join(logical)}.",
+            hint="pick one of those, or split the CPU with configure(virtual_devices=N).",
+        )
     nvml = next((k for k, v in gpu_map.items() if short_name(v) == tf_name), None)
     return (nvml or tf_name), tf_name

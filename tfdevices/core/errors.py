@@ -104,13 +104,13 @@ class Terms:
         style: ``"python"``, ``"cli"`` or ``"absl"``.
         names: settings named otherwise in this style (``(("spec", "--gpus"),)``).
 
-    >>> PYTHON.setting("memory_limit", "4GiB"), CLI.setting("memory_limit", "4GiB"), ABSL.setting("memory_limit", "4GiB")
-    ("memory_limit='4GiB'", '--memory-limit 4GiB', '--memory_limit=4GiB')
+    >>> [style.setting("memory_limit", "4GiB") for style in (PYTHON, CLI, ABSL)]
+    ["memory_limit='4GiB'", '--memory-limit 4GiB', '--memory_limit=4GiB']
     >>> CLI.name("spec"), ABSL.setting("spec", "none"), CLI.setting("spec", "none"), CLI.setting("memory_growth", True)
     ('GPU spec', '--gpus=none', "'none'", '--memory-growth')
     """
 
-    __slots__ = ("style", "names")
+    __slots__ = ("names", "style")
 
     def __init__(self, style: str = "python", names: tuple[tuple[str, str], ...] = ()) -> None:
         # a plain class: `tfdevices list` imports this module, and stays clear of dataclasses
@@ -133,7 +133,8 @@ class Terms:
 
     def setting(self, param: str, value: object) -> str:
         """The setting with a value, as the user would write it: ``memory_limit='4GiB'``,
-        ``--memory-limit 4GiB``, ``--memory_limit=4GiB``."""
+        ``--memory-limit 4GiB``, ``--memory_limit=4GiB``.
+        """
         name = self.name(param)
         if name == "GPU spec":  # the positional spec: its value alone
             return repr(str(value))

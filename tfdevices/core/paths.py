@@ -35,9 +35,13 @@ def check_directory(path: str | os.PathLike[str], *, what: str = "logdir") -> st
         probe = os.path.dirname(probe)
     if not os.path.isdir(probe):
         where = "is a file" if probe == os.path.abspath(text) else f"lies under {shown(probe, 200)}, which is a file"
-        raise InputError(f"{what}={shown(text, 200)} {where}, not a directory.",
-                         hint="choose a directory (one that does not exist yet is created).")
+        raise InputError(
+            f"{what}={shown(text, 200)} {where}, not a directory.",
+            hint="choose a directory (one that does not exist yet is created).",
+        )
     if not os.access(probe, os.W_OK | os.X_OK):
-        raise InputError(f"{what}={shown(text, 200)}: {shown(probe, 200)} cannot be written by this user.",
-                         hint="choose a directory you can write to.")
+        raise InputError(
+            f"{what}={shown(text, 200)}: {shown(probe, 200)} cannot be written by this user.",
+            hint="choose a directory you can write to.",
+        )
     return text

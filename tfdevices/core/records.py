@@ -32,8 +32,10 @@ if TYPE_CHECKING:
 
     _R = TypeVar("_R")
 else:
+
     def dataclass_transform(**_: object):  # what type checkers read; nothing at run time
         return lambda decorator: decorator
+
 
 _FIELDS = "__record_fields__"
 _DEFAULTS = "__record_defaults__"
@@ -66,8 +68,14 @@ def record(cls: type[_R]) -> type[_R]:
             raise TypeError(f"{cls.__name__}: field {after!r} without a default follows {before!r}, which has one")
     setattr(cls, _FIELDS, tuple(names))
     setattr(cls, _DEFAULTS, defaults)
-    for name, method in (("__init__", _init), ("__repr__", _repr), ("__eq__", _eq), ("__hash__", _hash),
-                         ("__setattr__", _setattr), ("__delattr__", _delattr)):
+    for name, method in (
+        ("__init__", _init),
+        ("__repr__", _repr),
+        ("__eq__", _eq),
+        ("__hash__", _hash),
+        ("__setattr__", _setattr),
+        ("__delattr__", _delattr),
+    ):
         setattr(cls, name, method)
     return cls
 

@@ -31,8 +31,14 @@ from tfdevices.core.errors import MemorySizeError
 
 _UNITS = {
     "b": 1,
-    "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
-    "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
+    "kb": 1000,
+    "mb": 1000**2,
+    "gb": 1000**3,
+    "tb": 1000**4,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+    "tib": 1024**4,
 }
 _SIZE = re.compile(r"^\s*([0-9]{1,30}(?:\.[0-9]{1,30})?)\s*([a-zA-Z]+)\s*$")
 _HINT = "write a number and a unit, e.g. '8GiB', '512MiB' or '1.5GB'."
@@ -54,7 +60,8 @@ def parse_memory(value: int | str, *, what: str = "memory size") -> int:
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise MemorySizeError(
             f"{what} {value!r}: expected bytes as an int or a string with a unit, got {type(value).__name__}.",
-            hint=_HINT)
+            hint=_HINT,
+        )
     if isinstance(value, int):
         if value < 0:
             raise MemorySizeError(f"{what} {value!r}: a size cannot be negative.", hint=_HINT)
@@ -62,16 +69,17 @@ def parse_memory(value: int | str, *, what: str = "memory size") -> int:
     match = _SIZE.match(value)
     if not match:
         if re.fullmatch(r"\s*[0-9]+(\.[0-9]+)?\s*", value):
-            raise MemorySizeError(
-                f"{what} {shown(value)}: a bare number is ambiguous (bytes? MiB? GB?).", hint=_HINT)
-        raise MemorySizeError(f"{what} {shown(value)}: not a size (a number of at most 30 ASCII digits "
-                              "and a unit).", hint=_HINT)
+            raise MemorySizeError(f"{what} {shown(value)}: a bare number is ambiguous (bytes? MiB? GB?).", hint=_HINT)
+        raise MemorySizeError(
+            f"{what} {shown(value)}: not a size (a number of at most 30 ASCII digits and a unit).", hint=_HINT
+        )
     number, unit = match.groups()
     factor = _UNITS.get(unit.lower())
     if factor is None:
         raise MemorySizeError(
-            f"{what} {shown(value)}: unknown unit {unit!r}; known units are "
-            "B, KB, MB, GB, TB, KiB, MiB, GiB, TiB.", hint=_HINT)
+            f"{what} {shown(value)}: unknown unit {unit!r}; known units are B, KB, MB, GB, TB, KiB, MiB, GiB, TiB.",
+            hint=_HINT,
+        )
     result = float(number) * factor
     if not math.isfinite(result):
         raise MemorySizeError(f"{what} {shown(value)}: too large.", hint=_HINT)

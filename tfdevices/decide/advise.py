@@ -30,8 +30,15 @@ from tfdevices.verify import PlacementReport, union_length
 __all__ = ["Finding", "KINDS", "advise", "format_findings", "time_shares"]
 
 #: The kinds of finding, in the order they are checked.
-KINDS = ("idle_devices", "copies_on_critical_path", "weights_across_devices", "all_reduce", "cpu_fallback",
-         "input_bound", "launch_bound")
+KINDS = (
+    "idle_devices",
+    "copies_on_critical_path",
+    "weights_across_devices",
+    "all_reduce",
+    "cpu_fallback",
+    "input_bound",
+    "launch_bound",
+)
 #: A finding about a share of the step is made from this share up.
 MIN_SHARE = 0.05
 #: Devices are "idle while others work" when this share of the step could be saved by overlapping them.
@@ -39,8 +46,15 @@ MIN_IDLE_SHARE = 0.2
 #: A GPU is launch-bound when it waits this share of its span for the host to launch the next kernel.
 MIN_LAUNCH_SHARE = 0.2
 #: Ops that wait on the input pipeline.
-ITERATOR_TYPES = frozenset({"IteratorGetNext", "IteratorGetNextSync", "IteratorGetNextAsOptional",
-                            "MultiDeviceIteratorGetNextFromShard", "OptionalGetValue"})
+ITERATOR_TYPES = frozenset(
+    {
+        "IteratorGetNext",
+        "IteratorGetNextSync",
+        "IteratorGetNextAsOptional",
+        "MultiDeviceIteratorGetNextFromShard",
+        "OptionalGetValue",
+    }
+)
 
 Report = dict[str, Any]
 
@@ -89,10 +103,14 @@ def format_findings(findings: Iterable[Finding]) -> str:
     """The findings for people: one numbered paragraph each, or one line saying there are none."""
     findings = tuple(findings)
     if not findings:
-        return ("no findings: no device idles while others work, no copy on the critical path, no weight read "
-                "across devices, no large all-reduce, no CPU fallback, no input or launch wait.")
-    return "\n\n".join(f"{i}. {f.kind}: {f.time_us:.0f} us at stake\n   {f.evidence}\n   FIX: {f.fix}"
-                        for i, f in enumerate(findings, 1))
+        return (
+            "no findings: no device idles while others work, no copy on the critical path, no weight read "
+            "across devices, no large all-reduce, no CPU fallback, no input or launch wait."
+        )
+    return "\n\n".join(
+        f"{i}. {f.kind}: {f.time_us:.0f} us at stake\n   {f.evidence}\n   FIX: {f.fix}"
+        for i, f in enumerate(findings, 1)
+    )
 
 
 def time_shares(report: PlacementReport | Report | str) -> dict[str, Any]:
@@ -109,13 +127,18 @@ def time_shares(report: PlacementReport | Report | str) -> dict[str, Any]:
     if not span:
         return {}
     length = _length(span)
-    share = lambda records: round(union_length(_spans(records)) / length, 4)  # noqa: E731
+    share = lambda records: round(union_length(_spans(records)) / length, 4)
     idle = {d: round(max(0.0, 1 - us / length), 4) for d, us in sorted(_busy(data).items()) if d != "?"}
-    return {"step_us": float(length), "copies": share(data.get("transfers", ())),
-            "all_reduce": share(data.get("collectives", ())), "idle": idle}
+    return {
+        "step_us": float(length),
+        "copies": share(data.get("transfers", ())),
+        "all_reduce": share(data.get("collectives", ())),
+        "idle": idle,
+    }
 
 
 # ----------------------------------------------------------------------------- reading the report
+
 
 def _as_dict(report: object) -> Report:
     if isinstance(report, PlacementReport):
@@ -124,9 +147,11 @@ def _as_dict(report: object) -> Report:
         return json.loads(PlacementReport.from_json(report).to_json())
     if isinstance(report, dict) and isinstance(report.get("ops"), list):
         return report
-    raise InputError(f"advise({type(report).__name__}): expected a PlacementReport, its JSON or that JSON parsed.",
-                     hint="pass tfdevices.capture(...), tfdevices.read_profile(path), or "
-                          "tfdevices.tensorboard.writer.load_placement(logdir).")
+    raise InputError(
+        f"advise({type(report).__name__}): expected a PlacementReport, its JSON or that JSON parsed.",
+        hint="pass tfdevices.capture(...), tfdevices.read_profile(path), or "
+        "tfdevices.tensorboard.writer.load_placement(logdir).",
+    )
 
 
 def _timed(record: dict[str, Any]) -> bool:
@@ -170,6 +195,7 @@ def _length(span: tuple[float, float]) -> float:
 
 # ----------------------------------------------------------------------------- the checks
 
+
 def _idle_devices(data: Report, span: tuple[float, float]) -> list[Finding]:
     """Devices of one kind that work one after another: the step could overlap them."""
     busy = {d: us for d, us in _busy(data).items() if d != "?" and us > 0}
@@ -184,13 +210,17 @@ def _idle_devices(data: Report, span: tuple[float, float]) -> list[Finding]:
         return []
     together = sum(busy.values()) / length
     each = ", ".join(f"{d} busy {us:.0f} us (idle {_pct(length - us, length)})" for d, us in sorted(busy.items()))
-    return [Finding(
-        "idle_devices", at_stake,
-        f"the step takes {length:.0f} us on {len(busy)} {main}s: {each}; on average {together:.2f} of them "
-        f"work at once, so overlapping them fully would save up to {at_stake:.0f} us.",
-        "the devices run one after another (a layer split runs its stages in sequence): feed several "
-        "micro-batches through the stages so they overlap, or use mirrored (each device runs the whole model "
-        "on its share of the batch); tfdevices tune measures both.")]
+    return [
+        Finding(
+            "idle_devices",
+            at_stake,
+            f"the step takes {length:.0f} us on {len(busy)} {main}s: {each}; on average {together:.2f} of them "
+            f"work at once, so overlapping them fully would save up to {at_stake:.0f} us.",
+            "the devices run one after another (a layer split runs its stages in sequence): feed several "
+            "micro-batches through the stages so they overlap, or use mirrored (each device runs the whole model "
+            "on its share of the batch); tfdevices tune measures both.",
+        )
+    ]
 
 
 def _copies_on_critical_path(data: Report, span: tuple[float, float]) -> list[Finding]:
@@ -200,12 +230,16 @@ def _copies_on_critical_path(data: Report, span: tuple[float, float]) -> list[Fi
         return []
     copies = sorted((e for e in path["events"] if e[0] == "copy"), key=lambda e: -e[4])
     top = "; ".join(f"{e[1]} {e[2]} {e[4]:.0f} us" for e in copies[:3])
-    return [Finding(
-        "copies_on_critical_path", copies_us,
-        f"{len(copies)} copies on the step's critical path take {copies_us:.0f} us of its {path_us:.0f} us "
-        f"({_pct(copies_us, path_us)}); the longest: {top}.",
-        "the step waits for these tensors to move: keep the ops that make and use them on one device "
-        "(fewer stage boundaries in a layer plan: tfdevices.plan_layers), or cut where the tensor is small.")]
+    return [
+        Finding(
+            "copies_on_critical_path",
+            copies_us,
+            f"{len(copies)} copies on the step's critical path take {copies_us:.0f} us of its {path_us:.0f} us "
+            f"({_pct(copies_us, path_us)}); the longest: {top}.",
+            "the step waits for these tensors to move: keep the ops that make and use them on one device "
+            "(fewer stage boundaries in a layer plan: tfdevices.plan_layers), or cut where the tensor is small.",
+        )
+    ]
 
 
 def _weights_across_devices(data: Report, span: tuple[float, float]) -> list[Finding]:
@@ -214,15 +248,21 @@ def _weights_across_devices(data: Report, span: tuple[float, float]) -> list[Fin
         return []
     us = sum(r["us"] or 0.0 for r in rows)
     size = sum(r["bytes"] or 0 for r in rows)
-    top = "; ".join(f"{r['op']} on {r['stored_on']} read on {', '.join(r['read_on'])} ({format_bytes(r['bytes'])})"
-                    for r in rows[:3])
-    return [Finding(
-        "weights_across_devices", us,
-        f"{len(rows)} weight(s) are copied from the device that stores them to another on every step: "
-        f"{format_bytes(size) if size else 'size unknown'} in {us:.0f} us of copies "
-        f"({_pct(us, _length(span))} of the step); {top}.",
-        "create each layer's variables on the device that computes it: tfdevices.place_layers(model, plan) "
-        "(a Keras 3 layer called under tf.device inside call() keeps its variables on the first device).")]
+    top = "; ".join(
+        f"{r['op']} on {r['stored_on']} read on {', '.join(r['read_on'])} ({format_bytes(r['bytes'])})"
+        for r in rows[:3]
+    )
+    return [
+        Finding(
+            "weights_across_devices",
+            us,
+            f"{len(rows)} weight(s) are copied from the device that stores them to another on every step: "
+            f"{format_bytes(size) if size else 'size unknown'} in {us:.0f} us of copies "
+            f"({_pct(us, _length(span))} of the step); {top}.",
+            "create each layer's variables on the device that computes it: tfdevices.place_layers(model, plan) "
+            "(a Keras 3 layer called under tf.device inside call() keeps its variables on the first device).",
+        )
+    ]
 
 
 def _all_reduce(data: Report, span: tuple[float, float]) -> list[Finding]:
@@ -233,31 +273,44 @@ def _all_reduce(data: Report, span: tuple[float, float]) -> list[Finding]:
         return []
     types = ", ".join(f"{t} x{n}" for t, n in sorted(Counter(c.get("type", "?") for c in timed).items()))
     devices = sorted({str(c.get("device", "?")) for c in timed})
-    return [Finding(
-        "all_reduce", us,
-        f"all-reduce runs {us:.0f} us of the {length:.0f} us step ({_pct(us, length)}): {len(timed)} collective "
-        f"op(s) ({types}) on {len(devices)} device(s).",
-        "the replicas spend this syncing gradients: raise the batch per replica (the same all-reduce serves "
-        "more examples), use fewer replicas, or on GPUs build_strategy(..., cross_device_ops='nccl').")]
+    return [
+        Finding(
+            "all_reduce",
+            us,
+            f"all-reduce runs {us:.0f} us of the {length:.0f} us step ({_pct(us, length)}): {len(timed)} collective "
+            f"op(s) ({types}) on {len(devices)} device(s).",
+            "the replicas spend this syncing gradients: raise the batch per replica (the same all-reduce serves "
+            "more examples), use fewer replicas, or on GPUs build_strategy(..., cross_device_ops='nccl').",
+        )
+    ]
 
 
 def _cpu_fallback(data: Report, span: tuple[float, float]) -> list[Finding]:
     ops = data.get("ops", ())
     if not any(_kind(str(op.get("device", ""))) == "GPU" for op in ops):
         return []
-    fell = [op for op in ops if _kind(str(op.get("device", ""))) == "CPU"
-            and _kind(str(op.get("requested") or "GPU")) != "CPU" and op.get("type") not in ITERATOR_TYPES]
+    fell = [
+        op
+        for op in ops
+        if _kind(str(op.get("device", ""))) == "CPU"
+        and _kind(str(op.get("requested") or "GPU")) != "CPU"
+        and op.get("type") not in ITERATOR_TYPES
+    ]
     if not fell:
         return []
     us = union_length(_spans(fell))
     types = Counter(str(op.get("type", "?")) for op in fell).most_common(4)
-    return [Finding(
-        "cpu_fallback", us,
-        f"{len(fell)} op(s) of a GPU step ran on the CPU without asking for it ({us:.0f} us, "
-        f"{_pct(us, _length(span))} of the step): {', '.join(f'{t} x{n}' for t, n in types)}.",
-        "these ops have no GPU kernel for their dtype, or soft placement moved them: cast to a supported dtype, "
-        "do this work in the tf.data pipeline, or turn soft placement off "
-        "(tfdevices.runtime.set_soft_placement(False)) to see why.")]
+    return [
+        Finding(
+            "cpu_fallback",
+            us,
+            f"{len(fell)} op(s) of a GPU step ran on the CPU without asking for it ({us:.0f} us, "
+            f"{_pct(us, _length(span))} of the step): {', '.join(f'{t} x{n}' for t, n in types)}.",
+            "these ops have no GPU kernel for their dtype, or soft placement moved them: cast to a supported dtype, "
+            "do this work in the tf.data pipeline, or turn soft placement off "
+            "(tfdevices.runtime.set_soft_placement(False)) to see why.",
+        )
+    ]
 
 
 def _input_bound(data: Report, span: tuple[float, float]) -> list[Finding]:
@@ -266,12 +319,16 @@ def _input_bound(data: Report, span: tuple[float, float]) -> list[Finding]:
     length = _length(span)
     if not waits or us < MIN_SHARE * length:
         return []
-    return [Finding(
-        "input_bound", us,
-        f"the step waits {us:.0f} us of its {length:.0f} us ({_pct(us, length)}) for the next batch "
-        f"({len(waits)} iterator op(s): {', '.join(sorted({str(op.get('type')) for op in waits}))}).",
-        "the input pipeline is slower than the step: add dataset.prefetch(tf.data.AUTOTUNE), "
-        "map(..., num_parallel_calls=tf.data.AUTOTUNE), and cache() what does not change.")]
+    return [
+        Finding(
+            "input_bound",
+            us,
+            f"the step waits {us:.0f} us of its {length:.0f} us ({_pct(us, length)}) for the next batch "
+            f"({len(waits)} iterator op(s): {', '.join(sorted({str(op.get('type')) for op in waits}))}).",
+            "the input pipeline is slower than the step: add dataset.prefetch(tf.data.AUTOTUNE), "
+            "map(..., num_parallel_calls=tf.data.AUTOTUNE), and cache() what does not change.",
+        )
+    ]
 
 
 def _launch_bound(data: Report, span: tuple[float, float]) -> list[Finding]:
@@ -306,15 +363,23 @@ def _starved(device: str, kernels: list[tuple[float, float, float]]) -> Finding 
     durations = statistics.median(e - s for s, e, _ in kernels)
     gaps = statistics.median(b[2] - a[2] for a, b in zip(kernels, kernels[1:]))
     return Finding(
-        "launch_bound", waited,
+        "launch_bound",
+        waited,
         f"{device} waits {waited:.0f} us of its {length:.0f} us ({_pct(waited, length)}) for the host to launch "
         f"the next kernel: {short} of {len(kernels) - 1} kernels ran shorter than the time between their launches "
         f"(median kernel {durations:.1f} us, median launch interval {gaps:.1f} us).",
         "the host cannot launch small kernels as fast as the GPU runs them: compile the step with XLA "
         "(model.compile(jit_compile=True)), raise the batch size, or run several steps per call "
-        "(model.compile(steps_per_execution=N)).")
+        "(model.compile(steps_per_execution=N)).",
+    )
 
 
 _CHECKS: tuple[Callable[[Report, tuple[float, float]], list[Finding]], ...] = (
-    _idle_devices, _copies_on_critical_path, _weights_across_devices, _all_reduce, _cpu_fallback, _input_bound,
-    _launch_bound)
+    _idle_devices,
+    _copies_on_critical_path,
+    _weights_across_devices,
+    _all_reduce,
+    _cpu_fallback,
+    _input_bound,
+    _launch_bound,
+)

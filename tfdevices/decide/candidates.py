@@ -55,8 +55,10 @@ def plan_candidates(devices: Sequence[str]) -> tuple[Candidate, ...]:
     names = tuple(dict.fromkeys(short_name(d, what="tune device") for d in devices))
     if not names:
         raise InputError("tune got no devices.", hint="pass devices=['CPU:0', ...] or leave devices=None.")
-    out = [Candidate(f"one_device:{d}", "one_device", (d,))
-           for d in (next(n for n in names if _kind(n) == k) for k in dict.fromkeys(map(_kind, names)))]
+    out = [
+        Candidate(f"one_device:{d}", "one_device", (d,))
+        for d in (next(n for n in names if _kind(n) == k) for k in dict.fromkeys(map(_kind, names)))
+    ]
     main = "GPU" if any(_kind(n) == "GPU" for n in names) else _kind(names[0])
     pool = tuple(n for n in names if _kind(n) == main)
     for strategy in ("mirrored", "split"):
@@ -78,8 +80,10 @@ def choose(planned: Sequence[Candidate], wanted: str | Iterable[str]) -> tuple[C
     known = {c.name: c for c in planned}
     unknown = [n for n in names if n not in known]
     if not names or unknown or not all(isinstance(n, str) for n in names):
-        raise InputError(f"candidates={wanted!r}: {unknown or 'nothing'} is not among this machine's candidates "
-                         f"{sorted(known)}.", hint="pass 'auto' or a list of those names.")
+        raise InputError(
+            f"candidates={wanted!r}: {unknown or 'nothing'} is not among this machine's candidates {sorted(known)}.",
+            hint="pass 'auto' or a list of those names.",
+        )
     return tuple(c for c in planned if c.name in names)
 
 
@@ -93,13 +97,16 @@ def check_target(target: object) -> str:
     'tfdevices.decide.examples:tiny_mlp'
     """
     if not isinstance(target, str) or not _TARGET.match(target.strip()):
-        raise InputError(f"model function {target!r} is not MODULE:FUNCTION.",
-                         hint="e.g. 'mypackage.models:build' for a function build() in mypackage/models.py "
-                              "that returns (compiled model, dataset).")
+        raise InputError(
+            f"model function {target!r} is not MODULE:FUNCTION.",
+            hint="e.g. 'mypackage.models:build' for a function build() in mypackage/models.py "
+            "that returns (compiled model, dataset).",
+        )
     return target.strip()
 
 
 # ----------------------------------------------------------------------------- prediction
+
 
 @dataclass(frozen=True)
 class Profile:
@@ -162,8 +169,9 @@ def predict_step_s(candidate: Candidate, profile: Profile) -> float | None:
     return None
 
 
-def prune(order: Sequence[tuple[Candidate, float | None]], budget_s: float | None, *, startup_s: float,
-          steps: int) -> tuple[tuple[Candidate, ...], tuple[tuple[Candidate, str], ...]]:
+def prune(
+    order: Sequence[tuple[Candidate, float | None]], budget_s: float | None, *, startup_s: float, steps: int
+) -> tuple[tuple[Candidate, ...], tuple[tuple[Candidate, str], ...]]:
     """Which candidates fit in the budget: the fastest predicted first, each costing
     ``startup_s + steps * predicted step`` (a candidate without a prediction costs the dearest one's).
 
@@ -188,6 +196,7 @@ def prune(order: Sequence[tuple[Candidate, float | None]], budget_s: float | Non
             left -= cost
         else:
             shown = "none" if predicted is None else f"{1000 * predicted:.1f} ms/step"
-            pruned.append((candidate, (f"pruned by the budget: predicted {shown}, about {cost:.1f} s to run, "
-                                       f"{left:.1f} s left")))
+            pruned.append(
+                (candidate, (f"pruned by the budget: predicted {shown}, about {cost:.1f} s to run, {left:.1f} s left"))
+            )
     return tuple(c for c, _ in order if c in kept), tuple(pruned)

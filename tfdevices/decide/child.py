@@ -76,6 +76,7 @@ class _Clock:
 
             def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
                 clock.times.append(time.perf_counter() - clock._start)
+
         return Clock()
 
 
@@ -100,9 +101,11 @@ def _profile_extras(tf: Any, model: Any, data: Any, devices: list[str]) -> dict[
     """What predictions need besides the step: weight and activation sizes, copy latency and bandwidth."""
     batch = _batch(data)
     sizes = [batch * int(abs(_numel(layer.output.shape))) * 4 for layer in model.layers if hasattr(layer, "output")]
-    out: dict[str, float] = {"grad_bytes": int(sum(int(w.numpy().nbytes) for w in model.trainable_weights)),
-           "variables": len(model.trainable_weights),
-           "activation_bytes": int(statistics.median(sizes)) if sizes else 0}
+    out: dict[str, float] = {
+        "grad_bytes": int(sum(int(w.numpy().nbytes) for w in model.trainable_weights)),
+        "variables": len(model.trainable_weights),
+        "activation_bytes": int(statistics.median(sizes)) if sizes else 0,
+    }
     pair = [d for d in (tf.config.list_logical_devices()) if d.device_type == devices[0].split(":")[0]][:2]
     if len(pair) == 2:
         small, big = _copy_time(tf, pair, 256), _copy_time(tf, pair, 1 << 20)
@@ -153,14 +156,14 @@ def _steady_window(window: Callable[[], list[float]]) -> tuple[list[float], int]
     after a fixed warm-up can time either. Returns the fastest window's step times (by median)
     and how many windows ran (2 to :data:`_MAX_WINDOWS`).
     """
-    best: list[float] = []
-    for windows in range(1, _MAX_WINDOWS + 1):
-        times = window()
-        if best and statistics.median(times) >= statistics.median(best) * (1 - _SETTLED):
-            if statistics.median(times) < statistics.median(best):
-                best = times
+    best, windows = window(), 1
+    while windows < _MAX_WINDOWS:
+        times, windows = window(), windows + 1
+        settled = statistics.median(times) >= statistics.median(best) * (1 - _SETTLED)
+        if statistics.median(times) < statistics.median(best):
+            best = times
+        if settled:
             break
-        best = times
     return best, windows
 
 
@@ -184,8 +187,14 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     times, windows = _steady_window(lambda: _timed_window(model, data, spec["steps"]))
     window = (time.perf_counter() - started_windows) / windows
     times = sorted(times)
-    result = {"status": "ok", "step_s": statistics.median(times), "step_q1_s": times[len(times) // 4],
-              "step_q3_s": times[(3 * len(times)) // 4], "batch": _batch(data), "windows": windows}
+    result = {
+        "status": "ok",
+        "step_s": statistics.median(times),
+        "step_q1_s": times[len(times) // 4],
+        "step_q3_s": times[(3 * len(times)) // 4],
+        "batch": _batch(data),
+        "windows": windows,
+    }
     if not spec.get("capture", True):  # a later round: the timed window only
         return result
     logdir = spec.get("logdir") or tempfile.mkdtemp(prefix="tfdevices-tune-")
@@ -194,8 +203,14 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     if logger.report is None:
         raise RuntimeError("the placement logger captured no step of the 2 it was given")
     report = json.loads(logger.report.to_json())
-    result.update({"peak_memory": _peak_memory(tf, spec["devices"]), "shares": time_shares(report),
-                   "startup_s": time.perf_counter() - started - window, "logdir": spec.get("logdir")})
+    result.update(
+        {
+            "peak_memory": _peak_memory(tf, spec["devices"]),
+            "shares": time_shares(report),
+            "startup_s": time.perf_counter() - started - window,
+            "logdir": spec.get("logdir"),
+        }
+    )
     if spec.get("profile"):
         busy = report.get("busy_us", {}).get(spec["devices"][0])
         result["compute_s"] = None if busy is None else busy / 1e6

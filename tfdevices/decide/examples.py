@@ -27,8 +27,9 @@ def _mlp(widths: list[int], inputs: int, batch: int) -> tuple[Any, Any]:
 
     layers = [keras.Input((inputs,))] + [keras.layers.Dense(w, activation="relu") for w in widths]
     model = keras.Sequential([*layers, keras.layers.Dense(10)])
-    model.compile(optimizer=keras.optimizers.SGD(0.01),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.01), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    )
     return model, _data(tf, (inputs,), 10, batch)
 
 
@@ -52,10 +53,17 @@ def small_convnet() -> tuple[Any, Any]:
     tf = import_tf()
     import keras  # noqa: PLC0415 (lazy Keras)
 
-    model = keras.Sequential([
-        keras.Input((28, 28, 1)), keras.layers.Conv2D(16, 3, activation="relu"), keras.layers.MaxPooling2D(),
-        keras.layers.Conv2D(32, 3, activation="relu"), keras.layers.GlobalAveragePooling2D(),
-        keras.layers.Dense(10)])
-    model.compile(optimizer=keras.optimizers.SGD(0.01),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model = keras.Sequential(
+        [
+            keras.Input((28, 28, 1)),
+            keras.layers.Conv2D(16, 3, activation="relu"),
+            keras.layers.MaxPooling2D(),
+            keras.layers.Conv2D(32, 3, activation="relu"),
+            keras.layers.GlobalAveragePooling2D(),
+            keras.layers.Dense(10),
+        ]
+    )
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.01), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    )
     return model, _data(tf, (28, 28, 1), 10, 64)

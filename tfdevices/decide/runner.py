@@ -51,6 +51,7 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
 @contextlib.contextmanager
 def supervised() -> Iterator[Watchdog]:
     """A watchdog for the children, and SIGTERM turned into KeyboardInterrupt (in the main thread)."""
+
     def stop(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
@@ -76,9 +77,14 @@ def run_candidate(spec: dict[str, Any], *, timeout_s: float, watchdog: Watchdog)
         with open(spec_path, "w") as f:
             json.dump(spec, f)
         started = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, "-m", "tfdevices.decide.child", spec_path, result_path],
-                                env=_child_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tfdevices.decide.child", spec_path, result_path],
+            env=_child_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         watchdog.guard(proc.pid)
         try:
             proc.wait(timeout=timeout_s)
@@ -100,8 +106,10 @@ def _read(path: str, code: int, wall_s: float) -> dict[str, Any]:
             result = json.load(f)
     except (OSError, ValueError):
         if code < 0 and -code == signal.SIGKILL:
-            return {"status": "out_of_memory", "detail": "killed by SIGKILL without a result (the system's "
-                                                         "out-of-memory killer, most likely)"}
+            return {
+                "status": "out_of_memory",
+                "detail": "killed by SIGKILL without a result (the system's out-of-memory killer, most likely)",
+            }
         how = f"signal {signal.Signals(-code).name}" if code < 0 else f"status {code}"
         return {"status": "failed", "detail": f"the process ended with {how} without a result"}
     result["wall_s"] = wall_s

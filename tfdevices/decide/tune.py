@@ -23,7 +23,13 @@ from typing import Any
 from tfdevices.core.errors import InputError
 from tfdevices.core.units import format_bytes
 from tfdevices.decide.candidates import (
-    Candidate, Profile, check_target, choose, plan_candidates, predict_step_s, prune,
+    Candidate,
+    Profile,
+    check_target,
+    choose,
+    plan_candidates,
+    predict_step_s,
+    prune,
 )
 from tfdevices.decide.runner import run_candidate, supervised
 from tfdevices.gpus.discovery import discover
@@ -87,8 +93,18 @@ class TuneResult:
     def table(self) -> str:
         """The candidates side by side, the winner marked, and how to reproduce it."""
         base = self._baseline()
-        head = ("candidate", "status", "step ms (q1-q3)", "predicted", "examples/s", "scaling", "peak memory",
-                "copies", "all-reduce", "idle (max)")
+        head = (
+            "candidate",
+            "status",
+            "step ms (q1-q3)",
+            "predicted",
+            "examples/s",
+            "scaling",
+            "peak memory",
+            "copies",
+            "all-reduce",
+            "idle (max)",
+        )
         rows = [head] + [_row(c, base, c is self.winner) for c in self.candidates]
         widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
         lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
@@ -106,14 +122,16 @@ class TuneResult:
         if not s:
             return ""
         cfg = s["configure"]
-        out = [f"--gpus={cfg['gpus']}"] + ([f"--virtual_devices={cfg['virtual_devices']}"]
-                                           if cfg.get("virtual_devices") else [])
+        out = [f"--gpus={cfg['gpus']}"] + (
+            [f"--virtual_devices={cfg['virtual_devices']}"] if cfg.get("virtual_devices") else []
+        )
         return " ".join(out + [f"--strategy={s['build_strategy']['kind']}"])
 
     def settings(self) -> dict[str, Any]:
         """The winner as JSON-able settings: ``configure`` (gpus, virtual_devices), ``build_strategy``
         (kind, devices: what :func:`tfdevices.build_strategy` accepts) and ``layers`` (for a split:
-        ``plan_layers`` arguments), ``{}`` without a winner."""
+        ``plan_layers`` arguments), ``{}`` without a winner.
+        """
         w = self.winner
         if w is None:
             return {}
@@ -121,15 +139,23 @@ class TuneResult:
         split = None if gpu or w.strategy == "one_device" else len(w.devices)
         gpus = ",".join(d.partition(":")[2] for d in w.devices) if gpu else "none"
         kind = {"split": "default"}.get(w.strategy, w.strategy)
-        return {"configure": {"gpus": gpus, "virtual_devices": split},
-                "build_strategy": {"kind": kind, "devices": list(w.devices)},
-                "layers": {"devices": list(w.devices), "balance_by": "time"} if w.strategy == "split" else None}
+        return {
+            "configure": {"gpus": gpus, "virtual_devices": split},
+            "build_strategy": {"kind": kind, "devices": list(w.devices)},
+            "layers": {"devices": list(w.devices), "balance_by": "time"} if w.strategy == "split" else None,
+        }
 
     def to_json(self) -> str:
         """Every candidate, the winner's name and its settings, as JSON."""
-        return json.dumps({"candidates": [asdict(c) for c in self.candidates],
-                           "winner": None if self.winner is None else self.winner.name,
-                           "settings": self.settings(), "flags": self.flags()}, indent=1)
+        return json.dumps(
+            {
+                "candidates": [asdict(c) for c in self.candidates],
+                "winner": None if self.winner is None else self.winner.name,
+                "settings": self.settings(),
+                "flags": self.flags(),
+            },
+            indent=1,
+        )
 
 
 def _ms(value: float | None) -> str:
@@ -142,11 +168,18 @@ def _row(c: CandidateResult, base: CandidateResult | None, won: bool) -> tuple[s
         scaling = f"{c.examples_per_s / base.examples_per_s / len(c.devices):.0%}"
     step = "-" if c.step_s is None else f"{_ms(c.step_s)} ({_ms(c.step_q1_s)}-{_ms(c.step_q3_s)})"
     idle = c.shares.get("idle") or {}
-    return (("* " if won else "  ") + c.name, c.status, step, _ms(c.predicted_step_s),
-            "-" if c.examples_per_s is None else f"{c.examples_per_s:,.0f}", scaling,
-            ", ".join(f"{d} {format_bytes(b)}" for d, b in sorted(c.peak_memory.items())) or "-",
-            _share(c.shares.get("copies")), _share(c.shares.get("all_reduce")),
-            _share(max(idle.values())) if idle else "-")
+    return (
+        ("* " if won else "  ") + c.name,
+        c.status,
+        step,
+        _ms(c.predicted_step_s),
+        "-" if c.examples_per_s is None else f"{c.examples_per_s:,.0f}",
+        scaling,
+        ", ".join(f"{d} {format_bytes(b)}" for d, b in sorted(c.peak_memory.items())) or "-",
+        _share(c.shares.get("copies")),
+        _share(c.shares.get("all_reduce")),
+        _share(max(idle.values())) if idle else "-",
+    )
 
 
 def _share(value: float | None) -> str:
@@ -155,15 +188,18 @@ def _share(value: float | None) -> str:
 
 # ----------------------------------------------------------------------------- inputs
 
+
 def _target(model_fn: Callable[[], Any] | str) -> str:
     if isinstance(model_fn, str):
         return check_target(model_fn)
     module, name = getattr(model_fn, "__module__", None), getattr(model_fn, "__qualname__", "")
     if not callable(model_fn) or module in (None, "__main__") or "<" in name or "." in name:
-        raise InputError(f"model_fn {model_fn!r}: each candidate runs in a fresh process, which imports it by "
-                         "its module, but it is not a module-level function of an importable module.",
-                         hint="define it at the top of a module (mypackage/models.py) and pass the function or "
-                              "'mypackage.models:build'; e.g. 'tfdevices.decide.examples:tiny_mlp'.")
+        raise InputError(
+            f"model_fn {model_fn!r}: each candidate runs in a fresh process, which imports it by "
+            "its module, but it is not a module-level function of an importable module.",
+            hint="define it at the top of a module (mypackage/models.py) and pass the function or "
+            "'mypackage.models:build'; e.g. 'tfdevices.decide.examples:tiny_mlp'.",
+        )
     return check_target(f"{module}:{name}")
 
 
@@ -175,8 +211,10 @@ def _count(name: str, value: object, low: int) -> int:
 
 def _seconds(name: str, value: object, *, optional: bool) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value != value:
-        raise InputError(f"{name}={value!r}: expected a number of seconds > 0" + (" or None." if optional else "."),
-                         hint=f"e.g. {name}=300.")
+        raise InputError(
+            f"{name}={value!r}: expected a number of seconds > 0" + (" or None." if optional else "."),
+            hint=f"e.g. {name}=300.",
+        )
     return float(value)
 
 
@@ -193,11 +231,22 @@ def _devices(devices: Iterable[str] | None, split: int) -> tuple[tuple[str, ...]
 
 # ----------------------------------------------------------------------------- tune
 
-def tune(model_fn: Callable[[], Any] | str, *, devices: Iterable[str] | None = None,
-         candidates: str | Iterable[str] = "auto", steps: int = 20, warmup: int = 3, rounds: int = 3,
-         budget_s: float | None = None,
-         timeout_s: float = 300.0, virtual_devices: int = 4, memory_limit: object = None,
-         logdir: str | os.PathLike[str] | None = None, echo: Callable[[str], None] | None = None) -> TuneResult:
+
+def tune(
+    model_fn: Callable[[], Any] | str,
+    *,
+    devices: Iterable[str] | None = None,
+    candidates: str | Iterable[str] = "auto",
+    steps: int = 20,
+    warmup: int = 3,
+    rounds: int = 3,
+    budget_s: float | None = None,
+    timeout_s: float = 300.0,
+    virtual_devices: int = 4,
+    memory_limit: object = None,
+    logdir: str | os.PathLike[str] | None = None,
+    echo: Callable[[str], None] | None = None,
+) -> TuneResult:
     """Measures each way to run ``model_fn``'s model here, in fresh processes; returns the results.
 
     Args:
@@ -235,16 +284,29 @@ def tune(model_fn: Callable[[], Any] | str, *, devices: Iterable[str] | None = N
     planned = plan_candidates(names)
     chosen = choose(planned, candidates)
     base = planned[0]  # one device of the main kind: predictions start from it
-    spec = {"target": target, "sys_path": [p for p in sys.path if p], "gpus": gpus, "virtual_devices": split,
-            "warmup": warmup, "steps": steps, "memory_limit": memory_limit}
+    spec = {
+        "target": target,
+        "sys_path": [p for p in sys.path if p],
+        "gpus": gpus,
+        "virtual_devices": split,
+        "warmup": warmup,
+        "steps": steps,
+        "memory_limit": memory_limit,
+    }
     out_dir = None if logdir is None else os.fspath(logdir)
     say = echo or (lambda line: None)
     started = time.perf_counter()
     results: dict[str, CandidateResult] = {}
     with supervised() as watchdog:
+
         def run(c: Candidate, predicted: float | None, profile: bool, limit: float) -> dict[str, Any]:
-            child = {**spec, "strategy": c.strategy, "devices": list(c.devices), "profile": profile,
-                     "logdir": None if out_dir is None else os.path.join(out_dir, c.name.replace(":", "_"))}
+            child = {
+                **spec,
+                "strategy": c.strategy,
+                "devices": list(c.devices),
+                "profile": profile,
+                "logdir": None if out_dir is None else os.path.join(out_dir, c.name.replace(":", "_")),
+            }
             raw = run_candidate(child, timeout_s=limit, watchdog=watchdog)
             results[c.name] = _result(c, raw, predicted)
             say(f"{c.name}: {results[c.name].status} {_ms(results[c.name].step_s)} ms/step")
@@ -252,8 +314,11 @@ def tune(model_fn: Callable[[], Any] | str, *, devices: Iterable[str] | None = N
 
         def again(c: Candidate, limit: float) -> None:
             """Times ``c`` once more in a fresh process (no capture); keeps its fastest round."""
-            raw = run_candidate({**spec, "strategy": c.strategy, "devices": list(c.devices), "capture": False},
-                                timeout_s=limit, watchdog=watchdog)
+            raw = run_candidate(
+                {**spec, "strategy": c.strategy, "devices": list(c.devices), "capture": False},
+                timeout_s=limit,
+                watchdog=watchdog,
+            )
             results[c.name] = _faster(results[c.name], raw)
             say(f"{c.name}: round {results[c.name].rounds} {raw.get('status')} {_ms(raw.get('step_s'))} ms/step")
 
@@ -265,13 +330,20 @@ def tune(model_fn: Callable[[], Any] | str, *, devices: Iterable[str] | None = N
         runnable = [(c, p) for c, p in rest if c.strategy != "multi_worker"]
         for c, p in rest:
             if c.strategy == "multi_worker":
-                results[c.name] = CandidateResult(c.name, c.strategy, c.devices, "skipped", predicted_step_s=p,
-                                                  detail="multi-worker needs one process per GPU: not run by tune yet")
+                results[c.name] = CandidateResult(
+                    c.name,
+                    c.strategy,
+                    c.devices,
+                    "skipped",
+                    predicted_step_s=p,
+                    detail="multi-worker needs one process per GPU: not run by tune yet",
+                )
         left = None if budget is None else budget - (time.perf_counter() - started)
         kept, pruned = prune(runnable, left, startup_s=float(raw.get("startup_s") or 0.0), steps=steps + warmup + 2)
         for c, reason in pruned:
-            results[c.name] = CandidateResult(c.name, c.strategy, c.devices, "skipped",
-                                              predicted_step_s=dict(runnable)[c], detail=reason)
+            results[c.name] = CandidateResult(
+                c.name, c.strategy, c.devices, "skipped", predicted_step_s=dict(runnable)[c], detail=reason
+            )
         for c in kept:
             run(c, dict(runnable)[c], False, _limit(timeout, budget, started))
         measured = [c for c in [base, *kept] if results[c.name].status == "ok"]
@@ -298,9 +370,21 @@ def _result(c: Candidate, raw: dict[str, Any], predicted: float | None) -> Candi
     status = raw["status"] if raw.get("status") in STATUSES else "failed"
     step = raw.get("step_s")
     return CandidateResult(
-        c.name, c.strategy, c.devices, status, step, raw.get("step_q1_s"), raw.get("step_q3_s"),
-        raw["batch"] / step if step else None, predicted, dict(raw.get("peak_memory") or {}),
-        dict(raw.get("shares") or {}), str(raw.get("detail") or ""), raw.get("logdir"), 1 if step else 0)
+        c.name,
+        c.strategy,
+        c.devices,
+        status,
+        step,
+        raw.get("step_q1_s"),
+        raw.get("step_q3_s"),
+        raw["batch"] / step if step else None,
+        predicted,
+        dict(raw.get("peak_memory") or {}),
+        dict(raw.get("shares") or {}),
+        str(raw.get("detail") or ""),
+        raw.get("logdir"),
+        1 if step else 0,
+    )
 
 
 def _faster(kept: CandidateResult, raw: dict[str, Any]) -> CandidateResult:
@@ -316,14 +400,26 @@ def _faster(kept: CandidateResult, raw: dict[str, Any]) -> CandidateResult:
     rounds = kept.rounds + 1
     if kept.step_s is not None and kept.step_s <= step:
         return replace(kept, rounds=rounds)
-    return replace(kept, rounds=rounds, step_s=step, step_q1_s=raw.get("step_q1_s"), step_q3_s=raw.get("step_q3_s"),
-                   examples_per_s=raw["batch"] / step)
+    return replace(
+        kept,
+        rounds=rounds,
+        step_s=step,
+        step_q1_s=raw.get("step_q1_s"),
+        step_q3_s=raw.get("step_q3_s"),
+        examples_per_s=raw["batch"] / step,
+    )
 
 
 def _profile(raw: dict[str, Any], gpus: bool) -> Profile | None:
     if raw.get("status") != "ok" or raw.get("compute_s") is None:
         return None
-    return Profile(step_s=raw["step_s"], compute_s=min(raw["compute_s"], raw["step_s"]),
-                   grad_bytes=raw["grad_bytes"], variables=raw["variables"], activation_bytes=raw["activation_bytes"],
-                   copy_latency_s=raw.get("copy_latency_s", 0.0), copy_bytes_per_s=raw.get("copy_bytes_per_s", 1e12),
-                   shared_compute=not gpus)
+    return Profile(
+        step_s=raw["step_s"],
+        compute_s=min(raw["compute_s"], raw["step_s"]),
+        grad_bytes=raw["grad_bytes"],
+        variables=raw["variables"],
+        activation_bytes=raw["activation_bytes"],
+        copy_latency_s=raw.get("copy_latency_s", 0.0),
+        copy_bytes_per_s=raw.get("copy_bytes_per_s", 1e12),
+        shared_compute=not gpus,
+    )

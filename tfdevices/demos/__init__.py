@@ -28,13 +28,13 @@ from tfdevices.core.errors import InputError, TfDevicesError, UsageError
 
 DEMOS: dict[str, str] = {
     "mirrored": "train a small Keras model with the chosen strategy (logical CPUs when there is no GPU), "
-                "print replicas, throughput and where the TensorBoard logs are",
+    "print replicas, throughput and where the TensorBoard logs are",
     "tasks": "two independent computations on two devices and a final op that needs both: "
-             "the cross-device copy it costs, measured",
+    "the cross-device copy it costs, measured",
     "layers": "plan a Keras model's layers onto devices, place them, and compare the by-hand tf.device habit "
-              "with the placed model: weights read across devices, activation transfers, the plan table",
+    "with the placed model: weights read across devices, activation transfers, the plan table",
     "workers": "one process per GPU: run alone, under 'tfdevices launch -n N --' or srun; each worker takes "
-               "its GPU, trains with MultiWorkerMirroredStrategy and prints its weights checksum",
+    "its GPU, trains with MultiWorkerMirroredStrategy and prints its weights checksum",
 }
 
 
@@ -55,18 +55,21 @@ def run_demo(name: str, argv: list[str]) -> int:
             and exits with status 2, as for any bad input.
     """
     if name not in DEMOS:
-        import difflib
+        import difflib  # noqa: PLC0415 (only for a name that is not a demo)
 
         close = difflib.get_close_matches(name, list(DEMOS), n=1, cutoff=0.6)
-        raise InputError(f"demo {name!r} does not exist; demos: {', '.join(sorted(DEMOS))}.",
-                         hint=(f"did you mean 'tfdevices demo {close[0]}'? " if close else "")
-                         + "'tfdevices demo' describes them, 'tfdevices demo NAME --help' lists one's flags.")
+        raise InputError(
+            f"demo {name!r} does not exist; demos: {', '.join(sorted(DEMOS))}.",
+            hint=(f"did you mean 'tfdevices demo {close[0]}'? " if close else "")
+            + "'tfdevices demo' describes them, 'tfdevices demo NAME --help' lists one's flags.",
+        )
     return _run(importlib.import_module(f"tfdevices.demos.{name}"), f"tfdevices demo {name}", argv)
 
 
 def run_script(module: Any) -> NoReturn:
     """``python -m tfdevices.demos.NAME``: runs the demo as an absl app, in absl's terms: bad input
-    is one line (what, and a HINT) and exit status 1; ``--help`` shows the demo's own flags, status 0."""
+    is one line (what, and a HINT) and exit status 1; ``--help`` shows the demo's own flags, status 0.
+    """
     prog = f"python -m {module.__spec__.name}" if getattr(module, "__spec__", None) else sys.argv[0]
     try:
         status = _run(module, prog, sys.argv[1:])
@@ -82,8 +85,10 @@ def run_script(module: Any) -> NoReturn:
 def no_arguments(argv: list[str]) -> None:
     """A demo's ``main`` takes flags only: anything else is a usage error naming it."""
     if len(argv) > 1:
-        raise UsageError(f"unexpected arguments: {' '.join(argv[1:])} (a demo takes flags only).",
-                         hint="write flags as --name=value; --help lists them.")
+        raise UsageError(
+            f"unexpected arguments: {' '.join(argv[1:])} (a demo takes flags only).",
+            hint="write flags as --name=value; --help lists them.",
+        )
 
 
 HELP = ("--help", "-help", "--helpshort", "-helpshort", "-?", "--helpfull", "-helpfull")
@@ -92,7 +97,7 @@ HELP = ("--help", "-help", "--helpshort", "-helpshort", "-?", "--helpfull", "-he
 def _run(module: Any, prog: str, argv: list[str]) -> int:
     from absl import app  # noqa: PLC0415 (lazy absl: when a demo runs)
 
-    asked = next((a for a in argv[:argv.index("--") if "--" in argv else len(argv)] if a in HELP), None)
+    asked = next((a for a in argv[: argv.index("--") if "--" in argv else len(argv)] if a in HELP), None)
     if asked is not None:
         print(demo_help(module, prog, full=asked.endswith("helpfull")))
         return 0
@@ -105,23 +110,25 @@ def _run(module: Any, prog: str, argv: list[str]) -> int:
 
 
 def _parse(argv: list[str], prog: str) -> list[str]:
-    """absl's parse, its errors as one-line usage errors (absl's own would print the usage and exit)."""
-    from absl import flags
+    """Absl's parse, its errors as one-line usage errors (absl's own would print the usage and exit)."""
+    from absl import flags  # noqa: PLC0415 (lazy absl: when a demo runs)
 
     try:
         return flags.FLAGS(argv)
     except flags.Error as err:
         text = str(err)
         match = re.match(r"^flag (--[\w]+)=.*?: (?=\1[ =])", text)  # absl's prefix, when the message repeats it
-        message, _, hint = text[match.end() if match else 0:].partition(" HINT: ")
-        raise UsageError(message if message.endswith(".") else message + ".",
-                         hint=hint or f"'{prog} --help' lists its flags.") from None
+        message, _, hint = text[match.end() if match else 0 :].partition(" HINT: ")
+        raise UsageError(
+            message if message.endswith(".") else message + ".", hint=hint or f"'{prog} --help' lists its flags."
+        ) from None
 
 
 def demo_help(module: Any, prog: str, *, full: bool = False) -> str:
     """The demo's description and its own flags (the toolkit's it adopts included); with ``full``,
-    every flag after them."""
-    from absl import flags
+    every flag after them.
+    """
+    from absl import flags  # noqa: PLC0415 (lazy absl: when a demo runs)
 
     own = flags.FLAGS.module_help(module)
     text = f"{(module.__doc__ or '').strip()}\n\nUSAGE: {prog} [flags]\n\nflags of this demo:\n{own}\n"
@@ -133,7 +140,8 @@ def demo_help(module: Any, prog: str, *, full: bool = False) -> str:
 @contextlib.contextmanager
 def shown_in_tables() -> Iterator[None]:
     """Holds back the ``tfdevices`` log lines while a demo configures: every one of them (a note, the
-    strategy's warning) is in the tables it prints next, so it is said once."""
+    strategy's warning) is in the tables it prints next, so it is said once.
+    """
     log = logging.getLogger("tfdevices")
     level = log.level
     log.setLevel(logging.ERROR)

@@ -20,18 +20,18 @@ import re
 import sys
 from typing import Any
 
-from absl import flags
-from absl import logging as absl_logging
+from absl import flags, logging as absl_logging
 
 import tfdevices
-from tfdevices.demos import no_arguments, run_script
 from tfdevices import flags as tfd_flags
+from tfdevices.demos import no_arguments, run_script
 
 tfd_flags.define_flags()
 flags.DEFINE_integer("layers", 12, "Dense layers in the MLP.", lower_bound=1)
 flags.DEFINE_integer("width", 64, "Units of the narrow layers (every third layer is 4x wider).", lower_bound=1)
-flags.DEFINE_integer("devices", 4, "Devices to spread the layers over (GPUs when 2+ are selected, "
-                     "else logical CPUs).", lower_bound=1)
+flags.DEFINE_integer(
+    "devices", 4, "Devices to spread the layers over (GPUs when 2+ are selected, else logical CPUs).", lower_bound=1
+)
 flags.DEFINE_integer("batch_size", 32, "Batch size.", lower_bound=1)
 flags.adopt_module_key_flags(tfd_flags)
 
@@ -42,9 +42,13 @@ CPU_DEVICES = 4
 def make_mlp(keras: Any, n_layers: int, width: int, seed: int = 0) -> Any:
     """An MLP whose every third layer is 4x wider, so layers differ in cost."""
     keras.utils.set_random_seed(seed)
-    return keras.Sequential([keras.Input((width,))] + [
-        keras.layers.Dense(width * (4 if i % 3 == 1 else 1), activation="relu", name=f"dense_{i}")
-        for i in range(n_layers)])
+    return keras.Sequential(
+        [keras.Input((width,))]
+        + [
+            keras.layers.Dense(width * (4 if i % 3 == 1 else 1), activation="relu", name=f"dense_{i}")
+            for i in range(n_layers)
+        ]
+    )
 
 
 def by_hand(keras: Any, tf: Any, model: Any, assignment: dict[str, str]) -> Any:
@@ -65,17 +69,22 @@ def by_hand(keras: Any, tf: Any, model: Any, assignment: dict[str, str]) -> Any:
 
 def forward_traffic(tf: Any, model: Any, x: Any, layer_names: list[str]) -> dict[str, Any]:
     """One forward step under capture: data transfers and bytes, activation transfers between
-    layers (the last layer's output, returned to the caller, left out), weight reads that cross devices."""
+    layers (the last layer's output, returned to the caller, left out), weight reads that cross devices.
+    """
     report = tfdevices.capture(tf.function(lambda t: model(t)), x)
     data = [t for t in report.transfers() if "ctrl" not in t.tensor]
     inner = re.compile(r"(^|/)(" + "|".join(map(re.escape, layer_names[:-1])) + r")(_\d+)?/")
     reads = {r.op for r in report.variables_on()}
     activations = [t for t in data if inner.search(t.tensor) and t.tensor.rsplit(":", 1)[0] not in reads]
-    return {"transfers": len(data), "bytes": sum(t.bytes or 0 for t in data),
-            "activations": len(activations), "activation_bytes": sum(t.bytes or 0 for t in activations),
-            "weights_across": sum(r.crosses_devices for r in report.variables_on()),
-            "weight_bytes_across": sum(r.bytes or 0 for r in report.variables_on() if r.crosses_devices),
-            "report": report}
+    return {
+        "transfers": len(data),
+        "bytes": sum(t.bytes or 0 for t in data),
+        "activations": len(activations),
+        "activation_bytes": sum(t.bytes or 0 for t in activations),
+        "weights_across": sum(r.crosses_devices for r in report.variables_on()),
+        "weight_bytes_across": sum(r.bytes or 0 for r in report.variables_on() if r.crosses_devices),
+        "report": report,
+    }
 
 
 def pick_devices(logical: tuple[str, ...], count: int) -> list[str]:
@@ -86,9 +95,11 @@ def pick_devices(logical: tuple[str, ...], count: int) -> list[str]:
 
 
 def _line(name: str, traffic: dict[str, Any]) -> str:
-    return (f"{name:<8} weights read across devices: {traffic['weights_across']} "
-            f"({traffic['weight_bytes_across']} B); activation transfers: {traffic['activations']} "
-            f"({traffic['activation_bytes']} B); all transfers: {traffic['transfers']} ({traffic['bytes']} B)")
+    return (
+        f"{name:<8} weights read across devices: {traffic['weights_across']} "
+        f"({traffic['weight_bytes_across']} B); activation transfers: {traffic['activations']} "
+        f"({traffic['activation_bytes']} B); all transfers: {traffic['transfers']} ({traffic['bytes']} B)"
+    )
 
 
 def main(argv: list[str]) -> None:
@@ -116,9 +127,11 @@ def main(argv: list[str]) -> None:
     placed = tfdevices.place_layers(model, plan)
     after = forward_traffic(tf, placed, x, names)
     print(_line("placed", after))
-    print(f"\nplaced: activation transfers {after['activations']}, expected by the plan {plan.transfers}; "
-          "same outputs as before placing: "
-          f"{bool(np.allclose(placed(x).numpy(), expected.numpy(), rtol=1e-5, atol=1e-6))}")
+    print(
+        f"\nplaced: activation transfers {after['activations']}, expected by the plan {plan.transfers}; "
+        "same outputs as before placing: "
+        f"{bool(np.allclose(placed(x).numpy(), expected.numpy(), rtol=1e-5, atol=1e-6))}"
+    )
     for device in plan.loads():
         reads = after["report"].variables_on(device)
         print(f"  {device}: {len(reads)} weight reads, all local: {not any(r.crosses_devices for r in reads)}")

@@ -16,12 +16,11 @@ import sys
 import time
 from typing import Any
 
-from absl import flags
-from absl import logging as absl_logging
+from absl import flags, logging as absl_logging
 
 import tfdevices
-from tfdevices.demos import no_arguments, run_script, shown_in_tables
 from tfdevices import flags as tfd_flags
+from tfdevices.demos import no_arguments, run_script, shown_in_tables
 from tfdevices.training import train
 
 tfd_flags.define_flags()
@@ -47,8 +46,14 @@ def make_data(tf: Any, n: int, seed: int = 0) -> tuple[Any, Any]:
 
 def make_model(keras: Any) -> Any:
     """The demo's model: three Dense layers, built with the ``keras`` module given."""
-    return keras.Sequential([keras.Input((64,)), keras.layers.Dense(256, activation="relu"),
-                             keras.layers.Dense(256, activation="relu"), keras.layers.Dense(10)])
+    return keras.Sequential(
+        [
+            keras.Input((64,)),
+            keras.layers.Dense(256, activation="relu"),
+            keras.layers.Dense(256, activation="relu"),
+            keras.layers.Dense(10),
+        ]
+    )
 
 
 def main(argv: list[str]) -> None:
@@ -71,12 +76,21 @@ def main(argv: list[str]) -> None:
     logdir = FLAGS.logdir
     if info.kind == "multi_worker":
         start = time.perf_counter()
-        result = train(info, lambda: make_model(keras), data, loss=loss,
-                       optimizer_fn=lambda: keras.optimizers.Adam(1e-3), epochs=FLAGS.epochs,
-                       steps_per_epoch=FLAGS.steps_per_epoch, global_batch_size=batch)
+        result = train(
+            info,
+            lambda: make_model(keras),
+            data,
+            loss=loss,
+            optimizer_fn=lambda: keras.optimizers.Adam(1e-3),
+            epochs=FLAGS.epochs,
+            steps_per_epoch=FLAGS.steps_per_epoch,
+            global_batch_size=batch,
+        )
         seconds = time.perf_counter() - start
-        print(f"trained by {result.path}: losses {[round(v, 4) for v in result.losses]}, "
-              f"{FLAGS.epochs * FLAGS.steps_per_epoch * batch / seconds:,.0f} examples/s")
+        print(
+            f"trained by {result.path}: losses {[round(v, 4) for v in result.losses]}, "
+            f"{FLAGS.epochs * FLAGS.steps_per_epoch * batch / seconds:,.0f} examples/s"
+        )
         return
     with info.strategy.scope():
         model = make_model(keras)
@@ -84,13 +98,16 @@ def main(argv: list[str]) -> None:
     callbacks = [Throughput(batch, FLAGS.steps_per_epoch, info.num_replicas)]
     if logdir:
         callbacks.append(keras.callbacks.TensorBoard(logdir, write_graph=False))
-    model.fit(data, epochs=FLAGS.epochs, steps_per_epoch=FLAGS.steps_per_epoch, callbacks=callbacks, verbose=0,
-              shuffle=False)
+    model.fit(
+        data, epochs=FLAGS.epochs, steps_per_epoch=FLAGS.steps_per_epoch, callbacks=callbacks, verbose=0, shuffle=False
+    )
     report = tfd_flags.log_placement(model.train_on_batch, x[:batch], y[:batch])
     if report is not None:
         used = sorted({op.device for op in report.ops})
-        print(f"\nplacement of one step: {len(report.ops)} ops on {', '.join(used)}; "
-              f"{len(report.transfers())} cross-device transfers")
+        print(
+            f"\nplacement of one step: {len(report.ops)} ops on {', '.join(used)}; "
+            f"{len(report.transfers())} cross-device transfers"
+        )
     if logdir:
         print(f"\nTensorBoard logs: {os.path.abspath(logdir)}\n  tensorboard --logdir {logdir}")
 
@@ -109,10 +126,13 @@ class Throughput:
             def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
                 seconds = time.perf_counter() - self.start
                 logs = logs or {}
-                print(f"epoch {epoch + 1}: loss {logs.get('loss', float('nan')):.4f} "
-                      f"accuracy {logs.get('accuracy', float('nan')):.3f}  "
-                      f"{batch * steps / seconds:,.0f} examples/s on {replicas} replica(s) "
-                      f"({seconds:.2f} s)", flush=True)
+                print(
+                    f"epoch {epoch + 1}: loss {logs.get('loss', float('nan')):.4f} "
+                    f"accuracy {logs.get('accuracy', float('nan')):.3f}  "
+                    f"{batch * steps / seconds:,.0f} examples/s on {replicas} replica(s) "
+                    f"({seconds:.2f} s)",
+                    flush=True,
+                )
 
         return _Throughput()
 

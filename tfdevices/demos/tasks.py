@@ -15,12 +15,11 @@ import os
 import sys
 from typing import Any
 
-from absl import flags
-from absl import logging as absl_logging
+from absl import flags, logging as absl_logging
 
 import tfdevices
-from tfdevices.demos import no_arguments, run_script
 from tfdevices import flags as tfd_flags
+from tfdevices.demos import no_arguments, run_script
 from tfdevices.tensorboard.writer import write_placement
 
 tfd_flags.define_flags()
@@ -53,15 +52,14 @@ def main(argv: list[str]) -> None:
     n, rounds = FLAGS.size, FLAGS.rounds
 
     def start(seed: int) -> Any:
-        return tf.random.stateless_normal([n, n], seed=[seed, 0]) / n ** 0.5
+        return tf.random.stateless_normal([n, n], seed=[seed, 0]) / n**0.5
 
     def chain(x: Any) -> Any:
         for _ in range(rounds):
             x = tf.tanh(x @ x)
         return x
 
-    results = tfdevices.assign({"task_a": lambda: chain(start(1)), "task_b": lambda: chain(start(2))},
-                               [first, second])
+    results = tfdevices.assign({"task_a": lambda: chain(start(1)), "task_b": lambda: chain(start(2))}, [first, second])
     for r in results:
         print(f"{r.task}: on {r.tf_device}, {r.seconds:.3f} s, result on {r.result.device.rsplit('device:', 1)[1]}")
 

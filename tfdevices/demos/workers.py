@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import sys
 
-from absl import flags
+from absl import flags, logging as absl_logging
 
 import tfdevices
 from tfdevices.demos import no_arguments, run_script
-from absl import logging as absl_logging
 from tfdevices.flags import check_batch_size
 
 flags.DEFINE_integer("epochs", 2, "Epochs to train.", lower_bound=1)
@@ -47,14 +46,23 @@ def main(argv: list[str]) -> None:
     data = tf.data.Dataset.from_tensor_slices((x, tf.reduce_sum(x, axis=1, keepdims=True)))
     data = data.batch(FLAGS.batch_size).repeat()
     result = tfdevices.training.train(
-        strategy, lambda: keras.Sequential([keras.Input((4,)), keras.layers.Dense(16, activation="relu"),
-                                            keras.layers.Dense(1)]),
-        data, loss="mse", optimizer_fn=lambda: keras.optimizers.SGD(0.05), epochs=FLAGS.epochs,
-        steps_per_epoch=FLAGS.steps_per_epoch, global_batch_size=FLAGS.batch_size)
+        strategy,
+        lambda: keras.Sequential([keras.Input((4,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(1)]),
+        data,
+        loss="mse",
+        optimizer_fn=lambda: keras.optimizers.SGD(0.05),
+        epochs=FLAGS.epochs,
+        steps_per_epoch=FLAGS.steps_per_epoch,
+        global_batch_size=FLAGS.batch_size,
+    )
     checksum = sum(float(tf.reduce_sum(w)) for w in result.model.weights)
-    print(f"rank {info.rank}/{info.world_size} ({info.source}), GPUs {mine.spec}, "
-          f"{strategy.num_replicas} replica(s), {result.path}, losses "
-          + " ".join(f"{loss:.4f}" for loss in result.losses) + f", weights checksum {checksum:.6f}", flush=True)
+    print(
+        f"rank {info.rank}/{info.world_size} ({info.source}), GPUs {mine.spec}, "
+        f"{strategy.num_replicas} replica(s), {result.path}, losses "
+        + " ".join(f"{loss:.4f}" for loss in result.losses)
+        + f", weights checksum {checksum:.6f}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

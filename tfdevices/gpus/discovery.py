@@ -36,8 +36,15 @@ if TYPE_CHECKING:
 KNOWN_SOURCES = ("nvml", "tensorflow")
 
 
-def discover(*, env: Mapping[str, str] | None = None, source: str = "nvml", nvml_module: Any = None,
-             topology: bool = True, users: bool = False, proc: str | None = None) -> Inventory:
+def discover(
+    *,
+    env: Mapping[str, str] | None = None,
+    source: str = "nvml",
+    nvml_module: Any = None,
+    topology: bool = True,
+    users: bool = False,
+    proc: str | None = None,
+) -> Inventory:
     """Returns this machine's GPUs with their NVML, CUDA and TensorFlow names, without starting TensorFlow.
 
     Args:
@@ -65,9 +72,10 @@ def discover(*, env: Mapping[str, str] | None = None, source: str = "nvml", nvml
     tfdevices.core.errors.InputError: discovery source 'gpu' is unknown; known sources: 'nvml', 'tensorflow'. HINT: ...
     """
     if source not in KNOWN_SOURCES:
-        raise InputError(f"discovery source {source!r} is unknown; known sources: "
-                         f"{', '.join(repr(s) for s in KNOWN_SOURCES)}.",
-                         hint="use source='nvml' (fast, default) or source='tensorflow'.")
+        raise InputError(
+            f"discovery source {source!r} is unknown; known sources: {', '.join(repr(s) for s in KNOWN_SOURCES)}.",
+            hint="use source='nvml' (fast, default) or source='tensorflow'.",
+        )
     env = os.environ if env is None else env
     path = env.get(INVENTORY_ENV)
     if path:
@@ -80,8 +88,9 @@ def discover(*, env: Mapping[str, str] | None = None, source: str = "nvml", nvml
 
 
 def _pids(snap: nvml.NvmlSnapshot) -> list[int]:
-    return [p.pid for d in snap.devices for lst in [d.process_list, *(m.process_list for m in d.mig)]
-            for p in lst or ()]
+    return [
+        p.pid for d in snap.devices for lst in [d.process_list, *(m.process_list for m in d.mig)] for p in lst or ()
+    ]
 
 
 def from_file(path: str, env: Mapping[str, str]) -> Inventory:
@@ -95,13 +104,16 @@ def from_file(path: str, env: Mapping[str, str]) -> Inventory:
     try:
         inventory = Inventory.load(path)
     except InventoryFileError as err:
-        raise InventoryFileError(f"{INVENTORY_ENV}={shown(path, 240)}: {err.message}",
-                                 hint=f"{err.hint} Or unset {INVENTORY_ENV} to read this machine.") from None
+        raise InventoryFileError(
+            f"{INVENTORY_ENV}={shown(path, 240)}: {err.message}",
+            hint=f"{err.hint} Or unset {INVENTORY_ENV} to read this machine.",
+        ) from None
     return visibility.apply(inventory, env)
 
 
-def from_nvml(snap: nvml.NvmlSnapshot, env: Mapping[str, str],
-              owners: Mapping[int, tuple[str | None, str | None]] | None = None) -> Inventory:
+def from_nvml(
+    snap: nvml.NvmlSnapshot, env: Mapping[str, str], owners: Mapping[int, tuple[str | None, str | None]] | None = None
+) -> Inventory:
     """Builds the inventory from an NVML snapshot (pure).
 
     Args:
@@ -128,19 +140,33 @@ def from_nvml(snap: nvml.NvmlSnapshot, env: Mapping[str, str],
         gpus.append(parent)
         for mig in dev.mig:
             info = replace(
-                parent, uuid=mig.uuid, name=mig.name or f"{dev.name} MIG", mig_index=mig.mig_index,
-                memory_total=mig.memory_total or 0, memory_used=mig.memory_used or 0,
-                memory_free=mig.memory_free or 0, utilization=None, processes=mig.processes,
-                process_list=_process_list(mig.process_list, owners))
+                parent,
+                uuid=mig.uuid,
+                name=mig.name or f"{dev.name} MIG",
+                mig_index=mig.mig_index,
+                memory_total=mig.memory_total or 0,
+                memory_used=mig.memory_used or 0,
+                memory_free=mig.memory_free or 0,
+                utilization=None,
+                processes=mig.processes,
+                process_list=_process_list(mig.process_list, owners),
+            )
             gpus.append(info)
             mig_ids[info.key] = visibility.MigIds(dev.uuid, mig.gpu_instance_id, mig.compute_instance_id)
-    inventory = Inventory(gpus=tuple(gpus), source="nvml" if gpus else "none", reason=snap.reason,
-                          driver_version=snap.driver_version, notes=snap.notes, topology=topo.from_nvml(snap))
+    inventory = Inventory(
+        gpus=tuple(gpus),
+        source="nvml" if gpus else "none",
+        reason=snap.reason,
+        driver_version=snap.driver_version,
+        notes=snap.notes,
+        topology=topo.from_nvml(snap),
+    )
     return visibility.apply(inventory, env, mig_ids=mig_ids)
 
 
-def _process_list(procs: tuple[nvml.NvmlProcess, ...] | None,
-                  owners: Mapping[int, tuple[str | None, str | None]] | None) -> tuple[GpuProcess, ...] | None:
+def _process_list(
+    procs: tuple[nvml.NvmlProcess, ...] | None, owners: Mapping[int, tuple[str | None, str | None]] | None
+) -> tuple[GpuProcess, ...] | None:
     if procs is None:
         return None
     owners = owners or {}
@@ -148,14 +174,28 @@ def _process_list(procs: tuple[nvml.NvmlProcess, ...] | None,
 
 
 def _gpu_info(dev: nvml.NvmlDevice, owners: Mapping[int, tuple[str | None, str | None]] | None) -> GpuInfo:
-    return GpuInfo(index=dev.index, name=dev.name, uuid=dev.uuid, pci_bus_id=dev.pci_bus_id,
-                   memory_total=dev.memory_total or 0, memory_used=dev.memory_used or 0,
-                   memory_free=dev.memory_free or 0, utilization=dev.utilization,
-                   compute_capability=dev.compute_capability, processes=dev.processes,
-                   temperature=dev.temperature, fan_speed=dev.fan_speed, power_draw_mw=dev.power_draw_mw,
-                   power_limit_mw=dev.power_limit_mw, performance_state=dev.performance_state,
-                   clock_sm_mhz=dev.clock_sm_mhz, clock_memory_mhz=dev.clock_memory_mhz, ecc_errors=dev.ecc_errors,
-                   mig_enabled=dev.mig_enabled, process_list=_process_list(dev.process_list, owners))
+    return GpuInfo(
+        index=dev.index,
+        name=dev.name,
+        uuid=dev.uuid,
+        pci_bus_id=dev.pci_bus_id,
+        memory_total=dev.memory_total or 0,
+        memory_used=dev.memory_used or 0,
+        memory_free=dev.memory_free or 0,
+        utilization=dev.utilization,
+        compute_capability=dev.compute_capability,
+        processes=dev.processes,
+        temperature=dev.temperature,
+        fan_speed=dev.fan_speed,
+        power_draw_mw=dev.power_draw_mw,
+        power_limit_mw=dev.power_limit_mw,
+        performance_state=dev.performance_state,
+        clock_sm_mhz=dev.clock_sm_mhz,
+        clock_memory_mhz=dev.clock_memory_mhz,
+        ecc_errors=dev.ecc_errors,
+        mig_enabled=dev.mig_enabled,
+        process_list=_process_list(dev.process_list, owners),
+    )
 
 
 def from_tensorflow(env: Mapping[str, str]) -> Inventory:
@@ -176,17 +216,29 @@ def from_tensorflow(env: Mapping[str, str]) -> Inventory:
     for n, device in enumerate(tf.config.list_physical_devices("GPU")):
         details = tf.config.experimental.get_device_details(device)
         cc = details.get("compute_capability")
-        gpus.append(GpuInfo(index=n, name=str(details.get("device_name", device.name)), uuid="",
-                            compute_capability=None if cc is None else (int(cc[0]), int(cc[1])),
-                            cuda_ordinal=n, tf_name=f"/GPU:{n}"))
-    common: dict[str, Any] = dict(cuda_visible_devices=env.get(visibility.VISIBLE_ENV),
-                                  cuda_device_order=env.get(visibility.ORDER_ENV))
+        gpus.append(
+            GpuInfo(
+                index=n,
+                name=str(details.get("device_name", device.name)),
+                uuid="",
+                compute_capability=None if cc is None else (int(cc[0]), int(cc[1])),
+                cuda_ordinal=n,
+                tf_name=f"/GPU:{n}",
+            )
+        )
+    common: dict[str, Any] = dict(
+        cuda_visible_devices=env.get(visibility.VISIBLE_ENV), cuda_device_order=env.get(visibility.ORDER_ENV)
+    )
     if not gpus:
         cuda = tf.test.is_built_with_cuda()
         why = "" if cuda else "; this TensorFlow build has no CUDA support"
         mask = env.get(visibility.VISIBLE_ENV)
         masked = "" if mask is None else f"; {visibility.VISIBLE_ENV}={mask!r}"
         return Inventory(source="none", reason=f"TensorFlow {tf.__version__} lists no GPU{why}{masked}", **common)
-    notes = (("TensorFlow reports no memory figures (shown as 0) and no NVML index: "
-              "indices are TensorFlow's own, after masking; use source='nvml' for both."),)
+    notes = (
+        (
+            "TensorFlow reports no memory figures (shown as 0) and no NVML index: "
+            "indices are TensorFlow's own, after masking; use source='nvml' for both."
+        ),
+    )
     return Inventory(gpus=tuple(gpus), source="tensorflow", notes=notes, **common)

@@ -42,10 +42,23 @@ MAX_GPUS = 4096
 """The most entries (GPUs and MIG instances) an inventory may hold."""
 MAX_TEXT = 4096
 """The longest string field an inventory may hold, in characters."""
-_LIMITS = {"index": 1023, "mig_index": 1023, "cuda_ordinal": MAX_GPUS - 1, "processes": 10**7,
-           "memory_total": 1 << 64, "memory_used": 1 << 64, "memory_free": 1 << 64,
-           "temperature": 1000, "fan_speed": 1000, "power_draw_mw": 10**8, "power_limit_mw": 10**8,
-           "performance_state": 15, "clock_sm_mhz": 10**6, "clock_memory_mhz": 10**6, "ecc_errors": 1 << 64}
+_LIMITS = {
+    "index": 1023,
+    "mig_index": 1023,
+    "cuda_ordinal": MAX_GPUS - 1,
+    "processes": 10**7,
+    "memory_total": 1 << 64,
+    "memory_used": 1 << 64,
+    "memory_free": 1 << 64,
+    "temperature": 1000,
+    "fan_speed": 1000,
+    "power_draw_mw": 10**8,
+    "power_limit_mw": 10**8,
+    "performance_state": 15,
+    "clock_sm_mhz": 10**6,
+    "clock_memory_mhz": 10**6,
+    "ecc_errors": 1 << 64,
+}
 MAX_PROCESSES = 4096
 """The most processes listed per GPU in an inventory file."""
 _FILE_HINT = "save one with 'tfdevices list --json > FILE'."
@@ -109,17 +122,22 @@ class GpuInfo:
     def from_dict(cls, data: Mapping[str, Any], *, where: str = "inventory") -> GpuInfo:
         """Builds a GpuInfo from :meth:`to_dict` output, validating every field."""
         if not isinstance(data, Mapping):
-            raise InventoryFileError(f"{where}: a GPU entry must be an object, got {type(data).__name__}.",
-                                     hint="use the output of 'tfdevices list --json'.")
+            raise InventoryFileError(
+                f"{where}: a GPU entry must be an object, got {type(data).__name__}.",
+                hint="use the output of 'tfdevices list --json'.",
+            )
         known = set(fields(cls))
         unknown = sorted(set(data) - known)
         if unknown:
-            raise InventoryFileError(f"{where}: unknown GPU field(s) {unknown}; known fields: {sorted(known)}.",
-                                     hint="use the output of 'tfdevices list --json'.")
+            raise InventoryFileError(
+                f"{where}: unknown GPU field(s) {unknown}; known fields: {sorted(known)}.",
+                hint="use the output of 'tfdevices list --json'.",
+            )
         missing = [n for n in ("index", "name", "uuid") if n not in data]
         if missing:
-            raise InventoryFileError(f"{where}: GPU entry lacks {missing}.",
-                                     hint="every GPU needs at least index, name and uuid.")
+            raise InventoryFileError(
+                f"{where}: GPU entry lacks {missing}.", hint="every GPU needs at least index, name and uuid."
+            )
         values = dict(data)
         cc = values.get("compute_capability")
         if cc is not None:
@@ -127,28 +145,35 @@ class GpuInfo:
         for name, limit in _LIMITS.items():
             value = values.get(name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limit):
-                raise InventoryFileError(f"{where}: GPU field {name}={shown(value)} must be a whole number "
-                                         f"from 0 to {limit:,}.",
-                                         hint="fix or regenerate the file with 'tfdevices list --json'.")
+                raise InventoryFileError(
+                    f"{where}: GPU field {name}={shown(value)} must be a whole number from 0 to {limit:,}.",
+                    hint="fix or regenerate the file with 'tfdevices list --json'.",
+                )
         util = values.get("utilization")
-        if util is not None and (isinstance(util, bool) or not isinstance(util, (int, float))
-                                 or not 0 <= util <= 1):
-            raise InventoryFileError(f"{where}: GPU field utilization={util!r} must be a fraction in [0, 1].",
-                                     hint="write 0.25 for 25%.")
+        if util is not None and (isinstance(util, bool) or not isinstance(util, (int, float)) or not 0 <= util <= 1):
+            raise InventoryFileError(
+                f"{where}: GPU field utilization={util!r} must be a fraction in [0, 1].", hint="write 0.25 for 25%."
+            )
         for name in ("name", "uuid", "pci_bus_id"):
             if name in values and not isinstance(values[name], str):
-                raise InventoryFileError(f"{where}: GPU field {name}={shown(values[name])} must be a string.",
-                                         hint="fix or regenerate the file with 'tfdevices list --json'.")
+                raise InventoryFileError(
+                    f"{where}: GPU field {name}={shown(values[name])} must be a string.",
+                    hint="fix or regenerate the file with 'tfdevices list --json'.",
+                )
             _check_text(values.get(name), f"{where}: GPU field {name}")
         tf_name = values.get("tf_name")
         if tf_name is not None and not isinstance(tf_name, str):
-            raise InventoryFileError(f"{where}: GPU field tf_name={shown(tf_name)} must be a string or null.",
-                                     hint="fix or regenerate the file with 'tfdevices list --json'.")
+            raise InventoryFileError(
+                f"{where}: GPU field tf_name={shown(tf_name)} must be a string or null.",
+                hint="fix or regenerate the file with 'tfdevices list --json'.",
+            )
         _check_text(tf_name, f"{where}: GPU field tf_name")
         mig = values.get("mig_enabled")
         if mig is not None and not isinstance(mig, bool):
-            raise InventoryFileError(f"{where}: GPU field mig_enabled={shown(mig)} must be true, false or null.",
-                                     hint="fix or regenerate the file with 'tfdevices list --json'.")
+            raise InventoryFileError(
+                f"{where}: GPU field mig_enabled={shown(mig)} must be true, false or null.",
+                hint="fix or regenerate the file with 'tfdevices list --json'.",
+            )
         values["process_list"] = _process_list(values.get("process_list"), where)
         return cls(**values)
 
@@ -157,9 +182,11 @@ def _process_list(value: object, where: str) -> tuple[GpuProcess, ...] | None:
     if value is None:
         return None
     if not isinstance(value, list) or len(value) > MAX_PROCESSES:
-        raise InventoryFileError(f"{where}: GPU field process_list must be a list of at most {MAX_PROCESSES} "
-                                 f"processes, or null; got {shown(value)}.",
-                                 hint="fix or regenerate the file with 'tfdevices list --json'.")
+        raise InventoryFileError(
+            f"{where}: GPU field process_list must be a list of at most {MAX_PROCESSES} "
+            f"processes, or null; got {shown(value)}.",
+            hint="fix or regenerate the file with 'tfdevices list --json'.",
+        )
     return tuple(GpuProcess.from_dict(p, where=f"{where}: process_list[{i}]") for i, p in enumerate(value))
 
 
@@ -168,14 +195,18 @@ def _check_text(value: object, what: str) -> None:
     if not isinstance(value, str):
         return
     if len(value) > MAX_TEXT:
-        raise InventoryFileError(f"{what}={shown(value)} is longer than {MAX_TEXT} characters.",
-                                 hint="fix or regenerate the file with 'tfdevices list --json'.")
+        raise InventoryFileError(
+            f"{what}={shown(value)} is longer than {MAX_TEXT} characters.",
+            hint="fix or regenerate the file with 'tfdevices list --json'.",
+        )
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as err:
-        raise InventoryFileError(f"{what}={shown(value)} holds a lone surrogate ({value[err.start]!r} at "
-                                 f"character {err.start}), which is not text.",
-                                 hint="fix or regenerate the file with 'tfdevices list --json'.") from None
+        raise InventoryFileError(
+            f"{what}={shown(value)} holds a lone surrogate ({value[err.start]!r} at "
+            f"character {err.start}), which is not text.",
+            hint="fix or regenerate the file with 'tfdevices list --json'.",
+        ) from None
 
 
 def _parse_cc(value: Any, where: str) -> tuple[int, int]:
@@ -184,9 +215,10 @@ def _parse_cc(value: Any, where: str) -> tuple[int, int]:
         text = f"{value[0]}.{value[1]}"
     parts = text.split(".") if text else []
     if len(parts) != 2 or not all(is_digits(p) and len(p) <= 3 for p in parts):
-        raise InventoryFileError(f"{where}: compute_capability={shown(value)} is not of the form '8.0' "
-                                 "(ASCII digits).",
-                                 hint="write it as 'major.minor', e.g. '8.6'.")
+        raise InventoryFileError(
+            f"{where}: compute_capability={shown(value)} is not of the form '8.0' (ASCII digits).",
+            hint="write it as 'major.minor', e.g. '8.6'.",
+        )
     return int(parts[0]), int(parts[1])
 
 
@@ -254,62 +286,89 @@ class Inventory:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as err:
-            raise InventoryFileError(f"{where}: not valid JSON ({err.msg} at line {err.lineno} column {err.colno}).",
-                                     hint="save it with 'tfdevices list --json > FILE'.") from None
+            raise InventoryFileError(
+                f"{where}: not valid JSON ({err.msg} at line {err.lineno} column {err.colno}).",
+                hint="save it with 'tfdevices list --json > FILE'.",
+            ) from None
         except RecursionError:
-            raise InventoryFileError(f"{where}: JSON nested too deeply to be an inventory.",
-                                     hint="save it with 'tfdevices list --json > FILE'.") from None
+            raise InventoryFileError(
+                f"{where}: JSON nested too deeply to be an inventory.",
+                hint="save it with 'tfdevices list --json > FILE'.",
+            ) from None
         except ValueError:  # a number past Python's 4300-digit limit for int()
-            raise InventoryFileError(f"{where}: holds a number thousands of digits long; not an inventory.",
-                                     hint="save it with 'tfdevices list --json > FILE'.") from None
+            raise InventoryFileError(
+                f"{where}: holds a number thousands of digits long; not an inventory.",
+                hint="save it with 'tfdevices list --json > FILE'.",
+            ) from None
         return cls.from_dict(data, where=where)
 
     @classmethod
     def from_dict(cls, data: Any, *, where: str = "inventory") -> Inventory:
         """An inventory from :meth:`to_dict`'s output; ``where`` names the input in errors (InventoryFileError)."""
         if not isinstance(data, Mapping):
-            raise InventoryFileError(f"{where}: expected a JSON object, got {type(data).__name__}.",
-                                     hint="save it with 'tfdevices list --json > FILE'.")
+            raise InventoryFileError(
+                f"{where}: expected a JSON object, got {type(data).__name__}.",
+                hint="save it with 'tfdevices list --json > FILE'.",
+            )
         known = set(fields(cls)) - {"loaded_from"}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise InventoryFileError(f"{where}: unknown field(s) {unknown}; known fields: {sorted(known)}.",
-                                     hint="save it with 'tfdevices list --json > FILE'.")
+            raise InventoryFileError(
+                f"{where}: unknown field(s) {unknown}; known fields: {sorted(known)}.",
+                hint="save it with 'tfdevices list --json > FILE'.",
+            )
         source = data.get("source", "none")
         if source not in SOURCES:
-            raise InventoryFileError(f"{where}: source={source!r}; known sources: {list(SOURCES)}.",
-                                     hint="save it with 'tfdevices list --json > FILE'.")
+            raise InventoryFileError(
+                f"{where}: source={source!r}; known sources: {list(SOURCES)}.",
+                hint="save it with 'tfdevices list --json > FILE'.",
+            )
         gpus = data.get("gpus", [])
         if not isinstance(gpus, list):
-            raise InventoryFileError(f"{where}: 'gpus' must be a list, got {type(gpus).__name__}.",
-                                     hint="save it with 'tfdevices list --json > FILE'.")
+            raise InventoryFileError(
+                f"{where}: 'gpus' must be a list, got {type(gpus).__name__}.",
+                hint="save it with 'tfdevices list --json > FILE'.",
+            )
         if len(gpus) > MAX_GPUS:
-            raise InventoryFileError(f"{where}: {len(gpus):,} GPU entries; an inventory holds at most {MAX_GPUS}.",
-                                     hint="save it with 'tfdevices list --json > FILE'.")
+            raise InventoryFileError(
+                f"{where}: {len(gpus):,} GPU entries; an inventory holds at most {MAX_GPUS}.",
+                hint="save it with 'tfdevices list --json > FILE'.",
+            )
         parsed = tuple(GpuInfo.from_dict(g, where=f"{where}: gpus[{i}]") for i, g in enumerate(gpus))
         seen: set[str] = set()
         dupes = sorted({g.key for g in parsed if g.key in seen or seen.add(g.key)})  # type: ignore[func-returns-value]
         if dupes:
-            raise InventoryFileError(f"{where}: GPU index(es) {dupes[:8]} appear more than once.",
-                                     hint="each GPU must appear once.")
+            raise InventoryFileError(
+                f"{where}: GPU index(es) {dupes[:8]} appear more than once.", hint="each GPU must appear once."
+            )
         notes = data.get("notes", [])
         if not isinstance(notes, list) or len(notes) > 64 or not all(isinstance(n, str) for n in notes):
-            raise InventoryFileError(f"{where}: 'notes' must be a list of at most 64 strings.",
-                                     hint="save it with 'tfdevices list --json > FILE'.")
+            raise InventoryFileError(
+                f"{where}: 'notes' must be a list of at most 64 strings.",
+                hint="save it with 'tfdevices list --json > FILE'.",
+            )
         for i, note in enumerate(notes):
             _check_text(note, f"{where}: notes[{i}]")
         for name in ("reason", "driver_version", "cuda_visible_devices", "cuda_device_order"):
             if data.get(name) is not None and not isinstance(data[name], str):
-                raise InventoryFileError(f"{where}: {name}={shown(data[name])} must be a string or null.",
-                                         hint="save it with 'tfdevices list --json > FILE'.")
+                raise InventoryFileError(
+                    f"{where}: {name}={shown(data[name])} must be a string or null.",
+                    hint="save it with 'tfdevices list --json > FILE'.",
+                )
             _check_text(data.get(name), f"{where}: {name}")
         topology = data.get("topology")
         if topology is not None:
             topology = Topology.from_dict(topology, where=f"{where}: topology", indices=[g.index for g in parsed])
-        return cls(gpus=parsed, source=source, reason=data.get("reason"),
-                   driver_version=data.get("driver_version"),
-                   cuda_visible_devices=data.get("cuda_visible_devices"),
-                   cuda_device_order=data.get("cuda_device_order"), notes=tuple(notes), topology=topology)
+        return cls(
+            gpus=parsed,
+            source=source,
+            reason=data.get("reason"),
+            driver_version=data.get("driver_version"),
+            cuda_visible_devices=data.get("cuda_visible_devices"),
+            cuda_device_order=data.get("cuda_device_order"),
+            notes=tuple(notes),
+            topology=topology,
+        )
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Inventory:
@@ -328,28 +387,47 @@ class Inventory:
         Args:
             processes: list each GPU's processes under it (pid, user, GPU memory, kind, command).
         """
-        header = ("NVML", "CUDA", "TF", "Name", "Memory used / total", "Free", "Util", "CC", "Procs",
-                  "Temp", "Fan", "Power / cap", "Perf", "SM/mem MHz", "ECC", "MIG")
+        header = (
+            "NVML",
+            "CUDA",
+            "TF",
+            "Name",
+            "Memory used / total",
+            "Free",
+            "Util",
+            "CC",
+            "Procs",
+            "Temp",
+            "Fan",
+            "Power / cap",
+            "Perf",
+            "SM/mem MHz",
+            "ECC",
+            "MIG",
+        )
         rows: list[tuple[str, ...]] = [header]
         for g in self.gpus:
-            rows.append((
-                g.key,
-                "-" if g.cuda_ordinal is None else str(g.cuda_ordinal),
-                g.tf_name or "(masked)",
-                g.name,
-                f"{format_bytes(g.memory_used)} / {format_bytes(g.memory_total)}",
-                format_bytes(g.memory_free),
-                "n/a" if g.utilization is None else f"{g.utilization:.0%}",
-                "n/a" if g.compute_capability is None else "{}.{}".format(*g.compute_capability),
-                "n/a" if g.processes is None else str(g.processes),
-                *_sensors(g),
-            ))
+            rows.append(
+                (
+                    g.key,
+                    "-" if g.cuda_ordinal is None else str(g.cuda_ordinal),
+                    g.tf_name or "(masked)",
+                    g.name,
+                    f"{format_bytes(g.memory_used)} / {format_bytes(g.memory_total)}",
+                    format_bytes(g.memory_free),
+                    "n/a" if g.utilization is None else f"{g.utilization:.0%}",
+                    "n/a" if g.compute_capability is None else "{}.{}".format(*g.compute_capability),
+                    "n/a" if g.processes is None else str(g.processes),
+                    *_sensors(g),
+                )
+            )
         widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
         lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
         lines.insert(1, "  ".join("-" * w for w in widths))
         if processes:
-            lines = [lines[0], lines[1]] + [line for g, row in zip(self.gpus, lines[2:])
-                                            for line in [row, *_process_lines(g)]]
+            lines = [lines[0], lines[1]] + [
+                line for g, row in zip(self.gpus, lines[2:]) for line in [row, *_process_lines(g)]
+            ]
         origin = f" (from {self.loaded_from})" if self.loaded_from else ""
         head = f"source: {self.source}{origin}"
         if self.driver_version:
@@ -367,17 +445,32 @@ class Inventory:
 
 def _sensors(g: GpuInfo) -> tuple[str, ...]:
     """Temperature, fan, power, P-state, clocks, ECC and MIG mode as the listing shows them ("n/a": not reported)."""
+
     def some(value: object, text: str) -> str:
         return "n/a" if value is None else text
 
-    power = "n/a" if g.power_draw_mw is None and g.power_limit_mw is None else (
-        f"{some(g.power_draw_mw, f'{(g.power_draw_mw or 0) / 1000:.0f}')} / "
-        f"{some(g.power_limit_mw, f'{(g.power_limit_mw or 0) / 1000:.0f}')} W")
-    clocks = "n/a" if g.clock_sm_mhz is None and g.clock_memory_mhz is None else (
-        f"{some(g.clock_sm_mhz, str(g.clock_sm_mhz))}/{some(g.clock_memory_mhz, str(g.clock_memory_mhz))}")
-    return (some(g.temperature, f"{g.temperature}C"), some(g.fan_speed, f"{g.fan_speed}%"), power,
-            some(g.performance_state, f"P{g.performance_state}"), clocks, some(g.ecc_errors, str(g.ecc_errors)),
-            some(g.mig_enabled, "on" if g.mig_enabled else "off"))
+    power = (
+        "n/a"
+        if g.power_draw_mw is None and g.power_limit_mw is None
+        else (
+            f"{some(g.power_draw_mw, f'{(g.power_draw_mw or 0) / 1000:.0f}')} / "
+            f"{some(g.power_limit_mw, f'{(g.power_limit_mw or 0) / 1000:.0f}')} W"
+        )
+    )
+    clocks = (
+        "n/a"
+        if g.clock_sm_mhz is None and g.clock_memory_mhz is None
+        else (f"{some(g.clock_sm_mhz, str(g.clock_sm_mhz))}/{some(g.clock_memory_mhz, str(g.clock_memory_mhz))}")
+    )
+    return (
+        some(g.temperature, f"{g.temperature}C"),
+        some(g.fan_speed, f"{g.fan_speed}%"),
+        power,
+        some(g.performance_state, f"P{g.performance_state}"),
+        clocks,
+        some(g.ecc_errors, str(g.ecc_errors)),
+        some(g.mig_enabled, "on" if g.mig_enabled else "off"),
+    )
 
 
 def _process_lines(g: GpuInfo) -> list[str]:
@@ -417,9 +510,17 @@ def read_bounded(path: str | os.PathLike[str], *, what: str, limit: int = MAX_FI
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode)
-                    else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket"
-                    if stat.S_ISSOCK(mode) else "not a regular file")
+            kind = (
+                "a FIFO"
+                if stat.S_ISFIFO(mode)
+                else "a directory"
+                if stat.S_ISDIR(mode)
+                else "a device"
+                if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+                else "a socket"
+                if stat.S_ISSOCK(mode)
+                else "not a regular file"
+            )
             raise InventoryFileError(f"{what} is {kind}, not a file; it is not read.", hint=_FILE_HINT)
         chunks, size = [], 0
         while size <= limit:
@@ -433,8 +534,9 @@ def read_bounded(path: str | os.PathLike[str], *, what: str, limit: int = MAX_FI
     finally:
         os.close(fd)
     if size > limit:
-        raise InventoryFileError(f"{what} is larger than {format_bytes(limit)}; an inventory is a few KB.",
-                                 hint=_FILE_HINT)
+        raise InventoryFileError(
+            f"{what} is larger than {format_bytes(limit)}; an inventory is a few KB.", hint=_FILE_HINT
+        )
     return b"".join(chunks)
 
 
@@ -444,11 +546,12 @@ def _decode(data: bytes, where: str) -> str:
     try:
         return data.decode("utf-8-sig" if encoding == "utf-8" else encoding)
     except UnicodeDecodeError as err:
-        raise InventoryFileError(f"{where}: not JSON text (byte {data[err.start]:#04x} at offset {err.start} is not "
-                                 f"{encoding}; binary data, or a text encoding other than UTF-8/16/32).",
-                                 hint=_FILE_HINT) from None
+        raise InventoryFileError(
+            f"{where}: not JSON text (byte {data[err.start]:#04x} at offset {err.start} is not "
+            f"{encoding}; binary data, or a text encoding other than UTF-8/16/32).",
+            hint=_FILE_HINT,
+        ) from None
 
 
 def _show_env(value: str | None) -> str:
     return "(unset)" if value is None else repr(value) if value == "" else value
-

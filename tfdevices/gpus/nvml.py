@@ -36,9 +36,17 @@ _CODES = {
 }
 FAILURES = ("library-missing", "driver-not-loaded", "no-gpu", "no-permission", "nvml-error")
 # NVML constants (nvml.h), read from the module when it defines them.
-_CONSTANTS = {"NVML_TEMPERATURE_GPU": 0, "NVML_CLOCK_SM": 1, "NVML_CLOCK_MEM": 2,
-              "NVML_MEMORY_ERROR_TYPE_UNCORRECTED": 1, "NVML_VOLATILE_ECC": 0, "NVML_AFFINITY_SCOPE_NODE": 0,
-              "NVML_NVLINK_MAX_LINKS": 18, "NVML_NVLINK_DEVICE_TYPE_GPU": 0, "NVML_NVLINK_DEVICE_TYPE_SWITCH": 2}
+_CONSTANTS = {
+    "NVML_TEMPERATURE_GPU": 0,
+    "NVML_CLOCK_SM": 1,
+    "NVML_CLOCK_MEM": 2,
+    "NVML_MEMORY_ERROR_TYPE_UNCORRECTED": 1,
+    "NVML_VOLATILE_ECC": 0,
+    "NVML_AFFINITY_SCOPE_NODE": 0,
+    "NVML_NVLINK_MAX_LINKS": 18,
+    "NVML_NVLINK_DEVICE_TYPE_GPU": 0,
+    "NVML_NVLINK_DEVICE_TYPE_SWITCH": 2,
+}
 CPU_SET_WORDS = 64
 """64-bit words asked of ``nvmlDeviceGetCpuAffinity``: room for 4,096 CPUs."""
 NODE_SET_WORDS = 4
@@ -209,12 +217,12 @@ class Nvml:
                 if self._import_error is None:
                     try:
                         import pynvml  # noqa: PLC0415 (lazy NVML: at first use, under the lock)
+
                         self._module = pynvml
                     except ImportError as err:
                         self._import_error = str(err)
                 if self._module is None:
-                    self._failure = ("library-missing",
-                                     f"nvidia-ml-py is not installed ({self._import_error})")
+                    self._failure = ("library-missing", f"nvidia-ml-py is not installed ({self._import_error})")
                     return self._failure
             try:
                 self._module.nvmlInit()
@@ -240,7 +248,8 @@ class Nvml:
 
     def _get(self, name: str, *args: Any) -> Any:
         """Calls an NVML function by name; ``None`` on any NVML error (not supported,
-        no permission ...) or when this ``pynvml`` lacks the function."""
+        no permission ...) or when this ``pynvml`` lacks the function.
+        """
         fn = getattr(self._module, name, None)
         if fn is None:
             return None
@@ -272,8 +281,11 @@ class Nvml:
             return NvmlSnapshot(failure=kind, reason=reason)
         driver = _text(self._get("nvmlSystemGetDriverVersion"))
         if count == 0:
-            return NvmlSnapshot(driver_version=driver, failure="no-gpu",
-                                reason="NVML reports no GPU (the NVIDIA driver is loaded but lists no device)")
+            return NvmlSnapshot(
+                driver_version=driver,
+                failure="no-gpu",
+                reason="NVML reports no GPU (the NVIDIA driver is loaded but lists no device)",
+            )
         devices: list[NvmlDevice] = []
         handles: list[Any] = []
         notes: list[str] = []
@@ -304,10 +316,14 @@ class Nvml:
     def _wiring(self, handle: Any) -> dict[str, Any]:
         """A GPU's CPU affinity, NUMA node and active NVLinks (remote PCI bus id, remote kind)."""
         cpus = _bits(self._get("nvmlDeviceGetCpuAffinity", handle, CPU_SET_WORDS))
-        nodes = _bits(self._get("nvmlDeviceGetMemoryAffinity", handle, NODE_SET_WORDS,
-                                self._const("NVML_AFFINITY_SCOPE_NODE")))
-        return {"cpu_affinity": cpus or None, "numa_node": nodes[0] if nodes else None,
-                "nvlinks": self._nvlinks(handle)}
+        nodes = _bits(
+            self._get("nvmlDeviceGetMemoryAffinity", handle, NODE_SET_WORDS, self._const("NVML_AFFINITY_SCOPE_NODE"))
+        )
+        return {
+            "cpu_affinity": cpus or None,
+            "numa_node": nodes[0] if nodes else None,
+            "nvlinks": self._nvlinks(handle),
+        }
 
     def _nvlinks(self, handle: Any) -> tuple[tuple[str, str], ...] | None:
         """Each active NVLink as (remote PCI bus id, ``"gpu"``/``"switch"``/``"unknown"``); ``None``: no NVLink.
@@ -315,7 +331,10 @@ class Nvml:
         Links are read from 0 up; the first link NVML refuses (not supported, or past the
         GPU's last link) ends the scan.
         """
-        kinds = {self._const("NVML_NVLINK_DEVICE_TYPE_GPU"): "gpu", self._const("NVML_NVLINK_DEVICE_TYPE_SWITCH"): "switch"}
+        kinds = {
+            self._const("NVML_NVLINK_DEVICE_TYPE_GPU"): "gpu",
+            self._const("NVML_NVLINK_DEVICE_TYPE_SWITCH"): "switch",
+        }
         links: list[tuple[str, str]] = []
         for link in range(min(self._const("NVML_NVLINK_MAX_LINKS"), MAX_NVLINKS)):
             state = self._get("nvmlDeviceGetNvLinkState", handle, link)
@@ -339,8 +358,13 @@ class Nvml:
 
     def _process_list(self, handle: Any) -> tuple[NvmlProcess, ...] | None:
         """NVML's compute and graphics process lists merged by pid (``None``: neither could be read)."""
-        lists = [(kind, self._get(fn, handle)) for kind, fn in (("C", "nvmlDeviceGetComputeRunningProcesses"),
-                                                                ("G", "nvmlDeviceGetGraphicsRunningProcesses"))]
+        lists = [
+            (kind, self._get(fn, handle))
+            for kind, fn in (
+                ("C", "nvmlDeviceGetComputeRunningProcesses"),
+                ("G", "nvmlDeviceGetGraphicsRunningProcesses"),
+            )
+        ]
         if all(lst is None for _, lst in lists):
             return None
         found: dict[int, NvmlProcess] = {}
@@ -353,25 +377,36 @@ class Nvml:
                 if seen is None:
                     found[pid] = NvmlProcess(pid, kind, used)
                 elif seen.kind != kind:
-                    found[pid] = NvmlProcess(pid, "C+G", seen.used_memory if used is None else
-                                             used if seen.used_memory is None else max(used, seen.used_memory))
+                    found[pid] = NvmlProcess(
+                        pid,
+                        "C+G",
+                        seen.used_memory
+                        if used is None
+                        else used
+                        if seen.used_memory is None
+                        else max(used, seen.used_memory),
+                    )
         return tuple(found.values())
 
     def _sensors(self, handle: Any) -> dict[str, Any]:  # int | None each, passed as NvmlDevice(**...)
         """What gpustat and nvitop show: temperature, fan, power, performance state, clocks, ECC errors."""
         state = _whole(self._get("nvmlDeviceGetPerformanceState", handle))
         return {
-            "temperature": _whole(self._get("nvmlDeviceGetTemperature", handle,
-                                            self._const("NVML_TEMPERATURE_GPU"))),
+            "temperature": _whole(self._get("nvmlDeviceGetTemperature", handle, self._const("NVML_TEMPERATURE_GPU"))),
             "fan_speed": _whole(self._get("nvmlDeviceGetFanSpeed", handle)),
             "power_draw_mw": _whole(self._get("nvmlDeviceGetPowerUsage", handle)),
             "power_limit_mw": _whole(self._get("nvmlDeviceGetEnforcedPowerLimit", handle)),
             "performance_state": state if state is not None and state <= 15 else None,  # 32: unknown
             "clock_sm_mhz": _whole(self._get("nvmlDeviceGetClockInfo", handle, self._const("NVML_CLOCK_SM"))),
             "clock_memory_mhz": _whole(self._get("nvmlDeviceGetClockInfo", handle, self._const("NVML_CLOCK_MEM"))),
-            "ecc_errors": _whole(self._get("nvmlDeviceGetTotalEccErrors", handle,
-                                           self._const("NVML_MEMORY_ERROR_TYPE_UNCORRECTED"),
-                                           self._const("NVML_VOLATILE_ECC"))),
+            "ecc_errors": _whole(
+                self._get(
+                    "nvmlDeviceGetTotalEccErrors",
+                    handle,
+                    self._const("NVML_MEMORY_ERROR_TYPE_UNCORRECTED"),
+                    self._const("NVML_VOLATILE_ECC"),
+                )
+            ),
         }
 
     def _device(self, index: int, handle: Any) -> NvmlDevice:
@@ -387,7 +422,9 @@ class Nvml:
             name=_text(self._get("nvmlDeviceGetName", handle)) or "",
             uuid=_text(self._get("nvmlDeviceGetUUID", handle)) or "",
             pci_bus_id=(_text(pci.busId) or "") if pci is not None else "",
-            memory_total=total, memory_used=used, memory_free=free,
+            memory_total=total,
+            memory_used=used,
+            memory_free=free,
             utilization=None if util is None else min(max(util.gpu / 100.0, 0.0), 1.0),
             compute_capability=None if cc is None else (int(cc[0]), int(cc[1])),
             processes=None if procs is None else len(procs),
@@ -406,15 +443,20 @@ class Nvml:
                 continue
             total, used, free = self._memory(mig)
             procs = self._process_list(mig)
-            migs.append(NvmlMig(
-                mig_index=slot,
-                uuid=_text(self._get("nvmlDeviceGetUUID", mig)) or "",
-                name=_text(self._get("nvmlDeviceGetName", mig)) or "",
-                memory_total=total, memory_used=used, memory_free=free,
-                processes=None if procs is None else len(procs), process_list=procs,
-                gpu_instance_id=self._get("nvmlDeviceGetGpuInstanceId", mig),
-                compute_instance_id=self._get("nvmlDeviceGetComputeInstanceId", mig),
-            ))
+            migs.append(
+                NvmlMig(
+                    mig_index=slot,
+                    uuid=_text(self._get("nvmlDeviceGetUUID", mig)) or "",
+                    name=_text(self._get("nvmlDeviceGetName", mig)) or "",
+                    memory_total=total,
+                    memory_used=used,
+                    memory_free=free,
+                    processes=None if procs is None else len(procs),
+                    process_list=procs,
+                    gpu_instance_id=self._get("nvmlDeviceGetGpuInstanceId", mig),
+                    compute_instance_id=self._get("nvmlDeviceGetComputeInstanceId", mig),
+                )
+            )
         return tuple(migs)
 
 
@@ -458,7 +500,8 @@ def normal_bus_id(bus_id: str) -> str:
 
 def _text(value: Any) -> str | None:
     """NVML strings come as ``bytes`` from old ``pynvml`` and ``str`` from new; either way the result is
-    printable text (a lone surrogate, from bytes a driver got wrong, becomes ``\\udc..``), at most 256 characters."""
+    printable text (a lone surrogate, from bytes a driver got wrong, becomes ``\\udc..``), at most 256 characters.
+    """
     if value is None:
         return None
     text = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)

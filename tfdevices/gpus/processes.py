@@ -70,24 +70,37 @@ class GpuProcess:
         known = {"pid", "kind", "gpu_memory", "user", "command"}
         unknown = sorted(set(data) - known)
         if unknown or "pid" not in data:
-            raise InventoryFileError(f"{where}: " + (f"unknown field(s) {unknown}" if unknown else "lacks 'pid'")
-                                     + f"; known fields: {sorted(known)}.", hint=_HINT)
+            raise InventoryFileError(
+                f"{where}: "
+                + (f"unknown field(s) {unknown}" if unknown else "lacks 'pid'")
+                + f"; known fields: {sorted(known)}.",
+                hint=_HINT,
+            )
         for name, limit in (("pid", 1 << 32), ("gpu_memory", 1 << 64)):
             value = data.get(name)
-            if (value is not None or name == "pid") and (isinstance(value, bool) or not isinstance(value, int)
-                                                         or not 0 <= value <= limit):
-                raise InventoryFileError(f"{where}: {name}={shown(value)} must be a whole number from 0 to {limit:,}.",
-                                         hint=_HINT)
+            if (value is not None or name == "pid") and (
+                isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limit
+            ):
+                raise InventoryFileError(
+                    f"{where}: {name}={shown(value)} must be a whole number from 0 to {limit:,}.", hint=_HINT
+                )
         kind = data.get("kind", "C")
         if kind not in KINDS:
             raise InventoryFileError(f"{where}: kind={shown(kind)}; known kinds: {', '.join(KINDS)}.", hint=_HINT)
         for name in ("user", "command"):
             value = data.get(name)
             if value is not None and (not isinstance(value, str) or len(value) > MAX_COMMAND):
-                raise InventoryFileError(f"{where}: {name}={shown(value)} must be a string of at most "
-                                         f"{MAX_COMMAND} characters, or null.", hint=_HINT)
-        return cls(pid=data["pid"], kind=kind, gpu_memory=data.get("gpu_memory"), user=data.get("user"),
-                   command=data.get("command"))
+                raise InventoryFileError(
+                    f"{where}: {name}={shown(value)} must be a string of at most {MAX_COMMAND} characters, or null.",
+                    hint=_HINT,
+                )
+        return cls(
+            pid=data["pid"],
+            kind=kind,
+            gpu_memory=data.get("gpu_memory"),
+            user=data.get("user"),
+            command=data.get("command"),
+        )
 
 
 def command_text(raw: bytes) -> str | None:
@@ -102,7 +115,7 @@ def command_text(raw: bytes) -> str | None:
         return None
     text = " ".join(a.decode("utf-8", "backslashreplace") for a in args)
     text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-    return text if len(text) <= MAX_COMMAND else text[:MAX_COMMAND - 3] + "..."
+    return text if len(text) <= MAX_COMMAND else text[: MAX_COMMAND - 3] + "..."
 
 
 def _read(path: str) -> bytes | None:

@@ -73,8 +73,10 @@ DEFAULT_LOCK_DIR = "/tmp/tfdevices-locks"
 """The lock directory when neither ``lock_dir=`` nor ``$TFDEVICES_LOCK_DIR`` is given: one per machine,
 whatever ``TMPDIR`` says."""
 _SELECT_LOCK = ".select.lock"
-_HINT = ("wait for a GPU (timeout=SECONDS), ask for fewer or other GPUs, or ask the holders; "
-         "a holder's lock goes away when its process ends.")
+_HINT = (
+    "wait for a GPU (timeout=SECONDS), ask for fewer or other GPUs, or ask the holders; "
+    "a holder's lock goes away when its process ends."
+)
 _REOPEN_TRIES = 20
 
 
@@ -173,8 +175,16 @@ class Reservation:
         pid: the process that made the reservation (the one that can release it).
     """
 
-    def __init__(self, gpus: tuple[GpuInfo, ...], selection: Selection, lock_dir: str, claims: dict[str, _Claim],
-                 request: str, waited: float, cleaned: tuple[Holder, ...]) -> None:
+    def __init__(
+        self,
+        gpus: tuple[GpuInfo, ...],
+        selection: Selection,
+        lock_dir: str,
+        claims: dict[str, _Claim],
+        request: str,
+        waited: float,
+        cleaned: tuple[Holder, ...],
+    ) -> None:
         self.gpus = gpus
         self.selection = selection
         self.lock_dir = lock_dir
@@ -220,7 +230,8 @@ class Reservation:
                     f"release() in pid {os.getpid()}: GPU(s) {','.join(claims)} were reserved by pid {self.pid}, "
                     "which this process was forked from; they stay reserved until pid "
                     f"{self.pid} releases them or ends (this process's copies are closed).",
-                    hint="release in the process that called reserve(), or reserve in the child itself.")
+                    hint="release in the process that called reserve(), or reserve in the child itself.",
+                )
             return
         for claim in claims.values():
             with contextlib.suppress(OSError):
@@ -251,8 +262,10 @@ class Reservation:
             ReservationError: called in a forked child, or the lock directory cannot be used.
         """
         if os.getpid() != self.pid:
-            raise ReservationError(f"restore() in pid {os.getpid()}: this reservation belongs to pid {self.pid}.",
-                                   hint="call restore() in the process that called reserve().")
+            raise ReservationError(
+                f"restore() in pid {os.getpid()}: this reservation belongs to pid {self.pid}.",
+                hint="call restore() in the process that called reserve().",
+            )
         lost = self.lost()
         if not lost:
             return ()
@@ -283,9 +296,16 @@ class Reservation:
         return f"Reservation(gpus={list(self.indices)}, {state}, lock_dir={self.lock_dir!r})"
 
 
-def reserve(request: object = "auto:1", inventory: Inventory | None = None, *, lock_dir: str | None = None,
-            timeout: float | None = 0.0, poll_interval: float = 0.05, min_free_memory: int | str | None = None,
-            max_utilization: float | None = None) -> Reservation:
+def reserve(
+    request: object = "auto:1",
+    inventory: Inventory | None = None,
+    *,
+    lock_dir: str | None = None,
+    timeout: float | None = 0.0,
+    poll_interval: float = 0.05,
+    min_free_memory: int | str | None = None,
+    max_utilization: float | None = None,
+) -> Reservation:
     """Selects and claims GPUs under one lock, so no other process gets them.
 
     Args:
@@ -363,28 +383,43 @@ def holders(inventory: Inventory | None = None, *, lock_dir: str | None = None) 
 
 # ---------------------------------------------------------------- internals
 
+
 def _check_seconds(name: str, value: object, *, allow_none: bool, allow_zero: bool) -> None:
     if value is None and allow_none:
         return
-    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and not math.isnan(value) and (
-        value > 0 or (allow_zero and value == 0))
+    ok = (
+        not isinstance(value, bool)
+        and isinstance(value, (int, float))
+        and not math.isnan(value)
+        and (value > 0 or (allow_zero and value == 0))
+    )
     if not ok or (not allow_none and value == math.inf):
         wanted = "seconds >= 0 or None (wait forever)" if allow_none else "seconds > 0 (a finite number)"
-        raise InputError(f"{name}={value!r} must be {wanted}.",
-                         hint="e.g. timeout=60, poll_interval=0.05." if allow_none else "e.g. poll_interval=0.05.")
+        raise InputError(
+            f"{name}={value!r} must be {wanted}.",
+            hint="e.g. timeout=60, poll_interval=0.05." if allow_none else "e.g. poll_interval=0.05.",
+        )
 
 
 def _check_distinct(selection: Selection) -> None:
     clash = first_overlap(selection.gpus)
     if clash is not None:
         (_, a), (_, b) = clash
-        raise SpecError(f"reserve {selection.spec!r}: the selection holds GPU {a.key} and GPU {b.key}, "
-                        "which are one GPU.", hint="build the selection with tfdevices.select(), which names each GPU once.")
+        raise SpecError(
+            f"reserve {selection.spec!r}: the selection holds GPU {a.key} and GPU {b.key}, which are one GPU.",
+            hint="build the selection with tfdevices.select(), which names each GPU once.",
+        )
 
 
-def _attempt(request: object, inventory: Inventory, wanted: tuple[GpuInfo, ...], exact: bool, directory: str,
-             min_free: int | str | None, max_util: float | None
-             ) -> tuple[Selection, dict[str, _Claim], tuple[Holder, ...]] | dict[str, Holder]:
+def _attempt(
+    request: object,
+    inventory: Inventory,
+    wanted: tuple[GpuInfo, ...],
+    exact: bool,
+    directory: str,
+    min_free: int | str | None,
+    max_util: float | None,
+) -> tuple[Selection, dict[str, _Claim], tuple[Holder, ...]] | dict[str, Holder]:
     """One try under the directory lock: the claims made, or who holds what. Never leaks a claim."""
     with _directory_lock(directory):
         free, held, cleaned = _probe(directory, inventory)
@@ -405,13 +440,21 @@ def _attempt(request: object, inventory: Inventory, wanted: tuple[GpuInfo, ...],
                 claim.close(unlock=True)
 
 
-def _select(request: object, inventory: Inventory, exclude: list[str] | None, min_free: int | str | None,
-            max_util: float | None) -> Selection:
+def _select(
+    request: object, inventory: Inventory, exclude: list[str] | None, min_free: int | str | None, max_util: float | None
+) -> Selection:
     return select(request, inventory, min_free_memory=min_free, max_utilization=max_util, exclude=exclude)
 
 
-def _choose(request: object, inventory: Inventory, wanted: tuple[GpuInfo, ...], exact: bool,
-            free: Mapping[str, _Claim], min_free: int | str | None, max_util: float | None) -> Selection | None:
+def _choose(
+    request: object,
+    inventory: Inventory,
+    wanted: tuple[GpuInfo, ...],
+    exact: bool,
+    free: Mapping[str, _Claim],
+    min_free: int | str | None,
+    max_util: float | None,
+) -> Selection | None:
     """The selection to claim now, or ``None`` when what is free does not suffice."""
     if exact:
         if not all(g.key in free for g in wanted):
@@ -434,10 +477,13 @@ def _prepare(directory: str) -> None:
     except OSError as err:
         raise ReservationError(
             f"lock directory {directory!r} cannot be created: {err.strerror}.",
-            hint=f"set {LOCK_DIR_ENV} (or lock_dir=) to a writable directory on this host.") from None
+            hint=f"set {LOCK_DIR_ENV} (or lock_dir=) to a writable directory on this host.",
+        ) from None
     if not os.path.isdir(directory):
-        raise ReservationError(f"lock directory {directory!r} is not a directory.",
-                               hint=f"set {LOCK_DIR_ENV} (or lock_dir=) to a directory on this host.")
+        raise ReservationError(
+            f"lock directory {directory!r} is not a directory.",
+            hint=f"set {LOCK_DIR_ENV} (or lock_dir=) to a directory on this host.",
+        )
 
 
 def _open(path: str) -> int:
@@ -449,8 +495,10 @@ def _open(path: str) -> int:
             fd = os.open(path, os.O_RDONLY | (flags & ~os.O_CREAT))
     except OSError as err:
         why = "it is a symbolic link" if err.errno == errno.ELOOP else err.strerror
-        raise ReservationError(f"lock file {path!r} cannot be opened: {why}.",
-                               hint=f"set {LOCK_DIR_ENV} (or lock_dir=) to a writable local directory.") from None
+        raise ReservationError(
+            f"lock file {path!r} cannot be opened: {why}.",
+            hint=f"set {LOCK_DIR_ENV} (or lock_dir=) to a writable local directory.",
+        ) from None
     with contextlib.suppress(OSError):
         os.fchmod(fd, 0o666)
     return fd
@@ -468,7 +516,8 @@ def _same_file(fd: int, path: str) -> bool:
 
 def _lock_file(path: str, *, blocking: bool) -> int | None:
     """Opens and flocks ``path``; ``None`` when another process holds it. Retries while the file is
-    deleted or replaced between ``open`` and ``flock``, so the lock is on the file the path names."""
+    deleted or replaced between ``open`` and ``flock``, so the lock is on the file the path names.
+    """
     for _ in range(_REOPEN_TRIES):
         fd = _open(path)
         try:
@@ -477,17 +526,20 @@ def _lock_file(path: str, *, blocking: bool) -> int | None:
             os.close(fd)
             if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
                 return None
-            raise ReservationError(f"lock file {path!r} cannot be locked: {err.strerror}.",
-                                   hint=f"set {LOCK_DIR_ENV} (or lock_dir=) to a local directory "
-                                        "(some network file systems lack flock).") from None
+            raise ReservationError(
+                f"lock file {path!r} cannot be locked: {err.strerror}.",
+                hint=f"set {LOCK_DIR_ENV} (or lock_dir=) to a local directory (some network file systems lack flock).",
+            ) from None
         except BaseException:
             os.close(fd)
             raise
         if _same_file(fd, path):
             return fd
         os.close(fd)  # locked a file that was just deleted or replaced: lock the one the path names now
-    raise ReservationError(f"lock file {path!r} keeps being replaced while it is locked.",
-                           hint=f"stop whatever cleans {os.path.dirname(path)!r}, or set {LOCK_DIR_ENV}.")
+    raise ReservationError(
+        f"lock file {path!r} keeps being replaced while it is locked.",
+        hint=f"stop whatever cleans {os.path.dirname(path)!r}, or set {LOCK_DIR_ENV}.",
+    )
 
 
 @contextlib.contextmanager
@@ -528,8 +580,9 @@ def _bind_name(directory: str, gpu: GpuInfo) -> int | None:
     return fd
 
 
-def _probe(directory: str, inventory: Inventory, *, clean: bool = True
-           ) -> tuple[dict[str, _Claim], dict[str, Holder], tuple[Holder, ...]]:
+def _probe(
+    directory: str, inventory: Inventory, *, clean: bool = True
+) -> tuple[dict[str, _Claim], dict[str, Holder], tuple[Holder, ...]]:
     """Claims every free GPU (the caller keeps or closes the claims); reads the holders of the others."""
     free: dict[str, _Claim] = {}
     held: dict[str, Holder] = {}
@@ -583,22 +636,44 @@ def _read_holder(fd: int, key: str) -> Holder:
     if not isinstance(data, dict):
         return Holder(key)
     pid, since = data.get("pid"), data.get("since")
-    return Holder(key, pid if isinstance(pid, int) and not isinstance(pid, bool) else None,
-                  str(data.get("host", "?"))[:80], str(data.get("command", ""))[:120],
-                  since if isinstance(since, (int, float)) and math.isfinite(since) else None)
+    return Holder(
+        key,
+        pid if isinstance(pid, int) and not isinstance(pid, bool) else None,
+        str(data.get("host", "?"))[:80],
+        str(data.get("command", ""))[:120],
+        since if isinstance(since, (int, float)) and math.isfinite(since) else None,
+    )
 
 
 def _write_holder(fd: int, gpu: GpuInfo) -> None:
     command = " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(sys.argv))[:120]
-    line = json.dumps({"gpu": gpu.key, "uuid": gpu.uuid, "pid": os.getpid(), "host": socket.gethostname(),
-                       "command": command, "since": time.time()}) + "\n"
+    line = (
+        json.dumps(
+            {
+                "gpu": gpu.key,
+                "uuid": gpu.uuid,
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "command": command,
+                "since": time.time(),
+            }
+        )
+        + "\n"
+    )
     with contextlib.suppress(OSError):  # a read-only lock file still locks; only the note is lost
         os.ftruncate(fd, 0)
         os.pwrite(fd, line.encode("utf-8", "backslashreplace"), 0)
 
 
-def _busy(text: str, inventory: Inventory, wanted: tuple[GpuInfo, ...], exact: bool,
-          held: dict[str, Holder], directory: str, waited: float) -> ReservationError:
+def _busy(
+    text: str,
+    inventory: Inventory,
+    wanted: tuple[GpuInfo, ...],
+    exact: bool,
+    held: dict[str, Holder],
+    directory: str,
+    waited: float,
+) -> ReservationError:
     now = time.time()
     considered = wanted if exact else inventory.gpus
     taken = [held[g.key] for g in considered if g.key in held]
@@ -609,4 +684,6 @@ def _busy(text: str, inventory: Inventory, wanted: tuple[GpuInfo, ...], exact: b
     scope = f"GPU(s) {','.join(g.key for g in wanted)} asked for" if exact else "GPU(s)"
     return ReservationError(
         f"reserve {text!r}: {free} of {len(considered)} {scope} free in {directory} "
-        f"(waited {waited:.1f} s); held: {shown}.", hint=_HINT)
+        f"(waited {waited:.1f} s); held: {shown}.",
+        hint=_HINT,
+    )

@@ -18,12 +18,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tfdevices.core.errors import PYTHON, InputError, SelectionError, SpecError, Terms
+from tfdevices.core.units import format_bytes, parse_memory, shown
 from tfdevices.gpus import topology as tp, visibility
 from tfdevices.gpus.discovery import discover
 from tfdevices.gpus.inventory import GpuInfo, Inventory
 from tfdevices.gpus.spec import DeviceSpec, parse_spec
 from tfdevices.gpus.wiring import MAX_CANDIDATES, best_linked_set
-from tfdevices.core.units import format_bytes, parse_memory, shown
 
 ORDERS = ("links", "free_memory", "utilization", "index")
 """How ``auto:N`` ranks GPUs: ``links`` (best-wired set, then free memory; the default) or the
@@ -86,10 +86,14 @@ class Selection:
     def to_dict(self) -> dict[str, Any]:
         """The selection as plain JSON values, what ``tfdevices select --json`` prints."""
         return {
-            "spec": self.spec, "filters": self.filters, "source": self.source, "wiring": self.wiring,
+            "spec": self.spec,
+            "filters": self.filters,
+            "source": self.source,
+            "wiring": self.wiring,
             "cuda_visible_devices": self.cuda_visible_devices,
-            "gpus": [{"nvml": g.key, "uuid": g.uuid, "name": g.name, "tf_name": t}
-                     for g, t in zip(self.gpus, self.tf_names)],
+            "gpus": [
+                {"nvml": g.key, "uuid": g.uuid, "name": g.name, "tf_name": t} for g, t in zip(self.gpus, self.tf_names)
+            ],
             "decisions": [dataclasses.asdict(d) for d in self.decisions],
         }
 
@@ -100,8 +104,11 @@ class Selection:
     def table(self) -> str:
         """The decision for each GPU, and the NVML -> TensorFlow names of the chosen ones."""
         tf_of = dict(zip((g.key for g in self.gpus), self.tf_names))
-        lines = [f"spec: {self.spec}" + (f"  filters: {self.filters}" if self.filters else "")
-                 + f"  CUDA_VISIBLE_DEVICES={self.cuda_visible_devices}"]
+        lines = [
+            f"spec: {self.spec}"
+            + (f"  filters: {self.filters}" if self.filters else "")
+            + f"  CUDA_VISIBLE_DEVICES={self.cuda_visible_devices}"
+        ]
         if self.wiring:
             lines.append(f"  links: {self.wiring}")
         for d in self.decisions:
@@ -112,9 +119,16 @@ class Selection:
         return "\n".join(lines)
 
 
-def select(spec: object = "all", inventory: Inventory | None = None, *,
-           min_free_memory: int | str | None = None, max_utilization: float | None = None,
-           exclude: object = None, order: str = "links", terms: Terms = PYTHON) -> Selection:
+def select(
+    spec: object = "all",
+    inventory: Inventory | None = None,
+    *,
+    min_free_memory: int | str | None = None,
+    max_utilization: float | None = None,
+    exclude: object = None,
+    order: str = "links",
+    terms: Terms = PYTHON,
+) -> Selection:
     """Chooses GPUs.
 
     Only GPUs visible under the current ``CUDA_VISIBLE_DEVICES`` are candidates:
@@ -145,30 +159,47 @@ def select(spec: object = "all", inventory: Inventory | None = None, *,
     parsed = parse_spec(spec, what=terms.name("spec"))
     if inventory is None:
         inventory = discover()
-    min_free = None if min_free_memory is None else parse_memory(min_free_memory,
-                                                                 what=terms.name("min_free_memory"))
+    min_free = None if min_free_memory is None else parse_memory(min_free_memory, what=terms.name("min_free_memory"))
     max_util = _check_utilization(max_utilization, terms)
     if order not in ORDERS:
-        raise InputError(f"{terms.setting('order', order)}: unknown order; known orders: {', '.join(ORDERS)}.",
-                         hint="use 'links' (best-wired first), 'free_memory' (most free first), "
-                              "'utilization' (least busy first) or 'index'.")
+        raise InputError(
+            f"{terms.setting('order', order)}: unknown order; known orders: {', '.join(ORDERS)}.",
+            hint="use 'links' (best-wired first), 'free_memory' (most free first), "
+            "'utilization' (least busy first) or 'index'.",
+        )
     excluded = _resolve_exclude(exclude, inventory, terms)
     checks = _checks(min_free, max_util, excluded)
-    filters = ", ".join(p for p in (
-        _filter(terms, "min_free_memory", format_bytes(min_free)) if min_free is not None else "",
-        _filter(terms, "max_utilization", f"{max_util:.0%}") if max_util is not None else "",
-        _filter(terms, "exclude", ",".join(sorted(excluded))) if excluded else "") if p)
+    filters = ", ".join(
+        p
+        for p in (
+            _filter(terms, "min_free_memory", format_bytes(min_free)) if min_free is not None else "",
+            _filter(terms, "max_utilization", f"{max_util:.0%}") if max_util is not None else "",
+            _filter(terms, "exclude", ",".join(sorted(excluded))) if excluded else "",
+        )
+        if p
+    )
     failures = {g.key: _first_failure(g, checks) for g in inventory.gpus}
     chosen, wiring = _choose(_Asked(parsed, spec, terms), inventory, failures, order, filters)
     chosen_keys = {g.key for g in chosen}
     links = _links_within(chosen, inventory.topology)
     decisions = tuple(
-        Decision(g.key, g.key in chosen_keys,
-                 _reason(g, parsed, failures[g.key], g.key in chosen_keys, links.get(g.key),
-                         bool(wiring) and order == "links"))
-        for g in inventory.gpus)
-    return Selection(spec=parsed.text, gpus=_tf_order(parsed, chosen, inventory), decisions=decisions,
-                     filters=filters, source=inventory.source, wiring=wiring)
+        Decision(
+            g.key,
+            g.key in chosen_keys,
+            _reason(
+                g, parsed, failures[g.key], g.key in chosen_keys, links.get(g.key), bool(wiring) and order == "links"
+            ),
+        )
+        for g in inventory.gpus
+    )
+    return Selection(
+        spec=parsed.text,
+        gpus=_tf_order(parsed, chosen, inventory),
+        decisions=decisions,
+        filters=filters,
+        source=inventory.source,
+        wiring=wiring,
+    )
 
 
 def _filter(terms: Terms, param: str, text: str) -> str:
@@ -178,7 +209,8 @@ def _filter(terms: Terms, param: str, text: str) -> str:
 
 def _tf_order(spec: DeviceSpec, chosen: Sequence[GpuInfo], inventory: Inventory) -> tuple[GpuInfo, ...]:
     """The order the mask gives the chosen GPUs: as named (``"7,6"``), a mask already set
-    kept for ``"all"``, else NVML order."""
+    kept for ``"all"``, else NVML order.
+    """
     if spec.kind == "explicit":
         return tuple(chosen)
     if spec.kind == "all" and inventory.cuda_visible_devices is not None:
@@ -207,8 +239,10 @@ def _check_utilization(value: object, terms: Terms = PYTHON) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-        raise InputError(f"{terms.setting('max_utilization', value)}: must be a fraction between 0 and 1.",
-                         hint=f"write {terms.setting('max_utilization', 0.5)} for 50%.")
+        raise InputError(
+            f"{terms.setting('max_utilization', value)}: must be a fraction between 0 and 1.",
+            hint=f"write {terms.setting('max_utilization', 0.5)} for 50%.",
+        )
     return float(value)
 
 
@@ -243,8 +277,10 @@ def resolve_gpus(spec: object, inventory: Inventory, *, what: str = "GPU spec") 
     """
     parsed = parse_spec(spec, what=what)
     if parsed.kind != "explicit":
-        raise SpecError(f"{what} {shown(spec)}: must name GPUs ('0,3'), not {parsed.kind!r}.",
-                        hint="list NVML indices, UUID prefixes or MIG ids.")
+        raise SpecError(
+            f"{what} {shown(spec)}: must name GPUs ('0,3'), not {parsed.kind!r}.",
+            hint="list NVML indices, UUID prefixes or MIG ids.",
+        )
     return _resolve_all(parsed.keys, inventory, what, spec)
 
 
@@ -254,12 +290,19 @@ def _resolve_all(keys: tuple[str, ...], inventory: Inventory, what: str, spec: o
     clash = first_overlap(named)
     if clash is not None:
         (i, a), (j, b) = clash
-        relation = f"is GPU {_label(b)}" if a.key == b.key else (
-            f"is MIG instance {_label(b)} of GPU {_label(a)}" if b.mig_index is not None
-            else f"is GPU {_label(b)}, the parent of MIG instance {_label(a)}")
-        raise SpecError(f"{what} {shown(spec)}: {shown(keys[j])} {relation}, named before as {shown(keys[i])}; "
-                        "one GPU is one GPU.",
-                        hint="name each GPU once (an index, its UUID and its MIG instances all name that GPU).")
+        relation = (
+            f"is GPU {_label(b)}"
+            if a.key == b.key
+            else (
+                f"is MIG instance {_label(b)} of GPU {_label(a)}"
+                if b.mig_index is not None
+                else f"is GPU {_label(b)}, the parent of MIG instance {_label(a)}"
+            )
+        )
+        raise SpecError(
+            f"{what} {shown(spec)}: {shown(keys[j])} {relation}, named before as {shown(keys[i])}; one GPU is one GPU.",
+            hint="name each GPU once (an index, its UUID and its MIG instances all name that GPU).",
+        )
     return named
 
 
@@ -297,8 +340,9 @@ def first_overlap(gpus: Sequence[GpuInfo]) -> tuple[tuple[int, GpuInfo], tuple[i
     return None
 
 
-def _resolve(key: str, inventory: Inventory, what: str, spec: object,
-             by_key: dict[str, GpuInfo] | None = None) -> GpuInfo:
+def _resolve(
+    key: str, inventory: Inventory, what: str, spec: object, by_key: dict[str, GpuInfo] | None = None
+) -> GpuInfo:
     """The GPU a spec key names: an NVML key (``"3"``, ``"0:1"``) or a unique UUID prefix."""
     if key.startswith(("GPU-", "MIG-")):
         low = key.lower()
@@ -309,21 +353,28 @@ def _resolve(key: str, inventory: Inventory, what: str, spec: object,
     if len(found) == 1:
         return found[0]
     if not inventory.gpus:
-        raise SpecError(f"{what} {shown(spec)}: {shown(key)} names no GPU; {_has(inventory)} no GPU "
-                        f"({inventory.reason or 'none found'}).",
-                        hint="leave it out: there is no GPU to exclude." if "exclude" in what
-                        else f"run on the CPU: {_setting(what, 'none')} (or 'all', which falls back to the CPU).")
+        raise SpecError(
+            f"{what} {shown(spec)}: {shown(key)} names no GPU; {_has(inventory)} no GPU "
+            f"({inventory.reason or 'none found'}).",
+            hint="leave it out: there is no GPU to exclude."
+            if "exclude" in what
+            else f"run on the CPU: {_setting(what, 'none')} (or 'all', which falls back to the CPU).",
+        )
     exists = ", ".join(f"{g.key} ({g.uuid})" for g in inventory.gpus[:16])
     if len(inventory.gpus) > 16:
         exists += f" and {len(inventory.gpus) - 16} more"
     if found:
-        raise SpecError(f"{what} {shown(spec)}: {shown(key)} matches several GPUs: "
-                        f"{', '.join(f'{g.key} ({g.uuid})' for g in found[:8])}.",
-                        hint="write more of the UUID, or the NVML index, to name one of them.")
+        raise SpecError(
+            f"{what} {shown(spec)}: {shown(key)} matches several GPUs: "
+            f"{', '.join(f'{g.key} ({g.uuid})' for g in found[:8])}.",
+            hint="write more of the UUID, or the NVML index, to name one of them.",
+        )
     keys = ", ".join(g.key for g in inventory.gpus[:16]) + (" ..." if len(inventory.gpus) > 16 else "")
-    raise SpecError(f"{what} {shown(spec)}: {shown(key)} names no GPU; {_has(inventory)} {exists}.",
-                    hint=f"name one of {keys} ('tfdevices list' shows them)"
-                    + ("." if "exclude" in what else f", or {_setting(what, 'none')} for the CPU."))
+    raise SpecError(
+        f"{what} {shown(spec)}: {shown(key)} names no GPU; {_has(inventory)} {exists}.",
+        hint=f"name one of {keys} ('tfdevices list' shows them)"
+        + ("." if "exclude" in what else f", or {_setting(what, 'none')} for the CPU."),
+    )
 
 
 def _has(inventory: Inventory) -> str:
@@ -348,14 +399,23 @@ Check = Callable[[GpuInfo], "str | None"]
 
 
 def _checks(min_free: int | None, max_util: float | None, excluded: frozenset[str]) -> list[Check]:
-    checks: list[Check] = [lambda g: None if g.visible else HIDDEN,
-                           lambda g: "excluded" if g.key in excluded else None]
+    checks: list[Check] = [lambda g: None if g.visible else HIDDEN, lambda g: "excluded" if g.key in excluded else None]
     if min_free is not None:
-        checks.append(lambda g: None if g.memory_free >= min_free else
-                      f"{format_bytes(g.memory_free)} free < {format_bytes(min_free)}")
+        checks.append(
+            lambda g: (
+                None if g.memory_free >= min_free else f"{format_bytes(g.memory_free)} free < {format_bytes(min_free)}"
+            )
+        )
     if max_util is not None:
-        checks.append(lambda g: "utilization unknown" if g.utilization is None else None
-                      if g.utilization <= max_util else f"utilization {g.utilization:.0%} > {max_util:.0%}")
+        checks.append(
+            lambda g: (
+                "utilization unknown"
+                if g.utilization is None
+                else None
+                if g.utilization <= max_util
+                else f"utilization {g.utilization:.0%} > {max_util:.0%}"
+            )
+        )
     return checks
 
 
@@ -384,7 +444,8 @@ def _code(a: GpuInfo, b: GpuInfo, topology: tp.Topology) -> str:
 
 def _link(a: GpuInfo, b: GpuInfo, topology: tp.Topology) -> int:
     """The rank of the link between two entries: a MIG instance's, through host memory, ranks as a host
-    bridge (PHB), or as the socket link (SYS) where the GPUs are on different sockets."""
+    bridge (PHB), or as the socket link (SYS) where the GPUs are on different sockets.
+    """
     code = _code(a, b, topology)
     if code == MIG_LINK:
         return tp.rank("SYS" if topology.link(a.index, b.index) == "SYS" else "PHB")
@@ -414,22 +475,28 @@ def _by_links(passing: list[GpuInfo], count: int, topology: tp.Topology) -> tupl
     if len(pool) > MAX_CANDIDATES:
         pool = sorted(sorted(pool, key=_SORT_KEYS["free_memory"])[:MAX_CANDIDATES], key=_nvml_order)
         note = f"; searched the {MAX_CANDIDATES} with the most free memory of {len(passing)} qualifying"
-    best = best_linked_set(len(pool), count, lambda a, b: _link(pool[a], pool[b], topology),
-                           [g.memory_free for g in pool])
+    best = best_linked_set(
+        len(pool), count, lambda a, b: _link(pool[a], pool[b], topology), [g.memory_free for g in pool]
+    )
     chosen = [pool[i] for i in best.members]
     weakest = min(((a, b) for a, b in _pairs(chosen)), key=lambda p: _link(p[0], p[1], topology))
     code = _code(*weakest, topology)
     where = f"GPU {weakest[0].key}-{weakest[1].key}"
-    kind = (f"all NVLink (weakest {code}, {where})" if tp.nvlinks(code) else
-            f"weakest link {code} ({_words(code)}, {where})")
+    kind = (
+        f"all NVLink (weakest {code}, {where})"
+        if tp.nvlinks(code)
+        else f"weakest link {code} ({_words(code)}, {where})"
+    )
     sets = f"{best.considered:,} set{'s' if best.considered != 1 else ''}"
-    why = (f"{kind}; the best-linked of {sets} of {count} qualifying GPUs, then the most free memory{note} "
-           "(order='free_memory' ignores the wiring)")
+    why = (
+        f"{kind}; the best-linked of {sets} of {count} qualifying GPUs, then the most free memory{note} "
+        "(order='free_memory' ignores the wiring)"
+    )
     return chosen, why
 
 
 def _pairs(gpus: Sequence[GpuInfo]) -> list[tuple[GpuInfo, GpuInfo]]:
-    return [(a, b) for i, a in enumerate(gpus) for b in gpus[i + 1:]]
+    return [(a, b) for i, a in enumerate(gpus) for b in gpus[i + 1 :]]
 
 
 def _blind(chosen: list[GpuInfo], topology: tp.Topology | None, order: str) -> str:
@@ -438,20 +505,24 @@ def _blind(chosen: list[GpuInfo], topology: tp.Topology | None, order: str) -> s
         return ""
     weakest = min(_pairs(sorted(chosen, key=_nvml_order)), key=lambda p: _link(p[0], p[1], topology))
     code = _code(*weakest, topology)
-    return (f"weakest link {code} ({_words(code)}, GPU {weakest[0].key}-{weakest[1].key}); "
-            f"order={order!r} ignores the wiring (order='links' prefers the best-linked set)")
+    return (
+        f"weakest link {code} ({_words(code)}, GPU {weakest[0].key}-{weakest[1].key}); "
+        f"order={order!r} ignores the wiring (order='links' prefers the best-linked set)"
+    )
 
 
-def _choose(asked: _Asked, inventory: Inventory, failures: dict[str, str | None],
-            order: str, filters: str) -> tuple[list[GpuInfo], str]:
+def _choose(
+    asked: _Asked, inventory: Inventory, failures: dict[str, str | None], order: str, filters: str
+) -> tuple[list[GpuInfo], str]:
     chosen = _choose_gpus(asked, inventory, failures, order, filters)
     if isinstance(chosen, tuple):
         return chosen
     return chosen, "" if asked.parsed.kind != "auto" else _blind(chosen, inventory.topology, order)
 
 
-def _choose_gpus(asked: _Asked, inventory: Inventory, failures: dict[str, str | None],
-                 order: str, filters: str) -> list[GpuInfo] | tuple[list[GpuInfo], str]:
+def _choose_gpus(
+    asked: _Asked, inventory: Inventory, failures: dict[str, str | None], order: str, filters: str
+) -> list[GpuInfo] | tuple[list[GpuInfo], str]:
     spec = asked.parsed
     if spec.kind == "none":
         return []
@@ -460,50 +531,62 @@ def _choose_gpus(asked: _Asked, inventory: Inventory, failures: dict[str, str | 
         bad = [g for g in named if failures[g.key]]
         if bad:
             raise SelectionError(
-                f"{asked.echo}: " + "; ".join(f"GPU {g.key} is {failures[g.key]}" for g in bad)
-                + f". {_summary(inventory, failures)}", hint=_named_hint(asked, bad, inventory, failures))
+                f"{asked.echo}: "
+                + "; ".join(f"GPU {g.key} is {failures[g.key]}" for g in bad)
+                + f". {_summary(inventory, failures)}",
+                hint=_named_hint(asked, bad, inventory, failures),
+            )
         return named
     passing = [g for g in inventory.gpus if not failures[g.key]]
     if spec.kind == "all":
         if not passing and filters and inventory.gpus:
-            raise SelectionError(f"{asked.echo} with {filters}: no GPU qualifies. {_summary(inventory, failures)}",
-                                 hint=f"relax the filters, or use {asked.terms.setting('spec', 'none')} for the CPU.")
+            raise SelectionError(
+                f"{asked.echo} with {filters}: no GPU qualifies. {_summary(inventory, failures)}",
+                hint=f"relax the filters, or use {asked.terms.setting('spec', 'none')} for the CPU.",
+            )
         return passing
     if len(passing) < (spec.count or 0):
         raise SelectionError(
             f"{asked.echo}{' with ' + filters if filters else ''}: only {len(passing)} of "
             f"{len(inventory.gpus)} GPUs qualify. {_summary(inventory, failures)}",
-            hint=_count_hint(asked, passing, inventory, failures))
+            hint=_count_hint(asked, passing, inventory, failures),
+        )
     count = spec.count or 0
     if order == "links" and inventory.topology is not None and count >= 2:
         return _by_links(passing, count, inventory.topology)
     return sorted(passing, key=_SORT_KEYS["free_memory" if order == "links" else order])[:count]
 
 
-def _named_hint(asked: _Asked, bad: Sequence[GpuInfo], inventory: Inventory,
-                failures: dict[str, str | None]) -> str:
+def _named_hint(asked: _Asked, bad: Sequence[GpuInfo], inventory: Inventory, failures: dict[str, str | None]) -> str:
     """The fix for named GPUs that cannot be taken, by why: hidden, excluded, or below a filter."""
     whys = {failures[g.key] for g in bad}
     visible = [g.key for g in inventory.gpus if g.visible]
     fixes = []
     if HIDDEN in whys:
-        fixes.append(f"pick among the GPUs visible here ({', '.join(visible[:16]) or 'none'}): the "
-                     "CUDA_VISIBLE_DEVICES this process started with (a scheduler's, or yours) hides the others; "
-                     "tfdevices narrows a mask, never widens it")
+        fixes.append(
+            f"pick among the GPUs visible here ({', '.join(visible[:16]) or 'none'}): the "
+            "CUDA_VISIBLE_DEVICES this process started with (a scheduler's, or yours) hides the others; "
+            "tfdevices narrows a mask, never widens it"
+        )
     if "excluded" in whys:
-        fixes.append(f"leave GPU {', '.join(g.key for g in bad if failures[g.key] == 'excluded')} out of "
-                     f"{asked.terms.name('exclude')}")
+        fixes.append(
+            f"leave GPU {', '.join(g.key for g in bad if failures[g.key] == 'excluded')} out of "
+            f"{asked.terms.name('exclude')}"
+        )
     if whys - {HIDDEN, "excluded"}:
         fixes.append("choose other GPUs or relax the filters")
     return "; or ".join(fixes) + f"; or use {asked.terms.setting('spec', 'auto:N')} to let tfdevices choose."
 
 
-def _count_hint(asked: _Asked, passing: Sequence[GpuInfo], inventory: Inventory,
-                failures: dict[str, str | None]) -> str:
+def _count_hint(
+    asked: _Asked, passing: Sequence[GpuInfo], inventory: Inventory, failures: dict[str, str | None]
+) -> str:
     """The fix for ``auto:N`` with too few GPUs, by what keeps the others out."""
     if not inventory.gpus:
-        return (f"use {asked.terms.setting('spec', 'none')} (or 'all', which falls back to the CPU) on a "
-                "machine without GPUs.")
+        return (
+            f"use {asked.terms.setting('spec', 'none')} (or 'all', which falls back to the CPU) on a "
+            "machine without GPUs."
+        )
     whys = {w for w in failures.values() if w}
     most = asked.terms.setting("spec", f"auto:{len(passing)}") if passing else asked.terms.setting("spec", "none")
     fixes = [f"ask for at most {most}"]
@@ -524,10 +607,12 @@ def _summary(inventory: Inventory, failures: dict[str, str | None]) -> str:
     return "GPUs: " + "; ".join(parts) + more + "."
 
 
-def _reason(gpu: GpuInfo, spec: DeviceSpec, failure: str | None, taken: bool, links: str | None = None,
-            by_links: bool = False) -> str:
+def _reason(
+    gpu: GpuInfo, spec: DeviceSpec, failure: str | None, taken: bool, links: str | None = None, by_links: bool = False
+) -> str:
     detail = f"{gpu.name}, {format_bytes(gpu.memory_free)} free" + (
-        f", {gpu.utilization:.0%} busy" if gpu.utilization is not None else "")
+        f", {gpu.utilization:.0%} busy" if gpu.utilization is not None else ""
+    )
     if taken:
         return f"taken ({detail}{'; ' + links if links else ''})"
     if failure:

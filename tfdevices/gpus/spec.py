@@ -43,8 +43,10 @@ from tfdevices.core.devices import is_logical_name
 from tfdevices.core.errors import SpecError
 from tfdevices.core.units import is_digits, parse_count, shown
 
-_HINT = ("write 'all', 'none', 'auto:N' (the N best GPUs), or NVML indices as nvidia-smi shows them "
-         "('0,2', '0-3', '0:1' for a MIG instance, 'GPU-<uuid prefix>').")
+_HINT = (
+    "write 'all', 'none', 'auto:N' (the N best GPUs), or NVML indices as nvidia-smi shows them "
+    "('0,2', '0-3', '0:1' for a MIG instance, 'GPU-<uuid prefix>')."
+)
 MAX_GPUS = 1024
 """The most GPUs a spec may name, and one more than the largest index it may name."""
 MAX_SPEC_CHARS = 65536
@@ -93,9 +95,11 @@ def parse_spec(spec: object, *, what: str = "GPU spec") -> DeviceSpec:
         raise SpecError(f"{what} {spec!r}: expected a string, an int or a list of GPU indices.", hint=_HINT)
     if isinstance(spec, int):
         if not 0 <= spec < MAX_GPUS:
-            raise SpecError(f"{what} {shown(spec)}: {shown(str(spec)) if abs(spec) < MAX_GPUS**2 else 'it'} "
-                            f"{_index_problem(spec)}.",
-                            hint="write 'none' to use no GPU." if spec == -1 else _HINT)
+            raise SpecError(
+                f"{what} {shown(spec)}: {shown(str(spec)) if abs(spec) < MAX_GPUS**2 else 'it'} "
+                f"{_index_problem(spec)}.",
+                hint="write 'none' to use no GPU." if spec == -1 else _HINT,
+            )
         return DeviceSpec("explicit", keys=(str(spec),))
     if isinstance(spec, str):
         if len(spec) > MAX_SPEC_CHARS:
@@ -103,21 +107,28 @@ def parse_spec(spec: object, *, what: str = "GPU spec") -> DeviceSpec:
         return _parse_text(spec, what)
     if isinstance(spec, Sequence):
         if not spec:
-            raise SpecError(f"{what} []: an empty list is ambiguous.", hint="write 'none' for no GPU, 'all' for every GPU.")
+            raise SpecError(
+                f"{what} []: an empty list is ambiguous.", hint="write 'none' for no GPU, 'all' for every GPU."
+            )
         if len(spec) > MAX_GPUS:
-            raise SpecError(f"{what} {shown(spec)}: {len(spec):,} items; a spec names at most {MAX_GPUS} GPUs.",
-                            hint=_HINT)
+            raise SpecError(
+                f"{what} {shown(spec)}: {len(spec):,} items; a spec names at most {MAX_GPUS} GPUs.", hint=_HINT
+            )
         keys: list[str] = []
         for item in spec:
-            if isinstance(item, bool) or not isinstance(item, (int, str)) or (
-                    isinstance(item, str) and len(item) > MAX_SPEC_CHARS):
+            if (
+                isinstance(item, bool)
+                or not isinstance(item, (int, str))
+                or (isinstance(item, str) and len(item) > MAX_SPEC_CHARS)
+            ):
                 raise SpecError(f"{what} {shown(spec)}: item {shown(item)} is not a GPU index.", hint=_HINT)
             if isinstance(item, int) and not 0 <= item < MAX_GPUS:
                 raise SpecError(f"{what} {shown(spec)}: item {shown(item)} {_index_problem(item)}.", hint=_HINT)
             keys += _expand(str(item).strip(), spec, what, len(keys))
         return DeviceSpec("explicit", keys=_unique(keys, spec, what))
-    raise SpecError(f"{what} {shown(spec)}: expected a string, an int or a list, got {type(spec).__name__}.",
-                    hint=_HINT)
+    raise SpecError(
+        f"{what} {shown(spec)}: expected a string, an int or a list, got {type(spec).__name__}.", hint=_HINT
+    )
 
 
 def _index_problem(value: int) -> str:
@@ -130,18 +141,25 @@ def _parse_text(spec: str, what: str) -> DeviceSpec:
     text = spec.strip()
     low = text.lower()
     if not text:
-        raise SpecError(f"{what} {shown(spec)}: an empty spec is ambiguous (CUDA reads it as 'no GPU').",
-                        hint="write 'none' for no GPU, 'all' for every GPU.")
+        raise SpecError(
+            f"{what} {shown(spec)}: an empty spec is ambiguous (CUDA reads it as 'no GPU').",
+            hint="write 'none' for no GPU, 'all' for every GPU.",
+        )
     if low in ("all", "none", "cpu"):
         return DeviceSpec("none" if low == "cpu" else low)
     if low == "auto":
-        raise SpecError(f"{what} {shown(spec)}: 'auto' needs a count.",
-                        hint="write 'auto:1' for the best GPU, 'auto:N' for the N best, or 'all'.")
+        raise SpecError(
+            f"{what} {shown(spec)}: 'auto' needs a count.",
+            hint="write 'auto:1' for the best GPU, 'auto:N' for the N best, or 'all'.",
+        )
     if low.startswith("auto:"):
         count = parse_count(text[5:].strip(), limit=MAX_GPUS)
         if not count:
-            raise SpecError(f"{what} {shown(spec)}: the count after 'auto:' must be a whole number from 1 to "
-                            f"{MAX_GPUS} (ASCII digits).", hint="write e.g. 'auto:2'; for no GPU write 'none'.")
+            raise SpecError(
+                f"{what} {shown(spec)}: the count after 'auto:' must be a whole number from 1 to "
+                f"{MAX_GPUS} (ASCII digits).",
+                hint="write e.g. 'auto:2'; for no GPU write 'none'.",
+            )
         return DeviceSpec("auto", count=count)
     keys: list[str] = []
     for token in text.split(","):
@@ -152,8 +170,10 @@ def _parse_text(spec: str, what: str) -> DeviceSpec:
 def _index(text: str, spec: object, what: str) -> int:
     value = parse_count(text, limit=MAX_GPUS - 1)
     if value is None:
-        raise SpecError(f"{what} {shown(spec)}: {shown(text)} is not a GPU index (a machine has at most "
-                        f"{MAX_GPUS} GPUs).", hint=_HINT)
+        raise SpecError(
+            f"{what} {shown(spec)}: {shown(text)} is not a GPU index (a machine has at most {MAX_GPUS} GPUs).",
+            hint=_HINT,
+        )
     return value
 
 
@@ -183,27 +203,38 @@ def _token(token: str, spec: object, what: str) -> str:
     if is_logical_name(token):
         raise SpecError(
             f"{what} {shown(spec)}: {shown(token)} is a TensorFlow logical name, which masking renumbers.",
-            hint=_logical_hint(token, spec))
+            hint=_logical_hint(token, spec),
+        )
     if token.startswith("-") and is_digits(token[1:]):
-        raise SpecError(f"{what} {shown(spec)}: {shown(token)} is not a GPU index (indices are >= 0).",
-                        hint="write 'none' to use no GPU." if token == "-1" else _HINT)
+        raise SpecError(
+            f"{what} {shown(spec)}: {shown(token)} is not a GPU index (indices are >= 0).",
+            hint="write 'none' to use no GPU." if token == "-1" else _HINT,
+        )
     if not token:
         raise SpecError(f"{what} {shown(spec)}: empty item in the list.", hint="remove the stray comma.")
-    raise SpecError(f"{what} {shown(spec)}: {shown(token)} is not a GPU index, range, MIG id or UUID "
-                    "(digits are ASCII 0-9).", hint=_HINT)
+    raise SpecError(
+        f"{what} {shown(spec)}: {shown(token)} is not a GPU index, range, MIG id or UUID (digits are ASCII 0-9).",
+        hint=_HINT,
+    )
 
 
 def _logical_hint(token: str, spec: object) -> str:
     """The fix for a TensorFlow name in a GPU spec, from what was typed: ``'GPU:3'`` -> ``'3'``."""
-    if _DEVICE_TYPE.match(token.strip())[1].lower() == "cpu":
+    kind = _DEVICE_TYPE.match(token.strip())
+    if kind is not None and kind[1].lower() == "cpu":
         return "write 'none' to run on the CPU; CPU:N names go to build_strategy/device_scope."
     items = spec if isinstance(spec, (list, tuple)) else str(spec).split(",")
-    guess = ",".join(_LOGICAL_INDEX.sub(r"\1", str(item).strip()) if is_logical_name(str(item)) else str(item).strip()
-                     for item in items)
-    index = _LOGICAL_INDEX.search(token.strip())[1]
-    return (f"write {guess!r}, in nvidia-smi's numbers: without a CUDA_VISIBLE_DEVICES mask TensorFlow's "
-            f"GPU:{index} is GPU {index} ('tfdevices list' shows both names); TensorFlow names go to "
-            "build_strategy/device_scope.")
+    guess = ",".join(
+        _LOGICAL_INDEX.sub(r"\1", str(item).strip()) if is_logical_name(str(item)) else str(item).strip()
+        for item in items
+    )
+    found = _LOGICAL_INDEX.search(token.strip())
+    index = found[1] if found is not None else token.strip()
+    return (
+        f"write {guess!r}, in nvidia-smi's numbers: without a CUDA_VISIBLE_DEVICES mask TensorFlow's "
+        f"GPU:{index} is GPU {index} ('tfdevices list' shows both names); TensorFlow names go to "
+        "build_strategy/device_scope."
+    )
 
 
 _DEVICE_TYPE = re.compile(r"^.*?/?(?:device:)?([A-Za-z_]+):[0-9]+$")
@@ -215,5 +246,6 @@ def _unique(keys: list[str], spec: object, what: str) -> tuple[str, ...]:
         return tuple(keys)
     seen: set[str] = set()
     dupes = sorted({k for k in keys if k in seen or seen.add(k)})  # type: ignore[func-returns-value]
-    raise SpecError(f"{what} {shown(spec)}: GPU {', '.join(dupes[:8])} named more than once.",
-                    hint="name each GPU once.")
+    raise SpecError(
+        f"{what} {shown(spec)}: GPU {', '.join(dupes[:8])} named more than once.", hint="name each GPU once."
+    )

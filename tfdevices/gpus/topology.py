@@ -49,8 +49,13 @@ _LEVELS = {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}  # 
 _RANKS = {"PIX": 50, "PXB": 40, "PHB": 30, "NODE": 20, "SYS": 10}
 SAME_GPU = 1000
 """The rank of a GPU's link to itself (two MIG instances of one GPU)."""
-_WORDS = {"PIX": "same PCIe switch", "PXB": "PCIe switches below one host bridge", "PHB": "same PCIe host bridge",
-          "NODE": "same NUMA node, across host bridges", "SYS": "across CPU sockets"}
+_WORDS = {
+    "PIX": "same PCIe switch",
+    "PXB": "PCIe switches below one host bridge",
+    "PHB": "same PCIe host bridge",
+    "NODE": "same NUMA node, across host bridges",
+    "SYS": "across CPU sockets",
+}
 LEGEND = """Legend:
   X    = Self
   SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)
@@ -105,11 +110,18 @@ def check_code(value: object, what: str) -> str | None:
     Raises:
         InventoryFileError: anything else.
     """
-    if value is None or value in _RANKS or value == "X" or (isinstance(value, str) and 1 <= nvlinks(value) <= MAX_NVLINKS
-                                                              and value == f"NV{nvlinks(value)}"):
+    if (
+        value is None
+        or value in _RANKS
+        or value == "X"
+        or (isinstance(value, str) and 1 <= nvlinks(value) <= MAX_NVLINKS and value == f"NV{nvlinks(value)}")
+    ):
         return value
-    raise InventoryFileError(f"{what}={shown(value)} is not a link code; known codes: X, NV1..NV{MAX_NVLINKS}, "
-                             f"{', '.join(PCIE_CODES)} (null: unknown).", hint=_HINT)
+    raise InventoryFileError(
+        f"{what}={shown(value)} is not a link code; known codes: X, NV1..NV{MAX_NVLINKS}, "
+        f"{', '.join(PCIE_CODES)} (null: unknown).",
+        hint=_HINT,
+    )
 
 
 def format_cpus(cpus: Sequence[int]) -> str:
@@ -151,9 +163,11 @@ def parse_cpus(text: object, what: str = "cpu list") -> tuple[int, ...]:
         low, dash, high = part.strip().partition("-")
         ends = (low, high) if dash else (low, low)
         if not all(e.isascii() and e.isdigit() and len(e) <= 5 for e in ends) or not (
-                int(ends[0]) <= int(ends[1]) <= MAX_CPU):
-            raise InventoryFileError(f"{what} {shown(text)}: {shown(part)} is not a range low-high of CPUs "
-                                     f"0..{MAX_CPU}.", hint=_HINT)
+            int(ends[0]) <= int(ends[1]) <= MAX_CPU
+        ):
+            raise InventoryFileError(
+                f"{what} {shown(text)}: {shown(part)} is not a range low-high of CPUs 0..{MAX_CPU}.", hint=_HINT
+            )
         cpus.extend(range(int(ends[0]), int(ends[1]) + 1))
     return tuple(sorted(set(cpus)))
 
@@ -212,9 +226,13 @@ class Topology:
 
     def to_dict(self) -> dict[str, Any]:
         """The topology as plain JSON values."""
-        return {"gpus": list(self.gpus), "links": [list(row) for row in self.links],
-                "cpu_affinity": list(self.cpu_affinity), "numa_affinity": list(self.numa_affinity),
-                "origin": self.origin}
+        return {
+            "gpus": list(self.gpus),
+            "links": [list(row) for row in self.links],
+            "cpu_affinity": list(self.cpu_affinity),
+            "numa_affinity": list(self.numa_affinity),
+            "origin": self.origin,
+        }
 
     @classmethod
     def from_dict(cls, data: object, *, where: str = "topology", indices: Sequence[int] | None = None) -> Topology:
@@ -245,12 +263,15 @@ class Topology:
         numa = _per_gpu(data.get("numa_affinity", []), n, f"{where}: numa_affinity")
         for i, node in enumerate(numa):
             if node is not None and (isinstance(node, bool) or not isinstance(node, int) or not 0 <= node <= MAX_CPU):
-                raise InventoryFileError(f"{where}: numa_affinity[{i}]={shown(node)} must be a NUMA node number "
-                                         f"0..{MAX_CPU} or null.", hint=_HINT)
+                raise InventoryFileError(
+                    f"{where}: numa_affinity[{i}]={shown(node)} must be a NUMA node number 0..{MAX_CPU} or null.",
+                    hint=_HINT,
+                )
         origin = data.get("origin")
         if origin is not None and (not isinstance(origin, str) or len(origin) > 4096):
-            raise InventoryFileError(f"{where}: origin={shown(origin)} must be a string of at most 4096 characters.",
-                                     hint=_HINT)
+            raise InventoryFileError(
+                f"{where}: origin={shown(origin)} must be a string of at most 4096 characters.", hint=_HINT
+            )
         return cls(gpus=gpus, links=links, cpu_affinity=tuple(cpu), numa_affinity=tuple(numa), origin=origin)
 
     def table(self) -> str:
@@ -261,44 +282,60 @@ class Topology:
         width = max([4] + [len(n) for n in names] + [len(c) for row in cells for c in row])
         cpu = [(self.cpu_affinity[i] if i < len(self.cpu_affinity) else None) or "N/A" for i in range(len(names))]
         cpu_w = max([len("CPU Affinity")] + [len(c) for c in cpu])
-        lines = [" " * first + "  " + "  ".join(n.center(width) for n in names)
-                 + f"  {'CPU Affinity':<{cpu_w}}  NUMA Affinity"]
+        lines = [
+            " " * first
+            + "  "
+            + "  ".join(n.center(width) for n in names)
+            + f"  {'CPU Affinity':<{cpu_w}}  NUMA Affinity"
+        ]
         for i, name in enumerate(names):
             numa = self.numa_affinity[i] if i < len(self.numa_affinity) else None
-            lines.append(f"{name:<{first}}  " + "  ".join(c.center(width) for c in cells[i])
-                         + f"  {cpu[i]:<{cpu_w}}  {'N/A' if numa is None else numa}")
+            lines.append(
+                f"{name:<{first}}  "
+                + "  ".join(c.center(width) for c in cells[i])
+                + f"  {cpu[i]:<{cpu_w}}  {'N/A' if numa is None else numa}"
+            )
         return "\n".join(line.rstrip() for line in lines)
 
 
 def _index_list(value: object, what: str, indices: Sequence[int] | None) -> tuple[int, ...]:
-    if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i <= 1023
-                                              for i in value):
+    if not isinstance(value, list) or not all(
+        isinstance(i, int) and not isinstance(i, bool) and 0 <= i <= 1023 for i in value
+    ):
         raise InventoryFileError(f"{what}={shown(value)} must be a list of NVML indices 0..1023.", hint=_HINT)
     if len(set(value)) != len(value):
         raise InventoryFileError(f"{what}={shown(value)} names a GPU twice.", hint=_HINT)
     if indices is not None:
         missing = [i for i in value if i not in set(indices)]
         if missing:
-            raise InventoryFileError(f"{what} names GPU(s) {missing[:8]} that the inventory lacks; its GPUs: "
-                                     f"{sorted(set(indices))[:16]}.", hint=_HINT)
+            raise InventoryFileError(
+                f"{what} names GPU(s) {missing[:8]} that the inventory lacks; its GPUs: {sorted(set(indices))[:16]}.",
+                hint=_HINT,
+            )
     return tuple(value)
 
 
 def _matrix(value: object, n: int, where: str) -> tuple[tuple[str | None, ...], ...]:
     if not isinstance(value, list) or len(value) != n or not all(isinstance(r, list) and len(r) == n for r in value):
-        raise InventoryFileError(f"{where}: links must be a {n} x {n} list of lists (one row per GPU), got "
-                                 f"{shown(value)}.", hint=_HINT)
-    rows = tuple(tuple(check_code(c, f"{where}: links[{i}][{j}]") for j, c in enumerate(r))
-                 for i, r in enumerate(value))
+        raise InventoryFileError(
+            f"{where}: links must be a {n} x {n} list of lists (one row per GPU), got {shown(value)}.", hint=_HINT
+        )
+    rows = tuple(
+        tuple(check_code(c, f"{where}: links[{i}][{j}]") for j, c in enumerate(r)) for i, r in enumerate(value)
+    )
     for i in range(n):
         if rows[i][i] != "X":
-            raise InventoryFileError(f"{where}: links[{i}][{i}]={shown(rows[i][i])}; a GPU's link to itself is 'X'.",
-                                     hint=_HINT)
+            raise InventoryFileError(
+                f"{where}: links[{i}][{i}]={shown(rows[i][i])}; a GPU's link to itself is 'X'.", hint=_HINT
+            )
         for j in range(i):
             if rows[i][j] == "X" or rows[i][j] != rows[j][i]:
-                raise InventoryFileError(f"{where}: links[{i}][{j}]={shown(rows[i][j])} but links[{j}][{i}]="
-                                         f"{shown(rows[j][i])}; a link is the same both ways and 'X' only on "
-                                         "the diagonal.", hint=_HINT)
+                raise InventoryFileError(
+                    f"{where}: links[{i}][{j}]={shown(rows[i][j])} but links[{j}][{i}]="
+                    f"{shown(rows[j][i])}; a link is the same both ways and 'X' only on "
+                    "the diagonal.",
+                    hint=_HINT,
+                )
     return rows
 
 
@@ -345,9 +382,20 @@ def from_nvml(snap: NvmlSnapshot) -> Topology | None:
         for j in range(len(devices)):
             count = max(direct[i][j], direct[j][i]) + (min(switch[i], switch[j]) if switch[i] and switch[j] else 0)
             level = snap.ancestors[i][j] if i < len(snap.ancestors) and j < len(snap.ancestors[i]) else None
-            row.append("X" if i == j else f"NV{min(count, MAX_NVLINKS)}" if count
-                       else None if level is None else _LEVELS.get(level))
+            row.append(
+                "X"
+                if i == j
+                else f"NV{min(count, MAX_NVLINKS)}"
+                if count
+                else None
+                if level is None
+                else _LEVELS.get(level)
+            )
         links.append(tuple(row))
-    return Topology(gpus=tuple(d.index for d in devices), links=tuple(links),
-                    cpu_affinity=tuple(format_cpus(d.cpu_affinity) if d.cpu_affinity else None for d in devices),
-                    numa_affinity=tuple(d.numa_node for d in devices), origin="nvml")
+    return Topology(
+        gpus=tuple(d.index for d in devices),
+        links=tuple(links),
+        cpu_affinity=tuple(format_cpus(d.cpu_affinity) if d.cpu_affinity else None for d in devices),
+        numa_affinity=tuple(d.numa_node for d in devices),
+        origin="nvml",
+    )

@@ -28,8 +28,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 
-from tfdevices.core.records import record, replace
 from tfdevices.core.errors import EnvVarError
+from tfdevices.core.records import record, replace
 from tfdevices.core.units import is_digits, parse_count, shown
 from tfdevices.gpus.inventory import GpuInfo, Inventory
 
@@ -45,8 +45,10 @@ _INDEX_LIMIT = 1 << 20
 _GPU_UUID = re.compile(r"^GPU-[0-9A-Fa-f][0-9A-Fa-f-]*$")
 _MIG_UUID = re.compile(r"^MIG-(?!GPU-)[0-9A-Fa-f][0-9A-Fa-f-]*$")
 _MIG_LEGACY = re.compile(r"^MIG-(GPU-[0-9A-Fa-f][0-9A-Fa-f-]*)/([0-9]{1,6})/([0-9]{1,6})$")
-_MASK_HINT = ("write indices ('0,2'), GPU-<uuid> or MIG-<uuid> ids separated by commas, "
-              "'' or '-1' to hide every GPU, or unset it to show all")
+_MASK_HINT = (
+    "write indices ('0,2'), GPU-<uuid> or MIG-<uuid> ids separated by commas, "
+    "'' or '-1' to hide every GPU, or unset it to show all"
+)
 
 
 @record
@@ -121,7 +123,8 @@ def parse_device_order(value: str | None) -> str:
     raise EnvVarError(
         f"{ORDER_ENV}={shown(value)}: not a CUDA device order; CUDA knows {', '.join(ORDERS)} "
         "(and would silently use FASTEST_FIRST).",
-        hint=f"export {ORDER_ENV}=PCI_BUS_ID so CUDA numbers GPUs as nvidia-smi does.")
+        hint=f"export {ORDER_ENV}=PCI_BUS_ID so CUDA numbers GPUs as nvidia-smi does.",
+    )
 
 
 def parse_visible_devices(value: str | None) -> tuple[MaskToken, ...] | None:
@@ -149,15 +152,19 @@ def parse_visible_devices(value: str | None) -> tuple[MaskToken, ...] | None:
     if value.strip() in ("", "-1"):
         return ()
     if value.count(",") >= MAX_TOKENS:
-        raise EnvVarError(f"{VISIBLE_ENV}={shown(value)}: {value.count(',') + 1:,} entries; a machine has at most "
-                          f"{MAX_TOKENS} devices.", hint=_MASK_HINT + ".")
+        raise EnvVarError(
+            f"{VISIBLE_ENV}={shown(value)}: {value.count(',') + 1:,} entries; a machine has at most "
+            f"{MAX_TOKENS} devices.",
+            hint=_MASK_HINT + ".",
+        )
     tokens: list[MaskToken] = []
     seen: set[str] = set()
     for position, raw in enumerate(value.split(",")):
         token = _parse_token(value, raw.strip(), position)
         if token.text in seen:
-            raise EnvVarError(f"{VISIBLE_ENV}={shown(value)}: {shown(token.text)} is listed twice.",
-                              hint="list each GPU once.")
+            raise EnvVarError(
+                f"{VISIBLE_ENV}={shown(value)}: {shown(token.text)} is listed twice.", hint="list each GPU once."
+            )
         seen.add(token.text)
         tokens.append(token)
     return tuple(tokens)
@@ -166,26 +173,34 @@ def parse_visible_devices(value: str | None) -> tuple[MaskToken, ...] | None:
 def _parse_token(value: str, text: str, position: int) -> MaskToken:
     where = f"{VISIBLE_ENV}={shown(value)}"
     if text == "":
-        raise EnvVarError(f"{where}: entry {position + 1} is empty (CUDA stops there and hides the rest).",
-                          hint="remove the stray comma.")
+        raise EnvVarError(
+            f"{where}: entry {position + 1} is empty (CUDA stops there and hides the rest).",
+            hint="remove the stray comma.",
+        )
     if is_digits(text):
         index = parse_count(text, limit=_INDEX_LIMIT)
         if index is None:
             raise EnvVarError(f"{where}: {shown(text)} is not a device index CUDA could have.", hint=_MASK_HINT + ".")
         return MaskToken("index", text, index=index)
     if text.startswith("-") and is_digits(text[1:]):
-        raise EnvVarError(f"{where}: {shown(text)} is negative; only a lone '-1' means 'no GPU' "
-                          "(CUDA stops at it and hides what follows).", hint=_MASK_HINT + ".")
+        raise EnvVarError(
+            f"{where}: {shown(text)} is negative; only a lone '-1' means 'no GPU' "
+            "(CUDA stops at it and hides what follows).",
+            hint=_MASK_HINT + ".",
+        )
     if _GPU_UUID.match(text):
         return MaskToken("gpu", text, uuid=text)
     if _MIG_UUID.match(text):
         return MaskToken("mig", text, uuid=text)
     legacy = _MIG_LEGACY.match(text)
     if legacy:
-        return MaskToken("mig-legacy", text, uuid=legacy[1], gpu_instance=int(legacy[2]),
-                         compute_instance=int(legacy[3]))
-    raise EnvVarError(f"{where}: {shown(text)} is neither a GPU index nor a GPU-/MIG- id "
-                      "(CUDA reads only ASCII digits 0-9).", hint=_MASK_HINT + ".")
+        return MaskToken(
+            "mig-legacy", text, uuid=legacy[1], gpu_instance=int(legacy[2]), compute_instance=int(legacy[3])
+        )
+    raise EnvVarError(
+        f"{where}: {shown(text)} is neither a GPU index nor a GPU-/MIG- id (CUDA reads only ASCII digits 0-9).",
+        hint=_MASK_HINT + ".",
+    )
 
 
 def cuda_enumeration(gpus: Sequence[GpuInfo], order: str) -> tuple[tuple[GpuInfo, ...], bool]:
@@ -222,8 +237,13 @@ def cuda_enumeration(gpus: Sequence[GpuInfo], order: str) -> tuple[tuple[GpuInfo
     return tuple(sorted(devices, key=key)), estimated
 
 
-def resolve(gpus: Sequence[GpuInfo], env: Mapping[str, str], *,
-            mig_ids: Mapping[str, MigIds] | None = None, source: str = "NVML") -> Visibility:
+def resolve(
+    gpus: Sequence[GpuInfo],
+    env: Mapping[str, str],
+    *,
+    mig_ids: Mapping[str, MigIds] | None = None,
+    source: str = "NVML",
+) -> Visibility:
     """Gives each GPU its CUDA ordinal and TensorFlow name under ``env``.
 
     Args:
@@ -255,25 +275,29 @@ def resolve(gpus: Sequence[GpuInfo], env: Mapping[str, str], *,
     else:
         chosen = [] if not gpus else _match(tokens, mask_text or "", enumeration, gpus, mig_ids or {}, source)
     ordinal = {g.key: n for n, g in enumerate(chosen)}
-    out = tuple(replace(g, cuda_ordinal=ordinal.get(g.key),
-                                    tf_name=None if g.key not in ordinal else f"/GPU:{ordinal[g.key]}")
-                for g in gpus)
+    out = tuple(
+        replace(g, cuda_ordinal=ordinal.get(g.key), tf_name=None if g.key not in ordinal else f"/GPU:{ordinal[g.key]}")
+        for g in gpus
+    )
     hidden = None
     if enumeration and not chosen:
         count = len(enumeration)
         what = "the GPU is" if count == 1 else f"all {count} GPUs are"
         hidden = f"{what} hidden by {VISIBLE_ENV}={shown(mask_text)}"
-    return Visibility(gpus=out, order=order, enumeration=tuple(g.key for g in enumeration),
-                      notes=notes, hidden_reason=hidden)
+    return Visibility(
+        gpus=out, order=order, enumeration=tuple(g.key for g in enumeration), notes=notes, hidden_reason=hidden
+    )
 
 
 def _notes(gpus: Sequence[GpuInfo], order: str, estimated: bool, raw_order: str | None) -> tuple[str, ...]:
     notes = []
     if estimated:
         setting = "unset" if raw_order is None else f"{raw_order!r}"
-        notes.append(f"{NOTE_PREFIX} estimated: {ORDER_ENV} is {setting} (FASTEST_FIRST) and the GPUs differ, "
-                     "so CUDA numbers them fastest first (guessed here by compute capability, then PCI bus id); "
-                     f"configure() sets {ORDER_ENV}=PCI_BUS_ID so the numbers match nvidia-smi.")
+        notes.append(
+            f"{NOTE_PREFIX} estimated: {ORDER_ENV} is {setting} (FASTEST_FIRST) and the GPUs differ, "
+            "so CUDA numbers them fastest first (guessed here by compute capability, then PCI bus id); "
+            f"configure() sets {ORDER_ENV}=PCI_BUS_ID so the numbers match nvidia-smi."
+        )
     parents = {g.index for g in gpus if g.mig_index is not None}
     for g in gpus:
         if g.mig_index is None and g.index in parents:
@@ -303,8 +327,14 @@ def _first(items: Iterable[str], shown_items: int = 16) -> str:
     return ", ".join(items[:shown_items]) + more
 
 
-def _match(tokens: Sequence[MaskToken], mask: str, enumeration: Sequence[GpuInfo], gpus: Sequence[GpuInfo],
-           mig_ids: Mapping[str, MigIds], source: str) -> list[GpuInfo]:
+def _match(
+    tokens: Sequence[MaskToken],
+    mask: str,
+    enumeration: Sequence[GpuInfo],
+    gpus: Sequence[GpuInfo],
+    mig_ids: Mapping[str, MigIds],
+    source: str,
+) -> list[GpuInfo]:
     where = f"{VISIBLE_ENV}={shown(mask)}"
     exists = _existing(enumeration, source)
     hint = "name GPUs that exist, by CUDA index ('0,2'), GPU-<uuid> or MIG-<uuid>"
@@ -313,51 +343,74 @@ def _match(tokens: Sequence[MaskToken], mask: str, enumeration: Sequence[GpuInfo
     for token in tokens:
         device = _match_one(token, where, enumeration, gpus, mig_ids, exists, hint)
         if device.key in keys:
-            raise EnvVarError(f"{where}: {shown(token.text)} names GPU {device.key} again; {exists}.",
-                              hint="list each GPU once.")
+            raise EnvVarError(
+                f"{where}: {shown(token.text)} names GPU {device.key} again; {exists}.", hint="list each GPU once."
+            )
         keys.add(device.key)
         chosen.append(device)
     return chosen
 
 
-def _match_one(token: MaskToken, where: str, enumeration: Sequence[GpuInfo], gpus: Sequence[GpuInfo],
-               mig_ids: Mapping[str, MigIds], exists: str, hint: str) -> GpuInfo:
+def _match_one(
+    token: MaskToken,
+    where: str,
+    enumeration: Sequence[GpuInfo],
+    gpus: Sequence[GpuInfo],
+    mig_ids: Mapping[str, MigIds],
+    exists: str,
+    hint: str,
+) -> GpuInfo:
     if token.kind == "index":
         if token.index is not None and token.index < len(enumeration):
             return enumeration[token.index]
-        raise EnvVarError(f"{where}: no GPU with CUDA index {token.text}; {exists}.",
-                          hint=f"{hint}; indices count in CUDA's order (set CUDA_DEVICE_ORDER=PCI_BUS_ID "
-                               "to match nvidia-smi).")
+        raise EnvVarError(
+            f"{where}: no GPU with CUDA index {token.text}; {exists}.",
+            hint=f"{hint}; indices count in CUDA's order (set CUDA_DEVICE_ORDER=PCI_BUS_ID to match nvidia-smi).",
+        )
     if token.kind == "mig-legacy":
-        found = [g for g in enumeration if g.key in mig_ids
-                 and mig_ids[g.key].parent_uuid.lower() == (token.uuid or "").lower()
-                 and (mig_ids[g.key].gpu_instance, mig_ids[g.key].compute_instance)
-                 == (token.gpu_instance, token.compute_instance)]
+        found = [
+            g
+            for g in enumeration
+            if g.key in mig_ids
+            and mig_ids[g.key].parent_uuid.lower() == (token.uuid or "").lower()
+            and (mig_ids[g.key].gpu_instance, mig_ids[g.key].compute_instance)
+            == (token.gpu_instance, token.compute_instance)
+        ]
         if len(found) == 1:
             return found[0]
         extra = "" if mig_ids else " (a saved listing does not keep MIG instance ids)"
-        raise EnvVarError(f"{where}: {shown(token.text)} names no MIG instance{extra}; {exists}.",
-                          hint="name MIG instances by their MIG-<uuid> as nvidia-smi -L shows them.")
+        raise EnvVarError(
+            f"{where}: {shown(token.text)} names no MIG instance{extra}; {exists}.",
+            hint="name MIG instances by their MIG-<uuid> as nvidia-smi -L shows them.",
+        )
     prefix = (token.uuid or "").lower()
     pool = [g for g in enumeration if (g.mig_index is None) == (token.kind == "gpu")]
     found = [g for g in pool if g.uuid.lower().startswith(prefix)]
     if len(found) == 1:
         return found[0]
     if len(found) > 1:
-        raise EnvVarError(f"{where}: {shown(token.text)} is a prefix of {len(found)} GPUs' uuids "
-                          f"({', '.join(_label(g) for g in found)}); {exists}.",
-                          hint="write more of the uuid so it names one GPU.")
-    mig_parent = [g for g in gpus if g.mig_index is None and g.uuid.lower().startswith(prefix)
-                  and g.key not in {d.key for d in enumeration}]
+        raise EnvVarError(
+            f"{where}: {shown(token.text)} is a prefix of {len(found)} GPUs' uuids "
+            f"({', '.join(_label(g) for g in found)}); {exists}.",
+            hint="write more of the uuid so it names one GPU.",
+        )
+    mig_parent = [
+        g
+        for g in gpus
+        if g.mig_index is None and g.uuid.lower().startswith(prefix) and g.key not in {d.key for d in enumeration}
+    ]
     if token.kind == "gpu" and mig_parent:
-        raise EnvVarError(f"{where}: {shown(token.text)} is GPU {mig_parent[0].key}, which is in MIG mode; "
-                          f"CUDA sees only its MIG instances; {exists}.",
-                          hint="name its MIG instances by their MIG-<uuid>.")
-    raise EnvVarError(f"{where}: {shown(token.text)} names no GPU; {exists}.", hint=f"{hint} (nvidia-smi -L lists them).")
+        raise EnvVarError(
+            f"{where}: {shown(token.text)} is GPU {mig_parent[0].key}, which is in MIG mode; "
+            f"CUDA sees only its MIG instances; {exists}.",
+            hint="name its MIG instances by their MIG-<uuid>.",
+        )
+    raise EnvVarError(
+        f"{where}: {shown(token.text)} names no GPU; {exists}.", hint=f"{hint} (nvidia-smi -L lists them)."
+    )
 
 
-def apply(inventory: Inventory, env: Mapping[str, str], *,
-          mig_ids: Mapping[str, MigIds] | None = None) -> Inventory:
+def apply(inventory: Inventory, env: Mapping[str, str], *, mig_ids: Mapping[str, MigIds] | None = None) -> Inventory:
     """Recomputes an inventory's CUDA/TF names for the masking in ``env``.
 
     The inventory's earlier visibility notes and "hidden" reason are replaced;
@@ -386,9 +439,14 @@ def apply(inventory: Inventory, env: Mapping[str, str], *,
     reason = inventory.reason
     if inventory.gpus:
         reason = vis.hidden_reason
-    return replace(inventory, gpus=vis.gpus, notes=kept + vis.notes, reason=reason,
-                               cuda_visible_devices=env.get(VISIBLE_ENV),
-                               cuda_device_order=env.get(ORDER_ENV))
+    return replace(
+        inventory,
+        gpus=vis.gpus,
+        notes=kept + vis.notes,
+        reason=reason,
+        cuda_visible_devices=env.get(VISIBLE_ENV),
+        cuda_device_order=env.get(ORDER_ENV),
+    )
 
 
 def mask(gpus: Sequence[GpuInfo | int]) -> str:
@@ -403,8 +461,7 @@ def mask(gpus: Sequence[GpuInfo | int]) -> str:
     """
     if not gpus:
         return HIDE_ALL
-    return ",".join(str(g) if isinstance(g, int) else g.uuid if g.mig_index is not None else str(g.index)
-                    for g in gpus)
+    return ",".join(str(g) if isinstance(g, int) else g.uuid if g.mig_index is not None else str(g.index) for g in gpus)
 
 
 def mask_env(gpus: Sequence[GpuInfo | int]) -> dict[str, str]:

@@ -81,9 +81,11 @@ def best_linked_set(n: int, count: int, link: Callable[[int, int], int], prefer:
             or ``prefer`` has not ``n`` values.
     """
     if not 0 < n <= MAX_CANDIDATES or not 0 < count <= n or len(prefer) != n:
-        raise InputError(f"best_linked_set(n={n}, count={count}, {len(prefer)} preferences): needs "
-                         f"1 <= count <= n <= {MAX_CANDIDATES} and one preference per candidate.",
-                         hint="choose among at most 16 candidates.")
+        raise InputError(
+            f"best_linked_set(n={n}, count={count}, {len(prefer)} preferences): needs "
+            f"1 <= count <= n <= {MAX_CANDIDATES} and one preference per candidate.",
+            hint="choose among at most 16 candidates.",
+        )
     considered = math.comb(n, count)
     if count == 1:
         only = max(range(n), key=lambda i: (prefer[i], -i))
@@ -97,8 +99,9 @@ def best_linked_set(n: int, count: int, link: Callable[[int, int], int], prefer:
     raise AssertionError("unreachable: at the lowest level every set is a clique")  # pragma: no cover
 
 
-def _best_clique(n: int, count: int, adjacent: list[int], ranks: list[list[int]],
-                 prefer: Sequence[float]) -> tuple[int, ...] | None:
+def _best_clique(
+    n: int, count: int, adjacent: list[int], ranks: list[list[int]], prefer: Sequence[float]
+) -> tuple[int, ...] | None:
     """The best clique of ``count`` nodes by (sum of ranks, sum of prefer, lowest positions); ``None``: none."""
     best: list[Any] = [None, None]  # [key, members]
 
@@ -115,11 +118,10 @@ def _best_clique(n: int, count: int, adjacent: list[int], ranks: list[list[int]]
             rest ^= low
             if bin(rest).count("1") + 1 < count - len(members):  # too few nodes left after this one
                 return
-            grow(members + (nxt,), rest & adjacent[nxt], total + sum(ranks[nxt][m] for m in members),
-                 value + prefer[nxt])
+            grow(
+                members + (nxt,), rest & adjacent[nxt], total + sum(ranks[nxt][m] for m in members), value + prefer[nxt]
+            )
 
     grow((), (1 << n) - 1, 0, 0)
     members: tuple[int, ...] | None = best[1]
     return members
-
-

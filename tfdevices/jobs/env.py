@@ -55,7 +55,6 @@ VIRTUAL_DEVICES_ENV = "TFDEVICES_VIRTUAL_DEVICES"  # logical devices per worker,
 _NOT_A_STEP = ("batch", "extern", "interactive", "4294967294", "4294967295", "4294967293")
 
 
-
 @dataclasses.dataclass(frozen=True)
 class LaunchInfo:
     """Who this process is in its job.
@@ -114,15 +113,23 @@ class LaunchInfo:
     def table(self) -> str:
         """A short report: the winner, why, the figures and the variables read."""
         if not self.trains:
-            return "\n".join([f"source: {self.source} ({self.reason})",
-                              f"role: {self.role} {self.role_index} (does not train: no rank)"]
-                             + [f"note: {n}" for n in self.notes])
-        lines = [f"source: {self.source} ({self.reason})",
-                 f"rank {self.rank} of {self.world_size}, local rank {self.local_rank} of "
-                 f"{'?' if self.local_world_size is None else self.local_world_size}"
-                 + ("" if self.node_rank is None else f", node {self.node_rank}")]
+            return "\n".join(
+                [
+                    f"source: {self.source} ({self.reason})",
+                    f"role: {self.role} {self.role_index} (does not train: no rank)",
+                ]
+                + [f"note: {n}" for n in self.notes]
+            )
+        lines = [
+            f"source: {self.source} ({self.reason})",
+            f"rank {self.rank} of {self.world_size}, local rank {self.local_rank} of "
+            f"{'?' if self.local_world_size is None else self.local_world_size}"
+            + ("" if self.node_rank is None else f", node {self.node_rank}"),
+        ]
         if self.nodes:
-            shown_nodes = ",".join(self.nodes[:16]) + (f",... ({len(self.nodes):,} in all)" if len(self.nodes) > 16 else "")
+            shown_nodes = ",".join(self.nodes[:16]) + (
+                f",... ({len(self.nodes):,} in all)" if len(self.nodes) > 16 else ""
+            )
             lines.append("nodes: " + shown_nodes)
         if self.gpus is not None:
             lines.append(f"allocated GPUs: {join_indices(self.gpus)} (from {self.gpus_variable})")
@@ -165,8 +172,13 @@ def launch_info(env: Mapping[str, str] | None = None) -> LaunchInfo:
     """
     ray_info = _from_ray() if env is None else None
     env = os.environ if env is None else env
-    readers = (("TF_CONFIG", _from_tf_config), ("OMPI", _from_ompi), ("PMI", _from_pmi),
-               ("ENV", _from_generic), ("SLURM", _from_slurm))
+    readers = (
+        ("TF_CONFIG", _from_tf_config),
+        ("OMPI", _from_ompi),
+        ("PMI", _from_pmi),
+        ("ENV", _from_generic),
+        ("SLURM", _from_slurm),
+    )
     present = [name for name, _ in readers if _present(name, env)]
     info = LaunchInfo()
     for name, reader in readers:
@@ -183,11 +195,13 @@ def launch_info(env: Mapping[str, str] | None = None) -> LaunchInfo:
     if ray_info is not None:  # Ray Train's worker: Ray's own context wins (its backend wrote TF_CONFIG)
         info = dataclasses.replace(ray_info, tf_config=info.tf_config)
         ignored = tuple(n for n in present if n != "TF_CONFIG")
-    return dataclasses.replace(info, gpus=gpus, gpus_variable=gpu_var, assigned_gpus=assigned,
-                               ignored=ignored, notes=info.notes + gpu_notes)
+    return dataclasses.replace(
+        info, gpus=gpus, gpus_variable=gpu_var, assigned_gpus=assigned, ignored=ignored, notes=info.notes + gpu_notes
+    )
 
 
 # ---------------------------------------------------------------- sources
+
 
 def _present(name: str, env: Mapping[str, str]) -> bool:
     if name == "TF_CONFIG":
@@ -203,9 +217,9 @@ def _present(name: str, env: Mapping[str, str]) -> bool:
 
 _ROLES = {
     "evaluator": "an evaluator: it does not train, it evaluates the checkpoints the training tasks write "
-                 "(build_strategy('auto') gives it a one-device strategy on its own GPU)",
+    "(build_strategy('auto') gives it a one-device strategy on its own GPU)",
     "ps": "a parameter server: it does not train, it holds variables for ParameterServerStrategy, which "
-          "Keras 3 does not support (tf_keras does)",
+    "Keras 3 does not support (tf_keras does)",
 }
 
 
@@ -225,83 +239,152 @@ def _from_ray() -> LaunchInfo | None:
         return None
     if not 0 <= rank < world or not 0 <= local < local_size:
         return None
-    return LaunchInfo(rank=rank, world_size=world, local_rank=local, local_world_size=local_size, node_rank=node,
-                      source="ray", reason=f"Ray Train's context names this process worker {rank} of {world} "
-                                           f"(local {local} of {local_size} on node {node})")
+    return LaunchInfo(
+        rank=rank,
+        world_size=world,
+        local_rank=local,
+        local_world_size=local_size,
+        node_rank=node,
+        source="ray",
+        reason=f"Ray Train's context names this process worker {rank} of {world} "
+        f"(local {local} of {local_size} on node {node})",
+    )
 
 
 def _from_tf_config(env: Mapping[str, str]) -> LaunchInfo:
     cfg = parse_tf_config(env[TF_CONFIG])
     if cfg is not None and cfg.task_type in _ROLES:
-        return LaunchInfo(world_size=1, local_world_size=1, source="TF_CONFIG", role=cfg.task_type,
-                          role_index=cfg.task_index,
-                          reason=f"TF_CONFIG names this process {cfg.task_type} {cfg.task_index}: "
-                                 f"{_ROLES[cfg.task_type]}",
-                          variables=((TF_CONFIG, env[TF_CONFIG]),), tf_config=cfg)
+        return LaunchInfo(
+            world_size=1,
+            local_world_size=1,
+            source="TF_CONFIG",
+            role=cfg.task_type,
+            role_index=cfg.task_index,
+            reason=f"TF_CONFIG names this process {cfg.task_type} {cfg.task_index}: {_ROLES[cfg.task_type]}",
+            variables=((TF_CONFIG, env[TF_CONFIG]),),
+            tf_config=cfg,
+        )
     if cfg is None or cfg.rank is None:
-        raise LaunchError(f"TF_CONFIG: task type {cfg and cfg.task_type!r} is not a training process, "
-                          "so it has no rank.",
-                          hint="launch_info describes chief, worker, evaluator and ps tasks.")
+        raise LaunchError(
+            f"TF_CONFIG: task type {cfg and cfg.task_type!r} is not a training process, so it has no rank.",
+            hint="launch_info describes chief, worker, evaluator and ps tasks.",
+        )
     hosts = [a.rpartition(":")[0] for job in ("chief", "worker") for a in cfg.cluster.get(job, ())]
     me = hosts[cfg.rank]
     nodes = tuple(dict.fromkeys(hosts))
     local = [i for i, h in enumerate(hosts) if h == me]
     return LaunchInfo(
-        rank=cfg.rank, world_size=cfg.num_workers, local_rank=local.index(cfg.rank),
-        local_world_size=len(local), node_rank=nodes.index(me), nodes=nodes, source="TF_CONFIG",
-        role=cfg.task_type, role_index=cfg.task_index,
+        rank=cfg.rank,
+        world_size=cfg.num_workers,
+        local_rank=local.index(cfg.rank),
+        local_world_size=len(local),
+        node_rank=nodes.index(me),
+        nodes=nodes,
+        source="TF_CONFIG",
+        role=cfg.task_type,
+        role_index=cfg.task_index,
         reason=f"TF_CONFIG names this process {cfg.task_type} {cfg.task_index} of a "
-               f"{cfg.num_workers}-process cluster; local ranks count the tasks on host {me!r}",
-        variables=((TF_CONFIG, env[TF_CONFIG]),), tf_config=cfg)
+        f"{cfg.num_workers}-process cluster; local ranks count the tasks on host {me!r}",
+        variables=((TF_CONFIG, env[TF_CONFIG]),),
+        tf_config=cfg,
+    )
 
 
 def _from_ompi(env: Mapping[str, str]) -> LaunchInfo:
     p = "OMPI_COMM_WORLD_"
-    return _ranked("OMPI", env, f"{p}RANK", f"{p}SIZE", f"{p}LOCAL_RANK", f"{p}LOCAL_SIZE", None,
-                   "Open MPI's mpirun set OMPI_COMM_WORLD_RANK")
+    return _ranked(
+        "OMPI",
+        env,
+        f"{p}RANK",
+        f"{p}SIZE",
+        f"{p}LOCAL_RANK",
+        f"{p}LOCAL_SIZE",
+        None,
+        "Open MPI's mpirun set OMPI_COMM_WORLD_RANK",
+    )
 
 
 def _from_pmi(env: Mapping[str, str]) -> LaunchInfo:
-    return _ranked("PMI", env, "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", None,
-                   "a PMI launcher (MPICH, Intel MPI, srun --mpi=pmi2) set PMI_RANK")
+    return _ranked(
+        "PMI",
+        env,
+        "PMI_RANK",
+        "PMI_SIZE",
+        "MPI_LOCALRANKID",
+        "MPI_LOCALNRANKS",
+        None,
+        "a PMI launcher (MPICH, Intel MPI, srun --mpi=pmi2) set PMI_RANK",
+    )
 
 
 def _from_generic(env: Mapping[str, str]) -> LaunchInfo:
     node = "GROUP_RANK" if "GROUP_RANK" in env else "NODE_RANK"
-    return _ranked("ENV", env, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", node,
-                   "RANK/WORLD_SIZE are set (a torchrun-style launcher)")
+    return _ranked(
+        "ENV",
+        env,
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE",
+        node,
+        "RANK/WORLD_SIZE are set (a torchrun-style launcher)",
+    )
 
 
-def _ranked(source: str, env: Mapping[str, str], rank_var: str, size_var: str, local_var: str,
-            local_size_var: str, node_var: str | None, reason: str) -> LaunchInfo:
+def _ranked(
+    source: str,
+    env: Mapping[str, str],
+    rank_var: str,
+    size_var: str,
+    local_var: str,
+    local_size_var: str,
+    node_var: str | None,
+    reason: str,
+) -> LaunchInfo:
     for needed in (rank_var, size_var):
         if needed not in env:
             given = [v for v in (rank_var, size_var, local_var) if v in env]
-            raise LaunchError(f"{needed} is not set, but {', '.join(f'{v}={env[v]}' for v in given)} is: "
-                              f"{source} rank information is incomplete.",
-                              hint=f"set both {rank_var} and {size_var}, or neither.")
+            raise LaunchError(
+                f"{needed} is not set, but {', '.join(f'{v}={env[v]}' for v in given)} is: "
+                f"{source} rank information is incomplete.",
+                hint=f"set both {rank_var} and {size_var}, or neither.",
+            )
     size = _int(env, size_var, minimum=1)
     rank = _int(env, rank_var)
     _check_below(rank_var, rank, size_var, size)
     local_size = _int(env, local_size_var, minimum=1) if local_size_var in env else None
     if local_size is not None and local_size > size:
-        raise LaunchError(f"{local_size_var}={local_size} is larger than {size_var}={size}.",
-                          hint=f"{local_size_var} counts the processes on this machine, at most {size_var}.")
+        raise LaunchError(
+            f"{local_size_var}={local_size} is larger than {size_var}={size}.",
+            hint=f"{local_size_var} counts the processes on this machine, at most {size_var}.",
+        )
     local = _int(env, local_var) if local_var in env else (rank if size == 1 or local_size == size else None)
     notes: tuple[str, ...] = ()
     if local is None:
-        local, notes = 0, ((f"{local_var} is not set: local rank 0 assumed; set it when several "
-                            "processes share a machine."),)
+        local, notes = (
+            0,
+            ((f"{local_var} is not set: local rank 0 assumed; set it when several processes share a machine."),),
+        )
     if local_size is not None:
         _check_below(local_var, local, local_size_var, local_size)
     if local > rank:
-        raise LaunchError(f"{local_var}={local} is larger than {rank_var}={rank}.",
-                          hint="a local rank counts processes on this machine, so it cannot exceed the global rank.")
+        raise LaunchError(
+            f"{local_var}={local} is larger than {rank_var}={rank}.",
+            hint="a local rank counts processes on this machine, so it cannot exceed the global rank.",
+        )
     node = _int(env, node_var) if node_var and node_var in env else None
     names = [v for v in (rank_var, size_var, local_var, local_size_var, node_var) if v and v in env]
-    return LaunchInfo(rank=rank, world_size=size, local_rank=local, local_world_size=local_size,
-                      node_rank=node, source=source, reason=reason,
-                      variables=tuple((v, env[v]) for v in names), notes=notes)
+    return LaunchInfo(
+        rank=rank,
+        world_size=size,
+        local_rank=local,
+        local_world_size=local_size,
+        node_rank=node,
+        source=source,
+        reason=reason,
+        variables=tuple((v, env[v]) for v in names),
+        notes=notes,
+    )
 
 
 def _from_slurm(env: Mapping[str, str]) -> LaunchInfo:
@@ -310,13 +393,16 @@ def _from_slurm(env: Mapping[str, str]) -> LaunchInfo:
         return LaunchInfo(
             source="none",
             reason="SLURM_PROCID is set but this is a SLURM batch script, not a job step "
-                   f"(SLURM_STEP_ID={'unset' if step is None else step}): a single process",
+            f"(SLURM_STEP_ID={'unset' if step is None else step}): a single process",
             variables=tuple((v, env[v]) for v in ("SLURM_PROCID", "SLURM_STEP_ID") if v in env),
-            notes=("start one process per task with 'srun python train.py'.",))
+            notes=("start one process per task with 'srun python train.py'.",),
+        )
     size_var = "SLURM_STEP_NUM_TASKS" if "SLURM_STEP_NUM_TASKS" in env else "SLURM_NTASKS"
     if size_var not in env:
-        raise LaunchError("SLURM_PROCID is set but neither SLURM_STEP_NUM_TASKS nor SLURM_NTASKS is.",
-                          hint="run the script with srun, which sets them.")
+        raise LaunchError(
+            "SLURM_PROCID is set but neither SLURM_STEP_NUM_TASKS nor SLURM_NTASKS is.",
+            hint="run the script with srun, which sets them.",
+        )
     size = _int(env, size_var, minimum=1)
     rank = _int(env, "SLURM_PROCID")
     _check_below("SLURM_PROCID", rank, size_var, size)
@@ -331,30 +417,51 @@ def _from_slurm(env: Mapping[str, str]) -> LaunchInfo:
     if local is None:
         raise LaunchError("SLURM_PROCID is set but SLURM_LOCALID is not.", hint="run the script with srun.")
     if local_size is not None:
-        _check_below("SLURM_LOCALID", local, tasks_var or size_var, local_size,
-                     what=f"{local_size} task(s) on node {node}")
+        _check_below(
+            "SLURM_LOCALID", local, tasks_var or size_var, local_size, what=f"{local_size} task(s) on node {node}"
+        )
     if local > rank:
-        raise LaunchError(f"SLURM_LOCALID={local} is larger than SLURM_PROCID={rank}.",
-                          hint="SLURM_LOCALID counts tasks on this node, so it cannot exceed SLURM_PROCID.")
+        raise LaunchError(
+            f"SLURM_LOCALID={local} is larger than SLURM_PROCID={rank}.",
+            hint="SLURM_LOCALID counts tasks on this node, so it cannot exceed SLURM_PROCID.",
+        )
     names = ("SLURM_PROCID", "SLURM_LOCALID", size_var, "SLURM_NODEID", node_var, tasks_var, "SLURM_STEP_ID")
-    return LaunchInfo(rank=rank, world_size=size, local_rank=local, local_world_size=local_size,
-                      node_rank=node, nodes=nodes, source="SLURM",
-                      reason=f"srun started this process as task {rank} of job step {step}",
-                      variables=tuple((v, env[v]) for v in names if v and v in env))
+    return LaunchInfo(
+        rank=rank,
+        world_size=size,
+        local_rank=local,
+        local_world_size=local_size,
+        node_rank=node,
+        nodes=nodes,
+        source="SLURM",
+        reason=f"srun started this process as task {rank} of job step {step}",
+        variables=tuple((v, env[v]) for v in names if v and v in env),
+    )
 
 
-def _slurm_local_size(env: Mapping[str, str], tasks_var: str | None, size_var: str, size: int,
-                      nodes: tuple[str, ...], node_var: str | None, node: int | None) -> int | None:
+def _slurm_local_size(
+    env: Mapping[str, str],
+    tasks_var: str | None,
+    size_var: str,
+    size: int,
+    nodes: tuple[str, ...],
+    node_var: str | None,
+    node: int | None,
+) -> int | None:
     if tasks_var is None:
         return size if len(nodes) == 1 else None
     per_node = expand_tasks_per_node(env[tasks_var], variable=tasks_var)
     if sum(per_node) != size:
-        raise LaunchError(f"{tasks_var}={shown(env[tasks_var])} adds up to {sum(per_node)} tasks, but "
-                          f"{size_var}={size}.", hint="these come from the same srun; check the job script.")
+        raise LaunchError(
+            f"{tasks_var}={shown(env[tasks_var])} adds up to {sum(per_node)} tasks, but {size_var}={size}.",
+            hint="these come from the same srun; check the job script.",
+        )
     if nodes and len(per_node) != len(nodes):
-        raise LaunchError(f"{tasks_var}={shown(env[tasks_var])} describes {len(per_node)} node(s), but "
-                          f"{node_var}={shown(env[node_var or ''])} has {len(nodes)}.",
-                          hint="these come from the same srun; check the job script.")
+        raise LaunchError(
+            f"{tasks_var}={shown(env[tasks_var])} describes {len(per_node)} node(s), but "
+            f"{node_var}={shown(env[node_var or ''])} has {len(nodes)}.",
+            hint="these come from the same srun; check the job script.",
+        )
     if node is None:
         return per_node[0] if len(per_node) == 1 else None
     _check_below("SLURM_NODEID", node, tasks_var, len(per_node), what=f"{len(per_node)} node(s)")
@@ -364,24 +471,31 @@ def _slurm_local_size(env: Mapping[str, str], tasks_var: str | None, size_var: s
 def _cross_check_generic(info: LaunchInfo, env: Mapping[str, str]) -> None:
     for var, value in (("RANK", info.rank), ("WORLD_SIZE", info.world_size), ("LOCAL_RANK", info.local_rank)):
         if var in env and _int(env, var) != value:
-            raise LaunchError(f"{var}={env[var]} contradicts TF_CONFIG, which makes this process "
-                              f"{var.lower().replace('_', ' ')} {value}.",
-                              hint=f"unset {var}, or fix TF_CONFIG; both describe the same process.")
+            raise LaunchError(
+                f"{var}={env[var]} contradicts TF_CONFIG, which makes this process "
+                f"{var.lower().replace('_', ' ')} {value}.",
+                hint=f"unset {var}, or fix TF_CONFIG; both describe the same process.",
+            )
 
 
 # ---------------------------------------------------------------- parsers
+
 
 def _int(env: Mapping[str, str], name: str, *, minimum: int = 0) -> int:
     value = env[name]
     number = parse_count(value.strip(), limit=MAX_RANK)
     if number is None or number < minimum:
-        raise LaunchError(f"{name}={shown(value)} is not a whole number >= {minimum} "
-                          f"(ASCII digits, at most {MAX_RANK:,}).", hint=f"set {name} to a number such as {minimum}, or unset it.")
+        raise LaunchError(
+            f"{name}={shown(value)} is not a whole number >= {minimum} (ASCII digits, at most {MAX_RANK:,}).",
+            hint=f"set {name} to a number such as {minimum}, or unset it.",
+        )
     return number
 
 
 def _check_below(name: str, value: int, limit_name: str, limit: int, *, what: str | None = None) -> None:
     if value >= limit:
         described = what or f"{limit_name}={limit}"
-        raise LaunchError(f"{name}={value} is out of range for {described} (ranks 0..{limit - 1}).",
-                          hint=f"set {name} to 0..{limit - 1}, or fix {limit_name}.")
+        raise LaunchError(
+            f"{name}={value} is out of range for {described} (ranks 0..{limit - 1}).",
+            hint=f"set {name} to 0..{limit - 1}, or fix {limit_name}.",
+        )

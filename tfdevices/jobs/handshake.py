@@ -47,11 +47,20 @@ KINDS = {
 }
 
 #: The same, in the one-line count at the end of a rendezvous.
-SHORT = {"closed": "closed at once", "http": "HTTP", "garbage": "malformed", "long": "too long", "slow": "too slow",
-         "job": "another job", "token": "no or wrong token", "taken": "rank taken", "busy": "too many"}
+SHORT = {
+    "closed": "closed at once",
+    "http": "HTTP",
+    "garbage": "malformed",
+    "long": "too long",
+    "slow": "too slow",
+    "job": "another job",
+    "token": "no or wrong token",
+    "taken": "rank taken",
+    "busy": "too many",
+}
 
 
-class Stray(Exception):
+class Stray(Exception):  # noqa: N818 (a stray connection, not an error of the program)
     """A connection that is not (or not yet) a launcher of this job; ``kind`` is a key of :data:`KINDS`."""
 
     def __init__(self, kind: str) -> None:
@@ -59,7 +68,7 @@ class Stray(Exception):
         self.kind = kind
 
 
-class Stopped(Exception):
+class Stopped(Exception):  # noqa: N818 (a signal came: the launcher stops, no error)
     """The launcher got a signal while it waited: it stops at once."""
 
 
@@ -101,7 +110,7 @@ class LineReader:
             self.sock.settimeout(min(poll, deadline - now))
             try:
                 data = self.sock.recv(1 << 16)
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError:
                 data = b""
@@ -138,8 +147,9 @@ def send(sock: socket.socket, message: Mapping[str, Any]) -> bool:
 # --------------------------------------------------------------------------- identity and secret
 
 
-def rdzv_id(explicit: str | None, env: Mapping[str, str], command: Sequence[str], nnodes: int,
-            port: int) -> tuple[str, str]:
+def rdzv_id(
+    explicit: str | None, env: Mapping[str, str], command: Sequence[str], nnodes: int, port: int
+) -> tuple[str, str]:
     """The job's rendezvous id and where it came from (for messages, which never show it).
 
     >>> rdzv_id("exp7", {}, ["python", "train.py"], 2, 29400)
@@ -169,12 +179,15 @@ def read_token(path: str | None, env: Mapping[str, str]) -> bytes | None:
             with open(path, "rb") as f:
                 token = f.read(MAX_LINE).strip()
         except OSError as err:
-            raise LaunchError(f"--rdzv-token-file {shown(path)}: cannot read it ({err.strerror}).",
-                              hint="name a file holding the job's secret, readable on every machine.") from None
+            raise LaunchError(
+                f"--rdzv-token-file {shown(path)}: cannot read it ({err.strerror}).",
+                hint="name a file holding the job's secret, readable on every machine.",
+            ) from None
         if not token:
-            raise LaunchError(f"--rdzv-token-file {shown(path)} is empty.",
-                              hint="write a secret into it, e.g. python -c 'import secrets; "
-                                   "print(secrets.token_hex(32))' > FILE.")
+            raise LaunchError(
+                f"--rdzv-token-file {shown(path)} is empty.",
+                hint="write a secret into it, e.g. python -c 'import secrets; print(secrets.token_hex(32))' > FILE.",
+            )
         return token
     if TOKEN_ENV in env:
         token = env[TOKEN_ENV].strip().encode()
@@ -190,6 +203,7 @@ def job_hash(rdzv: str) -> str:
 
 
 def nonce() -> str:
+    """A fresh 128-bit challenge, hex: what a proof is bound to, so a recorded one cannot be replayed."""
     return secrets.token_hex(16)
 
 
@@ -219,12 +233,13 @@ class Strays:
         self.counts: dict[str, int] = {}
 
     def drop(self, kind: str, where: str) -> None:
+        """Counts one dropped connection of ``kind`` from ``where``; says it when it is the first of its kind."""
         self.counts[kind] = self.counts.get(kind, 0) + 1
         if self.counts[kind] == 1:
-            self.say(f"rendezvous: dropped a connection from {where}: {KINDS[kind]} "
-                     "(more of this kind are counted)")
+            self.say(f"rendezvous: dropped a connection from {where}: {KINDS[kind]} (more of this kind are counted)")
 
     def summary(self) -> str | None:
+        """One line of every dropped connection by kind, ``None`` when there was none."""
         if not self.counts:
             return None
         parts = ", ".join(f"{n} {SHORT[kind]}" for kind, n in self.counts.items())
@@ -239,5 +254,20 @@ def where(sock: socket.socket) -> str:
         return "a closed connection"
 
 
-__all__ = ["HELLO_TIMEOUT", "KINDS", "MAX_LINE", "TOKEN_ENV", "LineReader", "Stopped", "Stray", "Strays",
-           "job_hash", "nonce", "proof", "proven", "rdzv_id", "read_token", "send"]
+__all__ = [
+    "HELLO_TIMEOUT",
+    "KINDS",
+    "MAX_LINE",
+    "TOKEN_ENV",
+    "LineReader",
+    "Stopped",
+    "Stray",
+    "Strays",
+    "job_hash",
+    "nonce",
+    "proof",
+    "proven",
+    "rdzv_id",
+    "read_token",
+    "send",
+]

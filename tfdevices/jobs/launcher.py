@@ -76,12 +76,12 @@ from tfdevices.gpus.selection import select
 from tfdevices.gpus.topology import format_cpus
 from tfdevices.jobs.env import RANK_GPUS, VIRTUAL_DEVICES_ENV, LaunchInfo
 from tfdevices.jobs.handshake import TOKEN_ENV, Stopped, rdzv_id, read_token
-from tfdevices.jobs.rendezvous import MASTER_PORT, MAX_WORKERS, NodeJob, Nodes, free_ports, rendezvous
-from tfdevices.jobs.watchdog import Watchdog
-from tfdevices.jobs.workersite import worker_site
 from tfdevices.jobs.output import PROGRESS, Console, Record, Splitter
 from tfdevices.jobs.ranks import cpu_binding, plan_ranks
+from tfdevices.jobs.rendezvous import MASTER_PORT, MAX_WORKERS, NodeJob, Nodes, free_ports, rendezvous
 from tfdevices.jobs.tfconfig import make_tf_config
+from tfdevices.jobs.watchdog import Watchdog
+from tfdevices.jobs.workersite import worker_site
 
 RESTART_ENV = "TFDEVICES_RESTART"
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -142,18 +142,30 @@ process of its own. HINT: use at most -n 32 (4 per core), or pass --oversubscrib
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise LaunchError(f"-n {shown(n)}: the number of workers must be a whole number >= 1.", hint="e.g. -n 2.")
     if n > MAX_WORKERS:
-        raise LaunchError(f"-n {shown(n)}: at most {MAX_WORKERS} workers per machine.",
-                          hint="spread a bigger job over machines with --nnodes, or under SLURM.")
+        raise LaunchError(
+            f"-n {shown(n)}: at most {MAX_WORKERS} workers per machine.",
+            hint="spread a bigger job over machines with --nnodes, or under SLURM.",
+        )
     if cpus is not None and n > WORKERS_PER_CORE * cpus and not oversubscribe:
-        raise LaunchError(f"-n {n}: this machine has {cpus} CPU cores, and each worker is a TensorFlow process "
-                          "of its own.", hint=f"use at most -n {WORKERS_PER_CORE * cpus} ({WORKERS_PER_CORE} per "
-                                              "core), or pass --oversubscribe to start more anyway.")
+        raise LaunchError(
+            f"-n {n}: this machine has {cpus} CPU cores, and each worker is a TensorFlow process of its own.",
+            hint=f"use at most -n {WORKERS_PER_CORE * cpus} ({WORKERS_PER_CORE} per "
+            "core), or pass --oversubscribe to start more anyway.",
+        )
     return n
 
 
-def plan_workers(n: int, ports: Sequence[int], gpus: object = (), *, share: bool = False,
-                 virtual_devices: int | None = None, restart: int = 0, host: str = "127.0.0.1",
-                 job: NodeJob | None = None) -> tuple[WorkerPlan, ...]:
+def plan_workers(
+    n: int,
+    ports: Sequence[int],
+    gpus: object = (),
+    *,
+    share: bool = False,
+    virtual_devices: int | None = None,
+    restart: int = 0,
+    host: str = "127.0.0.1",
+    job: NodeJob | None = None,
+) -> tuple[WorkerPlan, ...]:
     """Plans this machine's N workers (pure; linear in N).
 
     Args:
@@ -179,20 +191,26 @@ def plan_workers(n: int, ports: Sequence[int], gpus: object = (), *, share: bool
     """
     check_worker_count(n, cpus=None)
     if len(ports) != n or len(set(ports)) != n:
-        raise LaunchError(f"{n} workers need {n} distinct ports, got {shown(list(ports))}.",
-                          hint="use free_ports(n).")
+        raise LaunchError(f"{n} workers need {n} distinct ports, got {shown(list(ports))}.", hint="use free_ports(n).")
     if job is None:
         job = NodeJob(tuple(f"{host}:{p}" for p in ports), 0)
     world = len(job.addresses)
     text = make_tf_config(job.addresses, job.first_rank)  # validates the cluster once; each rank's
-    head = text[:text.rindex('"index": ') + len('"index": ')]  # TF_CONFIG is then this prefix + its index
+    head = text[: text.rindex('"index": ') + len('"index": ')]  # TF_CONFIG is then this prefix + its index
     info = LaunchInfo(world_size=world, local_world_size=n, source="launcher", reason="tfdevices launch")
     assignments = _assignments(info, gpus, n, share)
     plans = []
     for local in range(n):
         rank = job.first_rank + local
-        env = {"RANK": str(rank), "LOCAL_RANK": str(local), "WORLD_SIZE": str(world), "LOCAL_WORLD_SIZE": str(n),
-               RESTART_ENV: str(restart), "PYTHONUNBUFFERED": "1", **assignments[local].env()}
+        env = {
+            "RANK": str(rank),
+            "LOCAL_RANK": str(local),
+            "WORLD_SIZE": str(world),
+            "LOCAL_WORLD_SIZE": str(n),
+            RESTART_ENV: str(restart),
+            "PYTHONUNBUFFERED": "1",
+            **assignments[local].env(),
+        }
         if virtual_devices is not None:
             env[VIRTUAL_DEVICES_ENV] = str(virtual_devices)
         plans.append(WorkerPlan(rank, job.addresses[rank], assignments[local].gpus, _WorkerEnv(env, head, rank), local))
@@ -201,7 +219,8 @@ def plan_workers(n: int, ports: Sequence[int], gpus: object = (), *, share: bool
 
 class _WorkerEnv(Mapping[str, str]):
     """A worker's variables; its ``TF_CONFIG`` (every worker's address: N x N text for N workers) is
-    written when read, at the worker's start, so planning stays linear in N."""
+    written when read, at the worker's start, so planning stays linear in N.
+    """
 
     def __init__(self, env: dict[str, str], head: str, rank: int) -> None:
         self._env, self._head, self._rank = env, head, rank
@@ -236,47 +255,76 @@ USAGE = "tfdevices launch -n N [--gpus SPEC] [--max-restarts K] [--log-dir DIR] 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Adds the options of ``tfdevices launch`` to ``parser`` (the CLI's ``launch`` subcommand)."""
     parser.add_argument("-n", "--num-workers", type=int, required=True, help="worker processes on this machine")
-    parser.add_argument("--gpus", default="all",
-                        help="GPUs to spread over the workers: 'all' (default), 'none', 'auto:N', '0,2'")
+    parser.add_argument(
+        "--gpus", default="all", help="GPUs to spread over the workers: 'all' (default), 'none', 'auto:N', '0,2'"
+    )
     parser.add_argument("--share", action="store_true", help="allow more workers than GPUs (they share GPUs)")
-    parser.add_argument("--oversubscribe", action="store_true",
-                        help=f"allow more than {WORKERS_PER_CORE} workers per CPU core (at most {MAX_WORKERS})")
-    parser.add_argument("--max-restarts", type=int, default=0,
-                        help="restart the whole job up to K times after a failure")
-    parser.add_argument("--virtual-devices", type=int, default=None,
-                        help="logical devices per worker (sets TFDEVICES_VIRTUAL_DEVICES; "
-                             "see tfdevices.runtime.configure_worker)")
+    parser.add_argument(
+        "--oversubscribe",
+        action="store_true",
+        help=f"allow more than {WORKERS_PER_CORE} workers per CPU core (at most {MAX_WORKERS})",
+    )
+    parser.add_argument(
+        "--max-restarts", type=int, default=0, help="restart the whole job up to K times after a failure"
+    )
+    parser.add_argument(
+        "--virtual-devices",
+        type=int,
+        default=None,
+        help="logical devices per worker (sets TFDEVICES_VIRTUAL_DEVICES; see tfdevices.runtime.configure_worker)",
+    )
     out = parser.add_argument_group("output")
-    out.add_argument("--log-dir", default=None,
-                     help="keep each rank's output in DIR/rank{R}.log; the console shows rank 0 only")
+    out.add_argument(
+        "--log-dir", default=None, help="keep each rank's output in DIR/rank{R}.log; the console shows rank 0 only"
+    )
     out.add_argument("--tee", action="store_true", help="with --log-dir: show every rank on the console too")
-    out.add_argument("--all-ranks", action="store_true",
-                     help="show every rank's progress bars and repeated warnings (default: rank 0's progress, "
-                          "a warning every rank prints the same once)")
+    out.add_argument(
+        "--all-ranks",
+        action="store_true",
+        help="show every rank's progress bars and repeated warnings (default: rank 0's progress, "
+        "a warning every rank prints the same once)",
+    )
     out.add_argument("--tf-logs", action="store_true", help="show TensorFlow's C++ log lines (hidden by default)")
-    parser.add_argument("--no-mend", action="store_true",
-                        help="leave Keras 3 model.fit as it is in the workers (by default it is mended for "
-                             "MultiWorkerMirroredStrategy, keras-team/keras#20585, with no change to the script)")
+    parser.add_argument(
+        "--no-mend",
+        action="store_true",
+        help="leave Keras 3 model.fit as it is in the workers (by default it is mended for "
+        "MultiWorkerMirroredStrategy, keras-team/keras#20585, with no change to the script)",
+    )
     nodes = parser.add_argument_group("many machines (no scheduler)")
     nodes.add_argument("--nnodes", type=int, default=1, help="machines in the job, one launcher each")
     nodes.add_argument("--node-rank", type=int, default=0, help="this machine's place, 0 .. nnodes-1")
     nodes.add_argument("--master-addr", default=None, help="the address of the machine with --node-rank 0")
-    nodes.add_argument("--master-port", type=int, default=MASTER_PORT,
-                       help=f"the port the launchers meet on (default {MASTER_PORT})")
-    nodes.add_argument("--node-addr", default=None,
-                       help="the address other machines reach this one's workers at (default: the one "
-                            "that reaches the master)")
-    nodes.add_argument("--rdzv-timeout", type=float, default=300.0,
-                       help="seconds to wait for every launcher to join (default 300)")
-    nodes.add_argument("--rdzv-id", default=None,
-                       help="the job's name at the rendezvous: launchers of another job are refused (default: "
-                            "SLURM's job id, else derived from the command, --nnodes and --master-port)")
-    nodes.add_argument("--rdzv-token-file", default=None,
-                       help=f"a file holding the job's shared secret (default: ${TOKEN_ENV}, when set): "
-                            "launchers without it are refused; it never crosses the network")
-    parser.add_argument("--cpu-affinity", choices=("numa", "none"), default=None,
-                        help="numa: bind each worker to the CPUs of its GPU's NUMA node (default where the "
-                             "topology is known and has several nodes); none: leave CPUs alone")
+    nodes.add_argument(
+        "--master-port", type=int, default=MASTER_PORT, help=f"the port the launchers meet on (default {MASTER_PORT})"
+    )
+    nodes.add_argument(
+        "--node-addr",
+        default=None,
+        help="the address other machines reach this one's workers at (default: the one that reaches the master)",
+    )
+    nodes.add_argument(
+        "--rdzv-timeout", type=float, default=300.0, help="seconds to wait for every launcher to join (default 300)"
+    )
+    nodes.add_argument(
+        "--rdzv-id",
+        default=None,
+        help="the job's name at the rendezvous: launchers of another job are refused (default: "
+        "SLURM's job id, else derived from the command, --nnodes and --master-port)",
+    )
+    nodes.add_argument(
+        "--rdzv-token-file",
+        default=None,
+        help=f"a file holding the job's shared secret (default: ${TOKEN_ENV}, when set): "
+        "launchers without it are refused; it never crosses the network",
+    )
+    parser.add_argument(
+        "--cpu-affinity",
+        choices=("numa", "none"),
+        default=None,
+        help="numa: bind each worker to the CPUs of its GPU's NUMA node (default where the "
+        "topology is known and has several nodes); none: leave CPUs alone",
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command each worker runs, after '--'")
 
 
@@ -294,15 +342,20 @@ def run(args: argparse.Namespace) -> int:
     if command[:1] == ["--"]:
         command = command[1:]
     if not command:
-        raise LaunchError("no command to run.",
-                          hint="put the command after '--': tfdevices launch -n 2 -- python train.py.")
+        raise LaunchError(
+            "no command to run.", hint="put the command after '--': tfdevices launch -n 2 -- python train.py."
+        )
     check_worker_count(args.num_workers, cpus=os.cpu_count(), oversubscribe=args.oversubscribe)
-    for name, value, low, high in (("--max-restarts", args.max_restarts, 0, MAX_RESTARTS),
-                                   ("--virtual-devices", args.virtual_devices, 1, MAX_VIRTUAL_DEVICES),
-                                   ("--nnodes", args.nnodes, 1, MAX_NODES),
-                                   ("--master-port", args.master_port, 1, 65535)):
+    for name, value, low, high in (
+        ("--max-restarts", args.max_restarts, 0, MAX_RESTARTS),
+        ("--virtual-devices", args.virtual_devices, 1, MAX_VIRTUAL_DEVICES),
+        ("--nnodes", args.nnodes, 1, MAX_NODES),
+        ("--master-port", args.master_port, 1, 65535),
+    ):
         if value is not None and not low <= value <= high:
-            raise LaunchError(f"{name} {shown(value)} must be between {low} and {high}.", hint=f"e.g. {name} {low + 1}.")
+            raise LaunchError(
+                f"{name} {shown(value)} must be between {low} and {high}.", hint=f"e.g. {name} {low + 1}."
+            )
     if args.tee and not args.log_dir:
         raise LaunchError("--tee without --log-dir: there is no log to tee.", hint="add --log-dir DIR.")
     nodes = _nodes(args, command)
@@ -310,47 +363,78 @@ def run(args: argparse.Namespace) -> int:
         _check_log_dir(args.log_dir)
     gpus = _candidate_gpus(args.gpus)
     plan_workers(args.num_workers, list(range(1, args.num_workers + 1)), gpus, share=args.share)  # fail early
-    return launch(command, args.num_workers, gpus=gpus, share=args.share, max_restarts=args.max_restarts,
-                  virtual_devices=args.virtual_devices, log_dir=args.log_dir, tee=args.tee,
-                  all_ranks=args.all_ranks, tf_logs=args.tf_logs, nodes=nodes, mend=not args.no_mend,
-                  topology=_affinity_topology(getattr(args, "cpu_affinity", None), gpus))
+    return launch(
+        command,
+        args.num_workers,
+        gpus=gpus,
+        share=args.share,
+        max_restarts=args.max_restarts,
+        virtual_devices=args.virtual_devices,
+        log_dir=args.log_dir,
+        tee=args.tee,
+        all_ranks=args.all_ranks,
+        tf_logs=args.tf_logs,
+        nodes=nodes,
+        mend=not args.no_mend,
+        topology=_affinity_topology(getattr(args, "cpu_affinity", None), gpus),
+    )
 
 
 def _nodes(args: argparse.Namespace, command: Sequence[str]) -> Nodes | None:
     if args.nnodes == 1:
-        for name, value in (("--node-rank", args.node_rank or None), ("--rdzv-id", args.rdzv_id),
-                            ("--rdzv-token-file", args.rdzv_token_file)):
+        for name, value in (
+            ("--node-rank", args.node_rank or None),
+            ("--rdzv-id", args.rdzv_id),
+            ("--rdzv-token-file", args.rdzv_token_file),
+        ):
             if value is not None:
-                raise LaunchError(f"{name} {shown(value)} without --nnodes.",
-                                  hint=f"give --nnodes M (the number of machines) with {name}; a one-machine job "
-                                       "has no rendezvous.")
+                raise LaunchError(
+                    f"{name} {shown(value)} without --nnodes.",
+                    hint=f"give --nnodes M (the number of machines) with {name}; a one-machine job has no rendezvous.",
+                )
         return None
     if not 0 <= args.node_rank < args.nnodes:
-        raise LaunchError(f"--node-rank {shown(args.node_rank)} is out of range for --nnodes {args.nnodes}.",
-                          hint=f"node ranks run 0..{args.nnodes - 1}.")
+        raise LaunchError(
+            f"--node-rank {shown(args.node_rank)} is out of range for --nnodes {args.nnodes}.",
+            hint=f"node ranks run 0..{args.nnodes - 1}.",
+        )
     if not args.master_addr:
-        raise LaunchError(f"--nnodes {args.nnodes} needs --master-addr, the address of the --node-rank 0 machine.",
-                          hint="e.g. --master-addr host0 on every machine.")
+        raise LaunchError(
+            f"--nnodes {args.nnodes} needs --master-addr, the address of the --node-rank 0 machine.",
+            hint="e.g. --master-addr host0 on every machine.",
+        )
     if args.max_restarts:
-        raise LaunchError("--max-restarts with --nnodes > 1: restarting a job over several machines needs "
-                          "every launcher to agree, which this launcher does not do.",
-                          hint="leave --max-restarts out, or restart the launchers together from a scheduler.")
+        raise LaunchError(
+            "--max-restarts with --nnodes > 1: restarting a job over several machines needs "
+            "every launcher to agree, which this launcher does not do.",
+            hint="leave --max-restarts out, or restart the launchers together from a scheduler.",
+        )
     if not args.rdzv_timeout > 0:
-        raise LaunchError(f"--rdzv-timeout {args.rdzv_timeout!r} must be a number of seconds > 0.",
-                          hint="e.g. --rdzv-timeout 300.")
+        raise LaunchError(
+            f"--rdzv-timeout {args.rdzv_timeout!r} must be a number of seconds > 0.", hint="e.g. --rdzv-timeout 300."
+        )
     if args.rdzv_id is not None and not 0 < len(args.rdzv_id) <= 256:
         raise LaunchError(f"--rdzv-id {shown(args.rdzv_id)} must be 1 to 256 characters.", hint="e.g. --rdzv-id exp7.")
     rdzv, source = rdzv_id(args.rdzv_id, os.environ, command, args.nnodes, args.master_port)
-    return Nodes(args.nnodes, args.node_rank, (args.master_addr, args.master_port), args.node_addr,
-                 min(args.rdzv_timeout, 86400.0), rdzv, read_token(args.rdzv_token_file, os.environ), source)
+    return Nodes(
+        args.nnodes,
+        args.node_rank,
+        (args.master_addr, args.master_port),
+        args.node_addr,
+        min(args.rdzv_timeout, 86400.0),
+        rdzv,
+        read_token(args.rdzv_token_file, os.environ),
+        source,
+    )
 
 
 def _check_log_dir(path: str) -> None:
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as err:
-        raise LaunchError(f"--log-dir {shown(path)}: cannot create it ({err.strerror}).",
-                          hint="name a directory you can write to.") from None
+        raise LaunchError(
+            f"--log-dir {shown(path)}: cannot create it ({err.strerror}).", hint="name a directory you can write to."
+        ) from None
     if not os.access(path, os.W_OK):
         raise LaunchError(f"--log-dir {shown(path)} is not writable.", hint="name a directory you can write to.")
 
@@ -364,11 +448,24 @@ def _candidate_gpus(spec: str) -> tuple[int, ...]:
 # --------------------------------------------------------------------------- the job
 
 
-def launch(command: Sequence[str], n: int, *, gpus: object = (), share: bool = False, max_restarts: int = 0,
-           virtual_devices: int | None = None, out: IO[str] | None = None,
-           env: Mapping[str, str] | None = None, log_dir: str | None = None, tee: bool = False,
-           all_ranks: bool = False, tf_logs: bool = False, nodes: Nodes | None = None, mend: bool = True,
-           topology: Any = None) -> int:
+def launch(
+    command: Sequence[str],
+    n: int,
+    *,
+    gpus: object = (),
+    share: bool = False,
+    max_restarts: int = 0,
+    virtual_devices: int | None = None,
+    out: IO[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    log_dir: str | None = None,
+    tee: bool = False,
+    all_ranks: bool = False,
+    tf_logs: bool = False,
+    nodes: Nodes | None = None,
+    mend: bool = True,
+    topology: Any = None,
+) -> int:
     """Runs N workers of ``command`` until they finish, restarting the job up to ``max_restarts`` times.
 
     Args:
@@ -398,8 +495,14 @@ def launch(command: Sequence[str], n: int, *, gpus: object = (), share: bool = F
     out = out or sys.stdout
     base = dict(os.environ if env is None else env)
     site = worker_site(base, mend=mend, loopback=nodes is None)
-    console = Console(out, tty=_isatty(out), ranks=(0,) if log_dir and not tee else None,
-                      progress_ranks=None if all_ranks else (0,), dedupe=not all_ranks, tf_logs=tf_logs)
+    console = Console(
+        out,
+        tty=_isatty(out),
+        ranks=(0,) if log_dir and not tee else None,
+        progress_ranks=None if all_ranks else (0,),
+        dedupe=not all_ranks,
+        tf_logs=tf_logs,
+    )
     job = _Job(console, log_dir)
     job.topology = topology
     peers = None
@@ -407,26 +510,37 @@ def launch(command: Sequence[str], n: int, *, gpus: object = (), share: bool = F
         with job.forwarding_signals(), Watchdog() as watchdog:
             job.watchdog = watchdog
             if nodes is not None:
-                console.say(f"node {nodes.node_rank} of {nodes.nnodes}: meeting the other machines' launchers at "
-                            f"{nodes.master[0]}:{nodes.master[1]} (for up to {nodes.timeout:g} s)")
+                console.say(
+                    f"node {nodes.node_rank} of {nodes.nnodes}: meeting the other machines' launchers at "
+                    f"{nodes.master[0]}:{nodes.master[1]} (for up to {nodes.timeout:g} s)"
+                )
                 try:
                     cluster, peers = rendezvous(nodes, n, say=console.say, stopped=job.signalled)
                 except Stopped:
                     console.say(f"signal {job.stopped_by} while the machines met: stopping")
                     return _final(job, 1)
-                console.say(f"node {nodes.node_rank} of {nodes.nnodes}: ranks {cluster.first_rank}.."
-                            f"{cluster.first_rank + n - 1} of {len(cluster.addresses)}")
+                console.say(
+                    f"node {nodes.node_rank} of {nodes.nnodes}: ranks {cluster.first_rank}.."
+                    f"{cluster.first_rank + n - 1} of {len(cluster.addresses)}"
+                )
                 host = cluster.addresses[cluster.first_rank].rsplit(":", 1)[0]
                 peers.watch(job.stop_remote)
-                plans = plan_workers(n, [int(a.rsplit(":", 1)[1]) for a in
-                                         cluster.addresses[cluster.first_rank:cluster.first_rank + n]],
-                                     gpus, share=share, virtual_devices=virtual_devices, host=host, job=cluster)
+                plans = plan_workers(
+                    n,
+                    [int(a.rsplit(":", 1)[1]) for a in cluster.addresses[cluster.first_rank : cluster.first_rank + n]],
+                    gpus,
+                    share=share,
+                    virtual_devices=virtual_devices,
+                    host=host,
+                    job=cluster,
+                )
                 code = job.run(command, plans, base)
                 code = peers.finish(code, stopped=job.signalled)
                 return _final(job, code)
             for attempt in range(max_restarts + 1):
-                plans = plan_workers(n, free_ports(n), gpus, share=share, virtual_devices=virtual_devices,
-                                     restart=attempt)
+                plans = plan_workers(
+                    n, free_ports(n), gpus, share=share, virtual_devices=virtual_devices, restart=attempt
+                )
                 code = job.run(command, plans, base)
                 if job.stopped_by is not None or console.closed or code == 0:
                     return _final(job, code)
@@ -511,8 +625,10 @@ class _Job:
         self.stopped_by = self.stopped_by or signum
         if self._signals == 1:  # forward it; kill what still runs after the grace period
             self._kill_at = time.monotonic() + GRACE_S
-            self._notices.append(f"signal {signum} passed to the workers; those still running in {GRACE_S:g} s, "
-                                 "or at a second signal, are killed")
+            self._notices.append(
+                f"signal {signum} passed to the workers; those still running in {GRACE_S:g} s, "
+                "or at a second signal, are killed"
+            )
             self._signal_all(signum)
         else:  # a second signal: no more waiting (printed by _wait: a handler must not take the console's lock)
             self._kill_at = None
@@ -541,9 +657,14 @@ class _Job:
                 log = self._open_log(plan.rank)
                 logs.append(log)
                 with _pinned(bound.get(plan.local_rank)):
-                    proc = subprocess.Popen(list(command), env={**base, **plan.env}, stdout=subprocess.PIPE,
-                                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            start_new_session=True)
+                    proc = subprocess.Popen(
+                        list(command),
+                        env={**base, **plan.env},
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL,
+                        start_new_session=True,
+                    )
                 self.procs.append(proc)
                 if self.watchdog is not None:
                     self.watchdog.guard(proc.pid)
@@ -554,8 +675,9 @@ class _Job:
                 pumps.append(pump)
             return self._wait([p.rank for p in plans])
         except OSError as err:
-            raise LaunchError(f"cannot start {shown(command[0])}: {err.strerror}.",
-                              hint="check the command after '--'.") from None
+            raise LaunchError(
+                f"cannot start {shown(command[0])}: {err.strerror}.", hint="check the command after '--'."
+            ) from None
         finally:
             self._stop_all()
             for pump in pumps:
@@ -584,8 +706,9 @@ class _Job:
         try:
             return open(path, "a", encoding="utf-8", errors="replace")
         except OSError as err:
-            raise LaunchError(f"--log-dir: cannot write {shown(path)} ({err.strerror}).",
-                              hint="name a directory you can write to.") from None
+            raise LaunchError(
+                f"--log-dir: cannot write {shown(path)} ({err.strerror}).", hint="name a directory you can write to."
+            ) from None
 
     def _pump(self, proc: subprocess.Popen[bytes], rank: int, log: IO[str] | None) -> None:
         stream = proc.stdout
@@ -624,8 +747,11 @@ class _Job:
             if failed:
                 rank, code = failed[0]
                 status = _exit_status(code)
-                self.console.say(f"worker {rank} exited with status {status}"
-                                 + (f" (signal {-code})" if code < 0 else "") + "; stopping the others")
+                self.console.say(
+                    f"worker {rank} exited with status {status}"
+                    + (f" (signal {-code})" if code < 0 else "")
+                    + "; stopping the others"
+                )
                 self._show_tail(rank)
                 return status
             if all(c == 0 for c in codes):
@@ -648,8 +774,9 @@ class _Job:
         time.sleep(0.2)  # let its pump read what it wrote last
         lines = list(self._tails.get(rank, ()))
         if lines:
-            self.console.say(f"the last {len(lines)} line(s) of rank {rank} "
-                             f"({os.path.join(self.log_dir or '', f'rank{rank}.log')}):")
+            self.console.say(
+                f"the last {len(lines)} line(s) of rank {rank} ({os.path.join(self.log_dir or '', f'rank{rank}.log')}):"
+            )
             for line in lines:
                 self.console.echo(f"[{rank}] {line}")
 
@@ -681,8 +808,21 @@ def _exit_status(code: int) -> int:
     return 128 - code if code < 0 else code
 
 
-__all__ = ["MAX_WORKERS", "RANK_GPUS", "USAGE", "NodeJob", "Nodes", "WorkerPlan", "add_arguments",
-           "check_worker_count", "free_ports", "launch", "plan_workers", "rendezvous", "run"]
+__all__ = [
+    "MAX_WORKERS",
+    "RANK_GPUS",
+    "USAGE",
+    "NodeJob",
+    "Nodes",
+    "WorkerPlan",
+    "add_arguments",
+    "check_worker_count",
+    "free_ports",
+    "launch",
+    "plan_workers",
+    "rendezvous",
+    "run",
+]
 
 
 # --------------------------------------------------------------------------- NUMA binding (--cpu-affinity)
@@ -699,15 +839,17 @@ def _affinity_topology(mode: str | None, gpus: Sequence[int]) -> Any:
         return None
     topology = discover(topology=True).topology
     if topology is None and mode == "numa":
-        raise LaunchError("--cpu-affinity numa: the GPUs' topology is unknown (NVML gave none, or the "
-                          "inventory file holds none).",
-                          hint="use --cpu-affinity none, or an inventory saved with 'tfdevices list --json'.")
+        raise LaunchError(
+            "--cpu-affinity numa: the GPUs' topology is unknown (NVML gave none, or the inventory file holds none).",
+            hint="use --cpu-affinity none, or an inventory saved with 'tfdevices list --json'.",
+        )
     return topology if topology is not None and len(topology.numa_nodes) > 1 else None
 
 
 class _pinned:  # noqa: N801 (read as a function: `with _pinned(cpus):`)
     """Runs its block with this thread bound to ``cpus``: a child started there inherits the binding
-    (Linux binds per thread, so the launcher's other threads are untouched); restored after."""
+    (Linux binds per thread, so the launcher's other threads are untouched); restored after.
+    """
 
     def __init__(self, cpus: Sequence[int] | None) -> None:
         self.cpus = cpus

@@ -98,9 +98,13 @@ def _warn(reason: str) -> None:
     global _warned
     if not _warned:
         _warned = True
-        print(f"tfdevices: cannot keep this worker's TensorFlow server on {LOOPBACK} ({reason}): it listens on "
-              "every interface, and whoever reaches this machine's port can run graphs in this worker. "
-              "HINT: keep the machine behind a firewall.", file=sys.stderr, flush=True)
+        print(
+            f"tfdevices: cannot keep this worker's TensorFlow server on {LOOPBACK} ({reason}): it listens on "
+            "every interface, and whoever reaches this machine's port can run graphs in this worker. "
+            "HINT: keep the machine behind a firewall.",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _loaded_libraries() -> list[str]:
@@ -121,7 +125,7 @@ def _bind_slots(path: str) -> list[int]:
         types = _SLOT_TYPES.get(struct.unpack_from("<H", elf, 18)[0])
         if types is None:
             raise ValueError("not x86-64 or AArch64")
-        shoff, = struct.unpack_from("<Q", elf, 0x28)
+        (shoff,) = struct.unpack_from("<Q", elf, 0x28)
         shentsize, shnum = struct.unpack_from("<HH", elf, 0x3A)
         sections = [struct.unpack_from("<IIQQQQIIQQ", elf, shoff + i * shentsize) for i in range(shnum)]
         slots = []
@@ -130,8 +134,9 @@ def _bind_slots(path: str) -> list[int]:
             strtab = sections[symtab[6]]
             for index in _symbols_named(elf, symtab, strtab, b"bind"):
                 for kind in types:
-                    slots += _aligned(elf, struct.pack("<Q", (index << 32) | kind), rela[4] + 8,
-                                      rela[4] + rela[5], 24, back=8)
+                    slots += _aligned(
+                        elf, struct.pack("<Q", (index << 32) | kind), rela[4] + 8, rela[4] + rela[5], 24, back=8
+                    )
         return slots
 
 
@@ -149,7 +154,8 @@ def _symbols_named(elf: Any, symtab: tuple[int, ...], strtab: tuple[int, ...], n
 
 def _aligned(elf: Any, pattern: bytes, start: int, end: int, size: int, back: int = 0) -> list[int]:
     """Where ``pattern`` begins a ``size``-byte entry (``back`` bytes into it) in ``elf[start - back:end]``;
-    offsets from the table's start, or the entry's first field (r_offset) for relocations."""
+    offsets from the table's start, or the entry's first field (r_offset) for relocations.
+    """
     found, at, table = [], elf.find(pattern, start, end), start - back
     while at != -1:
         if (at - start) % size == 0:
@@ -176,9 +182,10 @@ def _point(address: int, function: int) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     page = address & ~(mmap.PAGESIZE - 1)
     prot = _protection(address)
-    if not prot & _PROT["w"]:
-        if libc.mprotect(ctypes.c_void_p(page), ctypes.c_size_t(mmap.PAGESIZE), prot | _PROT["w"]) != 0:
-            raise OSError(ctypes.get_errno(), "mprotect")
+    if not prot & _PROT["w"] and libc.mprotect(
+        ctypes.c_void_p(page), ctypes.c_size_t(mmap.PAGESIZE), prot | _PROT["w"]
+    ):
+        raise OSError(ctypes.get_errno(), "mprotect")
     ctypes.c_void_p.from_address(address).value = function
     if not prot & _PROT["w"]:
         libc.mprotect(ctypes.c_void_p(page), ctypes.c_size_t(mmap.PAGESIZE), prot)
@@ -207,7 +214,7 @@ def _wrapper() -> int:
         def bind(fd: int, address: int, length: int) -> int:
             try:
                 raw = loopback_address(ctypes.string_at(address, length), lambda: _v6only(getsockopt, fd))
-            except Exception:  # never break a bind: pass it through unchanged
+            except Exception:  # noqa: BLE001 (never break a bind: pass it through unchanged)
                 raw = None
             if raw is None:
                 return int(real(fd, address, length))
@@ -226,7 +233,7 @@ def loopback_address(raw: bytes, v6only: Any = lambda: False) -> bytes | None:
     >>> loopback_address(struct.pack("=HH4s8x", socket.AF_INET, 0x1234, socket.inet_aton("10.0.0.5"))) is None
     True
     """
-    family, = struct.unpack_from("=H", raw)
+    (family,) = struct.unpack_from("=H", raw)
     if family == socket.AF_INET and len(raw) >= 8 and raw[4:8] == bytes(4):
         return raw[:4] + socket.inet_aton(LOOPBACK) + raw[8:]
     if family == socket.AF_INET6 and len(raw) >= 24 and raw[8:24] == bytes(16):

@@ -72,7 +72,7 @@ Record(text='2/3 ==', kind='progress'), Record(text='3/3 ===', kind='progress_en
         records: list[Record] = []
         start = 0
         for match in re.finditer(rb"[\r\n]", data):
-            records += self._record(data[start:match.start()], match.group() == b"\r")
+            records += self._record(data[start : match.start()], match.group() == b"\r")
             start = match.end()
         self._pending = data[start:]
         if len(self._pending) > self._max_line:  # a line without end: cut it, memory stays bounded
@@ -109,8 +109,16 @@ class Console:
         tf_logs: show TensorFlow's C++ log lines.
     """
 
-    def __init__(self, out: IO[str], *, tty: bool = False, ranks: Collection[int] | None = None,
-                 progress_ranks: Collection[int] | None = (0,), dedupe: bool = True, tf_logs: bool = False) -> None:
+    def __init__(
+        self,
+        out: IO[str],
+        *,
+        tty: bool = False,
+        ranks: Collection[int] | None = None,
+        progress_ranks: Collection[int] | None = (0,),
+        dedupe: bool = True,
+        tf_logs: bool = False,
+    ) -> None:
         self.out = out
         self.tty = tty
         self.ranks = None if ranks is None else frozenset(ranks)

@@ -17,12 +17,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, overload
 
 from tfdevices.core.errors import LaunchError, SelectionError
-from tfdevices.gpus import visibility
 from tfdevices.core.units import shown
+from tfdevices.gpus import visibility
 from tfdevices.gpus.inventory import Inventory
-from tfdevices.jobs.env import RANK_GPUS, LaunchInfo, launch_info
 from tfdevices.gpus.selection import Selection
 from tfdevices.gpus.topology import Topology, format_cpus
+from tfdevices.jobs.env import RANK_GPUS, LaunchInfo, launch_info
 from tfdevices.jobs.slurm import join_indices
 
 MAPPINGS = ("sequential", "weighted")
@@ -86,8 +86,12 @@ class GpuAssignment:
 
     def table(self) -> str:
         """Every local rank's GPUs; this rank marked with ``*``."""
-        lines = [(f"{self.method} mapping of {len(self.plan)} local rank(s) onto GPUs "
-                  f"{join_indices(self.candidates) or '(none)'} from {self.candidates_from}: {self.reason}")]
+        lines = [
+            (
+                f"{self.method} mapping of {len(self.plan)} local rank(s) onto GPUs "
+                f"{join_indices(self.candidates) or '(none)'} from {self.candidates_from}: {self.reason}"
+            )
+        ]
         for r, gpus in enumerate(self.plan):
             mark = "*" if r == self.local_rank else " "
             lines.append(f" {mark}local rank {r}: {'GPU ' + join_indices(gpus) if gpus else 'CPU'}")
@@ -96,11 +100,17 @@ class GpuAssignment:
         return "\n".join(lines)
 
 
-def gpu_for_rank(info: LaunchInfo | None = None, gpus: object = None, *,
-                 local_rank: int | None = None, local_world_size: int | None = None,
-                 mapping: str | Sequence[int | Sequence[int]] | MapFunction = "sequential",
-                 speeds: Speeds | None = None, share: bool = False,
-                 topology: Topology | None = None) -> GpuAssignment:
+def gpu_for_rank(
+    info: LaunchInfo | None = None,
+    gpus: object = None,
+    *,
+    local_rank: int | None = None,
+    local_world_size: int | None = None,
+    mapping: str | Sequence[int | Sequence[int]] | MapFunction = "sequential",
+    speeds: Speeds | None = None,
+    share: bool = False,
+    topology: Topology | None = None,
+) -> GpuAssignment:
     """Chooses the GPUs of one local rank.
 
     Candidates, first that applies: ``gpus`` (a list of NVML indices, a
@@ -151,21 +161,36 @@ def gpu_for_rank(info: LaunchInfo | None = None, gpus: object = None, *,
     size = _local_size(info, local_world_size)
     _check_whole("local_rank", rank, 0)
     if rank >= size:
-        raise LaunchError(f"local_rank={rank} is out of range for local_world_size={size}.",
-                          hint=f"local ranks run 0..{size - 1}.")
+        raise LaunchError(
+            f"local_rank={rank} is out of range for local_world_size={size}.", hint=f"local ranks run 0..{size - 1}."
+        )
     from_env = gpus is None or isinstance(gpus, Inventory)
     if info.assigned_gpus is not None and from_env and mapping == "sequential":
-        return GpuAssignment(rank, info.assigned_gpus, (), info.assigned_gpus, RANK_GPUS, "launcher",
-                             reason=f"tfdevices launch assigned them ({RANK_GPUS}={join_indices(info.assigned_gpus)})")
+        return GpuAssignment(
+            rank,
+            info.assigned_gpus,
+            (),
+            info.assigned_gpus,
+            RANK_GPUS,
+            "launcher",
+            reason=f"tfdevices launch assigned them ({RANK_GPUS}={join_indices(info.assigned_gpus)})",
+        )
     candidates, origin = _candidates(info, gpus)
     topology = _topology(gpus, topology)
     method, plan = _plan(size, _numa_grouped(candidates, topology, size, mapping), mapping, speeds, share)
     return _Planned(plan, candidates, origin, method, speeds, topology).assignment(rank)
 
 
-def plan_ranks(info: LaunchInfo | None = None, gpus: object = None, *, local_world_size: int | None = None,
-               mapping: str | Sequence[int | Sequence[int]] | MapFunction = "sequential",
-               speeds: Speeds | None = None, share: bool = False, topology: Topology | None = None) -> RankPlan:
+def plan_ranks(
+    info: LaunchInfo | None = None,
+    gpus: object = None,
+    *,
+    local_world_size: int | None = None,
+    mapping: str | Sequence[int | Sequence[int]] | MapFunction = "sequential",
+    speeds: Speeds | None = None,
+    share: bool = False,
+    topology: Topology | None = None,
+) -> RankPlan:
     """Every local rank's assignment from one plan: linear in the number of ranks.
 
     Same arguments and checks as :func:`gpu_for_rank` (without ``local_rank``); a
@@ -193,8 +218,9 @@ def _topology(gpus: object, topology: Topology | None) -> Topology | None:
     return topology if topology is not None and len(topology.numa_nodes) > 1 else None
 
 
-def _numa_grouped(candidates: tuple[int, ...], topology: Topology | None, size: int,
-                  mapping: object) -> tuple[int, ...]:
+def _numa_grouped(
+    candidates: tuple[int, ...], topology: Topology | None, size: int, mapping: object
+) -> tuple[int, ...]:
     """For sequential blocks of several GPUs per rank: the candidates grouped by NUMA node (nodes in order of
     first appearance, GPUs in their order within a node), so a block stays on one node where it can.
 
@@ -259,7 +285,9 @@ class RankPlan(Sequence[GpuAssignment]):
 
 def _listed(indices: Sequence[int]) -> str:
     """``"0,1,2"``, shortened past 16 GPUs: ``"0,1,...,15,... (16,000 in all)"``."""
-    return join_indices(indices) if len(indices) <= 16 else f"{join_indices(indices[:16])},... ({len(indices):,} in all)"
+    return (
+        join_indices(indices) if len(indices) <= 16 else f"{join_indices(indices[:16])},... ({len(indices):,} in all)"
+    )
 
 
 def _check_whole(name: str, value: object, minimum: int) -> None:
@@ -270,12 +298,16 @@ def _check_whole(name: str, value: object, minimum: int) -> None:
 def _local_size(info: LaunchInfo, local_world_size: int | None) -> int:
     size = info.local_world_size if local_world_size is None else local_world_size
     if size is None:
-        raise LaunchError(f"the number of processes on this machine is unknown (source {info.source}).",
-                          hint="pass local_world_size=, or set LOCAL_WORLD_SIZE / SLURM_STEP_TASKS_PER_NODE.")
+        raise LaunchError(
+            f"the number of processes on this machine is unknown (source {info.source}).",
+            hint="pass local_world_size=, or set LOCAL_WORLD_SIZE / SLURM_STEP_TASKS_PER_NODE.",
+        )
     _check_whole("local_world_size", size, 1)
     if size > MAX_LOCAL_RANKS:
-        raise LaunchError(f"local_world_size={size:,}: more than {MAX_LOCAL_RANKS:,} processes on one machine.",
-                          hint="check the number of processes; each needs its own CPU time and memory.")
+        raise LaunchError(
+            f"local_world_size={size:,}: more than {MAX_LOCAL_RANKS:,} processes on one machine.",
+            hint="check the number of processes; each needs its own CPU time and memory.",
+        )
     return size
 
 
@@ -284,15 +316,17 @@ def _candidates(info: LaunchInfo, gpus: object) -> tuple[tuple[int, ...], str]:
         if info.gpus is None:
             return (), "nothing (no GPU list given and the launch environment names none)"
         return info.gpus, str(info.gpus_variable)
-    if isinstance(gpus, (list, tuple)) and all(isinstance(g, int) and not isinstance(g, bool) and g >= 0
-                                               for g in gpus):
+    if isinstance(gpus, (list, tuple)) and all(isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in gpus):
         return _distinct(tuple(gpus), "gpus", gpus), "the gpus argument"
     if isinstance(gpus, Selection):  # the caller chose these
-        return _distinct(tuple(g.index for g in gpus.gpus), f"selection {gpus.spec!r}", gpus.spec), \
-            f"selection {gpus.spec!r}"
+        return _distinct(
+            tuple(g.index for g in gpus.gpus), f"selection {gpus.spec!r}", gpus.spec
+        ), f"selection {gpus.spec!r}"
     if not isinstance(gpus, Inventory):
-        raise LaunchError(f"gpus={shown(gpus)}: expected NVML indices, a Selection or an Inventory.",
-                          hint="pass e.g. gpus=[0, 1] or tfdevices.select('all').")
+        raise LaunchError(
+            f"gpus={shown(gpus)}: expected NVML indices, a Selection or an Inventory.",
+            hint="pass e.g. gpus=[0, 1] or tfdevices.select('all').",
+        )
     visible = tuple(dict.fromkeys(g.index for g in (gpus.visible or gpus.gpus)))  # MIG instances: their GPU once
     if info.gpus is None:
         return visible, "the inventory's visible GPUs"
@@ -301,11 +335,15 @@ def _candidates(info: LaunchInfo, gpus: object) -> tuple[tuple[int, ...], str]:
     if len(inside) == len(info.gpus):
         return inside, f"{info.gpus_variable} (all present in the inventory)"
     if len(visible) == len(info.gpus):
-        return visible, (f"the inventory's visible GPUs {join_indices(visible)}: {info.gpus_variable}="
-                         f"{join_indices(info.gpus)} are renumbered inside the job's device cgroup")
-    raise SelectionError(f"{info.gpus_variable}={join_indices(info.gpus)} allocates GPUs this machine does not show; "
-                         f"visible GPUs: {join_indices(visible) or 'none'}.",
-                         hint="check CUDA_VISIBLE_DEVICES and the job's GPU request (--gpus / --gres).")
+        return visible, (
+            f"the inventory's visible GPUs {join_indices(visible)}: {info.gpus_variable}="
+            f"{join_indices(info.gpus)} are renumbered inside the job's device cgroup"
+        )
+    raise SelectionError(
+        f"{info.gpus_variable}={join_indices(info.gpus)} allocates GPUs this machine does not show; "
+        f"visible GPUs: {join_indices(visible) or 'none'}.",
+        hint="check CUDA_VISIBLE_DEVICES and the job's GPU request (--gpus / --gres).",
+    )
 
 
 def _distinct(indices: tuple[int, ...], what: str, given: object) -> tuple[int, ...]:
@@ -314,45 +352,54 @@ def _distinct(indices: tuple[int, ...], what: str, given: object) -> tuple[int, 
         return indices
     seen: set[int] = set()
     twice = sorted({i for i in indices if i in seen or seen.add(i)})  # type: ignore[func-returns-value]
-    raise LaunchError(f"{what} {shown(given)} names GPU {join_indices(twice[:8])} more than once "
-                      "(MIG instances of one GPU map to its NVML index); one GPU is one GPU.",
-                      hint="list each GPU once; to run several ranks on one GPU pass share=True (--share).")
+    raise LaunchError(
+        f"{what} {shown(given)} names GPU {join_indices(twice[:8])} more than once "
+        "(MIG instances of one GPU map to its NVML index); one GPU is one GPU.",
+        hint="list each GPU once; to run several ranks on one GPU pass share=True (--share).",
+    )
 
 
-def _plan(size: int, candidates: tuple[int, ...], mapping: object, speeds: Speeds | None,
-          share: bool) -> tuple[str, tuple[tuple[int, ...], ...]]:
+def _plan(
+    size: int, candidates: tuple[int, ...], mapping: object, speeds: Speeds | None, share: bool
+) -> tuple[str, tuple[tuple[int, ...], ...]]:
     if callable(mapping) or isinstance(mapping, (list, tuple)):
         method, plan = _given_plan(size, candidates, mapping)
         _refuse_unshared(plan, share, method)
         return method, plan
     if mapping not in MAPPINGS:
-        raise LaunchError(f"mapping={mapping!r}: unknown mapping; known: {', '.join(MAPPINGS)}, a list or a function.",
-                          hint="use 'sequential', 'weighted', [gpu per rank] or a function.")
+        raise LaunchError(
+            f"mapping={mapping!r}: unknown mapping; known: {', '.join(MAPPINGS)}, a list or a function.",
+            hint="use 'sequential', 'weighted', [gpu per rank] or a function.",
+        )
     if not candidates:
         return str(mapping), ((),) * size
     if size > len(candidates) and not share:
-        raise SelectionError(f"{size} local ranks but only {len(candidates)} GPU(s) ({_listed(candidates)}).",
-                             hint="start at most one process per GPU, or pass share=True (--share) to put "
-                                  "several ranks on a GPU.")
+        raise SelectionError(
+            f"{size} local ranks but only {len(candidates)} GPU(s) ({_listed(candidates)}).",
+            hint="start at most one process per GPU, or pass share=True (--share) to put several ranks on a GPU.",
+        )
     if mapping == "weighted":
         return "weighted", _weighted(size, candidates, _speed_table(speeds, candidates))
     if size > len(candidates):
         return "sequential", tuple((candidates[r % len(candidates)],) for r in range(size))
     per = len(candidates) // size
-    return "sequential", tuple(candidates[r * per:(r + 1) * per] for r in range(size))
+    return "sequential", tuple(candidates[r * per : (r + 1) * per] for r in range(size))
 
 
-def _given_plan(size: int, candidates: tuple[int, ...], mapping: object
-                ) -> tuple[str, tuple[tuple[int, ...], ...]]:
+def _given_plan(size: int, candidates: tuple[int, ...], mapping: object) -> tuple[str, tuple[tuple[int, ...], ...]]:
     allowed = frozenset(candidates)
     if callable(mapping):
-        return "function", tuple(_checked(mapping(r, candidates), candidates, allowed,
-                                          f"mapping function for local rank {r}") for r in range(size))
+        return "function", tuple(
+            _checked(mapping(r, candidates), candidates, allowed, f"mapping function for local rank {r}")
+            for r in range(size)
+        )
     if not isinstance(mapping, (list, tuple)):
         raise LaunchError(f"mapping={shown(mapping)}: expected a list or a function.", hint="e.g. mapping=[2, 3].")
     if len(mapping) < size:
-        raise LaunchError(f"mapping={shown(list(mapping))} has {len(mapping)} entr(ies) for {size} local ranks.",
-                          hint="give one GPU (or list of GPUs) per local rank.")
+        raise LaunchError(
+            f"mapping={shown(list(mapping))} has {len(mapping)} entr(ies) for {size} local ranks.",
+            hint="give one GPU (or list of GPUs) per local rank.",
+        )
     return "explicit", tuple(_checked(m, candidates, allowed, f"mapping[{r}]") for r, m in enumerate(mapping[:size]))
 
 
@@ -362,29 +409,35 @@ def _refuse_unshared(plan: tuple[tuple[int, ...], ...], share: bool, method: str
     users = collections.Counter(g for gpus in plan for g in gpus)
     crowded = sorted(g for g, n in users.items() if n > 1)
     if crowded:
-        raise SelectionError(f"the {method} mapping puts {users[crowded[0]]} local ranks on GPU {crowded[0]}"
-                             + (f" (and shares GPU(s) {join_indices(crowded[1:8])})" if len(crowded) > 1 else "")
-                             + "; one GPU is one GPU unless sharing is asked for.",
-                             hint="map each rank to its own GPU, or pass share=True (--share).")
+        raise SelectionError(
+            f"the {method} mapping puts {users[crowded[0]]} local ranks on GPU {crowded[0]}"
+            + (f" (and shares GPU(s) {join_indices(crowded[1:8])})" if len(crowded) > 1 else "")
+            + "; one GPU is one GPU unless sharing is asked for.",
+            hint="map each rank to its own GPU, or pass share=True (--share).",
+        )
 
 
 def _checked(value: object, candidates: tuple[int, ...], allowed: frozenset[int], what: str) -> tuple[int, ...]:
     items = [value] if isinstance(value, int) else value
-    if not isinstance(items, (list, tuple)) or not all(isinstance(i, int) and not isinstance(i, bool)
-                                                       for i in items):
-        raise LaunchError(f"{what} gave {shown(value)}: expected an NVML index or a list of them.",
-                          hint="return e.g. 2 or [0, 1].")
+    if not isinstance(items, (list, tuple)) or not all(isinstance(i, int) and not isinstance(i, bool) for i in items):
+        raise LaunchError(
+            f"{what} gave {shown(value)}: expected an NVML index or a list of them.", hint="return e.g. 2 or [0, 1]."
+        )
     outside = [i for i in items if i not in allowed]
     if candidates and outside:
-        raise SelectionError(f"{what} gave GPU(s) {outside[:8]}, which are not among the candidates "
-                             f"{_listed(candidates)}.", hint="map ranks onto the GPUs this machine offers.")
+        raise SelectionError(
+            f"{what} gave GPU(s) {outside[:8]}, which are not among the candidates {_listed(candidates)}.",
+            hint="map ranks onto the GPUs this machine offers.",
+        )
     return _distinct(tuple(items), what, value)
 
 
 def _speed_table(speeds: Speeds | None, candidates: tuple[int, ...]) -> dict[int, float]:
     if speeds is None:
-        raise LaunchError("mapping='weighted' needs speeds=.",
-                          hint="pass speeds={gpu index: relative speed} or tfdevices.measure_devices().")
+        raise LaunchError(
+            "mapping='weighted' needs speeds=.",
+            hint="pass speeds={gpu index: relative speed} or tfdevices.measure_devices().",
+        )
     if isinstance(speeds, Mapping):
         table = dict(speeds)
     else:
@@ -394,8 +447,10 @@ def _speed_table(speeds: Speeds | None, candidates: tuple[int, ...]) -> dict[int
         raise LaunchError(f"speeds {bad} must be positive numbers.", hint="pass measured FLOP/s or relative speeds.")
     missing = [c for c in candidates if c not in table]
     if missing:
-        raise SelectionError(f"no speed for GPU(s) {missing}; speeds are known for {sorted(table) or 'none'}.",
-                             hint="measure every candidate GPU (tfdevices.measure_devices()).")
+        raise SelectionError(
+            f"no speed for GPU(s) {missing}; speeds are known for {sorted(table) or 'none'}.",
+            hint="measure every candidate GPU (tfdevices.measure_devices()).",
+        )
     return {c: float(table[c]) for c in candidates}
 
 
@@ -404,7 +459,7 @@ def _weighted(size: int, candidates: tuple[int, ...], speed: dict[int, float]) -
     if size <= len(candidates):
         fastest = set(sorted(candidates, key=lambda c: (-speed[c], position[c]))[:size])
         return tuple((c,) for c in candidates if c in fastest)
-    counts = {c: 1 for c in candidates}
+    counts = dict.fromkeys(candidates, 1)
     # D'Hondt: the next rank goes where it is worth most (ties: the earlier candidate); a heap keeps it n log c
     heap = [(-speed[c] / 2, position[c], c) for c in candidates]
     heapq.heapify(heap)
@@ -418,8 +473,15 @@ def _weighted(size: int, candidates: tuple[int, ...], speed: dict[int, float]) -
 class _Planned:
     """A plan and what every rank's assignment shares (counted once, so each assignment costs O(its GPUs))."""
 
-    def __init__(self, plan: tuple[tuple[int, ...], ...], candidates: tuple[int, ...], origin: str, method: str,
-                 speeds: Speeds | None, topology: Topology | None = None) -> None:
+    def __init__(
+        self,
+        plan: tuple[tuple[int, ...], ...],
+        candidates: tuple[int, ...],
+        origin: str,
+        method: str,
+        speeds: Speeds | None,
+        topology: Topology | None = None,
+    ) -> None:
         self.plan, self.candidates, self.origin, self.method = plan, candidates, origin, method
         self.topology = topology
         self.users = collections.Counter(g for gpus in plan for g in gpus)
@@ -435,12 +497,24 @@ class _Planned:
         if reason is None:
             reason = f"local rank {rank} of {len(self.plan)} takes GPU(s) {join_indices(mine) or 'none (CPU)'}"
         cpus, node = numa_cpus(mine, self.topology)
-        return GpuAssignment(rank, mine, self.plan, self.candidates, self.origin, self.method, fraction, share,
-                             reason + self.unused, cpus, node)
+        return GpuAssignment(
+            rank,
+            mine,
+            self.plan,
+            self.candidates,
+            self.origin,
+            self.method,
+            fraction,
+            share,
+            reason + self.unused,
+            cpus,
+            node,
+        )
 
     def _shared_facts(self, mine: tuple[int, ...]) -> tuple[float | None, float | None, str | None]:
         """Memory fraction, work share and (unless it names the rank) the reason: the same for every rank
-        with these GPUs, so computed once per distinct GPU set."""
+        with these GPUs, so computed once per distinct GPU set.
+        """
         facts = self._facts.get(mine)
         if facts is None:
             most = max((self.users[g] for g in mine), default=0)
@@ -459,9 +533,9 @@ class _Planned:
         return facts
 
 
-
-def cpu_binding(gpus_per_rank: Sequence[Sequence[int]], topology: Topology | None,
-                available: Iterable[int]) -> tuple[dict[int, tuple[int, ...]], tuple[str, ...]]:
+def cpu_binding(
+    gpus_per_rank: Sequence[Sequence[int]], topology: Topology | None, available: Iterable[int]
+) -> tuple[dict[int, tuple[int, ...]], tuple[str, ...]]:
     """Which CPUs each local rank should be bound to, so its GPU and its CPU cores share a NUMA node (pure).
 
     Args:
@@ -489,6 +563,8 @@ def cpu_binding(gpus_per_rank: Sequence[Sequence[int]], topology: Topology | Non
             bound[rank] = usable
         elif cpus:
             where = f"NUMA node {node}" if node is not None else "its GPUs' NUMA nodes"
-            notes.append(f"local rank {rank} left unbound: the CPUs of {where} ({format_cpus(cpus)}) are not "
-                         f"available to this process (it may use {format_cpus(sorted(free)) or 'none'}).")
+            notes.append(
+                f"local rank {rank} left unbound: the CPUs of {where} ({format_cpus(cpus)}) are not "
+                f"available to this process (it may use {format_cpus(sorted(free)) or 'none'})."
+            )
     return bound, tuple(notes)

@@ -25,8 +25,21 @@ from typing import Any
 
 from tfdevices.core.errors import LaunchError
 from tfdevices.core.units import shown
-from tfdevices.jobs.handshake import (HELLO_TIMEOUT, POLL_S, VERSION, LineReader, Stopped, Stray, Strays, job_hash,
-                                      nonce, proof, proven, send, where)
+from tfdevices.jobs.handshake import (
+    HELLO_TIMEOUT,
+    POLL_S,
+    VERSION,
+    LineReader,
+    Stopped,
+    Stray,
+    Strays,
+    job_hash,
+    nonce,
+    proof,
+    proven,
+    send,
+    where,
+)
 
 MASTER_PORT = 29400
 MAX_WORKERS = 1024  # per machine, even with --oversubscribe: ports, pipes and threads are finite
@@ -84,7 +97,6 @@ class Nodes:
     id_source: str = "--rdzv-id"
 
 
-
 MAX_PENDING = 64  # connections saying hello at once; more are dropped at once ("busy")
 MAX_CLUSTER = 64 << 20  # bytes of node 0's reply (every worker's address), read by a joiner only
 _SEND_TIMEOUT_S = 30.0
@@ -98,8 +110,9 @@ class _Peers:
     (said once), and a connection that drops without ``done`` is a failure.
     """
 
-    def __init__(self, readers: Sequence[LineReader], is_master: bool,
-                 say: Callable[[str], None] = lambda text: None) -> None:
+    def __init__(
+        self, readers: Sequence[LineReader], is_master: bool, say: Callable[[str], None] = lambda text: None
+    ) -> None:
         self.readers = list(readers)
         self.socks = [r.sock for r in self.readers]
         self.is_master = is_master
@@ -207,8 +220,9 @@ def _keepalive(sock: socket.socket) -> None:
         pass
 
 
-def rendezvous(nodes: Nodes, n: int, *, say: Callable[[str], None] = lambda text: None,
-               stopped: Callable[[], bool] = lambda: False) -> tuple[NodeJob, _Peers]:
+def rendezvous(
+    nodes: Nodes, n: int, *, say: Callable[[str], None] = lambda text: None, stopped: Callable[[], bool] = lambda: False
+) -> tuple[NodeJob, _Peers]:
     """Agrees with the other launchers on the cluster: node 0 gathers every machine's workers, tells all.
 
     Every other node connects to node 0 (retrying until ``nodes.timeout``), proves it belongs to
@@ -241,8 +255,9 @@ class _Hello:
     nonces: tuple[str, str]  # node 0's, the joiner's
 
 
-def _serve(nodes: Nodes, n: int, deadline: float, say: Callable[[str], None],
-           stopped: Callable[[], bool]) -> tuple[NodeJob, _Peers]:
+def _serve(
+    nodes: Nodes, n: int, deadline: float, say: Callable[[str], None], stopped: Callable[[], bool]
+) -> tuple[NodeJob, _Peers]:
     host, port = nodes.master
     server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -256,9 +271,10 @@ def _serve(nodes: Nodes, n: int, deadline: float, say: Callable[[str], None],
         try:
             server.bind((host, port))
         except OSError as err:
-            raise LaunchError(f"--master-addr {shown(host)} --master-port {port}: cannot listen there "
-                              f"({err.strerror}).", hint="run --node-rank 0 on the machine --master-addr names, "
-                                                         "with a free --master-port.") from None
+            raise LaunchError(
+                f"--master-addr {shown(host)} --master-port {port}: cannot listen there ({err.strerror}).",
+                hint="run --node-rank 0 on the machine --master-addr names, with a free --master-port.",
+            ) from None
         server.listen(MAX_PENDING)
         server.settimeout(POLL_S)
         while len(joined) < nodes.nnodes - 1:
@@ -268,17 +284,19 @@ def _serve(nodes: Nodes, n: int, deadline: float, say: Callable[[str], None],
                 if strays.summary():
                     say(str(strays.summary()))
                 missing = sorted(set(range(1, nodes.nnodes)) - set(joined))
-                raise LaunchError(f"node(s) {shown(missing)} did not join within {nodes.timeout:g} s.",
-                                  hint="start the launcher on every machine with the same --nnodes, "
-                                       "--master-addr and --master-port.")
+                raise LaunchError(
+                    f"node(s) {shown(missing)} did not join within {nodes.timeout:g} s.",
+                    hint="start the launcher on every machine with the same --nnodes, --master-addr and --master-port.",
+                )
             try:
                 conn, _ = server.accept()
-            except socket.timeout:
+            except TimeoutError:
                 conn = None
             if conn is not None:
                 if slots.acquire(blocking=False):
-                    threading.Thread(target=_greet, args=(conn, nodes, job, deadline, results, slots, closing),
-                                     daemon=True).start()
+                    threading.Thread(
+                        target=_greet, args=(conn, nodes, job, deadline, results, slots, closing), daemon=True
+                    ).start()
                 else:
                     strays.drop("busy", where(conn))
                     conn.close()
@@ -296,8 +314,14 @@ def _serve(nodes: Nodes, n: int, deadline: float, say: Callable[[str], None],
             addresses += [f"{parts[r][0]}:{p}" for p in parts[r][1]]
         for r, h in joined.items():
             h.reader.sock.settimeout(_SEND_TIMEOUT_S)
-            send(h.reader.sock, {"addresses": addresses, "first_rank": firsts[r],
-                                 "proof": proof(nodes.token, "serve", *h.nonces, job, addresses, firsts[r])})
+            send(
+                h.reader.sock,
+                {
+                    "addresses": addresses,
+                    "first_rank": firsts[r],
+                    "proof": proof(nodes.token, "serve", *h.nonces, job, addresses, firsts[r]),
+                },
+            )
         if strays.summary():
             say(str(strays.summary()))
         return NodeJob(tuple(addresses), 0), _Peers([joined[r].reader for r in sorted(joined)], True, say)
@@ -310,9 +334,15 @@ def _serve(nodes: Nodes, n: int, deadline: float, say: Callable[[str], None],
         server.close()
 
 
-def _greet(conn: socket.socket, nodes: Nodes, job: str, deadline: float,
-           results: queue.Queue[tuple[socket.socket, str, Any]], slots: threading.BoundedSemaphore,
-           closing: threading.Event) -> None:
+def _greet(
+    conn: socket.socket,
+    nodes: Nodes,
+    job: str,
+    deadline: float,
+    results: queue.Queue[tuple[socket.socket, str, Any]],
+    slots: threading.BoundedSemaphore,
+    closing: threading.Event,
+) -> None:
     """One connection to node 0 (its own thread, so a slow one holds up no other): who is it?"""
     try:
         ours = nonce()
@@ -336,8 +366,13 @@ def _greet(conn: socket.socket, nodes: Nodes, job: str, deadline: float,
         slots.release()
 
 
-def _take(results: queue.Queue[tuple[socket.socket, str, Any]], joined: dict[int, _Hello], strays: Strays,
-          say: Callable[[str], None], nnodes: int) -> None:
+def _take(
+    results: queue.Queue[tuple[socket.socket, str, Any]],
+    joined: dict[int, _Hello],
+    strays: Strays,
+    say: Callable[[str], None],
+    nnodes: int,
+) -> None:
     """Node 0 takes the launchers that said hello, and drops the strays (refused ones are told why)."""
     while True:
         try:
@@ -378,18 +413,24 @@ def _forget_leavers(joined: dict[int, _Hello], say: Callable[[str], None]) -> No
 
 
 def _hello(message: Any, nnodes: int) -> tuple[int, str, list[int]]:
-    ok = (isinstance(message.get("node_rank"), int) and isinstance(message.get("host"), str)
-          and 0 < len(message["host"]) <= 255 and isinstance(message.get("ports"), list)
-          and 0 < len(message["ports"]) <= MAX_WORKERS
-          and all(isinstance(p, int) and 0 < p < 65536 for p in message["ports"])
-          and isinstance(message.get("nonce"), str) and 0 < len(message["nonce"]) <= 64)
+    ok = (
+        isinstance(message.get("node_rank"), int)
+        and isinstance(message.get("host"), str)
+        and 0 < len(message["host"]) <= 255
+        and isinstance(message.get("ports"), list)
+        and 0 < len(message["ports"]) <= MAX_WORKERS
+        and all(isinstance(p, int) and 0 < p < 65536 for p in message["ports"])
+        and isinstance(message.get("nonce"), str)
+        and 0 < len(message["nonce"]) <= 64
+    )
     if not ok or not 0 < message["node_rank"] < nnodes:
         raise Stray("garbage")
     return message["node_rank"], message["host"], message["ports"]
 
 
-def _join(nodes: Nodes, n: int, deadline: float, say: Callable[[str], None],
-          stopped: Callable[[], bool]) -> tuple[NodeJob, _Peers]:
+def _join(
+    nodes: Nodes, n: int, deadline: float, say: Callable[[str], None], stopped: Callable[[], bool]
+) -> tuple[NodeJob, _Peers]:
     master = f"{shown(nodes.master[0])}:{nodes.master[1]}"
     while True:
         reader, greeting = _connect(nodes, deadline, stopped)
@@ -402,28 +443,51 @@ def _join(nodes: Nodes, n: int, deadline: float, say: Callable[[str], None],
         job, ours, theirs = job_hash(nodes.rdzv_id), nonce(), greeting["nonce"]
         host = nodes.node_addr or sock.getsockname()[0]
         ports = free_ports(n, "0.0.0.0")
-        send(sock, {"node_rank": nodes.node_rank, "host": host, "ports": ports, "job": job, "nonce": ours,
-                    "proof": proof(nodes.token, "join", theirs, ours, job, nodes.node_rank, host, ports)})
+        send(
+            sock,
+            {
+                "node_rank": nodes.node_rank,
+                "host": host,
+                "ports": ports,
+                "job": job,
+                "nonce": ours,
+                "proof": proof(nodes.token, "join", theirs, ours, job, nodes.node_rank, host, ports),
+            },
+        )
         try:
             reply = reader.message(deadline, stopped)
         except Stray as stray:
-            raise LaunchError(f"the node-0 launcher at {master} "
-                              + ("closed the connection before the job formed." if stray.kind == "closed" else
-                                 f"did not form the job within {nodes.timeout:g} s." if stray.kind == "slow" else
-                                 "sent a malformed reply."),
-                              hint="see node 0's console; start the launcher on every machine with the same "
-                                   "--nnodes, --master-addr and --master-port.") from None
+            raise LaunchError(
+                f"the node-0 launcher at {master} "
+                + (
+                    "closed the connection before the job formed."
+                    if stray.kind == "closed"
+                    else f"did not form the job within {nodes.timeout:g} s."
+                    if stray.kind == "slow"
+                    else "sent a malformed reply."
+                ),
+                hint="see node 0's console; start the launcher on every machine with the same "
+                "--nnodes, --master-addr and --master-port.",
+            ) from None
         if "refused" in reply:
             raise _refusal(reply["refused"], nodes, master, bool(greeting.get("token")))
         addresses, first = reply.get("addresses"), reply.get("first_rank")
-        if not (isinstance(addresses, list) and all(isinstance(a, str) for a in addresses)
-                and isinstance(first, int) and 0 <= first and first + n <= len(addresses)):
-            raise LaunchError("the node-0 launcher sent a malformed cluster.",
-                              hint="start the same tfdevices version on every machine.")
+        if not (
+            isinstance(addresses, list)
+            and all(isinstance(a, str) for a in addresses)
+            and isinstance(first, int)
+            and first >= 0
+            and first + n <= len(addresses)
+        ):
+            raise LaunchError(
+                "the node-0 launcher sent a malformed cluster.",
+                hint="start the same tfdevices version on every machine.",
+            )
         if not proven(nodes.token, reply.get("proof"), "serve", theirs, ours, job, addresses, first):
-            raise LaunchError(f"the node-0 launcher at {master} did not prove it holds the job's "
-                              "rendezvous token.", hint="give every machine the same secret "
-                                                        "(TFDEVICES_RDZV_TOKEN or --rdzv-token-file).")
+            raise LaunchError(
+                f"the node-0 launcher at {master} did not prove it holds the job's rendezvous token.",
+                hint="give every machine the same secret (TFDEVICES_RDZV_TOKEN or --rdzv-token-file).",
+            )
         return NodeJob(tuple(addresses), first), _Peers([reader], False, say)
     except BaseException:
         sock.close()
@@ -442,10 +506,11 @@ def _connect(nodes: Nodes, deadline: float, stopped: Callable[[], bool]) -> tupl
             break
         except OSError:
             if left <= 0:
-                raise LaunchError(f"cannot reach the node-0 launcher at {shown(nodes.master[0])}:"
-                                  f"{nodes.master[1]} within {nodes.timeout:g} s.",
-                                  hint="start --node-rank 0 on the --master-addr machine; check the address, "
-                                       "port and firewall.") from None
+                raise LaunchError(
+                    f"cannot reach the node-0 launcher at {shown(nodes.master[0])}:"
+                    f"{nodes.master[1]} within {nodes.timeout:g} s.",
+                    hint="start --node-rank 0 on the --master-addr machine; check the address, port and firewall.",
+                ) from None
             _pause(stopped)
     reader = LineReader(sock, MAX_CLUSTER)
     try:
@@ -454,16 +519,20 @@ def _connect(nodes: Nodes, deadline: float, stopped: Callable[[], bool]) -> tupl
         if stray.kind in ("closed", "slow") and time.monotonic() < deadline:
             return reader, None  # node 0 was busy, or is starting: try again
         sock.close()
-        raise LaunchError(f"what answers at --master-addr {shown(nodes.master[0])} --master-port "
-                          f"{nodes.master[1]} is not a tfdevices launcher ({stray}).",
-                          hint="check --master-addr and --master-port; another program may use that port.") from None
+        raise LaunchError(
+            f"what answers at --master-addr {shown(nodes.master[0])} --master-port "
+            f"{nodes.master[1]} is not a tfdevices launcher ({stray}).",
+            hint="check --master-addr and --master-port; another program may use that port.",
+        ) from None
     except BaseException:
         sock.close()
         raise
     if greeting.get("tfdevices") != "rendezvous" or not isinstance(greeting.get("nonce"), str):
         sock.close()
-        raise LaunchError(f"what answers at {master} is not a tfdevices launcher of this version.",
-                          hint="start the same tfdevices version on every machine; check --master-port.")
+        raise LaunchError(
+            f"what answers at {master} is not a tfdevices launcher of this version.",
+            hint="start the same tfdevices version on every machine; check --master-port.",
+        )
     return reader, greeting
 
 
@@ -476,24 +545,31 @@ def _pause(stopped: Callable[[], bool], seconds: float = 0.2) -> None:
 def _refusal(kind: object, nodes: Nodes, master: str, wants_token: bool) -> LaunchError:
     """Why node 0 refused this launcher, in the user's terms."""
     if kind == "job":
-        return LaunchError(f"the node-0 launcher at {master} runs another job: its rendezvous id differs "
-                           f"from this launcher's (which comes from {nodes.id_source}).",
-                           hint="start every machine's launcher with the same command, --nnodes and --master-port, "
-                                "or the same --rdzv-id; another job needs another --master-port.")
+        return LaunchError(
+            f"the node-0 launcher at {master} runs another job: its rendezvous id differs "
+            f"from this launcher's (which comes from {nodes.id_source}).",
+            hint="start every machine's launcher with the same command, --nnodes and --master-port, "
+            "or the same --rdzv-id; another job needs another --master-port.",
+        )
     if kind == "taken":
-        return LaunchError(f"--node-rank {nodes.node_rank}: another machine has joined as node {nodes.node_rank}.",
-                           hint="give every machine its own --node-rank.")
+        return LaunchError(
+            f"--node-rank {nodes.node_rank}: another machine has joined as node {nodes.node_rank}.",
+            hint="give every machine its own --node-rank.",
+        )
     if kind == "token" and wants_token and nodes.token is None:
-        return LaunchError(f"the node-0 launcher at {master} needs the job's rendezvous token, and this "
-                           "launcher has none.", hint="set TFDEVICES_RDZV_TOKEN, or pass --rdzv-token-file, "
-                                                      "with the same secret on every machine.")
+        return LaunchError(
+            f"the node-0 launcher at {master} needs the job's rendezvous token, and this launcher has none.",
+            hint="set TFDEVICES_RDZV_TOKEN, or pass --rdzv-token-file, with the same secret on every machine.",
+        )
     if kind == "token" and not wants_token:
-        return LaunchError(f"this launcher has a rendezvous token, and the node-0 launcher at {master} "
-                           "has none.", hint="give every machine the same secret (TFDEVICES_RDZV_TOKEN or "
-                                             "--rdzv-token-file), or none.")
-    return LaunchError(f"the node-0 launcher at {master} refused this launcher's rendezvous token: "
-                       "the secrets differ.", hint="give every machine the same secret (TFDEVICES_RDZV_TOKEN or "
-                                                   "--rdzv-token-file).")
+        return LaunchError(
+            f"this launcher has a rendezvous token, and the node-0 launcher at {master} has none.",
+            hint="give every machine the same secret (TFDEVICES_RDZV_TOKEN or --rdzv-token-file), or none.",
+        )
+    return LaunchError(
+        f"the node-0 launcher at {master} refused this launcher's rendezvous token: the secrets differ.",
+        hint="give every machine the same secret (TFDEVICES_RDZV_TOKEN or --rdzv-token-file).",
+    )
 
 
 __all__ = ["MASTER_PORT", "MAX_WORKERS", "NodeJob", "Nodes", "Stopped", "free_ports", "rendezvous"]

@@ -51,12 +51,17 @@ def _ranges(body: str, variable: str, whole: str) -> list[tuple[str, str]]:
     for part in body.split(","):
         match = _RANGE.match(part.strip())
         if not match:
-            raise LaunchError(f"{variable}={shown(whole)}: {shown(part)} is not a number or a range 'a-b' "
-                              "(ASCII digits, at most 9 each).", hint=_NODES_HINT)
+            raise LaunchError(
+                f"{variable}={shown(whole)}: {shown(part)} is not a number or a range 'a-b' "
+                "(ASCII digits, at most 9 each).",
+                hint=_NODES_HINT,
+            )
         lo, hi = match.group(1), match.group(2) or match.group(1)
         if int(hi) < int(lo):
-            raise LaunchError(f"{variable}={shown(whole)}: range {shown(part)} runs backwards.",
-                              hint="write the smaller number first, e.g. '01-03'.")
+            raise LaunchError(
+                f"{variable}={shown(whole)}: range {shown(part)} runs backwards.",
+                hint="write the smaller number first, e.g. '01-03'.",
+            )
         out.append((lo, hi))
     return out
 
@@ -94,15 +99,19 @@ def expand_nodelist(text: str, *, variable: str = "SLURM_STEP_NODELIST", limit: 
     ['r1n8', 'r1n10', 'r2n8', 'r2n10']
     """
     if len(text) > MAX_TEXT:
-        raise LaunchError(f"{variable}={shown(text)} is longer than {MAX_TEXT:,} characters.",
-                          hint="check the value; SLURM compresses node lists like 'node[0001-9999]'.")
+        raise LaunchError(
+            f"{variable}={shown(text)} is longer than {MAX_TEXT:,} characters.",
+            hint="check the value; SLURM compresses node lists like 'node[0001-9999]'.",
+        )
     items = _items(text, variable)
     total = 0
     for pieces in items:
         total += math.prod(_count(_ranges(p[1:-1], variable, text)) for p in pieces[1::2]) if len(pieces) > 1 else 1
         if total > limit:
-            raise LaunchError(f"{variable}={shown(text)} names more than {limit:,} hosts.",
-                              hint=f"check the value; tfdevices expands at most {limit:,} hosts.")
+            raise LaunchError(
+                f"{variable}={shown(text)} names more than {limit:,} hosts.",
+                hint=f"check the value; tfdevices expands at most {limit:,} hosts.",
+            )
     hosts: list[str] = []
     for pieces in items:
         if len(pieces) == 1:
@@ -120,8 +129,9 @@ def _refuse_repeats(hosts: list[str], variable: str, text: str) -> None:
     seen: set[str] = set()
     dupes = sorted({h for h in hosts if h in seen or seen.add(h)})  # type: ignore[func-returns-value]
     more = f" (and {len(dupes) - 5} more)" if len(dupes) > 5 else ""
-    raise LaunchError(f"{variable}={shown(text)} names {dupes[:5]}{more} more than once.",
-                      hint="each node appears once.")
+    raise LaunchError(
+        f"{variable}={shown(text)} names {dupes[:5]}{more} more than once.", hint="each node appears once."
+    )
 
 
 def _items(text: str, variable: str) -> list[list[str]]:
@@ -144,8 +154,9 @@ def _items(text: str, variable: str) -> list[list[str]]:
     return items
 
 
-def expand_tasks_per_node(text: str, *, variable: str = "SLURM_STEP_TASKS_PER_NODE",
-                          max_nodes: int = MAX_HOSTS, max_tasks: int = MAX_TASKS) -> list[int]:
+def expand_tasks_per_node(
+    text: str, *, variable: str = "SLURM_STEP_TASKS_PER_NODE", max_nodes: int = MAX_HOSTS, max_tasks: int = MAX_TASKS
+) -> list[int]:
     """Expands SLURM's tasks-per-node syntax.
 
     Args:
@@ -169,13 +180,17 @@ def expand_tasks_per_node(text: str, *, variable: str = "SLURM_STEP_TASKS_PER_NO
     for part in text.split(","):
         match = _TASKS.fullmatch(part)
         if not match or int(match.group(1)) == 0 or (match.group(2) is not None and int(match.group(2)) == 0):
-            raise LaunchError(f"{variable}={shown(text)}: {shown(part)} is not 'N' or 'N(xM)' with N, M >= 1 "
-                              "(ASCII digits).", hint="SLURM writes tasks per node like '2(x3),1'.")
+            raise LaunchError(
+                f"{variable}={shown(text)}: {shown(part)} is not 'N' or 'N(xM)' with N, M >= 1 (ASCII digits).",
+                hint="SLURM writes tasks per node like '2(x3),1'.",
+            )
         count, repeat = int(match.group(1)), int(match.group(2) or 1)
         nodes, tasks = nodes + repeat, tasks + count * repeat
         if nodes > max_nodes or tasks > max_tasks:
-            raise LaunchError(f"{variable}={shown(text)} describes more than {max_nodes:,} nodes or "
-                              f"{max_tasks:,} tasks.", hint="check the value; SLURM sets it for the job step.")
+            raise LaunchError(
+                f"{variable}={shown(text)} describes more than {max_nodes:,} nodes or {max_tasks:,} tasks.",
+                hint="check the value; SLURM sets it for the job step.",
+            )
         parts.append((count, repeat))
     return [count for count, repeat in parts for _ in range(repeat)]
 
@@ -219,12 +234,15 @@ def parse_gpu_list(text: str, *, variable: str = "SLURM_STEP_GPUS") -> tuple[lis
                 continue
             match = _RANGE.match(part)
             if not match or (match.group(2) and int(match.group(2)) < int(match.group(1))):
-                raise EnvVarError(f"{variable}={shown(text)}: {shown(part)} is not a GPU index or range "
-                                  "(ASCII digits).", hint=hint)
+                raise EnvVarError(
+                    f"{variable}={shown(text)}: {shown(part)} is not a GPU index or range (ASCII digits).", hint=hint
+                )
             last = int(match.group(2) or match.group(1))
             if last >= MAX_GPUS:
-                raise EnvVarError(f"{variable}={shown(text)}: GPU index {last} is out of range (a node has at "
-                                  f"most {MAX_GPUS} GPUs).", hint=hint)
+                raise EnvVarError(
+                    f"{variable}={shown(text)}: GPU index {last} is out of range (a node has at most {MAX_GPUS} GPUs).",
+                    hint=hint,
+                )
             indices += range(int(match.group(1)), last + 1)
             if len(indices) > MAX_GPUS:
                 break  # a repeat: reported below
@@ -250,14 +268,18 @@ def _parse_gres(text: str, variable: str, hint: str) -> tuple[list[int], list[st
             continue
         match = _GRES.match(entry)
         if not match:
-            raise EnvVarError(f"{variable}={shown(text)}: GRES entry {shown(entry)} is not "
-                              "'gpu[:type]:N(IDX:list)'.", hint=hint)
+            raise EnvVarError(
+                f"{variable}={shown(text)}: GRES entry {shown(entry)} is not 'gpu[:type]:N(IDX:list)'.", hint=hint
+            )
         if match.group(2).strip() == "N/A":
             continue
         found, _ = parse_gpu_list(match.group(2), variable=variable)
         if match.group(1) is not None and int(match.group(1)) != len(found):
-            raise EnvVarError(f"{variable}={shown(text)}: {shown(entry)} counts {match.group(1)} GPU(s) but lists "
-                              f"{len(found)} ({join_indices(tuple(found))}).", hint=hint)
+            raise EnvVarError(
+                f"{variable}={shown(text)}: {shown(entry)} counts {match.group(1)} GPU(s) but lists "
+                f"{len(found)} ({join_indices(tuple(found))}).",
+                hint=hint,
+            )
         indices += found
         if len(indices) > MAX_GPUS:
             break  # a repeat: reported by the caller
@@ -301,7 +323,9 @@ def step_cluster(nodes: Sequence[str], tasks_per_node: Sequence[int], job_id: in
     ['n1:44796', 'n1:44797', 'n2:44796']
     """
     if len(nodes) != len(tasks_per_node):
-        raise LaunchError(f"the step has {len(nodes)} node(s) but tasks for {len(tasks_per_node)}.",
-                          hint="SLURM_STEP_NODELIST and SLURM_STEP_TASKS_PER_NODE come from the same srun.")
+        raise LaunchError(
+            f"the step has {len(nodes)} node(s) but tasks for {len(tasks_per_node)}.",
+            hint="SLURM_STEP_NODELIST and SLURM_STEP_TASKS_PER_NODE come from the same srun.",
+        )
     base = step_port_base(job_id, step_id, max(tasks_per_node, default=1))
     return [f"{host}:{base + j}" for host, count in zip(nodes, tasks_per_node) for j in range(count)]

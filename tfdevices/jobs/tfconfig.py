@@ -41,8 +41,7 @@ TRAINING_TASK_TYPES = ("chief", "worker")
 _TOP_KEYS = ("cluster", "task", "environment", "rpc_layer")
 _TASK_KEYS = ("type", "index", "trial")
 _HOST = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+)$")
-_EXAMPLE = ('{"cluster": {"worker": ["host0:2222", "host1:2222"]}, '
-            '"task": {"type": "worker", "index": 0}}')
+_EXAMPLE = '{"cluster": {"worker": ["host0:2222", "host1:2222"]}, "task": {"type": "worker", "index": 0}}'
 _HINT = f"TF_CONFIG must look like {_EXAMPLE}."
 MAX_CHARS = 32 << 20
 """The longest TF_CONFIG text read (16,000 workers take about 400 KB)."""
@@ -95,8 +94,10 @@ class TfConfig:
 
     def to_json(self) -> str:
         """The ``TF_CONFIG`` text for this configuration."""
-        data: dict[str, Any] = {"cluster": {job: list(addrs) for job, addrs in self.cluster.items()},
-                                "task": {"type": self.task_type, "index": self.task_index}}
+        data: dict[str, Any] = {
+            "cluster": {job: list(addrs) for job, addrs in self.cluster.items()},
+            "task": {"type": self.task_type, "index": self.task_index},
+        }
         if self.rpc_layer is not None:
             data["rpc_layer"] = self.rpc_layer
         return json.dumps(data)
@@ -131,8 +132,9 @@ def parse_tf_config(text: str | None, *, source: str = TF_CONFIG) -> TfConfig | 
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
-        raise TfConfigError(f"{where}: not valid JSON ({err.msg} at line {err.lineno} column {err.colno}).",
-                            hint=_HINT) from None
+        raise TfConfigError(
+            f"{where}: not valid JSON ({err.msg} at line {err.lineno} column {err.colno}).", hint=_HINT
+        ) from None
     except RecursionError:
         raise TfConfigError(f"{where}: JSON nested too deeply.", hint=_HINT) from None
     except ValueError:  # a number past Python's 4300-digit limit
@@ -144,10 +146,17 @@ def parse_tf_config(text: str | None, *, source: str = TF_CONFIG) -> TfConfig | 
     task_type, task_index = _parse_task(data["task"], cluster, where)
     rpc_layer = data.get("rpc_layer")
     if rpc_layer is not None and not (isinstance(rpc_layer, str) and rpc_layer):
-        raise TfConfigError(f"{where}: rpc_layer={shown(rpc_layer)} must be a non-empty string such as 'grpc'.",
-                            hint="remove rpc_layer to use TensorFlow's default, gRPC.")
-    return TfConfig(cluster=types.MappingProxyType(cluster), task_type=task_type,
-                    task_index=task_index, rpc_layer=rpc_layer, source=source)
+        raise TfConfigError(
+            f"{where}: rpc_layer={shown(rpc_layer)} must be a non-empty string such as 'grpc'.",
+            hint="remove rpc_layer to use TensorFlow's default, gRPC.",
+        )
+    return TfConfig(
+        cluster=types.MappingProxyType(cluster),
+        task_type=task_type,
+        task_index=task_index,
+        rpc_layer=rpc_layer,
+        source=source,
+    )
 
 
 def read_tf_config(env: Mapping[str, str] | None = None) -> TfConfig | None:
@@ -190,24 +199,31 @@ def make_tf_config(workers: Sequence[str], index: int, task_type: str = "worker"
         cluster = {"chief": workers[:1], "worker": workers[1:]} if len(workers) > 1 else {"chief": workers}
         data = {"cluster": cluster, "task": task}
     else:
-        raise TfConfigError(f"TF_CONFIG: make_tf_config(task_type={task_type!r}) is not supported.",
-                            hint="use task_type='worker' (all workers) or 'chief' (the first address is the chief).")
+        raise TfConfigError(
+            f"TF_CONFIG: make_tf_config(task_type={task_type!r}) is not supported.",
+            hint="use task_type='worker' (all workers) or 'chief' (the first address is the chief).",
+        )
     text = json.dumps(data)
     parse_tf_config(text, source="make_tf_config")
     return text
 
 
 def _json_type(value: Any) -> str:
-    return {list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number",
-            type(None): "null", dict: "an object"}.get(type(value), type(value).__name__)
+    return {
+        list: "an array",
+        str: "a string",
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+        type(None): "null",
+        dict: "an object",
+    }.get(type(value), type(value).__name__)
 
 
-def _check_keys(data: Mapping[str, Any], known: Sequence[str], required: Sequence[str],
-                where: str, what: str) -> None:
+def _check_keys(data: Mapping[str, Any], known: Sequence[str], required: Sequence[str], where: str, what: str) -> None:
     unknown = sorted(set(data) - set(known))
     if unknown:
-        raise TfConfigError(f"{where}: unknown key(s) {unknown} in {what}; known keys: {list(known)}.",
-                            hint=_HINT)
+        raise TfConfigError(f"{where}: unknown key(s) {unknown} in {what}; known keys: {list(known)}.", hint=_HINT)
     missing = [k for k in required if k not in data]
     if missing:
         raise TfConfigError(f"{where}: {what} lacks {missing}.", hint=_HINT)
@@ -215,65 +231,90 @@ def _check_keys(data: Mapping[str, Any], known: Sequence[str], required: Sequenc
 
 def _parse_cluster(value: Any, where: str) -> dict[str, tuple[str, ...]]:
     if not isinstance(value, dict):
-        raise TfConfigError(f"{where}: 'cluster' must be an object of job -> addresses, got {_json_type(value)}.",
-                            hint=_HINT)
+        raise TfConfigError(
+            f"{where}: 'cluster' must be an object of job -> addresses, got {_json_type(value)}.", hint=_HINT
+        )
     if not value:
         raise TfConfigError(f"{where}: 'cluster' is empty.", hint="list at least one worker address.")
     cluster: dict[str, tuple[str, ...]] = {}
     seen: dict[str, str] = {}
     for job, addresses in value.items():
         if job not in TASK_TYPES:
-            raise TfConfigError(f"{where}: unknown job {shown(job)} in 'cluster'; known jobs: {list(TASK_TYPES)}.",
-                                hint=_HINT)
+            raise TfConfigError(
+                f"{where}: unknown job {shown(job)} in 'cluster'; known jobs: {list(TASK_TYPES)}.", hint=_HINT
+            )
         if not isinstance(addresses, list) or not addresses:
-            raise TfConfigError(f"{where}: cluster job {shown(job)} must be a non-empty list of 'host:port' "
-                                f"strings, got {shown(json.dumps(addresses))}.", hint=_HINT)
+            raise TfConfigError(
+                f"{where}: cluster job {shown(job)} must be a non-empty list of 'host:port' "
+                f"strings, got {shown(json.dumps(addresses))}.",
+                hint=_HINT,
+            )
         for i, address in enumerate(addresses):
             _check_address(address, f"{job}[{i}]", where)
             if address in seen:
-                raise TfConfigError(f"{where}: address {shown(address)} appears twice ({seen[address]} and {job}[{i}]).",
-                                    hint="give every task its own host:port.")
+                raise TfConfigError(
+                    f"{where}: address {shown(address)} appears twice ({seen[address]} and {job}[{i}]).",
+                    hint="give every task its own host:port.",
+                )
             seen[address] = f"{job}[{i}]"
         cluster[job] = tuple(addresses)
     if len(cluster.get("chief", ())) > 1:
-        raise TfConfigError(f"{where}: cluster has {len(cluster['chief'])} chiefs; there can be one.",
-                            hint="move the other addresses to 'worker'.")
+        raise TfConfigError(
+            f"{where}: cluster has {len(cluster['chief'])} chiefs; there can be one.",
+            hint="move the other addresses to 'worker'.",
+        )
     if not any(job in cluster for job in TRAINING_TASK_TYPES):
-        raise TfConfigError(f"{where}: cluster {sorted(cluster)} has no 'chief' or 'worker' job.",
-                            hint="list the training processes under 'worker'.")
+        raise TfConfigError(
+            f"{where}: cluster {sorted(cluster)} has no 'chief' or 'worker' job.",
+            hint="list the training processes under 'worker'.",
+        )
     return cluster
 
 
 def _check_address(address: Any, name: str, where: str) -> None:
     if not isinstance(address, str):
-        raise TfConfigError(f"{where}: cluster address {name}={json.dumps(address)} must be a 'host:port' string.",
-                            hint=_HINT)
+        raise TfConfigError(
+            f"{where}: cluster address {name}={json.dumps(address)} must be a 'host:port' string.", hint=_HINT
+        )
     host, sep, port = address.rpartition(":")
     if not sep or not _HOST.match(host) or not parse_count(port, limit=65535):
-        raise TfConfigError(f"{where}: cluster address {name}={shown(address)} is not 'host:port' "
-                            "(a host name or IP, and a port 1..65535 in ASCII digits).",
-                            hint="write e.g. 'localhost:2222' or '10.0.0.2:2222'.")
+        raise TfConfigError(
+            f"{where}: cluster address {name}={shown(address)} is not 'host:port' "
+            "(a host name or IP, and a port 1..65535 in ASCII digits).",
+            hint="write e.g. 'localhost:2222' or '10.0.0.2:2222'.",
+        )
 
 
 def _parse_task(value: Any, cluster: Mapping[str, tuple[str, ...]], where: str) -> tuple[str, int]:
     if not isinstance(value, dict):
-        raise TfConfigError(f"{where}: 'task' must be an object like {{\"type\": \"worker\", \"index\": 0}}, "
-                            f"got {_json_type(value)}.", hint=_HINT)
+        raise TfConfigError(
+            f'{where}: \'task\' must be an object like {{"type": "worker", "index": 0}}, got {_json_type(value)}.',
+            hint=_HINT,
+        )
     _check_keys(value, _TASK_KEYS, ("type", "index"), where, "'task'")
     task_type, index = value["type"], value["index"]
     if task_type not in TASK_TYPES:
-        raise TfConfigError(f"{where}: unknown task type {shown(task_type)}; known types: {list(TASK_TYPES)}.",
-                            hint=f"set task.type to one of the cluster's jobs: {sorted(cluster)}.")
+        raise TfConfigError(
+            f"{where}: unknown task type {shown(task_type)}; known types: {list(TASK_TYPES)}.",
+            hint=f"set task.type to one of the cluster's jobs: {sorted(cluster)}.",
+        )
     if isinstance(index, bool) or not isinstance(index, int) or index < 0:
-        raise TfConfigError(f"{where}: task index {json.dumps(index)} must be a whole number >= 0.",
-                            hint="write e.g. \"index\": 0 (a number, not a string).")
+        raise TfConfigError(
+            f"{where}: task index {json.dumps(index)} must be a whole number >= 0.",
+            hint='write e.g. "index": 0 (a number, not a string).',
+        )
     if task_type not in cluster:
         if task_type == "evaluator" and index == 0:
             return task_type, index  # a side-car evaluator need not be in the cluster
-        raise TfConfigError(f"{where}: task type {shown(task_type)} is not a job of the cluster {sorted(cluster)}.",
-                            hint=f"set task.type to one of {sorted(cluster)} or add '{task_type}' to the cluster.")
+        raise TfConfigError(
+            f"{where}: task type {shown(task_type)} is not a job of the cluster {sorted(cluster)}.",
+            hint=f"set task.type to one of {sorted(cluster)} or add '{task_type}' to the cluster.",
+        )
     size = len(cluster[task_type])
     if index >= size:
-        raise TfConfigError(f"{where}: task index {index} is out of range: job {task_type!r} has "
-                            f"{size} address(es) (indices 0..{size - 1}).", hint=f"set task.index to 0..{size - 1}.")
+        raise TfConfigError(
+            f"{where}: task index {index} is out of range: job {task_type!r} has "
+            f"{size} address(es) (indices 0..{size - 1}).",
+            hint=f"set task.index to 0..{size - 1}.",
+        )
     return task_type, index

@@ -60,9 +60,13 @@ class Watchdog:
 
     def __enter__(self) -> Watchdog:
         try:
-            self._proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", _WATCHDOG, str(WATCHDOG_GRACE_S)],
-                                          stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                          stderr=subprocess.DEVNULL, start_new_session=True)
+            self._proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", _WATCHDOG, str(WATCHDOG_GRACE_S)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         except OSError:
             self._proc = None  # no watchdog: the launcher still stops its workers itself
         return self

@@ -40,18 +40,23 @@ def read_model(model: Any) -> LayerCosts:
         PlanError: the model is not built or has no layers.
     """
     if not getattr(model, "built", False):
-        raise PlanError(f"model {getattr(model, 'name', model)!r} is not built, so its layers have no sizes yet.",
-                        hint="build it first: model.build(input_shape), or start it with keras.Input(...).")
+        raise PlanError(
+            f"model {getattr(model, 'name', model)!r} is not built, so its layers have no sizes yet.",
+            hint="build it first: model.build(input_shape), or start it with keras.Input(...).",
+        )
     layers = [layer for layer in model.layers if type(layer).__name__ != "InputLayer"]
     if not layers:
         raise PlanError(f"model {model.name!r} has no layers to place.", hint="plan a model with layers.")
     index = {id(layer): i for i, layer in enumerate(layers)}
     edges = _model_edges(model, layers, index)
-    return LayerCosts(names=tuple(layer.name for layer in layers),
-                   params=tuple(float(layer.count_params()) for layer in layers),
-                   flops=tuple(_flops(layer) for layer in layers),
-                   memory=tuple(_layer_bytes(layer) for layer in layers),
-                   edges=edges, model=model)
+    return LayerCosts(
+        names=tuple(layer.name for layer in layers),
+        params=tuple(float(layer.count_params()) for layer in layers),
+        flops=tuple(_flops(layer) for layer in layers),
+        memory=tuple(_layer_bytes(layer) for layer in layers),
+        edges=edges,
+        model=model,
+    )
 
 
 def _model_edges(model: Any, layers: Sequence[Any], index: Mapping[int, int]) -> tuple[tuple[int, int, int], ...]:
@@ -95,8 +100,9 @@ def _output_shape(layer: Any) -> tuple[int | None, ...]:
     return tuple(outputs[0].shape) if outputs else (None,)
 
 
-def measure_layer_times(model: Any, sample: Any, devices: Sequence[str], *, repeats: int = 5,
-                        number: int = 10) -> dict[str, list[float]]:
+def measure_layer_times(
+    model: Any, sample: Any, devices: Sequence[str], *, repeats: int = 5, number: int = 10
+) -> dict[str, list[float]]:
     """Seconds per call of each layer on each device, on the activations ``sample`` produces.
 
     Each layer is cloned from its config onto each device (weights created there,
@@ -134,9 +140,11 @@ def _time_layer(tf: Any, keras: Any, layer: Any, x: Any, device: str, repeats: i
     try:
         clone = keras.layers.deserialize(keras.layers.serialize(layer))
     except Exception as err:  # noqa: BLE001 (any failure to rebuild from config means: cannot time it)
-        raise PlanError(f"layer {layer.name!r} ({type(layer).__name__}) cannot be rebuilt from its config to "
-                        f"time it on {device}: {err}", hint="register the layer with Keras "
-                        "(keras.saving.register_keras_serializable) or balance by params/flops.") from None
+        raise PlanError(
+            f"layer {layer.name!r} ({type(layer).__name__}) cannot be rebuilt from its config to "
+            f"time it on {device}: {err}",
+            hint="register the layer with Keras (keras.saving.register_keras_serializable) or balance by params/flops.",
+        ) from None
     with tf.device(device):
         x = tf.nest.map_structure(tf.identity, x)
         step = tf.function(lambda t: clone(t))

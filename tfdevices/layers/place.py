@@ -82,7 +82,9 @@ def place_layers(model_or_builder: Any, plan: LayerPlan) -> Any:
     """
     tf = import_tf()
     if not isinstance(plan, LayerPlan):
-        raise PlanError(f"plan {plan!r}: expected a LayerPlan.", hint="make one with tfdevices.plan_layers(model, devices).")
+        raise PlanError(
+            f"plan {plan!r}: expected a LayerPlan.", hint="make one with tfdevices.plan_layers(model, devices)."
+        )
     _check_visible(plan)
     if hasattr(model_or_builder, "layers"):
         model = model_or_builder
@@ -90,8 +92,10 @@ def place_layers(model_or_builder: Any, plan: LayerPlan) -> Any:
         with _variables_created_on(tf, plan):
             model = model_or_builder()
     else:
-        raise PlanError(f"model {model_or_builder!r}: expected a Keras model or a function that builds one.",
-                        hint="place_layers(model, plan) or place_layers(build_model, plan).")
+        raise PlanError(
+            f"model {model_or_builder!r}: expected a Keras model or a function that builds one.",
+            hint="place_layers(model, plan) or place_layers(build_model, plan).",
+        )
     layers = _layers_of(model, plan)
     boundary = _boundary_layers(model, plan)
     homes: dict[str, str] = {}
@@ -116,22 +120,27 @@ def _check_visible(plan: LayerPlan) -> None:
     visible = list(logical_devices())
     unknown = sorted(set(plan.devices) - set(visible))
     if unknown:
-        raise PlanError(f"plan puts layers on {unknown}, which TensorFlow does not see; it sees {visible}.",
-                        hint="plan for the visible devices, or split the CPU into logical devices "
-                             "(tfdevices.configure) before TensorFlow starts.")
+        raise PlanError(
+            f"plan puts layers on {unknown}, which TensorFlow does not see; it sees {visible}.",
+            hint="plan for the visible devices, or split the CPU into logical devices "
+            "(tfdevices.configure) before TensorFlow starts.",
+        )
 
 
 def _layers_of(model: Any, plan: LayerPlan) -> list[Any]:
     if not hasattr(model, "_tracker") or type(model).__module__.startswith("tf_keras"):
-        raise PlanError(f"model {getattr(model, 'name', model)!r} is not a Keras 3 model "
-                        f"({type(model).__module__}).",
-                        hint="place_layers supports Keras 3 ('import keras'); for tf_keras see the module docs.")
+        raise PlanError(
+            f"model {getattr(model, 'name', model)!r} is not a Keras 3 model ({type(model).__module__}).",
+            hint="place_layers supports Keras 3 ('import keras'); for tf_keras see the module docs.",
+        )
     layers = [layer for layer in model.layers if type(layer).__name__ != "InputLayer"]
     names = tuple(layer.name for layer in layers)
     if names != plan.layers:
-        raise PlanError(f"plan is for layers {list(plan.layers)[:8]} ({len(plan.layers)}), but model "
-                        f"{model.name!r} has {list(names)[:8]} ({len(names)}).",
-                        hint="plan this model (plan_layers(model, devices)); names must match in order.")
+        raise PlanError(
+            f"plan is for layers {list(plan.layers)[:8]} ({len(plan.layers)}), but model "
+            f"{model.name!r} has {list(names)[:8]} ({len(names)}).",
+            hint="plan this model (plan_layers(model, devices)); names must match in order.",
+        )
     return layers
 
 
@@ -196,7 +205,7 @@ def _with_forward_op(op: Any) -> str:
     """The device of the forward op a gradient op (``gradient_tape/<forward op>/...``) belongs to."""
     if op.device or not op.name.startswith("gradient_tape/"):
         return str(op.device)
-    parts = op.name[len("gradient_tape/"):].split("/")
+    parts = op.name[len("gradient_tape/") :].split("/")
     for k in range(len(parts), 0, -1):
         try:
             forward = op.graph.get_operation_by_name("/".join(parts[:k]))
@@ -215,8 +224,7 @@ def _wrap_layer(tf: Any, layer: Any, device: str, *, boundary: bool) -> None:
     def call(*args: Any, **kwargs: Any) -> Any:
         with tf.device(device):
             if boundary:
-                args, kwargs = tf.nest.map_structure(lambda t: tf.identity(t) if tf.is_tensor(t) else t,
-                                                     (args, kwargs))
+                args, kwargs = tf.nest.map_structure(lambda t: tf.identity(t) if tf.is_tensor(t) else t, (args, kwargs))
             return original(*args, **kwargs)
 
     object.__setattr__(layer, "call", call)
@@ -248,8 +256,11 @@ def _no_xla(tf: Any, model: Any) -> None:
     @functools.wraps(compile_)
     def compile(*args: Any, jit_compile: Any = "auto", **kwargs: Any) -> Any:
         if jit_compile is True:
-            raise PlanError("jit_compile=True on a placed model: XLA compiles the whole step for one device, "
-                            "which undoes the layer placement.", hint="compile with jit_compile=False.")
+            raise PlanError(
+                "jit_compile=True on a placed model: XLA compiles the whole step for one device, "
+                "which undoes the layer placement.",
+                hint="compile with jit_compile=False.",
+            )
         out = compile_(*args, jit_compile=False, **kwargs)
         _place_optimizer(tf, model)
         return out

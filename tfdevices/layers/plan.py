@@ -108,8 +108,10 @@ class LayerPlan:
         try:
             return self.devices[self.layers.index(layer)]
         except ValueError:
-            raise PlanError(f"layer {layer!r} is not in this plan; it has {_names(self.layers)}.",
-                            hint="plan the model you place (plan_layers(model, ...)).") from None
+            raise PlanError(
+                f"layer {layer!r} is not in this plan; it has {_names(self.layers)}.",
+                hint="plan the model you place (plan_layers(model, ...)).",
+            ) from None
 
     def loads(self) -> dict[str, tuple[float, int]]:
         """``{device: (total cost, bytes)}`` over the devices that hold layers, in stage order."""
@@ -132,12 +134,15 @@ class LayerPlan:
         rows = [f"{'stage':<6} {'device':<7} {'layers':<28} {'cost':>6} {'share':>6} {'memory':>7}"]
         for i, s in enumerate(self.stages):
             span = s.layers[0] if len(s.layers) == 1 else f"{s.layers[0]} .. {s.layers[-1]} ({len(s.layers)})"
-            rows.append(f"{i:<6} {s.device:<7} {span:<28} {s.cost:>6.4g} {s.cost / total:>6.0%} "
-                        f"{format_bytes(s.memory):>7}")
+            rows.append(
+                f"{i:<6} {s.device:<7} {span:<28} {s.cost:>6.4g} {s.cost / total:>6.0%} {format_bytes(s.memory):>7}"
+            )
         kind = "manual plan" if self.manual else "optimal plan"
         plural = "" if self.transfers == 1 else "s"
-        rows.append(f"bottleneck {self.bottleneck:.4g} ({self.balance_by}), "
-                    f"{self.transfers} activation transfer{plural} per step, {kind}")
+        rows.append(
+            f"bottleneck {self.bottleneck:.4g} ({self.balance_by}), "
+            f"{self.transfers} activation transfer{plural} per step, {kind}"
+        )
         return "\n".join(rows)
 
 
@@ -231,24 +236,29 @@ def _no_fit(problem: _Problem, names: Sequence[str], devices: Sequence[str], end
     used, start = [], 0
     for d, end in enumerate(ends):
         cap = "no cap" if math.isinf(problem.caps[d]) else f"cap {format_bytes(int(problem.caps[d]))}"
-        used.append(f"{devices[d]} holds {end - start} layers, "
-                    f"{format_bytes(problem.mem[end] - problem.mem[start])} of {cap}")
+        used.append(
+            f"{devices[d]} holds {end - start} layers, {format_bytes(problem.mem[end] - problem.mem[start])} of {cap}"
+        )
         start = end
     return PlanError(
-        f"layer {names[stuck]!r} ({format_bytes(need)}) does not fit: filling devices in order, "
-        f"{'; '.join(used)}.",
-        hint="raise max_memory for a device, add a device, or give the layers in another order of devices.")
+        f"layer {names[stuck]!r} ({format_bytes(need)}) does not fit: filling devices in order, {'; '.join(used)}.",
+        hint="raise max_memory for a device, add a device, or give the layers in another order of devices.",
+    )
 
 
 # ----------------------------------------------------------------------------- inputs
 
 
-def plan_layers(model: Any, devices: Sequence[str] | Mapping[str, str], *,
-                balance_by: str | None = None,
-                max_memory: Mapping[str, int | str] | None = None,
-                speeds: Sequence[float] | Mapping[str, float] | None = None,
-                layer_bytes: Sequence[int] | None = None,
-                sample: Any = None) -> LayerPlan:
+def plan_layers(
+    model: Any,
+    devices: Sequence[str] | Mapping[str, str],
+    *,
+    balance_by: str | None = None,
+    max_memory: Mapping[str, int | str] | None = None,
+    speeds: Sequence[float] | Mapping[str, float] | None = None,
+    layer_bytes: Sequence[int] | None = None,
+    sample: Any = None,
+) -> LayerPlan:
     """Plans which device holds each layer, minimising the slowest stage.
 
     Args:
@@ -298,32 +308,50 @@ def plan_layers(model: Any, devices: Sequence[str] | Mapping[str, str], *,
         assigned = order
         _check_caps(layers, assigned, caps)
     else:
-        problem = _Problem(rows=tuple(_Prefix(rows[d]) for d in device_set),
-                           speeds=tuple(speed[d] for d in device_set),
-                           mem=tuple(_prefix_ints(layers.memory)),
-                           caps=tuple(caps[d] for d in device_set))
+        problem = _Problem(
+            rows=tuple(_Prefix(rows[d]) for d in device_set),
+            speeds=tuple(speed[d] for d in device_set),
+            mem=tuple(_prefix_ints(layers.memory)),
+            caps=tuple(caps[d] for d in device_set),
+        )
         assigned = _optimal_devices(problem, layers.names, device_set)
     return _make_plan(layers, assigned, rows, speed, kind, manual)
 
 
-def _make_plan(layers: LayerCosts, assigned: Sequence[str], rows: Mapping[str, Sequence[float]],
-               speed: Mapping[str, float], kind: str, manual: bool) -> LayerPlan:
+def _make_plan(
+    layers: LayerCosts,
+    assigned: Sequence[str],
+    rows: Mapping[str, Sequence[float]],
+    speed: Mapping[str, float],
+    kind: str,
+    manual: bool,
+) -> LayerPlan:
     stages: list[Stage] = []
     start = 0
     for i in range(1, len(assigned) + 1):
         if i == len(assigned) or assigned[i] != assigned[start]:
             d = assigned[start]
-            stages.append(Stage(device=d, layers=layers.names[start:i],
-                                cost=math.fsum(rows[d][start:i]) / speed[d],
-                                memory=sum(layers.memory[start:i])))
+            stages.append(
+                Stage(
+                    device=d,
+                    layers=layers.names[start:i],
+                    cost=math.fsum(rows[d][start:i]) / speed[d],
+                    memory=sum(layers.memory[start:i]),
+                )
+            )
             start = i
-    bottleneck = max(math.fsum(rows[d][i] for i, a in enumerate(assigned) if a == d) / speed[d]
-                     for d in set(assigned))
+    bottleneck = max(math.fsum(rows[d][i] for i, a in enumerate(assigned) if a == d) / speed[d] for d in set(assigned))
     return LayerPlan(
-        layers=layers.names, devices=tuple(assigned),
+        layers=layers.names,
+        devices=tuple(assigned),
         costs=tuple(rows[d][i] / speed[d] for i, d in enumerate(assigned)),
-        memory=layers.memory, stages=tuple(stages), bottleneck=bottleneck,
-        transfers=_transfers(layers.edges, assigned), balance_by=kind, manual=manual)
+        memory=layers.memory,
+        stages=tuple(stages),
+        bottleneck=bottleneck,
+        transfers=_transfers(layers.edges, assigned),
+        balance_by=kind,
+        manual=manual,
+    )
 
 
 def _transfers(edges: Sequence[tuple[int, int, int]], assigned: Sequence[str]) -> int:
@@ -340,8 +368,10 @@ def _prefix_ints(values: Sequence[int]) -> list[int]:
 
 def _device_list(devices: object) -> list[str]:
     if isinstance(devices, str) or not isinstance(devices, Sequence) or not devices:
-        raise PlanError(f"devices {devices!r}: expected a non-empty list of device names or a "
-                        "{layer: device} map.", hint="e.g. plan_layers(model, ['GPU:0', 'GPU:1']).")
+        raise PlanError(
+            f"devices {devices!r}: expected a non-empty list of device names or a {{layer: device}} map.",
+            hint="e.g. plan_layers(model, ['GPU:0', 'GPU:1']).",
+        )
     names = [_device(d, f"devices[{i}]") for i, d in enumerate(devices)]
     for d in names:
         if names.count(d) > 1:
@@ -360,9 +390,11 @@ def _manual_devices(mapping: Mapping[str, str], names: Sequence[str]) -> list[st
     patterns = [k for k in mapping if k not in names]
     for pattern in patterns:
         if not isinstance(pattern, str) or not _PATTERN_CHARS.search(pattern):
-            raise PlanError(f"manual map names layer {pattern!r}, which the model does not have; "
-                            f"it has {_names(names)}.", hint="use the model's layer names or a pattern like 'dense_*'.")
-    won: dict[str, int] = {p: 0 for p in patterns}
+            raise PlanError(
+                f"manual map names layer {pattern!r}, which the model does not have; it has {_names(names)}.",
+                hint="use the model's layer names or a pattern like 'dense_*'.",
+            )
+    won: dict[str, int] = dict.fromkeys(patterns, 0)
     out: list[str] = []
     missing: list[str] = []
     for name in names:
@@ -373,12 +405,17 @@ def _manual_devices(mapping: Mapping[str, str], names: Sequence[str]) -> list[st
         won[key] = won.get(key, 0) + 1
         out.append(_device(mapping[key], f"manual map[{key!r}]"))
     if missing:
-        raise PlanError(f"manual map leaves layers {missing!r} without a device; the map has {list(mapping)!r}.",
-                        hint="name them, or end the map with a catch-all pattern '*': 'GPU:0'.")
+        raise PlanError(
+            f"manual map leaves layers {missing!r} without a device; the map has {list(mapping)!r}.",
+            hint="name them, or end the map with a catch-all pattern '*': 'GPU:0'.",
+        )
     for key, count in won.items():
         if count == 0:
-            raise PlanError(f"manual map pattern {key!r} places no layer: it matches none of {_names(names)}, "
-                            "or earlier entries took them.", hint="fix the pattern, or move it before broader ones.")
+            raise PlanError(
+                f"manual map pattern {key!r} places no layer: it matches none of {_names(names)}, "
+                "or earlier entries took them.",
+                hint="fix the pattern, or move it before broader ones.",
+            )
     return out
 
 
@@ -390,35 +427,43 @@ def _check_finite(rows: Mapping[str, Sequence[float]], speed: Mapping[str, float
         except OverflowError:
             total = math.inf
         if not math.isfinite(total):
-            raise PlanError(f"layer costs on {device} add up to more than the largest float "
-                            f"({sys.float_info.max:.3g}) once divided by its speed {speed[device]:g}.",
-                            hint="scale the costs down (e.g. divide every cost by 1e6) or the speeds up.")
+            raise PlanError(
+                f"layer costs on {device} add up to more than the largest float "
+                f"({sys.float_info.max:.3g}) once divided by its speed {speed[device]:g}.",
+                hint="scale the costs down (e.g. divide every cost by 1e6) or the speeds up.",
+            )
 
 
 def _speeds(speeds: Sequence[float] | Mapping[str, float] | None, devices: Sequence[str]) -> dict[str, float]:
     if speeds is None:
-        return {d: 1.0 for d in devices}
+        return dict.fromkeys(devices, 1.0)
     if isinstance(speeds, Mapping):
         given = {_device(k, f"speeds key {k!r}"): v for k, v in speeds.items()}
         _known_keys("speeds", given, devices)
     elif isinstance(speeds, Sequence) and not isinstance(speeds, str) and len(speeds) == len(devices):
         given = dict(zip(devices, speeds))
     else:
-        raise PlanError(f"speeds {speeds!r}: expected {len(devices)} numbers aligned with devices {list(devices)!r} "
-                        "or a {device: speed} map.", hint="e.g. speeds=[1.0, 2.0] when the second device is twice as fast.")
+        raise PlanError(
+            f"speeds {speeds!r}: expected {len(devices)} numbers aligned with devices {list(devices)!r} "
+            "or a {device: speed} map.",
+            hint="e.g. speeds=[1.0, 2.0] when the second device is twice as fast.",
+        )
     for d, v in given.items():
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 < v < math.inf):
-            raise PlanError(f"speeds[{d!r}] = {v!r}: a speed must be a positive finite number.",
-                            hint="give relative speeds, e.g. 1.0 and 2.0.")
+            raise PlanError(
+                f"speeds[{d!r}] = {v!r}: a speed must be a positive finite number.",
+                hint="give relative speeds, e.g. 1.0 and 2.0.",
+            )
     return {d: float(given.get(d, 1.0)) for d in devices}
 
 
 def _caps(max_memory: Mapping[str, int | str] | None, devices: Sequence[str]) -> dict[str, float]:
     if max_memory is None:
-        return {d: math.inf for d in devices}
+        return dict.fromkeys(devices, math.inf)
     if not isinstance(max_memory, Mapping):
-        raise PlanError(f"max_memory {max_memory!r}: expected a {{device: size}} map.",
-                        hint="e.g. max_memory={'GPU:0': '10GiB'}.")
+        raise PlanError(
+            f"max_memory {max_memory!r}: expected a {{device: size}} map.", hint="e.g. max_memory={'GPU:0': '10GiB'}."
+        )
     caps: dict[str, float] = {}
     for key, value in max_memory.items():
         d = _device(key, f"max_memory key {key!r}")
@@ -433,8 +478,10 @@ def _caps(max_memory: Mapping[str, int | str] | None, devices: Sequence[str]) ->
 def _known_keys(what: str, given: Mapping[str, object], devices: Sequence[str]) -> None:
     unknown = [d for d in given if d not in devices]
     if unknown:
-        raise PlanError(f"{what} names devices {unknown!r} that the plan does not use; it uses {list(devices)!r}.",
-                        hint=f"key {what} by the planned devices.")
+        raise PlanError(
+            f"{what} names devices {unknown!r} that the plan does not use; it uses {list(devices)!r}.",
+            hint=f"key {what} by the planned devices.",
+        )
 
 
 def _check_caps(layers: LayerCosts, assigned: Sequence[str], caps: Mapping[str, float]) -> None:
@@ -442,63 +489,89 @@ def _check_caps(layers: LayerCosts, assigned: Sequence[str], caps: Mapping[str, 
         held = [i for i, a in enumerate(assigned) if a == d]
         used = sum(layers.memory[i] for i in held)
         if used > cap:
-            raise PlanError(f"manual map puts {format_bytes(used)} of variables on {d} "
-                            f"({_names([layers.names[i] for i in held])}), over its cap {format_bytes(int(cap))}.",
-                            hint="move layers to another device or raise max_memory.")
+            raise PlanError(
+                f"manual map puts {format_bytes(used)} of variables on {d} "
+                f"({_names([layers.names[i] for i in held])}), over its cap {format_bytes(int(cap))}.",
+                hint="move layers to another device or raise max_memory.",
+            )
 
 
-def _cost_rows(layers: LayerCosts, kind: str, devices: Sequence[str], sample: Any,
-               speeds: object) -> dict[str, tuple[float, ...]]:
+def _cost_rows(
+    layers: LayerCosts, kind: str, devices: Sequence[str], sample: Any, speeds: object
+) -> dict[str, tuple[float, ...]]:
     if kind != "time":
-        values = {"cost": layers.params, "params": layers.params, "flops": layers.flops,
-                  "memory": tuple(float(m) for m in layers.memory)}[kind]
-        return {d: values for d in devices}
+        values = {
+            "cost": layers.params,
+            "params": layers.params,
+            "flops": layers.flops,
+            "memory": tuple(float(m) for m in layers.memory),
+        }[kind]
+        return dict.fromkeys(devices, values)
     if sample is None:
-        raise PlanError("balance_by='time' measures each layer on each device and needs sample=, "
-                        "an input batch.", hint="plan_layers(model, devices, balance_by='time', sample=x[:32]).")
+        raise PlanError(
+            "balance_by='time' measures each layer on each device and needs sample=, an input batch.",
+            hint="plan_layers(model, devices, balance_by='time', sample=x[:32]).",
+        )
     if speeds is not None:
-        raise PlanError("balance_by='time' measures each device, so speeds= would count twice.",
-                        hint="drop speeds=, or balance by params/flops/memory with speeds.")
+        raise PlanError(
+            "balance_by='time' measures each device, so speeds= would count twice.",
+            hint="drop speeds=, or balance by params/flops/memory with speeds.",
+        )
     times = measure_layer_times(layers.model, sample, devices)
     return {d: tuple(times[d]) for d in devices}
 
 
-def _read_layers(model: Any, balance_by: str | None,
-                 layer_bytes: Sequence[int] | None) -> tuple[LayerCosts, str]:
+def _read_layers(model: Any, balance_by: str | None, layer_bytes: Sequence[int] | None) -> tuple[LayerCosts, str]:
     if hasattr(model, "layers"):
         kind = "params" if balance_by is None else balance_by
         if kind not in BALANCE_BY:
-            raise PlanError(f"balance_by {balance_by!r}: expected one of {list(BALANCE_BY)!r}.",
-                            hint="balance_by='params' balances weights; 'time' measures each layer.")
+            raise PlanError(
+                f"balance_by {balance_by!r}: expected one of {list(BALANCE_BY)!r}.",
+                hint="balance_by='params' balances weights; 'time' measures each layer.",
+            )
         if layer_bytes is not None:
-            raise PlanError("layer_bytes is for a list of costs; a model's bytes come from its variables.",
-                            hint="drop layer_bytes=.")
+            raise PlanError(
+                "layer_bytes is for a list of costs; a model's bytes come from its variables.",
+                hint="drop layer_bytes=.",
+            )
         return read_model(model), kind
     if balance_by is not None:
-        raise PlanError(f"balance_by={balance_by!r} applies to a Keras model; a list already gives the costs.",
-                        hint="drop balance_by=, or pass the model.")
+        raise PlanError(
+            f"balance_by={balance_by!r} applies to a Keras model; a list already gives the costs.",
+            hint="drop balance_by=, or pass the model.",
+        )
     return _list_layers(model, layer_bytes), "cost"
 
 
 def _list_layers(costs: object, layer_bytes: Sequence[int] | None) -> LayerCosts:
     if isinstance(costs, (str, bytes)) or not isinstance(costs, Sequence) or not costs:
-        raise PlanError(f"model {costs!r}: expected a built Keras model or a non-empty list of layer costs.",
-                        hint="e.g. plan_layers([3.0, 1.0, 2.0], ['GPU:0', 'GPU:1']).")
+        raise PlanError(
+            f"model {costs!r}: expected a built Keras model or a non-empty list of layer costs.",
+            hint="e.g. plan_layers([3.0, 1.0, 2.0], ['GPU:0', 'GPU:1']).",
+        )
     for i, c in enumerate(costs):
         if isinstance(c, bool) or not isinstance(c, (int, float)) or not (0 <= c <= sys.float_info.max):
-            raise PlanError(f"cost of layer {i} is {shown(c)}: costs must be finite numbers >= 0.",
-                            hint="give each layer's cost (params, FLOPs, seconds) as a number.")
+            raise PlanError(
+                f"cost of layer {i} is {shown(c)}: costs must be finite numbers >= 0.",
+                hint="give each layer's cost (params, FLOPs, seconds) as a number.",
+            )
     n = len(costs)
     if layer_bytes is None:
         memory = (0,) * n
     elif len(layer_bytes) != n or any(isinstance(b, bool) or not isinstance(b, int) or b < 0 for b in layer_bytes):
-        raise PlanError(f"layer_bytes {list(layer_bytes)!r}: expected {n} non-negative ints, one per cost.",
-                        hint="give the bytes of each layer's variables.")
+        raise PlanError(
+            f"layer_bytes {list(layer_bytes)!r}: expected {n} non-negative ints, one per cost.",
+            hint="give the bytes of each layer's variables.",
+        )
     else:
         memory = tuple(layer_bytes)
-    return LayerCosts(names=tuple(f"layer_{i}" for i in range(n)), params=tuple(float(c) for c in costs),
-                   flops=tuple(float(c) for c in costs), memory=memory,
-                   edges=tuple((i, 0, i + 1) for i in range(n - 1)))
+    return LayerCosts(
+        names=tuple(f"layer_{i}" for i in range(n)),
+        params=tuple(float(c) for c in costs),
+        flops=tuple(float(c) for c in costs),
+        memory=memory,
+        edges=tuple((i, 0, i + 1) for i in range(n - 1)),
+    )
 
 
 def _names(names: Sequence[str], limit: int = 8) -> str:

@@ -51,8 +51,10 @@ def _framework(framework: str | None) -> str:
         legacy = os.environ.get("TF_USE_LEGACY_KERAS", "").strip().lower() in ("1", "true", "yes")
         return "tf_keras" if legacy else "keras"
     if framework not in _FRAMEWORKS:
-        raise InputError(f"PlacementLogger(framework={framework!r}): expected one of {', '.join(_FRAMEWORKS)}.",
-                         hint="framework='keras' for Keras 3, 'tf_keras' for the legacy tf.keras.")
+        raise InputError(
+            f"PlacementLogger(framework={framework!r}): expected one of {', '.join(_FRAMEWORKS)}.",
+            hint="framework='keras' for Keras 3, 'tf_keras' for the legacy tf.keras.",
+        )
     return framework
 
 
@@ -63,8 +65,11 @@ def _callback_class(framework: str) -> type:
         import tf_keras as module  # noqa: PLC0415 (lazy Keras)
     else:
         import keras as module  # noqa: PLC0415 (lazy Keras)
-    return type(f"PlacementLogger[{framework}]", (PlacementLogger, module.callbacks.Callback),
-                {"__module__": __name__, "__doc__": PlacementLogger.__doc__})
+    return type(
+        f"PlacementLogger[{framework}]",
+        (PlacementLogger, module.callbacks.Callback),
+        {"__module__": __name__, "__doc__": PlacementLogger.__doc__},
+    )
 
 
 class PlacementLogger:
@@ -119,10 +124,19 @@ class PlacementLogger:
             cls = _callback_class(_framework(kwargs.get("framework")))
         return super().__new__(cls)
 
-    def __init__(self, logdir: str | os.PathLike[str], at_step: int = 1, *, every: int | str | None = None,
-                 budget: float = 0.01, on_change: str | Callable[[PlacementChange], Any] | None = None,
-                 busy_threshold: float = 0.25, name: str = "placement", framework: str | None = None,
-                 memory: bool = True) -> None:
+    def __init__(
+        self,
+        logdir: str | os.PathLike[str],
+        at_step: int = 1,
+        *,
+        every: int | str | None = None,
+        budget: float = 0.01,
+        on_change: str | Callable[[PlacementChange], Any] | None = None,
+        busy_threshold: float = 0.25,
+        name: str = "placement",
+        framework: str | None = None,
+        memory: bool = True,
+    ) -> None:
         super().__init__()
         _check(at_step, every, budget, on_change, busy_threshold)
         self.logdir = os.fspath(logdir)
@@ -183,10 +197,13 @@ class PlacementLogger:
         if restore is not None and restore[0].train_function is restore[2]:
             restore[0].train_function = restore[1]
         if not self.steps and self._step <= self.at_step:
-            warnings.warn(f"PlacementLogger(at_step={self.at_step}) captured nothing: training ran {self._step} "
-                          f"step(s) (0..{max(self._step - 1, 0)}), so step {self.at_step} never came. HINT: pass "
-                          f"at_step={min(1, max(self._step - 1, 0))} (steps count from 0 over the whole fit).",
-                          RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"PlacementLogger(at_step={self.at_step}) captured nothing: training ran {self._step} "
+                f"step(s) (0..{max(self._step - 1, 0)}), so step {self.at_step} never came. HINT: pass "
+                f"at_step={min(1, max(self._step - 1, 0))} (steps count from 0 over the whole fit).",
+                RuntimeWarning,
+                stacklevel=2,
+            )
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         """Logs ``current`` memory and the ``peak`` since the last point, at the current step."""
@@ -228,10 +245,12 @@ class PlacementLogger:
         if self.on_change == "warn":
             warnings.warn(f"placement changed: {change.summary()}", RuntimeWarning, stacklevel=2)
         elif self.on_change == "raise":
-            raise PlacementChangedError(f"placement changed during training: {change.summary()}.",
-                                        hint="pin the moved ops with tf.device where they are created, or keep "
-                                             "input shapes fixed (drop_remainder=True) so the step is not retraced; "
-                                             "on_change='warn' only warns.")
+            raise PlacementChangedError(
+                f"placement changed during training: {change.summary()}.",
+                hint="pin the moved ops with tf.device where they are created, or keep "
+                "input shapes fixed (drop_remainder=True) so the step is not retraced; "
+                "on_change='warn' only warns.",
+            )
         elif callable(self.on_change):
             self.on_change(change)
 
@@ -292,21 +311,30 @@ class _Pace:
 
 def _check(at_step: Any, every: Any, budget: Any, on_change: Any, busy_threshold: Any) -> None:
     if isinstance(at_step, bool) or not isinstance(at_step, int) or at_step < 0:
-        raise InputError(f"PlacementLogger(at_step={at_step!r}): expected a training step >= 0.",
-                         hint="at_step=1 captures the first step after tracing.")
+        raise InputError(
+            f"PlacementLogger(at_step={at_step!r}): expected a training step >= 0.",
+            hint="at_step=1 captures the first step after tracing.",
+        )
     if every is not None and every != "auto" and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
-        raise InputError(f"PlacementLogger(every={every!r}): expected a whole number of steps >= 1, 'auto', or None.",
-                         hint="every=100 captures steps at_step, at_step + 100, ...; every='auto' keeps the cost "
-                              "under budget.")
+        raise InputError(
+            f"PlacementLogger(every={every!r}): expected a whole number of steps >= 1, 'auto', or None.",
+            hint="every=100 captures steps at_step, at_step + 100, ...; every='auto' keeps the cost under budget.",
+        )
     if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 < budget <= 0.5:
-        raise InputError(f"PlacementLogger(budget={budget!r}): expected a share of training time above 0 and "
-                         "at most 0.5.", hint="budget=0.01 lets captures take 1% of the time.")
+        raise InputError(
+            f"PlacementLogger(budget={budget!r}): expected a share of training time above 0 and at most 0.5.",
+            hint="budget=0.01 lets captures take 1% of the time.",
+        )
     if on_change not in (None, "warn", "raise") and not callable(on_change):
-        raise InputError(f"PlacementLogger(on_change={on_change!r}): expected None, 'warn', 'raise' or a callable.",
-                         hint="on_change='raise' stops fit when the placement changes.")
+        raise InputError(
+            f"PlacementLogger(on_change={on_change!r}): expected None, 'warn', 'raise' or a callable.",
+            hint="on_change='raise' stops fit when the placement changes.",
+        )
     if isinstance(busy_threshold, bool) or not isinstance(busy_threshold, (int, float)) or not 0 < busy_threshold < 1:
-        raise InputError(f"PlacementLogger(busy_threshold={busy_threshold!r}): expected a share between 0 and 1.",
-                         hint="busy_threshold=0.25 tells a device whose share of the busy time changed by 25 points.")
+        raise InputError(
+            f"PlacementLogger(busy_threshold={busy_threshold!r}): expected a share between 0 and 1.",
+            hint="busy_threshold=0.25 tells a device whose share of the busy time changed by 25 points.",
+        )
 
 
 def _write_change(writer: EventWriter, name: str, change: PlacementChange) -> None:
@@ -357,12 +385,15 @@ def over_limit(stats: dict[str, dict[str, int]], limits: dict[str, int], share: 
     for device, info in sorted(stats.items()):
         limit = limits.get(device)
         if limit and info.get("peak", 0) > share * limit:
-            out[device] = (f"{device} peaked at {info['peak'] / limit:.0%} of its {format_bytes(limit)} memory limit "
-                           f"({format_bytes(info['peak'])}): the next larger batch or model may not fit")
+            out[device] = (
+                f"{device} peaked at {info['peak'] / limit:.0%} of its {format_bytes(limit)} memory limit "
+                f"({format_bytes(info['peak'])}): the next larger batch or model may not fit"
+            )
     return out
 
 
 def _allocator(device: str) -> str:
     """The allocator behind a logical device: each GPU (a logical split included) has its own;
-    every logical CPU of a process uses the host's one, named ``"CPU"``."""
+    every logical CPU of a process uses the host's one, named ``"CPU"``.
+    """
     return "CPU" if device.startswith("CPU:") else device

@@ -29,4 +29,5 @@ def summary_metadata() -> Any:
 
     return summary_pb2.SummaryMetadata(
         plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name=PLUGIN_NAME, content=b"{}"),
-        data_class=summary_pb2.DATA_CLASS_TENSOR)
+        data_class=summary_pb2.DATA_CLASS_TENSOR,
+    )

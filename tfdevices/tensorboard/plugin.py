@@ -81,8 +81,14 @@ class PlacementPlugin(base_plugin.TBPlugin):
 
     def get_plugin_apps(self) -> dict[str, Any]:
         """TensorBoard's routes of the Placement tab."""
-        return {"/runs": self._serve_runs, "/view": self._serve_view, "/diff": self._serve_diff,
-                "/trace": self._serve_trace, "/changes": self._serve_changes, "/static/*": self._serve_static}
+        return {
+            "/runs": self._serve_runs,
+            "/view": self._serve_view,
+            "/diff": self._serve_diff,
+            "/trace": self._serve_trace,
+            "/changes": self._serve_changes,
+            "/static/*": self._serve_static,
+        }
 
     def is_active(self) -> bool:
         """Whether any run holds a report (those written as text, before the plugin had its own summaries)."""
@@ -96,8 +102,9 @@ class PlacementPlugin(base_plugin.TBPlugin):
 
     def frontend_metadata(self) -> base_plugin.FrontendMetadata:
         """The tab's name and script for TensorBoard's frontend."""
-        return base_plugin.FrontendMetadata(es_module_path="/static/index.js", tab_name="Placement",
-                                            disable_reload=False)
+        return base_plugin.FrontendMetadata(
+            es_module_path="/static/index.js", tab_name="Placement", disable_reload=False
+        )
 
     # -- finding the reports
 
@@ -147,8 +154,14 @@ class PlacementPlugin(base_plugin.TBPlugin):
             except InputError as err:
                 raise errors.InvalidArgumentError(str(err)) from None
 
-        where = {"run": run, "tag": tag, "step": 0, "steps": [0], "wall_time": max(f.mtime for f in files),
-                 "kind": "profile"}
+        where = {
+            "run": run,
+            "tag": tag,
+            "step": 0,
+            "steps": [0],
+            "wall_time": max(f.mtime for f in files),
+            "kind": "profile",
+        }
         return self._cached(("profile", versions), read), where
 
     def _steps(self, ctx: RequestContext, eid: str, run: str, tag: str, found: tuple[str, Any]) -> list[Any]:
@@ -158,8 +171,12 @@ class PlacementPlugin(base_plugin.TBPlugin):
 
         def read() -> list[Any]:
             data = self._provider.read_tensors(
-                ctx, experiment_id=eid, plugin_name=plugin, downsample=_MAX_STEPS,
-                run_tag_filter=provider.RunTagFilter(runs=[run], tags=[tag]))
+                ctx,
+                experiment_id=eid,
+                plugin_name=plugin,
+                downsample=_MAX_STEPS,
+                run_tag_filter=provider.RunTagFilter(runs=[run], tags=[tag]),
+            )
             return list(data.get(run, {}).get(tag, ()))
 
         return self._cached(key, read)
@@ -181,10 +198,14 @@ class PlacementPlugin(base_plugin.TBPlugin):
         wanted = request.args.get("step" + suffix)
         datum = data[-1] if wanted in (None, "") else next((d for d in data if str(d.step) == wanted), None)
         if datum is None:
-            raise errors.NotFoundError(f"run {run!r} tag {tag!r} has no step {wanted}; "
-                                       f"it has {[d.step for d in data]}")
-        where = {"run": run, "tag": tag, "step": datum.step, "steps": [d.step for d in data],
-                 "wall_time": datum.wall_time}
+            raise errors.NotFoundError(f"run {run!r} tag {tag!r} has no step {wanted}; it has {[d.step for d in data]}")
+        where = {
+            "run": run,
+            "tag": tag,
+            "step": datum.step,
+            "steps": [d.step for d in data],
+            "wall_time": datum.wall_time,
+        }
         return datum, where
 
     def _report_text(self, request: wrappers.Request, suffix: str = "") -> tuple[str, dict[str, Any]]:
@@ -217,16 +238,25 @@ class PlacementPlugin(base_plugin.TBPlugin):
         ctx = plugin_util.context(request.environ)
         eid = plugin_util.experiment_id(request.environ)
         prefix = tag.rsplit("/", 1)[0] + "/memory/"
-        listing = self._provider.list_scalars(ctx, experiment_id=eid, plugin_name=_SCALARS,
-                                              run_tag_filter=provider.RunTagFilter(runs=[run])) or {}
+        listing = (
+            self._provider.list_scalars(
+                ctx, experiment_id=eid, plugin_name=_SCALARS, run_tag_filter=provider.RunTagFilter(runs=[run])
+            )
+            or {}
+        )
         wanted = [t for t in listing.get(run, {}) if t.startswith(prefix)]
         if not wanted:
             return {}
-        data = self._provider.read_scalars(ctx, experiment_id=eid, plugin_name=_SCALARS, downsample=_MAX_STEPS,
-                                           run_tag_filter=provider.RunTagFilter(runs=[run], tags=wanted))
+        data = self._provider.read_scalars(
+            ctx,
+            experiment_id=eid,
+            plugin_name=_SCALARS,
+            downsample=_MAX_STEPS,
+            run_tag_filter=provider.RunTagFilter(runs=[run], tags=wanted),
+        )
         out: dict[str, dict[str, float]] = {}
         for t, points in data.get(run, {}).items():
-            device, key = t[len(prefix):].rsplit("/", 1)
+            device, key = t[len(prefix) :].rsplit("/", 1)
             earlier = [p for p in points if p.step <= step] or list(points)
             if earlier:
                 out.setdefault(device, {})[key] = float(earlier[-1].value)
@@ -250,10 +280,17 @@ class PlacementPlugin(base_plugin.TBPlugin):
     @_application
     def _serve_view(self, request: wrappers.Request) -> wrappers.Response:
         text, where = self._report_text(request)
-        memory = {} if where.get("kind") == "profile" else self._memory(request, where["run"], where["tag"],
-                                                                         where["step"])
-        key = ("view", where["run"], where["tag"], where["step"], where["wall_time"],
-               json.dumps(memory, sort_keys=True))
+        memory = (
+            {} if where.get("kind") == "profile" else self._memory(request, where["run"], where["tag"], where["step"])
+        )
+        key = (
+            "view",
+            where["run"],
+            where["tag"],
+            where["step"],
+            where["wall_time"],
+            json.dumps(memory, sort_keys=True),
+        )
 
         def build() -> str:
             view = views.dashboard_view(json.loads(text), memory)
@@ -287,9 +324,17 @@ class PlacementPlugin(base_plugin.TBPlugin):
         run, tag = request.args.get("run") or "", request.args.get("tag") or ""
         name = tag.rsplit("/", 1)[0] if "/" in tag and not tag.startswith(_PROFILE) else ""
         changes: list[dict[str, Any]] = []
-        listing = {} if not name else self._provider.list_tensors(
-            ctx, experiment_id=eid, plugin_name=_TEXT,
-            run_tag_filter=provider.RunTagFilter(runs=[run], tags=[name + "/drift"])) or {}
+        listing = (
+            {}
+            if not name
+            else self._provider.list_tensors(
+                ctx,
+                experiment_id=eid,
+                plugin_name=_TEXT,
+                run_tag_filter=provider.RunTagFilter(runs=[run], tags=[name + "/drift"]),
+            )
+            or {}
+        )
         series = listing.get(run, {}).get(name + "/drift")
         if series is not None:
             for datum in self._steps(ctx, eid, run, name + "/drift", (_TEXT, series)):

@@ -34,8 +34,10 @@ def _as_dict(report: Any) -> dict[str, Any]:
         return report
     if hasattr(report, "to_json"):
         return json.loads(report.to_json())
-    raise InputError(f"chrome_trace(report=...): expected a PlacementReport or its JSON dict, "
-                     f"got {type(report).__name__}.", hint="pass what tfdevices.verify.capture returns.")
+    raise InputError(
+        f"chrome_trace(report=...): expected a PlacementReport or its JSON dict, got {type(report).__name__}.",
+        hint="pass what tfdevices.verify.capture returns.",
+    )
 
 
 def chrome_trace(report: Any) -> dict[str, Any]:
@@ -55,9 +57,10 @@ def chrome_trace(report: Any) -> dict[str, Any]:
     ops = list(data.get("ops") or ())
     if not ops or not all(_timed(op) for op in ops):
         untimed = sum(not _timed(op) for op in ops)
-        raise InputError(f"the report has {len(ops)} op(s), {untimed} without start_us/duration_us: "
-                         "no timeline to write.",
-                         hint="capture the step with a tfdevices that records op times, then write the trace.")
+        raise InputError(
+            f"the report has {len(ops)} op(s), {untimed} without start_us/duration_us: no timeline to write.",
+            hint="capture the step with a tfdevices that records op times, then write the trace.",
+        )
     pid = {device: i + 1 for i, device in enumerate(devices_of(data))}
     events: list[dict[str, Any]] = []
     for device, p in pid.items():
@@ -65,10 +68,18 @@ def chrome_trace(report: Any) -> dict[str, Any]:
         events.append({"name": "process_sort_index", "ph": "M", "pid": p, "tid": _OPS_ROW, "args": {"sort_index": p}})
         events.append({"name": "thread_name", "ph": "M", "pid": p, "tid": _OPS_ROW, "args": {"name": "ops"}})
     for op in ops:
-        events.append({"name": op.get("name", "?"), "cat": op.get("type", "op"), "ph": "X",
-                       "ts": float(op["start_us"]), "dur": max(float(op["duration_us"]), 0.001),
-                       "pid": pid[op.get("device", "?")], "tid": _OPS_ROW,
-                       "args": _op_args(op)})
+        events.append(
+            {
+                "name": op.get("name", "?"),
+                "cat": op.get("type", "op"),
+                "ph": "X",
+                "ts": float(op["start_us"]),
+                "dur": max(float(op["duration_us"]), 0.001),
+                "pid": pid[op.get("device", "?")],
+                "tid": _OPS_ROW,
+                "args": _op_args(op),
+            }
+        )
     events += _copy_events(data, pid)
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
@@ -92,17 +103,42 @@ def _copy_events(data: dict[str, Any], pid: dict[str, int]) -> list[dict[str, An
         src, dst = pid[t.get("src", "?")], pid[t.get("dst", "?")]
         if src not in named:
             named.add(src)
-            events.append({"name": "thread_name", "ph": "M", "pid": src, "tid": _COPIES_ROW,
-                           "args": {"name": "copies out"}})
+            events.append(
+                {"name": "thread_name", "ph": "M", "pid": src, "tid": _COPIES_ROW, "args": {"name": "copies out"}}
+            )
         start, duration = float(t["start_us"]), max(float(t["duration_us"]), 0.001)
-        args = {"to": t.get("dst"), "dtype": t.get("dtype", ""), "shape": t.get("shape"), "bytes": t.get("bytes"),
-                "memcpy": t.get("kind") or None}
-        events.append({"name": f"copy {t.get('tensor', '?')}", "cat": "copy", "ph": "X", "ts": start,
-                       "dur": duration, "pid": src, "tid": _COPIES_ROW, "args": args})
-        events.append({"name": "copy", "cat": "copy", "ph": "s", "id": i, "ts": start, "pid": src,
-                       "tid": _COPIES_ROW})
-        events.append({"name": "copy", "cat": "copy", "ph": "f", "bp": "e", "id": i, "ts": start + duration,
-                       "pid": dst, "tid": _OPS_ROW})
+        args = {
+            "to": t.get("dst"),
+            "dtype": t.get("dtype", ""),
+            "shape": t.get("shape"),
+            "bytes": t.get("bytes"),
+            "memcpy": t.get("kind") or None,
+        }
+        events.append(
+            {
+                "name": f"copy {t.get('tensor', '?')}",
+                "cat": "copy",
+                "ph": "X",
+                "ts": start,
+                "dur": duration,
+                "pid": src,
+                "tid": _COPIES_ROW,
+                "args": args,
+            }
+        )
+        events.append({"name": "copy", "cat": "copy", "ph": "s", "id": i, "ts": start, "pid": src, "tid": _COPIES_ROW})
+        events.append(
+            {
+                "name": "copy",
+                "cat": "copy",
+                "ph": "f",
+                "bp": "e",
+                "id": i,
+                "ts": start + duration,
+                "pid": dst,
+                "tid": _OPS_ROW,
+            }
+        )
     return events
 
 
@@ -115,13 +151,17 @@ def write_trace(report: Any, path: str | os.PathLike[str]) -> str:
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
-        raise InputError(f"--trace {path!r}: folder {folder!r} does not exist.",
-                         hint="create the folder first or write the trace elsewhere.")
+        raise InputError(
+            f"--trace {path!r}: folder {folder!r} does not exist.",
+            hint="create the folder first or write the trace elsewhere.",
+        )
     trace = chrome_trace(report)
     try:
         with open(path, "w", encoding="utf-8") as f:
             json.dump(trace, f)
     except OSError as err:  # a directory, no permission, a full disk
-        raise InputError(f"--trace {path!r}: cannot write it: {err.strerror or err}.",
-                         hint="name a file in a folder you can write, on a disk with room.") from None
+        raise InputError(
+            f"--trace {path!r}: cannot write it: {err.strerror or err}.",
+            hint="name a file in a folder you can write, on a disk with room.",
+        ) from None
     return path

@@ -16,7 +16,6 @@ kernel of each op, busy time per device) are left out of the view, never guessed
 from __future__ import annotations
 
 import bisect
-
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -25,7 +24,13 @@ from typing import Any
 from tfdevices.verify import union_length
 
 __all__ = [
-    "busy_us", "device_table", "diff_view", "dashboard_view", "scope_tree", "timeline", "transfer_matrix",
+    "busy_us",
+    "device_table",
+    "diff_view",
+    "dashboard_view",
+    "scope_tree",
+    "timeline",
+    "transfer_matrix",
     "critical_path",
     "weight_reads",
 ]
@@ -34,6 +39,7 @@ Report = dict[str, Any]
 
 
 # ----------------------------------------------------------------------------- small readers
+
 
 def _ops(report: Report) -> list[dict[str, Any]]:
     return list(report.get("ops") or ())
@@ -61,8 +67,14 @@ class _Prepared:
 
 def _prepare(report: Report) -> _Prepared:
     ops = _ops(report)
-    return _Prepared(ops, _copies(report), devices_of(report), [_kernel_key(op) for op in ops],
-                     [_timed(op) for op in ops], busy_us(report))
+    return _Prepared(
+        ops,
+        _copies(report),
+        devices_of(report),
+        [_kernel_key(op) for op in ops],
+        [_timed(op) for op in ops],
+        busy_us(report),
+    )
 
 
 def devices_of(report: Report) -> list[str]:
@@ -82,8 +94,13 @@ def _stored_busy(report: Report) -> dict[str, float]:
 
 def _kernel_key(op: dict[str, Any]) -> tuple[Any, ...]:
     """One kernel execution: the ops a fused kernel ran share it (and their time)."""
-    return (op.get("device"), op.get("call", 0), op.get("kernel", ""), op.get("kernel_name") or op.get("name"),
-            op.get("start_us"))
+    return (
+        op.get("device"),
+        op.get("call", 0),
+        op.get("kernel", ""),
+        op.get("kernel_name") or op.get("name"),
+        op.get("start_us"),
+    )
 
 
 def busy_us(report: Report) -> dict[str, float]:
@@ -107,8 +124,10 @@ def busy_us(report: Report) -> dict[str, float]:
 
 # ----------------------------------------------------------------------------- the views
 
-def device_table(report: Report, memory: dict[str, dict[str, float]] | None = None, *,
-                 prepared: _Prepared | None = None) -> list[dict[str, Any]]:
+
+def device_table(
+    report: Report, memory: dict[str, dict[str, float]] | None = None, *, prepared: _Prepared | None = None
+) -> list[dict[str, Any]]:
     """One row per device: model ops, kernels, busy time, copies in and out, memory.
 
     Args:
@@ -137,17 +156,19 @@ def device_table(report: Report, memory: dict[str, dict[str, float]] | None = No
         copies_in[t.get("dst", "?")] += 1
     rows = []
     for device in prep.devices:
-        rows.append({
-            "name": device,
-            "ops": sum(types.get(device, Counter()).values()),
-            "op_types": types.get(device, Counter()).most_common(6),
-            "kernels": sum(kernels.get(device, Counter()).values()),
-            "kernel_types": kernels.get(device, Counter()).most_common(6),
-            "busy_us": busy.get(device),
-            "copies_in": copies_in[device],
-            "copies_out": copies_out[device],
-            "memory": _memory_of(memory or {}, device),
-        })
+        rows.append(
+            {
+                "name": device,
+                "ops": sum(types.get(device, Counter()).values()),
+                "op_types": types.get(device, Counter()).most_common(6),
+                "kernels": sum(kernels.get(device, Counter()).values()),
+                "kernel_types": kernels.get(device, Counter()).most_common(6),
+                "busy_us": busy.get(device),
+                "copies_in": copies_in[device],
+                "copies_out": copies_out[device],
+                "memory": _memory_of(memory or {}, device),
+            }
+        )
     return rows
 
 
@@ -161,8 +182,9 @@ def transfer_matrix(report: Report, *, prepared: _Prepared | None = None) -> dic
     cells: dict[tuple[str, str], dict[str, Any]] = {}
     for t in _copies(report):
         key = (t.get("src", "?"), t.get("dst", "?"))
-        cell = cells.setdefault(key, {"src": key[0], "dst": key[1], "count": 0, "bytes": 0,
-                                      "unknown_bytes": 0, "us": None, "tensors": []})
+        cell = cells.setdefault(
+            key, {"src": key[0], "dst": key[1], "count": 0, "bytes": 0, "unknown_bytes": 0, "us": None, "tensors": []}
+        )
         cell["count"] += 1
         if t.get("bytes") is None:
             cell["unknown_bytes"] += 1
@@ -170,9 +192,15 @@ def transfer_matrix(report: Report, *, prepared: _Prepared | None = None) -> dic
             cell["bytes"] += int(t["bytes"])
         if _timed(t):
             cell["us"] = (cell["us"] or 0.0) + float(t["duration_us"])
-        cell["tensors"].append({"tensor": t.get("tensor", "?"), "dtype": t.get("dtype", ""),
-                                "shape": t.get("shape"), "bytes": t.get("bytes"),
-                                "us": float(t["duration_us"]) if _timed(t) else None})
+        cell["tensors"].append(
+            {
+                "tensor": t.get("tensor", "?"),
+                "dtype": t.get("dtype", ""),
+                "shape": t.get("shape"),
+                "bytes": t.get("bytes"),
+                "us": float(t["duration_us"]) if _timed(t) else None,
+            }
+        )
     return {"devices": prepared.devices if prepared else devices_of(report), "cells": [cells[k] for k in sorted(cells)]}
 
 
@@ -279,13 +307,33 @@ def scope_tree(report: Report, *, prepared: _Prepared | None = None) -> dict[str
             for k in members:
                 a, r = a | asked[k], r | ran[k]
             times = [busy[k] for k in members if busy[k] is not None]
-            nodes.append([f"{item.base}_*", parent, sum(count[k] for k in members), devices_in(a), devices_in(r),
-                          any(mismatch[k] for k in members), sum(times) if times else None, None])
+            nodes.append(
+                [
+                    f"{item.base}_*",
+                    parent,
+                    sum(count[k] for k in members),
+                    devices_in(a),
+                    devices_in(r),
+                    any(mismatch[k] for k in members),
+                    sum(times) if times else None,
+                    None,
+                ]
+            )
             stack += [(k, here) for k in reversed(members)]
             continue
         new_id[item] = here
-        nodes.append([tree.names[item], parent, count[item], devices_in(asked[item]), devices_in(ran[item]),
-                      mismatch[item], busy[item], _op_cell(ops, tree.own[item], index)])
+        nodes.append(
+            [
+                tree.names[item],
+                parent,
+                count[item],
+                devices_in(asked[item]),
+                devices_in(ran[item]),
+                mismatch[item],
+                busy[item],
+                _op_cell(ops, tree.own[item], index),
+            ]
+        )
         stack += [(kid, here) for kid in reversed(_arrange(tree, tree.children[item], mismatch))]
     return {"devices": devices, "nodes": nodes, "node_of_op": [new_id[k] for k in node_of]}
 
@@ -304,7 +352,8 @@ _SERIES_MIN = 8
 
 def _arrange(tree: _Tree, kids: list[int], mismatch: list[bool]) -> list[Any]:
     """Siblings in display order: mismatches first, scopes before ops, then by name; long series of
-    numbered ops (``AssignSubVariableOp_1`` ... ``_999``) as one :class:`_Series`."""
+    numbered ops (``AssignSubVariableOp_1`` ... ``_999``) as one :class:`_Series`.
+    """
     if len(kids) < 2:
         return list(kids)
     series: dict[str, list[int]] = defaultdict(list)
@@ -313,7 +362,8 @@ def _arrange(tree: _Tree, kids: list[int], mismatch: list[bool]) -> list[Any]:
             series[_NUMBERED.sub(r"\1", tree.names[k])].append(k)
     grouped = {k for members in series.values() if len(members) >= _SERIES_MIN for k in members}
     items: list[tuple[tuple[bool, bool, str], Any]] = [
-        ((not mismatch[k], not tree.children[k], tree.names[k]), k) for k in kids if k not in grouped]
+        ((not mismatch[k], not tree.children[k], tree.names[k]), k) for k in kids if k not in grouped
+    ]
     for base, members in series.items():
         if len(members) >= _SERIES_MIN:
             members.sort(key=lambda k: (not mismatch[k], tree.names[k]))
@@ -327,9 +377,14 @@ def _op_cell(ops: list[dict[str, Any]], own: list[int], index: dict[str, int]) -
         return None
     op = ops[own[0]]
     kernel = op.get("kernel", "")
-    return [op.get("type", "?"), "" if kernel == op.get("type") else kernel, index[op.get("device", "?")],
-            op.get("requested", ""),
-            float(op["duration_us"]) if _timed(op) else None, len(own)]
+    return [
+        op.get("type", "?"),
+        "" if kernel == op.get("type") else kernel,
+        index[op.get("device", "?")],
+        op.get("requested", ""),
+        float(op["duration_us"]) if _timed(op) else None,
+        len(own),
+    ]
 
 
 def weight_reads(report: Report) -> list[dict[str, Any]]:
@@ -345,21 +400,28 @@ def weight_reads(report: Report) -> list[dict[str, Any]]:
     for op in _ops(report):
         if op.get("type") != "ReadVariableOp":
             continue
-        copies = [t for t in sent.get((int(op.get("call", 0)), op.get("name", "")), ())
-                  if t.get("dst") != op.get("device")]
+        copies = [
+            t for t in sent.get((int(op.get("call", 0)), op.get("name", "")), ()) if t.get("dst") != op.get("device")
+        ]
         if not copies:
             continue
         timed = [float(t["duration_us"]) for t in copies if _timed(t)]
-        rows.append({"op": op["name"], "stored_on": op.get("device", "?"),
-                     "read_on": sorted({t.get("dst", "?") for t in copies}),
-                     "bytes": sum(int(t["bytes"]) for t in copies if t.get("bytes") is not None) or None,
-                     "us": sum(timed) if timed else None})
+        rows.append(
+            {
+                "op": op["name"],
+                "stored_on": op.get("device", "?"),
+                "read_on": sorted({t.get("dst", "?") for t in copies}),
+                "bytes": sum(int(t["bytes"]) for t in copies if t.get("bytes") is not None) or None,
+                "us": sum(timed) if timed else None,
+            }
+        )
     rows.sort(key=lambda r: (-(r["bytes"] or 0), r["op"]))
     return rows
 
 
-def timeline(report: Report, node_of_op: list[int] | None = None, *,
-             prepared: _Prepared | None = None) -> dict[str, Any]:
+def timeline(
+    report: Report, node_of_op: list[int] | None = None, *, prepared: _Prepared | None = None
+) -> dict[str, Any]:
     """The captured step as lanes (one per device) of ops, and copies drawn between lanes.
 
     With timing, positions are microseconds from the first op; without it (``"timed": False``)
@@ -383,8 +445,11 @@ def timeline(report: Report, node_of_op: list[int] | None = None, *,
     types: dict[str, int] = {}
     rows: list[list[Any]] = []
     placed: dict[tuple[int, str], tuple[float, float]] = {}
-    origin = min([float(op["start_us"]) for op in ops] + [float(t["start_us"]) for t in copies if _timed(t)]) \
-        if timed else 0.0
+    origin = (
+        min([float(op["start_us"]) for op in ops] + [float(t["start_us"]) for t in copies if _timed(t)])
+        if timed
+        else 0.0
+    )
     cursor: Counter[int] = Counter()
     for i, op in enumerate(ops):
         lane = lane_of[op.get("device", "?")]
@@ -445,13 +510,29 @@ def critical_path(report: Report, *, prepared: _Prepared | None = None) -> dict[
         if timed and key not in seen:  # a fused kernel once
             seen.add(key)
             start, device = float(op["start_us"]), str(op.get("device", "?"))
-            events.append((start + float(op["duration_us"]), start, "kernel", str(op.get("kernel_name") or
-                           op.get("name", "?")), device, device))
+            events.append(
+                (
+                    start + float(op["duration_us"]),
+                    start,
+                    "kernel",
+                    str(op.get("kernel_name") or op.get("name", "?")),
+                    device,
+                    device,
+                )
+            )
     for t in prep.copies:
         if _timed(t):
             start = float(t["start_us"])
-            events.append((start + float(t["duration_us"]), start, "copy", str(t.get("tensor", "?")),
-                           str(t.get("src", "?")), f"{t.get('src', '?')} -> {t.get('dst', '?')}"))
+            events.append(
+                (
+                    start + float(t["duration_us"]),
+                    start,
+                    "copy",
+                    str(t.get("tensor", "?")),
+                    str(t.get("src", "?")),
+                    f"{t.get('src', '?')} -> {t.get('dst', '?')}",
+                )
+            )
     if not events:
         return {"us": None, "events": [], "count": 0, "by_device": {}, "copies_us": None}
     arrivals: dict[str, list[tuple[float, float, int]]] = {}  # device -> (end, start, event) of what it waits on
@@ -479,10 +560,17 @@ def critical_path(report: Report, *, prepared: _Prepared | None = None) -> dict[
         else:
             copies += end - start
     first, last = events[path[0]], events[path[-1]]
-    shown = [[events[i][2], events[i][3], events[i][5], events[i][1], events[i][0] - events[i][1]]
-             for i in path[-CRITICAL_EVENTS_SHOWN:]]
-    return {"us": last[0] - first[1], "events": shown, "count": len(path),
-            "by_device": dict(sorted(by_device.items())), "copies_us": copies}
+    shown = [
+        [events[i][2], events[i][3], events[i][5], events[i][1], events[i][0] - events[i][1]]
+        for i in path[-CRITICAL_EVENTS_SHOWN:]
+    ]
+    return {
+        "us": last[0] - first[1],
+        "events": shown,
+        "count": len(path),
+        "by_device": dict(sorted(by_device.items())),
+        "copies_us": copies,
+    }
 
 
 def _memory_of(memory: dict[str, dict[str, float]], device: str) -> dict[str, float] | None:
@@ -502,10 +590,14 @@ def dashboard_view(report: Report, memory: dict[str, dict[str, float]] | None = 
     line = timeline(report, scopes.pop("node_of_op"), prepared=prep)
     return {
         "summary": {
-            "ops": len(prep.ops), "devices": len(prep.devices), "transfers": len(prep.copies),
+            "ops": len(prep.ops),
+            "devices": len(prep.devices),
+            "transfers": len(prep.copies),
             "bytes": sum(int(t["bytes"]) for t in prep.copies if t.get("bytes") is not None),
-            "collectives": len(report.get("collectives") or ()), "timed": line["timed"],
-            "busy_us": sum(busy.values()) if busy else None, "copy_us": sum(copy_us) if copy_us else None,
+            "collectives": len(report.get("collectives") or ()),
+            "timed": line["timed"],
+            "busy_us": sum(busy.values()) if busy else None,
+            "copy_us": sum(copy_us) if copy_us else None,
             "step_us": line["end"] if line["timed"] else None,
             "notes": [str(n) for n in report.get("notes") or ()],  # e.g. kernels whose device is unknown ('?')
         },
@@ -542,18 +634,36 @@ def diff_view(before: Report, after: Report) -> dict[str, Any]:
         "transfers": [{"pair", "before", "after"}], "unchanged"}``.
     """
     mine, theirs = _keyed(_ops(before)), _keyed(_ops(after))
-    moved = [[k[0], mine[k].get("device"), theirs[k].get("device")]
-             for k in mine if k in theirs and mine[k].get("device") != theirs[k].get("device")]
+    moved = [
+        [k[0], mine[k].get("device"), theirs[k].get("device")]
+        for k in mine
+        if k in theirs and mine[k].get("device") != theirs[k].get("device")
+    ]
     added = [[k[0], theirs[k].get("device")] for k in theirs if k not in mine]
     removed = [[k[0], mine[k].get("device")] for k in mine if k not in theirs]
     counts_a = Counter(op.get("device") for op in _ops(before))
     counts_b = Counter(op.get("device") for op in _ops(after))
     busy_a, busy_b = busy_us(before), busy_us(after)
-    devices = [{"name": d, "ops_before": counts_a[d], "ops_after": counts_b[d],
-                "busy_before": busy_a.get(d), "busy_after": busy_b.get(d)}
-               for d in sorted(set(devices_of(before)) | set(devices_of(after)))]
+    devices = [
+        {
+            "name": d,
+            "ops_before": counts_a[d],
+            "ops_after": counts_b[d],
+            "busy_before": busy_a.get(d),
+            "busy_after": busy_b.get(d),
+        }
+        for d in sorted(set(devices_of(before)) | set(devices_of(after)))
+    ]
     pairs_a, pairs_b = _pairs(before), _pairs(after)
-    transfers = [{"pair": p, "before": pairs_a.get(p, 0), "after": pairs_b.get(p, 0)}
-                 for p in sorted(set(pairs_a) | set(pairs_b))]
-    return {"moved": moved, "added": added, "removed": removed, "devices": devices, "transfers": transfers,
-            "unchanged": not (moved or added or removed) and pairs_a == pairs_b}
+    transfers = [
+        {"pair": p, "before": pairs_a.get(p, 0), "after": pairs_b.get(p, 0)}
+        for p in sorted(set(pairs_a) | set(pairs_b))
+    ]
+    return {
+        "moved": moved,
+        "added": added,
+        "removed": removed,
+        "devices": devices,
+        "transfers": transfers,
+        "unchanged": not (moved or added or removed) and pairs_a == pairs_b,
+    }

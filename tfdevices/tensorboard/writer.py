@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import itertools
+import os
 import re
 import socket
 import time
@@ -78,8 +78,10 @@ def merged_graph_def(report: PlacementReport) -> Any:
         for node in graph.node:
             node.device = ran_on.get((call, node.name), "")
             node.name = f"{namespace}/{node.name}"
-            inputs = [f"^{namespace}/{source[1:]}" if source.startswith("^") else f"{namespace}/{source}"
-                      for source in node.input]
+            inputs = [
+                f"^{namespace}/{source[1:]}" if source.startswith("^") else f"{namespace}/{source}"
+                for source in node.input
+            ]
             del node.input[:]
             node.input.extend(inputs)
         merged.node.extend(graph.node)
@@ -107,8 +109,14 @@ def _tf_device(device: str) -> str:
     return f"/job:{job}/replica:0/task:{index or 0}/device:{short}"
 
 
-def write_placement(report: PlacementReport, logdir: str | os.PathLike[str], step: int = 0,
-                    name: str = "placement", *, graphs: bool = True) -> str:
+def write_placement(
+    report: PlacementReport,
+    logdir: str | os.PathLike[str],
+    step: int = 0,
+    name: str = "placement",
+    *,
+    graphs: bool = True,
+) -> str:
     """Writes a placement report into the TensorBoard run ``logdir``.
 
     Args:
@@ -127,11 +135,14 @@ def write_placement(report: PlacementReport, logdir: str | os.PathLike[str], ste
             or ``logdir`` is a file or lies under one.
     """
     if not isinstance(report, PlacementReport):
-        raise InputError(f"write_placement(report=...): expected a PlacementReport, got {type(report).__name__}.",
-                         hint="pass what tfdevices.verify.capture(fn, ...) returns.")
+        raise InputError(
+            f"write_placement(report=...): expected a PlacementReport, got {type(report).__name__}.",
+            hint="pass what tfdevices.verify.capture(fn, ...) returns.",
+        )
     if not name or not isinstance(name, str):
-        raise InputError(f"write_placement(name={name!r}): expected a non-empty tag prefix.",
-                         hint="e.g. name='placement'.")
+        raise InputError(
+            f"write_placement(name={name!r}): expected a non-empty tag prefix.", hint="e.g. name='placement'."
+        )
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise InputError(f"write_placement(step={step!r}): expected a step >= 0.", hint="e.g. step=0.")
     logdir = check_directory(logdir, what="write_placement(logdir=...)")
@@ -155,8 +166,9 @@ class EventWriter:
 
         tf = import_tf()
         tf.io.gfile.makedirs(logdir)
-        name = (f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}."
-                f"{next(_FILES)}.tfdevices")
+        name = (
+            f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{next(_FILES)}.tfdevices"
+        )
         self.path = os.path.join(logdir, name)
         self._file = tf.io.TFRecordWriter(self.path)
         self._file.write(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2").SerializeToString())
@@ -164,8 +176,11 @@ class EventWriter:
     def _add(self, step: int, value: Any) -> None:
         from tensorboard.compat.proto import event_pb2, summary_pb2  # noqa: PLC0415 (lazy tensorboard)
 
-        self._file.write(event_pb2.Event(wall_time=time.time(), step=step,
-                                         summary=summary_pb2.Summary(value=[value])).SerializeToString())
+        self._file.write(
+            event_pb2.Event(
+                wall_time=time.time(), step=step, summary=summary_pb2.Summary(value=[value])
+            ).SerializeToString()
+        )
 
     def scalar(self, tag: str, value: float, step: int) -> None:
         """What ``tf.summary.scalar(tag, value, step=step)`` writes."""
@@ -174,8 +189,9 @@ class EventWriter:
 
         tensor = tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, float_val=[float(value)])
         tensor.tensor_shape.SetInParent()
-        self._add(step, summary_pb2.Summary.Value(tag=tag, metadata=metadata.create_summary_metadata("", ""),
-                                                  tensor=tensor))
+        self._add(
+            step, summary_pb2.Summary.Value(tag=tag, metadata=metadata.create_summary_metadata("", ""), tensor=tensor)
+        )
 
     def text(self, tag: str, text: str, step: int) -> None:
         """What ``tf.summary.text(tag, text, step=step)`` writes."""
@@ -195,8 +211,9 @@ class EventWriter:
         """What ``tf.summary.graph(graph_def)`` writes: the GraphDef, serialized, in an event of its own."""
         from tensorboard.compat.proto import event_pb2  # noqa: PLC0415 (lazy tensorboard)
 
-        self._file.write(event_pb2.Event(wall_time=time.time(), step=0,
-                                         graph_def=graph_def.SerializeToString()).SerializeToString())
+        self._file.write(
+            event_pb2.Event(wall_time=time.time(), step=0, graph_def=graph_def.SerializeToString()).SerializeToString()
+        )
 
     def close(self) -> None:
         """Flushes and closes the file."""
@@ -214,8 +231,7 @@ def summary_writer(logdir: str) -> Iterator[EventWriter]:
         writer.close()
 
 
-def write_summaries(writer: EventWriter, report: PlacementReport, step: int, name: str, *,
-                    graphs: bool = True) -> None:
+def write_summaries(writer: EventWriter, report: PlacementReport, step: int, name: str, *, graphs: bool = True) -> None:
     """Writes the report's summaries with ``writer`` (see :func:`write_placement`)."""
     if graphs and report.graphs:
         writer.graph(merged_graph_def(report))
@@ -262,13 +278,17 @@ def read_placement(logdir: str | os.PathLike[str], name: str = "placement") -> P
     """
     logdir = os.fspath(logdir)
     if not os.path.isdir(logdir):
-        raise InputError(f"log directory {logdir!r} does not exist.",
-                         hint="pass the directory given to write_placement or PlacementLogger.")
+        raise InputError(
+            f"log directory {logdir!r} does not exist.",
+            hint="pass the directory given to write_placement or PlacementLogger.",
+        )
     dirs = _event_dirs(logdir)
     if not dirs:
         listing = ", ".join(sorted(os.listdir(logdir))[:10]) or "nothing"
-        raise InputError(f"log directory {logdir!r} holds no TensorBoard event files; it contains: {listing}.",
-                         hint="pass the directory given to write_placement or PlacementLogger.")
+        raise InputError(
+            f"log directory {logdir!r} holds no TensorBoard event files; it contains: {listing}.",
+            hint="pass the directory given to write_placement or PlacementLogger.",
+        )
     import_tf()  # TensorBoard's loader imports TensorFlow: let it start quietly
     from tensorboard.backend.event_processing import event_accumulator  # noqa: PLC0415 (lazy tensorboard)
 
@@ -283,8 +303,15 @@ def read_placement(logdir: str | os.PathLike[str], name: str = "placement") -> P
         if f"{name}/json" in run_tags:
             events = acc.Tensors(f"{name}/json")
             event = events[-1]
-            found.append((event.wall_time, event.step, event.tensor_proto.string_val[0].decode(),
-                          os.path.relpath(run, logdir), len(events)))
+            found.append(
+                (
+                    event.wall_time,
+                    event.step,
+                    event.tensor_proto.string_val[0].decode(),
+                    os.path.relpath(run, logdir),
+                    len(events),
+                )
+            )
     if not found:
         shown = ", ".join(sorted(tags)[:10]) or "no tensor or text summaries"
         logger_ran = any(t.startswith(f"{name}/memory/") for t in tags)  # a PlacementLogger that captured no step
@@ -292,18 +319,25 @@ def read_placement(logdir: str | os.PathLike[str], name: str = "placement") -> P
             f"log directory {logdir!r} holds {len(dirs)} run(s) but no placement summary "
             f"'{name}/json'; its tags: {shown}.",
             hint="a PlacementLogger logged memory here but captured no step: its at_step never came in that run "
-                 "(training ran fewer steps); pass a step the run reaches, e.g. PlacementLogger(logdir, at_step=1)."
-            if logger_ran else "write one with tfdevices.tensorboard.write_placement or the PlacementLogger callback "
-                               "(or pass the name= it was written with).")
+            "(training ran fewer steps); pass a step the run reaches, e.g. PlacementLogger(logdir, at_step=1)."
+            if logger_ran
+            else "write one with tfdevices.tensorboard.write_placement or the PlacementLogger callback "
+            "(or pass the name= it was written with).",
+        )
     _, step, text, run, steps = max(found)
     report = PlacementReport.from_json(text)
     if len(found) == 1 and steps == 1:
         return report
     others = sorted(f[3] for f in found if f[3] != run)
-    where = (f"stored in run {run!r} at step {step}: the latest of {steps} step(s) there"
-             + (f" and of {len(found)} runs (the others: {', '.join(others[:5])}{', ...' if len(others) > 5 else ''})"
-                if others else "")
-             + "; pass a run's directory to read it, or open the Placement tab to pick a step")
+    where = (
+        f"stored in run {run!r} at step {step}: the latest of {steps} step(s) there"
+        + (
+            f" and of {len(found)} runs (the others: {', '.join(others[:5])}{', ...' if len(others) > 5 else ''})"
+            if others
+            else ""
+        )
+        + "; pass a run's directory to read it, or open the Placement tab to pick a step"
+    )
     return dataclasses.replace(report, notes=(where, *report.notes))
 
 
@@ -352,8 +386,9 @@ def load_placement(path: str | os.PathLike[str], name: str = "placement", *, pro
         raise placement_missing from None
 
 
-def format_placement(logdir: str | os.PathLike[str], name: str = "placement", *, as_json: bool = False,
-                     profile: bool = False) -> str:
+def format_placement(
+    logdir: str | os.PathLike[str], name: str = "placement", *, as_json: bool = False, profile: bool = False
+) -> str:
     """What ``tfdevices placement PATH [--name NAME] [--json] [--profile]`` prints (see :func:`load_placement`).
 
     Raises:

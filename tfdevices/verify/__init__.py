@@ -98,7 +98,6 @@ and :mod:`~tfdevices.verify.timing` (the report), :mod:`~tfdevices.verify.profil
 :mod:`~tfdevices.verify.drift` (what changed between two captures of a long run).
 """
 
-
 from __future__ import annotations
 
 from tfdevices.verify.building import build_report
@@ -106,13 +105,39 @@ from tfdevices.verify.host import read_trace
 from tfdevices.verify.profiles import read_profile
 from tfdevices.verify.profiling import Capture, capture, capturing
 from tfdevices.verify.records import (
-    JSON_VERSION, PLUMBING, TRANSFER_OPS, UNKNOWN_DEVICE, XLA_CLUSTER, Collective, OpPlacement, PlacementDiff,
-    Transfer, VariableRead, _gc_paused, union_length,
+    JSON_VERSION,
+    PLUMBING,
+    TRANSFER_OPS,
+    UNKNOWN_DEVICE,
+    XLA_CLUSTER,
+    Collective,
+    OpPlacement,
+    PlacementDiff,
+    Transfer,
+    VariableRead,
+    _gc_paused,
+    union_length,
 )
 from tfdevices.verify.report import PlacementReport
 
 __all__ = [
-    "Capture", "Collective", "JSON_VERSION", "OpPlacement", "PLUMBING", "PlacementDiff", "PlacementReport",
-    "TRANSFER_OPS", "Transfer", "UNKNOWN_DEVICE", "VariableRead", "XLA_CLUSTER", "build_report", "capture",
-    "capturing", "read_profile", "read_trace", "union_length", "_gc_paused",
+    "Capture",
+    "Collective",
+    "JSON_VERSION",
+    "OpPlacement",
+    "PLUMBING",
+    "PlacementDiff",
+    "PlacementReport",
+    "TRANSFER_OPS",
+    "Transfer",
+    "UNKNOWN_DEVICE",
+    "VariableRead",
+    "XLA_CLUSTER",
+    "build_report",
+    "capture",
+    "capturing",
+    "read_profile",
+    "read_trace",
+    "union_length",
+    "_gc_paused",
 ]

@@ -16,13 +16,25 @@ from tfdevices.verify.graph import _Graph, _model_ops
 from tfdevices.verify.host import _Execution, _Kernel, _Trace
 from tfdevices.verify.recording import _Call, _Recorder
 from tfdevices.verify.records import (
-    _COLLECTIVE, _DTYPE_BYTES, PLUMBING, TRANSFER_OPS, UNKNOWN_DEVICE, XLA_CLUSTER, Collective, OpPlacement,
-    Transfer, _gc_paused, _location, _us, union_length,
+    _COLLECTIVE,
+    _DTYPE_BYTES,
+    PLUMBING,
+    TRANSFER_OPS,
+    UNKNOWN_DEVICE,
+    XLA_CLUSTER,
+    Collective,
+    OpPlacement,
+    Transfer,
+    _gc_paused,
+    _location,
+    _us,
+    union_length,
 )
 from tfdevices.verify.report import PlacementReport
 from tfdevices.verify.timing import apply_gpu_time, gpu_op_names
 
 __all__ = ["build_report"]
+
 
 @dataclass
 class _Built:
@@ -37,8 +49,9 @@ class _Built:
     on_gpu: dict[str, int] = field(default_factory=dict)  # op name -> the GPU that ran it (from device planes)
 
 
-def _pair_calls(trace: _Trace, recorder: _Recorder, *,
-                eager: bool = False) -> list[tuple[_Call | None, _Execution | None]]:
+def _pair_calls(
+    trace: _Trace, recorder: _Recorder, *, eager: bool = False
+) -> list[tuple[_Call | None, _Execution | None]]:
     """Matches the calls Python made with the executions the profiler saw, in call order.
 
     Executions no call matches follow, in time order: function calls, and with ``eager``
@@ -74,17 +87,29 @@ def _build_report(trace: _Trace, recorder: _Recorder | None) -> PlacementReport:
         by_context.setdefault(kernel.context, []).append(kernel)
     paired = _pair_calls(trace, recorder, eager=profile)
     gpu_starts = [min(k.start_ps for k in gpu.kernels) for gpu in trace.gpus.values() if gpu.kernels]
-    origin = min([k.start_ps for k in trace.kernels] + [e.start_ps for _, e in paired if e is not None]
-                 + gpu_starts or [0])
+    origin = min(
+        [k.start_ps for k in trace.kernels] + [e.start_ps for _, e in paired if e is not None] + gpu_starts or [0]
+    )
     built = _Built(on_gpu=gpu_op_names(trace.gpus))
     for index, (call, execution) in enumerate(paired):
         if execution is not None and execution.is_function and execution.contexts and not execution.xla:
             name = execution.name
-            unplaced = [k for k in trace.unplaced
-                        if execution.start_ps <= k.start_ps <= execution.start_ps + execution.duration_ps]
-            _add_function(built, index, _Graph(recorder.graphs.get(name)), call,
-                          _contexts(execution, trace.parents), by_context, origin, unplaced)
-        elif execution is not None and execution.is_function or call is not None and call.is_function:
+            unplaced = [
+                k
+                for k in trace.unplaced
+                if execution.start_ps <= k.start_ps <= execution.start_ps + execution.duration_ps
+            ]
+            _add_function(
+                built,
+                index,
+                _Graph(recorder.graphs.get(name)),
+                call,
+                _contexts(execution, trace.parents),
+                by_context,
+                origin,
+                unplaced,
+            )
+        elif (execution is not None and execution.is_function) or (call is not None and call.is_function):
             _add_cluster(built, index, call, execution, recorder, origin)
         elif call is not None:
             _add_eager(built, index, call, execution, origin)
@@ -94,9 +119,15 @@ def _build_report(trace: _Trace, recorder: _Recorder | None) -> PlacementReport:
     if trace.gpus:
         starts = [e.start_ps if e is not None else 0 for _, e in paired]
         busy.update(apply_gpu_time(built, trace.gpus, origin, starts, keep_unmatched=profile))
-    return PlacementReport(tuple(built.ops), tuple(built.copies), tuple(built.collectives), tuple(built.graphs),
-                           busy_us=dict(sorted(busy.items())), notes=tuple(built.notes),
-                           steps=tuple(sorted(trace.steps)))
+    return PlacementReport(
+        tuple(built.ops),
+        tuple(built.copies),
+        tuple(built.collectives),
+        tuple(built.graphs),
+        busy_us=dict(sorted(busy.items())),
+        notes=tuple(built.notes),
+        steps=tuple(sorted(trace.steps)),
+    )
 
 
 def _contexts(execution: _Execution, parents: dict[int, int]) -> list[int]:
@@ -118,8 +149,9 @@ def _context_devices(contexts: list[int], by_context: dict[int, list[_Kernel]]) 
     """The device of each executor context, from the transfers it sent or received."""
     devices: dict[int, str] = {}
     owner = {k.name: c for c in contexts for k in by_context.get(c, ()) if k.kernel not in TRANSFER_OPS}
-    recv_owner = {k.name: c for c in contexts for k in by_context.get(c, ()) if k.kernel in TRANSFER_OPS
-                  and k.stats is None}
+    recv_owner = {
+        k.name: c for c in contexts for k in by_context.get(c, ()) if k.kernel in TRANSFER_OPS and k.stats is None
+    }
     for context in contexts:
         for kernel in by_context.get(context, ()):
             if kernel.stats is None:
@@ -160,19 +192,31 @@ def _fallback_device(kernels: list[_Kernel], graph: _Graph, call: _Call | None, 
     return call.requested if call is not None and call.requested else "/device:CPU:0"
 
 
-def _add_function(built: _Built, index: int, graph: _Graph, call: _Call | None, contexts: list[int],
-                  by_context: dict[int, list[_Kernel]], origin: int, unplaced: list[_Kernel]) -> None:
+def _add_function(
+    built: _Built,
+    index: int,
+    graph: _Graph,
+    call: _Call | None,
+    contexts: list[int],
+    by_context: dict[int, list[_Kernel]],
+    origin: int,
+    unplaced: list[_Kernel],
+) -> None:
     """Adds one function call's kernels; ``unplaced`` are those whose executor step the trace does not name."""
     devices = _context_devices(contexts, by_context)
-    recvs = {k.name: (c, k) for c in contexts for k in by_context.get(c, ()) if k.kernel in TRANSFER_OPS
-             and k.stats is None}
+    recvs = {
+        k.name: (c, k) for c in contexts for k in by_context.get(c, ()) if k.kernel in TRANSFER_OPS and k.stats is None
+    }
     for context in contexts:
         kernels = by_context.get(context, [])
         where = devices.get(context) or _fallback_device(kernels, graph, call, built.on_gpu)
         _add_kernels(built, index, graph, kernels, _location(where), recvs, origin)
     # Kernels of this call's graph only: other work (tf.data threads ...) may run during the call.
-    mine = [k for k in unplaced if k.kernel not in PLUMBING
-            and graph.find(str(k.stats.get("from", "")) if k.stats else k.name)[0] is not None]
+    mine = [
+        k
+        for k in unplaced
+        if k.kernel not in PLUMBING and graph.find(str(k.stats.get("from", "")) if k.stats else k.name)[0] is not None
+    ]
     for kernel in mine:  # a _Send runs on the device its key names first
         if kernel.stats is not None:
             _add_kernels(built, index, graph, [kernel], _location(_send_devices(kernel)[0]), recvs, origin)
@@ -180,15 +224,24 @@ def _add_function(built: _Built, index: int, graph: _Graph, call: _Call | None, 
     if unknown:
         _add_kernels(built, index, graph, unknown, UNKNOWN_DEVICE, recvs, origin)
         names = sorted({k.name for k in unknown})
-        built.notes.append(f"call {index}: the profiler's trace does not tie {len(unknown)} kernel(s) to an "
-                           f"executor step ({', '.join(names[:5])}{', ...' if len(names) > 5 else ''}): "
-                           f"reported on device {UNKNOWN_DEVICE!r}")
+        built.notes.append(
+            f"call {index}: the profiler's trace does not tie {len(unknown)} kernel(s) to an "
+            f"executor step ({', '.join(names[:5])}{', ...' if len(names) > 5 else ''}): "
+            f"reported on device {UNKNOWN_DEVICE!r}"
+        )
     if graph._graph is not None:  # serialized by the writer, which puts each node's executed device in
         built.graphs.append((f"call_{index:03d}", graph._graph))
 
 
-def _add_kernels(built: _Built, index: int, graph: _Graph, kernels: list[_Kernel], device: str,
-                 recvs: dict[str, tuple[int, _Kernel]], origin: int) -> None:
+def _add_kernels(
+    built: _Built,
+    index: int,
+    graph: _Graph,
+    kernels: list[_Kernel],
+    device: str,
+    recvs: dict[str, tuple[int, _Kernel]],
+    origin: int,
+) -> None:
     """Adds the ops, transfers and collectives of kernels that ran on ``device``."""
     spans = None if device == UNKNOWN_DEVICE else built.spans.setdefault(device, [])
     add_op = built.ops.append
@@ -204,16 +257,21 @@ def _add_kernels(built: _Built, index: int, graph: _Graph, kernels: list[_Kernel
             built.copies.append(_transfer(kernel, graph, recvs, index, start, duration))
             continue
         for name, model_op, asked in _model_ops(graph, kernel.name, kind):
-            add_op(OpPlacement(name, model_op, device, _location(asked) if asked else "", index, kind,
-                               kernel.name, start, duration))
+            add_op(
+                OpPlacement(
+                    name, model_op, device, _location(asked) if asked else "", index, kind, kernel.name, start, duration
+                )
+            )
         if _COLLECTIVE.match(kind):
             op = graph.op(kernel.name)
-            built.collectives.append(Collective(kernel.name, kind, device, _attr(op, "merge_op"),
-                                                _attr(op, "T"), index))
+            built.collectives.append(
+                Collective(kernel.name, kind, device, _attr(op, "merge_op"), _attr(op, "T"), index)
+            )
 
 
-def _transfer(send: _Kernel, graph: _Graph, recvs: dict[str, tuple[int, _Kernel]], call: int,
-              start: float, duration: float) -> Transfer:
+def _transfer(
+    send: _Kernel, graph: _Graph, recvs: dict[str, tuple[int, _Kernel]], call: int, start: float, duration: float
+) -> Transfer:
     src, dst = _send_devices(send)
     stats = send.stats or {}
     source = str(stats.get("from", ""))
@@ -231,8 +289,19 @@ def _transfer(send: _Kernel, graph: _Graph, recvs: dict[str, tuple[int, _Kernel]
     if shape is not None and all(d >= 0 for d in shape) and dtype in _DTYPE_BYTES:
         size = _DTYPE_BYTES[dtype] * math.prod(shape)
     recv = _recv_name(send.name)
-    return Transfer(_location(src), _location(dst), tensor, dtype, shape, size, send.name,
-                    recv if recv in recvs else "", call, start, duration)
+    return Transfer(
+        _location(src),
+        _location(dst),
+        tensor,
+        dtype,
+        shape,
+        size,
+        send.name,
+        recv if recv in recvs else "",
+        call,
+        start,
+        duration,
+    )
 
 
 def _attr(op: Any, name: str) -> str:
@@ -250,8 +319,9 @@ def _attr(op: Any, name: str) -> str:
 _GRAPH_PLUMBING = frozenset({"Placeholder", "NoOp", "Identity", "IdentityN"})
 
 
-def _add_cluster(built: _Built, index: int, call: _Call | None, execution: _Execution | None,
-                 recorder: _Recorder, origin: int) -> None:
+def _add_cluster(
+    built: _Built, index: int, call: _Call | None, execution: _Execution | None, recorder: _Recorder, origin: int
+) -> None:
     """A function XLA compiled into one executable: its ops ran together on the call's device."""
     name = execution.name if execution is not None else call.name if call is not None else ""
     graph = recorder.graphs.get(name)
@@ -262,8 +332,9 @@ def _add_cluster(built: _Built, index: int, call: _Call | None, execution: _Exec
         built.spans.setdefault(device, []).append((execution.start_ps, execution.start_ps + execution.duration_ps))
     ops = [op for op in graph.get_operations() if op.type not in _GRAPH_PLUMBING] if graph is not None else []
     for op in ops:
-        built.ops.append(OpPlacement(op.name, op.type, device, _requested(op.device), index, XLA_CLUSTER, name,
-                                     start, duration))
+        built.ops.append(
+            OpPlacement(op.name, op.type, device, _requested(op.device), index, XLA_CLUSTER, name, start, duration)
+        )
     if not ops:
         built.ops.append(OpPlacement(name, XLA_CLUSTER, device, "", index, XLA_CLUSTER, name, start, duration))
 
@@ -276,13 +347,14 @@ def _add_eager(built: _Built, index: int, call: _Call, execution: _Execution | N
         built.spans.setdefault(device, []).append((execution.start_ps, execution.start_ps + execution.duration_ps))
     if call.name in PLUMBING:
         return
-    built.ops.append(OpPlacement(call.name, call.name, device, _requested(call.requested), index, call.name,
-                                 call.name, start, duration))
+    built.ops.append(
+        OpPlacement(
+            call.name, call.name, device, _requested(call.requested), index, call.name, call.name, start, duration
+        )
+    )
     if _COLLECTIVE.match(call.name):
         built.collectives.append(Collective(call.name, call.name, device, "", "", index))
 
 
 def _requested(device: str) -> str:
     return _location(device) if device else ""
-
-

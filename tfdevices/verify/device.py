@@ -39,12 +39,32 @@ __all__ = ["GpuCopy", "GpuKernel", "GpuOp", "GpuPlane", "gpu_index", "parse_anno
 
 _GPU_PLANE = re.compile(r"^/device:GPU:(\d{1,6})$")
 #: Lines TensorFlow's tools derive from the streams; only ``TensorFlow Ops`` is read (the rest repeat it).
-_DERIVED = ("TensorFlow Ops", "TensorFlow Name Scope", "XLA Ops", "XLA Modules", "Steps", "Source code",
-            "Framework Ops", "Framework Name Scope", "Launch Stats", "XLA TraceMe", "Async XLA Ops")
+_DERIVED = (
+    "TensorFlow Ops",
+    "TensorFlow Name Scope",
+    "XLA Ops",
+    "XLA Modules",
+    "Steps",
+    "Source code",
+    "Framework Ops",
+    "Framework Name Scope",
+    "Launch Stats",
+    "XLA TraceMe",
+    "Async XLA Ops",
+)
 _OPS_LINE = "TensorFlow Ops"
 _ANNOTATIONS = ("tf_op", "annotation", "level 0")
-_COPY_KINDS = (("H2D", "H2D"), ("HTOD", "H2D"), ("D2H", "D2H"), ("DTOH", "D2H"), ("D2D", "D2D"),
-               ("DTOD", "D2D"), ("P2P", "P2P"), ("PTOP", "P2P"), ("PEER", "P2P"))
+_COPY_KINDS = (
+    ("H2D", "H2D"),
+    ("HTOD", "H2D"),
+    ("D2H", "D2H"),
+    ("DTOH", "D2H"),
+    ("D2D", "D2D"),
+    ("DTOD", "D2D"),
+    ("P2P", "P2P"),
+    ("PTOP", "P2P"),
+    ("PEER", "P2P"),
+)
 _NOT_KERNELS = ("Memset", "MemoryAlloc", "MemoryFree", "MemoryResidency", "CUPTI overhead")
 _NCCL = re.compile(r"^(?:void )?nccl", re.IGNORECASE)
 _NCCL_PRIMITIVE = re.compile(r"(AllReduce|AllGather|ReduceScatter|Broadcast|Reduce|SendRecv|Send|Recv|AllToAll)")
@@ -201,6 +221,7 @@ def _with_kernel_names(derived: list[GpuOp], kernels: list[GpuKernel]) -> list[G
 
 # ----------------------------------------------------------------------------- reading a plane
 
+
 @dataclass
 class _Ids:
     """Stat metadata ids of one plane (internal); -1 where the plane has no such stat."""
@@ -217,8 +238,14 @@ class _Ids:
         names = {key: meta.name for key, meta in plane.stat_metadata.items()}
         by_name = {name: key for key, name in names.items()}
         annotations = {by_name[n]: i for i, n in enumerate(_ANNOTATIONS) if n in by_name}
-        return cls(annotations, by_name.get("kernel_details", -1), by_name.get("memcpy_details", -1),
-                   by_name.get("group_id", -1), by_name.get("correlation_id", -1), names)
+        return cls(
+            annotations,
+            by_name.get("kernel_details", -1),
+            by_name.get("memcpy_details", -1),
+            by_name.get("group_id", -1),
+            by_name.get("correlation_id", -1),
+            names,
+        )
 
     def text(self, stat: Any) -> str:
         """A string stat's value, whether stored inline or by reference to a stat metadata's name."""

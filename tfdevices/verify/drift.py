@@ -66,8 +66,10 @@ class PlacementChange:
         """One line: ``step 50 (since step 40): retraced ...; 2 op(s) moved: ...``."""
         parts = []
         if self.retraced:
-            parts.append(f"a new traced function ({', '.join(self.functions) or '?'})"
-                         + (f", its inputs {self.why}" if self.why else ""))
+            parts.append(
+                f"a new traced function ({', '.join(self.functions) or '?'})"
+                + (f", its inputs {self.why}" if self.why else "")
+            )
         if self.moved:
             parts.append(f"{len(self.moved)} op(s) moved: " + _named([f"{n} {a} -> {b}" for n, a, b in self.moved]))
         if self.added:
@@ -96,7 +98,8 @@ def _names(report: PlacementReport) -> tuple[str, ...]:
 
 def inputs_of(report: PlacementReport) -> tuple[str, ...]:
     """Each captured function's inputs as ``"(16, 8) float32"``: its input signature (an iterator's elements
-    included), else its graph's inputs (resource handles left out)."""
+    included), else its graph's inputs (resource handles left out).
+    """
     out: list[str] = []
     for _, graph in report.graphs:
         signature = getattr(graph, "structured_input_signature", None)
@@ -129,8 +132,9 @@ def _spec_text(spec: Any) -> str:
     return f"{dims} {spec.dtype.name}".replace("None", "?")
 
 
-def drift(before: PlacementReport, after: PlacementReport, *, step: int, previous_step: int,
-          busy_threshold: float = 0.25) -> PlacementChange:
+def drift(
+    before: PlacementReport, after: PlacementReport, *, step: int, previous_step: int, busy_threshold: float = 0.25
+) -> PlacementChange:
     """Compares two captures: ops that moved device, came or went, copies per device pair, busy time.
 
     Args:
@@ -154,21 +158,36 @@ def drift(before: PlacementReport, after: PlacementReport, *, step: int, previou
         if inputs_before != inputs_after:
             why = f"{', '.join(inputs_before) or '()'} -> {', '.join(inputs_after) or '()'}"
     pairs = sorted(set(diff.transfers_before) | set(diff.transfers_after))
-    copies = tuple((p, diff.transfers_before.get(p, 0), diff.transfers_after.get(p, 0)) for p in pairs
-                   if diff.transfers_before.get(p, 0) != diff.transfers_after.get(p, 0))
+    copies = tuple(
+        (p, diff.transfers_before.get(p, 0), diff.transfers_after.get(p, 0))
+        for p in pairs
+        if diff.transfers_before.get(p, 0) != diff.transfers_after.get(p, 0)
+    )
     total_a, total_b = sum(before.busy_us.values()) or 1.0, sum(after.busy_us.values()) or 1.0
-    busy = tuple((device, before.busy_us.get(device, 0.0), after.busy_us.get(device, 0.0))
-                 for device in sorted(set(before.busy_us) | set(after.busy_us)) if device != UNKNOWN_DEVICE
-                 if abs(after.busy_us.get(device, 0.0) / total_b - before.busy_us.get(device, 0.0) / total_a)
-                 > busy_threshold)
+    busy = tuple(
+        (device, before.busy_us.get(device, 0.0), after.busy_us.get(device, 0.0))
+        for device in sorted(set(before.busy_us) | set(after.busy_us))
+        if device != UNKNOWN_DEVICE
+        if abs(after.busy_us.get(device, 0.0) / total_b - before.busy_us.get(device, 0.0) / total_a) > busy_threshold
+    )
     known = UNKNOWN_DEVICE  # an op the trace did not tie to a device did not move: it is not known where it ran
     moved = [m for m in diff.moved if known not in (m[1], m[2])]
     # The same traced function runs the same ops: one that comes or goes between two of its captures is the
     # trace's timing (an input pipeline's op that ran just before the profiler started), not a change.
     added = [a for a in diff.added if a[1] != known] if retraced else []
     removed = [r for r in diff.removed if r[1] != known] if retraced else []
-    return PlacementChange(step, previous_step, retraced, _names(after) if retraced else (), why,
-                           _unique(moved), _unique(added), _unique(removed), copies, busy)
+    return PlacementChange(
+        step,
+        previous_step,
+        retraced,
+        _names(after) if retraced else (),
+        why,
+        _unique(moved),
+        _unique(added),
+        _unique(removed),
+        copies,
+        busy,
+    )
 
 
 def _unique(items: list[Any]) -> tuple[Any, ...]:

@@ -14,6 +14,7 @@ from typing import Any
 
 __all__: list[str] = []
 
+
 @dataclass
 class _Known:
     """What one traced graph has told already (internal): read once per traced function, not per capture."""
@@ -60,7 +61,7 @@ class _Graph:
         while at > 0:
             inner = self._called(name[:at])
             if inner is not None:
-                op, prefix = inner.find(name[at + 1:])
+                op, prefix = inner.find(name[at + 1 :])
                 if op is not None:
                     return op, f"{name[:at]}/{prefix}"
             at = name.find("/", at + 1)
@@ -126,7 +127,7 @@ def _base_type(kernel: str) -> str:
     """The op a kernel implements: ``_MklMatMul`` -> ``MatMul``, ``_FusedMatMul`` -> ``MatMul``."""
     plain = _MKL_PREFIX.sub("", kernel).lstrip("_")
     if plain.startswith("Fused") and plain not in ("FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3"):
-        plain = plain[len("Fused"):]
+        plain = plain[len("Fused") :]
     return _FUSED_BASE.get(plain, plain)
 
 
@@ -177,5 +178,3 @@ def _read_model_ops(graph: _Graph, name: str, kernel: str) -> list[tuple[str, st
         if chain is not None:
             return [(o.name, o.type, graph.asked(o)) for o in chain]
     return [(op.name, op.type, graph.asked(op))]
-
-

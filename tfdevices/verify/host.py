@@ -22,6 +22,7 @@ HOST_PLANE = "/host:CPU"
 #: Step markers written by ``tf.profiler.experimental.Trace(NAME, step_num=N)`` (tf_keras' fit, custom loops).
 _STEP_EVENTS = frozenset({"train", "test", "predict"})
 
+
 @dataclass(slots=True)
 class _Kernel:
     """One kernel event of the trace (internal)."""
@@ -126,13 +127,21 @@ def _claim_orphans(trace: _Trace) -> None:
             owner.contexts.append(context)
 
 
-(_KERNEL, _PROCESS, _ASYNC, _EAGER, _RUN, _ASYNC_DONE, _DONE_CALLBACK, _SCHEDULED, _REGION_START,
- _REGION_STOP) = range(10)
+(_KERNEL, _PROCESS, _ASYNC, _EAGER, _RUN, _ASYNC_DONE, _DONE_CALLBACK, _SCHEDULED, _REGION_START, _REGION_STOP) = range(
+    10
+)
 _STEP = 10  # a step marker (tf.profiler.experimental.Trace("train", step_num=N))
-_EVENT_KINDS = {"ExecutorState::Process": _PROCESS, "ExecutorState::ProcessAsync::Start": _ASYNC,
-                "EagerExecute": _EAGER, "FunctionRun": _RUN, "ExecutorState::ProcessAsync::Done": _ASYNC_DONE,
-                "ExecutorDoneCallback": _DONE_CALLBACK, "ThreadpoolListener::Record": _SCHEDULED,
-                "ThreadpoolListener::StartRegion": _REGION_START, "ThreadpoolListener::StopRegion": _REGION_STOP}
+_EVENT_KINDS = {
+    "ExecutorState::Process": _PROCESS,
+    "ExecutorState::ProcessAsync::Start": _ASYNC,
+    "EagerExecute": _EAGER,
+    "FunctionRun": _RUN,
+    "ExecutorState::ProcessAsync::Done": _ASYNC_DONE,
+    "ExecutorDoneCallback": _DONE_CALLBACK,
+    "ThreadpoolListener::Record": _SCHEDULED,
+    "ThreadpoolListener::StartRegion": _REGION_START,
+    "ThreadpoolListener::StopRegion": _REGION_STOP,
+}
 
 #: Where an event ran, before the thread-pool links are followed (internal): ``("step", context)``,
 #: ``("async", id)`` (inside the completion of an asynchronous kernel), ``("region", event)`` (in a
@@ -200,8 +209,14 @@ def _read_host_plane(plane: Any, trace: _Trace) -> None:
             trace.unplaced.append(kernel)
 
 
-def _read_line(line: Any, kinds: dict[int, tuple[int, str, str]], names: dict[int, str], ids: dict[str, int],
-               trace: _Trace, links: _Links) -> None:
+def _read_line(
+    line: Any,
+    kinds: dict[int, tuple[int, str, str]],
+    names: dict[int, str],
+    ids: dict[str, int],
+    trace: _Trace,
+    links: _Links,
+) -> None:
     """Reads one thread's events; kernels outside any recorded step go to ``links.pending``.
 
     ``ids`` holds the ids of the ``_c`` and ``_p`` stats (the flow ids TensorFlow's profiler ties a
@@ -244,8 +259,9 @@ def _read_line(line: Any, kinds: dict[int, tuple[int, str, str]], names: dict[in
             spans.append((process_end, ("step", _int_stat(event, consumed))))
         elif code == _ASYNC:  # an asynchronous kernel (_Recv, collectives) starts
             stats = _stats(event, names)
-            kernels.append(_Kernel(str(stats.get("name", "")), str(stats.get("kernel_type", "")), start,
-                                   event.duration_ps))
+            kernels.append(
+                _Kernel(str(stats.get("name", "")), str(stats.get("kernel_type", "")), start, event.duration_ps)
+            )
             _place(kernels[-1], inner, links)
             links.async_starts[_int_stat(event, produced_id)] = inner
         elif code == _ASYNC_DONE:  # it completes: what it schedules continues the step it started in
@@ -260,8 +276,7 @@ def _read_line(line: Any, kinds: dict[int, tuple[int, str, str]], names: dict[in
             region = None
         elif code == _EAGER:
             stats = _stats(event, names)
-            current = _Execution(str(stats.get("eager_op", "")), bool(stats.get("is_func")), start,
-                                 event.duration_ps)
+            current = _Execution(str(stats.get("eager_op", "")), bool(stats.get("is_func")), start, event.duration_ps)
             trace.executions.append(current)
             spans.append((start + event.duration_ps, ("eager", 0)))  # an eager op's kernels: no step
         else:  # FunctionRun: a function partition starts; its executor steps consume the context it produces
@@ -300,5 +315,3 @@ def _int_stat(event: Any, stat_id: int) -> int:
 
 def _stats(event: Any, names: dict[int, str]) -> dict[str, Any]:
     return {names[s.metadata_id]: _stat_value(s, names) for s in event.stats}
-
-

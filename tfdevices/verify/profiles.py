@@ -41,8 +41,10 @@ DEFAULT_MAX_BYTES = 1 << 30
 _SUFFIX = ".xplane.pb"
 _MAX_DEPTH = 8  # below the directory given
 _MAX_ENTRIES = 100_000  # files and directories looked at while searching
-_HINT = ("pass a '.xplane.pb' file, or a log directory that holds LOGDIR/<run>/plugins/profile/<session>/"
-         "<host>.xplane.pb (what Keras' TensorBoard(profile_batch=...) and tf.profiler.experimental write).")
+_HINT = (
+    "pass a '.xplane.pb' file, or a log directory that holds LOGDIR/<run>/plugins/profile/<session>/"
+    "<host>.xplane.pb (what Keras' TensorBoard(profile_batch=...) and tf.profiler.experimental write)."
+)
 
 
 @dataclass(frozen=True)
@@ -74,8 +76,10 @@ def find_profiles(logdir: str | os.PathLike[str]) -> list[ProfileFile]:
         depth = os.path.relpath(here, root).count(os.sep) + (here != root)
         seen += len(dirs) + len(files)
         if seen > _MAX_ENTRIES:
-            raise InputError(f"{shown(root, 200)} holds more than {_MAX_ENTRIES:,} files and directories to search "
-                             "for profiles.", hint="pass the run's directory, or the .xplane.pb file itself.")
+            raise InputError(
+                f"{shown(root, 200)} holds more than {_MAX_ENTRIES:,} files and directories to search for profiles.",
+                hint="pass the run's directory, or the .xplane.pb file itself.",
+            )
         dirs[:] = sorted(dirs) if depth < _MAX_DEPTH else []
         for name in sorted(files):
             path = os.path.join(here, name)
@@ -115,23 +119,37 @@ def read_profile(path: str | os.PathLike[str], *, max_bytes: int = DEFAULT_MAX_B
     """
     text = os.fspath(path)
     if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes <= 0:
-        raise InputError(f"read_profile(max_bytes={max_bytes!r}): expected a positive number of bytes.",
-                         hint=f"e.g. max_bytes={DEFAULT_MAX_BYTES}.")
+        raise InputError(
+            f"read_profile(max_bytes={max_bytes!r}): expected a positive number of bytes.",
+            hint=f"e.g. max_bytes={DEFAULT_MAX_BYTES}.",
+        )
     if not os.path.lexists(text):
         raise InputError(f"profile {shown(text, 200)} does not exist.", hint=_HINT)
     if os.path.isdir(text):
         files, notes = _newest_session(text)
     else:
-        files, notes = [ProfileFile(text, ".", os.path.basename(os.path.dirname(os.path.abspath(text))),
-                                    os.path.basename(text).removesuffix(_SUFFIX), 0.0)], []
+        files, notes = (
+            [
+                ProfileFile(
+                    text,
+                    ".",
+                    os.path.basename(os.path.dirname(os.path.abspath(text))),
+                    os.path.basename(text).removesuffix(_SUFFIX),
+                    0.0,
+                )
+            ],
+            [],
+        )
     reports = [_read_file(f.path, max_bytes) for f in files]
     if len(reports) == 1:
         report = reports[0]
     else:
         report = _merged(reports, [f.host for f in files])
         notes.append("one report of " + ", ".join(f"host:{i} = {f.host!r}" for i, f in enumerate(files)))
-    notes.append("read from a profile: the devices asked for and the program's graph are not recorded there "
-                 "(requested is empty; op types are the kernels', a fused kernel is one op)")
+    notes.append(
+        "read from a profile: the devices asked for and the program's graph are not recorded there "
+        "(requested is empty; op types are the kernels', a fused kernel is one op)"
+    )
     return dataclasses.replace(report, notes=tuple(notes) + report.notes)
 
 
@@ -146,8 +164,10 @@ def _newest_session(logdir: str) -> tuple[list[ProfileFile], list[str]]:
     notes = [f"profile session {session!r} of run {run!r}"]
     if len(sessions) > 1:
         others = [f"{r}/{s}" for r, s in sorted(sessions) if (r, s) != (run, session)]
-        notes[0] += (f" (the newest of {len(sessions)}; the others: {', '.join(others[:5])}"
-                     f"{', ...' if len(others) > 5 else ''}: pass one's file to read it)")
+        notes[0] += (
+            f" (the newest of {len(sessions)}; the others: {', '.join(others[:5])}"
+            f"{', ...' if len(others) > 5 else ''}: pass one's file to read it)"
+        )
     return files, notes
 
 
@@ -157,25 +177,31 @@ def _read_file(path: str, max_bytes: int) -> PlacementReport:
     except OSError as err:
         raise InputError(f"profile {shown(path, 200)} cannot be read: {err.strerror}.", hint=_HINT) from None
     if not stat.S_ISREG(info.st_mode):
-        raise InputError(f"profile {shown(path, 200)} is not a regular file (a directory, FIFO or device).",
-                         hint=_HINT)
+        raise InputError(f"profile {shown(path, 200)} is not a regular file (a directory, FIFO or device).", hint=_HINT)
     if info.st_size > max_bytes:
-        raise InputError(f"profile {shown(path, 200)} is {format_bytes(info.st_size)}, more than the "
-                         f"{format_bytes(max_bytes)} read at most.",
-                         hint=f"profile fewer steps, or pass max_bytes={info.st_size} to read it anyway.")
+        raise InputError(
+            f"profile {shown(path, 200)} is {format_bytes(info.st_size)}, more than the "
+            f"{format_bytes(max_bytes)} read at most.",
+            hint=f"profile fewer steps, or pass max_bytes={info.st_size} to read it anyway.",
+        )
     if info.st_size == 0:
-        raise InputError(f"profile {shown(path, 200)} is empty (0 bytes): the profiler did not finish writing it.",
-                         hint="profile again and let the profiler stop (tf.profiler.experimental.stop()).")
+        raise InputError(
+            f"profile {shown(path, 200)} is empty (0 bytes): the profiler did not finish writing it.",
+            hint="profile again and let the profiler stop (tf.profiler.experimental.stop()).",
+        )
     trace = _trace_of(path, info.st_size, max_bytes)  # the file's bytes and the parsed XSpace are freed here
     report = build_report(trace)
     if not (report.ops or report.copies or report.collectives) and (trace.host_events or trace.gpus):
-        raise InputError(f"profile {shown(path, 200)} holds {trace.host_events:,} host event(s) and "
-                         f"{sum(g.events for g in trace.gpus.values()):,} GPU event(s), but none that tfdevices "
-                         "reads as an op (ExecutorState::Process, EagerExecute, 'name:Kernel', GPU kernels).",
-                         hint="was it written by a TensorFlow version older than 2.4? Profile with the installed "
-                              "TensorFlow, or open it in TensorBoard's Profile tab.")
-    skipped = [f"plane {shown(name, 60)} not read (tfdevices reads /host:CPU and /device:GPU:N)"
-               for name in trace.skipped]
+        raise InputError(
+            f"profile {shown(path, 200)} holds {trace.host_events:,} host event(s) and "
+            f"{sum(g.events for g in trace.gpus.values()):,} GPU event(s), but none that tfdevices "
+            "reads as an op (ExecutorState::Process, EagerExecute, 'name:Kernel', GPU kernels).",
+            hint="was it written by a TensorFlow version older than 2.4? Profile with the installed "
+            "TensorFlow, or open it in TensorBoard's Profile tab.",
+        )
+    skipped = [
+        f"plane {shown(name, 60)} not read (tfdevices reads /host:CPU and /device:GPU:N)" for name in trace.skipped
+    ]
     return dataclasses.replace(report, notes=tuple(skipped) + report.notes)
 
 
@@ -191,16 +217,20 @@ def _trace_of(path: str, size: int, max_bytes: int) -> Any:
     try:
         space = parse_space(data)
     except (DecodeError, RuntimeError, ValueError) as err:
-        raise InputError(f"profile {shown(path, 200)} ({format_bytes(size)}) is truncated or is not an XSpace "
-                         f"({shown(str(err), 120)}).", hint="profile again; " + _HINT) from None
+        raise InputError(
+            f"profile {shown(path, 200)} ({format_bytes(size)}) is truncated or is not an XSpace "
+            f"({shown(str(err), 120)}).",
+            hint="profile again; " + _HINT,
+        ) from None
     del data
     names = [plane.name for plane in space.planes]
     readable = [n for n in names if n == HOST_PLANE or n.startswith("/device:GPU:")]
     if not readable:
         listing = ", ".join(shown(n, 60) for n in names[:8]) or "none"
-        raise InputError(f"profile {shown(path, 200)} holds no host CPU or GPU plane; its planes: {listing}.",
-                         hint="tfdevices reads the profiles of CPUs and NVIDIA GPUs (TPU profiles: use "
-                              "TensorBoard's Profile tab).")
+        raise InputError(
+            f"profile {shown(path, 200)} holds no host CPU or GPU plane; its planes: {listing}.",
+            hint="tfdevices reads the profiles of CPUs and NVIDIA GPUs (TPU profiles: use TensorBoard's Profile tab).",
+        )
     return read_trace(space)
 
 
@@ -209,13 +239,21 @@ def _merged(reports: list[PlacementReport], hosts: list[str]) -> PlacementReport
     ops, copies, collectives, busy, notes = [], [], [], {}, []
     steps: set[int] = set()
     for k, report in enumerate(reports):
+
         def on(device: str, k: int = k) -> str:
             return device if device == "?" else f"host:{k}/{device}"
+
         ops += [dataclasses.replace(op, device=on(op.device)) for op in report.ops]
         copies += [dataclasses.replace(t, src=on(t.src), dst=on(t.dst)) for t in report.copies]
         collectives += [dataclasses.replace(c, device=on(c.device)) for c in report.collectives]
         busy.update({on(d): us for d, us in report.busy_us.items()})
         notes += [f"host:{k}: {note}" for note in report.notes]
         steps.update(report.steps)
-    return PlacementReport(tuple(ops), tuple(copies), tuple(collectives), busy_us=dict(sorted(busy.items())),
-                           notes=tuple(notes), steps=tuple(sorted(steps)))
+    return PlacementReport(
+        tuple(ops),
+        tuple(copies),
+        tuple(collectives),
+        busy_us=dict(sorted(busy.items())),
+        notes=tuple(notes),
+        steps=tuple(sorted(steps)),
+    )

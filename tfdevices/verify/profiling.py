@@ -24,6 +24,7 @@ __all__ = ["Capture", "capture", "capturing"]
 _lock = threading.Lock()
 _active = False
 
+
 class Capture:
     """What :func:`capturing` yields; ``report`` is set when the block ends."""
 
@@ -38,8 +39,10 @@ class Capture:
             TfDevicesError: read before the ``with`` block ended.
         """
         if self._report is None:
-            raise TfDevicesError("the placement report is ready only after the 'with capturing()' block ends.",
-                                 hint="read cap.report after the block.")
+            raise TfDevicesError(
+                "the placement report is ready only after the 'with capturing()' block ends.",
+                hint="read cap.report after the block.",
+            )
         return self._report
 
 
@@ -54,9 +57,10 @@ def _profiling(tf: Any, out: list[bytes]) -> Iterator[None]:
             # option passed, and ignores it.
             tf.profiler.experimental.start(logdir)
         except tf.errors.AlreadyExistsError:
-            raise InputError("TensorFlow's profiler is already running in this process; a placement capture "
-                             "reads its own profile.",
-                             hint="stop the other profile (tf.profiler.experimental.stop()) before capturing.") from None
+            raise InputError(
+                "TensorFlow's profiler is already running in this process; a placement capture reads its own profile.",
+                hint="stop the other profile (tf.profiler.experimental.stop()) before capturing.",
+            ) from None
         try:
             yield
         finally:
@@ -97,8 +101,10 @@ def capturing() -> Iterator[Capture]:
     tf = import_tf()
     with _lock:
         if _active:
-            raise InputError("a placement capture is already running in this process; captures do not nest.",
-                             hint="end the outer 'with capturing()' block (or capture()) first.")
+            raise InputError(
+                "a placement capture is already running in this process; captures do not nest.",
+                hint="end the outer 'with capturing()' block (or capture()) first.",
+            )
         _active = True
     cap = Capture()
     recorder = _Recorder()
@@ -108,8 +114,9 @@ def capturing() -> Iterator[Capture]:
             yield cap
     finally:
         try:
-            cap._report = _with_cold(build_report(read_trace(spaces[0]) if spaces else _Trace(), recorder),
-                                     recorder.traced)
+            cap._report = _with_cold(
+                build_report(read_trace(spaces[0]) if spaces else _Trace(), recorder), recorder.traced
+            )
         finally:
             with _lock:
                 _active = False
@@ -120,9 +127,11 @@ def _with_cold(report: PlacementReport, traced: list[str]) -> PlacementReport:
     if not traced:
         return report
     names = sorted(set(traced))
-    note = (f"a first execution (cold): {len(traced)} function(s) were traced during the capture "
-            f"({', '.join(shown(n, 60) for n in names[:3])}{', ...' if len(names) > 3 else ''}); its times include "
-            "one-time set-up (tracing, kernel initialisation, autotuning): capture a later call for warm times")
+    note = (
+        f"a first execution (cold): {len(traced)} function(s) were traced during the capture "
+        f"({', '.join(shown(n, 60) for n in names[:3])}{', ...' if len(names) > 3 else ''}); its times include "
+        "one-time set-up (tracing, kernel initialisation, autotuning): capture a later call for warm times"
+    )
     return dataclasses.replace(report, cold=True, notes=(note, *report.notes))
 
 
@@ -195,11 +204,15 @@ def capture(fn: Callable[..., Any], *args: Any, warmup: int | None = None, **kwa
     (('CPU:0',), False)
     """
     if not callable(fn):
-        raise InputError(f"capture(fn=...): expected something callable, got {type(fn).__name__}.",
-                         hint="pass the function itself, e.g. capture(step, x), not its result.")
+        raise InputError(
+            f"capture(fn=...): expected something callable, got {type(fn).__name__}.",
+            hint="pass the function itself, e.g. capture(step, x), not its result.",
+        )
     if warmup is not None and (isinstance(warmup, bool) or not isinstance(warmup, int) or not 0 <= warmup <= 100):
-        raise InputError(f"capture(warmup={warmup!r}): expected a number of calls from 0 to 100, or None.",
-                         hint="warmup=1 runs the function once before the captured call; warmup=0 captures it cold.")
+        raise InputError(
+            f"capture(warmup={warmup!r}): expected a number of calls from 0 to 100, or None.",
+            hint="warmup=1 runs the function once before the captured call; warmup=0 captures it cold.",
+        )
     runs = (1 if _first_run(fn, args, kwargs) else 0) if warmup is None else warmup
     for _ in range(runs):
         fn(*args, **kwargs)

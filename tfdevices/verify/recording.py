@@ -9,6 +9,7 @@ from typing import Any
 
 __all__: list[str] = []
 
+
 @dataclass
 class _Call:
     """One op or function call seen by the op callback (internal)."""
@@ -27,8 +28,9 @@ class _Recorder:
     graphs: dict[str, Any] = field(default_factory=dict)
     traced: list[str] = field(default_factory=list)  # functions traced while recording: a first execution
 
-    def on_op(self, op_type: Any, inputs: Any, attrs: Any, outputs: Any, op_name: Any = None,
-              graph: Any = None) -> None:
+    def on_op(
+        self, op_type: Any, inputs: Any, attrs: Any, outputs: Any, op_name: Any = None, graph: Any = None
+    ) -> None:
         """The op callback: records eager ops and function calls, ignores graph construction."""
         if graph is not None:
             return
@@ -68,5 +70,3 @@ def _recording(recorder: _Recorder) -> Iterator[None]:
         op_callbacks.remove_op_callback(recorder.on_op)
         func_graph.func_graph_from_py_func = trace
         atomic_function.AtomicFunction.call_flat = original
-
-

@@ -18,8 +18,17 @@ from tfdevices.core.errors import SpecError
 from tfdevices.core.units import format_bytes
 
 __all__ = [
-    "Collective", "OpPlacement", "PlacementDiff", "Transfer", "VariableRead", "union_length",
-    "PLUMBING", "TRANSFER_OPS", "XLA_CLUSTER", "UNKNOWN_DEVICE", "JSON_VERSION",
+    "Collective",
+    "OpPlacement",
+    "PlacementDiff",
+    "Transfer",
+    "VariableRead",
+    "union_length",
+    "PLUMBING",
+    "TRANSFER_OPS",
+    "XLA_CLUSTER",
+    "UNKNOWN_DEVICE",
+    "JSON_VERSION",
 ]
 
 #: Function plumbing, not computation: left out of ``report.ops``.
@@ -34,13 +43,29 @@ UNKNOWN_DEVICE = "?"
 #: The version of the JSON schema :meth:`PlacementReport.to_json` writes (see the module docstring).
 JSON_VERSION = 3
 _DTYPE_BYTES = {
-    "float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "half": 2, "float": 4, "double": 8,
-    "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "int32": 4, "uint32": 4, "int64": 8,
-    "uint64": 8, "bool": 1, "complex64": 8, "complex128": 16,
+    "float16": 2,
+    "bfloat16": 2,
+    "float32": 4,
+    "float64": 8,
+    "half": 2,
+    "float": 4,
+    "double": 8,
+    "int8": 1,
+    "uint8": 1,
+    "int16": 2,
+    "uint16": 2,
+    "int32": 4,
+    "uint32": 4,
+    "int64": 8,
+    "uint64": 8,
+    "bool": 1,
+    "complex64": 8,
+    "complex128": 16,
 }
 
 
 # ----------------------------------------------------------------------------- records
+
 
 @dataclass(frozen=True, slots=True)
 class OpPlacement:
@@ -261,4 +286,3 @@ def union_length(spans: Iterable[tuple[float, float]]) -> float:
             total += end - reach
             reach = end
     return total
-

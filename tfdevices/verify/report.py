@@ -14,14 +14,21 @@ from typing import Any
 from tfdevices.core.errors import InputError, PlacementAssertionError, SpecError
 from tfdevices.core.units import format_bytes
 from tfdevices.verify.records import (
-    JSON_VERSION, XLA_CLUSTER, Collective, OpPlacement, PlacementDiff, Transfer, VariableRead,
+    JSON_VERSION,
+    XLA_CLUSTER,
+    Collective,
+    OpPlacement,
+    PlacementDiff,
+    Transfer,
+    VariableRead,
 )
 
 __all__ = ["PlacementReport"]
 
 _DEVICE_PATTERN = re.compile(
     r"^(?:/job:(?P<job>[\w*-]+)(?:/replica:\d+)?(?:/task:(?P<task>\d+|\*))?)?"
-    r"(?:/?(?:device:)?)(?P<type>[A-Za-z_*]+):(?P<index>\d+|\*)$")
+    r"(?:/?(?:device:)?)(?P<type>[A-Za-z_*]+):(?P<index>\d+|\*)$"
+)
 _REPORT_TASK = re.compile(r"^([\w*-]+):(\d+|\*)/")
 _DEVICE_HINT = "name a TensorFlow device: 'GPU:1', '/device:CPU:1', 'worker:1/GPU:0', or a pattern such as 'CPU:*'."
 
@@ -37,7 +44,8 @@ def _device_matcher(device: object, *, what: str = "device") -> Callable[[str], 
             f"{what} {device!r} is a physical GPU index (nvidia-smi numbering), but placement reports "
             "name TensorFlow's logical devices.",
             hint=f"write the TensorFlow name, e.g. 'GPU:{str(device).strip()}' (masking renumbers GPUs: "
-                 "tfdevices.select shows which logical name an NVML index gets).")
+            "tfdevices.select shows which logical name an NVML index gets).",
+        )
     if isinstance(device, str):  # a report's own name for another task's device: "worker:1/GPU:0"
         device = _REPORT_TASK.sub(r"/job:\1/task:\2/", device.strip())
     match = _DEVICE_PATTERN.match(device) if isinstance(device, str) else None
@@ -58,8 +66,10 @@ def _name_matcher(pattern: str | Iterable[str]) -> Callable[[str], bool]:
     """
     patterns = [pattern] if isinstance(pattern, str) else list(pattern)
     if not patterns or not all(isinstance(p, str) and p.strip("/") for p in patterns):
-        raise InputError(f"ops={pattern!r}: expected a glob pattern or a list of them.",
-                         hint="e.g. ops='dense_2/*' or ops=['*MatMul*', '*BiasAdd*'].")
+        raise InputError(
+            f"ops={pattern!r}: expected a glob pattern or a list of them.",
+            hint="e.g. ops='dense_2/*' or ops=['*MatMul*', '*BiasAdd*'].",
+        )
     anchored = [p[1:] for p in patterns if p.startswith("/")]
     anywhere = [p for p in patterns if not p.startswith("/")]
 
@@ -69,10 +79,12 @@ def _name_matcher(pattern: str | Iterable[str]) -> Callable[[str], bool]:
         parts = name.split("/")
         suffixes = ["/".join(parts[i:]) for i in range(len(parts))]
         return any(fnmatch.fnmatchcase(s, p) for p in anywhere for s in suffixes)
+
     return matches
 
 
 # ----------------------------------------------------------------------------- the report
+
 
 @dataclass(frozen=True)
 class PlacementReport:
@@ -219,7 +231,8 @@ class PlacementReport:
                 f"expected ops matching {ops!r} on {device}, but {len(offenders)} of {len(selected)} ran "
                 f"elsewhere ({', '.join(f'{d}: {n}' for d, n in sorted(where.items()))}): {listing}.",
                 hint=f"pin them with tf.device('{device}') where they are created, or create their "
-                     "variables on that device.")
+                "variables on that device.",
+            )
 
     def assert_no_transfers(self, src: str | None = None, dst: str | None = None) -> None:
         """Checks that no tensor was copied between devices (optionally only ``src`` -> ``dst``).
@@ -236,7 +249,8 @@ class PlacementReport:
                 f"expected no cross-device transfers{scope}, but {len(found)} ran "
                 f"({format_bytes(_total(found))} where known): {listing}.",
                 hint="keep each op on the device of its inputs and variables (report.variables_on() "
-                     "shows weights read from another device).")
+                "shows weights read from another device).",
+            )
 
     def _select(self, ops: str | Iterable[str], types: Iterable[str] | None) -> list[OpPlacement]:
         named = _name_matcher(ops)
@@ -251,12 +265,14 @@ class PlacementReport:
                 f"expected ops matching {ops!r} of types {sorted(wanted)} to check, but none of the "
                 f"{len(by_name)} ops matching {ops!r} is of those types: {listing}.",
                 hint="types name the ops the program wrote (MatMul, BiasAdd, Relu ...), whichever kernel "
-                     "ran them; pick types from this list.")
+                "ran them; pick types from this list.",
+            )
         sample = ", ".join(sorted({op.name for op in self.ops})[:8]) or "none"
         raise PlacementAssertionError(
             f"expected ops matching {ops!r}{'' if types is None else f' of types {sorted(wanted or ())}'} "
             f"to check, but none of the {len(self.ops)} executed ops matches; they include: {sample}.",
-            hint="check the pattern against report.ops (names are matched at scope boundaries).")
+            hint="check the pattern against report.ops (names are matched at scope boundaries).",
+        )
 
     # -- comparison
 
@@ -266,8 +282,9 @@ class PlacementReport:
         Ops are matched by name (and occurrence, for names that repeat).
         """
         mine, theirs = _keyed(self.ops), _keyed(other.ops)
-        moved = tuple((k[0], mine[k].device, theirs[k].device)
-                      for k in mine if k in theirs and mine[k].device != theirs[k].device)
+        moved = tuple(
+            (k[0], mine[k].device, theirs[k].device) for k in mine if k in theirs and mine[k].device != theirs[k].device
+        )
         added = tuple((k[0], theirs[k].device) for k in theirs if k not in mine)
         removed = tuple((k[0], mine[k].device) for k in mine if k not in theirs)
         return PlacementDiff(moved, added, removed, _pair_counts(self.copies), _pair_counts(other.copies))
@@ -279,17 +296,27 @@ class PlacementReport:
         counts = ", ".join(f"{d}: {n}" for d, n in self.op_counts.items()) or "none"
         lines = [f"{len(self.ops)} ops on {len(self.op_counts)} device(s) ({counts})"]
         pairs = _pair_counts(self.copies)
-        lines.append(f"{len(self.copies)} transfer(s)" + (
-            f" ({format_bytes(_total(self.copies))} where known): "
-            + ", ".join(f"{p}: {n}" for p, n in pairs.items()) if pairs else ""))
+        lines.append(
+            f"{len(self.copies)} transfer(s)"
+            + (
+                f" ({format_bytes(_total(self.copies))} where known): "
+                + ", ".join(f"{p}: {n}" for p, n in pairs.items())
+                if pairs
+                else ""
+            )
+        )
         clusters = self.xla_clusters
         if clusters:
-            lines.append(f"{sum(n for _, n in clusters.values())} op(s) compiled together by XLA in "
-                         f"{len(clusters)} cluster(s): " + ", ".join(
-                             f"{name} on {device} ({n} ops)" for name, (device, n) in sorted(clusters.items())))
+            lines.append(
+                f"{sum(n for _, n in clusters.values())} op(s) compiled together by XLA in "
+                f"{len(clusters)} cluster(s): "
+                + ", ".join(f"{name} on {device} ({n} ops)" for name, (device, n) in sorted(clusters.items()))
+            )
         kinds = Counter(c.type for c in self.collectives)
-        lines.append(f"{len(self.collectives)} collective(s)" + (
-            ": " + ", ".join(f"{t}: {n}" for t, n in sorted(kinds.items())) if kinds else ""))
+        lines.append(
+            f"{len(self.collectives)} collective(s)"
+            + (": " + ", ".join(f"{t}: {n}" for t, n in sorted(kinds.items())) if kinds else "")
+        )
         crossing = [r for r in self.variables_on() if r.crosses_devices]
         if crossing:
             lines.append(f"{len(crossing)} variable read(s) copied to another device every call")
@@ -308,38 +335,50 @@ class PlacementReport:
         for device, n in self.op_counts.items():
             types = Counter(op.type for op in self.ops if op.device == device).most_common(4)
             busy = self.busy_us.get(device)
-            out.append(f"| {device} | {n} | {', '.join(f'{t} ({c})' for t, c in types)} | "
-                       f"{kernels.get(device, 0)} | {'?' if busy is None else f'{busy:.0f} us'} |")
+            out.append(
+                f"| {device} | {n} | {', '.join(f'{t} ({c})' for t, c in types)} | "
+                f"{kernels.get(device, 0)} | {'?' if busy is None else f'{busy:.0f} us'} |"
+            )
         out += ["", f"**Transfers: {len(self.copies)}**", ""]
         if self.copies:
             out += ["| src | dst | tensor | dtype | shape | size |", "|---|---|---|---|---|---:|"]
             for t in self.copies:
                 shape = "?" if t.shape is None else str(list(t.shape))
-                out.append(f"| {t.src} | {t.dst} | `{t.tensor}` | {t.dtype or '?'} | {shape} | {format_bytes(t.bytes)} |")
+                out.append(
+                    f"| {t.src} | {t.dst} | `{t.tensor}` | {t.dtype or '?'} | {shape} | {format_bytes(t.bytes)} |"
+                )
         out += ["", f"**Collectives: {len(self.collectives)}**", ""]
         if self.collectives:
             out += ["| device | type | op | reduction |", "|---|---|---|---|"]
             out += [f"| {c.device} | {c.type} | `{c.name}` | {c.reduction} |" for c in self.collectives]
         crossing = [r for r in self.variables_on() if r.crosses_devices]
         if crossing:
-            out += ["", f"**Variable reads crossing devices: {len(crossing)}**", "",
-                    "| read op | stored on | read on | size |", "|---|---|---|---:|"]
-            out += [f"| `{r.op}` | {r.stored_on} | {', '.join(r.read_on)} | {format_bytes(r.bytes)} |"
-                    for r in crossing]
+            out += [
+                "",
+                f"**Variable reads crossing devices: {len(crossing)}**",
+                "",
+                "| read op | stored on | read on | size |",
+                "|---|---|---|---:|",
+            ]
+            out += [
+                f"| `{r.op}` | {r.stored_on} | {', '.join(r.read_on)} | {format_bytes(r.bytes)} |" for r in crossing
+            ]
         return "\n".join(out)
 
     def to_json(self) -> str:
         """The report as JSON (without the graphs); :meth:`from_json` reads it back."""
-        return json.dumps({
-            "version": JSON_VERSION,
-            "ops": [_flat(op) for op in self.ops],
-            "transfers": [asdict(t) for t in self.copies],  # shapes are tuples: asdict copies them
-            "collectives": [_flat(c) for c in self.collectives],
-            "busy_us": self.busy_us,
-            "notes": list(self.notes),
-            "steps": list(self.steps),
-            "cold": self.cold,
-        })
+        return json.dumps(
+            {
+                "version": JSON_VERSION,
+                "ops": [_flat(op) for op in self.ops],
+                "transfers": [asdict(t) for t in self.copies],  # shapes are tuples: asdict copies them
+                "collectives": [_flat(c) for c in self.collectives],
+                "busy_us": self.busy_us,
+                "notes": list(self.notes),
+                "steps": list(self.steps),
+                "cold": self.cold,
+            }
+        )
 
     @classmethod
     def from_json(cls, text: str) -> PlacementReport:
@@ -352,16 +391,21 @@ class PlacementReport:
             data = json.loads(text)
             return cls(
                 ops=tuple(OpPlacement(**{**op, "kernels": tuple(op.get("kernels", ()))}) for op in data["ops"]),
-                copies=tuple(Transfer(**{**t, "shape": None if t["shape"] is None else tuple(t["shape"])})
-                             for t in data["transfers"]),
+                copies=tuple(
+                    Transfer(**{**t, "shape": None if t["shape"] is None else tuple(t["shape"])})
+                    for t in data["transfers"]
+                ),
                 collectives=tuple(Collective(**c) for c in data["collectives"]),
                 busy_us={str(k): float(v) for k, v in data.get("busy_us", {}).items()},
                 notes=tuple(str(n) for n in data.get("notes", ())),
                 steps=tuple(int(s) for s in data.get("steps", ())),
-                cold=bool(data.get("cold", False)))
+                cold=bool(data.get("cold", False)),
+            )
         except (ValueError, KeyError, TypeError) as err:
-            raise InputError(f"not a placement report in JSON ({err}): {text[:80]!r}",
-                             hint="pass the output of PlacementReport.to_json().") from None
+            raise InputError(
+                f"not a placement report in JSON ({err}): {text[:80]!r}",
+                hint="pass the output of PlacementReport.to_json().",
+            ) from None
 
 
 def _ranges(values: Iterable[int]) -> str:
@@ -409,8 +453,9 @@ def _keyed(ops: Iterable[OpPlacement]) -> dict[tuple[str, int], OpPlacement]:
 _LISTED = 20  # items an assertion message lists before "... N more"
 
 
-def _listed(items: list[Any] | tuple[Any, ...], describe: Callable[[Any], str] = str, *, limit: int = _LISTED,
-            sep: str = "; ") -> str:
+def _listed(
+    items: list[Any] | tuple[Any, ...], describe: Callable[[Any], str] = str, *, limit: int = _LISTED, sep: str = "; "
+) -> str:
     """``"a; b; ... 5 more"``: what a message lists, at most ``limit`` items (:data:`_LISTED` by default)."""
     more = f"{sep}... {len(items) - limit} more" if len(items) > limit else ""
     return sep.join(describe(item) for item in items[:limit]) + more
@@ -435,5 +480,3 @@ def _flat(record: Any) -> dict[str, Any]:
         known = _GETTERS[kind] = (names, operator.attrgetter(*names))
     names, get = known
     return dict(zip(names, get(record)))
-
-

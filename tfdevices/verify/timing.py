@@ -42,8 +42,9 @@ def _match(launches: list[float], starts: list[float]) -> list[int]:
     return [bisect.bisect_right(launches, start) - 1 for start in starts]
 
 
-def apply_gpu_time(built: Any, gpus: dict[int, GpuPlane], origin: int, call_starts: list[int],
-                   *, keep_unmatched: bool) -> dict[str, float]:
+def apply_gpu_time(
+    built: Any, gpus: dict[int, GpuPlane], origin: int, call_starts: list[int], *, keep_unmatched: bool
+) -> dict[str, float]:
     """Times ``built``'s GPU ops, copies and collectives by the GPUs' planes; returns GPU busy time.
 
     Args:
@@ -70,8 +71,10 @@ def apply_gpu_time(built: Any, gpus: dict[int, GpuPlane], origin: int, call_star
         if keep_unmatched:
             _add_executions(built, device, left, origin, call_starts)
         elif left:
-            built.notes.append(f"{len(left)} kernel execution(s) on {device} belong to no captured op (work of "
-                               "other threads, or launched before the capture): counted in its busy time only")
+            built.notes.append(
+                f"{len(left)} kernel execution(s) on {device} belong to no captured op (work of "
+                "other threads, or launched before the capture): counted in its busy time only"
+            )
         _add_nccl(built, device, gpu, origin, call_starts)
     _time_collectives(built)
     return busy
@@ -102,8 +105,10 @@ def _time_ops(built: Any, device: str, executions: list[GpuOp], origin: int) -> 
                 timed.add(i)
     untimed = sum(1 for i, op in enumerate(built.ops) if op.device == device and i not in timed)
     if untimed and executions:
-        built.notes.append(f"{untimed} op(s) on {device} ran no kernel on the device in this trace (host-memory "
-                           "ops, receives, or kernels outside it): their times are the host's")
+        built.notes.append(
+            f"{untimed} op(s) on {device} ran no kernel on the device in this trace (host-memory "
+            "ops, receives, or kernels outside it): their times are the host's"
+        )
     return left
 
 
@@ -112,8 +117,13 @@ def _timed(op: OpPlacement, runs: list[GpuOp], origin: int) -> OpPlacement:
     for run in runs:
         names += [n for n in run.kernels if n not in names]
     start = min(run.start_ps for run in runs)
-    return dataclasses.replace(op, start_us=_us(start - origin), duration_us=_us(sum(r.busy_ps for r in runs)),
-                               launch_us=op.start_us, kernels=tuple(names))
+    return dataclasses.replace(
+        op,
+        start_us=_us(start - origin),
+        duration_us=_us(sum(r.busy_ps for r in runs)),
+        launch_us=op.start_us,
+        kernels=tuple(names),
+    )
 
 
 def _call_at(call_starts: list[int], ps: int) -> int:
@@ -123,8 +133,21 @@ def _call_at(call_starts: list[int], ps: int) -> int:
 def _add_executions(built: Any, device: str, runs: list[GpuOp], origin: int, call_starts: list[int]) -> None:
     """Ops seen only on the GPU (reading a profile): eager ops, or ops whose launch the host plane lacks."""
     for run in runs:
-        built.ops.append(OpPlacement(written_name(run.op), run.type, device, "", _call_at(call_starts, run.start_ps), run.type,
-                                     run.op, _us(run.start_ps - origin), _us(run.busy_ps), None, run.kernels))
+        built.ops.append(
+            OpPlacement(
+                written_name(run.op),
+                run.type,
+                device,
+                "",
+                _call_at(call_starts, run.start_ps),
+                run.type,
+                run.op,
+                _us(run.start_ps - origin),
+                _us(run.busy_ps),
+                None,
+                run.kernels,
+            )
+        )
 
 
 def _time_copies(built: Any, device: str, copies: list[GpuCopy], origin: int, call_starts: list[int]) -> None:
@@ -144,13 +167,30 @@ def _time_copies(built: Any, device: str, copies: list[GpuCopy], origin: int, ca
             done.add(i)
             t = built.copies[i]
             built.copies[i] = dataclasses.replace(
-                t, kind=copy.kind, bytes=t.bytes if t.bytes is not None else copy.bytes,
-                start_us=_us(copy.start_ps - origin), duration_us=_us(copy.end_ps - copy.start_ps))
+                t,
+                kind=copy.kind,
+                bytes=t.bytes if t.bytes is not None else copy.bytes,
+                start_us=_us(copy.start_ps - origin),
+                duration_us=_us(copy.end_ps - copy.start_ps),
+            )
         else:
             src, dst = _copy_ends(copy, index)
-            built.copies.append(Transfer(src, dst, f"{copy.op}:0" if copy.op else f"memcpy {copy.kind}".strip(),
-                                         "", None, copy.bytes, "", copy.op, _call_at(call_starts, copy.start_ps),
-                                         _us(copy.start_ps - origin), _us(copy.end_ps - copy.start_ps), copy.kind))
+            built.copies.append(
+                Transfer(
+                    src,
+                    dst,
+                    f"{copy.op}:0" if copy.op else f"memcpy {copy.kind}".strip(),
+                    "",
+                    None,
+                    copy.bytes,
+                    "",
+                    copy.op,
+                    _call_at(call_starts, copy.start_ps),
+                    _us(copy.start_ps - origin),
+                    _us(copy.end_ps - copy.start_ps),
+                    copy.kind,
+                )
+            )
 
 
 def _copy_ends(copy: GpuCopy, index: int) -> tuple[str, str]:
@@ -172,8 +212,18 @@ def _add_nccl(built: Any, device: str, gpu: GpuPlane, origin: int, call_starts: 
     for k in gpu.unannotated():
         primitive = nccl_primitive(k.name)
         if primitive:
-            built.collectives.append(Collective(k.name, primitive, device, "", "", _call_at(call_starts, k.start_ps),
-                                                _us(k.start_ps - origin), _us(k.end_ps - k.start_ps)))
+            built.collectives.append(
+                Collective(
+                    k.name,
+                    primitive,
+                    device,
+                    "",
+                    "",
+                    _call_at(call_starts, k.start_ps),
+                    _us(k.start_ps - origin),
+                    _us(k.end_ps - k.start_ps),
+                )
+            )
 
 
 def _time_collectives(built: Any) -> None:
