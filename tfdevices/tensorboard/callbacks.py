@@ -197,10 +197,15 @@ class PlacementLogger:
         if restore is not None and restore[0].train_function is restore[2]:
             restore[0].train_function = restore[1]
         if not self.steps and self._step <= self.at_step:
-            warnings.warn(
+            said = (
                 f"PlacementLogger(at_step={self.at_step}) captured nothing: training ran {self._step} "
-                f"step(s) (0..{max(self._step - 1, 0)}), so step {self.at_step} never came. HINT: pass "
-                f"at_step={min(1, max(self._step - 1, 0))} (steps count from 0 over the whole fit).",
+                f"step(s) (0..{max(self._step - 1, 0)}), so step {self.at_step} never came"
+            )
+            with summary_writer(self.logdir) as writer:  # for `tfdevices placement` to say so, too
+                writer.text(f"{self.name}/status", said, max(self._step - 1, 0))
+            warnings.warn(
+                f"{said}. HINT: pass at_step={min(1, max(self._step - 1, 0))} (steps count from 0 over the "
+                "whole fit).",
                 RuntimeWarning,
                 stacklevel=2,
             )

@@ -314,11 +314,12 @@ def read_placement(logdir: str | os.PathLike[str], name: str = "placement") -> P
             )
     if not found:
         shown = ", ".join(sorted(tags)[:10]) or "no tensor or text summaries"
-        logger_ran = any(t.startswith(f"{name}/memory/") for t in tags)  # a PlacementLogger that captured no step
+        # a PlacementLogger that captured no step: it says so in NAME/status (and logs memory where there is any)
+        logger_ran = f"{name}/status" in tags or any(t.startswith(f"{name}/memory/") for t in tags)
         raise InputError(
             f"log directory {logdir!r} holds {len(dirs)} run(s) but no placement summary "
             f"'{name}/json'; its tags: {shown}.",
-            hint="a PlacementLogger logged memory here but captured no step: its at_step never came in that run "
+            hint="a PlacementLogger ran here but captured no step: its at_step never came in that run "
             "(training ran fewer steps); pass a step the run reaches, e.g. PlacementLogger(logdir, at_step=1)."
             if logger_ran
             else "write one with tfdevices.tensorboard.write_placement or the PlacementLogger callback "
