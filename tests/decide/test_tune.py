@@ -316,3 +316,13 @@ def test_a_candidate_is_timed_until_its_step_time_settles(medians, kept, ran):
     windows = iter([[m - 1, m, m + 5] for m in medians])  # each window's step times, its median m
     times, count = _steady_window(lambda: next(windows))
     assert (sorted(times)[1], count) == (pytest.approx(kept), ran)
+
+
+def test_a_module_that_is_not_there_is_refused_before_any_process_starts():
+    proc = run_cli("tune", "nosuchmod_for_tfdevices.models:build")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith(
+        "tfdevices tune: error: model function 'nosuchmod_for_tfdevices.models:build': there is no module "
+        "'nosuchmod_for_tfdevices' on this Python's path."
+    ), proc.stderr
+    assert proc.stderr.count("\n") == 1 and "HINT: run tune from the directory that holds it" in proc.stderr

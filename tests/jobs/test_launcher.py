@@ -134,7 +134,7 @@ def test_sigterm_is_forwarded_to_every_worker(tmp_path) -> None:
         (["-n", "two", "--", "true"], "argument -n/--num-workers: invalid int value: 'two'."),
         (["--", "true"], "the following arguments are required: -n/--num-workers."),
         (["-n", "1", "--bogus", "--", "true"], "unrecognized arguments: --bogus."),
-        (["-n", "1", "--gpus", "9", "--", "true"], "GPU spec '9': "),
+        (["-n", "1", "--gpus", "9", "--", "true"], "--gpus '9': "),
         (["-n", "1", "--max-restarts", "-1", "--", "true"], "--max-restarts -1 must be between 0 and 1000."),
         (["-n", "1", "--", "/nonexistent/program"], "cannot start '/nonexistent/program': No such file"),
         (["-n", str(10**30), "--", "true"], "-n 1000000000000000000000000000000: at most 1024 workers per machine."),

@@ -94,9 +94,9 @@ def test_step_beyond_training_captures_nothing(tf4, tmp_path):
     assert not hasattr(model.train_function, "__wrapped__") and model.train_function.__name__ != "captured"
     with pytest.raises(InputError, match="no placement summary") as err:  # the logger said why, in placement/status
         read_placement(tmp_path)
-    assert "HINT: a PlacementLogger ran here but captured no step: its at_step never came" in str(
+    assert "HINT: a PlacementLogger ran here but captured no step: its at_step never came" in str(err.value), str(
         err.value
-    ), str(err.value)
+    )
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ not decide the winner.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import sys
@@ -191,7 +192,7 @@ def _share(value: float | None) -> str:
 
 def _target(model_fn: Callable[[], Any] | str) -> str:
     if isinstance(model_fn, str):
-        return check_target(model_fn)
+        return _findable(check_target(model_fn))
     module, name = getattr(model_fn, "__module__", None), getattr(model_fn, "__qualname__", "")
     if not callable(model_fn) or module in (None, "__main__") or "<" in name or "." in name:
         raise InputError(
@@ -201,6 +202,21 @@ def _target(model_fn: Callable[[], Any] | str) -> str:
             "'mypackage.models:build'; e.g. 'tfdevices.decide.examples:tiny_mlp'.",
         )
     return check_target(f"{module}:{name}")
+
+
+def _findable(target: str) -> str:
+    """``target``, once its top-level package is found on this Python's path (the children's, too).
+
+    Only the top-level name is looked up: nothing of the user's code runs in this process.
+    """
+    top = target.partition(":")[0].split(".")[0]
+    if importlib.util.find_spec(top) is None:
+        raise InputError(
+            f"model function {target!r}: there is no module {top!r} on this Python's path.",
+            hint="run tune from the directory that holds it, or install its package; "
+            "e.g. 'tfdevices.decide.examples:tiny_mlp' runs anywhere.",
+        )
+    return target
 
 
 def _count(name: str, value: object, low: int) -> int:

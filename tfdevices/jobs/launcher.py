@@ -69,7 +69,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
-from tfdevices.core.errors import LaunchError
+from tfdevices.core.errors import LaunchError, Terms
 from tfdevices.core.units import shown
 from tfdevices.gpus.discovery import discover
 from tfdevices.gpus.selection import select
@@ -439,10 +439,14 @@ def _check_log_dir(path: str) -> None:
         raise LaunchError(f"--log-dir {shown(path)} is not writable.", hint="name a directory you can write to.")
 
 
+#: How selection's messages name launch's GPU spec: the ``--gpus`` option it came from.
+_GPUS_OPTION = Terms("cli", (("spec", "--gpus"),))
+
+
 def _candidate_gpus(spec: str) -> tuple[int, ...]:
     if spec in ("none", "cpu"):
         return ()
-    return tuple(g.index for g in select(spec).gpus)
+    return tuple(g.index for g in select(spec, terms=_GPUS_OPTION).gpus)
 
 
 # --------------------------------------------------------------------------- the job

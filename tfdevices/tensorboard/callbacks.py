@@ -204,8 +204,7 @@ class PlacementLogger:
             with summary_writer(self.logdir) as writer:  # for `tfdevices placement` to say so, too
                 writer.text(f"{self.name}/status", said, max(self._step - 1, 0))
             warnings.warn(
-                f"{said}. HINT: pass at_step={min(1, max(self._step - 1, 0))} (steps count from 0 over the "
-                "whole fit).",
+                f"{said}. HINT: pass at_step={min(1, max(self._step - 1, 0))} (steps count from 0 over the whole fit).",
                 RuntimeWarning,
                 stacklevel=2,
             )
