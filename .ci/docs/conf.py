@@ -36,7 +36,10 @@ nb_merge_streams = True
 # not linked (no network while building), nor private helpers' (not documented).
 nitpicky = True
 nitpick_ignore_regex = [
-    (r"py:.*", r"(collections\.abc|typing|os|argparse|absl|tensorboard|keras|tensorflow|numpy|dataclasses)(\..*)?"),
+    (
+        r"py:.*",
+        r"(collections\.abc|typing|os|argparse|socket|subprocess|threading|absl|tensorboard|keras|tensorflow|numpy|dataclasses)(\..*)?",
+    ),
     (r"py:.*", r".*\b_\w+"),  # private names (_Prepared, _R)
     (r"py:data", r"[A-Z][A-Z0-9_]*"),  # module constants: documented where they have a docstring
 ]

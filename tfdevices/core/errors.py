@@ -145,6 +145,9 @@ class Terms:
         return f"{name}={value}" if self.style == "absl" else f"{name} {value}"
 
 
+#: Messages in the API's terms: keyword arguments (``memory_limit='4GiB'``); the default.
 PYTHON = Terms("python")
+#: Messages in the ``tfdevices`` command line's terms (``--memory-limit 4GiB``, the spec as typed).
 CLI = Terms("cli")
+#: Messages in absl flags' terms (``--memory_limit=4GiB``, ``--gpus=none``): the demos and ``tfdevices.flags``.
 ABSL = Terms("absl")
