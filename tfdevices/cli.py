@@ -264,10 +264,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_launch(args: argparse.Namespace) -> int:
-    from tfdevices.jobs import launcher
+    from tfdevices.jobs import launch_command
 
     _use_inventory(args)
-    return launcher.run(args)
+    return launch_command.run(args)
 
 
 def _cmd_placement(args: argparse.Namespace) -> int:
@@ -355,7 +355,7 @@ def _add_demo(p: argparse.ArgumentParser) -> None:
 
 
 def _add_launch(p: argparse.ArgumentParser) -> None:
-    from tfdevices.jobs.launcher import add_arguments
+    from tfdevices.jobs.launch_command import add_arguments
 
     p.description = "Start N local workers with TF_CONFIG on free localhost ports."
     add_arguments(p)

@@ -42,12 +42,9 @@ from typing import Any
 from tfdevices import runtime as rt
 from tfdevices.core._tf import import_tf
 from tfdevices.core.devices import is_logical_name, logical_devices, resolve_devices, short_name, tfdevices_name
-from tfdevices.core.errors import LaunchError, StrategyError
-from tfdevices.core.units import shown
+from tfdevices.core.errors import StrategyError
 from tfdevices.gpus.discovery import discover
-from tfdevices.jobs.env import launch_info
-from tfdevices.jobs.slurm import expand_tasks_per_node, step_cluster
-from tfdevices.jobs.tfconfig import TfConfig
+from tfdevices.jobs.cluster import ClusterEnv, cluster_from_env
 from tfdevices.training import install_fit_adapter, leave_together
 
 logger = logging.getLogger("tfdevices")
@@ -56,103 +53,6 @@ KINDS = ("auto", "default", "one_device", "mirrored", "multi_worker")
 CROSS_DEVICE_OPS = ("auto", "nccl", "hierarchical_copy", "reduction_to_one_device", "ring", "none")
 _MIRRORED_OPS = ("nccl", "hierarchical_copy", "reduction_to_one_device")
 _MULTI_WORKER_OPS = ("nccl", "ring")
-
-
-# --------------------------------------------------------------------------- cluster
-
-
-@dataclasses.dataclass(frozen=True)
-class ClusterEnv:
-    """How many training processes the launch environment says there are.
-
-    Attributes:
-        num_workers: training processes in the job (1: a single process).
-        source: ``"TF_CONFIG"``, ``"SLURM"`` or ``"none"``.
-        reason: what was read, for people.
-        tf_config: the validated ``TF_CONFIG``, when that was the source.
-    """
-
-    num_workers: int
-    source: str
-    reason: str
-    tf_config: TfConfig | None = None
-    addresses: tuple[str, ...] = ()  # a SLURM step's tasks, in rank order (what TF_CONFIG would list)
-    task_index: int = 0
-
-
-def cluster_from_env(env: Mapping[str, str]) -> ClusterEnv:
-    """The job layout TensorFlow's runtime can use, from :func:`tfdevices.launch_info` (pure: only ``env``).
-
-    ``TF_CONFIG`` wins when set, because TensorFlow reads it; otherwise a SLURM job
-    step (``srun``) with more than one task, through ``SlurmClusterResolver``. Other
-    launchers (``mpirun``, ``RANK``/``WORLD_SIZE``) give TensorFlow no cluster by
-    themselves: use ``tfdevices launch`` or set ``TF_CONFIG``.
-
-    Args:
-        env: the environment to read, e.g. ``os.environ``.
-
-    Returns:
-        A :class:`ClusterEnv`.
-
-    Raises:
-        TfConfigError: ``TF_CONFIG`` is set but invalid.
-        LaunchError: a launcher variable is malformed or contradicts another.
-
-    >>> cluster_from_env({"SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_STEP_ID": "0",
-    ...                   "SLURM_STEP_NUM_TASKS": "4", "SLURM_STEP_NODELIST": "gpu[1-2]"}).reason
-    'SLURM step with 4 tasks on 2 node(s)'
-    >>> cluster_from_env({}).source
-    'none'
-    """
-    info = launch_info(env)
-    if info.role == "ps":
-        raise StrategyError(
-            f"TF_CONFIG names this process ps {info.role_index}, a parameter server: it serves "
-            "ParameterServerStrategy, which Keras 3 does not support, and trains no replica of its own.",
-            hint="run parameter-server training with tf_keras (TF_USE_LEGACY_KERAS=1 and "
-            "tf.distribute.experimental.ParameterServerStrategy), or drop the ps tasks and train the "
-            "chief and workers with build_strategy('multi_worker').",
-        )
-    if info.role == "evaluator":
-        return ClusterEnv(
-            1,
-            "TF_CONFIG",
-            f"TF_CONFIG names this process evaluator {info.role_index}: it does not train, so one device of its own",
-            info.tf_config,
-        )
-    if info.source in ("TF_CONFIG", "ray") and info.tf_config is not None:
-        tf_config = info.tf_config
-        jobs = ", ".join(f"{len(a)} {job}" for job, a in tf_config.cluster.items())
-        return ClusterEnv(
-            tf_config.num_workers,
-            "TF_CONFIG",
-            f"TF_CONFIG lists {jobs}; this is {tf_config.task_type} {tf_config.task_index}",
-            tf_config,
-        )
-    if info.source == "SLURM" and info.world_size > 1:
-        nodes = f" on {len(info.nodes)} node(s)" if info.nodes else ""
-        return ClusterEnv(
-            info.world_size,
-            "SLURM",
-            f"SLURM step with {info.world_size} tasks{nodes}",
-            addresses=_slurm_addresses(env, info),
-            task_index=info.rank,
-        )
-    return ClusterEnv(1, "none", f"no TF_CONFIG and no multi-task SLURM step: a single process ({info.reason})")
-
-
-def _slurm_addresses(env: Mapping[str, str], info: Any) -> tuple[str, ...]:
-    """Each task's ``host:port`` in this SLURM step, ports from the job and step ids (see :func:`step_cluster`)."""
-    tasks_var = next((v for v in ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE") if v in env), None)
-    per_node = expand_tasks_per_node(env[tasks_var], variable=tasks_var) if tasks_var else [info.world_size]
-    nodes = info.nodes or ("localhost",)
-    ids = []
-    for name in ("SLURM_JOB_ID", "SLURM_STEP_ID"):
-        value = env.get(name, env.get(name.replace("_ID", "ID"), "0"))
-        if not (value.isascii() and value.isdigit() and len(value) <= 18):
-            raise LaunchError(f"{name}={shown(value)} is not a whole number.", hint="run the script with srun.")
-        ids.append(int(value))
-    return tuple(step_cluster(nodes, per_node, ids[0], ids[1]))
 
 
 # --------------------------------------------------------------------------- decide
@@ -191,7 +91,7 @@ def decide_strategy(
         kind: one of :data:`KINDS`.
         devices: TensorFlow logical devices (``"GPU:0"``, ``"CPU:1"``): those asked for when
             ``explicit``, else every logical device TensorFlow has.
-        num_workers: processes in the job (from :func:`cluster_from_env`).
+        num_workers: processes in the job (from :func:`~tfdevices.jobs.cluster.cluster_from_env`).
         explicit: whether ``devices`` were named by the user.
         cluster_source: where ``num_workers`` came from, for the reason.
 

@@ -10,7 +10,7 @@ import pytest
 
 from tfdevices.gpus.inventory import Inventory
 from tfdevices.gpus.topology import Topology
-from tfdevices.jobs import launcher
+from tfdevices.jobs import launch_command, launcher
 from tfdevices.jobs.env import LaunchInfo
 from tfdevices.jobs.ranks import cpu_binding, gpu_for_rank, numa_cpus, plan_ranks
 
@@ -112,7 +112,10 @@ def test_cpu_affinity_numa_without_a_topology_is_refused(tmp_path, monkeypatch):
     path.write_text(Inventory.load(os.path.join(DATA, "node-8gpu.json")).to_json())
     monkeypatch.setenv("TFDEVICES_INVENTORY", str(path))
     with pytest.raises(Exception, match=r"^--cpu-affinity numa: the GPUs' topology is unknown"):
-        launcher._affinity_topology("numa", (0,))
-    assert launcher._affinity_topology(None, (0,)) is None and launcher._affinity_topology("none", (0,)) is None
+        launch_command._affinity_topology("numa", (0,))
+    assert (
+        launch_command._affinity_topology(None, (0,)) is None
+        and launch_command._affinity_topology("none", (0,)) is None
+    )
     path.write_text(fixture("topo-pcie-4gpu-bridges.json").to_json())
-    assert launcher._affinity_topology(None, (0, 2)).numa_nodes == (0, 1)
+    assert launch_command._affinity_topology(None, (0, 2)).numa_nodes == (0, 1)

@@ -1,0 +1,246 @@
+"""``tfdevices launch``'s command line: its options, checked, then :func:`tfdevices.jobs.launcher.launch`.
+
+Every bad option is a :class:`~tfdevices.core.errors.LaunchError` naming the option as
+typed (the CLI prints it as one line, status 2) before any worker starts. This module
+imports no TensorFlow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from tfdevices.core.errors import LaunchError, Terms
+from tfdevices.core.units import shown
+from tfdevices.gpus.discovery import discover
+from tfdevices.gpus.selection import select
+from tfdevices.jobs.handshake import TOKEN_ENV, rdzv_id, read_token
+from tfdevices.jobs.launcher import (
+    MAX_NODES,
+    MAX_RESTARTS,
+    MAX_VIRTUAL_DEVICES,
+    WORKERS_PER_CORE,
+    check_worker_count,
+    launch,
+    plan_workers,
+)
+from tfdevices.jobs.rendezvous import MASTER_PORT, MAX_WORKERS, Nodes
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds the options of ``tfdevices launch`` to ``parser`` (the CLI's ``launch`` subcommand)."""
+    parser.add_argument("-n", "--num-workers", type=int, required=True, help="worker processes on this machine")
+    parser.add_argument(
+        "--gpus", default="all", help="GPUs to spread over the workers: 'all' (default), 'none', 'auto:N', '0,2'"
+    )
+    parser.add_argument("--share", action="store_true", help="allow more workers than GPUs (they share GPUs)")
+    parser.add_argument(
+        "--oversubscribe",
+        action="store_true",
+        help=f"allow more than {WORKERS_PER_CORE} workers per CPU core (at most {MAX_WORKERS})",
+    )
+    parser.add_argument(
+        "--max-restarts", type=int, default=0, help="restart the whole job up to K times after a failure"
+    )
+    parser.add_argument(
+        "--virtual-devices",
+        type=int,
+        default=None,
+        help="logical devices per worker (sets TFDEVICES_VIRTUAL_DEVICES; see tfdevices.runtime.configure_worker)",
+    )
+    out = parser.add_argument_group("output")
+    out.add_argument(
+        "--log-dir", default=None, help="keep each rank's output in DIR/rank{R}.log; the console shows rank 0 only"
+    )
+    out.add_argument("--tee", action="store_true", help="with --log-dir: show every rank on the console too")
+    out.add_argument(
+        "--all-ranks",
+        action="store_true",
+        help="show every rank's progress bars and repeated warnings (default: rank 0's progress, "
+        "a warning every rank prints the same once)",
+    )
+    out.add_argument("--tf-logs", action="store_true", help="show TensorFlow's C++ log lines (hidden by default)")
+    parser.add_argument(
+        "--no-mend",
+        action="store_true",
+        help="leave Keras 3 model.fit as it is in the workers (by default it is mended for "
+        "MultiWorkerMirroredStrategy, keras-team/keras#20585, with no change to the script)",
+    )
+    nodes = parser.add_argument_group("many machines (no scheduler)")
+    nodes.add_argument("--nnodes", type=int, default=1, help="machines in the job, one launcher each")
+    nodes.add_argument("--node-rank", type=int, default=0, help="this machine's place, 0 .. nnodes-1")
+    nodes.add_argument("--master-addr", default=None, help="the address of the machine with --node-rank 0")
+    nodes.add_argument(
+        "--master-port", type=int, default=MASTER_PORT, help=f"the port the launchers meet on (default {MASTER_PORT})"
+    )
+    nodes.add_argument(
+        "--node-addr",
+        default=None,
+        help="the address other machines reach this one's workers at (default: the one that reaches the master)",
+    )
+    nodes.add_argument(
+        "--rdzv-timeout", type=float, default=300.0, help="seconds to wait for every launcher to join (default 300)"
+    )
+    nodes.add_argument(
+        "--rdzv-id",
+        default=None,
+        help="the job's name at the rendezvous: launchers of another job are refused (default: "
+        "SLURM's job id, else derived from the command, --nnodes and --master-port)",
+    )
+    nodes.add_argument(
+        "--rdzv-token-file",
+        default=None,
+        help=f"a file holding the job's shared secret (default: ${TOKEN_ENV}, when set): "
+        "launchers without it are refused; it never crosses the network",
+    )
+    parser.add_argument(
+        "--cpu-affinity",
+        choices=("numa", "none"),
+        default=None,
+        help="numa: bind each worker to the CPUs of its GPU's NUMA node (default where the "
+        "topology is known and has several nodes); none: leave CPUs alone",
+    )
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="the command each worker runs, after '--'")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Runs ``tfdevices launch`` from parsed arguments (see :func:`add_arguments`).
+
+    Returns:
+        0 when every worker succeeded, else the first non-zero exit status.
+
+    Raises:
+        LaunchError: bad arguments (the CLI prints it as one line, status 2).
+        SpecError, SelectionError: ``--gpus`` is malformed or cannot be met.
+    """
+    command = list(args.command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command:
+        raise LaunchError(
+            "no command to run.", hint="put the command after '--': tfdevices launch -n 2 -- python train.py."
+        )
+    check_worker_count(args.num_workers, cpus=os.cpu_count(), oversubscribe=args.oversubscribe)
+    for name, value, low, high in (
+        ("--max-restarts", args.max_restarts, 0, MAX_RESTARTS),
+        ("--virtual-devices", args.virtual_devices, 1, MAX_VIRTUAL_DEVICES),
+        ("--nnodes", args.nnodes, 1, MAX_NODES),
+        ("--master-port", args.master_port, 1, 65535),
+    ):
+        if value is not None and not low <= value <= high:
+            raise LaunchError(
+                f"{name} {shown(value)} must be between {low} and {high}.", hint=f"e.g. {name} {low + 1}."
+            )
+    if args.tee and not args.log_dir:
+        raise LaunchError("--tee without --log-dir: there is no log to tee.", hint="add --log-dir DIR.")
+    nodes = _nodes(args, command)
+    if args.log_dir:
+        _check_log_dir(args.log_dir)
+    gpus = _candidate_gpus(args.gpus)
+    plan_workers(args.num_workers, list(range(1, args.num_workers + 1)), gpus, share=args.share)  # fail early
+    return launch(
+        command,
+        args.num_workers,
+        gpus=gpus,
+        share=args.share,
+        max_restarts=args.max_restarts,
+        virtual_devices=args.virtual_devices,
+        log_dir=args.log_dir,
+        tee=args.tee,
+        all_ranks=args.all_ranks,
+        tf_logs=args.tf_logs,
+        nodes=nodes,
+        mend=not args.no_mend,
+        topology=_affinity_topology(getattr(args, "cpu_affinity", None), gpus),
+    )
+
+
+def _nodes(args: argparse.Namespace, command: Sequence[str]) -> Nodes | None:
+    if args.nnodes == 1:
+        for name, value in (
+            ("--node-rank", args.node_rank or None),
+            ("--rdzv-id", args.rdzv_id),
+            ("--rdzv-token-file", args.rdzv_token_file),
+        ):
+            if value is not None:
+                raise LaunchError(
+                    f"{name} {shown(value)} without --nnodes.",
+                    hint=f"give --nnodes M (the number of machines) with {name}; a one-machine job has no rendezvous.",
+                )
+        return None
+    if not 0 <= args.node_rank < args.nnodes:
+        raise LaunchError(
+            f"--node-rank {shown(args.node_rank)} is out of range for --nnodes {args.nnodes}.",
+            hint=f"node ranks run 0..{args.nnodes - 1}.",
+        )
+    if not args.master_addr:
+        raise LaunchError(
+            f"--nnodes {args.nnodes} needs --master-addr, the address of the --node-rank 0 machine.",
+            hint="e.g. --master-addr host0 on every machine.",
+        )
+    if args.max_restarts:
+        raise LaunchError(
+            "--max-restarts with --nnodes > 1: restarting a job over several machines needs "
+            "every launcher to agree, which this launcher does not do.",
+            hint="leave --max-restarts out, or restart the launchers together from a scheduler.",
+        )
+    if not args.rdzv_timeout > 0:
+        raise LaunchError(
+            f"--rdzv-timeout {args.rdzv_timeout!r} must be a number of seconds > 0.", hint="e.g. --rdzv-timeout 300."
+        )
+    if args.rdzv_id is not None and not 0 < len(args.rdzv_id) <= 256:
+        raise LaunchError(f"--rdzv-id {shown(args.rdzv_id)} must be 1 to 256 characters.", hint="e.g. --rdzv-id exp7.")
+    rdzv, source = rdzv_id(args.rdzv_id, os.environ, command, args.nnodes, args.master_port)
+    return Nodes(
+        args.nnodes,
+        args.node_rank,
+        (args.master_addr, args.master_port),
+        args.node_addr,
+        min(args.rdzv_timeout, 86400.0),
+        rdzv,
+        read_token(args.rdzv_token_file, os.environ),
+        source,
+    )
+
+
+def _check_log_dir(path: str) -> None:
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as err:
+        raise LaunchError(
+            f"--log-dir {shown(path)}: cannot create it ({err.strerror}).", hint="name a directory you can write to."
+        ) from None
+    if not os.access(path, os.W_OK):
+        raise LaunchError(f"--log-dir {shown(path)} is not writable.", hint="name a directory you can write to.")
+
+
+#: How selection's messages name launch's GPU spec: the ``--gpus`` option it came from.
+_GPUS_OPTION = Terms("cli", (("spec", "--gpus"),))
+
+
+def _candidate_gpus(spec: str) -> tuple[int, ...]:
+    if spec in ("none", "cpu"):
+        return ()
+    return tuple(g.index for g in select(spec, terms=_GPUS_OPTION).gpus)
+
+
+def _affinity_topology(mode: str | None, gpus: Sequence[int]) -> Any:
+    """The topology to bind workers by: ``--cpu-affinity numa`` (or unset, where the topology is known
+    and has several NUMA nodes); ``None`` binds nothing.
+
+    Raises:
+        LaunchError: ``numa`` was asked but the GPUs' topology is unknown.
+    """
+    if mode == "none" or not gpus:
+        return None
+    topology = discover(topology=True).topology
+    if topology is None and mode == "numa":
+        raise LaunchError(
+            "--cpu-affinity numa: the GPUs' topology is unknown (NVML gave none, or the inventory file holds none).",
+            hint="use --cpu-affinity none, or an inventory saved with 'tfdevices list --json'.",
+        )
+    return topology if topology is not None and len(topology.numa_nodes) > 1 else None
