@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -17,12 +16,7 @@ from importlib import metadata
 import pytest
 
 from tests.keras_models import on_device_layer
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from tfdevices.jobs.rendezvous import free_ports
 
 
 def get(url: str, timeout: float = 30) -> bytes:
@@ -60,7 +54,7 @@ def tensorboard(
     """
     placement_entry_point()
     exe = os.path.join(os.path.dirname(sys.executable), "tensorboard")
-    port = _free_port()
+    (port,) = free_ports(1)
     log = open(os.path.join(logdir, os.pardir, f"tensorboard-{port}.log"), "wb")
     proc = subprocess.Popen(
         [exe, "--logdir", logdir, "--port", str(port), "--host", "127.0.0.1"], stdout=log, stderr=subprocess.STDOUT
