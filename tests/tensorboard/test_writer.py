@@ -191,6 +191,12 @@ def test_write_placement_into_a_file_path_is_an_input_error(report, tmp_path, wh
     assert (tmp_path / "file").read_text() == "not a directory"
 
 
+def test_event_files_of_one_run_are_read_in_the_order_they_were_written(report, tmp_path):
+    for step in range(12):  # more files than one digit numbers: names must still sort in writing order
+        write_placement(report, tmp_path, step=step)
+    assert read_placement(tmp_path).notes[0].startswith("stored in run '.' at step 11: the latest of 12 step(s)")
+
+
 def test_read_placement_says_which_run_and_step_it_shows_among_several(report, tmp_path):
     write_placement(report, tmp_path / "a", step=1)
     write_placement(report, tmp_path / "a", step=5)

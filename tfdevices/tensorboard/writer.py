@@ -45,7 +45,7 @@ from tfdevices.verify.profiles import find_profiles
 __all__ = ["format_placement", "load_placement", "merged_graph_def", "read_placement", "write_placement"]
 
 _EVENTS = "events.out.tfevents"
-_FILES = itertools.count()  # event files this process wrote: their names sort in the order they were made
+_FILES = itertools.count()  # event files this process wrote: zero-padded, their names sort in the order they were made
 
 
 def merged_graph_def(report: PlacementReport) -> Any:
@@ -166,9 +166,8 @@ class EventWriter:
 
         tf = import_tf()
         tf.io.gfile.makedirs(logdir)
-        name = (
-            f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{next(_FILES)}.tfdevices"
-        )
+        stamp = f"{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{next(_FILES):09d}"
+        name = f"events.out.tfevents.{stamp}.tfdevices"
         self.path = os.path.join(logdir, name)
         self._file = tf.io.TFRecordWriter(self.path)
         self._file.write(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2").SerializeToString())
