@@ -1,4 +1,4 @@
-"""The package's shape: wings that import one way, no cycles, at most 17 entries on top.
+"""The package's shape: wings that import one way, no cycles, at most 19 entries on top.
 
 Imports are read from the source (``ast``), function-level ones included, so a
 cycle hidden inside a function still counts.
@@ -15,8 +15,9 @@ PACKAGE = pathlib.Path(tfdevices.__file__).parent
 # what each part may import from the package (besides itself); the top floor may import everything below it
 ALLOWED = {
     "core": {"core"},
-    "gpus": {"core", "gpus"},
-    "jobs": {"core", "gpus", "jobs"},
+    "mends": {"core", "mends"},
+    "gpus": {"core", "mends", "gpus"},
+    "jobs": {"core", "mends", "gpus", "jobs"},
     "layers": {"core", "layers"},
 }
 # the one module whose own-package imports may sit inside functions: each command imports its module when it runs
@@ -65,10 +66,11 @@ def _part(name: str) -> str:
     return parts[1] if len(parts) > 1 and parts[1] in ALLOWED else "top"
 
 
-def test_at_most_17_entries_at_the_top_of_the_package():
-    # 16, and decide/ (tune, advise): the flow's last stage
+def test_at_most_19_entries_at_the_top_of_the_package():
+    # 16, decide/ (tune, advise): the flow's last stage, mends/: every change to code tfdevices does not
+    # own, and doctor.py: the one screen for a bug report
     entries = sorted(p.name for p in PACKAGE.iterdir() if p.name not in ("__pycache__", "py.typed"))
-    assert len(entries) <= 17, entries
+    assert len(entries) <= 19, entries
 
 
 def test_no_import_cycles_counting_function_level_imports():

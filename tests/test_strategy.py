@@ -211,8 +211,9 @@ BUILDS = [
 @pytest.mark.parametrize("kind, devices, ops, want_kind, cls, tf_devices, want_ops", BUILDS)
 def test_build_strategy_kinds(tf4, kind, devices, ops, want_kind, cls, tf_devices, want_ops):
     from tfdevices import build_strategy
+    from tfdevices.strategy import explanation
 
-    info = build_strategy(kind, devices, ops, env={})
+    info = explanation(build_strategy(kind, devices, ops, env={}))
     assert (info.kind, type(info.strategy).__name__, info.tf_devices, info.cross_device_ops) == (
         want_kind,
         cls,
@@ -402,7 +403,7 @@ def test_what_build_strategy_returns_is_the_tensorflow_strategy(tf4):
 def test_explained_adds_no_name_tensorflow_has(tf4, kind, devices):
     """What tfdevices adds to a strategy shadows nothing of TensorFlow's (ours would silently win or lose)."""
     from tfdevices import build_strategy
-    from tfdevices.strategy import Explained
+    from tfdevices.strategy import Explained, explanation
 
     strategy = build_strategy(kind, devices, env={})
     ours = {n for n in vars(Explained) if not n.startswith("__")}
@@ -410,9 +411,28 @@ def test_explained_adds_no_name_tensorflow_has(tf4, kind, devices):
         if base is Explained or base is object or base.__module__ == "tfdevices.strategy":
             continue
         assert not ours & set(vars(base)), (base, ours & set(vars(base)))
-    with strategy.scope():  # the default strategy too: same object, it now explains itself
+    with strategy.scope():  # the default strategy too: TensorFlow's own object
         assert tf4.distribute.get_strategy() is strategy
-    assert strategy.kind == kind and strategy.table().startswith(f"strategy: {kind}")
+    explained = explanation(strategy)
+    assert explained.kind == kind and explained.table().startswith(f"strategy: {kind}")
+
+
+def test_tensorflows_default_strategy_is_left_as_tensorflow_made_it(tf4):
+    """No class surgery: the process-wide default keeps its class and gains no attribute; ours are subclasses."""
+    from tfdevices import build_strategy
+    from tfdevices.core.errors import StrategyError
+    from tfdevices.strategy import Explained, explanation
+
+    default = tf4.distribute.get_strategy()
+    cls, attrs = type(default), set(vars(default))
+    assert build_strategy("default", env={}) is default
+    assert type(default) is cls and set(vars(default)) == attrs and not isinstance(default, Explained)
+    assert explanation(default).strategy is default and explanation(default).kind == "default"
+    mirrored = build_strategy("mirrored", ["CPU:0", "CPU:1"], env={})
+    assert type(mirrored).__bases__ == (tf4.distribute.MirroredStrategy, Explained)
+    assert explanation(mirrored) is mirrored
+    with pytest.raises(StrategyError, match="was not built by tfdevices"):
+        explanation(tf4.distribute.OneDeviceStrategy("/CPU:0"))
 
 
 @pytest.mark.parametrize(

@@ -42,7 +42,7 @@ from tfdevices.gpus.selection import select
 from tfdevices.gpus.spec import parse_spec
 from tfdevices.jobs.env import launch_info
 from tfdevices.runtime import configure
-from tfdevices.strategy import CROSS_DEVICE_OPS, KINDS, build_strategy, explain
+from tfdevices.strategy import CROSS_DEVICE_OPS, KINDS, build_strategy, explain, explanation
 from tfdevices.tensorboard.writer import write_placement
 from tfdevices.verify import capture
 
@@ -207,7 +207,7 @@ def configure_from_flags(
         selection, memory_growth=fv.memory_growth, memory_limit=fv.memory_limit, virtual_devices=split, terms=ABSL
     )
     strategy = build_strategy(fv.strategy, None, fv.cross_device_ops, runtime=runtime)
-    return explain(strategy, strategy.info, FlagsSetup(selection, runtime, fv.logdir, fv.log_placement))
+    return explain(strategy, explanation(strategy).info, FlagsSetup(selection, runtime, fv.logdir, fv.log_placement))
 
 
 def planned_replicas(strategy: str, gpus: int, split: int | None, world_size: int | None = None) -> int:

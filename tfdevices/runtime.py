@@ -24,7 +24,6 @@ import dataclasses
 import logging
 import os
 import sys
-import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeGuard
 
@@ -36,6 +35,7 @@ from tfdevices.gpus.discovery import discover
 from tfdevices.gpus.inventory import INVENTORY_ENV, GpuInfo, Inventory
 from tfdevices.gpus.selection import Selection, select
 from tfdevices.jobs.env import VIRTUAL_DEVICES_ENV
+from tfdevices.mends import runtime_start
 
 _MIB = 1024 * 1024
 _SPLIT_MARGIN = 0.95  # of a GPU's free memory shared out when splitting without memory_limit
@@ -142,7 +142,6 @@ class RuntimeConfig:
 
 
 _CURRENT: RuntimeConfig | None = None
-_STARTED_BY: str | None = None
 
 
 def quiet_tensorflow_logs() -> None:
@@ -662,36 +661,9 @@ def trace_runtime_start() -> None:
 
     :func:`configure` calls it, and so does every tfdevices call that may start the runtime
     (``build_strategy``, ``device_scope`` ...): then the line named is the user's call of it.
+    The change to TensorFlow is the mend ``runtime_start`` (:mod:`tfdevices.mends.runtime_start`).
     """
-    from tensorflow.python.eager import context  # noqa: PLC0415 (lazy TensorFlow)
-
-    original = context.Context.ensure_initialized
-    if getattr(original, "_tfdevices_traced", False):
-        return
-
-    def ensure_initialized(self: Any) -> Any:
-        global _STARTED_BY
-        if _STARTED_BY is None and self._context_handle is None:  # pylint: disable=protected-access
-            _STARTED_BY = _user_frame()
-        return original(self)
-
-    ensure_initialized._tfdevices_traced = True  # type: ignore[attr-defined]
-    context.Context.ensure_initialized = ensure_initialized
-
-
-def _user_frame() -> str:
-    """The innermost caller outside TensorFlow, Keras and tfdevices: the line that started the runtime."""
-    skip = (
-        os.sep + "tensorflow" + os.sep,
-        os.sep + "keras" + os.sep,
-        os.sep + "tf_keras" + os.sep,
-        os.path.dirname(os.path.abspath(__file__)) + os.sep,
-        "<frozen ",
-    )
-    for frame in reversed(traceback.extract_stack()[:-2]):
-        if not any(s in frame.filename for s in skip):
-            return f"{frame.filename}:{frame.lineno} ({(frame.line or frame.name).strip()})"
-    return "inside TensorFlow"
+    runtime_start.MEND.apply()
 
 
 def unseen_gpu_hint(key: str) -> str:
@@ -716,8 +688,8 @@ def unseen_gpu_hint(key: str) -> str:
 
 def _initialized_error(request: tuple[Any, ...]) -> RuntimeInitializedError:
     where = (
-        f"it was started by {_STARTED_BY}"
-        if _STARTED_BY
+        f"it was started by {runtime_start.started_by()}"
+        if runtime_start.started_by()
         else ("something in this process started it (creating a tensor, listing logical devices or building a model)")
     )
     applied = (

@@ -14,7 +14,9 @@ Two pure decisions, one effect:
 What :func:`build_strategy` returns is the ``tf.distribute`` strategy itself
 (``scope()``, ``run``, ``reduce``, ``num_replicas_in_sync``,
 ``experimental_distribute_dataset``; ``isinstance(s, tf.distribute.MirroredStrategy)``
-holds, for Keras too), which also explains itself (:class:`Explained`): ``table()``,
+holds, for Keras too), built from a plain subclass that also explains itself
+(:class:`Explained`; TensorFlow's default strategy is left as it is, and
+:func:`explanation` answers for it): ``table()``,
 its replicas named both ways, and why. Devices are named the tfdevices way: a
 physical GPU by its NVML index (``1`` or ``"1"``, as ``nvidia-smi`` shows it), or a
 TensorFlow logical device (``"CPU:1"``, ``"GPU:0"``).
@@ -45,7 +47,8 @@ from tfdevices.core.devices import is_logical_name, logical_devices, resolve_dev
 from tfdevices.core.errors import StrategyError
 from tfdevices.gpus.discovery import discover
 from tfdevices.jobs.cluster import ClusterEnv, cluster_from_env
-from tfdevices.training import install_fit_adapter, leave_together
+from tfdevices.mends.exit_barrier import leave_together
+from tfdevices.mends.keras_fit import install_fit_adapter
 
 logger = logging.getLogger("tfdevices")
 
@@ -363,14 +366,16 @@ class StrategyInfo:
 
 
 class Explained:
-    """What tfdevices adds to the ``tf.distribute.Strategy`` it returns: how it came about.
+    """What tfdevices adds to the ``tf.distribute.Strategy`` it builds: how it came about.
 
-    :func:`build_strategy` returns the strategy itself, its class made a subclass of
-    its own ``tf.distribute`` class and this one, so it is used exactly like the
-    TensorFlow strategy, passes every ``isinstance`` check, and also answers
-    :meth:`table`, :attr:`info`, :attr:`kind`, :attr:`devices` (tfdevices names),
-    :attr:`tf_devices` and :attr:`reason`. The names here are none of
-    ``tf.distribute.Strategy``'s (a test keeps it so).
+    :func:`build_strategy` builds the strategy from a plain subclass of its own
+    ``tf.distribute`` class and this one (defined once per class, before the object is
+    made: no object's class is changed), so it is used exactly like the TensorFlow
+    strategy, passes every ``isinstance`` check, and also answers :meth:`table`,
+    :attr:`info`, :attr:`kind`, :attr:`devices` (tfdevices names), :attr:`tf_devices`
+    and :attr:`reason`. The names here are none of ``tf.distribute.Strategy``'s (a test
+    keeps it so). TensorFlow's default strategy (``kind="default"``) is TensorFlow's own
+    object, left as it is: its explanation is kept beside it (:func:`explanation`).
     """
 
     _tfdevices_info: StrategyInfo
@@ -462,33 +467,77 @@ class Explained:
         return own if self._tfdevices_setup is None else f"{self._tfdevices_setup.table()}\n\n{own}"
 
 
+class Explanation(Explained):
+    """The explanation of a strategy tfdevices did not build itself (TensorFlow's default), kept beside it.
+
+    Answers everything :class:`Explained` does; :attr:`strategy` is TensorFlow's object.
+    """
+
+    def __init__(self, strategy: Any, info: StrategyInfo, setup: Any = None) -> None:
+        self._strategy = strategy
+        self._tfdevices_info = info
+        self._tfdevices_setup = setup
+
+    @property
+    def strategy(self) -> Any:
+        """TensorFlow's strategy object this explains."""
+        return self._strategy
+
+    @property
+    def num_replicas(self) -> int:
+        """Replicas in sync (``num_replicas_in_sync``)."""
+        return int(self._strategy.num_replicas_in_sync)
+
+
 _EXPLAINED: dict[type, type] = {}
+_BESIDE: dict[int, Explanation] = {}  # id -> explanation of a strategy tfdevices did not build (it keeps it alive)
+
+
+def _explained_class(base: type) -> type:
+    """``base`` with :class:`Explained` mixed in: a plain subclass, made once per class."""
+    cls = _EXPLAINED.get(base)
+    if cls is None:
+        cls = _EXPLAINED[base] = type(
+            base.__name__,
+            (base, Explained),
+            {
+                "__module__": __name__,
+                "__qualname__": base.__name__,
+                "__doc__": f"{base.__doc__ or ''}\n\n(tfdevices: explains itself)",
+            },
+        )
+    return cls
 
 
 def explain(strategy: Any, info: StrategyInfo, setup: Any = None) -> Any:
-    """Makes ``strategy`` explain itself (:class:`Explained`); returns it.
+    """Attaches how ``strategy`` came about; returns ``strategy``.
 
-    Its class becomes a subclass of its own class and :class:`Explained` (made once per
-    class): the object stays the same TensorFlow strategy. TensorFlow's default strategy
-    is one object for the whole process; explaining it marks that one object.
+    A strategy tfdevices built (:class:`Explained`) keeps it on itself; any other (TensorFlow's
+    default strategy) is left unchanged, its explanation kept beside it (:func:`explanation`).
     """
-    base = type(strategy)
-    if not isinstance(strategy, Explained):
-        cls = _EXPLAINED.get(base)
-        if cls is None:
-            cls = _EXPLAINED[base] = type(
-                base.__name__,
-                (base, Explained),
-                {
-                    "__module__": __name__,
-                    "__qualname__": base.__name__,
-                    "__doc__": f"{base.__doc__ or ''}\n\n(tfdevices: explains itself)",
-                },
-            )
-        strategy.__class__ = cls
-    strategy._tfdevices_info = info
-    strategy._tfdevices_setup = setup
+    if isinstance(strategy, Explained):
+        strategy._tfdevices_info = info
+        strategy._tfdevices_setup = setup
+    else:
+        _BESIDE[id(strategy)] = Explanation(strategy, info, setup)
     return strategy
+
+
+def explanation(strategy: Any) -> Explained:
+    """How ``strategy`` came about: the strategy itself when tfdevices built it, else what was kept beside it.
+
+    Raises:
+        StrategyError: ``strategy`` did not come from :func:`build_strategy`.
+    """
+    if isinstance(strategy, Explained):
+        return strategy
+    kept = _BESIDE.get(id(strategy))
+    if kept is None or kept.strategy is not strategy:
+        raise StrategyError(
+            f"{type(strategy).__name__} was not built by tfdevices, so there is nothing to explain.",
+            hint="build it with tfdevices.build_strategy(...) (or configure_from_flags).",
+        )
+    return kept
 
 
 def build_strategy(
@@ -706,14 +755,14 @@ def _make(tf: Any, decision: StrategyDecision, ops: str, cluster: ClusterEnv) ->
     if decision.kind == "default":
         return tf.distribute.get_strategy()
     if decision.kind == "one_device":
-        return tf.distribute.OneDeviceStrategy(full[0])
+        return _explained_class(tf.distribute.OneDeviceStrategy)(full[0])
     if decision.kind == "mirrored":
         cross = {
             "nccl": tf.distribute.NcclAllReduce,
             "hierarchical_copy": tf.distribute.HierarchicalCopyAllReduce,
             "reduction_to_one_device": tf.distribute.ReductionToOneDevice,
         }[ops]()
-        return tf.distribute.MirroredStrategy(devices=full, cross_device_ops=cross)
+        return _explained_class(tf.distribute.MirroredStrategy)(devices=full, cross_device_ops=cross)
     impl = tf.distribute.experimental.CommunicationImplementation
     options = tf.distribute.experimental.CommunicationOptions(implementation=impl.NCCL if ops == "nccl" else impl.RING)
     resolver = None
@@ -725,6 +774,8 @@ def _make(tf: Any, decision: StrategyDecision, ops: str, cluster: ClusterEnv) ->
         resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
             spec, task_type="worker", task_id=cluster.task_index, rpc_layer="grpc"
         )
-    strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)
+    strategy = _explained_class(tf.distribute.MultiWorkerMirroredStrategy)(
+        cluster_resolver=resolver, communication_options=options
+    )
     leave_together()  # a success reads as one: no worker leaves while another still runs
     return strategy

@@ -25,6 +25,7 @@ from absl import flags, logging as absl_logging
 import tfdevices
 from tfdevices import flags as tfd_flags
 from tfdevices.demos import no_arguments, run_script
+from tfdevices.strategy import explanation
 
 tfd_flags.define_flags()
 flags.DEFINE_integer("layers", 12, "Dense layers in the MLP.", lower_bound=1)
@@ -107,7 +108,7 @@ def main(argv: list[str]) -> None:
     no_arguments(argv)
     if not FLAGS["verbosity"].present:
         absl_logging.set_verbosity(absl_logging.WARNING)
-    setup = tfd_flags.configure_from_flags(cpu_virtual_devices=max(CPU_DEVICES, FLAGS.devices))
+    setup = explanation(tfd_flags.configure_from_flags(cpu_virtual_devices=max(CPU_DEVICES, FLAGS.devices)))
     tf = tfdevices.core._tf.import_tf()
     import keras  # noqa: PLC0415 (lazy Keras)
     import numpy as np  # noqa: PLC0415 (lazy NumPy, with TensorFlow)

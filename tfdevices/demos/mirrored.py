@@ -21,6 +21,7 @@ from absl import flags, logging as absl_logging
 import tfdevices
 from tfdevices import flags as tfd_flags
 from tfdevices.demos import no_arguments, run_script, shown_in_tables
+from tfdevices.strategy import explanation
 from tfdevices.training import train
 
 tfd_flags.define_flags()
@@ -63,7 +64,9 @@ def main(argv: list[str]) -> None:
         absl_logging.set_verbosity(absl_logging.WARNING)  # TensorFlow's per-step INFO lines drown the output
     print(tfdevices.discover().table(), "\n", flush=True)
     with shown_in_tables():  # --batch_size below the replica count: a usage error before TensorFlow starts
-        setup = tfd_flags.configure_from_flags(cpu_virtual_devices=CPU_DEVICES, global_batch_size=FLAGS.batch_size)
+        setup = explanation(
+            tfd_flags.configure_from_flags(cpu_virtual_devices=CPU_DEVICES, global_batch_size=FLAGS.batch_size)
+        )
     print(setup.table(), "\n", flush=True)
     tf = tfdevices.core._tf.import_tf()
     import keras  # noqa: PLC0415 (lazy Keras)

@@ -20,6 +20,7 @@ from absl import flags, logging as absl_logging
 import tfdevices
 from tfdevices import flags as tfd_flags
 from tfdevices.demos import no_arguments, run_script
+from tfdevices.strategy import explanation
 from tfdevices.tensorboard.writer import write_placement
 
 tfd_flags.define_flags()
@@ -45,7 +46,7 @@ def main(argv: list[str]) -> None:
     no_arguments(argv)
     if not FLAGS["verbosity"].present:
         absl_logging.set_verbosity(absl_logging.WARNING)
-    setup = tfd_flags.configure_from_flags(cpu_virtual_devices=CPU_DEVICES)
+    setup = explanation(tfd_flags.configure_from_flags(cpu_virtual_devices=CPU_DEVICES))
     print(setup.runtime.table(), "\n", flush=True)
     tf = tfdevices.core._tf.import_tf()
     first, second = two_devices(setup.runtime.logical_devices)

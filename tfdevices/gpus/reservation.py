@@ -67,6 +67,7 @@ from tfdevices.gpus.discovery import discover
 from tfdevices.gpus.inventory import GpuInfo, Inventory
 from tfdevices.gpus.selection import Selection, first_overlap, select
 from tfdevices.gpus.spec import parse_spec
+from tfdevices.mends import fork_sockets
 
 LOCK_DIR_ENV = "TFDEVICES_LOCK_DIR"
 DEFAULT_LOCK_DIR = "/tmp/tfdevices-locks"
@@ -130,31 +131,13 @@ class _Claim:
 
     def close(self, *, unlock: bool) -> None:
         if self.sock is not None:
-            _close_socket(self.sock)
+            fork_sockets.close(self.sock)
             self.sock = None
         if unlock:  # frees the lock even where a forked child still has a copy of the descriptor
             with contextlib.suppress(OSError):
                 fcntl.flock(self.fd, fcntl.LOCK_UN)
         with contextlib.suppress(OSError):
             os.close(self.fd)
-
-
-_SOCKETS: set[int] = set()  # bound names' descriptors of this process: a forked child closes its copies
-
-
-def _close_socket(fd: int) -> None:
-    _SOCKETS.discard(fd)
-    with contextlib.suppress(OSError):
-        os.close(fd)
-
-
-def _forget_sockets_in_child() -> None:
-    for fd in list(_SOCKETS):
-        _close_socket(fd)
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_sockets_in_child)
 
 
 class Reservation:
@@ -576,7 +559,7 @@ def _bind_name(directory: str, gpu: GpuInfo) -> int | None:
             return None
         return -1  # abstract names refused here (a sandbox): the file lock alone decides
     fd = sock.detach()  # a plain descriptor: never closed by the garbage collector
-    _SOCKETS.add(fd)
+    fork_sockets.track(fd)
     return fd
 
 

@@ -12,7 +12,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from tfdevices.core.errors import LaunchError, Terms
+from tfdevices.core.errors import EnvVarError, LaunchError, Terms
 from tfdevices.core.units import shown
 from tfdevices.gpus.discovery import discover
 from tfdevices.gpus.selection import select
@@ -27,6 +27,7 @@ from tfdevices.jobs.launcher import (
     plan_workers,
 )
 from tfdevices.jobs.rendezvous import MASTER_PORT, MAX_WORKERS, Nodes
+from tfdevices.mends.base import parse_mends_off
 
 __all__ = ["add_arguments", "run"]
 
@@ -68,7 +69,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-mend",
         action="store_true",
         help="leave Keras 3 model.fit as it is in the workers (by default it is mended for "
-        "MultiWorkerMirroredStrategy, keras-team/keras#20585, with no change to the script)",
+        "MultiWorkerMirroredStrategy, keras-team/keras#20585, with no change to the script); "
+        "the same as --mends-off keras_fit",
+    )
+    parser.add_argument(
+        "--mends-off",
+        default="",
+        metavar="NAMES",
+        help="turn these mends off in the workers: a comma list, or 'all' (added to what TFDEVICES_MENDS says; "
+        "`tfdevices doctor` lists them)",
     )
     nodes = parser.add_argument_group("many machines (no scheduler)")
     nodes.add_argument("--nnodes", type=int, default=1, help="machines in the job, one launcher each")
@@ -137,6 +146,10 @@ def run(args: argparse.Namespace) -> int:
             )
     if args.tee and not args.log_dir:
         raise LaunchError("--tee without --log-dir: there is no log to tee.", hint="add --log-dir DIR.")
+    try:
+        mends_off = parse_mends_off(args.mends_off, source="--mends-off")
+    except EnvVarError as err:
+        raise LaunchError(err.message, hint=err.hint) from None
     nodes = _nodes(args, command)
     if args.log_dir:
         _check_log_dir(args.log_dir)
@@ -155,6 +168,7 @@ def run(args: argparse.Namespace) -> int:
         tf_logs=args.tf_logs,
         nodes=nodes,
         mend=not args.no_mend,
+        mends_off=mends_off,
         topology=_affinity_topology(getattr(args, "cpu_affinity", None), gpus),
     )
 

@@ -266,6 +266,7 @@ def launch(
     nodes: Nodes | None = None,
     mend: bool = True,
     topology: Any = None,
+    mends_off: frozenset[str] = frozenset(),
 ) -> int:
     """Runs N workers of ``command`` until they finish, restarting the job up to ``max_restarts`` times.
 
@@ -289,13 +290,17 @@ def launch(
             trainer is imported.
         topology: the GPUs' :class:`~tfdevices.gpus.topology.Topology`: each worker is bound to
             the CPUs of its GPUs' NUMA node (``None``: CPUs left alone).
+        mends_off: mends turned off in the workers (:mod:`tfdevices.mends`), besides those
+            ``TFDEVICES_MENDS`` in ``env`` turns off; ``mend=False`` adds ``keras_fit``.
 
     Returns:
         0, or the first non-zero exit status of the last attempt.
     """
     out = out or sys.stdout
     base = dict(os.environ if env is None else env)
-    site = worker_site(base, mend=mend, loopback=nodes is None)
+    site = worker_site(
+        base, loopback=nodes is None, mends_off=mends_off | (frozenset() if mend else frozenset({"keras_fit"}))
+    )
     console = Console(
         out,
         tty=_isatty(out),

@@ -15,8 +15,8 @@ import time
 import pytest
 
 from tests.helpers import REPO, kill_all, subprocess_env
-from tfdevices.jobs import loopback
-from tfdevices.jobs.loopback import loopback_address
+from tfdevices.mends import loopback
+from tfdevices.mends.loopback import loopback_address
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and ELF: Linux")
 

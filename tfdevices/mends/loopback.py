@@ -1,4 +1,4 @@
-"""Keeps the TensorFlow servers of a one-machine job's workers on 127.0.0.1.
+"""Mend ``loopback``: keeps the TensorFlow servers of a one-machine job's workers on 127.0.0.1.
 
 TensorFlow cannot be told where its gRPC server listens: ``GrpcServer::Init``
 (``tensorflow/core/distributed_runtime/rpc/grpc_server_lib.cc``) always asks gRPC for
@@ -18,6 +18,9 @@ memory; other libraries and Python's sockets are untouched. The launcher's worke
 it from their ``sitecustomize`` (Linux, x86-64 and AArch64). Where it cannot (another
 platform, a TensorFlow that does not call ``bind`` through its GOT) it warns once, plainly,
 and changes nothing. No TensorFlow import here: the hook waits for the program's own.
+
+Detected: Linux on x86-64 or AArch64, TensorFlow's libraries loaded and calling ``bind``
+through their GOT. Off (``TFDEVICES_MENDS=loopback``): the server listens where TensorFlow puts it.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ import struct
 import sys
 from typing import Any
 
+from tfdevices.mends.base import Mend, NotApplicableError, register
+
 LOOPBACK = "127.0.0.1"
 _LIBRARIES = ("libtensorflow_cc.so", "libtensorflow_framework.so")
 _SLOT_TYPES = {62: (6, 7), 183: (1025, 1026)}  # e_machine: (GLOB_DAT, JUMP_SLOT) for x86-64, AArch64
@@ -42,10 +47,33 @@ _hooks: list[Any] = []  # the wrapper must live as long as the process
 _warned = False
 
 
+class Loopback(Mend):
+    """Points the ``bind`` GOT entries of TensorFlow's libraries at a wrapper that keeps wildcard binds local."""
+
+    name = "loopback"
+    changes = "the GOT entries for bind in libtensorflow_cc.so and libtensorflow_framework.so (this process only)"
+    why = (
+        "GrpcServer::Init (tensorflow/core/distributed_runtime/rpc/grpc_server_lib.cc) always binds "
+        "0.0.0.0:port, and TensorFlow's distributed runtime has no authentication"
+    )
+    detects = "Linux, x86-64 or AArch64 ELF libraries of TensorFlow loaded, calling bind through their GOT"
+
+    def _apply(self) -> str:
+        done = confine()
+        if not done:
+            raise NotApplicableError("no TensorFlow library could be changed: its server listens on every interface")
+        return f"wildcard binds made {LOOPBACK} in {', '.join(os.path.basename(p) for p in done)}"
+
+
+MEND = register(Loopback())
+
+
 def confine_when_imported() -> None:
     """Confines TensorFlow's servers (:func:`confine`) as soon as the program imports ``tensorflow``."""
+    if not MEND.enabled():
+        return
     if "tensorflow" in sys.modules:
-        confine()
+        MEND.apply()
     elif not any(isinstance(f, _TensorFlowImported) for f in sys.meta_path):
         sys.meta_path.insert(0, _TensorFlowImported())
 
@@ -64,7 +92,7 @@ class _TensorFlowImported(importlib.abc.MetaPathFinder):
 
         def exec_module(module: Any) -> None:
             run(module)
-            confine()
+            MEND.apply()
 
         spec.loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
@@ -248,4 +276,4 @@ def _v6only(getsockopt: Any, fd: int) -> bool:
     return bool(value.value)
 
 
-__all__ = ["LOOPBACK", "confine", "confine_when_imported", "loopback_address"]
+__all__ = ["LOOPBACK", "MEND", "Loopback", "confine", "confine_when_imported", "loopback_address"]

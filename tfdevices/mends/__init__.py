@@ -1,0 +1,45 @@
+"""Every change tfdevices makes to code it does not own, in one place.
+
+Each module here is one mend (:class:`~tfdevices.mends.base.Mend`): what it changes and why, how it
+detects that it applies, how to turn it off, and what it did.
+
+==================  ==========================================================================
+``runtime_start``   TensorFlow's ``Context.ensure_initialized``: notes the line that started the
+                    runtime, for "Visible devices cannot be modified after being initialized"
+``keras_fit``       Keras 3's TensorFlow trainer: ``fit`` under ``MultiWorkerMirroredStrategy``
+                    (keras-team/keras#20585)
+``exit_barrier``    ``atexit`` and ``sys.excepthook``: the workers of a job leave together
+``fork_sockets``    ``os.register_at_fork``: a forked child lets go of its parent's GPU names
+``loopback``        the ``bind`` GOT entries of TensorFlow's libraries: a one-machine job's
+                    servers listen on 127.0.0.1, not every interface
+==================  ==========================================================================
+
+Turn mends off with ``TFDEVICES_MENDS`` (a comma list of names, or ``all``), from Python with
+:func:`turn_off`, or for a launched job with ``tfdevices launch --mends-off``. :func:`applied`
+lists each mend and what it did in this process; ``tfdevices doctor`` prints it.
+
+>>> [status.name for status in applied()]
+['runtime_start', 'keras_fit', 'exit_barrier', 'fork_sockets', 'loopback']
+
+No TensorFlow import here: each mend imports what it changes when it applies.
+"""
+
+from __future__ import annotations
+
+from tfdevices.mends import exit_barrier, fork_sockets, keras_fit, loopback, runtime_start
+from tfdevices.mends.base import MENDS_ENV, Mend, MendStatus, names, parse_mends_off, turn_off, turned_off
+
+_ALL = (runtime_start.MEND, keras_fit.MEND, exit_barrier.MEND, fork_sockets.MEND, loopback.MEND)
+
+
+def applied() -> tuple[MendStatus, ...]:
+    """Every mend and what it did in this process: applied, not needed, skipped (and why), off or not reached."""
+    return tuple(mend.status() for mend in _ALL)
+
+
+def table() -> str:
+    """:func:`applied` as lines for people."""
+    return "\n".join(status.line() for status in applied())
+
+
+__all__ = ["MENDS_ENV", "Mend", "MendStatus", "applied", "names", "parse_mends_off", "table", "turn_off", "turned_off"]
