@@ -48,7 +48,7 @@ listen; every launcher then starts its workers with the whole cluster in ``TF_CO
 :mod:`tfdevices.jobs.handshake`); other connections are dropped and counted. The connections stay
 open: when one machine's job fails or its launcher dies, the others stop theirs.
 
-A one-machine job's workers keep TensorFlow's servers on 127.0.0.1 (:mod:`tfdevices.jobs.loopback`,
+A one-machine job's workers keep TensorFlow's servers on 127.0.0.1 (:mod:`tfdevices.mends.loopback`,
 from the workers' ``sitecustomize``: :mod:`tfdevices.jobs.workersite`).
 
 The same script runs unchanged under SLURM (``srun python train.py``):
