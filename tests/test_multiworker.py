@@ -315,7 +315,8 @@ def test_two_launchers_form_one_four_worker_keras3_job(tf4, tmp_path):
 
 
 def test_keras3_fit_on_two_workers_with_tf_use_legacy_keras_set(tf4, tmp_path):
-    """Ray Train sets TF_USE_LEGACY_KERAS=1 in its workers; `import keras` is still Keras 3 there, and fit works."""
+    """Ray Train sets TF_USE_LEGACY_KERAS=1 in its workers; `import keras` is still Keras 3 there, and fit works
+    (the keras_fit mend applies to Keras 3 whatever that variable says)."""
     proc = subprocess.run(
         [
             sys.executable,
@@ -324,7 +325,6 @@ def test_keras3_fit_on_two_workers_with_tf_use_legacy_keras_set(tf4, tmp_path):
             "launch",
             "-n",
             "2",
-            "--no-mend",
             "--",
             sys.executable,
             SCRIPT,

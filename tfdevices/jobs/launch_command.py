@@ -147,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
     if args.tee and not args.log_dir:
         raise LaunchError("--tee without --log-dir: there is no log to tee.", hint="add --log-dir DIR.")
     try:
-        mends_off = parse_mends_off(args.mends_off, source="--mends-off")
+        mends_off = parse_mends_off(args.mends_off, asked=f"--mends-off {shown(args.mends_off)}")
     except EnvVarError as err:
         raise LaunchError(err.message, hint=err.hint) from None
     nodes = _nodes(args, command)

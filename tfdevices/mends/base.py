@@ -174,12 +174,12 @@ def names() -> tuple[str, ...]:
     return tuple(_REGISTRY)
 
 
-def parse_mends_off(value: str, *, source: str = MENDS_ENV) -> frozenset[str]:
+def parse_mends_off(value: str, *, asked: str | None = None) -> frozenset[str]:
     """Reads a comma list of mend names (or ``all``, or nothing) (pure).
 
     Args:
         value: ``"keras_fit,loopback"``, ``"all"`` or ``""``.
-        source: what the value came from, for the message (``TFDEVICES_MENDS``, ``--mends-off``).
+        asked: what was asked, for the message (default ``TFDEVICES_MENDS='...'``).
 
     Returns:
         The names turned off.
@@ -193,17 +193,17 @@ def parse_mends_off(value: str, *, source: str = MENDS_ENV) -> frozenset[str]:
     True
     """
     known = names()
+    asked = f"{MENDS_ENV}={shown(value)}" if asked is None else asked
     fix = f"name mends from: {', '.join(known)} (or 'all'), comma-separated; see `tfdevices doctor`."
     if len(value) > _MAX_ENV_CHARS or not value.isascii() or not value.isprintable():
-        raise EnvVarError(f"{source}={shown(value)}: not a short ASCII list of mend names.", hint=fix)
+        raise EnvVarError(f"{asked}: not a short ASCII list of mend names.", hint=fix)
     wanted = {part.strip().lower() for part in value.split(",") if part.strip()}
     if "all" in wanted:
         return frozenset(known)
     unknown = sorted(wanted - set(known))
     if unknown:
         raise EnvVarError(
-            f"{source}={shown(value)}: no mend is called {', '.join(map(repr, unknown))}; "
-            f"the mends are {', '.join(known)}.",
+            f"{asked}: no mend is called {', '.join(map(repr, unknown))}; the mends are {', '.join(known)}.",
             hint=fix,
         )
     return frozenset(wanted)
@@ -239,7 +239,7 @@ def turn_off(*mends: str) -> frozenset[str]:
                 f"turn_off({shown(text)}): mend names are strings.", hint=f"e.g. turn_off('{names()[0]}')."
             )
     try:
-        off = parse_mends_off(",".join(mends), source="turn_off()")
+        off = parse_mends_off(",".join(mends), asked=f"turn_off({', '.join(shown(m) for m in mends)})")
     except EnvVarError as err:
         raise InputError(err.message, hint=err.hint) from None
     _TURNED_OFF["python"] = off
@@ -249,6 +249,11 @@ def turn_off(*mends: str) -> frozenset[str]:
         if mend.name not in off and mend.status().state in (UNDONE, OFF):
             mend._set(NOT_REACHED, "nothing in this process has needed it since it was turned on")
     return off
+
+
+def use_environment() -> None:
+    """Forgets :func:`turn_off`: ``TFDEVICES_MENDS`` decides again which mends are off."""
+    _TURNED_OFF["python"] = None
 
 
 __all__ = [
@@ -268,4 +273,5 @@ __all__ = [
     "register",
     "turn_off",
     "turned_off",
+    "use_environment",
 ]

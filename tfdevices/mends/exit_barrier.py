@@ -72,6 +72,7 @@ class ExitBarrier(Mend):
     def __init__(self) -> None:
         super().__init__()
         self.crashed = False
+        self.exits = 0  # times the barrier ran at exit
         self._hook: Any = None
         self._previous_hook: Any = None
 
@@ -103,6 +104,7 @@ class ExitBarrier(Mend):
 
     def wait_for_the_others(self) -> None:
         """The barrier itself (run at exit): waits for every task, or returns at once after a crash."""
+        self.exits += 1
         if self.crashed:
             return
         try:

@@ -1,0 +1,279 @@
+"""mends: each change to code tfdevices does not own changes behaviour when on, and leaves it as the
+owner made it when turned off (TFDEVICES_MENDS); the switch itself is validated and reported."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from tests.helpers import REPO, run_py, subprocess_env
+from tfdevices import mends
+from tfdevices.core.errors import EnvVarError, InputError
+from tfdevices.mends.base import MENDS_ENV, parse_mends_off, turned_off, use_environment
+from tfdevices.mends.exit_barrier import DEFAULT_EXIT_WAIT_S, exit_wait_s
+
+NAMES = ("runtime_start", "keras_fit", "exit_barrier", "fork_sockets", "loopback")
+
+
+# --------------------------------------------------------------------------- the switch
+
+
+@pytest.mark.parametrize(
+    "value, off",
+    [
+        ("", set()),
+        (" , ", set()),
+        ("keras_fit", {"keras_fit"}),
+        ("Keras_Fit , loopback", {"keras_fit", "loopback"}),
+        ("all", set(NAMES)),
+        ("loopback,all", set(NAMES)),
+    ],
+)
+def test_mends_off_names(value: str, off: set[str]) -> None:
+    assert parse_mends_off(value) == off
+
+
+@pytest.mark.parametrize(
+    "value, words",
+    [
+        ("kerasfit", "no mend is called 'kerasfit'; the mends are"),
+        ("keras_fit,nope", "no mend is called 'nope'"),
+        ("keras_fit\u0660", "not a short ASCII list"),
+        ("x" * 5000, "not a short ASCII list"),
+        ("keras_fit\n", "not a short ASCII list"),
+    ],
+)
+def test_a_bad_mends_list_names_what_exists(value: str, words: str) -> None:
+    with pytest.raises(EnvVarError) as err:
+        parse_mends_off(value)
+    assert words in str(err.value) and "HINT: name mends from: " in str(err.value)
+    assert all(name in str(err.value) for name in NAMES[:2])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=2000))
+def test_any_text_is_a_set_of_names_or_one_clear_error(value: str) -> None:
+    try:
+        off = parse_mends_off(value)
+    except EnvVarError as err:
+        assert str(err).startswith(f"{MENDS_ENV}=") and len(str(err)) < 1000
+    else:
+        assert off <= set(NAMES)
+
+
+def test_python_beats_the_environment_and_turning_on_again_restores(monkeypatch) -> None:
+    monkeypatch.setenv(MENDS_ENV, "keras_fit")
+    try:
+        assert mends.turn_off("loopback", "exit_barrier") == {"loopback", "exit_barrier"}
+        assert turned_off() == {"loopback", "exit_barrier"}
+        assert {s.name: s.state for s in mends.applied()}["loopback"] == "off"
+        assert mends.turn_off() == frozenset()  # none off from Python: nothing, whatever the environment says
+        assert turned_off() == frozenset()
+    finally:
+        use_environment()
+    assert turned_off() == {"keras_fit"}  # back to the environment
+    with pytest.raises(InputError, match=r"turn_off\('nope'\): no mend is called 'nope'"):
+        mends.turn_off("nope")
+
+
+def test_every_mend_is_declared_and_listed() -> None:
+    statuses = mends.applied()
+    assert tuple(s.name for s in statuses) == NAMES and set(mends.names()) == set(NAMES)
+    for status in statuses:
+        assert status.changes and status.why and status.state in ("not_reached", "off", "applied", "not_needed")
+        assert status.line().startswith(status.name)
+
+
+@pytest.mark.parametrize(
+    "value, seconds", [(None, DEFAULT_EXIT_WAIT_S), ("30", 30.0), (" 0.5 ", 0.5), ("86400", 86400.0)]
+)
+def test_exit_wait_is_the_jobs_own(value: str | None, seconds: float) -> None:
+    assert exit_wait_s({} if value is None else {"TFDEVICES_EXIT_WAIT": value}) == seconds
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "nan", "inf", "1e9", "\u0663", "", "5 s"])
+def test_a_bad_exit_wait_is_refused(value: str) -> None:
+    with pytest.raises(EnvVarError, match="TFDEVICES_EXIT_WAIT="):
+        exit_wait_s({"TFDEVICES_EXIT_WAIT": value})
+
+
+# --------------------------------------------------------------------------- each mend, on and off
+
+_RUNTIME_START = """
+    import json
+    import tfdevices
+    from tensorflow.python.eager import context
+    original = context.Context.ensure_initialized
+    import tensorflow as tf
+    tfdevices.runtime.trace_runtime_start()
+    wrapped = context.Context.ensure_initialized is not original
+    tf.constant(1.0)  # starts the runtime
+    try:
+        tfdevices.configure(virtual_devices=2)
+    except tfdevices.RuntimeInitializedError as err:
+        message = str(err)
+    status = {s.name: s.state for s in tfdevices.mends.applied()}["runtime_start"]
+    print(json.dumps({"wrapped": wrapped, "message": message, "state": status}))
+"""
+
+
+@pytest.mark.parametrize("off", [False, True])
+def test_runtime_start_names_the_line_only_when_on(off: bool) -> None:
+    out = json.loads(run_py(_RUNTIME_START, env={MENDS_ENV: "runtime_start"} if off else {}).stdout.splitlines()[-1])
+    assert out["wrapped"] is not off and out["state"] == ("off" if off else "applied")
+    if off:
+        assert "something in this process started it" in out["message"]
+    else:
+        assert "it was started by <string>:9 " in out["message"]  # the tf.constant line of the script
+
+
+def test_runtime_start_is_undone_by_turning_it_off() -> None:
+    out = run_py("""
+        import tfdevices
+        from tensorflow.python.eager import context
+        original = context.Context.ensure_initialized
+        tfdevices.runtime.trace_runtime_start()
+        assert context.Context.ensure_initialized is not original
+        tfdevices.mends.turn_off("runtime_start")
+        print(context.Context.ensure_initialized is original, tfdevices.mends.applied()[0].state)
+    """).stdout.split()
+    assert out[-2:] == ["True", "undone"]
+
+
+_KERAS_FIT = """
+    import json
+    from keras.src.backend.tensorflow import trainer
+    from tfdevices import training
+    originals = (trainer.TensorFlowTrainer._maybe_symbolic_build, trainer.reduce_per_replica)
+    adapter = training.install_fit_adapter()
+    same = [a is b for a, b in zip(originals, (trainer.TensorFlowTrainer._maybe_symbolic_build,
+                                               trainer.reduce_per_replica))]
+    class Fake:
+        kind = "multi_worker"
+    try:
+        training.check_fit_supported(Fake())
+        error = None
+    except training.StrategyError as err:
+        error = str(err)
+    print(json.dumps({"state": adapter.state, "same": same, "error": error}))
+"""
+
+
+@pytest.mark.parametrize("off", [False, True])
+def test_keras_fit_wraps_the_trainer_only_when_on(off: bool) -> None:
+    out = json.loads(run_py(_KERAS_FIT, env={MENDS_ENV: "keras_fit"} if off else {}).stdout.splitlines()[-1])
+    if off:
+        assert (out["state"], out["same"]) == ("off", [True, True])
+        assert "the keras_fit mend is turned off" in out["error"]
+    else:
+        assert (out["state"], out["same"], out["error"]) == ("install", [False, False], None)
+
+
+_EXIT_BARRIER = """
+    import atexit, sys
+    import tensorflow
+    import tfdevices
+    from tfdevices.mends import exit_barrier
+    atexit.register(lambda: print("barrier ran", exit_barrier.MEND.exits))  # runs after the barrier's hook
+    hook = sys.excepthook
+    exit_barrier.leave_together()
+    print("excepthook wrapped", sys.excepthook is not hook)
+    if sys.argv[-1] == "undo":
+        tfdevices.mends.turn_off("exit_barrier")
+        print("excepthook restored", sys.excepthook is hook)
+    print("state", exit_barrier.MEND.status().state)
+"""
+
+
+@pytest.mark.parametrize(
+    "how, want",
+    [
+        ("on", ["excepthook wrapped True", "state applied", "barrier ran 1"]),
+        ("undo", ["excepthook wrapped True", "excepthook restored True", "state undone", "barrier ran 0"]),
+        ("off", ["excepthook wrapped False", "state off", "barrier ran 0"]),
+    ],
+)
+def test_exit_barrier_hooks_exit_and_excepthook_only_when_on(how: str, want: list[str]) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(_EXIT_BARRIER), how],
+        env=subprocess_env({MENDS_ENV: "exit_barrier"} if how == "off" else {}),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.stdout.splitlines() == want, proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("off", [False, True])
+def test_fork_sockets_frees_a_released_gpu_only_when_on(tmp_path, off: bool) -> None:
+    out = run_py(
+        f"""
+        import os
+        import tfdevices
+        from tests.gpus.test_reservation import fake_inventory
+        inv = fake_inventory(1)
+        res = tfdevices.reserve("0", inv, lock_dir={str(tmp_path)!r})
+        read, write = os.pipe()
+        ready_read, ready_write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(write)
+            os.write(ready_write, b"r")
+            os.read(read, 1)
+            os._exit(0)
+        os.read(ready_read, 1)
+        res.release()
+        try:
+            with tfdevices.reserve("0", inv, lock_dir={str(tmp_path)!r}):
+                print("free")
+        except tfdevices.ReservationError as err:
+            print("held:", str(err)[:200])
+        finally:
+            os.close(write)
+            os.waitpid(pid, 0)
+        print([s.state for s in tfdevices.mends.applied() if s.name == "fork_sockets"][0])
+        """,
+        env={MENDS_ENV: "fork_sockets"} if off else {},
+    ).stdout.splitlines()
+    if off:  # the child's copy of the bound name keeps the GPU held, as Python's fork leaves it
+        assert out[-2].startswith("held:") and out[-1] == "off"
+    else:
+        assert out[-2:] == ["free", "applied"]
+
+
+@pytest.mark.slow
+def test_exit_barrier_off_leaves_the_crash_message_tensorflow_prints(tmp_path) -> None:
+    """The counterpart of test_multiworker's skewed exit: without the barrier, rank 0 sees rank 1 as gone."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tfdevices",
+            "launch",
+            "-n",
+            "2",
+            "--tf-logs",
+            "--mends-off",
+            "exit_barrier",
+            "--",
+            sys.executable,
+            os.path.join(REPO, "tests", "scripts", "skewed_exit.py"),
+            str(tmp_path),
+            "15",
+        ],
+        env=subprocess_env(),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    output = proc.stdout + proc.stderr
+    assert "rank 1 done" in output
+    assert "have crashed" in output or "unhealthy" in output or proc.returncode != 0, output[-3000:]
