@@ -516,6 +516,24 @@ def _add_tune(p: argparse.ArgumentParser) -> None:
     p.set_defaults(run=_cmd_tune)
 
 
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    from tfdevices.doctor import diagnose
+
+    report = diagnose(tensorflow=not args.no_tensorflow)
+    print(report.to_json() if args.json else report.text())
+    return 0
+
+
+def _add_doctor(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument(
+        "--no-tensorflow",
+        action="store_true",
+        help="do not import TensorFlow: versions from the installed packages only, mends not checked",
+    )
+    p.set_defaults(run=_cmd_doctor)
+
+
 # name -> (help, takes --inventory, adds the subcommand's arguments)
 COMMANDS: dict[str, tuple[str, bool, Any]] = {
     "list": ("list GPUs (NVML index, CUDA ordinal, TF name, memory, load, sensors; --processes)", True, _add_list),
@@ -527,6 +545,11 @@ COMMANDS: dict[str, tuple[str, bool, Any]] = {
     "placement": ("print the placement stored in a log directory, or read from a profile", False, _add_placement),
     "tune": ("measure each way to run a model here and name the fastest", False, _add_tune),
     "advise": ("say why a captured step is slow: findings with numbers and fixes", False, _add_advise),
+    "doctor": (
+        "one screen for a bug report: versions, oneDNN, XLA, GPUs, job, mends, what listens",
+        False,
+        _add_doctor,
+    ),
 }
 
 

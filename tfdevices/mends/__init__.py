@@ -29,12 +29,13 @@ from __future__ import annotations
 from tfdevices.mends import exit_barrier, fork_sockets, keras_fit, loopback, runtime_start
 from tfdevices.mends.base import MENDS_ENV, Mend, MendStatus, names, parse_mends_off, turn_off, turned_off
 
-_ALL = (runtime_start.MEND, keras_fit.MEND, exit_barrier.MEND, fork_sockets.MEND, loopback.MEND)
+#: Every mend, in the order listed.
+MENDS = (runtime_start.MEND, keras_fit.MEND, exit_barrier.MEND, fork_sockets.MEND, loopback.MEND)
 
 
 def applied() -> tuple[MendStatus, ...]:
     """Every mend and what it did in this process: applied, not needed, skipped (and why), off or not reached."""
-    return tuple(mend.status() for mend in _ALL)
+    return tuple(mend.status() for mend in MENDS)
 
 
 def table() -> str:
@@ -42,4 +43,15 @@ def table() -> str:
     return "\n".join(status.line() for status in applied())
 
 
-__all__ = ["MENDS_ENV", "Mend", "MendStatus", "applied", "names", "parse_mends_off", "table", "turn_off", "turned_off"]
+__all__ = [
+    "MENDS",
+    "MENDS_ENV",
+    "Mend",
+    "MendStatus",
+    "applied",
+    "names",
+    "parse_mends_off",
+    "table",
+    "turn_off",
+    "turned_off",
+]

@@ -36,7 +36,8 @@ SKIPPED = "skipped"  # it could not apply (a release or platform it does not cov
 OFF = "off"  # turned off by TFDEVICES_MENDS or turn_off()
 NOT_REACHED = "not_reached"  # nothing in this process has needed it yet
 UNDONE = "undone"  # applied, then taken back
-STATES = (APPLIED, NOT_NEEDED, SKIPPED, OFF, NOT_REACHED, UNDONE)
+WOULD_APPLY = "would_apply"  # a preview: on, and it would apply here when needed
+STATES = (APPLIED, NOT_NEEDED, SKIPPED, OFF, NOT_REACHED, UNDONE, WOULD_APPLY)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,6 +136,23 @@ class Mend:
                 return self.status()
             self._set(UNDONE, "taken back")
             return self.status()
+
+    def preview(self) -> MendStatus:
+        """What this mend would do in this process, found without changing anything (``tfdevices doctor``).
+
+        A mend this process already reached says what it did; one not reached yet runs its detection
+        (which may import what it would change, never change it).
+        """
+        with self._lock:
+            if self._state != NOT_REACHED or not self.enabled():
+                return self.status()
+            try:
+                verdict = self._check()
+            except Exception as err:  # noqa: BLE001 (a detection that fails is what the preview reports)
+                verdict = (SKIPPED, f"its detection failed: {type(err).__name__}: {err}")
+            if verdict is None:
+                return MendStatus(self.name, WOULD_APPLY, self.detects, self.changes, self.why)
+            return MendStatus(self.name, verdict[0], verdict[1], self.changes, self.why)
 
     def status(self) -> MendStatus:
         """What this mend did in this process (off wins over not reached)."""
@@ -265,6 +283,7 @@ __all__ = [
     "SKIPPED",
     "STATES",
     "UNDONE",
+    "WOULD_APPLY",
     "NotApplicableError",
     "Mend",
     "MendStatus",

@@ -1,0 +1,256 @@
+"""``tfdevices doctor``: one screen to paste into a bug report.
+
+Python, TensorFlow and Keras (Keras 3 or tf_keras, and which one ``tf.keras`` is), oneDNN, XLA,
+the GPUs and the masks, where this process sits in a job, which mends apply here and why, and what
+a launched worker would listen on. It shows only the environment variables tfdevices reads, as
+tfdevices reads them, and never a secret (a token is shown as set or unset).
+
+Versions come from the installed packages' metadata; TensorFlow is imported (to run each mend's
+detection) only when ``tensorflow=True``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import json
+import os
+import platform
+import sys
+from collections.abc import Mapping
+
+from tfdevices import __version__, mends
+from tfdevices.core._tf import import_tf
+from tfdevices.core.errors import TfDevicesError
+from tfdevices.core.units import format_bytes, shown
+from tfdevices.gpus.discovery import discover
+from tfdevices.jobs.env import launch_info
+from tfdevices.jobs.handshake import TOKEN_ENV
+from tfdevices.mends.base import APPLIED, MENDS_ENV, NOT_REACHED, WOULD_APPLY
+from tfdevices.mends.exit_barrier import EXIT_WAIT_ENV, exit_wait_s
+from tfdevices.runtime import quiet_tensorflow_logs
+
+__all__ = ["Report", "diagnose"]
+
+#: CPU features with which TensorFlow turns oneDNN on by default on Linux x86 (``IsMKLEnabled`` in
+#: tensorflow/core/util/util.cc: AVX512_VNNI, AVX512_BF16, AVX_VNNI, AMX).
+_ONEDNN_CPU_FLAGS = ("avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16")
+_TENSORFLOW_DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tensorflow-macos", "tf-nightly", "tf-nightly-cpu")
+
+
+@dataclasses.dataclass(frozen=True)
+class Report:
+    """What ``tfdevices doctor`` found; :meth:`text` for people, :meth:`to_dict` for ``--json``.
+
+    Attributes:
+        sections: ``(title, ((label, value), ...))`` in the order shown.
+    """
+
+    sections: tuple[tuple[str, tuple[tuple[str, str], ...]], ...]
+
+    def text(self) -> str:
+        """The report as aligned lines, one block per section."""
+        width = max((len(label) for _, rows in self.sections for label, _ in rows), default=0)
+        blocks = []
+        for title, rows in self.sections:
+            blocks.append("\n".join([f"{title}:"] + [f"  {label.ljust(width)}  {value}" for label, value in rows]))
+        return "\n\n".join(blocks)
+
+    def to_dict(self) -> dict[str, dict[str, str]]:
+        """``{section: {label: value}}``."""
+        return {title: dict(rows) for title, rows in self.sections}
+
+    def to_json(self) -> str:
+        """:meth:`to_dict` as indented JSON."""
+        return json.dumps(self.to_dict(), indent=2)
+
+
+def diagnose(*, env: Mapping[str, str] | None = None, tensorflow: bool = True) -> Report:
+    """Gathers the report.
+
+    Args:
+        env: the environment to read (default ``os.environ``).
+        tensorflow: import TensorFlow to run each mend's detection (``False``: versions from metadata only).
+
+    Returns:
+        A :class:`Report`.
+    """
+    env = os.environ if env is None else env
+    if tensorflow and _version(*_TENSORFLOW_DISTRIBUTIONS):
+        quiet_tensorflow_logs()
+        try:
+            import_tf()
+        except TfDevicesError:
+            tensorflow = False  # said in the tensorflow section
+    return Report(
+        (
+            ("python", _python()),
+            ("tensorflow", _tensorflow(env, tensorflow)),
+            ("gpus", _gpus(env)),
+            ("job", _job(env)),
+            ("mends", _mends(env, tensorflow)),
+            ("launch", _launch(env)),
+        )
+    )
+
+
+def _python() -> tuple[tuple[str, str], ...]:
+    return (
+        ("python", f"{platform.python_version()} ({platform.python_implementation()}, {sys.platform})"),
+        ("machine", f"{platform.machine()}, {os.cpu_count()} CPUs"),
+        ("tfdevices", __version__),
+    )
+
+
+def _version(*distributions: str) -> str | None:
+    for name in distributions:
+        try:
+            return f"{importlib.metadata.version(name)}" + ("" if name == distributions[0] else f" ({name})")
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _tensorflow(env: Mapping[str, str], load: bool) -> tuple[tuple[str, str], ...]:
+    tf_version = _version(*_TENSORFLOW_DISTRIBUTIONS)
+    keras_version, tf_keras_version = _version("keras"), _version("tf-keras", "tf_keras")
+    legacy = env.get("TF_USE_LEGACY_KERAS", "").strip().lower() in ("1", "true", "yes")
+    if legacy and tf_keras_version:
+        which = f"tf_keras {tf_keras_version} (TF_USE_LEGACY_KERAS set; `import keras` is still Keras {keras_version})"
+    elif legacy:
+        which = "none: TF_USE_LEGACY_KERAS asks for tf_keras, which is not installed (pip install tf-keras)"
+    else:
+        which = f"Keras {keras_version}" if keras_version else "none: Keras is not installed"
+    rows = [
+        ("tensorflow", tf_version or "not installed (pip install 'tfdevices[cpu]' or 'tfdevices[and-cuda]')"),
+        ("keras", keras_version or "not installed"),
+        ("tf_keras", tf_keras_version or "not installed"),
+        ("tf.keras is", which),
+        ("oneDNN", _onednn(env)),
+        ("XLA", _xla(env)),
+    ]
+    if load and tf_version:
+        rows.append(("build", _build_info()))
+    return tuple(rows)
+
+
+def _onednn(env: Mapping[str, str]) -> str:
+    value = env.get("TF_ENABLE_ONEDNN_OPTS")
+    if value is not None:
+        said = value.strip().lower()
+        if said in ("0", "false"):
+            return "off (TF_ENABLE_ONEDNN_OPTS=0)"
+        if said in ("1", "true"):
+            return "on (TF_ENABLE_ONEDNN_OPTS=1)"
+        return "TF_ENABLE_ONEDNN_OPTS is set to something other than 0 or 1: TensorFlow's default applies"
+    flags = _cpu_flags()
+    found = [f for f in _ONEDNN_CPU_FLAGS if f in flags]
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return f"TF_ENABLE_ONEDNN_OPTS unset; TensorFlow's default for {platform.machine()}"
+    if found:
+        return f"on by default here (TF_ENABLE_ONEDNN_OPTS unset; this CPU has {found[0]}): MatMul runs as _MklMatMul"
+    return (
+        "off by default here (TF_ENABLE_ONEDNN_OPTS unset; this CPU has none of " + ", ".join(_ONEDNN_CPU_FLAGS) + ")"
+    )
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f.read(1 << 20).splitlines():
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def _xla(env: Mapping[str, str]) -> str:
+    flags = env.get("TF_XLA_FLAGS")
+    if flags is None:
+        return "TF_XLA_FLAGS unset: XLA only where a model or function asks (jit_compile=True)"
+    auto = "--tf_xla_auto_jit=" in flags and "--tf_xla_auto_jit=0" not in flags
+    return f"TF_XLA_FLAGS={shown(flags)}" + (" (auto-clustering on)" if auto else "")
+
+
+def _build_info() -> str:
+    try:
+        info = import_tf().sysconfig.get_build_info()
+    except TfDevicesError as err:
+        return f"TensorFlow cannot be imported: {err}"
+    if info.get("is_cuda_build"):
+        return f"CUDA {info.get('cuda_version', '?')}, cuDNN {info.get('cudnn_version', '?')}"
+    return "CPU only (not a CUDA build)"
+
+
+def _gpus(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    try:
+        inventory = discover(env=env, topology=False)
+    except TfDevicesError as err:
+        return (("error", str(err)),)
+    rows = [
+        ("source", inventory.source + (f" (driver {inventory.driver_version})" if inventory.driver_version else "")),
+        ("CUDA_VISIBLE_DEVICES", "unset" if inventory.cuda_visible_devices is None else inventory.cuda_visible_devices),
+        ("CUDA_DEVICE_ORDER", inventory.cuda_device_order or "unset (CUDA's FASTEST_FIRST)"),
+    ]
+    if not inventory.gpus:
+        rows.append(("gpus", f"none ({inventory.reason or 'none found'})"))
+    for gpu in inventory.gpus:
+        memory = f"{format_bytes(gpu.memory_free)} free of {format_bytes(gpu.memory_total)}" if gpu.memory_total else ""
+        seen = f"CUDA {gpu.cuda_ordinal}" if gpu.cuda_ordinal is not None else "masked"
+        rows.append((f"GPU {gpu.key}", ", ".join(x for x in (gpu.name, seen, memory) if x)))
+    rows += [("note", note) for note in inventory.notes]
+    return tuple(rows)
+
+
+def _job(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    try:
+        info = launch_info(env)
+    except TfDevicesError as err:
+        return (("error", str(err)),)
+    return (
+        ("rank", f"{info.rank} of {info.world_size} (local {info.local_rank}), from {info.source}"),
+        (EXIT_WAIT_ENV, _exit_wait(env)),
+        (TOKEN_ENV, "set" if env.get(TOKEN_ENV) else "unset"),
+    )
+
+
+def _exit_wait(env: Mapping[str, str]) -> str:
+    try:
+        return f"{exit_wait_s(env):g} s" + ("" if EXIT_WAIT_ENV in env else " (default)")
+    except TfDevicesError as err:
+        return f"error: {err}"
+
+
+def _mends(env: Mapping[str, str], load: bool) -> tuple[tuple[str, str], ...]:
+    try:
+        off = mends.turned_off(env)
+        said = f"off: {', '.join(sorted(off))}" if off else "none off"
+    except TfDevicesError as err:
+        return ((MENDS_ENV, str(err)),)
+    rows = [(MENDS_ENV, said)]
+    for status in mends.applied():
+        if status.name in off:
+            rows.append((status.name, "off"))
+            continue
+        if load and status.state == NOT_REACHED:
+            status = next(m for m in mends.MENDS if m.name == status.name).preview()
+        shown_state = {WOULD_APPLY: "applies here", APPLIED: "applied"}.get(status.state, status.state)
+        rows.append((status.name, f"{shown_state}: {status.detail}"))
+    return tuple(rows)
+
+
+def _launch(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    try:
+        loopback_on = "loopback" not in mends.turned_off(env)
+    except TfDevicesError:
+        return (("one machine", f"unknown: {MENDS_ENV} cannot be read (see mends)"),)
+    one = (
+        "127.0.0.1 only (mend loopback); a server that binds elsewhere stops the job"
+        if loopback_on and sys.platform.startswith("linux")
+        else "every interface: the loopback mend is off or cannot apply here"
+    )
+    return (
+        ("one machine", f"tfdevices launch -n N: each worker's TensorFlow server listens on {one}"),
+        ("many machines", "tfdevices launch --nnodes K: each worker listens on every interface of its machine"),
+    )
