@@ -47,8 +47,11 @@ from tfdevices.core.devices import is_logical_name, logical_devices, resolve_dev
 from tfdevices.core.errors import StrategyError
 from tfdevices.gpus.discovery import discover
 from tfdevices.jobs.cluster import ClusterEnv, cluster_from_env
+from tfdevices.jobs.reporting import start_reporting
+from tfdevices.mends import step_progress
 from tfdevices.mends.exit_barrier import leave_together
 from tfdevices.mends.keras_fit import install_fit_adapter
+from tfdevices.mends.step_progress import note_step_function
 
 logger = logging.getLogger("tfdevices")
 
@@ -489,17 +492,40 @@ class Explanation(Explained):
         return int(self._strategy.num_replicas_in_sync)
 
 
+class StepMarks:
+    """Mixed in first to the multi-worker strategies tfdevices builds: ``run`` says which step this rank is in.
+
+    Called eagerly, each ``run`` is a step; called while a ``tf.function`` is traced, it marks that
+    function as the step (the mend ``step_progress`` then marks each of its calls). Without a progress
+    record (one process, or no job to report to) it is TensorFlow's ``run``, unchanged.
+    """
+
+    def run(self, fn: Any, args: Any = (), kwargs: Any = None, options: Any = None) -> Any:
+        """``tf.distribute.Strategy.run``, marking the step in this rank's progress record."""
+        eager = note_step_function()
+        writer = step_progress.MEND.writer
+        if not eager or writer is None or writer.in_fit:
+            return super().run(fn, args=args, kwargs=kwargs, options=options)  # type: ignore[misc]
+        writer.begin_step()
+        try:
+            return super().run(fn, args=args, kwargs=kwargs, options=options)  # type: ignore[misc]
+        finally:
+            writer.end_step()
+
+
 _EXPLAINED: dict[type, type] = {}
 _BESIDE: dict[int, Explanation] = {}  # id -> explanation of a strategy tfdevices did not build (it keeps it alive)
 
 
-def _explained_class(base: type) -> type:
-    """``base`` with :class:`Explained` mixed in: a plain subclass, made once per class."""
+def _explained_class(base: type, *, steps: bool = False) -> type:
+    """``base`` with :class:`Explained` (and, for many workers, :class:`StepMarks`) mixed in: a plain
+    subclass, made once per class.
+    """
     cls = _EXPLAINED.get(base)
     if cls is None:
         cls = _EXPLAINED[base] = type(
             base.__name__,
-            (base, Explained),
+            ((StepMarks,) if steps else ()) + (base, Explained),
             {
                 "__module__": __name__,
                 "__qualname__": base.__name__,
@@ -774,8 +800,9 @@ def _make(tf: Any, decision: StrategyDecision, ops: str, cluster: ClusterEnv) ->
         resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
             spec, task_type="worker", task_id=cluster.task_index, rpc_layer="grpc"
         )
-    strategy = _explained_class(tf.distribute.MultiWorkerMirroredStrategy)(
+    strategy = _explained_class(tf.distribute.MultiWorkerMirroredStrategy, steps=True)(
         cluster_resolver=resolver, communication_options=options
     )
+    start_reporting()  # where each rank is, for the stall detector (tfdevices.jobs.stall)
     leave_together()  # a success reads as one: no worker leaves while another still runs
     return strategy

@@ -27,7 +27,10 @@ from tfdevices.jobs.launcher import (
     plan_workers,
 )
 from tfdevices.jobs.rendezvous import MASTER_PORT, MAX_WORKERS, Nodes
+from tfdevices.jobs.stall import StallPolicy
 from tfdevices.mends.base import parse_mends_off
+
+MAX_STALL_S = 7 * 86400.0
 
 __all__ = ["add_arguments", "run"]
 
@@ -71,6 +74,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="leave Keras 3 model.fit as it is in the workers (by default it is mended for "
         "MultiWorkerMirroredStrategy, keras-team/keras#20585, with no change to the script); "
         "the same as --mends-off keras_fit",
+    )
+    parser.add_argument(
+        "--stall-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="stop the job (and restart it, with --max-restarts) when ranks that disagree about the next step "
+        "have not moved for the stall window plus SECONDS (default: report stalls, never stop)",
+    )
+    parser.add_argument(
+        "--stall-window",
+        type=float,
+        metavar="SECONDS",
+        help="quiet time that makes a stall (default: the larger of 60 s and 20x the median step; "
+        "600 s before every rank finished a step)",
     )
     parser.add_argument(
         "--mends-off",
@@ -146,6 +163,11 @@ def run(args: argparse.Namespace) -> int:
             )
     if args.tee and not args.log_dir:
         raise LaunchError("--tee without --log-dir: there is no log to tee.", hint="add --log-dir DIR.")
+    for name, value in (("--stall-timeout", args.stall_timeout), ("--stall-window", args.stall_window)):
+        if value is not None and not 0 < value <= MAX_STALL_S:
+            raise LaunchError(
+                f"{name} {shown(value)} must be a number of seconds in (0, {MAX_STALL_S:g}].", hint=f"e.g. {name} 120."
+            )
     try:
         mends_off = parse_mends_off(args.mends_off, asked=f"--mends-off {shown(args.mends_off)}")
     except EnvVarError as err:
@@ -169,6 +191,7 @@ def run(args: argparse.Namespace) -> int:
         nodes=nodes,
         mend=not args.no_mend,
         mends_off=mends_off,
+        stall=StallPolicy(window_s=args.stall_window, timeout_s=args.stall_timeout),
         topology=_affinity_topology(getattr(args, "cpu_affinity", None), gpus),
     )
 

@@ -66,6 +66,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -77,8 +78,11 @@ from tfdevices.gpus.topology import format_cpus
 from tfdevices.jobs.env import RANK_GPUS, VIRTUAL_DEVICES_ENV, LaunchInfo
 from tfdevices.jobs.handshake import Stopped
 from tfdevices.jobs.output import PROGRESS, Console, Record, Splitter
+from tfdevices.jobs.progress import PROGRESS_DIR_ENV
 from tfdevices.jobs.ranks import cpu_binding, plan_ranks
 from tfdevices.jobs.rendezvous import MAX_WORKERS, NodeJob, Nodes, free_ports, rendezvous
+from tfdevices.jobs.reporting import LAUNCHER_WATCHES_ENV, STALL_STATUS
+from tfdevices.jobs.stall import STACKS_DIR_ENV, StallPolicy, StallWatch
 from tfdevices.jobs.tfconfig import make_tf_config
 from tfdevices.jobs.watchdog import Watchdog
 from tfdevices.jobs.workersite import worker_site
@@ -267,6 +271,7 @@ def launch(
     mend: bool = True,
     topology: Any = None,
     mends_off: frozenset[str] = frozenset(),
+    stall: StallPolicy | None = None,
 ) -> int:
     """Runs N workers of ``command`` until they finish, restarting the job up to ``max_restarts`` times.
 
@@ -292,6 +297,9 @@ def launch(
             the CPUs of its GPUs' NUMA node (``None``: CPUs left alone).
         mends_off: mends turned off in the workers (:mod:`tfdevices.mends`), besides those
             ``TFDEVICES_MENDS`` in ``env`` turns off; ``mend=False`` adds ``keras_fit``.
+        stall: when ranks that disagree about the next step count as stalled, and when a stall stops
+            the job (:mod:`tfdevices.jobs.stall`; default: reported, never stopped). Each worker's Python
+            stack on a stall goes to ``log_dir/stacks`` (else a ``tfdevices-stacks-*`` temporary directory).
 
     Returns:
         0, or the first non-zero exit status of the last attempt.
@@ -311,6 +319,7 @@ def launch(
     )
     job = _Job(console, log_dir)
     job.topology = topology
+    job.stall = stall or StallPolicy()
     peers = None
     try:
         with job.forwarding_signals(), Watchdog() as watchdog:
@@ -398,6 +407,7 @@ class _Job:
     """One attempt's worker processes, their output pumps, the signal forwarding and the stops."""
 
     topology: Any = None  # bind each worker to its GPUs' NUMA node (launch(topology=...))
+    stall: StallPolicy = StallPolicy()  # launch(stall=...)
 
     def __init__(self, console: Console, log_dir: str | None) -> None:
         self.console = console
@@ -458,6 +468,10 @@ class _Job:
     def run(self, command: Sequence[str], plans: Sequence[WorkerPlan], base: Mapping[str, str]) -> int:
         self.procs, pumps, logs = [], [], []
         bound = self._binding(plans)
+        progress = tempfile.mkdtemp(prefix="tfdevices-progress-")
+        stacks = os.path.join(self.log_dir, "stacks") if self.log_dir else tempfile.mkdtemp(prefix="tfdevices-stacks-")
+        base = {**base, PROGRESS_DIR_ENV: progress, STACKS_DIR_ENV: stacks, LAUNCHER_WATCHES_ENV: "1"}
+        self.watch = StallWatch(progress, [p.rank for p in plans], self.stall, self.console.say, stacks_dir=stacks)
         try:
             for plan in plans:
                 log = self._open_log(plan.rank)
@@ -491,6 +505,8 @@ class _Job:
             for log in logs:
                 if log is not None:
                     log.close()
+            shutil.rmtree(progress, ignore_errors=True)
+            _remove_if_empty(stacks)
 
     def _binding(self, plans: Sequence[WorkerPlan]) -> dict[int, tuple[int, ...]]:
         """Each local rank's CPUs (its GPUs' NUMA node), said on the console; empty without a topology."""
@@ -545,6 +561,7 @@ class _Job:
         self.console.show(rank, record)
 
     def _wait(self, ranks: Sequence[int]) -> int:
+        next_watch = time.monotonic() + 1.0
         while True:
             while self._notices:
                 self.console.say(self._notices.pop(0))
@@ -567,6 +584,12 @@ class _Job:
             if self.remote_code is not None:
                 self.console.say("another machine's job stopped; stopping this one")
                 return self.remote_code
+            if time.monotonic() >= next_watch:
+                next_watch = time.monotonic() + 1.0
+                reason = self.watch.poll()
+                if reason is not None:
+                    self.console.say(reason)
+                    return STALL_STATUS
             if self._kill_at is not None and time.monotonic() >= self._kill_at:
                 self._kill_at = None
                 self.console.say(f"workers still running {GRACE_S:g} s after the signal: killing them")
@@ -601,6 +624,15 @@ class _Job:
             _signal_group(p, signal.SIGKILL)
             if self.watchdog is not None:
                 self.watchdog.release(p.pid)
+
+
+def _remove_if_empty(directory: str) -> None:
+    """Removes a stack directory no rank wrote a stack to (empty files only)."""
+    try:
+        if all(entry.is_file() and entry.stat().st_size == 0 for entry in os.scandir(directory)):
+            shutil.rmtree(directory, ignore_errors=True)
+    except OSError:
+        pass
 
 
 def _signal_group(proc: subprocess.Popen[bytes], signum: int) -> None:

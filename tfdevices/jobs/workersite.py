@@ -16,6 +16,7 @@ import tempfile
 from collections.abc import MutableMapping
 
 from tfdevices.core.errors import TfDevicesError
+from tfdevices.jobs.reporting import start_reporting
 from tfdevices.mends import keras_fit, loopback as loopback_mend
 from tfdevices.mends.base import MENDS_ENV, parse_mends_off
 
@@ -55,6 +56,7 @@ def start_worker(*, loopback: bool) -> None:
         loopback: a one-machine job: keep TensorFlow's servers on 127.0.0.1 (mend ``loopback``).
     """
     try:
+        start_reporting()  # where this rank is, for the launcher's stall watch
         if loopback:
             loopback_mend.confine_when_imported()
         keras_fit.install_when_imported()

@@ -12,13 +12,17 @@ detects that it applies, how to turn it off, and what it did.
 ``fork_sockets``    ``os.register_at_fork``: a forked child lets go of its parent's GPU names
 ``loopback``        the ``bind`` GOT entries of TensorFlow's libraries: a one-machine job's
                     servers listen on 127.0.0.1, not every interface
+``step_progress``   TensorFlow's ``Function.__call__``: a custom loop's step says which step a
+                    rank is in (the stall detector)
+``fit_progress``    Keras' ``CallbackList``: ``fit`` says which step and which callback
+``stack_dumps``     the ``SIGUSR1`` handler (``faulthandler``): a stalled rank shows its frames
 ==================  ==========================================================================
 
 Turn mends off with ``TFDEVICES_MENDS`` (a comma list of names, or ``all``), from Python with
 :func:`turn_off`, or for a launched job with ``tfdevices launch --mends-off``. :func:`applied`
 lists each mend and what it did in this process; ``tfdevices doctor`` prints it.
 
->>> [status.name for status in applied()]
+>>> [status.name for status in applied()][:5]
 ['runtime_start', 'keras_fit', 'exit_barrier', 'fork_sockets', 'loopback']
 
 No TensorFlow import here: each mend imports what it changes when it applies.
@@ -26,11 +30,29 @@ No TensorFlow import here: each mend imports what it changes when it applies.
 
 from __future__ import annotations
 
-from tfdevices.mends import exit_barrier, fork_sockets, keras_fit, loopback, runtime_start
+from tfdevices.mends import (
+    exit_barrier,
+    fit_progress,
+    fork_sockets,
+    keras_fit,
+    loopback,
+    runtime_start,
+    stack_dumps,
+    step_progress,
+)
 from tfdevices.mends.base import MENDS_ENV, Mend, MendStatus, names, parse_mends_off, turn_off, turned_off
 
 #: Every mend, in the order listed.
-MENDS = (runtime_start.MEND, keras_fit.MEND, exit_barrier.MEND, fork_sockets.MEND, loopback.MEND)
+MENDS = (
+    runtime_start.MEND,
+    keras_fit.MEND,
+    exit_barrier.MEND,
+    fork_sockets.MEND,
+    loopback.MEND,
+    step_progress.MEND,
+    fit_progress.MEND,
+    stack_dumps.MEND,
+)
 
 
 def applied() -> tuple[MendStatus, ...]:

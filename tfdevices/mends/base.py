@@ -13,11 +13,14 @@ This module imports nothing of TensorFlow or Keras: each mend imports them when 
 from __future__ import annotations
 
 import dataclasses
+import importlib.abc
+import importlib.util
 import logging
 import os
+import sys
 import threading
-from collections.abc import Mapping
-from typing import ClassVar, TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, TypeVar
 
 from tfdevices.core.errors import EnvVarError, InputError
 from tfdevices.core.units import shown
@@ -269,6 +272,40 @@ def turn_off(*mends: str) -> frozenset[str]:
     return off
 
 
+def when_imported(module: str, then: Callable[[], object]) -> None:
+    """Runs ``then()`` once ``module`` has been imported by the program (at once if it already was).
+
+    Imports nothing itself: a finder first on ``sys.meta_path`` wraps the module's loader once.
+    """
+    if module in sys.modules:
+        then()
+        return
+    sys.meta_path.insert(0, _WhenImported(module, then))
+
+
+class _WhenImported(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: wraps the loader of one module to call a function once it has run."""
+
+    def __init__(self, module: str, then: Callable[[], object]) -> None:
+        self.module, self.then = module, then
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != self.module:
+            return None
+        sys.meta_path.remove(self)  # once; and find_spec below must not find this finder again
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        run, then = spec.loader.exec_module, self.then
+
+        def exec_module(module: Any) -> None:
+            run(module)
+            then()
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
 def use_environment() -> None:
     """Forgets :func:`turn_off`: ``TFDEVICES_MENDS`` decides again which mends are off."""
     _TURNED_OFF["python"] = None
@@ -293,4 +330,5 @@ __all__ = [
     "turn_off",
     "turned_off",
     "use_environment",
+    "when_imported",
 ]

@@ -1,0 +1,295 @@
+"""Stalls: a rank that stays alive but stops before a collective is named, with its frame; ranks slow together,
+a chief-only checkpoint, a slow dataset and the first step are not stalls; --stall-timeout stops the job and
+--max-restarts restarts it; a dead rank keeps the launcher's own report. Progress records: written in place,
+read without locks."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.engines import slurm_cluster
+from tests.helpers import REPO, subprocess_env
+from tfdevices.core.errors import EnvVarError
+from tfdevices.jobs.progress import RECORD_SIZE, ProgressWriter, RankProgress, progress_dir, read_board, read_record
+from tfdevices.jobs.stall import StallPolicy, StallWatch, detect_stall, policy_from_env, top_frames
+
+SCRIPT = os.path.join(REPO, "tests", "scripts", "stuck_rank.py")
+WINDOW = 6  # seconds: the stall window the launch tests ask for (the default is 60 s or more)
+
+
+def _rec(rank: int, started: int, done: int, phase: str, at: float = 100.0, detail: str = "") -> RankProgress:
+    return RankProgress(rank, 1000 + rank, started, done, phase, detail, at, 0.01)
+
+
+# --------------------------------------------------------------------------- what a stall is (pure)
+
+POLICY = StallPolicy(window_s=60)
+
+
+@pytest.mark.parametrize(
+    "records, now, expected, want",
+    [
+        # rank 1 stopped before step 5 while rank 0 waits in it: a stall, after the window only
+        ([_rec(0, 5, 4, "step"), _rec(1, 4, 4, "between", 99)], 161, (), ("stall", 5, (0,), (1,))),
+        ([_rec(0, 5, 4, "step"), _rec(1, 4, 4, "between", 99)], 150, (), None),
+        # both slow together, in the same place: no disagreement
+        ([_rec(0, 4, 4, "between"), _rec(1, 4, 4, "between")], 1000, (), None),
+        ([_rec(0, 5, 4, "step"), _rec(1, 5, 4, "step")], 1000, (), None),
+        # the chief in a callback while the other waits: a phase, not a stuck rank
+        (
+            [_rec(0, 40, 40, "callback", detail="ModelCheckpoint.on_epoch_end"), _rec(1, 41, 40, "step")],
+            200,
+            (),
+            ("phase", 41, (1,), (0,)),
+        ),
+        # a rank that never reported, while the others wait in step 1 (before every rank finished a step,
+        # the start-up window applies: 5 x 60 s)
+        ([_rec(0, 1, 0, "step"), _rec(1, 1, 0, "step")], 350, (0, 1, 2), None),
+        ([_rec(0, 1, 0, "step"), _rec(1, 1, 0, "step")], 401, (0, 1, 2), ("stall", 1, (0, 1), (2,))),
+        # a rank done early while the other still waits in the next step: it will never arrive
+        ([_rec(0, 11, 10, "step"), _rec(1, 10, 10, "done")], 200, (), ("stall", 11, (0,), (1,))),
+        ([], 1000, (), None),
+    ],
+)
+def test_a_stall_is_disagreement_with_no_one_moving(records, now, expected, want) -> None:
+    stall = detect_stall(records, now=now, policy=POLICY, expected=expected)
+    if want is None:
+        assert stall is None
+        return
+    _, step, _, missing = want
+    assert ("phase" if stall.phase_only else "stall", stall.step, stall.waiting, stall.missing) == want
+    assert f"step {step}" in stall.reason() and f"rank {missing[0]}" in stall.reason()
+
+
+@pytest.mark.parametrize(
+    "policy, median, warmed, window",
+    [
+        (StallPolicy(), None, True, 60.0),
+        (StallPolicy(), 10.0, True, 200.0),  # 20 x the median step
+        (StallPolicy(), 1.0, False, 600.0),  # before every rank finished a step
+        (StallPolicy(window_s=5), 10.0, True, 5.0),
+        (StallPolicy(window_s=5), None, False, 25.0),
+    ],
+)
+def test_the_window_follows_the_step(policy, median, warmed, window) -> None:
+    assert policy.window(median, warmed) == window
+
+
+def test_the_phase_report_says_where_the_late_rank_is() -> None:
+    stall = detect_stall(
+        [_rec(0, 40, 40, "callback", 10, "ModelCheckpoint.on_epoch_end"), _rec(1, 41, 40, "step", 5)],
+        now=105,
+        policy=POLICY,
+    )
+    assert stall.reason() == (
+        "rank 0 is in ModelCheckpoint.on_epoch_end (after step 40) for 95 s while rank 1 waits in step 41"
+    )
+    assert stall.text().startswith("tfdevices: slow phase: rank 0 is in ModelCheckpoint.on_epoch_end")
+
+
+@pytest.mark.parametrize(
+    "env, window, timeout",
+    [({}, None, None), ({"TFDEVICES_STALL_WINDOW": "30", "TFDEVICES_STALL_TIMEOUT": " 90 "}, 30.0, 90.0)],
+)
+def test_policy_from_the_environment(env, window, timeout) -> None:
+    policy = policy_from_env(env)
+    assert (policy.window_s, policy.timeout_s) == (window, timeout)
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "1e12", "\u0665", "ten"])
+def test_a_bad_stall_setting_is_refused(value: str) -> None:
+    with pytest.raises(EnvVarError, match="TFDEVICES_STALL_TIMEOUT="):
+        policy_from_env({"TFDEVICES_STALL_TIMEOUT": value})
+
+
+# --------------------------------------------------------------------------- progress records
+
+
+def test_records_are_written_in_place_and_read_back(tmp_path) -> None:
+    clock = iter(range(100, 200)).__next__
+    writer = ProgressWriter(str(tmp_path), rank=3, clock=lambda: float(clock()))
+    writer.begin_step()
+    writer.begin_step()
+    writer.end_step(step=1)  # a late end (Keras 3 runs batch ends on another thread): step 2 still runs
+    (record,) = read_board(str(tmp_path))
+    assert (record.rank, record.started, record.done, record.phase) == (3, 2, 1, "step")
+    writer.end_step(0.5)
+    writer.enter("callback", "Sleeper.on_train_batch_begin" + "x" * 100)
+    record = read_record(writer.path)
+    assert (record.done, record.phase, record.last_step_s, record.pid) == (2, "callback", 0.5, os.getpid())
+    assert record.detail.startswith("Sleeper.on_train_batch_begin") and len(record.detail) == 64
+    assert os.path.getsize(writer.path) == RECORD_SIZE
+
+
+def test_a_record_being_written_or_foreign_is_not_read(tmp_path) -> None:
+    writer = ProgressWriter(str(tmp_path), rank=0)
+    writer._map[0:8] = (7).to_bytes(8, "little")  # odd: a write in progress that never ends
+    assert read_record(writer.path) is None
+    (tmp_path / "rank1.progress").write_bytes(b"\0" * 10)
+    (tmp_path / "rank2.progress").write_bytes(b"\0" * 8 + b"\xff" * (RECORD_SIZE - 8))
+    (tmp_path / "notes.txt").write_text("x")
+    assert read_board(str(tmp_path)) == ()
+
+
+@pytest.mark.parametrize(
+    "env, want",
+    [
+        ({"TFDEVICES_PROGRESS_DIR": "/run/job"}, "/run/job"),
+        ({"SLURM_JOB_ID": "42", "SLURM_STEP_ID": "3"}, "/tmp/tfdevices-progress/slurm-42.3"),
+        ({"SLURM_JOB_ID": "4\u0662", "SLURM_STEP_ID": "3"}, None),
+        ({}, None),
+    ],
+)
+def test_where_the_records_live(env, want) -> None:
+    assert progress_dir(env) == want
+
+
+def test_a_relative_progress_dir_is_refused() -> None:
+    with pytest.raises(EnvVarError, match="TFDEVICES_PROGRESS_DIR='job' is not an absolute path"):
+        progress_dir({"TFDEVICES_PROGRESS_DIR": "job"})
+
+
+def test_the_watch_reports_once_then_at_growing_intervals_and_asks_for_stacks(tmp_path) -> None:
+    now = [100.0]
+    w0, w1 = ProgressWriter(str(tmp_path), 0, clock=lambda: now[0]), ProgressWriter(str(tmp_path), 1, lambda: now[0])
+    for w in (w0, w1):
+        w.begin_step()
+        w.end_step(1.0)
+    w0.begin_step()  # rank 0 waits in step 2; rank 1 never comes
+    stacks = tmp_path / "stacks"
+    stacks.mkdir()
+    dump = 'Current thread 0x1 (most recent call first):\n  File "train.py", line 9 in loop\n'
+    said, signalled = [], []
+
+    def signal_pid(pid: int, sig: int) -> None:  # what faulthandler does in the rank: append a dump
+        signalled.append(sig)
+        with open(stacks / f"rank{(len(signalled) - 1) % 2}.txt", "a") as f:  # records come by rank
+            f.write(dump)
+
+    watch = StallWatch(
+        str(tmp_path),
+        [0, 1],
+        StallPolicy(window_s=10, timeout_s=30),
+        said.append,
+        stacks_dir=str(stacks),
+        clock=lambda: now[0],
+        signal_pid=signal_pid,
+    )
+    reports = []
+    for t in (105, 111, 115, 125, 139, 141):  # window 10 s: said at 11 s quiet, then at 22, 50 ...
+        now[0] = t
+        reason = watch.poll()
+        reports.append((t, sum(line.startswith("tfdevices: stall: ") for line in said), reason))
+    assert [(t, n) for t, n, _ in reports] == [(105, 0), (111, 1), (115, 1), (125, 2), (139, 2), (141, 2)]
+    assert [r is None for _, _, r in reports] == [True] * 5 + [False]  # stopped at window + timeout: 40 s
+    assert reports[-1][2].startswith("stopping the job: rank 1 did not arrive at step 2")
+    assert '    File "train.py", line 9 in loop' in said and len(signalled) == 4  # each report asks both ranks
+
+
+def test_top_frames_takes_the_main_threads_latest_dump(tmp_path) -> None:
+    path = tmp_path / "rank1.txt"
+    old = 'Current thread 0x1 (most recent call first):\n  File "a.py", line 1 in <module>\n\n'
+    new = (
+        'Thread 0x2 (most recent call first):\n  File "threading.py", line 5 in wait\n\n'
+        'Current thread 0x1 (most recent call first):\n  File "b.py", line 7 in step\n'
+        '  File "b.py", line 9 in <module>\n'
+    )
+    path.write_text(old + new)
+    assert top_frames(str(path), offset=len(old)) == ['File "b.py", line 7 in step', 'File "b.py", line 9 in <module>']
+
+
+# --------------------------------------------------------------------------- real jobs under tfdevices launch
+
+
+def _launch(*args: str, timeout: float = 420) -> tuple[subprocess.CompletedProcess[str], float]:
+    start = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "tfdevices", "launch", "-n", "2", "--stall-window", str(WINDOW), *args],
+        env=subprocess_env(),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    return proc, time.monotonic() - start
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "mode, frame",
+    [("loop", "in loop"), ("fit", "in on_train_batch_begin")],
+)
+def test_a_rank_stuck_alive_before_step_5_is_named_with_its_frame(mode: str, frame: str) -> None:
+    proc, _ = _launch("--", sys.executable, SCRIPT, mode, "1", str(4 * WINDOW))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]  # it reports, and the job goes on when rank 1 comes back
+    assert re.search(r"tfdevices: (stall: rank 1 did not arrive at step 5|slow phase: rank 1 is in Sleeper)", out), out
+    assert "rank 1's main thread, innermost first:" in out and frame in out.split("innermost first:")[1][:400]
+    assert "rank 0 done" in out and "rank 1 done" in out
+
+
+@pytest.mark.slow
+def test_stall_timeout_stops_the_job_and_max_restarts_restarts_it() -> None:
+    proc, seconds = _launch(
+        "--stall-timeout", "8", "--max-restarts", "1", "--", sys.executable, SCRIPT, "loop", "1", "600"
+    )
+    out = proc.stdout + proc.stderr
+    stops = re.findall(r"stopping the job: rank 1 did not arrive at step 5.*past the stall timeout, 8 s", out)
+    assert proc.returncode == 3 and len(stops) == 2, out[-3000:]
+    assert "restarting all 2 workers (restart 1 of 1)" in out and seconds < 400
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "mode, ranks, seconds",
+    [
+        ("loop", "0,1", 3 * WINDOW),  # both ranks sleep at step 5: slow together
+        ("dataset", "", 1.5),  # every rank's input is slow, but every step moves
+        ("checkpoint", "0", 3 * WINDOW),  # the chief alone writes a slow checkpoint: a phase report only
+    ],
+)
+def test_no_false_alarm_from_work_done_on_purpose(mode: str, ranks: str, seconds: float) -> None:
+    proc, _ = _launch("--stall-timeout", "600", "--", sys.executable, SCRIPT, mode, ranks, str(seconds), "6")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "rank 0 done" in out and "rank 1 done" in out, out[-3000:]
+    assert "tfdevices: stall:" not in out and "stopping the job" not in out, out[-3000:]
+    if mode == "checkpoint":
+        assert "tfdevices: slow phase: rank 0 is in SlowCheckpoint.on_epoch_end" in out, out[-3000:]
+    else:
+        assert "slow phase" not in out
+
+
+@pytest.mark.slow
+def test_a_dead_rank_keeps_the_launchers_report() -> None:
+    proc, _ = _launch("--", sys.executable, os.path.join(REPO, "tests", "scripts", "crash_rank1.py"), timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "worker 1 exited with status" in out and "stall" not in out, out[-3000:]
+
+
+# --------------------------------------------------------------------------- srun: rank 0 watches
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("engines")
+def test_under_srun_rank_0_names_the_stuck_rank_and_stops_the_step(tmp_path) -> None:
+    with slurm_cluster(str(tmp_path / "slurm")) as slurm:
+        start = time.monotonic()
+        proc = subprocess.run(
+            ["srun", "-n", "2", sys.executable, SCRIPT, "loop", "1", "600"],
+            env=subprocess_env({**slurm, "TFDEVICES_STALL_WINDOW": str(WINDOW), "TFDEVICES_STALL_TIMEOUT": "8"}),
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=420,
+        )
+        out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and time.monotonic() - start < 400, out[-3000:]
+    assert "tfdevices: stall: rank 1 did not arrive at step 5" in out, out[-3000:]
+    assert "rank 1's main thread, innermost first:" in out and "in loop" in out
+    assert re.search(r"stopping the job: rank 1 did not arrive at step 5.*past the stall timeout, 8 s", out), out

@@ -1,0 +1,245 @@
+"""Where each rank of a job is: one small shared-memory record per rank, written at a cost users never see.
+
+Each worker maps ``rank{R}.progress`` (:data:`RECORD_SIZE` bytes) in the job's progress directory and
+updates it in place (a seqlock: an odd sequence number while writing), about a microsecond per
+update: the step it began, the steps it finished, its phase (starting, building the strategy, in
+a step, between steps, in a callback and which one, done), when that last changed, and the last
+step's duration. Whoever watches the job (the launcher, or rank 0 where there is none) reads every
+record without locks (:func:`read_board`). TensorFlow-free.
+
+The directory is ``TFDEVICES_PROGRESS_DIR`` (``tfdevices launch`` sets it per attempt); under
+``srun`` it is derived from the step (:func:`progress_dir`). Ranks on other machines write on theirs.
+
+>>> import tempfile
+>>> board = tempfile.mkdtemp()
+>>> writer = ProgressWriter(board, rank=1)
+>>> writer.begin_step(); writer.end_step(0.25); writer.enter("callback", "ModelCheckpoint.on_epoch_end")
+>>> [(r.rank, r.started, r.done, r.phase, r.detail) for r in read_board(board)]
+[(1, 1, 1, 'callback', 'ModelCheckpoint.on_epoch_end')]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import mmap
+import os
+import re
+import struct
+import threading
+import time
+from collections.abc import Mapping
+
+from tfdevices.core.errors import EnvVarError
+from tfdevices.core.units import shown
+
+#: Where the records of a job's ranks live (a directory every local rank can write).
+PROGRESS_DIR_ENV = "TFDEVICES_PROGRESS_DIR"
+PHASES = ("starting", "strategy", "step", "between", "callback", "done")
+RECORD_SIZE = 256
+_HEAD = struct.Struct("<QIIqqBxxxxxxxdd")  # seq, pid, rank, started, done, phase, changed_at, last_step_s
+_DETAIL = 64
+_NAME = re.compile(r"rank(\d{1,7})\.progress")
+
+
+@dataclasses.dataclass(frozen=True)
+class RankProgress:
+    """One rank's record, as read.
+
+    Attributes:
+        rank: the rank.
+        pid: its process (on the machine whose directory this is).
+        started: steps it began.
+        done: steps it finished.
+        phase: one of :data:`PHASES`.
+        detail: what the phase is about (``"ModelCheckpoint.on_epoch_end"``), or ``""``.
+        changed_at: when the record last changed (``time.time()``).
+        last_step_s: the last finished step's duration (0 before the first).
+    """
+
+    rank: int
+    pid: int
+    started: int
+    done: int
+    phase: str
+    detail: str
+    changed_at: float
+    last_step_s: float
+
+    def where(self) -> str:
+        """``"in step 5"``, ``"after step 4"``, ``"in ModelCheckpoint.on_epoch_end (after step 40)"``."""
+        if self.phase == "step":
+            return f"in step {self.started}"
+        if self.phase == "between":
+            return f"after step {self.done}" if self.done else "before its first step"
+        if self.phase == "callback":
+            return f"in {self.detail or 'a callback'} (after step {self.done})"
+        if self.phase == "strategy":
+            return "building its strategy"
+        return {"starting": "starting", "done": f"done (after step {self.done})"}.get(self.phase, self.phase)
+
+
+class ProgressWriter:
+    """This rank's record: mapped once, updated in place.
+
+    Args:
+        directory: the job's progress directory (created if missing).
+        rank: this process's rank.
+        clock: ``time.time``-like (tests).
+    """
+
+    def __init__(self, directory: str, rank: int, clock: object = time.time) -> None:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        path = os.path.join(directory, f"rank{rank}.progress")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            os.ftruncate(fd, RECORD_SIZE)
+            self._map = mmap.mmap(fd, RECORD_SIZE)
+        finally:
+            os.close(fd)
+        self.path = path
+        self.rank = rank
+        self._clock = clock
+        self._seq = 0
+        self.started = self.done = 0
+        self._phase = 0
+        self._detail = b""
+        self._step_began = 0.0
+        self._last_step_s = 0.0
+        self._lock = threading.Lock()  # Keras 3 may run batch-end callbacks on another thread
+        self.in_fit = False  # fit's callbacks mark its steps (fit_progress); step functions leave them
+        self._write()
+
+    @property
+    def phase(self) -> str:
+        """The phase now (one of :data:`PHASES`)."""
+        return PHASES[self._phase]
+
+    @property
+    def detail(self) -> str:
+        """What the phase is about."""
+        return self._detail.decode("utf-8", "replace")
+
+    def _write(self) -> None:
+        now = self._clock()  # type: ignore[operator]
+        self._seq += 1  # odd while the fields change: a reader retries
+        struct.pack_into("<Q", self._map, 0, self._seq)
+        _HEAD.pack_into(
+            self._map,
+            0,
+            self._seq,
+            os.getpid(),
+            self.rank,
+            self.started,
+            self.done,
+            self._phase,
+            now,
+            self._last_step_s,
+        )
+        self._map[_HEAD.size : _HEAD.size + _DETAIL] = self._detail.ljust(_DETAIL, b"\0")
+        self._seq += 1
+        struct.pack_into("<Q", self._map, 0, self._seq)
+
+    def enter(self, phase: str, detail: str = "") -> None:
+        """Sets the phase (one of :data:`PHASES`) and what it is about."""
+        with self._lock:
+            self._phase = PHASES.index(phase)
+            self._detail = detail.encode("utf-8", "replace")[:_DETAIL]
+            self._write()
+
+    def begin_step(self) -> None:
+        """A step begins (its number: :attr:`started`)."""
+        with self._lock:
+            self.started += 1
+            self._phase, self._detail = 2, b""
+            self._step_began = self._clock()  # type: ignore[operator]
+            self._write()
+
+    def end_step(self, seconds: float | None = None, *, step: int | None = None) -> None:
+        """Step ``step`` (default: the one that began last) has finished; a late end leaves a newer step be."""
+        with self._lock:
+            step = self.started if step is None else min(step, self.started)
+            if step <= self.done:
+                return
+            self.done = step
+            self._last_step_s = seconds if seconds is not None else self._clock() - self._step_began  # type: ignore[operator]
+            if step == self.started:
+                self._phase, self._detail = 3, b""
+            self._write()
+
+    def close(self) -> None:
+        """Says ``done`` and unmaps the record (the file stays for the reader)."""
+        if not self._map.closed:
+            self.enter("done")
+            self._map.close()
+
+
+def read_record(path: str) -> RankProgress | None:
+    """One rank's record; ``None`` when it is not one (a foreign file, or one rewritten on every try)."""
+    for _ in range(5):
+        try:
+            with open(path, "rb") as f:
+                raw = f.read(RECORD_SIZE + 1)
+                f.seek(0)
+                again = f.read(8)
+        except OSError:
+            return None
+        if len(raw) != RECORD_SIZE:
+            return None
+        seq, pid, rank, started, done, phase, changed, last = _HEAD.unpack_from(raw)
+        if seq % 2 == 0 and raw[:8] == again:  # not being written, and not rewritten while read
+            if phase >= len(PHASES):
+                return None
+            detail = raw[_HEAD.size : _HEAD.size + _DETAIL].rstrip(b"\0").decode("utf-8", "replace")
+            return RankProgress(rank, pid, started, done, PHASES[phase], detail, changed, last)
+        time.sleep(0.001)
+    return None
+
+
+def read_board(directory: str) -> tuple[RankProgress, ...]:
+    """Every rank's record in ``directory``, by rank (unreadable ones left out)."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return ()
+    found = []
+    for name in names[:100_000]:
+        if _NAME.fullmatch(name):
+            record = read_record(os.path.join(directory, name))
+            if record is not None:
+                found.append(record)
+    return tuple(sorted(found, key=lambda r: r.rank))
+
+
+def progress_dir(env: Mapping[str, str]) -> str | None:
+    """The job's progress directory: ``TFDEVICES_PROGRESS_DIR``, else one per SLURM step; ``None`` elsewhere.
+
+    Raises:
+        EnvVarError: ``TFDEVICES_PROGRESS_DIR`` is not an absolute path.
+
+    >>> progress_dir({"SLURM_JOB_ID": "42", "SLURM_STEP_ID": "0"})
+    '/tmp/tfdevices-progress/slurm-42.0'
+    """
+    given = env.get(PROGRESS_DIR_ENV)
+    if given is not None:
+        if not given.startswith("/") or len(given) > 4096 or "\0" in given:
+            raise EnvVarError(
+                f"{PROGRESS_DIR_ENV}={shown(given)} is not an absolute path.",
+                hint="tfdevices launch sets it; unset it, or name a directory every local rank can write.",
+            )
+        return given
+    job, step = env.get("SLURM_JOB_ID", ""), env.get("SLURM_STEP_ID", "")
+    if job.isascii() and job.isdigit() and step.isascii() and step.isdigit() and len(job + step) < 40:
+        return f"/tmp/tfdevices-progress/slurm-{job}.{step}"
+    return None
+
+
+__all__ = [
+    "PHASES",
+    "PROGRESS_DIR_ENV",
+    "RECORD_SIZE",
+    "ProgressWriter",
+    "RankProgress",
+    "progress_dir",
+    "read_board",
+    "read_record",
+]

@@ -1,0 +1,134 @@
+"""Each rank of a multi-worker job says where it is; where no launcher watches, rank 0 watches.
+
+:func:`start_reporting` (called by ``build_strategy`` for a multi-worker strategy, and by every worker
+``tfdevices launch`` starts) opens this rank's progress record (:mod:`tfdevices.jobs.progress`) and arms
+the mends that fill it: ``step_progress`` (a custom loop's steps), ``fit_progress`` (``fit``'s steps and
+callbacks) and ``stack_dumps`` (``SIGUSR1`` writes the Python stack). Under ``tfdevices launch`` the
+launcher watches every rank (``--stall-timeout``); under ``srun`` and other launchers whose ranks share a
+machine, rank 0 runs the same :class:`~tfdevices.jobs.stall.StallWatch` on a thread, and
+:func:`stall_timeout` (or ``TFDEVICES_STALL_TIMEOUT``) makes it stop the job. TensorFlow-free.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Mapping
+
+from tfdevices.core.errors import InputError, TfDevicesError
+from tfdevices.core.units import shown
+from tfdevices.jobs.env import launch_info
+from tfdevices.jobs.progress import ProgressWriter, progress_dir, read_board
+from tfdevices.jobs.stall import STACKS_DIR_ENV, StallPolicy, StallWatch, policy_from_env
+from tfdevices.mends import fit_progress, stack_dumps, step_progress
+from tfdevices.mends.base import when_imported
+
+#: Set by ``tfdevices launch`` in its workers: the launcher watches, rank 0 need not.
+LAUNCHER_WATCHES_ENV = "TFDEVICES_LAUNCHER_WATCHES"
+#: A job stopped for a stall by rank 0's watch ends with this status.
+STALL_STATUS = 3
+_POLL_S = 1.0
+
+_STATE: dict[str, object] = {"writer": None, "watch": None, "timeout": None}
+
+
+def stall_timeout(seconds: float | None) -> None:
+    """Stops the job when a stall lasts ``seconds`` past its window (``None``: report only); from Python.
+
+    For jobs started by ``srun``, Ray Train or any launcher other than ``tfdevices launch`` (which takes
+    ``--stall-timeout``): rank 0's watch reads it. An explicit call beats ``TFDEVICES_STALL_TIMEOUT``.
+
+    Raises:
+        InputError: ``seconds`` is not a number of seconds > 0.
+    """
+    if seconds is not None and (
+        isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < math.inf
+    ):
+        raise InputError(f"stall_timeout({shown(seconds)}): not a number of seconds > 0.", hint="e.g. 300, or None.")
+    _STATE["timeout"] = seconds
+    watch = _STATE["watch"]
+    if isinstance(watch, StallWatch):
+        watch.policy = StallPolicy(watch.policy.window_s, watch.policy.startup_s, seconds)
+
+
+def start_reporting(env: Mapping[str, str] | None = None) -> ProgressWriter | None:
+    """Opens this rank's progress record and arms the mends that fill it; idempotent.
+
+    Returns:
+        The record's writer, or ``None`` where there is nothing to report to (one process, or no
+        progress directory: not under ``tfdevices launch`` or ``srun``, and ``TFDEVICES_PROGRESS_DIR`` unset).
+    """
+    if _STATE["writer"] is not None:
+        return _STATE["writer"]  # type: ignore[return-value]
+    env = os.environ if env is None else env
+    try:
+        directory = progress_dir(env)
+        info = launch_info(env)
+        policy = policy_from_env(env)
+    except TfDevicesError as err:
+        print(f"tfdevices: no stall detection in this rank: {err}", file=sys.stderr, flush=True)
+        return None
+    if directory is None or info.world_size < 2:
+        return None
+    try:
+        writer = ProgressWriter(directory, info.rank)
+    except OSError as err:
+        print(f"tfdevices: no stall detection in this rank: cannot write {directory} ({err.strerror})", file=sys.stderr)
+        return None
+    _STATE["writer"] = step_progress.MEND.writer = fit_progress.MEND.writer = writer
+    when_imported("tensorflow", step_progress.MEND.apply)
+    for keras in ("keras.src.callbacks.callback_list", "tf_keras.src.callbacks"):
+        when_imported(keras, _fit_imported)
+    stacks = env.get(STACKS_DIR_ENV) or os.path.join(directory, "stacks")
+    stack_dumps.dump_stacks_to(os.path.join(stacks, f"rank{info.rank}.txt"))
+    if info.rank == 0 and not env.get(LAUNCHER_WATCHES_ENV):
+        same_machine = info.local_world_size == info.world_size
+        timeout = _STATE["timeout"] if _STATE["timeout"] is not None else policy.timeout_s
+        watch = StallWatch(
+            directory,
+            range(info.world_size) if same_machine else (),
+            StallPolicy(policy.window_s, policy.startup_s, timeout),  # type: ignore[arg-type]
+            _say,
+            stacks_dir=stacks,
+        )
+        _STATE["watch"] = watch
+        threading.Thread(target=_watching, args=(watch,), name="tfdevices-stall-watch", daemon=True).start()
+    return writer
+
+
+def _fit_imported() -> None:
+    fit_progress.MEND.apply()
+    if fit_progress.MEND.applied:
+        fit_progress.MEND.extend()
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def _watching(watch: StallWatch) -> None:
+    """Rank 0's watch: polls until a stall outlasts the timeout, then stops every local rank."""
+    while True:
+        time.sleep(_POLL_S)
+        try:
+            reason = watch.poll()
+        except Exception as err:  # noqa: BLE001 (the watch must never take the worker down)
+            _say(f"tfdevices: the stall watch stopped: {type(err).__name__}: {err}")
+            return
+        if reason is None:
+            continue
+        _say(f"tfdevices: {reason}")
+        for record in read_board(watch.directory):
+            if record.pid != os.getpid():
+                try:
+                    os.kill(record.pid, signal.SIGTERM)
+                except OSError:
+                    pass
+        os._exit(STALL_STATUS)
+
+
+__all__ = ["LAUNCHER_WATCHES_ENV", "STALL_STATUS", "start_reporting", "stall_timeout"]

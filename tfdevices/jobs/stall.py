@@ -1,0 +1,303 @@
+"""A stuck rank, named: ranks that disagree about the next step while none moves.
+
+A collective waits for every rank, for ever (TensorFlow's gRPC collectives: no error, no output).
+From the ranks' progress records (:mod:`tfdevices.jobs.progress`) a *stall* is when some rank waits
+in step N (it began it: its collectives need everyone), another has not begun step N, and no record
+changed for the stall window: by default the larger of 60 s and 20x the median step so far, and
+:data:`STARTUP_S` before every rank finished a step (first-step compilation). Ranks that are slow
+together never disagree; a slow input pipeline still moves. A rank that is late because it is in a
+callback (a chief-only checkpoint) is reported as a phase, not as stuck.
+
+:func:`detect_stall` is pure; :class:`StallWatch` polls a board, says each stall once and again at
+growing intervals, asks every local rank for its Python stack (``SIGUSR1``: the ``stack_dumps``
+mend's ``faulthandler``), prints the stuck rank's top frames, and after ``timeout_s`` more says the
+job should stop. TensorFlow-free.
+
+>>> from tfdevices.jobs.progress import RankProgress
+>>> waiting = RankProgress(0, 10, 5, 4, "step", "", 100.0, 0.1)
+>>> stuck = RankProgress(1, 11, 4, 4, "between", "", 99.0, 0.1)
+>>> stall = detect_stall([waiting, stuck], now=200.0, policy=StallPolicy(window_s=60))
+>>> stall.reason()
+'rank 1 did not arrive at step 5: rank 0 has waited in it for 100 s; rank 1 is after step 4'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import signal
+import statistics
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+
+from tfdevices.core.errors import EnvVarError
+from tfdevices.core.units import shown
+from tfdevices.jobs.progress import RankProgress, read_board
+
+STALL_WINDOW_ENV = "TFDEVICES_STALL_WINDOW"
+STALL_TIMEOUT_ENV = "TFDEVICES_STALL_TIMEOUT"
+STACKS_DIR_ENV = "TFDEVICES_STACKS_DIR"
+MIN_WINDOW_S = 60.0
+STEPS_IN_WINDOW = 20
+STARTUP_S = 600.0
+#: A record last written this long before the watch began is a past job's (SLURM reuses a job's directory
+#: name when a cluster restarts its job ids).
+STALE_S = 300.0
+_MAX_S = 7 * 86400.0
+
+
+@dataclasses.dataclass(frozen=True)
+class StallPolicy:
+    """When ranks that disagree count as stalled, and when a stall stops the job.
+
+    Attributes:
+        window_s: quiet time that makes a stall (``None``: max(60 s, 20x the median step)).
+        startup_s: the window before every rank finished a step (compilation, data loading).
+        timeout_s: stop the job when a stall lasts this much past its window (``None``: report only).
+    """
+
+    window_s: float | None = None
+    startup_s: float = STARTUP_S
+    timeout_s: float | None = None
+
+    def window(self, median_step_s: float | None, warmed_up: bool) -> float:
+        """The quiet time that makes a stall now."""
+        if self.window_s is not None:
+            return self.window_s if warmed_up else max(self.window_s, min(self.startup_s, 5 * self.window_s))
+        if not warmed_up:
+            return self.startup_s
+        return max(MIN_WINDOW_S, STEPS_IN_WINDOW * (median_step_s or 0.0))
+
+
+def _seconds(env: Mapping[str, str], name: str) -> float | None:
+    text = env.get(name)
+    if text is None or not text.strip():
+        return None
+    try:
+        value = float(text.strip()) if len(text) <= 32 and text.strip().isascii() else math.nan
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= _MAX_S:
+        raise EnvVarError(
+            f"{name}={shown(text)} is not a number of seconds in (0, {_MAX_S:g}].",
+            hint=f"e.g. {name}=120; unset it for the default.",
+        )
+    return value
+
+
+def policy_from_env(env: Mapping[str, str]) -> StallPolicy:
+    """``TFDEVICES_STALL_WINDOW`` and ``TFDEVICES_STALL_TIMEOUT`` (seconds) as a :class:`StallPolicy`.
+
+    Raises:
+        EnvVarError: either is not a number of seconds in (0, one week].
+    """
+    return StallPolicy(window_s=_seconds(env, STALL_WINDOW_ENV), timeout_s=_seconds(env, STALL_TIMEOUT_ENV))
+
+
+@dataclasses.dataclass(frozen=True)
+class Stall:
+    """Ranks that did not arrive at the step the others wait in.
+
+    Attributes:
+        step: the step the others wait in.
+        waiting: ranks in that step.
+        missing: ranks that have not begun it.
+        quiet_s: how long no record changed.
+        window_s: the window it passed.
+        records: every rank's record.
+        phase_only: every missing rank is in a callback: deliberate work, reported as a phase.
+    """
+
+    step: int
+    waiting: tuple[int, ...]
+    missing: tuple[int, ...]
+    quiet_s: float
+    window_s: float
+    records: tuple[RankProgress, ...]
+    phase_only: bool
+
+    def reason(self) -> str:
+        """One line: who did not arrive, where the others wait, where the missing ones are."""
+        by_rank = {r.rank: r for r in self.records}
+        where = "; ".join(
+            f"rank {m} is {by_rank[m].where()}" if m in by_rank else f"rank {m} never reported" for m in self.missing
+        )
+        waiting = _ranks(self.waiting)
+        if self.phase_only:
+            verb = "wait" if len(self.waiting) > 1 else "waits"
+            return f"{where} for {self.quiet_s:.0f} s while {waiting} {verb} in step {self.step}"
+        return (
+            f"{_ranks(self.missing)} did not arrive at step {self.step}: {waiting} "
+            f"{'have' if len(self.waiting) > 1 else 'has'} waited in it for {self.quiet_s:.0f} s; {where}"
+        )
+
+    def text(self) -> str:
+        """The report: the reason, then each rank's place."""
+        head = "tfdevices: " + ("slow phase: " if self.phase_only else "stall: ") + self.reason()
+        lines = [head, f"  (no rank moved for {self.quiet_s:.0f} s; the stall window is {self.window_s:.0f} s)"]
+        for record in self.records:
+            lines.append(f"  rank {record.rank} (pid {record.pid}): {record.where()}")
+        return "\n".join(lines)
+
+
+def _ranks(ranks: Sequence[int]) -> str:
+    """``"rank 1"``, ``"ranks 1, 3"``."""
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+
+
+def detect_stall(
+    records: Sequence[RankProgress],
+    *,
+    now: float,
+    policy: StallPolicy,
+    median_step_s: float | None = None,
+    expected: Sequence[int] = (),
+) -> Stall | None:
+    """A stall among ``records`` at ``now``, or ``None`` (pure).
+
+    Args:
+        records: every rank's record (:func:`~tfdevices.jobs.progress.read_board`).
+        now: the time (``time.time()``).
+        policy: the windows.
+        median_step_s: the median step so far (``None``: not known yet).
+        expected: ranks that should have a record (a rank with none has not begun any step).
+
+    Returns:
+        A :class:`Stall`, or ``None`` when the ranks agree, or one moved within the window.
+    """
+    if not records:
+        return None
+    front = max(r.started for r in records)
+    waiting = tuple(r.rank for r in records if r.phase == "step" and r.started == front)
+    seen = {r.rank for r in records}
+    missing = tuple(sorted([r.rank for r in records if r.started < front] + [e for e in expected if e not in seen]))
+    if not waiting or not missing:
+        return None
+    warmed_up = all(r.done >= 1 for r in records) and len(seen) >= len(set(expected))
+    window = policy.window(median_step_s, warmed_up)
+    quiet = now - max(r.changed_at for r in records)
+    if quiet < window:
+        return None
+    by_rank = {r.rank: r for r in records}
+    phase_only = all(m in by_rank and by_rank[m].phase == "callback" for m in missing)
+    return Stall(front, waiting, missing, quiet, window, tuple(records), phase_only)
+
+
+class StallWatch:
+    """Watches a progress board: reports stalls, collects stacks, says when the job must stop.
+
+    Args:
+        directory: the job's progress directory.
+        expected: the ranks whose records live there.
+        policy: windows and timeout.
+        say: prints a line for people (the launcher's console, or stderr).
+        stacks_dir: where each rank's ``faulthandler`` writes its stack (``rank{R}.txt``).
+        clock: ``time.time``-like (tests).
+        signal_pid: sends a signal to a rank's process (tests).
+    """
+
+    def __init__(
+        self,
+        directory: str,
+        expected: Sequence[int],
+        policy: StallPolicy,
+        say: Callable[[str], None],
+        *,
+        stacks_dir: str | None = None,
+        clock: Callable[[], float] = time.time,
+        signal_pid: Callable[[int, int], None] = os.kill,
+    ) -> None:
+        self.directory = directory
+        self.expected = tuple(expected)
+        self.policy = policy
+        self.say = say
+        self.stacks_dir = stacks_dir
+        self._clock = clock
+        self._signal = signal_pid
+        self._steps: deque[float] = deque(maxlen=1000)
+        self._done: dict[int, int] = {}
+        self._reported: tuple[int, tuple[int, ...]] | None = None
+        self._next_report = 0.0
+        self._since = clock() - STALE_S
+        self.stalls = 0
+
+    def median_step_s(self) -> float | None:
+        """The median step seen so far (``None`` before the first)."""
+        return statistics.median(self._steps) if self._steps else None
+
+    def poll(self) -> str | None:
+        """Reads the board once; reports a stall when there is one; returns why to stop the job, or ``None``."""
+        records = tuple(r for r in read_board(self.directory) if r.changed_at >= self._since)  # not a past job's
+        for record in records:
+            if record.done > self._done.get(record.rank, 0) and record.last_step_s > 0:
+                self._steps.append(record.last_step_s)
+            self._done[record.rank] = record.done
+        now = self._clock()
+        stall = detect_stall(
+            records, now=now, policy=self.policy, median_step_s=self.median_step_s(), expected=self.expected
+        )
+        if stall is None:
+            self._reported = None
+            return None
+        key = (stall.step, stall.missing)
+        if key != self._reported:
+            self._reported, self._next_report = key, stall.quiet_s
+            self.stalls += 1
+        if stall.quiet_s >= self._next_report:
+            self._next_report = max(stall.quiet_s * 2, stall.quiet_s + stall.window_s)
+            for line in stall.text().splitlines() + self._stacks(stall):
+                self.say(line)
+        if self.policy.timeout_s is not None and stall.quiet_s >= stall.window_s + self.policy.timeout_s:
+            return f"stopping the job: {stall.reason()} (past the stall timeout, {self.policy.timeout_s:g} s)"
+        return None
+
+    def _stacks(self, stall: Stall) -> list[str]:
+        """Asks every rank for its Python stack; returns lines for the missing ranks' top frames."""
+        if not self.stacks_dir:
+            return []
+        sizes = {}
+        for record in stall.records:  # where each file ends now: the dump asked for comes after
+            path = os.path.join(self.stacks_dir, f"rank{record.rank}.txt")
+            sizes[record.rank] = os.path.getsize(path) if os.path.exists(path) else 0
+        for record in stall.records:
+            try:
+                self._signal(record.pid, signal.SIGUSR1)
+            except OSError:
+                continue
+        time.sleep(0.5)  # faulthandler writes at once; give the processes a moment to be scheduled
+        lines = [f"  every rank's Python stack: {os.path.join(self.stacks_dir, 'rank<R>.txt')}"]
+        for rank in stall.missing:
+            frames = top_frames(os.path.join(self.stacks_dir, f"rank{rank}.txt"), sizes.get(rank, 0))
+            if frames:
+                lines.append(f"  rank {rank}'s main thread, innermost first:")
+                lines += [f"    {frame}" for frame in frames]
+        return lines
+
+
+def top_frames(path: str, offset: int = 0, limit: int = 6) -> list[str]:
+    """The innermost frames of the main thread in the latest ``faulthandler`` dump written past ``offset``."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            f.seek(offset)
+            text = f.read(1 << 20)
+    except OSError:
+        return []
+    blocks = [b for b in text.split("\n\n") if "most recent call first" in b] or [text]
+    main = next((b for b in blocks if "<module>" in b), blocks[-1])
+    frames = [line.strip() for line in main.splitlines() if line.strip().startswith("File ")]
+    return frames[:limit]
+
+
+__all__ = [
+    "STACKS_DIR_ENV",
+    "STALL_TIMEOUT_ENV",
+    "STALL_WINDOW_ENV",
+    "Stall",
+    "StallPolicy",
+    "StallWatch",
+    "detect_stall",
+    "policy_from_env",
+    "top_frames",
+]
