@@ -63,6 +63,9 @@ def test_doctor_shows_no_secret_and_no_environment_value_it_does_not_read() -> N
         ({"TF_ENABLE_ONEDNN_OPTS": "0"}, "tensorflow", "oneDNN", "off (TF_ENABLE_ONEDNN_OPTS=0)"),
         ({"TF_USE_LEGACY_KERAS": "1"}, "tensorflow", "tf.keras is", "tf_keras "),
         ({"CUDA_VISIBLE_DEVICES": "\u0663"}, "gpus", "error", "CUDA_VISIBLE_DEVICES='\u0663'"),
+        ({"TFDEVICES_STALL_TIMEOUT": "90"}, "job", "stall timeout", "stop the job 90 s past the window"),
+        ({"TFDEVICES_STALL_WINDOW": "x"}, "job", "stalls", "error: TFDEVICES_STALL_WINDOW='x'"),
+        ({"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0"}, "job", "progress records", "/tmp/tfdevices-progress/slurm-7.0"),
     ],
 )
 def test_bad_or_telling_settings_are_said_in_their_row(env, section, label, words) -> None:

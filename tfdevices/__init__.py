@@ -70,6 +70,7 @@ _EXPORTS: dict[str, str] = {
     "reserve": "gpus.reservation",
     "Reservation": "gpus.reservation",
     "GpuAssignment": "jobs.ranks",
+    "stall_timeout": "jobs.reporting",
     # decide
     "advise": "decide.advise",
     "Finding": "decide.advise",

@@ -26,6 +26,8 @@ from tfdevices.core.units import format_bytes, shown
 from tfdevices.gpus.discovery import discover
 from tfdevices.jobs.env import launch_info
 from tfdevices.jobs.handshake import TOKEN_ENV
+from tfdevices.jobs.progress import progress_dir
+from tfdevices.jobs.stall import policy_from_env
 from tfdevices.mends.base import APPLIED, MENDS_ENV, NOT_REACHED, WOULD_APPLY
 from tfdevices.mends.exit_barrier import EXIT_WAIT_ENV, exit_wait_s
 from tfdevices.runtime import quiet_tensorflow_logs
@@ -212,6 +214,21 @@ def _job(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
         ("rank", f"{info.rank} of {info.world_size} (local {info.local_rank}), from {info.source}"),
         (EXIT_WAIT_ENV, _exit_wait(env)),
         (TOKEN_ENV, "set" if env.get(TOKEN_ENV) else "unset"),
+        *_stalls(env),
+    )
+
+
+def _stalls(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    try:
+        policy, where = policy_from_env(env), progress_dir(env)
+    except TfDevicesError as err:
+        return (("stalls", f"error: {err}"),)
+    window = f"{policy.window_s:g} s" if policy.window_s else "max(60 s, 20x the median step); 600 s before a step"
+    timeout = f"stop the job {policy.timeout_s:g} s past the window" if policy.timeout_s else "report, never stop"
+    return (
+        ("stall window", window),
+        ("stall timeout", timeout),
+        ("progress records", where or "none here (tfdevices launch and srun set them)"),
     )
 
 

@@ -82,7 +82,7 @@ from tfdevices.jobs.progress import PROGRESS_DIR_ENV
 from tfdevices.jobs.ranks import cpu_binding, plan_ranks
 from tfdevices.jobs.rendezvous import MAX_WORKERS, NodeJob, Nodes, free_ports, rendezvous
 from tfdevices.jobs.reporting import LAUNCHER_WATCHES_ENV, STALL_STATUS
-from tfdevices.jobs.stall import STACKS_DIR_ENV, StallPolicy, StallWatch
+from tfdevices.jobs.stall import STACKS_DIR_ENV, StallPolicy, StallWatch, write_timeline
 from tfdevices.jobs.tfconfig import make_tf_config
 from tfdevices.jobs.watchdog import Watchdog
 from tfdevices.jobs.workersite import worker_site
@@ -505,6 +505,12 @@ class _Job:
             for log in logs:
                 if log is not None:
                     log.close()
+            if self.log_dir:  # each rank's steps over time, a straggler at a glance
+                try:
+                    for path in write_timeline(self.watch.timeline, self.log_dir):
+                        self.console.say(f"each rank's steps: {path}")
+                except OSError as err:
+                    self.console.say(f"cannot write the steps' timeline in --log-dir ({err.strerror})")
             shutil.rmtree(progress, ignore_errors=True)
             _remove_if_empty(stacks)
 

@@ -27,7 +27,7 @@ import re
 import struct
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from tfdevices.core.errors import EnvVarError
 from tfdevices.core.units import shown
@@ -37,6 +37,7 @@ PROGRESS_DIR_ENV = "TFDEVICES_PROGRESS_DIR"
 PHASES = ("starting", "strategy", "step", "between", "callback", "done")
 RECORD_SIZE = 256
 _HEAD = struct.Struct("<QIIqqBxxxxxxxdd")  # seq, pid, rank, started, done, phase, changed_at, last_step_s
+_SEQ = struct.Struct("<Q")
 _DETAIL = 64
 _NAME = re.compile(r"rank(\d{1,7})\.progress")
 
@@ -87,7 +88,7 @@ class ProgressWriter:
         clock: ``time.time``-like (tests).
     """
 
-    def __init__(self, directory: str, rank: int, clock: object = time.time) -> None:
+    def __init__(self, directory: str, rank: int, clock: Callable[[], float] = time.time) -> None:
         os.makedirs(directory, mode=0o700, exist_ok=True)
         path = os.path.join(directory, f"rank{rank}.progress")
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
@@ -98,6 +99,7 @@ class ProgressWriter:
             os.close(fd)
         self.path = path
         self.rank = rank
+        self._pid = os.getpid()
         self._clock = clock
         self._seq = 0
         self.started = self.done = 0
@@ -107,7 +109,7 @@ class ProgressWriter:
         self._last_step_s = 0.0
         self._lock = threading.Lock()  # Keras 3 may run batch-end callbacks on another thread
         self.in_fit = False  # fit's callbacks mark its steps (fit_progress); step functions leave them
-        self._write()
+        self._write(detail=True)
 
     @property
     def phase(self) -> str:
@@ -119,40 +121,39 @@ class ProgressWriter:
         """What the phase is about."""
         return self._detail.decode("utf-8", "replace")
 
-    def _write(self) -> None:
-        now = self._clock()  # type: ignore[operator]
-        self._seq += 1  # odd while the fields change: a reader retries
-        struct.pack_into("<Q", self._map, 0, self._seq)
+    def _write(self, detail: bool = False) -> None:
+        """Writes the record: the sequence number odd while the fields change, even after (a seqlock)."""
+        self._seq += 2
         _HEAD.pack_into(
             self._map,
             0,
-            self._seq,
-            os.getpid(),
+            self._seq - 1,
+            self._pid,
             self.rank,
             self.started,
             self.done,
             self._phase,
-            now,
+            self._clock(),
             self._last_step_s,
         )
-        self._map[_HEAD.size : _HEAD.size + _DETAIL] = self._detail.ljust(_DETAIL, b"\0")
-        self._seq += 1
-        struct.pack_into("<Q", self._map, 0, self._seq)
+        if detail:
+            self._map[_HEAD.size : _HEAD.size + _DETAIL] = self._detail.ljust(_DETAIL, b"\0")
+        _SEQ.pack_into(self._map, 0, self._seq)
 
     def enter(self, phase: str, detail: str = "") -> None:
         """Sets the phase (one of :data:`PHASES`) and what it is about."""
         with self._lock:
             self._phase = PHASES.index(phase)
             self._detail = detail.encode("utf-8", "replace")[:_DETAIL]
-            self._write()
+            self._write(detail=True)
 
     def begin_step(self) -> None:
         """A step begins (its number: :attr:`started`)."""
         with self._lock:
             self.started += 1
-            self._phase, self._detail = 2, b""
-            self._step_began = self._clock()  # type: ignore[operator]
-            self._write()
+            cleared, self._phase, self._detail = bool(self._detail), 2, b""
+            self._step_began = self._clock()
+            self._write(detail=cleared)
 
     def end_step(self, seconds: float | None = None, *, step: int | None = None) -> None:
         """Step ``step`` (default: the one that began last) has finished; a late end leaves a newer step be."""
@@ -161,10 +162,11 @@ class ProgressWriter:
             if step <= self.done:
                 return
             self.done = step
-            self._last_step_s = seconds if seconds is not None else self._clock() - self._step_began  # type: ignore[operator]
+            self._last_step_s = seconds if seconds is not None else self._clock() - self._step_began
+            cleared = False
             if step == self.started:
-                self._phase, self._detail = 3, b""
-            self._write()
+                cleared, self._phase, self._detail = bool(self._detail), 3, b""
+            self._write(detail=cleared)
 
     def close(self) -> None:
         """Says ``done`` and unmaps the record (the file stays for the reader)."""

@@ -222,6 +222,8 @@ class StallWatch:
         self._next_report = 0.0
         self._since = clock() - STALE_S
         self.stalls = 0
+        self.timeline: list[tuple[float, int, int, str]] = []  # (time, rank, steps done, phase) at each change
+        self._last: dict[int, tuple[int, str]] = {}
 
     def median_step_s(self) -> float | None:
         """The median step seen so far (``None`` before the first)."""
@@ -234,6 +236,9 @@ class StallWatch:
             if record.done > self._done.get(record.rank, 0) and record.last_step_s > 0:
                 self._steps.append(record.last_step_s)
             self._done[record.rank] = record.done
+            if self._last.get(record.rank) != (record.done, record.phase) and len(self.timeline) < 100_000:
+                self._last[record.rank] = (record.done, record.phase)
+                self.timeline.append((record.changed_at, record.rank, record.done, record.phase))
         now = self._clock()
         stall = detect_stall(
             records, now=now, policy=self.policy, median_step_s=self.median_step_s(), expected=self.expected
@@ -276,6 +281,45 @@ class StallWatch:
         return lines
 
 
+def write_timeline(timeline: Sequence[tuple[float, int, int, str]], directory: str) -> list[str]:
+    """Writes each rank's steps over time: ``steps.json`` and, with matplotlib, ``steps.png``.
+
+    A straggler is the rank whose line stays flat while the others' rise. Returns the files written.
+    """
+    import json  # noqa: PLC0415 (only at the end of a job)
+
+    if not timeline:
+        return []
+    start = min(t for t, *_ in timeline)
+    ranks: dict[int, list[tuple[float, int, str]]] = {}
+    for t, rank, done, phase in sorted(timeline):
+        ranks.setdefault(rank, []).append((round(t - start, 3), done, phase))
+    written = [os.path.join(directory, "steps.json")]
+    with open(written[0], "w", encoding="utf-8") as f:
+        json.dump({"start": start, "ranks": {str(r): points for r, points in ranks.items()}}, f)
+    try:
+        import matplotlib  # noqa: PLC0415 (pictures are optional)
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt  # noqa: PLC0415
+    except ImportError:
+        return written
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    for rank, points in sorted(ranks.items()):
+        ax.step([p[0] for p in points], [p[1] for p in points], where="post", label=f"rank {rank}")
+        late = [p for p in points if p[2] == "callback"]
+        ax.plot([p[0] for p in late], [p[1] for p in late], "x", color="black")
+    ax.set(
+        xlabel="seconds since the first record", ylabel="steps finished", title="each rank's steps (x: in a callback)"
+    )
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    written.append(os.path.join(directory, "steps.png"))
+    fig.savefig(written[-1], dpi=100)
+    plt.close(fig)
+    return written
+
+
 def top_frames(path: str, offset: int = 0, limit: int = 6) -> list[str]:
     """The innermost frames of the main thread in the latest ``faulthandler`` dump written past ``offset``."""
     try:
@@ -300,4 +344,5 @@ __all__ = [
     "detect_stall",
     "policy_from_env",
     "top_frames",
+    "write_timeline",
 ]
