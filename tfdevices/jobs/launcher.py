@@ -48,8 +48,12 @@ listen; every launcher then starts its workers with the whole cluster in ``TF_CO
 :mod:`tfdevices.jobs.handshake`); other connections are dropped and counted. The connections stay
 open: when one machine's job fails or its launcher dies, the others stop theirs.
 
-A one-machine job's workers keep TensorFlow's servers on 127.0.0.1 (:mod:`tfdevices.mends.loopback`,
-from the workers' ``sitecustomize``: :mod:`tfdevices.jobs.workersite`).
+Where the workers' TensorFlow servers listen (``--listen``): on 127.0.0.1 for a one-machine job, on the
+node's own address for a job over several machines, or, with ``--listen all``, on every interface (TensorFlow's
+own choice). Each worker gets ``TFDEVICES_LISTEN`` (its address and port); its ``sitecustomize``
+(:mod:`tfdevices.jobs.workersite`) keeps the server there (:mod:`tfdevices.mends.loopback`) and checks,
+once it listens, that it listens nowhere else: a worker whose server listens on more ends with
+:data:`~tfdevices.jobs.workersite.LISTEN_STATUS`, and the launcher stops the job and says why.
 
 The same script runs unchanged under SLURM (``srun python train.py``):
 :func:`tfdevices.launch_info` reads either environment.
@@ -61,9 +65,11 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import ipaddress
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -81,7 +87,8 @@ from tfdevices.jobs.ranks import cpu_binding, plan_ranks
 from tfdevices.jobs.rendezvous import MAX_WORKERS, NodeJob, Nodes, free_ports, rendezvous
 from tfdevices.jobs.tfconfig import make_tf_config
 from tfdevices.jobs.watchdog import Watchdog
-from tfdevices.jobs.workersite import worker_site
+from tfdevices.jobs.workersite import LISTEN_MARK, LISTEN_STATUS, worker_site
+from tfdevices.mends.loopback import ALL, LISTEN_ENV, LOOPBACK, Listen
 
 RESTART_ENV = "TFDEVICES_RESTART"
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -165,6 +172,7 @@ def plan_workers(
     restart: int = 0,
     host: str = "127.0.0.1",
     job: NodeJob | None = None,
+    listen: str | None = None,
 ) -> tuple[WorkerPlan, ...]:
     """Plans this machine's N workers (pure; linear in N).
 
@@ -177,6 +185,8 @@ def plan_workers(
         restart: the restart count, passed as ``TFDEVICES_RESTART``.
         host: the address workers listen on (one machine).
         job: the whole job over several machines (``None``: this machine's N workers are the job).
+        listen: where each worker's TensorFlow server may listen, passed as ``TFDEVICES_LISTEN`` with
+            its port: an IPv4 address or ``"all"`` (``None``: ``host``).
 
     Returns:
         One :class:`WorkerPlan` per local rank.
@@ -188,6 +198,8 @@ def plan_workers(
     >>> plans = plan_workers(2, [5000, 5001], [2, 3])
     >>> [(p.rank, p.address, p.gpus, p.env["CUDA_VISIBLE_DEVICES"]) for p in plans]
     [(0, '127.0.0.1:5000', (2,), '2'), (1, '127.0.0.1:5001', (3,), '3')]
+    >>> [p.env["TFDEVICES_LISTEN"] for p in plans]
+    ['127.0.0.1:5000', '127.0.0.1:5001']
     """
     check_worker_count(n, cpus=None)
     if len(ports) != n or len(set(ports)) != n:
@@ -213,6 +225,8 @@ def plan_workers(
         }
         if virtual_devices is not None:
             env[VIRTUAL_DEVICES_ENV] = str(virtual_devices)
+        where = listen or host
+        env[LISTEN_ENV] = Listen(None if where == ALL else where, int(job.addresses[rank].rsplit(":", 1)[1])).value()
         plans.append(WorkerPlan(rank, job.addresses[rank], assignments[local].gpus, _WorkerEnv(env, head, rank), local))
     return tuple(plans)
 
@@ -267,6 +281,7 @@ def launch(
     mend: bool = True,
     topology: Any = None,
     mends_off: frozenset[str] = frozenset(),
+    listen: str | None = None,
 ) -> int:
     """Runs N workers of ``command`` until they finish, restarting the job up to ``max_restarts`` times.
 
@@ -292,15 +307,17 @@ def launch(
             the CPUs of its GPUs' NUMA node (``None``: CPUs left alone).
         mends_off: mends turned off in the workers (:mod:`tfdevices.mends`), besides those
             ``TFDEVICES_MENDS`` in ``env`` turns off; ``mend=False`` adds ``keras_fit``.
+        listen: where the workers' TensorFlow servers may listen: an IPv4 address of this machine,
+            or ``"all"`` (every interface); ``None``: 127.0.0.1 for a one-machine job, the node's own
+            address over several machines. A one-machine job's ``TF_CONFIG`` names this address
+            (127.0.0.1 for ``"all"``). A worker found listening on more is stopped, and so is the job.
 
     Returns:
         0, or the first non-zero exit status of the last attempt.
     """
     out = out or sys.stdout
     base = dict(os.environ if env is None else env)
-    site = worker_site(
-        base, loopback=nodes is None, mends_off=mends_off | (frozenset() if mend else frozenset({"keras_fit"}))
-    )
+    site = worker_site(base, mends_off=mends_off | (frozenset() if mend else frozenset({"keras_fit"})))
     console = Console(
         out,
         tty=_isatty(out),
@@ -330,6 +347,8 @@ def launch(
                     f"{cluster.first_rank + n - 1} of {len(cluster.addresses)}"
                 )
                 host = cluster.addresses[cluster.first_rank].rsplit(":", 1)[0]
+                where = listen or own_address(host)
+                console.say(_listening_line(where, host))
                 peers.watch(job.stop_remote)
                 plans = plan_workers(
                     n,
@@ -339,13 +358,24 @@ def launch(
                     virtual_devices=virtual_devices,
                     host=host,
                     job=cluster,
+                    listen=where,
                 )
                 code = job.run(command, plans, base)
                 code = peers.finish(code, stopped=job.signalled)
                 return _final(job, code)
+            where = listen or LOOPBACK
+            host = LOOPBACK if where == ALL else where
+            console.say(_listening_line(where, host))
             for attempt in range(max_restarts + 1):
                 plans = plan_workers(
-                    n, free_ports(n), gpus, share=share, virtual_devices=virtual_devices, restart=attempt
+                    n,
+                    free_ports(n, "0.0.0.0" if where == ALL else host),
+                    gpus,
+                    share=share,
+                    virtual_devices=virtual_devices,
+                    restart=attempt,
+                    host=host,
+                    listen=where,
                 )
                 code = job.run(command, plans, base)
                 if job.stopped_by is not None or console.closed or code == 0:
@@ -361,6 +391,42 @@ def launch(
         _report_hidden(console)
         if console.closed:
             _silence(out)
+
+
+def own_address(host: str) -> str:
+    """The IPv4 address ``host`` (this machine's address in the job) names: the address its workers listen on.
+
+    Raises:
+        LaunchError: ``host`` names no IPv4 address.
+
+    >>> own_address("127.0.0.2")
+    '127.0.0.2'
+    """
+    try:
+        return str(ipaddress.IPv4Address(host))
+    except ValueError:
+        pass
+    try:
+        return str(socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM)[0][4][0])
+    except (OSError, UnicodeError, IndexError) as err:
+        raise LaunchError(
+            f"this machine's address in the job, {shown(host)}, names no IPv4 address "
+            f"({getattr(err, 'strerror', None) or err}): its workers' servers cannot listen on it.",
+            hint="give --node-addr as an IPv4 address of this machine, or --listen all.",
+        ) from None
+
+
+def _listening_line(where: str, host: str) -> str:
+    """The console's one line on where the workers' TensorFlow servers listen."""
+    if where == ALL:
+        return (
+            "--listen all: the workers' TensorFlow servers listen on every interface of this machine "
+            "(they have no authentication: keep their ports behind a firewall)"
+        )
+    named = "" if host == where else f" ({host})"
+    return (
+        f"the workers' TensorFlow servers listen on {where}{named} only; a worker found listening on more stops the job"
+    )
 
 
 def _final(job: _Job, code: int) -> int:
@@ -410,6 +476,7 @@ class _Job:
         self._kill_at: float | None = None
         self._tails: dict[int, collections.deque[str]] = {}
         self._notices: list[str] = []
+        self._listen_failed: set[int] = set()  # ranks whose listen check stopped them
 
     def forwarding_signals(self) -> Any:
         job = self
@@ -534,6 +601,8 @@ class _Job:
         stream.close()
 
     def _record(self, rank: int, record: Record, log: IO[str] | None, tail: collections.deque[str]) -> None:
+        if record.text.startswith(LISTEN_MARK):
+            self._listen_failed.add(rank)
         if record.kind != PROGRESS:
             tail.append(record.text)
             if log is not None:
@@ -553,9 +622,16 @@ class _Job:
             if failed:
                 rank, code = failed[0]
                 status = _exit_status(code)
+                if status == LISTEN_STATUS:
+                    time.sleep(0.2)  # let its pump read its last line
                 self.console.say(
                     f"worker {rank} exited with status {status}"
                     + (f" (signal {-code})" if code < 0 else "")
+                    + (
+                        ": its listen check found its TensorFlow server listening on more than --listen asked"
+                        if status == LISTEN_STATUS and rank in self._listen_failed
+                        else ""
+                    )
                     + "; stopping the others"
                 )
                 self._show_tail(rank)
@@ -623,6 +699,7 @@ __all__ = [
     "check_worker_count",
     "free_ports",
     "launch",
+    "own_address",
     "plan_workers",
     "rendezvous",
 ]
