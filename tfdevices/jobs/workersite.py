@@ -151,10 +151,12 @@ def watch_listen(
             pause = min(pause * 2, _POLL_S[1])
         problem = listen_verdict(target, found, rank)
         if target.everywhere:
+            where = ", ".join(sorted(_shown(h, p) for h, p in found))
             say(
                 f"tfdevices: rank {rank}'s TensorFlow server listens on every interface, port {target.port} "
-                f"({', '.join(sorted(_shown(h, p) for h, p in found))}, --listen all): whoever reaches this "
-                "machine on that port can run graphs in this worker"
+                "(--listen all): whoever reaches this machine on that port can run graphs in this worker"
+                if any(h in _EVERY for h, _ in found)
+                else f"tfdevices: rank {rank}'s TensorFlow server listens on {where} (--listen all)"
             )
         elif problem is not None:
             say(f"{LISTEN_MARK} {problem}")
