@@ -185,6 +185,10 @@ def test_sigterm_is_forwarded_to_every_worker(tmp_path) -> None:
             + ["--listen", "loopback", "--", "true"],
             "--listen 127.0.0.1 but the other machines reach this one's workers at '127.0.0.2'",
         ),
+        (
+            ["-n", "1", "--nnodes", "2", "--master-addr", "localhost", "--", "true"],
+            "this machine's address in the job, 'localhost', resolves here to 127.0.0.1, a loopback address",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_status_2(args: list[str], message: str) -> None:

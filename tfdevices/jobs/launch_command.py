@@ -253,6 +253,8 @@ def _nodes(args: argparse.Namespace, command: Sequence[str], listen: str | None 
         raise LaunchError(f"--rdzv-id {shown(args.rdzv_id)} must be 1 to 256 characters.", hint="e.g. --rdzv-id exp7.")
     rdzv, source = rdzv_id(args.rdzv_id, os.environ, command, args.nnodes, args.master_port)
     node_addr = args.node_addr
+    if listen is None and (node_addr is not None or args.node_rank == 0):  # the node's own address, checked now
+        own_address(node_addr or args.master_addr)
     if listen not in (None, ALL):  # the workers are reached where they listen
         if node_addr is None:
             node_addr = listen

@@ -3,7 +3,8 @@
 ::
 
     tfdevices launch -n 2 [--gpus SPEC] [--share] [--max-restarts K] [--virtual-devices N] \\
-        [--log-dir DIR [--tee]] [--all-ranks] [--tf-logs] -- python train.py --epochs 3
+        [--log-dir DIR [--tee]] [--all-ranks] [--tf-logs] [--listen {loopback,all,ADDRESS}] \\
+        -- python train.py --epochs 3
 
     # two machines, no scheduler: the same command on each, --node-rank 0 and 1
     tfdevices launch -n 4 --nnodes 2 --node-rank 0 --master-addr host0 -- python train.py
@@ -394,10 +395,13 @@ def launch(
 
 
 def own_address(host: str) -> str:
-    """The IPv4 address ``host`` (this machine's address in the job) names: the address its workers listen on.
+    """The IPv4 address ``host`` (this machine's address in a job over several machines) names: where its
+    workers listen.
 
     Raises:
-        LaunchError: ``host`` names no IPv4 address.
+        LaunchError: ``host`` names no IPv4 address, or it is a name that resolves here to a loopback
+            address (as Debian's ``/etc/hosts`` does for the machine's own name): the other machines,
+            which resolve it otherwise, could not reach the workers.
 
     >>> own_address("127.0.0.2")
     '127.0.0.2'
@@ -407,13 +411,20 @@ def own_address(host: str) -> str:
     except ValueError:
         pass
     try:
-        return str(socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM)[0][4][0])
+        address = str(socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM)[0][4][0])
     except (OSError, UnicodeError, IndexError) as err:
         raise LaunchError(
             f"this machine's address in the job, {shown(host)}, names no IPv4 address "
             f"({getattr(err, 'strerror', None) or err}): its workers' servers cannot listen on it.",
             hint="give --node-addr as an IPv4 address of this machine, or --listen all.",
         ) from None
+    if ipaddress.IPv4Address(address).is_loopback:
+        raise LaunchError(
+            f"this machine's address in the job, {shown(host)}, resolves here to {address}, a loopback address: "
+            "its workers would listen where the other machines cannot reach them.",
+            hint="give --node-addr as this machine's IPv4 address on the network the machines share, or --listen all.",
+        )
+    return address
 
 
 def _listening_line(where: str, host: str) -> str:
