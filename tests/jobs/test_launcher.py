@@ -217,6 +217,8 @@ def test_plan_workers() -> None:
     assert [p.env["TFDEVICES_LISTEN"] for p in plans] == ["127.0.0.1:6001", "127.0.0.1:6002"]
     assert [p.env["TFDEVICES_LISTEN"] for p in plan_workers(2, [1, 2], listen="all")] == ["all:1", "all:2"]
     assert plan_workers(1, [3], host="10.0.0.5")[0].env["TFDEVICES_LISTEN"] == "10.0.0.5:3"
+    with pytest.raises(LaunchError, match=r"listen='host0': the workers' servers listen on an IPv4 address"):
+        plan_workers(1, [3], host="host0")
     assert plan_workers(2, [1, 2])[0].env["CUDA_VISIBLE_DEVICES"] == "-1"
     with pytest.raises(LaunchError, match=r"2 workers need 2 distinct ports, got \[1, 1\]"):
         plan_workers(2, [1, 1])

@@ -193,7 +193,7 @@ def plan_workers(
         One :class:`WorkerPlan` per local rank.
 
     Raises:
-        LaunchError: ``n`` < 1 or the ports do not match.
+        LaunchError: ``n`` < 1, the ports do not match, or ``listen`` (``host``) is no IPv4 address.
         SelectionError: more workers than GPUs without ``share``.
 
     >>> plans = plan_workers(2, [5000, 5001], [2, 3])
@@ -203,6 +203,12 @@ def plan_workers(
     ['127.0.0.1:5000', '127.0.0.1:5001']
     """
     check_worker_count(n, cpus=None)
+    where = listen or host
+    if where != ALL and not _is_ipv4(where):
+        raise LaunchError(
+            f"listen={shown(where)}: the workers' servers listen on an IPv4 address, or 'all'.",
+            hint="resolve a name first (own_address), or pass listen='all'.",
+        )
     if len(ports) != n or len(set(ports)) != n:
         raise LaunchError(f"{n} workers need {n} distinct ports, got {shown(list(ports))}.", hint="use free_ports(n).")
     if job is None:
@@ -226,10 +232,17 @@ def plan_workers(
         }
         if virtual_devices is not None:
             env[VIRTUAL_DEVICES_ENV] = str(virtual_devices)
-        where = listen or host
         env[LISTEN_ENV] = Listen(None if where == ALL else where, int(job.addresses[rank].rsplit(":", 1)[1])).value()
         plans.append(WorkerPlan(rank, job.addresses[rank], assignments[local].gpus, _WorkerEnv(env, head, rank), local))
     return tuple(plans)
+
+
+def _is_ipv4(text: str) -> bool:
+    try:
+        ipaddress.IPv4Address(text)
+    except ValueError:
+        return False
+    return True
 
 
 class _WorkerEnv(Mapping[str, str]):

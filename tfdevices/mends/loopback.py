@@ -157,7 +157,7 @@ class Loopback(Mend):
         target = self.target
         if target is None or target.host is None:  # _check says why
             raise NotApplicableError("no listen address asked")
-        libraries = ", ".join(os.path.basename(p) for p in _confine(target))
+        libraries = ", ".join(os.path.basename(p) for p in _confine(self._saved))
         return f"a wildcard bind of port {target.port} goes to {target.host} (bind in {libraries})"
 
     def _undo(self) -> None:
@@ -226,8 +226,12 @@ class _TensorFlowImported(importlib.abc.MetaPathFinder):
         return spec
 
 
-def _confine(target: Listen) -> list[str]:
-    """Points the ``bind`` GOT entries of the TensorFlow libraries loaded here at the wrapper.
+def _confine(saved: list[tuple[int, int]]) -> list[str]:
+    """Points the ``bind`` GOT entries of the TensorFlow libraries loaded here at the wrapper (which reads the
+    mend's target at each bind).
+
+    Args:
+        saved: gets each changed entry's address and what it held, for undoing.
 
     Returns:
         The libraries changed.
@@ -246,11 +250,12 @@ def _confine(target: Listen) -> list[str]:
             base = _load_address(path)
             for offset in slots:
                 address = base + offset
-                MEND._saved.append((address, ctypes.c_void_p.from_address(address).value or 0))
+                saved.append((address, ctypes.c_void_p.from_address(address).value or 0))
                 _point(address, _wrapper())
             done.append(path)
     except (OSError, ValueError, AttributeError, struct.error) as err:
-        MEND._undo()
+        while saved:
+            _point(*saved.pop())
         raise NotApplicableError(f"{type(err).__name__}: {err}") from None
     if not done:
         raise NotApplicableError(reason)
