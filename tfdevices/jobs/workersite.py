@@ -33,7 +33,7 @@ LISTEN_STATUS = 86
 #: How the worker's listen-check line begins (the launcher recognises it).
 LISTEN_MARK = "tfdevices: listen check:"
 _EVERY = {"0.0.0.0", "::"}
-_POLL_S = (0.05, 1.0)  # the listen check's first and longest pause between two looks
+_POLL_S = (0.02, 0.25)  # the listen check's first and longest pause between two looks (the window it leaves)
 
 _TEMPLATE = '''"""Written by tfdevices launch for this worker."""
 import importlib.machinery
@@ -127,7 +127,7 @@ def watch_listen(
     """Starts the listen check: a daemon thread that waits for this process to listen on ``target.port``,
     then says where and, if that is more than ``target`` allows, stops the worker.
 
-    It looks at once, then backs off to one look a second; it ends after its one verdict.
+    It looks at once, then backs off to four looks a second; it ends after its one verdict.
 
     Args:
         target: where the server may listen.
