@@ -262,12 +262,12 @@ def _launch(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
         loopback_on = "loopback" not in mends.turned_off(env)
     except TfDevicesError:
         return (("one machine", f"unknown: {MENDS_ENV} cannot be read (see mends)"),)
+    kept = "kept there by the loopback mend" if loopback_on else "the loopback mend is off: nothing keeps it there"
     one = (
-        "127.0.0.1 only (mend loopback); a server that binds elsewhere stops the job"
-        if loopback_on and sys.platform.startswith("linux")
-        else "every interface: the loopback mend is off or cannot apply here"
+        f"tfdevices launch -n N: each worker's TensorFlow server listens on 127.0.0.1 only ({kept}); "
+        "a worker found listening on more stops the job (--listen all: every interface)"
     )
     return (
-        ("one machine", f"tfdevices launch -n N: each worker's TensorFlow server listens on {one}"),
-        ("many machines", "tfdevices launch --nnodes K: each worker listens on every interface of its machine"),
+        ("one machine", one),
+        ("many machines", "tfdevices launch --nnodes K: each worker listens on its node's own address (--node-addr)"),
     )

@@ -176,6 +176,19 @@ def test_sigterm_is_forwarded_to_every_worker(tmp_path) -> None:
             "--max-restarts with --nnodes > 1",
         ),
         (["-n", "1", "--log-dir", "/dev/null/logs", "--", "true"], "--log-dir '/dev/null/logs': cannot create it"),
+        (["-n", "1", "--listen", "localhost", "--", "true"], "--listen 'localhost': not loopback, all or an IPv4"),
+        (["-n", "1", "--listen", "::1", "--", "true"], "--listen '::1': not loopback, all or an IPv4 address."),
+        (["-n", "1", "--listen", "0.0.0.0", "--", "true"], "--listen 0.0.0.0: that is every interface; say it as"),
+        (["-n", "1", "--listen", "192.0.2.1", "--", "true"], "--listen 192.0.2.1: cannot listen there on this"),
+        (
+            ["-n", "1", "--nnodes", "2", "--master-addr", "127.0.0.1", "--node-addr", "127.0.0.2"]
+            + ["--listen", "loopback", "--", "true"],
+            "--listen 127.0.0.1 but the other machines reach this one's workers at '127.0.0.2'",
+        ),
+        (
+            ["-n", "1", "--nnodes", "2", "--master-addr", "localhost", "--", "true"],
+            "this machine's address in the job, 'localhost', resolves here to 127.0.0.1, a loopback address",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_status_2(args: list[str], message: str) -> None:
@@ -186,12 +199,26 @@ def test_bad_input_is_one_line_and_status_2(args: list[str], message: str) -> No
     assert "HINT:" in lines[0]
 
 
+def test_listen_names_where_a_one_machine_jobs_workers_are_reached() -> None:
+    """--listen 127.0.0.2: the workers' TF_CONFIG names 127.0.0.2 and each is told to listen there, on its port."""
+    proc = run_launcher("-n", "2", "--listen", "127.0.0.2", *worker("report"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    got = reports(proc.stdout)
+    assert [got[r]["address"].rsplit(":", 1)[0] for r in (0, 1)] == ["127.0.0.2", "127.0.0.2"], got
+    assert "[launcher] the workers' TensorFlow servers listen on 127.0.0.2 only" in proc.stdout
+
+
 def test_plan_workers() -> None:
     plans = plan_workers(2, [6001, 6002], [5, 6], virtual_devices=3, restart=1)
     assert [p.env["TFDEVICES_RANK_GPUS"] for p in plans] == ["5", "6"]
     assert {p.env["TFDEVICES_VIRTUAL_DEVICES"] for p in plans} == {"3"}
     assert {p.env["TFDEVICES_RESTART"] for p in plans} == {"1"}
     assert parse_tf_config(plans[1].env["TF_CONFIG"]).address == "127.0.0.1:6002"
+    assert [p.env["TFDEVICES_LISTEN"] for p in plans] == ["127.0.0.1:6001", "127.0.0.1:6002"]
+    assert [p.env["TFDEVICES_LISTEN"] for p in plan_workers(2, [1, 2], listen="all")] == ["all:1", "all:2"]
+    assert plan_workers(1, [3], host="10.0.0.5")[0].env["TFDEVICES_LISTEN"] == "10.0.0.5:3"
+    with pytest.raises(LaunchError, match=r"listen='host0': the workers' servers listen on an IPv4 address"):
+        plan_workers(1, [3], host="host0")
     assert plan_workers(2, [1, 2])[0].env["CUDA_VISIBLE_DEVICES"] == "-1"
     with pytest.raises(LaunchError, match=r"2 workers need 2 distinct ports, got \[1, 1\]"):
         plan_workers(2, [1, 1])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -14,11 +15,12 @@ import time
 
 import pytest
 
-from tests.helpers import REPO, subprocess_env
+from tests.helpers import REPO, kill_all, subprocess_env
 from tests.jobs.launching import WORKER, reports
 from tfdevices.jobs.handshake import KINDS, TOKEN_ENV
 from tfdevices.jobs.rendezvous import free_ports
 from tfdevices.jobs.tfconfig import parse_tf_config
+from tfdevices.jobs.workersite import listening
 
 TINY = os.path.join(REPO, "tests", "scripts", "tiny_train.py")
 
@@ -40,8 +42,10 @@ def _node(
     nnodes: int = 2,
     options: tuple[str, ...] = (),
     env: dict[str, str] | None = None,
+    node_addr: bool = True,
 ) -> subprocess.Popen:
-    """One launcher of an NNODES-machine job on this machine: node R's workers listen on 127.0.0.(R+1), its own host."""
+    """One launcher of an NNODES-machine job on this machine: node R's workers listen on 127.0.0.(R+1), its own host
+    (``node_addr=False``: no --node-addr)."""
     return subprocess.Popen(
         [
             sys.executable,
@@ -58,8 +62,7 @@ def _node(
             "127.0.0.1",
             "--master-port",
             str(port),
-            "--node-addr",
-            f"127.0.0.{rank + 1}",
+            *(["--node-addr", f"127.0.0.{rank + 1}"] if node_addr else []),
             "--rdzv-timeout",
             timeout,
             *options,
@@ -327,3 +330,62 @@ def test_a_launcher_that_leaves_before_the_job_forms_is_waited_for_again() -> No
     text0 = out0.text()
     assert [p.returncode for p in [first, *later]] == [0, 0, 0], (text0, outs)
     assert sorted({**reports(text0), **reports(outs[0][0]), **reports(outs[1][0])}) == [0, 1, 2]
+
+
+LISTENER = os.path.join(REPO, "tests", "scripts", "listen_worker.py")
+
+
+def test_listen_each_machines_workers_listen_on_its_own_address_only(tmp_path) -> None:
+    """Two launchers (node R's address 127.0.0.(R+1)), one TensorFlow worker each, no --listen: each server
+    listens on its node's address only (the other loopback address is refused), the job forms and runs."""
+    port = free_ports(1)[0]
+    procs = [_node(r, port, sys.executable, LISTENER, str(tmp_path), n=1, timeout="120") for r in (0, 1)]
+    outs = [_Lines(p) for p in procs]
+    try:
+        for r, out in enumerate(outs):
+            out.wait_for(f"[launcher] the workers' TensorFlow servers listen on 127.0.0.{r + 1} only", timeout=120)
+            out.wait_for(f"[{r}] ready {r}", timeout=240)
+        for r, out in enumerate(outs):
+            (pid, port_r) = next(
+                (int(m.group(1)), int(m.group(2)))
+                for line in out.lines
+                if (m := re.match(rf"\[launcher\] worker {r}: pid (\d+), 127\.0\.0\.{r + 1}:(\d+)", line))
+            )
+            assert {host for host, _ in listening(port_r, str(pid))} == {f"::ffff:127.0.0.{r + 1}"}, r
+            socket.create_connection((f"127.0.0.{r + 1}", port_r), timeout=10).close()
+            with pytest.raises(ConnectionRefusedError):
+                socket.create_connection((f"127.0.0.{2 - r}", port_r), timeout=10)
+    finally:
+        (tmp_path / "go").touch()
+        try:
+            for p in procs:
+                p.wait(timeout=120)
+        finally:
+            kill_all(p.pid for p in procs)
+    texts = [out.text() for out in outs]
+    assert [p.returncode for p in procs] == [0, 0], texts
+    assert all("sum 3" in text and "listen check" not in text for text in texts), texts
+
+
+def test_listen_an_address_is_where_the_other_machines_reach_the_workers() -> None:
+    """--listen 127.0.0.(R+1) without --node-addr: the cluster names each node's workers at that address."""
+    port = free_ports(1)[0]
+    procs = [
+        _node(r, port, sys.executable, WORKER, "report", n=1, options=("--listen", f"127.0.0.{r + 1}"), node_addr=False)
+        for r in (0, 1)
+    ]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    got = {**reports(outs[0][0]), **reports(outs[1][0])}
+    assert [got[r]["address"].rsplit(":", 1)[0] for r in (0, 1)] == ["127.0.0.1", "127.0.0.2"], got
+
+
+def test_listen_that_contradicts_node_addr_is_refused_before_the_rendezvous() -> None:
+    proc = _node(1, free_ports(1)[0], "true", options=("--listen", "127.0.0.3"))
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2 and "meeting" not in out, out + err
+    assert err.strip() == (
+        "tfdevices launch: error: --listen 127.0.0.3 but the other machines reach this one's workers at "
+        "'127.0.0.2' (--node-addr, 127.0.0.2): they could not. HINT: leave --listen out (the workers listen "
+        "on --node-addr), or give the same address to both."
+    )

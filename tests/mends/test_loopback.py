@@ -1,5 +1,6 @@
-"""One-machine jobs stay on the machine: the workers' TensorFlow servers accept connections on 127.0.0.1
-and on no other local address (their listening sockets read from /proc/net/tcp and /proc/net/tcp6)."""
+"""Launched workers' TensorFlow servers listen where the launcher asks, and nowhere else: the ``loopback`` mend
+moves the server's own wildcard bind, and the workers' listen check stops the job when the server listens on
+more (their listening sockets read from /proc/net/tcp and /proc/net/tcp6), with the mend on, undone or off."""
 
 from __future__ import annotations
 
@@ -15,12 +16,16 @@ import time
 import pytest
 
 from tests.helpers import REPO, kill_all, subprocess_env
+from tfdevices.core.errors import EnvVarError
+from tfdevices.jobs.workersite import LISTEN_STATUS, listening
 from tfdevices.mends import loopback
-from tfdevices.mends.loopback import loopback_address
+from tfdevices.mends.loopback import Listen, confined_address, parse_listen
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and ELF: Linux")
 
-TINY = os.path.join(REPO, "tests", "scripts", "tiny_train.py")
+WORKER = os.path.join(REPO, "tests", "scripts", "listen_worker.py")
+LOCAL = {"127.0.0.1", "::ffff:127.0.0.1", "::1"}
+EVERY = {"0.0.0.0", "::"}
 
 
 def test_docstring_examples() -> None:
@@ -28,76 +33,89 @@ def test_docstring_examples() -> None:
     assert result.attempted > 0 and result.failed == 0
 
 
-def _v4(host: str) -> bytes:
-    return struct.pack("=HH4s8x", socket.AF_INET, 0x1F90, socket.inet_aton(host))
+def _v4(host: str, port: int = 8080) -> bytes:
+    return struct.pack("=HH4s8x", socket.AF_INET, socket.htons(port), socket.inet_aton(host))
 
 
-def _v6(host: str) -> bytes:
-    return struct.pack("=HHI16sI", socket.AF_INET6, 0x1F90, 0, socket.inet_pton(socket.AF_INET6, host), 0)
+def _v6(host: str, port: int = 8080) -> bytes:
+    return struct.pack("=HHI16sI", socket.AF_INET6, socket.htons(port), 0, socket.inet_pton(socket.AF_INET6, host), 0)
 
 
 @pytest.mark.parametrize(
-    "raw, v6only, host",
+    "raw, target, v6only, host",
     [
-        (_v4("0.0.0.0"), False, "127.0.0.1"),
-        (_v4("10.1.2.3"), False, None),
-        (_v4("127.0.0.1"), False, None),
-        (_v6("::"), False, "::ffff:127.0.0.1"),  # dual-stack: IPv4 clients of 127.0.0.1 still reach it
-        (_v6("::"), True, "::1"),
-        (_v6("fe80::1"), False, None),
+        (_v4("0.0.0.0"), "127.0.0.1", False, "127.0.0.1"),
+        (_v4("0.0.0.0"), "10.1.2.3", False, "10.1.2.3"),  # a node's own address
+        (_v4("0.0.0.0", 8081), "127.0.0.1", False, None),  # another port: not the worker's server
+        (_v4("10.1.2.3"), "127.0.0.1", False, None),  # a host named already
+        (_v4("127.0.0.1"), "127.0.0.1", False, None),
+        (_v6("::"), "127.0.0.1", False, "::ffff:127.0.0.1"),  # dual-stack: IPv4 clients of 127.0.0.1 reach it
+        (_v6("::"), "10.1.2.3", False, "::ffff:10.1.2.3"),
+        (_v6("::"), "127.0.0.1", True, "::1"),
+        (_v6("::"), "10.1.2.3", True, None),  # an IPv6-only socket cannot hold it: the listen check sees it
+        (_v6("::", 8081), "127.0.0.1", False, None),
+        (_v6("fe80::1"), "127.0.0.1", False, None),
+        (_v4("0.0.0.0"), None, False, None),  # --listen all: nothing moves
     ],
 )
-def test_only_a_wildcard_address_becomes_the_loopback_one(raw: bytes, v6only: bool, host: str | None) -> None:
-    got = loopback_address(raw, lambda: v6only)
+def test_only_a_wildcard_bind_of_the_workers_port_moves(
+    raw: bytes, target: str | None, v6only: bool, host: str | None
+) -> None:
+    got = confined_address(raw, Listen(target, 8080), lambda: v6only)
     if host is None:
         assert got is None
         return
     family = struct.unpack_from("=H", raw)[0]
-    assert len(got) == len(raw) and got[:4] == raw[:4]  # family and port kept
+    assert got is not None and len(got) == len(raw) and got[:4] == raw[:4]  # family and port kept
     at = slice(4, 8) if family == socket.AF_INET else slice(8, 24)
     assert socket.inet_ntop(family, got[at]) == host and got[at.stop :] == raw[at.stop :]
 
 
-def _listening(pid: int) -> set[tuple[str, int]]:
-    """The (address, port) of every TCP socket ``pid`` listens on, from /proc/net/tcp and /proc/net/tcp6."""
-    inodes = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            match = re.fullmatch(r"socket:\[(\d+)\]", os.readlink(f"/proc/{pid}/fd/{fd}"))
-        except OSError:
-            continue
-        if match:
-            inodes.add(match.group(1))
-    found = set()
-    for table, family in (("/proc/net/tcp", socket.AF_INET), ("/proc/net/tcp6", socket.AF_INET6)):
-        with open(table, encoding="ascii") as f:
-            for row in f.read().splitlines()[1:]:
-                fields = row.split()
-                local, state, inode = fields[1], fields[3], fields[9]
-                if state != "0A" or inode not in inodes:  # 0A: LISTEN
-                    continue
-                hexaddr, hexport = local.split(":")
-                raw = bytes.fromhex(hexaddr)  # the kernel writes each 32-bit word in host order
-                raw = (
-                    b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4)) if sys.byteorder == "little" else raw
-                )
-                found.add((socket.inet_ntop(family, raw), int(hexport, 16)))
-    return found
+@pytest.mark.parametrize(
+    "value, want",
+    [
+        ("127.0.0.1:41234", Listen("127.0.0.1", 41234)),
+        ("10.0.0.5:1", Listen("10.0.0.5", 1)),
+        ("all:65535", Listen(None, 65535)),
+        ("", None),
+        ("127.0.0.1", None),
+        ("127.0.0.1:0", None),
+        ("127.0.0.1:65536", None),
+        ("127.0.0.1:+1", None),
+        ("0.0.0.0:80", None),  # every interface is said as all
+        ("[::1]:80", None),
+        ("localhost:80", None),
+        ("ALL:80", None),
+        ("127.0.0.1:٣", None),  # a digit, but not ASCII
+        ("1" * 100 + ":80", None),
+    ],
+)
+def test_the_listen_variable_is_read_strictly(value: str, want: Listen | None) -> None:
+    if want is not None:
+        assert parse_listen(value) == want and parse_listen(want.value()) == want
+        return
+    with pytest.raises(EnvVarError, match=r"^TFDEVICES_LISTEN=.*: not ADDRESS:PORT") as err:
+        parse_listen(value)
+    assert "HINT: tfdevices launch sets it" in str(err.value)
 
 
-def test_the_workers_of_a_one_machine_job_listen_on_127_0_0_1_only(tmp_path) -> None:
-    """tfdevices launch -n 2 with TensorFlow workers (MultiWorkerMirroredStrategy, 3 steps): while they hold,
-    each listens on its TF_CONFIG port on 127.0.0.1 only; 127.0.0.1 reaches it, 127.0.0.2 does not."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tfdevices", "launch", "-n", "2", "--", sys.executable, TINY, str(tmp_path)],
-        env=subprocess_env(),
+def _launch(tmp_path, *options: str, undo: bool = False, env: dict[str, str] | None = None) -> subprocess.Popen:
+    command = [sys.executable, "-m", "tfdevices", "launch", "-n", "2", *options, "--", sys.executable, WORKER]
+    return subprocess.Popen(
+        command + [str(tmp_path)] + (["undo"] if undo else []),
+        env=subprocess_env(env),
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
+
+
+def _held(proc: subprocess.Popen, tmp_path, check) -> tuple[str, dict[int, tuple[int, int]]]:
+    """Reads the launcher until both workers are ready (or it ends), runs ``check(pids)`` while they hold,
+    lets them go; returns everything it printed and each rank's (pid, port)."""
     lines: list[str] = []
-    pids: dict[int, int] = {}
+    pids: dict[int, tuple[int, int]] = {}
     try:
         ready = set()
         deadline = time.monotonic() + 240
@@ -110,20 +128,97 @@ def test_the_workers_of_a_one_machine_job_listen_on_127_0_0_1_only(tmp_path) -> 
                 pids[int(match.group(1))] = (int(match.group(2)), int(match.group(3)))
             if match := re.match(r"\[(\d)\] ready \d", line):
                 ready.add(int(match.group(1)))
-        assert ready == {0, 1}, "".join(lines)
-        for rank, (pid, port) in pids.items():
-            sockets = _listening(pid)
-            assert ("::ffff:127.0.0.1", port) in sockets or ("127.0.0.1", port) in sockets, (rank, sockets)
-            assert {host for host, _ in sockets} <= {"127.0.0.1", "::ffff:127.0.0.1", "::1"}, (rank, sockets)
-            socket.create_connection(("127.0.0.1", port), timeout=10).close()
-            with pytest.raises(ConnectionRefusedError):
-                socket.create_connection(("127.0.0.2", port), timeout=10)
+        if ready == {0, 1}:
+            check(pids)
     finally:
         (tmp_path / "go").touch()
         try:
             rest, _ = proc.communicate(timeout=120)
         finally:
             kill_all([proc.pid] + [pid for pid, _ in pids.values()])
-    lines.append(rest)
-    assert proc.returncode == 0, "".join(lines)
-    assert "cannot keep this worker's TensorFlow server" not in "".join(lines)
+    return "".join(lines) + rest, pids
+
+
+def test_on_the_workers_of_a_one_machine_job_listen_on_127_0_0_1_only(tmp_path) -> None:
+    """tfdevices launch -n 2 with TensorFlow workers (MultiWorkerMirroredStrategy): while they hold, each
+    listens on its TF_CONFIG port on 127.0.0.1 only; 127.0.0.1 reaches it, 127.0.0.2 does not; the mend says
+    which port it moved where, in which libraries."""
+
+    def check(pids: dict[int, tuple[int, int]]) -> None:
+        for rank, (pid, port) in pids.items():
+            sockets = listening(port, str(pid))
+            assert sockets and {host for host, _ in sockets} <= LOCAL, (rank, sockets)
+            socket.create_connection(("127.0.0.1", port), timeout=10).close()
+            with pytest.raises(ConnectionRefusedError):
+                socket.create_connection(("127.0.0.2", port), timeout=10)
+
+    out, pids = _held(_launch(tmp_path), tmp_path, check)
+    assert "[launcher] the workers' TensorFlow servers listen on 127.0.0.1 only" in out, out
+    for rank, (_, port) in pids.items():
+        assert re.search(
+            rf"\[{rank}\] mend applied: a wildcard bind of port {port} goes to 127\.0\.0\.1 \(bind in "
+            rf"libtensorflow.*; moved: \[::\]:{port} -> \[::ffff:127\.0\.0\.1\]:{port}\n",
+            out,
+        ), out
+    assert "sum 3" in out and "listen check" not in out
+
+
+def _stopped(out: str, code: int) -> str:
+    assert code == LISTEN_STATUS, out
+    assert re.search(
+        rf"\[launcher\] worker \d exited with status {LISTEN_STATUS}: its listen check found its TensorFlow server "
+        "listening on more than --listen asked; stopping the others",
+        out,
+    ), out
+    said = re.findall(
+        r"^\[(\d)\] tfdevices: listen check: rank \1's TensorFlow server listens on \[::\]:(\d+) \(every interface\), "
+        r"not 127\.0\.0\.1 as tfdevices launch asked \((.*)\)\. It has no authentication: whoever reaches this "
+        r"machine's port \2 could run graphs in this worker; stopping it\. HINT: launch with --listen all",
+        out,
+        re.MULTILINE,
+    )
+    assert said, out
+    assert "ready" not in out and "sum" not in out  # stopped before the job ran a step
+    return said[0][2]
+
+
+def test_a_bind_the_mend_misses_stops_the_job(tmp_path) -> None:
+    """The worker undoes the mend after importing TensorFlow (its server then binds as TensorFlow has it, a path
+    the mend does not catch): its listen check says where it listens and why that is a risk, and the launcher
+    stops the job with the check's status, saying so."""
+    proc = _launch(tmp_path, undo=True)
+    out, _ = proc.communicate(timeout=240)
+    why = _stopped(out, proc.returncode)
+    assert why == "the loopback mend is undone: taken back", out
+
+
+def test_off_the_server_listens_as_tensorflow_has_it_and_the_check_still_stops_the_job(tmp_path) -> None:
+    """TFDEVICES_MENDS=loopback: nothing moves TensorFlow's bind (every interface, as TensorFlow has it), and a job
+    asked to stay on 127.0.0.1 is stopped all the same."""
+    proc = _launch(tmp_path, env={"TFDEVICES_MENDS": "loopback"})
+    out, _ = proc.communicate(timeout=240)
+    why = _stopped(out, proc.returncode)
+    assert why.startswith("the loopback mend is off: turned off (TFDEVICES_MENDS"), out
+
+
+def test_listen_all_runs_on_every_interface_and_says_so(tmp_path) -> None:
+    """--listen all (the worker undoing the mend too): no bind moves, nothing stops, each worker says once what it
+    exposes, and its socket is TensorFlow's own wildcard."""
+
+    def check(pids: dict[int, tuple[int, int]]) -> None:
+        for rank, (pid, port) in pids.items():
+            assert {host for host, _ in listening(port, str(pid))} & EVERY, rank
+
+    out, pids = _held(_launch(tmp_path, "--listen", "all", undo=True), tmp_path, check)
+    assert "[launcher] --listen all: the workers' TensorFlow servers listen on every interface" in out, out
+    assert sorted(pids) == [0, 1], out
+    for rank, (_, port) in pids.items():
+        said = re.findall(
+            rf"^\[{rank}\] tfdevices: rank {rank}'s TensorFlow server listens on every interface, port {port} "
+            r"\(--listen all\): whoever reaches this machine on that port can run graphs in this worker$",
+            out,
+            re.MULTILINE,
+        )
+        assert len(said) == 1, out
+        assert re.search(rf"\[{rank}\] mend not_needed: --listen all: port {port} listens on every interface", out)
+    assert "sum 3" in out and "listen check" not in out

@@ -8,7 +8,9 @@ imports no TensorFlow.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
+import socket
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,11 +26,13 @@ from tfdevices.jobs.launcher import (
     WORKERS_PER_CORE,
     check_worker_count,
     launch,
+    own_address,
     plan_workers,
 )
 from tfdevices.jobs.rendezvous import MASTER_PORT, MAX_WORKERS, Nodes
 from tfdevices.jobs.stall import StallPolicy
 from tfdevices.mends.base import parse_mends_off
+from tfdevices.mends.loopback import ALL, LOOPBACK
 
 MAX_STALL_S = 7 * 86400.0
 
@@ -95,6 +99,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAMES",
         help="turn these mends off in the workers: a comma list, or 'all' (added to what TFDEVICES_MENDS says; "
         "`tfdevices doctor` lists them)",
+    )
+    parser.add_argument(
+        "--listen",
+        default=None,
+        metavar="{loopback,all,ADDRESS}",
+        help="where the workers' TensorFlow servers listen (they have no authentication): loopback (127.0.0.1, "
+        "the default on one machine), the node's own address (the default with --nnodes), an IPv4 ADDRESS "
+        "of this machine, or all (every interface); a worker found listening on more stops the job",
     )
     nodes = parser.add_argument_group("many machines (no scheduler)")
     nodes.add_argument("--nnodes", type=int, default=1, help="machines in the job, one launcher each")
@@ -172,7 +184,8 @@ def run(args: argparse.Namespace) -> int:
         mends_off = parse_mends_off(args.mends_off, asked=f"--mends-off {shown(args.mends_off)}")
     except EnvVarError as err:
         raise LaunchError(err.message, hint=err.hint) from None
-    nodes = _nodes(args, command)
+    listen = _listen(getattr(args, "listen", None), args.nnodes)
+    nodes = _nodes(args, command, listen)
     if args.log_dir:
         _check_log_dir(args.log_dir)
     gpus = _candidate_gpus(args.gpus)
@@ -192,11 +205,41 @@ def run(args: argparse.Namespace) -> int:
         mend=not args.no_mend,
         mends_off=mends_off,
         stall=StallPolicy(window_s=args.stall_window, timeout_s=args.stall_timeout),
+        listen=listen,
         topology=_affinity_topology(getattr(args, "cpu_affinity", None), gpus),
     )
 
 
-def _nodes(args: argparse.Namespace, command: Sequence[str]) -> Nodes | None:
+def _listen(value: str | None, nnodes: int) -> str | None:
+    """``--listen`` as :func:`~tfdevices.jobs.launcher.launch` takes it: ``"all"``, an IPv4 address, or ``None``
+    (the default: 127.0.0.1 on one machine, the node's own address over several).
+
+    Raises:
+        LaunchError: not loopback, all or an IPv4 address; on one machine, an address this machine does not have.
+    """
+    if value is None or value == ALL:
+        return value
+    if value == "loopback":
+        return LOOPBACK
+    fix = "give --listen loopback, all, or an IPv4 address of this machine (e.g. --listen 10.0.0.5)."
+    try:
+        address = ipaddress.IPv4Address(value)
+    except ValueError:
+        raise LaunchError(f"--listen {shown(value)}: not loopback, all or an IPv4 address.", hint=fix) from None
+    if address.is_unspecified:
+        raise LaunchError(f"--listen {value}: that is every interface; say it as --listen all.", hint=fix)
+    if nnodes == 1:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind((str(address), 0))
+            except OSError as err:
+                raise LaunchError(
+                    f"--listen {value}: cannot listen there on this machine ({err.strerror}).", hint=fix
+                ) from None
+    return str(address)
+
+
+def _nodes(args: argparse.Namespace, command: Sequence[str], listen: str | None = None) -> Nodes | None:
     if args.nnodes == 1:
         for name, value in (
             ("--node-rank", args.node_rank or None),
@@ -232,11 +275,23 @@ def _nodes(args: argparse.Namespace, command: Sequence[str]) -> Nodes | None:
     if args.rdzv_id is not None and not 0 < len(args.rdzv_id) <= 256:
         raise LaunchError(f"--rdzv-id {shown(args.rdzv_id)} must be 1 to 256 characters.", hint="e.g. --rdzv-id exp7.")
     rdzv, source = rdzv_id(args.rdzv_id, os.environ, command, args.nnodes, args.master_port)
+    node_addr = args.node_addr
+    if listen is None and (node_addr is not None or args.node_rank == 0):  # the node's own address, checked now
+        own_address(node_addr or args.master_addr)
+    if listen not in (None, ALL):  # the workers are reached where they listen
+        if node_addr is None:
+            node_addr = listen
+        elif own_address(node_addr) != listen:
+            raise LaunchError(
+                f"--listen {listen} but the other machines reach this one's workers at {shown(node_addr)} "
+                f"(--node-addr, {own_address(node_addr)}): they could not.",
+                hint="leave --listen out (the workers listen on --node-addr), or give the same address to both.",
+            )
     return Nodes(
         args.nnodes,
         args.node_rank,
         (args.master_addr, args.master_port),
-        args.node_addr,
+        node_addr,
         min(args.rdzv_timeout, 86400.0),
         rdzv,
         read_token(args.rdzv_token_file, os.environ),

@@ -3,7 +3,8 @@
 ::
 
     tfdevices launch -n 2 [--gpus SPEC] [--share] [--max-restarts K] [--virtual-devices N] \\
-        [--log-dir DIR [--tee]] [--all-ranks] [--tf-logs] -- python train.py --epochs 3
+        [--log-dir DIR [--tee]] [--all-ranks] [--tf-logs] [--listen {loopback,all,ADDRESS}] \\
+        -- python train.py --epochs 3
 
     # two machines, no scheduler: the same command on each, --node-rank 0 and 1
     tfdevices launch -n 4 --nnodes 2 --node-rank 0 --master-addr host0 -- python train.py
@@ -48,8 +49,12 @@ listen; every launcher then starts its workers with the whole cluster in ``TF_CO
 :mod:`tfdevices.jobs.handshake`); other connections are dropped and counted. The connections stay
 open: when one machine's job fails or its launcher dies, the others stop theirs.
 
-A one-machine job's workers keep TensorFlow's servers on 127.0.0.1 (:mod:`tfdevices.mends.loopback`,
-from the workers' ``sitecustomize``: :mod:`tfdevices.jobs.workersite`).
+Where the workers' TensorFlow servers listen (``--listen``): on 127.0.0.1 for a one-machine job, on the
+node's own address for a job over several machines, or, with ``--listen all``, on every interface (TensorFlow's
+own choice). Each worker gets ``TFDEVICES_LISTEN`` (its address and port); its ``sitecustomize``
+(:mod:`tfdevices.jobs.workersite`) keeps the server there (:mod:`tfdevices.mends.loopback`) and checks,
+once it listens, that it listens nowhere else: a worker whose server listens on more ends with
+:data:`~tfdevices.jobs.workersite.LISTEN_STATUS`, and the launcher stops the job and says why.
 
 The same script runs unchanged under SLURM (``srun python train.py``):
 :func:`tfdevices.launch_info` reads either environment.
@@ -61,9 +66,11 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import ipaddress
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -85,7 +92,8 @@ from tfdevices.jobs.reporting import LAUNCHER_WATCHES_ENV, STALL_STATUS
 from tfdevices.jobs.stall import STACKS_DIR_ENV, StallPolicy, StallWatch, write_timeline
 from tfdevices.jobs.tfconfig import make_tf_config
 from tfdevices.jobs.watchdog import Watchdog
-from tfdevices.jobs.workersite import worker_site
+from tfdevices.jobs.workersite import LISTEN_MARK, LISTEN_STATUS, worker_site
+from tfdevices.mends.loopback import ALL, LISTEN_ENV, LOOPBACK, Listen
 
 RESTART_ENV = "TFDEVICES_RESTART"
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -169,6 +177,7 @@ def plan_workers(
     restart: int = 0,
     host: str = "127.0.0.1",
     job: NodeJob | None = None,
+    listen: str | None = None,
 ) -> tuple[WorkerPlan, ...]:
     """Plans this machine's N workers (pure; linear in N).
 
@@ -181,19 +190,29 @@ def plan_workers(
         restart: the restart count, passed as ``TFDEVICES_RESTART``.
         host: the address workers listen on (one machine).
         job: the whole job over several machines (``None``: this machine's N workers are the job).
+        listen: where each worker's TensorFlow server may listen, passed as ``TFDEVICES_LISTEN`` with
+            its port: an IPv4 address or ``"all"`` (``None``: ``host``).
 
     Returns:
         One :class:`WorkerPlan` per local rank.
 
     Raises:
-        LaunchError: ``n`` < 1 or the ports do not match.
+        LaunchError: ``n`` < 1, the ports do not match, or ``listen`` (``host``) is no IPv4 address.
         SelectionError: more workers than GPUs without ``share``.
 
     >>> plans = plan_workers(2, [5000, 5001], [2, 3])
     >>> [(p.rank, p.address, p.gpus, p.env["CUDA_VISIBLE_DEVICES"]) for p in plans]
     [(0, '127.0.0.1:5000', (2,), '2'), (1, '127.0.0.1:5001', (3,), '3')]
+    >>> [p.env["TFDEVICES_LISTEN"] for p in plans]
+    ['127.0.0.1:5000', '127.0.0.1:5001']
     """
     check_worker_count(n, cpus=None)
+    where = listen or host
+    if where != ALL and not _is_ipv4(where):
+        raise LaunchError(
+            f"listen={shown(where)}: the workers' servers listen on an IPv4 address, or 'all'.",
+            hint="resolve a name first (own_address), or pass listen='all'.",
+        )
     if len(ports) != n or len(set(ports)) != n:
         raise LaunchError(f"{n} workers need {n} distinct ports, got {shown(list(ports))}.", hint="use free_ports(n).")
     if job is None:
@@ -217,8 +236,17 @@ def plan_workers(
         }
         if virtual_devices is not None:
             env[VIRTUAL_DEVICES_ENV] = str(virtual_devices)
+        env[LISTEN_ENV] = Listen(None if where == ALL else where, int(job.addresses[rank].rsplit(":", 1)[1])).value()
         plans.append(WorkerPlan(rank, job.addresses[rank], assignments[local].gpus, _WorkerEnv(env, head, rank), local))
     return tuple(plans)
+
+
+def _is_ipv4(text: str) -> bool:
+    try:
+        ipaddress.IPv4Address(text)
+    except ValueError:
+        return False
+    return True
 
 
 class _WorkerEnv(Mapping[str, str]):
@@ -272,6 +300,7 @@ def launch(
     topology: Any = None,
     mends_off: frozenset[str] = frozenset(),
     stall: StallPolicy | None = None,
+    listen: str | None = None,
 ) -> int:
     """Runs N workers of ``command`` until they finish, restarting the job up to ``max_restarts`` times.
 
@@ -300,15 +329,17 @@ def launch(
         stall: when ranks that disagree about the next step count as stalled, and when a stall stops
             the job (:mod:`tfdevices.jobs.stall`; default: reported, never stopped). Each worker's Python
             stack on a stall goes to ``log_dir/stacks`` (else a ``tfdevices-stacks-*`` temporary directory).
+        listen: where the workers' TensorFlow servers may listen: an IPv4 address of this machine,
+            or ``"all"`` (every interface); ``None``: 127.0.0.1 for a one-machine job, the node's own
+            address over several machines. A one-machine job's ``TF_CONFIG`` names this address
+            (127.0.0.1 for ``"all"``). A worker found listening on more is stopped, and so is the job.
 
     Returns:
         0, or the first non-zero exit status of the last attempt.
     """
     out = out or sys.stdout
     base = dict(os.environ if env is None else env)
-    site = worker_site(
-        base, loopback=nodes is None, mends_off=mends_off | (frozenset() if mend else frozenset({"keras_fit"}))
-    )
+    site = worker_site(base, mends_off=mends_off | (frozenset() if mend else frozenset({"keras_fit"})))
     console = Console(
         out,
         tty=_isatty(out),
@@ -339,6 +370,8 @@ def launch(
                     f"{cluster.first_rank + n - 1} of {len(cluster.addresses)}"
                 )
                 host = cluster.addresses[cluster.first_rank].rsplit(":", 1)[0]
+                where = listen or own_address(host)
+                console.say(_listening_line(where, host))
                 peers.watch(job.stop_remote)
                 plans = plan_workers(
                     n,
@@ -348,13 +381,24 @@ def launch(
                     virtual_devices=virtual_devices,
                     host=host,
                     job=cluster,
+                    listen=where,
                 )
                 code = job.run(command, plans, base)
                 code = peers.finish(code, stopped=job.signalled)
                 return _final(job, code)
+            where = listen or LOOPBACK
+            host = LOOPBACK if where == ALL else where
+            console.say(_listening_line(where, host))
             for attempt in range(max_restarts + 1):
                 plans = plan_workers(
-                    n, free_ports(n), gpus, share=share, virtual_devices=virtual_devices, restart=attempt
+                    n,
+                    free_ports(n, "0.0.0.0" if where == ALL else host),
+                    gpus,
+                    share=share,
+                    virtual_devices=virtual_devices,
+                    restart=attempt,
+                    host=host,
+                    listen=where,
                 )
                 code = job.run(command, plans, base)
                 if job.stopped_by is not None or console.closed or code == 0:
@@ -370,6 +414,52 @@ def launch(
         _report_hidden(console)
         if console.closed:
             _silence(out)
+
+
+def own_address(host: str) -> str:
+    """The IPv4 address ``host`` (this machine's address in a job over several machines) names: where its
+    workers listen.
+
+    Raises:
+        LaunchError: ``host`` names no IPv4 address, or it is a name that resolves here to a loopback
+            address (as Debian's ``/etc/hosts`` does for the machine's own name): the other machines,
+            which resolve it otherwise, could not reach the workers.
+
+    >>> own_address("127.0.0.2")
+    '127.0.0.2'
+    """
+    try:
+        return str(ipaddress.IPv4Address(host))
+    except ValueError:
+        pass
+    try:
+        address = str(socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM)[0][4][0])
+    except (OSError, UnicodeError, IndexError) as err:
+        raise LaunchError(
+            f"this machine's address in the job, {shown(host)}, names no IPv4 address "
+            f"({getattr(err, 'strerror', None) or err}): its workers' servers cannot listen on it.",
+            hint="give --node-addr as an IPv4 address of this machine, or --listen all.",
+        ) from None
+    if ipaddress.IPv4Address(address).is_loopback:
+        raise LaunchError(
+            f"this machine's address in the job, {shown(host)}, resolves here to {address}, a loopback address: "
+            "its workers would listen where the other machines cannot reach them.",
+            hint="give --node-addr as this machine's IPv4 address on the network the machines share, or --listen all.",
+        )
+    return address
+
+
+def _listening_line(where: str, host: str) -> str:
+    """The console's one line on where the workers' TensorFlow servers listen."""
+    if where == ALL:
+        return (
+            "--listen all: the workers' TensorFlow servers listen on every interface of this machine "
+            "(they have no authentication: keep their ports behind a firewall)"
+        )
+    named = "" if host == where else f" ({host})"
+    return (
+        f"the workers' TensorFlow servers listen on {where}{named} only; a worker found listening on more stops the job"
+    )
 
 
 def _final(job: _Job, code: int) -> int:
@@ -420,6 +510,7 @@ class _Job:
         self._kill_at: float | None = None
         self._tails: dict[int, collections.deque[str]] = {}
         self._notices: list[str] = []
+        self._listen_failed: set[int] = set()  # ranks whose listen check stopped them
 
     def forwarding_signals(self) -> Any:
         job = self
@@ -556,6 +647,8 @@ class _Job:
         stream.close()
 
     def _record(self, rank: int, record: Record, log: IO[str] | None, tail: collections.deque[str]) -> None:
+        if record.text.startswith(LISTEN_MARK):
+            self._listen_failed.add(rank)
         if record.kind != PROGRESS:
             tail.append(record.text)
             if log is not None:
@@ -576,9 +669,16 @@ class _Job:
             if failed:
                 rank, code = failed[0]
                 status = _exit_status(code)
+                if status == LISTEN_STATUS:
+                    time.sleep(0.2)  # let its pump read its last line
                 self.console.say(
                     f"worker {rank} exited with status {status}"
                     + (f" (signal {-code})" if code < 0 else "")
+                    + (
+                        ": its listen check found its TensorFlow server listening on more than --listen asked"
+                        if status == LISTEN_STATUS and rank in self._listen_failed
+                        else ""
+                    )
                     + "; stopping the others"
                 )
                 self._show_tail(rank)
@@ -661,6 +761,7 @@ __all__ = [
     "check_worker_count",
     "free_ports",
     "launch",
+    "own_address",
     "plan_workers",
     "rendezvous",
 ]

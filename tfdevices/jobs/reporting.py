@@ -17,7 +17,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from tfdevices.core.errors import InputError, TfDevicesError
 from tfdevices.core.units import shown
@@ -122,13 +122,40 @@ def _watching(watch: StallWatch) -> None:
         if reason is None:
             continue
         _say(f"tfdevices: {reason}")
-        for record in read_board(watch.directory):
-            if record.pid != os.getpid():
-                try:
-                    os.kill(record.pid, signal.SIGTERM)
-                except OSError:
-                    pass
+        _stop(record.pid for record in read_board(watch.directory) if record.pid != os.getpid())
         os._exit(STALL_STATUS)
+
+
+def _stop(pids: Iterable[int], grace_s: float = 5.0) -> None:
+    """SIGTERM, then SIGKILL what still runs after ``grace_s`` (TensorFlow's workers may catch SIGTERM)."""
+    alive = []
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+            alive.append(pid)
+        except OSError:
+            pass
+    deadline = time.monotonic() + grace_s
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.1)
+        alive = [pid for pid in alive if _running(pid)]
+    for pid in alive:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    try:  # a zombie (exited, not yet reaped by its parent) is not running
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return True
 
 
 __all__ = ["LAUNCHER_WATCHES_ENV", "STALL_STATUS", "start_reporting", "stall_timeout"]

@@ -10,8 +10,9 @@ detects that it applies, how to turn it off, and what it did.
                     (keras-team/keras#20585)
 ``exit_barrier``    ``atexit`` and ``sys.excepthook``: the workers of a job leave together
 ``fork_sockets``    ``os.register_at_fork``: a forked child lets go of its parent's GPU names
-``loopback``        the ``bind`` GOT entries of TensorFlow's libraries: a one-machine job's
-                    servers listen on 127.0.0.1, not every interface
+``loopback``        the ``bind`` GOT entries of TensorFlow's libraries: a launched worker's
+                    server listens on the address ``tfdevices launch --listen`` asks
+                    (127.0.0.1 on one machine), not every interface
 ``step_progress``   TensorFlow's ``Function.__call__``: a custom loop's step says which step a
                     rank is in (the stall detector)
 ``fit_progress``    Keras' ``CallbackList``: ``fit`` says which step and which callback

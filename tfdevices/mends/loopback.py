@@ -1,4 +1,4 @@
-"""Mend ``loopback``: keeps the TensorFlow servers of a one-machine job's workers on 127.0.0.1.
+"""Mend ``loopback``: keeps each launched worker's TensorFlow server on the address the launcher asks.
 
 TensorFlow cannot be told where its gRPC server listens: ``GrpcServer::Init``
 (``tensorflow/core/distributed_runtime/rpc/grpc_server_lib.cc``) always asks gRPC for
@@ -9,77 +9,205 @@ wildcard a dual-stack ``[::]:port`` socket: every interface of the machine. Tens
 distributed runtime has no authentication, so whoever reaches that port can run any
 graph in the worker.
 
-The way taken needs no privileges and changes nothing else: in the worker, once
-``tensorflow`` is imported, the ``bind`` entries of TensorFlow's own libraries' GOT
-(the table through which a shared library calls libc) point to a wrapper that turns a
-wildcard address into 127.0.0.1 (``::ffff:127.0.0.1`` on a dual-stack IPv6 socket, ``::1``
-on an IPv6-only one) and passes every other address through. It is this process's own
-memory; other libraries and Python's sockets are untouched. The launcher's workers run
-it from their ``sitecustomize`` (Linux, x86-64 and AArch64). Where it cannot (another
-platform, a TensorFlow that does not call ``bind`` through its GOT) it warns once, plainly,
-and changes nothing. No TensorFlow import here: the hook waits for the program's own.
+``tfdevices launch`` tells each worker where its server may listen in ``TFDEVICES_LISTEN``
+(``127.0.0.1:PORT`` for a one-machine job, the node's own address for a job over several
+machines, ``all:PORT`` for ``--listen all``; :func:`parse_listen`). The way taken needs no
+privileges and changes nothing else: in the worker, once ``tensorflow`` is imported, the
+``bind`` entries of TensorFlow's own libraries' GOT (the table through which a shared
+library calls libc) point to a wrapper that turns a wildcard bind *of that one port* into
+the asked address (``::ffff:a.b.c.d`` on a dual-stack IPv6 socket, ``::1`` on an IPv6-only
+one for 127.0.0.1) and passes every other bind through. It is this process's own memory;
+other libraries and Python's sockets are untouched, and :meth:`Loopback.undo` writes the
+saved entries back. Where it cannot apply (another platform, a TensorFlow that does not
+call ``bind`` through its GOT) it says so and changes nothing; the worker's listen check
+(:mod:`tfdevices.jobs.workersite`) then stops the worker if its server listens elsewhere.
+No TensorFlow import here: the hook waits for the program's own.
 
 Detected: Linux on x86-64 or AArch64, TensorFlow's libraries loaded and calling ``bind``
-through their GOT. Off (``TFDEVICES_MENDS=loopback``): the server listens where TensorFlow puts it.
+through their GOT. Off (``TFDEVICES_MENDS=loopback``): the server listens where TensorFlow
+puts it (and a launched worker asked to stay local is stopped by its listen check).
 """
 
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import importlib.abc
 import importlib.util
+import ipaddress
 import mmap
 import os
 import socket
 import struct
 import sys
+from collections.abc import Callable
 from typing import Any
 
-from tfdevices.mends.base import Mend, NotApplicableError, register
+from tfdevices.core.errors import EnvVarError
+from tfdevices.core.units import shown
+from tfdevices.mends.base import NOT_NEEDED, Mend, MendStatus, NotApplicableError, register
 
 LOOPBACK = "127.0.0.1"
+#: Where a launched worker's TensorFlow server may listen: ``ADDRESS:PORT`` (IPv4) or ``all:PORT``.
+LISTEN_ENV = "TFDEVICES_LISTEN"
+ALL = "all"
 _LIBRARIES = ("libtensorflow_cc.so", "libtensorflow_framework.so")
 _SLOT_TYPES = {62: (6, 7), 183: (1025, 1026)}  # e_machine: (GLOB_DAT, JUMP_SLOT) for x86-64, AArch64
 _RTLD_DI_LINKMAP = 2
 _PROT = {"r": 1, "w": 2, "x": 4}
 
-_hooks: list[Any] = []  # the wrapper must live as long as the process
-_warned = False
+
+@dataclasses.dataclass(frozen=True)
+class Listen:
+    """Where one worker's TensorFlow server may listen.
+
+    Attributes:
+        host: an IPv4 address, or ``None`` for every interface (``--listen all``).
+        port: the worker's own server port (its ``TF_CONFIG`` address).
+    """
+
+    host: str | None
+    port: int
+
+    @property
+    def everywhere(self) -> bool:
+        """``--listen all``: every interface, as TensorFlow has it."""
+        return self.host is None
+
+    def value(self) -> str:
+        """The ``TFDEVICES_LISTEN`` text (:func:`parse_listen` reads it back).
+
+        >>> Listen("127.0.0.1", 8000).value(), Listen(None, 8000).value()
+        ('127.0.0.1:8000', 'all:8000')
+        """
+        return f"{self.host or ALL}:{self.port}"
+
+
+def parse_listen(value: str, *, source: str = LISTEN_ENV) -> Listen:
+    """Reads ``ADDRESS:PORT`` (an IPv4 address) or ``all:PORT`` (pure).
+
+    Args:
+        value: the text, e.g. ``"127.0.0.1:41234"``.
+        source: what it came from, for the message.
+
+    Returns:
+        The :class:`Listen` it names.
+
+    Raises:
+        EnvVarError: anything else.
+
+    >>> parse_listen("127.0.0.1:41234")
+    Listen(host='127.0.0.1', port=41234)
+    >>> parse_listen("all:41234").everywhere
+    True
+    >>> parse_listen("localhost:1")
+    Traceback (most recent call last):
+    ...
+    tfdevices.core.errors.EnvVarError: TFDEVICES_LISTEN='localhost:1': not ADDRESS:PORT (an IPv4 address) \
+or all:PORT. HINT: tfdevices launch sets it for each worker (--listen); unset it, or give e.g. 127.0.0.1:41234.
+    """
+    host, _, port = value.rpartition(":")
+    error = EnvVarError(
+        f"{source}={shown(value)}: not ADDRESS:PORT (an IPv4 address) or all:PORT.",
+        hint="tfdevices launch sets it for each worker (--listen); unset it, or give e.g. 127.0.0.1:41234.",
+    )
+    if len(value) > 64 or not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536:
+        raise error
+    if host == ALL:
+        return Listen(None, int(port))
+    try:
+        address = ipaddress.IPv4Address(host)
+    except ValueError:
+        raise error from None
+    if address.is_unspecified:
+        raise error
+    return Listen(str(address), int(port))
 
 
 class Loopback(Mend):
-    """Points the ``bind`` GOT entries of TensorFlow's libraries at a wrapper that keeps wildcard binds local."""
+    """Points the ``bind`` GOT entries of TensorFlow's libraries at a wrapper that keeps the worker's own
+    server port on the asked address.
+    """
 
     name = "loopback"
-    changes = "the GOT entries for bind in libtensorflow_cc.so and libtensorflow_framework.so (this process only)"
+    changes = (
+        "the GOT entries for bind in libtensorflow_cc.so and libtensorflow_framework.so (this process only): "
+        "a wildcard bind of the worker's own server port goes to the address tfdevices launch asked"
+    )
     why = (
         "GrpcServer::Init (tensorflow/core/distributed_runtime/rpc/grpc_server_lib.cc) always binds "
         "0.0.0.0:port, and TensorFlow's distributed runtime has no authentication"
     )
     detects = "Linux, x86-64 or AArch64 ELF libraries of TensorFlow loaded, calling bind through their GOT"
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.target: Listen | None = None
+        self._saved: list[tuple[int, int]] = []  # (GOT entry's address, what it held)
+        self.rewritten: list[str] = []  # the binds the wrapper moved, in words
+
+    def _check(self) -> tuple[str, str] | None:
+        if self.target is None:
+            return NOT_NEEDED, f"no listen address asked ({LISTEN_ENV} unset: not a worker of tfdevices launch)"
+        if self.target.everywhere:
+            return NOT_NEEDED, f"--listen all: port {self.target.port} listens on every interface, as asked"
+        return None
+
     def _apply(self) -> str:
-        done = confine()
-        if not done:
-            raise NotApplicableError("no TensorFlow library could be changed: its server listens on every interface")
-        return f"wildcard binds made {LOOPBACK} in {', '.join(os.path.basename(p) for p in done)}"
+        target = self.target
+        if target is None or target.host is None:  # _check says why
+            raise NotApplicableError("no listen address asked")
+        libraries = ", ".join(os.path.basename(p) for p in _confine(self._saved))
+        return f"a wildcard bind of port {target.port} goes to {target.host} (bind in {libraries})"
+
+    def _undo(self) -> None:
+        while self._saved:
+            address, value = self._saved.pop()
+            _point(address, value)
+
+    def status(self) -> MendStatus:
+        """What it did, with the binds it moved so far (none until TensorFlow's server starts)."""
+        status = super().status()
+        if not self.rewritten:
+            return status
+        return dataclasses.replace(status, detail=f"{status.detail}; moved: {', '.join(self.rewritten)}")
 
 
 MEND = register(Loopback())
+_after_import: list[Callable[[], object]] = []
 
 
-def confine_when_imported() -> None:
-    """Confines TensorFlow's servers (:func:`confine`) as soon as the program imports ``tensorflow``."""
-    if not MEND.enabled():
-        return
+def confine_when_imported(target: Listen, then: Callable[[], object] | None = None) -> None:
+    """Once the program imports ``tensorflow``: keeps its server on ``target`` (the mend, where it is on),
+    then calls ``then`` (whether the mend is on or not).
+
+    Args:
+        target: where this worker's server may listen (from ``TFDEVICES_LISTEN``).
+        then: called after the mend, e.g. the worker's listen check.
+    """
+    MEND.target = target
+    if then is not None:
+        _after_import.append(then)
     if "tensorflow" in sys.modules:
-        MEND.apply()
+        _tensorflow_loaded()
     elif not any(isinstance(f, _TensorFlowImported) for f in sys.meta_path):
         sys.meta_path.insert(0, _TensorFlowImported())
 
 
+def _tensorflow_loaded() -> None:
+    try:
+        if MEND.enabled():
+            MEND.apply()
+    except EnvVarError as err:  # a bad TFDEVICES_MENDS must not break the program's import; what follows checks
+        print(f"tfdevices: {err}", file=sys.stderr, flush=True)
+    while _after_import:
+        _after_import.pop(0)()
+
+
 class _TensorFlowImported(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: runs :func:`confine` once ``tensorflow``'s package has loaded its libraries."""
+    """Finds nothing itself: runs :func:`_tensorflow_loaded` once ``tensorflow``'s package has loaded its
+    libraries.
+    """
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
         if fullname != "tensorflow":
@@ -92,19 +220,27 @@ class _TensorFlowImported(importlib.abc.MetaPathFinder):
 
         def exec_module(module: Any) -> None:
             run(module)
-            MEND.apply()
+            _tensorflow_loaded()
 
         spec.loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
 
 
-def confine() -> list[str]:
-    """Makes the TensorFlow libraries loaded in this process listen on 127.0.0.1 instead of every interface.
+def _confine(saved: list[tuple[int, int]]) -> list[str]:
+    """Points the ``bind`` GOT entries of the TensorFlow libraries loaded here at the wrapper (which reads the
+    mend's target at each bind).
+
+    Args:
+        saved: gets each changed entry's address and what it held, for undoing.
 
     Returns:
-        The libraries changed; empty (after one plain warning on stderr) when none could be.
+        The libraries changed.
+
+    Raises:
+        NotApplicableError: why none could be (nothing is left changed).
     """
-    done, reason = [], "TensorFlow's libraries are not loaded"
+    done: list[str] = []
+    reason = "TensorFlow's libraries are not loaded"
     try:
         for path in _loaded_libraries():
             slots = _bind_slots(path)
@@ -113,26 +249,17 @@ def confine() -> list[str]:
                 continue
             base = _load_address(path)
             for offset in slots:
-                _point(base + offset, _wrapper())
+                address = base + offset
+                saved.append((address, ctypes.c_void_p.from_address(address).value or 0))
+                _point(address, _wrapper())
             done.append(path)
     except (OSError, ValueError, AttributeError, struct.error) as err:
-        done, reason = [], f"{type(err).__name__}: {err}"
+        while saved:
+            _point(*saved.pop())
+        raise NotApplicableError(f"{type(err).__name__}: {err}") from None
     if not done:
-        _warn(reason)
+        raise NotApplicableError(reason)
     return done
-
-
-def _warn(reason: str) -> None:
-    global _warned
-    if not _warned:
-        _warned = True
-        print(
-            f"tfdevices: cannot keep this worker's TensorFlow server on {LOOPBACK} ({reason}): it listens on "
-            "every interface, and whoever reaches this machine's port can run graphs in this worker. "
-            "HINT: keep the machine behind a firewall.",
-            file=sys.stderr,
-            flush=True,
-        )
 
 
 def _loaded_libraries() -> list[str]:
@@ -230,10 +357,11 @@ def _protection(address: int) -> int:
 
 
 _BIND = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_uint32, use_errno=True)
+_hooks: list[Any] = []  # the wrapper must live as long as the process
 
 
 def _wrapper() -> int:
-    """The address of the ``bind`` wrapper (made once)."""
+    """The address of the ``bind`` wrapper (made once; it reads the mend's target at each call)."""
     if not _hooks:
         libc = ctypes.CDLL(None, use_errno=True)
         real = _BIND(("bind", libc))
@@ -241,33 +369,61 @@ def _wrapper() -> int:
 
         def bind(fd: int, address: int, length: int) -> int:
             try:
-                raw = loopback_address(ctypes.string_at(address, length), lambda: _v6only(getsockopt, fd))
+                target = MEND.target
+                raw = ctypes.string_at(address, length)
+                moved = None if target is None else confined_address(raw, target, lambda: _v6only(getsockopt, fd))
             except Exception:  # noqa: BLE001 (never break a bind: pass it through unchanged)
-                raw = None
-            if raw is None:
+                moved = None
+            if moved is None:
                 return int(real(fd, address, length))
-            return int(real(fd, ctypes.cast(ctypes.create_string_buffer(raw, length), ctypes.c_void_p), length))
+            MEND.rewritten.append(f"{_shown_address(raw)} -> {_shown_address(moved)}")
+            return int(real(fd, ctypes.cast(ctypes.create_string_buffer(moved, length), ctypes.c_void_p), length))
 
         _hooks.extend([real, _BIND(bind)])
     return int(ctypes.cast(_hooks[1], ctypes.c_void_p).value or 0)
 
 
-def loopback_address(raw: bytes, v6only: Any = lambda: False) -> bytes | None:
-    """A ``sockaddr`` with its wildcard host made the loopback one; ``None`` when it names a host already.
+def confined_address(raw: bytes, target: Listen, v6only: Callable[[], bool] = lambda: False) -> bytes | None:
+    """A ``sockaddr`` binding the wildcard on ``target``'s port, moved to ``target``'s host; ``None`` when
+    it binds another port, names a host already, or cannot be moved (an IPv6-only socket, a host other
+    than 127.0.0.1) (pure).
 
-    >>> a = loopback_address(struct.pack("=HH4s8x", socket.AF_INET, 0x1234, bytes(4)))
-    >>> socket.inet_ntoa(a[4:8])
+    Args:
+        raw: the ``sockaddr_in`` or ``sockaddr_in6`` passed to ``bind``.
+        target: where the worker's server may listen.
+        v6only: whether the socket is IPv6-only (asked only for an IPv6 wildcard).
+
+    >>> wild = struct.pack("=HH4s8x", socket.AF_INET, socket.htons(8000), bytes(4))
+    >>> socket.inet_ntoa(confined_address(wild, Listen("127.0.0.1", 8000))[4:8])
     '127.0.0.1'
-    >>> loopback_address(struct.pack("=HH4s8x", socket.AF_INET, 0x1234, socket.inet_aton("10.0.0.5"))) is None
+    >>> confined_address(wild, Listen("127.0.0.1", 8001)) is None  # another port
     True
     """
+    if target.host is None or len(raw) < 8:
+        return None
     (family,) = struct.unpack_from("=H", raw)
-    if family == socket.AF_INET and len(raw) >= 8 and raw[4:8] == bytes(4):
-        return raw[:4] + socket.inet_aton(LOOPBACK) + raw[8:]
+    (port,) = struct.unpack_from("!H", raw, 2)
+    if port != target.port:
+        return None
+    if family == socket.AF_INET and raw[4:8] == bytes(4):
+        return raw[:4] + socket.inet_aton(target.host) + raw[8:]
     if family == socket.AF_INET6 and len(raw) >= 24 and raw[8:24] == bytes(16):
-        host = "::1" if v6only() else f"::ffff:{LOOPBACK}"
+        if not v6only():
+            host = f"::ffff:{target.host}"
+        elif target.host == LOOPBACK:
+            host = "::1"
+        else:
+            return None  # an IPv6-only socket cannot hold an IPv4 address: the listen check sees it
         return raw[:8] + socket.inet_pton(socket.AF_INET6, host) + raw[24:]
     return None
+
+
+def _shown_address(raw: bytes) -> str:
+    (family,) = struct.unpack_from("=H", raw)
+    (port,) = struct.unpack_from("!H", raw, 2)
+    if family == socket.AF_INET:
+        return f"{socket.inet_ntoa(raw[4:8])}:{port}"
+    return f"[{socket.inet_ntop(socket.AF_INET6, raw[8:24])}]:{port}"
 
 
 def _v6only(getsockopt: Any, fd: int) -> bool:
@@ -276,4 +432,14 @@ def _v6only(getsockopt: Any, fd: int) -> bool:
     return bool(value.value)
 
 
-__all__ = ["LOOPBACK", "MEND", "Loopback", "confine", "confine_when_imported", "loopback_address"]
+__all__ = [
+    "ALL",
+    "LISTEN_ENV",
+    "LOOPBACK",
+    "MEND",
+    "Listen",
+    "Loopback",
+    "confine_when_imported",
+    "confined_address",
+    "parse_listen",
+]
