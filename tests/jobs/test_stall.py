@@ -5,6 +5,7 @@ read without locks."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -17,7 +18,7 @@ from tests.engines import slurm_cluster
 from tests.helpers import REPO, subprocess_env
 from tfdevices.core.errors import EnvVarError
 from tfdevices.jobs.progress import RECORD_SIZE, ProgressWriter, RankProgress, progress_dir, read_board, read_record
-from tfdevices.jobs.stall import StallPolicy, StallWatch, detect_stall, policy_from_env, top_frames
+from tfdevices.jobs.stall import StallPolicy, StallWatch, detect_stall, policy_from_env, top_frames, write_timeline
 
 SCRIPT = os.path.join(REPO, "tests", "scripts", "stuck_rank.py")
 WINDOW = 6  # seconds: the stall window the launch tests ask for (the default is 60 s or more)
@@ -48,6 +49,15 @@ POLICY = StallPolicy(window_s=60)
             (),
             ("phase", 41, (1,), (0,)),
         ),
+        # the chief in a callback while the other waits at the epoch's end (a collective outside the steps)
+        (
+            [_rec(0, 6, 6, "callback", detail="SlowCheckpoint.on_epoch_end"), _rec(1, 6, 6, "between")],
+            200,
+            (),
+            ("phase", 6, (1,), (0,)),
+        ),
+        # every rank in a callback (each saves its own checkpoint): slow together
+        ([_rec(0, 6, 6, "callback"), _rec(1, 6, 6, "callback")], 1000, (), None),
         # a rank that never reported, while the others wait in step 1 (before every rank finished a step,
         # the start-up window applies: 5 x 60 s)
         ([_rec(0, 1, 0, "step"), _rec(1, 1, 0, "step")], 350, (0, 1, 2), None),
@@ -87,9 +97,7 @@ def test_the_phase_report_says_where_the_late_rank_is() -> None:
         now=105,
         policy=POLICY,
     )
-    assert stall.reason() == (
-        "rank 0 is in ModelCheckpoint.on_epoch_end (after step 40) for 95 s while rank 1 waits in step 41"
-    )
+    assert stall.reason() == "rank 0 is in ModelCheckpoint.on_epoch_end (after step 40) for 95 s; rank 1 is in step 41"
     assert stall.text().startswith("tfdevices: slow phase: rank 0 is in ModelCheckpoint.on_epoch_end")
 
 
@@ -293,3 +301,16 @@ def test_under_srun_rank_0_names_the_stuck_rank_and_stops_the_step(tmp_path) -> 
     assert "tfdevices: stall: rank 1 did not arrive at step 5" in out, out[-3000:]
     assert "rank 1's main thread, innermost first:" in out and "in loop" in out
     assert re.search(r"stopping the job: rank 1 did not arrive at step 5.*past the stall timeout, 8 s", out), out
+
+
+def test_the_timeline_shows_the_straggler_below_the_others(tmp_path) -> None:
+    timeline = [(100.0, 0, 0, "starting"), (100.0, 1, 0, "starting"), (101.0, 0, 5, "step"), (101.0, 1, 4, "between")]
+    written = write_timeline(timeline, str(tmp_path), end=130.0)
+    assert [os.path.basename(p) for p in written] == ["steps.json", "steps.png"]
+    data = json.loads((tmp_path / "steps.json").read_text())
+    assert data["ranks"] == {
+        "0": [[0.0, 0, "starting"], [1.0, 5, "step"]],
+        "1": [[0.0, 0, "starting"], [1.0, 4, "between"]],
+    }
+    assert (tmp_path / "steps.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert write_timeline([], str(tmp_path / "none")) == []

@@ -598,7 +598,7 @@ class _Job:
                     log.close()
             if self.log_dir:  # each rank's steps over time, a straggler at a glance
                 try:
-                    for path in write_timeline(self.watch.timeline, self.log_dir):
+                    for path in write_timeline(self.watch.timeline, self.log_dir, end=self.watch.last_poll):
                         self.console.say(f"each rank's steps: {path}")
                 except OSError as err:
                     self.console.say(f"cannot write the steps' timeline in --log-dir ({err.strerror})")

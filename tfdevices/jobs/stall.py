@@ -125,9 +125,9 @@ class Stall:
             f"rank {m} is {by_rank[m].where()}" if m in by_rank else f"rank {m} never reported" for m in self.missing
         )
         waiting = _ranks(self.waiting)
-        if self.phase_only:
-            verb = "wait" if len(self.waiting) > 1 else "waits"
-            return f"{where} for {self.quiet_s:.0f} s while {waiting} {verb} in step {self.step}"
+        if self.phase_only:  # deliberate work on some ranks: say where each is
+            others = "; ".join(f"rank {w} is {by_rank[w].where()}" for w in self.waiting if w in by_rank)
+            return f"{where} for {self.quiet_s:.0f} s; {others}"
         return (
             f"{_ranks(self.missing)} did not arrive at step {self.step}: {waiting} "
             f"{'have' if len(self.waiting) > 1 else 'has'} waited in it for {self.quiet_s:.0f} s; {where}"
@@ -173,14 +173,18 @@ def detect_stall(
     waiting = tuple(r.rank for r in records if r.phase == "step" and r.started == front)
     seen = {r.rank for r in records}
     missing = tuple(sorted([r.rank for r in records if r.started < front] + [e for e in expected if e not in seen]))
-    if not waiting or not missing:
-        return None
+    in_callback = tuple(r.rank for r in records if r.phase == "callback")
+    if not (waiting and missing) and not (in_callback and len(in_callback) < len(records)):
+        return None  # the ranks agree, and none is in a callback while the others wait: slow together
     warmed_up = all(r.done >= 1 for r in records) and len(seen) >= len(set(expected))
     window = policy.window(median_step_s, warmed_up)
     quiet = now - max(r.changed_at for r in records)
     if quiet < window:
         return None
     by_rank = {r.rank: r for r in records}
+    if not (waiting and missing):  # a callback on some ranks (a chief's checkpoint), the others wait after it
+        others = tuple(r.rank for r in records if r.rank not in in_callback)
+        return Stall(front, others, in_callback, quiet, window, tuple(records), True)
     phase_only = all(m in by_rank and by_rank[m].phase == "callback" for m in missing)
     return Stall(front, waiting, missing, quiet, window, tuple(records), phase_only)
 
@@ -222,8 +226,9 @@ class StallWatch:
         self._next_report = 0.0
         self._since = clock() - STALE_S
         self.stalls = 0
-        self.timeline: list[tuple[float, int, int, str]] = []  # (time, rank, steps done, phase) at each change
+        self.timeline: list[tuple[float, int, int, str]] = []  # (time, rank, steps begun, phase) at each change
         self._last: dict[int, tuple[int, str]] = {}
+        self.last_poll: float | None = None
 
     def median_step_s(self) -> float | None:
         """The median step seen so far (``None`` before the first)."""
@@ -232,13 +237,14 @@ class StallWatch:
     def poll(self) -> str | None:
         """Reads the board once; reports a stall when there is one; returns why to stop the job, or ``None``."""
         records = tuple(r for r in read_board(self.directory) if r.changed_at >= self._since)  # not a past job's
+        self.last_poll = self._clock()
         for record in records:
             if record.done > self._done.get(record.rank, 0) and record.last_step_s > 0:
                 self._steps.append(record.last_step_s)
             self._done[record.rank] = record.done
-            if self._last.get(record.rank) != (record.done, record.phase) and len(self.timeline) < 100_000:
-                self._last[record.rank] = (record.done, record.phase)
-                self.timeline.append((record.changed_at, record.rank, record.done, record.phase))
+            if self._last.get(record.rank) != (record.started, record.phase) and len(self.timeline) < 100_000:
+                self._last[record.rank] = (record.started, record.phase)
+                self.timeline.append((record.changed_at, record.rank, record.started, record.phase))
         now = self._clock()
         stall = detect_stall(
             records, now=now, policy=self.policy, median_step_s=self.median_step_s(), expected=self.expected
@@ -281,10 +287,13 @@ class StallWatch:
         return lines
 
 
-def write_timeline(timeline: Sequence[tuple[float, int, int, str]], directory: str) -> list[str]:
+def write_timeline(
+    timeline: Sequence[tuple[float, int, int, str]], directory: str, *, end: float | None = None
+) -> list[str]:
     """Writes each rank's steps over time: ``steps.json`` and, with matplotlib, ``steps.png``.
 
-    A straggler is the rank whose line stays flat while the others' rise. Returns the files written.
+    A straggler is the rank whose line stays below the others'; a shaded span is a rank in a callback.
+    ``end`` (a ``time.time()``): when the watch last looked, where the lines end. Returns the files written.
     """
     import json  # noqa: PLC0415 (only at the end of a job)
 
@@ -292,11 +301,11 @@ def write_timeline(timeline: Sequence[tuple[float, int, int, str]], directory: s
         return []
     start = min(t for t, *_ in timeline)
     ranks: dict[int, list[tuple[float, int, str]]] = {}
-    for t, rank, done, phase in sorted(timeline):
-        ranks.setdefault(rank, []).append((round(t - start, 3), done, phase))
+    for t, rank, begun, phase in sorted(timeline):
+        ranks.setdefault(rank, []).append((round(t - start, 3), begun, phase))
     written = [os.path.join(directory, "steps.json")]
     with open(written[0], "w", encoding="utf-8") as f:
-        json.dump({"start": start, "ranks": {str(r): points for r, points in ranks.items()}}, f)
+        json.dump({"start": start, "columns": ["seconds", "steps begun", "phase"], "ranks": ranks}, f)
     try:
         import matplotlib  # noqa: PLC0415 (pictures are optional)
 
@@ -304,14 +313,16 @@ def write_timeline(timeline: Sequence[tuple[float, int, int, str]], directory: s
         import matplotlib.pyplot as plt  # noqa: PLC0415
     except ImportError:
         return written
+    end = max([p[0] for points in ranks.values() for p in points] + [(end or start) - start])
     fig, ax = plt.subplots(figsize=(8, 3.5))
     for rank, points in sorted(ranks.items()):
-        ax.step([p[0] for p in points], [p[1] for p in points], where="post", label=f"rank {rank}")
-        late = [p for p in points if p[2] == "callback"]
-        ax.plot([p[0] for p in late], [p[1] for p in late], "x", color="black")
-    ax.set(
-        xlabel="seconds since the first record", ylabel="steps finished", title="each rank's steps (x: in a callback)"
-    )
+        (line,) = ax.step([p[0] for p in points] + [end], [p[1] for p in points] + [points[-1][1]], where="post")
+        line.set_label(f"rank {rank}")
+        for (t, _, phase), after in zip(points, [*points[1:], (end, 0, "")]):
+            if phase == "callback":
+                ax.axvspan(t, after[0], color=line.get_color(), alpha=0.2)
+    ax.set(xlabel="seconds since the first record", ylabel="steps begun")
+    ax.set_title("each rank's steps (shaded: in a callback)")
     ax.legend(loc="upper left")
     fig.tight_layout()
     written.append(os.path.join(directory, "steps.png"))
