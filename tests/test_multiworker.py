@@ -247,8 +247,8 @@ def test_plain_keras3_fit_on_two_workers_under_launch(tf4, tmp_path):
     for a, b in zip(results[0]["weights"], results[1]["weights"]):  # identical on both workers
         np.testing.assert_array_equal(np.array(a), np.array(b))
     assert all((tmp_path / f"ckpt-rank{r}.weights.h5").stat().st_size > 0 for r in (0, 1))
-    # one log per rank, each with its rank's whole fit
-    assert sorted(os.listdir(logs)) == ["rank0.log", "rank1.log"]
+    # one log per rank, each with its rank's whole fit, and each rank's steps over time
+    assert sorted(os.listdir(logs)) == ["rank0.log", "rank1.log", "steps.json", "steps.png"]
     for rank in (0, 1):
         log = (logs / f"rank{rank}.log").read_text()
         assert f"Epoch {EPOCHS}/{EPOCHS}" in log and f"rank {rank} done" in log and "val_loss" in log, log

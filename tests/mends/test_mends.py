@@ -18,7 +18,16 @@ from tfdevices.core.errors import EnvVarError, InputError
 from tfdevices.mends.base import MENDS_ENV, parse_mends_off, turned_off, use_environment
 from tfdevices.mends.exit_barrier import DEFAULT_EXIT_WAIT_S, exit_wait_s
 
-NAMES = ("runtime_start", "keras_fit", "exit_barrier", "fork_sockets", "loopback")
+NAMES = (
+    "runtime_start",
+    "keras_fit",
+    "exit_barrier",
+    "fork_sockets",
+    "loopback",
+    "step_progress",
+    "fit_progress",
+    "stack_dumps",
+)
 
 
 # --------------------------------------------------------------------------- the switch
@@ -277,3 +286,58 @@ def test_exit_barrier_off_leaves_the_crash_message_tensorflow_prints(tmp_path) -
     output = proc.stdout + proc.stderr
     assert "rank 1 done" in output
     assert "have crashed" in output or "unhealthy" in output or proc.returncode != 0, output[-3000:]
+
+
+_PROGRESS = """
+    import json, os, signal, sys, tempfile, time
+    import keras
+    import tensorflow as tf
+    from tfdevices.jobs.progress import ProgressWriter, read_board
+    from tfdevices.mends import fit_progress, stack_dumps, step_progress
+    from tfdevices.mends.base import when_imported
+
+    board = tempfile.mkdtemp()
+    writer = step_progress.MEND.writer = fit_progress.MEND.writer = ProgressWriter(board, 0)
+    step_progress.MEND.apply()
+    fit_progress.MEND.apply()
+    stacks = os.path.join(board, "stacks", "rank0.txt")
+    stack_dumps.dump_stacks_to(stacks)
+    v = tf.Variable(0.0)
+
+    @tf.function
+    def step():
+        v.assign_add(1.0)
+
+    step()
+    step_progress.MEND.step_functions.add(id(step))  # what a tfdevices strategy's run notes while traced
+    for _ in range(3):
+        step()
+    after_loop = writer.started
+
+    class Late(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            seen.append(read_board(board)[0].detail)
+
+    seen = []
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    model.fit(tf.ones((8, 2)), tf.ones((8, 1)), batch_size=2, epochs=1, verbose=0, callbacks=[Late()])
+    if stack_dumps.MEND.applied:
+        os.kill(os.getpid(), signal.SIGUSR1)
+        time.sleep(0.2)
+    dumped = os.path.exists(stacks) and "most recent call first" in open(stacks).read()
+    states = {m.name: m.status().state for m in (step_progress.MEND, fit_progress.MEND, stack_dumps.MEND)}
+    print(json.dumps({"loop": after_loop, "fit": writer.started - after_loop, "seen": seen, "dumped": dumped,
+                      "states": states}))
+"""
+
+
+@pytest.mark.parametrize("off", [False, True])
+def test_progress_mends_mark_steps_callbacks_and_stacks_only_when_on(off: bool) -> None:
+    env = {MENDS_ENV: "step_progress,fit_progress,stack_dumps"} if off else {}
+    out = json.loads(run_py(_PROGRESS, env=env).stdout.splitlines()[-1])
+    if off:  # TensorFlow's, Keras' and Python's own: nothing marked, SIGUSR1 never asked for
+        assert out == {"loop": 0, "fit": 0, "seen": [""], "dumped": False, "states": dict.fromkeys(out["states"], "off")}
+    else:
+        assert (out["loop"], out["fit"], out["seen"], out["dumped"]) == (3, 4, ["Late.on_epoch_end"], True)
+        assert set(out["states"].values()) == {"applied"}
