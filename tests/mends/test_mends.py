@@ -337,7 +337,8 @@ def test_progress_mends_mark_steps_callbacks_and_stacks_only_when_on(off: bool) 
     env = {MENDS_ENV: "step_progress,fit_progress,stack_dumps"} if off else {}
     out = json.loads(run_py(_PROGRESS, env=env).stdout.splitlines()[-1])
     if off:  # TensorFlow's, Keras' and Python's own: nothing marked, SIGUSR1 never asked for
-        assert out == {"loop": 0, "fit": 0, "seen": [""], "dumped": False, "states": dict.fromkeys(out["states"], "off")}
+        off_states = dict.fromkeys(out["states"], "off")
+        assert out == {"loop": 0, "fit": 0, "seen": [""], "dumped": False, "states": off_states}
     else:
         assert (out["loop"], out["fit"], out["seen"], out["dumped"]) == (3, 4, ["Late.on_epoch_end"], True)
         assert set(out["states"].values()) == {"applied"}
