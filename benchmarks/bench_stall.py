@@ -1,9 +1,12 @@
 """What stall detection costs a step, and how soon it names a stuck rank.
 
-1. Per-step cost in ``fit``: a Keras 3 MLP (a step of about 2 ms here) trains ``--steps`` steps with the
+1. Per-step cost in ``fit``, end to end: a Keras 3 MLP (a step of about 2 ms here) trains ``--steps`` steps with the
    progress mends on (``fit_progress`` and ``step_progress``, writing a real progress record) and off
    (undone), the two cases alternating ``--rounds`` times in one process after a warm-up; each case's
    median step time, their ratio and the spread (min-max of the per-round ratios).
+   And the part that runs on the training thread alone: Keras' per-batch callback dispatch with the
+   progress callbacks (two record writes) against without, ``--calls`` x 20 batches, no TensorFlow step
+   (on a loaded machine the end-to-end ratio's spread is wider than the cost it looks for).
 2. Per-call cost in a custom loop: a ``tf.function`` step called ``--calls`` times with ``step_progress``
    marking it against the same calls with the mend undone (median of ``--rounds`` alternating rounds).
 3. Detection latency: ``tfdevices launch -n 2 --stall-window W`` of ``tests/scripts/stuck_rank.py`` (rank 1
@@ -68,6 +71,40 @@ def _fit_cost(steps: int, rounds: int) -> None:
     )
 
 
+def _hook_cost(calls: int, rounds: int) -> None:
+    """What fit's per-step callback dispatch costs with and without the progress callbacks (no TensorFlow step)."""
+    import keras
+
+    from tfdevices.jobs.progress import ProgressWriter
+    from tfdevices.mends import fit_progress, turn_off
+
+    writer = ProgressWriter(tempfile.mkdtemp(prefix="bench-stall-"), rank=0)
+    fit_progress.MEND.writer = writer
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    times: dict[str, list[float]] = {"off": [], "on": []}
+    for _ in range(rounds):
+        for case in ("off", "on"):
+            if case == "on":
+                turn_off()
+                fit_progress.MEND.apply()
+            else:
+                turn_off("fit_progress")
+            hooks = keras.callbacks.CallbackList([keras.callbacks.History()], add_progbar=False, model=model)
+            hooks.on_train_begin()
+            start = time.perf_counter()
+            for batch in range(calls):
+                hooks.on_train_batch_begin(batch)
+                hooks.on_train_batch_end(batch)
+            times[case].append((time.perf_counter() - start) / calls)
+            hooks.on_train_end()
+    extra = (statistics.median(times["on"]) - statistics.median(times["off"])) * 1e6
+    print(
+        f"fit's callbacks, {calls} batches x {rounds} rounds: {statistics.median(times['off']) * 1e6:.2f} us a batch "
+        f"without, {statistics.median(times['on']) * 1e6:.2f} us with the progress callbacks: +{extra:.2f} us a step "
+        f"({extra / 2000 * 100:.2f}% of a 2 ms step)"
+    )
+
+
 def _call_cost(calls: int, rounds: int) -> None:
     import tensorflow as tf
 
@@ -97,11 +134,12 @@ def _call_cost(calls: int, rounds: int) -> None:
             for _ in range(calls):
                 step()
             (on if case == "on" else off).append((time.perf_counter() - start) / calls)
-    extra = (statistics.median(on) - statistics.median(off)) * 1e6
+    diffs = sorted((a - b) * 1e6 for a, b in zip(on, off))  # each round's pair, measured back to back
+    extra = statistics.median(diffs)
     print(
         f"custom loop, {calls} calls x {rounds} rounds: {statistics.median(off) * 1e6:.1f} us a call without, "
-        f"{statistics.median(on) * 1e6:.1f} us with marks: +{extra:.1f} us a step "
-        f"({extra / 2000 * 100:.2f}% of a 2 ms step)"
+        f"{statistics.median(on) * 1e6:.1f} us with marks: +{extra:.1f} us a step, median of the rounds' pairs "
+        f"(pairs {diffs[0]:+.1f} to {diffs[-1]:+.1f} us; {extra / 2000 * 100:.2f}% of a 2 ms step)"
     )
 
 
@@ -133,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-launch", action="store_true", help="skip the detection latency (real jobs)")
     args = parser.parse_args(argv)
     _fit_cost(args.steps, args.rounds)
+    _hook_cost(args.calls * 20, args.rounds)
     _call_cost(args.calls, args.rounds)
     if not args.no_launch:
         for window in (5.0, 15.0):
