@@ -1,9 +1,10 @@
 """Train under a strategy: Keras 3 ``model.fit`` on many workers, and the Keras-version policy.
 
 Keras 3 ``model.fit`` fails under ``MultiWorkerMirroredStrategy`` (keras-team/keras#20585:
-"Attempt to convert a value (PerReplica ...) with an unsupported type"). The root cause
-is two small defects in Keras' TensorFlow trainer, which the mend ``keras_fit``
-(:mod:`tfdevices.mends.keras_fit`) mends for the Keras releases it was checked against;
+"Attempt to convert a value (PerReplica ...) with an unsupported type"; Keras 3.3 and 3.4:
+"Invalid reduction dimension 0"). The root causes are small defects in Keras' TensorFlow
+backend, which the mend ``keras_fit`` (:mod:`tfdevices.mends.keras_fit`) mends, each where the
+installed Keras has it, for the Keras releases it was checked against (3.3 to 3.15);
 :func:`tfdevices.build_strategy` installs it (:func:`install_fit_adapter`) when it builds a
 multi-worker strategy. Then plain ``fit`` works: compiled metrics, ``validation_data``,
 callbacks (``ModelCheckpoint``, ``BackupAndRestore`` ...), the progress bar and ``History``.
@@ -45,7 +46,8 @@ logger = logging.getLogger("tfdevices")
 
 KERAS3_FIT_MESSAGE = (
     f"Keras 3 model.fit fails under MultiWorkerMirroredStrategy ({KERAS_FIT_ISSUE}: "
-    "'Attempt to convert a value (PerReplica ...) with an unsupported type')."
+    "'Attempt to convert a value (PerReplica ...) with an unsupported type', or on Keras 3.3-3.4 "
+    "'Invalid reduction dimension 0 for input with 0 dimensions')."
 )
 
 
