@@ -115,7 +115,8 @@ def train(
     """Trains a Keras model under ``strategy`` by the path that works with the installed Keras.
 
     ``fit`` wherever it works: one process, tf_keras (``TF_USE_LEGACY_KERAS=1``), and
-    Keras 3 on many workers with the fit adapter (:func:`install_fit_adapter`). A custom
+    Keras 3 on many workers with the fit adapter (:func:`install_fit_adapter`, installed here
+    under every strategy: Keras 3.3 to 3.7 need it in one process too). A custom
     loop (``strategy.run`` over ``experimental_distribute_dataset``, optimizer built in
     the scope) under ``MultiWorkerMirroredStrategy`` with a Keras the adapter does not
     cover. Both end with identical weights on every worker.
@@ -144,7 +145,8 @@ def train(
     if path == "fit":
         check_fit_supported(strategy)
     multi = _multi_worker(strategy)
-    adapter = install_fit_adapter() if multi else None
+    mended = install_fit_adapter()  # on Keras 3.3-3.7 fit (and the optimizer) need it under any strategy
+    adapter = mended if multi else None
     if path == "custom_loop" or (path == "auto" and adapter is not None and not adapter.fit_works):
         reason = adapter.reason if adapter is not None and not adapter.fit_works else "asked for"
         losses, model = _custom_loop(

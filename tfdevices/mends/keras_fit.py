@@ -37,10 +37,11 @@ releases (1 and 2 are the failures; each is detected by its own feature):
    ``train_step`` hands the loss to ``optimizer.scale_loss``; the loss Keras reports is unscaled,
    as in 3.8. Detected: ``keras.src.losses.loss`` has no ``scale_loss_for_distribution``.
 5. Keras 3.3 to 3.6 create their TensorFlow variables with no ``aggregation`` (3.7 added it): a
-   metric's variables are each worker's own, and ``_get_metrics_result_or_logs`` hands the epoch's
-   History each worker's own metrics (rank 0's accuracy 0.875, rank 1's 0.719, one process' 0.797).
-   Mended: on many workers the epoch's logs are the last step's, which ``reduce_per_replica`` has
-   averaged across workers (equal shards: the one-process value). Detected: Keras' TensorFlow
+   metric's variables are each replica's own, and ``_get_metrics_result_or_logs`` hands the epoch's
+   History the first local replica's metrics (on 2 workers: rank 0's accuracy 0.875, rank 1's
+   0.719, one process' 0.797). Mended: under a strategy of several replicas the epoch's logs are
+   the last step's, which ``reduce_per_replica`` has averaged across replicas and workers (equal
+   shards: the one-process value). Detected: Keras' TensorFlow
    ``Variable`` has no ``_map_aggregation``.
 
 Nothing else changes: the training step, gradients, optimizer and callbacks are Keras' own.
@@ -176,7 +177,7 @@ class KerasFit(Mend):
         "where this Keras has the defect: TFOptimizer._distributed_tf_update_step and make_train_function "
         "(Keras 3.3-3.4: gradients summed in the merge call, fit built before its step is traced), "
         "train_step and scale_loss (3.3-3.7: the loss scaled by 1 / replicas), _get_metrics_result_or_logs "
-        "(3.3-3.6: the History averaged across workers)"
+        "(3.3-3.6: the History averaged across replicas)"
     )
     why = f"{KERAS_FIT_ISSUE}: Keras 3 fit fails under MultiWorkerMirroredStrategy"
     detects = (
@@ -292,9 +293,9 @@ class KerasFit(Mend):
             self._built_first = _build_before_tracing(tf, trainer_class)
             if self._built_first is not None:
                 done.append("fit builds the model, metrics and optimizer before tracing its step (as Keras 3.5 does)")
-        self._local_metrics = _mend_local_metrics(trainer_class, multi_worker)
+        self._local_metrics = _mend_local_metrics(trainer_class)
         if self._local_metrics is not None:
-            done.append("the History's metrics are the workers' mean, not each worker's own")
+            done.append("the History's metrics are the replicas' mean, not the first replica's own")
         self._loss_scaling = _mend_loss_scaling(tf, trainer_class)
         if self._loss_scaling:
             done.append("fit's loss is scaled by 1 / replicas before its gradients (Keras 3.8's scaling)")
@@ -426,8 +427,8 @@ def _build_before_tracing(tf: Any, trainer_class: Any) -> Any:
 _INHERITED = object()  # what _mend_local_metrics returns where the trainer inherited the method
 
 
-def _mend_local_metrics(trainer_class: Any, multi_worker: Any) -> Any:
-    """Defect 5: on many workers, the epoch's logs averaged across workers, not each worker's own metrics.
+def _mend_local_metrics(trainer_class: Any) -> Any:
+    """Defect 5: the epoch's logs averaged across replicas and workers, not the first replica's own metrics.
 
     Returns:
         What to restore (Keras' own function, or :data:`_INHERITED`), or ``None`` where nothing changed.
@@ -442,8 +443,8 @@ def _mend_local_metrics(trainer_class: Any, multi_worker: Any) -> Any:
 
     def get_metrics_result_or_logs(self: Any, logs: Any) -> Any:
         strategy = self._distribute_strategy
-        if strategy is not None and isinstance(logs, dict) and logs and multi_worker(strategy):
-            return logs  # the last step's, averaged across workers by reduce_per_replica
+        if strategy is not None and isinstance(logs, dict) and logs and strategy.num_replicas_in_sync > 1:
+            return logs  # the last step's, averaged across replicas and workers by reduce_per_replica
         return original(self, logs)
 
     get_metrics_result_or_logs.__wrapped__ = original  # type: ignore[attr-defined]
@@ -511,8 +512,8 @@ def install_fit_adapter() -> FitAdapter:
     :func:`tfdevices.build_strategy` calls it when it builds a multi-worker strategy. It
     checks the installed Keras at run time (:func:`decide_fit_adapter`) and which of the five
     defects it has (the module's docstring); a Keras it does not cover is left alone, with one
-    warning that says so. Defects 1, 2 and 5 take the mended path on many workers only; 3 and 4
-    (Keras 3.3 to 3.7) apply to every strategy in the process, as Keras 3.8 does.
+    warning that says so. Defects 1 and 2 take the mended path on many workers only; 3 to 5
+    (Keras 3.3 to 3.7) under every strategy in the process, as later Keras releases do.
     Idempotent. The mend is ``keras_fit`` (``TFDEVICES_MENDS=keras_fit`` turns it off).
 
     Returns:
