@@ -11,7 +11,7 @@ PYTEST := $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -q
 # AVX-512 CPUs) rewrites MatMul into _MklMatMul, Dense layers into _MklNativeFusedMatMul.
 KERNEL_TESTS := tests/test_verify.py tests/verify/test_profiles.py tests/tensorboard tests/layers/test_place.py tests/test_readme.py tests/test_notebooks.py tests/decide/test_advise_capture.py
 
-.PHONY: demo test lint docs bench setup clean
+.PHONY: demo test test-oldest test-tf-keras lint docs bench setup clean
 
 $(STAMP): setup.cfg setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -34,9 +34,41 @@ ONEDNN_KERNELS ?= TF_ENABLE_ONEDNN_OPTS=1
 EXECUTED := build/notebooks
 test: lint
 	rm -rf $(EXECUTED)
+	$(PY) $(LEG_LINE) newest
 	$(ONEDNN_SUITE) TFDEVICES_EXECUTED_NOTEBOOKS=$(CURDIR)/$(EXECUTED) $(PYTEST)
 	$(ONEDNN_KERNELS) $(PYTEST) $(KERNEL_TESTS)
 	$(MAKE) docs NOTEBOOKS=$(EXECUTED)
+
+# One line naming the TensorFlow and Keras a leg of the tests ran (tf.keras: tf_keras under TF_USE_LEGACY_KERAS=1).
+LEG_LINE = -c "import sys, tensorflow as tf, keras; k = tf.keras; \
+print(f'ci leg: {sys.argv[1]}: tensorflow {tf.__version__}, keras {keras.__version__}, tf.keras {k.__name__.split(\".\")[0]} {getattr(k, \"__version__\", None) or __import__(\"tf_keras\").__version__}')"
+
+# The oldest TensorFlow the README names, with the Keras its users pinned (TF 2.16 came with 3.0-3.3),
+# in a venv of its own built from PyPI; oneDNN as the main suite has it.
+OLDEST_VENV := build/venv-oldest
+OLDEST_PY := $(OLDEST_VENV)/bin/python
+OLDEST_PINS := '$(subst >=2.16,==2.16.2,$(TF_PKG))' keras==3.3.3 tf-keras==2.16.0
+# What the older TensorFlow changes: its internals (the quiet import, the runtime), the mends, strategies,
+# capture and its profiles, PlacementLogger, layer placement, Keras on one and on many workers.
+OLDEST_TESTS := tests/core/test_tf.py tests/mends tests/test_runtime.py tests/test_strategy.py tests/test_scopes.py \
+	tests/test_training.py tests/test_multiworker.py tests/test_keras_flavours.py tests/test_verify.py tests/verify \
+	tests/tensorboard/test_callbacks.py tests/layers/test_place.py tests/decide/test_advise_capture.py
+
+$(OLDEST_VENV)/.installed: setup.cfg setup.py Makefile
+	test -x $(OLDEST_PY) || $(PYTHON) -m venv $(OLDEST_VENV)
+	$(OLDEST_PY) -m pip install --quiet --upgrade pip
+	$(OLDEST_PY) -m pip install --quiet $(OLDEST_PINS) 'pytest>=7,<9' 'pytest-xdist>=3' 'pytest-timeout>=2' 'hypothesis>=6' -e .
+	touch $@
+
+test-oldest: $(OLDEST_VENV)/.installed
+	$(OLDEST_PY) $(LEG_LINE) oldest
+	$(ONEDNN_SUITE) $(OLDEST_PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -q $(OLDEST_TESTS)
+
+# tf_keras (Keras 2) through tf.keras, as its users have it: what they call, on the newest TensorFlow.
+TF_KERAS_TESTS := tests/test_keras_flavours.py tests/tensorboard/test_callbacks.py
+test-tf-keras: $(STAMP)
+	TF_USE_LEGACY_KERAS=1 $(PY) $(LEG_LINE) tf_keras
+	TF_USE_LEGACY_KERAS=1 $(ONEDNN_SUITE) $(PYTEST) $(TF_KERAS_TESTS)
 
 # ruff (rules and format: .ci/ruff.toml) and mypy (setup.cfg: strict for core/, gpus/, jobs/, layers/)
 LINTED := tfdevices tests benchmarks .ci/docs

@@ -173,7 +173,8 @@ def test_two_workers_tf_keras_fit_identical_weights():
 def test_keras3_fit_fails_without_the_adapter_and_works_with_it():
     """The trap (keras-team/keras#20585) in TensorFlow's own MultiWorkerMirroredStrategy, then mended in place."""
     for r in run_workers(2, {}, RAW_WORKER):
-        assert "PerReplica" in r["raw"], (
+        # Keras 3.5+ fails in _maybe_symbolic_build, 3.3-3.4 (which have none) at the first step's logs
+        assert "PerReplica" in r["raw"] or "Invalid reduction dimension 0" in r["raw"], (
             "Keras 3 fit under MultiWorkerMirroredStrategy works without the adapter now: "
             f"stop FIT_ADAPTER_KERAS before this Keras ({r['raw']})"
         )
@@ -315,8 +316,7 @@ def test_two_launchers_form_one_four_worker_keras3_job(tf4, tmp_path):
 
 
 def test_keras3_fit_on_two_workers_with_tf_use_legacy_keras_set(tf4, tmp_path):
-    """Ray Train sets TF_USE_LEGACY_KERAS=1 in its workers; `import keras` is still Keras 3 there, and fit works
-    (the keras_fit mend applies to Keras 3 whatever that variable says)."""
+    """Ray Train sets TF_USE_LEGACY_KERAS=1 in its workers; `import keras` is Keras 3 there, mended: fit works."""
     proc = subprocess.run(
         [
             sys.executable,

@@ -1,9 +1,10 @@
 """Train under a strategy: Keras 3 ``model.fit`` on many workers, and the Keras-version policy.
 
 Keras 3 ``model.fit`` fails under ``MultiWorkerMirroredStrategy`` (keras-team/keras#20585:
-"Attempt to convert a value (PerReplica ...) with an unsupported type"). The root cause
-is two small defects in Keras' TensorFlow trainer, which the mend ``keras_fit``
-(:mod:`tfdevices.mends.keras_fit`) mends for the Keras releases it was checked against;
+"Attempt to convert a value (PerReplica ...) with an unsupported type"; Keras 3.3 and 3.4:
+"Invalid reduction dimension 0"). The root causes are small defects in Keras' TensorFlow
+backend, which the mend ``keras_fit`` (:mod:`tfdevices.mends.keras_fit`) mends, each where the
+installed Keras has it, for the Keras releases it was checked against (3.3 to 3.15);
 :func:`tfdevices.build_strategy` installs it (:func:`install_fit_adapter`) when it builds a
 multi-worker strategy. Then plain ``fit`` works: compiled metrics, ``validation_data``,
 callbacks (``ModelCheckpoint``, ``BackupAndRestore`` ...), the progress bar and ``History``.
@@ -45,7 +46,8 @@ logger = logging.getLogger("tfdevices")
 
 KERAS3_FIT_MESSAGE = (
     f"Keras 3 model.fit fails under MultiWorkerMirroredStrategy ({KERAS_FIT_ISSUE}: "
-    "'Attempt to convert a value (PerReplica ...) with an unsupported type')."
+    "'Attempt to convert a value (PerReplica ...) with an unsupported type', or on Keras 3.3-3.4 "
+    "'Invalid reduction dimension 0 for input with 0 dimensions')."
 )
 
 
@@ -113,7 +115,8 @@ def train(
     """Trains a Keras model under ``strategy`` by the path that works with the installed Keras.
 
     ``fit`` wherever it works: one process, tf_keras (``TF_USE_LEGACY_KERAS=1``), and
-    Keras 3 on many workers with the fit adapter (:func:`install_fit_adapter`). A custom
+    Keras 3 on many workers with the fit adapter (:func:`install_fit_adapter`, installed here
+    under every strategy: Keras 3.3 to 3.7 need it in one process too). A custom
     loop (``strategy.run`` over ``experimental_distribute_dataset``, optimizer built in
     the scope) under ``MultiWorkerMirroredStrategy`` with a Keras the adapter does not
     cover. Both end with identical weights on every worker.
@@ -142,7 +145,8 @@ def train(
     if path == "fit":
         check_fit_supported(strategy)
     multi = _multi_worker(strategy)
-    adapter = install_fit_adapter() if multi else None
+    mended = install_fit_adapter()  # on Keras 3.3-3.7 fit (and the optimizer) need it under any strategy
+    adapter = mended if multi else None
     if path == "custom_loop" or (path == "auto" and adapter is not None and not adapter.fit_works):
         reason = adapter.reason if adapter is not None and not adapter.fit_works else "asked for"
         losses, model = _custom_loop(

@@ -91,7 +91,7 @@ def test_step_beyond_training_captures_nothing(tf4, tmp_path):
     with pytest.warns(RuntimeWarning, match=r"^PlacementLogger\(at_step=50\) captured nothing: training ran 2 step"):
         model.fit(np.ones((8, 4)), np.zeros((8, 2)), batch_size=4, epochs=1, verbose=0, callbacks=[logger])
     assert logger.report is None
-    assert not hasattr(model.train_function, "__wrapped__") and model.train_function.__name__ != "captured"
+    assert model.train_function.__name__ != "captured"  # Keras' own (TF 2.16's tf.function has a __wrapped__ too)
     with pytest.raises(InputError, match="no placement summary") as err:  # the logger said why, in placement/status
         read_placement(tmp_path)
     assert "HINT: a PlacementLogger ran here but captured no step: its at_step never came" in str(err.value), str(

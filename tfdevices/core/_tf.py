@@ -7,7 +7,9 @@ level asks: the C++ start-up lines TensorFlow prints before its logging reads
 ``TF_CPP_MIN_LOG_LEVEL`` (``Could not find cuda drivers ...``, twice per process)
 are dropped when that level hides INFO (and, on a Linux machine with no NVIDIA driver
 loaded, CUDA's ``failed call to cuInit`` at the first device listing, which then
-happens here), and TensorFlow's Python INFO lines (``Reduce
+happens here; and TensorFlow 2.16's ``Unable to register cuDNN factory: Attempting to register
+factory for plugin cuDNN when one has already been registered``, three lines at every import,
+tensorflow/tensorflow#62075), and TensorFlow's Python INFO lines (``Reduce
 to ... then broadcast``, which absl apps would show) are hidden unless a level was
 set for the ``tensorflow`` logger or ``--verbosity`` was given.
 """
@@ -27,6 +29,11 @@ from tfdevices.core.errors import TensorFlowMissingError
 _EARLY_NOISE = re.compile(r"^(I\d{4} .*|WARNING: All log messages before absl::InitializeLog\(\) is called.*)$")
 #: CUDA's complaint when it finds no driver: noise on a machine that has no NVIDIA driver at all.
 _NO_DRIVER_NOISE = re.compile(r"^E\d{4} .*failed call to cuInit.*$")
+#: TensorFlow 2.16's three lines at import (cuFFT, cuDNN, cuBLAS registered twice): noise on any machine.
+_DUPLICATE_FACTORY_NOISE = re.compile(
+    r"^.*\bE.* Unable to register cu(FFT|DNN|BLAS) factory: Attempting to register factory for plugin "
+    r"cu(FFT|DNN|BLAS) when one has already been registered$"
+)
 _NVIDIA_DRIVER = "/proc/driver/nvidia"  # present on Linux whenever the NVIDIA kernel driver is loaded
 
 
@@ -79,7 +86,9 @@ def _import_quietly() -> ModuleType:
             kept = [
                 line
                 for line in caught.read().decode(errors="replace").splitlines()
-                if not _EARLY_NOISE.match(line) and not (no_driver and _NO_DRIVER_NOISE.match(line))
+                if not _EARLY_NOISE.match(line)
+                and not _DUPLICATE_FACTORY_NOISE.match(line)
+                and not (no_driver and _NO_DRIVER_NOISE.match(line))
             ]
             if kept:
                 sys.stderr.write("\n".join(kept) + "\n")
