@@ -60,9 +60,15 @@ $(OLDEST_VENV)/.installed: setup.cfg setup.py Makefile
 	$(OLDEST_PY) -m pip install --quiet $(OLDEST_PINS) 'pytest>=7,<9' 'pytest-xdist>=3' 'pytest-timeout>=2' 'hypothesis>=6' -e .
 	touch $@
 
+# Known on TensorFlow 2.16 only (the README's support table): a fresh process's first capture may leave some
+# kernels on device '?' (2 to 5 processes in 8), so these two, which need every kernel of a first capture
+# placed, are not run there; they run on the newest TensorFlow.
+OLDEST_KNOWN := \
+	--deselect tests/test_verify.py::test_the_first_capture_of_a_fresh_process_puts_every_kernel_on_its_device \
+	--deselect tests/decide/test_advise_capture.py::test_a_chain_over_two_devices_leaves_each_idle_while_the_other_works
 test-oldest: $(OLDEST_VENV)/.installed
 	$(OLDEST_PY) $(LEG_LINE) oldest
-	$(ONEDNN_SUITE) $(OLDEST_PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -q $(OLDEST_TESTS)
+	$(ONEDNN_SUITE) $(OLDEST_PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -q $(OLDEST_KNOWN) $(OLDEST_TESTS)
 
 # tf_keras (Keras 2) through tf.keras, as its users have it: what they call, on the newest TensorFlow.
 TF_KERAS_TESTS := tests/test_keras_flavours.py tests/tensorboard/test_callbacks.py

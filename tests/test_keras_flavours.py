@@ -53,11 +53,8 @@ def test_tf_keras_is_the_keras_this_run_asked_for(keras):
 
 def test_build_strategy_and_fit_end_where_one_device_ends(tf4, keras):
     import tfdevices
-    from tfdevices.training import install_fit_adapter
 
-    strategy = tfdevices.build_strategy("mirrored", ["CPU:0", "CPU:1"])
-    if not LEGACY:  # Keras 3.3-3.7 train wrongly under any strategy (the keras_fit mend's defects 3 and 4):
-        install_fit_adapter()  # in one process the README's support table says to call this; on 3.8+ a no-op
+    strategy = tfdevices.build_strategy("mirrored", ["CPU:0", "CPU:1"])  # mends Keras 3.3-3.7's fit (keras_fit)
     x, y = _data()
     ds = tf4.data.Dataset.from_tensor_slices((x, y)).batch(16)
     with strategy.scope():

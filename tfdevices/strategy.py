@@ -638,6 +638,8 @@ def build_strategy(
         virtual_gpus=_virtual_gpus(tf),
     )
     warnings = _warn(decision.warning, _unused_gpus_warning(decision, logical))
+    if decision.kind == "mirrored":
+        install_fit_adapter()  # Keras 3.3-3.7's fit is wrong under one process's mirrored strategy too
     strategy = _make(tf, decision, ops.name, cluster)
     return explain(
         strategy,
