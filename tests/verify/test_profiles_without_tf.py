@@ -110,3 +110,12 @@ def test_without_the_file_the_error_names_where_it_looked():
     )
     assert "ERROR reading a profile needs the XSpace protobuf module" in proc.stdout
     assert "HINT: pip install" in proc.stdout
+
+
+def test_the_docstring_example_runs():
+    import doctest
+
+    from tfdevices.verify import xplane
+
+    result = doctest.testmod(xplane)
+    assert result.attempted > 0 and result.failed == 0

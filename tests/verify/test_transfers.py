@@ -69,3 +69,12 @@ def test_tfdevices_placement_groups_transfers_and_all_lists_each(tmp_path):
     assert each.returncode == 0, each.stderr
     rows = [line for line in each.stdout.splitlines() if "`IteratorGetNext:0`" in line]
     assert len(rows) == steps and all(row.endswith("| 4.0 KiB |") for row in rows), each.stdout
+
+
+def test_the_docstring_examples_of_the_records_run():
+    import doctest
+
+    from tfdevices.verify import records
+
+    result = doctest.testmod(records)
+    assert result.attempted > 0 and result.failed == 0
