@@ -36,9 +36,11 @@ from tfdevices.core._tf import import_tf
 from tfdevices.core.devices import short_name
 from tfdevices.core.errors import InputError, PlacementChangedError
 from tfdevices.core.units import format_bytes
+from tfdevices.tensorboard.worker import Worker
 from tfdevices.tensorboard.writer import EventWriter, summary_writer, write_summaries
 from tfdevices.verify import PlacementReport, capturing
 from tfdevices.verify.drift import PlacementChange, drift, functions_of
+from tfdevices.verify.profiling import Capture
 from tfdevices.verify.watching import Instantiation, PlacementWatch, traced_functions
 
 __all__ = ["PlacementLogger"]
@@ -113,11 +115,14 @@ class PlacementLogger:
 
     Attributes:
         report: the latest captured :class:`~tfdevices.verify.PlacementReport`, ``None``
-            until step ``at_step`` ran.
+            until step ``at_step`` ran (reading it waits for the worker's pending captures).
         steps: the steps captured so far.
         changes: the :class:`~tfdevices.verify.drift.PlacementChange` of each capture that
             differed from the one it was compared with.
-        costs: seconds each capture added to its step (the capture and its writing).
+        costs: seconds each capture added to its step on the training thread (the step run under the
+            profiler, its start and stop); building the report and writing it run on a background
+            worker (``worker_costs``: its seconds per capture), flushed at the end of ``fit`` and at exit.
+        errors: the errors of the worker's jobs (each also warned about on the training thread).
         placed: ``(step, Instantiation)`` of every instantiation the watch saw, at the step that ran it.
         memory_devices: the allocators whose memory was logged (``"GPU:0"``, ``"CPU"`` for the
             host); devices without memory statistics are skipped.
@@ -165,8 +170,12 @@ class PlacementLogger:
         self.memory = memory
         self.watch = watch
         self.placed: list[tuple[int, Instantiation]] = []
+        self.worker_costs: list[float] = []
+        self.errors: list[BaseException] = []
+        self._reactions: list[PlacementChange] = []
+        self._worker = Worker(f"placement-{id(self):x}")
         self._watch: PlacementWatch | None = None
-        self.report: PlacementReport | None = None
+        self._report: PlacementReport | None = None
         self.memory_devices: tuple[str, ...] = ()
         self._step = 0
         self._restore: tuple[Any, Any, Any] | None = None
@@ -175,6 +184,12 @@ class PlacementLogger:
         self._last: tuple[int, PlacementReport] | None = None
         self._graphs_written: set[tuple[int, ...]] = set()
         self._warned: set[str] = set()
+
+    @property
+    def report(self) -> PlacementReport | None:
+        """The latest captured report (waits for the worker to finish the captures handed to it)."""
+        self._worker.flush()
+        return self._report
 
     def _due(self, step: int) -> bool:
         if self.at_step is None or step < self.at_step:
@@ -200,7 +215,7 @@ class PlacementLogger:
                     with capturing() as cap:
                         return original(*args, **kwargs)
                 finally:
-                    self._captured(cap.report, step, started)
+                    self._captured(cap, step, started)
 
             model.train_function = captured
             self._restore = (model, original, captured)
@@ -215,21 +230,31 @@ class PlacementLogger:
             self._watch = PlacementWatch()
         self._watch.functions = traced_functions([function] if function is not None else [])
         self._watch.start()
-        with summary_writer(self.logdir) as writer:
-            writer.text(
-                f"{self.name}/status",
-                "watching the train function's instantiations from the runtime's placed graphs: TensorFlow's "
-                "run metadata (a process-wide setting) "
-                + ("turned on by tfdevices for this fit" if self._watch.turned_on else "already on (left as it was)"),
-                self._step,
-            )
+        status = (
+            "watching the train function's instantiations from the runtime's placed graphs: TensorFlow's "
+            "run metadata (a process-wide setting) "
+            + ("turned on by tfdevices for this fit" if self._watch.turned_on else "already on (left as it was)")
+        )
+        self._write(lambda writer: writer.text(f"{self.name}/status", status, self._step))
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         """Reads the placement of a train function instantiated in this step (nothing when none was)."""
         if self._watch is not None and self._watch.running:
             self._placed(self._watch.poll(), max(self._step - 1, 0))
+        self._deliver()
+
+    def _write(self, write: Callable[[EventWriter], Any]) -> None:
+        """Writes on the worker, in its own event file."""
+
+        def job() -> None:
+            with summary_writer(self.logdir) as writer:
+                write(writer)
+
+        self._worker.submit(job)
 
     def _placed(self, found: list[Instantiation], step: int) -> None:
+        if found:
+            self._worker.flush()  # a capture of this step may have reported the change already
         for new in found:
             previous = self.placed[-1][0] if self.placed else step
             self.placed.append((step, new))
@@ -238,12 +263,15 @@ class PlacementLogger:
                 change = dataclasses.replace(change, step=step, previous_step=previous)
             reported = any(c.step == step and c.retraced for c in self.changes)  # a capture of this step said it
             news = change is not None and change.changed and not reported
-            with summary_writer(self.logdir) as writer:
+
+            def write(writer: EventWriter, new: Instantiation = new, change: Any = change, news: bool = news) -> None:
                 writer.text(
                     f"{self.name}/placed", f"{_indented(new.report.summary())}\n\n{new.report.to_markdown()}", step
                 )
                 if news and change is not None:
                     _write_change(writer, self.name, change)
+
+            self._write(write)
             if news and change is not None:
                 self.changes.append(change)
                 self._react(change)
@@ -259,12 +287,14 @@ class PlacementLogger:
         restore, self._restore = self._restore, None
         if restore is not None and restore[0].train_function is restore[2]:
             restore[0].train_function = restore[1]
+        self._worker.flush()
+        self._deliver()
         if self.at_step is not None and not self.steps and self._step <= self.at_step:
             said = (
                 f"PlacementLogger(at_step={self.at_step}) captured nothing: training ran {self._step} "
                 f"step(s) (0..{max(self._step - 1, 0)}), so step {self.at_step} never came"
             )
-            with summary_writer(self.logdir) as writer:  # for `tfdevices placement` to say so, too
+            with summary_writer(self.logdir) as writer:  # for `tfdevices placement` to say so, too (worker idle)
                 writer.text(f"{self.name}/status", said, max(self._step - 1, 0))
             warnings.warn(
                 f"{said}. HINT: pass at_step={min(1, max(self._step - 1, 0))} (steps count from 0 over the whole fit).",
@@ -275,16 +305,32 @@ class PlacementLogger:
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         """Logs ``current`` memory and the ``peak`` since the last point, at the current step."""
         if self.memory:
-            with summary_writer(self.logdir) as writer:
-                self._log_memory(writer, max(self._step - 1, 0))
+            step = max(self._step - 1, 0)
 
-    def _captured(self, report: PlacementReport, step: int, started: float) -> None:
+            def log() -> None:
+                with summary_writer(self.logdir) as writer:
+                    self._log_memory(writer, step)
+
+            self._worker.submit(log)
+
+    def _captured(self, cap: Capture, step: int, started: float) -> None:
+        """On the training thread: the profiler has stopped; the rest is handed to the worker."""
+        self.steps.append(step)
+        self._worker.submit(lambda: self._build(cap, step))
+        self.costs.append(time.perf_counter() - started)
+        self._pace.captured(step, self.costs[-1])
+        self._deliver()
+
+    def _build(self, cap: Capture, step: int) -> None:
+        """On the worker: the report built, compared and written."""
+        started = time.perf_counter()
+        report = cap.report
         change = self._compare(report, step)
         if change is not None and change.changed:
             self.changes.append(change)
+            self._reactions.append(change)
             report = dataclasses.replace(report, notes=(f"changed: {change.summary()}", *report.notes))
-        self.report = report
-        self.steps.append(step)
+        self._report = report
         functions = functions_of(report)
         graphs = functions not in self._graphs_written
         self._graphs_written.add(functions)
@@ -294,10 +340,19 @@ class PlacementLogger:
                 _write_change(writer, self.name, change)
             if self.memory:
                 self._log_memory(writer, step)
-        self.costs.append(time.perf_counter() - started)
-        self._pace.captured(step, self.costs[-1])
-        if change is not None and change.changed:
-            self._react(change)
+        self.worker_costs.append(time.perf_counter() - started)
+
+    def _deliver(self) -> None:
+        """On the training thread: the worker's errors warned about, its changes reacted to (which may raise)."""
+        for err in self._worker.take_errors():
+            self.errors.append(err)
+            warnings.warn(
+                f"PlacementLogger could not build or write a capture: {type(err).__name__}: {err}",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        while self._reactions:
+            self._react(self._reactions.pop(0))
 
     def _compare(self, report: PlacementReport, step: int) -> PlacementChange | None:
         """The capture's change since the previous one of its functions, or since the one it replaced."""

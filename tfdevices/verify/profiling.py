@@ -26,18 +26,32 @@ _active = False
 
 
 class Capture:
-    """What :func:`capturing` yields; ``report`` is set when the block ends."""
+    """What :func:`capturing` yields; ``report`` can be read when the block ends.
+
+    The block's end stops the profiler and keeps the trace it wrote; the report is built
+    from it when ``report`` is first read (on any thread: a logger builds it off the
+    training thread), once.
+    """
 
     def __init__(self) -> None:
         self._report: PlacementReport | None = None
+        self._source: tuple[list[bytes], _Recorder] | None = None
+        self._building = threading.Lock()
 
     @property
     def report(self) -> PlacementReport:
-        """The placement of everything that ran inside the block.
+        """The placement of everything that ran inside the block (built on first read).
 
         Raises:
             TfDevicesError: read before the ``with`` block ended.
         """
+        with self._building:
+            if self._report is None and self._source is not None:
+                spaces, recorder = self._source
+                self._report = _with_cold(
+                    build_report(read_trace(spaces[0]) if spaces else _Trace(), recorder), recorder.traced
+                )
+                self._source = None
         if self._report is None:
             raise TfDevicesError(
                 "the placement report is ready only after the 'with capturing()' block ends.",
@@ -84,7 +98,8 @@ def capturing() -> Iterator[Capture]:
     profiled call of it.
 
     Yields:
-        A :class:`Capture`; its ``report`` is ready when the block ends (even if it raised).
+        A :class:`Capture`; its ``report`` can be read when the block ends (even if it raised),
+        and is built from the profiler's trace when it is first read.
 
     Raises:
         InputError: a capture (or TensorFlow's profiler) is already running in this process.
@@ -113,13 +128,9 @@ def capturing() -> Iterator[Capture]:
         with _profiling(tf, spaces), _recording(recorder):
             yield cap
     finally:
-        try:
-            cap._report = _with_cold(
-                build_report(read_trace(spaces[0]) if spaces else _Trace(), recorder), recorder.traced
-            )
-        finally:
-            with _lock:
-                _active = False
+        cap._source = (spaces, recorder)
+        with _lock:
+            _active = False
 
 
 def _with_cold(report: PlacementReport, traced: list[str]) -> PlacementReport:
