@@ -62,18 +62,22 @@ class Capture:
 
 
 _logdir: str | None = None  # the process's capture directory, removed at exit
+_SHM = "/dev/shm"  # memory-backed on Linux
 
 
 def _capture_dir() -> str:
-    """One temporary directory for every capture of the process.
+    """One temporary directory for every capture of the process, in memory where the system has one.
 
-    Removing a directory can cost milliseconds (4 ms per ``rmdir`` on this machine's ext4):
-    each capture's session directory is moved aside (a rename) once read, and all of them
-    are removed with the directory at exit.
+    Directory changes can cost milliseconds on a disk (4 ms per ``rmdir``, 2 ms per ``rename``
+    on this machine's ext4; microseconds in memory): the directory is made in ``/dev/shm``
+    where it is writable (the profile never touches a disk), once per process; each
+    capture's session directory is moved aside once read, and all of them are removed
+    with the directory at exit.
     """
     global _logdir
     if _logdir is None or not os.path.isdir(_logdir):
-        _logdir = tempfile.mkdtemp(prefix="tfdevices-capture-")
+        memory = _SHM if os.path.isdir(_SHM) and os.access(_SHM, os.W_OK | os.X_OK) else None
+        _logdir = tempfile.mkdtemp(prefix="tfdevices-capture-", dir=memory)
         os.mkdir(os.path.join(_logdir, "read"))
         atexit.register(shutil.rmtree, _logdir, True)
     return _logdir
