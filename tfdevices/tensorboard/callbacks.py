@@ -235,7 +235,8 @@ class PlacementLogger:
             "run metadata (a process-wide setting) "
             + ("turned on by tfdevices for this fit" if self._watch.turned_on else "already on (left as it was)")
         )
-        self._write(lambda writer: writer.text(f"{self.name}/status", status, self._step))
+        step = self._step
+        self._write(lambda writer: writer.text(f"{self.name}/status", status, step))
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         """Reads the placement of a train function instantiated in this step (nothing when none was)."""

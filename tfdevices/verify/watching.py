@@ -12,7 +12,9 @@ profiler) and, against the previous one, a
 :class:`~tfdevices.verify.drift.PlacementChange` naming the ops that moved.
 
 Run metadata is a process-wide TensorFlow setting: the watch says whether it turned it
-on (``turned_on``), and turns it off when it stops only if it did. Reading the recorded
+on (``turned_on``), and turns it off when it stops only if it did. TensorFlow does not
+say whether it is on: a watch turns it on when no other watch of this process holds it,
+so a program that had turned it on itself finds it off after the watch ends. Reading the recorded
 graphs consumes them (``export_run_metadata``): another reader in the process sees only
 what was recorded since either read.
 
