@@ -11,6 +11,11 @@ Each size is read in a fresh process (best of ``--repeats`` reads; peak memory i
 the growth of the process's peak RSS over the read, against the file's size), so
 one size's memory does not hide another's. Prints time per event (linear when it
 stays flat) and memory per file byte.
+
+Then ``tfdevices placement PROFILE`` on a 3 MB profile against
+``python -c "import tensorflow"``: ``--cli-rounds`` pairs, each pair in a fresh
+process each and in alternating order; the median of the per-pair ratios is held
+to the floor (at most 0.3x).
 Run: ``.venv/bin/python benchmarks/bench_profile.py``.
 """
 
@@ -20,6 +25,7 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -31,6 +37,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 OPS_PER_STEP = 100
 FLOOR_3MB_S = 1.0
+CLI_STEPS = 280  # about 3 MB
+FLOOR_CLI_RATIO = 0.3  # tfdevices placement PROFILE / python -c "import tensorflow"
 
 
 def build(path: str, steps: int) -> int:
@@ -72,6 +80,38 @@ def measure_one(path: str, repeats: int) -> dict[str, float]:
     return {"seconds": best, "peak_growth": peak - before, "ops": ops}
 
 
+def _seconds(command: list[str]) -> float:
+    """Wall time of ``command`` in a fresh process (its output discarded; it must succeed)."""
+    start = time.perf_counter()
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env())
+    return time.perf_counter() - start
+
+
+def _env() -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=ROOT)
+
+
+def cli_against_import(path: str, rounds: int) -> dict[str, float]:
+    """Paired rounds of ``tfdevices placement PATH`` and ``python -c "import tensorflow"``, in alternating order."""
+    cli = [sys.executable, "-m", "tfdevices", "placement", path]
+    tf = [sys.executable, "-c", "import tensorflow"]
+    pairs = []
+    for k in range(rounds):
+        if k % 2:
+            t_tf, t_cli = _seconds(tf), _seconds(cli)
+        else:
+            t_cli, t_tf = _seconds(cli), _seconds(tf)
+        pairs.append((t_cli, t_tf))
+    ratios = sorted(c / t for c, t in pairs)
+    return {
+        "cli_s": statistics.median(c for c, _ in pairs),
+        "tf_s": statistics.median(t for _, t in pairs),
+        "ratio": statistics.median(ratios),
+        "ratio_min": ratios[0],
+        "ratio_max": ratios[-1],
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -80,12 +120,14 @@ def main(argv: list[str] | None = None) -> int:
         help="steps per profile, comma-separated (defaults: ~10k, 23k, 100k, 1M events)",
     )
     parser.add_argument("--repeats", type=int, default=3, help="reads per size in its process; the best is kept")
+    parser.add_argument("--cli-rounds", type=int, default=5, help="paired rounds of the CLI against import tensorflow")
     parser.add_argument("--one", nargs=2, metavar=("PATH", "REPEATS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
         print(json.dumps(measure_one(args.one[0], int(args.one[1]))))
         return 0
     rows = []
+    cli: dict[str, float] | None = None
     with tempfile.TemporaryDirectory() as tmp:
         for steps in sorted(int(s) for s in args.steps.split(",")):
             path = os.path.join(tmp, f"host-{steps}.xplane.pb")
@@ -96,11 +138,16 @@ def main(argv: list[str] | None = None) -> int:
                 capture_output=True,
                 text=True,
                 check=True,
-                env=dict(os.environ, PYTHONPATH=ROOT),
+                env=_env(),
             )
             result = json.loads(out.stdout.strip().splitlines()[-1])
             rows.append((events, size, result))
             os.remove(path)
+        if args.cli_rounds > 0:  # a file of about 3 MB, as the issue's (its events carry fewer stats than these)
+            path = os.path.join(tmp, "host-3mb.xplane.pb")
+            build(path, CLI_STEPS)
+            cli_size = os.path.getsize(path)
+            cli = cli_against_import(path, args.cli_rounds)
     print(f"{'events':>9} {'file MB':>8} {'ops':>7} {'read s':>8} {'us/event':>9} {'peak MB':>8} {'peak/file':>9}")
     for events, size, r in rows:
         print(
@@ -116,6 +163,13 @@ def main(argv: list[str] | None = None) -> int:
         f"(floor < {FLOOR_3MB_S:g} s: {'met' if issue[2]['seconds'] < FLOOR_3MB_S else 'NOT met'}); "
         f"peak memory {issue[2]['peak_growth'] / issue[0]:.0f} B per event"
     )
+    if cli is not None:
+        print(
+            f"tfdevices placement PROFILE ({cli_size / 1e6:.1f} MB): {cli['cli_s']:.2f} s; "
+            f'python -c "import tensorflow": {cli["tf_s"]:.2f} s (medians of {args.cli_rounds} pairs); '
+            f"ratio {cli['ratio']:.2f}x (pairs {cli['ratio_min']:.2f}-{cli['ratio_max']:.2f}; floor <= "
+            f"{FLOOR_CLI_RATIO:g}x: {'met' if cli['ratio'] <= FLOOR_CLI_RATIO else 'NOT met'})"
+        )
     return 0
 
 

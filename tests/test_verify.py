@@ -179,7 +179,8 @@ def test_json_markdown_and_summary(tf4):
     markdown = report.to_markdown()
     for device, n in report.op_counts.items():
         assert f"| {device} | {n} |" in markdown
-    assert "| CPU:0 | CPU:1 | `x:0` | float32 | [3, 3] | 36 B |" in markdown
+    assert "| CPU:0 | CPU:1 | `x:0` | float32 | [3, 3] | 1 | 36 B |" in markdown  # grouped: count, bytes
+    assert "| CPU:0 | CPU:1 | `x:0` | float32 | [3, 3] | 36 B |" in report.to_markdown(all_transfers=True)
     assert report.summary().startswith(f"{len(report.ops)} ops on {len(report.op_counts)} device(s)")
     with pytest.raises(InputError, match="^not a placement report in JSON"):
         PlacementReport.from_json("{}")

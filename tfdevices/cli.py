@@ -282,7 +282,11 @@ def _cmd_placement(args: argparse.Namespace) -> int:
         path = write_trace(load_placement(args.logdir, name=args.name, profile=args.profile), args.trace)
         print(f"wrote {path}: open it in Perfetto (ui.perfetto.dev) or chrome://tracing")
         return 0
-    print(format_placement(args.logdir, name=args.name, as_json=args.json, profile=args.profile))
+    print(
+        format_placement(
+            args.logdir, name=args.name, as_json=args.json, profile=args.profile, all_transfers=args.all_transfers
+        )
+    )
     return 0
 
 
@@ -432,6 +436,12 @@ def _add_placement(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--name", default="placement", help="the name= it was written with (default: placement)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument(
+        "--all",
+        dest="all_transfers",
+        action="store_true",
+        help="list every transfer (by default they are grouped by source, destination and tensor)",
+    )
     p.add_argument(
         "--trace",
         metavar="FILE",

@@ -36,9 +36,12 @@ from tfdevices.core._tf import import_tf
 from tfdevices.core.devices import short_name
 from tfdevices.core.errors import InputError, PlacementChangedError
 from tfdevices.core.units import format_bytes
+from tfdevices.tensorboard.worker import Worker
 from tfdevices.tensorboard.writer import EventWriter, summary_writer, write_summaries
 from tfdevices.verify import PlacementReport, capturing
 from tfdevices.verify.drift import PlacementChange, drift, functions_of
+from tfdevices.verify.profiling import Capture
+from tfdevices.verify.watching import Instantiation, PlacementWatch, traced_functions
 
 __all__ = ["PlacementLogger"]
 
@@ -79,6 +82,7 @@ class PlacementLogger:
         logdir: the TensorBoard run directory to write into.
         at_step: the training step to capture, counted from 0 over the whole ``fit``
             (Keras' ``optimizer.iterations``); the default 1 is the first step after tracing.
+            ``None``: no profiler capture at all (the watch still sees every instantiation).
         every: also capture every ``every`` steps after ``at_step``; ``"auto"`` spaces the
             captures so that they cost about ``budget`` of the training time (from the
             measured cost of the last capture and the measured step time); ``None``: that
@@ -96,6 +100,14 @@ class PlacementLogger:
         name: the prefix of the summary tags.
         framework: ``"keras"`` (Keras 3) or ``"tf_keras"``; by default ``tf_keras`` when
             ``TF_USE_LEGACY_KERAS`` is set, else Keras 3.
+        watch: whether to see every new instantiation of the train function from the runtime's
+            placed graphs (:class:`~tfdevices.verify.watching.PlacementWatch`), without the
+            profiler and at no per-step cost: its first placement, and at each retrace the ops
+            that moved, the copies that changed and its new input signature, as a
+            :class:`~tfdevices.verify.drift.PlacementChange` in ``changes`` (unless a capture
+            at that step reported it) and as ``NAME/placed`` text at its step. It turns
+            TensorFlow's run metadata on for the fit (a process-wide setting; off again at
+            the end if it turned it on) and says so in ``NAME/status``.
         memory: whether to log memory at each capture and at the end of each epoch, one series
             per allocator (each GPU's own, and one for the host CPU however many logical CPUs
             share it): the current use, and the peak since the last point. A GPU whose peak
@@ -103,11 +115,15 @@ class PlacementLogger:
 
     Attributes:
         report: the latest captured :class:`~tfdevices.verify.PlacementReport`, ``None``
-            until step ``at_step`` ran.
+            until step ``at_step`` ran (reading it waits for the worker's pending captures).
         steps: the steps captured so far.
         changes: the :class:`~tfdevices.verify.drift.PlacementChange` of each capture that
             differed from the one it was compared with.
-        costs: seconds each capture added to its step (the capture and its writing).
+        costs: seconds each capture added to its step on the training thread (the step run under the
+            profiler, its start and stop); building the report and writing it run on a background
+            worker (``worker_costs``: its seconds per capture), flushed at the end of ``fit`` and at exit.
+        errors: the errors of the worker's jobs (each also warned about on the training thread).
+        placed: ``(step, Instantiation)`` of every instantiation the watch saw, at the step that ran it.
         memory_devices: the allocators whose memory was logged (``"GPU:0"``, ``"CPU"`` for the
             host); devices without memory statistics are skipped.
 
@@ -127,7 +143,7 @@ class PlacementLogger:
     def __init__(
         self,
         logdir: str | os.PathLike[str],
-        at_step: int = 1,
+        at_step: int | None = 1,
         *,
         every: int | str | None = None,
         budget: float = 0.01,
@@ -136,6 +152,7 @@ class PlacementLogger:
         name: str = "placement",
         framework: str | None = None,
         memory: bool = True,
+        watch: bool = True,
     ) -> None:
         super().__init__()
         _check(at_step, every, budget, on_change, busy_threshold)
@@ -151,7 +168,14 @@ class PlacementLogger:
         self.name = name
         self.framework = _framework(framework)
         self.memory = memory
-        self.report: PlacementReport | None = None
+        self.watch = watch
+        self.placed: list[tuple[int, Instantiation]] = []
+        self.worker_costs: list[float] = []
+        self.errors: list[BaseException] = []
+        self._reactions: list[PlacementChange] = []
+        self._worker = Worker(f"placement-{id(self):x}")
+        self._watch: PlacementWatch | None = None
+        self._report: PlacementReport | None = None
         self.memory_devices: tuple[str, ...] = ()
         self._step = 0
         self._restore: tuple[Any, Any, Any] | None = None
@@ -161,8 +185,14 @@ class PlacementLogger:
         self._graphs_written: set[tuple[int, ...]] = set()
         self._warned: set[str] = set()
 
+    @property
+    def report(self) -> PlacementReport | None:
+        """The latest captured report (waits for the worker to finish the captures handed to it)."""
+        self._worker.flush()
+        return self._report
+
     def _due(self, step: int) -> bool:
-        if step < self.at_step:
+        if self.at_step is None or step < self.at_step:
             return False
         if step == self.at_step:
             return True
@@ -185,23 +215,87 @@ class PlacementLogger:
                     with capturing() as cap:
                         return original(*args, **kwargs)
                 finally:
-                    self._captured(cap.report, step, started)
+                    self._captured(cap, step, started)
 
             model.train_function = captured
             self._restore = (model, original, captured)
         self._step += 1
 
+    def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
+        """Starts watching the train function's instantiations (``watch=True``)."""
+        if not self.watch:
+            return
+        function = getattr(self.model, "train_function", None)
+        if self._watch is None:  # one watch for every fit: a retrace in a later fit is compared with the earlier
+            self._watch = PlacementWatch()
+        self._watch.functions = traced_functions([function] if function is not None else [])
+        self._watch.start()
+        status = (
+            "watching the train function's instantiations from the runtime's placed graphs: TensorFlow's "
+            "run metadata (a process-wide setting) "
+            + ("turned on by tfdevices for this fit" if self._watch.turned_on else "already on (left as it was)")
+        )
+        step = self._step
+        self._write(lambda writer: writer.text(f"{self.name}/status", status, step))
+
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        """Reads the placement of a train function instantiated in this step (nothing when none was)."""
+        if self._watch is not None and self._watch.running:
+            self._placed(self._watch.poll(), max(self._step - 1, 0))
+        self._deliver()
+
+    def _write(self, write: Callable[[EventWriter], Any]) -> None:
+        """Writes on the worker, in its own event file."""
+
+        def job() -> None:
+            with summary_writer(self.logdir) as writer:
+                write(writer)
+
+        self._worker.submit(job)
+
+    def _placed(self, found: list[Instantiation], step: int) -> None:
+        if found:
+            self._worker.flush()  # a capture of this step may have reported the change already
+        for new in found:
+            previous = self.placed[-1][0] if self.placed else step
+            self.placed.append((step, new))
+            change = new.change
+            if change is not None:
+                change = dataclasses.replace(change, step=step, previous_step=previous)
+            reported = any(c.step == step and c.retraced for c in self.changes)  # a capture of this step said it
+            news = change is not None and change.changed and not reported
+
+            def write(writer: EventWriter, new: Instantiation = new, change: Any = change, news: bool = news) -> None:
+                writer.text(
+                    f"{self.name}/placed", f"{_indented(new.report.summary())}\n\n{new.report.to_markdown()}", step
+                )
+                if news and change is not None:
+                    _write_change(writer, self.name, change)
+
+            self._write(write)
+            if news and change is not None:
+                self.changes.append(change)
+                self._react(change)
+
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
-        """Puts the model's own train function back if the captured step never ran."""
+        """Puts the model's own train function back if the captured step never ran; stops the watch."""
+        watch = self._watch
+        if watch is not None and watch.running:
+            try:
+                self._placed(watch.poll(), max(self._step - 1, 0))
+            finally:
+                watch.stop()
         restore, self._restore = self._restore, None
         if restore is not None and restore[0].train_function is restore[2]:
             restore[0].train_function = restore[1]
-        if not self.steps and self._step <= self.at_step:
+        self._worker.flush()
+        self._deliver()
+        if self.at_step is not None and not self.steps and self._step <= self.at_step:
             said = (
                 f"PlacementLogger(at_step={self.at_step}) captured nothing: training ran {self._step} "
                 f"step(s) (0..{max(self._step - 1, 0)}), so step {self.at_step} never came"
             )
-            with summary_writer(self.logdir) as writer:  # for `tfdevices placement` to say so, too
+            with summary_writer(self.logdir) as writer:  # for `tfdevices placement` to say so, too (worker idle)
                 writer.text(f"{self.name}/status", said, max(self._step - 1, 0))
             warnings.warn(
                 f"{said}. HINT: pass at_step={min(1, max(self._step - 1, 0))} (steps count from 0 over the whole fit).",
@@ -212,16 +306,32 @@ class PlacementLogger:
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         """Logs ``current`` memory and the ``peak`` since the last point, at the current step."""
         if self.memory:
-            with summary_writer(self.logdir) as writer:
-                self._log_memory(writer, max(self._step - 1, 0))
+            step = max(self._step - 1, 0)
 
-    def _captured(self, report: PlacementReport, step: int, started: float) -> None:
+            def log() -> None:
+                with summary_writer(self.logdir) as writer:
+                    self._log_memory(writer, step)
+
+            self._worker.submit(log)
+
+    def _captured(self, cap: Capture, step: int, started: float) -> None:
+        """On the training thread: the profiler has stopped; the rest is handed to the worker."""
+        self.steps.append(step)
+        self._worker.submit(lambda: self._build(cap, step))
+        self.costs.append(time.perf_counter() - started)
+        self._pace.captured(step, self.costs[-1])
+        self._deliver()
+
+    def _build(self, cap: Capture, step: int) -> None:
+        """On the worker: the report built, compared and written."""
+        started = time.perf_counter()
+        report = cap.report
         change = self._compare(report, step)
         if change is not None and change.changed:
             self.changes.append(change)
+            self._reactions.append(change)
             report = dataclasses.replace(report, notes=(f"changed: {change.summary()}", *report.notes))
-        self.report = report
-        self.steps.append(step)
+        self._report = report
         functions = functions_of(report)
         graphs = functions not in self._graphs_written
         self._graphs_written.add(functions)
@@ -231,10 +341,19 @@ class PlacementLogger:
                 _write_change(writer, self.name, change)
             if self.memory:
                 self._log_memory(writer, step)
-        self.costs.append(time.perf_counter() - started)
-        self._pace.captured(step, self.costs[-1])
-        if change is not None and change.changed:
-            self._react(change)
+        self.worker_costs.append(time.perf_counter() - started)
+
+    def _deliver(self) -> None:
+        """On the training thread: the worker's errors warned about, its changes reacted to (which may raise)."""
+        for err in self._worker.take_errors():
+            self.errors.append(err)
+            warnings.warn(
+                f"PlacementLogger could not build or write a capture: {type(err).__name__}: {err}",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        while self._reactions:
+            self._react(self._reactions.pop(0))
 
     def _compare(self, report: PlacementReport, step: int) -> PlacementChange | None:
         """The capture's change since the previous one of its functions, or since the one it replaced."""
@@ -249,6 +368,8 @@ class PlacementLogger:
         if self.on_change == "warn":
             warnings.warn(f"placement changed: {change.summary()}", RuntimeWarning, stacklevel=2)
         elif self.on_change == "raise":
+            if self._watch is not None:  # fit stops here without on_train_end: run metadata off now
+                self._watch.stop()
             raise PlacementChangedError(
                 f"placement changed during training: {change.summary()}.",
                 hint="pin the moved ops with tf.device where they are created, or keep "
@@ -313,8 +434,12 @@ class _Pace:
         self.next_step = None
 
 
+def _indented(text: str) -> str:
+    return "\n".join("    " + line for line in text.splitlines())
+
+
 def _check(at_step: Any, every: Any, budget: Any, on_change: Any, busy_threshold: Any) -> None:
-    if isinstance(at_step, bool) or not isinstance(at_step, int) or at_step < 0:
+    if at_step is not None and (isinstance(at_step, bool) or not isinstance(at_step, int) or at_step < 0):
         raise InputError(
             f"PlacementLogger(at_step={at_step!r}): expected a training step >= 0.",
             hint="at_step=1 captures the first step after tracing.",

@@ -387,12 +387,19 @@ def load_placement(path: str | os.PathLike[str], name: str = "placement", *, pro
 
 
 def format_placement(
-    logdir: str | os.PathLike[str], name: str = "placement", *, as_json: bool = False, profile: bool = False
+    logdir: str | os.PathLike[str],
+    name: str = "placement",
+    *,
+    as_json: bool = False,
+    profile: bool = False,
+    all_transfers: bool = False,
 ) -> str:
-    """What ``tfdevices placement PATH [--name NAME] [--json] [--profile]`` prints (see :func:`load_placement`).
+    """What ``tfdevices placement PATH [--name NAME] [--json] [--profile] [--all]`` prints (see :func:`load_placement`).
+
+    Transfers are grouped by source, destination and tensor; ``all_transfers=True`` (``--all``) lists each.
 
     Raises:
         InputError: no placement named ``name`` and no profile is stored under ``logdir``.
     """
     report = load_placement(logdir, name=name, profile=profile)
-    return report.to_json() if as_json else f"{report.summary()}\n\n{report.to_markdown()}"
+    return report.to_json() if as_json else f"{report.summary()}\n\n{report.to_markdown(all_transfers=all_transfers)}"

@@ -54,6 +54,12 @@ carry their direction (``kind``), bytes and GPU time; NCCL kernels time their
 collectives (:mod:`tfdevices.verify.timing`). A GPU op that ran no kernel on the
 device keeps the host's time, and the notes say how many did.
 
+**Every instantiation, without the profiler.** :class:`PlacementWatch` turns on
+TensorFlow's run metadata and reads, for each new instantiation of a ``tf.function``
+(its first call and each retrace), the partition graphs TensorFlow placed: ops on
+their assigned devices and the copies between them, no times, at no per-step cost
+(:mod:`tfdevices.verify.watching`). ``PlacementLogger`` uses it to see every retrace.
+
 **Profiles already written.** :func:`read_profile` reads the same report from any
 ``*.xplane.pb`` TensorFlow's profiler wrote (Keras' ``TensorBoard(profile_batch=...)``,
 ``tf.profiler.experimental``, TensorBoard's capture), or from a log directory holding them.
@@ -114,28 +120,35 @@ from tfdevices.verify.records import (
     OpPlacement,
     PlacementDiff,
     Transfer,
+    TransferGroup,
     VariableRead,
     _gc_paused,
+    group_transfers,
     union_length,
 )
 from tfdevices.verify.report import PlacementReport
+from tfdevices.verify.watching import Instantiation, PlacementWatch
 
 __all__ = [
     "Capture",
     "Collective",
+    "Instantiation",
     "JSON_VERSION",
     "OpPlacement",
     "PLUMBING",
     "PlacementDiff",
     "PlacementReport",
+    "PlacementWatch",
     "TRANSFER_OPS",
     "Transfer",
+    "TransferGroup",
     "UNKNOWN_DEVICE",
     "VariableRead",
     "XLA_CLUSTER",
     "build_report",
     "capture",
     "capturing",
+    "group_transfers",
     "read_profile",
     "read_trace",
     "union_length",

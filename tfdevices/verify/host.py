@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfdevices.core._tf import import_tf
 from tfdevices.verify.device import GpuPlane, gpu_index, read_gpu_plane
 from tfdevices.verify.records import TRANSFER_OPS, _gc_paused
+from tfdevices.verify.xplane import xplane_module
 
 __all__ = ["read_trace", "parse_space"]
 
@@ -69,11 +69,8 @@ def _stat_value(stat: Any, names: dict[int, str]) -> Any:
 
 
 def parse_space(data: bytes | bytearray | memoryview) -> Any:
-    """The XSpace a ``*.xplane.pb`` file holds (``DecodeError`` when it is not one)."""
-    import_tf()  # TensorFlow starts quietly (its C++ start-up lines filtered) before its proto module loads
-    from tensorflow.tsl.profiler.protobuf import xplane_pb2  # noqa: PLC0415 (lazy TensorFlow)
-
-    return xplane_pb2.XSpace.FromString(data)
+    """The XSpace a ``*.xplane.pb`` file holds (``DecodeError`` when it is not one); TensorFlow is not imported."""
+    return xplane_module().XSpace.FromString(data)
 
 
 def read_trace(data: bytes | Any) -> _Trace:

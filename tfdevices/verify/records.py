@@ -22,7 +22,9 @@ __all__ = [
     "OpPlacement",
     "PlacementDiff",
     "Transfer",
+    "TransferGroup",
     "VariableRead",
+    "group_transfers",
     "union_length",
     "PLUMBING",
     "TRANSFER_OPS",
@@ -147,6 +149,58 @@ class Transfer:
         """``"CPU:0 -> CPU:1 dense_1/BiasAdd:0 float32[32,16] 2.0 KiB"``."""
         shape = "?" if self.shape is None else ",".join("?" if d < 0 else str(d) for d in self.shape)
         return f"{self.src} -> {self.dst} {self.tensor} {self.dtype or '?'}[{shape}] {format_bytes(self.bytes)}"
+
+
+@dataclass(frozen=True)
+class TransferGroup:
+    """The transfers of one tensor from one device to another: how many, and their bytes.
+
+    Attributes:
+        src: the sending device.
+        dst: the receiving device.
+        tensor: the tensor copied.
+        count: how many times it was copied.
+        bytes: the bytes of all these copies, ``None`` when no copy's size is known.
+        dtype: its dtype name, ``""`` when unknown, ``"*"`` when the copies differ.
+        shape: its shape (``None`` when unknown or when the copies differ).
+    """
+
+    src: str
+    dst: str
+    tensor: str
+    count: int
+    bytes: int | None
+    dtype: str = ""
+    shape: tuple[int, ...] | None = None
+
+
+def group_transfers(transfers: Iterable[Transfer]) -> tuple[TransferGroup, ...]:
+    """Transfers grouped by source, destination and tensor: the commonest first, then the largest.
+
+    >>> t = Transfer("CPU:0", "CPU:1", "x:0", "float32", (4,), 16)
+    >>> group_transfers([t, t])
+    (TransferGroup(src='CPU:0', dst='CPU:1', tensor='x:0', count=2, bytes=32, dtype='float32', shape=(4,)),)
+    """
+    groups: dict[tuple[str, str, str], list[Transfer]] = {}
+    for t in transfers:
+        groups.setdefault((t.src, t.dst, t.tensor), []).append(t)
+    out = []
+    for (src, dst, tensor), members in groups.items():
+        sizes = [t.bytes for t in members if t.bytes is not None]
+        dtypes = {t.dtype for t in members}
+        shapes = {t.shape for t in members}
+        out.append(
+            TransferGroup(
+                src,
+                dst,
+                tensor,
+                len(members),
+                sum(sizes) if sizes else None,
+                dtypes.pop() if len(dtypes) == 1 else "*",
+                shapes.pop() if len(shapes) == 1 else None,
+            )
+        )
+    return tuple(sorted(out, key=lambda g: (-g.count, -(g.bytes or 0), g.src, g.dst, g.tensor)))
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ from tfdevices.verify.records import (
     PlacementDiff,
     Transfer,
     VariableRead,
+    group_transfers,
 )
 
 __all__ = ["PlacementReport"]
@@ -328,8 +329,12 @@ class PlacementReport:
         lines += [f"note: {note}" for note in self.notes]
         return "\n".join(lines)
 
-    def to_markdown(self) -> str:
-        """Markdown tables: ops per device (with the commonest types), transfers, collectives."""
+    def to_markdown(self, *, all_transfers: bool = False) -> str:
+        """Markdown tables: ops per device (with the commonest types), transfers, collectives.
+
+        Transfers are grouped by source, destination and tensor (count and bytes, the
+        commonest first); ``all_transfers=True`` lists each one.
+        """
         out = ["| device | ops | commonest ops | kernels | busy |", "|---|---:|---|---:|---:|"]
         kernels = self.kernel_counts
         for device, n in self.op_counts.items():
@@ -339,14 +344,22 @@ class PlacementReport:
                 f"| {device} | {n} | {', '.join(f'{t} ({c})' for t, c in types)} | "
                 f"{kernels.get(device, 0)} | {'?' if busy is None else f'{busy:.0f} us'} |"
             )
-        out += ["", f"**Transfers: {len(self.copies)}**", ""]
-        if self.copies:
+        groups = group_transfers(self.copies)
+        out += ["", f"**Transfers: {len(self.copies)}**" + (f" ({len(groups)} distinct)" if self.copies else ""), ""]
+        if self.copies and not all_transfers:
+            out += ["| src | dst | tensor | dtype | shape | count | bytes |", "|---|---|---|---|---|---:|---:|"]
+            out += [
+                f"| {g.src} | {g.dst} | `{g.tensor}` | {g.dtype or '?'} | {'?' if g.shape is None else list(g.shape)} "
+                f"| {g.count} | {format_bytes(g.bytes)} |"
+                for g in groups
+            ]
+        elif self.copies:
             out += ["| src | dst | tensor | dtype | shape | size |", "|---|---|---|---|---|---:|"]
-            for t in self.copies:
-                shape = "?" if t.shape is None else str(list(t.shape))
-                out.append(
-                    f"| {t.src} | {t.dst} | `{t.tensor}` | {t.dtype or '?'} | {shape} | {format_bytes(t.bytes)} |"
-                )
+            out += [
+                f"| {t.src} | {t.dst} | `{t.tensor}` | {t.dtype or '?'} | {'?' if t.shape is None else list(t.shape)} "
+                f"| {format_bytes(t.bytes)} |"
+                for t in self.copies
+            ]
         out += ["", f"**Collectives: {len(self.collectives)}**", ""]
         if self.collectives:
             out += ["| device | type | op | reduction |", "|---|---|---|---|"]

@@ -1,0 +1,121 @@
+"""Reading profiles never imports TensorFlow: read_profile and ``tfdevices placement PROFILE``.
+
+The profiles are TensorFlow's own, written in a fresh process; each reading runs in another
+fresh process, so ``sys.modules`` there says whether TensorFlow was imported.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.helpers import run_py
+
+WRITE_PROFILE = """
+import sys, tensorflow as tf
+logdir = sys.argv[1] if len(sys.argv) > 1 else {logdir!r}
+step = tf.function(lambda x: tf.reduce_sum(tf.matmul(x, x) * 2.0))
+step(tf.ones([8, 8]))
+tf.profiler.experimental.start(logdir)
+step(tf.ones([8, 8]))
+tf.profiler.experimental.stop()
+"""
+
+
+@pytest.fixture(scope="module")
+def profile_dir(tmp_path_factory) -> str:
+    """A log directory holding one profile tf.profiler.experimental wrote (in a fresh process)."""
+    logdir = str(tmp_path_factory.mktemp("tf-profile"))
+    run_py(WRITE_PROFILE.format(logdir=logdir))
+    return logdir
+
+
+def test_read_profile_leaves_tensorflow_unimported(profile_dir):
+    proc = run_py(
+        f"""
+        import json, sys
+        from tfdevices.verify import read_profile
+        report = read_profile({profile_dir!r})
+        print(json.dumps({{"tf": "tensorflow" in sys.modules, "types": sorted({{op.type for op in report.ops}}),
+                          "devices": list(report.devices)}}))
+        """
+    )
+    seen = json.loads(proc.stdout.splitlines()[-1])
+    assert seen["tf"] is False
+    assert "CPU:0" in seen["devices"] and any("MatMul" in t for t in seen["types"]), seen
+
+
+def test_tfdevices_placement_on_a_profile_leaves_tensorflow_unimported(profile_dir):
+    proc = run_py(
+        f"""
+        import sys
+        from tfdevices.cli import main
+        status = main(["placement", {profile_dir!r}])
+        print("STATUS", status, "tensorflow" in sys.modules)
+        """
+    )
+    assert "| CPU:0 |" in proc.stdout, proc.stdout
+    assert proc.stdout.splitlines()[-1] == "STATUS 0 False", proc.stdout[-500:]
+
+
+def test_a_profile_read_before_tensorflow_is_imported_and_one_written_after_both_read(profile_dir, tmp_path):
+    """The module loaded by path and TensorFlow's own share protobuf's pool: no duplicate registration."""
+    proc = run_py(
+        f"""
+        import sys
+        from tfdevices.verify import read_profile
+        from tfdevices.verify.xplane import xplane_module
+        before = read_profile({profile_dir!r})
+        assert "tensorflow" not in sys.modules
+        import tensorflow as tf
+        from tensorflow.tsl.profiler.protobuf import xplane_pb2
+        step = tf.function(lambda x: tf.reduce_sum(tf.matmul(x, x) * 2.0))
+        step(tf.ones([8, 8]))
+        tf.profiler.experimental.start({str(tmp_path)!r})
+        step(tf.ones([8, 8]))
+        tf.profiler.experimental.stop()
+        after = read_profile({str(tmp_path)!r})
+        same = xplane_pb2.XSpace.DESCRIPTOR.full_name == xplane_module().XSpace.DESCRIPTOR.full_name
+        print("OPS", sorted(before.op_counts) == sorted(after.op_counts), same)
+        """
+    )
+    assert proc.stdout.splitlines()[-1] == "OPS True True", proc.stdout[-500:] + proc.stderr[-2000:]
+
+
+def test_with_tensorflow_imported_its_own_module_is_used():
+    proc = run_py(
+        """
+        import tensorflow
+        from tensorflow.tsl.profiler.protobuf import xplane_pb2
+        from tfdevices.verify.xplane import xplane_module
+        print("SAME", xplane_module() is xplane_pb2)
+        """
+    )
+    assert proc.stdout.splitlines()[-1] == "SAME True"
+
+
+def test_without_the_file_the_error_names_where_it_looked():
+    proc = run_py(
+        """
+        import importlib.util
+        from tfdevices.core.errors import TensorFlowMissingError
+        from tfdevices.verify import xplane
+        importlib.util.find_spec = lambda name: None
+        try:
+            xplane.xplane_module()
+        except TensorFlowMissingError as err:
+            print("ERROR", err)
+        """
+    )
+    assert "ERROR reading a profile needs the XSpace protobuf module" in proc.stdout
+    assert "HINT: pip install" in proc.stdout
+
+
+def test_the_docstring_example_runs():
+    import doctest
+
+    from tfdevices.verify import xplane
+
+    result = doctest.testmod(xplane)
+    assert result.attempted > 0 and result.failed == 0

@@ -1,0 +1,80 @@
+"""Transfers summarized: grouped by source, destination and tensor in the text report; ``--all`` lists each."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers import run_cli
+from tests.xspaces import Space, gpu_copy, gpu_kernel, host_call
+from tfdevices.verify import PlacementReport, Transfer, TransferGroup, group_transfers
+
+X = Transfer("CPU:0", "GPU:0", "x:0", "float32", (4, 4), 64)
+CONST = Transfer("GPU:0", "CPU:0", "MakeTensorFromProto:0", "int32", (1,), 4)
+UNKNOWN = Transfer("GPU:0", "CPU:0", "MakeTensorFromProto:0", "", None, None)
+
+
+@pytest.mark.parametrize(
+    ("transfers", "expected"),
+    [
+        ([], ()),
+        ([X], (TransferGroup("CPU:0", "GPU:0", "x:0", 1, 64, "float32", (4, 4)),)),
+        (  # the commonest first; bytes of the copies whose size is known
+            [X, CONST, CONST, UNKNOWN],
+            (
+                TransferGroup("GPU:0", "CPU:0", "MakeTensorFromProto:0", 3, 8, "*", None),
+                TransferGroup("CPU:0", "GPU:0", "x:0", 1, 64, "float32", (4, 4)),
+            ),
+        ),
+        (  # one tensor both ways is two groups; ties: the larger first
+            [X, Transfer("GPU:0", "CPU:0", "x:0", "float32", (4, 4), 64), CONST],
+            (
+                TransferGroup("CPU:0", "GPU:0", "x:0", 1, 64, "float32", (4, 4)),
+                TransferGroup("GPU:0", "CPU:0", "x:0", 1, 64, "float32", (4, 4)),
+                TransferGroup("GPU:0", "CPU:0", "MakeTensorFromProto:0", 1, 4, "int32", (1,)),
+            ),
+        ),
+        ([UNKNOWN], (TransferGroup("GPU:0", "CPU:0", "MakeTensorFromProto:0", 1, None, "", None),)),
+    ],
+)
+def test_group_transfers(transfers, expected):
+    assert group_transfers(transfers) == expected
+
+
+def test_the_markdown_groups_transfers_and_lists_each_when_asked():
+    report = PlacementReport((), copies=(X,) + (CONST,) * 200)
+    grouped = report.to_markdown()
+    assert "**Transfers: 201** (2 distinct)" in grouped
+    assert "| GPU:0 | CPU:0 | `MakeTensorFromProto:0` | int32 | [1] | 200 | 800 B |" in grouped
+    assert grouped.count("MakeTensorFromProto") == 1
+    each = report.to_markdown(all_transfers=True)
+    assert each.count("| GPU:0 | CPU:0 | `MakeTensorFromProto:0` | int32 | [1] | 4 B |") == 200
+    assert "| CPU:0 | GPU:0 | `x:0` | float32 | [4, 4] | 64 B |" in each
+
+
+def test_tfdevices_placement_groups_transfers_and_all_lists_each(tmp_path):
+    space = Space()
+    steps = 5
+    for step in range(steps):
+        at = step * 100.0
+        host_call(space, "__inference_step_1", at, at + 50, step + 1, [("m/MatMul", "MatMul", at + 10, 1.0)])
+        gpu_kernel(space, 0, 13, "volta_sgemm", at + 20, 2.0, "m/MatMul:MatMul", group=step + 1)
+        gpu_copy(space, 0, 14, "H2D", at + 5, 1, 4096, op="IteratorGetNext:IteratorGetNext")
+    path = str(tmp_path / "host.xplane.pb")
+    space.write(path)
+    grouped = run_cli("placement", path)
+    assert grouped.returncode == 0, grouped.stderr
+    rows = [line for line in grouped.stdout.splitlines() if "`IteratorGetNext:0`" in line]
+    assert len(rows) == 1 and rows[0].endswith(f"| {steps} | 20.0 KiB |"), grouped.stdout
+    each = run_cli("placement", path, "--all")
+    assert each.returncode == 0, each.stderr
+    rows = [line for line in each.stdout.splitlines() if "`IteratorGetNext:0`" in line]
+    assert len(rows) == steps and all(row.endswith("| 4.0 KiB |") for row in rows), each.stdout
+
+
+def test_the_docstring_examples_of_the_records_run():
+    import doctest
+
+    from tfdevices.verify import records
+
+    result = doctest.testmod(records)
+    assert result.attempted > 0 and result.failed == 0
