@@ -24,6 +24,7 @@ import dataclasses
 import logging
 import os
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeGuard
 
@@ -654,6 +655,40 @@ def _set_visible(tf: Any, ordinals: tuple[int, ...], gpus: list[Any]) -> list[An
     wanted = [gpus[i] for i in ordinals]
     tf.config.set_visible_devices(wanted, "GPU")
     return wanted
+
+
+_RUN_METADATA = {"holders": 0}
+_RUN_METADATA_LOCK = threading.Lock()
+
+
+def hold_run_metadata() -> bool:
+    """Turns TensorFlow's run metadata on for one more holder (a process-wide setting); returns whether this
+    call turned it on.
+
+    With it on, each new instantiation of a ``tf.function`` records its placed partition graphs
+    (:class:`tfdevices.verify.PlacementWatch` reads them). Counted: the last
+    :func:`release_run_metadata` turns it off. TensorFlow cannot say whether something else turned it
+    on: a program that did so itself finds it off after the last holder lets go.
+    """
+    import_tf()
+    from tensorflow.python.eager import context  # noqa: PLC0415 (lazy TensorFlow)
+
+    with _RUN_METADATA_LOCK:
+        first = _RUN_METADATA["holders"] == 0
+        if first:
+            context.enable_run_metadata()
+        _RUN_METADATA["holders"] += 1
+    return first
+
+
+def release_run_metadata() -> None:
+    """One holder of :func:`hold_run_metadata` lets go; the last turns TensorFlow's run metadata off."""
+    from tensorflow.python.eager import context  # noqa: PLC0415 (lazy TensorFlow)
+
+    with _RUN_METADATA_LOCK:
+        _RUN_METADATA["holders"] = max(0, _RUN_METADATA["holders"] - 1)
+        if _RUN_METADATA["holders"] == 0:
+            context.disable_run_metadata()
 
 
 def trace_runtime_start() -> None:

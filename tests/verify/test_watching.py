@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.keras_models import shape_switch
+from tfdevices import runtime
 from tfdevices.tensorboard.callbacks import PlacementLogger
 from tfdevices.verify import watching
 from tfdevices.verify.watching import RUN_METADATA_NOTE, PlacementWatch
@@ -66,7 +67,7 @@ def test_run_metadata_is_turned_off_by_the_watch_that_turned_it_on(tf4, monkeypa
     from tensorflow.python.eager import context
 
     calls = []
-    monkeypatch.setattr(watching, "_owners", 0)  # whatever watch a failed fit elsewhere left on
+    monkeypatch.setitem(runtime._RUN_METADATA, "holders", 0)  # whatever watch a failed fit elsewhere left on
     monkeypatch.setattr(context, "enable_run_metadata", lambda: calls.append("on"))
     monkeypatch.setattr(context, "disable_run_metadata", lambda: calls.append("off"))
     outer, inner = PlacementWatch(), PlacementWatch()
@@ -74,7 +75,7 @@ def test_run_metadata_is_turned_off_by_the_watch_that_turned_it_on(tf4, monkeypa
         with inner:
             assert (outer.turned_on, inner.turned_on) == (True, False)
         assert calls == ["on"]  # the inner watch leaves it to the outer
-    assert calls == ["on", "off"] and watching._owners == 0
+    assert calls == ["on", "off"] and runtime._RUN_METADATA["holders"] == 0
     assert outer.poll() == []  # a stopped watch reads nothing
 
 

@@ -31,12 +31,12 @@ what was recorded since either read.
 from __future__ import annotations
 
 import dataclasses
-import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from tfdevices.core._tf import import_tf
+from tfdevices.runtime import hold_run_metadata, release_run_metadata
 from tfdevices.verify.drift import PlacementChange, drift, inputs_of
 from tfdevices.verify.records import PLUMBING, TRANSFER_OPS, OpPlacement, Transfer, _location
 from tfdevices.verify.report import PlacementReport
@@ -51,8 +51,6 @@ RUN_METADATA_NOTE = (
     "read from the runtime's placed graphs (run metadata) when the function was instantiated: no times; "
     "op types are the kernels' (a fused kernel is one op, named after its last op)"
 )
-_lock = threading.Lock()
-_owners = 0  # watches that turned run metadata on and have not stopped
 
 
 @dataclass(frozen=True)
@@ -164,7 +162,6 @@ class PlacementWatch:
 
     def start(self) -> PlacementWatch:
         """Turns TensorFlow's run metadata on (a process-wide setting) and drops what it recorded before."""
-        global _owners
         if self._running:
             return self
         tf = import_tf()
@@ -172,11 +169,7 @@ class PlacementWatch:
 
         self._context = context
         self._dtype_name = lambda value: tf.dtypes.as_dtype(value).name
-        with _lock:
-            self.turned_on = _owners == 0
-            if self.turned_on:
-                context.enable_run_metadata()
-            _owners += 1
+        self.turned_on = hold_run_metadata()
         context.export_run_metadata()  # what was recorded before the watch is not its business
         self._traces = self._tracing_counts()
         self._known = {id(g) for g in _graphs(self.functions)}
@@ -185,14 +178,10 @@ class PlacementWatch:
 
     def stop(self) -> None:
         """Stops watching; turns run metadata off when no other watch of this process needs it."""
-        global _owners
         if not self._running:
             return
         self._running = False
-        with _lock:
-            _owners -= 1
-            if _owners == 0:
-                self._context.disable_run_metadata()
+        release_run_metadata()
 
     @property
     def running(self) -> bool:
