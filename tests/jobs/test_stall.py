@@ -151,6 +151,12 @@ def test_a_record_being_written_or_foreign_is_not_read(tmp_path) -> None:
         ({"TFDEVICES_PROGRESS_DIR": "/run/job"}, "/run/job"),
         ({"SLURM_JOB_ID": "42", "SLURM_STEP_ID": "3"}, "/tmp/tfdevices-progress/slurm-42.3"),
         ({"SLURM_JOB_ID": "4\u0662", "SLURM_STEP_ID": "3"}, None),
+        (  # Ray Train and other TF_CONFIG orchestrators: one directory per cluster, the same in every rank
+            {"TF_CONFIG": '{"cluster": {"worker": ["h:1", "h:2"]}, "task": {"type": "worker", "index": 1}}'},
+            progress_dir(
+                {"TF_CONFIG": '{"cluster": {"worker": ["h:1", "h:2"]}, "task": {"type": "worker", "index": 0}}'}
+            ),
+        ),
         ({}, None),
     ],
 )
@@ -238,7 +244,7 @@ def test_a_rank_stuck_alive_before_step_5_is_named_with_its_frame(mode: str, fra
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]  # it reports, and the job goes on when rank 1 comes back
     assert re.search(r"tfdevices: (stall: rank 1 did not arrive at step 5|slow phase: rank 1 is in Sleeper)", out), out
-    assert "rank 1's main thread, innermost first:" in out and frame in out.split("innermost first:")[1][:400]
+    assert "rank 1's stack, innermost first:" in out and frame in out.split("innermost first:")[1][:400]
     assert "rank 0 done" in out and "rank 1 done" in out
 
 
@@ -285,11 +291,12 @@ def test_a_dead_rank_keeps_the_launchers_report() -> None:
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("engines")
-def test_under_srun_rank_0_names_the_stuck_rank_and_stops_the_step(tmp_path) -> None:
+@pytest.mark.parametrize("mode, frame", [("loop", "in loop"), ("fit", "in on_train_batch_begin")])
+def test_under_srun_rank_0_names_the_stuck_rank_and_stops_the_step(tmp_path, mode: str, frame: str) -> None:
     with slurm_cluster(str(tmp_path / "slurm")) as slurm:
         start = time.monotonic()
         proc = subprocess.run(
-            ["srun", "-n", "2", sys.executable, SCRIPT, "loop", "1", "600"],
+            ["srun", "-n", "2", sys.executable, SCRIPT, mode, "1", "600"],
             env=subprocess_env({**slurm, "TFDEVICES_STALL_WINDOW": str(WINDOW), "TFDEVICES_STALL_TIMEOUT": "8"}),
             cwd=REPO,
             capture_output=True,
@@ -298,9 +305,10 @@ def test_under_srun_rank_0_names_the_stuck_rank_and_stops_the_step(tmp_path) -> 
         )
         out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and time.monotonic() - start < 400, out[-3000:]
-    assert "tfdevices: stall: rank 1 did not arrive at step 5" in out, out[-3000:]
-    assert "rank 1's main thread, innermost first:" in out and "in loop" in out
-    assert re.search(r"stopping the job: rank 1 did not arrive at step 5.*past the stall timeout, 8 s", out), out
+    named = r"(stall: rank 1 did not arrive at step 5|slow phase: rank 1 is in Sleeper.on_train_batch_begin)"
+    assert re.search(f"tfdevices: {named}", out), out[-3000:]
+    assert "rank 1's stack, innermost first:" in out and frame in out.split("innermost first:")[1][:400]
+    assert re.search(r"stopping the job: rank 1 .*past the stall timeout, 8 s", out), out[-3000:]
 
 
 def test_the_timeline_shows_the_straggler_below_the_others(tmp_path) -> None:
@@ -314,3 +322,25 @@ def test_the_timeline_shows_the_straggler_below_the_others(tmp_path) -> None:
     }
     assert (tmp_path / "steps.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert write_timeline([], str(tmp_path / "none")) == []
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("engines")
+def test_under_ray_train_rank_0_names_the_stuck_rank(tmp_path) -> None:
+    """Ray Train writes TF_CONFIG in each worker: the ranks meet in one progress directory per cluster."""
+    try:
+        import ray.train.tensorflow  # noqa: F401
+    except ImportError as err:
+        pytest.fail(f"Ray Train is not installed ({err}; pip install 'ray[train]', the test extra)")
+    proc = subprocess.run(
+        [sys.executable, os.path.join(REPO, "tests", "scripts", "ray_stuck.py"), str(tmp_path), str(4 * WINDOW)],
+        env=subprocess_env({"RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0", "TFDEVICES_STALL_WINDOW": str(WINDOW)}),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "ray stuck done" in out, out[-3000:]
+    assert "tfdevices: stall: rank 1 did not arrive at step 5" in out, out[-3000:]
+    assert "rank 1's stack, innermost first:" in out and "in loop" in out, out[-3000:]

@@ -21,6 +21,8 @@ The directory is ``TFDEVICES_PROGRESS_DIR`` (``tfdevices launch`` sets it per at
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import mmap
 import os
 import re
@@ -31,6 +33,7 @@ from collections.abc import Callable, Mapping
 
 from tfdevices.core.errors import EnvVarError
 from tfdevices.core.units import shown
+from tfdevices.jobs.tfconfig import read_tf_config
 
 #: Where the records of a job's ranks live (a directory every local rank can write).
 PROGRESS_DIR_ENV = "TFDEVICES_PROGRESS_DIR"
@@ -213,13 +216,19 @@ def read_board(directory: str) -> tuple[RankProgress, ...]:
 
 
 def progress_dir(env: Mapping[str, str]) -> str | None:
-    """The job's progress directory: ``TFDEVICES_PROGRESS_DIR``, else one per SLURM step; ``None`` elsewhere.
+    """The job's progress directory: ``TFDEVICES_PROGRESS_DIR``, else one per SLURM step, else one per
+    ``TF_CONFIG`` cluster (Ray Train and other orchestrators write the same cluster in every rank's);
+    ``None`` elsewhere.
 
     Raises:
         EnvVarError: ``TFDEVICES_PROGRESS_DIR`` is not an absolute path.
+        TfConfigError: ``TF_CONFIG`` is set but invalid.
 
     >>> progress_dir({"SLURM_JOB_ID": "42", "SLURM_STEP_ID": "0"})
     '/tmp/tfdevices-progress/slurm-42.0'
+    >>> progress_dir({"TF_CONFIG": '{"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}, '
+    ...                            '"task": {"type": "worker", "index": 1}}'})
+    '/tmp/tfdevices-progress/tfconfig-3951fef07571f633'
     """
     given = env.get(PROGRESS_DIR_ENV)
     if given is not None:
@@ -232,6 +241,10 @@ def progress_dir(env: Mapping[str, str]) -> str | None:
     job, step = env.get("SLURM_JOB_ID", ""), env.get("SLURM_STEP_ID", "")
     if job.isascii() and job.isdigit() and step.isascii() and step.isdigit() and len(job + step) < 40:
         return f"/tmp/tfdevices-progress/slurm-{job}.{step}"
+    config = read_tf_config(env)
+    if config is not None:
+        cluster = json.dumps({k: list(v) for k, v in config.cluster.items()}, sort_keys=True)
+        return f"/tmp/tfdevices-progress/tfconfig-{hashlib.sha256(cluster.encode()).hexdigest()[:16]}"
     return None
 
 

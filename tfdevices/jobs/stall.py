@@ -277,14 +277,24 @@ class StallWatch:
                 self._signal(record.pid, signal.SIGUSR1)
             except OSError:
                 continue
-        time.sleep(0.5)  # faulthandler writes at once; give the processes a moment to be scheduled
+        paths = {rank: os.path.join(self.stacks_dir, f"rank{rank}.txt") for rank in stall.missing}
+        deadline = time.monotonic() + 2.0  # faulthandler writes at once; the processes must be scheduled
+        while time.monotonic() < deadline and not all(_grew(p, sizes.get(r, 0)) for r, p in paths.items()):
+            time.sleep(0.1)
         lines = [f"  every rank's Python stack: {os.path.join(self.stacks_dir, 'rank<R>.txt')}"]
         for rank in stall.missing:
-            frames = top_frames(os.path.join(self.stacks_dir, f"rank{rank}.txt"), sizes.get(rank, 0))
+            frames = top_frames(paths[rank], sizes.get(rank, 0))
             if frames:
-                lines.append(f"  rank {rank}'s main thread, innermost first:")
+                lines.append(f"  rank {rank}'s stack, innermost first:")
                 lines += [f"    {frame}" for frame in frames]
         return lines
+
+
+def _grew(path: str, size: int) -> bool:
+    try:
+        return os.path.getsize(path) > size
+    except OSError:
+        return False
 
 
 def write_timeline(
@@ -332,17 +342,32 @@ def write_timeline(
 
 
 def top_frames(path: str, offset: int = 0, limit: int = 6) -> list[str]:
-    """The innermost frames of the main thread in the latest ``faulthandler`` dump written past ``offset``."""
+    """The innermost frames of the program's own thread in the latest ``faulthandler`` dump past ``offset``.
+
+    The program's thread is the one with a frame of the program's own code (not the standard library, an
+    installed package or tfdevices): the main thread of a script, the training thread of a Ray worker.
+    """
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             f.seek(offset)
             text = f.read(1 << 20)
     except OSError:
         return []
-    blocks = [b for b in text.split("\n\n") if "most recent call first" in b] or [text]
-    main = next((b for b in blocks if "<module>" in b), blocks[-1])
-    frames = [line.strip() for line in main.splitlines() if line.strip().startswith("File ")]
-    return frames[:limit]
+    blocks = [b for b in text.split("\n\n") if "most recent call first" in b]
+    if not blocks:
+        return []
+    frames = [[line.strip() for line in b.splitlines() if line.strip().startswith("File ")] for b in blocks]
+    own = [f for f in frames if any(_own_code(line) for line in f)]
+    chosen = next((f for f in own if any("<module>" in line for line in f)), own[0] if own else frames[-1])
+    return chosen[:limit]
+
+
+_LIBRARY = (os.sep + "site-packages" + os.sep, os.sep + "lib" + os.sep + "python", os.sep + "tfdevices" + os.sep)
+
+
+def _own_code(frame: str) -> bool:
+    path = frame.split('"', 2)[1] if frame.count('"') >= 2 else ""
+    return bool(path) and not any(part in path for part in _LIBRARY)
 
 
 __all__ = [
