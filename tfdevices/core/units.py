@@ -125,6 +125,21 @@ def parse_count(text: str, *, limit: int) -> int | None:
 SHOWN_CHARS = 80
 
 
+def parse_seconds(text: str, *, most: float) -> float | None:
+    """A number of seconds in (0, ``most``] written in ASCII; ``None`` when it is not one (pure).
+
+    >>> parse_seconds(" 30 ", most=60), parse_seconds("0", most=60), parse_seconds("\u0663", most=60)
+    (30.0, None, None)
+    """
+    if len(text) > 32 or not text.strip().isascii():
+        return None
+    try:
+        value = float(text.strip())
+    except ValueError:
+        return None
+    return value if 0 < value <= most else None
+
+
 def shown(value: object, limit: int = SHOWN_CHARS) -> str:
     """``repr(value)``, shortened in the middle past ``limit`` characters, for messages.
 

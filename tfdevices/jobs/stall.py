@@ -24,7 +24,6 @@ job should stop. TensorFlow-free.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import signal
 import statistics
@@ -33,7 +32,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 
 from tfdevices.core.errors import EnvVarError
-from tfdevices.core.units import shown
+from tfdevices.core.units import parse_seconds, shown
 from tfdevices.jobs.progress import RankProgress, read_board
 
 STALL_WINDOW_ENV = "TFDEVICES_STALL_WINDOW"
@@ -75,11 +74,8 @@ def _seconds(env: Mapping[str, str], name: str) -> float | None:
     text = env.get(name)
     if text is None or not text.strip():
         return None
-    try:
-        value = float(text.strip()) if len(text) <= 32 and text.strip().isascii() else math.nan
-    except ValueError:
-        value = math.nan
-    if not 0 < value <= _MAX_S:
+    value = parse_seconds(text, most=_MAX_S)
+    if value is None:
         raise EnvVarError(
             f"{name}={shown(text)} is not a number of seconds in (0, {_MAX_S:g}].",
             hint=f"e.g. {name}=120; unset it for the default.",

@@ -19,7 +19,6 @@ Undone: the ``atexit`` hook is unregistered and ``sys.excepthook`` restored (whe
 from __future__ import annotations
 
 import atexit
-import math
 import os
 import sys
 from collections.abc import Mapping
@@ -27,7 +26,7 @@ from typing import Any
 
 from tfdevices.core._tf import import_tf
 from tfdevices.core.errors import EnvVarError
-from tfdevices.core.units import shown
+from tfdevices.core.units import parse_seconds, shown
 from tfdevices.mends.base import SKIPPED, Mend, register
 
 #: Seconds a worker waits at exit for the others when nothing else is said.
@@ -49,11 +48,8 @@ def exit_wait_s(env: Mapping[str, str] | None = None) -> float:
     text = (os.environ if env is None else env).get(EXIT_WAIT_ENV)
     if text is None:
         return DEFAULT_EXIT_WAIT_S
-    try:
-        value = float(text.strip()) if len(text) <= 32 and text.strip().isascii() else math.nan
-    except ValueError:
-        value = math.nan
-    if not 0 < value <= _MAX_EXIT_WAIT_S:
+    value = parse_seconds(text, most=_MAX_EXIT_WAIT_S)
+    if value is None:
         raise EnvVarError(
             f"{EXIT_WAIT_ENV}={shown(text)} is not a number of seconds in (0, 86400].",
             hint="tfdevices launch --exit-wait SECONDS sets it; unset it for the default (300).",
