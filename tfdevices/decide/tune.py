@@ -238,7 +238,10 @@ def _links(links: tuple[Link, ...], probe_s: float | None) -> str:
     if rates:
         rate = _span(rates, "{:,.1f}") + " GB/s" + ("" if len(rates) == len(links) else " (else none measured)")
     took = "" if probe_s is None else f" in {probe_s:.1f} s"
-    return f"the copy cost probed between each pair of devices ({len(links)} pairs{took}: latency {latency} us, {rate})"
+    return (
+        f"the copy cost probed between each pair of devices ({len(links)} pair{'s' * (len(links) > 1)}{took}: "
+        f"latency {latency} us, {rate})"
+    )
 
 
 def _span(values: list[float], form: str) -> str:
