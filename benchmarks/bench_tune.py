@@ -84,9 +84,15 @@ def bench(model: str, steps: int, runs: int) -> list[str]:
             f"{', '.join(r.tied) or '-'}; reference fastest {fastest.name}: the winner at {share:.1%} of it, "
             f"{'in' if inside else 'not in'} the tie set: **{met}**"
         )
-    probe = first.probe_s
+    probe, links = first.probe_s, first.links
+    latency = [link.latency_s * 1e6 for link in links]
     lines += [
-        f"- copy probe: {len(first.links)} pairs in {probe:.2f} s" if probe is not None else "- copy probe: none",
+        (
+            f"- copy probe: {len(links)} pairs in {probe:.2f} s, latency {min(latency):.1f}-{max(latency):.1f} us, "
+            f"a cost per byte on {sum(bool(link.bytes_per_s) for link in links)} pairs"
+        )
+        if probe is not None and links
+        else "- copy probe: none",
         f"- {took:.0f} s for the {runs} runs and the reference",
         "",
     ]
