@@ -489,6 +489,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         steps=args.steps,
         warmup=args.warmup,
         rounds=args.rounds,
+        max_rounds=args.max_rounds,
         budget_s=args.budget,
         timeout_s=args.timeout,
         virtual_devices=args.virtual_devices,
@@ -502,7 +503,8 @@ def _cmd_tune(args: argparse.Namespace) -> int:
 def _add_tune(p: argparse.ArgumentParser) -> None:
     p.description = (
         "Measure each way to run a model here (one device, mirrored over k, layers split over k, "
-        "multi-worker over GPUs), each in a fresh process; print the table and the winner's flags."
+        "multi-worker over GPUs), each in a fresh process; time again only those tied with the fastest; "
+        "print the table, the ties, and the winner's flags."
     )
     p.add_argument(
         "target",
@@ -515,8 +517,14 @@ def _add_tune(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--rounds",
         type=int,
-        default=3,
-        help="timed windows per candidate, taking turns; each keeps its fastest (default 3)",
+        default=2,
+        help="timed rounds per candidate, each in a fresh process, taking turns; each keeps its fastest (default 2)",
+    )
+    p.add_argument(
+        "--max-rounds",
+        type=int,
+        metavar="N",
+        help="rounds, at most, for the candidates still tied with the fastest (default: --rounds + 3)",
     )
     p.add_argument("--budget", type=float, metavar="SECONDS", help="bound on the whole run")
     p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS", help="bound on each candidate")

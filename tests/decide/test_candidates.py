@@ -7,6 +7,7 @@ import pytest
 from tfdevices import InputError, SpecError
 from tfdevices.decide.candidates import (
     Candidate,
+    Link,
     Profile,
     check_target,
     choose,
@@ -113,3 +114,42 @@ def test_the_budget_keeps_the_fastest_predicted_that_fit():
     assert [k.name for k in kept] == ["a", "b"]
     assert pruned == ((c, "pruned by the budget: predicted none, about 5.0 s to run, 2.0 s left"),)
     assert prune([(a, 0.3)], None, startup_s=2.0, steps=10) == ((a,), ())
+
+
+CPU_PAIRS = (
+    Link("CPU:0", "CPU:1", 0.00001, None),
+    Link("CPU:2", "CPU:0", 0.00002, 2e9),
+    Link("CPU:1", "CPU:2", 0.00003, 1e9),
+)
+
+
+@pytest.mark.parametrize(
+    "candidate, predicted",
+    [
+        # the first device and each other one: 2 copies of each of 4 weights, 2 MB each way
+        (Candidate("mirrored:2", "mirrored", ("CPU:0", "CPU:1")), 0.002 + 0.008 + 8 * 0.00001),
+        (
+            Candidate("mirrored:3", "mirrored", ("CPU:0", "CPU:1", "CPU:2")),
+            0.002 + 0.008 + 8 * 0.00001 + 8 * 0.00002 + 2_000_000 / 2e9,
+        ),
+        # each stage to the next: 2 activation copies of 10 kB
+        (Candidate("split:2", "split", ("CPU:0", "CPU:1")), 0.010 + 2 * 0.00001),
+        (Candidate("split:3", "split", ("CPU:0", "CPU:1", "CPU:2")), 0.010 + 2 * 0.00001 + 2 * 0.00003 + 20_000 / 1e9),
+        # a pair the probe did not measure: the profile's one copy cost
+        (Candidate("split:2", "split", ("CPU:0", "CPU:3")), 0.010 + 2 * 0.0001 + 20_000 / 1e9),
+    ],
+)
+def test_predictions_use_each_pairs_probed_copy_cost(candidate, predicted):
+    from dataclasses import replace
+
+    calibrated = replace(GPU_PROFILE, shared_compute=True, links=CPU_PAIRS)
+    assert predict_step_s(candidate, calibrated) == pytest.approx(predicted)
+
+
+def test_docstring_examples():
+    import doctest
+
+    from tfdevices.decide import candidates
+
+    result = doctest.testmod(candidates)
+    assert result.attempted > 0 and result.failed == 0

@@ -14,6 +14,8 @@ import pytest
 
 from tests.helpers import REPO, run_cli, subprocess_env
 from tfdevices import InputError
+from tfdevices.decide import tune as tune_module
+from tfdevices.decide.candidates import Link
 from tfdevices.decide.tune import CandidateResult, TuneResult, _faster, tune
 
 ONE = ["one_device:CPU:0"]
@@ -38,6 +40,7 @@ def build_here():
         ({"candidates": ["mirrored:9"]}, "candidates=['mirrored:9']"),
         ({"virtual_devices": 0}, "virtual_devices=0"),
         ({"rounds": 0}, "rounds=0: expected a whole number >= 1"),
+        ({"rounds": 3, "max_rounds": 2}, "max_rounds=2: expected a whole number >= 3"),
     ],
 )
 def test_bad_arguments_are_refused_before_any_process_starts(kwargs, words):
@@ -98,6 +101,8 @@ def test_the_table_marks_the_winner_and_scaling():
         0.010,
         {"host": 1 << 20},
         {"copies": 0.0, "all_reduce": 0.0, "idle": {"CPU:0": 0.25}},
+        rounds=2,
+        round_step_s=(0.011, 0.010),
     )
     two = CandidateResult(
         "mirrored:2",
@@ -111,6 +116,8 @@ def test_the_table_marks_the_winner_and_scaling():
         0.012,
         {"host": 1 << 20},
         {"copies": 0.1, "all_reduce": 0.05, "idle": {"CPU:0": 0.2, "CPU:1": 0.3}},
+        rounds=3,
+        round_step_s=(0.008, 0.0085, 0.009),
     )
     oom = CandidateResult("split:2", "split", ("CPU:0", "CPU:1"), "out_of_memory", detail="ResourceExhaustedError: x")
     lines = TuneResult((one, two, oom), two).table().splitlines()
@@ -119,6 +126,8 @@ def test_the_table_marks_the_winner_and_scaling():
         "ok",
         "10.00",
         "(9.00-11.00)",
+        "10.00-11.00",
+        "(2)",
         "10.00",
         "3,200",
         "100%",
@@ -129,10 +138,73 @@ def test_the_table_marks_the_winner_and_scaling():
         "0%",
         "25%",
     ]
-    assert lines[2].split()[:8] == ["*", "mirrored:2", "ok", "8.00", "(7.00-9.00)", "12.00", "4,000", "62%"]
-    assert lines[3].split()[:2] == ["split:2", "out_of_memory"]
+    assert lines[2].split()[:10] == [
+        "*",
+        "mirrored:2",
+        "ok",
+        "8.00",
+        "(7.00-9.00)",
+        "8.00-8.50",
+        "(3)",
+        "12.00",
+        "4,000",
+        "62%",
+    ]
+    assert lines[3].split()[:3] == ["split:2", "out_of_memory", "-"]
     assert "  split:2: ResourceExhaustedError: x" in lines
+    assert lines[-2] == (
+        "step: the fastest round's median (q1-q3 of its steps); spread: the fastest round's median to the second "
+        "fastest's, of up to 3 rounds, each in a fresh process; a spread that reaches the fastest's is a tie"
+    )
     assert lines[-1] == "winner: mirrored:2; reproduce with --gpus=none --virtual_devices=2 --strategy=mirrored"
+
+
+def test_the_table_says_who_is_tied_and_why_the_winner_won():
+    def ok(name, devices, *rounds_ms):
+        steps = tuple(r / 1000 for r in rounds_ms)
+        return CandidateResult(
+            name,
+            name.partition(":")[0],
+            devices,
+            "ok",
+            min(steps),
+            min(steps),
+            min(steps),
+            32 / min(steps),
+            rounds=len(steps),
+            round_step_s=steps,
+        )
+
+    split2, split4 = ok("split:2", ("CPU:0", "CPU:1"), 9.5, 9.8), ok("split:4", ("CPU:0",) * 4, 9.3, 9.9)
+    mirrored = ok("mirrored:2", ("CPU:0", "CPU:1"), 16.0, 16.2)
+    links = (Link("CPU:0", "CPU:1", 0.5e-6, None), Link("CPU:0", "CPU:2", 2e-6, 2e12))
+    r = TuneResult(
+        (mirrored, split2, split4),
+        split2,
+        4,
+        ("split:4", "split:2"),
+        "tied within the noise with split:4; picked by the rule: the fewest devices (2)",
+        links,
+        0.4,
+    )
+    lines = r.table().splitlines()
+    assert [line.split()[0] for line in lines[1:4]] == ["mirrored:2", "*", "="]
+    assert lines[-3] == "tied within the noise: split:4, split:2"
+    assert lines[-2] == (
+        "predicted: from the one-device capture and the copy cost probed between each pair of devices "
+        "(2 pairs in 0.4 s: latency 0.5-2.0 us, 2,000.0 GB/s (else none measured))"
+    )
+    assert lines[-1] == (
+        "winner: split:2 (tied within the noise with split:4; picked by the rule: the fewest devices (2)); "
+        "reproduce with --gpus=none --virtual_devices=2 --strategy=default"
+    )
+    data = json.loads(r.to_json())
+    # the keys an older reader knows stay; the tie, the reason and the probe are added
+    assert {"candidates", "winner", "settings", "flags"} <= set(data) and data["winner"] == "split:2"
+    assert (data["tied"], data["reason"], data["probe_s"]) == (["split:4", "split:2"], r.reason, 0.4)
+    assert data["links"][0] == {"a": "CPU:0", "b": "CPU:1", "latency_s": 0.5e-6, "bytes_per_s": None}
+    assert data["candidates"][1]["round_step_s"] == pytest.approx([0.0095, 0.0098])
+    assert "predicted_uncalibrated_s" in data["candidates"][1]
 
 
 def test_a_later_round_keeps_the_fastest_median_and_counts_every_round():
@@ -152,10 +224,12 @@ def test_a_later_round_keeps_the_fastest_median_and_counts_every_round():
         "/logs/split_2",
         rounds=1,
     )
+    first = replace(first, round_step_s=(0.010,))
     slower = _faster(first, {"status": "ok", "step_s": 0.020, "step_q1_s": 0.019, "step_q3_s": 0.021, "batch": 32})
     assert (slower.rounds, slower.step_s, slower.step_q3_s) == (2, 0.010, 0.012)
     faster = _faster(slower, {"status": "ok", "step_s": 0.008, "step_q1_s": 0.007, "step_q3_s": 0.0085, "batch": 32})
     assert (faster.rounds, faster.step_s, faster.step_q1_s, faster.step_q3_s) == (3, 0.008, 0.007, 0.0085)
+    assert faster.round_step_s == (0.010, 0.020, 0.008)
     assert faster.examples_per_s == pytest.approx(32 / 0.008)
     # what the first round alone measured stays: prediction, memory, shares, its TensorBoard run
     assert (faster.predicted_step_s, faster.peak_memory, faster.shares, faster.logdir) == (
@@ -165,14 +239,15 @@ def test_a_later_round_keeps_the_fastest_median_and_counts_every_round():
         "/logs/split_2",
     )
     failed = _faster(faster, {"status": "timeout", "detail": "still running after 9 s: stopped"})
-    assert (failed.status, failed.rounds, failed.step_s) == ("ok", 3, 0.008)
+    assert (failed.status, failed.rounds, failed.step_s, failed.round_step_s) == ("ok", 3, 0.008, (0.010, 0.020, 0.008))
     assert failed.detail == "a later round: still running after 9 s: stopped"
 
 
 def test_the_table_says_how_many_rounds_timed_the_candidates():
     three = CandidateResult("one_device:CPU:0", "one_device", ("CPU:0",), "ok", 0.01, 0.01, 0.01, 3200.0, rounds=3)
-    assert "step times: each candidate's fastest of up to 3 rounds, each in a fresh process" in result(three).table()
-    assert "rounds" not in result(replace(three, rounds=1)).table()
+    assert "of up to 3 rounds, each in a fresh process" in result(three).table()
+    one = result(replace(three, rounds=1)).table()
+    assert "of up to" not in one and "one round each: no spread, ties not told (rounds >= 2 tells them)" in one
 
 
 # ----------------------------------------------------------------------------- real children
@@ -211,6 +286,7 @@ def test_candidates_run_measure_and_go_on_after_one_fails(tmp_path):
         virtual_devices=3,
         logdir=tmp_path,
         rounds=2,
+        max_rounds=2,
     )
     by_name = {c.name: c for c in r.candidates}
     assert list(by_name) == ["one_device:CPU:0", "mirrored:3", "split:2"]
@@ -225,6 +301,10 @@ def test_candidates_run_measure_and_go_on_after_one_fails(tmp_path):
         assert os.path.isdir(c.logdir) and c.logdir.startswith(str(tmp_path))
     assert set(by_name["split:2"].shares["idle"]) >= {"CPU:0", "CPU:1"}
     assert r.winner in (by_name["one_device:CPU:0"], by_name["split:2"])
+    # the copy probe ran once, over the devices the candidates use: one link per pair
+    assert [(link.a, link.b) for link in r.links] == [("CPU:0", "CPU:1"), ("CPU:0", "CPU:2"), ("CPU:1", "CPU:2")]
+    assert all(link.latency_s >= 0 for link in r.links) and r.probe_s is not None
+    assert by_name["split:2"].predicted_uncalibrated_s is not None
 
 
 def _alive(pid: int) -> bool:
@@ -326,3 +406,109 @@ def test_a_module_that_is_not_there_is_refused_before_any_process_starts():
         "'nosuchmod_for_tfdevices' on this Python's path."
     ), proc.stderr
     assert proc.stderr.count("\n") == 1 and "HINT: run tune from the directory that holds it" in proc.stderr
+
+
+# ----------------------------------------------------------------------------- rounds, with a scripted runner
+
+
+def scripted(monkeypatch, steps_ms):
+    """tune's children replaced by a script: each candidate's step per round; returns the specs run."""
+    specs = []
+
+    def run_candidate(spec, *, timeout_s, watchdog):
+        specs.append(spec)
+        devices = spec["devices"]
+        name = f"one_device:{devices[0]}" if spec["strategy"] == "one_device" else f"{spec['strategy']}:{len(devices)}"
+        step = steps_ms[name][sum(s["devices"] == devices and s["strategy"] == spec["strategy"] for s in specs) - 1]
+        out = {"status": "ok", "step_s": step / 1000, "step_q1_s": step / 1000, "step_q3_s": step / 1000, "batch": 32}
+        if spec.get("profile"):
+            out.update(
+                compute_s=0.008,
+                grad_bytes=1_000_000,
+                variables=4,
+                activation_bytes=10_000,
+                copy_latency_s=0.0001,
+                copy_bytes_per_s=1e9,
+                links=[
+                    {"a": a, "b": b, "latency_s": 0.0, "bytes_per_s": None}
+                    for a, b in (("CPU:0", "CPU:1"), ("CPU:0", "CPU:2"), ("CPU:1", "CPU:2"))
+                ],
+                probe_s=0.3,
+            )
+        return out
+
+    monkeypatch.setattr(tune_module, "run_candidate", run_candidate)
+    return specs
+
+
+CPUS3 = ["CPU:0", "CPU:1", "CPU:2"]
+WANTED = ["mirrored:2", "split:2", "split:3"]
+
+
+def test_only_the_candidates_tied_with_the_fastest_run_again_until_they_separate(monkeypatch):
+    specs = scripted(
+        monkeypatch,
+        {
+            "one_device:CPU:0": [10.0, 10.2],
+            "mirrored:2": [15.0, 15.5],
+            "split:2": [9.0, 9.6, 9.1],  # after round 2: (9.0, 9.6), reached by split:3; round 3 repeats it
+            "split:3": [9.3, 9.5, 9.4],
+        },
+    )
+    lines = []
+    r = tune(
+        "tests.decide.models:tiny_mlp", devices=CPUS3, candidates=WANTED, rounds=2, max_rounds=4, echo=lines.append
+    )
+    assert {c.name: c.rounds for c in r.candidates} == {
+        "one_device:CPU:0": 2,
+        "mirrored:2": 2,
+        "split:2": 3,
+        "split:3": 3,
+    }
+    assert "tied within the noise: split:2, split:3; timing them again" in lines
+    assert (r.winner.name, r.tied) == ("split:2", ("split:2",))
+    assert r.reason == "the fastest, clear of the noise: split:3 is 3.3% slower"
+    # the probe ran once, in the first child, over the devices the candidates use
+    assert [s.get("probe") for s in specs if s.get("probe")] == [CPUS3]
+    assert r.probe_s == 0.3 and {(link.a, link.b) for link in r.links} >= {("CPU:0", "CPU:1")}
+
+
+def test_candidates_that_stay_tied_stop_at_max_rounds_and_the_rule_picks(monkeypatch):
+    scripted(
+        monkeypatch,
+        {
+            "one_device:CPU:0": [10.0, 10.2],
+            "mirrored:2": [15.0, 15.5],
+            "split:2": [9.3, 9.5, 9.6, 9.4],
+            "split:3": [9.0, 9.6, 9.5, 9.45],
+        },
+    )
+    r = tune("tests.decide.models:tiny_mlp", devices=CPUS3, candidates=WANTED, rounds=2, max_rounds=4)
+    assert {c.name: c.rounds for c in r.candidates}["split:3"] == 4
+    assert {c.name: c.rounds for c in r.candidates}["split:2"] == 4
+    assert (r.winner.name, r.tied) == ("split:2", ("split:3", "split:2"))
+    assert r.reason == "tied within the noise with split:3; picked by the rule: the fewest devices (2)"
+    assert "tied within the noise: split:3, split:2" in r.table()
+
+
+def test_predictions_with_the_probed_copies_and_without(monkeypatch):
+    scripted(
+        monkeypatch,
+        {"one_device:CPU:0": [10.0], "mirrored:2": [15.0], "split:2": [9.0], "split:3": [9.3]},
+    )
+    r = tune("tests.decide.models:tiny_mlp", devices=CPUS3, candidates=WANTED, rounds=1)
+    by_name = {c.name: c for c in r.candidates}
+    # logical CPUs: the probe saw free copies; the one copy cost of the one-device run charges each
+    assert by_name["split:3"].predicted_step_s == pytest.approx(0.010)
+    assert by_name["split:3"].predicted_uncalibrated_s == pytest.approx(0.010 + 4 * 0.0001 + 40_000 / 1e9)
+    assert by_name["mirrored:2"].predicted_step_s == pytest.approx(0.002 + 0.008)
+    assert by_name["mirrored:2"].predicted_uncalibrated_s == pytest.approx(0.010 + 8 * 0.0001 + 2e6 / 1e9)
+    assert by_name["one_device:CPU:0"].predicted_uncalibrated_s == by_name["one_device:CPU:0"].predicted_step_s
+    assert {c.rounds for c in r.candidates} == {1} and r.winner.name == "split:2"
+
+
+def test_the_command_refuses_fewer_max_rounds_than_rounds():
+    proc = run_cli("tune", "tests.decide.models:tiny_mlp", "--rounds", "3", "--max-rounds", "2")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("tfdevices tune: error: max_rounds=2: expected a whole number >= 3."), proc.stderr
+    assert "HINT:" in proc.stderr

@@ -7,7 +7,8 @@
   :class:`~tfdevices.verify.PlacementReport`) and says where its time went, with the
   numbers and a fix.
 
-Planning is pure (:mod:`~tfdevices.decide.candidates`: the candidates and their predicted step times);
-the effects live in :mod:`~tfdevices.decide.runner` (processes) and
-:mod:`~tfdevices.decide.child` (one candidate in one process).
+Planning is pure (:mod:`~tfdevices.decide.candidates`: the candidates and their predicted step times;
+:mod:`~tfdevices.decide.ties`: which candidates are tied with the fastest, and the winner);
+the effects live in :mod:`~tfdevices.decide.runner` (processes), :mod:`~tfdevices.decide.child`
+(one candidate in one process) and :mod:`~tfdevices.decide.probe` (the copy cost between devices).
 """

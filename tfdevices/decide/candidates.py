@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from tfdevices.core.devices import short_name
 from tfdevices.core.errors import InputError
 
-__all__ = ["Candidate", "Profile", "check_target", "choose", "plan_candidates", "predict_step_s", "prune"]
+__all__ = ["Candidate", "Link", "Profile", "check_target", "choose", "plan_candidates", "predict_step_s", "prune"]
 
 STRATEGIES = ("one_device", "mirrored", "split", "multi_worker")
 _TARGET = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
@@ -109,6 +109,23 @@ def check_target(target: object) -> str:
 
 
 @dataclass(frozen=True)
+class Link:
+    """What one copy between two devices costs, probed on this machine (either direction).
+
+    Attributes:
+        a, b: the two devices (TensorFlow short names, ``"CPU:1"``).
+        latency_s: a copy's fixed cost (of a small tensor).
+        bytes_per_s: bandwidth; ``None`` when the probe saw no cost that grows with the bytes
+            (logical CPUs of one host hand a buffer over without copying it).
+    """
+
+    a: str
+    b: str
+    latency_s: float
+    bytes_per_s: float | None
+
+
+@dataclass(frozen=True)
 class Profile:
     """What the one-device run measured, the input of every prediction.
 
@@ -123,6 +140,8 @@ class Profile:
         copy_bytes_per_s: copy bandwidth between two devices.
         shared_compute: whether the devices share one processor (logical CPUs split from one host:
             their kernels share its cores, so k replicas do not compute k times faster).
+        links: copy costs probed between pairs of devices (:mod:`~tfdevices.decide.probe`); a pair
+            not among them costs ``copy_latency_s`` and ``copy_bytes_per_s``.
     """
 
     step_s: float
@@ -133,10 +152,17 @@ class Profile:
     copy_latency_s: float
     copy_bytes_per_s: float
     shared_compute: bool = True
+    links: tuple[Link, ...] = ()
 
 
-def _copy_s(profile: Profile, nbytes: float, copies: int = 1) -> float:
-    return copies * profile.copy_latency_s + nbytes / profile.copy_bytes_per_s
+def _copy_s(profile: Profile, a: str, b: str, nbytes: float, copies: int) -> float:
+    """``copies`` copies of ``nbytes`` bytes in all between ``a`` and ``b``."""
+    latency, rate = profile.copy_latency_s, profile.copy_bytes_per_s
+    for link in profile.links:
+        if {link.a, link.b} == {a, b}:
+            latency, rate = link.latency_s, link.bytes_per_s or float("inf")
+            break
+    return copies * latency + nbytes / rate
 
 
 def predict_step_s(candidate: Candidate, profile: Profile) -> float | None:
@@ -144,11 +170,14 @@ def predict_step_s(candidate: Candidate, profile: Profile) -> float | None:
 
     * one device: the measured step (for the device measured; ``None`` for another kind);
     * mirrored over k: the host's fixed cost, the compute divided over k devices (not divided on
-      devices that share one processor), and an all-reduce that copies every gradient to one device
-      and back: ``2 (k - 1)`` copies of each;
-    * split over k: the same compute (stages run one after another), and ``2 (k - 1)`` activation
-      copies (forward, and the gradient back);
+      devices that share one processor), and an all-reduce that copies every gradient to the first
+      device and back: two copies of each between the first device and each other one;
+    * split over k: the same compute (stages run one after another), and two activation copies
+      (forward, and the gradient back) between each stage's device and the next's;
     * multi-worker: as mirrored, with no basis for the cross-process cost (``None``).
+
+    Each copy costs what ``profile.links`` says for its pair of devices, else the profile's one
+    ``copy_latency_s`` and ``copy_bytes_per_s`` (``replace(profile, links=())``: the uncalibrated prediction).
 
     >>> p = Profile(step_s=0.010, compute_s=0.008, grad_bytes=1_000_000, variables=4, activation_bytes=10_000,
     ...             copy_latency_s=0.0001, copy_bytes_per_s=1e9, shared_compute=False)
@@ -156,16 +185,23 @@ def predict_step_s(candidate: Candidate, profile: Profile) -> float | None:
     0.0088
     >>> round(predict_step_s(Candidate("split:2", "split", ("GPU:0", "GPU:1")), p), 6)
     0.01022
+    >>> from dataclasses import replace
+    >>> free = replace(p, links=(Link("GPU:1", "GPU:0", latency_s=0.0, bytes_per_s=None),))
+    >>> round(predict_step_s(Candidate("split:2", "split", ("GPU:0", "GPU:1")), free), 6)
+    0.01
     """
     fixed = max(profile.step_s - profile.compute_s, 0.0)
     k = len(candidate.devices)
     if candidate.strategy == "one_device":
         return profile.step_s if k == 1 else None
+    first, devices = candidate.devices[0], candidate.devices
     if candidate.strategy == "mirrored":
         compute = profile.compute_s if profile.shared_compute else profile.compute_s / k
-        return fixed + compute + _copy_s(profile, 2 * (k - 1) * profile.grad_bytes, 2 * (k - 1) * profile.variables)
+        reduce = sum(_copy_s(profile, first, d, 2 * profile.grad_bytes, 2 * profile.variables) for d in devices[1:])
+        return fixed + compute + reduce
     if candidate.strategy == "split":
-        return profile.step_s + _copy_s(profile, 2 * (k - 1) * profile.activation_bytes, 2 * (k - 1))
+        hops = zip(devices, devices[1:])
+        return profile.step_s + sum(_copy_s(profile, a, b, 2 * profile.activation_bytes, 2) for a, b in hops)
     return None
 
 

@@ -5,10 +5,13 @@ object written to RESULT, never read from the environment. The process configure
 TensorFlow once (the CPU split into logical devices, or the GPUs), builds the candidate,
 warms up, times windows of ``steps`` steps one by one until the step time settles (a window
 not faster than the one before by more than 5%), captures one more step, and writes what it saw.
+The one-device candidate that predictions start from also probes the copies between each pair
+of the devices its spec names in ``probe`` (:mod:`tfdevices.decide.probe`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import os
@@ -22,6 +25,7 @@ from typing import Any
 
 from tfdevices.core._tf import import_tf
 from tfdevices.decide.advise import time_shares
+from tfdevices.decide.probe import probe_links
 from tfdevices.gpus.inventory import Inventory
 from tfdevices.gpus.selection import select
 from tfdevices.layers.place import place_layers
@@ -215,7 +219,19 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         busy = report.get("busy_us", {}).get(spec["devices"][0])
         result["compute_s"] = None if busy is None else busy / 1e6
         result.update(_profile_extras(tf, model, data, spec["devices"]))
+    if len(spec.get("probe") or ()) > 1:
+        result.update(_probe(tf, spec["probe"]))
     return result
+
+
+def _probe(tf: Any, devices: list[str]) -> dict[str, Any]:
+    """The copy probe over ``devices`` (after the timing: it delays no measurement); its failure is reported."""
+    started = time.perf_counter()
+    try:
+        links = [dataclasses.asdict(link) for link in probe_links(tf, devices)]
+    except Exception as err:  # noqa: BLE001 -- the candidate's timing stands; the predictions go uncalibrated
+        return {"links": [], "probe_s": time.perf_counter() - started, "probe_detail": _failure(err)["detail"]}
+    return {"links": links, "probe_s": time.perf_counter() - started}
 
 
 def _failure(err: BaseException) -> dict[str, Any]:
