@@ -10,6 +10,7 @@ loop (``train(path="custom_loop")``) and ``tf_keras`` fit end with identical wei
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -249,7 +250,8 @@ def test_plain_keras3_fit_on_two_workers_under_launch(tf4, tmp_path):
         np.testing.assert_array_equal(np.array(a), np.array(b))
     assert all((tmp_path / f"ckpt-rank{r}.weights.h5").stat().st_size > 0 for r in (0, 1))
     # one log per rank, each with its rank's whole fit, and each rank's steps over time
-    assert sorted(os.listdir(logs)) == ["rank0.log", "rank1.log", "steps.json", "steps.png"]
+    picture = ["steps.png"] if importlib.util.find_spec("matplotlib") else []  # a picture where matplotlib is
+    assert sorted(os.listdir(logs)) == ["rank0.log", "rank1.log", "steps.json", *picture]
     for rank in (0, 1):
         log = (logs / f"rank{rank}.log").read_text()
         assert f"Epoch {EPOCHS}/{EPOCHS}" in log and f"rank {rank} done" in log and "val_loss" in log, log
