@@ -48,10 +48,9 @@ from tfdevices.core.errors import StrategyError
 from tfdevices.gpus.discovery import discover
 from tfdevices.jobs.cluster import ClusterEnv, cluster_from_env
 from tfdevices.jobs.reporting import start_reporting
-from tfdevices.mends import step_progress
 from tfdevices.mends.exit_barrier import leave_together
 from tfdevices.mends.keras_fit import install_fit_adapter
-from tfdevices.mends.step_progress import note_step_function
+from tfdevices.mends.step_progress import StepMarks
 
 logger = logging.getLogger("tfdevices")
 
@@ -490,27 +489,6 @@ class Explanation(Explained):
     def num_replicas(self) -> int:
         """Replicas in sync (``num_replicas_in_sync``)."""
         return int(self._strategy.num_replicas_in_sync)
-
-
-class StepMarks:
-    """Mixed in first to the multi-worker strategies tfdevices builds: ``run`` says which step this rank is in.
-
-    Called eagerly, each ``run`` is a step; called while a ``tf.function`` is traced, it marks that
-    function as the step (the mend ``step_progress`` then marks each of its calls). Without a progress
-    record (one process, or no job to report to) it is TensorFlow's ``run``, unchanged.
-    """
-
-    def run(self, fn: Any, args: Any = (), kwargs: Any = None, options: Any = None) -> Any:
-        """``tf.distribute.Strategy.run``, marking the step in this rank's progress record."""
-        eager = note_step_function()
-        writer = step_progress.MEND.writer
-        if not eager or writer is None or writer.in_fit:
-            return super().run(fn, args=args, kwargs=kwargs, options=options)  # type: ignore[misc]
-        writer.begin_step()
-        try:
-            return super().run(fn, args=args, kwargs=kwargs, options=options)  # type: ignore[misc]
-        finally:
-            writer.end_step()
 
 
 _EXPLAINED: dict[type, type] = {}

@@ -28,6 +28,7 @@ NAMES = (
     "step_progress",
     "fit_progress",
     "stack_dumps",
+    "at_exit",
 )
 
 
@@ -346,3 +347,19 @@ def test_progress_mends_mark_steps_callbacks_and_stacks_only_when_on(off: bool) 
     else:
         assert (out["loop"], out["fit"], out["seen"], out["dumped"]) == (3, 4, ["Late.on_epoch_end"], True)
         assert set(out["states"].values()) == {"applied"}
+
+
+@pytest.mark.parametrize("off", [False, True])
+def test_at_exit_runs_tfdevices_clean_ups_only_when_on(tmp_path, off: bool) -> None:
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    run_py(
+        f"""
+        import shutil
+        from tfdevices.mends.at_exit import MEND, call_at_exit
+        call_at_exit(shutil.rmtree, {str(scratch)!r}, True)
+        print(MEND.status().state)
+        """,
+        env={MENDS_ENV: "at_exit"} if off else {},
+    )
+    assert scratch.exists() is off  # removed at exit when on; left as it was when off

@@ -17,6 +17,8 @@ detects that it applies, how to turn it off, and what it did.
                     rank is in (the stall detector)
 ``fit_progress``    Keras' ``CallbackList``: ``fit`` says which step and which callback
 ``stack_dumps``     the ``SIGUSR1`` handler (``faulthandler``): a stalled rank shows its frames
+``at_exit``         ``atexit``: tfdevices' own clean-ups (a PlacementLogger's pending writes,
+                    captures' scratch directories) run at exit
 ==================  ==========================================================================
 
 Turn mends off with ``TFDEVICES_MENDS`` (a comma list of names, or ``all``), from Python with
@@ -32,6 +34,7 @@ No TensorFlow import here: each mend imports what it changes when it applies.
 from __future__ import annotations
 
 from tfdevices.mends import (
+    at_exit,
     exit_barrier,
     fit_progress,
     fork_sockets,
@@ -53,6 +56,7 @@ MENDS = (
     step_progress.MEND,
     fit_progress.MEND,
     stack_dumps.MEND,
+    at_exit.MEND,
 )
 
 

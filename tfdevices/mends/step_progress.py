@@ -104,4 +104,25 @@ def note_step_function() -> bool:
     return False
 
 
-__all__ = ["MEND", "StepProgress", "note_step_function"]
+class StepMarks:
+    """Mixed in first to the multi-worker strategies tfdevices builds: ``run`` says which step this rank is in.
+
+    Called eagerly, each ``run`` is a step; called while a ``tf.function`` is traced, it marks that
+    function as the step (the mend ``step_progress`` then marks each of its calls). Without a progress
+    record (one process, or no job to report to) it is TensorFlow's ``run``, unchanged.
+    """
+
+    def run(self, fn: Any, args: Any = (), kwargs: Any = None, options: Any = None) -> Any:
+        """``tf.distribute.Strategy.run``, marking the step in this rank's progress record."""
+        eager = note_step_function()
+        writer = MEND.writer
+        if not eager or writer is None or writer.in_fit:
+            return super().run(fn, args=args, kwargs=kwargs, options=options)  # type: ignore[misc]
+        writer.begin_step()
+        try:
+            return super().run(fn, args=args, kwargs=kwargs, options=options)  # type: ignore[misc]
+        finally:
+            writer.end_step()
+
+
+__all__ = ["MEND", "StepMarks", "StepProgress", "note_step_function"]

@@ -17,7 +17,6 @@ dropped.
 
 from __future__ import annotations
 
-import atexit
 import queue
 import sys
 import threading
@@ -25,9 +24,12 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from tfdevices.mends.at_exit import call_at_exit
+
 __all__ = ["Worker"]
 
 _workers: weakref.WeakSet[Worker] = weakref.WeakSet()
+_FLUSH_ASKED: list[bool] = []
 _IDLE_S = 5.0  # an idle worker's thread ends after this
 
 
@@ -45,6 +47,9 @@ class Worker:
         self._errors: list[BaseException] = []
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        if not _FLUSH_ASKED:  # the first worker of the process asks for the flush at exit (mend at_exit)
+            _FLUSH_ASKED.append(True)
+            call_at_exit(_flush_all)
         _workers.add(self)
 
     def submit(self, job: Callable[[], Any]) -> None:
@@ -85,7 +90,6 @@ class Worker:
         return errors
 
 
-@atexit.register
 def _flush_all() -> None:
     """At exit, every worker finishes what it was given; errors nobody took are printed, not lost."""
     for worker in list(_workers):

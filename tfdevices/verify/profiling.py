@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import dataclasses
 import os
@@ -15,6 +14,7 @@ from typing import Any
 from tfdevices.core._tf import import_tf
 from tfdevices.core.errors import InputError, TfDevicesError
 from tfdevices.core.units import shown
+from tfdevices.mends.at_exit import call_at_exit
 from tfdevices.verify.building import build_report
 from tfdevices.verify.host import _Trace, read_trace
 from tfdevices.verify.recording import _Recorder, _recording
@@ -79,7 +79,7 @@ def _capture_dir() -> str:
         memory = _SHM if os.path.isdir(_SHM) and os.access(_SHM, os.W_OK | os.X_OK) else None
         _logdir = tempfile.mkdtemp(prefix="tfdevices-capture-", dir=memory)
         os.mkdir(os.path.join(_logdir, "read"))
-        atexit.register(shutil.rmtree, _logdir, True)
+        call_at_exit(shutil.rmtree, _logdir, True)
     return _logdir
 
 
