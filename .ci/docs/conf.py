@@ -38,7 +38,7 @@ nitpicky = True
 nitpick_ignore_regex = [
     (
         r"py:.*",
-        r"(collections\.abc|typing|os|argparse|socket|subprocess|threading|absl|tensorboard|keras|tensorflow|numpy|dataclasses)(\..*)?",
+        r"(collections\.abc|typing|types|os|argparse|socket|subprocess|threading|absl|tensorboard|keras|tensorflow|numpy|dataclasses)(\..*)?",
     ),
     (r"py:.*", r".*\b_\w+"),  # private names (_Prepared, _R)
     (r"py:data", r"[A-Z][A-Z0-9_]*"),  # module constants: documented where they have a docstring

@@ -114,8 +114,6 @@ class PlacementLogger:
             passes 90% of its configured memory limit is warned about once.
 
     Attributes:
-        report: the latest captured :class:`~tfdevices.verify.PlacementReport`, ``None``
-            until step ``at_step`` ran (reading it waits for the worker's pending captures).
         steps: the steps captured so far.
         changes: the :class:`~tfdevices.verify.drift.PlacementChange` of each capture that
             differed from the one it was compared with.
@@ -187,7 +185,9 @@ class PlacementLogger:
 
     @property
     def report(self) -> PlacementReport | None:
-        """The latest captured report (waits for the worker to finish the captures handed to it)."""
+        """The latest captured :class:`~tfdevices.verify.PlacementReport`, ``None`` until step ``at_step`` ran
+        (reading it waits for the worker to finish the captures handed to it).
+        """
         self._worker.flush()
         return self._report
 
