@@ -409,6 +409,8 @@ def test_watch_in_a_real_process_ends_on_sigint_without_traceback(tmp_path):
         stderr=subprocess.PIPE,
         cwd=REPO,
         env=subprocess_env(),
+        # as in a terminal: a run started in the background (`cmd &`) ignores SIGINT, and so would its child
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     first, deadline = b"", time.monotonic() + 120  # Ctrl-C while it watches, however slow it was to start
     while b"every 0.2s (Ctrl-C ends)" not in first and time.monotonic() < deadline:
