@@ -59,14 +59,12 @@ checked against. Off: ``fit`` is left as Keras made it. Undone: what was wrapped
 from __future__ import annotations
 
 import dataclasses
-import importlib.abc
-import importlib.util
 import sys
 import threading
 from typing import Any
 
 from tfdevices.core._tf import import_tf
-from tfdevices.mends.base import NOT_NEEDED, OFF, SKIPPED, Mend, MendStatus, NotApplicableError, register
+from tfdevices.mends.base import NOT_NEEDED, OFF, SKIPPED, Mend, MendStatus, NotApplicableError, register, when_imported
 from tfdevices.mends.exit_barrier import leave_together
 
 KERAS_FIT_ISSUE = "keras-team/keras#20585"
@@ -535,29 +533,13 @@ def install_when_imported() -> None:
     if KERAS_TRAINER in sys.modules:
         install_fit_adapter()
         return
-    if not any(isinstance(finder, _TrainerImported) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _TrainerImported())
+    if not _ARMED:
+        _ARMED.append(True)
+        # from inside the mend's own check (its import of Keras) apply() returns at once: that call mends
+        when_imported(KERAS_TRAINER, MEND.apply)
 
 
-class _TrainerImported(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: wraps the loader of Keras' TensorFlow trainer to mend it once it has run."""
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname != KERAS_TRAINER:
-            return None
-        sys.meta_path.remove(self)  # once: the mend imports the trainer's package itself
-        spec = importlib.util.find_spec(fullname)
-        if spec is None or spec.loader is None:
-            return spec
-        loader = spec.loader
-        run = loader.exec_module
-
-        def exec_module(module: Any) -> None:
-            run(module)
-            MEND.apply()  # from inside the mend's own check (its import of Keras), returns: that call mends
-
-        loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
+_ARMED: list[bool] = []
 
 
 __all__ = [
