@@ -8,6 +8,7 @@ and on GPUs each op is then timed by the GPU's own clock (:mod:`tfdevices.verify
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +28,7 @@ from tfdevices.verify.records import (
     Transfer,
     _gc_paused,
     _location,
+    _make_op,
     _us,
     union_length,
 )
@@ -242,31 +244,57 @@ def _add_kernels(
     recvs: dict[str, tuple[int, _Kernel]],
     origin: int,
 ) -> None:
-    """Adds the ops, transfers and collectives of kernels that ran on ``device``."""
+    """Adds the ops, transfers and collectives of kernels that ran on ``device``.
+
+    The hot path of a build (a turn per kernel): what a kernel stands for in the graph is read
+    once per traced function (:func:`_placed_ops`); here each kernel only gets its times.
+    """
     spans = None if device == UNKNOWN_DEVICE else built.spans.setdefault(device, [])
-    add_op = built.ops.append
+    add_span = spans.append if spans is not None else None
+    ops = built.ops
+    add_op = ops.append
+    known = graph._known.placed
     for kernel in kernels:
         kind = kernel.kernel
-        if kind in PLUMBING or (kind in TRANSFER_OPS and kernel.stats is None):
+        placed = known.get((kernel.name, kind))
+        if placed is None:
+            placed = known[(kernel.name, kind)] = _placed_ops(graph, kernel.name, kind)
+        if placed is _SKIPPED and kernel.stats is None:
             continue
         begin, length = kernel.start_ps, kernel.duration_ps
         start, duration = (begin - origin) // 1000 / 1000, length // 1000 / 1000  # records._us, inlined
-        if spans is not None:
-            spans.append((begin, begin + length))
+        if add_span is not None:
+            add_span((begin, begin + length))
         if kernel.stats is not None:
             built.copies.append(_transfer(kernel, graph, recvs, index, start, duration))
             continue
-        for name, model_op, asked in _model_ops(graph, kernel.name, kind):
-            add_op(
-                OpPlacement(
-                    name, model_op, device, _location(asked) if asked else "", index, kind, kernel.name, start, duration
-                )
-            )
-        if _COLLECTIVE.match(kind):
-            op = graph.op(kernel.name)
-            built.collectives.append(
-                Collective(kernel.name, kind, device, _attr(op, "merge_op"), _attr(op, "T"), index)
-            )
+        name = kernel.name
+        for op_name, model_op, asked in placed:
+            add_op(_make_op(op_name, model_op, device, asked, index, kind, name, start, duration))
+        if _is_collective(kind):
+            op = graph.op(name)
+            built.collectives.append(Collective(name, kind, device, _attr(op, "merge_op"), _attr(op, "T"), index))
+
+
+#: What :func:`_placed_ops` gives a kernel that is plumbing, or a transfer without its key: nothing reported.
+_SKIPPED: tuple[tuple[str, str, str], ...] = ()
+
+
+def _placed_ops(graph: _Graph, name: str, kind: str) -> tuple[tuple[str, str, str], ...]:
+    """``(name, model op, requested device as reported)`` of each op a kernel ran; :data:`_SKIPPED` for none.
+
+    Kept per traced graph (``graph._known.placed``): read once per function, not per capture.
+    """
+    if kind in PLUMBING or kind in TRANSFER_OPS:
+        return _SKIPPED
+    return tuple(
+        (op, model_op, _location(asked) if asked else "") for op, model_op, asked in _model_ops(graph, name, kind)
+    )
+
+
+@functools.lru_cache(maxsize=1024)
+def _is_collective(kind: str) -> bool:
+    return _COLLECTIVE.match(kind) is not None
 
 
 def _transfer(

@@ -23,6 +23,7 @@ class _Known:
     asked: dict[str, str] = field(default_factory=dict)  # op name -> the device it asked for
     model_ops: dict[tuple[str, str], list[tuple[str, str, str]]] = field(default_factory=dict)  # per kernel
     asked_by: dict[tuple[str, ...], str] = field(default_factory=dict)  # kernel names -> the one device they asked
+    placed: dict[tuple[str, str], Any] = field(default_factory=dict)  # per kernel: what the report's builder adds
 
 
 _KNOWN: weakref.WeakKeyDictionary[Any, _Known] = weakref.WeakKeyDictionary()

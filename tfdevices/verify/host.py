@@ -147,17 +147,25 @@ _EVENT_KINDS = {
 _Where = tuple[str, Any] | None
 
 
-def _event_kinds(plane: Any) -> dict[int, tuple[int, str, str]]:
-    """``metadata id -> (kind, op name, kernel)`` for the events capture reads; others are skipped."""
+def _event_kinds(plane: Any) -> dict[int, tuple[int, str, str, bool]]:
+    """``metadata id -> (kind, op name, kernel, whether its stats are read)`` for the events capture reads.
+
+    Other events are skipped. A kernel's stats are read for transfers only (their key names the devices).
+    """
     kinds = {}
-    for key, meta in plane.event_metadata.items():
-        name, kernel = meta.name, meta.display_name
-        if kernel and name.endswith(":" + kernel):
-            kinds[key] = (_KERNEL, name[: -len(kernel) - 1], kernel)
-        elif name in _EVENT_KINDS:
-            kinds[key] = (_EVENT_KINDS[name], name, "")
+    metadata = plane.event_metadata
+    for key in metadata:  # a kernel's is "op:Kernel", its display name "Kernel"; most events are kernels
+        meta = metadata[key]
+        name = meta.name
+        known = _EVENT_KINDS.get(name)
+        if known is not None:
+            kinds[key] = (known, name, "", False)
+            continue
+        op, colon, kernel = name.rpartition(":")
+        if colon and kernel and kernel == meta.display_name:
+            kinds[key] = (_KERNEL, op, kernel, kernel in TRANSFER_OPS)
         elif name in _STEP_EVENTS:
-            kinds[key] = (_STEP, name, "")
+            kinds[key] = (_STEP, name, "", False)
     return kinds
 
 
@@ -208,7 +216,7 @@ def _read_host_plane(plane: Any, trace: _Trace) -> None:
 
 def _read_line(
     line: Any,
-    kinds: dict[int, tuple[int, str, str]],
+    kinds: dict[int, tuple[int, str, str, bool]],
     names: dict[int, str],
     ids: dict[str, int],
     trace: _Trace,
@@ -218,74 +226,129 @@ def _read_line(
 
     ``ids`` holds the ids of the ``_c`` and ``_p`` stats (the flow ids TensorFlow's profiler ties a
     producer event to its consumer with) and of ``step_num`` (a step marker's number).
+
+    The loop is the hot path of a capture (one turn per host event, thousands per step): the
+    commonest events (kernels inside a step, the step itself, the thread pool's records) come
+    first and read only the fields they need; a step's context is its last stat (``_c``).
     """
-    consumed, produced_id, step_num = ids.get("_c", -1), ids.get("_p", -1), ids.get("step_num", -1)
+    consumed, step_num = ids.get("_c", -1), ids.get("step_num", -1)
     base = line.timestamp_ns * 1000
     kernels = trace.kernels
+    add_kernel = kernels.append
+    pending = links.pending.append
+    records = links.records.append
+    kind_of = kinds.get
     # The spans open at the current event, innermost last, as (end, where); the thread-pool closure running.
     spans: list[tuple[int, _Where]] = []
+    end = -1  # the innermost span's end (-1: none open)
+    inner: _Where = None  # where the innermost span says an event runs
     region: _Where = None
     process_end = 0
     current: _Execution | None = None
+    xla_name: str | None = None  # the function whose kernel of its own name means it ran as one XLA executable
     for event in line.events:
-        kind = kinds.get(event.metadata_id)
+        kind = kind_of(event.metadata_id)
         if kind is None:
             continue
-        code, name, kernel = kind
+        code = kind[0]
         if code == _STEP:
             if any(stat.metadata_id == step_num for stat in event.stats):
                 trace.steps.add(_int_stat(event, step_num))
             continue
         start = base + event.offset_ps
-        while spans and spans[-1][0] <= start:
-            spans.pop()
-        inner = spans[-1][1] if spans else region
+        if start >= end >= 0:
+            while spans and spans[-1][0] <= start:
+                spans.pop()
+            end, inner = spans.pop() if spans else (-1, None)
+        where = inner if end >= 0 else region
         if code == _KERNEL:
-            if current is not None and current.is_function and kernel == current.name:
-                current.xla = True  # the function ran as one compiled XLA executable
+            kernel = kind[2]
+            if kernel == xla_name:
+                current.xla = True  # type: ignore[union-attr]  # the function ran as one compiled XLA executable
                 continue
-            if (inner is None or inner[0] != "step") and _int_stat(event, consumed):
+            in_step = where is not None and where[0] == "step"
+            if not in_step and _int_stat(event, consumed):
                 # The body of an asynchronous kernel (a collective) run by its own executor, outside any
                 # step; the kernel is recorded where it started (ProcessAsync::Start).
                 continue
-            stats = _stats(event, names) if kernel in TRANSFER_OPS else None
-            kernels.append(_Kernel(name, kernel, start, event.duration_ps, 0, stats))
-            _place(kernels[-1], inner, links)
+            found = _Kernel(kind[1], kernel, start, event.duration_ps, 0, _stats(event, names) if kind[3] else None)
+            add_kernel(found)
+            if in_step:
+                found.context = where[1]  # type: ignore[index]
+            elif where is None or where[0] != "eager":  # eager ops are reported from their calls
+                pending((found, where))
         elif code == _PROCESS:
-            process_end = start + event.duration_ps
-            spans.append((process_end, ("step", _int_stat(event, consumed))))
-        elif code == _ASYNC:  # an asynchronous kernel (_Recv, collectives) starts
-            stats = _stats(event, names)
-            kernels.append(
-                _Kernel(str(stats.get("name", "")), str(stats.get("kernel_type", "")), start, event.duration_ps)
+            stats = event.stats
+            last = stats[-1] if stats else None
+            context = (
+                (last.uint64_value or last.int64_value)
+                if last is not None and last.metadata_id == consumed
+                else _int_stat(event, consumed)
             )
-            _place(kernels[-1], inner, links)
-            links.async_starts[_int_stat(event, produced_id)] = inner
-        elif code == _ASYNC_DONE:  # it completes: what it schedules continues the step it started in
-            spans.append((start + event.duration_ps, ("async", _int_stat(event, consumed))))
-        elif code == _DONE_CALLBACK:  # a step's callback: what it schedules is not that step's work
-            spans.append((start + event.duration_ps, None))
+            process_end = start + event.duration_ps
+            if end >= 0:
+                spans.append((end, inner))
+            end, inner = process_end, ("step", context)
         elif code == _SCHEDULED:
-            links.records.append((event, inner))
+            records((event, where))
         elif code == _REGION_START:
             region = ("region", event)
         elif code == _REGION_STOP:
             region = None
-        elif code == _EAGER:
-            stats = _stats(event, names)
-            current = _Execution(str(stats.get("eager_op", "")), bool(stats.get("is_func")), start, event.duration_ps)
-            trace.executions.append(current)
-            spans.append((start + event.duration_ps, ("eager", 0)))  # an eager op's kernels: no step
-        else:  # FunctionRun: a function partition starts; its executor steps consume the context it produces
-            produced = _int_stat(event, produced_id)
-            caller = next((w[1] for _, w in reversed(spans) if w is not None and w[0] == "step"), 0)
-            spans.append((start + event.duration_ps, ("step", produced)))
-            if current is not None and start < current.start_ps + current.duration_ps:
-                current.contexts.append(produced)
-            elif caller and start < process_end:
-                trace.parents[produced] = caller  # a function called from inside a function
-            else:  # a run outside any call or step (tf.data and the like): not reported
-                trace.outside.add(produced)
+        else:
+            if end >= 0:  # the other events read the whole stack: the innermost span joins it
+                spans.append((end, inner))
+                end, inner = -1, None
+            current = _read_call(code, event, start, names, ids, where, spans, current, process_end, trace, links)
+            xla_name = current.name if current is not None and current.is_function else None
+            if spans:
+                end, inner = spans.pop()
+
+
+def _read_call(
+    code: int,
+    event: Any,
+    start: int,
+    names: dict[int, str],
+    ids: dict[str, int],
+    where: _Where,
+    spans: list[tuple[int, _Where]],
+    current: _Execution | None,
+    process_end: int,
+    trace: _Trace,
+    links: _Links,
+) -> _Execution | None:
+    """The rarer events of a line (calls, function runs, asynchronous kernels); returns the current call.
+
+    ``spans`` is the whole stack of open spans, innermost last; ``where`` the innermost span's place.
+    """
+    consumed, produced_id = ids.get("_c", -1), ids.get("_p", -1)
+    if code == _ASYNC:  # an asynchronous kernel (_Recv, collectives) starts
+        stats = _stats(event, names)
+        kernel = _Kernel(str(stats.get("name", "")), str(stats.get("kernel_type", "")), start, event.duration_ps)
+        trace.kernels.append(kernel)
+        _place(kernel, where, links)
+        links.async_starts[_int_stat(event, produced_id)] = where
+    elif code == _ASYNC_DONE:  # it completes: what it schedules continues the step it started in
+        spans.append((start + event.duration_ps, ("async", _int_stat(event, consumed))))
+    elif code == _DONE_CALLBACK:  # a step's callback: what it schedules is not that step's work
+        spans.append((start + event.duration_ps, None))
+    elif code == _EAGER:
+        stats = _stats(event, names)
+        current = _Execution(str(stats.get("eager_op", "")), bool(stats.get("is_func")), start, event.duration_ps)
+        trace.executions.append(current)
+        spans.append((start + event.duration_ps, ("eager", 0)))  # an eager op's kernels: no step
+    else:  # FunctionRun: a function partition starts; its executor steps consume the context it produces
+        produced = _int_stat(event, produced_id)
+        caller = next((w[1] for _, w in reversed(spans) if w is not None and w[0] == "step"), 0)
+        spans.append((start + event.duration_ps, ("step", produced)))
+        if current is not None and start < current.start_ps + current.duration_ps:
+            current.contexts.append(produced)
+        elif caller and start < process_end:
+            trace.parents[produced] = caller  # a function called from inside a function
+        else:  # a run outside any call or step (tf.data and the like): not reported
+            trace.outside.add(produced)
+    return current
 
 
 def _place(kernel: _Kernel, inner: _Where, links: _Links) -> None:

@@ -10,7 +10,7 @@ import contextlib
 import functools
 import gc
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from tfdevices.core.devices import short_name, task_of
@@ -109,6 +109,49 @@ class OpPlacement:
     duration_us: float | None = None
     launch_us: float | None = None
     kernels: tuple[str, ...] = ()
+
+
+def _op_maker() -> Callable[..., OpPlacement]:
+    """A constructor of :class:`OpPlacement` for the report's builder: the same record, made faster (internal).
+
+    A frozen dataclass' ``__init__`` sets each field through ``object.__setattr__`` (about 1.1 us for
+    an op's 11 fields on this machine); the builder makes one record per executed op, thousands
+    per capture. This sets the slots through their own descriptors (about 0.6 us), positional
+    arguments only, in field order, ``launch_us`` and ``kernels`` left at their defaults.
+    """
+    new = object.__new__
+    setters = tuple(getattr(OpPlacement, name).__set__ for name in OpPlacement.__slots__)
+    (name_, type_, device_, requested_, call_, kernel_, kernel_name_, start_, duration_, launch_, kernels_) = setters
+
+    def make(
+        name: str,
+        type: str,
+        device: str,
+        requested: str,
+        call: int,
+        kernel: str,
+        kernel_name: str,
+        start_us: float | None,
+        duration_us: float | None,
+    ) -> OpPlacement:
+        op = new(OpPlacement)
+        name_(op, name)
+        type_(op, type)
+        device_(op, device)
+        requested_(op, requested)
+        call_(op, call)
+        kernel_(op, kernel)
+        kernel_name_(op, kernel_name)
+        start_(op, start_us)
+        duration_(op, duration_us)
+        launch_(op, None)
+        kernels_(op, ())
+        return op
+
+    return make
+
+
+_make_op = _op_maker()
 
 
 @dataclass(frozen=True, slots=True)
