@@ -27,6 +27,7 @@ NAMES = (
     "loopback",
     "step_progress",
     "fit_progress",
+    "fit_end",
     "stack_dumps",
     "at_exit",
 )

@@ -83,6 +83,30 @@ def test_logger_writes_and_releases_the_capture_when_the_step_raises(tf4, tmp_pa
     assert capture(lambda: None).ops == ()  # no capture left running
 
 
+@pytest.mark.parametrize("framework", ["keras", "tf_keras"])
+def test_a_fit_that_raises_elsewhere_leaves_nothing_on(tf4, tmp_path, framework):
+    """Keras calls no on_train_end when fit raises: the watch, the wrapped train function and the worker let go."""
+    from tfdevices import runtime
+
+    K = importlib.import_module(framework)  # noqa: N806 (the Keras module)
+
+    class Fails(K.callbacks.Callback):  # another callback fails before the step the logger wrapped runs
+        def on_train_batch_begin(self, batch, logs=None):
+            if batch == 3:
+                raise RuntimeError("another callback failed")
+
+    model = _model(K, tf4)
+    logger = PlacementLogger(tmp_path, at_step=3, framework=framework)
+    held = runtime._RUN_METADATA["holders"]
+    with pytest.raises(RuntimeError, match="another callback failed"):
+        model.fit(np.ones((24, 4)), np.zeros((24, 2)), batch_size=4, verbose=0, callbacks=[logger, Fails()])
+    assert logger._watch is not None and not logger._watch.running
+    assert runtime._RUN_METADATA["holders"] == held  # the logger's hold let go
+    assert model.train_function.__name__ != "captured"  # Keras' own again
+    assert logger._worker._thread is None  # written what it had, and ended
+    model.fit(np.ones((8, 4)), np.zeros((8, 2)), batch_size=4, verbose=0)  # fits on as Keras made it
+
+
 def test_step_beyond_training_captures_nothing(tf4, tmp_path):
     import keras
 

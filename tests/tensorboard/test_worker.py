@@ -104,3 +104,16 @@ def test_a_write_that_fails_is_warned_about_and_kept(tf4, tmp_path, monkeypatch)
     with pytest.warns(RuntimeWarning, match=r"^PlacementLogger could not build or write a capture: OSError: disk full"):
         _fit(keras, logger, steps=3)
     assert [str(e) for e in logger.errors] == ["disk full"] and logger.steps == [1]
+
+
+def test_close_runs_what_was_given_then_ends_the_thread():
+    worker = Worker("close")
+    done = []
+    for i in range(3):
+        worker.submit(lambda i=i: done.append(i))
+    worker.close()
+    assert done == [0, 1, 2] and worker._thread is None
+    worker.close()  # no thread: nothing to do
+    worker.submit(lambda: done.append(3))  # a later job starts another thread
+    worker.flush()
+    assert done == [0, 1, 2, 3]

@@ -16,6 +16,8 @@ detects that it applies, how to turn it off, and what it did.
 ``step_progress``   TensorFlow's ``Function.__call__``: a custom loop's step says which step a
                     rank is in (the stall detector)
 ``fit_progress``    Keras' ``CallbackList``: ``fit`` says which step and which callback
+``fit_end``         Keras' ``fit``: when it raises, a PlacementLogger lets go of what it held
+                    (Keras calls no ``on_train_end`` then)
 ``stack_dumps``     the ``SIGUSR1`` handler (``faulthandler``): a stalled rank shows its frames
 ``at_exit``         ``atexit``: tfdevices' own clean-ups (a PlacementLogger's pending writes,
                     captures' scratch directories) run at exit
@@ -36,6 +38,7 @@ from __future__ import annotations
 from tfdevices.mends import (
     at_exit,
     exit_barrier,
+    fit_end,
     fit_progress,
     fork_sockets,
     keras_fit,
@@ -55,6 +58,7 @@ MENDS = (
     loopback.MEND,
     step_progress.MEND,
     fit_progress.MEND,
+    fit_end.MEND,
     stack_dumps.MEND,
     at_exit.MEND,
 )

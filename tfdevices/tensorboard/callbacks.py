@@ -36,6 +36,7 @@ from tfdevices.core._tf import import_tf
 from tfdevices.core.devices import short_name
 from tfdevices.core.errors import InputError, PlacementChangedError
 from tfdevices.core.units import format_bytes
+from tfdevices.mends import fit_end
 from tfdevices.tensorboard.worker import Worker
 from tfdevices.tensorboard.writer import EventWriter, summary_writer, write_summaries
 from tfdevices.verify import PlacementReport, capturing
@@ -182,6 +183,7 @@ class PlacementLogger:
         self._last: tuple[int, PlacementReport] | None = None
         self._graphs_written: set[tuple[int, ...]] = set()
         self._warned: set[str] = set()
+        fit_end.arm()  # Keras calls no on_train_end when fit raises: the mend tells _abort (before fit starts)
 
     @property
     def report(self) -> PlacementReport | None:
@@ -223,6 +225,7 @@ class PlacementLogger:
 
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
         """Starts watching the train function's instantiations (``watch=True``)."""
+        fit_end.when_fit_fails(self.model, self._abort)
         if not self.watch:
             return
         function = getattr(self.model, "train_function", None)
@@ -285,11 +288,10 @@ class PlacementLogger:
                 self._placed(watch.poll(), max(self._step - 1, 0))
             finally:
                 watch.stop()
-        restore, self._restore = self._restore, None
-        if restore is not None and restore[0].train_function is restore[2]:
-            restore[0].train_function = restore[1]
+        self._put_back()
         self._worker.flush()
         self._deliver()
+        fit_end.forget(self.model, self._abort)
         if self.at_step is not None and not self.steps and self._step <= self.at_step:
             said = (
                 f"PlacementLogger(at_step={self.at_step}) captured nothing: training ran {self._step} "
@@ -302,6 +304,23 @@ class PlacementLogger:
                 RuntimeWarning,
                 stacklevel=2,
             )
+
+    def _put_back(self) -> None:
+        """The model's own train function back, if the step to capture never ran."""
+        restore, self._restore = self._restore, None
+        if restore is not None and restore[0].train_function is restore[2]:
+            restore[0].train_function = restore[1]
+
+    def _abort(self) -> None:
+        """``fit`` raised, so Keras calls no ``on_train_end`` (mend ``fit_end``): nothing is left on.
+
+        The watch lets TensorFlow's run metadata go, the model gets its own train function back and
+        the worker writes what it was given, then its thread ends.
+        """
+        if self._watch is not None:
+            self._watch.stop()
+        self._put_back()
+        self._worker.close()
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         """Logs ``current`` memory and the ``peak`` since the last point, at the current step."""

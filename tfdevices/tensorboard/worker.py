@@ -70,9 +70,15 @@ class Worker:
                         self._thread = None
                         return
                 continue
+            if job is None:  # close(): the thread ends here, unless jobs came in since
+                self._jobs.task_done()
+                with self._lock:
+                    if self._jobs.empty():
+                        self._thread = None
+                        return
+                continue
             try:
-                if job is not None:
-                    job()
+                job()
             except BaseException as err:  # noqa: BLE001 (kept and handed to the caller: never lost)
                 with self._lock:
                     self._errors.append(err)
@@ -82,6 +88,15 @@ class Worker:
     def flush(self) -> None:
         """Waits until every job submitted so far has run."""
         self._jobs.join()
+
+    def close(self) -> None:
+        """Runs every job submitted so far, then ends the thread now (a later :meth:`submit` starts another)."""
+        with self._lock:
+            thread = self._thread
+        if thread is None:
+            return
+        self._jobs.put(None)
+        thread.join()
 
     def take_errors(self) -> list[BaseException]:
         """The errors of jobs that failed since the last call (then forgotten)."""

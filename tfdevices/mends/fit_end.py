@@ -1,0 +1,155 @@
+"""Mend ``fit_end``: what a callback holds for ``fit`` is let go when ``fit`` raises.
+
+Keras calls a callback's ``on_train_end`` only when training ends normally: in Keras 3
+(``keras/src/backend/tensorflow/trainer.py``, ``TensorFlowTrainer.fit``) and tf_keras
+(``tf_keras/src/engine/training.py``, ``Model.fit``) ``callbacks.on_train_end(...)`` is the last
+line of the training block, with no ``try``/``finally`` around it. When the model, its input or
+another callback raises, the exception leaves ``fit`` and no callback hears of it. tfdevices'
+``PlacementLogger`` holds process-wide things for one fit: TensorFlow's run metadata (its watch),
+the model's train function wrapped for the step it captures, a background writer. This mend wraps
+``fit`` of those two classes: when it raises, the clean-ups registered for that model
+(:func:`when_fit_fails`, by whoever holds something for its fit) run, then the same exception goes
+on. A ``fit`` that returns is not touched, and nothing else changes: the training, the callbacks
+and the error are Keras' own.
+
+Detected: the ``fit`` of Keras 3's TensorFlow trainer or of tf_keras' ``Model`` exists (each
+wrapped once its Keras is imported). Applied when a ``PlacementLogger`` is made. Off: a ``fit``
+that raises leaves the logger's run metadata on (and its train function wrapped) until the process
+ends. Undone: ``fit`` restored.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from tfdevices.mends.base import SKIPPED, Mend, register
+
+logger = logging.getLogger("tfdevices")
+
+#: The Keras packages, and the module and class whose ``fit`` the mend wraps.
+_FITS = (
+    ("keras", "keras.src.backend.tensorflow.trainer", "TensorFlowTrainer"),
+    ("tf_keras", "tf_keras.src.engine.training", "Model"),
+)
+
+
+class FitEnd(Mend):
+    """Wraps ``fit`` (Keras 3's TensorFlow trainer, tf_keras' Model): registered clean-ups run when it raises."""
+
+    name = "fit_end"
+    changes = "fit of Keras 3's TensorFlowTrainer and tf_keras' Model (wrapped: clean-ups run when fit raises)"
+    why = "Keras calls on_train_end only when fit ends normally: a failed fit left a PlacementLogger's run metadata on"
+    detects = "keras.src.backend.tensorflow.trainer.TensorFlowTrainer or tf_keras.src.engine.training.Model exists"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._patched: dict[str, tuple[Any, Any]] = {}
+        self._hooks: dict[int, list[Callable[[], Any]]] = {}  # id(model) -> its clean-ups
+        self._hooks_lock = threading.Lock()
+
+    def _check(self) -> tuple[str, str] | None:
+        if not any(package in sys.modules for package, _, _ in _FITS):
+            return SKIPPED, "neither Keras 3 nor tf_keras is imported"
+        return None
+
+    def _apply(self) -> str:
+        self.extend()
+        return f"fit lets its callbacks' holds go when it raises ({', '.join(sorted(self._patched))})"
+
+    def extend(self) -> None:
+        """Wraps the ``fit`` of each Keras imported since (Keras 3 and tf_keras may both be loaded)."""
+        for package, module_name, attr in _FITS:
+            if package not in sys.modules or module_name in self._patched:
+                continue
+            try:
+                cls = getattr(importlib.import_module(module_name), attr)
+            except (ImportError, AttributeError):  # another backend, or a layout this mend does not know
+                continue
+            if callable(getattr(cls, "fit", None)):
+                self._patched[module_name] = (cls, cls.__dict__.get("fit"))
+                cls.fit = self._wrapped(cls.fit)
+
+    def _wrapped(self, original: Any) -> Any:
+        mend = self
+
+        def fit(model: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return original(model, *args, **kwargs)
+            except BaseException:
+                mend.failed(model)
+                raise
+
+        fit.__wrapped__ = original  # type: ignore[attr-defined]
+        fit.__name__, fit.__doc__ = getattr(original, "__name__", "fit"), getattr(original, "__doc__", None)
+        return fit
+
+    def when_fit_fails(self, model: Any, hook: Callable[[], Any]) -> None:
+        """Runs ``hook()`` if the ``fit`` of ``model`` now running raises (once); :meth:`forget` drops it."""
+        with self._hooks_lock:
+            self._hooks.setdefault(id(model), []).append(hook)
+
+    def forget(self, model: Any, hook: Callable[[], Any]) -> None:
+        """Drops ``hook`` (the fit ended normally: its ``on_train_end`` let go itself)."""
+        with self._hooks_lock:
+            hooks = self._hooks.get(id(model), [])
+            if hook in hooks:
+                hooks.remove(hook)
+            if not hooks:
+                self._hooks.pop(id(model), None)
+
+    def failed(self, model: Any) -> None:
+        """Runs the clean-ups registered for ``model`` (its ``fit`` raised); one that fails does not stop the rest."""
+        with self._hooks_lock:
+            hooks = self._hooks.pop(id(model), [])
+        for hook in hooks:
+            try:
+                hook()
+            except Exception as err:  # noqa: BLE001 (the fit's own error is the one to raise; this one is said)
+                logger.warning("tfdevices: a clean-up after a failed fit failed: %s: %s", type(err).__name__, err)
+
+    def _undo(self) -> None:
+        for cls, fit in self._patched.values():
+            if fit is None:
+                del cls.fit
+            else:
+                cls.fit = fit
+        self._patched.clear()
+
+
+MEND = register(FitEnd())
+
+
+def arm() -> bool:
+    """Wraps ``fit`` of each Keras imported (where the mend is on); returns whether it is wrapped.
+
+    Call it before ``fit`` starts (``PlacementLogger`` does when it is made): a ``fit`` already
+    running when the mend applies is Keras' own.
+    """
+    if MEND.apply().state != "applied":
+        return False
+    MEND.extend()
+    return True
+
+
+def when_fit_fails(model: Any, hook: Callable[[], Any]) -> bool:
+    """Runs ``hook()`` if the ``fit`` of ``model`` now running raises; returns whether it will (the mend is on).
+
+    :func:`forget` drops it when the fit ends normally.
+    """
+    if not MEND.applied:
+        return False
+    MEND.when_fit_fails(model, hook)
+    return True
+
+
+def forget(model: Any, hook: Callable[[], Any]) -> None:
+    """Drops a clean-up :func:`when_fit_fails` registered (the fit ended normally)."""
+    MEND.forget(model, hook)
+
+
+__all__ = ["MEND", "FitEnd", "arm", "forget", "when_fit_fails"]
