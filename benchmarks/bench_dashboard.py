@@ -163,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     step(x)
     report = capture(step, x)
     print(
-        f"{args.layers} layers: {len(report.ops)} ops on {len(report.devices)} devices, {len(report.copies)} copies",
+        f"{args.layers} layers: {len(report.ops)} ops on {len(report.devices)} devices, "
+        f"{len(report.transfers)} transfers",
         flush=True,
     )
     with tempfile.TemporaryDirectory() as logdir:

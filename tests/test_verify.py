@@ -51,14 +51,14 @@ def test_transfer_into_a_pinned_scope_is_matched_with_its_size(tf4):
     step = _pinned_step(tf, "/CPU:2")
     x = tf.ones([3, 5])
     report = capture(step, x)
-    into = report.transfers(src="CPU:0", dst="CPU:2")
+    into = report.transfers_between(src="CPU:0", dst="CPU:2")
     assert [t.tensor for t in into] == ["x:0"]
     (t,) = into
     assert (t.dtype, t.shape, t.bytes) == ("float32", tuple(x.shape), x.shape.num_elements() * 4)
     assert t.send_op and t.recv_op
-    assert all(t.src != t.dst for t in report.transfers())
-    assert report.transfers(src="CPU:3") == ()
-    assert report.transfers(dst="CPU:*") == report.transfers()
+    assert all(t.src != t.dst for t in report.transfers)
+    assert report.transfers_between(src="CPU:3") == ()
+    assert report.transfers_between(dst="CPU:*") == report.transfers
 
 
 def test_assert_on_names_expected_device_actual_device_and_ops(tf4):
@@ -86,7 +86,7 @@ def test_assert_no_transfers_lists_the_copies(tf4):
     report = capture(_pinned_step(tf, "/CPU:1"), tf.ones([4, 3]))
     with pytest.raises(PlacementAssertionError) as err:
         report.assert_no_transfers()
-    count = len(report.transfers())
+    count = len(report.transfers)
     assert str(err.value).startswith(f"expected no cross-device transfers, but {count} ran")
     assert "CPU:0 -> CPU:1 x:0 float32[4,3] 48 B" in str(err.value)
     report.assert_no_transfers(src="CPU:2")
@@ -212,8 +212,8 @@ def test_three_layer_model_shows_activation_transfers(three_layer_report):
     report.assert_on("CPU:1", ops="/sequential*/moved*/*", types=["MatMul", "BiasAdd"])  # the forward pass moved
     with pytest.raises(PlacementAssertionError, match=r"ran elsewhere \(CPU:0: \d+\): gradient_tape/"):
         report.assert_on("CPU:1", ops="gradient_tape/*moved*/*")  # its gradients did not
-    forward_in = [t for t in report.transfers(src="CPU:0", dst="CPU:1") if "dense_1" in t.tensor]
-    forward_out = [t for t in report.transfers(src="CPU:1", dst="CPU:0") if "dense_2" in t.tensor]
+    forward_in = [t for t in report.transfers_between(src="CPU:0", dst="CPU:1") if "dense_1" in t.tensor]
+    forward_out = [t for t in report.transfers_between(src="CPU:1", dst="CPU:0") if "dense_2" in t.tensor]
     assert forward_in and forward_out
     assert all(t.shape == (32, 16) and t.bytes == 32 * 16 * 4 for t in forward_in)
     assert all(t.shape == (32, 12) for t in forward_out)
@@ -314,7 +314,7 @@ def test_dense_relu_layer_moved_to_cpu1_is_found_by_model_op(relu_layer_report):
 def test_kernels_and_times_are_reported(relu_layer_report):
     report = relu_layer_report
     assert all(op.start_us is not None and op.start_us >= 0 and op.duration_us >= 0 for op in report.ops)
-    assert all(t.start_us is not None and t.duration_us >= 0 for t in report.transfers())
+    assert all(t.start_us is not None and t.duration_us >= 0 for t in report.transfers)
     assert set(report.busy_us) == set(report.op_counts)
     assert all(busy > 0 for busy in report.busy_us.values())
     assert sum(report.kernel_counts.values()) <= len(report.ops)
@@ -408,7 +408,7 @@ _FIRST_CAPTURE = """
     step, x = one_then_four(tf)
     report = capture(step, x)
     print(json.dumps({"matmuls": sorted((op.name, op.device) for op in report.ops if op.type == "MatMul"),
-                      "busy": sorted(report.busy_us), "copies": len(report.transfers("CPU:0", "CPU:1")),
+                      "busy": sorted(report.busy_us), "copies": len(report.transfers_between("CPU:0", "CPU:1")),
                       "notes": list(report.notes)}))
 """
 

@@ -28,7 +28,7 @@ def activation_transfers(report, plan: LayerPlan):
     scoped = re.compile(r"(^|/)(" + "|".join(map(re.escape, inner)) + r")(_\d+)?/")
     return [
         t
-        for t in report.transfers()
+        for t in report.transfers
         if t.src in plan.devices and t.dst in plan.devices and "ctrl" not in t.tensor and scoped.search(t.tensor)
     ]
 

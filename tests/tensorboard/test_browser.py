@@ -90,14 +90,14 @@ def test_placement_tab_shows_devices_transfers_mismatch_and_timeline(browser, se
             "[...doc.querySelectorAll('#matrix td.pair')].map((td) => [td.dataset.src, td.dataset.dst, td.textContent])"
         )
     )
-    expected = {(t.src, t.dst) for t in to_device_report.transfers()}
+    expected = {(t.src, t.dst) for t in to_device_report.transfers}
     assert {(src, dst) for src, dst, _ in pairs} == expected
     for src, dst, text in pairs:
-        count = len(to_device_report.transfers(src, dst))
-        assert text.startswith(f"{count} cop"), (src, dst, text)
+        count = len(to_device_report.transfers_between(src, dst))
+        assert text.startswith(f"{count} transfer"), (src, dst, text)
     browser.evaluate(_in_frame('doc.querySelector(\'#matrix td.pair[data-src="CPU:0"][data-dst="CPU:1"]\').click()'))
     listed = browser.wait_for(_in_frame("[...doc.querySelectorAll('#matrix-detail code')].map((c) => c.textContent)"))
-    assert set(listed) == {t.tensor for t in to_device_report.transfers("CPU:0", "CPU:1")}
+    assert set(listed) == {t.tensor for t in to_device_report.transfers_between("CPU:0", "CPU:1")}
 
     mismatched = browser.wait_for(
         _in_frame(
@@ -129,12 +129,12 @@ def test_placement_tab_shows_devices_transfers_mismatch_and_timeline(browser, se
           for (let k = 0; k < row.length; k += 4) if (row[k + 2] > row[k] + 40 || row[k + 1] > row[k] + 40) n++;
           return n;
         });
-        return {lanes, ops: Number(c.dataset.ops), copies: Number(c.dataset.copies), inked};
+        return {lanes, ops: Number(c.dataset.ops), transfers: Number(c.dataset.transfers), inked};
       })()""")
     )
     assert timeline["lanes"] == ["CPU:0", "CPU:1", "CPU:2"]
     assert timeline["ops"] == len(to_device_report.ops)
-    assert timeline["copies"] == len(to_device_report.copies)
+    assert timeline["transfers"] == len(to_device_report.transfers)
     assert all(n > 0 for n in timeline["inked"]), timeline  # every lane has drawn ops
     critical = browser.wait_for(
         _in_frame(

@@ -50,12 +50,12 @@ def test_logger_captures_one_fit_step_and_writes_it(tf4, tmp_path, framework, de
     report = logger.report
     assert report is not None
     report.assert_on("CPU:1", ops="/sequential*/moved*/*", types=["MatMul", "BiasAdd"])  # the forward pass
-    assert report.transfers(src="CPU:0", dst="CPU:1") and report.transfers(src="CPU:1", dst="CPU:0")
+    assert report.transfers_between(src="CPU:0", dst="CPU:1") and report.transfers_between(src="CPU:1", dst="CPU:0")
     dense_2_reads = [r for r in report.variables_on() if "dense_2" in r.op and "gradient" not in r.op]
     assert dense_2_reads and {r.stored_on for r in dense_2_reads} == {dense_2_weights_on}
     assert all("CPU:1" in r.read_on for r in dense_2_reads)
     stored = read_placement(tmp_path)
-    assert stored.ops == report.ops and stored.copies == report.copies
+    assert stored.ops == report.ops and stored.transfers == report.transfers
     # one memory series for the host allocator (when oneDNN's allocator keeps statistics), never one per logical CPU
     assert logger.memory_devices in ((), ("CPU",))
     assert capture(lambda: None).ops == ()  # the capture ended with the step

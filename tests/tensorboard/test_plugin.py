@@ -72,9 +72,9 @@ def test_view_route_matches_the_report(server, to_device_report):
     assert [d["name"] for d in view["devices"]] == ["CPU:0", "CPU:1", "CPU:2"]
     assert {d["name"]: d["ops"] for d in view["devices"]} == to_device_report.op_counts
     cells = {(c["src"], c["dst"]): c for c in view["matrix"]["cells"]}
-    for t in to_device_report.transfers():
+    for t in to_device_report.transfers:
         assert t.tensor in [x["tensor"] for x in cells[(t.src, t.dst)]["tensors"]]
-    assert sum(c["count"] for c in cells.values()) == len(to_device_report.copies)
+    assert sum(c["count"] for c in cells.values()) == len(to_device_report.transfers)
     crossing = {r.op for r in to_device_report.variables_on() if r.crosses_devices}
     assert crossing and {w["op"] for w in view["weights"]} == crossing
     nodes = view["scopes"]["nodes"]

@@ -23,13 +23,13 @@ def test_trace_file_is_json_with_one_track_per_device_and_positive_durations(tmp
     events = trace["traceEvents"]
     tracks = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
     assert sorted(tracks.values()) == ["CPU:0", "CPU:1"]
-    slices = [e for e in events if e["ph"] == "X" and e.get("cat") != "copy"]
+    slices = [e for e in events if e["ph"] == "X" and e.get("cat") != "transfer"]
     assert sorted((tracks[e["pid"]], e["name"]) for e in slices) == sorted(
         (op["device"], op["name"]) for op in report["ops"]
     )
     assert all(e["dur"] > 0 for e in slices)
     assert [e["ts"] for e in slices] == [op["start_us"] for op in report["ops"]]
-    (copy,) = [e for e in events if e["ph"] == "X" and e.get("cat") == "copy"]
+    (copy,) = [e for e in events if e["ph"] == "X" and e.get("cat") == "transfer"]
     assert tracks[copy["pid"]] == "CPU:0" and copy["args"]["to"] == "CPU:1" and copy["dur"] == 12.0
     starts = [e for e in events if e["ph"] == "s"]
     ends = [e for e in events if e["ph"] == "f"]
@@ -52,7 +52,7 @@ def test_trace_of_a_real_capture(to_device_report, tmp_path):
         events = json.load(f)["traceEvents"]
     tracks = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
     assert sorted(tracks.values()) == list(to_device_report.devices) == ["CPU:0", "CPU:1", "CPU:2"]
-    slices = [e for e in events if e["ph"] == "X" and e.get("cat") != "copy"]
+    slices = [e for e in events if e["ph"] == "X" and e.get("cat") != "transfer"]
     assert len(slices) == len(to_device_report.ops) and all(e["dur"] > 0 for e in slices)
     assert {tracks[e["pid"]] for e in slices} == set(to_device_report.op_counts)
 

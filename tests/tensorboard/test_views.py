@@ -78,7 +78,7 @@ def test_timeline_positions_ops_and_copies_from_the_first_event():
         (0, 5.0, 10.0),
         (1, 30.0, 60.0),
     ]
-    assert line["copies"] == [[0, 1, 16.0, 12.0, "m/a/Relu:0"]]
+    assert line["transfers"] == [[0, 1, 16.0, 12.0, "m/a/Relu:0"]]
     assert line["end"] == 90.0
     assert line["types"][line["ops"][0][4]] == "_MklMatMul"  # the kernel when known, else the type
 
@@ -110,7 +110,7 @@ def test_transfer_matrix_counts_bytes_and_lists_tensors(to_device_report):
     matrix = views.transfer_matrix(report)
     assert matrix["devices"] == list(to_device_report.devices)
     for cell in matrix["cells"]:
-        copies = to_device_report.transfers(cell["src"], cell["dst"])
+        copies = to_device_report.transfers_between(cell["src"], cell["dst"])
         assert cell["count"] == len(copies)
         assert cell["bytes"] == sum(t.bytes or 0 for t in copies)
         assert [t["tensor"] for t in cell["tensors"]] == [t.tensor for t in copies]
@@ -262,7 +262,7 @@ def test_the_critical_path_follows_what_each_event_waited_on():
     path = critical_path(report)
     assert [e[1] for e in path["events"]] == ["load", "load:0", "mm", "sum"]
     assert path["count"] == 4 and path["us"] == 60.0
-    assert path["by_device"] == {"CPU:0": 10.0, "CPU:1": 45.0} and path["copies_us"] == 3.0
+    assert path["by_device"] == {"CPU:0": 10.0, "CPU:1": 45.0} and path["transfers_us"] == 3.0
     assert critical_path({"ops": [{"name": "x", "device": "CPU:0"}]})["us"] is None  # no times: no path
 
 
@@ -275,7 +275,7 @@ def test_the_critical_path_of_a_real_capture_ends_the_step(to_device_report):
     assert path["count"] >= 2 and starts == sorted(starts)
     last = max(float(o["start_us"]) + float(o["duration_us"]) for o in report["ops"] + report["transfers"])
     assert path["events"][-1][3] + path["events"][-1][4] == pytest.approx(last)
-    assert sum(path["by_device"].values()) + path["copies_us"] <= path["us"] + 1e-6
+    assert sum(path["by_device"].values()) + path["transfers_us"] <= path["us"] + 1e-6
     assert dashboard_view(report)["critical_path"] == path
 
 

@@ -61,9 +61,9 @@ def test_merged_graph_keeps_devices_namespaces_and_senders(report):
     assert devices["right/Relu"] == {"/job:localhost/replica:0/task:0/device:CPU:2"}
     by_name = {n.name: n for n in merged.node}
     ran = {f"{_ns(report, op.call)}/{op.name}" for op in report.ops}
-    sources = [f"{_ns(report, t.call)}/{t.tensor.rsplit(':', 1)[0]}" for t in report.transfers()]
+    sources = [f"{_ns(report, t.call)}/{t.tensor.rsplit(':', 1)[0]}" for t in report.transfers]
     assert any(name in ran for name in sources)
-    for t, name in zip(report.transfers(), sources):
+    for t, name in zip(report.transfers, sources):
         if name in ran:  # a copied tensor's op (that ran as written) shows on the sending device
             assert by_name[name].device.endswith(f"device:{t.src}")
     # namespaces are named after what was called: the function 'step', then the eager Square
@@ -94,14 +94,14 @@ def test_event_accumulator_reads_graph_text_and_scalars(report, logdir):
     for device, count in report.op_counts.items():
         (event,) = acc.Tensors(f"placement/ops/{device}")
         assert (event.step, value(event)) == (3, count)
-    pairs = {f"{t.src} -> {t.dst}" for t in report.transfers()}
+    pairs = {f"{t.src} -> {t.dst}" for t in report.transfers}
     assert {"CPU:0 -> CPU:1", "CPU:1 -> CPU:2"} <= pairs
     for pair in pairs:
-        count = len([t for t in report.transfers() if f"{t.src} -> {t.dst}" == pair])
+        count = len([t for t in report.transfers if f"{t.src} -> {t.dst}" == pair])
         (event,) = acc.Tensors(f"placement/transfers/{pair}")
         assert value(event) == count
         (event,) = acc.Tensors(f"placement/transfer_bytes/{pair}")
-        assert value(event) == sum(t.bytes for t in report.transfers() if f"{t.src} -> {t.dst}" == pair)
+        assert value(event) == sum(t.bytes for t in report.transfers if f"{t.src} -> {t.dst}" == pair)
     assert "placement/collectives" in tensors
     (text,) = acc.Tensors("placement/report")
     assert "| CPU:1 |" in text.tensor_proto.string_val[0].decode()
@@ -111,7 +111,7 @@ def test_event_accumulator_reads_graph_text_and_scalars(report, logdir):
 
 def test_read_placement_round_trip(report, logdir):
     again = read_placement(os.path.dirname(logdir))  # found recursively below the parent
-    assert again.ops == report.ops and again.copies == report.copies
+    assert again.ops == report.ops and again.transfers == report.transfers
 
 
 @pytest.mark.parametrize(

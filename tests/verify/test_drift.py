@@ -21,7 +21,7 @@ def _report(
     return PlacementReport(ops, transfers, graphs=(("call_000", graph),) if graph else (), busy_us=busy or {})
 
 
-def test_a_moved_op_and_new_copies_are_a_change():
+def test_a_moved_op_and_new_transfers_are_a_change():
     change = drift(
         _report({"a": "CPU:0", "b": "CPU:0"}),
         _report({"a": "CPU:0", "b": "CPU:1"}, copies=2),
@@ -29,7 +29,7 @@ def test_a_moved_op_and_new_copies_are_a_change():
         previous_step=10,
     )
     assert change.changed and not change.retraced
-    assert (change.moved, change.copies) == ((("b", "CPU:0", "CPU:1"),), (("CPU:0 -> CPU:1", 0, 2),))
+    assert (change.moved, change.transfers) == ((("b", "CPU:0", "CPU:1"),), (("CPU:0 -> CPU:1", 0, 2),))
 
 
 def test_the_same_capture_again_is_no_change():

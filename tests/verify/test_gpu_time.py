@@ -69,7 +69,7 @@ def test_copies_and_nccl_kernels_carry_their_bytes_and_gpu_time():
     _host_step(space)
     _streams(space)
     report = _report(space)
-    h2d, d2h = report.transfers(dst="GPU:0"), report.transfers(src="GPU:0")
+    h2d, d2h = report.transfers_between(dst="GPU:0"), report.transfers_between(src="GPU:0")
     assert [(t.src, t.kind, t.bytes, t.start_us, t.duration_us) for t in h2d] == [("CPU:0", "H2D", 4096, 50.0, 6.0)]
     assert h2d[0].tensor == "IteratorGetNext:0"
     assert [(t.dst, t.kind, t.bytes, t.duration_us) for t in d2h] == [("CPU:0", "D2H", 2048, 1.5)]
@@ -130,7 +130,7 @@ def test_two_gpus_are_timed_on_their_own_planes():
         "replica_1/" + MATMUL: ("GPU:1", 11.0),
     }
     assert report.busy_us == {"GPU:0": 20.0, "GPU:1": 11.0}
-    assert [(t.src, t.dst, t.kind, t.bytes) for t in report.copies] == [("GPU:1", "GPU:0", "P2P", 512)]
+    assert [(t.src, t.dst, t.kind, t.bytes) for t in report.transfers] == [("GPU:1", "GPU:0", "P2P", 512)]
 
 
 def test_a_cpu_only_trace_is_unchanged_by_the_gpu_reading():
@@ -155,7 +155,7 @@ def test_json_round_trip_keeps_the_gpu_fields():
     _streams(space)
     report = _report(space)
     back = type(report).from_json(report.to_json())
-    assert back.ops == report.ops and back.copies == report.copies and back.collectives == report.collectives
+    assert back.ops == report.ops and back.transfers == report.transfers and back.collectives == report.collectives
     assert back.busy_us == report.busy_us
 
 
@@ -195,4 +195,4 @@ def test_the_chrome_trace_shows_gpu_time_with_the_launch_and_kernels():
     (matmul,) = [e for e in events if e.get("name") == MATMUL]
     assert (matmul["ts"], matmul["dur"], matmul["args"]["launched at (host, us)"]) == (60.0, 24.0, 10.0)
     assert matmul["args"]["GPU kernels"] == ["volta_sgemm_128x64_nn", "splitKreduce_kernel"]
-    assert {e["args"]["memcpy"] for e in events if e.get("cat") == "copy" and e["ph"] == "X"} == {"H2D", "D2H"}
+    assert {e["args"]["memcpy"] for e in events if e.get("cat") == "transfer" and e["ph"] == "X"} == {"H2D", "D2H"}

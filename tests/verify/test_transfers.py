@@ -41,7 +41,7 @@ def test_group_transfers(transfers, expected):
 
 
 def test_the_markdown_groups_transfers_and_lists_each_when_asked():
-    report = PlacementReport((), copies=(X,) + (CONST,) * 200)
+    report = PlacementReport((), transfers=(X,) + (CONST,) * 200)
     grouped = report.to_markdown()
     assert "**Transfers: 201** (2 distinct)" in grouped
     assert "| GPU:0 | CPU:0 | `MakeTensorFromProto:0` | int32 | [1] | 200 | 800 B |" in grouped
@@ -78,3 +78,12 @@ def test_the_docstring_examples_of_the_records_run():
 
     result = doctest.testmod(records)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_a_report_stored_with_the_older_word_copies_still_reads():
+    import json
+
+    report = PlacementReport((), transfers=(X, CONST))
+    data = json.loads(report.to_json())
+    data["copies"] = data.pop("transfers")
+    assert PlacementReport.from_json(json.dumps(data)).transfers == report.transfers

@@ -52,14 +52,14 @@ def test_a_watch_sees_each_instantiation_and_the_ops_a_retrace_moved(tf4, no_pro
     assert first.change is None and first.inputs == ("(4, 4) float32",)
     ops = {op.name: op for op in first.report.ops}
     assert ops["mm"].device == "CPU:1" and ops["mm"].requested == "CPU:1" and ops["Sum"].device == "CPU:0"
-    assert {(t.src, t.dst) for t in first.report.copies} == {("CPU:0", "CPU:1"), ("CPU:1", "CPU:0")}
-    assert {t.tensor for t in first.report.copies} == {"x:0", "act:0"}
+    assert {(t.src, t.dst) for t in first.report.transfers} == {("CPU:0", "CPU:1"), ("CPU:1", "CPU:0")}
+    assert {t.tensor for t in first.report.transfers} == {"x:0", "act:0"}
     assert RUN_METADATA_NOTE in first.report.notes
     change = second.change
     assert change is not None and change.retraced and change.functions == ("step",)
     assert {n: (a, b) for n, a, b in change.moved} == {"mm": ("CPU:1", "CPU:0"), "act": ("CPU:1", "CPU:0")}
     assert change.why == "(4, 4) float32 -> (5, 5) float32"
-    assert not second.report.copies
+    assert not second.report.transfers
     assert no_profiler == []
 
 

@@ -225,17 +225,17 @@ def _idle_devices(data: Report, span: tuple[float, float]) -> list[Finding]:
 
 def _copies_on_critical_path(data: Report, span: tuple[float, float]) -> list[Finding]:
     path = critical_path(data)
-    copies_us, path_us = path.get("copies_us") or 0.0, path.get("us") or 0.0
-    if not path_us or copies_us < MIN_SHARE * path_us:
+    transfers_us, path_us = path.get("transfers_us") or 0.0, path.get("us") or 0.0
+    if not path_us or transfers_us < MIN_SHARE * path_us:
         return []
-    copies = sorted((e for e in path["events"] if e[0] == "copy"), key=lambda e: -e[4])
+    copies = sorted((e for e in path["events"] if e[0] == "transfer"), key=lambda e: -e[4])
     top = "; ".join(f"{e[1]} {e[2]} {e[4]:.0f} us" for e in copies[:3])
     return [
         Finding(
             "copies_on_critical_path",
-            copies_us,
-            f"{len(copies)} copies on the step's critical path take {copies_us:.0f} us of its {path_us:.0f} us "
-            f"({_pct(copies_us, path_us)}); the longest: {top}.",
+            transfers_us,
+            f"{len(copies)} copies on the step's critical path take {transfers_us:.0f} us of its {path_us:.0f} us "
+            f"({_pct(transfers_us, path_us)}); the longest: {top}.",
             "the step waits for these tensors to move: keep the ops that make and use them on one device "
             "(fewer stage boundaries in a layer plan: tfdevices.plan_layers), or cut where the tensor is small.",
         )

@@ -73,7 +73,7 @@ def forward_traffic(tf: Any, model: Any, x: Any, layer_names: list[str]) -> dict
     layers (the last layer's output, returned to the caller, left out), weight reads that cross devices.
     """
     report = tfdevices.capture(tf.function(lambda t: model(t)), x)
-    data = [t for t in report.transfers() if "ctrl" not in t.tensor]
+    data = [t for t in report.transfers if "ctrl" not in t.tensor]
     inner = re.compile(r"(^|/)(" + "|".join(map(re.escape, layer_names[:-1])) + r")(_\d+)?/")
     reads = {r.op for r in report.variables_on()}
     activations = [t for t in data if inner.search(t.tensor) and t.tensor.rsplit(":", 1)[0] not in reads]

@@ -109,7 +109,7 @@ def main(argv: list[str]) -> None:
         used = sorted({op.device for op in report.ops})
         print(
             f"\nplacement of one step: {len(report.ops)} ops on {', '.join(used)}; "
-            f"{len(report.transfers())} cross-device transfers"
+            f"{len(report.transfers)} cross-device transfers"
         )
     if logdir:
         print(f"\nTensorBoard logs: {os.path.abspath(logdir)}\n  tensorboard --logdir {logdir}")

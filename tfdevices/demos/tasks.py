@@ -80,9 +80,9 @@ def main(argv: list[str]) -> None:
 
     report = tfdevices.capture(step, x_a, x_b)
     print(f"\nfinal op on {first} needs {second}'s result:")
-    for t in report.transfers():
+    for t in report.transfers:
         print("  copy", t.describe())
-    if not report.transfers():
+    if not report.transfers:
         print("  no copy: both tasks ran on the same device")
     if FLAGS.log_placement:
         write_placement(report, FLAGS.logdir)

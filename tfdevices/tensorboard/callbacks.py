@@ -91,7 +91,7 @@ class PlacementLogger:
             series over steps.
         budget: with ``every="auto"``, the share of training time captures may take (0.01: 1%).
         on_change: what to do when a capture differs from the previous one of the same
-            function, or a new traced function replaced it (ops that moved device, copies
+            function, or a new traced function replaced it (ops that moved device, transfers
             that appeared or vanished, busy time that shifted, a retrace): ``None`` records
             it (``changes``, the summaries and the report's notes), ``"warn"`` also warns,
             ``"raise"`` stops ``fit`` with :class:`~tfdevices.PlacementChangedError`, a
@@ -104,7 +104,7 @@ class PlacementLogger:
         watch: whether to see every new instantiation of the train function from the runtime's
             placed graphs (:class:`~tfdevices.verify.watching.PlacementWatch`), without the
             profiler and at no per-step cost: its first placement, and at each retrace the ops
-            that moved, the copies that changed and its new input signature, as a
+            that moved, the transfers that changed and its new input signature, as a
             :class:`~tfdevices.verify.drift.PlacementChange` in ``changes`` (unless a capture
             at that step reported it) and as ``NAME/placed`` text at its step. It turns
             TensorFlow's run metadata on for the fit (a process-wide setting; off again at
@@ -486,9 +486,9 @@ def _check(at_step: Any, every: Any, budget: Any, on_change: Any, busy_threshold
 
 
 def _write_change(writer: EventWriter, name: str, change: PlacementChange) -> None:
-    """The change as scalars (ops moved, copies changed, retraced) and a text line, at its step."""
+    """The change as scalars (ops moved, transfers changed, retraced) and a text line, at its step."""
     writer.scalar(f"{name}/drift/moved_ops", len(change.moved), change.step)
-    writer.scalar(f"{name}/drift/changed_copies", sum(abs(b - a) for _, a, b in change.copies), change.step)
+    writer.scalar(f"{name}/drift/changed_transfers", sum(abs(b - a) for _, a, b in change.transfers), change.step)
     writer.scalar(f"{name}/drift/retraced", change.retraced, change.step)
     if change.changed:
         writer.text(f"{name}/drift", change.summary(), change.step)

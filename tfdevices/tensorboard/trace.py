@@ -1,7 +1,7 @@
 """A captured step as a Chrome trace: the ``traceEvents`` JSON that Perfetto and chrome://tracing open.
 
-One track (trace process) per device, its ops as timed slices on it; each copy
-is a slice on the sending device's "copies" row with a flow arrow to the
+One track (trace process) per device, its ops as timed slices on it; each transfer
+is a slice on the sending device's "transfers out" row with a flow arrow to the
 receiving device. Needs a report captured with timing (ops with ``start_us``
 and ``duration_us``).
 
@@ -22,7 +22,7 @@ from tfdevices.tensorboard.views import devices_of
 
 __all__ = ["chrome_trace", "write_trace"]
 
-_OPS_ROW, _COPIES_ROW = 0, 1
+_OPS_ROW, _TRANSFERS_ROW = 0, 1
 
 
 def _timed(record: dict[str, Any]) -> bool:
@@ -80,7 +80,7 @@ def chrome_trace(report: Any) -> dict[str, Any]:
                 "args": _op_args(op),
             }
         )
-    events += _copy_events(data, pid)
+    events += _transfer_events(data, pid)
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 
@@ -94,7 +94,7 @@ def _op_args(op: dict[str, Any]) -> dict[str, Any]:
     return args
 
 
-def _copy_events(data: dict[str, Any], pid: dict[str, int]) -> list[dict[str, Any]]:
+def _transfer_events(data: dict[str, Any], pid: dict[str, int]) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = []
     named: set[int] = set()
     for i, t in enumerate(data.get("transfers") or ()):
@@ -104,7 +104,7 @@ def _copy_events(data: dict[str, Any], pid: dict[str, int]) -> list[dict[str, An
         if src not in named:
             named.add(src)
             events.append(
-                {"name": "thread_name", "ph": "M", "pid": src, "tid": _COPIES_ROW, "args": {"name": "copies out"}}
+                {"name": "thread_name", "ph": "M", "pid": src, "tid": _TRANSFERS_ROW, "args": {"name": "transfers out"}}
             )
         start, duration = float(t["start_us"]), max(float(t["duration_us"]), 0.001)
         args = {
@@ -116,21 +116,23 @@ def _copy_events(data: dict[str, Any], pid: dict[str, int]) -> list[dict[str, An
         }
         events.append(
             {
-                "name": f"copy {t.get('tensor', '?')}",
-                "cat": "copy",
+                "name": f"transfer {t.get('tensor', '?')}",
+                "cat": "transfer",
                 "ph": "X",
                 "ts": start,
                 "dur": duration,
                 "pid": src,
-                "tid": _COPIES_ROW,
+                "tid": _TRANSFERS_ROW,
                 "args": args,
             }
         )
-        events.append({"name": "copy", "cat": "copy", "ph": "s", "id": i, "ts": start, "pid": src, "tid": _COPIES_ROW})
+        events.append(
+            {"name": "transfer", "cat": "transfer", "ph": "s", "id": i, "ts": start, "pid": src, "tid": _TRANSFERS_ROW}
+        )
         events.append(
             {
-                "name": "copy",
-                "cat": "copy",
+                "name": "transfer",
+                "cat": "transfer",
                 "ph": "f",
                 "bp": "e",
                 "id": i,

@@ -2,7 +2,7 @@
 
 Every function here takes the report as the plain ``dict`` that
 ``json.loads(PlacementReport.to_json())`` gives, so a report written by an older
-or newer tfdevices still reads: fields a report lacks (op and copy times, the
+or newer tfdevices still reads: fields a report lacks (op and transfer times, the
 kernel of each op, busy time per device) are left out of the view, never guessed.
 
 >>> report = {"ops": [{"name": "m/d/MatMul", "type": "MatMul", "device": "CPU:1", "requested": "CPU:1"}],
@@ -45,7 +45,7 @@ def _ops(report: Report) -> list[dict[str, Any]]:
     return list(report.get("ops") or ())
 
 
-def _copies(report: Report) -> list[dict[str, Any]]:
+def _transfers(report: Report) -> list[dict[str, Any]]:
     return list(report.get("transfers") or ())
 
 
@@ -58,7 +58,7 @@ class _Prepared:
     """What several views need from one report, computed once (a 1,000-layer step has 10^4 ops)."""
 
     ops: list[dict[str, Any]]
-    copies: list[dict[str, Any]]
+    transfers: list[dict[str, Any]]
     devices: list[str]
     kernel_keys: list[tuple[Any, ...]]
     timed: list[bool]
@@ -69,7 +69,7 @@ def _prepare(report: Report) -> _Prepared:
     ops = _ops(report)
     return _Prepared(
         ops,
-        _copies(report),
+        _transfers(report),
         devices_of(report),
         [_kernel_key(op) for op in ops],
         [_timed(op) for op in ops],
@@ -78,9 +78,9 @@ def _prepare(report: Report) -> _Prepared:
 
 
 def devices_of(report: Report) -> list[str]:
-    """Every device that ran an op or took part in a copy, sorted."""
+    """Every device that ran an op or took part in a transfer, sorted."""
     names = {op.get("device", "?") for op in _ops(report)}
-    for t in _copies(report):
+    for t in _transfers(report):
         names.update((t.get("src", "?"), t.get("dst", "?")))
     names.update(_stored_busy(report))
     return sorted(names)
@@ -128,7 +128,7 @@ def busy_us(report: Report) -> dict[str, float]:
 def device_table(
     report: Report, memory: dict[str, dict[str, float]] | None = None, *, prepared: _Prepared | None = None
 ) -> list[dict[str, Any]]:
-    """One row per device: model ops, kernels, busy time, copies in and out, memory.
+    """One row per device: model ops, kernels, busy time, transfers in and out, memory.
 
     Args:
         report: the stored report.
@@ -149,11 +149,11 @@ def device_table(
         if key not in seen:
             seen.add(key)
             kernels[device][op.get("kernel") or op.get("type") or "?"] += 1
-    copies_in: Counter[str] = Counter()
-    copies_out: Counter[str] = Counter()
-    for t in prep.copies:
-        copies_out[t.get("src", "?")] += 1
-        copies_in[t.get("dst", "?")] += 1
+    transfers_in: Counter[str] = Counter()
+    transfers_out: Counter[str] = Counter()
+    for t in prep.transfers:
+        transfers_out[t.get("src", "?")] += 1
+        transfers_in[t.get("dst", "?")] += 1
     rows = []
     for device in prep.devices:
         rows.append(
@@ -164,8 +164,8 @@ def device_table(
                 "kernels": sum(kernels.get(device, Counter()).values()),
                 "kernel_types": kernels.get(device, Counter()).most_common(6),
                 "busy_us": busy.get(device),
-                "copies_in": copies_in[device],
-                "copies_out": copies_out[device],
+                "transfers_in": transfers_in[device],
+                "transfers_out": transfers_out[device],
                 "memory": _memory_of(memory or {}, device),
             }
         )
@@ -173,14 +173,14 @@ def device_table(
 
 
 def transfer_matrix(report: Report, *, prepared: _Prepared | None = None) -> dict[str, Any]:
-    """Source x destination: count, bytes and time of the copies, each cell with its tensors.
+    """Source x destination: count, bytes and time of the transfers, each cell with its tensors.
 
     Returns:
         ``{"devices": [...], "cells": [{"src", "dst", "count", "bytes", "unknown_bytes", "us", "tensors"}]}``;
-        ``us`` is ``None`` when no copy in the cell was timed.
+        ``us`` is ``None`` when no transfer in the cell was timed.
     """
     cells: dict[tuple[str, str], dict[str, Any]] = {}
-    for t in _copies(report):
+    for t in _transfers(report):
         key = (t.get("src", "?"), t.get("dst", "?"))
         cell = cells.setdefault(
             key, {"src": key[0], "dst": key[1], "count": 0, "bytes": 0, "unknown_bytes": 0, "us": None, "tensors": []}
@@ -394,7 +394,7 @@ def weight_reads(report: Report) -> list[dict[str, Any]]:
         One row per crossing read ``{"op", "stored_on", "read_on", "bytes", "us"}``, largest first.
     """
     sent: dict[tuple[int, str], list[dict[str, Any]]] = {}
-    for t in _copies(report):
+    for t in _transfers(report):
         sent.setdefault((int(t.get("call", 0)), str(t.get("tensor", "")).rsplit(":", 1)[0]), []).append(t)
     rows = []
     for op in _ops(report):
@@ -422,7 +422,7 @@ def weight_reads(report: Report) -> list[dict[str, Any]]:
 def timeline(
     report: Report, node_of_op: list[int] | None = None, *, prepared: _Prepared | None = None
 ) -> dict[str, Any]:
-    """The captured step as lanes (one per device) of ops, and copies drawn between lanes.
+    """The captured step as lanes (one per device) of ops, and transfers drawn between lanes.
 
     With timing, positions are microseconds from the first op; without it (``"timed": False``)
     each lane shows its ops in execution order, one unit each, so the order still reads.
@@ -436,17 +436,17 @@ def timeline(
     Returns:
         One dict, compact for 10^4 ops,
         ``{"timed", "lanes", "end", "types", "ops": [[lane, start, duration, node, type index]],
-        "copies": [[src lane, dst lane, start, duration, tensor]]}``.
+        "transfers": [[src lane, dst lane, start, duration, tensor]]}``.
     """
     prep = prepared or _prepare(report)
-    lanes, ops, copies = prep.devices, prep.ops, prep.copies
+    lanes, ops, transfers = prep.devices, prep.ops, prep.transfers
     lane_of = {device: i for i, device in enumerate(lanes)}
     timed = bool(ops) and all(prep.timed)
     types: dict[str, int] = {}
     rows: list[list[Any]] = []
     placed: dict[tuple[int, str], tuple[float, float]] = {}
     origin = (
-        min([float(op["start_us"]) for op in ops] + [float(t["start_us"]) for t in copies if _timed(t)])
+        min([float(op["start_us"]) for op in ops] + [float(t["start_us"]) for t in transfers if _timed(t)])
         if timed
         else 0.0
     )
@@ -462,7 +462,7 @@ def timeline(
         kernel = op.get("kernel") or op.get("type") or "?"
         rows.append([lane, start, duration, node_of_op[i] if node_of_op else i, types.setdefault(kernel, len(types))])
     drawn = []
-    for t in copies:
+    for t in transfers:
         if timed and _timed(t):
             start, duration = round(float(t["start_us"]) - origin, 3), float(t["duration_us"])
         else:  # drawn from the end of the op that produced the tensor, when known
@@ -470,7 +470,7 @@ def timeline(
             start, duration = (made[0] + made[1], 0.0) if made else (0.0, 0.0)
         drawn.append([lane_of[t.get("src", "?")], lane_of[t.get("dst", "?")], start, duration, t.get("tensor", "?")])
     end = max([r[1] + r[2] for r in rows] + [c[2] + c[3] for c in drawn] + [0.0])
-    return {"timed": timed, "lanes": lanes, "end": end, "types": list(types), "ops": rows, "copies": drawn}
+    return {"timed": timed, "lanes": lanes, "end": end, "types": list(types), "ops": rows, "transfers": drawn}
 
 
 # ----------------------------------------------------------------------------- where the time went
@@ -480,27 +480,27 @@ CRITICAL_EVENTS_SHOWN = 2000
 
 
 def critical_path(report: Report, *, prepared: _Prepared | None = None) -> dict[str, Any]:
-    """The chain of kernels and copies that ends the step: where the step's time went.
+    """The chain of kernels and transfers that ends the step: where the step's time went.
 
     Read from the timeline alone, backwards from the event that ends last: each kernel
     waited on what ended last, before it started, on its own device (the kernel before
-    it there, or a copy that arrived there); each copy waited on what ended last on its
+    it there, or a transfer that arrived there); each transfer waited on what ended last on its
     source device. Gaps between links are waiting the trace does not explain (the
     runtime's own work).
 
     Returns:
         The path as one dict,
-        ``{"us": length of the path, "events": [[kind, name, lane, start_us, duration_us], ...]
+        ``{"us": length of the path, "events": [[kind ("kernel" or "transfer"), name, lane, start_us, duration_us], ...]
         (at most :data:`CRITICAL_EVENTS_SHOWN`, in time order), "count": events on the path,
-        "by_device": {device: microseconds of kernels on the path}, "copies_us": microseconds
-        of copies on the path}``; an empty path (``us`` ``None``) when the report has no times.
+        "by_device": {device: microseconds of kernels on the path}, "transfers_us": microseconds
+        of transfers on the path}``; an empty path (``us`` ``None``) when the report has no times.
 
     >>> path = critical_path({"ops": [
     ...     {"name": "a", "device": "CPU:0", "start_us": 0, "duration_us": 10},
     ...     {"name": "c", "device": "CPU:0", "start_us": 12, "duration_us": 3},
     ...     {"name": "b", "device": "CPU:1", "start_us": 12, "duration_us": 18}],
     ...     "transfers": [{"tensor": "a:0", "src": "CPU:0", "dst": "CPU:1", "start_us": 10, "duration_us": 2}]})
-    >>> [e[1] for e in path["events"]], path["us"], path["by_device"], path["copies_us"]
+    >>> [e[1] for e in path["events"]], path["us"], path["by_device"], path["transfers_us"]
     (['a', 'a:0', 'b'], 30.0, {'CPU:0': 10.0, 'CPU:1': 18.0}, 2.0)
     """
     prep = prepared or _prepare(report)
@@ -520,21 +520,21 @@ def critical_path(report: Report, *, prepared: _Prepared | None = None) -> dict[
                     device,
                 )
             )
-    for t in prep.copies:
+    for t in prep.transfers:
         if _timed(t):
             start = float(t["start_us"])
             events.append(
                 (
                     start + float(t["duration_us"]),
                     start,
-                    "copy",
+                    "transfer",
                     str(t.get("tensor", "?")),
                     str(t.get("src", "?")),
                     f"{t.get('src', '?')} -> {t.get('dst', '?')}",
                 )
             )
     if not events:
-        return {"us": None, "events": [], "count": 0, "by_device": {}, "copies_us": None}
+        return {"us": None, "events": [], "count": 0, "by_device": {}, "transfers_us": None}
     arrivals: dict[str, list[tuple[float, float, int]]] = {}  # device -> (end, start, event) of what it waits on
     for i, (end, start, kind, _, waits_on, lane) in enumerate(events):
         device = waits_on if kind == "kernel" else lane.rpartition(" -> ")[2]
@@ -552,13 +552,13 @@ def critical_path(report: Report, *, prepared: _Prepared | None = None) -> dict[
         path.append(order[waits_on][at][2])
     path.reverse()
     by_device: dict[str, float] = {}
-    copies = 0.0
+    transfers = 0.0
     for i in path:
         end, start, kind, _, waits_on, _ = events[i]
         if kind == "kernel":
             by_device[waits_on] = by_device.get(waits_on, 0.0) + end - start
         else:
-            copies += end - start
+            transfers += end - start
     first, last = events[path[0]], events[path[-1]]
     shown = [
         [events[i][2], events[i][3], events[i][5], events[i][1], events[i][0] - events[i][1]]
@@ -569,7 +569,7 @@ def critical_path(report: Report, *, prepared: _Prepared | None = None) -> dict[
         "events": shown,
         "count": len(path),
         "by_device": dict(sorted(by_device.items())),
-        "copies_us": copies,
+        "transfers_us": transfers,
     }
 
 
@@ -585,19 +585,19 @@ def dashboard_view(report: Report, memory: dict[str, dict[str, float]] | None = 
     """Everything the dashboard draws for one run and step."""
     prep = _prepare(report)
     busy = prep.busy
-    copy_us = [float(t["duration_us"]) for t in prep.copies if _timed(t)]
+    transfer_us = [float(t["duration_us"]) for t in prep.transfers if _timed(t)]
     scopes = scope_tree(report, prepared=prep)
     line = timeline(report, scopes.pop("node_of_op"), prepared=prep)
     return {
         "summary": {
             "ops": len(prep.ops),
             "devices": len(prep.devices),
-            "transfers": len(prep.copies),
-            "bytes": sum(int(t["bytes"]) for t in prep.copies if t.get("bytes") is not None),
+            "transfers": len(prep.transfers),
+            "bytes": sum(int(t["bytes"]) for t in prep.transfers if t.get("bytes") is not None),
             "collectives": len(report.get("collectives") or ()),
             "timed": line["timed"],
             "busy_us": sum(busy.values()) if busy else None,
-            "copy_us": sum(copy_us) if copy_us else None,
+            "transfer_us": sum(transfer_us) if transfer_us else None,
             "step_us": line["end"] if line["timed"] else None,
             "notes": [str(n) for n in report.get("notes") or ()],  # e.g. kernels whose device is unknown ('?')
         },
@@ -621,7 +621,7 @@ def _keyed(ops: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str, Any]]:
 
 
 def _pairs(report: Report) -> dict[str, int]:
-    return dict(sorted(Counter(f"{t.get('src')} -> {t.get('dst')}" for t in _copies(report)).items()))
+    return dict(sorted(Counter(f"{t.get('src')} -> {t.get('dst')}" for t in _transfers(report)).items()))
 
 
 def diff_view(before: Report, after: Report) -> dict[str, Any]:

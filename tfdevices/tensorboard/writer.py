@@ -242,7 +242,7 @@ def write_summaries(writer: EventWriter, report: PlacementReport, step: int, nam
     for device, busy in report.busy_us.items():
         writer.scalar(f"{name}/busy_us/{device}", busy, step)
     pairs: dict[str, list[int]] = {}
-    for t in report.copies:
+    for t in report.transfers:
         entry = pairs.setdefault(f"{t.src} -> {t.dst}", [0, 0])
         entry[0] += 1
         entry[1] += t.bytes or 0

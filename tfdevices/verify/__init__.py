@@ -18,7 +18,7 @@ the collective ops; and checks that read as sentences.
 ...         return tf.reduce_sum(x * 2.0)
 >>> report = verify.capture(step, tf.ones([4]))
 >>> report.assert_on("CPU:0", ops="*", types=["Mul"])
->>> report.transfers()
+>>> report.transfers
 ()
 
 **Model ops and kernels.** TensorFlow rewrites graphs before running them: with

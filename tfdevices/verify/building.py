@@ -43,7 +43,7 @@ class _Built:
     """The records of a report being built, and the timing origin (internal)."""
 
     ops: list[OpPlacement] = field(default_factory=list)
-    copies: list[Transfer] = field(default_factory=list)
+    transfers: list[Transfer] = field(default_factory=list)
     collectives: list[Collective] = field(default_factory=list)
     graphs: list[tuple[str, Any]] = field(default_factory=list)
     spans: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
@@ -123,7 +123,7 @@ def _build_report(trace: _Trace, recorder: _Recorder | None) -> PlacementReport:
         busy.update(apply_gpu_time(built, trace.gpus, origin, starts, keep_unmatched=profile))
     return PlacementReport(
         tuple(built.ops),
-        tuple(built.copies),
+        tuple(built.transfers),
         tuple(built.collectives),
         tuple(built.graphs),
         busy_us=dict(sorted(busy.items())),
@@ -266,7 +266,7 @@ def _add_kernels(
         if add_span is not None:
             add_span((begin, begin + length))
         if kernel.stats is not None:
-            built.copies.append(_transfer(kernel, graph, recvs, index, start, duration))
+            built.transfers.append(_transfer(kernel, graph, recvs, index, start, duration))
             continue
         name = kernel.name
         for op_name, model_op, asked in placed:

@@ -42,7 +42,7 @@ class PlacementChange:
         added: after a retrace, ops only in the new capture, as ``(op, device)`` (between captures of
             the same function an op that comes or goes is the trace's timing, not a change).
         removed: after a retrace, ops only in the previous capture, as ``(op, device)``.
-        copies: per ``"src -> dst"``, ``(before, after)`` for pairs whose copy count changed.
+        transfers: per ``"src -> dst"``, ``(before, after)`` for pairs whose transfer count changed.
         busy: per device, ``(before, after)`` microseconds where busy time shifted more than the threshold.
     """
 
@@ -54,13 +54,13 @@ class PlacementChange:
     moved: tuple[tuple[str, str, str], ...] = ()
     added: tuple[tuple[str, str], ...] = ()
     removed: tuple[tuple[str, str], ...] = ()
-    copies: tuple[tuple[str, int, int], ...] = ()
+    transfers: tuple[tuple[str, int, int], ...] = ()
     busy: tuple[tuple[str, float, float], ...] = ()
 
     @property
     def changed(self) -> bool:
-        """Whether anything changed worth telling: a retrace, ops that moved or came and went, copies, busy time."""
-        return bool(self.retraced or self.moved or self.added or self.removed or self.copies or self.busy)
+        """Whether anything changed worth telling: a retrace, ops that moved or came and went, transfers, busy time."""
+        return bool(self.retraced or self.moved or self.added or self.removed or self.transfers or self.busy)
 
     def summary(self) -> str:
         """One line: ``step 50 (since step 40): retraced ...; 2 op(s) moved: ...``."""
@@ -76,8 +76,8 @@ class PlacementChange:
             parts.append(f"{len(self.added)} op(s) appeared: " + _named([f"{n} on {d}" for n, d in self.added]))
         if self.removed:
             parts.append(f"{len(self.removed)} op(s) vanished: " + _named([f"{n} from {d}" for n, d in self.removed]))
-        if self.copies:
-            parts.append("copies changed: " + ", ".join(f"{p} {a} -> {b}" for p, a, b in self.copies))
+        if self.transfers:
+            parts.append("transfers changed: " + ", ".join(f"{p} {a} -> {b}" for p, a, b in self.transfers))
         if self.busy:
             parts.append("busy time moved: " + ", ".join(f"{d} {a:.0f} -> {b:.0f} us" for d, a, b in self.busy))
         return f"step {self.step} (since step {self.previous_step}): " + ("; ".join(parts) or "unchanged")
@@ -135,7 +135,7 @@ def _spec_text(spec: Any) -> str:
 def drift(
     before: PlacementReport, after: PlacementReport, *, step: int, previous_step: int, busy_threshold: float = 0.25
 ) -> PlacementChange:
-    """Compares two captures: ops that moved device, came or went, copies per device pair, busy time.
+    """Compares two captures: ops that moved device, came or went, transfers per device pair, busy time.
 
     Args:
         before: the earlier capture.
@@ -158,7 +158,7 @@ def drift(
         if inputs_before != inputs_after:
             why = f"{', '.join(inputs_before) or '()'} -> {', '.join(inputs_after) or '()'}"
     pairs = sorted(set(diff.transfers_before) | set(diff.transfers_after))
-    copies = tuple(
+    transfers = tuple(
         (p, diff.transfers_before.get(p, 0), diff.transfers_after.get(p, 0))
         for p in pairs
         if diff.transfers_before.get(p, 0) != diff.transfers_after.get(p, 0)
@@ -185,7 +185,7 @@ def drift(
         _unique(moved),
         _unique(added),
         _unique(removed),
-        copies,
+        transfers,
         busy,
     )
 

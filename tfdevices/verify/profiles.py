@@ -5,7 +5,7 @@ and TensorBoard's capture button write one XSpace per host as
 ``LOGDIR/<run>/plugins/profile/<session>/<host>.xplane.pb``. :func:`read_profile` reads
 such a file, or the newest session under a log directory, into a
 :class:`~tfdevices.verify.PlacementReport`: every op by device, with GPU ops timed by
-the GPU's clock, copies with their bytes, collectives, busy time per device and the
+the GPU's clock, transfers with their bytes, collectives, busy time per device and the
 steps the profile marks. A profile does not hold the program's graph nor the devices
 it asked for: op types are the kernels' (a fused kernel is one op, named after its last
 op), ``requested`` is empty, and the report's notes say so once.
@@ -191,7 +191,7 @@ def _read_file(path: str, max_bytes: int) -> PlacementReport:
         )
     trace = _trace_of(path, info.st_size, max_bytes)  # the file's bytes and the parsed XSpace are freed here
     report = build_report(trace)
-    if not (report.ops or report.copies or report.collectives) and (trace.host_events or trace.gpus):
+    if not (report.ops or report.transfers or report.collectives) and (trace.host_events or trace.gpus):
         raise InputError(
             f"profile {shown(path, 200)} holds {trace.host_events:,} host event(s) and "
             f"{sum(g.events for g in trace.gpus.values()):,} GPU event(s), but none that tfdevices "
@@ -236,7 +236,7 @@ def _trace_of(path: str, size: int, max_bytes: int) -> Any:
 
 def _merged(reports: list[PlacementReport], hosts: list[str]) -> PlacementReport:
     """One report of several hosts' reports, each host's devices under ``host:K/``."""
-    ops, copies, collectives, busy, notes = [], [], [], {}, []
+    ops, transfers, collectives, busy, notes = [], [], [], {}, []
     steps: set[int] = set()
     for k, report in enumerate(reports):
 
@@ -244,14 +244,14 @@ def _merged(reports: list[PlacementReport], hosts: list[str]) -> PlacementReport
             return device if device == "?" else f"host:{k}/{device}"
 
         ops += [dataclasses.replace(op, device=on(op.device)) for op in report.ops]
-        copies += [dataclasses.replace(t, src=on(t.src), dst=on(t.dst)) for t in report.copies]
+        transfers += [dataclasses.replace(t, src=on(t.src), dst=on(t.dst)) for t in report.transfers]
         collectives += [dataclasses.replace(c, device=on(c.device)) for c in report.collectives]
         busy.update({on(d): us for d, us in report.busy_us.items()})
         notes += [f"host:{k}: {note}" for note in report.notes]
         steps.update(report.steps)
     return PlacementReport(
         tuple(ops),
-        tuple(copies),
+        tuple(transfers),
         tuple(collectives),
         busy_us=dict(sorted(busy.items())),
         notes=tuple(notes),

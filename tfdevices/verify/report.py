@@ -94,7 +94,8 @@ class PlacementReport:
     Attributes:
         ops: every executed op except function plumbing (``_Arg``, ``_Retval``, ``NoOp``)
             and transfers.
-        copies: every cross-device transfer; filter with :meth:`transfers`.
+        transfers: every cross-device transfer (a tensor copied between devices: TensorFlow's
+            ``_Send``/``_Recv`` pair, a memcpy on a GPU); filter with :meth:`transfers_between`.
         collectives: the collective ops (all-reduce and friends).
         graphs: each called function's graph as the program wrote it, as
             ``(namespace, graph)``, one namespace per call; ``graph`` is TensorFlow's
@@ -112,7 +113,7 @@ class PlacementReport:
     """
 
     ops: tuple[OpPlacement, ...]
-    copies: tuple[Transfer, ...] = ()
+    transfers: tuple[Transfer, ...] = ()
     collectives: tuple[Collective, ...] = ()
     graphs: tuple[tuple[str, Any], ...] = field(default=(), repr=False, compare=False)
     busy_us: dict[str, float] = field(default_factory=dict)
@@ -125,7 +126,7 @@ class PlacementReport:
     @property
     def devices(self) -> tuple[str, ...]:
         """Every device that ran an op or took part in a transfer, sorted."""
-        names = {op.device for op in self.ops} | {t.src for t in self.copies} | {t.dst for t in self.copies}
+        names = {op.device for op in self.ops} | {t.src for t in self.transfers} | {t.dst for t in self.transfers}
         return tuple(sorted(names))
 
     @property
@@ -157,8 +158,8 @@ class PlacementReport:
         on = _device_matcher(device)
         return tuple(op for op in self.ops if on(op.device))
 
-    def transfers(self, src: str | None = None, dst: str | None = None) -> tuple[Transfer, ...]:
-        """The cross-device transfers, optionally only those from ``src`` and/or to ``dst``.
+    def transfers_between(self, src: str | None = None, dst: str | None = None) -> tuple[Transfer, ...]:
+        """The cross-device transfers from ``src`` and/or to ``dst`` (``report.transfers`` holds them all).
 
         Args:
             src: a device name or pattern for the sender, or ``None`` for any.
@@ -172,7 +173,7 @@ class PlacementReport:
         """
         from_src = (lambda _: True) if src is None else _device_matcher(src, what="src")
         to_dst = (lambda _: True) if dst is None else _device_matcher(dst, what="dst")
-        return tuple(t for t in self.copies if from_src(t.src) and to_dst(t.dst))
+        return tuple(t for t in self.transfers if from_src(t.src) and to_dst(t.dst))
 
     def variables_on(self, device: str | None = None) -> tuple[VariableRead, ...]:
         """Where each variable read happens: the variables stored on ``device`` and who reads them.
@@ -191,7 +192,7 @@ class PlacementReport:
         """
         on = (lambda _: True) if device is None else _device_matcher(device)
         by_tensor: dict[tuple[int, str], list[Transfer]] = {}
-        for t in self.copies:
+        for t in self.transfers:
             by_tensor.setdefault((t.call, t.tensor.rsplit(":", 1)[0]), []).append(t)
         reads = []
         for op in self.ops:
@@ -242,7 +243,7 @@ class PlacementReport:
             PlacementAssertionError: transfers were found; the message lists them.
             SpecError: ``src`` or ``dst`` is not a TensorFlow device name or pattern.
         """
-        found = self.transfers(src, dst)
+        found = self.transfers_between(src, dst)
         if found:
             scope = "" if src is None and dst is None else f" from {src or 'any device'} to {dst or 'any device'}"
             listing = _listed(found, Transfer.describe)
@@ -288,7 +289,7 @@ class PlacementReport:
         )
         added = tuple((k[0], theirs[k].device) for k in theirs if k not in mine)
         removed = tuple((k[0], mine[k].device) for k in mine if k not in theirs)
-        return PlacementDiff(moved, added, removed, _pair_counts(self.copies), _pair_counts(other.copies))
+        return PlacementDiff(moved, added, removed, _pair_counts(self.transfers), _pair_counts(other.transfers))
 
     # -- output
 
@@ -296,11 +297,11 @@ class PlacementReport:
         """A few lines for people: ops per device, transfers per device pair, collectives."""
         counts = ", ".join(f"{d}: {n}" for d, n in self.op_counts.items()) or "none"
         lines = [f"{len(self.ops)} ops on {len(self.op_counts)} device(s) ({counts})"]
-        pairs = _pair_counts(self.copies)
+        pairs = _pair_counts(self.transfers)
         lines.append(
-            f"{len(self.copies)} transfer(s)"
+            f"{len(self.transfers)} transfer(s)"
             + (
-                f" ({format_bytes(_total(self.copies))} where known): "
+                f" ({format_bytes(_total(self.transfers))} where known): "
                 + ", ".join(f"{p}: {n}" for p, n in pairs.items())
                 if pairs
                 else ""
@@ -344,21 +345,25 @@ class PlacementReport:
                 f"| {device} | {n} | {', '.join(f'{t} ({c})' for t, c in types)} | "
                 f"{kernels.get(device, 0)} | {'?' if busy is None else f'{busy:.0f} us'} |"
             )
-        groups = group_transfers(self.copies)
-        out += ["", f"**Transfers: {len(self.copies)}**" + (f" ({len(groups)} distinct)" if self.copies else ""), ""]
-        if self.copies and not all_transfers:
+        groups = group_transfers(self.transfers)
+        out += [
+            "",
+            f"**Transfers: {len(self.transfers)}**" + (f" ({len(groups)} distinct)" if self.transfers else ""),
+            "",
+        ]
+        if self.transfers and not all_transfers:
             out += ["| src | dst | tensor | dtype | shape | count | bytes |", "|---|---|---|---|---|---:|---:|"]
             out += [
                 f"| {g.src} | {g.dst} | `{g.tensor}` | {g.dtype or '?'} | {'?' if g.shape is None else list(g.shape)} "
                 f"| {g.count} | {format_bytes(g.bytes)} |"
                 for g in groups
             ]
-        elif self.copies:
+        elif self.transfers:
             out += ["| src | dst | tensor | dtype | shape | size |", "|---|---|---|---|---|---:|"]
             out += [
                 f"| {t.src} | {t.dst} | `{t.tensor}` | {t.dtype or '?'} | {'?' if t.shape is None else list(t.shape)} "
                 f"| {format_bytes(t.bytes)} |"
-                for t in self.copies
+                for t in self.transfers
             ]
         out += ["", f"**Collectives: {len(self.collectives)}**", ""]
         if self.collectives:
@@ -384,7 +389,7 @@ class PlacementReport:
             {
                 "version": JSON_VERSION,
                 "ops": [_flat(op) for op in self.ops],
-                "transfers": [asdict(t) for t in self.copies],  # shapes are tuples: asdict copies them
+                "transfers": [asdict(t) for t in self.transfers],  # shapes are tuples: asdict copies them
                 "collectives": [_flat(c) for c in self.collectives],
                 "busy_us": self.busy_us,
                 "notes": list(self.notes),
@@ -404,9 +409,9 @@ class PlacementReport:
             data = json.loads(text)
             return cls(
                 ops=tuple(OpPlacement(**{**op, "kernels": tuple(op.get("kernels", ()))}) for op in data["ops"]),
-                copies=tuple(
+                transfers=tuple(
                     Transfer(**{**t, "shape": None if t["shape"] is None else tuple(t["shape"])})
-                    for t in data["transfers"]
+                    for t in (data["transfers"] if "transfers" in data else data["copies"])  # an older word
                 ),
                 collectives=tuple(Collective(**c) for c in data["collectives"]),
                 busy_us={str(k): float(v) for k, v in data.get("busy_us", {}).items()},

@@ -48,7 +48,7 @@ def apply_gpu_time(
     """Times ``built``'s GPU ops, copies and collectives by the GPUs' planes; returns GPU busy time.
 
     Args:
-        built: the records being built (``ops``, ``copies``, ``collectives``, ``notes``: lists).
+        built: the records being built (``ops``, ``transfers``, ``collectives``, ``notes``: lists).
         gpus: each GPU's plane, by ordinal.
         origin: the trace's time origin, in picoseconds.
         call_starts: the start (ps) of each call, by index, to give a GPU execution no launch
@@ -153,7 +153,7 @@ def _add_executions(built: Any, device: str, runs: list[GpuOp], origin: int, cal
 def _time_copies(built: Any, device: str, copies: list[GpuCopy], origin: int, call_starts: list[int]) -> None:
     index = int(device[4:])
     issued: dict[str, dict[float, list[int]]] = {}
-    for i, t in enumerate(built.copies):
+    for i, t in enumerate(built.transfers):
         if device in (t.src, t.dst) and t.start_us is not None:
             for name in {t.send_op, t.recv_op} - {""}:
                 issued.setdefault(name, {}).setdefault(t.start_us, []).append(i)
@@ -165,8 +165,8 @@ def _time_copies(built: Any, device: str, copies: list[GpuCopy], origin: int, ca
         if owners:
             i = owners[0]
             done.add(i)
-            t = built.copies[i]
-            built.copies[i] = dataclasses.replace(
+            t = built.transfers[i]
+            built.transfers[i] = dataclasses.replace(
                 t,
                 kind=copy.kind,
                 bytes=t.bytes if t.bytes is not None else copy.bytes,
@@ -175,7 +175,7 @@ def _time_copies(built: Any, device: str, copies: list[GpuCopy], origin: int, ca
             )
         else:
             src, dst = _copy_ends(copy, index)
-            built.copies.append(
+            built.transfers.append(
                 Transfer(
                     src,
                     dst,

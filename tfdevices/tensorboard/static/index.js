@@ -198,9 +198,9 @@ async function changesSection(entry) {
 }
 
 function summaryLine(s) {
-  const parts = [`${s.ops} ops on ${s.devices} device(s)`, `${s.transfers} copies (${formatBytes(s.bytes)})`];
+  const parts = [`${s.ops} ops on ${s.devices} device(s)`, `${s.transfers} transfers (${formatBytes(s.bytes)})`];
   if (s.timed) parts.push(`step ${formatUs(s.step_us)}`, `busy ${formatUs(s.busy_us)}`,
-                          `in copies ${formatUs(s.copy_us)}`);
+                          `in transfers ${formatUs(s.transfer_us)}`);
   else parts.push('no op times in this report');
   return parts.join(' · ');
 }
@@ -221,7 +221,7 @@ function devices(view) {
         el('dt', {text: 'model ops'}), el('dd', {class: 'ops', text: d.ops}),
         el('dt', {text: 'kernels'}), el('dd', {text: d.kernels}),
         el('dt', {text: 'busy'}), el('dd', {class: 'busy', text: formatUs(d.busy_us)}),
-        el('dt', {text: 'copies in / out'}), el('dd', {text: `${d.copies_in} / ${d.copies_out}`}),
+        el('dt', {text: 'transfers in / out'}), el('dd', {text: `${d.transfers_in} / ${d.transfers_out}`}),
         el('dt', {text: 'memory'}), el('dd', {text: memory})),
       el('div', {class: 'bar-track', title: 'busy time, relative to the busiest device'}, bar),
       el('p', {class: 'types', text: d.kernel_types.map(([t, n]) => `${t} ×${n}`).join(', ')}));
@@ -241,7 +241,7 @@ function matrix(m) {
     const time = cell.us === null ? '' : ` · ${formatUs(cell.us)}`;
     return el('td', {class: 'pair', 'data-src': src, 'data-dst': dst, title: 'click for the tensors',
                      onclick: () => showTensors(detail, cell)},
-      el('b', {text: `${cell.count} cop${cell.count === 1 ? 'y' : 'ies'}`}),
+      el('b', {text: `${cell.count} transfer${cell.count === 1 ? '' : 's'}`}),
       el('br'), `${formatBytes(cell.bytes)}${cell.unknown_bytes ? ` + ${cell.unknown_bytes} unknown` : ''}${time}`);
   })));
   const body = m.cells.length ? el('table', {class: 'matrix'}, el('thead', {}, head), el('tbody', {}, ...rows))
@@ -354,12 +354,12 @@ function layers(tree) {
 // ----------------------------------------------------------------------------- where the time went
 
 function criticalPath(path) {
-  const title = 'Critical path: the chain of kernels and copies that ends the step';
+  const title = 'Critical path: the chain of kernels and transfers that ends the step';
   if (!path || path.us === null || path.us === undefined) {
     return section('critical', title, el('p', {class: 'empty', text: 'No op times in this report.'}));
   }
   const shares = Object.entries(path.by_device).map(([d, us]) => `${d} ${formatUs(us)}`);
-  if (path.copies_us) shares.push(`copies ${formatUs(path.copies_us)}`);
+  if (path.transfers_us) shares.push(`transfers ${formatUs(path.transfers_us)}`);
   const longest = [...path.events].sort((a, b) => b[4] - a[4]).slice(0, 12);
   const list = el('div', {class: 'critical-list'}, ...longest.map(([kind, name, lane, , dur]) =>
     el('div', {class: `row ${kind}`}, el('code', {class: 'name', text: name}), el('span', {text: lane}),
@@ -393,7 +393,7 @@ let zoom = 1;
 
 function timelineSection(line) {
   const canvas = el('canvas', {id: 'timeline-canvas', 'data-lanes': line.lanes.join(','),
-                               'data-ops': line.ops.length, 'data-copies': line.copies.length});
+                               'data-ops': line.ops.length, 'data-transfers': line.transfers.length});
   const tip = el('div', {id: 'timeline-tip', class: 'tip'});
   const scroller = el('div', {class: 'timeline-scroll'}, canvas);
   canvas.addEventListener('mousemove', (event) => hover(event, canvas, tip));
@@ -408,7 +408,7 @@ function timelineSection(line) {
     setZoom(zoom * (event.deltaY < 0 ? 2 : 0.5));
     scroller.scrollLeft = Math.max(0, LABEL + t * (canvas.clientWidth - LABEL - 8) - at);
   }, {passive: false});
-  const note = (line.timed ? 'time from the first op; orange lines are copies between devices'
+  const note = (line.timed ? 'time from the first op; orange lines are transfers between devices'
                            : 'this report has no op times: ops are shown in execution order') +
                '; ctrl + wheel zooms';
   return section('timeline', 'Timeline of the step',
@@ -452,7 +452,7 @@ function drawTimeline() {
   }
   g.strokeStyle = '#f28e2b';
   g.lineWidth = 1.5;
-  for (const [src, dst, start, duration] of line.copies) {
+  for (const [src, dst, start, duration] of line.transfers) {
     g.beginPath();
     g.moveTo(x(start), src * LANE + LANE / 2);
     g.lineTo(x(start + duration), dst * LANE + LANE / 2);
@@ -517,7 +517,7 @@ function diffBody(d) {
     .map((h) => el('th', {text: h}))), ...d.devices.map((r) => el('tr', {},
       el('td', {text: r.name}), el('td', {text: r.ops_before}), el('td', {text: r.ops_after}),
       el('td', {text: formatUs(r.busy_before)}), el('td', {text: formatUs(r.busy_after)}))));
-  const pairs = el('table', {class: 'plain'}, el('tr', {}, ...['copies', 'A', 'B'].map((h) => el('th', {text: h}))),
+  const pairs = el('table', {class: 'plain'}, el('tr', {}, ...['transfers', 'A', 'B'].map((h) => el('th', {text: h}))),
     ...d.transfers.map((r) => el('tr', {}, el('td', {text: r.pair}), el('td', {text: r.before}),
                                  el('td', {text: r.after}))));
   const moved = virtualList('moved', Math.min(300, ROW * Math.max(1, d.moved.length) + 4));
