@@ -251,6 +251,12 @@ def _read_line(
         if kind is None:
             continue
         code = kind[0]
+        if code == _REGION_START:  # a thread-pool closure starts: no time read (it opens no span)
+            region = ("region", event)
+            continue
+        if code == _REGION_STOP:
+            region = None
+            continue
         if code == _STEP:
             if any(stat.metadata_id == step_num for stat in event.stats):
                 trace.steps.add(_int_stat(event, step_num))
@@ -291,10 +297,6 @@ def _read_line(
             end, inner = process_end, ("step", context)
         elif code == _SCHEDULED:
             records((event, where))
-        elif code == _REGION_START:
-            region = ("region", event)
-        elif code == _REGION_STOP:
-            region = None
         else:
             if end >= 0:  # the other events read the whole stack: the innermost span joins it
                 spans.append((end, inner))
