@@ -681,6 +681,12 @@ def hold_run_metadata() -> bool:
     return first
 
 
+def run_metadata_held() -> bool:
+    """Whether a tfdevices holder (:func:`hold_run_metadata`) has TensorFlow's run metadata on now."""
+    with _RUN_METADATA_LOCK:
+        return _RUN_METADATA["holders"] > 0
+
+
 def release_run_metadata() -> None:
     """One holder of :func:`hold_run_metadata` lets go; the last turns TensorFlow's run metadata off."""
     from tensorflow.python.eager import context  # noqa: PLC0415 (lazy TensorFlow)
