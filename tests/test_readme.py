@@ -133,8 +133,8 @@ def test_readme_is_the_front_door():
 
 
 def test_every_document_has_runnable_examples():
-    assert len(_blocks(README, "python")) >= 4
-    assert len([e for e in _examples(README) if e.kind == "console"]) >= 4
+    assert len(_blocks(README, "python")) >= 2  # the tour: pick GPUs; configure, build, fit and log
+    assert len([e for e in _examples(README) if e.kind == "console"]) >= 3
     assert len(GUIDES) >= 9
     for guide in GUIDES:
         assert _examples(guide), f"{guide} has no example the tests run"
