@@ -175,16 +175,21 @@ catch most (every error: :doc:`errors`); each is the same object as in its stage
 
 
 def reference_index() -> str:
-    """The edge, written down: the public modules by stage, and what ``import tfdevices`` gives."""
-    where = {}
-    for module in tfdevices.PUBLIC_MODULES:
-        for name in _exported(module):
-            where.setdefault(id(getattr(importlib.import_module(module), name)), f"{module}.{name}")
+    """The edge, written down: the public modules by stage, and what ``import tfdevices`` gives, by stage."""
+    page_of = {}  # id(object) -> (stage, public name)
+    for stage, _, pages in STAGES:
+        for module, names in pages.items():
+            for name in names if names is not None else _exported(module):
+                page_of.setdefault(id(getattr(importlib.import_module(module), name)), (stage, f"{module}.{name}"))
     modules = "\n".join(
         f"   * - :doc:`{stage}`\n     - {', '.join(f'``{m}``' for m in pages)}" for stage, _, pages in STAGES
     )
+    by_stage: dict[str, list[str]] = {}
+    for name in tfdevices.__all__:
+        stage, full = page_of[id(getattr(tfdevices, name))]
+        by_stage.setdefault(stage, []).append(f":py:obj:`{name} <{full}>`")
     top = "\n".join(
-        f"* :py:obj:`tfdevices.{name} <{where[id(getattr(tfdevices, name))]}>`" for name in sorted(tfdevices.__all__)
+        f"   * - :doc:`{stage}`\n     - {', '.join(by_stage[stage])}" for stage, _, _ in STAGES if stage in by_stage
     )
     return "\n".join(
         [
@@ -194,7 +199,7 @@ def reference_index() -> str:
             ".. list-table::\n   :header-rows: 1\n\n   * - stage\n     - public modules\n" + modules + "\n",
             _title("import tfdevices", "-"),
             TOP_LEVEL,
-            top + "\n",
+            ".. list-table::\n   :header-rows: 1\n\n   * - stage\n     - ``tfdevices.NAME``\n" + top + "\n",
         ]
     )
 

@@ -266,7 +266,8 @@ def problems_in(path: pathlib.Path) -> list[str]:
 
 @pytest.mark.parametrize("path", _documents(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_the_documentation_imports_only_public_names(path):
-    assert problems_in(path) == []
+    problems = problems_in(path)
+    assert not problems, "the documentation imports names that are not public:\n" + "\n".join(problems)
 
 
 def test_the_documentation_check_reads_python_where_it_is():

@@ -2,8 +2,8 @@
 
 A message says what was asked, what exists, and ends with a ``HINT:`` telling
 the user what to do, all on one line (the command line prints it as it is).
-Errors about bad input are also :class:`ValueError`\\ s (:class:`InputError`),
-so code that catches ``ValueError`` catches them too.
+Errors about bad input (:class:`InputError` and its subclasses) are also a
+``ValueError``: code that catches ``ValueError`` catches them too.
 
 ``import tfdevices`` gives the ones most often caught (``tfdevices.TfDevicesError``,
 ``tfdevices.SelectionError`` ...); this module has them all.
@@ -12,10 +12,10 @@ so code that catches ``ValueError`` catches them too.
 >>> issubclass(SpecError, InputError) and issubclass(InputError, ValueError)
 True
 >>> try:
-...     raise SpecError("GPU spec '9': no GPU with NVML index 9; this machine has 0, 1.", hint="pick 0 or 1.")
+...     raise SpecError("GPU spec '9': no GPU 9; this machine has 0, 1.", hint="pick 0 or 1.")
 ... except TfDevicesError as err:
 ...     print(err)
-GPU spec '9': no GPU with NVML index 9; this machine has 0, 1. HINT: pick 0 or 1.
+GPU spec '9': no GPU 9; this machine has 0, 1. HINT: pick 0 or 1.
 """
 
 from __future__ import annotations
