@@ -43,8 +43,17 @@ def _imports(name: str) -> list[tuple[str, bool]]:
     tree = ast.parse(path.read_text())
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     top = {id(node) for node in tree.body}
+    # imports under `if TYPE_CHECKING:` never run (a lazy package's names, for the type checker): not counted
+    typing_only = {
+        id(inner)
+        for node in tree.body
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+        for inner in ast.walk(node)
+    }
     found = []
     for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         targets: list[str] = []
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]

@@ -295,3 +295,12 @@ def test_the_documentation_check_reads_python_where_it_is():
         "x:1: tfdevices.verify._gc_paused is not public"
     ]
     assert check_source("import tfdevices\ntfdevices.PlacementReport.from_json(s).ops", "x") == []
+
+
+def test_a_public_function_named_as_its_module_stays_a_function_whatever_is_imported():
+    import tfdevices.decide.advise
+    import tfdevices.decide.tune
+    from tfdevices import decide
+
+    assert callable(decide.tune) and decide.tune.__name__ == "tune" and tfdevices.tune is decide.tune
+    assert callable(decide.advise) and decide.advise.__name__ == "advise" and tfdevices.advise is decide.advise
