@@ -37,8 +37,10 @@ nb_execution_raise_on_error = True
 nb_execution_show_tb = True
 nb_merge_streams = True
 
-# Every cross-reference to tfdevices must resolve: a broken one fails the build. Other libraries' types are
-# not linked (no network while building), nor private helpers' (not documented).
+# Every cross-reference to tfdevices must name something that exists: a broken one fails the build. A public
+# name links to its stage's page, by whatever path the code wrote it (_tfdevices_names); an internal one is
+# shown as text (the reference documents the public names only). Other libraries' types are not linked (no
+# network while building), nor private helpers' (not documented).
 nitpicky = True
 nitpick_ignore_regex = [
     (

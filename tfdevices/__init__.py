@@ -5,6 +5,10 @@ loaded from its module on first use, and TensorFlow is imported only inside the
 functions that need it (configure, build, capture ...).
 
 The flow: ``discover -> select -> reserve -> configure -> build -> run -> verify -> log -> decide``.
+
+Public: the names in ``__all__`` of this package and of the modules in :data:`PUBLIC_MODULES`, one
+group per stage (``tfdevices.gpus`` ... ``tfdevices.decide``) and ``tfdevices.errors``. Every other
+module is internal and may change.
 """
 
 from __future__ import annotations
