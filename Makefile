@@ -78,21 +78,22 @@ test-tf-keras: $(STAMP)
 	TF_USE_LEGACY_KERAS=1 $(ONEDNN_SUITE) $(PYTEST) $(TF_KERAS_TESTS)
 
 # ruff (rules and format: .ci/ruff.toml) and mypy (setup.cfg: strict for core/, gpus/, jobs/, layers/)
-LINTED := tfdevices tests benchmarks .ci/docs
+LINTED := tfdevices tests benchmarks docs
 lint: $(STAMP)
 	$(VENV)/bin/ruff check --config .ci/ruff.toml $(LINTED)
 	$(VENV)/bin/ruff format --check --config .ci/ruff.toml $(LINTED)
 	$(VENV)/bin/mypy
 
-# The API pages in build/docs (Sphinx, warnings are errors): the README as the guide, the CLI's --help,
-# the notebooks with their outputs, autodoc from the docstrings. Sources: .ci/docs, laid out in build/docs-src.
+# The documentation site in build/docs (Sphinx, furo, warnings are errors): the index, the README, the guides
+# (docs/guides), the reference (one page per stage: the public names only), every command's --help, the notebooks
+# with their outputs. Sources: docs/ (conf.py, index.rst, prepare.py, guides/), laid out in build/docs-src.
 # NOTEBOOKS: a folder of already executed notebooks (make test passes the ones its tests ran);
 # without it the notebooks are executed here.
 NOTEBOOKS ?=
 docs: $(STAMP)
 	rm -rf build/docs-src build/docs
-	$(PY) .ci/docs/prepare.py build/docs-src $(if $(NOTEBOOKS),--executed $(NOTEBOOKS))
-	$(PY) -m sphinx -W --keep-going -q -b html -c .ci/docs build/docs-src build/docs
+	$(PY) docs/prepare.py build/docs-src $(if $(NOTEBOOKS),--executed $(NOTEBOOKS))
+	$(PY) -m sphinx -W --keep-going -q -b html -c docs build/docs-src build/docs
 	@echo "docs: build/docs/index.html"
 
 bench: $(STAMP)
