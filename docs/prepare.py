@@ -2,9 +2,9 @@
 
     python docs/prepare.py build/docs-src [--executed build/notebooks]
 
-Writes there: ``index.rst`` (from this folder; its Guides toctree left out while
-``docs/guides/`` holds no page), ``guides/`` (this folder's task guides),
-``readme.rst`` (the README, with the pictures it shows), ``reference/`` (one page
+Writes there: ``index.rst`` (from this folder), ``guides/`` (this folder's task guides),
+``readme.rst`` (the README, with the pictures it shows and its links to the guides'
+files turned into links to their pages), ``reference/`` (one page
 per stage of the flow, documenting the public names only: ``__all__`` of each module
 in ``tfdevices.PUBLIC_MODULES``, each once; ``reference/index.rst``: the edge and
 what ``import tfdevices`` gives), ``cli.rst`` (every command's ``--help``) and
@@ -22,6 +22,7 @@ import inspect
 import io
 import os
 import pathlib
+import re
 import shutil
 import sys
 
@@ -240,13 +241,10 @@ def notebooks(dest: pathlib.Path, executed: pathlib.Path | None) -> list[str]:
     return names
 
 
-def index_page(has_guides: bool) -> str:
-    """This folder's index.rst; without guides, its Guides toctree (the lines between the markers) left out."""
-    text = (HERE / "index.rst").read_text()
-    if has_guides:
-        return text
-    start, end = text.index(".. guides-start"), text.index(".. guides-end")
-    return text[:start] + text[end:]
+def readme_page() -> str:
+    """The README as the site's tour page: its links to the guides' files become links to their pages."""
+    text = (REPO / "README.rst").read_text()
+    return re.sub(r"`([^`<]+?)\s*<docs/guides/(\w+)\.rst>`_", r":doc:`\1 <guides/\2>`", text)
 
 
 def main() -> None:
@@ -257,11 +255,9 @@ def main() -> None:
     check_stages()
     dest: pathlib.Path = args.dest
     dest.mkdir(parents=True, exist_ok=True)
-    guides = sorted((HERE / "guides").glob("*.rst")) if (HERE / "guides").is_dir() else []
-    (dest / "index.rst").write_text(index_page(bool(guides)))
-    if guides:
-        shutil.copytree(HERE / "guides", dest / "guides")
-    shutil.copyfile(REPO / "README.rst", dest / "readme.rst")
+    shutil.copyfile(HERE / "index.rst", dest / "index.rst")
+    shutil.copytree(HERE / "guides", dest / "guides")
+    (dest / "readme.rst").write_text(readme_page())
     shutil.copytree(HERE / "images", dest / "docs" / "images")  # the README's pictures, at the paths it uses
     shutil.copytree(HERE / "images", dest / "images")  # and the guides' (../images from docs/guides/)
     reference = dest / "reference"

@@ -7,8 +7,8 @@ with the notebooks shown as committed (``nb_execution_mode=off``): these tests r
 pages, not the notebooks' outputs, and the build takes seconds. ``make docs`` (the end
 of ``make test``) builds the published site itself, notebooks executed.
 
-Headless Chromium (Debian: ``apt-get install chromium``) opens the index, a guide (the
-first page of ``docs/guides/``, else the README's tour) and a reference page: nothing
+Headless Chromium (Debian: ``apt-get install chromium``) opens the index, a guide (where
+did my ops run: tables, the dashboard's picture, long commands) and a reference page: nothing
 wider than the window or than the content column, and the sidebar lists the stages.
 Without Chromium the browser tests are skipped on a developer's machine and FAIL under
 ``CI=true``. Screenshots go to ``build/test-artifacts/docs-*.png`` (or
@@ -21,6 +21,7 @@ import html.parser
 import importlib
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -162,15 +163,9 @@ def chromium() -> str:
     return executable  # type: ignore[return-value]
 
 
-def _guide(site: pathlib.Path) -> str:
-    guides = sorted((site / "guides").glob("*.html")) if (site / "guides").is_dir() else []
-    return f"guides/{guides[0].name}" if guides else "readme.html"
-
-
 @pytest.mark.parametrize("width", [1280, 420])
-@pytest.mark.parametrize("page", ["index.html", "guide", "reference/build.html"])
+@pytest.mark.parametrize("page", ["index.html", "guides/placement.html", "reference/build.html"])
 def test_pages_fit_the_window_and_the_sidebar_lists_the_stages(site, chromium, page, width):
-    page = _guide(site) if page == "guide" else page
     with Browser(chromium, width=width, height=900) as browser:
         browser.goto((site / page).as_uri())
         browser.wait_for("document.readyState === 'complete' && !!document.querySelector('.sidebar-tree')")
@@ -193,3 +188,12 @@ def test_a_layout_block_is_text_and_code_is_python(site):
     assert '<div class="highlight-none notranslate">' in page  # the flow: a literal block, not highlighted
     readme = (site / "readme.html").read_text(encoding="utf-8")
     assert "highlight-python" in readme or "highlight-python3" in readme
+
+
+def test_the_tour_links_every_guide_to_its_page(site):
+    page = (site / "readme.html").read_text()
+    linked = set(re.findall(r'href="(guides/\w+\.html)"', page))
+    guides = {f"guides/{p.stem}.html" for p in (pathlib.Path(REPO) / "docs" / "guides").glob("*.rst")}
+    assert linked == guides
+    assert all((site / link).is_file() for link in linked)
+    assert not re.search(r"href=\"[^\"]*docs/guides/", page)
