@@ -61,8 +61,9 @@ $(OLDEST_VENV)/.installed: setup.cfg setup.py Makefile
 	touch $@
 
 # Known on TensorFlow 2.16 only (the README's support table): a fresh process's first capture may leave some
-# kernels on device '?' (2 to 5 processes in 8), so these two, which need every kernel of a first capture
-# placed, are not run there; they run on the newest TensorFlow.
+# kernels tied to no executor step (2 to 5 processes in 8). capture() of a function that has not run yet takes
+# their devices from its warm-up's run metadata; of one that ran before, they are reported on device '?'. These
+# two capture functions that ran before and need every kernel placed: not run there; they run on the newest.
 OLDEST_KNOWN := \
 	--deselect tests/test_verify.py::test_the_first_capture_of_a_fresh_process_puts_every_kernel_on_its_device \
 	--deselect tests/decide/test_advise_capture.py::test_a_chain_over_two_devices_leaves_each_idle_while_the_other_works
@@ -77,21 +78,22 @@ test-tf-keras: $(STAMP)
 	TF_USE_LEGACY_KERAS=1 $(ONEDNN_SUITE) $(PYTEST) $(TF_KERAS_TESTS)
 
 # ruff (rules and format: .ci/ruff.toml) and mypy (setup.cfg: strict for core/, gpus/, jobs/, layers/)
-LINTED := tfdevices tests benchmarks .ci/docs
+LINTED := tfdevices tests benchmarks docs
 lint: $(STAMP)
 	$(VENV)/bin/ruff check --config .ci/ruff.toml $(LINTED)
 	$(VENV)/bin/ruff format --check --config .ci/ruff.toml $(LINTED)
 	$(VENV)/bin/mypy
 
-# The API pages in build/docs (Sphinx, warnings are errors): the README as the guide, the CLI's --help,
-# the notebooks with their outputs, autodoc from the docstrings. Sources: .ci/docs, laid out in build/docs-src.
+# The documentation site in build/docs (Sphinx, furo, warnings are errors): the index, the README, the guides
+# (docs/guides), the reference (one page per stage: the public names only), every command's --help, the notebooks
+# with their outputs. Sources: docs/ (conf.py, index.rst, prepare.py, guides/), laid out in build/docs-src.
 # NOTEBOOKS: a folder of already executed notebooks (make test passes the ones its tests ran);
 # without it the notebooks are executed here.
 NOTEBOOKS ?=
 docs: $(STAMP)
 	rm -rf build/docs-src build/docs
-	$(PY) .ci/docs/prepare.py build/docs-src $(if $(NOTEBOOKS),--executed $(NOTEBOOKS))
-	$(PY) -m sphinx -W --keep-going -q -b html -c .ci/docs build/docs-src build/docs
+	$(PY) docs/prepare.py build/docs-src $(if $(NOTEBOOKS),--executed $(NOTEBOOKS))
+	$(PY) -m sphinx -W --keep-going -q -b html -c docs build/docs-src build/docs
 	@echo "docs: build/docs/index.html"
 
 bench: $(STAMP)

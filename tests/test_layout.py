@@ -1,4 +1,4 @@
-"""The package's shape: wings that import one way, no cycles, at most 19 entries on top.
+"""The package's shape: wings that import one way, no cycles, at most 20 entries on top.
 
 Imports are read from the source (``ast``), function-level ones included, so a
 cycle hidden inside a function still counts.
@@ -43,8 +43,17 @@ def _imports(name: str) -> list[tuple[str, bool]]:
     tree = ast.parse(path.read_text())
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     top = {id(node) for node in tree.body}
+    # imports under `if TYPE_CHECKING:` never run (a lazy package's names, for the type checker): not counted
+    typing_only = {
+        id(inner)
+        for node in tree.body
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+        for inner in ast.walk(node)
+    }
     found = []
     for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         targets: list[str] = []
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
@@ -66,11 +75,11 @@ def _part(name: str) -> str:
     return parts[1] if len(parts) > 1 and parts[1] in ALLOWED else "top"
 
 
-def test_at_most_19_entries_at_the_top_of_the_package():
+def test_at_most_20_entries_at_the_top_of_the_package():
     # 16, decide/ (tune, advise): the flow's last stage, mends/: every change to code tfdevices does not
-    # own, and doctor.py: the one screen for a bug report
+    # own, doctor.py: the one screen for a bug report, and errors.py: every error's public home
     entries = sorted(p.name for p in PACKAGE.iterdir() if p.name not in ("__pycache__", "py.typed"))
-    assert len(entries) <= 19, entries
+    assert len(entries) <= 20, entries
 
 
 def test_no_import_cycles_counting_function_level_imports():

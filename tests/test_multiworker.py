@@ -21,7 +21,7 @@ import textwrap
 
 import numpy as np
 
-from tests.helpers import REPO, subprocess_env
+from tests.helpers import REPO, run_cli, subprocess_env
 from tfdevices.jobs.tfconfig import make_tf_config
 
 TIMEOUT = 240  # seconds for the whole job; the workers are killed after it
@@ -352,27 +352,8 @@ def test_keras3_fit_on_two_workers_with_tf_use_legacy_keras_set(tf4, tmp_path):
 
 def test_workers_that_finish_apart_leave_together_with_no_crash_message(tmp_path):
     """Rank 0 outlives rank 1 by 15 s (past the coordination service's heartbeat timeout): still a clean success."""
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tfdevices",
-            "launch",
-            "-n",
-            "2",
-            "--tf-logs",
-            "--",
-            sys.executable,
-            os.path.join(REPO, "tests", "scripts", "skewed_exit.py"),
-            str(tmp_path),
-            "15",
-        ],
-        env=subprocess_env(),
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-    )
+    script = os.path.join(REPO, "tests", "scripts", "skewed_exit.py")
+    proc = run_cli("launch", "-n", "2", "--tf-logs", "--", sys.executable, script, str(tmp_path), "15", timeout=TIMEOUT)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-3000:]
     assert "rank 0 done" in output and "rank 1 done" in output

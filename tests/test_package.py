@@ -88,6 +88,7 @@ def test_only_runtime_sets_environment_variables_or_calls_tf_config():
         "core.errors",
         "core.records",
         "core.units",
+        "errors",
         "gpus.inventory",
         "gpus.selection",
         "gpus.spec",

@@ -1,41 +1,60 @@
-"""README.rst tells the truth: every ``python`` block runs, every ``console`` command exits as it says.
+"""README.rst and the guides tell the truth: every ``python`` block runs, every ``console`` command
+exits as it says.
 
-As a newcomer meets them: in a fresh copy of the repository (its tracked files,
-copied to a temporary directory), from the copy's root as the README's paths
-assume, with nothing on ``PYTHONPATH`` and no GPU variables set; ``tfdevices`` is
-the installed command.
+The documents are README.rst and every ``docs/guides/*.rst``. As a newcomer meets them: in a fresh
+copy of the repository (its tracked files, copied to a temporary directory; a new guide runs once
+``git add`` has listed it), from the copy's root, as every document's paths assume (a guide's
+``tests/data/node-8gpu.json`` is the repository's), with nothing on ``PYTHONPATH`` and no GPU
+variables set; ``tfdevices`` is the installed command.
 
-Conventions in README.rst: ``.. code-block:: python`` blocks run, each saved as a
-file in the copy's root and run there in a fresh process; every ``# prints: TEXT``
-comment's TEXT must appear in what the block prints, and a line marked ``the runtime
-starts here`` must be the line a later ``RuntimeInitializedError`` names.
-``.. code-block:: console`` lines starting with ``$ `` run in bash and must exit 0,
-or the status named by a trailing ``# exits N``; ``.. code-block:: bash`` blocks are
-shown, not run (make targets, SLURM scripts). The tests share one xdist group, so
-they run on one worker in this order, every python block, then every console line,
-as a reader would (a console line may read what a python block wrote, e.g. a log
-directory).
+Conventions in each document: ``.. code-block:: python`` blocks run, each saved as a file in the
+copy's root and run there in a fresh process; every ``# prints: TEXT`` comment's TEXT must appear in
+what the block prints, and a line marked ``the runtime starts here`` must be the line a later
+``RuntimeInitializedError`` names. ``.. code-block:: console`` lines starting with ``$ `` run in bash
+and must exit 0, or the status named by a trailing ``# exits N``; ``.. code-block:: bash`` blocks are
+shown, not run (make targets, SLURM scripts). Each document's examples share one xdist group, so they
+run on one worker in the order a reader meets them (a console line may read what a python block above
+it wrote, e.g. a log directory); test ids are ``FILE:LINE``.
 """
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import shutil
 import subprocess
 import sys
 import textwrap
+from typing import NamedTuple
 
 import pytest
 
 from tests.helpers import REPO
 
-README = os.path.join(REPO, "README.rst")
+README = "README.rst"
+GUIDES = sorted(os.path.relpath(p, REPO) for p in glob.glob(os.path.join(REPO, "docs", "guides", "*.rst")))
+DOCS = [README, *GUIDES]
 RUNTIME_START = "the runtime starts here"
 
 
-def _blocks(language: str) -> list[tuple[int, str]]:
-    lines = open(README, encoding="utf-8").read().splitlines()
+class Example(NamedTuple):
+    """One runnable example: a python block, or one ``$`` line of a console block."""
+
+    doc: str  # path from the repository's root
+    line: int  # the block's directive line (python) or the command's own line (console)
+    kind: str  # "python" or "console"
+    text: str  # the code, or the command
+    status: int = 0  # the exit status a console command must return
+
+
+def _lines(doc: str) -> list[str]:
+    return open(os.path.join(REPO, doc), encoding="utf-8").read().splitlines()
+
+
+def _blocks(doc: str, language: str) -> list[tuple[int, int, str]]:
+    """Every ``.. code-block:: LANGUAGE`` of ``doc``: its line, its body's first line, its body (dedented)."""
+    lines = _lines(doc)
     blocks = []
     for i, line in enumerate(lines):
         if line.strip() != f".. code-block:: {language}":
@@ -45,22 +64,37 @@ def _blocks(language: str) -> list[tuple[int, str]]:
             if text and not text.startswith(" "):
                 break
             body.append(text)
-        blocks.append((i + 1, textwrap.dedent("\n".join(body)).strip("\n")))
+        blocks.append((i + 1, i + 2, textwrap.dedent("\n".join(body)).strip("\n")))
     return blocks
 
 
-def _commands() -> list[tuple[int, str, int]]:
-    out = []
-    for line_no, body in _blocks("console"):
-        for line in body.splitlines():
-            if line.startswith("$ "):
-                match = re.search(r"\s+# exits (\d+)$", line)
-                command = line[2 : match.start()] if match else line[2:]
-                out.append((line_no, command, int(match[1]) if match else 0))
-    return out
+def _examples(doc: str) -> list[Example]:
+    """``doc``'s examples in the order a reader meets them."""
+    out = [Example(doc, n, "python", code) for n, _, code in _blocks(doc, "python")]
+    lines = _lines(doc)
+    for _, first, _ in _blocks(doc, "console"):
+        for n in range(first, len(lines) + 1):
+            text = lines[n - 1]
+            if text and not text.startswith(" "):
+                break
+            if text.strip().startswith("$ "):
+                command = text.strip()[2:]
+                match = re.search(r"\s+# exits (\d+)$", command)
+                out.append(
+                    Example(
+                        doc, n, "console", command[: match.start()] if match else command, int(match[1]) if match else 0
+                    )
+                )
+    return sorted(out, key=lambda e: e.line)
 
 
-pytestmark = pytest.mark.xdist_group("readme")
+def _params(kind: str | None = None) -> list:
+    return [
+        pytest.param(e, id=f"{e.doc}:{e.line}", marks=pytest.mark.xdist_group(f"docs-{e.doc}"))
+        for doc in DOCS
+        for e in _examples(doc)
+        if kind in (None, e.kind)
+    ]
 
 
 @pytest.fixture(scope="session")
@@ -89,13 +123,28 @@ def newcomer_env() -> dict[str, str]:
     return env
 
 
-def test_readme_has_runnable_examples():
-    assert len(_blocks("python")) >= 4 and len(_commands()) >= 4
+def test_readme_is_the_front_door():
+    lines = _lines(README)
+    assert len(lines) <= 260, f"README.rst has {len(lines)} lines: the manual belongs in docs/guides"
+    text = "\n".join(lines)
+    assert "make demo" in text and "make test" in text  # .ci/run runs the README's test command
+    for guide in GUIDES:
+        assert f"<{guide}>`_" in text, f"README.rst does not link {guide}"
+
+
+def test_every_document_has_runnable_examples():
+    assert len(_blocks(README, "python")) >= 2  # the tour: pick GPUs; configure, build, fit and log
+    assert len([e for e in _examples(README) if e.kind == "console"]) >= 3
+    assert len(GUIDES) >= 9
+    for guide in GUIDES:
+        assert _examples(guide), f"{guide} has no example the tests run"
 
 
 def test_the_copy_is_fresh_and_nothing_is_on_pythonpath(fresh_copy):
     assert not os.path.exists(os.path.join(fresh_copy, ".venv")) and "PYTHONPATH" not in newcomer_env()
     assert os.path.exists(os.path.join(fresh_copy, "tests", "data", "node-8gpu.json"))
+    for doc in DOCS:
+        assert os.path.exists(os.path.join(fresh_copy, doc)), f"{doc} is not tracked: git add it"
     proc = subprocess.run(
         [sys.executable, "-c", "import tests"],
         cwd=os.path.join(fresh_copy, "notebooks"),
@@ -104,28 +153,48 @@ def test_the_copy_is_fresh_and_nothing_is_on_pythonpath(fresh_copy):
         text=True,
         timeout=60,
     )
-    assert proc.returncode == 1 and "No module named 'tests'" in proc.stderr  # only what the README's cwd gives
+    assert proc.returncode == 1 and "No module named 'tests'" in proc.stderr  # only what the docs' cwd gives
 
 
-@pytest.mark.parametrize("line_no, code", [pytest.param(n, c, id=f"line{n}") for n, c in _blocks("python")])
-def test_python_example_runs(fresh_copy, line_no, code):
-    script = f"readme_line{line_no}.py"
+@pytest.mark.parametrize("example", _params())
+def test_example_runs(fresh_copy, example):
+    if example.kind == "python":
+        _run_python(fresh_copy, example)
+    else:
+        _run_console(fresh_copy, example)
+
+
+def _run_python(fresh_copy: str, example: Example) -> None:
+    where, code = f"{example.doc} line {example.line}", example.text
+    stem = os.path.splitext(os.path.basename(example.doc))[0].lower()
+    script = f"{stem if example.doc == README else 'guide_' + stem}_line{example.line}.py"
     with open(os.path.join(fresh_copy, script), "w", encoding="utf-8") as f:
         f.write(code + "\n")
     proc = subprocess.run(
         [sys.executable, script], cwd=fresh_copy, env=newcomer_env(), capture_output=True, text=True, timeout=600
     )
-    assert proc.returncode == 0, (
-        f"README.rst line {line_no}:\n{code}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
-    )
+    assert proc.returncode == 0, f"{where}:\n{code}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
     assert proc.stdout.strip(), "an example should show something"
     for expected in _printed(code):
-        assert expected in proc.stdout, f"README.rst line {line_no}: says it prints {expected!r}:\n{proc.stdout}"
+        assert expected in proc.stdout, f"{where}: says it prints {expected!r}:\n{proc.stdout}"
     marked = [i for i, text in enumerate(code.splitlines(), 1) if RUNTIME_START in text]
     for i in marked:
         assert re.search(rf"it was started by \S*\b{re.escape(script)}:{i} \(", proc.stdout), (
-            f"README.rst line {line_no + 1 + i}: marked as starting the runtime, but:\n{proc.stdout}"
+            f"{example.doc} line {example.line + 1 + i}: marked as starting the runtime, but:\n{proc.stdout}"
         )
+
+
+def _run_console(fresh_copy: str, example: Example) -> None:
+    command = example.text
+    proc = subprocess.run(
+        ["bash", "-c", command], capture_output=True, text=True, env=newcomer_env(), cwd=fresh_copy, timeout=600
+    )
+    assert proc.returncode == example.status, (
+        f"{example.doc} line {example.line}: $ {command}\n{proc.stdout}\n{proc.stderr}"
+    )
+    assert "Traceback" not in proc.stderr
+    if example.status:
+        assert proc.stderr.count("\n") == 1 and "HINT: " in proc.stderr, proc.stderr  # one line, with its fix
 
 
 def _printed(code: str) -> list[str]:
@@ -133,19 +202,7 @@ def _printed(code: str) -> list[str]:
     return [m[1].strip() for m in re.finditer(r"#\s*prints:\s*(.+)$", code, flags=re.MULTILINE)]
 
 
-def test_readme_says_what_its_examples_print():
-    assert sum(len(_printed(code)) for _, code in _blocks("python")) >= 5
-    assert any(RUNTIME_START in code for _, code in _blocks("python"))
-
-
-@pytest.mark.parametrize(
-    "line_no, command, status", [pytest.param(n, c, s, id=f"line{n}-{c.split(' --')[0]}") for n, c, s in _commands()]
-)
-def test_console_example_runs(fresh_copy, line_no, command, status):
-    proc = subprocess.run(
-        ["bash", "-c", command], capture_output=True, text=True, env=newcomer_env(), cwd=fresh_copy, timeout=600
-    )
-    assert proc.returncode == status, f"README.rst line {line_no}: $ {command}\n{proc.stdout}\n{proc.stderr}"
-    assert "Traceback" not in proc.stderr
-    if status:
-        assert proc.stderr.count("\n") == 1 and "HINT: " in proc.stderr, proc.stderr  # one line, with its fix
+def test_the_documents_say_what_their_examples_print():
+    codes = [e.text for doc in DOCS for e in _examples(doc) if e.kind == "python"]
+    assert sum(len(_printed(code)) for code in codes) >= 5
+    assert any(RUNTIME_START in code for code in codes)

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from tests.helpers import run_py
-from tfdevices.training import FIT_ADAPTER_KERAS, INSTALL, NOT_COVERED, NOT_NEEDED, decide_fit_adapter
+from tfdevices.mends.base import NOT_NEEDED
+from tfdevices.mends.keras_fit import FIT_ADAPTER_KERAS, INSTALL, NOT_COVERED, decide_fit_adapter
 
 LOW, HIGH = FIT_ADAPTER_KERAS
 

@@ -5,6 +5,10 @@ loaded from its module on first use, and TensorFlow is imported only inside the
 functions that need it (configure, build, capture ...).
 
 The flow: ``discover -> select -> reserve -> configure -> build -> run -> verify -> log -> decide``.
+
+Public: the names in ``__all__`` of this package and of the modules in :data:`PUBLIC_MODULES`, one
+group per stage (``tfdevices.gpus`` ... ``tfdevices.decide``) and ``tfdevices.errors``. Every other
+module is internal and may change.
 """
 
 from __future__ import annotations
@@ -17,36 +21,50 @@ if TYPE_CHECKING:
 
 __version__ = "0.2.0"
 
-# public name -> module that defines it (relative to this package)
+#: The public modules, by stage of the flow. The public surface is ``__all__`` of this package (what most
+#: programs call, and the errors they catch most) and of each of these; every other module is internal.
+PUBLIC_MODULES: tuple[str, ...] = (
+    "tfdevices.gpus",  # discover, select, reserve
+    "tfdevices.runtime",  # configure
+    "tfdevices.strategy",  # build
+    "tfdevices.scopes",
+    "tfdevices.layers",
+    "tfdevices.jobs",  # run
+    "tfdevices.training",
+    "tfdevices.mends",
+    "tfdevices.flags",
+    "tfdevices.verify",  # verify
+    "tfdevices.tensorboard",  # log
+    "tfdevices.tensorboard.views",
+    "tfdevices.decide",  # decide
+    "tfdevices.decide.examples",
+    "tfdevices.measure",
+    "tfdevices.errors",  # every error tfdevices raises
+)
+
+# public name -> public module that has it (relative to this package); each is in that module's __all__ too
 _EXPORTS: dict[str, str] = {
-    # errors
-    "TfDevicesError": "core.errors",
-    "InputError": "core.errors",
-    "UsageError": "core.errors",
-    "SpecError": "core.errors",
-    "MemorySizeError": "core.errors",
-    "EnvVarError": "core.errors",
-    "InventoryFileError": "core.errors",
-    "SelectionError": "core.errors",
-    "TfConfigError": "core.errors",
-    "LaunchError": "core.errors",
-    "PlanError": "core.errors",
-    "RuntimeInitializedError": "core.errors",
-    "TensorFlowMissingError": "core.errors",
-    "PlacementAssertionError": "core.errors",
-    "PlacementChangedError": "core.errors",
-    "ReservationError": "core.errors",
-    "StrategyError": "core.errors",
-    # discover / select / configure
-    "parse_memory": "core.units",
-    "format_bytes": "core.units",
-    "GpuInfo": "gpus.inventory",
-    "Inventory": "gpus.inventory",
-    "discover": "gpus.discovery",
-    "parse_spec": "gpus.spec",
-    "DeviceSpec": "gpus.spec",
-    "select": "gpus.selection",
-    "Selection": "gpus.selection",
+    # errors: those programs catch most (every error: tfdevices.errors)
+    "TfDevicesError": "errors",
+    "InputError": "errors",
+    "SpecError": "errors",
+    "SelectionError": "errors",
+    "RuntimeInitializedError": "errors",
+    "PlacementAssertionError": "errors",
+    "PlacementChangedError": "errors",
+    # discover / select / reserve
+    "discover": "gpus",
+    "Inventory": "gpus",
+    "GpuInfo": "gpus",
+    "parse_spec": "gpus",
+    "DeviceSpec": "gpus",
+    "select": "gpus",
+    "Selection": "gpus",
+    "parse_memory": "gpus",
+    "format_bytes": "gpus",
+    "reserve": "gpus",
+    "Reservation": "gpus",
+    # configure
     "configure": "runtime",
     "RuntimeConfig": "runtime",
     # build
@@ -54,35 +72,49 @@ _EXPORTS: dict[str, str] = {
     "StrategyInfo": "strategy",
     "device_scope": "scopes",
     "assign": "scopes",
-    "plan_layers": "layers.plan",
-    "LayerPlan": "layers.plan",
-    "place_layers": "layers.place",
+    "plan_layers": "layers",
+    "LayerPlan": "layers",
+    "place_layers": "layers",
+    # run: many processes
+    "launch_info": "jobs",
+    "LaunchInfo": "jobs",
+    "gpu_for_rank": "jobs",
+    "GpuAssignment": "jobs",
+    "stall_timeout": "jobs",
     # verify
     "capture": "verify",
     "PlacementReport": "verify",
     "read_profile": "verify",
-    # many processes
-    "launch_info": "jobs.env",
-    "LaunchInfo": "jobs.env",
-    "gpu_for_rank": "jobs.ranks",
+    # decide
     "measure_devices": "measure",
     "DeviceSpeed": "measure",
-    "reserve": "gpus.reservation",
-    "Reservation": "gpus.reservation",
-    "GpuAssignment": "jobs.ranks",
-    "stall_timeout": "jobs.reporting",
-    # decide
-    "advise": "decide.advise",
-    "Finding": "decide.advise",
-    "tune": "decide.tune",
-    "TuneResult": "decide.tune",
+    "advise": "decide",
+    "Finding": "decide",
+    "tune": "decide",
+    "TuneResult": "decide",
 }
+# still reachable as tfdevices.NAME for programs written before tfdevices.errors, but not public here
+_FORMER: dict[str, str] = dict.fromkeys(
+    (
+        "UsageError",
+        "MemorySizeError",
+        "EnvVarError",
+        "InventoryFileError",
+        "TfConfigError",
+        "LaunchError",
+        "PlanError",
+        "TensorFlowMissingError",
+        "ReservationError",
+        "StrategyError",
+    ),
+    "errors",
+)
 
 __all__ = sorted(_EXPORTS)  # noqa: PLE0605 (a list of _EXPORTS' names, built once)
 
 
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
+    module = _EXPORTS.get(name) or _FORMER.get(name)
     if module is None:
         from importlib.util import find_spec  # noqa: PLC0415 (lazy: only when a name is missing)
 

@@ -2,5 +2,7 @@
 
 from tfdevices.cli import main
 
+__all__ = []
+
 if __name__ == "__main__":
     raise SystemExit(main())

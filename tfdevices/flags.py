@@ -46,6 +46,17 @@ from tfdevices.strategy import CROSS_DEVICE_OPS, KINDS, build_strategy, explain,
 from tfdevices.tensorboard.writer import write_placement
 from tfdevices.verify import capture
 
+__all__ = [
+    "define_flags",
+    "configure_from_flags",
+    "FlagsSetup",
+    "log_placement",
+    "usage_errors",
+    "planned_replicas",
+    "check_batch_size",
+    "DEFAULT_LOGDIR",
+]
+
 FLAGS = flags.FLAGS
 DEFAULT_LOGDIR = "logs"
 """``--logdir`` when it is not given: ``logs`` under the working directory, as Keras' ``TensorBoard``

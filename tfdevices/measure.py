@@ -28,6 +28,8 @@ from tfdevices.core.errors import InputError
 from tfdevices.core.units import format_bytes, parse_memory
 from tfdevices.gpus.inventory import Inventory
 
+__all__ = ["measure_devices", "DeviceSpeed"]
+
 # name fragment -> (FP32 peak FLOP/s without tensor cores, host link bytes/s (PCIe, one direction)).
 # From the vendors' data sheets. TensorFlow runs float32 matmuls as TF32 on Ampere and later,
 # so a measured figure can pass the FP32 peak there.

@@ -38,6 +38,18 @@ from tfdevices.gpus.selection import Selection, select
 from tfdevices.jobs.env import VIRTUAL_DEVICES_ENV
 from tfdevices.mends import runtime_start
 
+__all__ = [
+    "configure",
+    "RuntimeConfig",
+    "plan_runtime",
+    "RuntimePlan",
+    "current",
+    "runtime_started",
+    "gpu_map",
+    "configure_worker",
+    "use_inventory_file",
+]
+
 _MIB = 1024 * 1024
 _SPLIT_MARGIN = 0.95  # of a GPU's free memory shared out when splitting without memory_limit
 _MAX_LOGICAL = 1024  # logical devices per physical device: more is a mistake, not a plan
@@ -679,6 +691,12 @@ def hold_run_metadata() -> bool:
             context.enable_run_metadata()
         _RUN_METADATA["holders"] += 1
     return first
+
+
+def run_metadata_held() -> bool:
+    """Whether a tfdevices holder (:func:`hold_run_metadata`) has TensorFlow's run metadata on now."""
+    with _RUN_METADATA_LOCK:
+        return _RUN_METADATA["holders"] > 0
 
 
 def release_run_metadata() -> None:

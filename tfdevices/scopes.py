@@ -34,6 +34,8 @@ from tfdevices.core.errors import InputError
 from tfdevices.core.units import format_bytes
 from tfdevices.gpus.discovery import discover
 
+__all__ = ["device_scope", "assign", "TaskResult", "plan_assignment", "TaskPlacement"]
+
 POLICIES = ("round_robin", "by_memory")
 
 

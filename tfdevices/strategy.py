@@ -52,6 +52,16 @@ from tfdevices.mends.exit_barrier import leave_together
 from tfdevices.mends.keras_fit import install_fit_adapter
 from tfdevices.mends.step_progress import StepMarks
 
+__all__ = [
+    "build_strategy",
+    "StrategyInfo",
+    "explanation",
+    "Explained",
+    "Explanation",
+    "decide_strategy",
+    "StrategyDecision",
+]
+
 logger = logging.getLogger("tfdevices")
 
 KINDS = ("auto", "default", "one_device", "mirrored", "multi_worker")

@@ -28,16 +28,9 @@ from typing import Any
 
 from tfdevices.core._tf import import_tf
 from tfdevices.core.errors import StrategyError
-from tfdevices.mends.base import NOT_NEEDED
-from tfdevices.mends.exit_barrier import leave_together
 from tfdevices.mends.keras_fit import (
-    FIT_ADAPTER_KERAS,
-    INSTALL,
     KERAS3_FIT_HINT,
     KERAS_FIT_ISSUE,
-    NOT_COVERED,
-    FitAdapter,
-    decide_fit_adapter,
     install_fit_adapter,
     install_when_imported,
 )
@@ -221,21 +214,4 @@ def _per_example_loss(keras: Any, loss_obj: Any) -> Callable[[Any, Any], Any]:
     return lambda y, p: loss_obj(y, p)
 
 
-__all__ = [
-    "FIT_ADAPTER_KERAS",
-    "INSTALL",
-    "KERAS3_FIT_HINT",
-    "KERAS3_FIT_MESSAGE",
-    "KERAS_FIT_ISSUE",
-    "NOT_COVERED",
-    "NOT_NEEDED",
-    "FitAdapter",
-    "TrainResult",
-    "check_fit_supported",
-    "decide_fit_adapter",
-    "install_fit_adapter",
-    "install_when_imported",
-    "leave_together",
-    "legacy_keras",
-    "train",
-]
+__all__ = ["train", "TrainResult", "check_fit_supported", "install_fit_adapter", "install_when_imported"]

@@ -13,7 +13,7 @@ import textwrap
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from tests.helpers import REPO, run_py, subprocess_env
+from tests.helpers import REPO, run_cli, run_py, subprocess_env
 from tfdevices import mends
 from tfdevices.core.errors import EnvVarError, InputError
 from tfdevices.mends.base import MENDS_ENV, parse_mends_off, turned_off, use_environment
@@ -265,27 +265,19 @@ def test_fork_sockets_frees_a_released_gpu_only_when_on(tmp_path, off: bool) -> 
 @pytest.mark.slow
 def test_exit_barrier_off_leaves_the_crash_message_tensorflow_prints(tmp_path) -> None:
     """The counterpart of test_multiworker's skewed exit: without the barrier, rank 0 sees rank 1 as gone."""
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tfdevices",
-            "launch",
-            "-n",
-            "2",
-            "--tf-logs",
-            "--mends-off",
-            "exit_barrier",
-            "--",
-            sys.executable,
-            os.path.join(REPO, "tests", "scripts", "skewed_exit.py"),
-            str(tmp_path),
-            "15",
-        ],
-        env=subprocess_env(),
-        cwd=REPO,
-        capture_output=True,
-        text=True,
+    script = os.path.join(REPO, "tests", "scripts", "skewed_exit.py")
+    proc = run_cli(
+        "launch",
+        "-n",
+        "2",
+        "--tf-logs",
+        "--mends-off",
+        "exit_barrier",
+        "--",
+        sys.executable,
+        script,
+        str(tmp_path),
+        "15",
         timeout=300,
     )
     output = proc.stdout + proc.stderr

@@ -3,3 +3,5 @@
 Every other part of the package may import from here; nothing here imports from
 the rest of the package.
 """
+
+__all__ = []

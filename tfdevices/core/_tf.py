@@ -25,6 +25,8 @@ from types import ModuleType
 
 from tfdevices.core.errors import TensorFlowMissingError
 
+__all__ = ["import_tf"]
+
 #: C++ lines TensorFlow prints before its log level applies: INFO lines and absl's banner.
 _EARLY_NOISE = re.compile(r"^(I\d{4} .*|WARNING: All log messages before absl::InitializeLog\(\) is called.*)$")
 #: CUDA's complaint when it finds no driver: noise on a machine that has no NVIDIA driver at all.

@@ -29,6 +29,8 @@ import re
 
 from tfdevices.core.errors import MemorySizeError
 
+__all__ = ["parse_memory", "format_bytes", "is_digits", "parse_count", "SHOWN_CHARS", "parse_seconds", "shown"]
+
 _UNITS = {
     "b": 1,
     "kb": 1000,

@@ -12,3 +12,8 @@ Planning is pure (:mod:`~tfdevices.decide.candidates`: the candidates and their 
 the effects live in :mod:`~tfdevices.decide.runner` (processes), :mod:`~tfdevices.decide.child`
 (one candidate in one process) and :mod:`~tfdevices.decide.probe` (the copy cost between devices).
 """
+
+from tfdevices.decide.advise import Finding, advise, format_findings
+from tfdevices.decide.tune import CandidateResult, TuneResult, tune
+
+__all__ = ["tune", "TuneResult", "CandidateResult", "advise", "Finding", "format_findings"]

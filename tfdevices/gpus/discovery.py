@@ -33,6 +33,8 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing on the l
 if TYPE_CHECKING:
     from typing import Any
 
+__all__ = ["KNOWN_SOURCES", "discover", "from_file", "from_nvml", "from_tensorflow"]
+
 KNOWN_SOURCES = ("nvml", "tensorflow")
 
 

@@ -34,6 +34,18 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing on the l
 if TYPE_CHECKING:
     from typing import Any
 
+__all__ = [
+    "SOURCES",
+    "INVENTORY_ENV",
+    "MAX_FILE_BYTES",
+    "MAX_GPUS",
+    "MAX_TEXT",
+    "MAX_PROCESSES",
+    "GpuInfo",
+    "Inventory",
+    "read_bounded",
+]
+
 SOURCES = ("nvml", "tensorflow", "none")
 INVENTORY_ENV = "TFDEVICES_INVENTORY"
 MAX_FILE_BYTES = 4 << 20

@@ -69,6 +69,8 @@ from tfdevices.gpus.selection import Selection, first_overlap, select
 from tfdevices.gpus.spec import parse_spec
 from tfdevices.mends import fork_sockets
 
+__all__ = ["LOCK_DIR_ENV", "DEFAULT_LOCK_DIR", "default_lock_dir", "Holder", "Reservation", "reserve", "holders"]
+
 LOCK_DIR_ENV = "TFDEVICES_LOCK_DIR"
 DEFAULT_LOCK_DIR = "/tmp/tfdevices-locks"
 """The lock directory when neither ``lock_dir=`` nor ``$TFDEVICES_LOCK_DIR`` is given: one per machine,

@@ -25,6 +25,8 @@ from tfdevices.gpus.inventory import GpuInfo, Inventory
 from tfdevices.gpus.spec import DeviceSpec, parse_spec
 from tfdevices.gpus.wiring import MAX_CANDIDATES, best_linked_set
 
+__all__ = ["ORDERS", "HIDDEN", "Decision", "Selection", "select", "resolve_gpus", "first_overlap", "Check", "MIG_LINK"]
+
 ORDERS = ("links", "free_memory", "utilization", "index")
 """How ``auto:N`` ranks GPUs: ``links`` (best-wired set, then free memory; the default) or the
 wiring-blind orders of tfdevices 0.2."""

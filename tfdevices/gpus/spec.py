@@ -43,6 +43,8 @@ from tfdevices.core.devices import is_logical_name
 from tfdevices.core.errors import SpecError
 from tfdevices.core.units import is_digits, parse_count, shown
 
+__all__ = ["MAX_GPUS", "MAX_SPEC_CHARS", "DeviceSpec", "parse_spec"]
+
 _HINT = (
     "write 'all', 'none', 'auto:N' (the N best GPUs), or NVML indices as nvidia-smi shows them "
     "('0,2', '0-3', '0:1' for a MIG instance, 'GPU-<uuid prefix>')."

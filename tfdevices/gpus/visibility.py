@@ -33,6 +33,25 @@ from tfdevices.core.records import record, replace
 from tfdevices.core.units import is_digits, parse_count, shown
 from tfdevices.gpus.inventory import GpuInfo, Inventory
 
+__all__ = [
+    "VISIBLE_ENV",
+    "HIDE_ALL",
+    "ORDER_ENV",
+    "ORDERS",
+    "NOTE_PREFIX",
+    "MAX_TOKENS",
+    "MaskToken",
+    "MigIds",
+    "Visibility",
+    "parse_device_order",
+    "parse_visible_devices",
+    "cuda_enumeration",
+    "resolve",
+    "apply",
+    "mask",
+    "mask_env",
+]
+
 VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
 HIDE_ALL = "-1"  # the mask that hides every GPU
 ORDER_ENV = "CUDA_DEVICE_ORDER"

@@ -33,6 +33,8 @@ from typing import Any
 
 from tfdevices.core.errors import InputError
 
+__all__ = ["MAX_CANDIDATES", "LinkedSet", "key", "best_linked_set"]
+
 MAX_CANDIDATES = 16
 """The most candidates searched exactly (C(16, 8) = 12,870 sets at most)."""
 

@@ -46,12 +46,15 @@ from tfdevices.core.units import parse_count, shown
 from tfdevices.jobs.slurm import allocated_gpus, expand_nodelist, expand_tasks_per_node, join_indices, parse_gpu_list
 from tfdevices.jobs.tfconfig import TF_CONFIG, TfConfig, parse_tf_config
 
+__all__ = ["SOURCES", "MAX_RANK", "RANK_GPUS", "VIRTUAL_DEVICES_ENV", "LaunchInfo", "launch_info"]
+
 SOURCES = ("ray", "TF_CONFIG", "OMPI", "PMI", "ENV", "SLURM", "none")
 MAX_RANK = 2**31 - 1
 """The largest rank, world size or node id read from the environment."""
 RANK_GPUS = "TFDEVICES_RANK_GPUS"
-VIRTUAL_DEVICES_ENV = "TFDEVICES_VIRTUAL_DEVICES"  # logical devices per worker, set by tfdevices launch
 """Set by ``tfdevices launch`` for each worker: the NVML indices it assigned (``""``: none)."""
+VIRTUAL_DEVICES_ENV = "TFDEVICES_VIRTUAL_DEVICES"
+"""Set by ``tfdevices launch`` for each worker: the logical devices to split each of its devices into."""
 _NOT_A_STEP = ("batch", "extern", "interactive", "4294967294", "4294967295", "4294967293")
 
 

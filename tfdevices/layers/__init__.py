@@ -3,3 +3,18 @@ and placement (variables and compute on each layer's device).
 
 Imports only from :mod:`tfdevices.core`; TensorFlow and Keras lazily.
 """
+
+from tfdevices.layers.model import LayerCosts, measure_layer_times, read_model
+from tfdevices.layers.place import place_layers, planned_devices
+from tfdevices.layers.plan import LayerPlan, Stage, plan_layers
+
+__all__ = [
+    "plan_layers",
+    "LayerPlan",
+    "Stage",
+    "place_layers",
+    "planned_devices",
+    "read_model",
+    "LayerCosts",
+    "measure_layer_times",
+]

@@ -47,7 +47,7 @@ from tfdevices.mends import (
     stack_dumps,
     step_progress,
 )
-from tfdevices.mends.base import MENDS_ENV, Mend, MendStatus, names, parse_mends_off, turn_off, turned_off
+from tfdevices.mends.base import MENDS_ENV, Mend, MendStatus, names, turn_off, turned_off
 
 #: Every mend, in the order listed.
 MENDS = (
@@ -74,15 +74,4 @@ def table() -> str:
     return "\n".join(status.line() for status in applied())
 
 
-__all__ = [
-    "MENDS",
-    "MENDS_ENV",
-    "Mend",
-    "MendStatus",
-    "applied",
-    "names",
-    "parse_mends_off",
-    "table",
-    "turn_off",
-    "turned_off",
-]
+__all__ = ["applied", "table", "turn_off", "turned_off", "names", "MendStatus", "Mend", "MENDS", "MENDS_ENV"]

@@ -39,8 +39,9 @@ from tfdevices.core._tf import import_tf
 from tfdevices.core.errors import InputError
 from tfdevices.core.paths import check_directory
 from tfdevices.tensorboard.metadata import summary_metadata
-from tfdevices.verify import PlacementReport, _gc_paused, read_profile
+from tfdevices.verify import PlacementReport, read_profile
 from tfdevices.verify.profiles import find_profiles
+from tfdevices.verify.records import _gc_paused
 
 __all__ = ["format_placement", "load_placement", "merged_graph_def", "read_placement", "write_placement"]
 

@@ -106,6 +106,7 @@ and :mod:`~tfdevices.verify.timing` (the report), :mod:`~tfdevices.verify.profil
 
 from __future__ import annotations
 
+from tfdevices.core.devices import short_name
 from tfdevices.verify.building import build_report
 from tfdevices.verify.host import read_trace
 from tfdevices.verify.profiles import read_profile
@@ -122,7 +123,6 @@ from tfdevices.verify.records import (
     Transfer,
     TransferGroup,
     VariableRead,
-    _gc_paused,
     group_transfers,
     union_length,
 )
@@ -151,6 +151,6 @@ __all__ = [
     "group_transfers",
     "read_profile",
     "read_trace",
+    "short_name",
     "union_length",
-    "_gc_paused",
 ]

@@ -34,6 +34,7 @@ from tfdevices.verify.records import (
 )
 from tfdevices.verify.report import PlacementReport
 from tfdevices.verify.timing import apply_gpu_time, gpu_op_names
+from tfdevices.verify.watching import _plain_name
 
 __all__ = ["build_report"]
 
@@ -110,6 +111,7 @@ def _build_report(trace: _Trace, recorder: _Recorder | None) -> PlacementReport:
                 by_context,
                 origin,
                 unplaced,
+                recorder.placed,
             )
         elif (execution is not None and execution.is_function) or (call is not None and call.is_function):
             _add_cluster(built, index, call, execution, recorder, origin)
@@ -203,8 +205,13 @@ def _add_function(
     by_context: dict[int, list[_Kernel]],
     origin: int,
     unplaced: list[_Kernel],
+    placed: dict[str, str],
 ) -> None:
-    """Adds one function call's kernels; ``unplaced`` are those whose executor step the trace does not name."""
+    """Adds one function call's kernels; ``unplaced`` are those whose executor step the trace does not name.
+
+    Those take the device TensorFlow assigned them when it instantiated the function (``placed``, by op
+    name, from the run metadata of capture's warm-up) where known, else :data:`UNKNOWN_DEVICE`.
+    """
     devices = _context_devices(contexts, by_context)
     recvs = {
         k.name: (c, k) for c in contexts for k in by_context.get(c, ()) if k.kernel in TRANSFER_OPS and k.stats is None
@@ -223,6 +230,14 @@ def _add_function(
         if kernel.stats is not None:
             _add_kernels(built, index, graph, [kernel], _location(_send_devices(kernel)[0]), recvs, origin)
     unknown = [k for k in mine if k.kernel not in TRANSFER_OPS]
+    if unknown and placed:  # where TensorFlow placed them when it instantiated the function (run metadata)
+        by_device: dict[str, list[_Kernel]] = {}
+        for kernel in unknown:
+            by_device.setdefault(placed.get(_plain_name(kernel.name), ""), []).append(kernel)
+        for device, kernels in by_device.items():
+            if device:
+                _add_kernels(built, index, graph, kernels, _location(device), recvs, origin)
+        unknown = by_device.get("", [])
     if unknown:
         _add_kernels(built, index, graph, unknown, UNKNOWN_DEVICE, recvs, origin)
         names = sorted({k.name for k in unknown})

@@ -15,10 +15,12 @@ from tfdevices.core._tf import import_tf
 from tfdevices.core.errors import InputError, TfDevicesError
 from tfdevices.core.units import shown
 from tfdevices.mends.at_exit import call_at_exit
+from tfdevices.runtime import hold_run_metadata, release_run_metadata, run_metadata_held
 from tfdevices.verify.building import build_report
 from tfdevices.verify.host import _Trace, read_trace
 from tfdevices.verify.recording import _Recorder, _recording
 from tfdevices.verify.report import PlacementReport
+from tfdevices.verify.watching import placed_devices
 
 __all__ = ["Capture", "capture", "capturing"]
 
@@ -140,6 +142,13 @@ def capturing() -> Iterator[Capture]:
     >>> cap.report.ops_on("CPU:0")[0].type
     'Mul'
     """
+    with _capturing({}) as cap:
+        yield cap
+
+
+@contextlib.contextmanager
+def _capturing(placed: dict[str, str]) -> Iterator[Capture]:
+    """:func:`capturing`; ``placed``: devices TensorFlow assigned ops by name, for kernels the trace places nowhere."""
     global _active
     tf = import_tf()
     with _lock:
@@ -150,7 +159,7 @@ def capturing() -> Iterator[Capture]:
             )
         _active = True
     cap = Capture()
-    recorder = _Recorder()
+    recorder = _Recorder(placed=placed)
     spaces: list[bytes] = []
     try:
         with _profiling(tf, spaces), _recording(recorder):
@@ -253,8 +262,34 @@ def capture(fn: Callable[..., Any], *args: Any, warmup: int | None = None, **kwa
             hint="warmup=1 runs the function once before the captured call; warmup=0 captures it cold.",
         )
     runs = (1 if _first_run(fn, args, kwargs) else 0) if warmup is None else warmup
-    for _ in range(runs):
-        fn(*args, **kwargs)
-    with capturing() as cap:
+    placed: dict[str, str] = {}
+    with _placements(placed, runs > 0):
+        for _ in range(runs):
+            fn(*args, **kwargs)
+    with _capturing(placed) as cap:
         fn(*args, **kwargs)
     return cap.report
+
+
+@contextlib.contextmanager
+def _placements(placed: dict[str, str], wanted: bool) -> Iterator[None]:
+    """Fills ``placed`` with the devices TensorFlow assigns the ops of functions instantiated in the block.
+
+    From the run metadata of their partition graphs: the device of a kernel that the profiler's
+    trace later ties to no executor step (TensorFlow 2.16 leaves some so in a process's first
+    capture). Only when no other tfdevices reader holds run metadata (a :class:`PlacementWatch`
+    reads what it records, and reading it consumes it).
+    """
+    if not wanted or run_metadata_held():
+        yield
+        return
+    from tensorflow.python.eager import context  # noqa: PLC0415 (lazy TensorFlow)
+
+    hold_run_metadata()
+    try:
+        context.export_run_metadata()  # what was recorded before is not this block's
+        yield
+        metadata = context.export_run_metadata()
+    finally:
+        release_run_metadata()
+    placed.update(placed_devices(metadata.function_graphs if metadata is not None else ()))

@@ -27,6 +27,9 @@ class _Recorder:
     calls: list[_Call] = field(default_factory=list)
     graphs: dict[str, Any] = field(default_factory=dict)
     traced: list[str] = field(default_factory=list)  # functions traced while recording: a first execution
+    # op name -> the device TensorFlow assigned it when its function was instantiated (run metadata of
+    # capture's warm-up): the device of a kernel the profiler's trace ties to no executor step
+    placed: dict[str, str] = field(default_factory=dict)
 
     def on_op(
         self, op_type: Any, inputs: Any, attrs: Any, outputs: Any, op_name: Any = None, graph: Any = None

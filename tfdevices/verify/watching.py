@@ -41,7 +41,7 @@ from tfdevices.verify.drift import PlacementChange, drift, inputs_of
 from tfdevices.verify.records import PLUMBING, TRANSFER_OPS, OpPlacement, Transfer, _location
 from tfdevices.verify.report import PlacementReport
 
-__all__ = ["Instantiation", "PlacementWatch", "report_of_function_graph", "RUN_METADATA_NOTE"]
+__all__ = ["Instantiation", "PlacementWatch", "placed_devices", "report_of_function_graph", "RUN_METADATA_NOTE"]
 
 _CALL_PREFIXES = ("StatefulPartitionedCall/", "PartitionedCall/")  # a called function's ops, inlined
 _SENDS = frozenset({"_Send", "_HostSend"})
@@ -122,6 +122,19 @@ def report_of_function_graph(function_graph: Any, *, dtype_name: Callable[[int],
         )
     ops.sort(key=lambda op: (op.device, op.name))
     return PlacementReport(tuple(ops), tuple(copies), notes=(RUN_METADATA_NOTE,))
+
+
+def placed_devices(function_graphs: Iterable[Any]) -> dict[str, str]:
+    """Each op of these ``RunMetadata.FunctionGraphs`` (by the name the program wrote) and the device
+    TensorFlow assigned it, from their partition graphs.
+    """
+    return {
+        _plain_name(node.name): node.device
+        for function_graph in function_graphs
+        for partition in function_graph.partition_graphs
+        for node in partition.node
+        if node.device and node.op not in PLUMBING
+    }
 
 
 def _is_function(function_graph: Any) -> bool:

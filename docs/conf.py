@@ -1,9 +1,10 @@
-"""Sphinx settings of the API pages (``make docs``; sources laid out by ``prepare.py``)."""
+"""Sphinx settings of the documentation site (``make docs``; sources laid out by ``prepare.py``)."""
 
 from __future__ import annotations
 
 import importlib
 import re
+import sys
 from typing import Any
 
 from docutils import nodes
@@ -15,8 +16,12 @@ release = version = tfdevices.__version__
 extensions = ["sphinx.ext.autodoc", "sphinx.ext.napoleon", "myst_nb"]
 exclude_patterns = ["**.ipynb_checkpoints"]
 source_suffix = {".rst": "restructuredtext", ".ipynb": "myst-nb"}
-html_theme = "alabaster"
+html_theme = "furo"
 html_title = f"tfdevices {release}"
+html_static_path = ["_static"]
+html_css_files = ["tfdevices.css"]
+# a literal block (``::``) is text: a layout or a diagram, not Python; code says its language (code-block:: python)
+highlight_language = "none"
 
 # Google-style docstrings (Args/Returns/Raises), the house style
 napoleon_google_docstring = True
@@ -32,8 +37,10 @@ nb_execution_raise_on_error = True
 nb_execution_show_tb = True
 nb_merge_streams = True
 
-# Every cross-reference to tfdevices must resolve: a broken one fails the build. Other libraries' types are
-# not linked (no network while building), nor private helpers' (not documented).
+# Every cross-reference to tfdevices must name something that exists: a broken one fails the build. A public
+# name links to its stage's page, by whatever path the code wrote it (_tfdevices_names); an internal one is
+# shown as text (the reference documents the public names only). Other libraries' types are not linked (no
+# network while building), nor private helpers' (not documented).
 nitpicky = True
 nitpick_ignore_regex = [
     (
@@ -85,20 +92,65 @@ def _attribute_words(app: Any, what: str, name: str, obj: Any, options: Any, lin
             return
 
 
+def _public_names() -> dict[int, str]:
+    """id(object) -> the public name it is documented under (``tfdevices.gpus.Inventory``)."""
+    out: dict[int, str] = {}
+    for module in tfdevices.PUBLIC_MODULES:
+        mod = importlib.import_module(module)
+        out[id(mod)] = module
+        for name in mod.__all__:
+            out.setdefault(id(getattr(mod, name)), f"{module}.{name}")
+    return out
+
+
+PUBLIC = _public_names()
+
+
+def _find(target: str) -> Any:
+    """The module, or object of a module, that a dotted name names; None when none."""
+    try:
+        return importlib.import_module(target)
+    except ImportError:
+        pass
+    module, _, attr = target.rpartition(".")
+    while module:
+        try:
+            obj: Any = importlib.import_module(module)
+            break
+        except ImportError:
+            module, _, head = module.rpartition(".")
+            attr = f"{head}.{attr}"
+    else:
+        return None
+    for part in attr.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    return obj
+
+
 def _tfdevices_names(app: Any, env: Any, node: Any, contnode: Any) -> Any:
-    """``tfdevices.build_strategy``, ``PlacementReport``: a name as users write it, resolved to where it is defined."""
+    """A name as the code writes it (``tfdevices.gpus.inventory.Inventory``, ``PlacementReport``), resolved to its
+    public name's page; a name of an internal module (not documented) is left as text; a name that names
+    nothing stays unresolved, and fails the build.
+    """
     if node.get("refdomain") != "py":
         return None
     target = node["reftarget"]
     domain = env.get_domain("py")
     candidates = []
     if target.startswith("tfdevices."):
-        module, _, attr = target.rpartition(".")
-        try:
-            obj = getattr(importlib.import_module(module), attr)
-            candidates.append(f"{obj.__module__}.{obj.__qualname__}")
-        except (ImportError, AttributeError):
-            pass
+        obj = _find(target)
+        if obj is None:
+            return None
+        if id(obj) not in PUBLIC:
+            owner, _, member = target.rpartition(".")
+            if id(_find(owner)) in PUBLIC:  # a method or attribute of a public class
+                candidates.append(f"{PUBLIC[id(_find(owner))]}.{member}")
+            else:
+                return contnode  # internal: not documented, shown as text
+        else:
+            candidates.append(PUBLIC[id(obj)])
     short = target.rpartition(".")[2]
     candidates += sorted(name for name in domain.objects if name.endswith(("." + target, "." + short)))
     for full in dict.fromkeys(candidates):
@@ -113,10 +165,23 @@ def _tfdevices_names(app: Any, env: Any, node: Any, contnode: Any) -> Any:
             )
             ref.append(contnode)
             return ref
-    return None
+    if target.startswith("tfdevices."):
+        return contnode
+    # a short name in a docstring (``:func:`peak_for```): an internal name of the package is shown as text
+    head = target.split(".")[0]
+    modules = [m for name, m in sorted(sys.modules.items()) if name.startswith("tfdevices.") and m is not None]
+    return contnode if any(hasattr(m, head) for m in modules) else None
+
+
+def _public_bases(app: Any, name: str, obj: Any, options: Any, bases: list[Any]) -> None:
+    """``Bases: InputError`` by its public name (``tfdevices.errors.InputError``), not where it is defined."""
+    for i, base in enumerate(bases):
+        if id(base) in PUBLIC:
+            bases[i] = f":py:class:`{PUBLIC[id(base)]}`"
 
 
 def setup(app: Any) -> None:
     app.connect("autodoc-process-docstring", _returns_as_text, priority=100)  # before napoleon (500)
     app.connect("autodoc-process-docstring", _attribute_words, priority=600)  # after napoleon (500)
     app.connect("missing-reference", _tfdevices_names)
+    app.connect("autodoc-process-bases", _public_bases)
