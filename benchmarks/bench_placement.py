@@ -68,6 +68,11 @@ def _train(keras, tf, layers: int):
     return train_step
 
 
+def _read(report) -> tuple:
+    """What a user reads of a report: its ops, devices and transfers (the report is built when capture returns)."""
+    return len(report.ops), report.devices, report.transfers
+
+
 def _timed(fn) -> float:
     start = time.perf_counter()
     fn()
@@ -120,7 +125,7 @@ def cases(keras, tf, sizes: list[int], kinds: list[str]) -> dict[tuple[str, int]
                 "plain": lambda call=call: _timed(call),
                 "profiler": profiler,
                 "profiler_mem": lambda profiler=profiler: profiler(where=MEMORY),
-                "capture": lambda call=call: _timed(lambda: verify.capture(call, warmup=0).devices),
+                "capture": lambda call=call: _timed(lambda: _read(verify.capture(call, warmup=0))),
                 "phases": phases,
             }
     return out
