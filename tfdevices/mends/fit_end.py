@@ -27,7 +27,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from tfdevices.mends.base import SKIPPED, Mend, register
+from tfdevices.mends.base import Mend, register
 
 logger = logging.getLogger("tfdevices")
 
@@ -52,14 +52,10 @@ class FitEnd(Mend):
         self._hooks: dict[int, list[Callable[[], Any]]] = {}  # id(model) -> its clean-ups
         self._hooks_lock = threading.Lock()
 
-    def _check(self) -> tuple[str, str] | None:
-        if not any(package in sys.modules for package, _, _ in _FITS):
-            return SKIPPED, "neither Keras 3 nor tf_keras is imported"
-        return None
-
     def _apply(self) -> str:
-        self.extend()
-        return f"fit lets its callbacks' holds go when it raises ({', '.join(sorted(self._patched))})"
+        self.extend()  # and again at each arm(): a Keras imported later is wrapped then
+        wrapped = ", ".join(sorted(self._patched)) or "none imported yet"
+        return f"fit lets its callbacks' holds go when it raises ({wrapped})"
 
     def extend(self) -> None:
         """Wraps the ``fit`` of each Keras imported since (Keras 3 and tf_keras may both be loaded)."""
