@@ -12,6 +12,7 @@ from docutils import nodes
 import tfdevices
 
 project = "tfdevices"
+copyright = "the tfdevices authors, Apache-2.0"
 release = version = tfdevices.__version__
 extensions = ["sphinx.ext.autodoc", "sphinx.ext.napoleon", "myst_nb"]
 exclude_patterns = ["**.ipynb_checkpoints"]
