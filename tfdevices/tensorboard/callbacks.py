@@ -121,6 +121,8 @@ class PlacementLogger:
         costs: seconds each capture added to its step on the training thread (the step run under the
             profiler, its start and stop); building the report and writing it run on a background
             worker (``worker_costs``: its seconds per capture), flushed at the end of ``fit`` and at exit.
+            When ``fit`` raises (the model, another callback), Keras calls no ``on_train_end``: the
+            mend ``fit_end`` stops the watch, puts the model's train function back and ends the worker.
         errors: the errors of the worker's jobs (each also warned about on the training thread).
         placed: ``(step, Instantiation)`` of every instantiation the watch saw, at the step that ran it.
         memory_devices: the allocators whose memory was logged (``"GPU:0"``, ``"CPU"`` for the
