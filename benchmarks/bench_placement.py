@@ -84,7 +84,8 @@ def cases(keras, tf, sizes: list[int], kinds: list[str]) -> dict[tuple[str, int]
     from tfdevices import verify
     from tfdevices.tensorboard import write_placement
     from tfdevices.verify import profiling, recording
-    from tfdevices.verify.host import parse_space
+    from tfdevices.verify.building import build_report
+    from tfdevices.verify.host import parse_space, read_trace
 
     out = {}
     for kind in kinds:
@@ -113,9 +114,9 @@ def cases(keras, tf, sizes: list[int], kinds: list[str]) -> dict[tuple[str, int]
                 took["parse"] = _timed(lambda: spaces.append(parse_space(spaces[0])))
                 space = spaces[1]
                 trace = []
-                took["walk"] = _timed(lambda: trace.append(verify.read_trace(space)))
+                took["walk"] = _timed(lambda: trace.append(read_trace(space)))
                 report = []
-                took["build"] = _timed(lambda: report.append(verify.build_report(trace[0], recorder)))
+                took["build"] = _timed(lambda: report.append(build_report(trace[0], recorder)))
                 with tempfile.TemporaryDirectory() as logdir:
                     took["write"] = _timed(lambda: write_placement(report[0], logdir))
                 took["ops"], took["kernels"] = len(report[0].ops), sum(report[0].kernel_counts.values())

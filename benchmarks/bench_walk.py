@@ -37,10 +37,10 @@ def main(argv: list[str] | None = None) -> int:
     import keras
 
     import tfdevices
-    from tfdevices import verify
     from tfdevices.core._tf import import_tf
     from tfdevices.verify import profiling, recording
-    from tfdevices.verify.host import parse_space
+    from tfdevices.verify.building import build_report
+    from tfdevices.verify.host import parse_space, read_trace
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import bench_placement  # the same steps; tfdevices was imported from PYTHONPATH first
@@ -53,8 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     with profiling._profiling(tf, spaces), recording._recording(recorder):
         step().numpy()
     space = parse_space(spaces[0])
-    walk, trace = _best(lambda: verify.read_trace(space), args.repeat)
-    build, report = _best(lambda: verify.build_report(trace, recorder), args.repeat)
+    walk, trace = _best(lambda: read_trace(space), args.repeat)
+    build, report = _best(lambda: build_report(trace, recorder), args.repeat)
     print(
         f"{os.path.dirname(os.path.dirname(tfdevices.__file__))}: {args.step} {args.layers} layers: "
         f"walk {1e3 * walk:.2f} ms, build {1e3 * build:.2f} ms ({trace.host_events} host events, "  # type: ignore[attr-defined]

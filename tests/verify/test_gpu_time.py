@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 
 from tests.xspaces import Space, derived_op, gpu_copy, gpu_kernel, host_call
-from tfdevices.verify import build_report, read_trace
+from tfdevices.verify.building import build_report
+from tfdevices.verify.host import read_trace
 
 MATMUL, RELU = "model/dense/MatMul", "model/dense/Relu"
 

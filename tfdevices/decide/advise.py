@@ -25,7 +25,8 @@ from typing import Any
 from tfdevices.core.errors import InputError
 from tfdevices.core.units import format_bytes
 from tfdevices.tensorboard.views import busy_us, critical_path, weight_reads
-from tfdevices.verify import PlacementReport, union_length
+from tfdevices.verify import PlacementReport
+from tfdevices.verify.records import union_length
 
 __all__ = ["Finding", "KINDS", "advise", "format_findings", "time_shares"]
 

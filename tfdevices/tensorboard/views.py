@@ -21,7 +21,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfdevices.verify import union_length
+from tfdevices.verify.records import union_length
 
 __all__ = [
     "busy_us",

@@ -107,14 +107,10 @@ and :mod:`~tfdevices.verify.timing` (the report), :mod:`~tfdevices.verify.profil
 from __future__ import annotations
 
 from tfdevices.core.devices import short_name
-from tfdevices.verify.building import build_report
-from tfdevices.verify.host import read_trace
 from tfdevices.verify.profiles import read_profile
 from tfdevices.verify.profiling import Capture, capture, capturing
 from tfdevices.verify.records import (
     JSON_VERSION,
-    PLUMBING,
-    TRANSFER_OPS,
     UNKNOWN_DEVICE,
     XLA_CLUSTER,
     Collective,
@@ -124,7 +120,6 @@ from tfdevices.verify.records import (
     TransferGroup,
     VariableRead,
     group_transfers,
-    union_length,
 )
 from tfdevices.verify.report import PlacementReport
 from tfdevices.verify.watching import Instantiation, PlacementWatch
@@ -135,22 +130,17 @@ __all__ = [
     "Instantiation",
     "JSON_VERSION",
     "OpPlacement",
-    "PLUMBING",
     "PlacementDiff",
     "PlacementReport",
     "PlacementWatch",
-    "TRANSFER_OPS",
     "Transfer",
     "TransferGroup",
     "UNKNOWN_DEVICE",
     "VariableRead",
     "XLA_CLUSTER",
-    "build_report",
     "capture",
     "capturing",
     "group_transfers",
     "read_profile",
-    "read_trace",
     "short_name",
-    "union_length",
 ]
