@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import signal
@@ -14,9 +15,11 @@ import pytest
 
 from tests.helpers import REPO, run_cli, subprocess_env
 from tfdevices import InputError
-from tfdevices.decide import tune as tune_module
 from tfdevices.decide.candidates import Link
 from tfdevices.decide.tune import CandidateResult, TuneResult, _faster, tune
+
+# the module: tfdevices.decide.tune, as an attribute, is the function tune (the public name)
+tune_module = importlib.import_module("tfdevices.decide.tune")
 
 ONE = ["one_device:CPU:0"]
 
