@@ -8,12 +8,10 @@ Nothing in this wing imports TensorFlow, and it imports only from :mod:`tfdevice
 # reservation and what they import.
 from __future__ import annotations
 
-import importlib
+from tfdevices.core.lazy import lazy_names
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
 if TYPE_CHECKING:
-    from typing import Any
-
     from tfdevices.core.units import format_bytes, parse_memory
     from tfdevices.gpus.discovery import discover
     from tfdevices.gpus.inventory import GpuInfo, Inventory
@@ -60,14 +58,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tfdevices.gpus' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_names(__name__, _EXPORTS)

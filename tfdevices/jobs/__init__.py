@@ -7,12 +7,10 @@ Imports only from :mod:`tfdevices.core` and :mod:`tfdevices.gpus`.
 # Each name is loaded from its module on first use: a worker that reads its rank (env) imports no more.
 from __future__ import annotations
 
-import importlib
+from tfdevices.core.lazy import lazy_names
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
 if TYPE_CHECKING:
-    from typing import Any
-
     from tfdevices.jobs.env import RANK_GPUS, LaunchInfo, launch_info
     from tfdevices.jobs.ranks import GpuAssignment, gpu_for_rank
     from tfdevices.jobs.reporting import stall_timeout
@@ -32,14 +30,4 @@ _EXPORTS = {
 __all__ = ["launch_info", "LaunchInfo", "gpu_for_rank", "GpuAssignment", "RANK_GPUS", "step_cluster", "stall_timeout"]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tfdevices.jobs' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_names(__name__, _EXPORTS)

@@ -1,0 +1,46 @@
+"""Names of a package loaded from their modules on first use (PEP 562 ``__getattr__``).
+
+A package whose names each live in a submodule gives them without importing every
+submodule when it is imported: ``tfdevices list`` (discovery) stays clear of selection
+and reservation, a worker reading its rank imports no more.
+
+>>> import sys, types
+>>> pkg = types.ModuleType("pkg")
+>>> sys.modules["pkg"] = pkg
+>>> pkg.__getattr__, pkg.__dir__ = lazy_names("pkg", {"sqrt": "math"})
+>>> pkg.sqrt(9.0), "sqrt" in dir(pkg)
+(3.0, True)
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+__all__ = ["lazy_names"]
+
+
+def lazy_names(package: str, exports: dict[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """The ``__getattr__`` and ``__dir__`` of ``package``, whose name ``N`` is ``exports[N]``'s ``N``.
+
+    A name is imported from its module when first read, then kept in the package.
+    """
+    namespace = vars(sys.modules[package])
+
+    def getattr_(name: str) -> Any:
+        module = exports.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        namespace[name] = value
+        return value
+
+    def dir_() -> list[str]:
+        return sorted(set(namespace) | set(exports))
+
+    return getattr_, dir_
