@@ -4,18 +4,15 @@ A package whose names each live in a submodule gives them without importing ever
 submodule when it is imported: ``tfdevices list`` (discovery) stays clear of selection
 and reservation, a worker reading its rank imports no more.
 
->>> import sys, types
->>> pkg = types.ModuleType("pkg")
->>> sys.modules["pkg"] = pkg
->>> pkg.__getattr__, pkg.__dir__ = lazy_names("pkg", {"sqrt": "math"})
->>> pkg.sqrt(9.0), "sqrt" in dir(pkg)
-(3.0, True)
+>>> namespace = {"__name__": "pkg"}  # a package's globals()
+>>> getattr_, dir_ = lazy_names(namespace, {"sqrt": "math"})
+>>> getattr_("sqrt")(9.0), "sqrt" in dir_(), "sqrt" in namespace
+(3.0, True, True)
 """
 
 from __future__ import annotations
 
 import importlib
-import sys
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
 if TYPE_CHECKING:
@@ -25,12 +22,13 @@ if TYPE_CHECKING:
 __all__ = ["lazy_names"]
 
 
-def lazy_names(package: str, exports: dict[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """The ``__getattr__`` and ``__dir__`` of ``package``, whose name ``N`` is ``exports[N]``'s ``N``.
-
-    A name is imported from its module when first read, then kept in the package.
+def lazy_names(
+    namespace: dict[str, Any], exports: dict[str, str]
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """The ``__getattr__`` and ``__dir__`` of the package whose ``globals()`` is ``namespace``: its name ``N``
+    is ``exports[N]``'s ``N``, imported from that module when first read, then kept in ``namespace``.
     """
-    namespace = vars(sys.modules[package])
+    package = namespace["__name__"]
 
     def getattr_(name: str) -> Any:
         module = exports.get(name)

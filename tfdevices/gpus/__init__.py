@@ -58,4 +58,4 @@ __all__ = [
 ]
 
 
-__getattr__, __dir__ = lazy_names(__name__, _EXPORTS)
+__getattr__, __dir__ = lazy_names(globals(), _EXPORTS)

@@ -30,4 +30,4 @@ _EXPORTS = {
 __all__ = ["launch_info", "LaunchInfo", "gpu_for_rank", "GpuAssignment", "RANK_GPUS", "step_cluster", "stall_timeout"]
 
 
-__getattr__, __dir__ = lazy_names(__name__, _EXPORTS)
+__getattr__, __dir__ = lazy_names(globals(), _EXPORTS)
