@@ -29,12 +29,12 @@ from tfdevices.verify.records import (
     _gc_paused,
     _location,
     _make_op,
+    _plain_name,
     _us,
     union_length,
 )
 from tfdevices.verify.report import PlacementReport
 from tfdevices.verify.timing import apply_gpu_time, gpu_op_names
-from tfdevices.verify.watching import _plain_name
 
 __all__ = ["build_report"]
 

@@ -330,6 +330,16 @@ class PlacementDiff:
         return "\n".join(lines)
 
 
+_CALL_PREFIXES = ("StatefulPartitionedCall/", "PartitionedCall/")  # a called function's ops, inlined
+
+
+def _plain_name(name: str) -> str:
+    """The op as the program wrote it: inlined calls' prefixes dropped."""
+    while name.startswith(_CALL_PREFIXES):
+        name = name.split("/", 1)[1]
+    return name
+
+
 @functools.lru_cache(maxsize=1024)
 def _location(device: str) -> str:
     """Report name of a TF device string: ``"CPU:1"`` or ``"worker:1/CPU:1"``; ``"?"`` when unplaced."""

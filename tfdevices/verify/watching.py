@@ -38,12 +38,11 @@ from typing import Any
 from tfdevices.core._tf import import_tf
 from tfdevices.runtime import hold_run_metadata, release_run_metadata
 from tfdevices.verify.drift import PlacementChange, drift, inputs_of
-from tfdevices.verify.records import PLUMBING, TRANSFER_OPS, OpPlacement, Transfer, _location
+from tfdevices.verify.records import PLUMBING, TRANSFER_OPS, OpPlacement, Transfer, _location, _plain_name
 from tfdevices.verify.report import PlacementReport
 
 __all__ = ["Instantiation", "PlacementWatch", "placed_devices", "report_of_function_graph", "RUN_METADATA_NOTE"]
 
-_CALL_PREFIXES = ("StatefulPartitionedCall/", "PartitionedCall/")  # a called function's ops, inlined
 _SENDS = frozenset({"_Send", "_HostSend"})
 _RECVS = frozenset({"_Recv", "_HostRecv"})
 #: What a report read from placed graphs says of itself.
@@ -72,13 +71,6 @@ class Instantiation:
     inputs: tuple[str, ...]
     report: PlacementReport
     change: PlacementChange | None = None
-
-
-def _plain_name(name: str) -> str:
-    """The op as the program wrote it: inlined calls' prefixes dropped."""
-    while name.startswith(_CALL_PREFIXES):
-        name = name.split("/", 1)[1]
-    return name
 
 
 def report_of_function_graph(function_graph: Any, *, dtype_name: Callable[[int], str] = str) -> PlacementReport:
