@@ -441,7 +441,7 @@ def test_kernels_the_trace_ties_to_no_executor_step_take_the_device_tensorflow_a
     # instantiates the function, reads where TensorFlow placed each op (run metadata).
     from tfdevices.verify import profiling
     from tfdevices.verify.building import build_report
-    from tfdevices.verify.host import read_trace
+    from tfdevices.verify.host import CONTEXT, KEY, read_trace
 
     tf = tf4
     with tf.device("/CPU:0"):
@@ -467,9 +467,9 @@ def test_kernels_the_trace_ties_to_no_executor_step_take_the_device_tensorflow_a
         step(x)
     spaces, recorder = cap._source
     trace = read_trace(spaces[0])
-    (on_cpu1,) = {k.context for k in trace.kernels if k.name == "MatMul_1"}
-    trace.unplaced += [k for k in trace.kernels if k.context == on_cpu1]
-    trace.kernels = [k for k in trace.kernels if k.context != on_cpu1]
+    (on_cpu1,) = {k[CONTEXT] for k in trace.kernels if k[KEY][0] == "MatMul_1"}
+    trace.unplaced += [k for k in trace.kernels if k[CONTEXT] == on_cpu1]
+    trace.kernels = [k for k in trace.kernels if k[CONTEXT] != on_cpu1]
 
     def matmuls(report):
         return sorted((op.name, op.device) for op in report.ops if op.type == "MatMul")

@@ -8,13 +8,14 @@ and on GPUs each op is then timed by the GPU's own clock (:mod:`tfdevices.verify
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass, field
+from itertools import groupby
+from operator import itemgetter
 from typing import Any
 
 from tfdevices.verify.graph import _Graph, _model_ops
-from tfdevices.verify.host import _Execution, _Kernel, _Trace
+from tfdevices.verify.host import CONTEXT, KEY, START, STATS, _Execution, _Kernel, _Trace
 from tfdevices.verify.recording import _Call, _Recorder
 from tfdevices.verify.records import (
     _COLLECTIVE,
@@ -86,13 +87,14 @@ def _build_report(trace: _Trace, recorder: _Recorder | None) -> PlacementReport:
     profile = recorder is None
     recorder = recorder or _Recorder()
     by_context: dict[int, list[_Kernel]] = {}
-    for kernel in trace.kernels:
-        by_context.setdefault(kernel.context, []).append(kernel)
+    for context, run in groupby(trace.kernels, _context_of):  # a step's kernels come in runs
+        by_context.setdefault(context, []).extend(run)
     paired = _pair_calls(trace, recorder, eager=profile)
     gpu_starts = [min(k.start_ps for k in gpu.kernels) for gpu in trace.gpus.values() if gpu.kernels]
-    origin = min(
-        [k.start_ps for k in trace.kernels] + [e.start_ps for _, e in paired if e is not None] + gpu_starts or [0]
-    )
+    starts = [e.start_ps for _, e in paired if e is not None] + gpu_starts
+    if trace.kernels:
+        starts.append(min(map(_start_of, trace.kernels)))
+    origin = min(starts or [0])
     built = _Built(on_gpu=gpu_op_names(trace.gpus))
     for index, (call, execution) in enumerate(paired):
         if execution is not None and execution.is_function and execution.contexts and not execution.xla:
@@ -100,7 +102,7 @@ def _build_report(trace: _Trace, recorder: _Recorder | None) -> PlacementReport:
             unplaced = [
                 k
                 for k in trace.unplaced
-                if execution.start_ps <= k.start_ps <= execution.start_ps + execution.duration_ps
+                if execution.start_ps <= k[START] <= execution.start_ps + execution.duration_ps
             ]
             _add_function(
                 built,
@@ -149,22 +151,37 @@ def _root(context: int, parents: dict[int, int]) -> int:
     return context
 
 
-def _context_devices(contexts: list[int], by_context: dict[int, list[_Kernel]]) -> dict[int, str]:
+_context_of, _start_of = itemgetter(CONTEXT), itemgetter(START)
+
+
+def _name(kernel: _Kernel) -> str:
+    return kernel[KEY][0]
+
+
+def _transfer_kernels(contexts: list[int], by_context: dict[int, list[_Kernel]]) -> list[tuple[int, _Kernel]]:
+    """``(context, kernel)`` of each ``_Send``/``_Recv`` the contexts ran (a few among thousands of kernels)."""
+    return [(c, k) for c in contexts for k in by_context.get(c, ()) if k[KEY][1] in TRANSFER_OPS]
+
+
+def _context_devices(
+    contexts: list[int], by_context: dict[int, list[_Kernel]], transfers: list[tuple[int, _Kernel]]
+) -> dict[int, str]:
     """The device of each executor context, from the transfers it sent or received."""
     devices: dict[int, str] = {}
-    owner = {k.name: c for c in contexts for k in by_context.get(c, ()) if k.kernel not in TRANSFER_OPS}
-    recv_owner = {
-        k.name: c for c in contexts for k in by_context.get(c, ()) if k.kernel in TRANSFER_OPS and k.stats is None
-    }
-    for context in contexts:
-        for kernel in by_context.get(context, ()):
-            if kernel.stats is None:
-                continue
-            src, dst = _send_devices(kernel)
-            devices.setdefault(context, src)
-            receiver = recv_owner.get(_recv_name(kernel.name), owner.get(str(kernel.stats.get("to", ""))))
-            if receiver is not None and dst:
-                devices.setdefault(receiver, dst)
+    recv_owner = {_name(k): c for c, k in transfers if k[STATS] is None}
+    owner: dict[str, int] | None = None  # op name -> its context, made only when a receiver is not a _Recv
+    for context, kernel in transfers:
+        if kernel[STATS] is None:
+            continue
+        src, dst = _send_devices(kernel)
+        devices.setdefault(context, src)
+        receiver = recv_owner.get(_recv_name(_name(kernel)))
+        if receiver is None:
+            if owner is None:
+                owner = {_name(k): c for c in contexts for k in by_context.get(c, ()) if k[KEY][1] not in TRANSFER_OPS}
+            receiver = owner.get(str(kernel[STATS].get("to", "")))
+        if receiver is not None and dst:
+            devices.setdefault(receiver, dst)
     return devices
 
 
@@ -175,7 +192,7 @@ def _recv_name(send: str) -> str:
 
 
 def _send_devices(kernel: _Kernel) -> tuple[str, str]:
-    parts = str((kernel.stats or {}).get("key", "")).split(";")
+    parts = str((kernel[STATS] or {}).get("key", "")).split(";")
     return (parts[0], parts[2]) if len(parts) >= 3 else ("", "")
 
 
@@ -184,13 +201,13 @@ def _fallback_device(kernels: list[_Kernel], graph: _Graph, call: _Call | None, 
 
     With no call (a profile), the GPU whose plane ran its kernels, else the host's CPU.
     """
-    asked = graph.asked_by(kernel.name for kernel in kernels)
+    asked = graph.asked_by(list(map(_name, kernels)))
     if asked:
         return asked
     if call is not None and call.device:
         return call.device
     if call is None:
-        gpus = [on_gpu[k.name] for k in kernels if k.name in on_gpu]
+        gpus = [on_gpu[_name(k)] for k in kernels if _name(k) in on_gpu]
         if gpus:
             return f"/device:GPU:{max(set(gpus), key=gpus.count)}"
     return call.requested if call is not None and call.requested else "/device:CPU:0"
@@ -212,10 +229,9 @@ def _add_function(
     Those take the device TensorFlow assigned them when it instantiated the function (``placed``, by op
     name, from the run metadata of capture's warm-up) where known, else :data:`UNKNOWN_DEVICE`.
     """
-    devices = _context_devices(contexts, by_context)
-    recvs = {
-        k.name: (c, k) for c in contexts for k in by_context.get(c, ()) if k.kernel in TRANSFER_OPS and k.stats is None
-    }
+    transfers = _transfer_kernels(contexts, by_context)
+    devices = _context_devices(contexts, by_context, transfers)
+    recvs = {_name(k): (c, k) for c, k in transfers if k[STATS] is None}
     for context in contexts:
         kernels = by_context.get(context, [])
         where = devices.get(context) or _fallback_device(kernels, graph, call, built.on_gpu)
@@ -224,23 +240,24 @@ def _add_function(
     mine = [
         k
         for k in unplaced
-        if k.kernel not in PLUMBING and graph.find(str(k.stats.get("from", "")) if k.stats else k.name)[0] is not None
+        if k[KEY][1] not in PLUMBING
+        and graph.find(str(k[STATS].get("from", "")) if k[STATS] else _name(k))[0] is not None
     ]
     for kernel in mine:  # a _Send runs on the device its key names first
-        if kernel.stats is not None:
+        if kernel[STATS] is not None:
             _add_kernels(built, index, graph, [kernel], _location(_send_devices(kernel)[0]), recvs, origin)
-    unknown = [k for k in mine if k.kernel not in TRANSFER_OPS]
+    unknown = [k for k in mine if k[KEY][1] not in TRANSFER_OPS]
     if unknown and placed:  # where TensorFlow placed them when it instantiated the function (run metadata)
         by_device: dict[str, list[_Kernel]] = {}
         for kernel in unknown:
-            by_device.setdefault(placed.get(_plain_name(kernel.name), ""), []).append(kernel)
+            by_device.setdefault(placed.get(_plain_name(_name(kernel)), ""), []).append(kernel)
         for device, kernels in by_device.items():
             if device:
                 _add_kernels(built, index, graph, kernels, _location(device), recvs, origin)
         unknown = by_device.get("", [])
     if unknown:
         _add_kernels(built, index, graph, unknown, UNKNOWN_DEVICE, recvs, origin)
-        names = sorted({k.name for k in unknown})
+        names = sorted({_name(k) for k in unknown})
         built.notes.append(
             f"call {index}: the profiler's trace does not tie {len(unknown)} kernel(s) to an "
             f"executor step ({', '.join(names[:5])}{', ...' if len(names) > 5 else ''}): "
@@ -266,27 +283,27 @@ def _add_kernels(
     """
     spans = None if device == UNKNOWN_DEVICE else built.spans.setdefault(device, [])
     add_span = spans.append if spans is not None else None
-    ops = built.ops
-    add_op = ops.append
+    add_op = built.ops.append
     known = graph._known.placed
+    make = _make_op
     for kernel in kernels:
-        kind = kernel.kernel
-        placed = known.get((kernel.name, kind))
+        key, begin, length, _, stats = kernel
+        placed = known.get(key)
         if placed is None:
-            placed = known[(kernel.name, kind)] = _placed_ops(graph, kernel.name, kind)
-        if placed is _SKIPPED and kernel.stats is None:
+            placed = known[key] = _placed_ops(graph, key[0], key[1])
+        ops, collective = placed
+        if ops is _SKIPPED and stats is None:
             continue
-        begin, length = kernel.start_ps, kernel.duration_ps
         start, duration = (begin - origin) // 1000 / 1000, length // 1000 / 1000  # records._us, inlined
         if add_span is not None:
             add_span((begin, begin + length))
-        if kernel.stats is not None:
+        if stats is not None:
             built.transfers.append(_transfer(kernel, graph, recvs, index, start, duration))
             continue
-        name = kernel.name
-        for op_name, model_op, asked in placed:
-            add_op(_make_op(op_name, model_op, device, asked, index, kind, name, start, duration))
-        if _is_collective(kind):
+        name, kind = key
+        for op_name, model_op, asked in ops:
+            add_op(make(op_name, model_op, device, asked, index, kind, name, start, duration))
+        if collective:
             op = graph.op(name)
             built.collectives.append(Collective(name, kind, device, _attr(op, "merge_op"), _attr(op, "T"), index))
 
@@ -295,28 +312,25 @@ def _add_kernels(
 _SKIPPED: tuple[tuple[str, str, str], ...] = ()
 
 
-def _placed_ops(graph: _Graph, name: str, kind: str) -> tuple[tuple[str, str, str], ...]:
-    """``(name, model op, requested device as reported)`` of each op a kernel ran; :data:`_SKIPPED` for none.
+def _placed_ops(graph: _Graph, name: str, kind: str) -> tuple[tuple[tuple[str, str, str], ...], bool]:
+    """``(name, model op, requested device as reported)`` of each op a kernel ran (:data:`_SKIPPED` for
+    none), and whether the kernel is a collective.
 
     Kept per traced graph (``graph._known.placed``): read once per function, not per capture.
     """
     if kind in PLUMBING or kind in TRANSFER_OPS:
-        return _SKIPPED
-    return tuple(
+        return _SKIPPED, False
+    ops = tuple(
         (op, model_op, _location(asked) if asked else "") for op, model_op, asked in _model_ops(graph, name, kind)
     )
-
-
-@functools.lru_cache(maxsize=1024)
-def _is_collective(kind: str) -> bool:
-    return _COLLECTIVE.match(kind) is not None
+    return ops, _COLLECTIVE.match(kind) is not None
 
 
 def _transfer(
     send: _Kernel, graph: _Graph, recvs: dict[str, tuple[int, _Kernel]], call: int, start: float, duration: float
 ) -> Transfer:
     src, dst = _send_devices(send)
-    stats = send.stats or {}
+    stats = send[STATS] or {}
     source = str(stats.get("from", ""))
     consumer, prefix = graph.find(str(stats.get("to", "")))
     index = next((t.value_index for t in getattr(consumer, "inputs", ()) if prefix + t.op.name == source), 0)
@@ -331,7 +345,7 @@ def _transfer(
     size = None
     if shape is not None and all(d >= 0 for d in shape) and dtype in _DTYPE_BYTES:
         size = _DTYPE_BYTES[dtype] * math.prod(shape)
-    recv = _recv_name(send.name)
+    recv = _recv_name(_name(send))
     return Transfer(
         _location(src),
         _location(dst),
@@ -339,7 +353,7 @@ def _transfer(
         dtype,
         shape,
         size,
-        send.name,
+        _name(send),
         recv if recv in recvs else "",
         call,
         start,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import weakref
-from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +22,7 @@ class _Known:
     ops: dict[str, Any]  # op name -> op
     asked: dict[str, str] = field(default_factory=dict)  # op name -> the device it asked for
     model_ops: dict[tuple[str, str], list[tuple[str, str, str]]] = field(default_factory=dict)  # per kernel
-    asked_by: dict[tuple[str, ...], str] = field(default_factory=dict)  # kernel names -> the one device they asked
+    asked_by: dict[str, str] = field(default_factory=dict)  # executed name -> the device its op asked for
     placed: dict[tuple[str, str], Any] = field(default_factory=dict)  # per kernel: what the report's builder adds
 
 
@@ -71,25 +71,23 @@ class _Graph:
     def op(self, name: str) -> Any:
         return self.find(name)[0]
 
-    def asked_by(self, names: Iterable[str]) -> str:
-        """The one device the ops of these executed names asked for; ``""`` when none or several (cached)."""
-        key = tuple(names)
-        found = self._known.asked_by.get(key)
-        if found is None:
-            devices = set()
-            for name in key:
-                op = self.op(name)
-                device = self.asked(op) if op is not None else ""
-                if device:
-                    devices.add(device)
-                    if len(devices) > 1:
-                        break
-            found = devices.pop() if len(devices) == 1 else ""
-            if self._graph is not None:
-                if len(self._known.asked_by) >= 256:  # bounded: a graph has a few partitions, not thousands
-                    self._known.asked_by.clear()
-                self._known.asked_by[key] = found
-        return found
+    def asked_by(self, names: Sequence[str]) -> str:
+        """The one device the ops of these executed names asked for; ``""`` when none or several.
+
+        What each name asked for is read once per traced graph (a partition's kernels differ
+        from capture to capture as the thread pool splits the work; the names do not).
+        """
+        cache = self._known.asked_by
+        found: set[str | None] = set(map(cache.get, names))
+        if None in found:
+            found.discard(None)
+            for name in names:
+                if name not in cache:
+                    op = self.op(name)
+                    cache[name] = device = self.asked(op) if op is not None else ""
+                    found.add(device)
+        found.discard("")
+        return found.pop() or "" if len(found) == 1 else ""
 
     def asked(self, op: Any) -> str:
         """The device ``op`` asked for (read from TensorFlow once per op)."""

@@ -9,7 +9,7 @@ report does not use.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from tfdevices.verify.device import GpuPlane, gpu_index, read_gpu_plane
 from tfdevices.verify.records import TRANSFER_OPS, _gc_paused
@@ -23,16 +23,17 @@ HOST_PLANE = "/host:CPU"
 _STEP_EVENTS = frozenset({"train", "test", "predict"})
 
 
-@dataclass(slots=True)
-class _Kernel:
-    """One kernel event of the trace (internal)."""
-
-    name: str
-    kernel: str
-    start_ps: int
-    duration_ps: int
-    context: int = 0
-    stats: dict[str, Any] | None = None
+#: One kernel event of the trace (internal), a plain tuple (made thousands of times a capture, in
+#: 30 ns; a slotted record takes 400): ``(key, start_ps, duration_ps, context, stats)``. ``key`` is
+#: ``(op name, kernel)``, one tuple per kernel metadata of the trace (the builder's cache key),
+#: ``context`` the executor step's (0 when the trace does not name one), ``stats`` the event's
+#: stats for a transfer (``_Send``: its rendezvous key), else ``None``. Read by the indices below.
+_Kernel = tuple[tuple[str, str], int, int, int, "dict[str, Any] | None"]
+KEY: Final = 0
+START: Final = 1
+DURATION: Final = 2
+CONTEXT: Final = 3
+STATS: Final = 4
 
 
 @dataclass
@@ -112,11 +113,14 @@ def _claim_orphans(trace: _Trace) -> None:
 
     A context is claimed by the function call whose span holds its first kernel.
     """
-    known = set(trace.parents) | trace.outside | {c for e in trace.executions for c in e.contexts}
+    known = set(trace.parents) | trace.outside | {c for e in trace.executions for c in e.contexts} | {0}
+    orphans = {k[CONTEXT] for k in trace.kernels} - known
+    if not orphans:
+        return
     first: dict[int, int] = {}
     for kernel in trace.kernels:
-        if kernel.context and kernel.context not in known and kernel.context not in first:
-            first[kernel.context] = kernel.start_ps
+        if kernel[CONTEXT] in orphans and kernel[CONTEXT] not in first:
+            first[kernel[CONTEXT]] = kernel[START]
     calls = [e for e in trace.executions if e.is_function and e.contexts]
     for context, start in first.items():
         owner = next((e for e in calls if e.start_ps <= start <= e.start_ps + e.duration_ps), None)
@@ -139,49 +143,90 @@ _EVENT_KINDS = {
     "ThreadpoolListener::StartRegion": _REGION_START,
     "ThreadpoolListener::StopRegion": _REGION_STOP,
 }
+#: The thread pool's events: read only when some kernel ran outside a recorded step (see :class:`_Links`).
+_LINK_KINDS = frozenset({_SCHEDULED, _REGION_START, _REGION_STOP})
 
-#: Where an event ran, before the thread-pool links are followed (internal): ``("step", context)``,
+#: Where an event ran, before the thread-pool links are followed (internal): an ``int``, the executor
+#: context of the step it ran in (the common case, checked as ``where.__class__ is int``);
 #: ``("async", id)`` (inside the completion of an asynchronous kernel), ``("region", event)`` (in a
 #: thread-pool closure outside any recorded step: the ``StartRegion`` event, whose id is read only
-#: when a kernel needs it) or ``None`` (nowhere a step can be read from).
-_Where = tuple[str, Any] | None
+#: when a kernel needs it), :data:`_EAGER_SPAN` (an eager op's kernels) or ``None`` (nowhere a step
+#: can be read from).
+_Where = int | tuple[str, Any] | None
+_EAGER_SPAN = ("eager", 0)
 
 
-def _event_kinds(plane: Any) -> dict[int, tuple[int, str, str, bool]]:
-    """``metadata id -> (kind, op name, kernel, whether its stats are read)`` for the events capture reads.
+class _NeedLinks(Exception):  # noqa: N818  (control flow, not an error)
+    """A kernel ran outside any recorded step: the host plane is read again, following the thread pool's links."""
 
-    Other events are skipped. A kernel's stats are read for transfers only (their key names the devices).
+
+def _event_kinds(plane: Any, links: bool) -> dict[int, tuple[Any, ...]]:
+    """``metadata id -> (kind, ...)`` for the events capture reads; other events are skipped.
+
+    A kernel's is ``(_KERNEL, (op name, kernel), whether its stats are read)``: its name is
+    "op:Kernel", its display name "Kernel"; its stats are read for transfers only (their key
+    names the devices). The others' are ``(kind, name)``; the thread pool's only with ``links``.
+    Most metadata are kernels, one per kernel that ran (thousands a step): what a name means
+    is worked out once per process (:func:`_kind_of_name`), only its name read each capture.
     """
-    kinds = {}
+    kinds: dict[int, tuple[Any, ...]] = {}
     metadata = plane.event_metadata
-    for key in metadata:  # a kernel's is "op:Kernel", its display name "Kernel"; most events are kernels
+    known = _KINDS_BY_NAME
+    for key in metadata:
         meta = metadata[key]
         name = meta.name
-        known = _EVENT_KINDS.get(name)
-        if known is not None:
-            kinds[key] = (known, name, "", False)
-            continue
-        op, colon, kernel = name.rpartition(":")
-        if colon and kernel and kernel == meta.display_name:
-            kinds[key] = (_KERNEL, op, kernel, kernel in TRANSFER_OPS)
-        elif name in _STEP_EVENTS:
-            kinds[key] = (_STEP, name, "", False)
+        kind = known.get(name)
+        if kind is None:
+            kind = _kind_of_name(name, meta.display_name)
+        if kind is not _SKIPPED_KIND and (links or kind[0] not in _LINK_KINDS):
+            kinds[key] = kind
     return kinds
+
+
+#: What :func:`_kind_of_name` gives an event capture does not read.
+_SKIPPED_KIND: tuple[Any, ...] = (-1,)
+#: ``event name -> kind`` for the names seen by this process (bounded: cleared when full).
+_KINDS_BY_NAME: dict[str, tuple[Any, ...]] = {}
+_KINDS_LIMIT = 1 << 18
+
+
+def _kind_of_name(name: str, display_name: str) -> tuple[Any, ...]:
+    """What an event of this name is to capture (see :func:`_event_kinds`), remembered by name.
+
+    A kernel's name is "op:Kernel" with the display name "Kernel" (TensorFlow's executor names
+    its kernel events so); names capture skips are not remembered.
+    """
+    known = _EVENT_KINDS.get(name)
+    op, colon, kernel = name.rpartition(":")
+    if known is not None:
+        kind: tuple[Any, ...] = (known, name)
+    elif colon and kernel and kernel == display_name:
+        kind = (_KERNEL, (op, kernel), kernel in TRANSFER_OPS)
+    elif name in _STEP_EVENTS:
+        kind = (_STEP, name)
+    else:
+        return _SKIPPED_KIND
+    if len(_KINDS_BY_NAME) >= _KINDS_LIMIT:
+        _KINDS_BY_NAME.clear()
+    _KINDS_BY_NAME[name] = kind
+    return kind
 
 
 @dataclass
 class _Links:
     """What ties kernels to executor steps across threads (internal), filled while reading lines.
 
-    Most kernels run inside a recorded step; the thread pool's records are read (their ids
-    decoded) only when some kernel ran outside one.
+    Most kernels run inside a recorded step, and the host plane is first read without these
+    links (the thread pool's events skipped: half the events of a step); it is read again with
+    them only when some kernel ran outside a recorded step. The thread pool's records are
+    then decoded (their ids read) only when a kernel needs them.
     """
 
     consumed_id: int = -1  # the ``_c`` stat's id
     produced_id: int = -1  # the ``_p`` stat's id
     records: list[tuple[Any, _Where]] = field(default_factory=list)  # (Record event, where it was scheduled)
     async_starts: dict[int, _Where] = field(default_factory=dict)  # async kernel id -> where it started
-    pending: list[tuple[_Kernel, _Where]] = field(default_factory=list)  # kernels outside any recorded step
+    pending: list[tuple[int, _Where]] = field(default_factory=list)  # kernels (by index) outside any recorded step
     _scheduled: dict[int, _Where] | None = None
 
     def resolve(self, where: _Where) -> int:
@@ -189,54 +234,68 @@ class _Links:
         if self._scheduled is None:  # closure id -> where it was scheduled, decoded once
             self._scheduled = {_int_stat(event, self.produced_id): at for event, at in self.records}
         seen: set[tuple[str, int]] = set()
-        while where is not None and where[0] in ("region", "async"):
-            kind, key = where
+        while where is not None and where.__class__ is not int and where[0] in ("region", "async"):  # type: ignore[index]
+            kind, key = where  # type: ignore[misc]
             if kind == "region":
                 key = _int_stat(key, self.consumed_id)
             if (kind, key) in seen:
                 break
             seen.add((kind, key))
             where = (self._scheduled if kind == "region" else self.async_starts).get(key)
-        return where[1] if where is not None and where[0] == "step" else 0
+        return where if where.__class__ is int else 0
 
 
 def _read_host_plane(plane: Any, trace: _Trace) -> None:
+    """Reads the host plane into ``trace``: without the thread pool's links, then with them if a kernel needs them."""
     names = {key: meta.name for key, meta in plane.stat_metadata.items()}
-    kinds = _event_kinds(plane)
     ids = {name: key for key, name in names.items() if name in ("_c", "_p", "step_num")}
-    links = _Links(ids.get("_c", -1), ids.get("_p", -1))
+    try:
+        _read_lines(plane, names, ids, trace, None)
+    except _NeedLinks:
+        trace.executions, trace.kernels, trace.parents, trace.outside = [], [], {}, set()
+        trace.steps, trace.host_events = set(), 0
+        links = _Links(ids.get("_c", -1), ids.get("_p", -1))
+        _read_lines(plane, names, ids, trace, links)
+        kernels = trace.kernels
+        for index, where in links.pending:
+            kernel = kernels[index]
+            context = links.resolve(where)
+            if context:
+                kernels[index] = (kernel[KEY], kernel[START], kernel[DURATION], context, kernel[STATS])
+            else:
+                trace.unplaced.append(kernel)
+
+
+def _read_lines(plane: Any, names: dict[int, str], ids: dict[str, int], trace: _Trace, links: _Links | None) -> None:
+    kinds = _event_kinds(plane, links is not None)
     for line in plane.lines:
         trace.host_events += len(line.events)
         _read_line(line, kinds, names, ids, trace, links)
-    for kernel, where in links.pending:
-        kernel.context = links.resolve(where)
-        if not kernel.context:
-            trace.unplaced.append(kernel)
 
 
 def _read_line(
     line: Any,
-    kinds: dict[int, tuple[int, str, str, bool]],
+    kinds: dict[int, tuple[Any, ...]],
     names: dict[int, str],
     ids: dict[str, int],
     trace: _Trace,
-    links: _Links,
+    links: _Links | None,
 ) -> None:
     """Reads one thread's events; kernels outside any recorded step go to ``links.pending``.
 
-    ``ids`` holds the ids of the ``_c`` and ``_p`` stats (the flow ids TensorFlow's profiler ties a
-    producer event to its consumer with) and of ``step_num`` (a step marker's number).
+    Without ``links`` (the first read) such a kernel raises :class:`_NeedLinks`. ``ids`` holds
+    the ids of the ``_c`` and ``_p`` stats (the flow ids TensorFlow's profiler ties a producer
+    event to its consumer with) and of ``step_num`` (a step marker's number).
 
-    The loop is the hot path of a capture (one turn per host event, thousands per step): the
-    commonest events (kernels inside a step, the step itself, the thread pool's records) come
-    first and read only the fields they need; a step's context is its last stat (``_c``).
+    The loop is the hot path of a capture (one turn per host event, tens of thousands per
+    step): kernels come first and, inside a step, cost a tuple; a step's context is its last
+    stat (``_c``). Closing the spans an event starts after is written out in each branch
+    that reads a time (a call costs more than the check).
     """
     consumed, step_num = ids.get("_c", -1), ids.get("step_num", -1)
     base = line.timestamp_ns * 1000
     kernels = trace.kernels
     add_kernel = kernels.append
-    pending = links.pending.append
-    records = links.records.append
     kind_of = kinds.get
     # The spans open at the current event, innermost last, as (end, where); the thread-pool closure running.
     spans: list[tuple[int, _Where]] = []
@@ -251,39 +310,35 @@ def _read_line(
         if kind is None:
             continue
         code = kind[0]
-        if code == _REGION_START:  # a thread-pool closure starts: no time read (it opens no span)
-            region = ("region", event)
-            continue
-        if code == _REGION_STOP:
-            region = None
-            continue
-        if code == _STEP:
-            if any(stat.metadata_id == step_num for stat in event.stats):
-                trace.steps.add(_int_stat(event, step_num))
-            continue
-        start = base + event.offset_ps
-        if start >= end >= 0:
-            while spans and spans[-1][0] <= start:
-                spans.pop()
-            end, inner = spans.pop() if spans else (-1, None)
-        where = inner if end >= 0 else region
         if code == _KERNEL:
-            kernel = kind[2]
-            if kernel == xla_name:
+            start = base + event.offset_ps
+            if start >= end >= 0:
+                while spans and spans[-1][0] <= start:
+                    spans.pop()
+                end, inner = spans.pop() if spans else (-1, None)
+            where = inner if end >= 0 else region
+            key = kind[1]
+            if xla_name is not None and key[1] == xla_name:
                 current.xla = True  # type: ignore[union-attr]  # the function ran as one compiled XLA executable
                 continue
-            in_step = where is not None and where[0] == "step"
-            if not in_step and _int_stat(event, consumed):
+            if where.__class__ is int:
+                add_kernel((key, start, event.duration_ps, where, _stats(event, names) if kind[2] else None))
+                continue
+            if _int_stat(event, consumed):
                 # The body of an asynchronous kernel (a collective) run by its own executor, outside any
                 # step; the kernel is recorded where it started (ProcessAsync::Start).
                 continue
-            found = _Kernel(kind[1], kernel, start, event.duration_ps, 0, _stats(event, names) if kind[3] else None)
-            add_kernel(found)
-            if in_step:
-                found.context = where[1]  # type: ignore[index]
-            elif where is None or where[0] != "eager":  # eager ops are reported from their calls
-                pending((found, where))
+            if where is not _EAGER_SPAN:  # eager ops are reported from their calls, not their kernels
+                if links is None:
+                    raise _NeedLinks
+                links.pending.append((len(kernels), where))
+            add_kernel((key, start, event.duration_ps, 0, _stats(event, names) if kind[2] else None))
         elif code == _PROCESS:
+            start = base + event.offset_ps
+            if start >= end >= 0:
+                while spans and spans[-1][0] <= start:
+                    spans.pop()
+                end, inner = spans.pop() if spans else (-1, None)
             stats = event.stats
             last = stats[-1] if stats else None
             context = (
@@ -294,10 +349,24 @@ def _read_line(
             process_end = start + event.duration_ps
             if end >= 0:
                 spans.append((end, inner))
-            end, inner = process_end, ("step", context)
-        elif code == _SCHEDULED:
-            records((event, where))
+            end, inner = process_end, context
+        elif code == _REGION_START:  # a thread-pool closure starts: no time read (it opens no span)
+            region = ("region", event)
+        elif code == _REGION_STOP:
+            region = None
+        elif code == _STEP:
+            if any(stat.metadata_id == step_num for stat in event.stats):
+                trace.steps.add(_int_stat(event, step_num))
         else:
+            start = base + event.offset_ps
+            if start >= end >= 0:
+                while spans and spans[-1][0] <= start:
+                    spans.pop()
+                end, inner = spans.pop() if spans else (-1, None)
+            where = inner if end >= 0 else region
+            if code == _SCHEDULED:
+                links.records.append((event, where))  # type: ignore[union-attr]  # read only with links
+                continue
             if end >= 0:  # the other events read the whole stack: the innermost span joins it
                 spans.append((end, inner))
                 end, inner = -1, None
@@ -318,7 +387,7 @@ def _read_call(
     current: _Execution | None,
     process_end: int,
     trace: _Trace,
-    links: _Links,
+    links: _Links | None,
 ) -> _Execution | None:
     """The rarer events of a line (calls, function runs, asynchronous kernels); returns the current call.
 
@@ -327,10 +396,17 @@ def _read_call(
     consumed, produced_id = ids.get("_c", -1), ids.get("_p", -1)
     if code == _ASYNC:  # an asynchronous kernel (_Recv, collectives) starts
         stats = _stats(event, names)
-        kernel = _Kernel(str(stats.get("name", "")), str(stats.get("kernel_type", "")), start, event.duration_ps)
-        trace.kernels.append(kernel)
-        _place(kernel, where, links)
-        links.async_starts[_int_stat(event, produced_id)] = where
+        key = (str(stats.get("name", "")), str(stats.get("kernel_type", "")))
+        if where.__class__ is int:
+            trace.kernels.append((key, start, event.duration_ps, where, None))
+        else:
+            if where is not _EAGER_SPAN:  # eager ops are reported from their calls, not their kernels
+                if links is None:
+                    raise _NeedLinks
+                links.pending.append((len(trace.kernels), where))
+            trace.kernels.append((key, start, event.duration_ps, 0, None))
+        if links is not None:
+            links.async_starts[_int_stat(event, produced_id)] = where
     elif code == _ASYNC_DONE:  # it completes: what it schedules continues the step it started in
         spans.append((start + event.duration_ps, ("async", _int_stat(event, consumed))))
     elif code == _DONE_CALLBACK:  # a step's callback: what it schedules is not that step's work
@@ -339,11 +415,11 @@ def _read_call(
         stats = _stats(event, names)
         current = _Execution(str(stats.get("eager_op", "")), bool(stats.get("is_func")), start, event.duration_ps)
         trace.executions.append(current)
-        spans.append((start + event.duration_ps, ("eager", 0)))  # an eager op's kernels: no step
+        spans.append((start + event.duration_ps, _EAGER_SPAN))  # an eager op's kernels: no step
     else:  # FunctionRun: a function partition starts; its executor steps consume the context it produces
         produced = _int_stat(event, produced_id)
-        caller = next((w[1] for _, w in reversed(spans) if w is not None and w[0] == "step"), 0)
-        spans.append((start + event.duration_ps, ("step", produced)))
+        caller = next((w for _, w in reversed(spans) if w.__class__ is int), 0)
+        spans.append((start + event.duration_ps, produced))
         if current is not None and start < current.start_ps + current.duration_ps:
             current.contexts.append(produced)
         elif caller and start < process_end:
@@ -351,17 +427,6 @@ def _read_call(
         else:  # a run outside any call or step (tf.data and the like): not reported
             trace.outside.add(produced)
     return current
-
-
-def _place(kernel: _Kernel, inner: _Where, links: _Links) -> None:
-    """Sets the kernel's context from the innermost span around it, or leaves it for the thread-pool links.
-
-    ``inner`` is that span (or the thread-pool closure running when no span is open).
-    """
-    if inner is not None and inner[0] == "step":
-        kernel.context = inner[1]
-    elif inner is None or inner[0] != "eager":  # eager ops are reported from their calls, not their kernels
-        links.pending.append((kernel, inner))
 
 
 def _int_stat(event: Any, stat_id: int) -> int:
