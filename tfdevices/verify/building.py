@@ -151,7 +151,7 @@ def _root(context: int, parents: dict[int, int]) -> int:
     return context
 
 
-_context_of, _start_of = itemgetter(CONTEXT), itemgetter(START)
+_context_of, _start_of, _key_of = itemgetter(CONTEXT), itemgetter(START), itemgetter(KEY)
 
 
 def _name(kernel: _Kernel) -> str:
@@ -201,7 +201,7 @@ def _fallback_device(kernels: list[_Kernel], graph: _Graph, call: _Call | None, 
 
     With no call (a profile), the GPU whose plane ran its kernels, else the host's CPU.
     """
-    asked = graph.asked_by(list(map(_name, kernels)))
+    asked = graph.asked_by(list(map(_key_of, kernels)))
     if asked:
         return asked
     if call is not None and call.device:

@@ -22,7 +22,7 @@ class _Known:
     ops: dict[str, Any]  # op name -> op
     asked: dict[str, str] = field(default_factory=dict)  # op name -> the device it asked for
     model_ops: dict[tuple[str, str], list[tuple[str, str, str]]] = field(default_factory=dict)  # per kernel
-    asked_by: dict[str, str] = field(default_factory=dict)  # executed name -> the device its op asked for
+    asked_by: dict[tuple[str, str], str] = field(default_factory=dict)  # kernel -> the device its op asked for
     placed: dict[tuple[str, str], Any] = field(default_factory=dict)  # per kernel: what the report's builder adds
 
 
@@ -71,20 +71,20 @@ class _Graph:
     def op(self, name: str) -> Any:
         return self.find(name)[0]
 
-    def asked_by(self, names: Sequence[str]) -> str:
-        """The one device the ops of these executed names asked for; ``""`` when none or several.
+    def asked_by(self, keys: Sequence[tuple[str, str]]) -> str:
+        """The one device the ops of these kernels (``(executed name, kernel)``) asked for; ``""`` when none or several.
 
-        What each name asked for is read once per traced graph (a partition's kernels differ
-        from capture to capture as the thread pool splits the work; the names do not).
+        What each kernel asked for is read once per traced graph (a partition's kernels differ
+        from capture to capture as the thread pool splits the work; the kernels do not).
         """
         cache = self._known.asked_by
-        found: set[str | None] = set(map(cache.get, names))
+        found: set[str | None] = set(map(cache.get, keys))
         if None in found:
             found.discard(None)
-            for name in names:
-                if name not in cache:
-                    op = self.op(name)
-                    cache[name] = device = self.asked(op) if op is not None else ""
+            for key in keys:
+                if key not in cache:
+                    op = self.op(key[0])
+                    cache[key] = device = self.asked(op) if op is not None else ""
                     found.add(device)
         found.discard("")
         return found.pop() or "" if len(found) == 1 else ""
