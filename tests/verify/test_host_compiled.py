@@ -513,3 +513,23 @@ def test_strings_are_checked_as_protobuf_checks_them(name):
     assert _outcome(host.read_trace, data) == _outcome(_python_read, data)
     valid = _outcome(_python_read, data)[0] == "read"
     assert (host._read_compiled(COMPILED, data) is not None) == valid
+
+
+@pytest.mark.parametrize("kind", [bytes, bytearray, memoryview])
+def test_any_bytes_like_object_is_read_compiled(kind):
+    data = kind(_sample_space())
+    assert host._read_compiled(COMPILED, data) is not None
+    compiled, _ = _both(data)
+    assert compiled.gpus and compiled.steps == {3}
+
+
+def test_an_event_metadata_key_given_twice_is_left_to_protobuf():
+    plane = _corners().space.planes[0]
+    key = next(k for k, m in plane.event_metadata.items() if m.name == "a:MatMul")
+    entry = type(plane)()
+    entry.event_metadata[key].name = "a:Relu"  # protobuf keeps this last entry: "a" ran Relu
+    entry.event_metadata[key].display_name = "Relu"
+    data = _message(1, plane.SerializeToString() + entry.SerializeToString())
+    assert host._read_compiled(COMPILED, data) is None
+    assert _outcome(host.read_trace, data) == _outcome(_python_read, data)
+    assert ("a", "Relu") in [k[host.KEY] for k in host.read_trace(data).kernels]

@@ -467,25 +467,23 @@ stats_str(PyObject *stats, const char *key)
 typedef struct {
     PyObject *kind_key;    /* a kernel's (op name, kernel): the kind's own tuple (owned) */
     PyObject *kernel_name; /* borrowed from kind_key */
-    int code;              /* -1: not read */
+    int code;              /* K_*; -1: not read; -3: its name is not in kinds_by_name yet */
     int transfer;
 } Meta;
 
-/* The plane's event metadata by key, a key given twice read from its last entry. With keys few
- * apart (TensorFlow numbers them 1..n) ``metas`` is indexed by key - min_key (events find theirs
- * in key order, as they mostly come); else a hash table of keys gives the index. ``order``: the
- * metas in the order their keys first appear. */
+/* The plane's event metadata, in the order of their entries, found by key through an index:
+ * dense (key - min_key) when the keys are few apart (TensorFlow numbers them 1..n), else a
+ * hash table. */
 typedef struct {
     Meta *metas;
+    int64_t *keys;
     Rd *names, *displays;
-    size_t *order;
     size_t n;
     int dense;
     int64_t min_key;
-    uint64_t span;    /* dense: the length of metas */
-    int64_t *keys;    /* hash: each meta's key */
-    int32_t *index;   /* hash: slot -> meta or -1 */
-    size_t mask;      /* hash: slots - 1 */
+    uint64_t span;  /* the index's length */
+    int32_t *index; /* -> metas, -1: none */
+    size_t mask;    /* hash: span - 1 */
 } Table;
 
 static size_t
@@ -495,24 +493,29 @@ hash_key(int64_t key)
     return (size_t)(h ^ (h >> 29));
 }
 
+/* The index slot of ``key``: where it is, or the free slot where it goes. */
+static int32_t *
+table_slot(const Table *t, int64_t key)
+{
+    size_t i;
+    if (t->dense) {
+        uint64_t at = (uint64_t)key - (uint64_t)t->min_key;
+        return at < t->span ? &t->index[at] : NULL;
+    }
+    i = hash_key(key) & t->mask;
+    while (t->index[i] >= 0 && t->keys[t->index[i]] != key)
+        i = (i + 1) & t->mask;
+    return &t->index[i];
+}
+
 static const Meta *
 table_get(const Table *t, int64_t key)
 {
+    const int32_t *slot = table_slot(t, key);
     const Meta *m;
-    if (t->dense) {
-        uint64_t i = (uint64_t)key - (uint64_t)t->min_key;
-        if (i >= t->span)
-            return NULL;
-        m = &t->metas[i];
-    }
-    else {
-        size_t i = hash_key(key) & t->mask;
-        while (t->index[i] >= 0 && t->keys[t->index[i]] != key)
-            i = (i + 1) & t->mask;
-        if (t->index[i] < 0)
-            return NULL;
-        m = &t->metas[t->index[i]];
-    }
+    if (slot == NULL || *slot < 0)
+        return NULL;
+    m = &t->metas[*slot];
     return m->code >= 0 ? m : NULL;
 }
 
@@ -520,14 +523,13 @@ static void
 table_free(Table *t)
 {
     size_t i;
-    if (t->metas != NULL && t->order != NULL)
+    if (t->metas != NULL)
         for (i = 0; i < t->n; i++)
-            Py_XDECREF(t->metas[t->order[i]].kind_key);
+            Py_XDECREF(t->metas[i].kind_key);
     PyMem_Free(t->metas);
+    PyMem_Free(t->keys);
     PyMem_Free(t->names);
     PyMem_Free(t->displays);
-    PyMem_Free(t->order);
-    PyMem_Free(t->keys);
     PyMem_Free(t->index);
     memset(t, 0, sizeof *t);
 }
@@ -1164,77 +1166,80 @@ read_line(Walk *w, Rd r)
     return 0;
 }
 
-/* The event kinds of the plane's metadata, as host.py's _event_kinds(plane, links=False). */
+/* What ``kind`` (an item of kinds_by_name, or what kind_of_name gave) makes of an event metadata. */
 static int
-classify(Walk *w, PyObject *kinds_by_name, PyObject *kind_of_name, PyObject *skipped)
+set_kind(Meta *m, PyObject *kind, PyObject *skipped)
+{
+    PyObject *code_obj, *key;
+    long code;
+    int transfer;
+    m->code = -1;
+    if (kind == skipped)
+        return 0;
+    if (!PyTuple_Check(kind) || PyTuple_GET_SIZE(kind) < 1 || !PyLong_Check(code_obj = PyTuple_GET_ITEM(kind, 0)))
+        return malformed("unexpected event kind");
+    code = PyLong_AsLong(code_obj);
+    if (code == -1 && PyErr_Occurred())
+        return -1;
+    if (code == K_SCHEDULED || code == K_REGION_START || code == K_REGION_STOP) /* the links: not read */
+        return 0;
+    if (code < 0 || code > K_STEP)
+        return malformed("unexpected event kind");
+    if (code == K_KERNEL) {
+        if (PyTuple_GET_SIZE(kind) < 3 || !PyTuple_Check(key = PyTuple_GET_ITEM(kind, 1)) || PyTuple_GET_SIZE(key) != 2
+            || !PyUnicode_Check(PyTuple_GET_ITEM(key, 1)))
+            return malformed("unexpected kernel kind");
+        transfer = PyObject_IsTrue(PyTuple_GET_ITEM(kind, 2));
+        if (transfer < 0)
+            return -1;
+        untrack_names(key);
+        Py_INCREF(key);
+        m->kind_key = key;
+        m->kernel_name = PyTuple_GET_ITEM(key, 1);
+        m->transfer = transfer;
+    }
+    m->code = (int)code;
+    return 0;
+}
+
+static PyObject *
+decode(const Rd *s)
+{
+    return PyUnicode_DecodeUTF8((const char *)s->p, s->end - s->p, "strict");
+}
+
+/* The kinds of the metadata whose names kinds_by_name did not hold, in order, as host.py's
+ * _event_kinds reads them: looked up again (an earlier one may have added it), else kind_of_name. */
+static int
+classify_rest(Walk *w, PyObject *kinds_by_name, PyObject *kind_of_name, PyObject *skipped)
 {
     size_t i;
     for (i = 0; i < w->table.n; i++) {
-        size_t at = w->table.order[i];
-        Meta *m = &w->table.metas[at];
-        const Rd *n = &w->table.names[at], *d = &w->table.displays[at];
-        PyObject *name, *kind, *code_obj;
-        long code;
-        name = PyUnicode_DecodeUTF8((const char *)n->p, n->end - n->p, "strict");
+        Meta *m = &w->table.metas[i];
+        PyObject *name, *display, *kind;
+        int rc;
+        if (m->code != -3)
+            continue;
+        name = decode(&w->table.names[i]);
         if (name == NULL)
             return -1;
         kind = PyDict_GetItemWithError(kinds_by_name, name);
         if (kind != NULL && kind != Py_None)
             Py_INCREF(kind);
-        else if (PyErr_Occurred()) {
-            Py_DECREF(name);
-            return -1;
-        }
+        else if (PyErr_Occurred())
+            kind = NULL;
         else {
-            PyObject *display = PyUnicode_DecodeUTF8((const char *)d->p, d->end - d->p, "strict");
+            display = decode(&w->table.displays[i]);
             kind = display == NULL ? NULL : PyObject_CallFunctionObjArgs(kind_of_name, name, display, NULL);
             Py_XDECREF(display);
         }
         Py_DECREF(name);
         if (kind == NULL)
             return -1;
-        if (kind == skipped) {
-            Py_DECREF(kind);
-            continue;
-        }
-        if (!PyTuple_Check(kind) || PyTuple_GET_SIZE(kind) < 1 || !PyLong_Check(code_obj = PyTuple_GET_ITEM(kind, 0))) {
-            Py_DECREF(kind);
-            return malformed("unexpected event kind");
-        }
-        code = PyLong_AsLong(code_obj);
-        if (code == -1 && PyErr_Occurred()) {
-            Py_DECREF(kind);
-            return -1;
-        }
-        if (code == K_SCHEDULED || code == K_REGION_START || code == K_REGION_STOP) {
-            Py_DECREF(kind);
-            continue;
-        }
-        if (code == K_KERNEL) {
-            PyObject *key;
-            int transfer;
-            if (PyTuple_GET_SIZE(kind) < 3 || !PyTuple_Check(key = PyTuple_GET_ITEM(kind, 1))
-                || PyTuple_GET_SIZE(key) != 2 || !PyUnicode_Check(PyTuple_GET_ITEM(key, 1))) {
-                Py_DECREF(kind);
-                return malformed("unexpected kernel kind");
-            }
-            transfer = PyObject_IsTrue(PyTuple_GET_ITEM(kind, 2));
-            if (transfer < 0) {
-                Py_DECREF(kind);
-                return -1;
-            }
-            untrack_names(key);
-            Py_INCREF(key);
-            m->kind_key = key;
-            m->kernel_name = PyTuple_GET_ITEM(key, 1);
-            m->transfer = transfer;
-        }
-        else if (code < 0 || code > K_STEP) {
-            Py_DECREF(kind);
-            return malformed("unexpected event kind");
-        }
-        m->code = (int)code;
+        rc = set_kind(m, kind, skipped);
         Py_DECREF(kind);
+        if (rc < 0)
+            return -1;
     }
     return 0;
 }
@@ -1345,99 +1350,73 @@ read_names(Walk *w, const Slices *stat_meta)
     return 0;
 }
 
+/* The event metadata: each entry's kind where kinds_by_name holds its name (read while its bytes
+ * are at hand), the index by key. A key given twice (protobuf keeps the last entry; TensorFlow
+ * writes each once) is left to protobuf. */
 static int
-build_table(Walk *w, const Slices *event_meta)
+build_table(Walk *w, const Slices *event_meta, PyObject *kinds_by_name, PyObject *skipped)
 {
     Table *t = &w->table;
-    size_t count = event_meta->n, i, size;
+    size_t count = event_meta->n, i;
     int64_t min_key = 0, max_key = 0;
-    int64_t *keys;
-    Rd *names, *displays;
     if (count > 0x3fffffff)
         return malformed("too many event metadata");
-    keys = PyMem_Calloc(count + 1, sizeof(int64_t));
-    names = PyMem_Calloc(count + 1, sizeof(Rd));
-    displays = PyMem_Calloc(count + 1, sizeof(Rd));
-    t->order = PyMem_Calloc(count + 1, sizeof(size_t));
-    if (keys == NULL || names == NULL || displays == NULL || t->order == NULL) {
-        PyMem_Free(keys);
-        PyMem_Free(names);
-        PyMem_Free(displays);
+    t->metas = PyMem_Calloc(count + 1, sizeof(Meta));
+    t->keys = PyMem_Calloc(count + 1, sizeof(int64_t));
+    t->names = PyMem_Calloc(count + 1, sizeof(Rd));
+    t->displays = PyMem_Calloc(count + 1, sizeof(Rd));
+    if (t->metas == NULL || t->keys == NULL || t->names == NULL || t->displays == NULL) {
         PyErr_NoMemory();
         return -1;
     }
-    for (i = 0; i < count; i++) { /* the entries, in order */
-        if (parse_event_meta_entry(event_meta->items[i], &keys[i], &names[i], &displays[i]) < 0) {
-            PyMem_Free(keys);
-            PyMem_Free(names);
-            PyMem_Free(displays);
+    for (i = 0; i < count; i++) {
+        Meta *m = &t->metas[i];
+        PyObject *name, *kind;
+        int rc;
+        t->n = i + 1;
+        m->code = -3;
+        if (parse_event_meta_entry(event_meta->items[i], &t->keys[i], &t->names[i], &t->displays[i]) < 0)
             return -1;
+        if (i == 0 || t->keys[i] < min_key)
+            min_key = t->keys[i];
+        if (i == 0 || t->keys[i] > max_key)
+            max_key = t->keys[i];
+        name = decode(&t->names[i]);
+        if (name == NULL)
+            return -1;
+        kind = PyDict_GetItemWithError(kinds_by_name, name);
+        Py_DECREF(name);
+        if (kind == NULL && PyErr_Occurred())
+            return -1;
+        if (kind != NULL && kind != Py_None) {
+            Py_INCREF(kind);
+            rc = set_kind(m, kind, skipped);
+            Py_DECREF(kind);
+            if (rc < 0)
+                return -1;
         }
-        if (i == 0 || keys[i] < min_key)
-            min_key = keys[i];
-        if (i == 0 || keys[i] > max_key)
-            max_key = keys[i];
     }
     t->min_key = min_key;
     t->span = (uint64_t)max_key - (uint64_t)min_key + 1;
     t->dense = count > 0 && t->span <= 2 * (uint64_t)count + 1024;
-    if (t->dense) {
-        size = (size_t)t->span;
-        t->keys = keys;
-        t->names = PyMem_Calloc(size, sizeof(Rd));
-        t->displays = PyMem_Calloc(size, sizeof(Rd));
-        t->metas = PyMem_Calloc(size, sizeof(Meta));
-    }
-    else {
+    if (!t->dense) {
         size_t cap = 16;
         while (cap < 2 * count + 1)
             cap *= 2;
         t->mask = cap - 1;
-        size = count + 1;
-        t->keys = keys;
-        t->names = names;
-        t->displays = displays;
-        t->metas = PyMem_Calloc(size, sizeof(Meta));
-        t->index = PyMem_Malloc(cap * sizeof(int32_t));
-        if (t->index != NULL)
-            memset(t->index, 0xff, cap * sizeof(int32_t));
+        t->span = cap;
     }
-    if (t->names == NULL || t->displays == NULL || t->metas == NULL || (!t->dense && t->index == NULL)) {
-        if (t->dense) {
-            PyMem_Free(names);
-            PyMem_Free(displays);
-        }
+    t->index = PyMem_Malloc((size_t)t->span * sizeof(int32_t));
+    if (t->index == NULL) {
         PyErr_NoMemory();
         return -1;
     }
-    for (i = 0; i < size; i++)
-        t->metas[i].code = -2; /* no such key */
-    t->n = 0;
-    for (i = 0; i < count; i++) { /* each key's last entry; the keys in the order they first appear */
-        int64_t key = keys[i];
-        size_t at;
-        if (t->dense)
-            at = (size_t)((uint64_t)key - (uint64_t)min_key);
-        else {
-            size_t slot = hash_key(key) & t->mask;
-            while (t->index[slot] >= 0 && t->keys[t->index[slot]] != key)
-                slot = (slot + 1) & t->mask;
-            if (t->index[slot] < 0) {
-                t->index[slot] = (int32_t)t->n;
-                t->keys[t->n] = key; /* keys[n] is read: n <= i */
-            }
-            at = (size_t)t->index[slot];
-        }
-        if (t->metas[at].code == -2) {
-            t->metas[at].code = -1;
-            t->order[t->n++] = at;
-        }
-        t->names[at] = names[i];
-        t->displays[at] = displays[i];
-    }
-    if (t->dense) {
-        PyMem_Free(names);
-        PyMem_Free(displays);
+    memset(t->index, 0xff, (size_t)t->span * sizeof(int32_t));
+    for (i = 0; i < count; i++) {
+        int32_t *slot = table_slot(t, t->keys[i]);
+        if (*slot >= 0)
+            return malformed("an event metadata key given twice");
+        *slot = (int32_t)i;
     }
     return 0;
 }
@@ -1487,7 +1466,8 @@ hostwalk_walk(PyObject *self, PyObject *args)
     r.p = buf.buf;
     r.end = r.p + buf.len;
     if (read_plane_fields(r, &lines, &event_meta, &stat_meta) < 0 || read_names(&w, &stat_meta) < 0
-        || build_table(&w, &event_meta) < 0 || classify(&w, kinds_by_name, kind_of_name, skipped) < 0)
+        || build_table(&w, &event_meta, kinds_by_name, skipped) < 0
+        || classify_rest(&w, kinds_by_name, kind_of_name, skipped) < 0)
         goto done;
     for (i = 0; i < lines.n; i++) {
         rc = read_line(&w, lines.items[i]);
