@@ -8,6 +8,7 @@ report does not use.
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -92,6 +93,10 @@ def read_trace(data: bytes | Any) -> _Trace:
     the ``Record`` names the step. A kernel whose step cannot be traced this way keeps
     no context and is reported on an unknown device.
     """
+    if _compiled is not None and isinstance(data, (bytes, bytearray, memoryview)):
+        read = _read_compiled(_compiled, data)
+        if read is not None:
+            return read
     space = parse_space(data) if isinstance(data, (bytes, bytearray, memoryview)) else data
     trace = _Trace()
     with _gc_paused():
@@ -103,6 +108,47 @@ def read_trace(data: bytes | Any) -> _Trace:
                 trace.gpus[index] = read_gpu_plane(plane, index)
             elif plane.lines:
                 trace.skipped.append(plane.name)
+    trace.executions.sort(key=lambda e: e.start_ps)
+    _claim_orphans(trace)
+    return trace
+
+
+def _read_compiled(module: Any, data: bytes | bytearray | memoryview) -> _Trace | None:
+    """:func:`read_trace` with the host plane's first walk compiled; ``None``: the Python path reads ``data``.
+
+    ``module.planes`` finds the planes in the serialized bytes and ``module.walk`` reads the
+    host plane as :func:`_read_lines` does without links; where it returns ``None`` (it would
+    raise :class:`_NeedLinks`) protobuf and the Python walk read that plane. Other planes are
+    parsed by protobuf. Bytes the compiled reader cannot read exactly as protobuf would
+    (``ValueError``), or any other error, give ``None``: the Python path reads them again and
+    raises what it raises.
+    """
+    try:
+        trace = _Trace()
+        with _gc_paused():
+            for name, start, end in module.planes(data):
+                read = None
+                if name == HOST_PLANE:
+                    read = module.walk(memoryview(data)[start:end], _KINDS_BY_NAME, _kind_of_name, _SKIPPED_KIND)
+                if read is not None:
+                    kernels, executions, parents, outside, steps, host_events = read
+                    trace.kernels += kernels
+                    trace.executions += [_Execution(*e) for e in executions]
+                    trace.parents.update(parents)
+                    trace.outside |= outside
+                    trace.steps |= steps
+                    trace.host_events += host_events
+                    continue
+                plane = xplane_module().XPlane.FromString(data[start:end])
+                index = gpu_index(name)
+                if name == HOST_PLANE:
+                    _read_host_plane(plane, trace)
+                elif index is not None:
+                    trace.gpus[index] = read_gpu_plane(plane, index)
+                elif plane.lines:
+                    trace.skipped.append(name)
+    except Exception:  # noqa: BLE001  (the Python path reads the bytes again and raises its own error)
+        return None
     trace.executions.sort(key=lambda e: e.start_ps)
     _claim_orphans(trace)
     return trace
@@ -442,3 +488,17 @@ def _int_stat(event: Any, stat_id: int) -> int:
 
 def _stats(event: Any, names: dict[int, str]) -> dict[str, Any]:
     return {names[s.metadata_id]: _stat_value(s, names) for s in event.stats}
+
+
+def _load_compiled() -> Any:
+    """``tfdevices.verify._hostwalk`` (the compiled first walk); ``None`` where not built or numbering kinds apart."""
+    try:
+        hostwalk = importlib.import_module("tfdevices.verify._hostwalk")
+    except ImportError:
+        return None
+    codes = (_KERNEL, _PROCESS, _ASYNC, _EAGER, _RUN, _ASYNC_DONE, _DONE_CALLBACK, _SCHEDULED, _REGION_START)
+    return hostwalk if (*codes, _REGION_STOP, _STEP) == hostwalk.CODES else None
+
+
+#: The compiled reader :func:`read_trace` uses on serialized bytes, or ``None`` (tests set it to read both ways).
+_compiled: Any = _load_compiled()
