@@ -13,7 +13,9 @@ KERNEL_TESTS := tests/test_verify.py tests/verify/test_profiles.py tests/tensorb
 
 .PHONY: demo test test-oldest test-tf-keras lint docs bench setup clean
 
-$(STAMP): setup.cfg setup.py
+# The install builds the compiled profile reader (tfdevices/verify/_hostwalk.c) in place: again when it changes.
+COMPILED := tfdevices/verify/_hostwalk.c
+$(STAMP): setup.cfg setup.py $(COMPILED)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet '$(TF_PKG)' -e '.[test]'
@@ -54,7 +56,7 @@ OLDEST_TESTS := tests/core/test_tf.py tests/mends tests/test_runtime.py tests/te
 	tests/test_training.py tests/test_multiworker.py tests/test_keras_flavours.py tests/test_verify.py tests/verify \
 	tests/tensorboard/test_callbacks.py tests/layers/test_place.py tests/decide/test_advise_capture.py
 
-$(OLDEST_VENV)/.installed: setup.cfg setup.py Makefile
+$(OLDEST_VENV)/.installed: setup.cfg setup.py Makefile $(COMPILED)
 	test -x $(OLDEST_PY) || $(PYTHON) -m venv $(OLDEST_VENV)
 	$(OLDEST_PY) -m pip install --quiet --upgrade pip
 	$(OLDEST_PY) -m pip install --quiet $(OLDEST_PINS) 'pytest>=7,<9' 'pytest-xdist>=3' 'pytest-timeout>=2' 'hypothesis>=6' -e .

@@ -52,8 +52,22 @@ def _homes() -> dict[int, str]:
 # -- the edge
 
 
+#: The package's compiled modules (private; their sources say what they do): held to the Python modules' rules apart.
+COMPILED = ["tfdevices.verify._hostwalk"]
+
+
 def _package_modules() -> list[str]:
-    return ["tfdevices"] + [m.name for m in pkgutil.walk_packages(tfdevices.__path__, "tfdevices.")]
+    """The package's Python modules (its compiled ones: :data:`COMPILED`)."""
+    names = ["tfdevices"] + [m.name for m in pkgutil.walk_packages(tfdevices.__path__, "tfdevices.")]
+    return [name for name in names if name not in COMPILED]
+
+
+def test_the_compiled_modules_are_private_and_the_only_ones():
+    names = [m.name for m in pkgutil.walk_packages(tfdevices.__path__, "tfdevices.")]
+    compiled = [n for n in names if not str(importlib.util.find_spec(n).origin).endswith(".py")]
+    assert compiled == COMPILED  # built by the install (setup.py); none other
+    assert all(name.rsplit(".", 1)[-1].startswith("_") for name in compiled)
+    assert not set(COMPILED) & set(tfdevices.PUBLIC_MODULES)
 
 
 def _declared_all(module: str) -> ast.expr | None:

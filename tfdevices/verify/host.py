@@ -13,15 +13,30 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from tfdevices.verify.device import GpuPlane, gpu_index, read_gpu_plane
-from tfdevices.verify.records import TRANSFER_OPS, _gc_paused
+from tfdevices.verify.kinds import (
+    _ASYNC,
+    _ASYNC_DONE,
+    _DONE_CALLBACK,
+    _EAGER,
+    _KERNEL,
+    _KINDS_BY_NAME,
+    _PROCESS,
+    _REGION_START,
+    _REGION_STOP,
+    _RUN,
+    _SCHEDULED,
+    _SKIPPED_KIND,
+    _STEP,
+    _event_kinds,
+    _kind_of_name,
+)
+from tfdevices.verify.records import _gc_paused
 from tfdevices.verify.xplane import xplane_module
 
 __all__ = ["read_trace", "parse_space"]
 
 #: The host plane's name in every XSpace TensorFlow writes.
 HOST_PLANE = "/host:CPU"
-#: Step markers written by ``tf.profiler.experimental.Trace(NAME, step_num=N)`` (tf_keras' fit, custom loops).
-_STEP_EVENTS = frozenset({"train", "test", "predict"})
 
 
 #: One kernel event of the trace (internal), a plain tuple (made thousands of times a capture, in
@@ -174,24 +189,6 @@ def _claim_orphans(trace: _Trace) -> None:
             owner.contexts.append(context)
 
 
-(_KERNEL, _PROCESS, _ASYNC, _EAGER, _RUN, _ASYNC_DONE, _DONE_CALLBACK, _SCHEDULED, _REGION_START, _REGION_STOP) = range(
-    10
-)
-_STEP = 10  # a step marker (tf.profiler.experimental.Trace("train", step_num=N))
-_EVENT_KINDS = {
-    "ExecutorState::Process": _PROCESS,
-    "ExecutorState::ProcessAsync::Start": _ASYNC,
-    "EagerExecute": _EAGER,
-    "FunctionRun": _RUN,
-    "ExecutorState::ProcessAsync::Done": _ASYNC_DONE,
-    "ExecutorDoneCallback": _DONE_CALLBACK,
-    "ThreadpoolListener::Record": _SCHEDULED,
-    "ThreadpoolListener::StartRegion": _REGION_START,
-    "ThreadpoolListener::StopRegion": _REGION_STOP,
-}
-#: The thread pool's events: read only when some kernel ran outside a recorded step (see :class:`_Links`).
-_LINK_KINDS = frozenset({_SCHEDULED, _REGION_START, _REGION_STOP})
-
 #: Where an event ran, before the thread-pool links are followed (internal): an ``int``, the executor
 #: context of the step it ran in (the common case, checked as ``where.__class__ is int``);
 #: ``("async", id)`` (inside the completion of an asynchronous kernel), ``("region", event)`` (in a
@@ -204,58 +201,6 @@ _EAGER_SPAN = ("eager", 0)
 
 class _NeedLinks(Exception):  # noqa: N818  (control flow, not an error)
     """A kernel ran outside any recorded step: the host plane is read again, following the thread pool's links."""
-
-
-def _event_kinds(plane: Any, links: bool) -> dict[int, tuple[Any, ...]]:
-    """``metadata id -> (kind, ...)`` for the events capture reads; other events are skipped.
-
-    A kernel's is ``(_KERNEL, (op name, kernel), whether its stats are read)``: its name is
-    "op:Kernel", its display name "Kernel"; its stats are read for transfers only (their key
-    names the devices). The others' are ``(kind, name)``; the thread pool's only with ``links``.
-    Most metadata are kernels, one per kernel that ran (thousands a step): what a name means
-    is worked out once per process (:func:`_kind_of_name`), only its name read each capture.
-    """
-    kinds: dict[int, tuple[Any, ...]] = {}
-    metadata = plane.event_metadata
-    known = _KINDS_BY_NAME
-    for key in metadata:
-        meta = metadata[key]
-        name = meta.name
-        kind = known.get(name)
-        if kind is None:
-            kind = _kind_of_name(name, meta.display_name)
-        if kind is not _SKIPPED_KIND and (links or kind[0] not in _LINK_KINDS):
-            kinds[key] = kind
-    return kinds
-
-
-#: What :func:`_kind_of_name` gives an event capture does not read.
-_SKIPPED_KIND: tuple[Any, ...] = (-1,)
-#: ``event name -> kind`` for the names seen by this process (bounded: cleared when full).
-_KINDS_BY_NAME: dict[str, tuple[Any, ...]] = {}
-_KINDS_LIMIT = 1 << 18
-
-
-def _kind_of_name(name: str, display_name: str) -> tuple[Any, ...]:
-    """What an event of this name is to capture (see :func:`_event_kinds`), remembered by name.
-
-    A kernel's name is "op:Kernel" with the display name "Kernel" (TensorFlow's executor names
-    its kernel events so); names capture skips are not remembered.
-    """
-    known = _EVENT_KINDS.get(name)
-    op, colon, kernel = name.rpartition(":")
-    if known is not None:
-        kind: tuple[Any, ...] = (known, name)
-    elif colon and kernel and kernel == display_name:
-        kind = (_KERNEL, (op, kernel), kernel in TRANSFER_OPS)
-    elif name in _STEP_EVENTS:
-        kind = (_STEP, name)
-    else:
-        return _SKIPPED_KIND
-    if len(_KINDS_BY_NAME) >= _KINDS_LIMIT:
-        _KINDS_BY_NAME.clear()
-    _KINDS_BY_NAME[name] = kind
-    return kind
 
 
 @dataclass

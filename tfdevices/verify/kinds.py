@@ -1,0 +1,87 @@
+"""What each event of the profiler's host plane is to capture, by its name: a kernel, an executor step, a call.
+
+:func:`tfdevices.verify.host.read_trace` (and its compiled first walk, which looks names up in
+:data:`_KINDS_BY_NAME`) reads only the events named here; what a name means is worked out once
+per process.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tfdevices.verify.records import TRANSFER_OPS
+
+__all__: list[str] = []
+
+#: Step markers written by ``tf.profiler.experimental.Trace(NAME, step_num=N)`` (tf_keras' fit, custom loops).
+_STEP_EVENTS = frozenset({"train", "test", "predict"})
+
+(_KERNEL, _PROCESS, _ASYNC, _EAGER, _RUN, _ASYNC_DONE, _DONE_CALLBACK, _SCHEDULED, _REGION_START, _REGION_STOP) = range(
+    10
+)
+_STEP = 10  # a step marker (tf.profiler.experimental.Trace("train", step_num=N))
+_EVENT_KINDS = {
+    "ExecutorState::Process": _PROCESS,
+    "ExecutorState::ProcessAsync::Start": _ASYNC,
+    "EagerExecute": _EAGER,
+    "FunctionRun": _RUN,
+    "ExecutorState::ProcessAsync::Done": _ASYNC_DONE,
+    "ExecutorDoneCallback": _DONE_CALLBACK,
+    "ThreadpoolListener::Record": _SCHEDULED,
+    "ThreadpoolListener::StartRegion": _REGION_START,
+    "ThreadpoolListener::StopRegion": _REGION_STOP,
+}
+#: The thread pool's events: read only when some kernel ran outside a recorded step (see :class:`_Links`).
+_LINK_KINDS = frozenset({_SCHEDULED, _REGION_START, _REGION_STOP})
+
+
+def _event_kinds(plane: Any, links: bool) -> dict[int, tuple[Any, ...]]:
+    """``metadata id -> (kind, ...)`` for the events capture reads; other events are skipped.
+
+    A kernel's is ``(_KERNEL, (op name, kernel), whether its stats are read)``: its name is
+    "op:Kernel", its display name "Kernel"; its stats are read for transfers only (their key
+    names the devices). The others' are ``(kind, name)``; the thread pool's only with ``links``.
+    Most metadata are kernels, one per kernel that ran (thousands a step): what a name means
+    is worked out once per process (:func:`_kind_of_name`), only its name read each capture.
+    """
+    kinds: dict[int, tuple[Any, ...]] = {}
+    metadata = plane.event_metadata
+    known = _KINDS_BY_NAME
+    for key in metadata:
+        meta = metadata[key]
+        name = meta.name
+        kind = known.get(name)
+        if kind is None:
+            kind = _kind_of_name(name, meta.display_name)
+        if kind is not _SKIPPED_KIND and (links or kind[0] not in _LINK_KINDS):
+            kinds[key] = kind
+    return kinds
+
+
+#: What :func:`_kind_of_name` gives an event capture does not read.
+_SKIPPED_KIND: tuple[Any, ...] = (-1,)
+#: ``event name -> kind`` for the names seen by this process (bounded: cleared when full).
+_KINDS_BY_NAME: dict[str, tuple[Any, ...]] = {}
+_KINDS_LIMIT = 1 << 18
+
+
+def _kind_of_name(name: str, display_name: str) -> tuple[Any, ...]:
+    """What an event of this name is to capture (see :func:`_event_kinds`), remembered by name.
+
+    A kernel's name is "op:Kernel" with the display name "Kernel" (TensorFlow's executor names
+    its kernel events so); names capture skips are not remembered.
+    """
+    known = _EVENT_KINDS.get(name)
+    op, colon, kernel = name.rpartition(":")
+    if known is not None:
+        kind: tuple[Any, ...] = (known, name)
+    elif colon and kernel and kernel == display_name:
+        kind = (_KERNEL, (op, kernel), kernel in TRANSFER_OPS)
+    elif name in _STEP_EVENTS:
+        kind = (_STEP, name)
+    else:
+        return _SKIPPED_KIND
+    if len(_KINDS_BY_NAME) >= _KINDS_LIMIT:
+        _KINDS_BY_NAME.clear()
+    _KINDS_BY_NAME[name] = kind
+    return kind
