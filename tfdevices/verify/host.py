@@ -87,7 +87,7 @@ def _stat_value(stat: Any, names: dict[int, str]) -> Any:
 
 def parse_space(data: bytes | bytearray | memoryview) -> Any:
     """The XSpace a ``*.xplane.pb`` file holds (``DecodeError`` when it is not one); TensorFlow is not imported."""
-    return xplane_module().XSpace.FromString(data)
+    return xplane_module().XSpace.FromString(data if isinstance(data, bytes) else bytes(data))  # protobuf 4: bytes
 
 
 def read_trace(data: bytes | Any) -> _Trace:
@@ -154,7 +154,7 @@ def _read_compiled(module: Any, data: bytes | bytearray | memoryview) -> _Trace 
                     trace.steps |= steps
                     trace.host_events += host_events
                     continue
-                plane = xplane_module().XPlane.FromString(data[start:end])
+                plane = xplane_module().XPlane.FromString(bytes(memoryview(data)[start:end]))  # protobuf 4: bytes
                 index = gpu_index(name)
                 if name == HOST_PLANE:
                     _read_host_plane(plane, trace)
