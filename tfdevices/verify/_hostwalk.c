@@ -11,6 +11,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <limits.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -1589,12 +1590,408 @@ fail:
     return NULL;
 }
 
+/* ------------------------------------------------------------------ the builder's hot loop */
+
+/* add_kernels(): tfdevices/verify/building.py's _add_kernels loop, compiled. Each op record is made as
+ * records.py's _make_op makes it (object.__new__, then each slot set), its slots written directly: the
+ * record type's layout is checked on every call against the fields below, and where it differs the
+ * call declines (returns None) and the Python loop runs. */
+
+#if PY_VERSION_HEX >= 0x030C0000
+#define OBJECT_SLOT Py_T_OBJECT_EX
+#define SLOT_READONLY Py_READONLY
+#else
+#include <structmember.h>
+#define OBJECT_SLOT T_OBJECT_EX
+#define SLOT_READONLY READONLY
+#endif
+
+/* OpPlacement's fields, in the order add_kernels fills them. */
+enum {
+    F_NAME = 0, F_TYPE, F_DEVICE, F_REQUESTED, F_CALL, F_KERNEL, F_KERNEL_NAME, F_START, F_DURATION, F_LAUNCH,
+    F_KERNELS, N_OP_FIELDS
+};
+static const char *const op_fields[N_OP_FIELDS] = {
+    "name", "type", "device", "requested", "call", "kernel", "kernel_name", "start_us", "duration_us", "launch_us",
+    "kernels",
+};
+
+static PyObject *thousand_obj;    /* the int 1000 */
+static PyObject *empty_tuple_obj; /* () */
+
+/* Whether ``names`` (a tuple or, with ``keys``, a dict's keys) is op_fields, in order: 1, 0 (not), -1 (error). */
+static int
+names_are_fields(PyObject *names, int keys)
+{
+    Py_ssize_t i = 0, pos = 0;
+    PyObject *name, *value;
+    if (keys ? !PyDict_CheckExact(names) || PyDict_GET_SIZE(names) != N_OP_FIELDS
+             : !PyTuple_CheckExact(names) || PyTuple_GET_SIZE(names) != N_OP_FIELDS)
+        return 0;
+    for (i = 0; i < N_OP_FIELDS; i++) {
+        if (keys) {
+            if (!PyDict_Next(names, &pos, &name, &value))
+                return 0;
+        }
+        else
+            name = PyTuple_GET_ITEM(names, i);
+        if (!PyUnicode_Check(name) || PyUnicode_CompareWithASCIIString(name, op_fields[i]) != 0)
+            return 0;
+    }
+    return 1;
+}
+
+/* Whether ``type`` is a plain slotted record of op_fields (each an object slot, set by its own member
+ * descriptor, nothing else in its instances): 1 with each field's offset in ``offsets``, 0 (it is not:
+ * the caller declines), -1 (error). */
+static int
+op_layout(PyObject *type, Py_ssize_t offsets[N_OP_FIELDS])
+{
+    PyTypeObject *t;
+    PyObject *names;
+    PyMemberDef *m;
+    Py_ssize_t n = 0;
+    int i, ok;
+    if (!PyType_Check(type))
+        return 0;
+    t = (PyTypeObject *)type;
+    if (!(t->tp_flags & Py_TPFLAGS_HEAPTYPE) || t->tp_base != &PyBaseObject_Type || t->tp_itemsize != 0
+        || t->tp_dictoffset != 0 || t->tp_weaklistoffset != 0 || t->tp_alloc == NULL || t->tp_members == NULL
+        || t->tp_dict == NULL || (t->tp_flags & Py_TPFLAGS_IS_ABSTRACT))
+        return 0;
+#ifdef Py_TPFLAGS_MANAGED_DICT
+    if (t->tp_flags & Py_TPFLAGS_MANAGED_DICT)
+        return 0;
+#endif
+    for (i = 0; i < 2; i++) {
+        names = PyObject_GetAttrString(type, i == 0 ? "__slots__" : "__dataclass_fields__");
+        if (names == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+                return -1;
+            PyErr_Clear();
+            return 0;
+        }
+        ok = names_are_fields(names, i == 1);
+        Py_DECREF(names);
+        if (ok <= 0)
+            return ok;
+    }
+    for (i = 0; i < N_OP_FIELDS; i++)
+        offsets[i] = -1;
+    for (m = t->tp_members; m->name != NULL; m++, n++) {
+        PyObject *descr;
+        for (i = 0; i < N_OP_FIELDS && strcmp(m->name, op_fields[i]) != 0; i++)
+            ;
+        if (i == N_OP_FIELDS || offsets[i] != -1 || m->type != OBJECT_SLOT || (m->flags & SLOT_READONLY)
+            || m->offset < (Py_ssize_t)sizeof(PyObject) || m->offset + (Py_ssize_t)sizeof(PyObject *) > t->tp_basicsize
+            || m->offset % (Py_ssize_t)sizeof(PyObject *) != 0)
+            return 0;
+        descr = PyDict_GetItemString(t->tp_dict, m->name); /* borrowed; the class's own attribute */
+        if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type)
+            || ((PyMemberDescrObject *)descr)->d_member != m || PyDescr_TYPE(descr) != t)
+            return 0;
+        offsets[i] = m->offset;
+    }
+    return n == N_OP_FIELDS;
+}
+
+/* Python's ``a, b, ... = obj`` for ``n`` names: new references in ``out``, or -1 with Python's error. */
+static int
+unpack(PyObject *obj, Py_ssize_t n, PyObject **out)
+{
+    PyObject *it, *extra;
+    Py_ssize_t i;
+    if (PyTuple_CheckExact(obj) && PyTuple_GET_SIZE(obj) == n) {
+        for (i = 0; i < n; i++) {
+            out[i] = PyTuple_GET_ITEM(obj, i);
+            Py_INCREF(out[i]);
+        }
+        return 0;
+    }
+    it = PyObject_GetIter(obj);
+    if (it == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError) && Py_TYPE(obj)->tp_iter == NULL && !PySequence_Check(obj)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "cannot unpack non-iterable %.200s object", Py_TYPE(obj)->tp_name);
+        }
+        return -1;
+    }
+    for (i = 0; i < n; i++) {
+        out[i] = PyIter_Next(it);
+        if (out[i] == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_ValueError, "not enough values to unpack (expected %zd, got %zd)", n, i);
+            goto fail;
+        }
+    }
+    extra = PyIter_Next(it);
+    if (extra != NULL) {
+        Py_DECREF(extra);
+        PyErr_Format(PyExc_ValueError, "too many values to unpack (expected %zd)", n);
+        goto fail;
+    }
+    if (PyErr_Occurred())
+        goto fail;
+    Py_DECREF(it);
+    return 0;
+fail:
+    while (i-- > 0)
+        Py_CLEAR(out[i]);
+    Py_DECREF(it);
+    return -1;
+}
+
+/* ``x // 1000 / 1000`` as Python computes it for an int in 64 bits; NULL without an error: out of range. */
+static PyObject *
+us_of_int64(int64_t x)
+{
+    int64_t q = x / 1000;
+    if (x % 1000 != 0 && x < 0)
+        q--; /* floor division */
+    if (q > ((int64_t)1 << 53) || q < -((int64_t)1 << 53))
+        return NULL; /* not exact in a double: Python's own division rounds it */
+    return PyFloat_FromDouble((double)q / 1000.0); /* int / int: correctly rounded, as IEEE division of exact operands */
+}
+
+/* ``x // 1000 / 1000`` as Python computes it, by the number protocol where ``x`` is not a 64-bit int. */
+static PyObject *
+us_of(PyObject *x)
+{
+    PyObject *q, *us;
+    if (PyLong_CheckExact(x)) {
+        int overflow;
+        long long v = PyLong_AsLongLongAndOverflow(x, &overflow);
+        if (!overflow && !(v == -1 && PyErr_Occurred()) && (us = us_of_int64((int64_t)v)) != NULL)
+            return us;
+        if (PyErr_Occurred())
+            return NULL;
+    }
+    q = PyNumber_FloorDivide(x, thousand_obj);
+    if (q == NULL)
+        return NULL;
+    us = PyNumber_TrueDivide(q, thousand_obj);
+    Py_DECREF(q);
+    return us;
+}
+
+/* ``(begin - origin) // 1000 / 1000``. */
+static PyObject *
+start_us(PyObject *begin, PyObject *origin)
+{
+    PyObject *d, *us;
+    if (PyLong_CheckExact(begin) && PyLong_CheckExact(origin)) {
+        int o1, o2;
+        long long b = PyLong_AsLongLongAndOverflow(begin, &o1), o = PyLong_AsLongLongAndOverflow(origin, &o2);
+        long long diff;
+        if (PyErr_Occurred())
+            return NULL;
+        if (!o1 && !o2 && (o >= 0 ? b >= LLONG_MIN + o : b <= LLONG_MAX + o) /* b - o does not overflow */
+            && (us = us_of_int64((int64_t)(diff = b - o))) != NULL)
+            return us;
+        if (PyErr_Occurred())
+            return NULL;
+    }
+    d = PyNumber_Subtract(begin, origin);
+    if (d == NULL)
+        return NULL;
+    us = us_of(d);
+    Py_DECREF(d);
+    return us;
+}
+
+typedef struct {
+    PyObject *known, *miss, *device, *index, *origin, *spans, *ops, *transfers, *collectives;
+    PyTypeObject *op_type;
+    Py_ssize_t offsets[N_OP_FIELDS];
+} Adding;
+
+/* One op record, appended to ``ops``: ``op`` is (op name, model op, requested device). */
+static int
+append_op(Adding *a, PyObject *op, PyObject *kind, PyObject *name, PyObject *start, PyObject *duration)
+{
+    PyObject *f[3], *record;
+    PyObject *values[N_OP_FIELDS];
+    int i, rc;
+    if (unpack(op, 3, f) < 0)
+        return -1;
+    values[F_NAME] = f[0];
+    values[F_TYPE] = f[1];
+    values[F_DEVICE] = a->device;
+    values[F_REQUESTED] = f[2];
+    values[F_CALL] = a->index;
+    values[F_KERNEL] = kind;
+    values[F_KERNEL_NAME] = name;
+    values[F_START] = start;
+    values[F_DURATION] = duration;
+    values[F_LAUNCH] = Py_None;
+    values[F_KERNELS] = empty_tuple_obj;
+    record = a->op_type->tp_alloc(a->op_type, 0); /* what object.__new__ does: zeroed slots, tracked by the collector */
+    if (record == NULL) {
+        rc = -1;
+        goto done;
+    }
+    for (i = 0; i < N_OP_FIELDS; i++) {
+        Py_INCREF(values[i]);
+        *(PyObject **)((char *)record + a->offsets[i]) = values[i];
+    }
+    rc = PyList_Append(a->ops, record);
+    Py_DECREF(record);
+done:
+    for (i = 0; i < 3; i++)
+        Py_DECREF(f[i]);
+    return rc;
+}
+
+/* One kernel (key, start_ps, duration_ps, context, stats), as one turn of _add_kernels' loop. */
+static int
+add_one(Adding *a, PyObject *kernel)
+{
+    PyObject *k[5], *placed, *pc[2] = {NULL, NULL}, *start = NULL, *duration = NULL, *nk[2] = {NULL, NULL};
+    PyObject *ops, *it = NULL, *op;
+    int rc = -1, i, truth;
+    if (unpack(kernel, 5, k) < 0)
+        return -1;
+    placed = PyDict_GetItemWithError(a->known, k[0]); /* known.get(key) */
+    if (placed == NULL && PyErr_Occurred())
+        goto done;
+    if (placed == NULL || placed == Py_None)
+        placed = PyObject_CallOneArg(a->miss, k[0]);
+    else
+        Py_INCREF(placed);
+    if (placed == NULL)
+        goto done;
+    i = unpack(placed, 2, pc);
+    Py_DECREF(placed);
+    if (i < 0)
+        goto done;
+    ops = pc[0];
+    if (PyTuple_CheckExact(ops) && PyTuple_GET_SIZE(ops) == 0 && k[4] == Py_None) { /* ops is _SKIPPED */
+        rc = 0;
+        goto done;
+    }
+    start = start_us(k[1], a->origin);
+    if (start == NULL)
+        goto done;
+    duration = us_of(k[2]);
+    if (duration == NULL)
+        goto done;
+    if (a->spans != Py_None) {
+        PyObject *end = PyNumber_Add(k[1], k[2]), *span;
+        if (end == NULL)
+            goto done;
+        span = PyTuple_New(2);
+        if (span == NULL) {
+            Py_DECREF(end);
+            goto done;
+        }
+        Py_INCREF(k[1]);
+        PyTuple_SET_ITEM(span, 0, k[1]);
+        PyTuple_SET_ITEM(span, 1, end);
+        i = PyList_Append(a->spans, span);
+        Py_DECREF(span);
+        if (i < 0)
+            goto done;
+    }
+    if (k[4] != Py_None) { /* a transfer: Python makes its record */
+        PyObject *t = PyTuple_Pack(3, kernel, start, duration);
+        if (t == NULL)
+            goto done;
+        i = PyList_Append(a->transfers, t);
+        Py_DECREF(t);
+        rc = i;
+        goto done;
+    }
+    if (unpack(k[0], 2, nk) < 0) /* name, kind = key */
+        goto done;
+    if (PyTuple_CheckExact(ops)) {
+        for (i = 0; i < PyTuple_GET_SIZE(ops); i++)
+            if (append_op(a, PyTuple_GET_ITEM(ops, i), nk[1], nk[0], start, duration) < 0)
+                goto done;
+    }
+    else {
+        it = PyObject_GetIter(ops);
+        if (it == NULL)
+            goto done;
+        while ((op = PyIter_Next(it)) != NULL) {
+            i = append_op(a, op, nk[1], nk[0], start, duration);
+            Py_DECREF(op);
+            if (i < 0)
+                goto done;
+        }
+        if (PyErr_Occurred())
+            goto done;
+    }
+    truth = PyObject_IsTrue(pc[1]);
+    if (truth < 0 || (truth && PyList_Append(a->collectives, kernel) < 0))
+        goto done;
+    rc = 0;
+done:
+    for (i = 0; i < 5; i++)
+        Py_DECREF(k[i]);
+    for (i = 0; i < 2; i++) {
+        Py_XDECREF(pc[i]);
+        Py_XDECREF(nk[i]);
+    }
+    Py_XDECREF(start);
+    Py_XDECREF(duration);
+    Py_XDECREF(it);
+    return rc;
+}
+
+/* add_kernels(kernels, known, miss, device, index, origin, spans, ops, op_type) -> (transfers, collectives) or None. */
+static PyObject *
+hostwalk_add_kernels(PyObject *self, PyObject *args)
+{
+    Adding a;
+    PyObject *kernels, *op_type, *it, *kernel, *result = NULL;
+    int layout;
+    (void)self;
+    memset(&a, 0, sizeof a);
+    if (!PyArg_ParseTuple(args, "OO!OOOOOO!O:add_kernels", &kernels, &PyDict_Type, &a.known, &a.miss, &a.device,
+                          &a.index, &a.origin, &a.spans, &PyList_Type, &a.ops, &op_type))
+        return NULL;
+    if (a.spans != Py_None && !PyList_Check(a.spans)) {
+        PyErr_SetString(PyExc_TypeError, "add_kernels: spans must be a list or None");
+        return NULL;
+    }
+    layout = op_layout(op_type, a.offsets);
+    if (layout < 0)
+        return NULL;
+    if (layout == 0)
+        Py_RETURN_NONE; /* not the record this loop makes: the caller's Python loop runs */
+    a.op_type = (PyTypeObject *)op_type;
+    it = PyObject_GetIter(kernels);
+    if (it == NULL)
+        return NULL;
+    a.transfers = PyList_New(0);
+    a.collectives = PyList_New(0);
+    if (a.transfers == NULL || a.collectives == NULL)
+        goto done;
+    while ((kernel = PyIter_Next(it)) != NULL) {
+        int rc = add_one(&a, kernel);
+        Py_DECREF(kernel);
+        if (rc < 0)
+            goto done;
+    }
+    if (PyErr_Occurred())
+        goto done;
+    result = PyTuple_Pack(2, a.transfers, a.collectives);
+done:
+    Py_DECREF(it);
+    Py_XDECREF(a.transfers);
+    Py_XDECREF(a.collectives);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"planes", hostwalk_planes, METH_O,
      "planes(data) -> [(name, start, end)]: each XPlane of a serialized XSpace, by its bytes' offsets."},
     {"walk", hostwalk_walk, METH_VARARGS,
      "walk(plane, kinds_by_name, kind_of_name, skipped_kind) -> (kernels, executions, parents, outside, steps, "
      "host_events) or None: the host plane's first walk (None: a kernel ran outside any recorded step)."},
+    {"add_kernels", hostwalk_add_kernels, METH_VARARGS,
+     "add_kernels(kernels, known, miss, device, index, origin, spans, ops, op_type) -> (transfers, collectives) or "
+     "None: building.py's _add_kernels loop, op records appended to ops; None: op_type is not the record it makes."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1611,9 +2008,11 @@ PyInit__hostwalk(void)
     if (m == NULL)
         return NULL;
     zero_obj = PyLong_FromLong(0);
+    thousand_obj = PyLong_FromLong(1000);
+    empty_tuple_obj = PyTuple_New(0);
     codes = Py_BuildValue("(iiiiiiiiiii)", K_KERNEL, K_PROCESS, K_ASYNC, K_EAGER, K_RUN, K_ASYNC_DONE, K_DONE_CALLBACK,
                           K_SCHEDULED, K_REGION_START, K_REGION_STOP, K_STEP);
-    if (zero_obj == NULL || codes == NULL || PyModule_AddObject(m, "CODES", codes) < 0) {
+    if (zero_obj == NULL || thousand_obj == NULL || empty_tuple_obj == NULL || codes == NULL || PyModule_AddObject(m, "CODES", codes) < 0) {
         Py_XDECREF(codes);
         Py_DECREF(m);
         return NULL;

@@ -14,6 +14,7 @@ from itertools import groupby
 from operator import itemgetter
 from typing import Any
 
+from tfdevices.verify import host
 from tfdevices.verify.graph import _Graph, _model_ops
 from tfdevices.verify.host import CONTEXT, KEY, START, STATS, _Execution, _Kernel, _Trace
 from tfdevices.verify.recording import _Call, _Recorder
@@ -279,12 +280,30 @@ def _add_kernels(
     """Adds the ops, transfers and collectives of kernels that ran on ``device``.
 
     The hot path of a build (a turn per kernel): what a kernel stands for in the graph is read
-    once per traced function (:func:`_placed_ops`); here each kernel only gets its times.
+    once per traced function (:func:`_placed_ops`); here each kernel only gets its times. Where
+    the compiled reader is built (``host._compiled``), its ``add_kernels`` runs this loop and
+    hands back the transfers and collectives, made here; the loop below is its reference.
     """
     spans = None if device == UNKNOWN_DEVICE else built.spans.setdefault(device, [])
+    known = graph._known.placed
+    add = getattr(host._compiled, "add_kernels", None)  # read per call: tests turn the compiled paths off together
+    if add is not None:
+
+        def miss(key: tuple[str, str]) -> tuple[tuple[tuple[str, str, str], ...], bool]:
+            placed = known[key] = _placed_ops(graph, key[0], key[1])
+            return placed
+
+        handed = add(kernels, known, miss, device, index, origin, spans, built.ops, OpPlacement)
+        if handed is not None:  # None: OpPlacement is not laid out as it writes records (the loop below runs)
+            sends, collectives = handed
+            for kernel, start, duration in sends:
+                built.transfers.append(_transfer(kernel, graph, recvs, index, start, duration))
+            for name, kind in map(_key_of, collectives):
+                op = graph.op(name)
+                built.collectives.append(Collective(name, kind, device, _attr(op, "merge_op"), _attr(op, "T"), index))
+            return
     add_span = spans.append if spans is not None else None
     add_op = built.ops.append
-    known = graph._known.placed
     make = _make_op
     for kernel in kernels:
         key, begin, length, _, stats = kernel
