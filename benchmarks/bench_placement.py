@@ -18,8 +18,8 @@ figure is the median over ``--repeats`` rounds:
   profiler alone, ``read`` (the XSpace's bytes into calls and kernels, as capture reads
   them: with the compiled reader where it is built), ``read py`` (the same in Python over
   protobuf, for comparison: not part of capture where the reader is built), ``build``
-  (the report), and ``write`` (:func:`tfdevices.tensorboard.write_placement`, which a
-  logger runs on its worker).
+  (the report; ``build py``: its loop in Python, for comparison, after it), and ``write``
+  (:func:`tfdevices.tensorboard.write_placement`, which a logger runs on its worker).
 
 ``own`` is capture minus the profiler alone, a difference of two medians that moves by
 milliseconds from run to run; the steadier measure sums the phases measured apart:
@@ -116,13 +116,15 @@ def cases(keras, tf, sizes: list[int], kinds: list[str]) -> dict[tuple[str, int]
                 took = {"profiled": time.perf_counter() - start}
                 data, trace = spaces[0], []
                 took["read"] = _timed(lambda: trace.append(read_trace(data)))
-                compiled, host._compiled = getattr(host, "_compiled", None), None
-                try:
-                    took["read_py"] = _timed(lambda: read_trace(data))
-                finally:
-                    host._compiled = compiled
                 report = []
                 took["build"] = _timed(lambda: report.append(build_report(trace[0], recorder)))
+                compiled, host._compiled = getattr(host, "_compiled", None), None
+                try:
+                    python = []
+                    took["read_py"] = _timed(lambda: python.append(read_trace(data)))
+                    took["build_py"] = _timed(lambda: build_report(python[0], recorder))
+                finally:
+                    host._compiled = compiled
                 with tempfile.TemporaryDirectory() as logdir:
                     took["write"] = _timed(lambda: write_placement(report[0], logdir))
                 took["ops"], took["kernels"] = len(report[0].ops), sum(report[0].kernel_counts.values())
@@ -168,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"{'step':>8} {'layers':>6} {'ops':>6} {'plain ms':>9} {'profiler':>9} {'capture':>9} {'own ms':>8} "
         f"{'own/prof':>8} | {'prof mem':>9} | {'profiled+':>9} {'read':>7} {'build':>7} {'phases':>7} "
-        f"{'ph/prof':>7} | {'read py':>7} {'write':>7}"
+        f"{'ph/prof':>7} | {'read py':>7} {'build py':>8} {'write':>7}"
     )
     worst = 0.0
     for (kind, layers), m in med.items():
@@ -181,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{1e3 * m['profiler_mem']:>9.2f} | "
             f"{1e3 * (m['profiled'] - m['profiler']):>9.2f} {1e3 * m['read']:>7.2f} "
             f"{1e3 * m['build']:>7.2f} {1e3 * phases:>7.2f} {phases / m['profiler']:>6.0%} | "
-            f"{1e3 * m['read_py']:>7.2f} {1e3 * m['write']:>7.2f}"
+            f"{1e3 * m['read_py']:>7.2f} {1e3 * m['build_py']:>8.2f} {1e3 * m['write']:>7.2f}"
         )
     print(
         f"times in ms, medians of {args.repeats} interleaved rounds; reader: {reader}; profiled+ = the profiled "

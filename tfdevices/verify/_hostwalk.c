@@ -15,7 +15,7 @@
 #include <stdint.h>
 #include <string.h>
 
-/* Event kinds: host.py's _KERNEL ... _STEP (checked there against CODES). */
+/* Event kinds: tfdevices/verify/kinds.py's _KERNEL ... _STEP (host.py checks them against CODES). */
 enum {
     K_KERNEL = 0, K_PROCESS, K_ASYNC, K_EAGER, K_RUN, K_ASYNC_DONE, K_DONE_CALLBACK,
     K_SCHEDULED, K_REGION_START, K_REGION_STOP, K_STEP
@@ -1209,7 +1209,7 @@ decode(const Rd *s)
     return PyUnicode_DecodeUTF8((const char *)s->p, s->end - s->p, "strict");
 }
 
-/* The kinds of the metadata whose names kinds_by_name did not hold, in order, as host.py's
+/* The kinds of the metadata whose names kinds_by_name did not hold, in order, as kinds.py's
  * _event_kinds reads them: looked up again (an earlier one may have added it), else kind_of_name. */
 static int
 classify_rest(Walk *w, PyObject *kinds_by_name, PyObject *kind_of_name, PyObject *skipped)

@@ -152,7 +152,7 @@ def _root(context: int, parents: dict[int, int]) -> int:
     return context
 
 
-_context_of, _start_of, _key_of = itemgetter(CONTEXT), itemgetter(START), itemgetter(KEY)
+_context_of, _start_of, _key_of, _kind_of_key = itemgetter(CONTEXT), itemgetter(START), itemgetter(KEY), itemgetter(1)
 
 
 def _name(kernel: _Kernel) -> str:
@@ -160,8 +160,16 @@ def _name(kernel: _Kernel) -> str:
 
 
 def _transfer_kernels(contexts: list[int], by_context: dict[int, list[_Kernel]]) -> list[tuple[int, _Kernel]]:
-    """``(context, kernel)`` of each ``_Send``/``_Recv`` the contexts ran (a few among thousands of kernels)."""
-    return [(c, k) for c in contexts for k in by_context.get(c, ()) if k[KEY][1] in TRANSFER_OPS]
+    """``(context, kernel)`` of each ``_Send``/``_Recv`` the contexts ran (a few among thousands of kernels).
+
+    A context that ran none (most: one device) is told apart without a Python turn per kernel.
+    """
+    out = []
+    for context in contexts:
+        kernels = by_context.get(context, ())
+        if not TRANSFER_OPS.isdisjoint(map(_kind_of_key, map(_key_of, kernels))):
+            out += [(context, k) for k in kernels if k[KEY][1] in TRANSFER_OPS]
+    return out
 
 
 def _context_devices(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any, Final
 
 from tfdevices.verify.device import GpuPlane, gpu_index, read_gpu_plane
@@ -175,7 +176,7 @@ def _claim_orphans(trace: _Trace) -> None:
     A context is claimed by the function call whose span holds its first kernel.
     """
     known = set(trace.parents) | trace.outside | {c for e in trace.executions for c in e.contexts} | {0}
-    orphans = {k[CONTEXT] for k in trace.kernels} - known
+    orphans = set(map(itemgetter(CONTEXT), trace.kernels)) - known
     if not orphans:
         return
     first: dict[int, int] = {}
