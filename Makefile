@@ -9,7 +9,7 @@ PYTEST_WORKERS ?= 2
 PYTEST := $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -q
 # Tests whose results depend on the kernels TensorFlow runs: oneDNN (on by default on
 # AVX-512 CPUs) rewrites MatMul into _MklMatMul, Dense layers into _MklNativeFusedMatMul.
-KERNEL_TESTS := tests/test_verify.py tests/verify/test_profiles.py tests/tensorboard tests/layers/test_place.py tests/test_readme.py tests/test_notebooks.py tests/decide/test_advise_capture.py
+KERNEL_TESTS := tests/test_verify.py tests/verify/test_profiles.py tests/verify/test_host_compiled.py tests/verify/test_build_compiled.py tests/tensorboard tests/layers/test_place.py tests/test_readme.py tests/test_notebooks.py tests/decide/test_advise_capture.py
 
 .PHONY: demo test test-oldest test-tf-keras lint docs bench setup clean
 
