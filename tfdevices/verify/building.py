@@ -210,7 +210,7 @@ def _fallback_device(kernels: list[_Kernel], graph: _Graph, call: _Call | None, 
 
     With no call (a profile), the GPU whose plane ran its kernels, else the host's CPU.
     """
-    asked = graph.asked_by(list(map(_key_of, kernels)))
+    asked = "" if graph.asks_nothing() else graph.asked_by(list(map(_key_of, kernels)))
     if asked:
         return asked
     if call is not None and call.device:

@@ -24,6 +24,7 @@ class _Known:
     model_ops: dict[tuple[str, str], list[tuple[str, str, str]]] = field(default_factory=dict)  # per kernel
     asked_by: dict[tuple[str, str], str] = field(default_factory=dict)  # kernel -> the device its op asked for
     placed: dict[tuple[str, str], Any] = field(default_factory=dict)  # per kernel: what the report's builder adds
+    asks_nothing: bool | None = None  # no op of the graph, nor of a function it calls, asked for a device
 
 
 _KNOWN: weakref.WeakKeyDictionary[Any, _Known] = weakref.WeakKeyDictionary()
@@ -77,6 +78,8 @@ class _Graph:
         What each kernel asked for is read once per traced graph (a partition's kernels differ
         from capture to capture as the thread pool splits the work; the kernels do not).
         """
+        if self.asks_nothing():
+            return ""
         cache = self._known.asked_by
         found: set[str | None] = set(map(cache.get, keys))
         if None in found:
@@ -88,6 +91,19 @@ class _Graph:
                     found.add(device)
         found.discard("")
         return found.pop() or "" if len(found) == 1 else ""
+
+    def asks_nothing(self) -> bool:
+        """Whether no op of the graph, nor of the functions its ops call, asked for a device (read once per graph).
+
+        Then every kernel's ops asked for none, and :meth:`asked_by` reads no kernel.
+        """
+        known = self._known
+        if known.asks_nothing is None:
+            known.asks_nothing = not any(self.asked(op) for op in known.ops.values()) and all(
+                inner is None or inner.asks_nothing()
+                for inner in (self._called(name) for name, op in known.ops.items() if op.type in _CALL_OPS)
+            )
+        return known.asks_nothing
 
     def asked(self, op: Any) -> str:
         """The device ``op`` asked for (read from TensorFlow once per op)."""
