@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from tests.graphs import eager_ops, split_and_nested, train_step
 from tests.verify import test_gpu_time
 from tests.verify.test_host_compiled import _capture, _cases
 from tests.xspaces import Space, host_call
@@ -168,55 +169,18 @@ def _same_capture(tf: Any, run: Any, *, functions: bool = True) -> Any:
 
 
 def test_a_keras_train_step_builds_the_same_both_ways(tf4):
-    tf = tf4
-    keras = tf.keras
-    model = keras.Sequential([keras.Input((8,)), *[keras.layers.Dense(8, activation="relu") for _ in range(20)]])
-    optimizer = keras.optimizers.SGD(0.01)
-    x = tf.ones([4, 8])
-
-    @tf.function
-    def train():
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(model(x) ** 2)
-        grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
-        return loss
-
-    report = _same_capture(tf, train)
+    report = _same_capture(tf4, train_step(tf4))
     assert len(report.ops) > 100
 
 
 def test_a_function_split_across_devices_with_nested_functions_builds_the_same_both_ways(tf4):
-    tf = tf4
-
-    @tf.function(experimental_attributes={"_noinline": True})
-    def inner(x):
-        with tf.device("/CPU:1"):
-            return tf.nn.relu(tf.matmul(x, x, transpose_b=True))
-
-    @tf.function
-    def outer(x):
-        with tf.device("/CPU:0"):
-            y = inner(x) + 1.0
-        with tf.device("/CPU:2"):
-            return tf.reduce_sum(y * 2.0)
-
-    x = tf.ones([3, 5])
-    report = _same_capture(tf, lambda: outer(x))
+    report = _same_capture(tf4, split_and_nested(tf4))
     assert report.transfers
     assert {"CPU:0", "CPU:1", "CPU:2"} <= {op.device for op in report.ops}
 
 
 def test_eager_ops_build_the_same_both_ways(tf4):
-    tf = tf4
-
-    def eager():
-        with tf.device("/CPU:1"):
-            y = tf.ones([4, 4]) * 3.0
-        with tf.device("/CPU:3"):
-            return tf.reduce_sum(tf.matmul(y, y))
-
-    report = _same_capture(tf, eager, functions=False)
+    report = _same_capture(tf4, eager_ops(tf4), functions=False)
     assert {"CPU:1", "CPU:3"} <= {op.device for op in report.ops}
 
 

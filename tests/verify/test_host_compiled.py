@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from tests.graphs import eager_ops, split_and_nested, train_step
 from tests.verify import test_gpu_time, test_host_walk
 from tests.xspaces import Space, gpu_kernel, host_call
 from tfdevices.verify import host
@@ -160,54 +161,17 @@ def _same_capture(tf: Any, run: Any) -> host._Trace:
 
 
 def test_a_keras_train_step_reads_the_same_both_ways(tf4):
-    tf = tf4
-    keras = tf.keras
-    model = keras.Sequential([keras.Input((8,)), *[keras.layers.Dense(8, activation="relu") for _ in range(20)]])
-    optimizer = keras.optimizers.SGD(0.01)
-    x = tf.ones([4, 8])
-
-    @tf.function
-    def train():
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(model(x) ** 2)
-        grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
-        return loss
-
-    trace = _same_capture(tf, train)
+    trace = _same_capture(tf4, train_step(tf4))
     assert len(trace.kernels) > 100
 
 
 def test_a_function_split_across_devices_and_nested_functions_read_the_same_both_ways(tf4):
-    tf = tf4
-
-    @tf.function(experimental_attributes={"_noinline": True})
-    def inner(x):
-        with tf.device("/CPU:1"):
-            return tf.nn.relu(tf.matmul(x, x, transpose_b=True))
-
-    @tf.function
-    def outer(x):
-        with tf.device("/CPU:0"):
-            y = inner(x) + 1.0
-        with tf.device("/CPU:2"):
-            return tf.reduce_sum(y * 2.0)
-
-    x = tf.ones([3, 5])
-    trace = _same_capture(tf, lambda: outer(x))
+    trace = _same_capture(tf4, split_and_nested(tf4))
     assert any(k[host.STATS] for k in trace.kernels)  # the transfers' stats were read
 
 
 def test_eager_ops_read_the_same_both_ways(tf4):
-    tf = tf4
-
-    def eager():
-        with tf.device("/CPU:1"):
-            y = tf.ones([4, 4]) * 3.0
-        with tf.device("/CPU:3"):
-            return tf.reduce_sum(tf.matmul(y, y))
-
-    trace = _same_capture(tf, eager)
+    trace = _same_capture(tf4, eager_ops(tf4))
     assert len(trace.executions) >= 3
 
 
