@@ -110,7 +110,7 @@ def _profile_reader() -> str:
     """How capture and ``tfdevices placement`` read the profiler's host plane: compiled, or Python where not built."""
     if host._compiled is not None:
         return "compiled (tfdevices.verify._hostwalk)"
-    return "Python, 5x slower: the compiled reader was not built (install with a C compiler: pip install -e .)"
+    return "Python (slower): the compiled reader was not built; install with a C compiler (pip install -e .)"
 
 
 def _version(*distributions: str) -> str | None:

@@ -150,8 +150,10 @@ def test_every_n_steps_makes_series_over_steps_and_one_host_memory_series(tf4, t
     acc = event_accumulator.EventAccumulator(str(tmp_path), size_guidance={event_accumulator.TENSORS: 0})
     acc.Reload()
     tags = acc.Tags()[event_accumulator.TENSORS]
-    ops_tag = next(t for t in tags if t.startswith("placement/ops/"))
-    assert sorted(e.step for e in acc.Tensors(ops_tag)) == [1, 3, 5]  # a series, not a single point
+    # a series, not a single point: each capture's op counts, by device (on TensorFlow 2.16 a capture of a
+    # function that ran before may report some kernels on '?': README's support table), at its step
+    ops_tags = [t for t in tags if t.startswith("placement/ops/")]
+    assert sorted({e.step for t in ops_tags for e in acc.Tensors(t)}) == [1, 3, 5], ops_tags
     memory = [t for t in tags if t.startswith("placement/memory/")]
     assert all(t.startswith("placement/memory/CPU/") for t in memory), memory  # the shared host allocator once
     # the Text tab shows the markdown report; the JSON is the Placement tab's data, not a text entry

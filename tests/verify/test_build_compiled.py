@@ -404,7 +404,9 @@ def test_2000_builds_do_not_grow_memory():
             build_report(trace)
         gc.collect()
         grown = tracemalloc.get_traced_memory()[0] - first
-        assert len(gc.get_objects()) == objects
+        # other threads of the process (a logger's worker of an earlier test) make a few objects meanwhile;
+        # an object kept per build would be 2,000 of them
+        assert len(gc.get_objects()) - objects < 100
     finally:
         tracemalloc.stop()
     assert grown < 16_384, grown  # an object kept per build would be 2000 of them (48 KB of floats)
