@@ -379,7 +379,11 @@ def test_the_records_are_what_the_python_loop_makes_and_leak_nothing():
     made = OpPlacement("b/m", "MatMul", "CPU:1", "", index, "_FusedMatMul", "b", 0.005, 2.5, None, ())
     assert op == made and hash(op) == hash(made) and repr(op) == repr(made)
     assert op == _make_op("b/m", "MatMul", "CPU:1", "", index, "_FusedMatMul", "b", 0.005, 2.5)
-    assert gc.is_tracked(op) == gc.is_tracked(made) and op in gc.get_referrers(index)
+    assert index in gc.get_referents(op) and gc.is_tracked(made)
+    assert not gc.is_tracked(op)  # strings, numbers, None and (): in no cycle, left out of the collector's walks
+    odd = []
+    COMPILED.add_kernels(kernels[:1], known, None, [device], index, origin, None, odd, OpPlacement)
+    assert gc.is_tracked(odd[0])  # a value that may hold references (a list as the device): the collector visits it
     assert dataclasses.asdict(op) == dataclasses.asdict(made)
     assert dataclasses.astuple(op) == dataclasses.astuple(made)
     moved = dataclasses.replace(op, device="CPU:3")

@@ -1805,6 +1805,14 @@ typedef struct {
     Py_ssize_t offsets[N_OP_FIELDS];
 } Adding;
 
+/* A value that holds no reference: a str, int or float (exactly), None or (). */
+static int
+atomic(PyObject *v)
+{
+    return v == Py_None || PyUnicode_CheckExact(v) || PyFloat_CheckExact(v) || PyLong_CheckExact(v) ||
+           (PyTuple_CheckExact(v) && PyTuple_GET_SIZE(v) == 0);
+}
+
 /* One op record, appended to ``ops``: ``op`` is (op name, model op, requested device). */
 static int
 append_op(Adding *a, PyObject *op, PyObject *kind, PyObject *name, PyObject *start, PyObject *duration)
@@ -1834,6 +1842,13 @@ append_op(Adding *a, PyObject *op, PyObject *kind, PyObject *name, PyObject *sta
         Py_INCREF(values[i]);
         *(PyObject **)((char *)record + a->offsets[i]) = values[i];
     }
+    /* A record of strings, numbers, None and () can be part of no reference cycle: the collector need not
+     * visit it (CPython leaves tuples of such values alone too). Tracked, the records of each capture would
+     * count towards the full collections that walk every object of the process (TensorFlow's included). */
+    for (i = 0; i < N_OP_FIELDS && atomic(values[i]); i++)
+        ;
+    if (i == N_OP_FIELDS)
+        PyObject_GC_UnTrack(record);
     rc = PyList_Append(a->ops, record);
     Py_DECREF(record);
 done:
