@@ -340,7 +340,10 @@ def test_errors_are_the_python_loops_and_leak_nothing(kernels, placed):
         assert outcome[0] == "raised"
         del outcome
     gc.collect()
-    assert (sys.getrefcount(device), sys.getrefcount(origin), sys.getrefcount(OpPlacement)) == before
+    # the test's own objects exactly; the class, shared with the process's other threads (a logger's worker of
+    # an earlier test may drop its records meanwhile), by no reference more: a leak only adds
+    assert (sys.getrefcount(device), sys.getrefcount(origin)) == before[:2]
+    assert sys.getrefcount(OpPlacement) <= before[2]
 
 
 def test_a_none_in_known_is_a_miss_as_in_python():
@@ -372,7 +375,9 @@ def test_the_records_are_what_the_python_loop_makes_and_leak_nothing():
         handed = COMPILED.add_kernels(kernels, known, None, device, index, origin, spans, ops, OpPlacement)
         assert len(ops) == 3 and len(spans) == 2 and handed == ([(kernels[1], 0.0, 0.0)], [])
         del ops, spans, handed
-    assert [sys.getrefcount(x) for x in refs] == before
+    after = [sys.getrefcount(x) for x in refs]
+    assert after[:3] == before[:3]  # this test's own objects
+    assert all(n <= m for n, m in zip(after[3:], before[3:], strict=True))  # shared ones: a leak only adds
     ops = []
     COMPILED.add_kernels(kernels[:1], known, None, device, index, origin, None, ops, OpPlacement)
     op = ops[0]
