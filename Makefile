@@ -65,10 +65,12 @@ $(OLDEST_VENV)/.installed: setup.cfg setup.py Makefile $(COMPILED)
 # Known on TensorFlow 2.16 only (the README's support table): a fresh process's first capture may leave some
 # kernels tied to no executor step (2 to 5 processes in 8). capture() of a function that has not run yet takes
 # their devices from its warm-up's run metadata; of one that ran before, they are reported on device '?'. These
-# two capture functions that ran before and need every kernel placed: not run there; they run on the newest.
+# two capture functions that ran before and need every kernel placed, and the third names the ops a retrace
+# moved (a kernel on '?' moved nowhere: it failed 1 CI run in 4 of this leg): not run there; they run on the newest.
 OLDEST_KNOWN := \
 	--deselect tests/test_verify.py::test_the_first_capture_of_a_fresh_process_puts_every_kernel_on_its_device \
-	--deselect tests/decide/test_advise_capture.py::test_a_chain_over_two_devices_leaves_each_idle_while_the_other_works
+	--deselect tests/decide/test_advise_capture.py::test_a_chain_over_two_devices_leaves_each_idle_while_the_other_works \
+	--deselect tests/tensorboard/test_callbacks.py::test_a_retrace_at_step_50_is_reported_with_the_ops_that_moved
 test-oldest: $(OLDEST_VENV)/.installed
 	$(OLDEST_PY) $(LEG_LINE) oldest
 	$(ONEDNN_SUITE) $(OLDEST_PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -q $(OLDEST_KNOWN) $(OLDEST_TESTS)
