@@ -687,6 +687,14 @@ typedef struct {
     int64_t end_rel; /* start + duration, relative to its line's base */
 } Execution;
 
+/* An asynchronous kernel's completion (ProcessAsync::Done), paired with its start after the walk. */
+typedef struct {
+    IntVal consumed; /* its _c: the _p of its start */
+    int64_t ts;      /* its line's timestamp_ns */
+    int64_t start;   /* relative to its line's base */
+    Event ev;
+} Done;
+
 typedef struct {
     /* inputs */
     PyObject *names; /* stat metadata key -> name */
@@ -704,6 +712,10 @@ typedef struct {
     int64_t zero_rel;   /* -timestamp_ns * 1000 */
     Span *spans;
     size_t n_spans, cap_spans;
+    /* the asynchronous kernels: the _p of each start, each completion */
+    PyObject *started;
+    Done *dones;
+    size_t n_dones, cap_dones;
 } Walk;
 
 /* Whether base + rel >= 0, base = timestamp_ns * 1000 (exact: no 64-bit overflow). */
@@ -863,8 +875,12 @@ read_call(Walk *w, int code, const Event *ev, int64_t start, Where where, int64_
     if (code != K_ASYNC && add_rel(start, ev->duration, &end) < 0)
         return -1;
     if (code == K_ASYNC) {
-        PyObject *stats = event_stats(ev, w->names), *name, *type, *key, *context;
-        int rc;
+        PyObject *stats, *name, *type, *key, *context, *produced = int_obj(ev->produced);
+        int rc = produced == NULL ? -1 : PySet_Add(w->started, produced);
+        Py_XDECREF(produced);
+        if (rc < 0)
+            return -1;
+        stats = event_stats(ev, w->names);
         if (stats == NULL)
             return -1;
         name = stats_str(stats, "name");
@@ -899,6 +915,21 @@ read_call(Walk *w, int code, const Event *ev, int64_t start, Where where, int64_
         return rc;
     }
     if (code == K_ASYNC_DONE) {
+        if (w->n_dones == w->cap_dones) {
+            size_t cap = w->cap_dones ? 2 * w->cap_dones : 16;
+            Done *grown = PyMem_Realloc(w->dones, cap * sizeof(Done));
+            if (grown == NULL) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            w->dones = grown;
+            w->cap_dones = cap;
+        }
+        w->dones[w->n_dones].consumed = ev->consumed;
+        w->dones[w->n_dones].ts = w->ts;
+        w->dones[w->n_dones].start = start;
+        w->dones[w->n_dones].ev = *ev;
+        w->n_dones++;
         at.tag = W_ASYNC;
         return push_span(w, end, at);
     }
@@ -1422,6 +1453,51 @@ build_table(Walk *w, const Slices *event_meta, PyObject *kinds_by_name, PyObject
     return 0;
 }
 
+/* The kernels whose start the trace lost (host.py's _read_lines, after its lines): each completion with
+ * no start of its _p becomes a kernel of no step, at the completion's start, with no time. Returns how
+ * many, or -1. */
+static Py_ssize_t
+add_lost_starts(Walk *w)
+{
+    Py_ssize_t lost = 0;
+    size_t i;
+    for (i = 0; i < w->n_dones; i++) {
+        Done *d = &w->dones[i];
+        PyObject *consumed, *stats, *name, *type, *key;
+        int known, rc;
+        if (d->consumed.bits == 0)
+            continue;
+        consumed = int_obj(d->consumed);
+        if (consumed == NULL)
+            return -1;
+        known = PySet_Contains(w->started, consumed);
+        Py_DECREF(consumed);
+        if (known < 0)
+            return -1;
+        if (known)
+            continue;
+        stats = event_stats(&d->ev, w->names);
+        if (stats == NULL)
+            return -1;
+        name = stats_str(stats, "name");
+        type = stats_str(stats, "kernel_type");
+        Py_DECREF(stats);
+        key = name == NULL || type == NULL ? NULL : PyTuple_Pack(2, name, type);
+        Py_XDECREF(name);
+        Py_XDECREF(type);
+        if (key == NULL)
+            return -1;
+        untrack_names(key);
+        set_line_base(w, d->ts);
+        rc = add_kernel(w, key, d->start, 0, zero_obj, Py_None);
+        Py_DECREF(key);
+        if (rc < 0)
+            return -1;
+        lost++;
+    }
+    return lost;
+}
+
 static PyObject *
 executions_list(Walk *w)
 {
@@ -1462,7 +1538,8 @@ hostwalk_walk(PyObject *self, PyObject *args)
     w.outside = PySet_New(NULL);
     w.steps = PySet_New(NULL);
     w.pool = PyList_New(0);
-    if (w.pool == NULL || w.names == NULL || w.kernels == NULL || w.parents == NULL || w.outside == NULL || w.steps == NULL)
+    w.started = PySet_New(NULL);
+    if (w.started == NULL || w.pool == NULL || w.names == NULL || w.kernels == NULL || w.parents == NULL || w.outside == NULL || w.steps == NULL)
         goto done;
     r.p = buf.buf;
     r.end = r.p + buf.len;
@@ -1483,9 +1560,11 @@ hostwalk_walk(PyObject *self, PyObject *args)
         goto done;
     }
     {
-        PyObject *executions = executions_list(&w);
+        Py_ssize_t lost = add_lost_starts(&w);
+        PyObject *executions = lost < 0 ? NULL : executions_list(&w);
         if (executions != NULL) {
-            result = Py_BuildValue("(OOOOOL)", w.kernels, executions, w.parents, w.outside, w.steps, w.host_events);
+            result = Py_BuildValue("(OOOOOLn)", w.kernels, executions, w.parents, w.outside, w.steps, w.host_events,
+                                   lost);
             Py_DECREF(executions);
         }
     }
@@ -1497,6 +1576,8 @@ done:
     }
     PyMem_Free(w.executions);
     PyMem_Free(w.spans);
+    PyMem_Free(w.dones);
+    Py_XDECREF(w.started);
     table_free(&w.table);
     PyMem_Free(lines.items);
     PyMem_Free(event_meta.items);

@@ -115,6 +115,7 @@ def _build_report(trace: _Trace, recorder: _Recorder | None) -> PlacementReport:
                 origin,
                 unplaced,
                 recorder.placed,
+                trace.lost_starts,
             )
         elif (execution is not None and execution.is_function) or (call is not None and call.is_function):
             _add_cluster(built, index, call, execution, recorder, origin)
@@ -232,11 +233,13 @@ def _add_function(
     origin: int,
     unplaced: list[_Kernel],
     placed: dict[str, str],
+    lost: list[str],
 ) -> None:
     """Adds one function call's kernels; ``unplaced`` are those whose executor step the trace does not name.
 
     Those take the device TensorFlow assigned them when it instantiated the function (``placed``, by op
     name, from the run metadata of capture's warm-up) where known, else :data:`UNKNOWN_DEVICE`.
+    ``lost`` names the asynchronous kernels the trace knows by their completion only (no time).
     """
     transfers = _transfer_kernels(contexts, by_context)
     devices = _context_devices(contexts, by_context, transfers)
@@ -256,6 +259,13 @@ def _add_function(
         if kernel[STATS] is not None:
             _add_kernels(built, index, graph, [kernel], _location(_send_devices(kernel)[0]), recvs, origin)
     unknown = [k for k in mine if k[KEY][1] not in TRANSFER_OPS]
+    names = sorted({_name(k) for k in mine} & set(lost)) if lost else []
+    if names:
+        built.notes.append(
+            f"call {index}: the profiler's trace lost the start of {len(names)} asynchronous kernel(s) "
+            f"({', '.join(names[:5])}{', ...' if len(names) > 5 else ''}): its span ends after the profiler "
+            "stopped (its thread was descheduled); each is read from its completion, with no time of its own"
+        )
     if unknown and placed:  # where TensorFlow placed them when it instantiated the function (run metadata)
         by_device: dict[str, list[_Kernel]] = {}
         for kernel in unknown:

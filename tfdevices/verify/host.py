@@ -78,6 +78,20 @@ class _Trace:
     steps: set[int] = field(default_factory=set)  # step numbers marked on the host plane
     skipped: list[str] = field(default_factory=list)  # planes not read, as "name (why)"
     host_events: int = 0  # events on the host plane (read or not)
+    lost_starts: list[str] = field(default_factory=list)  # asynchronous kernels known by their completion only
+
+
+@dataclass
+class _Asyncs:
+    """The asynchronous kernels' starts and completions of a host plane (internal), to pair them.
+
+    A span is written when it ends: an asynchronous kernel's ``ProcessAsync::Start`` still open
+    when the profiler stops (its thread was descheduled while the kernel completed on another) is
+    lost, while its ``ProcessAsync::Done`` is kept. Such a kernel is read from its completion.
+    """
+
+    started: set[int] = field(default_factory=set)  # the ``_p`` of each start
+    done: list[tuple[int, Any, int]] = field(default_factory=list)  # (its ``_c``, the event, its start)
 
 
 def _stat_value(stat: Any, names: dict[int, str]) -> Any:
@@ -147,8 +161,11 @@ def _read_compiled(module: Any, data: bytes | bytearray | memoryview) -> _Trace 
                 if name == HOST_PLANE:
                     read = module.walk(memoryview(data)[start:end], _KINDS_BY_NAME, _kind_of_name, _SKIPPED_KIND)
                 if read is not None:
-                    kernels, executions, parents, outside, steps, host_events = read
+                    kernels, executions, parents, outside, steps, host_events, lost = read
                     trace.kernels += kernels
+                    if lost:  # the last ``lost`` kernels: known by their completion only (see _Asyncs)
+                        trace.unplaced += kernels[-lost:]
+                        trace.lost_starts += [kernel[KEY][0] for kernel in kernels[-lost:]]
                     trace.executions += [_Execution(*e) for e in executions]
                     trace.parents.update(parents)
                     trace.outside |= outside
@@ -245,7 +262,7 @@ def _read_host_plane(plane: Any, trace: _Trace) -> None:
         _read_lines(plane, names, ids, trace, None)
     except _NeedLinks:
         trace.executions, trace.kernels, trace.parents, trace.outside = [], [], {}, set()
-        trace.steps, trace.host_events = set(), 0
+        trace.steps, trace.host_events, trace.unplaced, trace.lost_starts = set(), 0, [], []
         links = _Links(ids.get("_c", -1), ids.get("_p", -1))
         _read_lines(plane, names, ids, trace, links)
         kernels = trace.kernels
@@ -260,9 +277,17 @@ def _read_host_plane(plane: Any, trace: _Trace) -> None:
 
 def _read_lines(plane: Any, names: dict[int, str], ids: dict[str, int], trace: _Trace, links: _Links | None) -> None:
     kinds = _event_kinds(plane, links is not None)
+    asyncs = _Asyncs()
     for line in plane.lines:
         trace.host_events += len(line.events)
-        _read_line(line, kinds, names, ids, trace, links)
+        _read_line(line, kinds, names, ids, trace, links, asyncs)
+    for consumed, event, start in asyncs.done:
+        if consumed and consumed not in asyncs.started:  # its start is lost: a kernel of no step, and no time
+            stats = _stats(event, names)
+            kernel = ((str(stats.get("name", "")), str(stats.get("kernel_type", ""))), start, 0, 0, None)
+            trace.kernels.append(kernel)
+            trace.unplaced.append(kernel)
+            trace.lost_starts.append(kernel[KEY][0])
 
 
 def _read_line(
@@ -272,6 +297,7 @@ def _read_line(
     ids: dict[str, int],
     trace: _Trace,
     links: _Links | None,
+    asyncs: _Asyncs,
 ) -> None:
     """Reads one thread's events; kernels outside any recorded step go to ``links.pending``.
 
@@ -362,7 +388,9 @@ def _read_line(
             if end >= 0:  # the other events read the whole stack: the innermost span joins it
                 spans.append((end, inner))
                 end, inner = -1, None
-            current = _read_call(code, event, start, names, ids, where, spans, current, process_end, trace, links)
+            current = _read_call(
+                code, event, start, names, ids, where, spans, current, process_end, trace, links, asyncs
+            )
             xla_name = current.name if current is not None and current.is_function else None
             if spans:
                 end, inner = spans.pop()
@@ -380,6 +408,7 @@ def _read_call(
     process_end: int,
     trace: _Trace,
     links: _Links | None,
+    asyncs: _Asyncs,
 ) -> _Execution | None:
     """The rarer events of a line (calls, function runs, asynchronous kernels); returns the current call.
 
@@ -397,10 +426,14 @@ def _read_call(
                     raise _NeedLinks
                 links.pending.append((len(trace.kernels), where))
             trace.kernels.append((key, start, event.duration_ps, 0, None))
+        produced = _int_stat(event, produced_id)
+        asyncs.started.add(produced)
         if links is not None:
-            links.async_starts[_int_stat(event, produced_id)] = where
+            links.async_starts[produced] = where
     elif code == _ASYNC_DONE:  # it completes: what it schedules continues the step it started in
-        spans.append((start + event.duration_ps, ("async", _int_stat(event, consumed))))
+        done = _int_stat(event, consumed)
+        asyncs.done.append((done, event, start))
+        spans.append((start + event.duration_ps, ("async", done)))
     elif code == _DONE_CALLBACK:  # a step's callback: what it schedules is not that step's work
         spans.append((start + event.duration_ps, None))
     elif code == _EAGER:
