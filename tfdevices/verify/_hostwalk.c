@@ -535,36 +535,48 @@ table_free(Table *t)
     memset(t, 0, sizeof *t);
 }
 
+/* The next value of a map entry (protobuf's MapEntry: key 1, value 2, unknown fields skipped), the key read
+ * on the way into *key: 1 when a value was read into *value, 0 at the entry's end, -1 on malformed bytes.
+ * A value given twice is merged: its fields are read in turn. */
+static int
+next_map_value(Rd *r, int64_t *key, Rd *value)
+{
+    while (r->p < r->end) {
+        uint32_t field;
+        int wire;
+        uint64_t v;
+        if (rd_tag(r, &field, &wire) < 0)
+            return -1;
+        if (field == 1) {
+            EXPECT(0);
+            if (rd_varint(r, &v) < 0)
+                return -1;
+            *key = (int64_t)v;
+        }
+        else if (field == 2) {
+            EXPECT(2);
+            return rd_bytes(r, value) < 0 ? -1 : 1;
+        }
+        else if (skip_field(r, wire) < 0)
+            return -1;
+    }
+    return 0;
+}
+
 /* An event metadata map entry: its key, its (merged) value's name and display name. */
 static int
 parse_event_meta_entry(Rd r, int64_t *key, Rd *name, Rd *display)
 {
+    Rd value;
+    int more;
     *key = 0;
     name->p = name->end = display->p = display->end = NULL;
-    while (r.p < r.end) {
-        uint32_t field;
-        int wire;
-        uint64_t v;
-        Rd value;
-        if (rd_tag(&r, &field, &wire) < 0)
-            return -1;
-        if (field == 1) {
-            EXPECT(0);
-            if (rd_varint(&r, &v) < 0)
-                return -1;
-            *key = (int64_t)v;
-            continue;
-        }
-        if (field != 2) {
-            if (skip_field(&r, wire) < 0)
-                return -1;
-            continue;
-        }
-        EXPECT(2);
-        if (rd_bytes(&r, &value) < 0)
-            return -1;
-        /* XEventMetadata; a value given twice is merged (its fields read in turn) */
+    while ((more = next_map_value(&r, key, &value)) > 0) {
+        /* XEventMetadata */
         while (value.p < value.end) {
+            uint32_t field;
+            int wire;
+            uint64_t v;
             Rd s, p;
             Stat st;
             if (rd_tag(&value, &field, &wire) < 0)
@@ -611,38 +623,24 @@ parse_event_meta_entry(Rd r, int64_t *key, Rd *name, Rd *display)
             }
         }
     }
-    return 0;
+    return more;
 }
 
 /* A stat metadata map entry: its key and its (merged) value's name. */
 static int
 parse_stat_meta_entry(Rd r, int64_t *key, Rd *name)
 {
+    Rd value;
+    int more;
     *key = 0;
     name->p = name->end = NULL;
-    while (r.p < r.end) {
-        uint32_t field;
-        int wire;
-        uint64_t v;
-        Rd value, s;
-        if (rd_tag(&r, &field, &wire) < 0)
-            return -1;
-        if (field == 1) {
-            EXPECT(0);
-            if (rd_varint(&r, &v) < 0)
-                return -1;
-            *key = (int64_t)v;
-            continue;
-        }
-        if (field != 2) {
-            if (skip_field(&r, wire) < 0)
-                return -1;
-            continue;
-        }
-        EXPECT(2);
-        if (rd_bytes(&r, &value) < 0)
-            return -1;
+    while ((more = next_map_value(&r, key, &value)) > 0) {
+        /* XStatMetadata */
         while (value.p < value.end) {
+            uint32_t field;
+            int wire;
+            uint64_t v;
+            Rd s;
             if (rd_tag(&value, &field, &wire) < 0)
                 return -1;
             if (field == 1) {
@@ -659,7 +657,7 @@ parse_stat_meta_entry(Rd r, int64_t *key, Rd *name)
                 return -1;
         }
     }
-    return 0;
+    return more;
 }
 
 /* ------------------------------------------------------------------ the walk */
