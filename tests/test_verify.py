@@ -488,7 +488,7 @@ def test_kernels_the_trace_ties_to_no_executor_step_take_the_device_tensorflow_a
     # instantiates the function, reads where TensorFlow placed each op (run metadata).
     from tfdevices.verify import profiling
     from tfdevices.verify.building import build_report
-    from tfdevices.verify.host import CONTEXT, KEY, read_trace
+    from tfdevices.verify.host import CONTEXT, KEY, START, read_trace
 
     tf = tf4
     with tf.device("/CPU:0"):
@@ -528,6 +528,21 @@ def test_kernels_the_trace_ties_to_no_executor_step_take_the_device_tensorflow_a
     unknown = build_report(trace, recorder)
     assert matmuls(unknown) == [("MatMul", "CPU:0"), ("MatMul_1", "?"), ("MatMul_2", "?")]
     assert any("does not tie 2 kernel(s) to an executor step" in note for note in unknown.notes)
+
+    # Nor run metadata: the one step of the call not done when the kernels started ran them (a
+    # step's done callback runs after its last kernel). The CPU:1 step's copies stay in the trace
+    # (what TensorFlow 2.16 loses is the span of the step's last Process, not its earlier ones).
+    on_cpu0 = {k[CONTEXT] for k in trace.kernels if k[KEY][0] == "MatMul"}.pop()
+    moved = [k for k in trace.unplaced if k[KEY][1] not in ("_Recv", "_Send")]
+    trace.kernels += [k for k in trace.unplaced if k not in moved]
+    trace.unplaced = moved
+    first = min(k[START] for k in moved)
+    trace.done_at = {on_cpu0: first - 1, on_cpu1: first + 10**9}
+    running = build_report(trace, recorder)
+    assert matmuls(running) == [("MatMul", "CPU:0"), ("MatMul_1", "CPU:1"), ("MatMul_2", "CPU:1")]
+    assert not any("executor step" in note for note in running.notes)
+    trace.done_at = {on_cpu0: max(k[START] for k in moved) + 1}  # both steps still running: not guessed
+    assert matmuls(build_report(trace, recorder)) == [("MatMul", "CPU:0"), ("MatMul_1", "?"), ("MatMul_2", "?")]
 
 
 def test_capture_warms_up_a_function_that_has_not_run_and_says_when_a_capture_is_cold(tf4):

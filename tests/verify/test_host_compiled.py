@@ -38,6 +38,7 @@ def _fields(trace: host._Trace) -> dict[str, Any]:
         "host_events": trace.host_events,
         "gpus": trace.gpus,
         "lost_starts": trace.lost_starts,
+        "done_at": trace.done_at,
     }
 
 
@@ -77,10 +78,10 @@ def test_the_extension_is_built_and_used():
     ((name, start, end),) = COMPILED.planes(data)
     assert (name, end) == ("/host:CPU", len(data))
     read = COMPILED.walk(data[start:end], host._KINDS_BY_NAME, host._kind_of_name, host._SKIPPED_KIND)
-    kernels, executions, parents, outside, steps, events, lost = read
+    kernels, executions, parents, outside, steps, events, lost, done_at = read
     assert [k[host.KEY] for k in kernels] == [("a", "MatMul")]
     assert executions == [("f", True, 0, 100_000_000, [7], False)]
-    assert (parents, outside, steps, events, lost) == ({}, set(), set(), 4, 0)
+    assert (parents, outside, steps, events, lost, done_at) == ({}, set(), set(), 4, 0, {})
 
 
 def test_kernels_share_their_kind_key_and_times_keep_64_bit_timestamps():

@@ -107,3 +107,16 @@ def test_an_asynchronous_kernel_whose_start_the_trace_lost_is_read_from_its_comp
     (lost,) = trace.unplaced
     assert lost == (("lost", "CollectiveReduceV2"), 42_000_000, 0, 0, None)  # at its completion, no time of its own
     assert trace.lost_starts == ["lost"]
+
+
+def test_each_steps_done_callback_is_kept_by_its_context_the_first_one():
+    # A step's done callback runs after its last kernel: the build ties a kernel of no step to the
+    # one step of its call not yet done (TensorFlow 2.16 writes no thread-pool links).
+    space = Space()
+    _one_call(space)
+    host = space.plane("/host:CPU")
+    host.event("tf_Compute/7", "ExecutorDoneCallback", 8, 0.5, _c=7)
+    host.event("worker", "ExecutorDoneCallback", 9, 0.5, _c=7)  # not TensorFlow's way: the first counts
+    host.event("worker", "ExecutorDoneCallback", 20, 0.5, _c=8)
+    trace = read_trace(space.bytes())
+    assert trace.done_at == {7: 8_000_000, 8: 20_000_000}

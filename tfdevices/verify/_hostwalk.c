@@ -712,6 +712,7 @@ typedef struct {
     size_t n_spans, cap_spans;
     /* the asynchronous kernels: the _p of each start, each completion */
     PyObject *started;
+    PyObject *done_at; /* executor context -> its step's done callback's start (the first) */
     Done *dones;
     size_t n_dones, cap_dones;
 } Walk;
@@ -931,8 +932,15 @@ read_call(Walk *w, int code, const Event *ev, int64_t start, Where where, int64_
         at.tag = W_ASYNC;
         return push_span(w, end, at);
     }
-    if (code == K_DONE_CALLBACK)
+    if (code == K_DONE_CALLBACK) {
+        PyObject *context = int_obj(ev->consumed), *at_obj = context == NULL ? NULL : abs_time(w, start), *set;
+        set = at_obj == NULL ? NULL : PyDict_SetDefault(w->done_at, context, at_obj);
+        Py_XDECREF(context);
+        Py_XDECREF(at_obj);
+        if (set == NULL)
+            return -1;
         return push_span(w, end, at);
+    }
     if (code == K_EAGER) {
         PyObject *stats = event_stats(ev, w->names), *name, *start_obj, *contexts;
         PyObject *is_func_obj;
@@ -1537,7 +1545,8 @@ hostwalk_walk(PyObject *self, PyObject *args)
     w.steps = PySet_New(NULL);
     w.pool = PyList_New(0);
     w.started = PySet_New(NULL);
-    if (w.started == NULL || w.pool == NULL || w.names == NULL || w.kernels == NULL || w.parents == NULL || w.outside == NULL || w.steps == NULL)
+    w.done_at = PyDict_New();
+    if (w.started == NULL || w.done_at == NULL || w.pool == NULL || w.names == NULL || w.kernels == NULL || w.parents == NULL || w.outside == NULL || w.steps == NULL)
         goto done;
     r.p = buf.buf;
     r.end = r.p + buf.len;
@@ -1561,8 +1570,8 @@ hostwalk_walk(PyObject *self, PyObject *args)
         Py_ssize_t lost = add_lost_starts(&w);
         PyObject *executions = lost < 0 ? NULL : executions_list(&w);
         if (executions != NULL) {
-            result = Py_BuildValue("(OOOOOLn)", w.kernels, executions, w.parents, w.outside, w.steps, w.host_events,
-                                   lost);
+            result = Py_BuildValue("(OOOOOLnO)", w.kernels, executions, w.parents, w.outside, w.steps, w.host_events,
+                                   lost, w.done_at);
             Py_DECREF(executions);
         }
     }
@@ -1576,6 +1585,7 @@ done:
     PyMem_Free(w.spans);
     PyMem_Free(w.dones);
     Py_XDECREF(w.started);
+    Py_XDECREF(w.done_at);
     table_free(&w.table);
     PyMem_Free(lines.items);
     PyMem_Free(event_meta.items);

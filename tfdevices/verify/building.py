@@ -115,7 +115,7 @@ def _build_report(trace: _Trace, recorder: _Recorder | None) -> PlacementReport:
                 origin,
                 unplaced,
                 recorder.placed,
-                trace.lost_starts,
+                trace,
             )
         elif (execution is not None and execution.is_function) or (call is not None and call.is_function):
             _add_cluster(built, index, call, execution, recorder, origin)
@@ -233,20 +233,26 @@ def _add_function(
     origin: int,
     unplaced: list[_Kernel],
     placed: dict[str, str],
-    lost: list[str],
+    trace: _Trace,
 ) -> None:
     """Adds one function call's kernels; ``unplaced`` are those whose executor step the trace does not name.
 
     Those take the device TensorFlow assigned them when it instantiated the function (``placed``, by op
-    name, from the run metadata of capture's warm-up) where known, else :data:`UNKNOWN_DEVICE`.
-    ``lost`` names the asynchronous kernels the trace knows by their completion only (no time).
+    name, from the run metadata of capture's warm-up) where known; else, for an op of the call's own
+    graph, the device of the one step of the call that may have run it (:func:`_running_steps`) where
+    the trace shows that step's device; else
+    :data:`UNKNOWN_DEVICE`. ``trace.lost_starts`` names the asynchronous kernels the trace knows by
+    their completion only (no time).
     """
     transfers = _transfer_kernels(contexts, by_context)
     devices = _context_devices(contexts, by_context, transfers)
     recvs = {_name(k): (c, k) for c, k in transfers if k[STATS] is None}
+    known: dict[int, str] = {}  # the steps whose device the trace shows: they copied, or ran kernels
     for context in contexts:
         kernels = by_context.get(context, [])
         where = devices.get(context) or _fallback_device(kernels, graph, call, built.on_gpu)
+        if context in devices or kernels:
+            known[context] = where
         _add_kernels(built, index, graph, kernels, _location(where), recvs, origin)
     # Kernels of this call's graph only: other work (tf.data threads ...) may run during the call.
     mine = [
@@ -259,7 +265,7 @@ def _add_function(
         if kernel[STATS] is not None:
             _add_kernels(built, index, graph, [kernel], _location(_send_devices(kernel)[0]), recvs, origin)
     unknown = [k for k in mine if k[KEY][1] not in TRANSFER_OPS]
-    names = sorted({_name(k) for k in mine} & set(lost)) if lost else []
+    names = sorted({_name(k) for k in mine} & set(trace.lost_starts)) if trace.lost_starts else []
     if names:
         built.notes.append(
             f"call {index}: the profiler's trace lost the start of {len(names)} asynchronous kernel(s) "
@@ -275,6 +281,15 @@ def _add_function(
                 _add_kernels(built, index, graph, kernels, _location(device), recvs, origin)
         unknown = by_device.get("", [])
     if unknown:
+        by_step: dict[int, list[_Kernel]] = {}
+        for kernel in unknown:
+            running = _running_steps(kernel, contexts, trace.done_at) if graph.find(_name(kernel))[1] == "" else []
+            by_step.setdefault(running[0] if len(running) == 1 and running[0] in known else 0, []).append(kernel)
+        for context, kernels in by_step.items():
+            if context:
+                _add_kernels(built, index, graph, kernels, _location(known[context]), recvs, origin)
+        unknown = by_step.get(0, [])
+    if unknown:
         _add_kernels(built, index, graph, unknown, UNKNOWN_DEVICE, recvs, origin)
         names = sorted({_name(k) for k in unknown})
         built.notes.append(
@@ -284,6 +299,17 @@ def _add_function(
         )
     if graph._graph is not None:  # serialized by the writer, which puts each node's executed device in
         built.graphs.append((f"call_{index:03d}", graph._graph))
+
+
+def _running_steps(kernel: _Kernel, contexts: list[int], done_at: dict[int, int]) -> list[int]:
+    """The executor steps of a call that may have run ``kernel``: those not done before it started.
+
+    A step's done callback runs after its last kernel ends, so a step whose callback started
+    before the kernel did cannot have run it. On TensorFlow 2.16 (no thread-pool links in the
+    trace) this is what ties a kernel whose step's span ended after the profiler stopped.
+    """
+    start = kernel[START]
+    return [c for c in contexts if done_at.get(c, start) >= start]
 
 
 def _add_kernels(

@@ -79,6 +79,7 @@ class _Trace:
     skipped: list[str] = field(default_factory=list)  # planes not read, as "name (why)"
     host_events: int = 0  # events on the host plane (read or not)
     lost_starts: list[str] = field(default_factory=list)  # asynchronous kernels known by their completion only
+    done_at: dict[int, int] = field(default_factory=dict)  # executor context -> its step's done callback's start
 
 
 @dataclass
@@ -161,7 +162,8 @@ def _read_compiled(module: Any, data: bytes | bytearray | memoryview) -> _Trace 
                 if name == HOST_PLANE:
                     read = module.walk(memoryview(data)[start:end], _KINDS_BY_NAME, _kind_of_name, _SKIPPED_KIND)
                 if read is not None:
-                    kernels, executions, parents, outside, steps, host_events, lost = read
+                    kernels, executions, parents, outside, steps, host_events, lost, done_at = read
+                    trace.done_at.update(done_at)
                     trace.kernels += kernels
                     if lost:  # the last ``lost`` kernels: known by their completion only (see _Asyncs)
                         trace.unplaced += kernels[-lost:]
@@ -262,7 +264,7 @@ def _read_host_plane(plane: Any, trace: _Trace) -> None:
         _read_lines(plane, names, ids, trace, None)
     except _NeedLinks:
         trace.executions, trace.kernels, trace.parents, trace.outside = [], [], {}, set()
-        trace.steps, trace.host_events, trace.unplaced, trace.lost_starts = set(), 0, [], []
+        trace.steps, trace.host_events, trace.unplaced, trace.lost_starts, trace.done_at = set(), 0, [], [], {}
         links = _Links(ids.get("_c", -1), ids.get("_p", -1))
         _read_lines(plane, names, ids, trace, links)
         kernels = trace.kernels
@@ -435,6 +437,7 @@ def _read_call(
         asyncs.done.append((done, event, start))
         spans.append((start + event.duration_ps, ("async", done)))
     elif code == _DONE_CALLBACK:  # a step's callback: what it schedules is not that step's work
+        trace.done_at.setdefault(_int_stat(event, consumed), start)  # its step ran no kernel after
         spans.append((start + event.duration_ps, None))
     elif code == _EAGER:
         stats = _stats(event, names)
