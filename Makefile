@@ -63,8 +63,10 @@ $(OLDEST_VENV)/.installed: setup.cfg setup.py Makefile $(COMPILED)
 	touch $@
 
 # Known on TensorFlow 2.16 only (the README's support table): a fresh process's first capture may leave some
-# kernels tied to no executor step (2 to 5 processes in 8). capture() of a function that has not run yet takes
-# their devices from its warm-up's run metadata; of one that ran before, they are reported on device '?'. These
+# kernels tied to no executor step (its trace has no thread-pool links). capture() of a function that has not run
+# yet takes their devices from its warm-up's run metadata; of one that ran before, from the one step of the call
+# not done when they started, else they are reported on device '?' (under load: 1 process in 22; 8 in 12 without
+# the done-callback rule). These
 # two capture functions that ran before and need every kernel placed, and the third names the ops a retrace
 # moved (a kernel on '?' moved nowhere: it failed 1 CI run in 4 of this leg): not run there; they run on the newest.
 OLDEST_KNOWN := \
