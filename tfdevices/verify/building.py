@@ -239,10 +239,9 @@ def _add_function(
 
     Those take the device TensorFlow assigned them when it instantiated the function (``placed``, by op
     name, from the run metadata of capture's warm-up) where known; else, for an op of the call's own
-    graph, the device of the one step of the call that may have run it (:func:`_running_steps`) where
-    the trace shows that step's device; else
-    :data:`UNKNOWN_DEVICE`. ``trace.lost_starts`` names the asynchronous kernels the trace knows by
-    their completion only (no time).
+    graph, the device of the one step of the call that may have run it (:func:`_running_steps`), where
+    the trace shows that step's device; else :data:`UNKNOWN_DEVICE`. ``trace.lost_starts`` names the
+    asynchronous kernels the trace knows by their completion only (no time).
     """
     transfers = _transfer_kernels(contexts, by_context)
     devices = _context_devices(contexts, by_context, transfers)
@@ -269,8 +268,8 @@ def _add_function(
     if names:
         built.notes.append(
             f"call {index}: the profiler's trace lost the start of {len(names)} asynchronous kernel(s) "
-            f"({', '.join(names[:5])}{', ...' if len(names) > 5 else ''}): its span ends after the profiler "
-            "stopped (its thread was descheduled); each is read from its completion, with no time of its own"
+            f"({', '.join(names[:5])}{', ...' if len(names) > 5 else ''}): the span of each start ended after "
+            "the profiler stopped; each is read from its completion, with no time of its own"
         )
     if unknown and placed:  # where TensorFlow placed them when it instantiated the function (run metadata)
         by_device: dict[str, list[_Kernel]] = {}

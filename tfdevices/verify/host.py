@@ -87,8 +87,9 @@ class _Asyncs:
     """The asynchronous kernels' starts and completions of a host plane (internal), to pair them.
 
     A span is written when it ends: an asynchronous kernel's ``ProcessAsync::Start`` still open
-    when the profiler stops (its thread was descheduled while the kernel completed on another) is
-    lost, while its ``ProcessAsync::Done`` is kept. Such a kernel is read from its completion.
+    when the profiler stops (as when its thread is descheduled while the kernel completes on
+    another) is lost, while its ``ProcessAsync::Done`` is kept. Such a kernel is read from its
+    completion.
     """
 
     started: set[int] = field(default_factory=set)  # the ``_p`` of each start
