@@ -702,7 +702,8 @@ typedef struct {
     PyObject *kernels, *parents, *outside, *steps;
     PyObject *pool; /* the ints the spans point to */
     Execution *executions;
-    Py_ssize_t n_executions, cap_executions;
+    Py_ssize_t n_executions;
+    size_t cap_executions;
     long long host_events;
     /* the line being read */
     int64_t ts;         /* timestamp_ns */
@@ -784,18 +785,29 @@ add_rel(int64_t a, int64_t b, int64_t *out)
     return 0;
 }
 
+/* A full array of ``*cap`` items of ``size`` bytes, reallocated to twice as many (``first`` the first time):
+ * the new array, ``*cap`` updated; NULL with MemoryError (``items`` and ``*cap`` left as they were). */
+static void *
+grown(void *items, size_t *cap, size_t size, size_t first)
+{
+    size_t want = *cap ? 2 * *cap : first;
+    void *more = want > PY_SSIZE_T_MAX / size ? NULL : PyMem_Realloc(items, want * size);
+    if (more == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    *cap = want;
+    return more;
+}
+
 static int
 push_span(Walk *w, int64_t end, Where where)
 {
     if (w->n_spans == w->cap_spans) {
-        size_t cap = w->cap_spans ? 2 * w->cap_spans : 64;
-        Span *spans = PyMem_Realloc(w->spans, cap * sizeof(Span));
-        if (spans == NULL) {
-            PyErr_NoMemory();
+        Span *spans = grown(w->spans, &w->cap_spans, sizeof(Span), 64);
+        if (spans == NULL)
             return -1;
-        }
         w->spans = spans;
-        w->cap_spans = cap;
     }
     w->spans[w->n_spans].end = end;
     w->spans[w->n_spans].where = where;
@@ -915,14 +927,10 @@ read_call(Walk *w, int code, const Event *ev, int64_t start, Where where, int64_
     }
     if (code == K_ASYNC_DONE) {
         if (w->n_dones == w->cap_dones) {
-            size_t cap = w->cap_dones ? 2 * w->cap_dones : 16;
-            Done *grown = PyMem_Realloc(w->dones, cap * sizeof(Done));
-            if (grown == NULL) {
-                PyErr_NoMemory();
+            Done *dones = grown(w->dones, &w->cap_dones, sizeof(Done), 16);
+            if (dones == NULL)
                 return -1;
-            }
-            w->dones = grown;
-            w->cap_dones = cap;
+            w->dones = dones;
         }
         w->dones[w->n_dones].consumed = ev->consumed;
         w->dones[w->n_dones].ts = w->ts;
@@ -964,18 +972,15 @@ read_call(Walk *w, int code, const Event *ev, int64_t start, Where where, int64_
             Py_XDECREF(contexts);
             return -1;
         }
-        if (w->n_executions == w->cap_executions) {
-            Py_ssize_t cap = w->cap_executions ? 2 * w->cap_executions : 16;
-            Execution *grown = PyMem_Realloc(w->executions, cap * sizeof(Execution));
-            if (grown == NULL) {
+        if ((size_t)w->n_executions == w->cap_executions) {
+            Execution *executions = grown(w->executions, &w->cap_executions, sizeof(Execution), 16);
+            if (executions == NULL) {
                 Py_DECREF(name);
                 Py_DECREF(start_obj);
                 Py_DECREF(contexts);
-                PyErr_NoMemory();
                 return -1;
             }
-            w->executions = grown;
-            w->cap_executions = cap;
+            w->executions = executions;
         }
         e = &w->executions[w->n_executions];
         e->name = name;
@@ -1291,14 +1296,10 @@ static int
 slices_add(Slices *s, Rd r)
 {
     if (s->n == s->cap) {
-        size_t cap = s->cap ? 2 * s->cap : 16;
-        Rd *items = PyMem_Realloc(s->items, cap * sizeof(Rd));
-        if (items == NULL) {
-            PyErr_NoMemory();
+        Rd *items = grown(s->items, &s->cap, sizeof(Rd), 16);
+        if (items == NULL)
             return -1;
-        }
         s->items = items;
-        s->cap = cap;
     }
     s->items[s->n++] = r;
     return 0;
