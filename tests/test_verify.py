@@ -545,6 +545,35 @@ def test_kernels_the_trace_ties_to_no_executor_step_take_the_device_tensorflow_a
     assert matmuls(build_report(trace, recorder)) == [("MatMul", "CPU:0"), ("MatMul_1", "?"), ("MatMul_2", "?")]
 
 
+def test_capture_of_a_function_traced_but_never_run_reads_where_tensorflow_placed_its_ops(tf4, monkeypatch):
+    # get_concrete_function traces without running: capture takes the function as warm (no warm-up
+    # call), so the captured call instantiates it, and its run metadata gives the devices that the
+    # kernels of a step whose span was lost take (TensorFlow 2.16 under load).
+    from tfdevices.verify import profiling
+
+    seen = []
+    real = profiling._capturing
+
+    def spy(placed):
+        seen.append(placed)
+        return real(placed)
+
+    monkeypatch.setattr(profiling, "_capturing", spy)
+    tf = tf4
+
+    @tf.function
+    def step(x):
+        with tf.device("/CPU:1"):
+            return tf.matmul(x, x)
+
+    x = tf.ones([4, 4])
+    step.get_concrete_function(x)
+    report = capture(step, x)
+    (placed,) = seen
+    assert placed["MatMul"].endswith("device:CPU:1")
+    assert {op.device for op in report.ops if op.type == "MatMul"} == {"CPU:1"}
+
+
 def test_capture_warms_up_a_function_that_has_not_run_and_says_when_a_capture_is_cold(tf4):
     tf = tf4
     calls = tf.Variable(0)

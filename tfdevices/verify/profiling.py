@@ -263,11 +263,13 @@ def capture(fn: Callable[..., Any], *args: Any, warmup: int | None = None, **kwa
         )
     runs = (1 if _first_run(fn, args, kwargs) else 0) if warmup is None else warmup
     placed: dict[str, str] = {}
-    with _placements(placed, runs > 0):
+    # Run metadata over the captured call too: a function traced but not yet run is instantiated by
+    # it (a function already instantiated records nothing), and the report is built after the block.
+    with _placements(placed, True):
         for _ in range(runs):
             fn(*args, **kwargs)
-    with _capturing(placed) as cap:
-        fn(*args, **kwargs)
+        with _capturing(placed) as cap:
+            fn(*args, **kwargs)
     return cap.report
 
 
