@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib.util
 import itertools
 import os
 import re
@@ -289,7 +290,8 @@ def read_placement(logdir: str | os.PathLike[str], name: str = "placement") -> P
             f"log directory {logdir!r} holds no TensorBoard event files; it contains: {listing}.",
             hint="pass the directory given to write_placement or PlacementLogger.",
         )
-    import_tf()  # TensorBoard's loader imports TensorFlow: let it start quietly
+    if importlib.util.find_spec("tensorflow") is not None:
+        import_tf()  # TensorBoard's loader imports TensorFlow where installed: let it start quietly
     from tensorboard.backend.event_processing import event_accumulator  # noqa: PLC0415 (lazy tensorboard)
 
     found: list[tuple[float, int, str, str, int]] = []  # (time, step, JSON, run, steps stored in it)

@@ -36,6 +36,7 @@ from tfdevices.verify.records import (
     union_length,
 )
 from tfdevices.verify.report import PlacementReport
+from tfdevices.verify.hlo import HloModules
 from tfdevices.verify.timing import apply_gpu_time, gpu_op_names
 
 __all__ = ["build_report"]
@@ -126,7 +127,8 @@ def _build_report(trace: _Trace, recorder: _Recorder | None) -> PlacementReport:
     busy = {device: round(union_length(spans) / 1e6, 3) for device, spans in sorted(built.spans.items())}
     if trace.gpus:
         starts = [e.start_ps if e is not None else 0 for _, e in paired]
-        busy.update(apply_gpu_time(built, trace.gpus, origin, starts, keep_unmatched=profile))
+        modules = HloModules(trace.metadata)
+        busy.update(apply_gpu_time(built, trace.gpus, origin, starts, keep_unmatched=profile, modules=modules))
     return PlacementReport(
         tuple(built.ops),
         tuple(built.transfers),

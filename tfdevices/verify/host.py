@@ -14,6 +14,7 @@ from operator import itemgetter
 from typing import Any, Final
 
 from tfdevices.verify.device import GpuPlane, gpu_index, read_gpu_plane
+from tfdevices.verify.hlo import METADATA_PLANE
 from tfdevices.verify.kinds import (
     _ASYNC,
     _ASYNC_DONE,
@@ -80,6 +81,7 @@ class _Trace:
     host_events: int = 0  # events on the host plane (read or not)
     lost_starts: list[str] = field(default_factory=list)  # asynchronous kernels known by their completion only
     done_at: dict[int, int] = field(default_factory=dict)  # executor context -> its step's done callback's start
+    metadata: Any = None  # the ``/host:metadata`` plane (XLA's HLO modules), where the trace has one
 
 
 @dataclass
@@ -138,6 +140,8 @@ def read_trace(data: bytes | Any) -> _Trace:
                 _read_host_plane(plane, trace)
             elif index is not None:
                 trace.gpus[index] = read_gpu_plane(plane, index)
+            elif plane.name == METADATA_PLANE:
+                trace.metadata = plane
             elif plane.lines:
                 trace.skipped.append(plane.name)
     trace.executions.sort(key=lambda e: e.start_ps)
@@ -181,6 +185,8 @@ def _read_compiled(module: Any, data: bytes | bytearray | memoryview) -> _Trace 
                     _read_host_plane(plane, trace)
                 elif index is not None:
                     trace.gpus[index] = read_gpu_plane(plane, index)
+                elif name == METADATA_PLANE:
+                    trace.metadata = plane
                 elif plane.lines:
                     trace.skipped.append(name)
     except Exception:  # noqa: BLE001  (the Python path reads the bytes again and raises its own error)
