@@ -9,7 +9,7 @@ PYTEST_WORKERS ?= 2
 PYTEST := $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -q
 # Tests whose results depend on the kernels TensorFlow runs: oneDNN (on by default on
 # AVX-512 CPUs) rewrites MatMul into _MklMatMul, Dense layers into _MklNativeFusedMatMul.
-KERNEL_TESTS := tests/test_verify.py tests/verify/test_profiles.py tests/verify/test_host_compiled.py tests/verify/test_build_compiled.py tests/tensorboard tests/layers/test_place.py tests/test_readme.py tests/test_notebooks.py tests/decide/test_advise_capture.py
+KERNEL_TESTS := tests/test_verify.py tests/verify/test_profiles.py tests/verify/test_xla_profiles.py tests/verify/test_host_compiled.py tests/verify/test_build_compiled.py tests/tensorboard tests/layers/test_place.py tests/test_readme.py tests/test_notebooks.py tests/decide/test_advise_capture.py
 
 .PHONY: demo test test-oldest test-newer-python test-tf-keras test-no-tf lint docs bench setup clean
 
@@ -112,9 +112,8 @@ NO_TF_TESTS := tests/verify/test_schema.py tests/verify/test_xla_profiles.py tes
 	tests/verify/test_transfers.py tests/tensorboard/test_without_tf.py tests/tensorboard/test_views.py \
 	tests/tensorboard/test_trace.py
 
-$(NO_TF_VENV)/.installed: setup.cfg setup.py Makefile $(COMPILED)
-	rm -rf $(NO_TF_VENV)
-	$(PYTHON) -m venv $(NO_TF_VENV)
+$(NO_TF_VENV)/.installed: setup.cfg setup.py Makefile $(COMPILED) $(shell find tfdevices -name '*.py')
+	test -x $(NO_TF_PY) || $(PYTHON) -m venv $(NO_TF_VENV)
 	$(NO_TF_PY) -m pip install --quiet --upgrade pip
 	$(NO_TF_PY) -m pip install --quiet 'pytest>=7,<9' 'pytest-xdist>=3' 'pytest-timeout>=2' 'hypothesis>=6' .
 	touch $@

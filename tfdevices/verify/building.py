@@ -16,6 +16,7 @@ from typing import Any
 
 from tfdevices.verify import host
 from tfdevices.verify.graph import _Graph, _model_ops
+from tfdevices.verify.hlo import HloModules
 from tfdevices.verify.host import CONTEXT, KEY, START, STATS, _Execution, _Kernel, _Trace
 from tfdevices.verify.recording import _Call, _Recorder
 from tfdevices.verify.records import (
@@ -36,7 +37,6 @@ from tfdevices.verify.records import (
     union_length,
 )
 from tfdevices.verify.report import PlacementReport
-from tfdevices.verify.hlo import HloModules
 from tfdevices.verify.timing import apply_gpu_time, gpu_op_names
 
 __all__ = ["build_report"]

@@ -59,7 +59,9 @@ def add_xla_kernels(
         start, duration = _us(k.start_ps - origin), _us(k.end_ps - k.start_ps)
         if not k.module:
             plain += 1
-            built.ops.append(OpPlacement(k.name, k.name, device, "", call, k.name, k.name, start, duration, None, (k.name,)))
+            built.ops.append(
+                OpPlacement(k.name, k.name, device, "", call, k.name, k.name, start, duration, None, (k.name,))
+            )
             continue
         origins = modules.ops_of(k.module, k.program if k.program >= 0 else None, k.fusion) if k.fusion else None
         if not origins:
@@ -100,5 +102,6 @@ def _notes(
         built.notes.append("HLO not read: " + "; ".join(modules.unread[:5]))
     if plain:
         built.notes.append(
-            f"{plain} kernel run(s) on {device} name no TensorFlow op and no XLA module: reported under their kernel's name"
+            f"{plain} kernel run(s) on {device} name no TensorFlow op and no XLA module: "
+            "reported under their kernel's name"
         )
