@@ -244,9 +244,9 @@ def _trace_of(path: str, size: int, max_bytes: int) -> Any:
     readable = [n for n in names if n == HOST_PLANE or n.startswith("/device:GPU:")]
     if not readable:
         listing = ", ".join(shown(n, 60) for n in names[:8]) or "none"
-        what = "a TPU profile" if any(n.startswith("/device:TPU:") for n in names) else "no host CPU or GPU plane"
+        what = " (a TPU profile)" if any(n.startswith("/device:TPU:") for n in names) else ""
         raise InputError(
-            f"profile {shown(path, 200)} holds {what}; its planes: {listing}.",
+            f"profile {shown(path, 200)} holds no host CPU or GPU plane{what}; its planes: {listing}.",
             hint="tfdevices reads the profiles of CPUs and NVIDIA GPUs (TPU profiles: use TensorBoard's Profile tab).",
         )
     if host._compiled is None:
