@@ -104,13 +104,15 @@ test-tf-keras: $(STAMP)
 # Reading without TensorFlow (DESIGN rule 9), as on a laptop or a TensorBoard-only host: `pip install .` alone
 # (tensorboard, protobuf, absl-py, nvidia-ml-py) and the test tools, no TensorFlow, no Keras, in a venv of its own;
 # the tests that read profiles (the project's XSpace schema, real TF and H200 XLA profiles), `tfdevices placement`,
-# and the Placement tab through a real TensorBoard server (and Chromium where CI has it). The venv's tfdevices is
-# the installed copy's: pytest runs from a copy of tests/ outside the working tree.
+# and the Placement tab through a real TensorBoard server (and Chromium where CI has it). Tests that need TensorFlow
+# (marked `tensorflow`: by hand, or by tests/conftest.py for those using the tf4 fixture) are left out here only.
+# The venv's tfdevices is the installed copy's: pytest runs from a copy of tests/ outside the working tree.
 NO_TF_VENV := build/venv-no-tf
 NO_TF_PY := $(NO_TF_VENV)/bin/python
-NO_TF_TESTS := tests/verify/test_schema.py tests/verify/test_xla_profiles.py tests/verify/test_gpu_time.py \
-	tests/verify/test_transfers.py tests/tensorboard/test_without_tf.py tests/tensorboard/test_views.py \
-	tests/tensorboard/test_trace.py
+NO_TF_TESTS := tests/verify/test_schema.py tests/verify/test_xla_profiles.py tests/verify/test_profiles.py \
+	tests/verify/test_gpu_time.py tests/verify/test_transfers.py tests/verify/test_host_walk.py \
+	tests/verify/test_host_compiled.py tests/tensorboard/test_without_tf.py tests/tensorboard/test_plugin.py \
+	tests/tensorboard/test_views.py tests/tensorboard/test_trace.py
 
 $(NO_TF_VENV)/.installed: setup.cfg setup.py Makefile $(COMPILED) $(shell find tfdevices -name '*.py')
 	test -x $(NO_TF_PY) || $(PYTHON) -m venv $(NO_TF_VENV)

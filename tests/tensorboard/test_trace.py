@@ -46,7 +46,6 @@ def test_trace_needs_op_times(tmp_path):
         chrome_trace("report")
 
 
-@pytest.mark.tensorflow
 def test_trace_of_a_real_capture(to_device_report, tmp_path):
     path = write_trace(to_device_report, tmp_path / "real.trace.json")
     with open(path, encoding="utf-8") as f:

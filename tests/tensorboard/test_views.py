@@ -195,7 +195,6 @@ def test_empty_reports_give_empty_views(report):
     assert view["summary"]["ops"] == 0 and not view["summary"]["timed"]
 
 
-@pytest.mark.tensorflow
 def test_real_capture_views_carry_its_times(to_device_report):
     report = json.loads(to_device_report.to_json())
     view = views.dashboard_view(report)
@@ -207,7 +206,6 @@ def test_real_capture_views_carry_its_times(to_device_report):
     assert root[6] > 0  # the model's scope sums its kernels' time
 
 
-@pytest.mark.tensorflow
 def test_the_device_given_four_times_the_work_shows_the_larger_busy_time(tf4):
     """CPU:0 runs one matmul, CPU:1 a chain of four of the same size after it: the report and the views say so.
 
@@ -268,7 +266,6 @@ def test_the_critical_path_follows_what_each_event_waited_on():
     assert critical_path({"ops": [{"name": "x", "device": "CPU:0"}]})["us"] is None  # no times: no path
 
 
-@pytest.mark.tensorflow
 def test_the_critical_path_of_a_real_capture_ends_the_step(to_device_report):
     from tfdevices.tensorboard.views import critical_path, dashboard_view
 
