@@ -187,6 +187,21 @@ def test_an_hlo_module_ties_a_fusion_to_the_ops_fused_into_it():
     assert modules.ops_of("jit_other", None, "gemm_fusion_dot.2") is None
 
 
+def test_a_chain_of_computations_deeper_than_the_bound_is_followed_to_the_bound_only():
+    from tfdevices.verify.hlo import MAX_CALL_DEPTH
+
+    hlo = hlo_module().HloProto()
+    hlo.hlo_module.name = "jit_deep"
+    depth = 5000  # each computation calls the next: deeper than Python's own recursion limit
+    for cid in range(depth):
+        inst = hlo.hlo_module.computations.add(name=f"c{cid}", id=cid).instructions.add(name=f"i{cid}")
+        inst.metadata.op_name = f"op{cid}"
+        if cid + 1 < depth:
+            inst.called_computation_ids.append(cid + 1)
+    ops = HloModules(_metadata_plane(hlo.SerializeToString())).ops_of("jit_step", 7, "i0")
+    assert ops == tuple((f"op{cid}", f"op{cid}") for cid in range(MAX_CALL_DEPTH + 1))
+
+
 def test_the_docstring_examples_run():
     import doctest
 

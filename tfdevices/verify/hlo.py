@@ -12,7 +12,8 @@ The HLO schema here is the project's own and minimal (``xla/service/hlo.proto`` 
 ``xla/xla_data.proto``: module name, computations, instructions with name, opcode, metadata
 and called computations); every other field is skipped. Reading is bounded: a proto larger
 than :data:`MAX_HLO_BYTES` is not read, at most :data:`MAX_INSTRUCTIONS` instructions per
-module, and protobuf's own nesting limit (100) holds the depth.
+module, calls followed :data:`MAX_CALL_DEPTH` computations deep, and protobuf's own nesting
+limit (100) holds the depth of the bytes.
 
 >>> modules = HloModules(None)
 >>> modules.ops_of("jit_step", 7, "fusion.1") is None
@@ -28,7 +29,15 @@ from typing import Any
 
 from tfdevices.verify.xplane import MessageTable, build_messages
 
-__all__ = ["HloModules", "hlo_module", "HLO_FIELDS", "METADATA_PLANE", "MAX_HLO_BYTES", "MAX_INSTRUCTIONS"]
+__all__ = [
+    "HloModules",
+    "hlo_module",
+    "HLO_FIELDS",
+    "METADATA_PLANE",
+    "MAX_HLO_BYTES",
+    "MAX_INSTRUCTIONS",
+    "MAX_CALL_DEPTH",
+]
 
 #: The plane of a profile that holds the XLA modules' HLO.
 METADATA_PLANE = "/host:metadata"
@@ -36,6 +45,8 @@ METADATA_PLANE = "/host:metadata"
 MAX_HLO_BYTES = 64 << 20
 #: The most instructions read from one module.
 MAX_INSTRUCTIONS = 1_000_000
+#: The deepest chain of computations calling computations followed (a fusion in a loop body is 3 deep).
+MAX_CALL_DEPTH = 32
 
 #: The fields of ``HloProto`` this reader needs, numbered as ``xla/service/hlo.proto`` numbers them.
 HLO_FIELDS: MessageTable = {
@@ -161,7 +172,7 @@ def _origins(proto: Any) -> _Module:
     def called(ids: Any, path: frozenset[int]) -> list[Origin]:
         out: list[Origin] = []
         for cid in ids:
-            if cid in path or cid not in computations:
+            if cid in path or cid not in computations or len(path) >= MAX_CALL_DEPTH:
                 continue
             if cid not in below:
                 found: dict[Origin, None] = {}
