@@ -74,7 +74,7 @@ def main() -> None:
         for name, path in ((f"synthetic, {events:,} events", synthetic), ("real H200 XLA train step", real)):
             with open(path, "rb") as f:
                 data = f.read()
-            a, b, r = ratios(lambda: ours.FromString(data), lambda: theirs.FromString(data), args.rounds)
+            a, b, r = ratios(lambda d=data: ours.FromString(d), lambda d=data: theirs.FromString(d), args.rounds)
             print(f"| {name} | {len(data):,} | {a * 1e3:.2f} | {b * 1e3:.2f} | {r:.2f} |")
         compiled = host._compiled
 
