@@ -22,6 +22,7 @@ from tfdevices.verify.xplane import xplane_module
 
 PROFILES = os.path.join(REPO, "tests", "data", "profiles")
 XLA_STEP = os.path.join(PROFILES, "h200_jax_xla_step.xplane.pb")
+COMMAND_BUFFER = os.path.join(PROFILES, "h200_jax_command_buffer.xplane.pb")
 TRAIN_STEP = os.path.join(PROFILES, "h200_jax_train_step.xplane.pb")
 
 
@@ -60,7 +61,7 @@ def _without(path: str, tmp_path, *planes: str) -> str:
     return str(out)
 
 
-@pytest.mark.parametrize("path", [XLA_STEP, TRAIN_STEP])
+@pytest.mark.parametrize("path", [XLA_STEP, TRAIN_STEP, COMMAND_BUFFER])
 def test_a_real_h200_xla_profile_reads_as_its_modules_kernels_by_the_gpus_clock(path):
     kernels = _kernels(path)
     report = read_profile(path)
@@ -98,9 +99,25 @@ def test_the_train_step_names_its_ops_copies_and_what_its_hlo_does_not_say():
     assert "jit(train_step)/jvp()/dot_general" in fused
     kinds = sorted((t.kind, t.bytes) for t in report.transfers)
     assert kinds == [("D2H", 4), ("D2H", 1024), ("H2D", 1024), ("H2D", 524288)]
-    evaluate = [op for op in report.ops if op.kernel_name == "jit_evaluate"]
-    assert evaluate and {op.name for op in evaluate} == {"command_buffer_1"}  # a CUDA graph XLA made after its HLO
-    assert any("jit_evaluate's fusion(s) command_buffer_1 not tied" in note for note in report.notes), report.notes
+    # jit_evaluate ran as a CUDA graph XLA built after its HLO (hlo_op: command_buffer_1): its kernels' own names
+    # find their fusions, and the ops those came from
+    evaluate = {op.name for op in report.ops if op.kernel_name == "jit_evaluate"}
+    assert "jit(evaluate)/dot_general" in evaluate and "command_buffer_1" not in evaluate
+    assert not any("not tied" in note for note in report.notes), report.notes
+
+
+def test_a_command_buffers_kernels_find_their_fusions_by_name():
+    kernels = _kernels(COMMAND_BUFFER)
+    assert {k["hlo_op"] for k in kernels} == {"command_buffer_1"}  # the graph, not the fusion
+    report = read_profile(COMMAND_BUFFER)
+    by_kernel: dict[str, set[str]] = {}
+    for op in report.ops:
+        by_kernel.setdefault(op.kernels[0], set()).add(op.name)
+    assert "jit(step)/tanh" in by_kernel["wrapped_tanh"]
+    assert "jit(step)/add" in by_kernel["loop_add_fusion"]
+    (gemm,) = {k["kernel"] for k in kernels if k["kernel"].endswith("_cublas")}
+    assert by_kernel[gemm] == {gemm}  # a library's kernel in the graph: no instruction, its own name
+    assert any(f"fusion(s) or kernel(s) {gemm} not tied" in note for note in report.notes), report.notes
 
 
 def test_without_hlo_metadata_fusions_are_named_and_the_notes_say_so(tmp_path):
@@ -168,7 +185,7 @@ def test_a_jit_compiled_capture_on_a_cpu_counts_its_cluster_once(tf4):
     assert slices[0]["args"]["ops compiled together (XLA)"] == list(cluster.ops)
 
 
-@pytest.mark.parametrize("path", [XLA_STEP, TRAIN_STEP])
+@pytest.mark.parametrize("path", [XLA_STEP, TRAIN_STEP, COMMAND_BUFFER])
 def test_the_compiled_reader_and_protobuf_alone_read_a_gpu_profile_alike(path, monkeypatch):
     from tfdevices.verify import host
 

@@ -98,6 +98,7 @@ class _Module:
 
     name: str
     ops: dict[str, tuple[Origin, ...]] = field(default_factory=dict)
+    kernels: dict[str, str] | None = None  # kernel name -> instruction name, made when first asked for
 
 
 class HloModules:
@@ -133,6 +134,22 @@ class HloModules:
         """The ops ``instruction`` of ``module`` came from; ``None`` when the profile holds no HLO for it."""
         parsed = self._module(module, program_id)
         return None if parsed is None else parsed.ops.get(instruction, ())
+
+    def instruction_of(self, module: str, program_id: int | None, kernel: str) -> str:
+        """The instruction a kernel is named after (``input_reduce_fusion_3`` -> ``input_reduce_fusion.3``), or ``""``.
+
+        XLA names a fusion's kernel after its instruction, ``.`` written ``_``. A kernel run
+        inside a CUDA graph XLA built after its HLO (a command buffer) names only the graph in
+        its ``hlo_op``: its own name still finds its fusion.
+        """
+        parsed = self._module(module, program_id)
+        if parsed is None:
+            return ""
+        if parsed.kernels is None:
+            parsed.kernels = {}
+            for name in parsed.ops:
+                parsed.kernels.setdefault(name.replace(".", "_"), name)
+        return parsed.kernels.get(kernel, "")
 
     def _module(self, name: str, program_id: int | None) -> _Module | None:
         key = program_id if program_id in self._protos else self._named(name)

@@ -53,6 +53,7 @@ def add_xla_kernels(
     """
     kernels = [k for k in gpu.unannotated() if not nccl_primitive(k.name)]
     untied: dict[str, set[str]] = {}
+    fusions: dict[str, set[str]] = {}  # module -> the fusions its kernels ran
     plain = 0
     for k in kernels:
         call = max(0, bisect.bisect_right(call_starts, k.start_ps) - 1)
@@ -63,40 +64,63 @@ def add_xla_kernels(
                 OpPlacement(k.name, k.name, device, "", call, k.name, k.name, start, duration, None, (k.name,))
             )
             continue
-        origins = modules.ops_of(k.module, k.program if k.program >= 0 else None, k.fusion) if k.fusion else None
+        fusion, origins = _fusion_of(k, modules)
+        fusions.setdefault(k.module, set()).add(fusion)
         if not origins:
-            untied.setdefault(k.module, set()).add(k.fusion or k.name)
-            origins = ((k.fusion or k.name, fusion_type(k.fusion or k.name)),)
+            untied.setdefault(k.module, set()).add(fusion)
+            origins = ((fusion, fusion_type(fusion)),)
         for name, op_type in origins:
             built.ops.append(
                 OpPlacement(name, op_type, device, "", call, XLA_CLUSTER, k.module, start, duration, None, (k.name,))
             )
-    _notes(built, device, kernels, untied, plain, modules)
+    _notes(built, device, kernels, fusions, untied, plain, modules)
+
+
+def _fusion_of(kernel: GpuKernel, modules: HloModules) -> tuple[str, tuple[tuple[str, str], ...] | None]:
+    """The fusion a kernel ran (its ``hlo_op``, else the instruction its name finds) and the ops it came from.
+
+    A kernel of a command buffer (a CUDA graph: its ``hlo_op`` names the graph, which the HLO
+    does not hold) is found by its own name; one that names no instruction (a library's
+    kernel inside the graph) is reported under its kernel's name.
+    """
+    program = kernel.program if kernel.program >= 0 else None
+    origins = modules.ops_of(kernel.module, program, kernel.fusion) if kernel.fusion else None
+    if origins:
+        return kernel.fusion, origins
+    if origins is not None or not kernel.fusion:  # the HLO is there and does not know the fusion
+        instruction = modules.instruction_of(kernel.module, program, kernel.name)
+        if instruction:
+            return instruction, modules.ops_of(kernel.module, program, instruction)
+        return kernel.name, origins
+    return kernel.fusion, None
 
 
 def _notes(
-    built: Any, device: str, kernels: list[GpuKernel], untied: dict[str, set[str]], plain: int, modules: HloModules
+    built: Any,
+    device: str,
+    kernels: list[GpuKernel],
+    fusions: dict[str, set[str]],
+    untied: dict[str, set[str]],
+    plain: int,
+    modules: HloModules,
 ) -> None:
-    runs: dict[str, set[str]] = {}
-    for k in kernels:
-        if k.module:
-            runs.setdefault(k.module, set()).add(k.fusion or k.name)
-    if runs:
+    if fusions:
+        runs = sum(1 for k in kernels if k.module)
         built.notes.append(
-            f"{sum(1 for k in kernels if k.module)} XLA kernel run(s) on {device}, by the GPU's clock: "
-            + ", ".join(f"module {m} ({len(f)} fusion(s))" for m, f in sorted(runs.items()))
+            f"{runs} XLA kernel run(s) on {device}, by the GPU's clock: "
+            + ", ".join(f"module {m} ({len(f)} fusion(s))" for m, f in sorted(fusions.items()))
             + "; each fusion's ops share its time (kernel XlaCluster, kernel_name the module)"
         )
-    for module, fusions in sorted(untied.items()):
-        listed = ", ".join(sorted(fusions)[:5]) + (", ..." if len(fusions) > 5 else "")
+    for module, names in sorted(untied.items()):
+        listed = ", ".join(sorted(names)[:5]) + (", ..." if len(names) > 5 else "")
         why = (
             "the profile holds no HLO metadata (no /host:metadata plane with its HLO proto)"
             if modules.ops_of(module, None, "") is None
             else "the HLO the profile holds names no op for them"
         )
         built.notes.append(
-            f"XLA module {module}'s fusion(s) {listed} not tied to the ops they came from: {why}; "
-            "reported under the fusion's name"
+            f"XLA module {module}'s fusion(s) or kernel(s) {listed} not tied to the ops they came from: {why}; "
+            "reported under that name"
         )
     if modules.unread:
         built.notes.append("HLO not read: " + "; ".join(modules.unread[:5]))
