@@ -9,9 +9,9 @@ PYTEST_WORKERS ?= 2
 PYTEST := $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -q
 # Tests whose results depend on the kernels TensorFlow runs: oneDNN (on by default on
 # AVX-512 CPUs) rewrites MatMul into _MklMatMul, Dense layers into _MklNativeFusedMatMul.
-KERNEL_TESTS := tests/test_verify.py tests/verify/test_profiles.py tests/verify/test_host_compiled.py tests/verify/test_build_compiled.py tests/tensorboard tests/layers/test_place.py tests/test_readme.py tests/test_notebooks.py tests/decide/test_advise_capture.py
+KERNEL_TESTS := tests/test_verify.py tests/verify/test_profiles.py tests/verify/test_xla_profiles.py tests/verify/test_host_compiled.py tests/verify/test_build_compiled.py tests/tensorboard tests/layers/test_place.py tests/test_readme.py tests/test_notebooks.py tests/decide/test_advise_capture.py
 
-.PHONY: demo test test-oldest test-newer-python test-tf-keras lint docs bench setup clean
+.PHONY: demo test test-oldest test-newer-python test-tf-keras test-no-tf lint docs bench setup clean
 
 # The install builds the compiled profile reader (tfdevices/verify/_hostwalk.c) in place: again when it changes.
 COMPILED := tfdevices/verify/_hostwalk.c
@@ -100,6 +100,32 @@ TF_KERAS_TESTS := tests/test_keras_flavours.py tests/tensorboard/test_callbacks.
 test-tf-keras: $(STAMP)
 	TF_USE_LEGACY_KERAS=1 $(PY) $(LEG_LINE) tf_keras
 	TF_USE_LEGACY_KERAS=1 $(ONEDNN_SUITE) $(PYTEST) $(TF_KERAS_TESTS)
+
+# Reading without TensorFlow (DESIGN rule 9), as on a laptop or a TensorBoard-only host: `pip install .` alone
+# (tensorboard, protobuf, absl-py, nvidia-ml-py) and the test tools, no TensorFlow, no Keras, in a venv of its own;
+# the tests that read profiles (the project's XSpace schema, real TF and H200 XLA profiles), `tfdevices placement`,
+# and the Placement tab through a real TensorBoard server (and Chromium where CI has it). Tests that need TensorFlow
+# (marked `tensorflow`: by hand, or by tests/conftest.py for those using the tf4 fixture) are left out here only.
+# The venv's tfdevices is the installed copy's: pytest runs from a copy of tests/ outside the working tree.
+NO_TF_VENV := build/venv-no-tf
+NO_TF_PY := $(NO_TF_VENV)/bin/python
+NO_TF_TESTS := tests/verify/test_schema.py tests/verify/test_xla_profiles.py tests/verify/test_profiles.py \
+	tests/verify/test_gpu_time.py tests/verify/test_transfers.py tests/verify/test_host_walk.py \
+	tests/verify/test_host_compiled.py tests/tensorboard/test_without_tf.py tests/tensorboard/test_plugin.py \
+	tests/tensorboard/test_views.py tests/tensorboard/test_trace.py
+
+$(NO_TF_VENV)/.installed: setup.cfg setup.py Makefile $(COMPILED) $(shell find tfdevices -name '*.py')
+	test -x $(NO_TF_PY) || $(PYTHON) -m venv $(NO_TF_VENV)
+	$(NO_TF_PY) -m pip install --quiet --upgrade pip
+	$(NO_TF_PY) -m pip install --quiet 'pytest>=7,<9' 'pytest-xdist>=3' 'pytest-timeout>=2' 'hypothesis>=6' .
+	touch $@
+test-no-tf: $(NO_TF_VENV)/.installed
+	$(NO_TF_PY) -c "import importlib.util as u, google.protobuf as p, tensorboard as t; \
+	assert u.find_spec('tensorflow') is None and u.find_spec('keras') is None, 'TensorFlow or Keras is installed'; \
+	print(f'ci leg: no_tf: no tensorflow, no keras; tensorboard {t.__version__}, protobuf {p.__version__}')"
+	rm -rf build/no-tf-run && mkdir -p build/no-tf-run && cp -r tests setup.cfg build/no-tf-run/
+	cd build/no-tf-run && TFDEVICES_TEST_ARTIFACTS=$(CURDIR)/build/test-artifacts ../../$(NO_TF_PY) -m pytest \
+		-n $(PYTEST_WORKERS) --dist loadgroup -q -p no:cacheprovider -m "not tensorflow" $(NO_TF_TESTS)
 
 # ruff (rules and format: .ci/ruff.toml) and mypy (setup.cfg: strict for core/, gpus/, jobs/, layers/)
 LINTED := tfdevices tests benchmarks docs

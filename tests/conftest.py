@@ -34,3 +34,14 @@ def tf4():
         f"expected {LOGICAL_CPUS} logical CPUs, got {names}: a test used TensorFlow without the tf4 fixture"
     )
     return tf
+
+
+def pytest_collection_modifyitems(items):
+    """A test that uses TensorFlow through ``tf4`` (itself or a fixture built on it) is marked ``tensorflow``.
+
+    ``make test-no-tf`` leaves those out where TensorFlow is not installed; every other leg runs them.
+    A test that imports TensorFlow in a fresh process is marked by hand.
+    """
+    for item in items:
+        if "tf4" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.tensorflow)

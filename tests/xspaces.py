@@ -1,4 +1,4 @@
-"""XSpaces built with TensorFlow's ``xplane_pb2`` in the shapes its profiler writes (no GPU needed).
+"""XSpaces built with the XSpace schema in the shapes TensorFlow's profiler writes (no GPU, no TensorFlow needed).
 
 Shapes follow TensorFlow's and XLA's writers: the host plane ``/host:CPU`` (``EagerExecute``
 with ``eager_op``/``is_func``, ``FunctionRun`` producing ``_p``, ``ExecutorState::Process``
@@ -18,9 +18,10 @@ US = 1_000_000  # picoseconds per microsecond
 
 
 def xplane_pb2() -> Any:
-    from tensorflow.tsl.profiler.protobuf import xplane_pb2 as module
+    """The project's own XSpace schema (``tfdevices.verify.xplane``): no TensorFlow needed."""
+    from tfdevices.verify.xplane import xplane_module
 
-    return module
+    return xplane_module()
 
 
 class Plane:

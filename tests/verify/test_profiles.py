@@ -181,7 +181,7 @@ def _fifo(path):
         (_write(b""), "profile '{path}' is empty (0 bytes)"),
         (_truncated, "profile '{path}' ("),
         (_write(b"\xff" * 64), "profile '{path}' ("),
-        (_tpu_only, "profile '{path}' holds no host CPU or GPU plane; its planes: '/device:TPU:0'"),
+        (_tpu_only, "profile '{path}' holds no host CPU or GPU plane (a TPU profile); its planes: '/device:TPU:0'"),
         (_unknown_version, "profile '{path}' holds 1 host event(s) and 0 GPU event(s), but none"),
         (_fifo, "profile '{path}' is not a regular file"),
     ],

@@ -60,7 +60,7 @@ def test_tfdevices_placement_on_a_profile_leaves_tensorflow_unimported(profile_d
 
 
 def test_a_profile_read_before_tensorflow_is_imported_and_one_written_after_both_read(profile_dir, tmp_path):
-    """The module loaded by path and TensorFlow's own share protobuf's pool: no duplicate registration."""
+    """The project's schema lives in a descriptor pool of its own: TensorFlow's xplane_pb2 loads beside it."""
     proc = run_py(
         f"""
         import sys
@@ -76,46 +76,8 @@ def test_a_profile_read_before_tensorflow_is_imported_and_one_written_after_both
         step(tf.ones([8, 8]))
         tf.profiler.experimental.stop()
         after = read_profile({str(tmp_path)!r})
-        same = xplane_pb2.XSpace.DESCRIPTOR.full_name == xplane_module().XSpace.DESCRIPTOR.full_name
-        print("OPS", sorted(before.op_counts) == sorted(after.op_counts), same)
+        apart = xplane_pb2.XSpace is not xplane_module().XSpace
+        print("OPS", sorted(before.op_counts) == sorted(after.op_counts), apart)
         """
     )
     assert proc.stdout.splitlines()[-1] == "OPS True True", proc.stdout[-500:] + proc.stderr[-2000:]
-
-
-def test_with_tensorflow_imported_its_own_module_is_used():
-    proc = run_py(
-        """
-        import tensorflow
-        from tensorflow.tsl.profiler.protobuf import xplane_pb2
-        from tfdevices.verify.xplane import xplane_module
-        print("SAME", xplane_module() is xplane_pb2)
-        """
-    )
-    assert proc.stdout.splitlines()[-1] == "SAME True"
-
-
-def test_without_the_file_the_error_names_where_it_looked():
-    proc = run_py(
-        """
-        import importlib.util
-        from tfdevices.core.errors import TensorFlowMissingError
-        from tfdevices.verify import xplane
-        importlib.util.find_spec = lambda name: None
-        try:
-            xplane.xplane_module()
-        except TensorFlowMissingError as err:
-            print("ERROR", err)
-        """
-    )
-    assert "ERROR reading a profile needs the XSpace protobuf module" in proc.stdout
-    assert "HINT: pip install" in proc.stdout
-
-
-def test_the_docstring_example_runs():
-    import doctest
-
-    from tfdevices.verify import xplane
-
-    result = doctest.testmod(xplane)
-    assert result.attempted > 0 and result.failed == 0

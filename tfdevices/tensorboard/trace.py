@@ -1,6 +1,7 @@
 """A captured step as a Chrome trace: the ``traceEvents`` JSON that Perfetto and chrome://tracing open.
 
-One track (trace process) per device, its ops as timed slices on it; each transfer
+One track (trace process) per device, its ops as timed slices on it (each run of an XLA
+cluster one slice, its ops in the slice's arguments); each transfer
 is a slice on the sending device's "transfers out" row with a flow arrow to the
 receiving device. Needs a report captured with timing (ops with ``start_us``
 and ``duration_us``).
@@ -67,7 +68,7 @@ def chrome_trace(report: Any) -> dict[str, Any]:
         events.append({"name": "process_name", "ph": "M", "pid": p, "tid": _OPS_ROW, "args": {"name": device}})
         events.append({"name": "process_sort_index", "ph": "M", "pid": p, "tid": _OPS_ROW, "args": {"sort_index": p}})
         events.append({"name": "thread_name", "ph": "M", "pid": p, "tid": _OPS_ROW, "args": {"name": "ops"}})
-    for op in ops:
+    for op in _units(ops):
         events.append(
             {
                 "name": op.get("name", "?"),
@@ -84,6 +85,28 @@ def chrome_trace(report: Any) -> dict[str, Any]:
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 
+def _units(ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ops as slices: each run of an XLA cluster is one slice (named after the cluster, its ops in ``ops``).
+
+    >>> run = {"device": "CPU:0", "call": 0, "kernel": "XlaCluster", "kernel_name": "step", "start_us": 0,
+    ...        "duration_us": 9}
+    >>> [(u["name"], u["ops"]) for u in _units([dict(run, name="a"), dict(run, name="b")])]
+    [('step', ['a', 'b'])]
+    """
+    out: list[dict[str, Any]] = []
+    runs: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for op in ops:
+        if op.get("kernel") != "XlaCluster":
+            out.append(op)
+            continue
+        key = (op.get("device"), op.get("call"), op.get("kernel_name"), op["start_us"], op["duration_us"])
+        if key not in runs:
+            runs[key] = dict(op, name=op.get("kernel_name") or op.get("name", "?"), type="XlaCluster", ops=[])
+            out.append(runs[key])
+        runs[key]["ops"].append(op.get("name", "?"))
+    return out
+
+
 def _op_args(op: dict[str, Any]) -> dict[str, Any]:
     """What a slice shows when clicked: the model op, its kernel, and on a GPU the launch and device kernels."""
     args = {"type": op.get("type", ""), "kernel": op.get("kernel", ""), "requested": op.get("requested", "")}
@@ -91,6 +114,8 @@ def _op_args(op: dict[str, Any]) -> dict[str, Any]:
         args["launched at (host, us)"] = op["launch_us"]
     if op.get("kernels"):
         args["GPU kernels"] = list(op["kernels"])
+    if op.get("ops"):
+        args["ops compiled together (XLA)"] = op["ops"]
     return args
 
 

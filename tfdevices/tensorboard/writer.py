@@ -38,6 +38,7 @@ from typing import Any
 from tfdevices.core._tf import import_tf
 from tfdevices.core.errors import InputError
 from tfdevices.core.paths import check_directory
+from tfdevices.tensorboard.events import EVENTS, run_strings
 from tfdevices.tensorboard.metadata import summary_metadata
 from tfdevices.verify import PlacementReport, read_profile
 from tfdevices.verify.profiles import find_profiles
@@ -45,7 +46,7 @@ from tfdevices.verify.records import _gc_paused
 
 __all__ = ["format_placement", "load_placement", "merged_graph_def", "read_placement", "write_placement"]
 
-_EVENTS = "events.out.tfevents"
+_EVENTS = EVENTS
 _FILES = itertools.count()  # event files this process wrote: zero-padded, their names sort in the order they were made
 
 
@@ -264,7 +265,8 @@ def _event_dirs(logdir: str) -> list[str]:
 def read_placement(logdir: str | os.PathLike[str], name: str = "placement") -> PlacementReport:
     """Reads the latest placement report stored under ``logdir`` (searched recursively).
 
-    Uses TensorBoard's event loading (``EventAccumulator``); no server is needed.
+    Reads the event files with TensorBoard's protos (:mod:`tfdevices.tensorboard.events`): no
+    server, and no TensorFlow, is needed.
 
     Args:
         logdir: a log directory holding a run written by :func:`write_placement`, or runs below it.
@@ -289,29 +291,15 @@ def read_placement(logdir: str | os.PathLike[str], name: str = "placement") -> P
             f"log directory {logdir!r} holds no TensorBoard event files; it contains: {listing}.",
             hint="pass the directory given to write_placement or PlacementLogger.",
         )
-    import_tf()  # TensorBoard's loader imports TensorFlow: let it start quietly
-    from tensorboard.backend.event_processing import event_accumulator  # noqa: PLC0415 (lazy tensorboard)
-
     found: list[tuple[float, int, str, str, int]] = []  # (time, step, JSON, run, steps stored in it)
     tags: set[str] = set()
     for run in dirs:
-        acc = event_accumulator.EventAccumulator(run, size_guidance={event_accumulator.TENSORS: 0})
-        with _graphs_expected(event_accumulator.logger):
-            acc.Reload()
-        run_tags = acc.Tags().get(event_accumulator.TENSORS, [])
-        tags.update(run_tags)
-        if f"{name}/json" in run_tags:
-            events = acc.Tensors(f"{name}/json")
-            event = events[-1]
-            found.append(
-                (
-                    event.wall_time,
-                    event.step,
-                    event.tensor_proto.string_val[0].decode(),
-                    os.path.relpath(run, logdir),
-                    len(events),
-                )
-            )
+        values = run_strings(run)  # TensorBoard's own protos: TensorFlow is not imported (DESIGN rule 9)
+        tags.update(values)
+        events = values.get(f"{name}/json")
+        if events:
+            wall_time, step, text = events[-1]
+            found.append((wall_time, step, text, os.path.relpath(run, logdir), len(events)))
     if not found:
         shown = ", ".join(sorted(tags)[:10]) or "no tensor or text summaries"
         # a PlacementLogger that captured no step: it says so in NAME/status (and logs memory where there is any)
@@ -340,23 +328,6 @@ def read_placement(logdir: str | os.PathLike[str], name: str = "placement") -> P
         + "; pass a run's directory to read it, or open the Placement tab to pick a step"
     )
     return dataclasses.replace(report, notes=(where, *report.notes))
-
-
-class _GraphsExpected:
-    """Drops the loader's warning about several graphs in one run: each step written keeps its own."""
-
-    def filter(self, record: Any) -> bool:
-        return not record.getMessage().startswith("Found more than one graph event per run")
-
-
-@contextlib.contextmanager
-def _graphs_expected(logger: Any) -> Iterator[None]:
-    quiet = _GraphsExpected()
-    logger.addFilter(quiet)
-    try:
-        yield
-    finally:
-        logger.removeFilter(quiet)
 
 
 def load_placement(path: str | os.PathLike[str], name: str = "placement", *, profile: bool = False) -> PlacementReport:

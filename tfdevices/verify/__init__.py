@@ -62,7 +62,11 @@ their assigned devices and the copies between them, no times, at no per-step cos
 
 **Profiles already written.** :func:`read_profile` reads the same report from any
 ``*.xplane.pb`` TensorFlow's profiler wrote (Keras' ``TensorBoard(profile_batch=...)``,
-``tf.profiler.experimental``, TensorBoard's capture), or from a log directory holding them.
+``tf.profiler.experimental``, TensorBoard's capture), or from a log directory holding them,
+with no TensorFlow installed (the XSpace schema is tfdevices' own: :mod:`tfdevices.verify.xplane`).
+On a GPU, XLA's kernels are read by module and fusion and tied to the ops the profile's HLO
+names (:mod:`tfdevices.verify.xla`); an XLA cluster is one unit, its time counted once
+(:mod:`tfdevices.verify.clusters`).
 
 **JSON** (:meth:`PlacementReport.to_json`, what TensorBoard stores and the
 Placement dashboard reads), version 3 (version 2, without the GPU fields, reads too)::

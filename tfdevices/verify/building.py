@@ -16,6 +16,7 @@ from typing import Any
 
 from tfdevices.verify import host
 from tfdevices.verify.graph import _Graph, _model_ops
+from tfdevices.verify.hlo import HloModules
 from tfdevices.verify.host import CONTEXT, KEY, START, STATS, _Execution, _Kernel, _Trace
 from tfdevices.verify.recording import _Call, _Recorder
 from tfdevices.verify.records import (
@@ -126,7 +127,8 @@ def _build_report(trace: _Trace, recorder: _Recorder | None) -> PlacementReport:
     busy = {device: round(union_length(spans) / 1e6, 3) for device, spans in sorted(built.spans.items())}
     if trace.gpus:
         starts = [e.start_ps if e is not None else 0 for _, e in paired]
-        busy.update(apply_gpu_time(built, trace.gpus, origin, starts, keep_unmatched=profile))
+        modules = HloModules(trace.metadata)
+        busy.update(apply_gpu_time(built, trace.gpus, origin, starts, keep_unmatched=profile, modules=modules))
     return PlacementReport(
         tuple(built.ops),
         tuple(built.transfers),

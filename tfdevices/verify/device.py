@@ -116,6 +116,9 @@ class GpuKernel:
     start_ps: int
     end_ps: int
     group: int = -1
+    module: str = ""  # the XLA module that ran it (``hlo_module`` stat), ``""`` outside XLA
+    fusion: str = ""  # its HLO instruction in that module (``hlo_op``: ``"gemm_fusion_dot.2"``)
+    program: int = -1  # the module's ``program_id`` (two modules may share a name)
 
 
 @dataclass(slots=True)
@@ -171,7 +174,7 @@ class GpuPlane:
         return int(union_length(spans))
 
     def unannotated(self) -> list[GpuKernel]:
-        """Kernels no TensorFlow op is named for (NCCL's own, libraries', XLA's without ``tf_op``)."""
+        """Kernels no TensorFlow op is named for (NCCL's own, libraries', XLA's: ``tf_op`` reads ``XlaModule:``)."""
         return [k for k in self.kernels if not k.op]
 
 
@@ -232,6 +235,9 @@ class _Ids:
     group: int
     correlation: int
     names: dict[int, str]
+    module: int = -1
+    fusion: int = -1
+    program: int = -1
 
     @classmethod
     def of(cls, plane: Any) -> _Ids:
@@ -245,6 +251,9 @@ class _Ids:
             by_name.get("group_id", -1),
             by_name.get("correlation_id", -1),
             names,
+            by_name.get("hlo_module", -1),
+            by_name.get("hlo_op", -1),
+            by_name.get("program_id", -1),
         )
 
     def text(self, stat: Any) -> str:
@@ -298,6 +307,7 @@ def _read_stream(line: Any, line_name: str, events: Any, ids: _Ids, gpu: GpuPlan
     base = line.timestamp_ns * 1000
     for event in line.events:
         annotation, rank, details, memcpy, group, correlated = "", len(_ANNOTATIONS), False, None, -1, False
+        module, fusion, program = "", "", -1
         for stat in event.stats:
             key = stat.metadata_id
             if key in ids.annotations and ids.annotations[key] < rank:
@@ -310,6 +320,12 @@ def _read_stream(line: Any, line_name: str, events: Any, ids: _Ids, gpu: GpuPlan
                 group = stat.int64_value or stat.uint64_value
             elif key == ids.correlation:
                 correlated = True
+            elif key == ids.module:
+                module = ids.text(stat)
+            elif key == ids.fusion:
+                fusion = ids.text(stat)
+            elif key == ids.program:
+                program = stat.int64_value or stat.uint64_value
         meta = events.get(event.metadata_id)
         name = (meta.display_name or meta.name) if meta is not None else ""
         start = base + event.offset_ps
@@ -320,7 +336,7 @@ def _read_stream(line: Any, line_name: str, events: Any, ids: _Ids, gpu: GpuPlan
             gpu.copies.append(GpuCopy(kind or "", parse_annotation(annotation)[0], size, dest, start, end))
         elif details or (correlated and not name.startswith(_NOT_KERNELS)):
             op, op_type = parse_annotation(annotation)
-            gpu.kernels.append(GpuKernel(op, op_type, name, start, end, group))
+            gpu.kernels.append(GpuKernel(op, op_type, name, start, end, group, module, fusion, program))
 
 
 def _copy_kind(name: str, line_name: str, details: str | None) -> str:

@@ -14,6 +14,7 @@ from operator import itemgetter
 from typing import Any, Final
 
 from tfdevices.verify.device import GpuPlane, gpu_index, read_gpu_plane
+from tfdevices.verify.hlo import METADATA_PLANE
 from tfdevices.verify.kinds import (
     _ASYNC,
     _ASYNC_DONE,
@@ -28,8 +29,11 @@ from tfdevices.verify.kinds import (
     _SCHEDULED,
     _SKIPPED_KIND,
     _STEP,
+    _context_of,
     _event_kinds,
+    _int_stat,
     _kind_of_name,
+    _stats,
 )
 from tfdevices.verify.records import _gc_paused
 from tfdevices.verify.xplane import xplane_module
@@ -80,6 +84,7 @@ class _Trace:
     host_events: int = 0  # events on the host plane (read or not)
     lost_starts: list[str] = field(default_factory=list)  # asynchronous kernels known by their completion only
     done_at: dict[int, int] = field(default_factory=dict)  # executor context -> its step's done callback's start
+    metadata: Any = None  # the ``/host:metadata`` plane (XLA's HLO modules), where the trace has one
 
 
 @dataclass
@@ -94,12 +99,6 @@ class _Asyncs:
 
     started: set[int] = field(default_factory=set)  # the ``_p`` of each start
     done: list[tuple[int, Any, int]] = field(default_factory=list)  # (its ``_c``, the event, its start)
-
-
-def _stat_value(stat: Any, names: dict[int, str]) -> Any:
-    kind = stat.WhichOneof("value")
-    value: Any = getattr(stat, kind) if kind else None
-    return names.get(value, value) if kind == "ref_value" else value
 
 
 def parse_space(data: bytes | bytearray | memoryview) -> Any:
@@ -138,6 +137,8 @@ def read_trace(data: bytes | Any) -> _Trace:
                 _read_host_plane(plane, trace)
             elif index is not None:
                 trace.gpus[index] = read_gpu_plane(plane, index)
+            elif plane.name == METADATA_PLANE:
+                trace.metadata = plane
             elif plane.lines:
                 trace.skipped.append(plane.name)
     trace.executions.sort(key=lambda e: e.start_ps)
@@ -181,6 +182,8 @@ def _read_compiled(module: Any, data: bytes | bytearray | memoryview) -> _Trace 
                     _read_host_plane(plane, trace)
                 elif index is not None:
                     trace.gpus[index] = read_gpu_plane(plane, index)
+                elif name == METADATA_PLANE:
+                    trace.metadata = plane
                 elif plane.lines:
                     trace.skipped.append(name)
     except Exception:  # noqa: BLE001  (the Python path reads the bytes again and raises its own error)
@@ -344,29 +347,15 @@ def _read_line(
                 continue
             if where.__class__ is int:
                 add_kernel((key, start, event.duration_ps, where, _stats(event, names) if kind[2] else None))
-                continue
-            if _int_stat(event, consumed):
-                # The body of an asynchronous kernel (a collective) run by its own executor, outside any
-                # step; the kernel is recorded where it started (ProcessAsync::Start).
-                continue
-            if where is not _EAGER_SPAN:  # eager ops are reported from their calls, not their kernels
-                if links is None:
-                    raise _NeedLinks
-                links.pending.append((len(kernels), where))
-            add_kernel((key, start, event.duration_ps, 0, _stats(event, names) if kind[2] else None))
+            elif not _int_stat(event, consumed):  # else the body of an async kernel, recorded where it started
+                _add_outside(event, kind, start, where, names, kernels, links)
         elif code == _PROCESS:
             start = base + event.offset_ps
             if start >= end >= 0:
                 while spans and spans[-1][0] <= start:
                     spans.pop()
                 end, inner = spans.pop() if spans else (-1, None)
-            stats = event.stats
-            last = stats[-1] if stats else None
-            context = (
-                (last.uint64_value or last.int64_value)
-                if last is not None and last.metadata_id == consumed
-                else _int_stat(event, consumed)
-            )
+            context = _context_of(event, consumed)
             process_end = start + event.duration_ps
             if end >= 0:
                 spans.append((end, inner))
@@ -397,6 +386,30 @@ def _read_line(
             xla_name = current.name if current is not None and current.is_function else None
             if spans:
                 end, inner = spans.pop()
+
+
+def _add_outside(
+    event: Any,
+    kind: tuple[Any, ...],
+    start: int,
+    where: _Where,
+    names: dict[int, str],
+    kernels: list[_Kernel],
+    links: _Links | None,
+) -> None:
+    """A kernel that ran outside any recorded step: kept for the thread pool's links to place (eager ops: no step).
+
+    The body of an asynchronous kernel (a collective) run by its own executor is not one: the
+    kernel is recorded where it started (``ProcessAsync::Start``).
+
+    Raises:
+        _NeedLinks: on the first read (without ``links``), for a kernel that is not an eager op's.
+    """
+    if where is not _EAGER_SPAN:  # eager ops are reported from their calls, not their kernels
+        if links is None:
+            raise _NeedLinks
+        links.pending.append((len(kernels), where))
+    kernels.append((kind[1], start, event.duration_ps, 0, _stats(event, names) if kind[2] else None))
 
 
 def _read_call(
@@ -456,21 +469,6 @@ def _read_call(
         else:  # a run outside any call or step (tf.data and the like): not reported
             trace.outside.add(produced)
     return current
-
-
-def _int_stat(event: Any, stat_id: int) -> int:
-    """The integer value of the event's stat ``stat_id`` (0 when absent).
-
-    From the last stat back: the flow ids (``_c``, ``_p``) TensorFlow writes last.
-    """
-    for stat in reversed(event.stats):
-        if stat.metadata_id == stat_id:
-            return stat.uint64_value or stat.int64_value
-    return 0
-
-
-def _stats(event: Any, names: dict[int, str]) -> dict[str, Any]:
-    return {names[s.metadata_id]: _stat_value(s, names) for s in event.stats}
 
 
 def _load_compiled() -> Any:

@@ -85,3 +85,36 @@ def _kind_of_name(name: str, display_name: str) -> tuple[Any, ...]:
         _KINDS_BY_NAME.clear()
     _KINDS_BY_NAME[name] = kind
     return kind
+
+
+# ----------------------------------------------------------------------------- reading an event's stats
+
+
+def _stat_value(stat: Any, names: dict[int, str]) -> Any:
+    kind = stat.WhichOneof("value")
+    value: Any = getattr(stat, kind) if kind else None
+    return names.get(value, value) if kind == "ref_value" else value
+
+
+def _int_stat(event: Any, stat_id: int) -> int:
+    """The integer value of the event's stat ``stat_id`` (0 when absent).
+
+    From the last stat back: the flow ids (``_c``, ``_p``) TensorFlow writes last.
+    """
+    for stat in reversed(event.stats):
+        if stat.metadata_id == stat_id:
+            return stat.uint64_value or stat.int64_value
+    return 0
+
+
+def _stats(event: Any, names: dict[int, str]) -> dict[str, Any]:
+    return {names[s.metadata_id]: _stat_value(s, names) for s in event.stats}
+
+
+def _context_of(event: Any, consumed: int) -> int:
+    """An executor step's context: its ``_c`` stat, written last (else searched for)."""
+    stats = event.stats
+    last = stats[-1] if stats else None
+    if last is not None and last.metadata_id == consumed:
+        return int(last.uint64_value or last.int64_value)
+    return _int_stat(event, consumed)

@@ -32,6 +32,7 @@ from tfdevices.core.errors import InputError
 from tfdevices.core.units import format_bytes, shown
 from tfdevices.verify import host
 from tfdevices.verify.building import build_report
+from tfdevices.verify.hlo import HloModules
 from tfdevices.verify.host import HOST_PLANE, parse_space, read_trace
 from tfdevices.verify.report import PlacementReport
 
@@ -192,13 +193,12 @@ def _read_file(path: str, max_bytes: int) -> PlacementReport:
         )
     trace = _trace_of(path, info.st_size, max_bytes)  # the file's bytes and the parsed XSpace are freed here
     report = build_report(trace)
-    if not (report.ops or report.transfers or report.collectives) and (trace.host_events or trace.gpus):
+    if not (report.ops or report.transfers or report.collectives):
         raise InputError(
             f"profile {shown(path, 200)} holds {trace.host_events:,} host event(s) and "
             f"{sum(g.events for g in trace.gpus.values()):,} GPU event(s), but none that tfdevices "
-            "reads as an op (ExecutorState::Process, EagerExecute, 'name:Kernel', GPU kernels).",
-            hint="was it written by a TensorFlow version older than 2.4? Profile with the installed "
-            "TensorFlow, or open it in TensorBoard's Profile tab.",
+            f"reads as an op (ExecutorState::Process, EagerExecute, 'name:Kernel', GPU kernels): {_found(trace)}.",
+            hint=_found_hint(trace),
         )
     skipped = [
         f"plane {shown(name, 60)} not read (tfdevices reads /host:CPU and /device:GPU:N)" for name in trace.skipped
@@ -206,9 +206,26 @@ def _read_file(path: str, max_bytes: int) -> PlacementReport:
     return dataclasses.replace(report, notes=tuple(skipped) + report.notes)
 
 
+def _found(trace: Any) -> str:
+    """What a profile read as no ops holds, in a few words."""
+    if trace.metadata is not None and len(HloModules(trace.metadata)):
+        return f"an XLA or JAX profile ({len(HloModules(trace.metadata))} HLO module(s)) whose devices ran no kernel"
+    if any(name.startswith("/device:TPU:") for name in trace.skipped):
+        return "a TPU profile: its TPU planes are not read, its host plane holds no TensorFlow op"
+    if not trace.host_events and not trace.gpus:
+        return "an empty profile: no event on its host plane and no GPU plane"
+    return "a host plane of events from no TensorFlow executor (another framework, or TensorFlow before 2.4)"
+
+
+def _found_hint(trace: Any) -> str:
+    if not trace.host_events and not trace.gpus:
+        return "profile again around the steps to read (the profiler stopped before they ran, or started after)."
+    return "profile with TensorFlow 2.4 or later, or open it in TensorBoard's Profile tab."
+
+
 def _trace_of(path: str, size: int, max_bytes: int) -> Any:
     """The trace a profile file holds: read, parsed and walked once."""
-    from google.protobuf.message import DecodeError  # noqa: PLC0415 (lazy: protobuf comes with TensorFlow)
+    from google.protobuf.message import DecodeError  # noqa: PLC0415 (lazy protobuf)
 
     try:
         with open(path, "rb") as f:
@@ -227,8 +244,9 @@ def _trace_of(path: str, size: int, max_bytes: int) -> Any:
     readable = [n for n in names if n == HOST_PLANE or n.startswith("/device:GPU:")]
     if not readable:
         listing = ", ".join(shown(n, 60) for n in names[:8]) or "none"
+        what = " (a TPU profile)" if any(n.startswith("/device:TPU:") for n in names) else ""
         raise InputError(
-            f"profile {shown(path, 200)} holds no host CPU or GPU plane; its planes: {listing}.",
+            f"profile {shown(path, 200)} holds no host CPU or GPU plane{what}; its planes: {listing}.",
             hint="tfdevices reads the profiles of CPUs and NVIDIA GPUs (TPU profiles: use TensorBoard's Profile tab).",
         )
     if host._compiled is None:

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import operator
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tfdevices.core.errors import InputError, PlacementAssertionError, SpecError
 from tfdevices.core.units import format_bytes
+from tfdevices.verify.clusters import cluster_markdown, cluster_runs
 from tfdevices.verify.records import (
     JSON_VERSION,
     XLA_CLUSTER,
@@ -21,6 +21,7 @@ from tfdevices.verify.records import (
     PlacementDiff,
     Transfer,
     VariableRead,
+    _flat,
     group_transfers,
 )
 
@@ -307,12 +308,16 @@ class PlacementReport:
                 else ""
             )
         )
-        clusters = self.xla_clusters
+        clusters = cluster_runs(self.ops)  # each cluster one unit: its ops under it, each run's time counted once
         if clusters:
             lines.append(
-                f"{sum(n for _, n in clusters.values())} op(s) compiled together by XLA in "
-                f"{len(clusters)} cluster(s): "
-                + ", ".join(f"{name} on {device} ({n} ops)" for name, (device, n) in sorted(clusters.items()))
+                f"{sum(len(c.ops) for c in clusters.values())} op(s) compiled together by XLA in {len(clusters)} "
+                "cluster(s): "
+                + ", ".join(
+                    f"{name} on {c.device} ({len(c.ops)} ops; {c.runs} run(s), {'?' if c.us is None else f'{c.us:.0f}'}"
+                    " us in all)"
+                    for name, c in clusters.items()
+                )
             )
         kinds = Counter(c.type for c in self.collectives)
         lines.append(
@@ -345,6 +350,7 @@ class PlacementReport:
                 f"| {device} | {n} | {', '.join(f'{t} ({c})' for t, c in types)} | "
                 f"{kernels.get(device, 0)} | {'?' if busy is None else f'{busy:.0f} us'} |"
             )
+        out += cluster_markdown(self.ops)
         groups = group_transfers(self.transfers)
         out += [
             "",
@@ -481,20 +487,3 @@ def _listed(
 
 def _where_ran(op: OpPlacement) -> str:
     return f"{op.name} ({_ran_as(op)}) on {op.device}"
-
-
-_GETTERS: dict[type, tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]]] = {}
-
-
-def _flat(record: Any) -> dict[str, Any]:
-    """``dataclasses.asdict`` for a record of plain fields, without its deep copies (reports hold 10^4 ops).
-
-    The field names and one getter for all of them are made once per record class.
-    """
-    kind = type(record)
-    known = _GETTERS.get(kind)
-    if known is None:
-        names = tuple(f.name for f in fields(record))
-        known = _GETTERS[kind] = (names, operator.attrgetter(*names))
-    names, get = known
-    return dict(zip(names, get(record)))

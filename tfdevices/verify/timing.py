@@ -22,6 +22,7 @@ from typing import Any
 
 from tfdevices.verify.device import GpuCopy, GpuOp, GpuPlane, nccl_primitive
 from tfdevices.verify.graph import written_name
+from tfdevices.verify.hlo import HloModules
 from tfdevices.verify.records import (
     UNKNOWN_DEVICE,
     Collective,
@@ -29,6 +30,7 @@ from tfdevices.verify.records import (
     Transfer,
     _us,
 )
+from tfdevices.verify.xla import add_xla_kernels
 
 __all__ = ["apply_gpu_time", "gpu_op_names"]
 
@@ -43,7 +45,13 @@ def _match(launches: list[float], starts: list[float]) -> list[int]:
 
 
 def apply_gpu_time(
-    built: Any, gpus: dict[int, GpuPlane], origin: int, call_starts: list[int], *, keep_unmatched: bool
+    built: Any,
+    gpus: dict[int, GpuPlane],
+    origin: int,
+    call_starts: list[int],
+    *,
+    keep_unmatched: bool,
+    modules: HloModules | None = None,
 ) -> dict[str, float]:
     """Times ``built``'s GPU ops, copies and collectives by the GPUs' planes; returns GPU busy time.
 
@@ -54,7 +62,10 @@ def apply_gpu_time(
         call_starts: the start (ps) of each call, by index, to give a GPU execution no launch
             names the call it ran in (the last one started before it).
         keep_unmatched: add GPU executions that match no op as ops of their own (reading a
-            profile); otherwise they count in busy time only and a note says how many.
+            profile), and the kernels that name no TensorFlow op (XLA's fusions: see
+            :mod:`tfdevices.verify.xla`); otherwise they count in busy time only and a note
+            says how many.
+        modules: the profile's HLO modules, to tie XLA's fusions to the ops they came from.
 
     Returns:
         ``{"GPU:N": busy microseconds}``: the union of each GPU's kernels.
@@ -70,6 +81,7 @@ def apply_gpu_time(
         _time_copies(built, device, gpu.copies, origin, call_starts)
         if keep_unmatched:
             _add_executions(built, device, left, origin, call_starts)
+            add_xla_kernels(built, device, gpu, origin, call_starts, modules or HloModules(None))
         elif left:
             built.notes.append(
                 f"{len(left)} kernel execution(s) on {device} belong to no captured op (work of "

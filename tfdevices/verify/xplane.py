@@ -1,98 +1,146 @@
-"""TensorFlow's ``xplane_pb2`` (the profiler's XSpace) without starting TensorFlow.
+"""The profiler's XSpace schema, the project's own: every plane is read without TensorFlow installed.
 
-The generated module imports only ``google.protobuf``, but importing it as
-``tensorflow.tsl.profiler.protobuf.xplane_pb2`` runs TensorFlow's ``__init__`` first
-(about 3.5 s). :func:`xplane_module` finds the installed ``tensorflow`` package
-without importing it (``importlib.util.find_spec`` reads no package code) and loads the
-file by its path. When TensorFlow is already imported, its own module is used: one
-module, one set of classes. Both register the same file in protobuf's default pool;
-protobuf accepts a file added again with the same contents, so TensorFlow imported
-afterwards loads its module as usual (and reads the same descriptors).
+TensorFlow's profiler writes ``<host>.xplane.pb``, an ``XSpace`` message of
+``tsl/profiler/protobuf/xplane.proto``. The message classes here are built from that file's
+field numbers (the wire format: names, numbers, types and labels as TensorFlow 2.16 to 2.21
+and XLA define them) with ``google.protobuf`` alone, in a descriptor pool of their own: nothing
+is registered in protobuf's default pool, so TensorFlow's own ``xplane_pb2`` loads beside them
+unchanged. ``tests/verify/test_schema.py`` checks field by field that they equal TensorFlow's
+where TensorFlow is installed.
 
 >>> space = xplane_module().XSpace()
 >>> space.planes.add(name="/host:CPU").name
+'/host:CPU'
+>>> xplane_module().XSpace.FromString(space.SerializeToString()).planes[0].name
 '/host:CPU'
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import os
-import sys
 import threading
-from types import ModuleType
+from types import SimpleNamespace
+from typing import Any
 
-from tfdevices.core.errors import TensorFlowMissingError
+__all__ = ["xplane_module", "build_messages", "XPLANE_FIELDS", "MessageTable"]
 
-__all__ = ["xplane_module", "XPLANE_FILES"]
+#: A message's fields: ``(name, number, label, type, message type or "", oneof or "")``; labels
+#: and types are ``FieldDescriptorProto``'s names without their prefix.
+MessageTable = dict[str, tuple[tuple[str, int, str, str, str, str], ...]]
 
-#: Where ``xplane_pb2.py`` lives inside the ``tensorflow`` package: TF 2.12 to 2.21 (checked
-#: on 2.21) under ``tsl/``, before that under ``core/``.
-XPLANE_FILES = (
-    ("tsl/profiler/protobuf/xplane_pb2.py", "tensorflow.tsl.profiler.protobuf.xplane_pb2"),
-    ("core/profiler/protobuf/xplane_pb2.py", "tensorflow.core.profiler.protobuf.xplane_pb2"),
-)
-_LOADED_AS = "tfdevices.verify._xplane_pb2"  # the module's name when loaded by path (not in sys.modules)
+#: ``tsl/profiler/protobuf/xplane.proto`` (proto3), field by field.
+XPLANE_FIELDS: MessageTable = {
+    "XSpace": (
+        ("planes", 1, "REPEATED", "MESSAGE", "XPlane", ""),
+        ("errors", 2, "REPEATED", "STRING", "", ""),
+        ("warnings", 3, "REPEATED", "STRING", "", ""),
+        ("hostnames", 4, "REPEATED", "STRING", "", ""),
+    ),
+    "XPlane": (
+        ("id", 1, "OPTIONAL", "INT64", "", ""),
+        ("name", 2, "OPTIONAL", "STRING", "", ""),
+        ("lines", 3, "REPEATED", "MESSAGE", "XLine", ""),
+        ("event_metadata", 4, "REPEATED", "MESSAGE", "XPlane.EventMetadataEntry", ""),
+        ("stat_metadata", 5, "REPEATED", "MESSAGE", "XPlane.StatMetadataEntry", ""),
+        ("stats", 6, "REPEATED", "MESSAGE", "XStat", ""),
+    ),
+    "XPlane.EventMetadataEntry": (
+        ("key", 1, "OPTIONAL", "INT64", "", ""),
+        ("value", 2, "OPTIONAL", "MESSAGE", "XEventMetadata", ""),
+    ),
+    "XPlane.StatMetadataEntry": (
+        ("key", 1, "OPTIONAL", "INT64", "", ""),
+        ("value", 2, "OPTIONAL", "MESSAGE", "XStatMetadata", ""),
+    ),
+    "XLine": (
+        ("id", 1, "OPTIONAL", "INT64", "", ""),
+        ("display_id", 10, "OPTIONAL", "INT64", "", ""),
+        ("name", 2, "OPTIONAL", "STRING", "", ""),
+        ("display_name", 11, "OPTIONAL", "STRING", "", ""),
+        ("timestamp_ns", 3, "OPTIONAL", "INT64", "", ""),
+        ("duration_ps", 9, "OPTIONAL", "INT64", "", ""),
+        ("events", 4, "REPEATED", "MESSAGE", "XEvent", ""),
+    ),
+    "XEvent": (
+        ("metadata_id", 1, "OPTIONAL", "INT64", "", ""),
+        ("offset_ps", 2, "OPTIONAL", "INT64", "", "data"),
+        ("num_occurrences", 5, "OPTIONAL", "INT64", "", "data"),
+        ("duration_ps", 3, "OPTIONAL", "INT64", "", ""),
+        ("stats", 4, "REPEATED", "MESSAGE", "XStat", ""),
+    ),
+    "XStat": (
+        ("metadata_id", 1, "OPTIONAL", "INT64", "", ""),
+        ("double_value", 2, "OPTIONAL", "DOUBLE", "", "value"),
+        ("uint64_value", 3, "OPTIONAL", "UINT64", "", "value"),
+        ("int64_value", 4, "OPTIONAL", "INT64", "", "value"),
+        ("str_value", 5, "OPTIONAL", "STRING", "", "value"),
+        ("bytes_value", 6, "OPTIONAL", "BYTES", "", "value"),
+        ("ref_value", 7, "OPTIONAL", "UINT64", "", "value"),
+    ),
+    "XEventMetadata": (
+        ("id", 1, "OPTIONAL", "INT64", "", ""),
+        ("name", 2, "OPTIONAL", "STRING", "", ""),
+        ("display_name", 4, "OPTIONAL", "STRING", "", ""),
+        ("metadata", 3, "OPTIONAL", "BYTES", "", ""),
+        ("stats", 5, "REPEATED", "MESSAGE", "XStat", ""),
+        ("child_id", 6, "REPEATED", "INT64", "", ""),
+    ),
+    "XStatMetadata": (
+        ("id", 1, "OPTIONAL", "INT64", "", ""),
+        ("name", 2, "OPTIONAL", "STRING", "", ""),
+        ("description", 3, "OPTIONAL", "STRING", "", ""),
+    ),
+}
+
+_PACKAGE = "tfdevices.schema.xplane"  # not TensorFlow's: its own pool, so no name can clash
 _lock = threading.Lock()
-_module: ModuleType | None = None
+_module: SimpleNamespace | None = None
 
 
-def xplane_module() -> ModuleType:
-    """The ``xplane_pb2`` module: TensorFlow's when TensorFlow is imported, else loaded by path.
+def build_messages(file_name: str, package: str, table: MessageTable) -> dict[str, Any]:
+    """The message classes of one proto3 file described by ``table``, in a descriptor pool of their own.
 
-    Raises:
-        TensorFlowMissingError: TensorFlow is not installed, or its package holds no
-            ``xplane_pb2.py`` where TensorFlow 2.4 to 2.21 keep it.
+    ``"Outer.Inner"`` names a nested message; one whose name ends in ``Entry`` and has fields
+    ``key`` and ``value`` is a map entry (protobuf's own encoding of ``map<K, V>``).
+
+    Returns:
+        ``{message name: class}`` for the top-level messages.
     """
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory  # noqa: PLC0415 (lazy protobuf)
+
+    proto = descriptor_pb2.FileDescriptorProto(name=file_name, package=package, syntax="proto3")
+    made: dict[str, Any] = {}
+    for full, fields in table.items():
+        outer, _, inner = full.partition(".")
+        if inner:
+            message = made[outer].nested_type.add(name=inner)
+            message.options.map_entry = inner.endswith("Entry") and [f[0] for f in fields] == ["key", "value"]
+        else:
+            message = made[outer] = proto.message_type.add(name=outer)
+        oneofs: list[str] = []
+        for name, number, label, kind, type_name, oneof in fields:
+            field = message.field.add(name=name, number=number)
+            field.label = getattr(descriptor_pb2.FieldDescriptorProto, f"LABEL_{label}")
+            field.type = getattr(descriptor_pb2.FieldDescriptorProto, f"TYPE_{kind}")
+            if type_name:
+                field.type_name = f".{package}.{type_name}"
+            if oneof:
+                if oneof not in oneofs:
+                    oneofs.append(oneof)
+                    message.oneof_decl.add(name=oneof)
+                field.oneof_index = oneofs.index(oneof)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(proto)
+    get = getattr(message_factory, "GetMessageClass", None)
+    if get is None:  # protobuf before 4.22
+        get = message_factory.MessageFactory(pool).GetPrototype
+    return {name: get(pool.FindMessageTypeByName(f"{package}.{name}")) for name in made}
+
+
+def xplane_module() -> SimpleNamespace:
+    """The XSpace message classes (``XSpace``, ``XPlane``, ``XLine``, ``XEvent``, ``XStat``, ...), built once."""
     global _module
-    if _module is not None:
-        return _module
-    with _lock:
-        if _module is None:
-            _module = _imported() or _by_path()
+    if _module is None:
+        with _lock:
+            if _module is None:
+                _module = SimpleNamespace(**build_messages("tfdevices/xplane.proto", _PACKAGE, XPLANE_FIELDS))
     return _module
-
-
-def _imported() -> ModuleType | None:
-    """TensorFlow's own module, where ``tensorflow`` is already imported."""
-    if "tensorflow" not in sys.modules:
-        return None
-    for _, name in XPLANE_FILES:
-        try:
-            return importlib.import_module(name)
-        except ImportError:
-            continue
-    return None
-
-
-def _by_path() -> ModuleType:
-    """The module loaded from its file in the installed ``tensorflow`` package, which is not imported."""
-    try:
-        spec = importlib.util.find_spec("tensorflow")
-    except (ImportError, ValueError):
-        spec = None
-    roots = list(spec.submodule_search_locations or []) if spec is not None else []
-    tried = []
-    for root in roots:
-        for relative, _ in XPLANE_FILES:
-            path = os.path.join(root, relative)
-            tried.append(relative)
-            if os.path.isfile(path):
-                return _load(path)
-    raise TensorFlowMissingError(
-        "reading a profile needs the XSpace protobuf module TensorFlow installs "
-        + (
-            f"(looked in the tensorflow package for {', '.join(tried)})." if roots else "(TensorFlow is not installed)."
-        ),
-        hint="pip install 'tfdevices[cpu]' (or 'tfdevices[and-cuda]' on a machine with an NVIDIA GPU).",
-    )
-
-
-def _load(path: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(_LOADED_AS, path)
-    if spec is None or spec.loader is None:  # pragma: no cover (a .py file always has a loader)
-        raise TensorFlowMissingError(f"{path} cannot be loaded as a module.", hint="reinstall TensorFlow.")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
