@@ -319,7 +319,7 @@ def _config(config: LaunchConfig | int, options: Mapping[str, Any]) -> LaunchCon
         fields["mends_off"] = frozenset(fields.get("mends_off", ())) | {"keras_fit"}
     if fields.get("stall") is None:
         fields.pop("stall", None)
-    return LaunchConfig(config, **fields)  # type: ignore[arg-type]  # an int checked by LaunchConfig
+    return LaunchConfig(config, **fields)  # an int, checked by LaunchConfig
 
 
 def _on_one_machine(job: _Job) -> int:
