@@ -87,7 +87,11 @@ def _modules_importing_tensorflow() -> list[str]:
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
         tree = ast.parse(path.read_text())
-        if any(isinstance(n, ast.Name) and n.id == "import_tf" for n in ast.walk(tree)):
+        if any(
+            (isinstance(n, ast.Name) and n.id == "import_tf")
+            or (isinstance(n, ast.Attribute) and n.attr == "import_tf")
+            for n in ast.walk(tree)
+        ):
             parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
             found.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
     return found

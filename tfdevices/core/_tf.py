@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Callable
 from types import ModuleType
-from typing import Any
 
 from tfdevices.core.errors import TensorFlowMissingError
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing on the GPU listing's path
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
 
 __all__ = ["import_tf", "use_import_hooks"]
 

@@ -50,6 +50,7 @@ class CaptureCalls(Mend):
         self._listeners: list[tuple[OnCall, OnTrace]] = []
         self._scopes = 0
         self._scope_lock = threading.Lock()
+        self.captures = 0  # captures it was in place for
 
     def _check(self) -> tuple[str, str] | None:
         try:
@@ -119,8 +120,9 @@ def calls_seen(on_call: OnCall, on_trace: OnTrace) -> Iterator[bool]:
         with MEND._scope_lock:
             MEND._listeners.remove(listener)
             MEND._scopes -= 1
-            if MEND._scopes == 0:
-                MEND.undo()
+            if MEND._scopes == 0 and MEND.undo().state == "undone":
+                MEND.captures += 1
+                MEND._detail = f"in place during each capture only ({MEND.captures} so far), undone after"
 
 
 __all__ = ["MEND", "CaptureCalls", "OnCall", "OnTrace", "calls_seen"]
