@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from tests.compiled import needs_compiled
 from tests.graphs import eager_ops, split_and_nested, train_step
 from tests.verify import test_gpu_time
 from tests.verify.test_host_compiled import _capture, _cases
@@ -29,6 +30,7 @@ from tfdevices.verify.building import build_report
 from tfdevices.verify.records import OpPlacement, _make_op
 
 COMPILED = host._compiled
+pytestmark = needs_compiled
 SKIPPED = building._SKIPPED
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from tests.compiled import needs_compiled
 from tests.graphs import eager_ops, split_and_nested, train_step
 from tests.verify import test_gpu_time, test_host_walk
 from tests.xspaces import Space, gpu_kernel, host_call
@@ -24,6 +25,7 @@ from tfdevices.verify import host
 from tfdevices.verify.building import build_report
 
 COMPILED = host._compiled
+pytestmark = needs_compiled
 
 
 def _fields(trace: host._Trace) -> dict[str, Any]:
