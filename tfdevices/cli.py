@@ -185,8 +185,6 @@ def watch(render: Any, seconds: float, out: Any, *, sleep: Any = None, clock: An
 
 
 def _cmd_topo(args: argparse.Namespace) -> int:
-    import json
-
     from tfdevices.core.errors import InventoryFileError
     from tfdevices.gpus.topology import LEGEND
 
@@ -199,10 +197,10 @@ def _cmd_topo(args: argparse.Namespace) -> int:
                 hint="save one with 'tfdevices list --json' (or 'tfdevices topo --json').",
             )
         why = inventory.reason or "NVML gave no topology"
-        print(json.dumps({"topology": None, "reason": why}, indent=2) if args.json else f"no topology: {why}")
+        print(_json({"topology": None, "reason": why}) if args.json else f"no topology: {why}")
         return 0
     if args.json:
-        print(json.dumps(topo.to_dict(), indent=2))
+        print(_json(topo.to_dict()))
         return 0
     print(topo.table())
     if topo.origin and topo.origin != "nvml":
@@ -210,6 +208,12 @@ def _cmd_topo(args: argparse.Namespace) -> int:
     if not args.no_legend:
         print("\n" + LEGEND)
     return 0
+
+
+def _json(data: object) -> str:
+    import json  # only for --json: the listing path stays clear of it
+
+    return json.dumps(data, indent=2)
 
 
 def _seconds(text: str) -> float:
@@ -588,8 +592,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The ``tfdevices`` parser, one subparser per command in :data:`COMMANDS`.
 
     Args:
-        only: build the arguments of this command alone (the others get their help line
-            only), so that ``tfdevices list`` does not import what ``launch`` needs.
+        only: build this command's parser alone, with its arguments (no other command's parser is
+            made), so that ``tfdevices list`` neither imports what ``launch`` needs nor builds
+            nine parsers it does not use.
     """
     from tfdevices import __version__
 
@@ -597,6 +602,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"tfdevices {__version__}")
     sub = parser.add_subparsers(dest="subcommand", required=True, metavar="COMMAND", parser_class=_Parser)
     for name, (text, inventory, add) in COMMANDS.items():
+        if only is not None and only != name:
+            continue
         p = sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
         p.example = EXAMPLES.get(name, "")
         if only is None or only == name:
@@ -615,7 +622,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = "tfdevices"
     try:
         first = next((a for a in argv if not a.startswith("-")), None)
-        args, extra = build_parser(first if first in COMMANDS else None).parse_known_args(argv)
+        asks_help = first is None or bool({"-h", "--help"} & set(argv[: argv.index(first)]))  # lists every command
+        args, extra = build_parser(first if first in COMMANDS and not asks_help else None).parse_known_args(argv)
         if extra:  # said by the subcommand's parser, so the message names the subcommand
             args.parser.error(f"unrecognized arguments: {' '.join(extra)}")
         command = f"tfdevices {args.subcommand}"

@@ -16,23 +16,21 @@ set for the ``tensorflow`` logger or ``--verbosity`` was given.
 
 from __future__ import annotations
 
-import logging
 import os
-import re
 import sys
-import tempfile
 from types import ModuleType
 
 from tfdevices.core.errors import TensorFlowMissingError
+from tfdevices.core.lazy import LazyPattern
 
 __all__ = ["import_tf"]
 
 #: C++ lines TensorFlow prints before its log level applies: INFO lines and absl's banner.
-_EARLY_NOISE = re.compile(r"^(I\d{4} .*|WARNING: All log messages before absl::InitializeLog\(\) is called.*)$")
+_EARLY_NOISE = LazyPattern(r"^(I\d{4} .*|WARNING: All log messages before absl::InitializeLog\(\) is called.*)$")
 #: CUDA's complaint when it finds no driver: noise on a machine that has no NVIDIA driver at all.
-_NO_DRIVER_NOISE = re.compile(r"^E\d{4} .*failed call to cuInit.*$")
+_NO_DRIVER_NOISE = LazyPattern(r"^E\d{4} .*failed call to cuInit.*$")
 #: TensorFlow 2.16's three lines at import (cuFFT, cuDNN, cuBLAS registered twice): noise on any machine.
-_DUPLICATE_FACTORY_NOISE = re.compile(
+_DUPLICATE_FACTORY_NOISE = LazyPattern(
     r"^.*\bE.* Unable to register cu(FFT|DNN|BLAS) factory: Attempting to register factory for plugin "
     r"cu(FFT|DNN|BLAS) when one has already been registered$"
 )
@@ -72,6 +70,8 @@ def _import_quietly() -> ModuleType:
         import tensorflow  # noqa: PLC0415 (lazy TensorFlow)
 
         return tensorflow
+    import tempfile  # noqa: PLC0415 (only when TensorFlow is imported: the GPU listing imports this module)
+
     no_driver = sys.platform.startswith("linux") and not os.path.exists(_NVIDIA_DRIVER)
     with tempfile.TemporaryFile() as caught:
         os.dup2(caught.fileno(), 2)
@@ -104,6 +104,8 @@ def _quiet_python_logs(tf: ModuleType) -> None:
     Jupyter (``INFO:tensorflow:Using MirroredStrategy ...``), none elsewhere (absl apps
     then show INFO). Either default becomes WARNING; a level the program set does not.
     """
+    import logging  # noqa: PLC0415 (only once TensorFlow is imported: the GPU listing imports this module)
+
     logger = logging.getLogger("tensorflow")
     before = logger.level
     tf.get_logger()  # TensorFlow's defaults apply now, not after this

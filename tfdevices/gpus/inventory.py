@@ -19,7 +19,6 @@ An inventory round-trips through JSON, so a listing saved on one node
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 from collections.abc import Iterator, Mapping
@@ -105,6 +104,8 @@ class Inventory:
 
     def to_json(self, indent: int | None = 2) -> str:
         """The inventory as JSON text (read back by :meth:`from_json`)."""
+        import json  # noqa: PLC0415 (only --json needs it: the listing path stays clear of it)
+
         return json.dumps(self.to_dict(), indent=indent)
 
     @classmethod
@@ -114,6 +115,8 @@ class Inventory:
         Raises:
             InventoryFileError: the text is not JSON or not an inventory.
         """
+        import json  # noqa: PLC0415 (reading a saved listing only: the listing path stays clear of it)
+
         try:
             data = json.loads(text)
         except json.JSONDecodeError as err:
@@ -373,6 +376,8 @@ def read_bounded(path: str | os.PathLike[str], *, what: str, limit: int = MAX_FI
 
 def _decode(data: bytes, where: str) -> str:
     """JSON text in UTF-8 (with or without a BOM), UTF-16 or UTF-32, as RFC 8259 allows; anything else is refused."""
+    import json  # noqa: PLC0415 (reading a saved listing only)
+
     encoding = json.detect_encoding(data)
     try:
         return data.decode("utf-8-sig" if encoding == "utf-8" else encoding)
