@@ -119,13 +119,14 @@ def _scan(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[list[str], 
     return unknown, misplaced, command
 
 
-def _inventory(args: argparse.Namespace, *, topology: bool = True, users: bool = False) -> Any:
+def _inventory(args: argparse.Namespace, *, topology: bool = True, users: bool = False, sensors: bool = True) -> Any:
     """``--inventory FILE`` read like ``TFDEVICES_INVENTORY=FILE``: this process's mask applies to it.
 
     Args:
         args: the parsed arguments (``args.inventory``).
         topology: read the wiring from NVML (a file holds what it holds).
         users: name each GPU process's user and command from ``/proc``.
+        sensors: read temperature, fan, power, clocks, ECC errors and processes (what the listing shows).
     """
     from tfdevices.gpus import visibility
     from tfdevices.gpus.discovery import discover
@@ -133,7 +134,7 @@ def _inventory(args: argparse.Namespace, *, topology: bool = True, users: bool =
 
     if args.inventory:
         return visibility.apply(Inventory.load(args.inventory), os.environ)
-    return discover(topology=topology, users=users)
+    return discover(topology=topology, users=users, sensors=sensors)
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -188,7 +189,7 @@ def _cmd_topo(args: argparse.Namespace) -> int:
     from tfdevices.core.errors import InventoryFileError
     from tfdevices.gpus.topology import LEGEND
 
-    inventory = _inventory(args, topology=True)
+    inventory = _inventory(args, topology=True, sensors=False)
     topo = inventory.topology
     if topo is None:
         if args.inventory and inventory.gpus:
@@ -232,7 +233,7 @@ def _cmd_select(args: argparse.Namespace) -> int:
 
     sel = select(
         args.spec,
-        _inventory(args),
+        _inventory(args, sensors=False),  # chosen by memory, load and wiring
         min_free_memory=args.min_free_memory,
         max_utilization=args.max_utilization,
         exclude=args.exclude,

@@ -236,3 +236,26 @@ def test_process_list_merges_compute_and_graphics_with_memory() -> None:
 def test_mig_instances_list_their_own_processes(snap: nvml.NvmlSnapshot) -> None:
     mig = snap.devices[5].mig[0].gpu
     assert [p.pid for p in mig.process_list] == list(GPUS[5].mig[0].pids)
+
+
+_SENSOR_CALLS = {
+    "nvmlDeviceGetTemperature",
+    "nvmlDeviceGetFanSpeed",
+    "nvmlDeviceGetPowerUsage",
+    "nvmlDeviceGetEnforcedPowerLimit",
+    "nvmlDeviceGetPerformanceState",
+    "nvmlDeviceGetClockInfo",
+    "nvmlDeviceGetTotalEccErrors",
+    "nvmlDeviceGetComputeRunningProcesses",
+    "nvmlDeviceGetGraphicsRunningProcesses",
+}
+
+
+@pytest.mark.parametrize("sensors", [True, False])
+def test_sensors_and_processes_are_read_only_when_asked(sensors: bool) -> None:
+    fake = fk.FakeNvml(GPUS)
+    snap = nvml.Nvml(fake).snapshot(sensors=sensors)
+    assert _SENSOR_CALLS & set(fake.calls) == (_SENSOR_CALLS if sensors else set())
+    gpu, mig = snap.devices[0].gpu, snap.devices[5].mig[0].gpu
+    assert (gpu.memory_used, gpu.utilization, gpu.compute_capability) == (10 << 30, 0.35, (8, 0))  # always read
+    assert (gpu.temperature is None, gpu.process_list is None, mig.process_list is None) == (not sensors,) * 3

@@ -22,7 +22,13 @@ if _SPEC is None or _SPEC.loader is None:
     raise ImportError("tests/pynvml_fake needs nvidia-ml-py installed (pip install nvidia-ml-py)")
 exec(_SPEC.loader.get_code("pynvml"), globals())  # nvidia-ml-py's own module, from its bytecode
 
-from tests import fake_nvml as _fk  # noqa: E402 (after nvidia-ml-py's module, whose names it replaces)
+# the fake beside this folder, by its path: the tfdevices timed may be another tree's (benchmarks/bench_floor.py --tree)
+_FAKE_SPEC = importlib.machinery.PathFinder.find_spec("fake_nvml", [os.path.dirname(_HERE)])
+if _FAKE_SPEC is None or _FAKE_SPEC.loader is None:
+    raise ImportError(f"tests/fake_nvml.py is not beside {_HERE}")
+_fk = type(sys)("fake_nvml")
+_fk.__file__ = _FAKE_SPEC.origin
+exec(_FAKE_SPEC.loader.get_code("fake_nvml"), _fk.__dict__)
 
 _WHICH = os.environ.get("FAKE_NVML", "h200")
 _FIXTURES = {

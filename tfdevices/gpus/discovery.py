@@ -45,6 +45,7 @@ def discover(
     topology: bool = True,
     users: bool = False,
     proc: str | None = None,
+    sensors: bool = True,
 ) -> Inventory:
     """Returns this machine's GPUs with their NVML, CUDA and TensorFlow names, without starting TensorFlow.
 
@@ -56,6 +57,9 @@ def discover(
         topology: read how the GPUs are wired (NVLinks, PCIe, CPU/NUMA affinity).
         users: name each GPU process's user and command from ``proc``.
         proc: the proc file system's root (default ``/proc``; tests pass a directory).
+        sensors: read what gpustat shows besides memory and load (temperature, fan, power,
+            P-state, clocks, ECC errors) and each GPU's processes (``tfdevices select`` and
+            ``topo`` need none of them: ``None`` then).
 
     Returns:
         An :class:`Inventory`; empty with ``source="none"`` and a ``reason`` when
@@ -83,7 +87,7 @@ def discover(
         return from_file(path, env)
     if source == "tensorflow":
         return from_tensorflow(env)
-    snap = nvml.snapshot(nvml_module, topology=topology)
+    snap = nvml.snapshot(nvml_module, topology=topology, sensors=sensors or users)
     owners = processes.describe(_pids(snap), proc=proc) if users else None
     return from_nvml(snap, env, owners=owners)
 

@@ -233,12 +233,15 @@ class Nvml:
         except self._module.NVMLError:
             return None
 
-    def snapshot(self, *, topology: bool = False) -> NvmlSnapshot:
+    def snapshot(self, *, topology: bool = False, sensors: bool = True) -> NvmlSnapshot:
         """Reads every GPU now.
 
         Args:
             topology: also read how the GPUs are wired: each GPU's NVLinks and CPU/NUMA
                 affinity, and the PCIe common ancestor of every pair (n^2/2 NVML calls).
+            sensors: read what gpustat shows besides memory and load (temperature, fan, power,
+                P-state, clocks, ECC errors) and each GPU's processes; without them those
+                fields are ``None`` (choosing GPUs and showing their wiring needs none).
 
         Returns:
             An :class:`NvmlSnapshot`; empty with ``failure``/``reason`` set when
@@ -271,7 +274,7 @@ class Nvml:
             except m.NVMLError as err:
                 notes.append(f"GPU {index} left out: NVML cannot open it ({err}).")
                 continue
-            device = self._device(index, handle, first_query)
+            device = self._device(index, handle, first_query, sensors)
             if topology:
                 device = replace(device, **self._wiring(handle))
             devices.append(device)
@@ -405,7 +408,7 @@ class Nvml:
             ),
         }
 
-    def _device(self, index: int, handle: Any, first_query: dict[str, str]) -> NvmlDevice:
+    def _device(self, index: int, handle: Any, first_query: dict[str, str], sensors: bool = True) -> NvmlDevice:
         """One GPU and its MIG instances; ``first_query`` gets each GPU key whose memory came from NVML's
         first memory query, with why.
         """
@@ -417,7 +420,7 @@ class Nvml:
         pci = self._get("nvmlDeviceGetPciInfo", handle)
         mode = self._get("nvmlDeviceGetMigMode", handle)
         mig_enabled = None if mode is None else bool(mode[0])
-        procs = self._process_list(handle)
+        procs = self._process_list(handle) if sensors else None
         gpu = GpuInfo(
             index=index,
             name=_text(self._get("nvmlDeviceGetName", handle)) or "",
@@ -429,11 +432,11 @@ class Nvml:
             mig_enabled=mig_enabled,
             process_list=procs,
             **memory,
-            **self._sensors(handle),
+            **(self._sensors(handle) if sensors else {}),
         )
-        return NvmlDevice(gpu=gpu, mig=self._migs(gpu, handle, first_query) if mig_enabled else ())
+        return NvmlDevice(gpu=gpu, mig=self._migs(gpu, handle, first_query, sensors) if mig_enabled else ())
 
-    def _migs(self, parent: GpuInfo, handle: Any, first_query: dict[str, str]) -> tuple[NvmlMig, ...]:
+    def _migs(self, parent: GpuInfo, handle: Any, first_query: dict[str, str], sensors: bool) -> tuple[NvmlMig, ...]:
         """The parent's MIG instances: each its own name, uuid, memory and processes, the parent's sensors."""
         slots = self._get("nvmlDeviceGetMaxMigDeviceCount", handle) or 0
         migs = []
@@ -444,7 +447,7 @@ class Nvml:
             memory, why = self._memory(mig)
             if why:
                 first_query[f"{parent.index}:{slot}"] = why
-            procs = self._process_list(mig)
+            procs = self._process_list(mig) if sensors else None
             gpu = replace(
                 parent,
                 uuid=_text(self._get("nvmlDeviceGetUUID", mig)) or "",
@@ -535,12 +538,13 @@ def _text(value: Any) -> str | None:
 _DEFAULT = Nvml()
 
 
-def snapshot(module: Any = None, *, topology: bool = False) -> NvmlSnapshot:
+def snapshot(module: Any = None, *, topology: bool = False, sensors: bool = True) -> NvmlSnapshot:
     """Reads NVML: through ``module`` when given, else through the process-wide adapter.
 
     Args:
         module: a ``pynvml``-like module (tests pass a fake); ``None`` uses ``pynvml``.
         topology: also read the wiring (see :meth:`Nvml.snapshot`).
+        sensors: also read the sensors and processes (see :meth:`Nvml.snapshot`).
 
     Returns:
         An :class:`NvmlSnapshot` (empty with a reason where there is no GPU).
@@ -548,4 +552,4 @@ def snapshot(module: Any = None, *, topology: bool = False) -> NvmlSnapshot:
     >>> snapshot().failure in (None,) + FAILURES
     True
     """
-    return (_DEFAULT if module is None else Nvml(module)).snapshot(topology=topology)
+    return (_DEFAULT if module is None else Nvml(module)).snapshot(topology=topology, sensors=sensors)
