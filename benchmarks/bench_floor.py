@@ -4,8 +4,9 @@ The floor is what ``../shared/real-gpu/check.sh`` times on a GPU machine: a fres
 imports ``pynvml``, starts NVML and reads one GPU (name, UUID, memory, utilization, temperature,
 power). Against it, in fresh processes too: ``tfdevices list``, ``list --json``, ``list --processes``,
 ``select auto:1`` and ``topo``. The cases alternate, ``--rounds`` times; medians of wall time and of
-the child's CPU time (user + system, from ``wait4``: steadier on a shared machine) are printed with
-their ratios to the floor side by side.
+the child's CPU time (user + system, from ``wait4``) are printed with their ratios to the floor side
+by side. On a machine whose cores are all busy (load above the core count) a process waits for a core
+longer than it runs, and wall time measures the queue: read the CPU column there.
 
 Every process imports the same ``pynvml``: ``tests/pynvml_fake``, nvidia-ml-py's own module whose
 NVML calls the fake answers (``FAKE_NVML=h200``, the H200 of ``tests/data/h200-*``). The fake starts
@@ -126,8 +127,10 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             wall, cpu = med[(tree, name)]
             print(f"{name:28} {wall * 1e3:8.1f} {wall / wall0:8.2f} {cpu * 1e3:8.1f} {cpu / cpu0:8.2f}")
-        worst = max(med[(tree, n)][0] / wall0 for n in ("tfdevices list", "tfdevices select auto:1", "tfdevices topo"))
-        print(f"list, select, topo: worst {worst:.2f}x the floor in wall time (issue 37: at most {TARGET}x)")
+        named = ("tfdevices list", "tfdevices select auto:1", "tfdevices topo")
+        wall = max(med[(tree, n)][0] / wall0 for n in named)
+        cpu = max(med[(tree, n)][1] / cpu0 for n in named)
+        print(f"list, select, topo: worst {wall:.2f}x the floor in wall time, {cpu:.2f}x in CPU time (issue 37: 1.3x)")
     return 0
 
 
