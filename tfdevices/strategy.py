@@ -15,8 +15,8 @@ What :func:`build_strategy` returns is the ``tf.distribute`` strategy itself
 (``scope()``, ``run``, ``reduce``, ``num_replicas_in_sync``,
 ``experimental_distribute_dataset``; ``isinstance(s, tf.distribute.MirroredStrategy)``
 holds, for Keras too), built from a plain subclass that also explains itself
-(:class:`Explained`; TensorFlow's default strategy is left as it is, and
-:func:`explanation` answers for it): ``table()``,
+(:class:`Explained`; for ``kind="default"`` a strategy around TensorFlow's default,
+which is left as it is): ``table()``,
 its replicas named both ways, and why. Devices are named the tfdevices way: a
 physical GPU by its NVML index (``1`` or ``"1"``, as ``nvidia-smi`` shows it), or a
 TensorFlow logical device (``"CPU:1"``, ``"GPU:0"``).
@@ -503,7 +503,7 @@ class _DefaultStrategy:
 
 
 class Explanation(Explained):
-    """The explanation of a strategy tfdevices did not build itself (TensorFlow's default), kept beside it.
+    """The explanation of a strategy tfdevices did not build itself, kept beside it (:func:`explain`).
 
     Answers everything :class:`Explained` does; :attr:`strategy` is TensorFlow's object.
     """
@@ -548,8 +548,8 @@ def _explained_class(base: type, *, steps: bool = False, default: bool = False) 
 def explain(strategy: Any, info: StrategyInfo, setup: Any = None) -> Any:
     """Attaches how ``strategy`` came about; returns ``strategy``.
 
-    A strategy tfdevices built (:class:`Explained`) keeps it on itself; any other (TensorFlow's
-    default strategy) is left unchanged, its explanation kept beside it (:func:`explanation`).
+    A strategy tfdevices built (:class:`Explained`, every kind) keeps it on itself; any other is
+    left unchanged, its explanation kept beside it (:func:`explanation`).
     """
     if isinstance(strategy, Explained):
         strategy._tfdevices_info = info
