@@ -1,7 +1,13 @@
 """A fake ``pynvml`` built from data, for testing the one NVML adapter (tfdevices.gpus.nvml).
 
 It has the functions the adapter calls, raises ``NVMLError`` with NVML's codes
-the way ``pynvml`` does, and counts ``nvmlInit`` calls.
+the way ``pynvml`` does, and counts ``nvmlInit`` calls. Memory is answered by both of
+NVML's queries: the first (``nvmlDeviceGetMemoryInfo``: used counts the memory the
+driver reserves) and the versioned one (``version=nvmlMemory_v2``: used as ``nvidia-smi``
+shows it, ``reserved`` apart), as on a real H200 (:func:`h200`).
+
+It imports nothing heavy (no ``dataclasses``, no ``typing``): ``tests/pynvml_fake``
+serves it to whole processes, whose start-up the benchmarks time against the NVML floor.
 
 >>> fake = FakeNvml([FakeGpu(name="A100", memory_total=40 * 2**30)])
 >>> fake.nvmlInit(); fake.nvmlDeviceGetCount()
@@ -10,11 +16,17 @@ the way ``pynvml`` does, and counts ``nvmlInit`` calls.
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 from types import SimpleNamespace
-from typing import Any
+
+from tfdevices.core.records import record, replace
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+__all__ = ["FakeGpu", "FakeMig", "FakeNvml", "NVMLError", "h200", "replace"]
 
 NVML_ERROR_UNINITIALIZED = 1
 NVML_ERROR_INVALID_ARGUMENT = 2
@@ -23,7 +35,9 @@ NVML_ERROR_NO_PERMISSION = 4
 NVML_ERROR_NOT_FOUND = 6
 NVML_ERROR_DRIVER_NOT_LOADED = 9
 NVML_ERROR_LIBRARY_NOT_FOUND = 12
+NVML_ERROR_FUNCTION_NOT_FOUND = 13
 NVML_ERROR_GPU_IS_LOST = 15
+NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25
 NVML_ERROR_UNKNOWN = 999
 
 # constants as pynvml names them (nvml.h values)
@@ -43,6 +57,7 @@ NVML_TOPOLOGY_MULTIPLE = 20
 NVML_TOPOLOGY_HOSTBRIDGE = 30
 NVML_TOPOLOGY_NODE = 40
 NVML_TOPOLOGY_SYSTEM = 50
+NVML_MEMORY_V2 = 0x02000028  # pynvml's nvmlMemory_v2: the struct's size (40) and version 2
 
 _TEXT = {
     NVML_ERROR_UNINITIALIZED: "Uninitialized",
@@ -52,7 +67,9 @@ _TEXT = {
     NVML_ERROR_NOT_FOUND: "Not Found",
     NVML_ERROR_DRIVER_NOT_LOADED: "Driver Not Loaded",
     NVML_ERROR_LIBRARY_NOT_FOUND: "NVML Shared Library Not Found",
+    NVML_ERROR_FUNCTION_NOT_FOUND: "Function Not Found",
     NVML_ERROR_GPU_IS_LOST: "GPU is lost",
+    NVML_ERROR_ARGUMENT_VERSION_MISMATCH: "Argument version mismatch",
     NVML_ERROR_UNKNOWN: "Unknown Error",
 }
 
@@ -68,7 +85,7 @@ class NVMLError(Exception):
         return _TEXT.get(self.value, f"NVML error {self.value}")
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class FakeMig:
     uuid: str
     name: str = "A100 MIG 3g.20gb"
@@ -80,15 +97,21 @@ class FakeMig:
     pids: tuple[int, ...] = ()
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class FakeGpu:
-    """One fake GPU. ``fail`` maps an NVML function name to the error code it raises."""
+    """One fake GPU. ``fail`` maps an NVML function name to the error code it raises: the versioned
+    memory query is ``"nvmlDeviceGetMemoryInfo_v2"`` (the C function pynvml calls for it).
+
+    ``memory_used`` is the memory used as ``nvidia-smi`` counts it (NVML's versioned query);
+    ``memory_reserved`` is what the driver reserves, which NVML's first query counts as used too.
+    """
 
     name: str = "NVIDIA A100-SXM4-40GB"
     uuid: str = "GPU-00000000-0000-0000-0000-000000000000"
     pci_bus_id: str = "00000000:01:00.0"
     memory_total: int = 40 * 2**30
     memory_used: int = 0
+    memory_reserved: int = 0
     util_percent: int = 0
     cc: tuple[int, int] = (8, 0)
     compute_pids: tuple[int, ...] = ()
@@ -124,6 +147,8 @@ class FakeNvml:
         init_delay: seconds ``nvmlInit`` sleeps (to test the lock).
         ancestors: ``{(i, j): NVML_TOPOLOGY_*}`` for GPU pairs (either order); a pair
             not given answers Not Supported.
+        old_pynvml: be an nvidia-ml-py older than the versioned memory query: no
+            ``nvmlMemory_v2``, and ``nvmlDeviceGetMemoryInfo`` takes no ``version``.
     """
 
     NVMLError = NVMLError
@@ -137,8 +162,10 @@ class FakeNvml:
         driver: str = "550.54.15",
         init_delay: float = 0.0,
         ancestors: dict[tuple[int, int], int] | None = None,
+        old_pynvml: bool = False,
     ) -> None:
         self.gpus = list(gpus)
+        self.old_pynvml = old_pynvml
         self.ancestors = dict(ancestors or {})
         self.calls: dict[str, int] = {}
         self.init_error = init_error
@@ -151,6 +178,8 @@ class FakeNvml:
         for name, value in globals().items():
             if name.startswith("NVML_"):
                 setattr(self, name, value)
+        if not old_pynvml:
+            self.nvmlMemory_v2 = NVML_MEMORY_V2
 
     # --- library ---------------------------------------------------------------------------
     def nvmlInit(self) -> None:
@@ -199,10 +228,22 @@ class FakeNvml:
         self._check(h.gpu, "nvmlDeviceGetPciInfo")
         return SimpleNamespace(busId=self._s(h, h.gpu.pci_bus_id))
 
-    def nvmlDeviceGetMemoryInfo(self, h: Any) -> Any:
-        self._check(h.gpu, "nvmlDeviceGetMemoryInfo")
+    def nvmlDeviceGetMemoryInfo(self, h: Any, version: int | None = None) -> Any:
+        """As pynvml: ``version=nvmlMemory_v2`` asks NVML's versioned query (used as ``nvidia-smi`` counts it,
+        ``reserved`` apart); without it, the first query, whose used counts the reserved memory too.
+        """
+        if version is not None and self.old_pynvml:
+            raise TypeError("nvmlDeviceGetMemoryInfo() got an unexpected keyword argument 'version'")
         total, used = (h.mig.memory_total, h.mig.memory_used) if h.mig else (h.gpu.memory_total, h.gpu.memory_used)
-        return SimpleNamespace(total=total, used=used, free=total - used)
+        reserved = 0 if h.mig else h.gpu.memory_reserved
+        free = total - used - reserved
+        if not version:
+            self._check(h.gpu, "nvmlDeviceGetMemoryInfo")
+            return SimpleNamespace(total=total, free=free, used=used + reserved)
+        self._check(h.gpu, "nvmlDeviceGetMemoryInfo_v2")
+        if version != NVML_MEMORY_V2:
+            raise NVMLError(NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+        return SimpleNamespace(version=version, total=total, reserved=reserved, free=free, used=used)
 
     def nvmlDeviceGetUtilizationRates(self, h: Any) -> Any:
         if h.mig:
@@ -453,6 +494,7 @@ def from_inventory(
                 pci_bus_id=g.pci_bus_id,
                 memory_total=g.memory_total,
                 memory_used=g.memory_used,
+                memory_reserved=g.memory_reserved or 0,
                 util_percent=round((g.utilization or 0) * 100),
                 cc=g.compute_capability or (8, 0),
                 compute_pids=tuple(p for p, _ in mine),
@@ -481,3 +523,45 @@ def from_inventory(
                         NVML_TOPOLOGY_NODE if topo.numa(a) == topo.numa(b) else NVML_TOPOLOGY_SYSTEM
                     )
     return FakeNvml(fakes, driver=driver or inv.driver_version or "550.54.15", ancestors=ancestors)
+
+
+# One real NVIDIA H200 (driver 580.159.04), from tests/data: h200-list-idle.json and h200-list-busy.json are
+# what tfdevices 0.2.0 listed (NVML's first memory query), h200-nvidia-smi.txt what nvidia-smi said (the
+# versioned query). tests/gpus/test_h200.py holds these figures to those files.
+H200_TOTAL = 150_754_820_096  # 143,771 MiB: both queries and nvidia-smi agree
+H200_RESERVED = 644_939_776  # 615.06 MiB: the idle listing's used (first query), where nvidia-smi said 0 MiB used
+H200_BUSY_USED = 106_648_436_736 - H200_RESERVED  # the busy listing's used, less the reserved memory: 101,092.8 MiB
+H200_BUSY_PID = (628, 105_994_256_384)  # torch, holding 101,084 MiB (nvidia-smi --query-compute-apps agrees)
+
+
+def h200(*, busy: bool = False, **changes: Any) -> FakeNvml:
+    """The fake NVML serving the real H200: idle, or with torch holding 70% of its memory at 100% use.
+
+    Args:
+        busy: the card under load (``h200-list-busy.json``) rather than idle (``h200-list-idle.json``).
+        changes: FakeGpu fields to change (e.g. ``fail=...``); ``old_pynvml`` goes to FakeNvml.
+    """
+    old = bool(changes.pop("old_pynvml", False))
+    gpu = FakeGpu(
+        name="NVIDIA H200",
+        uuid="GPU-1be11b0e-d9c7-f695-cfb6-fb82f383fb21",
+        pci_bus_id="00000000:00:06.0",
+        memory_total=H200_TOTAL,
+        memory_used=H200_BUSY_USED if busy else 0,
+        memory_reserved=H200_RESERVED,
+        util_percent=100 if busy else 0,
+        cc=(9, 0),
+        compute_pids=(H200_BUSY_PID[0],) if busy else (),
+        process_memory=(H200_BUSY_PID,) if busy else (),
+        temperature=64 if busy else 41,
+        fan=None,
+        power_mw=691_562 if busy else 78_559,
+        power_limit_mw=700_000,
+        pstate=0,
+        clock_sm=1440 if busy else 345,
+        clock_mem=3201,
+        ecc=0,
+        cpus=tuple(range(16)),
+        numa=0,
+    )
+    return FakeNvml([replace(gpu, **changes)], driver="580.159.04", old_pynvml=old)

@@ -304,6 +304,14 @@ def test_list_json_carries_processes_sensors_and_topology(machine, capsys):
     assert (back.gpus[3].temperature, back.gpus[3].fan_speed, back.gpus[3].power_limit_mw) == (43, 45, 300_000)
 
 
+@pytest.mark.parametrize("argv", [["select", "auto:1"], ["topo"]])
+def test_select_and_topo_read_no_sensor_nor_process(machine, argv, capsys):
+    assert main(argv) == 0
+    read = set(machine.calls)
+    assert {"nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetCpuAffinity"} <= read  # what they use
+    assert not read & {"nvmlDeviceGetTemperature", "nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetClockInfo"}
+
+
 def test_plain_list_reads_neither_topology_nor_proc(machine, capsys):
     assert main(["list"]) == 0
     assert "nvmlDeviceGetTopologyCommonAncestor" not in machine.calls

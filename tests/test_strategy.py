@@ -183,7 +183,7 @@ def test_choose_cross_device_ops_errors(requested, kind, devices, facts, words):
 BUILDS = [
     # kind, devices, cross_device_ops -> kind, tf class, tf_devices, cross ops
     ("auto", None, "auto", "mirrored", "MirroredStrategy", tuple(CPU4), "reduction_to_one_device"),
-    ("default", None, "auto", "default", "_DefaultDistributionStrategy", ("CPU:0",), "none"),
+    ("default", None, "auto", "default", "DefaultStrategy", ("CPU:0",), "none"),
     ("one_device", ["CPU:2"], "auto", "one_device", "OneDeviceStrategy", ("CPU:2",), "none"),
     ("one_device", None, "none", "one_device", "OneDeviceStrategy", ("CPU:0",), "none"),
     (
@@ -412,8 +412,9 @@ def test_explained_adds_no_name_tensorflow_has(tf4, kind, devices):
         if base is Explained or base is object or base.__module__ == "tfdevices.strategy":
             continue
         assert not ours & set(vars(base)), (base, ours & set(vars(base)))
-    with strategy.scope():  # the default strategy too: TensorFlow's own object
-        assert tf4.distribute.get_strategy() is strategy
+    current = tf4.distribute.get_strategy() if kind == "default" else strategy  # the default's scope: TF's default
+    with strategy.scope():
+        assert tf4.distribute.get_strategy() is current
     explained = explanation(strategy)
     assert explained.kind == kind and explained.table().startswith(f"strategy: {kind}")
 
@@ -426,9 +427,12 @@ def test_tensorflows_default_strategy_is_left_as_tensorflow_made_it(tf4):
 
     default = tf4.distribute.get_strategy()
     cls, attrs = type(default), set(vars(default))
-    assert build_strategy("default", env={}) is default
+    built = build_strategy("default", env={})
+    assert built is not default and built.extended is default.extended
+    assert isinstance(built, tf4.distribute.Strategy) and isinstance(built, Explained)
     assert type(default) is cls and set(vars(default)) == attrs and not isinstance(default, Explained)
-    assert explanation(default).strategy is default and explanation(default).kind == "default"
+    with pytest.raises(StrategyError, match="was not built by tfdevices"):
+        explanation(default)
     mirrored = build_strategy("mirrored", ["CPU:0", "CPU:1"], env={})
     assert type(mirrored).__bases__ == (tf4.distribute.MirroredStrategy, Explained)
     assert explanation(mirrored) is mirrored
@@ -515,3 +519,39 @@ def test_a_gpu_that_does_not_exist_and_the_line_that_started_the_runtime_are_nam
     assert (
         "it was started by <string>:7 " in said["configure"]
     )  # the build_strategy line and "something in this process" not in said["configure"]
+
+
+def test_the_default_strategy_explains_itself_and_runs_as_tensorflows(tf4):
+    """build_strategy("default").table() as every kind's; scope, run, reduce, datasets and fit are the default's."""
+    import copy
+
+    import keras
+    import numpy as np
+
+    from tfdevices import build_strategy
+    from tfdevices.strategy import explanation
+
+    default = tf4.distribute.get_strategy()
+    strategy = build_strategy("default", env={})
+    assert explanation(strategy) is strategy
+    assert (strategy.kind, strategy.devices, strategy.tf_devices, strategy.num_replicas_in_sync) == (
+        "default",
+        ("CPU:0",),
+        ("CPU:0",),
+        1,
+    )
+    table = strategy.table().splitlines()
+    assert table[0] == "strategy: default (DefaultStrategy), 1 replica(s)"
+    assert table[2].startswith("why: asked for the default strategy") and table[-1].split() == ["0", "CPU:0", "CPU:0"]
+    with strategy.scope() as entered:
+        assert entered is default and not tf4.distribute.has_strategy()
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+        model.compile("sgd", "mse")
+    history = model.fit(np.ones((8, 4)), np.ones((8, 2)), epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+    assert float(strategy.run(lambda a: a * 2, args=(tf4.constant(3.0),))) == 6.0
+    assert float(strategy.reduce(tf4.distribute.ReduceOp.SUM, tf4.constant(2.0), axis=None)) == 2.0
+    batches = strategy.experimental_distribute_dataset(tf4.data.Dataset.range(3).batch(2))
+    assert [b.numpy().tolist() for b in batches] == [[0, 1], [2]]
+    with pytest.raises(RuntimeError, match="one per process"):
+        copy.deepcopy(strategy)

@@ -119,13 +119,14 @@ def _scan(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[list[str], 
     return unknown, misplaced, command
 
 
-def _inventory(args: argparse.Namespace, *, topology: bool = True, users: bool = False) -> Any:
+def _inventory(args: argparse.Namespace, *, topology: bool = True, users: bool = False, sensors: bool = True) -> Any:
     """``--inventory FILE`` read like ``TFDEVICES_INVENTORY=FILE``: this process's mask applies to it.
 
     Args:
         args: the parsed arguments (``args.inventory``).
         topology: read the wiring from NVML (a file holds what it holds).
         users: name each GPU process's user and command from ``/proc``.
+        sensors: read temperature, fan, power, clocks, ECC errors and processes (what the listing shows).
     """
     from tfdevices.gpus import visibility
     from tfdevices.gpus.discovery import discover
@@ -133,7 +134,7 @@ def _inventory(args: argparse.Namespace, *, topology: bool = True, users: bool =
 
     if args.inventory:
         return visibility.apply(Inventory.load(args.inventory), os.environ)
-    return discover(topology=topology, users=users)
+    return discover(topology=topology, users=users, sensors=sensors)
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -185,12 +186,10 @@ def watch(render: Any, seconds: float, out: Any, *, sleep: Any = None, clock: An
 
 
 def _cmd_topo(args: argparse.Namespace) -> int:
-    import json
-
     from tfdevices.core.errors import InventoryFileError
     from tfdevices.gpus.topology import LEGEND
 
-    inventory = _inventory(args, topology=True)
+    inventory = _inventory(args, topology=True, sensors=False)
     topo = inventory.topology
     if topo is None:
         if args.inventory and inventory.gpus:
@@ -199,10 +198,10 @@ def _cmd_topo(args: argparse.Namespace) -> int:
                 hint="save one with 'tfdevices list --json' (or 'tfdevices topo --json').",
             )
         why = inventory.reason or "NVML gave no topology"
-        print(json.dumps({"topology": None, "reason": why}, indent=2) if args.json else f"no topology: {why}")
+        print(_json({"topology": None, "reason": why}) if args.json else f"no topology: {why}")
         return 0
     if args.json:
-        print(json.dumps(topo.to_dict(), indent=2))
+        print(_json(topo.to_dict()))
         return 0
     print(topo.table())
     if topo.origin and topo.origin != "nvml":
@@ -210,6 +209,12 @@ def _cmd_topo(args: argparse.Namespace) -> int:
     if not args.no_legend:
         print("\n" + LEGEND)
     return 0
+
+
+def _json(data: object) -> str:
+    import json  # only for --json: the listing path stays clear of it
+
+    return json.dumps(data, indent=2)
 
 
 def _seconds(text: str) -> float:
@@ -228,7 +233,7 @@ def _cmd_select(args: argparse.Namespace) -> int:
 
     sel = select(
         args.spec,
-        _inventory(args),
+        _inventory(args, sensors=False),  # chosen by memory, load and wiring
         min_free_memory=args.min_free_memory,
         max_utilization=args.max_utilization,
         exclude=args.exclude,
@@ -588,8 +593,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The ``tfdevices`` parser, one subparser per command in :data:`COMMANDS`.
 
     Args:
-        only: build the arguments of this command alone (the others get their help line
-            only), so that ``tfdevices list`` does not import what ``launch`` needs.
+        only: build this command's parser alone, with its arguments (no other command's parser is
+            made), so that ``tfdevices list`` neither imports what ``launch`` needs nor builds
+            nine parsers it does not use.
     """
     from tfdevices import __version__
 
@@ -597,6 +603,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"tfdevices {__version__}")
     sub = parser.add_subparsers(dest="subcommand", required=True, metavar="COMMAND", parser_class=_Parser)
     for name, (text, inventory, add) in COMMANDS.items():
+        if only is not None and only != name:
+            continue
         p = sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
         p.example = EXAMPLES.get(name, "")
         if only is None or only == name:
@@ -615,7 +623,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = "tfdevices"
     try:
         first = next((a for a in argv if not a.startswith("-")), None)
-        args, extra = build_parser(first if first in COMMANDS else None).parse_known_args(argv)
+        asks_help = first is None or bool({"-h", "--help"} & set(argv[: argv.index(first)]))  # lists every command
+        args, extra = build_parser(first if first in COMMANDS and not asks_help else None).parse_known_args(argv)
         if extra:  # said by the subcommand's parser, so the message names the subcommand
             args.parser.error(f"unrecognized arguments: {' '.join(extra)}")
         command = f"tfdevices {args.subcommand}"

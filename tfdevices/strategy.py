@@ -15,8 +15,8 @@ What :func:`build_strategy` returns is the ``tf.distribute`` strategy itself
 (``scope()``, ``run``, ``reduce``, ``num_replicas_in_sync``,
 ``experimental_distribute_dataset``; ``isinstance(s, tf.distribute.MirroredStrategy)``
 holds, for Keras too), built from a plain subclass that also explains itself
-(:class:`Explained`; TensorFlow's default strategy is left as it is, and
-:func:`explanation` answers for it): ``table()``,
+(:class:`Explained`; for ``kind="default"`` a strategy around TensorFlow's default,
+which is left as it is): ``table()``,
 its replicas named both ways, and why. Devices are named the tfdevices way: a
 physical GPU by its NVML index (``1`` or ``"1"``, as ``nvidia-smi`` shows it), or a
 TensorFlow logical device (``"CPU:1"``, ``"GPU:0"``).
@@ -386,8 +386,9 @@ class Explained:
     strategy, passes every ``isinstance`` check, and also answers :meth:`table`,
     :attr:`info`, :attr:`kind`, :attr:`devices` (tfdevices names), :attr:`tf_devices`
     and :attr:`reason`. The names here are none of ``tf.distribute.Strategy``'s (a test
-    keeps it so). TensorFlow's default strategy (``kind="default"``) is TensorFlow's own
-    object, left as it is: its explanation is kept beside it (:func:`explanation`).
+    keeps it so). TensorFlow's default strategy (``kind="default"``) explains itself too: a
+    ``DefaultStrategy``, a ``tf.distribute.Strategy`` around TensorFlow's own default strategy,
+    whose scope is the default's (TensorFlow's object is left as it is).
     """
 
     _tfdevices_info: StrategyInfo
@@ -479,8 +480,30 @@ class Explained:
         return own if self._tfdevices_setup is None else f"{self._tfdevices_setup.table()}\n\n{own}"
 
 
+class _DefaultStrategy:
+    """TensorFlow's default strategy (no distribution: TensorFlow places each op), explaining itself.
+
+    What :func:`build_strategy` returns for ``kind="default"``: a ``tf.distribute.Strategy`` made,
+    with TensorFlow's own constructor, around the default strategy's ``extended`` (its replica,
+    ``run``, ``reduce`` and datasets), whose :meth:`scope` is the default strategy's scope. Inside it,
+    ``tf.distribute.get_strategy()`` is TensorFlow's default, as it is with no scope at all; that
+    object itself is left as TensorFlow made it (no class or attribute of its is changed).
+    """
+
+    def __init__(self, default: Any) -> None:
+        super().__init__(default.extended)  # type: ignore[call-arg]  # tf.distribute.Strategy(extended)
+        self._tfdevices_default = default
+
+    def scope(self) -> Any:
+        """TensorFlow's default strategy's scope (variables made in it are the default strategy's)."""
+        return self._tfdevices_default.scope()
+
+    def __deepcopy__(self, memo: Any) -> Any:
+        raise RuntimeError("TensorFlow's default strategy is one per process: it is not copied")
+
+
 class Explanation(Explained):
-    """The explanation of a strategy tfdevices did not build itself (TensorFlow's default), kept beside it.
+    """The explanation of a strategy tfdevices did not build itself, kept beside it (:func:`explain`).
 
     Answers everything :class:`Explained` does; :attr:`strategy` is TensorFlow's object.
     """
@@ -501,24 +524,23 @@ class Explanation(Explained):
         return int(self._strategy.num_replicas_in_sync)
 
 
-_EXPLAINED: dict[type, type] = {}
+_EXPLAINED: dict[tuple[type, bool], type] = {}
 _BESIDE: dict[int, Explanation] = {}  # id -> explanation of a strategy tfdevices did not build (it keeps it alive)
 
 
-def _explained_class(base: type, *, steps: bool = False) -> type:
-    """``base`` with :class:`Explained` (and, for many workers, :class:`StepMarks`) mixed in: a plain
-    subclass, made once per class.
+def _explained_class(base: type, *, steps: bool = False, default: bool = False) -> type:
+    """``base`` with :class:`Explained` (and, for many workers, :class:`StepMarks`; for TensorFlow's
+    default strategy, :class:`_DefaultStrategy`) mixed in: a plain subclass, made once per class.
     """
-    cls = _EXPLAINED.get(base)
+    key = (base, default)
+    cls = _EXPLAINED.get(key)
     if cls is None:
-        cls = _EXPLAINED[base] = type(
-            base.__name__,
-            ((StepMarks,) if steps else ()) + (base, Explained),
-            {
-                "__module__": __name__,
-                "__qualname__": base.__name__,
-                "__doc__": f"{base.__doc__ or ''}\n\n(tfdevices: explains itself)",
-            },
+        name = "DefaultStrategy" if default else base.__name__
+        doc = _DefaultStrategy.__doc__ if default else base.__doc__
+        cls = _EXPLAINED[key] = type(
+            name,
+            ((StepMarks,) if steps else ()) + ((_DefaultStrategy,) if default else ()) + (base, Explained),
+            {"__module__": __name__, "__qualname__": name, "__doc__": f"{doc or ''}\n\n(tfdevices: explains itself)"},
         )
     return cls
 
@@ -526,8 +548,8 @@ def _explained_class(base: type, *, steps: bool = False) -> type:
 def explain(strategy: Any, info: StrategyInfo, setup: Any = None) -> Any:
     """Attaches how ``strategy`` came about; returns ``strategy``.
 
-    A strategy tfdevices built (:class:`Explained`) keeps it on itself; any other (TensorFlow's
-    default strategy) is left unchanged, its explanation kept beside it (:func:`explanation`).
+    A strategy tfdevices built (:class:`Explained`, every kind) keeps it on itself; any other is
+    left unchanged, its explanation kept beside it (:func:`explanation`).
     """
     if isinstance(strategy, Explained):
         strategy._tfdevices_info = info
@@ -769,7 +791,7 @@ def _virtual_gpus(tf: Any) -> bool:
 def _make(tf: Any, decision: StrategyDecision, ops: str, cluster: ClusterEnv) -> Any:
     full = [f"/{d}" for d in decision.devices]
     if decision.kind == "default":
-        return tf.distribute.get_strategy()
+        return _explained_class(tf.distribute.Strategy, default=True)(tf.distribute.get_strategy())
     if decision.kind == "one_device":
         return _explained_class(tf.distribute.OneDeviceStrategy)(full[0])
     if decision.kind == "mirrored":

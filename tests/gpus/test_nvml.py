@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import ctypes.util
-import dataclasses
 import threading
 
 import pytest
 
 from tests import fake_nvml as fk
 from tfdevices.gpus import nvml
+from tfdevices.gpus.processes import GpuProcess
 
 GPUS = fk.eight_gpus()
 
@@ -21,7 +21,7 @@ def snap() -> nvml.NvmlSnapshot:
 
 @pytest.mark.parametrize("n", range(len(GPUS)))
 def test_each_gpu_is_read_as_plain_data(snap: nvml.NvmlSnapshot, n: int) -> None:
-    gpu, dev = GPUS[n], snap.devices[n]
+    gpu, dev = GPUS[n], snap.devices[n].gpu
     assert (dev.index, dev.name, dev.uuid, dev.pci_bus_id) == (n, gpu.name, gpu.uuid, gpu.pci_bus_id)
     assert (dev.memory_total, dev.memory_used, dev.memory_free) == (
         gpu.memory_total,
@@ -33,8 +33,9 @@ def test_each_gpu_is_read_as_plain_data(snap: nvml.NvmlSnapshot, n: int) -> None
     assert dev.processes == len(set(gpu.compute_pids) | set(gpu.graphics_pids))
     assert dev.mig_enabled == (None if gpu.mig is None and gpu.cc < (8, 0) else gpu.mig is not None)
     assert [
-        (m.mig_index, m.uuid, m.memory_total, m.memory_used, m.gpu_instance_id, m.compute_instance_id, m.processes)
-        for m in dev.mig
+        (m.gpu.mig_index, m.gpu.uuid, m.gpu.memory_total, m.gpu.memory_used, m.gpu_instance_id, m.compute_instance_id)
+        + (m.gpu.processes,)
+        for m in snap.devices[n].mig
     ] == [(m.slot, m.uuid, m.memory_total, m.memory_used, m.gi, m.ci, len(m.pids)) for m in gpu.mig or ()]
 
 
@@ -48,26 +49,32 @@ def test_snapshot_has_driver_and_no_failure(snap: nvml.NvmlSnapshot) -> None:
 
 
 def test_old_pynvml_bytes_are_decoded() -> None:
-    gpus = [dataclasses.replace(g, as_bytes=True) for g in GPUS[:2]]
-    devs = nvml.Nvml(fk.FakeNvml(gpus)).snapshot().devices
+    gpus = [fk.replace(g, as_bytes=True) for g in GPUS[:2]]
+    devs = [d.gpu for d in nvml.Nvml(fk.FakeNvml(gpus)).snapshot().devices]
     assert [(d.name, d.uuid, d.pci_bus_id) for d in devs] == [(g.name, g.uuid, g.pci_bus_id) for g in gpus]
 
 
+_BOTH_MEMORY_QUERIES = ("nvmlDeviceGetMemoryInfo", "nvmlDeviceGetMemoryInfo_v2")
+
+
 @pytest.mark.parametrize(
-    "fn, field",
+    "fns, field, unknown",
     [
-        ("nvmlDeviceGetUtilizationRates", "utilization"),
-        ("nvmlDeviceGetMemoryInfo", "memory_total"),
-        ("nvmlDeviceGetMemoryInfo", "memory_free"),
-        ("nvmlDeviceGetCudaComputeCapability", "compute_capability"),
-        ("nvmlDeviceGetMigMode", "mig_enabled"),
+        (("nvmlDeviceGetUtilizationRates",), "utilization", None),
+        (_BOTH_MEMORY_QUERIES, "memory_total", 0),  # GpuInfo's memory is 0 where NVML cannot say
+        (_BOTH_MEMORY_QUERIES, "memory_free", 0),
+        (_BOTH_MEMORY_QUERIES, "memory_reserved", None),
+        (("nvmlDeviceGetCudaComputeCapability",), "compute_capability", None),
+        (("nvmlDeviceGetMigMode",), "mig_enabled", None),
     ],
 )
 @pytest.mark.parametrize("code", [fk.NVML_ERROR_NOT_SUPPORTED, fk.NVML_ERROR_NO_PERMISSION, fk.NVML_ERROR_UNKNOWN])
-def test_unavailable_value_is_none_not_an_exception(fn: str, field: str, code: int) -> None:
-    gpu = dataclasses.replace(GPUS[0], fail=((fn, code),))
-    dev = nvml.Nvml(fk.FakeNvml([gpu, GPUS[1]])).snapshot().devices[0]
-    assert getattr(dev, field) is None
+def test_unavailable_value_is_none_not_an_exception(
+    fns: tuple[str, ...], field: str, unknown: object, code: int
+) -> None:
+    gpu = fk.replace(GPUS[0], fail=tuple((fn, code) for fn in fns))
+    dev = nvml.Nvml(fk.FakeNvml([gpu, GPUS[1]])).snapshot().devices[0].gpu
+    assert getattr(dev, field) == unknown
     assert dev.uuid == gpu.uuid
 
 
@@ -80,8 +87,8 @@ def test_unavailable_value_is_none_not_an_exception(fn: str, field: str, code: i
     ],
 )
 def test_processes_count_what_can_be_read(failing: tuple[str, ...]) -> None:
-    gpu = dataclasses.replace(GPUS[2], fail=tuple((f, fk.NVML_ERROR_NO_PERMISSION) for f in failing))
-    dev = nvml.Nvml(fk.FakeNvml([gpu])).snapshot().devices[0]
+    gpu = fk.replace(GPUS[2], fail=tuple((f, fk.NVML_ERROR_NO_PERMISSION) for f in failing))
+    dev = nvml.Nvml(fk.FakeNvml([gpu])).snapshot().devices[0].gpu
     readable = [
         p
         for f, p in (
@@ -123,11 +130,11 @@ def test_missing_pynvml_is_library_missing() -> None:
 def test_a_gpu_nvml_cannot_open_is_left_out_with_a_note() -> None:
     gpus = [
         GPUS[0],
-        dataclasses.replace(GPUS[1], fail=(("nvmlDeviceGetHandleByIndex", fk.NVML_ERROR_GPU_IS_LOST),)),
+        fk.replace(GPUS[1], fail=(("nvmlDeviceGetHandleByIndex", fk.NVML_ERROR_GPU_IS_LOST),)),
         GPUS[2],
     ]
     snap = nvml.Nvml(fk.FakeNvml(gpus)).snapshot()
-    assert [d.index for d in snap.devices] == [0, 2]
+    assert [d.gpu.index for d in snap.devices] == [0, 2]
     assert snap.notes and snap.notes[0].startswith("GPU 1 left out") and "GPU is lost" in snap.notes[0]
 
 
@@ -168,18 +175,18 @@ def test_real_pynvml_on_this_machine() -> None:
 
 def test_names_that_are_not_text_become_printable() -> None:
     gpus = [
-        dataclasses.replace(GPUS[0], name="A100\ud800"),
-        dataclasses.replace(GPUS[1], name="x" * 5000),
-        dataclasses.replace(GPUS[2], name="T4 \xff\xfe", as_bytes=False),
+        fk.replace(GPUS[0], name="A100\ud800"),
+        fk.replace(GPUS[1], name="x" * 5000),
+        fk.replace(GPUS[2], name="T4 \xff\xfe", as_bytes=False),
     ]
-    devs = nvml.Nvml(fk.FakeNvml(gpus)).snapshot().devices
+    devs = [d.gpu for d in nvml.Nvml(fk.FakeNvml(gpus)).snapshot().devices]
     assert devs[0].name == "A100\\ud800" and len(devs[1].name) == 256
     for d in devs:
         d.name.encode("utf-8")  # printable, writable, JSON-safe
 
 
 def test_what_gpustat_shows_is_read(snap: nvml.NvmlSnapshot) -> None:
-    gpu, dev = GPUS[0], snap.devices[0]
+    gpu, dev = GPUS[0], snap.devices[0].gpu
     assert (
         dev.temperature,
         dev.fan_speed,
@@ -205,27 +212,50 @@ def test_what_gpustat_shows_is_read(snap: nvml.NvmlSnapshot) -> None:
     ],
 )
 def test_an_unreadable_sensor_is_none(fn: str, field: str) -> None:
-    gpu = dataclasses.replace(GPUS[0], fan=40, fail=((fn, fk.NVML_ERROR_NOT_SUPPORTED),))
-    assert getattr(nvml.Nvml(fk.FakeNvml([gpu])).snapshot().devices[0], field) is None
+    gpu = fk.replace(GPUS[0], fan=40, fail=((fn, fk.NVML_ERROR_NOT_SUPPORTED),))
+    assert getattr(nvml.Nvml(fk.FakeNvml([gpu])).snapshot().devices[0].gpu, field) is None
 
 
 def test_unknown_performance_state_32_is_none() -> None:
-    gpu = dataclasses.replace(GPUS[0], pstate=32)  # NVML_PSTATE_UNKNOWN
-    assert nvml.Nvml(fk.FakeNvml([gpu])).snapshot().devices[0].performance_state is None
+    gpu = fk.replace(GPUS[0], pstate=32)  # NVML_PSTATE_UNKNOWN
+    assert nvml.Nvml(fk.FakeNvml([gpu])).snapshot().devices[0].gpu.performance_state is None
 
 
 def test_process_list_merges_compute_and_graphics_with_memory() -> None:
-    gpu = dataclasses.replace(
+    gpu = fk.replace(
         GPUS[2], compute_pids=(102, 103), graphics_pids=(103, 107), process_memory=((102, 3 << 30), (103, 1 << 30))
     )
-    procs = nvml.Nvml(fk.FakeNvml([gpu])).snapshot().devices[0].process_list
+    procs = nvml.Nvml(fk.FakeNvml([gpu])).snapshot().devices[0].gpu.process_list
     assert procs == (
-        nvml.NvmlProcess(102, "C", 3 << 30),
-        nvml.NvmlProcess(103, "C+G", 1 << 30),
-        nvml.NvmlProcess(107, "G", None),
+        GpuProcess(102, "C", 3 << 30),
+        GpuProcess(103, "C+G", 1 << 30),
+        GpuProcess(107, "G", None),
     )
 
 
 def test_mig_instances_list_their_own_processes(snap: nvml.NvmlSnapshot) -> None:
-    mig = snap.devices[5].mig[0]
+    mig = snap.devices[5].mig[0].gpu
     assert [p.pid for p in mig.process_list] == list(GPUS[5].mig[0].pids)
+
+
+_SENSOR_CALLS = {
+    "nvmlDeviceGetTemperature",
+    "nvmlDeviceGetFanSpeed",
+    "nvmlDeviceGetPowerUsage",
+    "nvmlDeviceGetEnforcedPowerLimit",
+    "nvmlDeviceGetPerformanceState",
+    "nvmlDeviceGetClockInfo",
+    "nvmlDeviceGetTotalEccErrors",
+    "nvmlDeviceGetComputeRunningProcesses",
+    "nvmlDeviceGetGraphicsRunningProcesses",
+}
+
+
+@pytest.mark.parametrize("sensors", [True, False])
+def test_sensors_and_processes_are_read_only_when_asked(sensors: bool) -> None:
+    fake = fk.FakeNvml(GPUS)
+    snap = nvml.Nvml(fake).snapshot(sensors=sensors)
+    assert _SENSOR_CALLS & set(fake.calls) == (_SENSOR_CALLS if sensors else set())
+    gpu, mig = snap.devices[0].gpu, snap.devices[5].mig[0].gpu
+    assert (gpu.memory_used, gpu.utilization, gpu.compute_capability) == (10 << 30, 0.35, (8, 0))  # always read
+    assert (gpu.temperature is None, gpu.process_list is None, mig.process_list is None) == (not sensors,) * 3

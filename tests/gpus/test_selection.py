@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import dataclasses
 import itertools as _it
 import os as _os
 
@@ -8,6 +7,7 @@ import pytest
 
 from tests import inventories as inv
 from tfdevices import InputError, Selection, SelectionError, SpecError, select
+from tfdevices.core.records import FrozenRecordError
 from tfdevices.gpus import selection as _sel, wiring as _wiring
 from tfdevices.gpus.inventory import Inventory as _Inventory
 
@@ -147,7 +147,7 @@ def test_bad_requests(spec, kwargs, error, first_words):
 
 def test_selection_is_frozen_and_serialisable():
     sel = select("auto:2", inv.eight())
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(FrozenRecordError):
         sel.spec = "all"  # type: ignore[misc]
     data = sel.to_dict()
     assert data["cuda_visible_devices"] == "0,2"

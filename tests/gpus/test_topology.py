@@ -3,7 +3,6 @@ round-trip through JSON, and bad shapes are refused with a clear message."""
 
 from __future__ import annotations
 
-import dataclasses
 import glob
 import json
 import os
@@ -14,6 +13,7 @@ from tests import fake_nvml as fk
 from tfdevices.core.errors import InventoryFileError
 from tfdevices.gpus import topology as tp
 from tfdevices.gpus.discovery import discover
+from tfdevices.gpus.gpuinfo import GpuInfo
 from tfdevices.gpus.inventory import Inventory
 from tfdevices.gpus.nvml import Nvml, NvmlDevice, NvmlSnapshot
 
@@ -83,7 +83,9 @@ def test_nvswitch_links_count_the_links_each_gpu_has_to_the_switches():
 def test_an_unnamed_far_end_that_is_no_gpu_is_an_invisible_nvswitch():
     # in a VM NVML may not name the far end; NCCL takes such links as NVSwitches, so does tfdevices
     devs = tuple(
-        NvmlDevice(i, "A100", f"GPU-{i}", f"00000000:0{i}:00.0", nvlinks=(("00000000:c4:00.0", "unknown"),) * 12)
+        NvmlDevice(
+            GpuInfo(i, "A100", f"GPU-{i}", f"00000000:0{i}:00.0"), nvlinks=(("00000000:c4:00.0", "unknown"),) * 12
+        )
         for i in range(2)
     )
     topo = tp.from_nvml(NvmlSnapshot(devices=devs, ancestors=((None, 50), (50, None))))
@@ -93,7 +95,7 @@ def test_an_unnamed_far_end_that_is_no_gpu_is_an_invisible_nvswitch():
 def test_pcie_levels_map_to_nvidia_smi_codes():
     levels = {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS", None: None}
     for level, code in levels.items():
-        devs = tuple(NvmlDevice(i, "T4", f"GPU-{i}", f"00000000:0{i}:00.0") for i in range(2))
+        devs = tuple(NvmlDevice(GpuInfo(i, "T4", f"GPU-{i}", f"00000000:0{i}:00.0")) for i in range(2))
         assert tp.from_nvml(NvmlSnapshot(devices=devs, ancestors=((None, level), (level, None)))).links[0][1] == code
 
 
@@ -108,7 +110,7 @@ def test_topology_is_not_read_unless_asked():
 def test_unreadable_wiring_is_none_not_an_exception():
     inv = load("topo-pcie-4gpu-bridges.json")
     fake = fk.from_inventory(inv)
-    fake.gpus[0] = dataclasses.replace(
+    fake.gpus[0] = fk.replace(
         fake.gpus[0],
         fail=tuple(
             (f, fk.NVML_ERROR_NO_PERMISSION)

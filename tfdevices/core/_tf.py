@@ -15,7 +15,6 @@ of tfdevices that imports TensorFlow does first.
 
 from __future__ import annotations
 
-import logging
 import sys
 from types import ModuleType
 
@@ -84,6 +83,8 @@ def _quiet_python_logs(tf: ModuleType) -> None:
     Jupyter (``INFO:tensorflow:Using MirroredStrategy ...``), none elsewhere (absl apps
     then show INFO). Either default becomes WARNING; a level the program set does not.
     """
+    import logging  # noqa: PLC0415 (only once TensorFlow is imported: the GPU listing imports this module)
+
     logger = logging.getLogger("tensorflow")
     before = logger.level
     tf.get_logger()  # TensorFlow's defaults apply now, not after this

@@ -21,11 +21,11 @@ used in every report.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 
 from tfdevices.core._tf import import_tf
 from tfdevices.core.errors import SpecError
+from tfdevices.core.lazy import LazyPattern
 
 __all__ = [
     "is_logical_name",
@@ -38,7 +38,7 @@ __all__ = [
     "resolve_devices",
 ]
 
-_LOGICAL = re.compile(
+_LOGICAL = LazyPattern(
     r"^(?:/job:(?P<job>[\w-]+)(?:/replica:\d+)?(?:/task:(?P<task>\d+))?)?"
     r"(?:/?(?:device:)?)(?P<type>[A-Za-z_]+):(?P<index>\d+)$"
 )

@@ -13,13 +13,14 @@ and reservation, a worker reading its rank imports no more.
 from __future__ import annotations
 
 import importlib
+import re
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-__all__ = ["lazy_names"]
+__all__ = ["LazyPattern", "lazy_names"]
 
 
 def lazy_names(
@@ -42,3 +43,33 @@ def lazy_names(
         return sorted(set(namespace) | set(exports))
 
     return getattr_, dir_
+
+
+class LazyPattern:
+    """A regular expression compiled at its first use, not when its module is imported.
+
+    ``tfdevices list`` imports the modules that parse masks, specs and sizes, and uses their
+    patterns only when there is something to parse; each compile costs about 0.1-0.5 ms.
+    After the first use ``re``'s own cache holds the compiled pattern.
+
+    >>> size = LazyPattern(r"^([0-9]+)(MiB|GiB)$")
+    >>> size.match("8GiB").groups(), size.match("8 GB"), size.search("x 8MiB")
+    (('8', 'GiB'), None, None)
+    """
+
+    __slots__ = ("pattern",)
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+
+    def match(self, text: str) -> re.Match[str] | None:
+        """``re.compile(pattern).match(text)``."""
+        return re.compile(self.pattern).match(text)
+
+    def search(self, text: str) -> re.Match[str] | None:
+        """``re.compile(pattern).search(text)``."""
+        return re.compile(self.pattern).search(text)
+
+    def sub(self, repl: str, text: str) -> str:
+        """``re.compile(pattern).sub(repl, text)``."""
+        return re.compile(self.pattern).sub(repl, text)

@@ -28,6 +28,7 @@ import math
 import re
 
 from tfdevices.core.errors import MemorySizeError
+from tfdevices.core.lazy import LazyPattern
 
 __all__ = ["parse_memory", "format_bytes", "is_digits", "parse_count", "SHOWN_CHARS", "parse_seconds", "shown"]
 
@@ -42,7 +43,7 @@ _UNITS = {
     "gib": 1024**3,
     "tib": 1024**4,
 }
-_SIZE = re.compile(r"^\s*([0-9]{1,30}(?:\.[0-9]{1,30})?)\s*([a-zA-Z]+)\s*$")
+_SIZE = LazyPattern(r"^\s*([0-9]{1,30}(?:\.[0-9]{1,30})?)\s*([a-zA-Z]+)\s*$")
 _HINT = "write a number and a unit, e.g. '8GiB', '512MiB' or '1.5GB'."
 
 

@@ -27,7 +27,6 @@ from tfdevices.core.records import replace
 from tfdevices.core.units import shown
 from tfdevices.gpus import nvml, processes, topology as topo, visibility
 from tfdevices.gpus.inventory import INVENTORY_ENV, GpuInfo, Inventory
-from tfdevices.gpus.processes import GpuProcess
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing on the listing path
 if TYPE_CHECKING:
@@ -46,6 +45,7 @@ def discover(
     topology: bool = True,
     users: bool = False,
     proc: str | None = None,
+    sensors: bool = True,
 ) -> Inventory:
     """Returns this machine's GPUs with their NVML, CUDA and TensorFlow names, without starting TensorFlow.
 
@@ -57,6 +57,9 @@ def discover(
         topology: read how the GPUs are wired (NVLinks, PCIe, CPU/NUMA affinity).
         users: name each GPU process's user and command from ``proc``.
         proc: the proc file system's root (default ``/proc``; tests pass a directory).
+        sensors: read what gpustat shows besides memory and load (temperature, fan, power,
+            P-state, clocks, ECC errors) and each GPU's processes (``tfdevices select`` and
+            ``topo`` need none of them: ``None`` then).
 
     Returns:
         An :class:`Inventory`; empty with ``source="none"`` and a ``reason`` when
@@ -84,15 +87,13 @@ def discover(
         return from_file(path, env)
     if source == "tensorflow":
         return from_tensorflow(env)
-    snap = nvml.snapshot(nvml_module, topology=topology)
+    snap = nvml.snapshot(nvml_module, topology=topology, sensors=sensors or users)
     owners = processes.describe(_pids(snap), proc=proc) if users else None
     return from_nvml(snap, env, owners=owners)
 
 
 def _pids(snap: nvml.NvmlSnapshot) -> list[int]:
-    return [
-        p.pid for d in snap.devices for lst in [d.process_list, *(m.process_list for m in d.mig)] for p in lst or ()
-    ]
+    return [p.pid for d in snap.devices for g in [d.gpu, *(m.gpu for m in d.mig)] for p in g.process_list or ()]
 
 
 def from_file(path: str, env: Mapping[str, str]) -> Inventory:
@@ -131,30 +132,17 @@ def from_nvml(
             checked when there is no GPU) or name GPUs that do not exist.
 
     >>> from tfdevices.gpus.nvml import NvmlSnapshot, NvmlDevice
-    >>> snap = NvmlSnapshot(devices=(NvmlDevice(index=0, name="A100", uuid="GPU-8f2a"),))
+    >>> snap = NvmlSnapshot(devices=(NvmlDevice(GpuInfo(index=0, name="A100", uuid="GPU-8f2a")),))
     >>> from_nvml(snap, {"CUDA_VISIBLE_DEVICES": "0"}).gpus[0].tf_name
     '/GPU:0'
     """
     gpus: list[GpuInfo] = []
     mig_ids: dict[str, visibility.MigIds] = {}
     for dev in snap.devices:
-        parent = _gpu_info(dev, owners)
-        gpus.append(parent)
+        gpus.append(_with_owners(dev.gpu, owners))
         for mig in dev.mig:
-            info = replace(
-                parent,
-                uuid=mig.uuid,
-                name=mig.name or f"{dev.name} MIG",
-                mig_index=mig.mig_index,
-                memory_total=mig.memory_total or 0,
-                memory_used=mig.memory_used or 0,
-                memory_free=mig.memory_free or 0,
-                utilization=None,
-                processes=mig.processes,
-                process_list=_process_list(mig.process_list, owners),
-            )
-            gpus.append(info)
-            mig_ids[info.key] = visibility.MigIds(dev.uuid, mig.gpu_instance_id, mig.compute_instance_id)
+            gpus.append(_with_owners(mig.gpu, owners))
+            mig_ids[mig.gpu.key] = visibility.MigIds(dev.gpu.uuid, mig.gpu_instance_id, mig.compute_instance_id)
     inventory = Inventory(
         gpus=tuple(gpus),
         source="nvml" if gpus else "none",
@@ -166,38 +154,14 @@ def from_nvml(
     return visibility.apply(inventory, env, mig_ids=mig_ids)
 
 
-def _process_list(
-    procs: tuple[nvml.NvmlProcess, ...] | None, owners: Mapping[int, tuple[str | None, str | None]] | None
-) -> tuple[GpuProcess, ...] | None:
-    if procs is None:
-        return None
-    owners = owners or {}
-    return tuple(GpuProcess(p.pid, p.kind, p.used_memory, *owners.get(p.pid, (None, None))) for p in procs)
-
-
-def _gpu_info(dev: nvml.NvmlDevice, owners: Mapping[int, tuple[str | None, str | None]] | None) -> GpuInfo:
-    return GpuInfo(
-        index=dev.index,
-        name=dev.name,
-        uuid=dev.uuid,
-        pci_bus_id=dev.pci_bus_id,
-        memory_total=dev.memory_total or 0,
-        memory_used=dev.memory_used or 0,
-        memory_free=dev.memory_free or 0,
-        utilization=dev.utilization,
-        compute_capability=dev.compute_capability,
-        processes=dev.processes,
-        temperature=dev.temperature,
-        fan_speed=dev.fan_speed,
-        power_draw_mw=dev.power_draw_mw,
-        power_limit_mw=dev.power_limit_mw,
-        performance_state=dev.performance_state,
-        clock_sm_mhz=dev.clock_sm_mhz,
-        clock_memory_mhz=dev.clock_memory_mhz,
-        ecc_errors=dev.ecc_errors,
-        mig_enabled=dev.mig_enabled,
-        process_list=_process_list(dev.process_list, owners),
+def _with_owners(gpu: GpuInfo, owners: Mapping[int, tuple[str | None, str | None]] | None) -> GpuInfo:
+    """The GPU with each process's user and command from ``owners`` (pid -> (user, command))."""
+    if not owners or not gpu.process_list:
+        return gpu
+    procs = tuple(
+        replace(p, user=owners[p.pid][0], command=owners[p.pid][1]) if p.pid in owners else p for p in gpu.process_list
     )
+    return replace(gpu, process_list=procs)
 
 
 def from_tensorflow(env: Mapping[str, str]) -> Inventory:

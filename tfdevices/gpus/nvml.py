@@ -2,9 +2,15 @@
 
 Everything tfdevices knows about the hardware comes through :class:`Nvml`. It
 imports ``pynvml`` (the ``nvidia-ml-py`` package) lazily, initialises NVML once
-behind a lock, and returns a frozen :class:`NvmlSnapshot`. A value NVML cannot
-give (not supported, no permission) is ``None``; a failure to reach NVML at all
-is classified into a human :attr:`NvmlSnapshot.reason` and an empty snapshot.
+behind a lock, and returns a frozen :class:`NvmlSnapshot`: each GPU read straight
+into the inventory's record, :class:`~tfdevices.gpus.gpuinfo.GpuInfo`, beside what only
+NVML's wiring knows (:class:`NvmlDevice`). A value NVML cannot give (not supported, no
+permission) is ``None`` (memory: 0); a failure to reach NVML at all is classified into
+a human :attr:`NvmlSnapshot.reason` and an empty snapshot.
+
+Memory is read as ``nvidia-smi`` reads it: with NVML's versioned query, the memory the
+driver reserves apart from used; with the first query (which counts it as used) only
+where the driver or ``nvidia-ml-py`` lacks the versioned one, and the snapshot's notes say so.
 
 Tests pass a fake module (``Nvml(module=fake)``); nothing else in tfdevices
 talks to NVML.
@@ -21,6 +27,8 @@ from __future__ import annotations
 import threading
 
 from tfdevices.core.records import record, replace
+from tfdevices.gpus.gpuinfo import GpuInfo
+from tfdevices.gpus.processes import GpuProcess
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing on the listing path
 if TYPE_CHECKING:
@@ -32,7 +40,6 @@ __all__ = [
     "NODE_SET_WORDS",
     "MAX_NVLINKS",
     "NvmlMig",
-    "NvmlProcess",
     "NvmlDevice",
     "NvmlSnapshot",
     "Nvml",
@@ -67,89 +74,41 @@ NODE_SET_WORDS = 4
 """64-bit words asked of ``nvmlDeviceGetMemoryAffinity``: room for 256 NUMA nodes."""
 MAX_NVLINKS = 64
 """The most NVLinks read per GPU, whatever the module's ``NVML_NVLINK_MAX_LINKS`` says."""
+_OLD_PYNVML = "this nvidia-ml-py has no versioned one; pip install -U nvidia-ml-py"
 
 
 @record
 class NvmlMig:
-    """One MIG instance of a GPU.
+    """One MIG instance of a GPU: what the inventory lists, and the ids CUDA names it by.
 
     Attributes:
-        mig_index: its slot on the parent GPU (``nvidia-smi``'s "MIG dev").
-        uuid: ``"MIG-..."``.
+        gpu: the instance as the inventory lists it (``mig_index``: its slot on the parent GPU,
+            ``nvidia-smi``'s "MIG dev"; ``uuid``: ``"MIG-..."``; the parent's sensors).
         gpu_instance_id: NVML GPU instance id (``None`` when unknown).
         compute_instance_id: NVML compute instance id (``None`` when unknown).
     """
 
-    mig_index: int
-    uuid: str
-    name: str = ""
-    memory_total: int | None = None
-    memory_used: int | None = None
-    memory_free: int | None = None
-    processes: int | None = None
+    gpu: GpuInfo
     gpu_instance_id: int | None = None
     compute_instance_id: int | None = None
-    process_list: tuple[NvmlProcess, ...] | None = None
-
-
-@record
-class NvmlProcess:
-    """One process on a GPU, from NVML's compute and graphics lists.
-
-    Attributes:
-        pid: its process id (in the driver's PID namespace).
-        kind: ``"C"`` (compute), ``"G"`` (graphics) or ``"C+G"``, as ``nvidia-smi`` shows it.
-        used_memory: GPU memory it holds in bytes (``None`` where NVML cannot say).
-    """
-
-    pid: int
-    kind: str = "C"
-    used_memory: int | None = None
 
 
 @record
 class NvmlDevice:
-    """One physical GPU as NVML reports it; ``None`` where NVML could not say.
+    """One physical GPU as NVML reports it: the inventory's record, and what only NVML's wiring knows.
 
     Attributes:
-        index: the NVML index, as ``nvidia-smi`` shows it.
-        utilization: GPU busy fraction in [0, 1].
-        mig_enabled: whether MIG mode is on (``None``: the GPU has no MIG).
+        gpu: the GPU as the inventory lists it (:class:`~tfdevices.gpus.gpuinfo.GpuInfo`; not yet
+            named for CUDA: ``cuda_ordinal`` and ``tf_name`` are set by the masking).
         mig: its MIG instances when MIG mode is on.
-        temperature: GPU core temperature in degrees C.
-        fan_speed: fan speed in percent of its maximum (may exceed 100 on some boards).
-        power_draw_mw, power_limit_mw: power draw and its enforced cap, in milliwatts.
-        performance_state: the P-state, 0 (P0, most performance) to 15.
-        clock_sm_mhz, clock_memory_mhz: current SM and memory clocks.
-        ecc_errors: uncorrected ECC errors since the driver loaded (volatile).
-        process_list: the processes on it (``None`` where NVML lists none for us).
         cpu_affinity: the CPUs close to it (read with the topology only).
         numa_node: the NUMA node close to it (read with the topology only).
         nvlinks: its active NVLinks as (remote PCI bus id, remote kind), ``None``
             where it has no NVLink (read with the topology only).
     """
 
-    index: int
-    name: str
-    uuid: str
-    pci_bus_id: str = ""
-    memory_total: int | None = None
-    memory_used: int | None = None
-    memory_free: int | None = None
-    utilization: float | None = None
-    compute_capability: tuple[int, int] | None = None
-    processes: int | None = None
-    mig_enabled: bool | None = None
+    gpu: GpuInfo
     mig: tuple[NvmlMig, ...] = ()
-    temperature: int | None = None
-    fan_speed: int | None = None
-    power_draw_mw: int | None = None
-    power_limit_mw: int | None = None
-    performance_state: int | None = None
-    clock_sm_mhz: int | None = None
-    clock_memory_mhz: int | None = None
-    ecc_errors: int | None = None
-    process_list: tuple[NvmlProcess, ...] | None = None
     cpu_affinity: tuple[int, ...] | None = None
     numa_node: int | None = None
     nvlinks: tuple[tuple[str, str], ...] | None = None
@@ -202,6 +161,7 @@ class Nvml:
         self._lock = threading.Lock()
         self._ready = False
         self._failure: tuple[str, str] | None = None
+        self._memory_v2: str | None = None  # why the versioned memory query is not asked (None: it is)
 
     def _code(self, name: str) -> int:
         return int(getattr(self._module, name, _CODES[name]))
@@ -259,6 +219,7 @@ class Nvml:
                     pass
             self._ready = False
             self._failure = None
+            self._memory_v2 = None
 
     def _get(self, name: str, *args: Any) -> Any:
         """Calls an NVML function by name; ``None`` on any NVML error (not supported,
@@ -272,12 +233,15 @@ class Nvml:
         except self._module.NVMLError:
             return None
 
-    def snapshot(self, *, topology: bool = False) -> NvmlSnapshot:
+    def snapshot(self, *, topology: bool = False, sensors: bool = True) -> NvmlSnapshot:
         """Reads every GPU now.
 
         Args:
             topology: also read how the GPUs are wired: each GPU's NVLinks and CPU/NUMA
                 affinity, and the PCIe common ancestor of every pair (n^2/2 NVML calls).
+            sensors: read what gpustat shows besides memory and load (temperature, fan, power,
+                P-state, clocks, ECC errors) and each GPU's processes; without them those
+                fields are ``None`` (choosing GPUs and showing their wiring needs none).
 
         Returns:
             An :class:`NvmlSnapshot`; empty with ``failure``/``reason`` set when
@@ -303,17 +267,19 @@ class Nvml:
         devices: list[NvmlDevice] = []
         handles: list[Any] = []
         notes: list[str] = []
+        first_query: dict[str, str] = {}
         for index in range(count):
             try:
                 handle = m.nvmlDeviceGetHandleByIndex(index)
             except m.NVMLError as err:
                 notes.append(f"GPU {index} left out: NVML cannot open it ({err}).")
                 continue
-            device = self._device(index, handle)
+            device = self._device(index, handle, first_query, sensors)
             if topology:
                 device = replace(device, **self._wiring(handle))
             devices.append(device)
             handles.append(handle)
+        notes += _first_query_note(first_query)
         ancestors = self._ancestors(handles) if topology else ()
         return NvmlSnapshot(devices=tuple(devices), driver_version=driver, notes=tuple(notes), ancestors=ancestors)
 
@@ -364,13 +330,33 @@ class Nvml:
             links.append((bus, kind))
         return tuple(links)
 
-    def _memory(self, handle: Any) -> tuple[int | None, int | None, int | None]:
-        mem = self._get("nvmlDeviceGetMemoryInfo", handle)
-        if mem is None:
-            return None, None, None
-        return int(mem.total), int(mem.used), int(mem.free)
+    def _memory(self, handle: Any) -> tuple[dict[str, Any], str | None]:
+        """Memory as ``nvidia-smi`` counts it: GpuInfo's memory fields, and why the versioned query
+        could not be used (``None``: it was).
 
-    def _process_list(self, handle: Any) -> tuple[NvmlProcess, ...] | None:
+        NVML's versioned query (``nvmlDeviceGetMemoryInfo_v2``, nvidia-ml-py's ``version=nvmlMemory_v2``)
+        shows the memory the driver reserves apart; where the driver or nvidia-ml-py lacks it, or it
+        fails for this GPU (not supported, a version mismatch ...), the first query is read: its
+        ``used`` counts the reserved memory too, and ``memory_reserved`` is ``None``.
+        """
+        why = self._memory_v2
+        query, version = (getattr(self._module, n, None) for n in ("nvmlDeviceGetMemoryInfo", "nvmlMemory_v2"))
+        if why is None and (query is None or version is None):
+            why = self._memory_v2 = _OLD_PYNVML
+        if why is None and query is not None:
+            try:
+                mem = query(handle, version=version)
+                return _memory_fields(mem, reserved=_whole(mem.reserved)), None
+            except TypeError:  # an nvidia-ml-py whose nvmlDeviceGetMemoryInfo takes no version
+                why = self._memory_v2 = _OLD_PYNVML
+            except self._module.NVMLError as err:
+                why = f"NVML's versioned memory query answered {str(err) or type(err).__name__!r}"
+                if getattr(err, "value", None) == self._code("NVML_ERROR_FUNCTION_NOT_FOUND"):
+                    self._memory_v2 = why  # the driver has none: not asked again
+        mem = self._get("nvmlDeviceGetMemoryInfo", handle)
+        return _memory_fields(mem, reserved=None), None if mem is None else why
+
+    def _process_list(self, handle: Any) -> tuple[GpuProcess, ...] | None:
         """NVML's compute and graphics process lists merged by pid (``None``: neither could be read)."""
         lists = [
             (kind, self._get(fn, handle))
@@ -381,7 +367,7 @@ class Nvml:
         ]
         if all(lst is None for _, lst in lists):
             return None
-        found: dict[int, NvmlProcess] = {}
+        found: dict[int, GpuProcess] = {}
         for kind, lst in lists:
             for p in lst or ():
                 pid, used = _whole(getattr(p, "pid", None)), _whole(getattr(p, "usedGpuMemory", None))
@@ -389,20 +375,19 @@ class Nvml:
                     continue
                 seen = found.get(pid)
                 if seen is None:
-                    found[pid] = NvmlProcess(pid, kind, used)
+                    found[pid] = GpuProcess(pid, kind, used)
                 elif seen.kind != kind:
-                    found[pid] = NvmlProcess(
-                        pid,
-                        "C+G",
-                        seen.used_memory
+                    held = (
+                        seen.gpu_memory
                         if used is None
                         else used
-                        if seen.used_memory is None
-                        else max(used, seen.used_memory),
+                        if seen.gpu_memory is None
+                        else max(used, seen.gpu_memory)
                     )
+                    found[pid] = GpuProcess(pid, "C+G", held)
         return tuple(found.values())
 
-    def _sensors(self, handle: Any) -> dict[str, Any]:  # int | None each, passed as NvmlDevice(**...)
+    def _sensors(self, handle: Any) -> dict[str, Any]:  # int | None each, passed as GpuInfo(**...)
         """What gpustat and nvitop show: temperature, fan, power, performance state, clocks, ECC errors."""
         state = _whole(self._get("nvmlDeviceGetPerformanceState", handle))
         return {
@@ -423,55 +408,83 @@ class Nvml:
             ),
         }
 
-    def _device(self, index: int, handle: Any) -> NvmlDevice:
-        total, used, free = self._memory(handle)
+    def _device(self, index: int, handle: Any, first_query: dict[str, str], sensors: bool = True) -> NvmlDevice:
+        """One GPU and its MIG instances; ``first_query`` gets each GPU key whose memory came from NVML's
+        first memory query, with why.
+        """
+        memory, why = self._memory(handle)
+        if why:
+            first_query[str(index)] = why
         util = self._get("nvmlDeviceGetUtilizationRates", handle)
         cc = self._get("nvmlDeviceGetCudaComputeCapability", handle)
         pci = self._get("nvmlDeviceGetPciInfo", handle)
         mode = self._get("nvmlDeviceGetMigMode", handle)
         mig_enabled = None if mode is None else bool(mode[0])
-        procs = self._process_list(handle)
-        return NvmlDevice(
+        procs = self._process_list(handle) if sensors else None
+        gpu = GpuInfo(
             index=index,
             name=_text(self._get("nvmlDeviceGetName", handle)) or "",
             uuid=_text(self._get("nvmlDeviceGetUUID", handle)) or "",
             pci_bus_id=(_text(pci.busId) or "") if pci is not None else "",
-            memory_total=total,
-            memory_used=used,
-            memory_free=free,
             utilization=None if util is None else min(max(util.gpu / 100.0, 0.0), 1.0),
             compute_capability=None if cc is None else (int(cc[0]), int(cc[1])),
             processes=None if procs is None else len(procs),
             mig_enabled=mig_enabled,
-            mig=self._migs(handle) if mig_enabled else (),
             process_list=procs,
-            **self._sensors(handle),
+            **memory,
+            **(self._sensors(handle) if sensors else {}),
         )
+        return NvmlDevice(gpu=gpu, mig=self._migs(gpu, handle, first_query, sensors) if mig_enabled else ())
 
-    def _migs(self, handle: Any) -> tuple[NvmlMig, ...]:
+    def _migs(self, parent: GpuInfo, handle: Any, first_query: dict[str, str], sensors: bool) -> tuple[NvmlMig, ...]:
+        """The parent's MIG instances: each its own name, uuid, memory and processes, the parent's sensors."""
         slots = self._get("nvmlDeviceGetMaxMigDeviceCount", handle) or 0
         migs = []
         for slot in range(slots):
             mig = self._get("nvmlDeviceGetMigDeviceHandleByIndex", handle, slot)
             if mig is None:  # an empty slot answers NVML_ERROR_NOT_FOUND
                 continue
-            total, used, free = self._memory(mig)
-            procs = self._process_list(mig)
-            migs.append(
-                NvmlMig(
-                    mig_index=slot,
-                    uuid=_text(self._get("nvmlDeviceGetUUID", mig)) or "",
-                    name=_text(self._get("nvmlDeviceGetName", mig)) or "",
-                    memory_total=total,
-                    memory_used=used,
-                    memory_free=free,
-                    processes=None if procs is None else len(procs),
-                    process_list=procs,
-                    gpu_instance_id=self._get("nvmlDeviceGetGpuInstanceId", mig),
-                    compute_instance_id=self._get("nvmlDeviceGetComputeInstanceId", mig),
-                )
+            memory, why = self._memory(mig)
+            if why:
+                first_query[f"{parent.index}:{slot}"] = why
+            procs = self._process_list(mig) if sensors else None
+            gpu = replace(
+                parent,
+                uuid=_text(self._get("nvmlDeviceGetUUID", mig)) or "",
+                name=_text(self._get("nvmlDeviceGetName", mig)) or f"{parent.name} MIG",
+                mig_index=slot,
+                utilization=None,
+                processes=None if procs is None else len(procs),
+                process_list=procs,
+                **memory,
             )
+            gi, ci = self._get("nvmlDeviceGetGpuInstanceId", mig), self._get("nvmlDeviceGetComputeInstanceId", mig)
+            migs.append(NvmlMig(gpu, gi, ci))
         return tuple(migs)
+
+
+def _memory_fields(mem: Any, *, reserved: int | None) -> dict[str, Any]:
+    """GpuInfo's memory fields from an NVML memory struct (0 each where there is none)."""
+    if mem is None:
+        return {"memory_total": 0, "memory_used": 0, "memory_free": 0, "memory_reserved": None}
+    return {
+        "memory_total": _whole(mem.total) or 0,
+        "memory_used": _whole(mem.used) or 0,
+        "memory_free": _whole(mem.free) or 0,
+        "memory_reserved": reserved,
+    }
+
+
+def _first_query_note(first_query: dict[str, str]) -> list[str]:
+    """One note per reason the versioned memory query was not used, naming the GPUs it touched."""
+    by_why: dict[str, list[str]] = {}
+    for key, why in first_query.items():
+        by_why.setdefault(why, []).append(key)
+    return [
+        f"GPU {', '.join(keys)}: memory used counts what the driver reserves, so it reads higher than "
+        f"nvidia-smi's (NVML's first memory query: {why})."
+        for why, keys in by_why.items()
+    ]
 
 
 def _whole(value: Any) -> int | None:
@@ -525,12 +538,13 @@ def _text(value: Any) -> str | None:
 _DEFAULT = Nvml()
 
 
-def snapshot(module: Any = None, *, topology: bool = False) -> NvmlSnapshot:
+def snapshot(module: Any = None, *, topology: bool = False, sensors: bool = True) -> NvmlSnapshot:
     """Reads NVML: through ``module`` when given, else through the process-wide adapter.
 
     Args:
         module: a ``pynvml``-like module (tests pass a fake); ``None`` uses ``pynvml``.
         topology: also read the wiring (see :meth:`Nvml.snapshot`).
+        sensors: also read the sensors and processes (see :meth:`Nvml.snapshot`).
 
     Returns:
         An :class:`NvmlSnapshot` (empty with a reason where there is no GPU).
@@ -538,4 +552,4 @@ def snapshot(module: Any = None, *, topology: bool = False) -> NvmlSnapshot:
     >>> snapshot().failure in (None,) + FAILURES
     True
     """
-    return (_DEFAULT if module is None else Nvml(module)).snapshot(topology=topology)
+    return (_DEFAULT if module is None else Nvml(module)).snapshot(topology=topology, sensors=sensors)

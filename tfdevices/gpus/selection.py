@@ -12,18 +12,20 @@
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from tfdevices.core.errors import PYTHON, InputError, SelectionError, SpecError, Terms
+from tfdevices.core.records import asdict, record
 from tfdevices.core.units import format_bytes, parse_memory, shown
 from tfdevices.gpus import topology as tp, visibility
 from tfdevices.gpus.discovery import discover
 from tfdevices.gpus.inventory import GpuInfo, Inventory
 from tfdevices.gpus.spec import DeviceSpec, parse_spec
 from tfdevices.gpus.wiring import MAX_CANDIDATES, best_linked_set
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing on the listing path
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["ORDERS", "HIDDEN", "Decision", "Selection", "select", "resolve_gpus", "first_overlap", "Check", "MIG_LINK"]
 
@@ -34,7 +36,7 @@ HIDDEN = "hidden by CUDA_VISIBLE_DEVICES"
 """Why a GPU that the process's mask hides is skipped."""
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Decision:
     """Why one GPU was taken or skipped."""
 
@@ -43,7 +45,7 @@ class Decision:
     reason: str
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Selection:
     """The GPUs chosen for this process.
 
@@ -96,11 +98,13 @@ class Selection:
             "gpus": [
                 {"nvml": g.key, "uuid": g.uuid, "name": g.name, "tf_name": t} for g, t in zip(self.gpus, self.tf_names)
             ],
-            "decisions": [dataclasses.asdict(d) for d in self.decisions],
+            "decisions": [asdict(d) for d in self.decisions],
         }
 
     def to_json(self) -> str:
         """The selection as JSON text."""
+        import json  # noqa: PLC0415 (only --format json needs it: select's listing path stays clear of it)
+
         return json.dumps(self.to_dict(), indent=2)
 
     def table(self) -> str:
@@ -220,7 +224,7 @@ def _tf_order(spec: DeviceSpec, chosen: Sequence[GpuInfo], inventory: Inventory)
     return tuple(sorted(chosen, key=_nvml_order))
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class _Asked:
     """A spec as parsed, as typed (for messages), and the terms of the entry point it came through."""
 

@@ -35,12 +35,12 @@ DeviceSpec(kind='auto', count=2, keys=())
 
 from __future__ import annotations
 
-import dataclasses
-import re
 from collections.abc import Sequence
 
 from tfdevices.core.devices import is_logical_name
 from tfdevices.core.errors import SpecError
+from tfdevices.core.lazy import LazyPattern
+from tfdevices.core.records import record
 from tfdevices.core.units import is_digits, parse_count, shown
 
 __all__ = ["MAX_GPUS", "MAX_SPEC_CHARS", "DeviceSpec", "parse_spec"]
@@ -53,12 +53,12 @@ MAX_GPUS = 1024
 """The most GPUs a spec may name, and one more than the largest index it may name."""
 MAX_SPEC_CHARS = 65536
 """The longest spec read, in characters."""
-_MIG = re.compile(r"^([0-9]+):([0-9]+)$")
-_RANGE = re.compile(r"^([0-9]+)-([0-9]+)$")
-_UUID = re.compile(r"^(GPU|MIG)-[0-9A-Za-z/-]+$")
+_MIG = LazyPattern(r"^([0-9]+):([0-9]+)$")
+_RANGE = LazyPattern(r"^([0-9]+)-([0-9]+)$")
+_UUID = LazyPattern(r"^(GPU|MIG)-[0-9A-Za-z/-]+$")
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class DeviceSpec:
     """A parsed GPU spec.
 
@@ -239,8 +239,8 @@ def _logical_hint(token: str, spec: object) -> str:
     )
 
 
-_DEVICE_TYPE = re.compile(r"^.*?/?(?:device:)?([A-Za-z_]+):[0-9]+$")
-_LOGICAL_INDEX = re.compile(r"^.*:([0-9]+)$")
+_DEVICE_TYPE = LazyPattern(r"^.*?/?(?:device:)?([A-Za-z_]+):[0-9]+$")
+_LOGICAL_INDEX = LazyPattern(r"^.*:([0-9]+)$")
 
 
 def _unique(keys: list[str], spec: object, what: str) -> tuple[str, ...]:

@@ -371,10 +371,11 @@ def from_nvml(snap: NvmlSnapshot) -> Topology | None:
     machine is taken as an NVSwitch that NVML does not show (as NCCL does in a VM).
     Other pairs get the PCIe code of NVML's common ancestor.
 
+    >>> from tfdevices.gpus.gpuinfo import GpuInfo
     >>> from tfdevices.gpus.nvml import NvmlDevice, NvmlSnapshot
-    >>> devs = (NvmlDevice(0, "A", "GPU-a", "00000000:07:00.0", nvlinks=(("00000000:0f:00.0", "gpu"),) * 4,
+    >>> devs = (NvmlDevice(GpuInfo(0, "A", "GPU-a", "00000000:07:00.0"), nvlinks=(("00000000:0f:00.0", "gpu"),) * 4,
     ...                    cpu_affinity=(0, 1), numa_node=0),
-    ...         NvmlDevice(1, "A", "GPU-b", "00000000:0F:00.0", nvlinks=(("00000000:07:00.0", "gpu"),) * 4,
+    ...         NvmlDevice(GpuInfo(1, "A", "GPU-b", "00000000:0F:00.0"), nvlinks=(("00000000:07:00.0", "gpu"),) * 4,
     ...                    cpu_affinity=(0, 1), numa_node=0))
     >>> from_nvml(NvmlSnapshot(devices=devs, ancestors=((None, 40), (40, None)))).links
     (('X', 'NV4'), ('NV4', 'X'))
@@ -382,7 +383,7 @@ def from_nvml(snap: NvmlSnapshot) -> Topology | None:
     if not snap.ancestors:
         return None
     devices = snap.devices
-    bus = {normal_bus_id(d.pci_bus_id): i for i, d in enumerate(devices) if d.pci_bus_id}
+    bus = {normal_bus_id(d.gpu.pci_bus_id): i for i, d in enumerate(devices) if d.gpu.pci_bus_id}
     direct = [[0] * len(devices) for _ in devices]
     switch = [0] * len(devices)
     for i, d in enumerate(devices):
@@ -409,7 +410,7 @@ def from_nvml(snap: NvmlSnapshot) -> Topology | None:
             )
         links.append(tuple(row))
     return Topology(
-        gpus=tuple(d.index for d in devices),
+        gpus=tuple(d.gpu.index for d in devices),
         links=tuple(links),
         cpu_affinity=tuple(format_cpus(d.cpu_affinity) if d.cpu_affinity else None for d in devices),
         numa_affinity=tuple(d.numa_node for d in devices),

@@ -25,10 +25,10 @@ and return new data. The rules they follow:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 
 from tfdevices.core.errors import EnvVarError
+from tfdevices.core.lazy import LazyPattern
 from tfdevices.core.records import record, replace
 from tfdevices.core.units import is_digits, parse_count, shown
 from tfdevices.gpus.inventory import GpuInfo, Inventory
@@ -61,9 +61,9 @@ NOTE_PREFIX = "CUDA order"  # every note this module writes starts so; recomputi
 MAX_TOKENS = 1024
 """The most entries ``CUDA_VISIBLE_DEVICES`` may list (a machine has fewer devices)."""
 _INDEX_LIMIT = 1 << 20
-_GPU_UUID = re.compile(r"^GPU-[0-9A-Fa-f][0-9A-Fa-f-]*$")
-_MIG_UUID = re.compile(r"^MIG-(?!GPU-)[0-9A-Fa-f][0-9A-Fa-f-]*$")
-_MIG_LEGACY = re.compile(r"^MIG-(GPU-[0-9A-Fa-f][0-9A-Fa-f-]*)/([0-9]{1,6})/([0-9]{1,6})$")
+_GPU_UUID = LazyPattern(r"^GPU-[0-9A-Fa-f][0-9A-Fa-f-]*$")
+_MIG_UUID = LazyPattern(r"^MIG-(?!GPU-)[0-9A-Fa-f][0-9A-Fa-f-]*$")
+_MIG_LEGACY = LazyPattern(r"^MIG-(GPU-[0-9A-Fa-f][0-9A-Fa-f-]*)/([0-9]{1,6})/([0-9]{1,6})$")
 _MASK_HINT = (
     "write indices ('0,2'), GPU-<uuid> or MIG-<uuid> ids separated by commas, "
     "'' or '-1' to hide every GPU, or unset it to show all"

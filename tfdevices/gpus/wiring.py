@@ -25,13 +25,16 @@ C(16, 8) = 12,870 sets.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from tfdevices.core.errors import InputError
+from tfdevices.core.records import record
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing on the listing path
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["MAX_CANDIDATES", "LinkedSet", "key", "best_linked_set"]
 
@@ -39,7 +42,7 @@ MAX_CANDIDATES = 16
 """The most candidates searched exactly (C(16, 8) = 12,870 sets at most)."""
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class LinkedSet:
     """A set of candidates and how well they are linked.
 
