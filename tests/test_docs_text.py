@@ -20,7 +20,10 @@ import pytest
 from tests.helpers import REPO
 
 WIDTH = 88
-DOCS = ["README.rst", *sorted(os.path.relpath(p, REPO) for p in glob.glob(os.path.join(REPO, "docs", "guides", "*.rst")))]
+DOCS = [
+    "README.rst",
+    *sorted(os.path.relpath(p, REPO) for p in glob.glob(os.path.join(REPO, "docs", "guides", "*.rst"))),
+]
 
 
 def code_blocks(text: str) -> list[tuple[int, list[str]]]:
@@ -175,3 +178,24 @@ def test_the_guides_first_section_names_each_message_with_its_call_and_fix():
         assert call in item.split("Fix:")[0], message
         assert "tfdevices.configure(" in item.split("Fix:")[1], message
     assert "TF_FORCE_GPU_ALLOW_GROWTH=true" in flat and "CUDA_VISIBLE_DEVICES" in flat
+
+
+# -- the changelog
+
+
+def test_the_changelog_begins_with_this_version_and_names_what_broke():
+    import configparser
+
+    import tfdevices
+
+    text = pathlib.Path(REPO, "docs", "changelog.rst").read_text(encoding="utf-8")
+    versions = re.findall(r"^(\d+\.\d+\.\d+)(?: \(unreleased\))?\n-+$", text, flags=re.MULTILINE)
+    assert versions[0] == tfdevices.__version__, versions  # the newest first: the version the package says
+    assert versions == sorted(versions, key=lambda v: tuple(map(int, v.split("."))), reverse=True)
+    setup = configparser.ConfigParser()
+    setup.read(pathlib.Path(REPO, "setup.cfg"))
+    assert setup["metadata"]["version"] == tfdevices.__version__
+    newest = text.split(f"\n{versions[1]}\n", 1)[0]
+    for renamed in ("report.copies", "report.transfers(", "transfers_between(", "info.strategy.scope()"):
+        assert renamed in newest, renamed
+    assert "changelog" in pathlib.Path(REPO, "docs", "index.rst").read_text(encoding="utf-8")

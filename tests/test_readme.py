@@ -11,6 +11,7 @@ Conventions in each document: ``.. code-block:: python`` blocks run, each saved 
 copy's root and run there in a fresh process; every ``# prints: TEXT`` comment's TEXT must appear in
 what the block prints, and a line marked ``the runtime starts here`` must be the line a later
 ``RuntimeInitializedError`` names. ``.. code-block:: console`` lines starting with ``$ `` run in bash
+(with the lines a trailing ``\\`` continues them onto)
 and must exit 0, or the status named by a trailing ``# exits N``; ``.. code-block:: bash`` blocks are
 shown, not run (make targets, SLURM scripts). Each document's examples share one xdist group, so they
 run on one worker in the order a reader meets them (a console line may read what a python block above
@@ -78,7 +79,9 @@ def _examples(doc: str) -> list[Example]:
             if text and not text.startswith(" "):
                 break
             if text.strip().startswith("$ "):
-                command = text.strip()[2:]
+                command, more = text.strip()[2:], n
+                while command.endswith("\\") and more < len(lines):  # continued on the next line
+                    command, more = command[:-1].rstrip() + " " + lines[more].strip(), more + 1
                 match = re.search(r"\s+# exits (\d+)$", command)
                 out.append(
                     Example(
