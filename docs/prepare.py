@@ -211,19 +211,31 @@ def _help(parser: argparse.ArgumentParser) -> str:
     return text.getvalue()
 
 
+HELP_COLUMNS = 88
+"""The width argparse wraps ``--help`` at on the command-line page: the width of every code line of the docs."""
+
+
+def cli_examples(name: str) -> str:
+    """A command's examples (``cli.USAGE``) as a console block: what each does, above it."""
+    lines = []
+    for command, said in cli.USAGE[name]:
+        lines += [f"    # {said}", f"    $ {command}"]
+    return ".. code-block:: console\n\n" + "\n".join(lines) + "\n"
+
+
 def cli_page() -> str:
-    """``tfdevices --help`` and every command's ``--help``, as the command prints them."""
-    os.environ["COLUMNS"] = "100"  # argparse wraps at the terminal's width: the same pages on every machine
+    """Every command's examples, then ``tfdevices --help`` and every command's ``--help`` as the command prints them."""
+    os.environ["COLUMNS"] = str(HELP_COLUMNS)  # argparse wraps at the terminal's width: the same page everywhere
     out = [
         _title("Command line"),
-        "``tfdevices COMMAND --help`` prints each of these.\n",
+        "Each command with examples, then what ``tfdevices COMMAND --help`` prints.\n",
         "::\n",
         _indent(_help(cli.build_parser())),
     ]
     for name in cli.COMMANDS:
         parser = cli.build_parser(name)
         sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[name]
-        out += [_title(f"tfdevices {name}", "-"), "::\n", _indent(_help(sub))]
+        out += [_title(f"tfdevices {name}", "-"), cli_examples(name), "::\n", _indent(_help(sub))]
     return "\n".join(out)
 
 
@@ -256,6 +268,7 @@ def main() -> None:
     dest: pathlib.Path = args.dest
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(HERE / "index.rst", dest / "index.rst")
+    shutil.copyfile(HERE / "changelog.rst", dest / "changelog.rst")
     shutil.copytree(HERE / "guides", dest / "guides")
     (dest / "readme.rst").write_text(readme_page())
     shutil.copytree(HERE / "images", dest / "docs" / "images")  # the README's pictures, at the paths it uses

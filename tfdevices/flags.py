@@ -101,7 +101,8 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
     flags.DEFINE_string(
         "gpus",
         "all",
-        "GPUs to use: 'all', 'none' (CPU), 'auto:N' (the N best), or NVML indices as nvidia-smi shows them ('0,2').",
+        "GPUs to use: 'all', 'none' (CPU), 'auto:N' (the N best), or NVML indices as nvidia-smi shows them "
+        "('0,2', a range '0-3', a MIG instance '0:1', a UUID prefix 'GPU-8a3c').",
         flag_values=fv,
     )
     flags.DEFINE_string("min_free_memory", None, "Skip GPUs with less free memory, e.g. '8GiB'.", flag_values=fv)
