@@ -23,6 +23,7 @@ from tfdevices.verify.records import (
     VariableRead,
     group_transfers,
 )
+from tfdevices.verify.renamed import Renamed
 
 __all__ = ["PlacementReport"]
 
@@ -84,11 +85,8 @@ def _name_matcher(pattern: str | Iterable[str]) -> Callable[[str], bool]:
     return matches
 
 
-# ----------------------------------------------------------------------------- the report
-
-
 @dataclass(frozen=True)
-class PlacementReport:
+class PlacementReport(Renamed):  # Renamed: report.copies and report.transfers(src, dst) answer until 0.4.0
     """Where the ops of one captured run really ran.
 
     Attributes:
