@@ -31,7 +31,7 @@ import contextlib
 import dataclasses
 import os
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from absl import app, flags
 
@@ -45,6 +45,9 @@ from tfdevices.runtime import configure
 from tfdevices.strategy import CROSS_DEVICE_OPS, KINDS, build_strategy, explain, explanation
 from tfdevices.tensorboard.writer import write_placement
 from tfdevices.verify import capture
+
+if TYPE_CHECKING:  # the return type's name only: importing tfdevices never imports TensorFlow
+    import tensorflow as tf
 
 __all__ = [
     "define_flags",
@@ -182,7 +185,7 @@ def configure_from_flags(
     *,
     cpu_virtual_devices: int | None = None,
     global_batch_size: int | None = None,
-) -> Any:
+) -> tf.distribute.Strategy:
     """Discovers, selects, configures and builds the strategy the flags ask for.
 
     Call it in ``main``, before anything else uses TensorFlow. What it returns is the
