@@ -2,7 +2,8 @@
 
     python docs/prepare.py build/docs-src [--executed build/notebooks]
 
-Writes there: ``index.rst`` (from this folder), ``guides/`` (this folder's task guides),
+Writes there: ``index.rst`` and ``changelog.rst`` (from this folder), ``guides/`` (this folder's task guides,
+their links to each other's files turned into links to their pages),
 ``readme.rst`` (the README, with the pictures it shows and its links to the guides'
 files turned into links to their pages), ``reference/`` (one page
 per stage of the flow, documenting the public names only: ``__all__`` of each module
@@ -253,10 +254,19 @@ def notebooks(dest: pathlib.Path, executed: pathlib.Path | None) -> list[str]:
     return names
 
 
+GUIDE_LINK = re.compile(r"`([^`<]+?)\s*<(\w+)\.rst>`__?")
+"""A guide's link to another guide's file, as GitHub follows it: `Title <other.rst>`__."""
+
+
+def guide_page(text: str) -> str:
+    """A guide as the site shows it: its links to the other guides' files become links to their pages."""
+    return GUIDE_LINK.sub(r":doc:`\1 <\2>`", text)
+
+
 def readme_page() -> str:
     """The README as the site's tour page: its links to the guides' files become links to their pages."""
     text = (REPO / "README.rst").read_text()
-    return re.sub(r"`([^`<]+?)\s*<docs/guides/(\w+)\.rst>`_", r":doc:`\1 <guides/\2>`", text)
+    return re.sub(r"`([^`<]+?)\s*<docs/((?:guides/)?\w+)\.rst>`_", r":doc:`\1 <\2>`", text)
 
 
 def main() -> None:
@@ -269,7 +279,9 @@ def main() -> None:
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(HERE / "index.rst", dest / "index.rst")
     shutil.copyfile(HERE / "changelog.rst", dest / "changelog.rst")
-    shutil.copytree(HERE / "guides", dest / "guides")
+    (dest / "guides").mkdir()
+    for guide in sorted((HERE / "guides").glob("*.rst")):
+        (dest / "guides" / guide.name).write_text(guide_page(guide.read_text(encoding="utf-8")), encoding="utf-8")
     (dest / "readme.rst").write_text(readme_page())
     shutil.copytree(HERE / "images", dest / "docs" / "images")  # the README's pictures, at the paths it uses
     shutil.copytree(HERE / "images", dest / "images")  # and the guides' (../images from docs/guides/)

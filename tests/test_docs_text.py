@@ -199,3 +199,58 @@ def test_the_changelog_begins_with_this_version_and_names_what_broke():
     for renamed in ("report.copies", "report.transfers(", "transfers_between(", "info.strategy.scope()"):
         assert renamed in newest, renamed
     assert "changelog" in pathlib.Path(REPO, "docs", "index.rst").read_text(encoding="utf-8")
+
+
+# -- links that work on the repository's page (plain rst) and on the site
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_links_are_plain_rst_to_files_that_exist(doc):
+    """GitHub renders README.rst and the guides as plain rst: a Sphinx role (``:doc:``) shows raw there."""
+    text = pathlib.Path(REPO, doc).read_text(encoding="utf-8")
+    assert re.findall(r":(?:doc|ref):`[^`]*`", text) == []
+    here = pathlib.Path(REPO, doc).parent
+    targets = re.findall(r"`[^`<]+<([^>`]+\.rst)>`__?", text)
+    assert [t for t in targets if not (here / t).is_file()] == []
+
+
+def test_the_site_turns_each_guide_link_into_a_link_to_its_page():
+    spec = importlib.util.spec_from_file_location("docs_prepare", pathlib.Path(REPO, "docs", "prepare.py"))
+    assert spec is not None and spec.loader is not None
+    prepare = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(prepare)
+    linked = 0
+    for guide in sorted(pathlib.Path(REPO, "docs", "guides").glob("*.rst")):
+        text = guide.read_text(encoding="utf-8")
+        page = prepare.guide_page(text)
+        linked += len(re.findall(r":doc:`[^`]+ <\w+>`", page))
+        assert ".rst>`_" not in page, guide.name
+    assert linked >= 20
+    assert "<docs/guides/" not in prepare.readme_page() and ":doc:`" in prepare.readme_page()
+
+
+def test_the_sites_index_links_every_guide_and_the_changelog_in_its_text():
+    text = pathlib.Path(REPO, "docs", "index.rst").read_text(encoding="utf-8")
+    prose = text.split(".. toctree::", 1)[0]  # not only the sidebar's hidden tables of contents
+    guides = sorted(p.stem for p in pathlib.Path(REPO, "docs", "guides").glob("*.rst"))
+    assert [g for g in guides if f":doc:`guides/{g}`" not in prose] == []
+    assert ":doc:`changelog`" in prose
+
+
+def test_no_row_of_a_simple_table_in_the_readme_splits():
+    """In a simple table a line whose first column has text starts a new row: a first cell written over two
+    lines ("Keras 3 fit under mirrored" / "in one process") makes two rows of one. A row's first cell that
+    starts with a word that only goes on a phrase (in, of, on, under, ...) is such a second half."""
+    lines = pathlib.Path(REPO, "README.rst").read_text(encoding="utf-8").splitlines()
+    borders = [i for i, line in enumerate(lines) if re.fullmatch(r"=+( +=+)+", line)]
+    assert len(borders) >= 3
+    halves = []
+    for top, head, bottom in zip(borders[::3], borders[1::3], borders[2::3]):
+        width = lines[top].index(" ")
+        firsts = [line[:width].strip() for line in lines[head + 1 : bottom]]
+        assert len([f for f in firsts if f]) >= 5
+        halves += [f for f in firsts if f.split(" ", 1)[0] in GOES_ON]
+    assert halves == []
+
+
+GOES_ON = {"in", "of", "on", "under", "with", "and", "or", "for", "to", "from", "by", "at", "per", "without"}
