@@ -217,11 +217,11 @@ HELP_COLUMNS = 88
 
 
 def cli_examples(name: str) -> str:
-    """A command's examples (``cli.USAGE``) as a console block: what each does, above it."""
+    """A command's examples (``cli.USAGE``) as a shell block: what each does, in a comment above it."""
     lines = []
     for command, said in cli.USAGE[name]:
-        lines += [f"    # {said}", f"    $ {command}"]
-    return ".. code-block:: console\n\n" + "\n".join(lines) + "\n"
+        lines += [f"    # {said}", f"    {command}"]
+    return ".. code-block:: bash\n\n" + "\n".join(lines) + "\n"
 
 
 def cli_page() -> str:

@@ -90,6 +90,6 @@ def test_the_command_line_page_shows_each_commands_examples_within_88_columns():
     page = _prepare().cli_page()
     for name, examples in cli.USAGE.items():
         section = page.split(f"\ntfdevices {name}\n", 1)[1]
-        assert section.index(f"    $ {examples[0][0]}\n") < section.index("usage: tfdevices")
+        assert section.index(f"    {examples[0][0]}\n") < section.index("usage: tfdevices")
     rendered = [line[4:] for line in page.splitlines() if line.startswith("    ")]
     assert [line for line in rendered if len(line) > WIDTH] == []
