@@ -46,7 +46,7 @@ nitpicky = True
 nitpick_ignore_regex = [
     (
         r"py:.*",
-        r"(collections\.abc|typing|types|os|argparse|socket|subprocess|threading|absl|tensorboard|keras|tensorflow|numpy|dataclasses)(\..*)?",
+        r"(collections\.abc|typing|types|os|argparse|socket|subprocess|threading|absl|tensorboard|keras|tf_keras|tensorflow|tf|numpy|dataclasses)(\..*)?",
     ),
     (r"py:.*", r".*\b_\w+"),  # private names (_Prepared, _R)
     (r"py:data", r"[A-Z][A-Z0-9_]*"),  # module constants: documented where they have a docstring
@@ -174,8 +174,22 @@ def _tfdevices_names(app: Any, env: Any, node: Any, contnode: Any) -> Any:
     return contnode if any(hasattr(m, head) for m in modules) else None
 
 
+# A class whose base is picked when an instance is made: its bases as they are then (PlacementLogger's __new__
+# makes a subclass of the chosen Keras' Callback).
+BASES_AT_RUN_TIME = {
+    "tfdevices.tensorboard.PlacementLogger": [
+        ":py:class:`keras.callbacks.Callback` (Keras 3; ``tf_keras.callbacks.Callback`` with ``framework='tf_keras'``)"
+    ],
+}
+
+
 def _public_bases(app: Any, name: str, obj: Any, options: Any, bases: list[Any]) -> None:
     """``Bases: InputError`` by its public name (``tfdevices.errors.InputError``), not where it is defined."""
+    if PUBLIC.get(id(obj)) in BASES_AT_RUN_TIME:
+        bases[:] = BASES_AT_RUN_TIME[PUBLIC[id(obj)]]
+        return
+    # the base that keeps renamed names answering for a version is not part of the class's story
+    bases[:] = [base for base in bases if getattr(base, "__module__", "") != "tfdevices.verify.renamed"] or [object]
     for i, base in enumerate(bases):
         if id(base) in PUBLIC:
             bases[i] = f":py:class:`{PUBLIC[id(base)]}`"

@@ -2,7 +2,8 @@
 
     python docs/prepare.py build/docs-src [--executed build/notebooks]
 
-Writes there: ``index.rst`` (from this folder), ``guides/`` (this folder's task guides),
+Writes there: ``index.rst`` and ``changelog.rst`` (from this folder), ``guides/`` (this folder's task guides,
+their links to each other's files turned into links to their pages),
 ``readme.rst`` (the README, with the pictures it shows and its links to the guides'
 files turned into links to their pages), ``reference/`` (one page
 per stage of the flow, documenting the public names only: ``__all__`` of each module
@@ -211,19 +212,31 @@ def _help(parser: argparse.ArgumentParser) -> str:
     return text.getvalue()
 
 
+HELP_COLUMNS = 88
+"""The width argparse wraps ``--help`` at on the command-line page: the width of every code line of the docs."""
+
+
+def cli_examples(name: str) -> str:
+    """A command's examples (``cli.USAGE``) as a shell block: what each does, in a comment above it."""
+    lines = []
+    for command, said in cli.USAGE[name]:
+        lines += [f"    # {said}", f"    {command}"]
+    return ".. code-block:: bash\n\n" + "\n".join(lines) + "\n"
+
+
 def cli_page() -> str:
-    """``tfdevices --help`` and every command's ``--help``, as the command prints them."""
-    os.environ["COLUMNS"] = "100"  # argparse wraps at the terminal's width: the same pages on every machine
+    """Every command's examples, then ``tfdevices --help`` and every command's ``--help`` as the command prints them."""
+    os.environ["COLUMNS"] = str(HELP_COLUMNS)  # argparse wraps at the terminal's width: the same page everywhere
     out = [
         _title("Command line"),
-        "``tfdevices COMMAND --help`` prints each of these.\n",
+        "Each command with examples, then what ``tfdevices COMMAND --help`` prints.\n",
         "::\n",
         _indent(_help(cli.build_parser())),
     ]
     for name in cli.COMMANDS:
         parser = cli.build_parser(name)
         sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[name]
-        out += [_title(f"tfdevices {name}", "-"), "::\n", _indent(_help(sub))]
+        out += [_title(f"tfdevices {name}", "-"), cli_examples(name), "::\n", _indent(_help(sub))]
     return "\n".join(out)
 
 
@@ -241,10 +254,19 @@ def notebooks(dest: pathlib.Path, executed: pathlib.Path | None) -> list[str]:
     return names
 
 
+GUIDE_LINK = re.compile(r"`([^`<]+?)\s*<(\w+)\.rst>`__?")
+"""A guide's link to another guide's file, as GitHub follows it: `Title <other.rst>`__."""
+
+
+def guide_page(text: str) -> str:
+    """A guide as the site shows it: its links to the other guides' files become links to their pages."""
+    return GUIDE_LINK.sub(r":doc:`\1 <\2>`", text)
+
+
 def readme_page() -> str:
     """The README as the site's tour page: its links to the guides' files become links to their pages."""
     text = (REPO / "README.rst").read_text()
-    return re.sub(r"`([^`<]+?)\s*<docs/guides/(\w+)\.rst>`_", r":doc:`\1 <guides/\2>`", text)
+    return re.sub(r"`([^`<]+?)\s*<docs/((?:guides/)?\w+)\.rst>`_", r":doc:`\1 <\2>`", text)
 
 
 def main() -> None:
@@ -256,7 +278,10 @@ def main() -> None:
     dest: pathlib.Path = args.dest
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(HERE / "index.rst", dest / "index.rst")
-    shutil.copytree(HERE / "guides", dest / "guides")
+    shutil.copyfile(HERE / "changelog.rst", dest / "changelog.rst")
+    (dest / "guides").mkdir()
+    for guide in sorted((HERE / "guides").glob("*.rst")):
+        (dest / "guides" / guide.name).write_text(guide_page(guide.read_text(encoding="utf-8")), encoding="utf-8")
     (dest / "readme.rst").write_text(readme_page())
     shutil.copytree(HERE / "images", dest / "docs" / "images")  # the README's pictures, at the paths it uses
     shutil.copytree(HERE / "images", dest / "images")  # and the guides' (../images from docs/guides/)

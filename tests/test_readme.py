@@ -10,7 +10,10 @@ variables set; ``tfdevices`` is the installed command.
 Conventions in each document: ``.. code-block:: python`` blocks run, each saved as a file in the
 copy's root and run there in a fresh process; every ``# prints: TEXT`` comment's TEXT must appear in
 what the block prints, and a line marked ``the runtime starts here`` must be the line a later
-``RuntimeInitializedError`` names. ``.. code-block:: console`` lines starting with ``$ `` run in bash
+``RuntimeInitializedError`` names. A script for two GPUs (``:name: X``) followed by a one-line block
+``:name: X-without-gpus`` runs, on a machine with fewer GPUs, with that line in place of its line that
+starts the same way up to the first ``(``. ``.. code-block:: console`` lines starting with ``$ `` run in bash
+(with the lines a trailing ``\\`` continues them onto)
 and must exit 0, or the status named by a trailing ``# exits N``; ``.. code-block:: bash`` blocks are
 shown, not run (make targets, SLURM scripts). Each document's examples share one xdist group, so they
 run on one worker in the order a reader meets them (a console line may read what a python block above
@@ -46,6 +49,7 @@ class Example(NamedTuple):
     kind: str  # "python" or "console"
     text: str  # the code, or the command
     status: int = 0  # the exit status a console command must return
+    without_gpus: str = ""  # a script for GPUs: the code with the line its "-without-gpus" block changes
 
 
 def _lines(doc: str) -> list[str]:
@@ -64,13 +68,61 @@ def _blocks(doc: str, language: str) -> list[tuple[int, int, str]]:
             if text and not text.startswith(" "):
                 break
             body.append(text)
+        while body and OPTION.match(body[0]):  # the directive's options (:name: ...), not code
+            body.pop(0)
         blocks.append((i + 1, i + 2, textwrap.dedent("\n".join(body)).strip("\n")))
     return blocks
 
 
+OPTION = re.compile(r"^\s+:[\w-]+:")
+WITHOUT_GPUS = "-without-gpus"
+
+
+def _names(doc: str) -> dict[int, str]:
+    """The ``:name:`` of each named block of ``doc``, by the block's directive line."""
+    lines = _lines(doc)
+    out = {}
+    for i, line in enumerate(lines):
+        if line.strip().startswith(".. code-block::"):
+            for option in lines[i + 1 :]:
+                if not OPTION.match(option):
+                    break
+                if option.strip().startswith(":name:"):
+                    out[i + 1] = option.split(":name:", 1)[1].strip()
+    return out
+
+
+def _changed(code: str, line: str) -> str:
+    """``code`` with its one line that starts as ``line`` does (up to its first ``(``) replaced by ``line``."""
+    start = line[: line.index("(") + 1]
+    lines = code.splitlines()
+    at = [i for i, text in enumerate(lines) if text.startswith(start)]
+    assert len(at) == 1, f"{start!r} starts {len(at)} lines of the script, not one"
+    lines[at[0]] = line
+    return "\n".join(lines)
+
+
+def _python_examples(doc: str) -> list[Example]:
+    """The python blocks. A block named ``X-without-gpus`` is one line that a block named ``X`` (a script for
+    GPUs) runs with on a machine without enough GPUs; it is not run alone."""
+    names = _names(doc)
+    blocks = {n: code for n, _, code in _blocks(doc, "python")}
+    changes = {
+        names[n][: -len(WITHOUT_GPUS)]: code for n, code in blocks.items() if names.get(n, "").endswith(WITHOUT_GPUS)
+    }
+    out = []
+    for n, code in blocks.items():
+        if names.get(n, "").endswith(WITHOUT_GPUS):
+            continue
+        change = changes.pop(names.get(n, ""), "")
+        out.append(Example(doc, n, "python", code, without_gpus=_changed(code, change) if change else ""))
+    assert not changes, f"{doc}: a -without-gpus block with no script of that name: {sorted(changes)}"
+    return out
+
+
 def _examples(doc: str) -> list[Example]:
     """``doc``'s examples in the order a reader meets them."""
-    out = [Example(doc, n, "python", code) for n, _, code in _blocks(doc, "python")]
+    out = _python_examples(doc)
     lines = _lines(doc)
     for _, first, _ in _blocks(doc, "console"):
         for n in range(first, len(lines) + 1):
@@ -78,7 +130,9 @@ def _examples(doc: str) -> list[Example]:
             if text and not text.startswith(" "):
                 break
             if text.strip().startswith("$ "):
-                command = text.strip()[2:]
+                command, more = text.strip()[2:], n
+                while command.endswith("\\") and more < len(lines):  # continued on the next line
+                    command, more = command[:-1].rstrip() + " " + lines[more].strip(), more + 1
                 match = re.search(r"\s+# exits (\d+)$", command)
                 out.append(
                     Example(
@@ -164,8 +218,23 @@ def test_example_runs(fresh_copy, example):
         _run_console(fresh_copy, example)
 
 
+def _gpus() -> int:
+    """The GPUs a newcomer's process sees here (NVML: no TensorFlow)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", "import tfdevices; print(len(tfdevices.discover().gpus))"],
+        env=newcomer_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return int(proc.stdout.split()[-1])
+
+
 def _run_python(fresh_copy: str, example: Example) -> None:
     where, code = f"{example.doc} line {example.line}", example.text
+    if example.without_gpus and _gpus() < 2:  # a script for two GPUs, with its line for a machine without
+        where, code = f"{where} (its -without-gpus line)", example.without_gpus
     stem = os.path.splitext(os.path.basename(example.doc))[0].lower()
     script = f"{stem if example.doc == README else 'guide_' + stem}_line{example.line}.py"
     with open(os.path.join(fresh_copy, script), "w", encoding="utf-8") as f:

@@ -23,6 +23,13 @@ __all__ = ["EXIT_USAGE", "CLEAR", "watch", "COMMANDS", "EXAMPLES", "build_parser
 EXIT_USAGE = 2
 
 
+SPEC_FORMS = (
+    "GPUs: 'all', 'none' (or 'cpu'), 'auto:N' (the N best), NVML indices as nvidia-smi shows "
+    "them '0,2', a range '0-3', a MIG instance '0:1' (instance 1 of GPU 0), a UUID prefix 'GPU-8a3c'"
+)
+"""Every form of a GPU spec (``tfdevices.gpus.spec``), as the commands' help says it."""
+
+
 class _Parser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are :class:`UsageError`: one line naming what was wrong as typed,
     with the fix for that case as HINT (a close option, where an option goes, an example).
@@ -339,7 +346,7 @@ def _add_topo(p: argparse.ArgumentParser) -> None:
 
 def _add_select(p: argparse.ArgumentParser) -> None:
     p.description = 'Choose GPUs. Use as: eval "$(tfdevices select auto:2)"'
-    p.add_argument("spec", help="'all', 'none', 'auto:N', or NVML indices '0,2'")
+    p.add_argument("spec", help=SPEC_FORMS)
     p.add_argument("--min-free-memory", metavar="SIZE", help="skip GPUs with less free memory, e.g. 8GiB")
     p.add_argument("--max-utilization", metavar="FRACTION", type=_fraction, help="skip busier GPUs, e.g. 0.5 or 50%%")
     p.add_argument("--exclude", metavar="SPEC", help="GPUs never to take, e.g. 0,3")
@@ -368,7 +375,11 @@ def _add_demo(p: argparse.ArgumentParser) -> None:
 def _add_launch(p: argparse.ArgumentParser) -> None:
     from tfdevices.jobs.launch_command import add_arguments
 
-    p.description = "Start N local workers with TF_CONFIG on free localhost ports."
+    p.description = (
+        "Start N workers with TF_CONFIG on this machine, or N on each of several machines "
+        "(the same command on each, with --nnodes, --node-rank and --master-addr); each worker "
+        "gets its GPU(s), a crashed job restarts (--max-restarts), a stalled one is named."
+    )
     add_arguments(p)
     p.set_defaults(run=_cmd_launch)
 
@@ -414,7 +425,7 @@ def _add_configure(p: argparse.ArgumentParser) -> None:
         "Show what tfdevices.configure() would mask, split and limit, for this machine's GPUs or "
         "a saved inventory (--inventory), without applying it."
     )
-    p.add_argument("spec", nargs="?", default=None, help="GPUs: 'all', 'none', 'auto:N', '0,2' (default: as visible)")
+    p.add_argument("spec", nargs="?", default=None, help=f"{SPEC_FORMS} (default: the GPUs visible now)")
     p.add_argument("--dry-run", action="store_true", help="plan only (the only mode: a process configures itself)")
     p.add_argument("--memory-growth", action="store_true", help="grow GPU memory as needed")
     p.add_argument(
@@ -563,9 +574,9 @@ def _add_doctor(p: argparse.ArgumentParser) -> None:
 COMMANDS: dict[str, tuple[str, bool, Any]] = {
     "list": ("list GPUs (NVML index, CUDA ordinal, TF name, memory, load, sensors; --processes)", True, _add_list),
     "topo": ("how the GPUs are wired (NVLink, PCIe, sockets) and their CPU/NUMA affinity", True, _add_topo),
-    "select": ("choose GPUs; prints 'export CUDA_VISIBLE_DEVICES=...'", True, _add_select),
+    "select": ("choose GPUs: prints 'export CUDA_VISIBLE_DEVICES=...', a table or JSON", True, _add_select),
     "demo": ("run a demo (no NAME: list them); flags after NAME go to it", True, _add_demo),
-    "launch": ("start N local workers with TF_CONFIG: -n N -- python train.py", True, _add_launch),
+    "launch": ("start N workers here, or on each of several machines: -n N -- python train.py", True, _add_launch),
     "configure": ("plan configure(): mask, split, limits (--dry-run)", True, _add_configure),
     "placement": ("print the placement stored in a log directory, or read from a profile", False, _add_placement),
     "tune": ("measure each way to run a model here and name the fastest", False, _add_tune),
@@ -587,6 +598,48 @@ EXAMPLES = {
     "configure": "tfdevices configure --dry-run auto:2",
 }
 """A command line that works, per command: the HINT when a required argument is missing."""
+
+
+USAGE: dict[str, tuple[tuple[str, str], ...]] = {
+    "list": (
+        ("tfdevices list", "this machine's GPUs, read from NVML (no TensorFlow)"),
+        ("tfdevices list --processes --watch 2", "and who uses them, every 2 s"),
+        ("tfdevices list --json > node.json", "a listing to plan with elsewhere (--inventory)"),
+    ),
+    "topo": (("tfdevices topo --inventory tests/data/topo-pcie-4gpu-bridges.json", "NVLink and PCIe, as a matrix"),),
+    "select": (
+        ('eval "$(tfdevices select auto:2 --min-free-memory 8GiB)"', "mask this shell to the 2 best"),
+        ("tfdevices select 0-3 --exclude 1 --format table", "GPUs 0, 2 and 3, and why"),
+        ("tfdevices select GPU-8a3c --format json", "the GPU whose UUID starts so"),
+    ),
+    "demo": (
+        ("tfdevices demo", "list the demos"),
+        ("tfdevices demo mirrored --gpus=auto:2", "a small Keras model on the 2 best GPUs"),
+    ),
+    "launch": (
+        ("tfdevices launch -n 2 -- python train.py", "2 workers on this machine"),
+        ("tfdevices launch -n 4 --gpus 0-3 --max-restarts 1 -- python train.py", "a GPU each"),
+        (
+            "tfdevices launch -n 2 --nnodes 2 --node-rank 0 --master-addr host0 -- python train.py",
+            "on host0; on host1 the same with --node-rank 1",
+        ),
+    ),
+    "configure": (
+        ("tfdevices configure --dry-run auto:2 --memory-growth", "what configure() would do here"),
+        ("tfdevices configure --dry-run 0 --virtual-devices 2", "GPU 0 as two logical GPUs"),
+    ),
+    "placement": (
+        ("tfdevices placement logs/tour", "what PlacementLogger wrote: ops by device"),
+        ("tfdevices placement --profile logs/profiled", "read a profile Keras' TensorBoard wrote"),
+    ),
+    "tune": (("tfdevices tune tfdevices.decide.examples:tiny_mlp", "each way to run it, timed here"),),
+    "advise": (("tfdevices advise logs/tour", "why the captured step is slow, with fixes"),),
+    "doctor": (
+        ("tfdevices doctor", "versions, GPUs, job, mends: paste it in a bug report"),
+        ("tfdevices doctor --no-tensorflow", "the same without importing TensorFlow"),
+    ),
+}
+"""Each command's examples for the documentation's command-line page: (command line, what it does)."""
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

@@ -31,7 +31,7 @@ import contextlib
 import dataclasses
 import os
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from absl import app, flags
 
@@ -45,6 +45,9 @@ from tfdevices.runtime import configure
 from tfdevices.strategy import CROSS_DEVICE_OPS, KINDS, build_strategy, explain, explanation
 from tfdevices.tensorboard.writer import write_placement
 from tfdevices.verify import capture
+
+if TYPE_CHECKING:  # the return type's name only: importing tfdevices never imports TensorFlow
+    import tensorflow as tf
 
 __all__ = [
     "define_flags",
@@ -101,7 +104,8 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
     flags.DEFINE_string(
         "gpus",
         "all",
-        "GPUs to use: 'all', 'none' (CPU), 'auto:N' (the N best), or NVML indices as nvidia-smi shows them ('0,2').",
+        "GPUs to use: 'all', 'none' (CPU), 'auto:N' (the N best), or NVML indices as nvidia-smi shows them "
+        "('0,2', a range '0-3', a MIG instance '0:1', a UUID prefix 'GPU-8a3c').",
         flag_values=fv,
     )
     flags.DEFINE_string("min_free_memory", None, "Skip GPUs with less free memory, e.g. '8GiB'.", flag_values=fv)
@@ -181,7 +185,7 @@ def configure_from_flags(
     *,
     cpu_virtual_devices: int | None = None,
     global_batch_size: int | None = None,
-) -> Any:
+) -> tf.distribute.Strategy:
     """Discovers, selects, configures and builds the strategy the flags ask for.
 
     Call it in ``main``, before anything else uses TensorFlow. What it returns is the

@@ -39,7 +39,7 @@ import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfdevices import runtime as rt
 from tfdevices.core._tf import import_tf
@@ -48,6 +48,9 @@ from tfdevices.core.errors import StrategyError
 from tfdevices.gpus.discovery import discover
 from tfdevices.jobs.cluster import ClusterEnv, cluster_from_env
 from tfdevices.jobs.reporting import start_reporting
+
+if TYPE_CHECKING:  # the return type's name only: importing tfdevices never imports TensorFlow
+    import tensorflow as tf
 from tfdevices.mends.exit_barrier import leave_together
 from tfdevices.mends.keras_fit import install_fit_adapter
 from tfdevices.mends.step_progress import StepMarks
@@ -583,7 +586,7 @@ def build_strategy(
     *,
     runtime: Any = None,
     env: Mapping[str, str] | None = None,
-) -> Any:
+) -> tf.distribute.Strategy:
     """Builds a ``tf.distribute`` strategy on the right devices; it explains itself.
 
     The result is the ``tf.distribute`` strategy (``with build_strategy().scope():``),

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import math
 import os
 import statistics
@@ -30,7 +31,7 @@ import warnings
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from tfdevices.core._tf import import_tf
 from tfdevices.core.devices import short_name
@@ -134,6 +135,7 @@ class PlacementLogger:
     """
 
     model: Any  # the model being trained: Keras' Callback.set_model sets it
+    __signature__: ClassVar[inspect.Signature]  # __init__'s (below the class)
 
     def __new__(cls, *args: Any, **kwargs: Any) -> PlacementLogger:
         """An instance of the callback class of the chosen Keras (``framework=``)."""
@@ -412,6 +414,14 @@ class PlacementLogger:
             if device not in self._warned:
                 self._warned.add(device)
                 warnings.warn(message, ResourceWarning, stacklevel=2)
+
+
+# help(), inspect and Sphinx read a class's signature from __new__ before __init__: __new__ only picks the Keras
+# base, so the class says __init__'s arguments.
+_init = inspect.signature(PlacementLogger.__init__)
+PlacementLogger.__signature__ = _init.replace(
+    parameters=list(_init.parameters.values())[1:], return_annotation=inspect.Signature.empty
+)
 
 
 @dataclass

@@ -24,6 +24,7 @@ from tfdevices.verify.records import (
     _flat,
     group_transfers,
 )
+from tfdevices.verify.renamed import Renamed
 
 __all__ = ["PlacementReport"]
 
@@ -85,11 +86,8 @@ def _name_matcher(pattern: str | Iterable[str]) -> Callable[[str], bool]:
     return matches
 
 
-# ----------------------------------------------------------------------------- the report
-
-
 @dataclass(frozen=True)
-class PlacementReport:
+class PlacementReport(Renamed):  # Renamed: report.copies and report.transfers(src, dst) answer until 0.4.0
     """Where the ops of one captured run really ran.
 
     Attributes:
