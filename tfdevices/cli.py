@@ -23,13 +23,6 @@ __all__ = ["EXIT_USAGE", "CLEAR", "watch", "COMMANDS", "EXAMPLES", "build_parser
 EXIT_USAGE = 2
 
 
-SPEC_FORMS = (
-    "GPUs: 'all', 'none' (or 'cpu'), 'auto:N' (the N best), NVML indices as nvidia-smi shows "
-    "them '0,2', a range '0-3', a MIG instance '0:1' (instance 1 of GPU 0), a UUID prefix 'GPU-8a3c'"
-)
-"""Every form of a GPU spec (``tfdevices.gpus.spec``), as the commands' help says it."""
-
-
 class _Parser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are :class:`UsageError`: one line naming what was wrong as typed,
     with the fix for that case as HINT (a close option, where an option goes, an example).
@@ -345,6 +338,8 @@ def _add_topo(p: argparse.ArgumentParser) -> None:
 
 
 def _add_select(p: argparse.ArgumentParser) -> None:
+    from tfdevices.gpus.spec import SPEC_FORMS
+
     p.description = 'Choose GPUs. Use as: eval "$(tfdevices select auto:2)"'
     p.add_argument("spec", help=SPEC_FORMS)
     p.add_argument("--min-free-memory", metavar="SIZE", help="skip GPUs with less free memory, e.g. 8GiB")
@@ -421,6 +416,8 @@ def _memory_limit(text: str | None) -> object:
 
 
 def _add_configure(p: argparse.ArgumentParser) -> None:
+    from tfdevices.gpus.spec import SPEC_FORMS
+
     p.description = (
         "Show what tfdevices.configure() would mask, split and limit, for this machine's GPUs or "
         "a saved inventory (--inventory), without applying it."

@@ -43,7 +43,13 @@ from tfdevices.core.lazy import LazyPattern
 from tfdevices.core.records import record
 from tfdevices.core.units import is_digits, parse_count, shown
 
-__all__ = ["MAX_GPUS", "MAX_SPEC_CHARS", "DeviceSpec", "parse_spec"]
+__all__ = ["MAX_GPUS", "MAX_SPEC_CHARS", "SPEC_FORMS", "DeviceSpec", "parse_spec"]
+
+SPEC_FORMS = (
+    "GPUs: 'all', 'none' (or 'cpu'), 'auto:N' (the N best), NVML indices as nvidia-smi shows "
+    "them '0,2', a range '0-3', a MIG instance '0:1' (instance 1 of GPU 0), a UUID prefix 'GPU-8a3c'"
+)
+"""Every form of a GPU spec (``tfdevices.gpus.spec``), as the commands' help says it."""
 
 _HINT = (
     "write 'all', 'none', 'auto:N' (the N best GPUs), or NVML indices as nvidia-smi shows them "

@@ -18,6 +18,7 @@ from tfdevices.core.errors import EnvVarError, LaunchError, Terms
 from tfdevices.core.units import shown
 from tfdevices.gpus.discovery import discover
 from tfdevices.gpus.selection import select
+from tfdevices.gpus.spec import SPEC_FORMS
 from tfdevices.jobs.handshake import TOKEN_ENV, rdzv_id, read_token
 from tfdevices.jobs.launch_config import CLI_TERMS, MAX_NODES, WORKERS_PER_CORE, LaunchConfig, check_worker_count
 from tfdevices.jobs.launcher import launch, own_address
@@ -48,9 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _add_workers(parser: argparse.ArgumentParser) -> None:
     """How many workers, on which GPUs, restarted how often."""
     parser.add_argument("-n", "--num-workers", type=int, required=True, help="worker processes on this machine")
-    parser.add_argument(
-        "--gpus", default="all", help="GPUs to spread over the workers: 'all' (default), 'none', 'auto:N', '0,2'"
-    )
+    parser.add_argument("--gpus", default="all", help=f"the workers' {SPEC_FORMS} (default: all)")
     parser.add_argument("--share", action="store_true", help="allow more workers than GPUs (they share GPUs)")
     parser.add_argument(
         "--oversubscribe",
