@@ -31,6 +31,7 @@ from tfdevices.jobs.launcher import (
 )
 from tfdevices.jobs.rendezvous import MASTER_PORT, MAX_WORKERS, Nodes
 from tfdevices.jobs.stall import StallPolicy
+from tfdevices.jobs.straggler import SlowRankPolicy
 from tfdevices.mends.base import parse_mends_off
 from tfdevices.mends.loopback import ALL, LOOPBACK
 
@@ -92,6 +93,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="quiet time that makes a stall (default: the larger of 60 s and 20x the median step; "
         "600 s before every rank finished a step)",
+    )
+    parser.add_argument(
+        "--no-slow-rank",
+        action="store_true",
+        help="do not name the slow rank (the rank the others wait for in the all-reduce) while the job runs, "
+        "nor print each rank's step split at its end (on by default)",
     )
     parser.add_argument(
         "--mends-off",
@@ -204,7 +211,11 @@ def run(args: argparse.Namespace) -> int:
         nodes=nodes,
         mend=not args.no_mend,
         mends_off=mends_off,
-        stall=StallPolicy(window_s=args.stall_window, timeout_s=args.stall_timeout),
+        stall=StallPolicy(
+            window_s=args.stall_window,
+            timeout_s=args.stall_timeout,
+            slow_rank=SlowRankPolicy(enabled=not args.no_slow_rank),
+        ),
         listen=listen,
         topology=_affinity_topology(getattr(args, "cpu_affinity", None), gpus),
     )
