@@ -51,9 +51,9 @@ WARMUP_STEPS = 2
 # at 128: steps timed, sums of between/step/callback seconds; the sample: step, its seconds, wait, input, cost
 _TIMES = struct.Struct("<qdddqdddd")
 _TIMES_AT = 128
-_RING = struct.Struct(f"<{2 * RING}d")  # (between, in step) per slot; slot = (timed - 1) % RING
+_RING = struct.Struct(f"<{3 * RING}f")  # (between, in a callback, in the step) per slot: slot = step's index % RING
 _RING_AT = _TIMES_AT + _TIMES.size
-_SLOT = struct.Struct("<dd")
+_SLOT = struct.Struct("<fff")
 _NAME = re.compile(r"rank(\d{1,7})\.progress")
 
 
@@ -70,9 +70,10 @@ class RankProgress:
         detail: what the phase is about (``"ModelCheckpoint.on_epoch_end"``), or ``""``.
         changed_at: when the record last changed (``time.time()``).
         last_step_s: the last finished step's duration (0 before the first).
-        recent: the latest timed steps (up to :data:`RING`, oldest first), each ``(between_s, step_s)``:
-            the time from the previous step's end to its beginning (less any time in a named callback),
-            and its own wall time. The first :data:`WARMUP_STEPS` steps are not timed.
+        recent: the latest timed steps (up to :data:`RING`, oldest first), each
+            ``(between_s, callback_s, step_s)``: the time from the previous step's end to its beginning
+            outside named callbacks, inside them (``fit``'s hooks), and its own wall time. The first
+            :data:`WARMUP_STEPS` steps are not timed.
         timed: steps timed so far.
         totals: the sums over the timed steps: ``(between_s, step_s, callback_s)``.
         sample: the last sampled step, ``(step, step_s, wait_s, input_s, cost_s)``: its wall time, its
@@ -88,7 +89,7 @@ class RankProgress:
     detail: str
     changed_at: float
     last_step_s: float
-    recent: tuple[tuple[float, float], ...] = ()
+    recent: tuple[tuple[float, float, float], ...] = ()
     timed: int = 0
     totals: tuple[float, float, float] = (0.0, 0.0, 0.0)
     sample: tuple[int, float, float, float, float] | None = None
@@ -141,7 +142,8 @@ class ProgressWriter:
         self._timed = 0
         self._sums = [0.0, 0.0, 0.0]
         self._sample: tuple[int, float, float, float, float] = (0, 0.0, 0.0, 0.0, 0.0)
-        self._slot: tuple[int, float, float] | None = None  # a ring slot to write: (offset, between, step)
+        self._slot: tuple[int, float, float, float] | None = None  # a ring slot to write: (offset, its 3 times)
+        self._in_callbacks = 0.0  # the running step's time in named callbacks before it began
         self._lock = threading.Lock()  # Keras 3 may run batch-end callbacks on another thread
         self.in_fit = False  # fit's callbacks mark its steps (fit_progress); step functions leave them
         self._write(detail=True)
@@ -202,6 +204,7 @@ class ProgressWriter:
             self._step_began = self._clock()
             ended = self._last_end and self.done == self.started - 1  # not pipelined behind a late end
             self._between = max(0.0, self._step_began - self._last_end - self._callback_s) if ended else 0.0
+            self._in_callbacks = self._callback_s if ended else 0.0
             self._callback_s = 0.0
             self._write(detail=cleared)
 
@@ -215,15 +218,15 @@ class ProgressWriter:
             self._last_end = self._clock()
             self._last_step_s = seconds if seconds is not None else self._last_end - self._step_began
             if step > WARMUP_STEPS and step == self.started:
-                self._time_step(self._between, self._last_step_s)
+                self._time_step(self._between, self._in_callbacks, self._last_step_s)
             cleared = False
             if step == self.started:
                 cleared, self._phase, self._detail = bool(self._detail), 3, b""
             self._write(detail=cleared)
 
-    def _time_step(self, between: float, seconds: float) -> None:
+    def _time_step(self, between: float, callbacks: float, seconds: float) -> None:
         """Puts a finished step in the ring (written with the record, inside the seqlock)."""
-        self._slot = (_RING_AT + _SLOT.size * (self._timed % RING), between, seconds)
+        self._slot = (_RING_AT + _SLOT.size * (self._timed % RING), between, callbacks, seconds)
         self._timed += 1
         self._sums[0] += between
         self._sums[1] += seconds
@@ -262,7 +265,7 @@ def read_record(path: str) -> RankProgress | None:
             slots = _RING.unpack_from(raw, _RING_AT)
             kept = min(max(timed, 0), RING)
             order = [(timed - kept + i) % RING for i in range(kept)]
-            recent = tuple((slots[2 * i], slots[2 * i + 1]) for i in order)
+            recent = tuple(slots[3 * i : 3 * i + 3] for i in order)
             return RankProgress(
                 rank,
                 pid,

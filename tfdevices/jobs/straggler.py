@@ -5,7 +5,8 @@ step takes as long as the slowest rank's: step counts and step times name nobody
 ranks apart is where each spends its step (:mod:`tfdevices.jobs.progress` keeps it per rank):
 
 - *between* steps: from one step's end to the next one's beginning (its input pipeline, its own
-  code; a named ``fit`` callback is counted apart, as a phase);
+  code), less the time in ``fit``'s callbacks, counted apart (*callback*: a chief's checkpoint once an
+  epoch stays out of the medians);
 - *input*: inside ``fit``'s step, the input pipeline's ops (the iterator's; from a sampled step);
 - *compute*: the rest of its step before and around the collectives;
 - *wait*: in the collectives (from a sampled step): the ranks that arrive first wait longest.
@@ -21,8 +22,8 @@ said in the job's summary, never as a slow rank. TensorFlow-free and pure, but f
 :class:`SlowRankWatch`, which keeps what the polls saw.
 
 >>> from tfdevices.jobs.progress import RankProgress
->>> fast = RankProgress(0, 10, 40, 40, "step", "", 0.0, 0.055, ((0.001, 0.055),) * 16, 38)
->>> slow = RankProgress(1, 11, 40, 40, "between", "", 0.0, 0.005, ((0.051, 0.005),) * 16, 38)
+>>> fast = RankProgress(0, 10, 40, 40, "step", "", 0.0, 0.055, ((0.001, 0.0, 0.055),) * 16, 38)
+>>> slow = RankProgress(1, 11, 40, 40, "between", "", 0.0, 0.005, ((0.051, 0.0, 0.005),) * 16, 38)
 >>> for part in find_slow_rank(split_ranks([fast, slow])).reason().split("; "):
 ...     print(part)
 rank 1 is the slow one: rank 0 waits 50 ms of each 55 ms step for it in the all-reduce
@@ -44,6 +45,7 @@ SLOW_RANK_ENV = "TFDEVICES_SLOW_RANK"
 #: What each component means, in the line that names a slow rank.
 WHY = {
     "between": "its input pipeline or its own code",
+    "callback": "its fit callbacks' code",
     "input": "its input pipeline, read inside fit's step",
     "compute": "its device is slower or busier: see `tfdevices list`",
 }
@@ -105,7 +107,8 @@ class RankSplit:
     Attributes:
         rank: the rank.
         steps: steps it has finished.
-        between_s: time between steps.
+        between_s: time between steps, outside ``fit``'s callbacks.
+        callback_s: time between steps in ``fit``'s callbacks.
         step_s: its step's wall time (input + compute + wait).
         input_s: inside the step, in the input pipeline's ops (``fit``), from a sampled step; 0 without one.
         compute_s: inside the step, neither input nor wait.
@@ -118,6 +121,7 @@ class RankSplit:
     rank: int
     steps: int
     between_s: float
+    callback_s: float
     step_s: float
     input_s: float
     compute_s: float
@@ -127,11 +131,11 @@ class RankSplit:
 
     @property
     def work_s(self) -> float:
-        """Its own work per step: between + input + compute (what the others wait for)."""
-        return self.between_s + self.input_s + self.compute_s
+        """Its own work per step: between + callback + input + compute (what the others wait for)."""
+        return self.between_s + self.callback_s + self.input_s + self.compute_s
 
     def component(self, name: str) -> float:
-        """``"between"``, ``"input"``, ``"compute"`` or ``"wait"``, in seconds."""
+        """``"between"``, ``"callback"``, ``"step"``, ``"input"``, ``"compute"`` or ``"wait"``, in seconds."""
         return float(getattr(self, f"{name}_s"))
 
 
@@ -149,10 +153,11 @@ def split_ranks(records: Sequence[RankProgress], min_steps: int = 1) -> tuple[Ra
     """
     if not records or any(len(r.recent) < min(min_steps, 16) or r.timed < min_steps for r in records):
         return ()
-    between = {r.rank: _median([b for b, _ in r.recent]) for r in records}
-    step = {r.rank: _median([s for _, s in r.recent]) for r in records}
+    between = {r.rank: _median([b for b, _, _ in r.recent]) for r in records}
+    callback = {r.rank: _median([c for _, c, _ in r.recent]) for r in records}
+    step = {r.rank: _median([s for _, _, s in r.recent]) for r in records}
     sampled = all(r.sample is not None and r.sample[1] > 0 for r in records)
-    most = max(between.values())
+    most = max(between[r.rank] + callback[r.rank] for r in records)
     splits = []
     for r in records:
         if sampled and r.sample is not None:
@@ -160,20 +165,10 @@ def split_ranks(records: Sequence[RankProgress], min_steps: int = 1) -> tuple[Ra
             wait_s = step[r.rank] * min(1.0, wait / seconds)
             input_s = step[r.rank] * min(1.0 - wait_s / step[r.rank] if step[r.rank] else 0.0, got / seconds)
         else:
-            wait_s, input_s = min(step[r.rank], most - between[r.rank]), 0.0
+            wait_s, input_s = min(step[r.rank], most - between[r.rank] - callback[r.rank]), 0.0
         compute_s = max(0.0, step[r.rank] - wait_s - input_s)
-        splits.append(
-            RankSplit(
-                r.rank,
-                r.done,
-                between[r.rank],
-                step[r.rank],
-                input_s,
-                compute_s,
-                wait_s,
-                sampled,
-            )
-        )
+        split = (between[r.rank], callback[r.rank], step[r.rank], input_s, compute_s, wait_s)
+        splits.append(RankSplit(r.rank, r.done, *split, sampled))
     best = min(s.work_s for s in splits)
     return tuple(
         dataclasses.replace(s, score=round(min(1.0, best / s.work_s), 3) if s.work_s > 0 else 1.0) for s in splits
@@ -186,7 +181,8 @@ class SlowRank:
 
     Attributes:
         rank: the slow rank.
-        component: where it spends more than the others: ``"between"``, ``"input"`` or ``"compute"``.
+        component: where it spends more than the others: ``"between"``, ``"callback"``, ``"input"`` or
+            ``"compute"``.
         splits: every rank's split.
         margin_s: the margin its wait gap passed.
     """
@@ -212,6 +208,10 @@ class SlowRank:
         whose = f"{who}'s" if len(others) == 1 else "the others'"
         if self.component == "between":
             tail = f"rank {self.rank} spends {_ms(me.between_s)} between steps"
+        elif self.component == "callback":
+            tail = (
+                f"rank {self.rank} spends {_ms(me.callback_s)} between steps in fit's callbacks, {whose} {_ms(theirs)}"
+            )
         elif self.component == "input":
             tail = f"rank {self.rank}'s step reads its input for {_ms(me.input_s)}, {whose} {_ms(theirs)}"
         else:
@@ -242,7 +242,7 @@ def find_slow_rank(splits: Sequence[RankSplit], policy: SlowRankPolicy | None = 
         return None  # another rank is nearly as slow: no one rank to name
     excess = {
         name: slow.component(name) - _median([s.component(name) for s in others])
-        for name in ("between", "input", "compute")
+        for name in ("between", "callback", "input", "compute")
     }
     component = max(excess, key=lambda k: excess[k])
     return SlowRank(slow.rank, component, tuple(splits), margin)
@@ -257,6 +257,9 @@ def link_bound(splits: Sequence[RankSplit], share: float = 0.5) -> bool:
     )
 
 
+_PARTS = ("between", "callback", "step", "input", "compute", "wait")
+
+
 def median_splits(history: Sequence[tuple[RankSplit, ...]]) -> tuple[RankSplit, ...]:
     """Each rank's split over many polls: the median of each component, scores taken again (pure)."""
     by_rank: dict[int, list[RankSplit]] = {}
@@ -265,34 +268,34 @@ def median_splits(history: Sequence[tuple[RankSplit, ...]]) -> tuple[RankSplit, 
             by_rank.setdefault(s.rank, []).append(s)
     merged = []
     for rank, seen in sorted(by_rank.items()):
-        between, step, got, compute, wait = (
-            _median([s.component(n) for s in seen]) for n in ("between", "step", "input", "compute", "wait")
-        )
-        merged.append(
-            RankSplit(rank, max(s.steps for s in seen), between, step, got, compute, wait, all(s.sampled for s in seen))
-        )
+        parts = [_median([s.component(n) for s in seen]) for n in _PARTS]
+        steps, sampled = max(s.steps for s in seen), all(s.sampled for s in seen)
+        merged.append(RankSplit(rank, steps, *parts, sampled))
     best = min((s.work_s for s in merged), default=0.0)
     return tuple(
         dataclasses.replace(s, score=round(min(1.0, best / s.work_s), 3) if s.work_s > 0 else 1.0) for s in merged
     )
 
 
+_WIDTHS = (4, 7, 8, 6, 7, 6, 5, 5)
+
+
 def rank_table(splits: Sequence[RankSplit]) -> list[str]:
     """The per-rank table the job's summary prints: ms per step in each part, the score, the steps.
 
-    >>> for line in rank_table([RankSplit(0, 300, 0.001, 0.055, 0.0, 0.005, 0.05, False, 0.107),
-    ...                         RankSplit(1, 300, 0.051, 0.005, 0.0, 0.005, 0.0, False, 1.0)]):
+    >>> for line in rank_table([RankSplit(0, 300, 0.001, 0.0, 0.055, 0.0, 0.005, 0.05, False, 1.0),
+    ...                         RankSplit(1, 300, 0.051, 0.0, 0.005, 0.0, 0.005, 0.0, False, 0.107)]):
     ...     print(line)
-    rank  between   input  compute    wait  score  steps
-       0      1.0     0.0      5.0    50.0   0.11    300
-       1     51.0     0.0      5.0     0.0   1.00    300
+    rank  between  callback   input  compute    wait  score  steps
+       0      1.0       0.0     0.0      5.0    50.0   1.00    300
+       1     51.0       0.0     0.0      5.0     0.0   0.11    300
     """
-    lines = [f"{'rank':>4}  {'between':>7}  {'input':>6}  {'compute':>7}  {'wait':>6}  {'score':>5}  {'steps':>5}"]
+    head = ("rank", "between", "callback", "input", "compute", "wait", "score", "steps")
+    lines = ["  ".join(f"{h:>{w}}" for h, w in zip(head, _WIDTHS))]
     for s in splits:
-        lines.append(
-            f"{s.rank:>4}  {s.between_s * 1e3:>7.1f}  {s.input_s * 1e3:>6.1f}  {s.compute_s * 1e3:>7.1f}  "
-            f"{s.wait_s * 1e3:>6.1f}  {s.score:>5.2f}  {s.steps:>5}"
-        )
+        parts = [s.between_s, s.callback_s, s.input_s, s.compute_s, s.wait_s]
+        cells = [str(s.rank), *(f"{p * 1e3:.1f}" for p in parts), f"{s.score:.2f}", str(s.steps)]
+        lines.append("  ".join(f"{c:>{w}}" for c, w in zip(cells, _WIDTHS)))
     return lines
 
 
@@ -318,8 +321,8 @@ class SlowRankWatch:
         """One poll's records: counted when every rank finished steps since the last counted poll."""
         if not self.policy.enabled or len(records) < 2:
             return
-        if any(r.done <= self._done.get(r.rank, -1) for r in records) or any(r.phase == "callback" for r in records):
-            return  # no new steps everywhere (a stall, a phase): nothing to add
+        if any(r.done <= self._done.get(r.rank, -1) for r in records):
+            return  # no new steps everywhere (a stall, a chief's checkpoint): nothing to add
         self._done = {r.rank: r.done for r in records}
         splits = split_ranks(records, self.policy.min_steps)
         if not splits:
