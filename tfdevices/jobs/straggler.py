@@ -167,8 +167,8 @@ def split_ranks(records: Sequence[RankProgress], min_steps: int = 1) -> tuple[Ra
         else:
             wait_s, input_s = min(step[r.rank], most - between[r.rank] - callback[r.rank]), 0.0
         compute_s = max(0.0, step[r.rank] - wait_s - input_s)
-        split = (between[r.rank], callback[r.rank], step[r.rank], input_s, compute_s, wait_s)
-        splits.append(RankSplit(r.rank, r.done, *split, sampled))
+        parts = (between[r.rank], callback[r.rank], step[r.rank])
+        splits.append(RankSplit(r.rank, r.done, *parts, input_s, compute_s, wait_s, sampled))
     best = min(s.work_s for s in splits)
     return tuple(
         dataclasses.replace(s, score=round(min(1.0, best / s.work_s), 3) if s.work_s > 0 else 1.0) for s in splits
@@ -270,7 +270,8 @@ def median_splits(history: Sequence[tuple[RankSplit, ...]]) -> tuple[RankSplit, 
     for rank, seen in sorted(by_rank.items()):
         parts = [_median([s.component(n) for s in seen]) for n in _PARTS]
         steps, sampled = max(s.steps for s in seen), all(s.sampled for s in seen)
-        merged.append(RankSplit(rank, steps, *parts, sampled))
+        between, callback, step, got, compute, wait = parts
+        merged.append(RankSplit(rank, steps, between, callback, step, got, compute, wait, sampled))
     best = min((s.work_s for s in merged), default=0.0)
     return tuple(
         dataclasses.replace(s, score=round(min(1.0, best / s.work_s), 3) if s.work_s > 0 else 1.0) for s in merged
