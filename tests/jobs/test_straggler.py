@@ -4,6 +4,7 @@ job shorter than the window, or a job bound by its link. Progress records keep e
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import subprocess
@@ -29,7 +30,6 @@ from tfdevices.jobs.straggler import (
     median_splits,
     policy_from_env,
     rank_table,
-    sample_every,
     split_ranks,
 )
 
@@ -196,17 +196,6 @@ def test_the_table_and_the_medians_over_the_job() -> None:
 
 
 @pytest.mark.parametrize(
-    "cost, step, every",
-    [(0.003, 0.003, 128), (0.003, 0.05, 16), (0.0, 0.01, 16), (1.0, 0.001, 1 << 17)],
-)
-def test_samples_are_spaced_to_cost_a_hundredth_of_the_steps(cost, step, every) -> None:
-    got = sample_every(cost, step)
-    assert got == every and (got & (got - 1)) == 0
-    if cost:
-        assert cost / (got * step) <= 0.01 or got == 16
-
-
-@pytest.mark.parametrize(
     "env, on",
     [
         ({}, True),
@@ -254,7 +243,24 @@ def test_a_short_job_or_a_watch_turned_off_says_nothing() -> None:
     assert said == [] and off.lines() == []
     short = SlowRankWatch(SlowRankPolicy(), said.append)
     _polls(short, [[_rec(0, 1, 55), _rec(1, 51, 5)]] * 2)
-    assert said == [] and short.lines()[-1] == "over the job, " + _named([_rec(0, 1, 55), _rec(1, 51, 5)]).reason()
+    assert said == [] and short.lines()[-1] == "no slow rank: the ranks wait alike"  # never named while it ran
+
+
+def test_the_watch_reads_samples_of_the_steps_every_rank_sampled() -> None:
+    """Rank 0 samples every 32 steps, rank 1 every 128: only step 128 is theirs; until then the wait is inferred."""
+    said: list[str] = []
+    watch = SlowRankWatch(SlowRankPolicy(), said.append)
+    for n, (mine, theirs) in enumerate([(32, None), (64, None), (96, None), (128, 128), (160, 128), (192, 128)]):
+        board = [
+            dataclasses.replace(_rec(0, 1, 42, steps=40 + n), sample=(mine, 0.042, 0.038, 0.0, 0.001)),
+            dataclasses.replace(
+                _rec(1, 1, 42, steps=40 + n), sample=None if theirs is None else (theirs, 0.042, 0.002, 0.0, 0.001)
+            ),
+        ]
+        watch.poll(board, 100.0 + n)
+    assert [all(s.sampled for s in splits) for _, splits in watch.history] == [False] * 3 + [True] * 3
+    assert len(said) == 1 and "rank 1's step takes 40 ms before the all-reduce, rank 0's 4.0 ms" in said[0]
+    assert watch.lines()[-2].startswith("over the job, rank 1 is the slow one: rank 0 waits 38 ms")
 
 
 def test_polls_without_new_steps_do_not_count() -> None:
@@ -377,6 +383,21 @@ def test_a_rank_slow_between_steps_is_named_while_the_job_runs(mode: str, reason
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("slow_rank")
+@pytest.mark.parametrize("mode", ["loop", "fit"])
+def test_a_rank_slow_inside_its_step_before_the_all_reduce_is_named_from_sampled_steps(mode: str) -> None:
+    out = _launch(mode, "compute", "1", 300)  # rank 1's step does 40 more matmuls before the all-reduce
+    line = _live_line(out)
+    reason = (
+        r"rank 0 waits [\d.]+ ms of each [\d.]+ ms step for it in the all-reduce; rank 1's step takes ([\d.]+) ms "
+        r"before the all-reduce, rank 0's ([\d.]+) ms \(its device is slower or busier: see `tfdevices list`\)$"
+    )
+    assert re.search(reason, line), line
+    assert "each rank's step, ms (median of" in out and "sampled steps):" in out, out[-3000:]
+    assert "weighting each rank's share of the batch by its speed" in out, out[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("slow_rank")
 @pytest.mark.parametrize(
     "mode, kind, ranks",
     [
@@ -388,7 +409,7 @@ def test_a_rank_slow_between_steps_is_named_while_the_job_runs(mode: str, reason
 def test_no_slow_rank_is_named_for_work_done_alike_or_a_chiefs_checkpoint(mode: str, kind: str, ranks: str) -> None:
     out = _launch(mode, kind, ranks, 120)
     assert "is the slow one" not in out, out[-3000:]
-    assert "no slow rank: the ranks wait alike" in out, out[-3000:]  # the summary at the end still came
+    assert "each rank's step, ms (median of" in out, out[-3000:]  # the summary at the end still came
 
 
 @pytest.mark.slow
@@ -396,3 +417,17 @@ def test_no_slow_rank_is_named_for_work_done_alike_or_a_chiefs_checkpoint(mode: 
 def test_no_slow_rank_turns_it_off() -> None:
     out = _launch("loop", "between", "1", 60, "--no-slow-rank")
     assert "slow one" not in out and "each rank's step" not in out, out[-3000:]
+
+
+def test_slow_rank_report_from_python_beats_the_environment(monkeypatch) -> None:
+    from tfdevices.core.errors import InputError
+    from tfdevices.jobs import reporting
+    from tfdevices.jobs.stall import StallPolicy, StallWatch
+
+    monkeypatch.setitem(reporting._STATE, "slow_rank", None)
+    monkeypatch.setitem(reporting._STATE, "watch", StallWatch("/nonexistent", [0, 1], StallPolicy(), print))
+    reporting.slow_rank_report(False)
+    assert reporting._STATE["watch"].policy.slow_rank.enabled is False
+    assert reporting._policy(StallPolicy(slow_rank=SlowRankPolicy(enabled=True))).slow_rank.enabled is False
+    with pytest.raises(InputError, match="slow_rank_report\\('no'\\): not True or False"):
+        reporting.slow_rank_report("no")

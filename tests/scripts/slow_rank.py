@@ -24,6 +24,7 @@ import tfdevices
 
 SLEEP_S = 0.04
 EXTRA_MATMULS = 40
+MATRIX = 256
 
 
 def main(mode: str, kind: str, ranks: set[int], steps: int) -> None:
@@ -46,23 +47,25 @@ def main(mode: str, kind: str, ranks: set[int], steps: int) -> None:
 
 
 def _work(tf, x, extra: int):
+    """``extra`` matmuls of ``x`` (a variable: nothing folded at trace time): more work on this replica."""
     y = x
-    for _ in range(extra):  # more work on this replica before the all-reduce
+    for _ in range(extra):
         y = tf.tanh(tf.matmul(y, x))
-    return y
+    return tf.reduce_mean(y)
 
 
 def loop(tf, strategy, steps: int, extra: int, sleep: float) -> None:
     with strategy.scope():
         w = tf.Variable(tf.zeros((128, 128)))
+        m = tf.Variable(tf.random.stateless_normal((MATRIX, MATRIX), seed=(3, 4)) * 0.03)
     x = tf.random.stateless_normal((128, 128), seed=(1, 2)) * 0.1
 
     @tf.function
     def step():
         def replica():
-            y = _work(tf, x, extra)
+            y = tf.reduce_mean(tf.matmul(x, x)) + _work(tf, m, extra)
             context = tf.distribute.get_replica_context()
-            w.assign_add(context.all_reduce(tf.distribute.ReduceOp.SUM, tf.reduce_mean(y) * tf.ones((128, 128))))
+            w.assign_add(context.all_reduce(tf.distribute.ReduceOp.SUM, y * tf.ones((128, 128))))
 
         strategy.run(replica)
 
@@ -85,8 +88,11 @@ def fit(tf, strategy, rank: int, kind: str, steps: int, extra: int, slow: bool) 
                 time.sleep(1.5)  # the chief alone writes a slow checkpoint
 
     class Extra(keras.layers.Layer):
+        def build(self, shape):
+            self.m = self.add_weight(shape=(MATRIX, MATRIX), initializer="random_normal", trainable=False)
+
         def call(self, x):
-            return x + 0.0 * tf.reduce_mean(_work(tf, tf.ones((128, 128)) * 0.01, extra))
+            return x + 0.0 * _work(tf, self.m, extra)
 
     x = tf.random.stateless_normal((16 * steps, 4), seed=(1, 2))
     y = tf.reduce_sum(x, axis=1, keepdims=True)

@@ -154,6 +154,16 @@ class ProgressWriter:
         return PHASES[self._phase]
 
     @property
+    def last_step_s(self) -> float:
+        """The last finished step's duration (0 before the first)."""
+        return self._last_step_s
+
+    @property
+    def last_cycle_s(self) -> float:
+        """The last timed step's whole duration: between steps, in callbacks and in the step."""
+        return self._between + self._in_callbacks + self._last_step_s
+
+    @property
     def detail(self) -> str:
         """What the phase is about."""
         return self._detail.decode("utf-8", "replace")

@@ -35,6 +35,7 @@ from tfdevices.core.errors import EnvVarError
 from tfdevices.core.units import parse_seconds, shown
 from tfdevices.jobs import straggler
 from tfdevices.jobs.progress import RankProgress, read_board
+from tfdevices.jobs.rank_report import write_ranks
 from tfdevices.jobs.straggler import SlowRankPolicy, SlowRankWatch
 
 STALL_WINDOW_ENV = "TFDEVICES_STALL_WINDOW"
@@ -321,7 +322,11 @@ def write_timeline(
 ) -> list[str]:
     """Writes each rank's steps over time: ``steps.json`` and, with matplotlib, ``steps.png``.
 
-    A straggler is the rank whose line stays below the others'; a shaded span is a rank in a callback.
+    With ``slow`` (the slow-rank watch) that saw steps split, ``steps.png`` shows where each rank spends
+    its step, and ``ranks.json`` and a TensorBoard run per rank are written too
+    (:func:`~tfdevices.jobs.rank_report.write_ranks`): a collective keeps every rank's step count
+    together, so the rank the others wait for shows in the split, not in the steps. Without it, the
+    picture is each rank's steps over time (a shaded span: a rank in a callback).
     ``end`` (a ``time.time()``): when the watch last looked, where the lines end. Returns the files written.
     """
     import json  # noqa: PLC0415 (only at the end of a job)
@@ -335,6 +340,8 @@ def write_timeline(
     written = [os.path.join(directory, "steps.json")]
     with open(written[0], "w", encoding="utf-8") as f:
         json.dump({"start": start, "columns": ["seconds", "steps begun", "phase"], "ranks": ranks}, f)
+    if slow is not None and slow.history:  # where each rank spends its step: the picture is of that
+        return written + write_ranks(slow, directory)
     try:
         import matplotlib  # noqa: PLC0415 (pictures are optional)
 

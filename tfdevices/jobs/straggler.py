@@ -33,7 +33,6 @@ rank 1 spends 51 ms between steps (its input pipeline or its own code)
 from __future__ import annotations
 
 import dataclasses
-import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 
@@ -49,11 +48,6 @@ WHY = {
     "input": "its input pipeline, read inside fit's step",
     "compute": "its device is slower or busier: see `tfdevices list`",
 }
-#: A sampled step costs at most this share of the steps between samples.
-SAMPLE_BUDGET = 0.01
-#: Steps between samples at the least (a power of two: every rank samples the same steps).
-SAMPLE_EVERY_MIN = 16
-SAMPLE_EVERY_MAX = 1 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -249,11 +243,13 @@ def find_slow_rank(splits: Sequence[RankSplit], policy: SlowRankPolicy | None = 
 
 
 def link_bound(splits: Sequence[RankSplit], share: float = 0.5) -> bool:
-    """Every rank waits in the collectives for at least ``share`` of its step, measured (not a slow rank)."""
+    """Every rank waits in the collectives for at least ``share`` of its whole step (from the previous step's
+    end to its own), measured (not inferred): the link, not a rank.
+    """
     return (
         len(splits) >= 2
         and all(s.sampled for s in splits)
-        and all(s.step_s > 0 and s.wait_s >= share * s.step_s for s in splits)
+        and all(s.step_s > 0 and s.wait_s >= share * (s.between_s + s.callback_s + s.step_s) for s in splits)
     )
 
 
@@ -279,6 +275,8 @@ def median_splits(history: Sequence[tuple[RankSplit, ...]]) -> tuple[RankSplit, 
 
 
 _WIDTHS = (4, 7, 8, 6, 7, 6, 5, 5)
+#: Sampled steps (the latest every rank sampled) whose median shares of wait and input a poll uses.
+SAMPLES = 5
 
 
 def rank_table(splits: Sequence[RankSplit]) -> list[str]:
@@ -317,6 +315,8 @@ class SlowRankWatch:
         self._candidate: tuple[int, str] | None = None
         self._streak = 0
         self._done: dict[int, int] = {}
+        self._samples: dict[int, dict[int, tuple[int, float, float, float, float]]] = {}  # rank -> step -> sample
+        self.ever: set[tuple[int, str]] = set()  # (rank, component) named while the job ran
 
     def poll(self, records: Sequence[RankProgress], now: float) -> None:
         """One poll's records: counted when every rank finished steps since the last counted poll."""
@@ -325,7 +325,7 @@ class SlowRankWatch:
         if any(r.done <= self._done.get(r.rank, -1) for r in records):
             return  # no new steps everywhere (a stall, a chief's checkpoint): nothing to add
         self._done = {r.rank: r.done for r in records}
-        splits = split_ranks(records, self.policy.min_steps)
+        splits = split_ranks(self._with_common_samples(records), self.policy.min_steps)
         if not splits:
             return
         if len(self.history) < 100_000:
@@ -341,12 +341,37 @@ class SlowRankWatch:
             if slow is None and self.named is not None:
                 self._tell(f"tfdevices: rank {self.named.rank} is no longer the slow one: the ranks wait alike")
             elif slow is not None:
+                self.ever.add((slow.rank, slow.component))
                 self._tell("tfdevices: " + slow.reason())
         self.named = slow
 
     def _tell(self, line: str) -> None:
         self.said.append(line)
         self.say(line)
+
+    def _with_common_samples(self, records: Sequence[RankProgress]) -> list[RankProgress]:
+        """The records with each rank's sample taken over the latest steps every rank sampled (up to
+        :data:`SAMPLES`; the median share of wait and input): ranks that spaced their samples apart
+        meet on the multiples of the larger spacing; without a common step, no sample.
+        """
+        for r in records:
+            if r.sample is not None:
+                kept = self._samples.setdefault(r.rank, {})
+                kept[r.sample[0]] = r.sample
+                while len(kept) > 4 * SAMPLES:
+                    del kept[min(kept)]
+        common = set.intersection(*(set(self._samples.get(r.rank, ())) for r in records))
+        steps = sorted(common)[-SAMPLES:]
+        out = []
+        for r in records:
+            sample = None
+            if steps:
+                seen = [self._samples[r.rank][n] for n in steps]
+                wait = _median([w / t for _, t, w, _, _ in seen if t > 0])
+                got = _median([i / t for _, t, _, i, _ in seen if t > 0])
+                sample = (steps[-1], 1.0, wait, got, _median([c for *_, c in seen]))
+            out.append(dataclasses.replace(r, sample=sample))
+        return out
 
     def lines(self) -> list[str]:
         """The job's summary for the console: the table, the slow rank or the link, and what would help."""
@@ -372,34 +397,19 @@ class SlowRankWatch:
         return lines
 
     def summary(self) -> tuple[tuple[RankSplit, ...], SlowRank | None, bool]:
-        """Every rank's split over the job (medians of the polls), the slow rank it shows, and whether the
-        link is the bottleneck.
+        """Every rank's split over the job (medians of the polls), the slow rank it shows (one named while
+        the job ran), and whether the link is the bottleneck.
         """
-        splits = median_splits([s for _, s in self.history])
-        return splits, find_slow_rank(splits, self.policy), link_bound(splits)
-
-
-def sample_every(cost_s: float, step_s: float, budget: float = SAMPLE_BUDGET) -> int:
-    """Steps between sampled steps: the least power of two (at least :data:`SAMPLE_EVERY_MIN`) that keeps a
-    sample's cost within ``budget`` of the steps between samples. Powers of two: ranks that measured a
-    different cost still sample the same steps (every multiple of the larger).
-
-    >>> sample_every(0.003, 0.003)  # a 3 ms capture of a 3 ms step: at most every 100 steps
-    128
-    >>> sample_every(0.003, 0.05)
-    16
-    """
-    if not (cost_s > 0 and step_s > 0) or math.isinf(cost_s):
-        return SAMPLE_EVERY_MIN
-    wanted = cost_s / (budget * step_s)
-    every = SAMPLE_EVERY_MIN
-    while every < wanted and every < SAMPLE_EVERY_MAX:
-        every *= 2
-    return every
+        polls = [s for _, s in self.history]
+        measured = [s for s in polls if all(r.sampled for r in s)]
+        splits = median_splits(measured or polls)  # where samples came, the polls before them are left out
+        slow = find_slow_rank(splits, self.policy)
+        if slow is not None and (slow.rank, slow.component) not in self.ever:
+            slow = None  # never persistent while the job ran: not named over it either
+        return splits, slow, link_bound(splits)
 
 
 __all__ = [
-    "SAMPLE_BUDGET",
     "SLOW_RANK_ENV",
     "WHY",
     "RankSplit",
@@ -411,6 +421,5 @@ __all__ = [
     "median_splits",
     "policy_from_env",
     "rank_table",
-    "sample_every",
     "split_ranks",
 ]
