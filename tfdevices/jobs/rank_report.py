@@ -121,7 +121,9 @@ def draw_ranks(data: Mapping[str, Any], path: str) -> str | None:
     except ImportError:
         return None
     ranks = data["ranks"]
-    fig, (bars, lines) = plt.subplots(2, 1, figsize=(9, 2.2 + 0.45 * len(ranks) + 2.6))
+    fig, (bars, lines) = plt.subplots(
+        2, 1, figsize=(9, 2.8 + 0.45 * len(ranks) + 2.6), height_ratios=(1.2 + 0.3 * len(ranks), 2.6)
+    )
     for row, rank in enumerate(ranks):
         left = 0.0
         for part in PARTS:
@@ -137,7 +139,8 @@ def draw_ranks(data: Mapping[str, Any], path: str) -> str | None:
     if data.get("link_bound"):
         title += " (every rank waits in the all-reduce: the link is the bottleneck)"
     bars.set_title(f"where each rank spends its step: {title}", fontsize=10)
-    bars.legend(loc="lower right", fontsize=8, ncol=len(PARTS))
+    bars.legend(loc="upper center", bbox_to_anchor=(0.5, -0.32), fontsize=8, ncol=len(PARTS), frameon=False)
+    bars.set_xlim(0, 1.15 * max([sum(r[f"{p}_ms"] for p in PARTS) for r in ranks] + [1e-3]))
     for rank, points in sorted(data["over_time"].items(), key=lambda kv: int(kv[0])):
         t = [p[0] for p in points]
         (line,) = lines.plot(t, [sum(p[1:5]) for p in points], label=f"rank {rank}: own work")
