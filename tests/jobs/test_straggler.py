@@ -431,3 +431,36 @@ def test_slow_rank_report_from_python_beats_the_environment(monkeypatch) -> None
     assert reporting._policy(StallPolicy(slow_rank=SlowRankPolicy(enabled=True))).slow_rank.enabled is False
     with pytest.raises(InputError, match="slow_rank_report\\('no'\\): not True or False"):
         reporting.slow_rank_report("no")
+
+
+# --------------------------------------------------------------------------- srun: rank 0 watches
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("engines")
+def test_under_srun_rank_0_names_the_slow_rank_while_the_job_runs(tmp_path) -> None:
+    """Two jobs in one real one-node SLURM: rank 1 slow between steps, then rank 1 slow inside its step."""
+    from tests.engines import slurm_cluster
+
+    with slurm_cluster(str(tmp_path / "slurm")) as slurm:
+        for kind, steps, reason in (
+            ("between", 120, r"rank 1 spends \d+ ms between steps \(its input pipeline or its own code\)"),
+            ("compute", 300, r"rank 1's step takes [\d.]+ ms before the all-reduce, rank 0's [\d.]+ ms"),
+        ):
+            proc = subprocess.run(
+                ["srun", "-n", "2", "--kill-on-bad-exit=1", sys.executable, SCRIPT, "loop", kind, "1", str(steps)],
+                env=subprocess_env(slurm),
+                cwd=REPO,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            out = proc.stdout + proc.stderr
+            assert proc.returncode == 0 and "rank 0 done" in out and "rank 1 done" in out, out[-3000:]
+            said = proc.stderr.splitlines()  # rank 0's watch thread says on its stderr
+            live = [n for n, line in enumerate(said) if line.startswith("tfdevices: rank 1 is the slow one: ")]
+            summary = [n for n, line in enumerate(said) if line.startswith("tfdevices: over the job, ")]
+            assert live and summary and live[0] < summary[0], out[-3000:]  # said before rank 0's exit summary
+            assert re.search(
+                r"rank 0 waits [\d.]+ ms of each [\d.]+ ms step for it in the all-reduce; " + reason, said[live[0]]
+            )

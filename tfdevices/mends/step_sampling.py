@@ -152,6 +152,8 @@ class StepSampler:
         self._began = self._step = self._cycle = 0.0
         self._running = False
         self._warm = False
+        self.samples = 0  # steps sampled (the warm-up included)
+        self.spent_s = 0.0  # what the samples cost in all: the profiler's start and stop, the read
 
     def due(self, step: int) -> bool:
         """Whether step ``step`` (its number, from 1) is sampled."""
@@ -197,11 +199,13 @@ class StepSampler:
         except Exception as err:  # noqa: BLE001 (a profile that cannot be read ends sampling, never the step)
             self._stop_sampling(f"{type(err).__name__}: {err}")
             return
+        step_s = writer.last_step_s
+        cost = max(0.0, time.perf_counter() - self._began - min(step_s, self._step or step_s))
+        self.samples += 1
+        self.spent_s += cost
         if not self._warm:  # the profiler's first start in a process takes about 0.1 s: that step is not read
             self._warm = True
             return
-        step_s = writer.last_step_s
-        cost = max(0.0, time.perf_counter() - self._began - min(step_s, self._step or step_s))
         writer.sample(step, step_s, min(wait_s, step_s), min(input_s, step_s), cost)
         self.every = max(self.every, sample_every(cost, self._cycle or step_s))
 
