@@ -60,6 +60,7 @@ def worker(steps: int, sleep_s: float) -> None:
 
     for _ in range(20):  # compiled and warm before the timed loop
         step()
+    print(f"LOOP {time.time()}", flush=True)
     times = []
     start = time.perf_counter()
     for _ in range(steps):
@@ -96,19 +97,30 @@ def _launch(steps: int, sleep_s: float, *extra: str, log_dir: str | None = None)
         cmd += ["--log-dir", log_dir]
     cmd += ["--", sys.executable, os.path.abspath(__file__), "--worker", str(steps), str(sleep_s)]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    began, named, timings, lines = time.monotonic(), None, {}, []
+    began, named, timings, lines, loop = time.monotonic(), None, {}, [], None
     for line in proc.stdout:  # type: ignore[union-attr]
         lines.append(line.rstrip("\n"))
         if LINE in line and named is None:
-            named = time.monotonic() - began
+            named = time.time()
+        match = re.search(r"\[0\] LOOP ([\d.]+)", line)
+        if match:
+            loop = float(match.group(1))
         match = re.search(r"TIMING (\{.*\})", line)
         if match:
             data = json.loads(match.group(1))
             timings[data["rank"]] = data
     proc.wait()
+    for rank in (0, 1):  # with --log-dir the console shows rank 0's lines; each rank's are in its log
+        path = os.path.join(log_dir or "", f"rank{rank}.log")
+        if log_dir and rank not in timings and os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                found = re.findall(r"TIMING (\{.*\})", f.read())
+            if found:
+                timings[rank] = json.loads(found[-1])
     if proc.returncode != 0 or len(timings) != 2:
         raise SystemExit("job failed:\n" + "\n".join(lines[-40:]))
-    return {"timings": timings, "named_after_s": named, "lines": lines, "wall_s": time.monotonic() - began}
+    after = None if named is None or loop is None else named - loop  # from the timed loop's first step
+    return {"timings": timings, "named_after_s": after, "lines": lines, "wall_s": time.monotonic() - began}
 
 
 def cost(steps: int) -> float:
@@ -142,7 +154,9 @@ def detection(steps: int, balanced_s: float) -> None:
     print(
         f"## 2-3. how soon, and the scores: rank 1 sleeps before each step (balanced step {balanced_s * 1e3:.2f} ms)\n"
     )
-    print("| imbalance | sleep ms | named after s (from launch) | steps by then | rank 1's score | score made | line |")
+    print(
+        "| imbalance | sleep ms | named after s (from step 21) | steps by then | rank 1's score | score made | line |"
+    )
     print("|---|---:|---:|---:|---:|---:|---|")
     for label, factor in (("10%", 0.1), ("50%", 0.5), ("10x", 10.0)):
         sleep_s = factor * balanced_s
@@ -152,8 +166,7 @@ def detection(steps: int, balanced_s: float) -> None:
                 ranks = json.load(f)
         wall = job["timings"][1]["wall_s"]
         named = job["named_after_s"]
-        start_to_loop = job["wall_s"] - wall  # launch, TensorFlow's start, the warm-up steps
-        steps_then = "-" if named is None else max(0, round((named - start_to_loop) / (wall / steps)))
+        steps_then = "-" if named is None else 20 + round(named / (wall / steps))  # the 20 warm-up steps first
         score = {r["rank"]: r["score"] for r in ranks["ranks"]}.get(1)
         own = ranks["ranks"][0]["between_ms"] + ranks["ranks"][0]["compute_ms"]  # the fast rank's own work
         made = own / (own + sleep_s * 1e3) if own else None
@@ -169,9 +182,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=2000, help="steps of each cost run")
     parser.add_argument("--detect-steps", type=int, default=600, help="steps of each detection run")
+    parser.add_argument("--balanced-ms", type=float, help="skip part 1: the balanced step to make imbalances of")
     args = parser.parse_args()
     print(f"# bench_straggler, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load {os.getloadavg()[0]:.1f}\n")
-    balanced = cost(args.steps)
+    balanced = args.balanced_ms / 1e3 if args.balanced_ms else cost(args.steps)
     detection(args.detect_steps, balanced)
 
 

@@ -331,11 +331,11 @@ SCRIPT = os.path.join(REPO, "tests", "scripts", "slow_rank.py")
 LIVE = "[launcher] tfdevices: rank 1 is the slow one: rank 0 waits "
 
 
-def _launch(mode: str, kind: str, ranks: str, steps: int, *args: str) -> str:
+def _launch(mode: str, kind: str, ranks: str, steps: int, *args: str, env: dict[str, str] | None = None) -> str:
     proc = subprocess.run(
         [sys.executable, "-m", "tfdevices", "launch", "-n", "2", *args, "--", sys.executable, SCRIPT, mode, kind]
         + [ranks, str(steps)],
-        env=subprocess_env(),
+        env=subprocess_env(env),
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -367,10 +367,15 @@ def _live_line(out: str) -> str:
             "fit",
             r"rank 1 spends \d+ ms between steps in fit's callbacks, rank 0's [\d.]+ ms \(its fit callbacks' code\)$",
         ),
+        (  # tf_keras' fit (Ray Train's workers set TF_USE_LEGACY_KERAS=1)
+            "fit-tf_keras",
+            r"rank 1 spends \d+ ms between steps in fit's callbacks, rank 0's [\d.]+ ms \(its fit callbacks' code\)$",
+        ),
     ],
 )
 def test_a_rank_slow_between_steps_is_named_while_the_job_runs(mode: str, reason: str) -> None:
-    out = _launch(mode, "between", "1", 120)
+    legacy = {"TF_USE_LEGACY_KERAS": "1"} if mode.endswith("tf_keras") else None
+    out = _launch(mode.split("-")[0], "between", "1", 120, env=legacy)
     line = _live_line(out)
     assert re.search(r"rank 0 waits (\d+) ms of each (\d+) ms step for it in the all-reduce; " + reason, line), line
     waits = int(re.search(r"waits (\d+) ms", line).group(1))

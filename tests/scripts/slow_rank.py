@@ -76,7 +76,7 @@ def loop(tf, strategy, steps: int, extra: int, sleep: float) -> None:
 
 
 def fit(tf, strategy, rank: int, kind: str, steps: int, extra: int, slow: bool) -> None:
-    import keras
+    keras = tf.keras  # Keras 3, or tf_keras under TF_USE_LEGACY_KERAS=1
 
     class Slow(keras.callbacks.Callback):
         def on_train_batch_begin(self, batch, logs=None):
