@@ -247,12 +247,14 @@ def test_a_short_job_or_a_watch_turned_off_says_nothing() -> None:
 
 
 def test_the_watch_reads_samples_of_the_steps_every_rank_sampled() -> None:
-    """Rank 0 samples every 32 steps, rank 1 every 128: only step 128 is theirs; until then the wait is inferred."""
+    """Rank 0 samples every 32 steps, rank 1 every 128: only step 128 is both's; until then the wait is inferred."""
     said: list[str] = []
     watch = SlowRankWatch(SlowRankPolicy(), said.append)
-    for n, (mine, theirs) in enumerate([(32, None), (64, None), (96, None), (128, 128), (160, 128), (192, 128)]):
+    # rank 0's own later samples (160, 192: rank 1 sampled neither) say nothing of what rank 1 did then
+    samples = [(32, None, 0.038), (64, None, 0.038), (96, None, 0.038), (128, 128, 0.038), (160, 128, 0.002)]
+    for n, (mine, theirs, wait) in enumerate([*samples, (192, 128, 0.002)]):
         board = [
-            dataclasses.replace(_rec(0, 1, 42, steps=40 + n), sample=(mine, 0.042, 0.038, 0.0, 0.001)),
+            dataclasses.replace(_rec(0, 1, 42, steps=40 + n), sample=(mine, 0.042, wait, 0.0, 0.001)),
             dataclasses.replace(
                 _rec(1, 1, 42, steps=40 + n), sample=None if theirs is None else (theirs, 0.042, 0.002, 0.0, 0.001)
             ),
