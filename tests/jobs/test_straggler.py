@@ -471,3 +471,26 @@ def test_under_srun_rank_0_names_the_slow_rank_while_the_job_runs(tmp_path) -> N
             assert re.search(
                 r"rank 0 waits [\d.]+ ms of each [\d.]+ ms step for it in the all-reduce; " + reason, said[live[0]]
             )
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("engines")
+def test_under_ray_train_rank_0_names_the_slow_rank(tmp_path) -> None:
+    """Ray Train writes TF_CONFIG in each worker: rank 0's watch reads both ranks' records and names rank 1."""
+    try:
+        import ray.train.tensorflow  # noqa: F401
+    except ImportError as err:
+        pytest.fail(f"Ray Train is not installed ({err}; pip install 'ray[train]', the test extra)")
+    proc = subprocess.run(
+        [sys.executable, os.path.join(REPO, "tests", "scripts", "ray_slow.py"), str(tmp_path), "150"],
+        env=subprocess_env({"RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "ray slow done" in out, out[-3000:]
+    live = re.search(r"tfdevices: rank 1 is the slow one: rank 0 waits \d+ ms of each \d+ ms step for it", out)
+    assert live and "rank 1 spends" in out[live.start() : live.start() + 300], out[-3000:]
+    # no summary table here: Ray ends its workers without their exit hooks (rank 0's table is printed at exit)
