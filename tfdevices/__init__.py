@@ -81,6 +81,9 @@ _EXPORTS: dict[str, str] = {
     "gpu_for_rank": "jobs",
     "GpuAssignment": "jobs",
     "stall_timeout": "jobs",
+    "slow_rank_report": "jobs",
+    "read_ranks": "jobs",
+    "JobRanks": "jobs",
     # verify
     "capture": "verify",
     "PlacementReport": "verify",

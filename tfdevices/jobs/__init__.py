@@ -12,8 +12,9 @@ from tfdevices.core.lazy import lazy_names
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
 if TYPE_CHECKING:
     from tfdevices.jobs.env import RANK_GPUS, LaunchInfo, launch_info
+    from tfdevices.jobs.rank_report import JobRanks, read_ranks
     from tfdevices.jobs.ranks import GpuAssignment, gpu_for_rank
-    from tfdevices.jobs.reporting import stall_timeout
+    from tfdevices.jobs.reporting import slow_rank_report, stall_timeout
     from tfdevices.jobs.slurm import step_cluster
 
 # public name -> the module that defines it
@@ -25,9 +26,23 @@ _EXPORTS = {
     "GpuAssignment": "tfdevices.jobs.ranks",
     "step_cluster": "tfdevices.jobs.slurm",
     "stall_timeout": "tfdevices.jobs.reporting",
+    "slow_rank_report": "tfdevices.jobs.reporting",
+    "read_ranks": "tfdevices.jobs.rank_report",
+    "JobRanks": "tfdevices.jobs.rank_report",
 }
 
-__all__ = ["launch_info", "LaunchInfo", "gpu_for_rank", "GpuAssignment", "RANK_GPUS", "step_cluster", "stall_timeout"]
+__all__ = [
+    "launch_info",
+    "LaunchInfo",
+    "gpu_for_rank",
+    "GpuAssignment",
+    "RANK_GPUS",
+    "step_cluster",
+    "stall_timeout",
+    "slow_rank_report",
+    "read_ranks",
+    "JobRanks",
+]
 
 
 __getattr__, __dir__ = lazy_names(globals(), _EXPORTS)

@@ -11,6 +11,8 @@ machine, rank 0 runs the same :class:`~tfdevices.jobs.stall.StallWatch` on a thr
 
 from __future__ import annotations
 
+import atexit
+import dataclasses
 import math
 import os
 import signal
@@ -33,7 +35,7 @@ LAUNCHER_WATCHES_ENV = "TFDEVICES_LAUNCHER_WATCHES"
 STALL_STATUS = 3
 _POLL_S = 1.0
 
-_STATE: dict[str, object] = {"writer": None, "watch": None, "timeout": None}
+_STATE: dict[str, object] = {"writer": None, "watch": None, "timeout": None, "slow_rank": None}
 
 
 def stall_timeout(seconds: float | None) -> None:
@@ -52,7 +54,29 @@ def stall_timeout(seconds: float | None) -> None:
     _STATE["timeout"] = seconds
     watch = _STATE["watch"]
     if isinstance(watch, StallWatch):
-        watch.policy = StallPolicy(watch.policy.window_s, watch.policy.startup_s, seconds)
+        watch.policy = dataclasses.replace(watch.policy, timeout_s=seconds)
+
+
+def slow_rank_report(enabled: bool) -> None:
+    """Turns the slow-rank report (the rank the others wait for, named while the job runs, and each rank's step
+    split at its end) on or off, from Python; it is on by default.
+
+    For jobs started by ``srun``, Ray Train or any launcher other than ``tfdevices launch`` (which takes
+    ``--no-slow-rank``): rank 0's watch reads it. An explicit call beats ``TFDEVICES_SLOW_RANK``.
+
+    Raises:
+        InputError: ``enabled`` is not a bool.
+    """
+    if not isinstance(enabled, bool):
+        raise InputError(
+            f"slow_rank_report({shown(enabled)}): not True or False.", hint="e.g. slow_rank_report(False)."
+        )
+    _STATE["slow_rank"] = enabled
+    watch = _STATE["watch"]
+    if isinstance(watch, StallWatch):
+        watch.policy = dataclasses.replace(
+            watch.policy, slow_rank=dataclasses.replace(watch.policy.slow_rank, enabled=enabled)
+        )
 
 
 def start_reporting(env: Mapping[str, str] | None = None) -> ProgressWriter | None:
@@ -87,17 +111,36 @@ def start_reporting(env: Mapping[str, str] | None = None) -> ProgressWriter | No
     stack_dumps.dump_stacks_to(os.path.join(stacks, f"rank{info.rank}.txt"))
     if info.rank == 0 and not env.get(LAUNCHER_WATCHES_ENV):
         same_machine = info.local_world_size == info.world_size
-        timeout = _STATE["timeout"] if _STATE["timeout"] is not None else policy.timeout_s
         watch = StallWatch(
             directory,
             range(info.world_size) if same_machine else (),
-            StallPolicy(policy.window_s, policy.startup_s, timeout),  # type: ignore[arg-type]
+            _policy(policy),
             _say,
             stacks_dir=stacks,
         )
         _STATE["watch"] = watch
         threading.Thread(target=_watching, args=(watch,), name="tfdevices-stall-watch", daemon=True).start()
+        atexit.register(_summary, watch)
     return writer
+
+
+def _policy(policy: StallPolicy) -> StallPolicy:
+    """The environment's policy with what Python calls set (they beat the environment)."""
+    timeout = _STATE["timeout"] if isinstance(_STATE["timeout"], (int, float)) else policy.timeout_s
+    slow = policy.slow_rank
+    if isinstance(_STATE["slow_rank"], bool):
+        slow = dataclasses.replace(slow, enabled=_STATE["slow_rank"])
+    return dataclasses.replace(policy, timeout_s=timeout, slow_rank=slow)
+
+
+def _summary(watch: StallWatch) -> None:
+    """Rank 0 ends: one last look, then each rank's step split (the table) on its stderr."""
+    try:
+        watch.poll()
+        for line in watch.slow.lines():
+            _say(f"tfdevices: {line}")
+    except Exception as err:  # noqa: BLE001 (a summary must never fail the exit)
+        _say(f"tfdevices: no slow-rank summary: {type(err).__name__}: {err}")
 
 
 def _fit_imported() -> None:
@@ -158,4 +201,4 @@ def _running(pid: int) -> bool:
         return True
 
 
-__all__ = ["LAUNCHER_WATCHES_ENV", "STALL_STATUS", "start_reporting", "stall_timeout"]
+__all__ = ["LAUNCHER_WATCHES_ENV", "STALL_STATUS", "slow_rank_report", "start_reporting", "stall_timeout"]
