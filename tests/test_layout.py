@@ -18,7 +18,7 @@ ALLOWED = {
     "mends": {"core", "mends"},
     "gpus": {"core", "mends", "gpus"},
     "jobs": {"core", "mends", "gpus", "jobs"},
-    "layers": {"core", "layers"},
+    "layers": {"core", "mends", "layers"},  # layers import TensorFlow: through the door the mends set
 }
 # the one module whose own-package imports may sit inside functions: each command imports its module when it runs
 LAZY_OK = {"tfdevices.cli"}

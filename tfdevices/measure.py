@@ -22,7 +22,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from tfdevices.core._tf import import_tf
+from tfdevices.mends.tf_import import import_tf
 from tfdevices.core.devices import default_devices, logical_devices, short_name
 from tfdevices.core.errors import InputError
 from tfdevices.core.units import format_bytes, parse_memory

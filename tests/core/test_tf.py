@@ -65,7 +65,7 @@ def test_tensorflow_start_up_lines_are_dropped_when_the_level_hides_info():
     proc = _python(
         """
         import logging
-        from tfdevices.core._tf import import_tf
+        from tfdevices.mends.tf_import import import_tf
         from tfdevices.core.devices import logical_devices
 
         tf = import_tf()
@@ -87,7 +87,7 @@ def test_a_level_chosen_for_tensorflow_logs_is_kept():
         """
         import logging
         logging.getLogger("tensorflow").setLevel(logging.INFO)
-        from tfdevices.core._tf import import_tf
+        from tfdevices.mends.tf_import import import_tf
 
         import_tf()
         print(logging.getLogger("tensorflow").level)
@@ -110,7 +110,7 @@ def test_cudas_no_driver_complaint_is_dropped_where_there_is_no_driver():
     """
     straight = _python(code, TF_CPP_MIN_LOG_LEVEL="2")
     quiet = _python(
-        "from tfdevices.core._tf import import_tf\n"
+        "from tfdevices.mends.tf_import import import_tf\n"
         + textwrap.dedent(code).replace("import tensorflow as tf", "tf = import_tf()"),
         TF_CPP_MIN_LOG_LEVEL="2",
     )

@@ -94,11 +94,8 @@ def test_launch_binds_each_worker_to_its_gpus_node():
     out = io.StringIO()
     code = launcher.launch(
         [sys.executable, "-c", "import os; print('cpus', sorted(os.sched_getaffinity(0)))"],
-        2,
-        gpus=(0, 1),
+        launcher.LaunchConfig(2, gpus=(0, 1), topology=topo, all_ranks=True),
         out=out,
-        topology=topo,
-        all_ranks=True,
     )
     text = out.getvalue()
     assert code == 0, text

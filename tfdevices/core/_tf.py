@@ -2,41 +2,43 @@
 
 It writes no environment: TensorFlow's log level default is set by
 :mod:`tfdevices.runtime` (``configure`` and the entry points), the only module that
-writes the environment. On its first call it keeps TensorFlow quiet the way that
-level asks: the C++ start-up lines TensorFlow prints before its logging reads
-``TF_CPP_MIN_LOG_LEVEL`` (``Could not find cuda drivers ...``, twice per process)
-are dropped when that level hides INFO (and, on a Linux machine with no NVIDIA driver
-loaded, CUDA's ``failed call to cuInit`` at the first device listing, which then
-happens here; and TensorFlow 2.16's ``Unable to register cuDNN factory: Attempting to register
-factory for plugin cuDNN when one has already been registered``, three lines at every import,
-tensorflow/tensorflow#62075), and TensorFlow's Python INFO lines (``Reduce
+writes the environment. On its first call TensorFlow's Python INFO lines (``Reduce
 to ... then broadcast``, which absl apps would show) are hidden unless a level was
 set for the ``tensorflow`` logger or ``--verbosity`` was given.
+
+What changes code tfdevices does not own around that import lives in :mod:`tfdevices.mends`
+(the mends ``quiet_import``, TensorFlow's C++ start-up lines dropped from stderr while it is
+imported, and ``autograph_skip``, AutoGraph told to leave tfdevices' code alone): they set this
+door's hooks (:func:`use_import_hooks`) when :mod:`tfdevices.mends` is imported, as every part
+of tfdevices that imports TensorFlow does first.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import re
 import sys
-import tempfile
+from collections.abc import Callable
 from types import ModuleType
+from typing import Any
 
 from tfdevices.core.errors import TensorFlowMissingError
 
-__all__ = ["import_tf"]
+__all__ = ["import_tf", "use_import_hooks"]
 
-#: C++ lines TensorFlow prints before its log level applies: INFO lines and absl's banner.
-_EARLY_NOISE = re.compile(r"^(I\d{4} .*|WARNING: All log messages before absl::InitializeLog\(\) is called.*)$")
-#: CUDA's complaint when it finds no driver: noise on a machine that has no NVIDIA driver at all.
-_NO_DRIVER_NOISE = re.compile(r"^E\d{4} .*failed call to cuInit.*$")
-#: TensorFlow 2.16's three lines at import (cuFFT, cuDNN, cuBLAS registered twice): noise on any machine.
-_DUPLICATE_FACTORY_NOISE = re.compile(
-    r"^.*\bE.* Unable to register cu(FFT|DNN|BLAS) factory: Attempting to register factory for plugin "
-    r"cu(FFT|DNN|BLAS) when one has already been registered$"
-)
-_NVIDIA_DRIVER = "/proc/driver/nvidia"  # present on Linux whenever the NVIDIA kernel driver is loaded
+#: How the first import runs (``around(importer)``) and what runs once after it: set by
+#: :mod:`tfdevices.mends.tf_import`, the mends that quiet TensorFlow's start-up and keep AutoGraph off
+#: tfdevices' code. core offers the place; every change to code tfdevices does not own lives in mends/.
+_hooks: dict[str, Callable[..., Any] | None] = {"around": None, "after": None}
+
+
+def use_import_hooks(around: Callable[[Callable[[], ModuleType]], ModuleType], after: Callable[[], object]) -> None:
+    """Sets how :func:`import_tf` imports TensorFlow the first time and what it runs once after (for the mends).
+
+    Args:
+        around: called with the plain importer; returns ``tensorflow``.
+        after: called once, at the first :func:`import_tf`, TensorFlow imported.
+    """
+    _hooks["around"], _hooks["after"] = around, after
 
 
 def import_tf() -> ModuleType:
@@ -45,55 +47,30 @@ def import_tf() -> ModuleType:
     Raises:
         TensorFlowMissingError: TensorFlow is not installed.
     """
+    around = _hooks["around"]
     try:
-        tf = _import_quietly() if "tensorflow" not in sys.modules else sys.modules["tensorflow"]
+        if "tensorflow" in sys.modules:
+            tf = sys.modules["tensorflow"]
+        else:
+            tf = around(_plain_import) if around is not None else _plain_import()
     except ImportError as err:
         raise TensorFlowMissingError(
             f"this needs TensorFlow, which cannot be imported ({err}).",
             hint="pip install 'tfdevices[cpu]' (or 'tfdevices[and-cuda]' on a machine with an NVIDIA GPU).",
         ) from None
-    if not _autograph_told:
-        _leave_to_python()
+    global _told
+    if not _told:
+        _told = True
+        after = _hooks["after"]
+        if after is not None:
+            after()
         _quiet_python_logs(tf)
     return tf
 
 
-def _import_quietly() -> ModuleType:
-    """``import tensorflow``, dropping the start-up lines its C++ prints before its log level applies."""
-    level = os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0").strip()
-    if level in ("", "0"):
-        import tensorflow  # noqa: PLC0415 (lazy TensorFlow)
+def _plain_import() -> ModuleType:
+    import tensorflow  # noqa: PLC0415 (lazy TensorFlow)
 
-        return tensorflow
-    try:
-        sys.stderr.flush()
-        saved = os.dup(2)
-    except (OSError, ValueError):  # no real stderr (embedded interpreters)
-        import tensorflow  # noqa: PLC0415 (lazy TensorFlow)
-
-        return tensorflow
-    no_driver = sys.platform.startswith("linux") and not os.path.exists(_NVIDIA_DRIVER)
-    with tempfile.TemporaryFile() as caught:
-        os.dup2(caught.fileno(), 2)
-        try:
-            import tensorflow  # noqa: PLC0415 (lazy TensorFlow)
-
-            if no_driver:  # CUDA is probed (and fails) at the first device listing: do it here, quietly
-                tensorflow.config.list_physical_devices("GPU")
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            caught.seek(0)
-            kept = [
-                line
-                for line in caught.read().decode(errors="replace").splitlines()
-                if not _EARLY_NOISE.match(line)
-                and not _DUPLICATE_FACTORY_NOISE.match(line)
-                and not (no_driver and _NO_DRIVER_NOISE.match(line))
-            ]
-            if kept:
-                sys.stderr.write("\n".join(kept) + "\n")
     return tensorflow
 
 
@@ -123,23 +100,4 @@ def _verbosity_given() -> bool:
         return False
 
 
-_autograph_told = False
-
-
-def _leave_to_python() -> None:
-    """Tells AutoGraph to call tfdevices functions as they are inside a ``tf.function``, never convert them.
-
-    AutoGraph converts the functions a traced function calls; when it cannot convert
-    one (a method of ``os.environ``, say) it logs the object, and ``os.environ``'s repr
-    is the whole environment. tfdevices code is plain Python: nothing in it needs
-    converting, so nothing of it can end up in such a log.
-    """
-    global _autograph_told
-    _autograph_told = True
-    try:
-        from tensorflow.python.autograph.core import config  # noqa: PLC0415 (lazy TensorFlow)
-
-        if not any(getattr(rule, "_prefix", None) == "tfdevices" for rule in config.CONVERSION_RULES):
-            config.CONVERSION_RULES = (config.DoNotConvert("tfdevices"), *config.CONVERSION_RULES)
-    except (ImportError, AttributeError):  # another TensorFlow layout: AutoGraph's own defaults apply
-        pass
+_told = False  # the first import_tf ran its after-hook

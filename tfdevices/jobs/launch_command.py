@@ -19,28 +19,34 @@ from tfdevices.core.units import shown
 from tfdevices.gpus.discovery import discover
 from tfdevices.gpus.selection import select
 from tfdevices.jobs.handshake import TOKEN_ENV, rdzv_id, read_token
-from tfdevices.jobs.launcher import (
-    MAX_NODES,
-    MAX_RESTARTS,
-    MAX_VIRTUAL_DEVICES,
-    WORKERS_PER_CORE,
-    check_worker_count,
-    launch,
-    own_address,
-    plan_workers,
-)
+from tfdevices.jobs.launch_config import CLI_TERMS, MAX_NODES, WORKERS_PER_CORE, LaunchConfig, check_worker_count
+from tfdevices.jobs.launcher import launch, own_address
 from tfdevices.jobs.rendezvous import MASTER_PORT, MAX_WORKERS, Nodes
 from tfdevices.jobs.stall import StallPolicy
 from tfdevices.mends.base import parse_mends_off
 from tfdevices.mends.loopback import ALL, LOOPBACK
 
-MAX_STALL_S = 7 * 86400.0
-
-__all__ = ["add_arguments", "run"]
+__all__ = ["add_arguments", "config_from_args", "run"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Adds the options of ``tfdevices launch`` to ``parser`` (the CLI's ``launch`` subcommand)."""
+    _add_workers(parser)
+    _add_output(parser.add_argument_group("output"))
+    _add_mends_and_stalls(parser)
+    _add_nodes(parser.add_argument_group("many machines (no scheduler)"))
+    parser.add_argument(
+        "--cpu-affinity",
+        choices=("numa", "none"),
+        default=None,
+        help="numa: bind each worker to the CPUs of its GPU's NUMA node (default where the "
+        "topology is known and has several nodes); none: leave CPUs alone",
+    )
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="the command each worker runs, after '--'")
+
+
+def _add_workers(parser: argparse.ArgumentParser) -> None:
+    """How many workers, on which GPUs, restarted how often."""
     parser.add_argument("-n", "--num-workers", type=int, required=True, help="worker processes on this machine")
     parser.add_argument(
         "--gpus", default="all", help="GPUs to spread over the workers: 'all' (default), 'none', 'auto:N', '0,2'"
@@ -60,7 +66,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="logical devices per worker (sets TFDEVICES_VIRTUAL_DEVICES; see tfdevices.runtime.configure_worker)",
     )
-    out = parser.add_argument_group("output")
+
+
+def _add_output(out: argparse._ArgumentGroup) -> None:
+    """What the console shows, and what is kept in files."""
     out.add_argument(
         "--log-dir", default=None, help="keep each rank's output in DIR/rank{R}.log; the console shows rank 0 only"
     )
@@ -72,6 +81,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "a warning every rank prints the same once)",
     )
     out.add_argument("--tf-logs", action="store_true", help="show TensorFlow's C++ log lines (hidden by default)")
+
+
+def _add_mends_and_stalls(parser: argparse.ArgumentParser) -> None:
+    """The workers' mends, the stall detector, and where the workers' servers listen."""
     parser.add_argument(
         "--no-mend",
         action="store_true",
@@ -108,7 +121,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "the default on one machine), the node's own address (the default with --nnodes), an IPv4 ADDRESS "
         "of this machine, or all (every interface); a worker found listening on more stops the job",
     )
-    nodes = parser.add_argument_group("many machines (no scheduler)")
+
+
+def _add_nodes(nodes: argparse._ArgumentGroup) -> None:
+    """A job over several machines without a scheduler: where the launchers meet, and who may join."""
     nodes.add_argument("--nnodes", type=int, default=1, help="machines in the job, one launcher each")
     nodes.add_argument("--node-rank", type=int, default=0, help="this machine's place, 0 .. nnodes-1")
     nodes.add_argument("--master-addr", default=None, help="the address of the machine with --node-rank 0")
@@ -135,14 +151,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"a file holding the job's shared secret (default: ${TOKEN_ENV}, when set): "
         "launchers without it are refused; it never crosses the network",
     )
-    parser.add_argument(
-        "--cpu-affinity",
-        choices=("numa", "none"),
-        default=None,
-        help="numa: bind each worker to the CPUs of its GPU's NUMA node (default where the "
-        "topology is known and has several nodes); none: leave CPUs alone",
-    )
-    parser.add_argument("command", nargs=argparse.REMAINDER, help="the command each worker runs, after '--'")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -163,22 +171,24 @@ def run(args: argparse.Namespace) -> int:
             "no command to run.", hint="put the command after '--': tfdevices launch -n 2 -- python train.py."
         )
     check_worker_count(args.num_workers, cpus=os.cpu_count(), oversubscribe=args.oversubscribe)
+    return launch(command, config_from_args(args, command))
+
+
+def config_from_args(args: argparse.Namespace, command: Sequence[str]) -> LaunchConfig:
+    """The :class:`~tfdevices.jobs.launch_config.LaunchConfig` the options ask for, checked: what the
+    record checks, in the command line's terms, and what needs this machine.
+
+    Raises:
+        LaunchError: a bad option, named as typed.
+        SpecError, SelectionError: ``--gpus`` is malformed or cannot be met.
+    """
     for name, value, low, high in (
-        ("--max-restarts", args.max_restarts, 0, MAX_RESTARTS),
-        ("--virtual-devices", args.virtual_devices, 1, MAX_VIRTUAL_DEVICES),
         ("--nnodes", args.nnodes, 1, MAX_NODES),
         ("--master-port", args.master_port, 1, 65535),
     ):
-        if value is not None and not low <= value <= high:
+        if not low <= value <= high:
             raise LaunchError(
                 f"{name} {shown(value)} must be between {low} and {high}.", hint=f"e.g. {name} {low + 1}."
-            )
-    if args.tee and not args.log_dir:
-        raise LaunchError("--tee without --log-dir: there is no log to tee.", hint="add --log-dir DIR.")
-    for name, value in (("--stall-timeout", args.stall_timeout), ("--stall-window", args.stall_window)):
-        if value is not None and not 0 < value <= MAX_STALL_S:
-            raise LaunchError(
-                f"{name} {shown(value)} must be a number of seconds in (0, {MAX_STALL_S:g}].", hint=f"e.g. {name} 120."
             )
     try:
         mends_off = parse_mends_off(args.mends_off, asked=f"--mends-off {shown(args.mends_off)}")
@@ -189,9 +199,7 @@ def run(args: argparse.Namespace) -> int:
     if args.log_dir:
         _check_log_dir(args.log_dir)
     gpus = _candidate_gpus(args.gpus)
-    plan_workers(args.num_workers, list(range(1, args.num_workers + 1)), gpus, share=args.share)  # fail early
-    return launch(
-        command,
+    return LaunchConfig(
         args.num_workers,
         gpus=gpus,
         share=args.share,
@@ -202,11 +210,11 @@ def run(args: argparse.Namespace) -> int:
         all_ranks=args.all_ranks,
         tf_logs=args.tf_logs,
         nodes=nodes,
-        mend=not args.no_mend,
-        mends_off=mends_off,
+        topology=_affinity_topology(getattr(args, "cpu_affinity", None), gpus),
+        mends_off=mends_off | ({"keras_fit"} if args.no_mend else set()),
         stall=StallPolicy(window_s=args.stall_window, timeout_s=args.stall_timeout),
         listen=listen,
-        topology=_affinity_topology(getattr(args, "cpu_affinity", None), gpus),
+        terms=CLI_TERMS,
     )
 
 
@@ -261,12 +269,6 @@ def _nodes(args: argparse.Namespace, command: Sequence[str], listen: str | None 
         raise LaunchError(
             f"--nnodes {args.nnodes} needs --master-addr, the address of the --node-rank 0 machine.",
             hint="e.g. --master-addr host0 on every machine.",
-        )
-    if args.max_restarts:
-        raise LaunchError(
-            "--max-restarts with --nnodes > 1: restarting a job over several machines needs "
-            "every launcher to agree, which this launcher does not do.",
-            hint="leave --max-restarts out, or restart the launchers together from a scheduler.",
         )
     if not args.rdzv_timeout > 0:
         raise LaunchError(

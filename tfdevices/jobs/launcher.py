@@ -38,8 +38,9 @@ to K times, on fresh ports, so a script that restores from a checkpoint
 for a worker killed by signal N); ``128 + N`` when the launcher got signal N, in every
 phase (a launcher waiting for the other machines stops at once).
 
-The command line (its options, checked, turned into a :func:`launch`) is
-:mod:`tfdevices.jobs.launch_command`.
+From Python: ``launch(command, LaunchConfig(2, gpus=(0, 1)))``; every option is a field of the
+one record (:class:`~tfdevices.jobs.launch_config.LaunchConfig`), checked when it is made. The
+command line (its options, checked, turned into that record) is :mod:`tfdevices.jobs.launch_command`.
 
 Many machines (``--nnodes``): the launcher of ``--node-rank 0`` listens on
 ``--master-addr:--master-port``; the others connect to it and say where their workers
@@ -76,6 +77,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
@@ -84,12 +86,13 @@ from tfdevices.core.units import shown
 from tfdevices.gpus.topology import format_cpus
 from tfdevices.jobs.env import RANK_GPUS, VIRTUAL_DEVICES_ENV, LaunchInfo
 from tfdevices.jobs.handshake import Stopped
+from tfdevices.jobs.launch_config import LaunchConfig, check_worker_count
 from tfdevices.jobs.output import PROGRESS, Console, Record, Splitter
 from tfdevices.jobs.progress import PROGRESS_DIR_ENV
 from tfdevices.jobs.ranks import cpu_binding, plan_ranks
 from tfdevices.jobs.rendezvous import MAX_WORKERS, NodeJob, Nodes, free_ports, rendezvous
 from tfdevices.jobs.reporting import LAUNCHER_WATCHES_ENV, STALL_STATUS
-from tfdevices.jobs.stall import STACKS_DIR_ENV, StallPolicy, StallWatch, write_timeline
+from tfdevices.jobs.stall import STACKS_DIR_ENV, StallWatch, write_timeline
 from tfdevices.jobs.tfconfig import make_tf_config
 from tfdevices.jobs.watchdog import Watchdog
 from tfdevices.jobs.workersite import LISTEN_MARK, LISTEN_STATUS, worker_site
@@ -98,10 +101,6 @@ from tfdevices.mends.loopback import ALL, LISTEN_ENV, LOOPBACK, Listen
 RESTART_ENV = "TFDEVICES_RESTART"
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 GRACE_S = 10.0
-WORKERS_PER_CORE = 4  # beyond this many TensorFlow processes per CPU core, -n is most likely a mistake
-MAX_NODES = 4096
-MAX_RESTARTS = 1000
-MAX_VIRTUAL_DEVICES = 1024
 TAIL_LINES = 20
 SIGPIPE_STATUS = 128 + 13
 
@@ -123,48 +122,6 @@ class WorkerPlan:
     gpus: tuple[int, ...]
     env: Mapping[str, str]
     local_rank: int = 0
-
-
-def check_worker_count(n: object, *, cpus: int | None, oversubscribe: bool = False) -> int:
-    """Validates ``-n`` against this machine (pure).
-
-    Each worker is a TensorFlow process with thread pools of its own; more than
-    :data:`WORKERS_PER_CORE` per CPU core is taken for a mistake unless ``oversubscribe``.
-
-    Args:
-        n: the number of workers asked for.
-        cpus: this machine's CPU cores (``os.cpu_count()``; ``None``: unknown, no machine bound).
-        oversubscribe: allow more (never more than :data:`MAX_WORKERS`).
-
-    Returns:
-        ``n``.
-
-    Raises:
-        LaunchError: not a whole number >= 1, more than the cores without ``oversubscribe``,
-            or more than :data:`MAX_WORKERS`.
-
-    >>> check_worker_count(2, cpus=8)
-    2
-    >>> check_worker_count(40, cpus=8)
-    Traceback (most recent call last):
-    ...
-    tfdevices.core.errors.LaunchError: -n 40: this machine has 8 CPU cores, and each worker is a TensorFlow \
-process of its own. HINT: use at most -n 32 (4 per core), or pass --oversubscribe to start more anyway.
-    """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise LaunchError(f"-n {shown(n)}: the number of workers must be a whole number >= 1.", hint="e.g. -n 2.")
-    if n > MAX_WORKERS:
-        raise LaunchError(
-            f"-n {shown(n)}: at most {MAX_WORKERS} workers per machine.",
-            hint="spread a bigger job over machines with --nnodes, or under SLURM.",
-        )
-    if cpus is not None and n > WORKERS_PER_CORE * cpus and not oversubscribe:
-        raise LaunchError(
-            f"-n {n}: this machine has {cpus} CPU cores, and each worker is a TensorFlow process of its own.",
-            hint=f"use at most -n {WORKERS_PER_CORE * cpus} ({WORKERS_PER_CORE} per "
-            "core), or pass --oversubscribe to start more anyway.",
-        )
-    return n
 
 
 def plan_workers(
@@ -283,137 +240,151 @@ def _assignments(info: LaunchInfo, gpus: object, n: int, share: bool) -> tuple[A
 
 def launch(
     command: Sequence[str],
-    n: int,
+    config: LaunchConfig | int,
     *,
-    gpus: object = (),
-    share: bool = False,
-    max_restarts: int = 0,
-    virtual_devices: int | None = None,
     out: IO[str] | None = None,
     env: Mapping[str, str] | None = None,
-    log_dir: str | None = None,
-    tee: bool = False,
-    all_ranks: bool = False,
-    tf_logs: bool = False,
-    nodes: Nodes | None = None,
-    mend: bool = True,
-    topology: Any = None,
-    mends_off: frozenset[str] = frozenset(),
-    stall: StallPolicy | None = None,
-    listen: str | None = None,
+    **options: Any,
 ) -> int:
-    """Runs N workers of ``command`` until they finish, restarting the job up to ``max_restarts`` times.
+    """Runs ``config.num_workers`` workers of ``command`` until they finish, restarting the job up to
+    ``config.max_restarts`` times.
 
     Args:
         command: the program and its arguments.
-        n: number of workers on this machine.
-        gpus: candidate GPUs (see :func:`plan_workers`).
-        share: allow more workers than GPUs.
-        max_restarts: restarts of the whole job after a failed attempt.
-        virtual_devices: passed to each worker as ``TFDEVICES_VIRTUAL_DEVICES``.
+        config: what to launch (:class:`~tfdevices.jobs.launch_config.LaunchConfig`). Deprecated: the
+            number of workers, with the record's fields as keyword ``options`` (and ``mend=False`` for
+            ``mends_off={"keras_fit"}``); a ``DeprecationWarning`` says so.
         out: the console (default ``sys.stdout``).
         env: the base environment (default ``os.environ``).
-        log_dir: keep rank R's output in ``log_dir/rank{R}.log``; the console shows rank 0.
-        tee: with ``log_dir``, show every rank on the console too.
-        all_ranks: show every rank's progress and repeated lines.
-        tf_logs: show TensorFlow's C++ log lines.
-        nodes: this launcher's place in a job over several machines.
-        mend: mend Keras 3 ``model.fit`` in the workers for ``MultiWorkerMirroredStrategy``
-            (keras-team/keras#20585), whoever builds the strategy: a ``sitecustomize`` put first
-            on the workers' ``PYTHONPATH`` (chaining any other) installs the mend when Keras'
-            trainer is imported.
-        topology: the GPUs' :class:`~tfdevices.gpus.topology.Topology`: each worker is bound to
-            the CPUs of its GPUs' NUMA node (``None``: CPUs left alone).
-        mends_off: mends turned off in the workers (:mod:`tfdevices.mends`), besides those
-            ``TFDEVICES_MENDS`` in ``env`` turns off; ``mend=False`` adds ``keras_fit``.
-        stall: when ranks that disagree about the next step count as stalled, and when a stall stops
-            the job (:mod:`tfdevices.jobs.stall`; default: reported, never stopped). Each worker's Python
-            stack on a stall goes to ``log_dir/stacks`` (else a ``tfdevices-stacks-*`` temporary directory).
-        listen: where the workers' TensorFlow servers may listen: an IPv4 address of this machine,
-            or ``"all"`` (every interface); ``None``: 127.0.0.1 for a one-machine job, the node's own
-            address over several machines. A one-machine job's ``TF_CONFIG`` names this address
-            (127.0.0.1 for ``"all"``). A worker found listening on more is stopped, and so is the job.
+        options: deprecated, see ``config``.
+
+    Keras 3 ``model.fit`` is mended in the workers for ``MultiWorkerMirroredStrategy``
+    (keras-team/keras#20585) unless ``config.mends_off`` names ``keras_fit``: a ``sitecustomize`` put first
+    on the workers' ``PYTHONPATH`` (chaining any other) installs the mends when what they change is imported.
+    Each worker's Python stack on a stall goes to ``log_dir/stacks`` (else a ``tfdevices-stacks-*``
+    temporary directory). A one-machine job's ``TF_CONFIG`` names ``config.listen`` (127.0.0.1 for
+    ``"all"``); a worker found listening on more is stopped, and so is the job.
 
     Returns:
         0, or the first non-zero exit status of the last attempt.
+
+    Raises:
+        LaunchError: a bad ``config`` (see :class:`~tfdevices.jobs.launch_config.LaunchConfig`), or a
+            command that cannot start.
+        TypeError: keyword ``options`` with a :class:`~tfdevices.jobs.launch_config.LaunchConfig`.
     """
+    config = _config(config, options)
     out = out or sys.stdout
     base = dict(os.environ if env is None else env)
-    site = worker_site(base, mends_off=mends_off | (frozenset() if mend else frozenset({"keras_fit"})))
+    site = worker_site(base, mends_off=config.mends_off)
     console = Console(
         out,
         tty=_isatty(out),
-        ranks=(0,) if log_dir and not tee else None,
-        progress_ranks=None if all_ranks else (0,),
-        dedupe=not all_ranks,
-        tf_logs=tf_logs,
+        ranks=(0,) if config.log_dir and not config.tee else None,
+        progress_ranks=None if config.all_ranks else (0,),
+        dedupe=not config.all_ranks,
+        tf_logs=config.tf_logs,
     )
-    job = _Job(console, log_dir)
-    job.topology = topology
-    job.stall = stall or StallPolicy()
-    peers = None
     try:
-        with job.forwarding_signals(), Watchdog() as watchdog:
-            job.watchdog = watchdog
-            if nodes is not None:
-                console.say(
-                    f"node {nodes.node_rank} of {nodes.nnodes}: meeting the other machines' launchers at "
-                    f"{nodes.master[0]}:{nodes.master[1]} (for up to {nodes.timeout:g} s)"
-                )
-                try:
-                    cluster, peers = rendezvous(nodes, n, say=console.say, stopped=job.signalled)
-                except Stopped:
-                    console.say(f"signal {job.stopped_by} while the machines met: stopping")
-                    return _final(job, 1)
-                console.say(
-                    f"node {nodes.node_rank} of {nodes.nnodes}: ranks {cluster.first_rank}.."
-                    f"{cluster.first_rank + n - 1} of {len(cluster.addresses)}"
-                )
-                host = cluster.addresses[cluster.first_rank].rsplit(":", 1)[0]
-                where = listen or own_address(host)
-                console.say(_listening_line(where, host))
-                peers.watch(job.stop_remote)
-                plans = plan_workers(
-                    n,
-                    [int(a.rsplit(":", 1)[1]) for a in cluster.addresses[cluster.first_rank : cluster.first_rank + n]],
-                    gpus,
-                    share=share,
-                    virtual_devices=virtual_devices,
-                    host=host,
-                    job=cluster,
-                    listen=where,
-                )
-                code = job.run(command, plans, base)
-                code = peers.finish(code, stopped=job.signalled)
-                return _final(job, code)
-            where = listen or LOOPBACK
-            host = LOOPBACK if where == ALL else where
-            console.say(_listening_line(where, host))
-            for attempt in range(max_restarts + 1):
-                plans = plan_workers(
-                    n,
-                    free_ports(n, "0.0.0.0" if where == ALL else host),
-                    gpus,
-                    share=share,
-                    virtual_devices=virtual_devices,
-                    restart=attempt,
-                    host=host,
-                    listen=where,
-                )
-                code = job.run(command, plans, base)
-                if job.stopped_by is not None or console.closed or code == 0:
-                    return _final(job, code)
-                if attempt < max_restarts:
-                    console.say(f"restarting all {n} workers (restart {attempt + 1} of {max_restarts})")
-            return code
+        with Watchdog() as watchdog:
+            job = _Job(command, config, console, base, watchdog)
+            with job.forwarding_signals():
+                return _on_one_machine(job) if config.nodes is None else _over_machines(job, config.nodes)
     finally:
         if site is not None:
             shutil.rmtree(site, ignore_errors=True)
-        if peers is not None:
-            peers.close()
         _report_hidden(console)
         if console.closed:
             _silence(out)
+
+
+def _config(config: LaunchConfig | int, options: Mapping[str, Any]) -> LaunchConfig:
+    """``config`` itself, or, for the keywords of before (deprecated), the record they make."""
+    if isinstance(config, LaunchConfig):
+        if options:
+            raise TypeError(
+                f"launch() takes a LaunchConfig or keywords, not both: got {', '.join(sorted(options))} too."
+            )
+        return config
+    warnings.warn(
+        "launch(command, n, **options) is deprecated: pass launch(command, LaunchConfig(n, ...)).",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    fields = dict(options)
+    unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(LaunchConfig)} - {"mend"})
+    if unknown:
+        raise TypeError(f"launch() got unexpected keyword argument(s): {', '.join(unknown)}.")
+    if not fields.pop("mend", True):
+        fields["mends_off"] = frozenset(fields.get("mends_off", ())) | {"keras_fit"}
+    if fields.get("stall") is None:
+        fields.pop("stall", None)
+    return LaunchConfig(config, **fields)  # type: ignore[arg-type]  # an int checked by LaunchConfig
+
+
+def _on_one_machine(job: _Job) -> int:
+    """A job on this machine alone: on free ports, restarted up to ``max_restarts`` times."""
+    config = job.config
+    where = config.listen or LOOPBACK
+    host = LOOPBACK if where == ALL else where
+    job.console.say(_listening_line(where, host))
+    code = 0
+    for attempt in range(config.max_restarts + 1):
+        plans = plan_workers(
+            config.num_workers,
+            free_ports(config.num_workers, "0.0.0.0" if where == ALL else host),
+            config.gpus,
+            share=config.share,
+            virtual_devices=config.virtual_devices,
+            restart=attempt,
+            host=host,
+            listen=where,
+        )
+        code = job.run(plans)
+        if job.stopped_by is not None or job.console.closed or code == 0:
+            return _final(job, code)
+        if attempt < config.max_restarts:
+            job.console.say(
+                f"restarting all {config.num_workers} workers (restart {attempt + 1} of {config.max_restarts})"
+            )
+    return code
+
+
+def _over_machines(job: _Job, nodes: Nodes) -> int:
+    """One machine's part of a job over several: meet the others' launchers, run, finish together."""
+    n, say = job.config.num_workers, job.console.say
+    say(
+        f"node {nodes.node_rank} of {nodes.nnodes}: meeting the other machines' launchers at "
+        f"{nodes.master[0]}:{nodes.master[1]} (for up to {nodes.timeout:g} s)"
+    )
+    try:
+        cluster, peers = rendezvous(nodes, n, say=say, stopped=job.signalled)
+    except Stopped:
+        say(f"signal {job.stopped_by} while the machines met: stopping")
+        return _final(job, 1)
+    try:
+        say(
+            f"node {nodes.node_rank} of {nodes.nnodes}: ranks {cluster.first_rank}.."
+            f"{cluster.first_rank + n - 1} of {len(cluster.addresses)}"
+        )
+        host = cluster.addresses[cluster.first_rank].rsplit(":", 1)[0]
+        where = job.config.listen or own_address(host)
+        say(_listening_line(where, host))
+        peers.watch(job.stop_remote)
+        plans = plan_workers(
+            n,
+            [int(a.rsplit(":", 1)[1]) for a in cluster.addresses[cluster.first_rank : cluster.first_rank + n]],
+            job.config.gpus,
+            share=job.config.share,
+            virtual_devices=job.config.virtual_devices,
+            host=host,
+            job=cluster,
+            listen=where,
+        )
+        code = job.run(plans)
+        return _final(job, peers.finish(code, stopped=job.signalled))
+    finally:
+        peers.close()
 
 
 def own_address(host: str) -> str:
@@ -494,18 +465,29 @@ def _silence(out: IO[str]) -> None:
 
 
 class _Job:
-    """One attempt's worker processes, their output pumps, the signal forwarding and the stops."""
+    """One launch's worker processes (one attempt's at a time), their output pumps, the signal forwarding
+    and the stops.
+    """
 
-    topology: Any = None  # bind each worker to its GPUs' NUMA node (launch(topology=...))
-    stall: StallPolicy = StallPolicy()  # launch(stall=...)
-
-    def __init__(self, console: Console, log_dir: str | None) -> None:
+    def __init__(
+        self,
+        command: Sequence[str],
+        config: LaunchConfig,
+        console: Console,
+        base: Mapping[str, str],
+        watchdog: Watchdog | None,
+    ) -> None:
+        self.command = list(command)
+        self.config = config
         self.console = console
-        self.log_dir = log_dir
+        self.base = base
+        self.watchdog = watchdog
+        self.log_dir = config.log_dir
+        self.topology = config.topology  # bind each worker to its GPUs' NUMA node
+        self.stall = config.stall
         self.procs: list[subprocess.Popen[bytes]] = []
         self.stopped_by: int | None = None
         self.remote_code: int | None = None
-        self.watchdog: Watchdog | None = None
         self._signals = 0
         self._kill_at: float | None = None
         self._tails: dict[int, collections.deque[str]] = {}
@@ -556,12 +538,14 @@ class _Job:
             if p.poll() is None:
                 _signal_group(p, signum)
 
-    def run(self, command: Sequence[str], plans: Sequence[WorkerPlan], base: Mapping[str, str]) -> int:
+    def run(self, plans: Sequence[WorkerPlan]) -> int:
+        """Starts one attempt's workers and waits for them: 0, or the first non-zero status."""
+        command = self.command
         self.procs, pumps, logs = [], [], []
         bound = self._binding(plans)
         progress = tempfile.mkdtemp(prefix="tfdevices-progress-")
         stacks = os.path.join(self.log_dir, "stacks") if self.log_dir else tempfile.mkdtemp(prefix="tfdevices-stacks-")
-        base = {**base, PROGRESS_DIR_ENV: progress, STACKS_DIR_ENV: stacks, LAUNCHER_WATCHES_ENV: "1"}
+        base = {**self.base, PROGRESS_DIR_ENV: progress, STACKS_DIR_ENV: stacks, LAUNCHER_WATCHES_ENV: "1"}
         self.watch = StallWatch(progress, [p.rank for p in plans], self.stall, self.console.say, stacks_dir=stacks)
         try:
             for plan in plans:
@@ -755,6 +739,7 @@ def _exit_status(code: int) -> int:
 __all__ = [
     "MAX_WORKERS",
     "RANK_GPUS",
+    "LaunchConfig",
     "NodeJob",
     "Nodes",
     "WorkerPlan",

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tfdevices.core._tf import import_tf
+from tfdevices.mends.tf_import import import_tf
 from tfdevices.core.errors import PlanError
 
 

@@ -50,7 +50,7 @@ import functools
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from tfdevices.core._tf import import_tf
+from tfdevices.mends.tf_import import import_tf
 from tfdevices.core.devices import logical_devices, short_name
 from tfdevices.core.errors import PlanError
 from tfdevices.layers.model import read_model

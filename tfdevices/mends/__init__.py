@@ -21,6 +21,12 @@ detects that it applies, how to turn it off, and what it did.
 ``stack_dumps``     the ``SIGUSR1`` handler (``faulthandler``): a stalled rank shows its frames
 ``at_exit``         ``atexit``: tfdevices' own clean-ups (a PlacementLogger's pending writes,
                     captures' scratch directories) run at exit
+``quiet_import``    file descriptor 2 (stderr) while TensorFlow is first imported: its C++ start-up
+                    lines dropped when ``TF_CPP_MIN_LOG_LEVEL`` hides INFO
+``autograph_skip``  AutoGraph's ``CONVERSION_RULES``: tfdevices' own functions are never converted
+                    (AutoGraph logs what it cannot convert: ``os.environ`` is the environment)
+``capture_calls``   TensorFlow's ``AtomicFunction.call_flat`` and ``func_graph_from_py_func``, while a
+                    capture runs only: each called function's graph and each trace
 ==================  ==========================================================================
 
 Turn mends off with ``TFDEVICES_MENDS`` (a comma list of names, or ``all``), from Python with
@@ -37,6 +43,7 @@ from __future__ import annotations
 
 from tfdevices.mends import (
     at_exit,
+    capture_calls,
     exit_barrier,
     fit_end,
     fit_progress,
@@ -46,6 +53,7 @@ from tfdevices.mends import (
     runtime_start,
     stack_dumps,
     step_progress,
+    tf_import,
 )
 from tfdevices.mends.base import MENDS_ENV, Mend, MendStatus, names, turn_off, turned_off
 
@@ -61,6 +69,9 @@ MENDS = (
     fit_end.MEND,
     stack_dumps.MEND,
     at_exit.MEND,
+    tf_import.QUIET,
+    tf_import.AUTOGRAPH,
+    capture_calls.MEND,
 )
 
 

@@ -7,6 +7,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from tfdevices.mends.capture_calls import calls_seen
+
 __all__: list[str] = []
 
 
@@ -47,29 +49,18 @@ class _Recorder:
 
 @contextlib.contextmanager
 def _recording(recorder: _Recorder) -> Iterator[None]:
-    """Records calls (an op callback) and the graph of every function called (internal)."""
-    from tensorflow.python.eager.polymorphic_function import atomic_function  # noqa: PLC0415
-    from tensorflow.python.framework import func_graph, op_callbacks  # noqa: PLC0415 (lazy TensorFlow)
+    """Records calls (an op callback) and the graph of every function called (internal; the graphs and
+    traces come from the mend ``capture_calls``, in place while the block runs).
+    """
+    from tensorflow.python.framework import op_callbacks  # noqa: PLC0415 (lazy TensorFlow)
 
-    original = atomic_function.AtomicFunction.call_flat
-    trace = func_graph.func_graph_from_py_func
-
-    def call_flat(function: Any, *args: Any) -> Any:
-        name = function.name.decode()
+    def on_call(name: str, graph: Any) -> None:
         if name not in recorder.graphs:
-            recorder.graphs[name] = function.graph
-        return original(function, *args)
+            recorder.graphs[name] = graph
 
-    def traced(name: Any, *args: Any, **kwargs: Any) -> Any:
-        recorder.traced.append(str(name))
-        return trace(name, *args, **kwargs)
-
-    atomic_function.AtomicFunction.call_flat = call_flat
-    func_graph.func_graph_from_py_func = traced
-    op_callbacks.add_op_callback(recorder.on_op)
-    try:
-        yield
-    finally:
-        op_callbacks.remove_op_callback(recorder.on_op)
-        func_graph.func_graph_from_py_func = trace
-        atomic_function.AtomicFunction.call_flat = original
+    with calls_seen(on_call, recorder.traced.append):
+        op_callbacks.add_op_callback(recorder.on_op)
+        try:
+            yield
+        finally:
+            op_callbacks.remove_op_callback(recorder.on_op)

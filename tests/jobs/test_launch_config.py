@@ -1,0 +1,144 @@
+"""The launch record: its defaults, its checks (a table of good and bad inputs), and launch() taking it."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import sys
+
+import pytest
+
+from tfdevices.core.errors import LaunchError, SelectionError
+from tfdevices.jobs import launcher
+from tfdevices.jobs.launch_config import CLI_TERMS, REPORT_STALLS, LaunchConfig, check_worker_count
+from tfdevices.jobs.rendezvous import Nodes
+from tfdevices.jobs.stall import StallPolicy
+
+NODES = Nodes(2, 0, ("127.0.0.1", 29500))
+
+
+def test_defaults_are_one_machine_cpu_no_restart_and_stalls_reported():
+    config = LaunchConfig(2)
+    assert (config.num_workers, config.gpus, config.max_restarts, config.nodes, config.listen) == (2, (), 0, None, None)
+    assert config.stall is REPORT_STALLS and config.mends_off == frozenset()
+    assert not (config.share or config.tee or config.all_ranks or config.tf_logs)
+
+
+@pytest.mark.parametrize(
+    "fields,normalised",
+    [
+        ({"gpus": [0, 1]}, {"gpus": (0, 1)}),
+        ({"gpus": range(2)}, {"gpus": (0, 1)}),
+        ({"mends_off": ["keras_fit"]}, {"mends_off": frozenset({"keras_fit"})}),
+        ({"max_restarts": 1000, "virtual_devices": 1024}, {}),
+        ({"log_dir": "logs", "tee": True}, {}),
+        ({"listen": "all"}, {}),
+        ({"listen": "10.0.0.5", "nodes": NODES}, {}),
+        ({"stall": StallPolicy(window_s=0.5, timeout_s=7 * 86400.0)}, {}),
+    ],
+)
+def test_good_input(fields, normalised):
+    config = LaunchConfig(2, **fields)
+    for name, value in {**fields, **normalised}.items():
+        assert getattr(config, name) == value
+
+
+@pytest.mark.parametrize(
+    "fields,error,first_words",
+    [
+        ({"num_workers": 0}, LaunchError, "num_workers=0: the number of workers must be a whole number >= 1."),
+        ({"num_workers": "2"}, LaunchError, "num_workers='2': the number of workers must be"),
+        ({"num_workers": True}, LaunchError, "num_workers=True: the number of workers must be"),
+        ({"num_workers": 1025}, LaunchError, "num_workers=1025: at most 1024 workers per machine."),
+        ({"max_restarts": -1}, LaunchError, "max_restarts=-1 must be between 0 and 1000."),
+        ({"max_restarts": 1.5}, LaunchError, "max_restarts=1.5 must be between 0 and 1000."),
+        ({"virtual_devices": 0}, LaunchError, "virtual_devices=0 must be between 1 and 1024."),
+        ({"share": "yes"}, LaunchError, "share='yes': not True or False."),
+        ({"tee": True}, LaunchError, "tee without log_dir: there is no log to tee."),
+        ({"log_dir": ""}, LaunchError, "log_dir='': not a directory's path."),
+        ({"stall": 5}, LaunchError, "stall=5: not a StallPolicy."),
+        ({"stall": StallPolicy(timeout_s=0)}, LaunchError, "stall.timeout_s=0 must be a number of seconds in"),
+        ({"stall": StallPolicy(window_s=-1.0)}, LaunchError, "stall.window_s=-1.0 must be a number of seconds in"),
+        ({"nodes": NODES, "max_restarts": 1}, LaunchError, "max_restarts with nodes: restarting a job over several"),
+        ({"nodes": (2, 0)}, LaunchError, "nodes=(2, 0): not a Nodes record."),
+        ({"listen": "localhost"}, LaunchError, "listen='localhost': not 'all' or an IPv4 address."),
+        ({"listen": "::1"}, LaunchError, "listen='::1': not 'all' or an IPv4 address."),
+        ({"mends_off": "keras_fit"}, LaunchError, "mends_off='keras_fit': not a set of mend names."),
+        ({"mends_off": {"kerasfit"}}, LaunchError, "mends_off=['kerasfit']: no mend is called 'kerasfit'; the mends"),
+        ({"gpus": (0, 1), "num_workers": 3}, SelectionError, "3 local ranks but only 2 GPU(s) (0,1)."),
+    ],
+)
+def test_bad_input_names_what_was_asked_and_hints(fields, error, first_words):
+    fields = {"num_workers": 2, **fields}
+    with pytest.raises(error) as caught:
+        LaunchConfig(**fields)
+    assert str(caught.value).startswith(first_words), str(caught.value)
+    assert "HINT: " in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "fields,first_words",
+    [
+        ({"num_workers": 0}, "-n 0: the number of workers must be a whole number >= 1. HINT: e.g. -n 2."),
+        ({"max_restarts": -1}, "--max-restarts -1 must be between 0 and 1000. HINT: e.g. --max-restarts 1."),
+        ({"tee": True}, "--tee without --log-dir: there is no log to tee. HINT: add --log-dir 'DIR'."),
+        ({"stall": StallPolicy(timeout_s=0)}, "--stall-timeout 0 must be a number of seconds in (0, 604800]."),
+        ({"nodes": NODES, "max_restarts": 1}, "--max-restarts with --nnodes > 1: restarting a job over several"),
+    ],
+)
+def test_the_command_line_terms_name_its_options(fields, first_words):
+    with pytest.raises(
+        LaunchError, match="^" + first_words.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")
+    ):
+        LaunchConfig(**{"num_workers": 2, **fields, "terms": CLI_TERMS})
+
+
+def test_the_record_is_frozen_and_its_terms_do_not_make_it_differ():
+    config = LaunchConfig(2)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.num_workers = 3  # type: ignore[misc]
+    assert config == LaunchConfig(2, terms=CLI_TERMS)
+    assert dataclasses.replace(config, max_restarts=2).max_restarts == 2
+    with pytest.raises(LaunchError, match=r"^max_restarts=-2 "):
+        dataclasses.replace(config, max_restarts=-2)  # replace checks again
+
+
+def test_check_worker_count_bounds_by_the_machine_only_when_asked():
+    assert check_worker_count(40, cpus=None) == 40
+    with pytest.raises(LaunchError, match=r"^-n 40: this machine has 8 CPU cores"):
+        check_worker_count(40, cpus=8)
+    assert check_worker_count(40, cpus=8, oversubscribe=True) == 40
+
+
+PRINT_RANK = [sys.executable, "-c", "import os; print('rank', os.environ['RANK'])"]
+
+
+def test_launch_runs_the_record():
+    out = io.StringIO()
+    assert launcher.launch(PRINT_RANK, LaunchConfig(2, all_ranks=True), out=out) == 0, out.getvalue()
+    assert "[0] rank 0" in out.getvalue() and "[1] rank 1" in out.getvalue()
+
+
+def test_launch_with_the_keywords_of_before_warns_and_runs_the_same_record():
+    out = io.StringIO()
+    with pytest.warns(DeprecationWarning, match=r"launch\(command, n, \*\*options\) is deprecated"):
+        assert launcher.launch(PRINT_RANK, 2, all_ranks=True, mend=False, stall=None, out=out) == 0, out.getvalue()
+    assert "[1] rank 1" in out.getvalue()
+    with (
+        pytest.warns(DeprecationWarning, match="is deprecated"),
+        pytest.raises(LaunchError, match=r"^max_restarts=-1 "),
+    ):
+        launcher.launch(PRINT_RANK, 2, max_restarts=-1)
+    with (
+        pytest.warns(DeprecationWarning, match="is deprecated"),
+        pytest.raises(TypeError, match="unexpected keyword argument.*: bogus"),
+    ):
+        launcher.launch(PRINT_RANK, 2, bogus=1)
+    with pytest.raises(TypeError, match="a LaunchConfig or keywords, not both"):
+        launcher.launch(PRINT_RANK, LaunchConfig(2), tee=True)
+
+
+def test_the_keywords_of_before_map_to_the_record():
+    with pytest.warns(DeprecationWarning, match="is deprecated"):
+        made = launcher._config(2, {"mend": False, "mends_off": frozenset({"loopback"}), "stall": None, "share": True})
+    assert made == LaunchConfig(2, mends_off=frozenset({"keras_fit", "loopback"}), share=True)
