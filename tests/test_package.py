@@ -95,6 +95,7 @@ def test_only_runtime_sets_environment_variables_or_calls_tf_config():
         "gpus.spec",
         "gpus.visibility",
         "jobs.slurm",
+        "jobs.straggler",
         "layers.plan",
         "runtime",
         "tensorboard.views",

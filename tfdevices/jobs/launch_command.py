@@ -23,6 +23,7 @@ from tfdevices.jobs.launch_config import CLI_TERMS, MAX_NODES, WORKERS_PER_CORE,
 from tfdevices.jobs.launcher import launch, own_address
 from tfdevices.jobs.rendezvous import MASTER_PORT, MAX_WORKERS, Nodes
 from tfdevices.jobs.stall import StallPolicy
+from tfdevices.jobs.straggler import SlowRankPolicy
 from tfdevices.mends.base import parse_mends_off
 from tfdevices.mends.loopback import ALL, LOOPBACK
 
@@ -105,6 +106,12 @@ def _add_mends_and_stalls(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="quiet time that makes a stall (default: the larger of 60 s and 20x the median step; "
         "600 s before every rank finished a step)",
+    )
+    parser.add_argument(
+        "--no-slow-rank",
+        action="store_true",
+        help="do not name the slow rank (the rank the others wait for in the all-reduce) while the job runs, "
+        "nor print each rank's step split at its end (on by default)",
     )
     parser.add_argument(
         "--mends-off",
@@ -212,7 +219,11 @@ def config_from_args(args: argparse.Namespace, command: Sequence[str]) -> Launch
         nodes=nodes,
         topology=_affinity_topology(getattr(args, "cpu_affinity", None), gpus),
         mends_off=mends_off | ({"keras_fit"} if args.no_mend else set()),
-        stall=StallPolicy(window_s=args.stall_window, timeout_s=args.stall_timeout),
+        stall=StallPolicy(
+            window_s=args.stall_window,
+            timeout_s=args.stall_timeout,
+            slow_rank=SlowRankPolicy(enabled=not args.no_slow_rank),
+        ),
         listen=listen,
         terms=CLI_TERMS,
     )

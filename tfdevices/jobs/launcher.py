@@ -580,9 +580,16 @@ class _Job:
             for log in logs:
                 if log is not None:
                     log.close()
-            if self.log_dir:  # each rank's steps over time, a straggler at a glance
+            for line in self.watch.slow.lines():  # where each rank spends its step, the slow rank
+                self.console.say(line)
+            if self.log_dir:  # each rank's steps and their split over time: whom everyone waits for
                 try:
-                    for path in write_timeline(self.watch.timeline, self.log_dir, end=self.watch.last_poll):
+                    for path in write_timeline(
+                        self.watch.timeline,
+                        self.log_dir,
+                        end=self.watch.last_poll,
+                        slow=self.watch.slow,
+                    ):
                         self.console.say(f"each rank's steps: {path}")
                 except OSError as err:
                     self.console.say(f"cannot write the steps' timeline in --log-dir ({err.strerror})")

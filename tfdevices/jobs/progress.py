@@ -4,7 +4,9 @@ Each worker maps ``rank{R}.progress`` (:data:`RECORD_SIZE` bytes) in the job's p
 updates it in place (a seqlock: an odd sequence number while writing), about a microsecond per
 update: the step it began, the steps it finished, its phase (starting, building the strategy, in
 a step, between steps, in a callback and which one, done), when that last changed, and the last
-step's duration. Whoever watches the job (the launcher, or rank 0 where there is none) reads every
+step's duration, and what a straggler detector needs (:mod:`tfdevices.jobs.straggler`): the last
+:data:`RING` steps' time between steps and in the step, running sums, and the last sampled step's split
+(:meth:`ProgressWriter.sample`). Whoever watches the job (the launcher, or rank 0 where there is none) reads every
 record without locks (:func:`read_board`). TensorFlow-free.
 
 The directory is ``TFDEVICES_PROGRESS_DIR`` (``tfdevices launch`` sets it per attempt); under
@@ -38,10 +40,20 @@ from tfdevices.jobs.tfconfig import read_tf_config
 #: Where the records of a job's ranks live (a directory every local rank can write).
 PROGRESS_DIR_ENV = "TFDEVICES_PROGRESS_DIR"
 PHASES = ("starting", "strategy", "step", "between", "callback", "done")
-RECORD_SIZE = 256
+RECORD_SIZE = 512
 _HEAD = struct.Struct("<QIIqqBxxxxxxxdd")  # seq, pid, rank, started, done, phase, changed_at, last_step_s
 _SEQ = struct.Struct("<Q")
 _DETAIL = 64
+#: Steps whose split each record keeps (the latest, oldest overwritten).
+RING = 16
+#: The first steps leave the ring and the sums alone: the first call traces and compiles the step.
+WARMUP_STEPS = 2
+# at 128: steps timed, sums of between/step/callback seconds; the sample: step, its seconds, wait, input, cost
+_TIMES = struct.Struct("<qdddqdddd")
+_TIMES_AT = 128
+_RING = struct.Struct(f"<{3 * RING}f")  # (between, in a callback, in the step) per slot: slot = step's index % RING
+_RING_AT = _TIMES_AT + _TIMES.size
+_SLOT = struct.Struct("<fff")
 _NAME = re.compile(r"rank(\d{1,7})\.progress")
 
 
@@ -58,6 +70,15 @@ class RankProgress:
         detail: what the phase is about (``"ModelCheckpoint.on_epoch_end"``), or ``""``.
         changed_at: when the record last changed (``time.time()``).
         last_step_s: the last finished step's duration (0 before the first).
+        recent: the latest timed steps (up to :data:`RING`, oldest first), each
+            ``(between_s, callback_s, step_s)``: the time from the previous step's end to its beginning
+            outside named callbacks, inside them (``fit``'s hooks), and its own wall time. The first
+            :data:`WARMUP_STEPS` steps are not timed.
+        timed: steps timed so far.
+        totals: the sums over the timed steps: ``(between_s, step_s, callback_s)``.
+        sample: the last sampled step, ``(step, step_s, wait_s, input_s, cost_s)``: its wall time, its
+            time waiting in collectives and in the input pipeline's ops (the profiler's), what the
+            sample cost; ``None`` before one.
     """
 
     rank: int
@@ -68,6 +89,10 @@ class RankProgress:
     detail: str
     changed_at: float
     last_step_s: float
+    recent: tuple[tuple[float, float, float], ...] = ()
+    timed: int = 0
+    totals: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    sample: tuple[int, float, float, float, float] | None = None
 
     def where(self) -> str:
         """``"in step 5"``, ``"after step 4"``, ``"in ModelCheckpoint.on_epoch_end (after step 40)"``."""
@@ -110,6 +135,15 @@ class ProgressWriter:
         self._detail = b""
         self._step_began = 0.0
         self._last_step_s = 0.0
+        self._last_end = 0.0  # when the last step ended (0: none yet)
+        self._between = 0.0  # the running step's time before it began (see RankProgress.recent)
+        self._callback_began = 0.0
+        self._callback_s = 0.0  # time in named callbacks since the last step ended
+        self._timed = 0
+        self._sums = [0.0, 0.0, 0.0]
+        self._sample: tuple[int, float, float, float, float] = (0, 0.0, 0.0, 0.0, 0.0)
+        self._slot: tuple[int, float, float, float] | None = None  # a ring slot to write: (offset, its 3 times)
+        self._in_callbacks = 0.0  # the running step's time in named callbacks before it began
         self._lock = threading.Lock()  # Keras 3 may run batch-end callbacks on another thread
         self.in_fit = False  # fit's callbacks mark its steps (fit_progress); step functions leave them
         self._write(detail=True)
@@ -141,12 +175,24 @@ class ProgressWriter:
         )
         if detail:
             self._map[_HEAD.size : _HEAD.size + _DETAIL] = self._detail.ljust(_DETAIL, b"\0")
+        _TIMES.pack_into(self._map, _TIMES_AT, self._timed, *self._sums, *self._sample)
+        if self._slot is not None:
+            _SLOT.pack_into(self._map, *self._slot)
+            self._slot = None
         _SEQ.pack_into(self._map, 0, self._seq)
 
     def enter(self, phase: str, detail: str = "") -> None:
         """Sets the phase (one of :data:`PHASES`) and what it is about."""
         with self._lock:
-            self._phase = PHASES.index(phase)
+            new = PHASES.index(phase)
+            if new == 4 and self._phase != 4:  # a named callback begins: its time is not "between steps"
+                self._callback_began = self._clock()
+            elif new != 4 and self._phase == 4 and self._callback_began:
+                spent = max(0.0, self._clock() - self._callback_began)
+                self._callback_s += spent
+                self._sums[2] += spent
+                self._callback_began = 0.0
+            self._phase = new
             self._detail = detail.encode("utf-8", "replace")[:_DETAIL]
             self._write(detail=True)
 
@@ -156,6 +202,10 @@ class ProgressWriter:
             self.started += 1
             cleared, self._phase, self._detail = bool(self._detail), 2, b""
             self._step_began = self._clock()
+            ended = self._last_end and self.done == self.started - 1  # not pipelined behind a late end
+            self._between = max(0.0, self._step_began - self._last_end - self._callback_s) if ended else 0.0
+            self._in_callbacks = self._callback_s if ended else 0.0
+            self._callback_s = 0.0
             self._write(detail=cleared)
 
     def end_step(self, seconds: float | None = None, *, step: int | None = None) -> None:
@@ -165,11 +215,27 @@ class ProgressWriter:
             if step <= self.done:
                 return
             self.done = step
-            self._last_step_s = seconds if seconds is not None else self._clock() - self._step_began
+            self._last_end = self._clock()
+            self._last_step_s = seconds if seconds is not None else self._last_end - self._step_began
+            if step > WARMUP_STEPS and step == self.started:
+                self._time_step(self._between, self._in_callbacks, self._last_step_s)
             cleared = False
             if step == self.started:
                 cleared, self._phase, self._detail = bool(self._detail), 3, b""
             self._write(detail=cleared)
+
+    def _time_step(self, between: float, callbacks: float, seconds: float) -> None:
+        """Puts a finished step in the ring (written with the record, inside the seqlock)."""
+        self._slot = (_RING_AT + _SLOT.size * (self._timed % RING), between, callbacks, seconds)
+        self._timed += 1
+        self._sums[0] += between
+        self._sums[1] += seconds
+
+    def sample(self, step: int, seconds: float, wait_s: float, input_s: float, cost_s: float) -> None:
+        """Step ``step`` was sampled: its wall time, its time waiting in collectives and in input ops, the cost."""
+        with self._lock:
+            self._sample = (step, seconds, wait_s, input_s, cost_s)
+            self._write()
 
     def close(self) -> None:
         """Says ``done`` and unmaps the record (the file stays for the reader)."""
@@ -195,7 +261,25 @@ def read_record(path: str) -> RankProgress | None:
             if phase >= len(PHASES):
                 return None
             detail = raw[_HEAD.size : _HEAD.size + _DETAIL].rstrip(b"\0").decode("utf-8", "replace")
-            return RankProgress(rank, pid, started, done, PHASES[phase], detail, changed, last)
+            timed, between, stepped, callback, *sample = _TIMES.unpack_from(raw, _TIMES_AT)
+            slots = _RING.unpack_from(raw, _RING_AT)
+            kept = min(max(timed, 0), RING)
+            order = [(timed - kept + i) % RING for i in range(kept)]
+            recent = tuple(slots[3 * i : 3 * i + 3] for i in order)
+            return RankProgress(
+                rank,
+                pid,
+                started,
+                done,
+                PHASES[phase],
+                detail,
+                changed,
+                last,
+                recent,
+                timed,
+                (between, stepped, callback),
+                tuple(sample) if sample[0] > 0 else None,
+            )
         time.sleep(0.001)
     return None
 
@@ -252,6 +336,8 @@ __all__ = [
     "PHASES",
     "PROGRESS_DIR_ENV",
     "RECORD_SIZE",
+    "RING",
+    "WARMUP_STEPS",
     "ProgressWriter",
     "RankProgress",
     "progress_dir",

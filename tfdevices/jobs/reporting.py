@@ -11,6 +11,7 @@ machine, rank 0 runs the same :class:`~tfdevices.jobs.stall.StallWatch` on a thr
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import signal
@@ -23,7 +24,7 @@ from tfdevices.core.errors import InputError, TfDevicesError
 from tfdevices.core.units import shown
 from tfdevices.jobs.env import launch_info
 from tfdevices.jobs.progress import ProgressWriter, progress_dir, read_board
-from tfdevices.jobs.stall import STACKS_DIR_ENV, StallPolicy, StallWatch, policy_from_env
+from tfdevices.jobs.stall import STACKS_DIR_ENV, StallWatch, policy_from_env
 from tfdevices.mends import fit_progress, stack_dumps, step_progress
 from tfdevices.mends.base import when_imported
 
@@ -52,7 +53,7 @@ def stall_timeout(seconds: float | None) -> None:
     _STATE["timeout"] = seconds
     watch = _STATE["watch"]
     if isinstance(watch, StallWatch):
-        watch.policy = StallPolicy(watch.policy.window_s, watch.policy.startup_s, seconds)
+        watch.policy = dataclasses.replace(watch.policy, timeout_s=seconds)
 
 
 def start_reporting(env: Mapping[str, str] | None = None) -> ProgressWriter | None:
@@ -91,7 +92,7 @@ def start_reporting(env: Mapping[str, str] | None = None) -> ProgressWriter | No
         watch = StallWatch(
             directory,
             range(info.world_size) if same_machine else (),
-            StallPolicy(policy.window_s, policy.startup_s, timeout),  # type: ignore[arg-type]
+            dataclasses.replace(policy, timeout_s=timeout),  # type: ignore[arg-type]
             _say,
             stacks_dir=stacks,
         )

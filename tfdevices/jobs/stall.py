@@ -33,9 +33,12 @@ from collections.abc import Callable, Mapping, Sequence
 
 from tfdevices.core.errors import EnvVarError
 from tfdevices.core.units import parse_seconds, shown
+from tfdevices.jobs import straggler
 from tfdevices.jobs.progress import RankProgress, read_board
+from tfdevices.jobs.straggler import SlowRankPolicy, SlowRankWatch
 
 STALL_WINDOW_ENV = "TFDEVICES_STALL_WINDOW"
+_ON = SlowRankPolicy()
 STALL_TIMEOUT_ENV = "TFDEVICES_STALL_TIMEOUT"
 STACKS_DIR_ENV = "TFDEVICES_STACKS_DIR"
 MIN_WINDOW_S = 60.0
@@ -55,11 +58,14 @@ class StallPolicy:
         window_s: quiet time that makes a stall (``None``: max(60 s, 20x the median step)).
         startup_s: the window before every rank finished a step (compilation, data loading).
         timeout_s: stop the job when a stall lasts this much past its window (``None``: report only).
+        slow_rank: when a rank counts as the slow one, the rank the others wait for
+            (:mod:`tfdevices.jobs.straggler`; on by default).
     """
 
     window_s: float | None = None
     startup_s: float = STARTUP_S
     timeout_s: float | None = None
+    slow_rank: SlowRankPolicy = _ON
 
     def window(self, median_step_s: float | None, warmed_up: bool) -> float:
         """The quiet time that makes a stall now."""
@@ -84,12 +90,18 @@ def _seconds(env: Mapping[str, str], name: str) -> float | None:
 
 
 def policy_from_env(env: Mapping[str, str]) -> StallPolicy:
-    """``TFDEVICES_STALL_WINDOW`` and ``TFDEVICES_STALL_TIMEOUT`` (seconds) as a :class:`StallPolicy`.
+    """``TFDEVICES_STALL_WINDOW`` and ``TFDEVICES_STALL_TIMEOUT`` (seconds) and ``TFDEVICES_SLOW_RANK``
+    (``0``/``off`` turns the slow-rank report off) as a :class:`StallPolicy`.
 
     Raises:
-        EnvVarError: either is not a number of seconds in (0, one week].
+        EnvVarError: a window or timeout is not a number of seconds in (0, one week], or the slow-rank
+            switch is not one of 1, on, 0, off.
     """
-    return StallPolicy(window_s=_seconds(env, STALL_WINDOW_ENV), timeout_s=_seconds(env, STALL_TIMEOUT_ENV))
+    return StallPolicy(
+        window_s=_seconds(env, STALL_WINDOW_ENV),
+        timeout_s=_seconds(env, STALL_TIMEOUT_ENV),
+        slow_rank=straggler.policy_from_env(env),
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,6 +237,7 @@ class StallWatch:
         self.timeline: list[tuple[float, int, int, str]] = []  # (time, rank, steps begun, phase) at each change
         self._last: dict[int, tuple[int, str]] = {}
         self.last_poll: float | None = None
+        self.slow = SlowRankWatch(policy.slow_rank, say)
 
     def median_step_s(self) -> float | None:
         """The median step seen so far (``None`` before the first)."""
@@ -242,6 +255,12 @@ class StallWatch:
                 self._last[record.rank] = (record.started, record.phase)
                 self.timeline.append((record.changed_at, record.rank, record.started, record.phase))
         now = self._clock()
+        self.slow.policy = self.policy.slow_rank
+        try:
+            self.slow.poll(records, now)
+        except Exception as err:  # noqa: BLE001 (the slow-rank report must never stop the stall watch)
+            self.slow.policy = dataclasses.replace(self.policy.slow_rank, enabled=False)
+            self.say(f"tfdevices: the slow-rank report stopped: {type(err).__name__}: {err}")
         stall = detect_stall(
             records, now=now, policy=self.policy, median_step_s=self.median_step_s(), expected=self.expected
         )
@@ -294,7 +313,11 @@ def _grew(path: str, size: int) -> bool:
 
 
 def write_timeline(
-    timeline: Sequence[tuple[float, int, int, str]], directory: str, *, end: float | None = None
+    timeline: Sequence[tuple[float, int, int, str]],
+    directory: str,
+    *,
+    end: float | None = None,
+    slow: SlowRankWatch | None = None,
 ) -> list[str]:
     """Writes each rank's steps over time: ``steps.json`` and, with matplotlib, ``steps.png``.
 

@@ -1,0 +1,398 @@
+"""The slow rank: the rank the others wait for, named from each rank's split of its steps, with the reason;
+no name for a balanced job, ranks slow together, a chief-only checkpoint, the first (compiled) steps, a
+job shorter than the window, or a job bound by its link. Progress records keep each step's split."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import REPO, subprocess_env
+from tfdevices.core.errors import EnvVarError
+from tfdevices.jobs.progress import (
+    RING,
+    WARMUP_STEPS,
+    ProgressWriter,
+    RankProgress,
+    read_board,
+)
+from tfdevices.jobs.straggler import (
+    RankSplit,
+    SlowRankPolicy,
+    SlowRankWatch,
+    find_slow_rank,
+    link_bound,
+    median_splits,
+    policy_from_env,
+    rank_table,
+    sample_every,
+    split_ranks,
+)
+
+MS = 1e-3
+
+
+def _rec(
+    rank: int,
+    between: float,
+    step: float,
+    *,
+    steps: int = 40,
+    sample: tuple | None = None,
+    extra=(),
+    phase="step",
+    callback: float = 0.0,
+) -> RankProgress:
+    """A rank's record whose ring holds 16 steps of (between, callback, step) ms, then ``extra`` steps."""
+    recent = tuple(
+        [(between * MS, callback * MS, step * MS)] * (RING - len(extra)) + [(b * MS, 0.0, s * MS) for b, s in extra]
+    )
+    if sample is not None:  # (step ms, wait ms, input ms) of a sampled step
+        sample = (32, sample[0] * MS, sample[1] * MS, sample[2] * MS, 0.001)
+    return RankProgress(
+        rank,
+        1000 + rank,
+        steps,
+        steps,
+        phase,
+        "",
+        100.0,
+        step * MS,
+        recent,
+        steps - 2,
+        (0, 0, 0),
+        sample,
+    )
+
+
+def _named(records: list[RankProgress]):
+    return find_slow_rank(split_ranks(records, 8))
+
+
+# --------------------------------------------------------------------------- the detector (pure)
+
+
+@pytest.mark.parametrize(
+    "records, want",
+    [
+        # balanced: the same split everywhere
+        ([_rec(0, 1, 10), _rec(1, 1.2, 9.8)], None),
+        (
+            [_rec(0, 1, 10, sample=(10, 2, 0)), _rec(1, 1, 10, sample=(10, 2.5, 0))],
+            None,
+        ),
+        # every rank slowed together (each sleeps 40 ms between steps): no one to name
+        ([_rec(0, 41, 4), _rec(1, 40, 4), _rec(2, 40.5, 4)], None),
+        # a chief-only checkpoint once an epoch: the chief is in a callback (not "between"); the other's
+        # step that waited for it is one step of the ring
+        ([_rec(0, 1, 10), _rec(1, 1, 10, extra=[(1, 1500)])], None),
+        # rank 1 slow between steps (sleeps 50 ms): named without any sampled step
+        ([_rec(0, 1, 55), _rec(1, 51, 5)], (1, "between")),
+        # rank 1's fit callback takes 40 ms each batch
+        ([_rec(0, 1, 45), _rec(1, 1, 5, callback=40)], (1, "callback")),
+        ([_rec(0, 1, 55), _rec(1, 1, 55), _rec(2, 51, 5)], (2, "between")),
+        # rank 1's step computes 40 ms before the all-reduce, rank 0's 4 ms: only a sampled step tells
+        ([_rec(0, 1, 42), _rec(1, 1, 42)], None),
+        (
+            [_rec(0, 1, 42, sample=(42, 38, 0)), _rec(1, 1, 42, sample=(42, 2, 0))],
+            (1, "compute"),
+        ),
+        # fit's step reads its input inside: rank 0's iterator takes 30 ms
+        (
+            [_rec(0, 1, 40, sample=(40, 2, 30)), _rec(1, 1, 40, sample=(40, 31, 1))],
+            (0, "input"),
+        ),
+        # every rank waits most of its step alike: the link, not a rank
+        (
+            [_rec(0, 1, 40, sample=(40, 35, 0)), _rec(1, 1, 40, sample=(40, 34, 0))],
+            None,
+        ),
+        # a 10% imbalance is inside the margin (a fifth of the step)
+        ([_rec(0, 1, 11), _rec(1, 2, 10)], None),
+    ],
+)
+def test_the_slow_rank_is_the_one_the_others_wait_for(records, want) -> None:
+    slow = _named(records)
+    assert (None if slow is None else (slow.rank, slow.component)) == want
+
+
+def test_nothing_is_named_before_every_rank_timed_enough_steps() -> None:
+    young = RankProgress(1, 1, 5, 5, "step", "", 1.0, 0.005, ((0.05, 0.0, 0.005),) * 3, 3)
+    assert split_ranks([_rec(0, 1, 55), young], 8) == ()
+
+
+@pytest.mark.parametrize(
+    "records, line",
+    [
+        (
+            [_rec(0, 1, 55), _rec(1, 51, 5)],
+            (
+                "rank 1 is the slow one: rank 0 waits 50 ms of each 55 ms step for it in the all-reduce; "
+                "rank 1 spends 51 ms between steps (its input pipeline or its own code)"
+            ),
+        ),
+        (
+            [_rec(0, 1, 44, sample=(44, 36, 0)), _rec(1, 1, 44, sample=(44, 0, 0))],
+            (
+                "rank 1 is the slow one: rank 0 waits 36 ms of each 44 ms step for it in the all-reduce; "
+                "rank 1's step takes 44 ms before the all-reduce, rank 0's 8.0 ms "
+                "(its device is slower or busier: see `tfdevices list`)"
+            ),
+        ),
+        (
+            [
+                _rec(0, 1, 40, sample=(40, 2, 30)),
+                _rec(1, 1, 40, sample=(40, 31, 1)),
+                _rec(2, 1, 40, sample=(40, 31, 1)),
+            ],
+            (
+                "rank 0 is the slow one: ranks 1, 2 wait 31 ms of each 40 ms step for it in the all-reduce; "
+                "rank 0's step reads its input for 30 ms, the others' 1.0 ms "
+                "(its input pipeline, read inside fit's step)"
+            ),
+        ),
+    ],
+)
+def test_the_reason_is_in_the_users_words_and_numbers(records, line) -> None:
+    assert _named(records).reason() == line
+
+
+def test_scores_are_the_best_ranks_work_over_each_ranks() -> None:
+    splits = split_ranks([_rec(0, 1, 55), _rec(1, 51, 5), _rec(2, 26, 30)], 8)
+    assert [(s.rank, s.score) for s in splits] == [
+        (0, 1.0),
+        (1, round(6 / 56, 3)),
+        (2, round(6 / 31, 3)),
+    ]
+    assert [round(s.wait_s * 1e3) for s in splits] == [
+        50,
+        0,
+        25,
+    ]  # inferred: the slowest's between, less one's own
+
+
+def test_a_link_bound_job_is_told_apart() -> None:
+    bound = split_ranks([_rec(0, 1, 40, sample=(40, 35, 0)), _rec(1, 1, 40, sample=(40, 34, 0))], 8)
+    free = split_ranks([_rec(0, 1, 40, sample=(40, 5, 0)), _rec(1, 1, 40, sample=(40, 4, 0))], 8)
+    inferred = split_ranks([_rec(0, 1, 40), _rec(1, 1, 40)], 8)
+    assert (link_bound(bound), link_bound(free), link_bound(inferred)) == (
+        True,
+        False,
+        False,
+    )
+
+
+def test_the_table_and_the_medians_over_the_job() -> None:
+    a = split_ranks([_rec(0, 1, 55), _rec(1, 51, 5)], 8)
+    b = split_ranks([_rec(0, 3, 55), _rec(1, 53, 5)], 8)
+    c = split_ranks([_rec(0, 2, 55), _rec(1, 52, 5)], 8)
+    merged = median_splits([a, b, c])
+    assert [round(s.between_s * 1e3) for s in merged] == [2, 52]
+    assert rank_table(merged)[2].split() == ["1", "52.0", "0.0", "0.0", "5.0", "0.0", "0.12", "40"]
+
+
+@pytest.mark.parametrize(
+    "cost, step, every",
+    [(0.003, 0.003, 128), (0.003, 0.05, 16), (0.0, 0.01, 16), (1.0, 0.001, 1 << 17)],
+)
+def test_samples_are_spaced_to_cost_a_hundredth_of_the_steps(cost, step, every) -> None:
+    got = sample_every(cost, step)
+    assert got == every and (got & (got - 1)) == 0
+    if cost:
+        assert cost / (got * step) <= 0.01 or got == 16
+
+
+@pytest.mark.parametrize(
+    "env, on",
+    [
+        ({}, True),
+        ({"TFDEVICES_SLOW_RANK": "0"}, False),
+        ({"TFDEVICES_SLOW_RANK": "on"}, True),
+    ],
+)
+def test_the_switch_from_the_environment(env, on) -> None:
+    assert policy_from_env(env).enabled is on
+
+
+def test_a_bad_switch_is_refused() -> None:
+    with pytest.raises(EnvVarError, match="TFDEVICES_SLOW_RANK='maybe' is not one of"):
+        policy_from_env({"TFDEVICES_SLOW_RANK": "maybe"})
+
+
+# --------------------------------------------------------------------------- the watch: once, on change, at the end
+
+
+def _polls(watch: SlowRankWatch, boards: list[list[RankProgress]]) -> None:
+    for n, board in enumerate(boards):
+        moved = [RankProgress(*r.__dict__.values()) for r in board]  # a new object per poll
+        moved = [type(r)(**{**r.__dict__, "done": r.done + n, "started": r.started + n}) for r in moved]
+        watch.poll(moved, 100.0 + n)
+
+
+def test_the_watch_names_a_persistent_slow_rank_once_and_says_when_it_ends() -> None:
+    said: list[str] = []
+    watch = SlowRankWatch(SlowRankPolicy(), said.append)
+    slow, even = [_rec(0, 1, 55), _rec(1, 51, 5)], [_rec(0, 1, 10), _rec(1, 1, 10)]
+    _polls(watch, [slow] * 2)
+    assert said == []  # fewer polls than the window
+    _polls(watch, [slow] * 5 + [even] * 4)
+    assert [line.split(":")[1].strip() for line in said] == [
+        "rank 1 is the slow one",
+        "rank 1 is no longer the slow one",
+    ]
+    assert said[0].startswith("tfdevices: rank 1 is the slow one: rank 0 waits 50 ms")
+
+
+def test_a_short_job_or_a_watch_turned_off_says_nothing() -> None:
+    said: list[str] = []
+    off = SlowRankWatch(SlowRankPolicy(enabled=False), said.append)
+    _polls(off, [[_rec(0, 1, 55), _rec(1, 51, 5)]] * 10)
+    assert said == [] and off.lines() == []
+    short = SlowRankWatch(SlowRankPolicy(), said.append)
+    _polls(short, [[_rec(0, 1, 55), _rec(1, 51, 5)]] * 2)
+    assert said == [] and short.lines()[-1] == "over the job, " + _named([_rec(0, 1, 55), _rec(1, 51, 5)]).reason()
+
+
+def test_polls_without_new_steps_do_not_count() -> None:
+    said: list[str] = []
+    watch = SlowRankWatch(SlowRankPolicy(), said.append)
+    board = [_rec(0, 1, 55), _rec(1, 51, 5)]
+    for n in range(6):
+        watch.poll(board, 100.0 + n)  # the same steps: nobody moved
+    assert said == [] and len(watch.history) == 1
+
+
+# --------------------------------------------------------------------------- the record keeps each step's split
+
+
+def test_the_record_keeps_the_latest_steps_split_and_leaves_callbacks_and_compilation_out(
+    tmp_path,
+) -> None:
+    now = [0.0]
+    writer = ProgressWriter(str(tmp_path), 1, clock=lambda: now[0])
+
+    def step(between: float, seconds: float, callback: float = 0.0) -> None:
+        now[0] += between
+        if callback:
+            writer.enter("callback", "ModelCheckpoint.on_epoch_end")
+            now[0] += callback
+            writer.enter("between")
+        writer.begin_step()
+        now[0] += seconds
+        writer.end_step()
+
+    step(0.0, 5.0)  # the first step compiles: not timed
+    for n in range(RING + 3):
+        step(0.01 * (n + 1), 0.1)
+    step(0.02, 0.1, callback=2.0)  # a named callback's time is not "between"
+    (record,) = read_board(str(tmp_path))
+    assert record.timed == RING + 4 - (WARMUP_STEPS - 1)
+    assert len(record.recent) == RING and record.recent[-1] == pytest.approx((0.02, 2.0, 0.1))
+    assert record.recent[-2] == pytest.approx((0.01 * (RING + 3), 0.0, 0.1))  # oldest first, the ring wrapped
+    assert record.totals[2] == pytest.approx(2.0) and record.sample is None
+    writer.sample(32, 0.1, 0.06, 0.01, 0.002)
+    assert read_board(str(tmp_path))[0].sample == pytest.approx((32, 0.1, 0.06, 0.01, 0.002))
+
+
+def test_a_step_ended_late_is_not_timed_as_between(tmp_path) -> None:
+    now = [0.0]
+    writer = ProgressWriter(str(tmp_path), 0, clock=lambda: now[0])
+    for _ in range(4):
+        writer.begin_step()
+        now[0] += 1.0
+        writer.end_step()
+    writer.begin_step()
+    now[0] += 1.0
+    writer.begin_step()  # Keras 3 ran the batch's end on another thread: step 5 ends after 6 began
+    writer.end_step(step=5)
+    now[0] += 1.0
+    writer.end_step()
+    assert read_board(str(tmp_path))[0].recent[-1] == (0.0, 0.0, 1.0)
+
+
+def test_a_split_knows_its_parts() -> None:
+    split = RankSplit(0, 10, 0.01, 0.005, 0.05, 0.02, 0.01, 0.02, True)
+    assert (split.work_s, split.component("wait")) == (pytest.approx(0.045), 0.02)
+
+
+# --------------------------------------------------------------------------- real jobs under tfdevices launch
+
+SCRIPT = os.path.join(REPO, "tests", "scripts", "slow_rank.py")
+LIVE = "[launcher] tfdevices: rank 1 is the slow one: rank 0 waits "
+
+
+def _launch(mode: str, kind: str, ranks: str, steps: int, *args: str) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-m", "tfdevices", "launch", "-n", "2", *args, "--", sys.executable, SCRIPT, mode, kind]
+        + [ranks, str(steps)],
+        env=subprocess_env(),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "[0] rank 0 done" in out and "[1] rank 1 done" in out, out[-3000:]
+    return proc.stdout
+
+
+def _live_line(out: str) -> str:
+    """The slow-rank line said while the job ran: before either rank ended."""
+    lines = out.splitlines()
+    named = [n for n, line in enumerate(lines) if line.startswith(LIVE)]
+    assert named, out[-3000:]
+    ends = [n for n, line in enumerate(lines) if line in ("[0] rank 0 done", "[1] rank 1 done")]
+    assert named[0] < min(ends), out[-3000:]
+    assert len(named) == 1, out[-3000:]  # said once: it did not change
+    return lines[named[0]]
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("slow_rank")
+@pytest.mark.parametrize(
+    "mode, reason",
+    [
+        ("loop", r"rank 1 spends \d+ ms between steps \(its input pipeline or its own code\)$"),
+        (
+            "fit",
+            r"rank 1 spends \d+ ms between steps in fit's callbacks, rank 0's [\d.]+ ms \(its fit callbacks' code\)$",
+        ),
+    ],
+)
+def test_a_rank_slow_between_steps_is_named_while_the_job_runs(mode: str, reason: str) -> None:
+    out = _launch(mode, "between", "1", 120)
+    line = _live_line(out)
+    assert re.search(r"rank 0 waits (\d+) ms of each (\d+) ms step for it in the all-reduce; " + reason, line), line
+    waits = int(re.search(r"waits (\d+) ms", line).group(1))
+    assert waits >= 30, line  # rank 1 sleeps 40 ms each step: rank 0 waits about that
+    table = out[out.index("each rank's step, ms") :].splitlines()
+    assert table[1].split()[1:] == ["rank", "between", "callback", "input", "compute", "wait", "score", "steps"]
+    scores = {int(row.split()[1]): float(row.split()[-2]) for row in table[2:4]}
+    assert scores[0] == 1.0 and scores[1] < 0.5, table
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("slow_rank")
+@pytest.mark.parametrize(
+    "mode, kind, ranks",
+    [
+        ("loop", "balanced", ""),
+        ("loop", "between", "0,1"),  # every rank sleeps 40 ms between steps: slow together
+        ("fit", "checkpoint", "0"),  # the chief alone sleeps 1.5 s in a callback at each epoch's end
+    ],
+)
+def test_no_slow_rank_is_named_for_work_done_alike_or_a_chiefs_checkpoint(mode: str, kind: str, ranks: str) -> None:
+    out = _launch(mode, kind, ranks, 120)
+    assert "is the slow one" not in out, out[-3000:]
+    assert "no slow rank: the ranks wait alike" in out, out[-3000:]  # the summary at the end still came
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("slow_rank")
+def test_no_slow_rank_turns_it_off() -> None:
+    out = _launch("loop", "between", "1", 60, "--no-slow-rank")
+    assert "slow one" not in out and "each rank's step" not in out, out[-3000:]
