@@ -22,11 +22,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from tfdevices.mends.tf_import import import_tf
 from tfdevices.core.devices import default_devices, logical_devices, short_name
 from tfdevices.core.errors import InputError
 from tfdevices.core.units import format_bytes, parse_memory
 from tfdevices.gpus.inventory import Inventory
+from tfdevices.mends.tf_import import import_tf
 
 __all__ = ["measure_devices", "DeviceSpeed"]
 

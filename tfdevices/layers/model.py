@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tfdevices.mends.tf_import import import_tf
 from tfdevices.core.errors import PlanError
+from tfdevices.mends.tf_import import import_tf
 
 
 @dataclass(frozen=True)

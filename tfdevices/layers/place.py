@@ -50,11 +50,11 @@ import functools
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from tfdevices.mends.tf_import import import_tf
 from tfdevices.core.devices import logical_devices, short_name
 from tfdevices.core.errors import PlanError
 from tfdevices.layers.model import read_model
 from tfdevices.layers.plan import LayerPlan
+from tfdevices.mends.tf_import import import_tf
 
 __all__ = ["place_layers", "planned_devices"]
 
