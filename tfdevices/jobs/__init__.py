@@ -12,6 +12,7 @@ from tfdevices.core.lazy import lazy_names
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
 if TYPE_CHECKING:
     from tfdevices.jobs.env import RANK_GPUS, LaunchInfo, launch_info
+    from tfdevices.jobs.metrics import serve_metrics
     from tfdevices.jobs.ranks import GpuAssignment, gpu_for_rank
     from tfdevices.jobs.reporting import stall_timeout
     from tfdevices.jobs.slurm import step_cluster
@@ -25,9 +26,19 @@ _EXPORTS = {
     "GpuAssignment": "tfdevices.jobs.ranks",
     "step_cluster": "tfdevices.jobs.slurm",
     "stall_timeout": "tfdevices.jobs.reporting",
+    "serve_metrics": "tfdevices.jobs.metrics",
 }
 
-__all__ = ["launch_info", "LaunchInfo", "gpu_for_rank", "GpuAssignment", "RANK_GPUS", "step_cluster", "stall_timeout"]
+__all__ = [
+    "launch_info",
+    "LaunchInfo",
+    "gpu_for_rank",
+    "GpuAssignment",
+    "RANK_GPUS",
+    "step_cluster",
+    "stall_timeout",
+    "serve_metrics",
+]
 
 
 __getattr__, __dir__ = lazy_names(globals(), _EXPORTS)
