@@ -5,6 +5,8 @@ HTTP scrape, the port closed at the job's end, and bad input refused before any 
 from __future__ import annotations
 
 import doctest
+import json
+import os
 import re
 import socket
 import sys
@@ -15,6 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.fake_nvml import FakeGpu, FakeNvml
+from tests.helpers import REPO
 from tests.jobs.launching import run_launcher, worker
 from tfdevices.core.errors import EnvVarError, LaunchError
 from tfdevices.jobs import metrics
@@ -236,3 +239,58 @@ def test_another_interface_is_said_on_the_console() -> None:
 
 def test_docstring_examples() -> None:
     assert doctest.testmod(metrics, raise_on_error=False).failed == 0
+
+
+# --------------------------------------------------------------------------- the Grafana dashboard
+
+DASHBOARD = os.path.join(REPO, "docs", "grafana", "tfdevices-job.json")
+_KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or", "unless", "offset"}
+
+
+def dashboard_queries() -> list[str]:
+    """Every PromQL query of the dashboard: its panels' targets and its variables'."""
+    with open(DASHBOARD, encoding="utf-8") as f:
+        board = json.load(f)
+    queries = [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
+    for variable in board["templating"]["list"]:
+        if variable["type"] == "query":
+            queries.append(variable["query"]["query"])
+    return queries
+
+
+def series_named(query: str) -> set[str]:
+    """The series a PromQL query names: its identifiers outside label matchers, ranges and groupings that are
+    neither functions nor keywords.
+    """
+    text = re.sub(r"\{[^}]*\}|\[[^\]]*\]|\b(by|without|on|ignoring)\s*\([^)]*\)", " ", query)
+    text = re.sub(r"label_values\(([^,]+),[^)]*\)", r"\1", text)
+    names = set()
+    for match in re.finditer(r"[A-Za-z_:][A-Za-z0-9_:]*", text):
+        after = text[match.end() :].lstrip()
+        if match.group() not in _KEYWORDS and not after.startswith("(") and not match.group().startswith("$"):
+            names.add(match.group())
+    return names
+
+
+def test_every_dashboard_query_names_series_the_exporter_serves() -> None:
+    served = {name for s in SERIES for name in s.served}
+    queries = dashboard_queries()
+    assert len(queries) >= 10
+    for query in queries:
+        named = series_named(query)
+        assert named, query
+        assert named <= served, (query, named - served)
+    everything = set().union(*(series_named(q) for q in queries))
+    for wanted in ("tfdevices_rank_step_seconds_sum", "tfdevices_rank_wait_ratio", "hw_gpu_utilization"):
+        assert wanted in everything
+    assert any(q.startswith("tfdevices_rank_slow{") and q.endswith("== 1") for q in queries)  # the slow rank
+
+
+def test_the_query_reader_sees_a_misspelt_series() -> None:
+    assert series_named('rate(tfdevice_rank_steps_total{job="$job"}[$__rate_interval])') == {
+        "tfdevice_rank_steps_total"
+    }
+    assert series_named("sum by (rank) (hw_gpu_utilization) / hw_gpu_memory_limit_bytes") == {
+        "hw_gpu_utilization",
+        "hw_gpu_memory_limit_bytes",
+    }

@@ -21,6 +21,7 @@ import urllib.request
 import pytest
 
 from tests.helpers import REPO, subprocess_env, unavailable
+from tests.jobs.test_metrics import dashboard_queries
 from tfdevices.gpus.inventory import GpuInfo, Inventory
 from tfdevices.jobs.metrics import SERIES
 
@@ -116,6 +117,15 @@ def _query(api: str, promql: str) -> dict[str, float]:
     }
 
 
+def _ranged(api: str, query: str, start: float, end: float) -> list:
+    """The series a dashboard panel's query shows over the job, ``$job`` and Grafana's rate interval filled in."""
+    promql = query.replace("$job", "metrics_job.py").replace("$__rate_interval", "10s")
+    params = {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": "1"}
+    got = _get(f"{api}/api/v1/query_range?" + urllib.parse.urlencode(params))
+    assert got["status"] == "success", got
+    return list(got["data"]["result"])
+
+
 @pytest.mark.slow
 @pytest.mark.xdist_group("slow_rank")
 def test_a_real_prometheus_scrapes_every_rank_of_a_job_with_a_slow_rank(tmp_path) -> None:
@@ -124,6 +134,7 @@ def test_a_real_prometheus_scrapes_every_rank_of_a_job_with_a_slow_rank(tmp_path
     target = _free_port()
     prometheus, api = _start_prometheus(tmp_path, target)
     try:
+        began = time.time()
         job = subprocess.run(
             [sys.executable, "-m", "tfdevices", "launch", "-n", "2", "--gpus", "0,1", "--metrics", str(target)]
             + ["--", sys.executable, SCRIPT, str(STEPS), "4"],
@@ -136,6 +147,8 @@ def test_a_real_prometheus_scrapes_every_rank_of_a_job_with_a_slow_rank(tmp_path
         out = job.stdout + job.stderr
         assert job.returncode == 0 and "[0] rank 0 done" in out and "[1] rank 1 done" in out, out[-3000:]
         last = {name: _query(api, f"last_over_time({name}[10m])") for name in PER_RANK}
+        panels = {q: _ranged(api, q, began, time.time()) for q in dashboard_queries() if "label_values" not in q}
+        jobs = _get(f"{api}/api/v1/label/job/values")["data"]
     finally:
         os.killpg(prometheus.pid, signal.SIGTERM)
         prometheus.wait(timeout=30)
@@ -148,5 +161,8 @@ def test_a_real_prometheus_scrapes_every_rank_of_a_job_with_a_slow_rank(tmp_path
     assert last["hw_gpu_utilization"] == {"gpu=0,rank=0": 1.0, "gpu=1,rank=1": 1.0}
     assert last["hw_gpu_memory_limit_bytes"]["gpu=1,rank=1"] == 150754820096
     assert last["tfdevices_rank_slow"] == {"rank=0": 0.0, "rank=1": 1.0}
+    assert "metrics_job.py" in jobs  # the dashboard's job variable
+    for query, series in panels.items():  # every panel of the dashboard shows something
+        assert series, query
     split = last["tfdevices_rank_split_seconds"]
     assert split["part=between,rank=1"] > split["part=between,rank=0"], split
