@@ -28,7 +28,9 @@ from tfdevices.jobs.metrics import SERIES
 SCRIPT = os.path.join(REPO, "tests", "scripts", "metrics_job.py")
 STEPS = 200
 #: Every series a running job serves for each rank (a worker's exit status only once it exited).
-PER_RANK = [name for s in SERIES if "rank" in s.labels and s.name != "tfdevices_worker_exit_status" for name in s.served]
+PER_RANK = [
+    name for s in SERIES if "rank" in s.labels and s.name != "tfdevices_worker_exit_status" for name in s.served
+]
 
 
 def _free_port() -> int:
@@ -88,7 +90,7 @@ def _start_prometheus(tmp_path, target: int) -> tuple[subprocess.Popen, str]:
             f"--web.listen-address=127.0.0.1:{port}",
         ],
         stdout=subprocess.DEVNULL,
-        stderr=open(tmp_path / "prometheus.log", "w"),  # noqa: SIM115 (closed with the process)
+        stderr=open(tmp_path / "prometheus.log", "w"),
         start_new_session=True,
     )
     api = f"http://127.0.0.1:{port}"
