@@ -44,7 +44,7 @@ from tfdevices.gpus.discovery import discover
 from tfdevices.jobs.env import RANK_GPUS
 from tfdevices.jobs.progress import RankProgress, read_board
 from tfdevices.jobs.stall import STALE_S, StallWatch, detect_stall
-from tfdevices.jobs.straggler import RankSplit, split_ranks
+from tfdevices.jobs.straggler import RankSplit, SlowRankPolicy, find_slow_rank, split_ranks
 
 #: ``[HOST:]PORT`` for rank 0's watch to serve on, where no launcher watches (``srun``, Ray Train).
 METRICS_ENV = "TFDEVICES_METRICS"
@@ -371,11 +371,18 @@ def wait_ratio(split: RankSplit) -> float:
 
 
 def read_ranks(records: Sequence[RankProgress], watch: StallWatch | None, now: float) -> tuple[RankReading, ...]:
-    """Each rank's reading from the board's records and what ``watch`` (the stall and slow-rank watch) knows."""
+    """Each rank's reading from the board's records and what ``watch`` (the stall and slow-rank watch) knows;
+    without a watch, the slow rank of this moment's split (:func:`~tfdevices.jobs.straggler.find_slow_rank`)
+    and no stall.
+    """
     splits: dict[int, RankSplit] = {}
     slow: int | None = None
     stalled: tuple[int, ...] = ()
-    if watch is not None:
+    if watch is None:  # no watch here (a rank's own TensorBoard run): this moment's split and slow rank
+        splits = {s.rank: s for s in split_ranks(records, SlowRankPolicy().min_steps)}
+        found = find_slow_rank(tuple(splits.values()))
+        slow = found.rank if found is not None else None
+    else:
         splits = {s.rank: s for s in split_ranks(records, watch.slow.policy.min_steps)}
         named = watch.slow.named
         slow = named.rank if named is not None else None
@@ -675,7 +682,7 @@ def _serve_watch(
             raise
         tell(f"tfdevices: no metrics served: {err}")
         return None
-    gpus = _own_gpus(env)
+    gpus = own_gpus(env)
     metrics.collector.start(Attempt(watch.directory, watch, {0: gpus} if gpus else {}))
     _ASKED["metrics"] = metrics
     return metrics
@@ -686,8 +693,8 @@ def _env_job(env: Mapping[str, str]) -> str:
     return f"slurm-{job}"[:128] if job.isascii() and job.isdigit() else "job"
 
 
-def _own_gpus(env: Mapping[str, str]) -> tuple[int, ...]:
-    """Rank 0's GPUs by NVML index (``TFDEVICES_RANK_GPUS``, else its ``CUDA_VISIBLE_DEVICES`` of whole
+def own_gpus(env: Mapping[str, str]) -> tuple[int, ...]:
+    """This process's GPUs by NVML index (``TFDEVICES_RANK_GPUS``, else its ``CUDA_VISIBLE_DEVICES`` of whole
     indices); empty where they are not known.
     """
     for name in (RANK_GPUS, "CUDA_VISIBLE_DEVICES"):
@@ -714,6 +721,7 @@ __all__ = [
     "gpu_reader",
     "job_name",
     "metrics_from_env",
+    "own_gpus",
     "parse_address",
     "read_ranks",
     "serve_metrics",
