@@ -9,6 +9,7 @@ import json
 import os
 import re
 import socket
+import subprocess
 import sys
 import urllib.error
 import urllib.request
@@ -17,7 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.fake_nvml import FakeGpu, FakeNvml
-from tests.helpers import REPO
+from tests.helpers import REPO, subprocess_env
 from tests.jobs.launching import run_launcher, worker
 from tfdevices.core.errors import EnvVarError, LaunchError
 from tfdevices.jobs import metrics
@@ -294,3 +295,60 @@ def test_the_query_reader_sees_a_misspelt_series() -> None:
         "hw_gpu_utilization",
         "hw_gpu_memory_limit_bytes",
     }
+
+
+# --------------------------------------------------------------------------- rank 0's watch (srun, Ray Train)
+
+WATCHED = """
+import os, sys, urllib.request
+from tfdevices.jobs import serve_metrics
+from tfdevices.jobs.progress import ProgressWriter
+from tfdevices.jobs.reporting import start_reporting
+if sys.argv[1] == "call":
+    serve_metrics("127.0.0.1:" + sys.argv[2])
+writer = start_reporting()
+other = ProgressWriter(os.environ["TFDEVICES_PROGRESS_DIR"], 1)
+for w in (writer, other):
+    for _ in range(3):
+        w.begin_step(); w.end_step()
+text = urllib.request.urlopen("http://127.0.0.1:" + sys.argv[2] + "/metrics", timeout=10).read().decode()
+print("\\n".join(l for l in text.splitlines() if l.startswith(("tfdevices_rank_steps_total", "tfdevices_job_workers"))))
+"""
+
+
+@pytest.mark.parametrize("how", ["env", "call"])
+def test_rank_0s_watch_serves_where_no_launcher_watches(tmp_path, how: str) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
+    env = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "TFDEVICES_PROGRESS_DIR": str(tmp_path)}
+    if how == "env":
+        env["TFDEVICES_METRICS"] = port
+    proc = run_py_args(WATCHED, how, port, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert [re.sub(r'node="[^"]+"', "node", line) for line in lines] == [
+        'tfdevices_rank_steps_total{job="job",node,rank="0"} 3.0',
+        'tfdevices_rank_steps_total{job="job",node,rank="1"} 3.0',
+        'tfdevices_job_workers_up{job="job",node} 2.0',
+    ]
+    assert f"metrics for Prometheus: http://127.0.0.1:{port}/metrics" in proc.stderr
+
+
+def test_a_bad_variable_in_a_rank_is_said_and_the_job_goes_on(tmp_path) -> None:
+    env = {"RANK": "0", "WORLD_SIZE": "2", "TFDEVICES_PROGRESS_DIR": str(tmp_path), "TFDEVICES_METRICS": "x:y"}
+    code = "from tfdevices.jobs.reporting import start_reporting; print(start_reporting() is not None)"
+    proc = run_py_args(code, env=env)
+    assert proc.returncode == 0 and proc.stdout == "True\n", proc.stdout + proc.stderr
+    assert "tfdevices: no metrics served: TFDEVICES_METRICS='x:y': not [HOST:]PORT" in proc.stderr
+
+
+def run_py_args(code: str, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        env=subprocess_env(env),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
