@@ -33,6 +33,7 @@ import ipaddress
 import os
 import re
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -674,7 +675,7 @@ def _serve_watch(
     say: Callable[[str], None] | None = None,
 ) -> JobMetrics | None:
     env = os.environ if env is None else env
-    tell = say or (lambda line: print(line, flush=True))
+    tell = say or (lambda line: print(line, file=sys.stderr, flush=True))
     try:
         metrics = JobMetrics(address, _env_job(env), tell, gpu_reader(env), asked)
     except LaunchError as err:
