@@ -123,7 +123,6 @@ def test_a_scrape_reads_the_board_the_watch_and_the_gpus(tmp_path) -> None:
     watch = StallWatch(board, [0, 1], StallPolicy(), lambda line: None, clock=lambda: now[0])
     for _ in range(4):  # the watch names rank 1 once it persists over polls that saw new steps
         _steps(writers, now, 10)
-        watch._clock = lambda: now[0]
         watch.poll()
     assert watch.slow.named is not None and watch.slow.named.rank == 1
     fake = FakeNvml([FakeGpu(uuid="GPU-0", util_percent=87, memory_used=3 << 30), FakeGpu(uuid="GPU-1")])
