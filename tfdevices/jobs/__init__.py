@@ -12,6 +12,7 @@ from tfdevices.core.lazy import lazy_names
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
 if TYPE_CHECKING:
     from tfdevices.jobs.env import RANK_GPUS, LaunchInfo, launch_info
+    from tfdevices.jobs.metrics import serve_metrics
     from tfdevices.jobs.rank_report import JobRanks, read_ranks
     from tfdevices.jobs.ranks import GpuAssignment, gpu_for_rank
     from tfdevices.jobs.reporting import slow_rank_report, stall_timeout
@@ -29,6 +30,7 @@ _EXPORTS = {
     "slow_rank_report": "tfdevices.jobs.reporting",
     "read_ranks": "tfdevices.jobs.rank_report",
     "JobRanks": "tfdevices.jobs.rank_report",
+    "serve_metrics": "tfdevices.jobs.metrics",
 }
 
 __all__ = [
@@ -42,6 +44,7 @@ __all__ = [
     "slow_rank_report",
     "read_ranks",
     "JobRanks",
+    "serve_metrics",
 ]
 
 

@@ -81,6 +81,14 @@ def _add_output(out: argparse._ArgumentGroup) -> None:
         "a warning every rank prints the same once)",
     )
     out.add_argument("--tf-logs", action="store_true", help="show TensorFlow's C++ log lines (hidden by default)")
+    out.add_argument(
+        "--metrics",
+        default=None,
+        metavar="[HOST:]PORT",
+        help="serve the job's metrics for Prometheus while it runs (each rank's steps and their split, the slow "
+        "rank, stalls, each rank's GPUs, the workers): on 127.0.0.1 unless HOST names another address of this "
+        "machine (0.0.0.0: every interface); PORT 0: any free port, said on the console",
+    )
 
 
 def _add_mends_and_stalls(parser: argparse.ArgumentParser) -> None:
@@ -224,6 +232,7 @@ def config_from_args(args: argparse.Namespace, command: Sequence[str]) -> Launch
             slow_rank=SlowRankPolicy(enabled=not args.no_slow_rank),
         ),
         listen=listen,
+        metrics=getattr(args, "metrics", None),
         terms=CLI_TERMS,
     )
 

@@ -18,6 +18,7 @@ from typing import Any
 from tfdevices.core.errors import PYTHON, LaunchError, Terms
 from tfdevices.core.units import shown
 from tfdevices.jobs.env import LaunchInfo
+from tfdevices.jobs.metrics import MetricsAddress, parse_address
 from tfdevices.jobs.ranks import plan_ranks
 from tfdevices.jobs.rendezvous import MAX_WORKERS, Nodes
 from tfdevices.jobs.stall import StallPolicy
@@ -69,6 +70,9 @@ class LaunchConfig:
         listen: where the workers' TensorFlow servers may listen: an IPv4 address of this machine,
             or ``"all"``; ``None``: 127.0.0.1 for a one-machine job, the node's own address over
             several machines.
+        metrics: serve the job's metrics for Prometheus while it runs (:mod:`tfdevices.jobs.metrics`):
+            ``"[HOST:]PORT"`` or a :class:`~tfdevices.jobs.metrics.MetricsAddress` (127.0.0.1 unless another
+            address is named); ``None``: not served.
         terms: how messages name the settings (the API's keywords, or the command line's options).
 
     Raises:
@@ -97,6 +101,7 @@ class LaunchConfig:
     mends_off: frozenset[str] = frozenset()
     stall: StallPolicy = REPORT_STALLS
     listen: str | None = None
+    metrics: MetricsAddress | str | None = None
     terms: Terms = dataclasses.field(default=PYTHON, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -118,6 +123,7 @@ class LaunchConfig:
                 "from a scheduler.",
             )
         self._check_listen()
+        self._check_metrics()
         object.__setattr__(self, "mends_off", self._known_mends())
         if isinstance(self.gpus, (list, tuple, range)):
             object.__setattr__(self, "gpus", tuple(self.gpus))
@@ -187,6 +193,14 @@ class LaunchConfig:
                 f"{self._asked('listen', self.listen)}: not 'all' or an IPv4 address.",
                 hint=f"e.g. {self._asked('listen', '127.0.0.1')}, or leave it out for the default.",
             ) from None
+
+    def _check_metrics(self) -> None:
+        if self.metrics is None or isinstance(self.metrics, MetricsAddress):
+            return
+        name = self.terms.name("metrics")
+        object.__setattr__(
+            self, "metrics", parse_address(self.metrics, name if self.terms.style == "cli" else name + "=")
+        )
 
     def _known_mends(self) -> frozenset[str]:
         given: object = self.mends_off

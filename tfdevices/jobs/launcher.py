@@ -87,6 +87,7 @@ from tfdevices.gpus.topology import format_cpus
 from tfdevices.jobs.env import RANK_GPUS, VIRTUAL_DEVICES_ENV, LaunchInfo
 from tfdevices.jobs.handshake import Stopped
 from tfdevices.jobs.launch_config import LaunchConfig, check_worker_count
+from tfdevices.jobs.metrics import Attempt, JobMetrics, MetricsAddress, gpu_reader, job_name
 from tfdevices.jobs.output import PROGRESS, Console, Record, Splitter
 from tfdevices.jobs.progress import PROGRESS_DIR_ENV
 from tfdevices.jobs.ranks import cpu_binding, plan_ranks
@@ -285,17 +286,32 @@ def launch(
         dedupe=not config.all_ranks,
         tf_logs=config.tf_logs,
     )
+    metrics: JobMetrics | None = None
     try:
+        metrics = _serve_metrics(config, command, console, base)  # a bad port fails here, before any worker
         with Watchdog() as watchdog:
             job = _Job(command, config, console, base, watchdog)
+            job.metrics = metrics
             with job.forwarding_signals():
                 return _on_one_machine(job) if config.nodes is None else _over_machines(job, config.nodes)
     finally:
+        if metrics is not None:  # the port closes when the job ends
+            metrics.close()
         if site is not None:
             shutil.rmtree(site, ignore_errors=True)
         _report_hidden(console)
         if console.closed:
             _silence(out)
+
+
+def _serve_metrics(
+    config: LaunchConfig, command: Sequence[str], console: Console, base: Mapping[str, str]
+) -> JobMetrics | None:
+    """The job's metrics, served from now on (``config.metrics``); ``None`` when not asked for."""
+    if not isinstance(config.metrics, MetricsAddress):
+        return None
+    asked = config.terms.name("metrics")
+    return JobMetrics(config.metrics, job_name(command), console.say, gpu_reader(base), asked)
 
 
 def _config(config: LaunchConfig | int, options: Mapping[str, Any]) -> LaunchConfig:
@@ -493,6 +509,8 @@ class _Job:
         self._tails: dict[int, collections.deque[str]] = {}
         self._notices: list[str] = []
         self._listen_failed: set[int] = set()  # ranks whose listen check stopped them
+        self.metrics: JobMetrics | None = None
+        self._ranks: list[int] = []
 
     def forwarding_signals(self) -> Any:
         job = self
@@ -547,6 +565,11 @@ class _Job:
         stacks = os.path.join(self.log_dir, "stacks") if self.log_dir else tempfile.mkdtemp(prefix="tfdevices-stacks-")
         base = {**self.base, PROGRESS_DIR_ENV: progress, STACKS_DIR_ENV: stacks, LAUNCHER_WATCHES_ENV: "1"}
         self.watch = StallWatch(progress, [p.rank for p in plans], self.stall, self.console.say, stacks_dir=stacks)
+        self._ranks = [p.rank for p in plans]
+        if self.metrics is not None:  # read when scraped: this attempt's board, watch, GPUs and workers
+            restarts = int(plans[0].env.get(RESTART_ENV, "0")) if plans else 0
+            owned = {p.rank: p.gpus for p in plans}
+            self.metrics.collector.start(Attempt(progress, self.watch, owned, self._statuses, restarts))
         try:
             for plan in plans:
                 log = self._open_log(plan.rank)
@@ -595,6 +618,10 @@ class _Job:
                     self.console.say(f"cannot write the steps' timeline in --log-dir ({err.strerror})")
             shutil.rmtree(progress, ignore_errors=True)
             _remove_if_empty(stacks)
+
+    def _statuses(self) -> dict[int, int | None]:
+        """Each started worker's exit status (``None`` while it runs), for the metrics."""
+        return {rank: None if (c := p.poll()) is None else _exit_status(c) for rank, p in zip(self._ranks, self.procs)}
 
     def _binding(self, plans: Sequence[WorkerPlan]) -> dict[int, tuple[int, ...]]:
         """Each local rank's CPUs (its GPUs' NUMA node), said on the console; empty without a topology."""

@@ -6,7 +6,9 @@ the mends that fill it: ``step_progress`` (a custom loop's steps), ``fit_progres
 callbacks) and ``stack_dumps`` (``SIGUSR1`` writes the Python stack). Under ``tfdevices launch`` the
 launcher watches every rank (``--stall-timeout``); under ``srun`` and other launchers whose ranks share a
 machine, rank 0 runs the same :class:`~tfdevices.jobs.stall.StallWatch` on a thread, and
-:func:`stall_timeout` (or ``TFDEVICES_STALL_TIMEOUT``) makes it stop the job. TensorFlow-free.
+:func:`stall_timeout` (or ``TFDEVICES_STALL_TIMEOUT``) makes it stop the job; with ``TFDEVICES_METRICS``
+or :func:`~tfdevices.jobs.metrics.serve_metrics` that watch also serves the job's metrics for Prometheus
+(:mod:`tfdevices.jobs.metrics`). TensorFlow-free.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from tfdevices.core.errors import InputError, TfDevicesError
 from tfdevices.core.units import shown
 from tfdevices.jobs.env import launch_info
+from tfdevices.jobs.metrics import watch_metrics
 from tfdevices.jobs.progress import ProgressWriter, progress_dir, read_board
 from tfdevices.jobs.stall import STACKS_DIR_ENV, StallPolicy, StallWatch, policy_from_env
 from tfdevices.mends import fit_progress, stack_dumps, step_progress
@@ -119,6 +122,7 @@ def start_reporting(env: Mapping[str, str] | None = None) -> ProgressWriter | No
             stacks_dir=stacks,
         )
         _STATE["watch"] = watch
+        watch_metrics(watch, env, _say)  # TFDEVICES_METRICS or serve_metrics(): rank 0 serves the job's metrics
         threading.Thread(target=_watching, args=(watch,), name="tfdevices-stall-watch", daemon=True).start()
         atexit.register(_summary, watch)
     return writer

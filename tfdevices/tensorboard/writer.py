@@ -216,6 +216,10 @@ class EventWriter:
             event_pb2.Event(wall_time=time.time(), step=0, graph_def=graph_def.SerializeToString()).SerializeToString()
         )
 
+    def flush(self) -> None:
+        """Writes what was given so far to the file (readers see it)."""
+        self._file.flush()
+
     def close(self) -> None:
         """Flushes and closes the file."""
         self._file.close()

@@ -1,0 +1,731 @@
+"""A job's metrics for Prometheus: each rank's steps and their split, each rank's GPUs, the job's workers.
+
+``tfdevices launch --metrics [HOST:]PORT`` serves them (Prometheus' text format, through
+``prometheus-client``) from the launcher while the job runs, on 127.0.0.1 unless another address is
+named; the port closes when the job ends. Under ``srun`` and Ray Train, where no launcher watches,
+rank 0's watch thread serves them (:mod:`tfdevices.jobs.reporting`) when ``TFDEVICES_METRICS`` is set
+or :func:`serve_metrics` was called.
+
+Nothing is counted in the workers for this: each scrape reads the job's progress board
+(:func:`~tfdevices.jobs.progress.read_board`), what the slow-rank watch measured
+(:func:`~tfdevices.jobs.straggler.split_ranks`, :attr:`~tfdevices.jobs.straggler.SlowRankWatch.named`),
+the stall detector (:func:`~tfdevices.jobs.stall.detect_stall`) and NVML (the GPU inventory), once per
+scrape, in the serving thread (:class:`JobCollector`, a collector of the job's own registry).
+
+Every series has the labels ``job`` and ``node``; per rank ``rank``; per GPU ``rank`` and ``gpu`` (the
+NVML index). The GPU series follow OpenTelemetry's ``hw.gpu.*`` conventions where they have a name
+(``hw.gpu.utilization``, ``hw.gpu.memory.usage``, ``hw.gpu.memory.limit``) and the same pattern where
+they have none yet (power, temperature, SM clock). :data:`SERIES` lists them all.
+
+This module imports no TensorFlow.
+
+>>> parse_address("9100")
+MetricsAddress(host='127.0.0.1', port=9100)
+>>> parse_address("0.0.0.0:9100").everywhere
+True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import ipaddress
+import os
+import re
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+from tfdevices.core.errors import EnvVarError, LaunchError, TfDevicesError
+from tfdevices.core.units import shown
+from tfdevices.gpus.discovery import discover
+from tfdevices.jobs.env import RANK_GPUS
+from tfdevices.jobs.progress import RankProgress, read_board
+from tfdevices.jobs.stall import STALE_S, StallWatch, detect_stall
+from tfdevices.jobs.straggler import RankSplit, SlowRankPolicy, find_slow_rank, split_ranks
+
+#: ``[HOST:]PORT`` for rank 0's watch to serve on, where no launcher watches (``srun``, Ray Train).
+METRICS_ENV = "TFDEVICES_METRICS"
+DEFAULT_HOST = "127.0.0.1"
+_MAX_TEXT = 300
+_HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?")
+#: The parts of a rank's step (:class:`~tfdevices.jobs.straggler.RankSplit`), as ``part`` labels.
+PARTS = ("between", "callback", "input", "compute", "wait")
+
+
+@dataclasses.dataclass(frozen=True)
+class Series:
+    """One series served.
+
+    Attributes:
+        name: its name in Prometheus' text format (a counter's without ``_total``).
+        kind: ``"gauge"``, ``"counter"`` or ``"summary"``.
+        labels: its labels.
+        help: what it measures.
+    """
+
+    name: str
+    kind: str
+    labels: tuple[str, ...]
+    help: str
+
+    @property
+    def served(self) -> tuple[str, ...]:
+        """The names a scrape shows: ``X_total`` for a counter, ``X_count`` and ``X_sum`` for a summary."""
+        if self.kind == "counter":
+            return (f"{self.name}_total",)
+        if self.kind == "summary":
+            return (f"{self.name}_count", f"{self.name}_sum")
+        return (self.name,)
+
+
+_RANK = ("job", "node", "rank")
+_GPU = ("job", "node", "rank", "gpu")
+_JOB = ("job", "node")
+#: Every series the exporter serves (and the TensorBoard scalars carry, but the job's).
+SERIES = (
+    Series("tfdevices_rank_steps", "counter", _RANK, "Steps the rank finished."),
+    Series("tfdevices_rank_step_seconds", "summary", _RANK, "The rank's steps' wall time (past its first 2)."),
+    Series("tfdevices_rank_last_step_seconds", "gauge", _RANK, "The rank's last step's wall time."),
+    Series(
+        "tfdevices_rank_split_seconds",
+        "gauge",
+        (*_RANK, "part"),
+        "Where the rank spends a step (median of its latest): between steps, in fit's callbacks, in its input, "
+        "computing, waiting in the collectives.",
+    ),
+    Series("tfdevices_rank_wait_ratio", "gauge", _RANK, "The share of its step the rank waits in the collectives."),
+    Series("tfdevices_rank_slow_score", "gauge", _RANK, "The best rank's work per step over this rank's (1: best)."),
+    Series("tfdevices_rank_slow", "gauge", _RANK, "1 for the rank the others wait for (the slow rank named)."),
+    Series("tfdevices_rank_stalled", "gauge", _RANK, "1 for a rank the others wait for in a stall."),
+    Series("hw_gpu_utilization", "gauge", _GPU, "GPU busy fraction (NVML), 0 to 1."),
+    Series("hw_gpu_memory_usage_bytes", "gauge", _GPU, "GPU memory used (NVML)."),
+    Series("hw_gpu_memory_limit_bytes", "gauge", _GPU, "GPU memory in all (NVML)."),
+    Series("hw_gpu_power_watts", "gauge", _GPU, "GPU power draw (NVML)."),
+    Series("hw_gpu_temperature_celsius", "gauge", _GPU, "GPU core temperature (NVML)."),
+    Series("hw_gpu_clock_sm_hertz", "gauge", _GPU, "GPU SM clock (NVML)."),
+    Series("tfdevices_job_workers_up", "gauge", _JOB, "Workers running."),
+    Series("tfdevices_job_restarts", "counter", _JOB, "Restarts of the whole job (--max-restarts)."),
+    Series("tfdevices_job_stalls", "counter", _JOB, "Stalls seen in this attempt."),
+    Series("tfdevices_worker_exit_status", "gauge", _RANK, "A worker's exit status, once it exited."),
+)
+
+
+# --------------------------------------------------------------------------- where to serve
+
+
+@dataclasses.dataclass(frozen=True)
+class MetricsAddress:
+    """Where the metrics are served.
+
+    Attributes:
+        host: an IPv4 address or a host name (``127.0.0.1`` by default).
+        port: the TCP port (0: any free one, said on the console).
+    """
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def everywhere(self) -> bool:
+        """Served on every interface (``0.0.0.0``)."""
+        return self.host == "0.0.0.0"
+
+
+def parse_address(text: object, asked: str = "--metrics") -> MetricsAddress:
+    """``[HOST:]PORT`` as a :class:`MetricsAddress` (pure; bounded).
+
+    Args:
+        text: ``"9100"``, ``"127.0.0.1:9100"``, ``"node7:9100"``, ``"0.0.0.0:9100"`` (every interface).
+        asked: how the message names the setting (``--metrics``, ``metrics=``, ``TFDEVICES_METRICS=``).
+
+    Raises:
+        LaunchError: not ``[HOST:]PORT`` with a port in 0..65535.
+
+    >>> parse_address("node7:0")
+    MetricsAddress(host='node7', port=0)
+    >>> parse_address("9100x")
+    Traceback (most recent call last):
+    ...
+    tfdevices.core.errors.LaunchError: --metrics '9100x': not [HOST:]PORT with a port in 0..65535. \
+HINT: e.g. --metrics 9100 (on 127.0.0.1), or --metrics 10.0.0.5:9100 to serve on another of this machine's addresses.
+    """
+    sep = "" if asked.endswith("=") else " "
+    hint = (
+        f"e.g. {asked}{sep}9100 (on {DEFAULT_HOST}), or {asked}{sep}10.0.0.5:9100 to serve on another of this "
+        "machine's addresses."
+    )
+    bad = LaunchError(f"{asked}{sep}{shown(text)}: not [HOST:]PORT with a port in 0..65535.", hint=hint)
+    if not isinstance(text, str) or not 0 < len(text) <= _MAX_TEXT:
+        raise bad
+    host, _, port = text.strip().rpartition(":")
+    host = host or DEFAULT_HOST
+    if not (port.isascii() and port.isdigit() and len(port) <= 5 and int(port) <= 65535):
+        raise bad
+    if not _HOST.fullmatch(host):
+        raise bad
+    return MetricsAddress(host, int(port))
+
+
+class MetricsServer:
+    """The job's registry served over HTTP on a thread; :meth:`close` closes the port.
+
+    Args:
+        address: where to serve.
+        registry: the job's registry (not the process-wide one).
+        asked: how messages name the setting.
+
+    Raises:
+        LaunchError: the port is in use, the host is not an address of this machine or names none,
+            or the port is not this user's to open.
+    """
+
+    def __init__(self, address: MetricsAddress, registry: Any, asked: str = "--metrics") -> None:
+        start_http_server = _client().start_http_server
+        self.address = address
+        host = _resolve(address, asked)
+        try:
+            self._httpd, thread = start_http_server(address.port, host, registry)
+        except OSError as err:
+            raise _bind_error(address, host, err, asked) from None
+        self._thread: threading.Thread | None = thread
+        self.port = int(self._httpd.server_port)
+        self.host = host
+
+    def close(self) -> None:
+        """Stops serving and closes the port; idempotent."""
+        if self._thread is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def url(self) -> str:
+        """``http://HOST:PORT/metrics``."""
+        return f"http://{self.host}:{self.port}/metrics"
+
+
+def _client() -> Any:
+    """``prometheus_client``, or a clear error where it is not installed."""
+    try:
+        import prometheus_client  # noqa: PLC0415 (only a job that serves needs it)
+    except ImportError:
+        raise LaunchError(
+            "serving metrics needs the prometheus-client package, which is not installed.",
+            hint="pip install 'tfdevices[metrics]' (or prometheus-client).",
+        ) from None
+    return prometheus_client
+
+
+def _resolve(address: MetricsAddress, asked: str) -> str:
+    try:
+        return str(ipaddress.IPv4Address(address.host))
+    except ValueError:
+        pass
+    try:
+        return str(socket.getaddrinfo(address.host, None, socket.AF_INET, socket.SOCK_STREAM)[0][4][0])
+    except (OSError, UnicodeError, IndexError):
+        raise LaunchError(
+            f"{asked} {address}: {shown(address.host)} names no IPv4 address here.",
+            hint=f"name an address of this machine, e.g. {asked} {DEFAULT_HOST}:{address.port}.",
+        ) from None
+
+
+def _bind_error(address: MetricsAddress, host: str, err: OSError, asked: str) -> LaunchError:
+    if err.errno == errno.EADDRINUSE:
+        return LaunchError(
+            f"{asked} {address}: port {address.port} is in use on {host}.",
+            hint=f"pick another port, or {asked} {address.host}:0 for any free one (said on the console).",
+        )
+    if err.errno == errno.EADDRNOTAVAIL:
+        return LaunchError(
+            f"{asked} {address}: {host} is not an address of this machine.",
+            hint=f"name one of its addresses ({DEFAULT_HOST}, the default, or its network's), or 0.0.0.0 for every "
+            "interface.",
+        )
+    return LaunchError(
+        f"{asked} {address}: cannot serve there ({err.strerror}).",
+        hint="pick a port above 1023 that is free, on an address of this machine.",
+    )
+
+
+# --------------------------------------------------------------------------- what a scrape reads
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuReading:
+    """One GPU's sensors at one moment (NVML; ``None`` where it could not say).
+
+    Attributes:
+        index: the NVML index.
+        utilization: busy fraction, 0 to 1.
+        memory_used, memory_total: bytes.
+        power_w: watts.
+        temperature_c: degrees C.
+        clock_sm_hz: hertz.
+    """
+
+    index: int
+    utilization: float | None = None
+    memory_used: int | None = None
+    memory_total: int | None = None
+    power_w: float | None = None
+    temperature_c: float | None = None
+    clock_sm_hz: float | None = None
+
+    def values(self) -> dict[str, float]:
+        """Series name -> value, for the sensors NVML answered."""
+        pairs = (
+            ("hw_gpu_utilization", self.utilization),
+            ("hw_gpu_memory_usage_bytes", self.memory_used),
+            ("hw_gpu_memory_limit_bytes", self.memory_total),
+            ("hw_gpu_power_watts", self.power_w),
+            ("hw_gpu_temperature_celsius", self.temperature_c),
+            ("hw_gpu_clock_sm_hertz", self.clock_sm_hz),
+        )
+        return {name: float(v) for name, v in pairs if v is not None}
+
+
+def gpu_reader(env: Mapping[str, str] | None = None, nvml_module: Any = None) -> Callable[[], dict[int, GpuReading]]:
+    """A function that reads every whole GPU of this machine (the inventory: NVML, or ``TFDEVICES_INVENTORY``),
+    by NVML index; empty where there is none or the listing fails.
+    """
+    masked = {k: v for k, v in (os.environ if env is None else env).items() if not k.startswith("CUDA_")}
+
+    def read() -> dict[int, GpuReading]:
+        try:
+            inventory = discover(env=masked, nvml_module=nvml_module, topology=False)
+        except TfDevicesError:
+            return {}
+        return {
+            g.index: GpuReading(
+                g.index,
+                g.utilization,
+                g.memory_used,
+                g.memory_total,
+                None if g.power_draw_mw is None else g.power_draw_mw / 1000.0,
+                g.temperature,
+                None if g.clock_sm_mhz is None else g.clock_sm_mhz * 1e6,
+            )
+            for g in inventory
+            if g.mig_index is None
+        }
+
+    return read
+
+
+@dataclasses.dataclass(frozen=True)
+class RankReading:
+    """One rank's series at one moment, from its record and what the watch measured.
+
+    Attributes:
+        rank: the rank.
+        steps: steps finished.
+        timed: steps timed (past the first 2).
+        step_sum_s: their wall time in all.
+        last_step_s: the last step's wall time.
+        split: where it spends a step (``None`` until every rank timed enough steps).
+        slow: it is the rank named slow.
+        stalled: it is a rank the others wait for in a stall.
+    """
+
+    rank: int
+    steps: int
+    timed: int
+    step_sum_s: float
+    last_step_s: float
+    split: RankSplit | None = None
+    slow: bool = False
+    stalled: bool = False
+
+    def values(self) -> dict[str, float]:
+        """Series name (``tfdevices_rank_split_seconds/wait`` for a part) -> value."""
+        out = {
+            "tfdevices_rank_steps": float(self.steps),
+            "tfdevices_rank_last_step_seconds": self.last_step_s,
+            "tfdevices_rank_slow": float(self.slow),
+            "tfdevices_rank_stalled": float(self.stalled),
+        }
+        if self.timed:
+            out["tfdevices_rank_step_seconds"] = self.step_sum_s / self.timed
+        if self.split is not None:
+            for part in PARTS:
+                out[f"tfdevices_rank_split_seconds/{part}"] = self.split.component(part)
+            out["tfdevices_rank_wait_ratio"] = wait_ratio(self.split)
+            out["tfdevices_rank_slow_score"] = self.split.score
+        return out
+
+
+def wait_ratio(split: RankSplit) -> float:
+    """The share of its step a rank waits in the collectives (0 for a step of no time).
+
+    >>> wait_ratio(RankSplit(0, 300, 0.001, 0.0, 0.055, 0.0, 0.005, 0.05, False, 1.0))
+    0.909
+    """
+    return round(min(1.0, split.wait_s / split.step_s), 3) if split.step_s > 0 else 0.0
+
+
+def read_ranks(records: Sequence[RankProgress], watch: StallWatch | None, now: float) -> tuple[RankReading, ...]:
+    """Each rank's reading from the board's records and what ``watch`` (the stall and slow-rank watch) knows;
+    without a watch, the slow rank of this moment's split (:func:`~tfdevices.jobs.straggler.find_slow_rank`)
+    and no stall.
+    """
+    splits: dict[int, RankSplit] = {}
+    slow: int | None = None
+    stalled: tuple[int, ...] = ()
+    if watch is None:  # no watch here (a rank's own TensorBoard run): this moment's split and slow rank
+        splits = {s.rank: s for s in split_ranks(records, SlowRankPolicy().min_steps)}
+        found = find_slow_rank(tuple(splits.values()))
+        slow = found.rank if found is not None else None
+    else:
+        splits = {s.rank: s for s in split_ranks(records, watch.slow.policy.min_steps)}
+        named = watch.slow.named
+        slow = named.rank if named is not None else None
+        stall = detect_stall(
+            records, now=now, policy=watch.policy, median_step_s=watch.median_step_s(), expected=watch.expected
+        )
+        stalled = stall.missing if stall is not None and not stall.phase_only else ()
+    return tuple(
+        RankReading(
+            r.rank,
+            r.done,
+            r.timed,
+            r.totals[1],
+            r.last_step_s,
+            splits.get(r.rank),
+            r.rank == slow,
+            r.rank in stalled,
+        )
+        for r in records
+    )
+
+
+@dataclasses.dataclass
+class Attempt:
+    """What the collector reads for one attempt of the job (the launcher sets it at each start).
+
+    Attributes:
+        board: the attempt's progress directory.
+        watch: its stall and slow-rank watch (``None``: rank series without split, slow rank or stall).
+        gpus: each rank's GPUs (NVML indices).
+        workers: each rank's exit status (``None`` while it runs); ``None`` where the watcher is no parent
+            (rank 0's watch under ``srun``: workers up are the ranks whose record is not done).
+        restarts: restarts of the job so far.
+    """
+
+    board: str
+    watch: StallWatch | None = None
+    gpus: Mapping[int, tuple[int, ...]] = dataclasses.field(default_factory=dict)
+    workers: Callable[[], Mapping[int, int | None]] | None = None
+    restarts: int = 0
+
+
+class JobCollector:
+    """A ``prometheus-client`` collector that reads the job when scraped (no cost in the workers).
+
+    Args:
+        job: the ``job`` label.
+        node: the ``node`` label (this machine's name).
+        read_gpus: reads the GPUs by NVML index (:func:`gpu_reader`); ``None``: no GPU series.
+        clock: ``time.time``-like (tests).
+    """
+
+    def __init__(
+        self,
+        job: str,
+        node: str,
+        read_gpus: Callable[[], Mapping[int, GpuReading]] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.job = job
+        self.node = node
+        self.read_gpus = read_gpus
+        self.attempt: Attempt | None = None
+        self._clock = clock
+        self._since = clock() - STALE_S
+        self._lock = threading.Lock()
+
+    def start(self, attempt: Attempt) -> None:
+        """A new attempt of the job (its first, or a restart)."""
+        self.attempt = attempt
+
+    def readings(self) -> tuple[tuple[RankReading, ...], Mapping[int, GpuReading]]:
+        """Each rank's reading and each GPU's, now (what one scrape serves)."""
+        attempt = self.attempt
+        if attempt is None:
+            return (), {}
+        records = tuple(r for r in read_board(attempt.board) if r.changed_at >= self._since)
+        ranks = read_ranks(records, attempt.watch, self._clock())
+        gpus = self.read_gpus() if self.read_gpus is not None and attempt.gpus else {}
+        return ranks, gpus
+
+    def collect(self) -> Iterator[Any]:
+        """The families of :data:`SERIES`, read now (called by the registry at each scrape)."""
+        with self._lock:  # scrapes one at a time: each reads NVML and the board
+            families = _families(self.job, self.node)
+            ranks, gpus = self.readings()
+            self._add_ranks(families, ranks)
+            self._add_gpus(families, gpus)
+            self._add_job(families, ranks)
+        return iter(list(families.values()))
+
+    def _add_ranks(self, families: dict[str, Any], ranks: Sequence[RankReading]) -> None:
+        for reading in ranks:
+            rank = str(reading.rank)
+            labels = [self.job, self.node, rank]
+            families["tfdevices_rank_step_seconds"].add_metric(labels, reading.timed, reading.step_sum_s)
+            for name, value in reading.values().items():
+                if name == "tfdevices_rank_step_seconds":
+                    continue
+                if "/" in name:
+                    name, part = name.split("/")
+                    families[name].add_metric([*labels, part], value)
+                else:
+                    families[name].add_metric(labels, value)
+
+    def _add_gpus(self, families: dict[str, Any], gpus: Mapping[int, GpuReading]) -> None:
+        attempt = self.attempt
+        if attempt is None:
+            return
+        for rank, indices in sorted(attempt.gpus.items()):
+            for index in indices:
+                reading = gpus.get(index)
+                if reading is None:
+                    continue
+                for name, value in reading.values().items():
+                    families[name].add_metric([self.job, self.node, str(rank), str(index)], value)
+
+    def _add_job(self, families: dict[str, Any], ranks: Sequence[RankReading]) -> None:
+        attempt = self.attempt
+        if attempt is None:
+            return
+        labels = [self.job, self.node]
+        families["tfdevices_job_restarts"].add_metric(labels, attempt.restarts)
+        families["tfdevices_job_stalls"].add_metric(labels, attempt.watch.stalls if attempt.watch else 0)
+        if attempt.workers is None:
+            up = sum(1 for r in read_board(attempt.board) if r.changed_at >= self._since and r.phase != "done")
+            families["tfdevices_job_workers_up"].add_metric(labels, up)
+            return
+        statuses = attempt.workers()
+        families["tfdevices_job_workers_up"].add_metric(labels, sum(1 for s in statuses.values() if s is None))
+        for rank, status in sorted(statuses.items()):
+            if status is not None:
+                families["tfdevices_worker_exit_status"].add_metric([*labels, str(rank)], status)
+
+
+def _families(job: str, node: str) -> dict[str, Any]:
+    from prometheus_client.core import (  # noqa: PLC0415 (only a job that serves needs it)
+        CounterMetricFamily,
+        GaugeMetricFamily,
+        SummaryMetricFamily,
+    )
+
+    kinds = {"gauge": GaugeMetricFamily, "counter": CounterMetricFamily, "summary": SummaryMetricFamily}
+    return {s.name: kinds[s.kind](s.name, s.help, labels=list(s.labels)) for s in SERIES}
+
+
+def job_name(command: Sequence[str]) -> str:
+    """The ``job`` label for a command: its script or module, without the interpreter (pure).
+
+    >>> job_name(["python3", "-u", "train.py", "--epochs", "3"])
+    'train.py'
+    >>> job_name(["python", "-m", "mypackage.train"])
+    'mypackage.train'
+    >>> job_name(["python", "-c", "print(1)"])
+    'python-c'
+    >>> job_name(["/opt/bin/trainer"])
+    'trainer'
+    """
+    words = list(command)[:64]
+    if words and os.path.basename(words[0]).startswith("python"):
+        rest = words[1:]
+        for n, word in enumerate(rest):
+            if word == "-c":
+                return "python-c"
+            if word == "-m" and n + 1 < len(rest):
+                return rest[n + 1][:128]
+            if not word.startswith("-"):
+                return os.path.basename(word)[:128] or "job"
+    return (os.path.basename(words[0]) if words else "")[:128] or "job"
+
+
+@dataclasses.dataclass
+class JobMetrics:
+    """A job's registry, its collector and its server: what ``launch --metrics`` holds while the job runs.
+
+    Args:
+        address: where to serve.
+        job: the ``job`` label.
+        say: prints a line for people (where it serves).
+        read_gpus: reads the GPUs (:func:`gpu_reader`).
+        asked: how messages name the setting.
+
+    Raises:
+        LaunchError: see :class:`MetricsServer`.
+    """
+
+    address: MetricsAddress
+    job: str
+    say: Callable[[str], None]
+    read_gpus: Callable[[], Mapping[int, GpuReading]] | None = None
+    asked: str = "--metrics"
+
+    def __post_init__(self) -> None:
+        self.registry = _client().CollectorRegistry(auto_describe=False)
+        self.collector = JobCollector(self.job, socket.gethostname()[:128], self.read_gpus)
+        self.registry.register(self.collector)
+        self.server = MetricsServer(self.address, self.registry, self.asked)
+        where = f"{self.server.url()}"
+        if self.address.everywhere:
+            self.say(f"metrics for Prometheus: {where} on every interface of this machine (no authentication)")
+        elif self.server.host != DEFAULT_HOST:
+            self.say(f"metrics for Prometheus: {where} (on {self.server.host}, as {self.asked} asked)")
+        else:
+            self.say(f"metrics for Prometheus: {where}")
+
+    def close(self) -> None:
+        """Closes the port."""
+        self.server.close()
+
+
+# --------------------------------------------------------------------------- rank 0's watch (srun, Ray Train)
+
+_ASKED: dict[str, Any] = {"address": None, "watch": None, "metrics": None}
+
+
+def serve_metrics(address: str) -> None:
+    """Serves the job's metrics from rank 0's watch, where no launcher watches (``srun``, Ray Train); from Python.
+
+    An explicit call beats ``TFDEVICES_METRICS``; call it before the strategy is built (every rank may call
+    it: only rank 0's watch serves). Under ``tfdevices launch`` use ``--metrics`` instead.
+
+    Args:
+        address: ``[HOST:]PORT`` (127.0.0.1 unless another address is named).
+
+    Raises:
+        LaunchError: a bad ``[HOST:]PORT``; where rank 0's watch already runs, a port in use or an address
+            that is not this machine's.
+
+    >>> serve_metrics("no port")
+    Traceback (most recent call last):
+    ...
+    tfdevices.core.errors.LaunchError: serve_metrics('no port'): not [HOST:]PORT with a port in 0..65535. \
+HINT: e.g. serve_metrics('9100'), or serve_metrics('10.0.0.5:9100') to serve on another of this machine's addresses.
+    """
+    _ASKED["address"] = _parse_call(address)
+    if _ASKED["watch"] is not None and _ASKED["metrics"] is None:
+        _serve_watch(_ASKED["watch"], _ASKED["address"], "serve_metrics")
+
+
+def _parse_call(address: object) -> MetricsAddress:
+    try:
+        return parse_address(address, asked="serve_metrics(")
+    except LaunchError:
+        raise LaunchError(
+            f"serve_metrics({shown(address)}): not [HOST:]PORT with a port in 0..65535.",
+            hint="e.g. serve_metrics('9100'), or serve_metrics('10.0.0.5:9100') to serve on another of this "
+            "machine's addresses.",
+        ) from None
+
+
+def metrics_from_env(env: Mapping[str, str]) -> MetricsAddress | None:
+    """``TFDEVICES_METRICS`` (``[HOST:]PORT``) as a :class:`MetricsAddress`; ``None`` when unset.
+
+    Raises:
+        EnvVarError: it is set to anything else.
+
+    >>> metrics_from_env({"TFDEVICES_METRICS": "127.0.0.1:9100"})
+    MetricsAddress(host='127.0.0.1', port=9100)
+    """
+    text = env.get(METRICS_ENV)
+    if text is None or not text.strip():
+        return None
+    try:
+        return parse_address(text, asked=f"{METRICS_ENV}=")
+    except LaunchError as err:
+        raise EnvVarError(err.message, hint=f"e.g. {METRICS_ENV}=9100; unset it to serve no metrics.") from None
+
+
+def watch_metrics(watch: StallWatch, env: Mapping[str, str], say: Callable[[str], None]) -> JobMetrics | None:
+    """Serves the job's metrics from rank 0's watch (:mod:`tfdevices.jobs.reporting` calls it) when
+    :func:`serve_metrics` or ``TFDEVICES_METRICS`` asks; a failure is said, never raised (the job goes on).
+    """
+    _ASKED["watch"] = watch
+    try:
+        address = _ASKED["address"] or metrics_from_env(env)
+    except EnvVarError as err:
+        say(f"tfdevices: no metrics served: {err}")
+        return None
+    if address is None:
+        return None
+    return _serve_watch(watch, address, METRICS_ENV, env, say)
+
+
+def _serve_watch(
+    watch: StallWatch,
+    address: MetricsAddress,
+    asked: str,
+    env: Mapping[str, str] | None = None,
+    say: Callable[[str], None] | None = None,
+) -> JobMetrics | None:
+    env = os.environ if env is None else env
+    tell = say or (lambda line: print(line, file=sys.stderr, flush=True))
+    try:
+        metrics = JobMetrics(address, _env_job(env), tell, gpu_reader(env), asked)
+    except LaunchError as err:
+        if asked == "serve_metrics":
+            raise
+        tell(f"tfdevices: no metrics served: {err}")
+        return None
+    gpus = own_gpus(env)
+    metrics.collector.start(Attempt(watch.directory, watch, {0: gpus} if gpus else {}))
+    _ASKED["metrics"] = metrics
+    return metrics
+
+
+def _env_job(env: Mapping[str, str]) -> str:
+    job = env.get("SLURM_JOB_ID", "")
+    return f"slurm-{job}"[:128] if job.isascii() and job.isdigit() else "job"
+
+
+def own_gpus(env: Mapping[str, str]) -> tuple[int, ...]:
+    """This process's GPUs by NVML index (``TFDEVICES_RANK_GPUS``, else its ``CUDA_VISIBLE_DEVICES`` of whole
+    indices); empty where they are not known.
+    """
+    for name in (RANK_GPUS, "CUDA_VISIBLE_DEVICES"):
+        text = env.get(name, "")
+        parts = [p.strip() for p in text.split(",")[:1024] if p.strip()]
+        if parts and all(p.isascii() and p.isdigit() and len(p) < 6 for p in parts):
+            return tuple(int(p) for p in parts)
+    return ()
+
+
+__all__ = [
+    "DEFAULT_HOST",
+    "METRICS_ENV",
+    "PARTS",
+    "SERIES",
+    "Attempt",
+    "GpuReading",
+    "JobCollector",
+    "JobMetrics",
+    "MetricsAddress",
+    "MetricsServer",
+    "RankReading",
+    "Series",
+    "gpu_reader",
+    "job_name",
+    "metrics_from_env",
+    "own_gpus",
+    "parse_address",
+    "read_ranks",
+    "serve_metrics",
+    "wait_ratio",
+    "watch_metrics",
+]
