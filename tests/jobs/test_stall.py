@@ -322,6 +322,10 @@ def test_the_timeline_shows_the_straggler_below_the_others(tmp_path) -> None:
     }
     assert (tmp_path / "steps.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert write_timeline([], str(tmp_path / "none")) == []
+    # ranks that started and ended without a step (a program that never trained): nothing to show
+    idle = [(100.0, 0, 0, "starting"), (100.5, 1, 0, "starting"), (101.0, 0, 0, "done"), (101.0, 1, 0, "done")]
+    assert write_timeline(idle, str(tmp_path / "idle")) == []
+    assert not (tmp_path / "idle").exists()
 
 
 @pytest.mark.slow

@@ -327,12 +327,13 @@ def write_timeline(
     (:func:`~tfdevices.jobs.rank_report.write_ranks`): a collective keeps every rank's step count
     together, so the rank the others wait for shows in the split, not in the steps. Without it, the
     picture is each rank's steps over time (a shaded span: a rank in a callback).
-    ``end`` (a ``time.time()``): when the watch last looked, where the lines end. Returns the files written.
+    ``end`` (a ``time.time()``): when the watch last looked, where the lines end. Returns the files written:
+    none when no rank began a step.
     """
     import json  # noqa: PLC0415 (only at the end of a job)
 
-    if not timeline:
-        return []
+    if not any(begun for _, _, begun, _ in timeline):
+        return []  # no rank began a step (a job that never trained): there are no steps to show
     start = min(t for t, *_ in timeline)
     ranks: dict[int, list[tuple[float, int, str]]] = {}
     for t, rank, begun, phase in sorted(timeline):
