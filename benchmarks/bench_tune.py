@@ -1,6 +1,6 @@
 """tune's answer from one run to the next: each model tuned several times, loaded and quiet.
 
-    .venv/bin/python benchmarks/bench_tune.py [--runs 3] [--budget 90] [--load 2] [--models wide_mlp,deep_mlp]
+    .venv/bin/python benchmarks/bench_tune.py [--runs 3] [--budget 90] [--load 2] [--candidates auto]
 
 For each model of :mod:`tfdevices.decide.examples`, on 4 logical CPUs: ``tune`` ``--runs`` times
 with its defaults and ``budget_s=--budget``, while ``--load`` processes spin beside it (``0``: none:
@@ -47,7 +47,7 @@ def _line(i: int, r: Any, load: tuple[float, float]) -> str:
     )
 
 
-def bench(model: str, runs: int, budget: float, load: int) -> list[str]:
+def bench(model: str, runs: int, budget: float, load: int, candidates: str) -> list[str]:
     from tfdevices.decide.tune import tune
 
     target = f"tfdevices.decide.examples:{model}"
@@ -56,7 +56,8 @@ def bench(model: str, runs: int, budget: float, load: int) -> list[str]:
     try:
         for i in range(runs):
             before = os.getloadavg()[0]
-            results.append(tune(target, budget_s=budget))
+            wanted = "auto" if candidates == "auto" else tuple(candidates.split(","))
+            results.append(tune(target, budget_s=budget, candidates=wanted))
             lines.append(_line(i, results[-1], (before, os.getloadavg()[0])))
     finally:
         for spinner in spinners:
@@ -80,11 +81,12 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=90.0)
     parser.add_argument("--load", type=int, default=0, help="busy processes beside tune (yes > /dev/null)")
     parser.add_argument("--models", default="wide_mlp,deep_mlp,small_convnet")
+    parser.add_argument("--candidates", default="auto", help="'auto' or names, as tune takes them")
     args = parser.parse_args()
     started = time.perf_counter()
     print(f"load average at the start: {os.getloadavg()[0]:.1f}", flush=True)
     for model in args.models.split(","):
-        print("\n".join(bench(model, args.runs, args.budget, args.load)), flush=True)
+        print("\n".join(bench(model, args.runs, args.budget, args.load, args.candidates)), flush=True)
     print(
         f"load average at the end: {os.getloadavg()[0]:.1f}; {time.perf_counter() - started:.0f} s in all", flush=True
     )

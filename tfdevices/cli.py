@@ -521,8 +521,8 @@ def _add_tune(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--rounds",
         type=int,
-        default=5,
-        help="rounds every candidate runs: one window of each candidate in turn (default 5)",
+        default=6,
+        help="rounds every candidate runs: one window of each candidate in turn (default 6)",
     )
     p.add_argument(
         "--max-rounds",

@@ -1,7 +1,7 @@
 """What tune is asked to do: one frozen record, validated once, its defaults in one place (pure).
 
 >>> TuneConfig(steps=10, budget_s=120).rounds
-5
+6
 >>> TuneConfig(candidates=["split:2"]).candidates
 ('split:2',)
 >>> TuneConfig(steps=1)  # doctest: +ELLIPSIS
@@ -56,7 +56,8 @@ class TuneConfig:
         steps: steps in each timed window.
         warmup: steps before the first window (tracing, first allocations).
         rounds: rounds every candidate runs: each round times one window of each candidate, one
-            after another (A B C, then B C A, ...), so a slow minute of the machine falls on all alike.
+            after another (A B C, then B C A, ...), so a slow minute of the machine falls on all alike
+            (6 rounds are the fewest that can show a difference at 95%: :func:`~tfdevices.decide.ties.paired`).
         max_rounds: rounds, at most, for the candidates the answer depends on (the fastest and those
             the rounds cannot yet tell from it); default ``4 * rounds``.
         budget_s: bound on the whole run: candidates are kept, fastest predicted first, while they
@@ -73,7 +74,7 @@ class TuneConfig:
     candidates: str | tuple[str, ...] = "auto"
     steps: int = 20
     warmup: int = 3
-    rounds: int = 5
+    rounds: int = 6
     max_rounds: int | None = None
     budget_s: float | None = None
     timeout_s: float = 300.0

@@ -4,22 +4,24 @@ Timings on a shared machine drift (measured here: one candidate timed in two run
 in one and 9.1 ms in the next), so tune times its candidates in rounds, interleaved in time: round
 ``i`` times one window of each candidate, one after another. Two candidates are compared by their
 **paired ratios**: round by round, ``a_i / b_i``, two windows a few seconds apart, so a slow minute
-of the machine weighs on both. The ratio's estimate is the geometric mean over the rounds, and its
-95% interval is Student's t over the log-ratios.
+of the machine weighs on both. The ratio's estimate is the median over the rounds, and its 95%
+interval the sign test's (order statistics of the ratios): a shared machine's load is heavy-tailed
+and not the same for every candidate (under load, a candidate with more threads gets more of the
+cores), so the interval assumes nothing of its shape. It needs 6 rounds; fewer show nothing for sure.
 
 A candidate is **tied** with the fastest unless the rounds show, at 95%, that it is slower by more
 than the practical margin (``margin``: 3% by default is not worth another strategy): the lower end
-of its interval is under ``1 + margin``. One round shows nothing (no interval). The fastest and the
+of its interval is under ``1 + margin``. Fewer than 6 rounds show nothing (no interval). The fastest and the
 candidates tied with it are the **contenders**: the answer depends on them alone, and further
 rounds time only them. Among the tied, the winner is the one with the fewest devices, then the
 simplest strategy (:data:`SIMPLER_FIRST`), then the fastest.
 
->>> v = judge([Timing("split:2", "split", 2, (0.0100, 0.0103, 0.0098, 0.0101)),
-...            Timing("mirrored:2", "mirrored", 2, (0.0110, 0.0117, 0.0111, 0.0113))])
+>>> v = judge([Timing("split:2", "split", 2, (0.0100, 0.0103, 0.0098, 0.0101, 0.0100, 0.0102)),
+...            Timing("mirrored:2", "mirrored", 2, (0.0110, 0.0117, 0.0111, 0.0113, 0.0114, 0.0112))])
 >>> v.winner, v.tied
 ('split:2', ('split:2',))
 >>> v.comparisons[0].line()
-'split:2 is 12% faster than mirrored:2 (95% interval +10% to +15%, 4 rounds)'
+'split:2 is 13% faster than mirrored:2 (95% interval +10% to +14%, 6 rounds)'
 """
 
 from __future__ import annotations
@@ -38,11 +40,6 @@ __all__ = ["DEFAULT_MARGIN", "SIMPLER_FIRST", "Comparison", "Timing", "Verdict",
 SIMPLER_FIRST = STRATEGIES
 #: A difference under this share is not worth another strategy: a tie, however sure.
 DEFAULT_MARGIN = 0.03
-#: Student's t at 97.5% for 1 to 30 degrees of freedom (a two-sided 95% interval).
-_T975 = (
-    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-    2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
-)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -70,8 +67,8 @@ class Comparison:
     Attributes:
         name: the candidate.
         fastest: the fastest candidate.
-        ratio: ``name``'s step time over the fastest's (geometric mean over the rounds; 1.12: 12% slower).
-        low, high: the ratio's 95% interval (``None``: one round, no interval).
+        ratio: ``name``'s step time over the fastest's (the median over the rounds; 1.12: 12% slower).
+        low, high: the ratio's 95% interval (``None``: fewer than 6 rounds, no interval).
         rounds: the rounds both ran.
         tied: whether the rounds cannot show it slower by more than the margin.
     """
@@ -87,7 +84,7 @@ class Comparison:
     def line(self) -> str:
         """``split:2 is 12% faster than mirrored:2 (95% interval 8-16%, 9 rounds)``: how sure the ranking is."""
         gap = f"{self.ratio - 1:.0%} faster than" if self.ratio >= 1 else f"{1 - self.ratio:.0%} slower than"
-        sure = "one round: no interval"
+        sure = f"{self.rounds} rounds: no interval"
         if self.low is not None and self.high is not None:
             sure = f"95% interval {self.low - 1:+.0%} to {self.high - 1:+.0%}, {self.rounds} rounds"
         return f"{self.fastest} is {gap} {self.name} ({sure})"
@@ -117,29 +114,47 @@ class Verdict:
         return self.tied
 
 
+def _rank(n: int) -> int:
+    """The rank ``k`` of the order statistics ``(x_k, x_{n-k+1})`` that bound the median at 95% (0: no interval).
+
+    The sign test's interval: the median lies outside it only if ``k`` or fewer of ``n`` rounds fall on one
+    side, at most 2.5% likely for each side (binomial, p = 1/2).
+
+    >>> [_rank(n) for n in (5, 6, 9, 20)]
+    [0, 1, 2, 6]
+    """
+    k, below = 0, 0.0
+    while True:
+        below += math.comb(n, k) / 2**n
+        if below > 0.025:
+            return k
+        k += 1
+
+
 def paired(a: Sequence[float], b: Sequence[float]) -> tuple[float, float | None, float | None, int]:
-    """``a`` over ``b`` by their paired rounds: (geometric mean ratio, 95% low, 95% high, rounds).
+    """``a`` over ``b`` by their paired rounds: (median ratio, 95% low, 95% high, rounds).
 
     Rounds are paired by position (round ``i`` of each); the longer one's extra rounds are left out.
-    One round has no interval (``None``).
+    The interval is the sign test's (:func:`_rank`): it assumes nothing of how a shared machine's
+    load is spread (one busy round moves it by one rank, not by its size), and needs 6 rounds; fewer
+    have no interval (``None``): they show nothing for sure.
 
     Raises:
         InputError: no round in common, or a time that is not positive.
 
-    >>> ratio, low, high, n = paired([0.011, 0.022, 0.0105], [0.010, 0.020, 0.0100])
+    >>> ratio, low, high, n = paired([0.011, 0.022, 0.0105, 0.011, 0.0108, 0.0111], [0.010, 0.020, 0.0100] * 2)
     >>> round(ratio, 3), round(low, 3), round(high, 3), n
-    (1.083, 1.013, 1.158, 3)
+    (1.1, 0.54, 1.11, 6)
     """
     n = min(len(a), len(b))
     if n == 0 or any(not (x > 0) for x in (*a[:n], *b[:n])):
         raise InputError("paired rounds: each candidate needs one positive round time.", hint="pass rounds' medians.")
-    logs = [math.log(x / y) for x, y in zip(a[:n], b[:n])]
-    mean = sum(logs) / n
-    if n == 1:
-        return math.exp(mean), None, None, 1
-    sd = math.sqrt(sum((v - mean) ** 2 for v in logs) / (n - 1))
-    half = (_T975[n - 2] if n - 1 <= len(_T975) else 1.96 + 2.4 / (n - 1)) * sd / math.sqrt(n)
-    return math.exp(mean), math.exp(mean - half), math.exp(mean + half), n
+    ratios = sorted(x / y for x, y in zip(a[:n], b[:n]))
+    middle = ratios[n // 2] if n % 2 else math.sqrt(ratios[n // 2 - 1] * ratios[n // 2])
+    k = _rank(n)
+    if k == 0:
+        return middle, None, None, n
+    return middle, ratios[k - 1], ratios[n - k], n
 
 
 def _rule(t: Timing, ratio: float) -> tuple[int, int, float]:
@@ -158,7 +173,7 @@ def _why(winner: Timing, others: Sequence[Timing]) -> str:
 
 
 def _fastest(ran: Sequence[Timing]) -> Timing:
-    """The fastest by paired ratios against the candidate with the most rounds (ties: the earlier)."""
+    """The fastest by paired ratios (medians) against the candidate with the most rounds (ties: the earlier)."""
     reference = max(ran, key=lambda t: len(t.rounds_s))
     return min(ran, key=lambda t: paired(t.rounds_s, reference.rounds_s)[0])
 
