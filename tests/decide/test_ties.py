@@ -134,3 +134,11 @@ def test_rounds_pair_by_position_and_a_candidate_with_fewer_rounds_pairs_on_thos
 def test_paired_rounds_need_positive_times(a, b):
     with pytest.raises(InputError, match="paired rounds"):
         paired(a, b)
+
+
+def test_the_fastest_is_one_no_other_beats_round_by_round():
+    # against one_device (the most rounds) split:2's median ratio is lower (0.7 < 0.9), but mirrored:2 beats
+    # split:2 in two rounds of three: mirrored:2 is the one no other beats
+    rounds = [t("one_device:CPU:0", 10, 10, 10), t("split:2", 11, 6, 7), t("mirrored:2", 9, 11, 6)]
+    assert judge(rounds).fastest == "mirrored:2"
+    assert all(c.ratio >= 1 for c in judge(rounds).comparisons)

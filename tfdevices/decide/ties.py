@@ -95,7 +95,8 @@ class Verdict:
     """What the rounds say.
 
     Attributes:
-        fastest: the candidate with the smallest step time by paired ratios (``None``: none ran).
+        fastest: a candidate no other beats round by round (by median paired ratio), else the fastest
+            against the candidate with the most rounds (``None``: none ran).
         tied: the fastest and every candidate tied with it, fastest first: the contenders.
         winner: the one tune names: the fastest when nothing is tied with it, else the rule's pick.
         reason: why, in words (the table's winner line).
@@ -173,9 +174,13 @@ def _why(winner: Timing, others: Sequence[Timing]) -> str:
 
 
 def _fastest(ran: Sequence[Timing]) -> Timing:
-    """The fastest by paired ratios (medians) against the candidate with the most rounds (ties: the earlier)."""
+    """The fastest: one that no other beats round by round (its median ratio to each other one is at most 1),
+    else the fastest by median ratio against the candidate with the most rounds (ties: the earlier).
+    """
     reference = max(ran, key=lambda t: len(t.rounds_s))
-    return min(ran, key=lambda t: paired(t.rounds_s, reference.rounds_s)[0])
+    ordered = sorted(ran, key=lambda t: paired(t.rounds_s, reference.rounds_s)[0])
+    unbeaten = (t for t in ordered if all(paired(t.rounds_s, o.rounds_s)[0] <= 1 for o in ran if o is not t))
+    return next(unbeaten, ordered[0])
 
 
 def judge(timings: Sequence[Timing], *, margin: float = DEFAULT_MARGIN) -> Verdict:
