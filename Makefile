@@ -96,7 +96,7 @@ test-newer-python: $(NEWER_VENV)/.installed
 	$(ONEDNN_SUITE) $(NEWER_PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -q $(NEWER_TESTS)
 
 # tf_keras (Keras 2) through tf.keras, as its users have it: what they call, on the newest TensorFlow.
-TF_KERAS_TESTS := tests/test_keras_flavours.py tests/tensorboard/test_callbacks.py
+TF_KERAS_TESTS := tests/test_keras_flavours.py tests/tensorboard/test_callbacks.py tests/mends/test_uneven_batch.py
 test-tf-keras: $(STAMP)
 	TF_USE_LEGACY_KERAS=1 $(PY) $(LEG_LINE) tf_keras
 	TF_USE_LEGACY_KERAS=1 $(ONEDNN_SUITE) $(PYTEST) $(TF_KERAS_TESTS)

@@ -94,6 +94,7 @@ _EXPORTS: dict[str, str] = {
     "advise": "decide",
     "Finding": "decide",
     "tune": "decide",
+    "TuneConfig": "decide",
     "TuneResult": "decide",
 }
 # still reachable as tfdevices.NAME for programs written before tfdevices.errors, but not public here

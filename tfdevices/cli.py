@@ -495,11 +495,11 @@ def _add_advise(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
+    from tfdevices.decide.config import TuneConfig
     from tfdevices.decide.tune import tune
 
-    wanted = "auto" if args.candidates == "auto" else [c.strip() for c in args.candidates.split(",") if c.strip()]
-    result = tune(
-        args.target,
+    wanted = "auto" if args.candidates == "auto" else tuple(c.strip() for c in args.candidates.split(",") if c.strip())
+    config = TuneConfig(
         candidates=wanted,
         steps=args.steps,
         warmup=args.warmup,
@@ -509,8 +509,9 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
         virtual_devices=args.virtual_devices,
         logdir=args.logdir,
-        echo=lambda line: print(line, file=sys.stderr, flush=True),
+        margin=args.margin,
     )
+    result = tune(args.target, config, echo=lambda line: print(line, file=sys.stderr, flush=True))
     print(result.to_json() if args.json else result.table())
     return 0 if result.winner is not None else 1
 
@@ -518,8 +519,9 @@ def _cmd_tune(args: argparse.Namespace) -> int:
 def _add_tune(p: argparse.ArgumentParser) -> None:
     p.description = (
         "Measure each way to run a model here (one device, mirrored over k, layers split over k, "
-        "multi-worker over GPUs), each in a fresh process; time again only those tied with the fastest; "
-        "print the table, the ties, and the winner's flags."
+        "multi-worker over GPUs), each in a process of its own, in rounds interleaved in time (one window of "
+        "each candidate in turn); compare them round by round; time again only those the rounds cannot yet "
+        "tell from the fastest; print the table, how sure each ranking is, and the winner's flags."
     )
     p.add_argument(
         "target",
@@ -528,21 +530,30 @@ def _add_tune(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--candidates", default="auto", help="'auto' or names: one_device:CPU:0,mirrored:2,split:2")
     p.add_argument("--steps", type=int, default=20, help="steps in each timed window (default 20)")
-    p.add_argument("--warmup", type=int, default=3, help="steps before it (default 3)")
+    p.add_argument("--warmup", type=int, default=3, help="steps before the first window (default 3)")
     p.add_argument(
         "--rounds",
         type=int,
-        default=2,
-        help="timed rounds per candidate, each in a fresh process, taking turns; each keeps its fastest (default 2)",
+        default=6,
+        help="rounds every candidate runs: one window of each candidate in turn (default 6)",
     )
     p.add_argument(
         "--max-rounds",
         type=int,
         metavar="N",
-        help="rounds, at most, for the candidates still tied with the fastest (default: --rounds + 3)",
+        help="rounds, at most, for the candidates not yet told from the fastest (default: 4 x --rounds)",
+    )
+    p.add_argument(
+        "--margin",
+        type=float,
+        default=0.03,
+        metavar="SHARE",
+        help="a difference under this share is a tie (default 0.03: 3%%)",
     )
     p.add_argument("--budget", type=float, metavar="SECONDS", help="bound on the whole run")
-    p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS", help="bound on each candidate")
+    p.add_argument(
+        "--timeout", type=float, default=300.0, metavar="SECONDS", help="bound on each candidate's start and answers"
+    )
     p.add_argument("--virtual-devices", type=int, default=4, metavar="N", help="logical CPUs without GPUs")
     p.add_argument("--logdir", help="a TensorBoard run per candidate, with its captured step")
     p.add_argument("--json", action="store_true", help="print the results as JSON")

@@ -54,6 +54,7 @@ if TYPE_CHECKING:  # the return type's name only: importing tfdevices never impo
 from tfdevices.mends.exit_barrier import leave_together
 from tfdevices.mends.keras_fit import install_fit_adapter
 from tfdevices.mends.step_progress import StepMarks
+from tfdevices.mends.uneven_batch import mend_uneven_batches
 
 __all__ = [
     "build_strategy",
@@ -653,6 +654,7 @@ def build_strategy(
     warnings = _warn(decision.warning, _unused_gpus_warning(decision, logical))
     if decision.kind == "mirrored":
         install_fit_adapter()  # Keras 3.3-3.7's fit is wrong under one process's mirrored strategy too
+        mend_uneven_batches()  # Keras 3 fit with a batch the replicas do not divide
     strategy = _make(tf, decision, ops.name, cluster)
     return explain(
         strategy,

@@ -22,6 +22,7 @@ from tfdevices.mends.exit_barrier import DEFAULT_EXIT_WAIT_S, exit_wait_s
 NAMES = (
     "runtime_start",
     "keras_fit",
+    "uneven_batch",
     "exit_barrier",
     "fork_sockets",
     "loopback",

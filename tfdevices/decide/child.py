@@ -1,12 +1,15 @@
-"""One tune candidate in one fresh process: ``python -m tfdevices.decide.child SPEC RESULT``.
+"""One tune candidate in one process: ``python -m tfdevices.decide.child SPEC REPLY_FD``.
 
-SPEC is a JSON file (what :mod:`tfdevices.decide.runner` writes); the result is one JSON
-object written to RESULT, never read from the environment. The process configures
-TensorFlow once (the CPU split into logical devices, or the GPUs), builds the candidate,
-warms up, times windows of ``steps`` steps one by one until the step time settles (a window
-not faster than the one before by more than 5%), captures one more step, and writes what it saw.
-The one-device candidate that predictions start from also probes the copies between each pair
-of the devices its spec names in ``probe`` (:mod:`tfdevices.decide.probe`).
+SPEC is a JSON file holding a :class:`~tfdevices.decide.messages.ChildSpec` (what
+:mod:`tfdevices.decide.runner` writes). The process configures TensorFlow once (the CPU split
+into logical devices, or the GPUs), builds the candidate, warms up, times windows of ``steps``
+steps until the step time settles (a window not faster than the best so far by more than 5%)
+and answers :class:`~tfdevices.decide.messages.Ready` on the file descriptor REPLY_FD. Then it
+waits, idle, for the parent's commands on its standard input, one JSON line each: a timed
+window, a captured step (the one-device run that predictions start from also probes the copies
+between each pair of the devices the command names: :mod:`tfdevices.decide.probe`), or stop.
+The parent times the candidates' windows in turn (A B C A B C ...). Every failure is answered
+as :class:`~tfdevices.decide.messages.Failed`, with a line a user can act on.
 """
 
 from __future__ import annotations
@@ -20,11 +23,24 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from tfdevices.core._tf import import_tf
 from tfdevices.decide.advise import time_shares
+from tfdevices.decide.messages import (
+    Capture,
+    Captured,
+    ChildSpec,
+    Failed,
+    Ready,
+    Reply,
+    Stop,
+    TimeWindow,
+    Window,
+    decode,
+    encode,
+)
 from tfdevices.decide.probe import probe_links
 from tfdevices.gpus.inventory import Inventory
 from tfdevices.gpus.selection import select
@@ -42,22 +58,23 @@ def _load(target: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-def _configure(spec: dict[str, Any]) -> None:
-    if spec["gpus"]:
-        configure(select("all"), memory_limit=spec.get("memory_limit"))
+def _configure(spec: ChildSpec) -> None:
+    if spec.gpus:  # the candidates' processes live side by side: each takes GPU memory as it needs it
+        growth = True if spec.memory_limit is None else None
+        configure(select("all"), memory_limit=spec.memory_limit, memory_growth=growth)
     else:
-        configure(select("none", Inventory()), virtual_devices=spec["virtual_devices"])
+        configure(select("none", Inventory()), virtual_devices=spec.virtual_devices)
 
 
-def _build(spec: dict[str, Any]) -> tuple[Any, Any]:
-    fn = _load(spec["target"])
-    strategy, devices = spec["strategy"], spec["devices"]
-    if strategy == "split":
+def _build(spec: ChildSpec) -> tuple[Any, Any]:
+    fn = _load(spec.target)
+    devices = list(spec.devices)
+    if spec.strategy == "split":
         model, data = fn()
         sample = next(iter(data))[0]
         plan = plan_layers(model, devices, balance_by="time", sample=sample)
         return place_layers(model, plan), data
-    kind = "one_device" if strategy == "one_device" else "mirrored"
+    kind = "one_device" if spec.strategy == "one_device" else "mirrored"
     with build_strategy(kind, devices).scope():
         return fn()
 
@@ -177,83 +194,176 @@ def _timed_window(model: Any, data: Any, steps: int) -> list[float]:
     return clock.times
 
 
-def run(spec: dict[str, Any]) -> dict[str, Any]:
-    """Runs the candidate ``spec`` describes; returns the result object."""
-    started = time.perf_counter()
-    sys.path[:0] = [p for p in spec.get("sys_path", ()) if p not in sys.path]
-    _configure(spec)
-    tf = import_tf()
-    model, data = _build(spec)
-    data = data.repeat()
-    if spec["warmup"]:
-        model.fit(data, epochs=1, steps_per_epoch=spec["warmup"], verbose=0)
-    started_windows = time.perf_counter()
-    times, windows = _steady_window(lambda: _timed_window(model, data, spec["steps"]))
-    window = (time.perf_counter() - started_windows) / windows
-    times = sorted(times)
-    result = {
-        "status": "ok",
-        "step_s": statistics.median(times),
-        "step_q1_s": times[len(times) // 4],
-        "step_q3_s": times[(3 * len(times)) // 4],
-        "batch": _batch(data),
-        "windows": windows,
-    }
-    if not spec.get("capture", True):  # a later round: the timed window only
-        return result
-    logdir = spec.get("logdir") or tempfile.mkdtemp(prefix="tfdevices-tune-")
-    logger = PlacementLogger(logdir, at_step=1, memory=False)
-    model.fit(data, epochs=1, steps_per_epoch=2, verbose=0, callbacks=[logger])
-    if logger.report is None:
-        raise RuntimeError("the placement logger captured no step of the 2 it was given")
-    report = json.loads(logger.report.to_json())
-    result.update(
-        {
-            "peak_memory": _peak_memory(tf, spec["devices"]),
+def _as_window(times: list[float]) -> Window:
+    ordered = sorted(times)
+    return Window(statistics.median(ordered), ordered[len(ordered) // 4], ordered[(3 * len(ordered)) // 4])
+
+
+class Candidate:
+    """One candidate, built and warmed up in this process: it times windows and captures steps on command."""
+
+    def __init__(self, spec: ChildSpec, started: float) -> None:
+        sys.path[:0] = [p for p in spec.sys_path if p not in sys.path]
+        _configure(spec)
+        self.tf = import_tf()
+        self.spec = spec
+        model, data = _build(spec)
+        self.model, self.data = model, data.repeat()
+        if spec.warmup:
+            model.fit(self.data, epochs=1, steps_per_epoch=spec.warmup, verbose=0)
+        times, windows = _steady_window(lambda: _timed_window(self.model, self.data, spec.steps))
+        self.ready = Ready(_batch(self.data), time.perf_counter() - started, windows, statistics.median(times))
+
+    def capture(self, command: Capture) -> Captured:
+        """One captured step: its shares and peak memory; the profile and the copy probe where asked."""
+        logdir = command.logdir or tempfile.mkdtemp(prefix="tfdevices-tune-")
+        logger = PlacementLogger(logdir, at_step=1, memory=False)
+        self.model.fit(self.data, epochs=1, steps_per_epoch=2, verbose=0, callbacks=[logger])
+        if logger.report is None:
+            raise RuntimeError("the placement logger captured no step of the 2 it was given")
+        report = json.loads(logger.report.to_json())
+        found: dict[str, Any] = {
+            "peak_memory": _peak_memory(self.tf, list(self.spec.devices)),
             "shares": time_shares(report),
-            "startup_s": time.perf_counter() - started - window,
-            "logdir": spec.get("logdir"),
+            "logdir": command.logdir,
         }
-    )
-    if spec.get("profile"):
-        busy = report.get("busy_us", {}).get(spec["devices"][0])
-        result["compute_s"] = None if busy is None else busy / 1e6
-        result.update(_profile_extras(tf, model, data, spec["devices"]))
-    if len(spec.get("probe") or ()) > 1:
-        result.update(_probe(tf, spec["probe"]))
-    return result
+        if command.profile:
+            busy = report.get("busy_us", {}).get(self.spec.devices[0])
+            found["compute_s"] = None if busy is None else busy / 1e6
+            found.update(_profile_extras(self.tf, self.model, self.data, list(self.spec.devices)))
+        if len(command.probe) > 1:
+            found.update(_probe(self.tf, list(command.probe)))
+        return Captured(**found)
 
 
 def _probe(tf: Any, devices: list[str]) -> dict[str, Any]:
     """The copy probe over ``devices`` (after the timing: it delays no measurement); its failure is reported."""
     started = time.perf_counter()
     try:
-        links = [dataclasses.asdict(link) for link in probe_links(tf, devices)]
+        links = tuple(dataclasses.asdict(link) for link in probe_links(tf, devices))
     except Exception as err:  # noqa: BLE001 -- the candidate's timing stands; the predictions go uncalibrated
-        return {"links": [], "probe_s": time.perf_counter() - started, "probe_detail": _failure(err)["detail"]}
+        return {"links": (), "probe_s": time.perf_counter() - started, "probe_detail": _failure(err).detail}
     return {"links": links, "probe_s": time.perf_counter() - started}
 
 
-def _failure(err: BaseException) -> dict[str, Any]:
+#: Known failures, by a phrase of TensorFlow's message: what to do about each.
+_HINTS = (
+    (
+        "must have the same size and shape",
+        (
+            "the replicas got batches of different sizes and this Keras cannot add them; use a global batch the "
+            "replica count divides, or leave the uneven_batch mend on (tfdevices doctor)"
+        ),
+    ),
+    ("OOM when allocating", "use a smaller batch or more devices, or cap other processes' memory"),
+)
+
+
+def _failure(err: BaseException) -> Failed:
+    """The failure as a line: the error's first line, and what to do where it is a known one."""
     tf = sys.modules.get("tensorflow")
     oom = tf is not None and isinstance(err, tf.errors.ResourceExhaustedError)
     oom = oom or isinstance(err, MemoryError)
-    first = (str(err).strip().splitlines() or [""])[0][:300]
-    return {"status": "out_of_memory" if oom else "failed", "detail": f"{type(err).__name__}: {first}"}
+    text = str(err).strip()
+    first = next((line for line in text.splitlines() if line.strip()), "")
+    first = first.split("}} ", 1)[-1][:300]  # TensorFlow's "{{function_node ...}} " prefix says nothing to a user
+    hint = next((f" HINT: {fix}" for phrase, fix in _HINTS if phrase in text), "")
+    return Failed("out_of_memory" if oom else "failed", f"{type(err).__name__}: {first}{hint}")
+
+
+def _next(commands: Iterator[str]) -> Any:
+    """The parent's next command (``Stop()`` at the end of its pipe)."""
+    line = next(commands, None)
+    return Stop() if line is None else decode(line)
+
+
+class _Windows:
+    """Timed windows inside one long ``fit``: after each window's last step the callback answers and
+    waits, idle, for the next command. A window costs its steps alone, not a call of ``fit`` (measured:
+    a ``fit`` call of 20 steps of 16 ms took 2.2 s). Any other command ends the ``fit``; it is kept in
+    :attr:`left` for :func:`serve`.
+    """
+
+    def __init__(self, steps: int, commands: Iterator[str], reply: Callable[[Reply], None]) -> None:
+        self.steps, self.commands, self.reply = steps, commands, reply
+        self.times: list[float] = []
+        self.left: Any = None
+        self._start = 0.0
+
+    def callback(self, model: Any) -> Any:
+        import keras  # noqa: PLC0415 (lazy Keras)
+
+        windows = self
+
+        class Windows(keras.callbacks.Callback):
+            def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+                windows._start = time.perf_counter()
+
+            def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+                windows.times.append(time.perf_counter() - windows._start)
+                if len(windows.times) >= windows.steps and windows.left is None:
+                    windows.reply(_as_window(windows.times))
+                    windows.times = []
+                    command = _next(windows.commands)
+                    if isinstance(command, TimeWindow):
+                        windows.steps = command.steps
+                    else:
+                        windows.left, model.stop_training = command, True
+
+        return Windows()
+
+
+#: Steps of the ``fit`` that times windows: it ends on the parent's command, never by running out.
+_ENDLESS = 1 << 40
+
+
+def serve(spec: ChildSpec, commands: Iterator[str], reply: Callable[[Reply], None], started: float) -> None:
+    """Builds the candidate, answers Ready, then each command until Stop or the end of ``commands``."""
+    try:
+        candidate = Candidate(spec, started)
+    except Exception as err:  # noqa: BLE001 -- every failure is reported to the parent, as a message
+        reply(_failure(err))
+        return
+    reply(candidate.ready)
+    command = _next(commands)
+    while not isinstance(command, Stop):
+        try:
+            if isinstance(command, TimeWindow):
+                windows = _Windows(command.steps, commands, reply)
+                candidate.model.fit(
+                    candidate.data,
+                    epochs=1,
+                    steps_per_epoch=_ENDLESS,
+                    verbose=0,
+                    callbacks=[windows.callback(candidate.model)],
+                )
+                command = windows.left or Stop()
+                continue
+            if isinstance(command, Capture):
+                reply(candidate.capture(command))
+            else:
+                reply(Failed("failed", f"the child got a message it does not take: {type(command).__name__}"))
+        except Exception as err:  # noqa: BLE001 -- the parent decides what a failed window means
+            reply(_failure(err))
+            return
+        command = _next(commands)
 
 
 def main(argv: list[str]) -> int:
-    """Runs the candidate that ``argv`` names (spec file, result file); returns the exit status."""
-    spec_path, result_path = argv
+    """Runs the candidate that ``argv`` names (spec file, reply file descriptor); returns the exit status."""
+    started = time.perf_counter()
+    spec_path, fd = argv
     with open(spec_path) as f:
-        spec = json.load(f)
-    try:
-        result = run(spec)
-    except Exception as err:  # noqa: BLE001 -- every failure is reported to the parent, as a result
-        result = _failure(err)
-    with open(result_path + ".tmp", "w") as f:
-        json.dump(result, f)
-    os.replace(result_path + ".tmp", result_path)
+        spec = decode(f.read())
+    if not isinstance(spec, ChildSpec):
+        raise SystemExit(f"{spec_path}: not a ChildSpec")
+    with os.fdopen(int(fd), "w", buffering=1) as out:
+
+        def reply(message: Reply) -> None:
+            out.write(encode(message) + "\n")
+            out.flush()
+
+        serve(spec, iter(sys.stdin), reply, started)
     return 0
 
 

@@ -1,27 +1,31 @@
-"""Runs tune's candidates, each in its own fresh process and process group.
+"""Runs tune's candidates, each in its own process and process group, and talks to them.
 
-A child that runs past its time is killed, whole group; Ctrl-C or SIGTERM in the parent
-kills the running child's group before the parent stops; a parent that dies any other
-way (SIGKILL included) leaves the :class:`~tfdevices.jobs.watchdog.Watchdog` to end it.
-Children answer with one JSON file, never through the environment.
+Each candidate's process lives while tune measures: it is built once, then times windows when
+asked (:mod:`~tfdevices.decide.messages`: commands on its standard input, replies on a pipe of
+its own, one JSON line each). A child that does not answer in time is killed, whole group, and
+reads as :class:`~tfdevices.decide.messages.Failed` (``timeout``); Ctrl-C or SIGTERM in the parent
+kills every child's group before the parent stops; a parent that dies any other way (SIGKILL
+included) leaves the :class:`~tfdevices.jobs.watchdog.Watchdog` to end them. Nothing travels
+through the environment.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
+import select
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
-from typing import Any
+from typing import IO, Any
 
+from tfdevices.decide.messages import ChildSpec, Command, Failed, Reply, Stop, decode, encode
 from tfdevices.jobs.watchdog import Watchdog
 
-__all__ = ["run_candidate", "supervised"]
+__all__ = ["Child", "start_child", "supervised"]
 
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _GRACE_S = 2.0
@@ -34,7 +38,7 @@ def _child_env() -> dict[str, str]:
     return env
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+def _kill_group(proc: subprocess.Popen[Any]) -> None:
     """SIGTERM to the child's process group, SIGKILL after a grace period."""
     for sig, wait in ((signal.SIGTERM, _GRACE_S), (signal.SIGKILL, 5.0)):
         try:
@@ -66,51 +70,108 @@ def supervised() -> Iterator[Watchdog]:
             signal.signal(signal.SIGTERM, previous)
 
 
-def run_candidate(spec: dict[str, Any], *, timeout_s: float, watchdog: Watchdog) -> dict[str, Any]:
-    """Runs one candidate's child; returns its result, or a timeout / failure result.
+class Child:
+    """One candidate's live process: :meth:`ask` sends a command and waits for its reply.
 
-    Raises:
-        KeyboardInterrupt: Ctrl-C (or SIGTERM) in the parent, after the child's group is killed.
+    Args:
+        proc: the process (its own session: its group is killed with it).
+        replies: the read end of its reply pipe.
+        watchdog: ends it if the parent dies.
+        scratch: the directory holding its spec (removed on :meth:`close`).
     """
-    with tempfile.TemporaryDirectory(prefix="tfdevices-tune-") as tmp:
-        spec_path, result_path = os.path.join(tmp, "spec.json"), os.path.join(tmp, "result.json")
-        with open(spec_path, "w") as f:
-            json.dump(spec, f)
-        started = time.perf_counter()
+
+    def __init__(self, proc: subprocess.Popen[str], replies: IO[str], watchdog: Watchdog, scratch: str) -> None:
+        self.proc, self._replies, self._watchdog, self._scratch = proc, replies, watchdog, scratch
+        self.ended: Failed | None = None
+
+    def ask(self, command: Command | None, timeout_s: float) -> Reply:
+        """Sends ``command`` (``None``: only waits, for the first reply) and returns the child's reply.
+
+        A child that does not answer within ``timeout_s`` is stopped; one that ends without
+        answering is read by how it ended (SIGKILL: most likely the out-of-memory killer).
+        """
+        if self.ended is not None:
+            return self.ended
+        try:
+            if command is not None:
+                assert self.proc.stdin is not None
+                self.proc.stdin.write(encode(command) + "\n")
+                self.proc.stdin.flush()
+            line = self._read_line(timeout_s)
+        except BrokenPipeError:
+            line = ""
+        except BaseException:
+            self.close()
+            raise
+        if line is None:
+            return self._end(Failed("timeout", f"no answer within {timeout_s:.0f} s: stopped. HINT: raise timeout_s"))
+        if not line:
+            return self._end(self._gone())
+        reply = decode(line)
+        if isinstance(reply, Failed):
+            self._end(reply)
+        return reply  # type: ignore[return-value]
+
+    def _read_line(self, timeout_s: float) -> str | None:
+        ready, _, _ = select.select([self._replies], [], [], timeout_s)
+        return self._replies.readline() if ready else None
+
+    def _gone(self) -> Failed:
+        code = self.proc.wait()
+        if code < 0 and -code == signal.SIGKILL:
+            return Failed(
+                "out_of_memory",
+                "killed by SIGKILL without an answer (the system's out-of-memory killer, most likely). "
+                "HINT: fewer candidates at once (candidates=...), or a smaller batch",
+            )
+        how = f"signal {signal.Signals(-code).name}" if code < 0 else f"status {code}"
+        return Failed("failed", f"the process ended with {how} without an answer")
+
+    def _end(self, failed: Failed) -> Failed:
+        self.ended = failed
+        self.close()
+        return failed
+
+    def stop(self) -> None:
+        """Asks the child to stop (it ends its ``fit`` and exits); returns at once."""
+        if self.proc.poll() is None and self.proc.stdin is not None:
+            with contextlib.suppress(OSError, ValueError):
+                self.proc.stdin.write(encode(Stop()) + "\n")
+                self.proc.stdin.flush()
+
+    def close(self) -> None:
+        """Asks the child to stop, then ends its process group whatever it does. Idempotent."""
+        if self.proc.poll() is None:
+            self.stop()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=_GRACE_S)
+        _kill_group(self.proc)
+        self._watchdog.release(self.proc.pid)
+        for stream in (self.proc.stdin, self._replies):
+            with contextlib.suppress(OSError, ValueError):
+                stream.close()  # type: ignore[union-attr]
+        shutil.rmtree(self._scratch, ignore_errors=True)
+
+
+def start_child(spec: ChildSpec, watchdog: Watchdog) -> Child:
+    """Starts one candidate's process (it builds and warms up; its first reply is Ready or Failed)."""
+    scratch = tempfile.mkdtemp(prefix="tfdevices-tune-")
+    spec_path = os.path.join(scratch, "spec.json")
+    with open(spec_path, "w") as f:
+        f.write(encode(spec))
+    read_fd, write_fd = os.pipe()
+    try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tfdevices.decide.child", spec_path, result_path],
+            [sys.executable, "-m", "tfdevices.decide.child", spec_path, str(write_fd)],
             env=_child_env(),
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
+            pass_fds=(write_fd,),
+            text=True,
         )
-        watchdog.guard(proc.pid)
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            return {"status": "timeout", "detail": f"still running after {timeout_s:.0f} s: stopped"}
-        except BaseException:
-            _kill_group(proc)
-            raise
-        finally:
-            watchdog.release(proc.pid)
-        _kill_group(proc)  # anything the child left in its group
-        return _read(result_path, proc.returncode, time.perf_counter() - started)
-
-
-def _read(path: str, code: int, wall_s: float) -> dict[str, Any]:
-    try:
-        with open(path) as f:
-            result = json.load(f)
-    except (OSError, ValueError):
-        if code < 0 and -code == signal.SIGKILL:
-            return {
-                "status": "out_of_memory",
-                "detail": "killed by SIGKILL without a result (the system's out-of-memory killer, most likely)",
-            }
-        how = f"signal {signal.Signals(-code).name}" if code < 0 else f"status {code}"
-        return {"status": "failed", "detail": f"the process ended with {how} without a result"}
-    result["wall_s"] = wall_s
-    return result
+    finally:
+        os.close(write_fd)
+    watchdog.guard(proc.pid)
+    return Child(proc, os.fdopen(read_fd, "r"), watchdog, scratch)

@@ -8,6 +8,8 @@ detects that it applies, how to turn it off, and what it did.
                     runtime, for "Visible devices cannot be modified after being initialized"
 ``keras_fit``       Keras 3's TensorFlow trainer: ``fit`` under ``MultiWorkerMirroredStrategy``
                     (keras-team/keras#20585)
+``uneven_batch``    Keras 3's TensorFlow trainer: ``fit`` under a mirrored strategy with a batch
+                    the replicas do not divide (keras-team/keras#19246)
 ``exit_barrier``    ``atexit`` and ``sys.excepthook``: the workers of a job leave together
 ``fork_sockets``    ``os.register_at_fork``: a forked child lets go of its parent's GPU names
 ``loopback``        the ``bind`` GOT entries of TensorFlow's libraries: a launched worker's
@@ -34,7 +36,7 @@ Turn mends off with ``TFDEVICES_MENDS`` (a comma list of names, or ``all``), fro
 lists each mend and what it did in this process; ``tfdevices doctor`` prints it.
 
 >>> [status.name for status in applied()][:5]
-['runtime_start', 'keras_fit', 'exit_barrier', 'fork_sockets', 'loopback']
+['runtime_start', 'keras_fit', 'uneven_batch', 'exit_barrier', 'fork_sockets']
 
 No TensorFlow import here: each mend imports what it changes when it applies.
 """
@@ -54,6 +56,7 @@ from tfdevices.mends import (
     stack_dumps,
     step_progress,
     tf_import,
+    uneven_batch,
 )
 from tfdevices.mends.base import MENDS_ENV, Mend, MendStatus, names, turn_off, turned_off
 
@@ -61,6 +64,7 @@ from tfdevices.mends.base import MENDS_ENV, Mend, MendStatus, names, turn_off, t
 MENDS = (
     runtime_start.MEND,
     keras_fit.MEND,
+    uneven_batch.MEND,
     exit_barrier.MEND,
     fork_sockets.MEND,
     loopback.MEND,
