@@ -15,12 +15,6 @@ import tfdevices
 PACKAGE = pathlib.Path(tfdevices.__file__).parent
 MAX_LINES = 100
 
-# Over the bound until their own branches land (each is being cut into pieces there); the lead removes
-# these two lines at the merge.
-PENDING = {
-    "decide/tune.py:tune",  # branch tune: tune() takes a record and is cut into small pieces
-}
-
 
 def long_functions(source: str, limit: int = MAX_LINES) -> list[tuple[str, int]]:
     """``(name, lines)`` of each function in ``source`` longer than ``limit`` lines."""
@@ -48,15 +42,5 @@ def test_no_function_over_100_lines():
         f"{path.relative_to(PACKAGE).as_posix()}:{name} ({lines} lines)"
         for path in sorted(PACKAGE.rglob("*.py"))
         for name, lines in long_functions(path.read_text())
-        if f"{path.relative_to(PACKAGE).as_posix()}:{name}" not in PENDING
     ]
     assert found == []
-
-
-def test_each_pending_exemption_is_still_needed():
-    over = {
-        f"{path.relative_to(PACKAGE).as_posix()}:{name}"
-        for path in sorted(PACKAGE.rglob("*.py"))
-        for name, _ in long_functions(path.read_text())
-    }
-    assert over >= PENDING, f"no longer over {MAX_LINES} lines: remove {sorted(PENDING - over)} from PENDING"

@@ -243,7 +243,11 @@ def test_a_short_job_or_a_watch_turned_off_says_nothing() -> None:
     assert said == [] and off.lines() == []
     short = SlowRankWatch(SlowRankPolicy(), said.append)
     _polls(short, [[_rec(0, 1, 55), _rec(1, 51, 5)]] * 2)
-    assert said == [] and short.lines()[-1] == "no slow rank: the ranks wait alike"  # never named while it ran
+    assert said == []  # never named while it ran: its end says what the medians show, and why it named nobody
+    assert short.lines()[-1] == (
+        "no slow rank named: rank 1 looks slow over the job's steps (its input pipeline or its own code), "
+        "but was not in 3 looks in a row while it ran: too few looks to tell"
+    )
 
 
 def test_the_watch_reads_samples_of_the_steps_every_rank_sampled() -> None:
@@ -452,7 +456,8 @@ def test_under_srun_rank_0_names_the_slow_rank_while_the_job_runs(tmp_path) -> N
     with slurm_cluster(str(tmp_path / "slurm")) as slurm:
         for kind, steps, reason in (
             ("between", 120, r"rank 1 spends \d+ ms between steps \(its input pipeline or its own code\)"),
-            ("compute", 300, r"rank 1's step takes [\d.]+ ms before the all-reduce, rank 0's [\d.]+ ms"),
+            # rank 0's watch starts with its strategy, later than a launcher's: a longer job gives it its looks
+            ("compute", 600, r"rank 1's step takes [\d.]+ ms before the all-reduce, rank 0's [\d.]+ ms"),
         ):
             proc = subprocess.run(
                 ["srun", "-n", "2", "--kill-on-bad-exit=1", sys.executable, SCRIPT, "loop", kind, "1", str(steps)],

@@ -393,7 +393,14 @@ class SlowRankWatch:
         elif link:
             lines.append("every rank waits in the all-reduce most of its step: the link is the bottleneck, not a rank")
         else:
-            lines.append("no slow rank: the ranks wait alike")
+            seen = find_slow_rank(splits, self.policy)  # over the job's medians, never in looks in a row
+            if seen is None:
+                lines.append("no slow rank: the ranks wait alike")
+            else:
+                lines.append(
+                    f"no slow rank named: rank {seen.rank} looks slow over the job's steps ({WHY[seen.component]}), "
+                    f"but was not in {self.policy.polls} looks in a row while it ran: too few looks to tell"
+                )
         return lines
 
     def summary(self) -> tuple[tuple[RankSplit, ...], SlowRank | None, bool]:
