@@ -43,7 +43,7 @@ def _read(run: str) -> dict[str, list[tuple[int, float]]]:
 
 
 @pytest.mark.parametrize("framework", ["keras", "tf_keras"])
-def test_each_rank_writes_its_series_and_its_gpus_to_its_own_run(tmp_path, framework: str) -> None:
+def test_each_rank_writes_its_series_and_its_gpus_to_its_own_run(tf4, tmp_path, framework: str) -> None:
     K = importlib.import_module(framework)  # noqa: N806 (the Keras module)
     board = str(tmp_path / "board")
     _board(board, 40)
@@ -69,7 +69,7 @@ def test_each_rank_writes_its_series_and_its_gpus_to_its_own_run(tmp_path, frame
     assert runs[0]["tfdevices_rank_slow_score"][-1][1] == 1.0 > runs[1]["tfdevices_rank_slow_score"][-1][1]
 
 
-def test_without_a_board_only_the_gpus_are_written(tmp_path) -> None:
+def test_without_a_board_only_the_gpus_are_written(tf4, tmp_path) -> None:
     import keras
 
     fake = FakeNvml([FakeGpu(uuid="GPU-0", util_percent=50)])
@@ -98,7 +98,7 @@ def test_a_bad_interval_is_refused(tmp_path, every_s: object) -> None:
         JobMetricsLogger(tmp_path, every_s=every_s, framework="keras", env={})
 
 
-def test_docstring_example() -> None:
+def test_docstring_example(tf4) -> None:
     import doctest
 
     from tfdevices.tensorboard import job_metrics

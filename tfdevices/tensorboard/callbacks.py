@@ -64,16 +64,16 @@ def _framework(framework: str | None) -> str:
 
 
 @functools.cache
-def _callback_class(framework: str) -> type:
-    """``PlacementLogger`` combined with the framework's ``Callback`` base class."""
+def _with_callback_base(cls: type, framework: str) -> type:
+    """``cls`` combined with the framework's ``Callback`` base class (one class per framework)."""
     if framework == "tf_keras":
         import tf_keras as module  # noqa: PLC0415 (lazy Keras)
     else:
         import keras as module  # noqa: PLC0415 (lazy Keras)
     return type(
-        f"PlacementLogger[{framework}]",
-        (PlacementLogger, module.callbacks.Callback),
-        {"__module__": __name__, "__doc__": PlacementLogger.__doc__},
+        f"{cls.__name__}[{framework}]",
+        (cls, module.callbacks.Callback),
+        {"__module__": cls.__module__, "__doc__": cls.__doc__},
     )
 
 
@@ -140,7 +140,7 @@ class PlacementLogger:
     def __new__(cls, *args: Any, **kwargs: Any) -> PlacementLogger:
         """An instance of the callback class of the chosen Keras (``framework=``)."""
         if cls is PlacementLogger:
-            cls = _callback_class(_framework(kwargs.get("framework")))
+            cls = _with_callback_base(PlacementLogger, _framework(kwargs.get("framework")))
         return super().__new__(cls)
 
     def __init__(

@@ -34,25 +34,11 @@ from tfdevices.core.units import shown
 from tfdevices.jobs.env import launch_info
 from tfdevices.jobs.metrics import GpuReading, gpu_reader, own_gpus, read_ranks
 from tfdevices.jobs.progress import progress_dir, read_board
-from tfdevices.tensorboard.callbacks import _framework
+from tfdevices.tensorboard.callbacks import _framework, _with_callback_base
 from tfdevices.tensorboard.worker import Worker
 from tfdevices.tensorboard.writer import EventWriter
 
 __all__ = ["JobMetricsLogger"]
-
-
-@functools.cache
-def _callback_class(framework: str) -> type:
-    """``JobMetricsLogger`` combined with the framework's ``Callback`` base class."""
-    if framework == "tf_keras":
-        import tf_keras as module  # noqa: PLC0415 (lazy Keras)
-    else:
-        import keras as module  # noqa: PLC0415 (lazy Keras)
-    return type(
-        f"JobMetricsLogger[{framework}]",
-        (JobMetricsLogger, module.callbacks.Callback),
-        {"__module__": __name__, "__doc__": JobMetricsLogger.__doc__},
-    )
 
 
 class JobMetricsLogger:
@@ -79,7 +65,7 @@ class JobMetricsLogger:
     def __new__(cls, *args: Any, **kwargs: Any) -> JobMetricsLogger:
         """An instance of the callback class of the chosen Keras (``framework=``)."""
         if cls is JobMetricsLogger:
-            cls = _callback_class(_framework(kwargs.get("framework")))
+            cls = _with_callback_base(JobMetricsLogger, _framework(kwargs.get("framework")))
         return super().__new__(cls)
 
     def __init__(
