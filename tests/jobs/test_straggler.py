@@ -450,17 +450,22 @@ def test_slow_rank_report_from_python_beats_the_environment(monkeypatch) -> None
 @pytest.mark.slow
 @pytest.mark.xdist_group("engines")
 def test_under_srun_rank_0_names_the_slow_rank_while_the_job_runs(tmp_path) -> None:
-    """Two jobs in one real one-node SLURM: rank 1 slow between steps, then rank 1 slow inside its step."""
+    """Jobs in one real one-node SLURM, a custom loop and Keras fit: rank 1 slow between steps, then rank 1 slow
+    inside its step.
+    """
     from tests.engines import slurm_cluster
 
+    inside = r"rank 1's step takes [\d.]+ ms before the all-reduce, rank 0's [\d.]+ ms"
     with slurm_cluster(str(tmp_path / "slurm")) as slurm:
-        for kind, steps, reason in (
-            ("between", 120, r"rank 1 spends \d+ ms between steps \(its input pipeline or its own code\)"),
+        for mode, kind, steps, reason in (
+            ("loop", "between", 120, r"rank 1 spends \d+ ms between steps \(its input pipeline or its own code\)"),
             # rank 0's watch starts with its strategy, later than a launcher's: a longer job gives it its looks
-            ("compute", 600, r"rank 1's step takes [\d.]+ ms before the all-reduce, rank 0's [\d.]+ ms"),
+            ("loop", "compute", 600, inside),
+            ("fit", "between", 160, r"rank 1 spends \d+ ms between steps in fit's callbacks, rank 0's [\d.]+ ms"),
+            ("fit", "compute", 600, inside),
         ):
             proc = subprocess.run(
-                ["srun", "-n", "2", "--kill-on-bad-exit=1", sys.executable, SCRIPT, "loop", kind, "1", str(steps)],
+                ["srun", "-n", "2", "--kill-on-bad-exit=1", sys.executable, SCRIPT, mode, kind, "1", str(steps)],
                 env=subprocess_env(slurm),
                 cwd=REPO,
                 capture_output=True,
@@ -475,7 +480,7 @@ def test_under_srun_rank_0_names_the_slow_rank_while_the_job_runs(tmp_path) -> N
             assert live and summary and live[0] < summary[0], out[-3000:]  # said before rank 0's exit summary
             assert re.search(
                 r"rank 0 waits [\d.]+ ms of each [\d.]+ ms step for it in the all-reduce; " + reason, said[live[0]]
-            )
+            ), (mode, kind, said[live[0]])
 
 
 @pytest.mark.slow
