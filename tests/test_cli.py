@@ -304,12 +304,23 @@ def test_list_json_carries_processes_sensors_and_topology(machine, capsys):
     assert (back.gpus[3].temperature, back.gpus[3].fan_speed, back.gpus[3].power_limit_mw) == (43, 45, 300_000)
 
 
-@pytest.mark.parametrize("argv", [["select", "auto:1"], ["topo"]])
+@pytest.mark.parametrize("argv", [["select", "auto:2"], ["topo"]])
 def test_select_and_topo_read_no_sensor_nor_process(machine, argv, capsys):
     assert main(argv) == 0
     read = set(machine.calls)
     assert {"nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetCpuAffinity"} <= read  # what they use
     assert not read & {"nvmlDeviceGetTemperature", "nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetClockInfo"}
+
+
+@pytest.mark.parametrize(
+    "spec, wiring", [("auto:1", False), ("2", False), ("none", False), ("auto:2", True), ("0,2", True), ("all", True)]
+)
+def test_select_reads_the_wiring_only_where_it_can_choose_or_show_by_it(machine, spec, wiring, capsys):
+    assert main(["select", spec]) == 0
+    read = set(machine.calls) & {"nvmlDeviceGetCpuAffinity", "nvmlDeviceGetTopologyCommonAncestor"}
+    assert bool(read) == wiring, read
+    if spec == "auto:2":  # the pair chosen by its links, and said so
+        assert "links: all NVLink (weakest NV4, GPU 0-1)" in capsys.readouterr().err
 
 
 def test_plain_list_reads_neither_topology_nor_proc(machine, capsys):

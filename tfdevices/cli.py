@@ -233,7 +233,7 @@ def _cmd_select(args: argparse.Namespace) -> int:
 
     sel = select(
         args.spec,
-        _inventory(args, sensors=False),  # chosen by memory, load and wiring
+        _inventory(args, topology=_wiring_matters(args.spec), sensors=False),  # chosen by memory, load and wiring
         min_free_memory=args.min_free_memory,
         max_utilization=args.max_utilization,
         exclude=args.exclude,
@@ -249,6 +249,22 @@ def _cmd_select(args: argparse.Namespace) -> int:
         for name, value in sel.env().items():
             print(f"export {name}={value}")
     return 0
+
+
+def _wiring_matters(spec: str) -> bool:
+    """Whether a spec can choose among GPUs by their wiring, or show it: not ``auto:1``, one GPU by name, or
+    none (NVML's wiring reads are left out there). A spec that does not parse reads it: ``select`` says why.
+    """
+    from tfdevices.core.errors import SpecError
+    from tfdevices.gpus.spec import parse_spec
+
+    try:
+        parsed = parse_spec(spec)
+    except SpecError:
+        return True
+    if parsed.kind == "auto":
+        return (parsed.count or 0) >= 2
+    return parsed.kind == "all" or len(parsed.keys) >= 2
 
 
 def _use_inventory(args: argparse.Namespace) -> None:
