@@ -433,9 +433,9 @@ event_stats(const Event *ev, PyObject *names)
         name = PyDict_GetItemWithError(names, key);
         Py_DECREF(key);
         if (name == NULL) {
-            if (!PyErr_Occurred())
-                malformed("a stat with no metadata"); /* Python raises KeyError: it gives the error */
-            goto fail;
+            if (PyErr_Occurred())
+                goto fail;
+            continue; /* a stat with no metadata: left out, as the Python reader leaves it */
         }
         Py_INCREF(name);
         value = stat_value(&st, names);

@@ -108,7 +108,10 @@ def _int_stat(event: Any, stat_id: int) -> int:
 
 
 def _stats(event: Any, names: dict[int, str]) -> dict[str, Any]:
-    return {names[s.metadata_id]: _stat_value(s, names) for s in event.stats}
+    """The event's stats by name; a stat whose metadata the plane does not hold is left out, as the compiled
+    walk leaves it (a damaged or trimmed profile: the rest of the event is still read).
+    """
+    return {names[s.metadata_id]: _stat_value(s, names) for s in event.stats if s.metadata_id in names}
 
 
 def _context_of(event: Any, consumed: int) -> int:
