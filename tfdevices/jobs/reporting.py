@@ -13,7 +13,6 @@ or :func:`~tfdevices.jobs.metrics.serve_metrics` that watch also serves the job'
 
 from __future__ import annotations
 
-import atexit
 import dataclasses
 import math
 import os
@@ -30,6 +29,7 @@ from tfdevices.jobs.metrics import watch_metrics
 from tfdevices.jobs.progress import ProgressWriter, progress_dir, read_board
 from tfdevices.jobs.stall import STACKS_DIR_ENV, StallPolicy, StallWatch, policy_from_env
 from tfdevices.mends import fit_progress, stack_dumps, step_progress
+from tfdevices.mends.at_exit import call_at_exit
 from tfdevices.mends.base import when_imported
 
 #: Set by ``tfdevices launch`` in its workers: the launcher watches, rank 0 need not.
@@ -124,7 +124,7 @@ def start_reporting(env: Mapping[str, str] | None = None) -> ProgressWriter | No
         _STATE["watch"] = watch
         watch_metrics(watch, env, _say)  # TFDEVICES_METRICS or serve_metrics(): rank 0 serves the job's metrics
         threading.Thread(target=_watching, args=(watch,), name="tfdevices-stall-watch", daemon=True).start()
-        atexit.register(_summary, watch)
+        call_at_exit(_summary, watch)  # the at_exit mend: tfdevices' own clean-ups, one hook
     return writer
 
 
