@@ -37,32 +37,39 @@ def train_loop(config: dict) -> None:
         json.dump(result, f)
 
 
-def main(argv: list[str]) -> int:
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def run_on_ray(train_loop, config: dict, out: str, name: str) -> None:
+    """``train_loop(config)`` on 2 Ray Train workers (``config["repo"]`` set) of a local Ray cluster on 127.0.0.1."""
     import ray
     from ray.train import RunConfig, ScalingConfig
     from ray.train.tensorflow import TensorflowTrainer
 
-    out = os.path.abspath(argv[0])
-    epochs = int(argv[1]) if len(argv) > 1 else 2
-    steps = int(argv[2]) if len(argv) > 2 else 4
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     ray.init(
         num_cpus=2,
         _node_ip_address="127.0.0.1",
         include_dashboard=False,
         log_to_driver=True,
-        runtime_env={"env_vars": {"PYTHONPATH": repo, "TF_CPP_MIN_LOG_LEVEL": "2"}},
+        runtime_env={"env_vars": {"PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "2"}},
     )
     try:
         trainer = TensorflowTrainer(
             train_loop,
-            train_loop_config={"out": out, "epochs": epochs, "steps": steps, "repo": repo},
+            train_loop_config={**config, "repo": REPO},
             scaling_config=ScalingConfig(num_workers=2, use_gpu=False, resources_per_worker={"CPU": 1}),
-            run_config=RunConfig(storage_path=os.path.join(out, "ray"), name="fit"),
+            run_config=RunConfig(storage_path=os.path.join(out, "ray"), name=name),
         )
         trainer.fit()
     finally:
         ray.shutdown()
+
+
+def main(argv: list[str]) -> int:
+    out = os.path.abspath(argv[0])
+    epochs = int(argv[1]) if len(argv) > 1 else 2
+    steps = int(argv[2]) if len(argv) > 2 else 4
+    run_on_ray(train_loop, {"out": out, "epochs": epochs, "steps": steps}, out, "fit")
     print("ray fit done", flush=True)
     return 0
 

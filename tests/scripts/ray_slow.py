@@ -19,29 +19,10 @@ def train_loop(config: dict) -> None:
 
 
 def main(argv: list[str]) -> int:
-    import ray
-    from ray.train import RunConfig, ScalingConfig
-    from ray.train.tensorflow import TensorflowTrainer
+    from ray_fit import run_on_ray  # beside this script (the script's folder leads sys.path)
 
     out, steps = os.path.abspath(argv[0]), int(argv[1])
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    ray.init(
-        num_cpus=2,
-        _node_ip_address="127.0.0.1",
-        include_dashboard=False,
-        log_to_driver=True,
-        runtime_env={"env_vars": {"PYTHONPATH": repo, "TF_CPP_MIN_LOG_LEVEL": "2"}},
-    )
-    try:
-        trainer = TensorflowTrainer(
-            train_loop,
-            train_loop_config={"steps": steps, "repo": repo},
-            scaling_config=ScalingConfig(num_workers=2, use_gpu=False, resources_per_worker={"CPU": 1}),
-            run_config=RunConfig(storage_path=os.path.join(out, "ray"), name="slow"),
-        )
-        trainer.fit()
-    finally:
-        ray.shutdown()
+    run_on_ray(train_loop, {"steps": steps}, out, "slow")
     print("ray slow done", flush=True)
     return 0
 
