@@ -10,7 +10,7 @@ import pytest
 
 from tfdevices.core.errors import LaunchError, SelectionError
 from tfdevices.jobs import launcher
-from tfdevices.jobs.launch_config import CLI_TERMS, REPORT_STALLS, LaunchConfig, check_worker_count
+from tfdevices.jobs.launch_config import CLI_TERMS, REPORT_STALLS, LaunchConfig, check_worker_count, config_from_call
 from tfdevices.jobs.rendezvous import Nodes
 from tfdevices.jobs.stall import StallPolicy
 
@@ -140,5 +140,5 @@ def test_launch_with_the_keywords_of_before_warns_and_runs_the_same_record():
 
 def test_the_keywords_of_before_map_to_the_record():
     with pytest.warns(DeprecationWarning, match="is deprecated"):
-        made = launcher._config(2, {"mend": False, "mends_off": frozenset({"loopback"}), "stall": None, "share": True})
+        made = config_from_call(2, {"mend": False, "mends_off": frozenset({"loopback"}), "stall": None, "share": True})
     assert made == LaunchConfig(2, mends_off=frozenset({"keras_fit", "loopback"}), share=True)

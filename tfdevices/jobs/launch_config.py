@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
-from collections.abc import Iterable
+import warnings
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from tfdevices.core.errors import PYTHON, LaunchError, Terms
@@ -285,6 +286,35 @@ process of its own. HINT: use at most -n 32 (4 per core), or pass --oversubscrib
     return n
 
 
+def config_from_call(config: LaunchConfig | int, options: Mapping[str, Any]) -> LaunchConfig:
+    """What ``launch(command, config, **options)`` was given, as the record: ``config`` itself, or, for the
+    keywords of before (``launch(command, n, log_dir=...)``, deprecated until 0.4.0), the record they make.
+
+    Raises:
+        TypeError: a record and keywords both, or a keyword ``launch`` never took.
+    """
+    if isinstance(config, LaunchConfig):
+        if options:
+            raise TypeError(
+                f"launch() takes a LaunchConfig or keywords, not both: got {', '.join(sorted(options))} too."
+            )
+        return config
+    warnings.warn(
+        "launch(command, n, **options) is deprecated: pass launch(command, LaunchConfig(n, ...)).",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    fields = dict(options)
+    unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(LaunchConfig)} - {"mend"})
+    if unknown:
+        raise TypeError(f"launch() got unexpected keyword argument(s): {', '.join(unknown)}.")
+    if not fields.pop("mend", True):
+        fields["mends_off"] = frozenset(fields.get("mends_off", ())) | {"keras_fit"}
+    if fields.get("stall") is None:
+        fields.pop("stall", None)
+    return LaunchConfig(config, **fields)  # an int, checked by LaunchConfig
+
+
 __all__ = [
     "CLI_TERMS",
     "REPORT_STALLS",
@@ -295,4 +325,5 @@ __all__ = [
     "MAX_VIRTUAL_DEVICES",
     "WORKERS_PER_CORE",
     "check_worker_count",
+    "config_from_call",
 ]

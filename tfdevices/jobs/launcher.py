@@ -77,7 +77,6 @@ import sys
 import tempfile
 import threading
 import time
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
@@ -86,7 +85,7 @@ from tfdevices.core.units import shown
 from tfdevices.gpus.topology import format_cpus
 from tfdevices.jobs.env import RANK_GPUS, VIRTUAL_DEVICES_ENV, LaunchInfo
 from tfdevices.jobs.handshake import Stopped
-from tfdevices.jobs.launch_config import LaunchConfig, check_worker_count
+from tfdevices.jobs.launch_config import LaunchConfig, check_worker_count, config_from_call
 from tfdevices.jobs.metrics import Attempt, JobMetrics, MetricsAddress, gpu_reader, job_name
 from tfdevices.jobs.output import PROGRESS, Console, Record, Splitter
 from tfdevices.jobs.progress import PROGRESS_DIR_ENV
@@ -274,7 +273,7 @@ def launch(
             command that cannot start.
         TypeError: keyword ``options`` with a :class:`~tfdevices.jobs.launch_config.LaunchConfig`.
     """
-    config = _config(config, options)
+    config = config_from_call(config, options)
     out = out or sys.stdout
     base = dict(os.environ if env is None else env)
     site = worker_site(base, mends_off=config.mends_off)
@@ -312,30 +311,6 @@ def _serve_metrics(
         return None
     asked = config.terms.name("metrics")
     return JobMetrics(config.metrics, job_name(command), console.say, gpu_reader(base), asked)
-
-
-def _config(config: LaunchConfig | int, options: Mapping[str, Any]) -> LaunchConfig:
-    """``config`` itself, or, for the keywords of before (deprecated), the record they make."""
-    if isinstance(config, LaunchConfig):
-        if options:
-            raise TypeError(
-                f"launch() takes a LaunchConfig or keywords, not both: got {', '.join(sorted(options))} too."
-            )
-        return config
-    warnings.warn(
-        "launch(command, n, **options) is deprecated: pass launch(command, LaunchConfig(n, ...)).",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-    fields = dict(options)
-    unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(LaunchConfig)} - {"mend"})
-    if unknown:
-        raise TypeError(f"launch() got unexpected keyword argument(s): {', '.join(unknown)}.")
-    if not fields.pop("mend", True):
-        fields["mends_off"] = frozenset(fields.get("mends_off", ())) | {"keras_fit"}
-    if fields.get("stall") is None:
-        fields.pop("stall", None)
-    return LaunchConfig(config, **fields)  # an int, checked by LaunchConfig
 
 
 def _on_one_machine(job: _Job) -> int:
