@@ -524,6 +524,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         budget_s=args.budget,
         timeout_s=args.timeout,
         virtual_devices=args.virtual_devices,
+        processes=args.processes,
         logdir=args.logdir,
         margin=args.margin,
     )
@@ -571,6 +572,14 @@ def _add_tune(p: argparse.ArgumentParser) -> None:
         "--timeout", type=float, default=300.0, metavar="SECONDS", help="bound on each candidate's start and answers"
     )
     p.add_argument("--virtual-devices", type=int, default=4, metavar="N", help="logical CPUs without GPUs")
+    p.add_argument(
+        "--processes",
+        type=int,
+        default=2,
+        metavar="N",
+        help="processes per candidate, compared every one against every one: a process has a speed of its own "
+        "(default 2; 1 where the GPU's memory holds one copy of the model)",
+    )
     p.add_argument("--logdir", help="a TensorBoard run per candidate, with its captured step")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.set_defaults(run=_cmd_tune)

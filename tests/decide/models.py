@@ -11,12 +11,15 @@ __all__ = ["hang", "huge", "raises", "tiny_mlp"]
 
 
 def hang():
-    """Never returns; writes its pid to the file named by TFDEVICES_TEST_PIDFILE first (tests wait on it)."""
+    """Never returns; writes its pid to the file named by TFDEVICES_TEST_PIDFILE first (tests wait on it),
+    and to one named by the pid beside it (``PIDFILE.<pid>``: each process of a candidate writes one).
+    """
     path = os.environ.get("TFDEVICES_TEST_PIDFILE")
     if path:
-        with open(path + ".tmp", "w") as f:
-            f.write(str(os.getpid()))
-        os.replace(path + ".tmp", path)
+        for name in (path, f"{path}.{os.getpid()}"):
+            with open(name + ".tmp", "w") as f:
+                f.write(str(os.getpid()))
+            os.replace(name + ".tmp", name)
     while True:
         time.sleep(1)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import importlib
 import json
 import os
@@ -18,7 +19,7 @@ from tfdevices import InputError
 from tfdevices.decide.candidates import Link
 from tfdevices.decide.messages import Captured, Failed, Ready, TimeWindow, Window
 from tfdevices.decide.ties import Comparison
-from tfdevices.decide.tune import CandidateResult, TuneResult, _with_window, tune
+from tfdevices.decide.tune import CandidateResult, TuneResult, _with_round, tune
 
 # the module: tfdevices.decide.tune, as an attribute, is the function tune (the public name)
 tune_module = importlib.import_module("tfdevices.decide.tune")
@@ -208,15 +209,24 @@ def test_the_table_says_who_is_tied_and_why_the_winner_won():
     assert "predicted_uncalibrated_s" in data["candidates"][1]
 
 
-def test_each_window_adds_a_round_and_the_step_is_the_median_of_the_rounds():
+def test_each_round_adds_a_round_and_the_step_is_the_median_of_the_rounds():
     kept = CandidateResult("split:2", "split", ("CPU:0", "CPU:1"), "ok", 0.012, batch=32, predicted_step_s=0.011)
     for step in (0.010, 0.020, 0.008):
-        kept = replace(kept, **_with_window(kept, Window(step, step * 0.9, step * 1.1)))
+        kept = replace(kept, **_with_round(kept, [step]))
     assert (kept.rounds, kept.round_step_s, kept.step_s) == (3, (0.010, 0.020, 0.008), 0.010)
+    assert kept.process_step_s == ((0.010, 0.020, 0.008),)
     assert (kept.step_q1_s, kept.step_q3_s) == (0.008, 0.020) and kept.examples_per_s == pytest.approx(3200)
     assert kept.predicted_step_s == 0.011  # what the rounds do not measure stays
-    kept = replace(kept, **_with_window(kept, Window(0.012, 0.011, 0.013)))
+    kept = replace(kept, **_with_round(kept, [0.012]))
     assert kept.step_s == pytest.approx(0.011)  # an even count: the mean of the middle two
+
+
+def test_a_round_of_two_processes_is_the_median_of_their_windows_and_each_keeps_its_own():
+    kept = CandidateResult("split:2", "split", ("CPU:0", "CPU:1"), "ok", 0.012, batch=32)
+    for windows in ([0.010, 0.012], [0.020, 0.024], [0.008, 0.010]):
+        kept = replace(kept, **_with_round(kept, windows))
+    assert kept.round_step_s == pytest.approx((0.011, 0.022, 0.009)) and kept.rounds == 3
+    assert kept.process_step_s == ((0.010, 0.020, 0.008), (0.012, 0.024, 0.010))
 
 
 # ----------------------------------------------------------------------------- real children
@@ -224,7 +234,7 @@ def test_each_window_adds_a_round_and_the_step_is_the_median_of_the_rounds():
 
 @pytest.mark.slow
 def test_out_of_memory_is_reported_as_such():
-    r = tune("tests.decide.models:huge", candidates=ONE, steps=2, warmup=0)
+    r = tune("tests.decide.models:huge", candidates=ONE, steps=2, warmup=0, processes=1)
     (c,) = r.candidates
     assert c.status == "out_of_memory" and "OOM when allocating" in c.detail and r.winner is None
 
@@ -239,7 +249,7 @@ def test_a_failing_model_function_is_reported_with_its_error():
 def test_a_hanging_candidate_times_out_and_its_process_is_gone(tmp_path, monkeypatch):
     pidfile = tmp_path / "pid"
     monkeypatch.setenv("TFDEVICES_TEST_PIDFILE", str(pidfile))
-    (c,) = tune("tests.decide.models:hang", candidates=ONE, steps=2, timeout_s=20).candidates
+    (c,) = tune("tests.decide.models:hang", candidates=ONE, steps=2, timeout_s=20, processes=1).candidates
     assert (c.status, c.detail) == ("timeout", "no answer within 20 s: stopped. HINT: raise timeout_s")
     assert not _alive(int(pidfile.read_text()))
 
@@ -272,7 +282,8 @@ def test_candidates_run_measure_and_go_on_after_one_fails(tmp_path, monkeypatch)
         c = by_name[name]
         assert c.status == "ok" and c.step_s > 0 and c.examples_per_s == pytest.approx(32 / c.step_s)
         assert c.predicted_step_s is not None and "host" in c.peak_memory
-        assert c.rounds == 2 and len(c.round_step_s) == 2  # one window each round
+        assert c.rounds == 2 and len(c.round_step_s) == 2  # one window of each process each round
+        assert c.processes == 2 and [len(rounds) for rounds in c.process_step_s] == [2, 2]
         assert set(c.shares) == {"step_us", "copies", "all_reduce", "idle"}
         assert os.path.isdir(c.logdir) and c.logdir.startswith(str(tmp_path))
     assert set(by_name["split:2"].shares["idle"]) >= {"CPU:0", "CPU:1"}
@@ -339,10 +350,15 @@ def test_stopping_tune_leaves_no_child(tmp_path, sig, code):
         preexec_fn=_as_from_a_terminal,
     )
     try:
-        child = _wait_for(pidfile, proc)
+        _wait_for(pidfile, proc)
+        deadline = time.monotonic() + 120
+        while len(list(tmp_path.glob("pid.*"))) < 2 and time.monotonic() < deadline:  # both of its processes
+            time.sleep(0.2)
+        children = [int(path.read_text()) for path in tmp_path.glob("pid.*")]
+        assert len(children) == 2, children
         proc.send_signal(sig)
         assert proc.wait(timeout=60) == code
-        assert _gone(child), "the candidate's process outlived tune"
+        assert all(_gone(child) for child in children), "a candidate's process outlived tune"
     finally:
         proc.kill()
         proc.wait()
@@ -388,17 +404,25 @@ def test_a_module_that_is_not_there_is_refused_before_any_process_starts():
 
 
 class ScriptedChild:
-    """A candidate's process replaced by a script: its step time in each window, in order."""
+    """A candidate's process replaced by a script: its step time in each window, in order.
 
-    def __init__(self, spec, steps_ms, asked):
-        self.spec, self.asked = spec, asked
+    ``steps_ms[name]``: a list (every process of the candidate times it), or a tuple of lists, one per
+    process (``None``: that process does not start).
+    """
+
+    def __init__(self, spec, steps_ms, asked, process):
+        self.spec, self.asked, self.process = spec, asked, process
         devices = spec.devices
         self.name = f"one_device:{devices[0]}" if spec.strategy == "one_device" else f"{spec.strategy}:{len(devices)}"
-        self.windows = iter(steps_ms[self.name])
+        script = steps_ms[self.name]
+        self.script = script[process] if isinstance(script, tuple) else script
+        self.windows = iter(self.script or ())
 
     def ask(self, command, timeout_s):
-        self.asked.append((self.name, command))
+        self.asked.append((self.name if self.process == 0 else f"{self.name}#{self.process}", command))
         if command is None:
+            if self.script is None:
+                return Failed("out_of_memory", "ResourceExhaustedError: OOM when allocating. HINT: y")
             return Ready(batch=32, startup_s=5.0, windows=2, step_s=0.010)
         if isinstance(command, TimeWindow):
             step = next(self.windows, None)
@@ -429,8 +453,14 @@ class ScriptedChild:
 
 def scripted(monkeypatch, steps_ms):
     """tune's children replaced by scripts: each candidate's step per window; returns what was asked of them."""
-    asked = []
-    monkeypatch.setattr(tune_module, "start_child", lambda spec, watchdog: ScriptedChild(spec, steps_ms, asked))
+    asked, started = [], collections.Counter()
+
+    def start(spec, watchdog):
+        child = ScriptedChild(spec, steps_ms, asked, started[(spec.strategy, spec.devices)])
+        started[(spec.strategy, spec.devices)] += 1
+        return child
+
+    monkeypatch.setattr(tune_module, "start_child", start)
     return asked
 
 
@@ -454,7 +484,13 @@ def test_rounds_interleave_the_candidates_and_only_the_contenders_run_again(monk
     )
     lines = []
     r = tune(
-        "tests.decide.models:tiny_mlp", devices=CPUS3, candidates=WANTED, rounds=6, max_rounds=9, echo=lines.append
+        "tests.decide.models:tiny_mlp",
+        devices=CPUS3,
+        candidates=WANTED,
+        rounds=6,
+        max_rounds=9,
+        processes=1,
+        echo=lines.append,
     )
     names = ["one_device:CPU:0", "mirrored:2", "split:2", "split:3"]
     # round 1 in plan order, round 2 starts one later, ...: A B C D, B C D A, C D A B, ...
@@ -504,8 +540,9 @@ def test_a_candidate_that_stops_mid_way_keeps_its_rounds_and_says_why(monkeypatc
     assert (by_name["mirrored:2"].status, by_name["mirrored:2"].rounds) == ("failed", 1)
     assert by_name["mirrored:2"].detail == "stopped after 1 rounds: RuntimeError: gone. HINT: x"
     assert (by_name["split:3"].status, by_name["split:3"].rounds) == ("failed", 0)
-    # three rounds show nothing for sure: split:2 is the fastest, the rule picks one device
-    assert (r.winner.name, r.tied) == ("one_device:CPU:0", ("split:2", "one_device:CPU:0"))
+    # three rounds show nothing for sure: one device is tied, but measured 33% slower: the fastest is named
+    assert (r.winner.name, r.tied) == ("split:2", ("split:2", "one_device:CPU:0"))
+    assert r.reason == "the fastest; tied but measured more than 3% slower, so not named: one_device:CPU:0 (+33%)"
 
 
 def test_the_budget_stops_the_rounds(monkeypatch):
@@ -565,3 +602,55 @@ def test_the_command_refuses_fewer_max_rounds_than_rounds():
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.startswith("tfdevices tune: error: max_rounds=2: expected a whole number >= 3."), proc.stderr
     assert "HINT:" in proc.stderr
+
+
+def test_each_round_times_every_process_of_every_candidate_in_turn(monkeypatch):
+    asked = scripted(monkeypatch, {"one_device:CPU:0": [12.0] * 6, "split:2": [9.0] * 6})
+    r = tune("tests.decide.models:tiny_mlp", devices=CPUS3, candidates=["split:2"], rounds=6, max_rounds=6)
+    # process 0 of each candidate, then process 1 of each; the next round starts one candidate later
+    assert windows(asked)[:8] == [
+        "one_device:CPU:0", "split:2", "one_device:CPU:0#1", "split:2#1",
+        "split:2", "one_device:CPU:0", "split:2#1", "one_device:CPU:0#1",
+    ]  # fmt: skip
+    assert {c.name: (c.processes, c.rounds, len(c.process_step_s)) for c in r.candidates} == {
+        "one_device:CPU:0": (2, 6, 2),
+        "split:2": (2, 6, 2),
+    }
+    line = "split:2 is 33% faster than one_device:CPU:0 (95% interval +33% to +33%, 6 rounds x 4 pairs of processes)"
+    assert r.reason == f"the fastest, sure: {line}"
+    assert "each one window of each candidate in each of its 2 processes in turn" in r.table()
+    assert json.loads(r.to_json())["candidates"][1]["process_step_s"] == [[0.009] * 6] * 2
+
+
+def test_a_second_process_that_runs_slower_makes_a_sure_win_a_tie(monkeypatch):
+    # split:2's first process is 10% faster than one device's every round; its second one is 8% slower:
+    # one process alone would name split:2 for sure, the next run's process may well be the slower one
+    steps = {"one_device:CPU:0": [10.0] * 6, "split:2": ([9.0] * 6, [10.8] * 6)}
+    scripted(monkeypatch, steps)
+    one = tune("tests.decide.models:tiny_mlp", devices=CPUS3, candidates=["split:2"], rounds=6, processes=1)
+    assert (one.winner.name, one.tied) == ("split:2", ("split:2",))
+    scripted(monkeypatch, steps)
+    two = tune("tests.decide.models:tiny_mlp", devices=CPUS3, candidates=["split:2"], rounds=6, max_rounds=6)
+    assert (two.winner.name, two.tied) == ("one_device:CPU:0", ("split:2", "one_device:CPU:0"))
+    (c,) = two.comparisons
+    assert (c.name, c.processes, round(c.low, 3), round(c.high, 3)) == ("one_device:CPU:0", 4, 0.926, 1.111)
+
+
+def test_a_process_that_does_not_start_is_left_out_and_the_candidate_runs_in_the_others(monkeypatch):
+    scripted(monkeypatch, {"one_device:CPU:0": [12.0] * 6, "split:2": ([9.0] * 6, None)})
+    lines = []
+    r = tune(
+        "tests.decide.models:tiny_mlp", devices=CPUS3, candidates=["split:2"], rounds=6, max_rounds=6, echo=lines.append
+    )
+    split = {c.name: c for c in r.candidates}["split:2"]
+    why = "timed in 1 of 2 processes, the others did not start: ResourceExhaustedError: OOM when allocating. HINT: y"
+    assert (split.status, split.processes, split.rounds, split.detail) == ("ok", 1, 6, why)
+    assert f"split:2: {why}" in lines and f"  split:2: {why}" in r.table().splitlines()
+    assert r.winner.name == "split:2" and r.comparisons[0].processes == 2
+
+
+def test_processes_are_checked_before_any_process_starts(monkeypatch):
+    scripted(monkeypatch, {})
+    for bad in (0, 9, True, 2.0):
+        with pytest.raises(InputError, match=rf"processes={bad!r}: expected a whole number from 1 to 8"):
+            tune("tests.decide.models:tiny_mlp", devices=CPUS3, processes=bad)

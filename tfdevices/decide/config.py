@@ -20,12 +20,17 @@ from typing import Any
 
 from tfdevices.core.errors import InputError
 
-__all__ = ["TuneConfig"]
+__all__ = ["MAX_PROCESSES", "TuneConfig"]
+
+#: Processes per candidate, at most (each holds a copy of the model).
+MAX_PROCESSES = 8
 
 
-def _count(name: str, value: object, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise InputError(f"{name}={value!r}: expected a whole number >= {low}.", hint=f"e.g. {name}={max(low, 10)}.")
+def _count(name: str, value: object, low: int, high: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+        span = f">= {low}" if high is None else f"from {low} to {high}"
+        example = max(low, 10) if high is None else low + 1
+        raise InputError(f"{name}={value!r}: expected a whole number {span}.", hint=f"e.g. {name}={example}.")
     return value
 
 
@@ -64,6 +69,11 @@ class TuneConfig:
             fit, and further rounds run while they fit.
         timeout_s: bound on each candidate's start (build and warm-up) and on each of its answers.
         virtual_devices: logical CPUs to split the CPU into, without GPUs.
+        processes: processes per candidate, started side by side (1 to 8). A process has a speed of its
+            own (the same candidate in two processes, timed in the same rounds, differed by up to 7% on a
+            shared CPU), so candidates are compared every process against every process, and only what
+            every pair shows counts (:mod:`~tfdevices.decide.ties`). Each process holds its own copy of
+            the model: 1 on a GPU whose memory holds one copy (a process that does not start is left out).
         memory_limit: each GPU's memory cap in the children (``configure(memory_limit=...)``).
         logdir: a TensorBoard run per candidate under it (``LOGDIR/<candidate>``) with its captured step.
         margin: a difference under this share is a tie however sure it is (``0.03``: 3% is not
@@ -79,6 +89,7 @@ class TuneConfig:
     budget_s: float | None = None
     timeout_s: float = 300.0
     virtual_devices: int = 4
+    processes: int = 2
     memory_limit: Any = None
     logdir: str | None = None
     margin: float = 0.03
@@ -93,6 +104,7 @@ class TuneConfig:
             "rounds": rounds,
             "timeout_s": _seconds("timeout_s", self.timeout_s, optional=False),
             "virtual_devices": _count("virtual_devices", self.virtual_devices, 1),
+            "processes": _count("processes", self.processes, 1, MAX_PROCESSES),
             "margin": _share("margin", self.margin),
             "devices": _names(self.devices),
             "candidates": self.candidates if self.candidates == "auto" else _names(self.candidates),

@@ -32,8 +32,11 @@ class CandidateResult:
         detail: why it did not run or stopped, in a line a user can act on (``HINT:``), or what it was.
         logdir: its TensorBoard run (``None`` without ``logdir``).
         rounds: the rounds it was timed in (one window each, interleaved with the other candidates').
-        round_step_s: each round's median, in the order of the rounds (round ``i`` of every candidate
-            ran at about the same time: :func:`~tfdevices.decide.ties.paired` compares them).
+        round_step_s: each round's step (the median of its processes' windows), in the order of the
+            rounds (round ``i`` of every candidate ran at about the same time).
+        processes: the processes it was timed in (``TuneConfig.processes``, less those that did not start).
+        process_step_s: each process's windows, one a round: what :func:`~tfdevices.decide.ties.compare`
+            compares, every process against every process of the other candidate.
         predicted_uncalibrated_s: the prediction with the one copy cost measured between the first
             two devices by the one-device run, for every pair (what tune predicted before the probe).
         batch: the global batch (examples a step); startup_s: its process' start to ready.
@@ -57,6 +60,8 @@ class CandidateResult:
     predicted_uncalibrated_s: float | None = None
     batch: int = 0
     startup_s: float | None = None
+    processes: int = 0
+    process_step_s: tuple[tuple[float, ...], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -65,8 +70,8 @@ class TuneResult:
 
     Attributes:
         candidates: one :class:`CandidateResult` each, in plan order.
-        winner: the fastest ok candidate, or among those tied with it the one the rule picks
-            (:func:`~tfdevices.decide.ties.judge`); ``None`` if none ran.
+        winner: the fastest ok candidate, or the one the rule picks among those tied with it and
+            measured within the margin of it (:func:`~tfdevices.decide.ties.judge`); ``None`` if none ran.
         cpu_split: logical CPUs the CPU was split into for the candidates (``None`` on GPUs).
         tied: names of the fastest candidate and those the rounds cannot tell from it by more than
             ``margin``, fastest first.
@@ -115,11 +120,15 @@ class TuneResult:
         """How sure each ranking is, what the columns mean, the ties, the probe."""
         lines = [c.line() for c in self.comparisons]
         most = max((c.rounds for c in self.candidates), default=0)
+        each = max((c.processes for c in self.candidates), default=0)
         if most:
+            processes = f" in each of its {each} processes" if each > 1 else ""
+            pairs = ", every process against every process, the interval spanning each pair's" if each > 1 else ""
             lines.append(
                 f"step: the median of each candidate's rounds (q1-q3 of them), up to {most} rounds, each one window "
-                "of each candidate in turn; vs fastest: its step over the fastest's, round by round (95% interval); "
-                f"a candidate the rounds cannot show slower by more than {self.margin:.0%} is tied"
+                f"of each candidate{processes} in turn; vs fastest: its step over the fastest's, round by round "
+                f"(95% interval{pairs}); a candidate the rounds cannot show slower by more than {self.margin:.0%} "
+                "is tied"
             )
         if len(self.tied) > 1:
             lines.append(f"tied: {', '.join(self.tied)}")

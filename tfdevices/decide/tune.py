@@ -1,16 +1,18 @@
 """tune: measure every way to run a model on this machine's devices, and name the fastest.
 
-Each candidate (:func:`~tfdevices.decide.candidates.plan_candidates`) runs in its own process,
-built and warmed up once (:mod:`~tfdevices.decide.child`). The one-device run starts first; its
+Each candidate (:func:`~tfdevices.decide.candidates.plan_candidates`) runs in processes of its own
+(``processes``, 2 by default: a process has a speed of its own, see :mod:`~tfdevices.decide.ties`),
+each built and warmed up once (:mod:`~tfdevices.decide.child`). The one-device run starts first; its
 captured step, and the copy cost it probes between each pair of devices (:mod:`~tfdevices.decide.probe`),
 predict the others (:func:`~tfdevices.decide.candidates.predict_step_s`), and ``budget_s`` keeps the
 fastest-predicted candidates that fit. Then the candidates are timed in rounds, interleaved in
-time: each round times one window of each candidate, one after another (A B C, B C A, ...), while
-the others wait idle, so a slow minute of the machine weighs on all alike. Candidates are compared
-by their paired ratios, round by round (:mod:`~tfdevices.decide.ties`); further rounds, still
+time: each round times one window of each candidate's process, one after another (A B C, B C A, ...),
+while the others wait idle, so a slow minute of the machine weighs on all alike. Candidates are compared
+by their paired ratios, round by round, every process against every process
+(:mod:`~tfdevices.decide.ties`); further rounds, still
 interleaved, time only the candidates the answer depends on, up to ``max_rounds`` and within the
-budget. Among the candidates the rounds cannot tell apart the winner is the one with the fewest
-devices, then the simplest strategy.
+budget. Among the fastest and the candidates the rounds cannot tell from it and measure within the
+margin of it, the winner is the one with the fewest devices, then the simplest strategy.
 """
 
 from __future__ import annotations
@@ -148,7 +150,7 @@ class _Session:
             tuple(p for p in sys.path if p),
         )  # fmt: skip
         self.results: dict[str, CandidateResult] = {}
-        self.children: dict[str, Child] = {}
+        self.children: dict[str, list[Child]] = {}
         self.links: tuple[Link, ...] = ()
         self.probe_s: float | None = None
 
@@ -168,9 +170,10 @@ class _Session:
 
     def close(self) -> None:
         """Stops every child still running (all asked first: they exit side by side)."""
-        for child in self.children.values():
+        every = [child for children in self.children.values() for child in children]
+        for child in every:
             child.stop()
-        for child in self.children.values():
+        for child in every:
             child.close()
 
     # ------------------------------------------------------------ starting
@@ -200,8 +203,9 @@ class _Session:
                 why = "multi-worker needs one process per GPU: not run by tune yet"
                 self.results[c.name] = _skipped(c, p, plain, why)
         left = None if self.cfg.budget_s is None else self.cfg.budget_s - self._elapsed()
-        startup = base.startup_s or 0.0
-        steps = self.cfg.warmup + self.cfg.steps * (2 + self.cfg.rounds)
+        each = self.cfg.processes
+        startup = each * (base.startup_s or 0.0)
+        steps = each * (self.cfg.warmup + self.cfg.steps * (2 + self.cfg.rounds))
         kept, pruned = prune([(c, p[0]) for c, p in runnable.items()], left, startup_s=startup, steps=steps)
         for c, reason in pruned:
             self.results[c.name] = _skipped(c, *runnable[c], reason)
@@ -210,24 +214,39 @@ class _Session:
         return list(kept)
 
     def _start(self, candidates: list[Candidate], *, capture: bool) -> None:
-        """Starts each candidate's process (side by side), waits for each to be ready, captures its step."""
+        """Starts each candidate's processes (all side by side), waits for each to be ready, captures a step."""
         for c in candidates:
             spec = replace(self.spec, strategy=c.strategy, devices=c.devices)
-            self.children[c.name] = start_child(spec, self.watchdog)
+            self.children[c.name] = [start_child(spec, self.watchdog) for _ in range(self.cfg.processes)]
         for c in candidates:
-            reply = self.children[c.name].ask(None, self._limit())
-            self._take(c, reply)
-            if isinstance(reply, Ready):
-                self.say(f"{c.name}: ready in {reply.startup_s:.1f} s")
+            self._ready(c)
         for c in candidates if capture else ():
             self._capture(c, Capture(logdir=self._logdir(c)))
+
+    def _ready(self, c: Candidate) -> None:
+        """Waits for each of ``c``'s processes; those that did not start are left out (all of them: it failed)."""
+        children = self.children[c.name]
+        replies = [child.ask(None, self._limit()) for child in children]
+        ready = [r for r in replies if isinstance(r, Ready)]
+        self.children[c.name] = [child for child, r in zip(children, replies) if isinstance(r, Ready)]
+        self._take(c, ready[0] if ready else replies[0])
+        if not ready:
+            return
+        self._record(c, processes=len(ready))
+        failed = [r for r in replies if isinstance(r, Failed)]
+        if failed:
+            why = f"timed in {len(ready)} of {len(replies)} processes, the others did not start: {failed[0].detail}"
+            self._record(c, detail=why)
+            self.say(f"{c.name}: {why}")
+        each = f" ({len(ready)} processes)" if len(ready) > 1 else ""
+        self.say(f"{c.name}: ready in {max(r.startup_s for r in ready):.1f} s{each}")
 
     def _capture(self, c: Candidate, command: Capture) -> Captured | None:
         if self.results[c.name].status != "ok":
             return None
         if command.logdir is None and self.cfg.logdir is not None:
             command = replace(command, logdir=self._logdir(c))
-        reply = self.children[c.name].ask(command, self._limit())
+        reply = self.children[c.name][0].ask(command, self._limit())
         self._take(c, reply)
         return reply if isinstance(reply, Captured) else None
 
@@ -251,15 +270,33 @@ class _Session:
                 return
 
     def _round(self, candidates: list[Candidate], turn: int) -> bool:
-        """One window of each candidate, in turn (rotated each round); ``False`` when the budget is spent."""
+        """One window of each candidate's process, in turn (rotated each round); ``False`` when the budget is spent.
+
+        Process ``k`` of every candidate, then process ``k + 1`` of every candidate; a candidate's round
+        counts once each of its processes answered (one that fails stops the candidate: its rounds so
+        far stand).
+        """
         ok = [c for c in candidates if self.results[c.name].status == "ok"]
-        cost = sum(self.cfg.steps * (self.results[c.name].step_s or 0.0) + _WINDOW_OVERHEAD_S for c in ok)
+        cost = sum(
+            len(self.children[c.name]) * (self.cfg.steps * (self.results[c.name].step_s or 0.0) + _WINDOW_OVERHEAD_S)
+            for c in ok
+        )
         if self.cfg.budget_s is not None and self._elapsed() + cost > self.cfg.budget_s:
             self.say(f"round {turn + 1}: not run, the budget ({self.cfg.budget_s:g} s) is spent")
             return False
         shift = turn % len(ok) if ok else 0
-        for c in ok[shift:] + ok[:shift]:
-            self._take(c, self.children[c.name].ask(TimeWindow(self.cfg.steps), self._limit()))
+        order = ok[shift:] + ok[:shift]
+        windows: dict[str, list[float]] = {c.name: [] for c in ok}
+        for k in range(max((len(self.children[c.name]) for c in ok), default=0)):
+            for c in order:
+                if k < len(self.children[c.name]) and self.results[c.name].status == "ok":
+                    reply = self.children[c.name][k].ask(TimeWindow(self.cfg.steps), self._limit())
+                    self._take(c, reply)
+                    if isinstance(reply, Window):
+                        windows[c.name].append(reply.step_s)
+        for c in ok:
+            if self.results[c.name].status == "ok":
+                self._record(c, **_with_round(self.results[c.name], windows[c.name]))
         timed = ", ".join(f"{c.name} {_ms(self.results[c.name].round_step_s[-1:])}" for c in ok)
         self.say(f"round {turn + 1}: {timed} ms/step")
         return True
@@ -281,8 +318,6 @@ class _Session:
             step = reply.step_s
             self._record(c, status="ok", batch=reply.batch, startup_s=reply.startup_s, step_s=step)
             self._record(c, examples_per_s=reply.batch / step if step else None)
-        elif isinstance(reply, Window):
-            self._record(c, **_with_window(kept, reply))
         elif isinstance(reply, Captured):
             self._record(c, peak_memory=dict(reply.peak_memory), shares=dict(reply.shares), logdir=reply.logdir)
 
@@ -292,9 +327,10 @@ class _Session:
 
     def _verdict(self) -> Verdict:
         timings = [
-            Timing(r.name, r.strategy, len(r.devices), r.round_step_s)
+            Timing(r.name, r.strategy, len(r.devices), rounds, process=k)
             for r in self.results.values()
             if r.status == "ok" and r.round_step_s
+            for k, rounds in enumerate(r.process_step_s)
         ]
         return judge(timings, margin=self.cfg.margin)
 
@@ -329,14 +365,22 @@ def _skipped(c: Candidate, predicted: float | None, plain: float | None, why: st
     )  # fmt: skip
 
 
-def _with_window(kept: CandidateResult, window: Window) -> dict[str, Any]:
-    """The fields one more window changes: its round, and the median and quartiles over the rounds."""
-    timed = (*kept.round_step_s, window.step_s)
+def _with_round(kept: CandidateResult, windows: list[float]) -> dict[str, Any]:
+    """The fields one more round changes (``windows``: each process's, in process order): the round's
+    step (the median of its processes' windows), each process's rounds, and the median and quartiles
+    over the rounds.
+    """
+    processes = kept.process_step_s or tuple(() for _ in windows)
+    ordered_windows = sorted(windows)
+    middle = len(windows) // 2
+    this = ordered_windows[middle] if len(windows) % 2 else sum(ordered_windows[middle - 1 : middle + 1]) / 2
+    timed = (*kept.round_step_s, this)
     ordered = sorted(timed)
     step = ordered[len(ordered) // 2] if len(ordered) % 2 else sum(ordered[len(ordered) // 2 - 1 :][:2]) / 2
     return {
         "rounds": len(timed),
         "round_step_s": timed,
+        "process_step_s": tuple((*rounds, w) for rounds, w in zip(processes, windows)),
         "step_s": step,
         "step_q1_s": ordered[len(ordered) // 4],
         "step_q3_s": ordered[(3 * len(ordered)) // 4],
