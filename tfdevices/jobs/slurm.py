@@ -311,8 +311,11 @@ def allocated_gpus(env: Mapping[str, str]) -> tuple[tuple[int, ...] | None, str 
     return None, None, ()
 
 
-#: The ports a SLURM step's TensorFlow servers listen on start in this range, one block per step.
-PORT_RANGE = (20000, 60000)
+#: The ports a SLURM step's TensorFlow servers listen on start in this range, one block per step: under
+#: Linux's ephemeral range (32768 to 60999 by default), where an outgoing connection of any process on
+#: the node may hold a port for a while, and the step's server would fail to start ("Could not start
+#: gRPC server": seen once in a test run beside other work, with the range that reached 60000).
+PORT_RANGE = (20000, 32768)
 
 
 def step_port_base(job_id: int, step_id: int, tasks_per_node: int) -> int:
@@ -320,11 +323,11 @@ def step_port_base(job_id: int, step_id: int, tasks_per_node: int) -> int:
 
     Derived from the job and step ids, so every task of the step computes the same base
     with no exchange, and two steps on one node (``srun &`` twice in a job, or two jobs)
-    fall in different blocks (blocks repeat only every ``(60000 - 20000) // tasks_per_node``
+    fall in different blocks (blocks repeat only every ``(32768 - 20000) // tasks_per_node``
     steps). TensorFlow's own ``SlurmClusterResolver`` puts every step on port 8888.
 
     >>> step_port_base(4242, 0, 2), step_port_base(4242, 1, 2)
-    (44796, 54254)
+    (32348, 24750)
     """
     low, high = PORT_RANGE
     block = max(1, tasks_per_node)
@@ -336,7 +339,7 @@ def step_cluster(nodes: Sequence[str], tasks_per_node: Sequence[int], job_id: in
     """Every task's ``host:port`` in a SLURM step, in rank order (SLURM's default block distribution).
 
     >>> step_cluster(["n1", "n2"], [2, 1], 4242, 0)
-    ['n1:44796', 'n1:44797', 'n2:44796']
+    ['n1:32348', 'n1:32349', 'n2:32348']
     """
     if len(nodes) != len(tasks_per_node):
         raise LaunchError(
