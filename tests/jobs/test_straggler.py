@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import pathlib
 import re
 import subprocess
 import sys
@@ -447,6 +448,13 @@ def test_slow_rank_report_from_python_beats_the_environment(monkeypatch) -> None
 # --------------------------------------------------------------------------- srun: rank 0 watches
 
 
+def _read(path: pathlib.Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
 @pytest.mark.slow
 @pytest.mark.xdist_group("engines")
 def test_under_srun_rank_0_names_the_slow_rank_while_the_job_runs(tmp_path) -> None:
@@ -465,20 +473,27 @@ def test_under_srun_rank_0_names_the_slow_rank_while_the_job_runs(tmp_path) -> N
             ("fit", "between", 240, r"rank 1 spends \d+ ms between steps in fit's callbacks, rank 0's [\d.]+ ms"),
             ("fit", "compute", 600, inside),
         ):
+            logs = tmp_path / f"{mode}-{kind}"
+            logs.mkdir()
             proc = subprocess.run(
-                ["srun", "-n", "2", "--kill-on-bad-exit=1", sys.executable, SCRIPT, mode, kind, "1", str(steps)],
+                ["srun", "-n", "2", "--kill-on-bad-exit=1", f"--output={logs}/rank%t.out", f"--error={logs}/rank%t.err"]
+                + [sys.executable, SCRIPT, mode, kind, "1", str(steps)],
                 env=subprocess_env(slurm),
                 cwd=REPO,
                 capture_output=True,
                 text=True,
                 timeout=300,
             )
-            out = proc.stdout + proc.stderr
-            assert proc.returncode == 0 and "rank 0 done" in out and "rank 1 done" in out, out[-3000:]
-            said = proc.stderr.splitlines()  # rank 0's watch thread says on its stderr
+            ranks = {r: {k: _read(logs / f"rank{r}.{k}") for k in ("out", "err")} for r in (0, 1)}
+            out = proc.stdout + proc.stderr + "".join(text for rank in ranks.values() for text in rank.values())
+            # each rank's own log, on failure: which one ended first, and how
+            seen = "\n".join(f"rank {r} {k}: ...{log[-1500:]}" for r, rank in ranks.items() for k, log in rank.items())
+            seen = f"srun exit {proc.returncode}: {proc.stderr[-500:]}\n{seen}"
+            assert proc.returncode == 0 and "rank 0 done" in out and "rank 1 done" in out, seen
+            said = ranks[0]["err"].splitlines()  # rank 0's watch thread says on its stderr
             live = [n for n, line in enumerate(said) if line.startswith("tfdevices: rank 1 is the slow one: ")]
             summary = [n for n, line in enumerate(said) if line.startswith("tfdevices: over the job, ")]
-            assert live and summary and live[0] < summary[0], out[-3000:]  # said before rank 0's exit summary
+            assert live and summary and live[0] < summary[0], seen  # said before rank 0's exit summary
             assert re.search(
                 r"rank 0 waits [\d.]+ ms of each [\d.]+ ms step for it in the all-reduce; " + reason, said[live[0]]
             ), (mode, kind, said[live[0]])
