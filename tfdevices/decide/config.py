@@ -70,7 +70,7 @@ class TuneConfig:
         timeout_s: bound on each candidate's start (build and warm-up) and on each of its answers.
         virtual_devices: logical CPUs to split the CPU into, without GPUs.
         processes: processes per candidate, started side by side (1 to 8). A process has a speed of its
-            own (the same candidate in two processes, timed in the same rounds, differed by up to 7% on a
+            own (the same candidate in two processes, timed in the same rounds, differed by up to 12% on a
             shared CPU), so candidates are compared every process against every process, and only what
             every pair shows counts (:mod:`~tfdevices.decide.ties`). Each process holds its own copy of
             the model: 1 on a GPU whose memory holds one copy (a process that does not start is left out).

@@ -10,7 +10,7 @@ and not the same for every candidate (under load, a candidate with more threads 
 cores), so the interval assumes nothing of its shape. It needs 6 rounds; fewer show nothing for sure.
 
 A process also has a speed of its own: the same candidate in two processes, timed in the same rounds,
-differed by up to 7% here (and the halves of one process's rounds agreed), so one process per
+differed by up to 12% here (and the halves of one process's rounds agreed), so one process per
 candidate ranks two processes, not two candidates, and the next run's processes may rank them the
 other way round. tune runs each candidate in several processes (one :class:`Timing` each, the same
 name) and compares every process of one with every process of the other, each pair by its own paired
