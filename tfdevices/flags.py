@@ -37,12 +37,13 @@ from absl import app, flags
 
 from tfdevices.core.errors import ABSL, InputError, TfDevicesError, UsageError
 from tfdevices.core.paths import check_directory
+from tfdevices.core.reduction import CROSS_DEVICE_OPS
 from tfdevices.core.units import parse_memory
 from tfdevices.gpus.selection import select
 from tfdevices.gpus.spec import parse_spec
 from tfdevices.jobs.env import launch_info
 from tfdevices.runtime import configure
-from tfdevices.strategy import CROSS_DEVICE_OPS, KINDS, build_strategy, explain, explanation
+from tfdevices.strategy import KINDS, build_strategy, explain, explanation
 from tfdevices.tensorboard.writer import write_placement
 from tfdevices.verify import capture
 
