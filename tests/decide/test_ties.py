@@ -173,7 +173,7 @@ def test_every_process_is_compared_with_every_process_and_only_what_all_pairs_sh
     v = judge(sure)
     assert (v.fastest, v.tied, v.winner) == ("split:2", ("split:2",), "split:2")
     (c,) = v.comparisons
-    assert (c.processes, c.rounds) == (4, 6)
+    assert (c.pairs, c.rounds) == (4, 6)
     assert (round(c.low, 4), round(c.high, 4)) == (round(10.0 / 9.5, 4), round(10.2 / 9.0, 4))  # spans the pairs
     assert c.line().endswith("(95% interval +5% to +13%, 6 rounds x 4 pairs of processes)")
     # split:2's second process as slow as one device: one pair of four cannot show a difference: a tie
@@ -189,5 +189,5 @@ def test_processes_pair_by_position_and_the_order_they_are_given_in_does_not_mat
     rounds = [p("split:2", 1, 9.5, 9.6, 9.4), p("split:2", 0, 9.0, 9.1, 9.2), p("mirrored:2", 0, 12, 12, 12)]
     ratio, low, high, n, pairs = compare([[0.0120] * 3], [[0.0090, 0.0091, 0.0092], [0.0095, 0.0096, 0.0094]])
     (c,) = judge(rounds).comparisons
-    assert (c.ratio, c.low, c.high, c.rounds, c.processes) == (ratio, low, high, n, pairs) == (ratio, None, None, 3, 2)
+    assert (c.ratio, c.low, c.high, c.rounds, c.pairs) == (ratio, low, high, n, pairs) == (ratio, None, None, 3, 2)
     assert judge(list(reversed(rounds))).comparisons == judge(rounds).comparisons

@@ -633,7 +633,7 @@ def test_a_second_process_that_runs_slower_makes_a_sure_win_a_tie(monkeypatch):
     two = tune("tests.decide.models:tiny_mlp", devices=CPUS3, candidates=["split:2"], rounds=6, max_rounds=6)
     assert (two.winner.name, two.tied) == ("one_device:CPU:0", ("split:2", "one_device:CPU:0"))
     (c,) = two.comparisons
-    assert (c.name, c.processes, round(c.low, 3), round(c.high, 3)) == ("one_device:CPU:0", 4, 0.926, 1.111)
+    assert (c.name, c.pairs, round(c.low, 3), round(c.high, 3)) == ("one_device:CPU:0", 4, 0.926, 1.111)
 
 
 def test_a_process_that_does_not_start_is_left_out_and_the_candidate_runs_in_the_others(monkeypatch):
@@ -646,7 +646,7 @@ def test_a_process_that_does_not_start_is_left_out_and_the_candidate_runs_in_the
     why = "timed in 1 of 2 processes, the others did not start: ResourceExhaustedError: OOM when allocating. HINT: y"
     assert (split.status, split.processes, split.rounds, split.detail) == ("ok", 1, 6, why)
     assert f"split:2: {why}" in lines and f"  split:2: {why}" in r.table().splitlines()
-    assert r.winner.name == "split:2" and r.comparisons[0].processes == 2
+    assert r.winner.name == "split:2" and r.comparisons[0].pairs == 2
 
 
 def test_processes_are_checked_before_any_process_starts(monkeypatch):

@@ -86,7 +86,7 @@ class Comparison:
         low, high: the ratio's 95% interval (``None``: fewer than 6 rounds, no interval).
         rounds: the rounds both ran (the fewest of any pair of their processes).
         tied: whether the rounds cannot show it slower by more than the margin.
-        processes: the pairs of processes compared (1: one process each).
+        pairs: the pairs of processes compared (1: one process each).
     """
 
     name: str
@@ -96,12 +96,12 @@ class Comparison:
     high: float | None
     rounds: int
     tied: bool
-    processes: int = 1
+    pairs: int = 1
 
     def line(self) -> str:
         """``split:2 is 12% faster than mirrored:2 (95% interval 8-16%, 9 rounds)``: how sure the ranking is."""
         gap = f"{self.ratio - 1:.0%} faster than" if self.ratio >= 1 else f"{1 - self.ratio:.0%} slower than"
-        timed = f"{self.rounds} rounds" + (f" x {self.processes} pairs of processes" if self.processes > 1 else "")
+        timed = f"{self.rounds} rounds" + (f" x {self.pairs} pairs of processes" if self.pairs > 1 else "")
         sure = f"{timed}: no interval"
         if self.low is not None and self.high is not None:
             sure = f"95% interval {self.low - 1:+.0%} to {self.high - 1:+.0%}, {timed}"

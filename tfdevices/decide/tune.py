@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import statistics
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -371,12 +372,9 @@ def _with_round(kept: CandidateResult, windows: list[float]) -> dict[str, Any]:
     over the rounds.
     """
     processes = kept.process_step_s or tuple(() for _ in windows)
-    ordered_windows = sorted(windows)
-    middle = len(windows) // 2
-    this = ordered_windows[middle] if len(windows) % 2 else sum(ordered_windows[middle - 1 : middle + 1]) / 2
-    timed = (*kept.round_step_s, this)
+    timed = (*kept.round_step_s, statistics.median(windows))
     ordered = sorted(timed)
-    step = ordered[len(ordered) // 2] if len(ordered) % 2 else sum(ordered[len(ordered) // 2 - 1 :][:2]) / 2
+    step = statistics.median(ordered)
     return {
         "rounds": len(timed),
         "round_step_s": timed,
