@@ -8,8 +8,10 @@ import dataclasses
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -338,16 +340,34 @@ SCRIPT = os.path.join(REPO, "tests", "scripts", "slow_rank.py")
 LIVE = "[launcher] tfdevices: rank 1 is the slow one: rank 0 waits "
 
 
-def _launch(mode: str, kind: str, ranks: str, steps: int, *args: str, env: dict[str, str] | None = None) -> str:
-    proc = subprocess.run(
-        [sys.executable, "-m", "tfdevices", "launch", "-n", "2", *args, "--", sys.executable, SCRIPT, mode, kind]
-        + [ranks, str(steps)],
-        env=subprocess_env(env),
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+#: Seconds a job that must be named while it runs lasts at least: the launcher's 3 looks in a row (about a
+#: second apart) after the first timed and sampled steps, on a machine whose steps are fast as on a slow one.
+LIVE_MIN_S = 10
+
+
+def _launch(
+    mode: str,
+    kind: str,
+    ranks: str,
+    steps: int,
+    *args: str,
+    env: dict[str, str] | None = None,
+    min_s: float = 0,
+) -> str:
+    sync = tempfile.mkdtemp(prefix="slow-rank-")  # where rank 0 names the last step (min_s)
+    length = {"SLOW_RANK_MIN_S": str(min_s), "SLOW_RANK_SYNC": sync} if min_s else {}
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "tfdevices", "launch", "-n", "2", *args, "--", sys.executable, SCRIPT, mode, kind]
+            + [ranks, str(steps)],
+            env=subprocess_env({**(env or {}), **length}),
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        shutil.rmtree(sync, ignore_errors=True)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0 and "[0] rank 0 done" in out and "[1] rank 1 done" in out, out[-3000:]
     return proc.stdout
@@ -382,7 +402,7 @@ def _live_line(out: str) -> str:
 )
 def test_a_rank_slow_between_steps_is_named_while_the_job_runs(mode: str, reason: str) -> None:
     legacy = {"TF_USE_LEGACY_KERAS": "1"} if mode.endswith("tf_keras") else None
-    out = _launch(mode.split("-")[0], "between", "1", 120, env=legacy)
+    out = _launch(mode.split("-")[0], "between", "1", 120, env=legacy, min_s=LIVE_MIN_S)
     line = _live_line(out)
     assert re.search(r"rank 0 waits (\d+) ms of each (\d+) ms step for it in the all-reduce; " + reason, line), line
     waits = int(re.search(r"waits (\d+) ms", line).group(1))
@@ -397,7 +417,7 @@ def test_a_rank_slow_between_steps_is_named_while_the_job_runs(mode: str, reason
 @pytest.mark.xdist_group("slow_rank")
 @pytest.mark.parametrize("mode", ["loop", "fit"])
 def test_a_rank_slow_inside_its_step_before_the_all_reduce_is_named_from_sampled_steps(mode: str) -> None:
-    out = _launch(mode, "compute", "1", 300)  # rank 1's step does 40 more matmuls before the all-reduce
+    out = _launch(mode, "compute", "1", 300, min_s=LIVE_MIN_S)  # rank 1's step: 40 more matmuls before the all-reduce
     line = _live_line(out)
     reason = (
         r"rank 0 waits [\d.]+ ms of each [\d.]+ ms step for it in the all-reduce; rank 1's step takes ([\d.]+) ms "
@@ -455,6 +475,10 @@ def _read(path: pathlib.Path) -> str:
         return ""
 
 
+#: rank 0's watch starts with its strategy, later than a launcher's: a longer floor than under launch
+SRUN_MIN_S = 14
+
+
 @pytest.mark.slow
 @pytest.mark.xdist_group("engines")
 def test_under_srun_rank_0_names_the_slow_rank_while_the_job_runs(tmp_path) -> None:
@@ -463,8 +487,8 @@ def test_under_srun_rank_0_names_the_slow_rank_while_the_job_runs(tmp_path) -> N
     """
     from tests.engines import slurm_cluster
 
-    # rank 0's watch starts with its strategy, later than a launcher's: longer jobs than under launch give it its
-    # 3 looks in a row before the job ends, under load too
+    # rank 0's watch starts with its strategy, later than a launcher's: longer jobs than under launch (in steps,
+    # and SRUN_MIN_S at least) give it its 3 looks in a row before the job ends, under load too
     inside = r"rank 1's step takes [\d.]+ ms before the all-reduce, rank 0's [\d.]+ ms"
     with slurm_cluster(str(tmp_path / "slurm")) as slurm:
         for mode, kind, steps, reason in (
@@ -475,10 +499,11 @@ def test_under_srun_rank_0_names_the_slow_rank_while_the_job_runs(tmp_path) -> N
         ):
             logs = tmp_path / f"{mode}-{kind}"
             logs.mkdir()
+            length = {"SLOW_RANK_MIN_S": str(SRUN_MIN_S), "SLOW_RANK_SYNC": str(logs)}
             proc = subprocess.run(
                 ["srun", "-n", "2", "--kill-on-bad-exit=1", f"--output={logs}/rank%t.out", f"--error={logs}/rank%t.err"]
                 + [sys.executable, SCRIPT, mode, kind, "1", str(steps)],
-                env=subprocess_env(slurm),
+                env=subprocess_env({**slurm, **length}),
                 cwd=REPO,
                 capture_output=True,
                 text=True,

@@ -8,6 +8,9 @@ KIND:
   balanced    nobody is slow
   checkpoint  fit over 2 epochs whose chief (rank 0) alone sleeps 1.5 s at each epoch's end in a callback
 RANKS: a comma list of ranks ("1", "0,1"; "" for none); every listed rank is slowed alike.
+STEPS: the steps each rank runs; with SLOW_RANK_MIN_S and SLOW_RANK_SYNC (a directory both ranks see) set, at
+least that many and at least that many seconds: rank 0 names the last step in SLOW_RANK_SYNC once both are
+passed, and every rank ends there (a job as long in time on a fast machine as on a slow one).
 Each rank prints "rank R done" when it ends.
 """
 
@@ -25,6 +28,36 @@ import tfdevices
 SLEEP_S = 0.04
 EXTRA_MATMULS = 40
 MATRIX = 256
+#: Steps past the one where rank 0 names the last: a rank is at most a step ahead of another (each step's
+#: all-reduce waits for all), so every rank reads the name before it gets there.
+_RUN_ON = 16
+
+
+class Length:
+    """How many steps this rank runs: STEPS, or (SLOW_RANK_MIN_S and SLOW_RANK_SYNC set) at least STEPS and
+    at least SLOW_RANK_MIN_S seconds from the first step, ending at the step rank 0 names.
+    """
+
+    def __init__(self, rank: int, steps: int) -> None:
+        self.rank, self.steps = rank, steps
+        self.min_s = float(os.environ.get("SLOW_RANK_MIN_S", "0"))
+        sync = os.environ.get("SLOW_RANK_SYNC", "")
+        self.path = os.path.join(sync, "last_step") if sync and self.min_s > 0 else ""
+        self.last = None if self.path else steps
+        self.began = time.monotonic()
+
+    def over(self, step: int) -> bool:
+        """Whether the job ends after step ``step`` (from 1); called by every rank after every step."""
+        if self.last is None:
+            if self.rank == 0 and step >= self.steps and time.monotonic() - self.began >= self.min_s:
+                self.last = step + _RUN_ON
+                with open(self.path + ".tmp", "w") as f:
+                    f.write(str(self.last))
+                os.replace(self.path + ".tmp", self.path)
+            elif self.rank != 0 and os.path.exists(self.path):
+                with open(self.path) as f:
+                    self.last = int(f.read())
+        return self.last is not None and step >= self.last
 
 
 def main(mode: str, kind: str, ranks: set[int], steps: int) -> None:
@@ -33,16 +66,17 @@ def main(mode: str, kind: str, ranks: set[int], steps: int) -> None:
     rank = tfdevices.launch_info().rank
     slow = rank in ranks
     extra = EXTRA_MATMULS if kind == "compute" and slow else 0
+    length = Length(rank, steps)
     if mode == "loop":
         loop(
             tf,
             strategy,
-            steps,
+            length,
             extra,
             sleep=SLEEP_S if kind == "between" and slow else 0.0,
         )
     else:
-        fit(tf, strategy, rank, kind, steps, extra, slow)
+        fit(tf, strategy, rank, kind, length, extra, slow)
     print(f"rank {rank} done", flush=True)
 
 
@@ -54,7 +88,7 @@ def _work(tf, x, extra: int):
     return tf.reduce_mean(y)
 
 
-def loop(tf, strategy, steps: int, extra: int, sleep: float) -> None:
+def loop(tf, strategy, length: Length, extra: int, sleep: float) -> None:
     with strategy.scope():
         w = tf.Variable(tf.zeros((128, 128)))
         m = tf.Variable(tf.random.stateless_normal((MATRIX, MATRIX), seed=(3, 4)) * 0.03)
@@ -69,19 +103,30 @@ def loop(tf, strategy, steps: int, extra: int, sleep: float) -> None:
 
         strategy.run(replica)
 
-    for _ in range(steps):
+    done = 0
+    while not length.over(done):
         if sleep:
             time.sleep(sleep)  # the input pipeline or host code of this rank
         step()
+        done += 1
 
 
-def fit(tf, strategy, rank: int, kind: str, steps: int, extra: int, slow: bool) -> None:
+def fit(tf, strategy, rank: int, kind: str, length: Length, extra: int, slow: bool) -> None:
     keras = tf.keras  # Keras 3, or tf_keras under TF_USE_LEGACY_KERAS=1
 
     class Slow(keras.callbacks.Callback):
+        done = 0  # steps over the epochs
+
         def on_train_batch_begin(self, batch, logs=None):
             if kind == "between" and slow:
                 time.sleep(SLEEP_S)  # host code of this rank (an unnamed hook: not a phase)
+
+        def on_train_batch_end(self, batch, logs=None):
+            # a callback of our own: Keras 3 runs the batch's end in line (no async_safe), so every rank sees
+            # stop_training after the same step
+            Slow.done += 1
+            if length.over(Slow.done):
+                self.model.stop_training = True
 
         def on_epoch_end(self, epoch, logs=None):
             if kind == "checkpoint" and rank == 0:
@@ -94,7 +139,8 @@ def fit(tf, strategy, rank: int, kind: str, steps: int, extra: int, slow: bool) 
         def call(self, x):
             return x + 0.0 * _work(tf, self.m, extra)
 
-    x = tf.random.stateless_normal((16 * steps, 4), seed=(1, 2))
+    steps = length.steps if length.last is not None else 1 << 20  # to the step rank 0 names
+    x = tf.random.stateless_normal((16 * length.steps, 4), seed=(1, 2))
     y = tf.reduce_sum(x, axis=1, keepdims=True)
     data = tf.data.Dataset.from_tensor_slices((x, y)).batch(16).repeat()
     with strategy.scope():
