@@ -1,4 +1,5 @@
 # `make demo` and `make test` set up .venv on first use, then run.
+# The suite lists its 25 slowest tests (--durations): where CI's minutes go.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -6,7 +7,7 @@ STAMP := $(VENV)/.installed
 # The CUDA build of TensorFlow only where an NVIDIA driver is present.
 TF_PKG := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo 'tensorflow[and-cuda]>=2.16' || echo 'tensorflow>=2.16')
 PYTEST_WORKERS ?= 2
-PYTEST := $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -q
+PYTEST := $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -q --durations=25
 # Tests whose results depend on the kernels TensorFlow runs: oneDNN (on by default on
 # AVX-512 CPUs) rewrites MatMul into _MklMatMul, Dense layers into _MklNativeFusedMatMul.
 KERNEL_TESTS := tests/test_verify.py tests/verify/test_profiles.py tests/verify/test_xla_profiles.py tests/verify/test_host_compiled.py tests/verify/test_build_compiled.py tests/tensorboard tests/layers/test_place.py tests/test_readme.py tests/test_notebooks.py tests/decide/test_advise_capture.py
