@@ -11,7 +11,7 @@ import pytest
 
 from tests.keras_models import skip_model
 from tfdevices.core.errors import PlanError
-from tfdevices.layers.plan import LayerPlan, plan_layers
+from tfdevices.layers.plan import LayerPlan, _Prefix, _Problem, plan_layers
 
 DEVICES = ["CPU:0", "CPU:1", "CPU:2", "CPU:3"]
 
@@ -99,6 +99,97 @@ def test_a_device_can_be_left_empty_when_that_is_optimal():
     plan = plan_layers([0.0, 0.0, 5.0], DEVICES[:3])
     assert plan.bottleneck == 5.0
     assert max(s.cost for s in plan.stages) == 5.0
+
+
+def brute_force_every(rows, speeds, caps, sizes):
+    """The smallest bottleneck over every split that gives each device at least one layer (``rows[d]``: the
+    layers' costs on device ``d``); ``None`` where none exists.
+    """
+    n, m = len(rows[0]), len(rows)
+    best = None
+    for cuts in itertools.combinations(range(1, n), m - 1):
+        bounds = (0, *cuts, n)
+        stages = [(bounds[d], bounds[d + 1]) for d in range(m)]
+        if any(sum(sizes[a:b]) > caps[d] for d, (a, b) in enumerate(stages)):
+            continue
+        worst = max(math.fsum(rows[d][a:b]) / speeds[d] for d, (a, b) in enumerate(stages))
+        best = worst if best is None else min(best, worst)
+    return best
+
+
+def _problem(rows, speeds, caps, sizes):
+    prefix = [0]
+    for size in sizes:
+        prefix.append(prefix[-1] + size)
+    return _Problem(tuple(_Prefix(r) for r in rows), tuple(speeds), tuple(prefix), tuple(caps))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_every_device_holds_a_layer_at_the_best_such_bottleneck_against_brute_force(seed):
+    # each device its own costs (balance_by="time" measures each layer on each device): the case where taking the
+    # most layers on the first devices can leave a later device only a layer slow on it
+    rng = random.Random(seed)
+    for _ in range(150):
+        n, m = rng.randint(1, 8), rng.randint(1, 4)
+        rows = [[rng.choice([1.0, 1.0, 2.0, 100.0, rng.uniform(0, 10)]) for _ in range(n)] for _ in range(m)]
+        speeds = [rng.choice([1.0, 2.0, 0.5]) for _ in range(m)]
+        sizes = [rng.randint(0, 100) for _ in range(n)]
+        caps = [rng.choice([math.inf, rng.randint(0, 300)]) for _ in range(m)]
+        problem = _problem(rows, speeds, caps, sizes)
+        expected = brute_force_every(rows, speeds, caps, sizes)
+        if expected is None:
+            assert problem.fill_every(math.inf) is None, (rows, speeds, caps, sizes)
+            continue
+        bound = problem.min_bottleneck(every=True)
+        assert bound == expected, (rows, speeds, caps, sizes)
+        ends = problem.fill_every(bound)
+        starts = [0, *ends[:-1]]
+        assert ends[-1] == n and all(a < b for a, b in zip(starts, ends)), ends  # every device holds a layer
+        assert max(problem.cost(a, b, d) for d, (a, b) in enumerate(zip(starts, ends))) == bound
+
+
+def test_every_device_where_the_greedy_fill_would_leave_the_middle_device_a_slow_layer():
+    rows = [[1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 100.0, 1.0], [1.0, 1.0, 1.0, 1.0]]
+    problem = _problem(rows, [1.0] * 3, [math.inf] * 3, [0] * 4)
+    assert problem.min_bottleneck(every=True) == 2.0 and problem.fill_every(2.0) == [1, 2, 4]
+
+
+def test_every_device_gives_each_device_a_layer_where_the_plain_plan_leaves_one_empty():
+    assert len(plan_layers([0.0, 0.0, 5.0], DEVICES[:3]).stages) < 3
+    plan = plan_layers([0.0, 0.0, 5.0], DEVICES[:3], every_device=True)
+    assert plan.devices == ("CPU:0", "CPU:1", "CPU:2") and plan.bottleneck == 5.0
+    costs = random.Random(3).choices([0.0, 1.0, 9.0], k=40)
+    for m in (2, 4):
+        plan = plan_layers(costs, DEVICES[:m], every_device=True)
+        assert len(plan.stages) == m and plan.bottleneck == plan_layers(costs, DEVICES[:m]).bottleneck
+
+
+def test_every_device_on_a_thousand_layers_and_eight_devices():
+    rng = random.Random(11)
+    costs = [rng.uniform(0, 100) for _ in range(1000)]
+    plan = plan_layers(costs, [f"GPU:{i}" for i in range(8)], every_device=True)
+    assert len(plan.stages) == 8 and plan.bottleneck == max(s.cost for s in plan.stages)
+    assert plan.bottleneck == plan_layers(costs, [f"GPU:{i}" for i in range(8)]).bottleneck  # none was empty
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, message",
+    [
+        (([1.0, 1.0], DEVICES[:3]), {}, "every_device=True: 2 layers cannot give each of 3 devices one."),
+        (
+            ([1.0, 1.0], DEVICES[:2]),
+            {"max_memory": {"CPU:1": 0}, "layer_bytes": [1, 1]},
+            "every_device=True: no plan gives each of ['CPU:0', 'CPU:1'] a layer within its max_memory cap.",
+        ),
+        (([1.0], {"*": "CPU:0"}), {}, "every_device=True plans over a list of devices; a manual map already"),
+        (([1.0], DEVICES[:1]), {"every_device": "yes"}, "every_device='yes': not True or False."),
+    ],
+)
+def test_every_device_refuses_what_it_cannot_do(args, kwargs, message):
+    kwargs = {"every_device": True, **kwargs}
+    with pytest.raises(PlanError) as err:
+        plan_layers(*args, **kwargs)
+    assert str(err.value).startswith(message) and "HINT: " in str(err.value), str(err.value)
 
 
 def test_thousand_layers_on_eight_devices_is_optimal_against_an_independent_check():

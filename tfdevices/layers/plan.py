@@ -17,6 +17,11 @@ bound and the cap). The greedy fill is optimal for a fixed bound because stage
 costs and memory only grow when a stage grows, so reaching further never
 hurts. Cost: about 64 fills of ``O(devices * log(layers))`` each.
 
+With ``every_device=True`` each device holds at least one layer. Reaching
+further can then hurt (a later device may be left only a layer that is slow on
+it), so each step of the search keeps every stage end the devices so far can
+reach, not only the furthest: ``O(devices * layers)`` per step.
+
 >>> plan = plan_layers([3.0, 1.0, 2.0, 2.0], ["GPU:0", "GPU:1"])
 >>> plan.stages[0].layers, plan.stages[1].layers
 (('layer_0', 'layer_1'), ('layer_2', 'layer_3'))
@@ -198,12 +203,45 @@ class _Problem:
             ends.append(a)
         return ends
 
-    def min_bottleneck(self) -> float:
-        """The smallest ``limit`` under which everything fits (assumes it fits under +inf)."""
+    def fill_every(self, limit: float) -> list[int] | None:
+        """Stage ends with every device holding at least one layer under ``limit``; ``None`` if none exist.
+
+        Every end each device can reach (from any end the previous devices reach), with the start that
+        reached it; a start reaches a run of ends, and a later start never reaches less (costs only shrink
+        when a stage starts later), so one pointer walks each device's ends once.
+        """
+        m, n = len(self.caps), self.n
+        starts = [0]
+        came: list[dict[int, int]] = []
+        for d in range(m):
+            last = n - (m - 1 - d)  # leave a layer for each later device
+            found: dict[int, int] = {}
+            b = 0
+            for a in starts:
+                b = max(b, a)
+                while b < last and self.cost(a, b + 1, d) <= limit and self.mem[b + 1] - self.mem[a] <= self.caps[d]:
+                    b += 1
+                    found.setdefault(b, a)
+            came.append(found)
+            starts = sorted(found)
+            if not starts:
+                return None
+        if n not in came[-1]:
+            return None
+        ends, b = [], n
+        for d in range(m - 1, -1, -1):
+            ends.append(b)
+            b = came[d][b]
+        return ends[::-1]
+
+    def min_bottleneck(self, every: bool = False) -> float:
+        """The smallest ``limit`` under which everything fits (assumes it fits under +inf); with ``every``,
+        with a layer on every device.
+        """
         lo, hi = 0, _bits(max(self.cost(0, self.n, d) for d in range(len(self.caps))))
         while lo < hi:  # the smallest float (as bits) with a feasible fill
             mid = (lo + hi) // 2
-            if self.fill(_float(mid))[-1] == self.n:
+            if (self.fill_every(_float(mid)) is not None) if every else (self.fill(_float(mid))[-1] == self.n):
                 hi = mid
             else:
                 lo = mid + 1
@@ -218,11 +256,25 @@ def _float(bits: int) -> float:
     return float(struct.unpack("<d", struct.pack("<q", bits))[0])
 
 
-def _optimal_devices(problem: _Problem, names: Sequence[str], devices: Sequence[str]) -> list[str]:
+def _optimal_devices(problem: _Problem, names: Sequence[str], devices: Sequence[str], every: bool) -> list[str]:
     ends = problem.fill(math.inf)
     if ends[-1] < problem.n:
         raise _no_fit(problem, names, devices, ends)
-    ends = problem.fill(problem.min_bottleneck())
+    if every:
+        if problem.n < len(devices):
+            raise PlanError(
+                f"every_device=True: {problem.n} layers cannot give each of {len(devices)} devices one.",
+                hint="list fewer devices, or leave every_device off (a device may then be left empty).",
+            )
+        found = problem.fill_every(math.inf)
+        if found is None:
+            raise PlanError(
+                f"every_device=True: no plan gives each of {list(devices)} a layer within its max_memory cap.",
+                hint="raise the caps, list fewer devices, or leave every_device off.",
+            )
+        ends = problem.fill_every(problem.min_bottleneck(every=True)) or found  # the search ends on a limit met
+    else:
+        ends = problem.fill(problem.min_bottleneck())
     out, start = [], 0
     for d, end in enumerate(ends):
         out.extend([devices[d]] * (end - start))
@@ -258,6 +310,7 @@ def plan_layers(
     speeds: Sequence[float] | Mapping[str, float] | None = None,
     layer_bytes: Sequence[int] | None = None,
     sample: Any = None,
+    every_device: bool = False,
 ) -> LayerPlan:
     """Plans which device holds each layer, minimising the slowest stage.
 
@@ -280,6 +333,10 @@ def plan_layers(
         layer_bytes: for a list of costs, the bytes of each layer (needed with
             ``max_memory``).
         sample: an input batch for ``balance_by="time"``.
+        every_device: give each listed device at least one layer (the best such
+            plan), even where leaving a device empty would be faster: a split over
+            all of them, as ``tfdevices.tune``'s ``split:k`` candidates are. Not
+            for a manual map.
 
     Returns:
         A frozen :class:`LayerPlan`.
@@ -296,8 +353,15 @@ def plan_layers(
     tfdevices.core.errors.PlanError: devices ['GPU:0', 'GPU:0'] name GPU:0 twice.
     HINT: list each device once, in stage order.
     """
+    if not isinstance(every_device, bool):
+        raise PlanError(f"every_device={shown(every_device)}: not True or False.", hint="every_device=True or False.")
     layers, kind = _read_layers(model, balance_by, layer_bytes)
     manual = isinstance(devices, Mapping)
+    if manual and every_device:
+        raise PlanError(
+            "every_device=True plans over a list of devices; a manual map already says which device holds each layer.",
+            hint="drop every_device=, or give a list of devices.",
+        )
     order = _manual_devices(devices, layers.names) if isinstance(devices, Mapping) else _device_list(devices)
     device_set = list(dict.fromkeys(order))
     speed = _speeds(speeds, device_set)
@@ -314,7 +378,7 @@ def plan_layers(
             mem=tuple(_prefix_ints(layers.memory)),
             caps=tuple(caps[d] for d in device_set),
         )
-        assigned = _optimal_devices(problem, layers.names, device_set)
+        assigned = _optimal_devices(problem, layers.names, device_set, every_device)
     return _make_plan(layers, assigned, rows, speed, kind, manual)
 
 
