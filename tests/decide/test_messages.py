@@ -69,3 +69,15 @@ def test_a_failure_line_names_the_error_and_what_to_do():
     assert "HINT: the replicas got batches of different sizes" in failed.detail
     assert _failure(RuntimeError("no model today")) == Failed("failed", "RuntimeError: no model today")
     assert _failure(MemoryError()).status == "out_of_memory"
+    from tfdevices.core.errors import PlanError
+    from tfdevices.layers.plan import plan_layers
+
+    with pytest.raises(PlanError) as err:  # split:3 of a model with 2 layers: its child's plan refuses
+        plan_layers([1.0, 1.0], ["CPU:0", "CPU:1", "CPU:2"], every_device=True)
+    assert _failure(err.value).detail == (
+        "PlanError: every_device=True: 2 layers cannot give each of 3 devices one. HINT: the model has fewer layers "
+        "than this split has devices: a split over fewer devices, or another strategy"
+    )
+    assert _failure(PlanError("no plan today.", hint="plan tomorrow.")).detail == (
+        "PlanError: no plan today. HINT: plan tomorrow."  # the error's own hint where no known one replaces it
+    )

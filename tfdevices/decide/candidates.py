@@ -26,7 +26,7 @@ class Candidate:
     Attributes:
         name: ``"one_device:GPU:0"``, ``"mirrored:2"``, ``"split:2"``, ``"multi_worker:2"``.
         strategy: one of :data:`STRATEGIES` (``"split"``: the layers split over the devices by
-            ``plan_layers(balance_by="time")``).
+            ``plan_layers(balance_by="time", every_device=True)``: each device holds a layer).
         devices: TensorFlow logical devices, best first.
     """
 

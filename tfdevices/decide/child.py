@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from tfdevices.core._tf import import_tf
+from tfdevices.core.errors import TfDevicesError
 from tfdevices.decide.advise import time_shares
 from tfdevices.decide.messages import (
     Capture,
@@ -72,7 +73,9 @@ def _build(spec: ChildSpec) -> tuple[Any, Any]:
     if spec.strategy == "split":
         model, data = fn()
         sample = next(iter(data))[0]
-        plan = plan_layers(model, devices, balance_by="time", sample=sample)
+        # a layer on each device: under a busy minute the measured times can make one device's plan the best,
+        # and split:k would then be timed as one device under another name
+        plan = plan_layers(model, devices, balance_by="time", sample=sample, every_device=True)
         return place_layers(model, plan), data
     kind = "one_device" if spec.strategy == "one_device" else "mirrored"
     with build_strategy(kind, devices).scope():
@@ -256,6 +259,10 @@ _HINTS = (
         ),
     ),
     ("OOM when allocating", "use a smaller batch or more devices, or cap other processes' memory"),
+    (
+        "layers cannot give each of",
+        "the model has fewer layers than this split has devices: a split over fewer devices, or another strategy",
+    ),
 )
 
 
@@ -264,10 +271,13 @@ def _failure(err: BaseException) -> Failed:
     tf = sys.modules.get("tensorflow")
     oom = tf is not None and isinstance(err, tf.errors.ResourceExhaustedError)
     oom = oom or isinstance(err, MemoryError)
-    text = str(err).strip()
+    own = err if isinstance(err, TfDevicesError) else None  # its message and hint apart: a known hint replaces it
+    text = (own.message if own else str(err)).strip()
     first = next((line for line in text.splitlines() if line.strip()), "")
     first = first.split("}} ", 1)[-1][:300]  # TensorFlow's "{{function_node ...}} " prefix says nothing to a user
     hint = next((f" HINT: {fix}" for phrase, fix in _HINTS if phrase in text), "")
+    if not hint and own and own.hint:
+        hint = f" HINT: {own.hint}"
     return Failed("out_of_memory" if oom else "failed", f"{type(err).__name__}: {first}{hint}")
 
 
