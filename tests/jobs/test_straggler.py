@@ -482,8 +482,8 @@ SRUN_MIN_S = 14
 @pytest.mark.slow
 @pytest.mark.xdist_group("engines")
 def test_under_srun_rank_0_names_the_slow_rank_while_the_job_runs(tmp_path) -> None:
-    """Jobs in one real one-node SLURM, a custom loop and Keras fit: rank 1 slow between steps, then rank 1 slow
-    inside its step.
+    """Jobs in one real one-node SLURM: a custom loop with rank 1 slow inside its step, Keras fit with rank 1
+    slow between steps (each mode with each kind runs under tfdevices launch above; here, who watches differs).
     """
     from tests.engines import slurm_cluster
 
@@ -492,10 +492,8 @@ def test_under_srun_rank_0_names_the_slow_rank_while_the_job_runs(tmp_path) -> N
     inside = r"rank 1's step takes [\d.]+ ms before the all-reduce, rank 0's [\d.]+ ms"
     with slurm_cluster(str(tmp_path / "slurm")) as slurm:
         for mode, kind, steps, reason in (
-            ("loop", "between", 200, r"rank 1 spends \d+ ms between steps \(its input pipeline or its own code\)"),
             ("loop", "compute", 600, inside),
             ("fit", "between", 240, r"rank 1 spends \d+ ms between steps in fit's callbacks, rank 0's [\d.]+ ms"),
-            ("fit", "compute", 600, inside),
         ):
             logs = tmp_path / f"{mode}-{kind}"
             logs.mkdir()
