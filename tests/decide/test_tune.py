@@ -78,7 +78,11 @@ def test_flags_and_settings_reproduce_the_winner():
     one = CandidateResult("one_device:CPU:0", "one_device", ("CPU:0",), "ok", 0.01, 0.01, 0.01, 3200.0)
     assert result(one).flags() == "--gpus=none --strategy=one_device"
     split = CandidateResult("split:2", "split", ("CPU:0", "CPU:1"), "ok", 0.01, 0.01, 0.01, 3200.0)
-    assert result(split).settings()["layers"] == {"devices": ["CPU:0", "CPU:1"], "balance_by": "time"}
+    assert result(split).settings()["layers"] == {
+        "devices": ["CPU:0", "CPU:1"],
+        "balance_by": "time",
+        "every_device": True,
+    }
     assert json.loads(result(split).to_json())["winner"] == "split:2"
 
 

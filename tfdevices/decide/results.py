@@ -164,7 +164,9 @@ class TuneResult:
         return {
             "configure": {"gpus": gpus, "virtual_devices": split},
             "build_strategy": {"kind": kind, "devices": list(w.devices)},
-            "layers": {"devices": list(w.devices), "balance_by": "time"} if w.strategy == "split" else None,
+            "layers": {"devices": list(w.devices), "balance_by": "time", "every_device": True}
+            if w.strategy == "split"
+            else None,
         }
 
     def to_json(self) -> str:
