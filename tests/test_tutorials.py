@@ -105,7 +105,7 @@ def test_the_unchanged_multi_worker_tutorial_trains_under_launch(tmp_path):
     proc, logs = _launch_unchanged(tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for log in logs:
-        losses = [float(v) for v in re.findall(r"4/4\D.* accuracy: [\d.]+ - loss: ([\d.]+)", log)]
+        losses = [float(v) for v in re.findall(r"4/4\D.* accuracy: [\d.e+-]+ - loss: ([\d.e+-]+)", log)]
         assert len(losses) == 3 and losses[-1] < losses[0], log[-2000:]
         assert "sitecustomize" not in log and "Traceback" not in log
     for text in [proc.stdout, proc.stderr, *logs]:  # a success reads as one: no crash message anywhere
