@@ -5,9 +5,11 @@ samples spaced to cost a hundredth of the steps, on the same steps on every rank
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, strategies as st
 
 from tests.xspaces import Space, host_call
-from tfdevices.mends.step_sampling import StepSampler, read_waits, sample_every
+from tfdevices.core.errors import EnvVarError
+from tfdevices.mends.step_sampling import SAMPLING_ENV, StepSampler, read_waits, sample_every, sampling_from_env
 
 
 def _async(host, line: str, at: float, duration: float, kernel: str, key: int, done_at: float) -> None:
@@ -61,9 +63,41 @@ def test_samples_are_spaced_to_cost_a_hundredth_of_the_steps(cost, step, every) 
 
 
 def test_the_steps_due_are_multiples_past_the_compiled_first_steps() -> None:
-    sampler = StepSampler()
+    sampler = StepSampler(enabled=True)
     assert [n for n in range(1, 70) if sampler.due(n)] == [16, 32, 48, 64]
     sampler.every = 64
     assert [n for n in range(1, 200) if sampler.due(n)] == [64, 128, 192]
     sampler.stopped = "the profiler cannot start"
     assert not sampler.due(128)
+
+
+@pytest.mark.parametrize(
+    "value, sampled", [(None, False), ("", False), ("0", False), ("off", False), ("1", True), (" ON ", True)]
+)
+def test_sampling_is_off_unless_the_environment_turns_it_on(monkeypatch, value, sampled) -> None:
+    # off by default: TensorFlow's profiler stop aborted a rank of a real job (see the module's note)
+    if value is None:
+        monkeypatch.delenv(SAMPLING_ENV, raising=False)
+    else:
+        monkeypatch.setenv(SAMPLING_ENV, value)
+    sampler = StepSampler()
+    assert [n for n in range(1, 40) if sampler.due(n)] == ([16, 32] if sampled else [])
+
+
+def test_a_bad_sampling_value_says_so_once_and_the_steps_go_on_unsampled(monkeypatch, capsys) -> None:
+    monkeypatch.setenv(SAMPLING_ENV, "yes-please")
+    sampler = StepSampler()
+    assert not any(sampler.due(n) for n in range(1, 40))
+    err = capsys.readouterr().err
+    assert err.count("TFDEVICES_STEP_SAMPLING='yes-please' is not one of 1, on, 0, off.") == 1, err
+    assert "HINT: TFDEVICES_STEP_SAMPLING=1 samples steps" in err
+    with pytest.raises(EnvVarError, match="is not one of 1, on, 0, off"):
+        sampling_from_env({SAMPLING_ENV: "2"})
+
+
+@given(st.text(max_size=300))
+def test_any_sampling_value_is_on_off_or_an_error_that_names_the_variable(text) -> None:
+    try:
+        assert sampling_from_env({SAMPLING_ENV: text}) is (text.strip().lower() in ("1", "on"))
+    except EnvVarError as err:
+        assert str(err).startswith(f"{SAMPLING_ENV}=") and "HINT: " in str(err)

@@ -8,9 +8,9 @@ list built for ``fit`` gets two small callbacks, first one that marks "after ste
 last one that marks "in step N" once every other callback's batch-begin hook has run; and each
 callback of the user's that overrides a hook is wrapped, on that instance, to mark "in
 ModelCheckpoint.on_epoch_end" while it runs. The step, the logs and the callbacks' own behaviour are
-Keras' own. Cost: a few microseconds per batch. One step in many (the same on every rank:
-:mod:`tfdevices.mends.step_sampling`) runs under TensorFlow's profiler, from the last batch-begin
-hook to the first batch-end hook, read for the step's time waiting in its collectives and in its
+Keras' own. Cost: a few microseconds per batch. With ``TFDEVICES_STEP_SAMPLING=1``, one step in many
+(the same on every rank: :mod:`tfdevices.mends.step_sampling`) runs under TensorFlow's profiler, from
+the last batch-begin hook to the first batch-end hook, read for the step's time waiting in its collectives and in its
 input pipeline's ops (``fit`` reads its batch inside the step).
 
 Detected: the ``CallbackList`` class of the Keras in use exists with the ``callbacks`` attribute.
@@ -50,7 +50,7 @@ class FitProgress(Mend):
     name = "fit_progress"
     changes = (
         "CallbackList.__init__ of Keras 3 and tf_keras (wrapped: two progress callbacks, user hooks named; "
-        "one step in many runs under TensorFlow's profiler: step_sampling)"
+        "with TFDEVICES_STEP_SAMPLING=1, one step in many runs under TensorFlow's profiler: step_sampling)"
     )
     why = "a rank stuck in a callback or its input blocks the others in the step's collectives, with no word"
     detects = "keras.src.callbacks.callback_list.CallbackList or tf_keras.src.callbacks.CallbackList exists"

@@ -6,9 +6,9 @@ A multi-worker step blocks in its collectives until every rank arrives; to name 
 ``tensorflow.python.eager.polymorphic_function.polymorphic_function.Function.__call__``: while a function is
 traced, the strategies tfdevices builds note that it runs ``strategy.run`` (:func:`note_step_function`); each
 later call of such a function from Python marks "in step N" before it and "after step N" when it returns
-(about two microseconds). Other functions pay one set look-up per call. One step in many (the same
-on every rank: :mod:`tfdevices.mends.step_sampling`) runs under TensorFlow's profiler, read for the
-step's time waiting in its collectives. Nothing else changes.
+(about two microseconds). Other functions pay one set look-up per call. With ``TFDEVICES_STEP_SAMPLING=1``,
+one step in many (the same on every rank: :mod:`tfdevices.mends.step_sampling`) runs under TensorFlow's
+profiler, read for the step's time waiting in its collectives. Nothing else changes.
 
 Detected: ``Function.__call__`` exists (TensorFlow 2.16-2.21). Applied when a multi-worker job reports
 progress. Off: custom loops report no steps (the stall detector then sees only ``fit``'s callbacks).
@@ -32,7 +32,7 @@ class StepProgress(Mend):
     name = "step_progress"
     changes = (
         "tensorflow's Function.__call__ (polymorphic_function.py), wrapped: a step function marks its steps; "
-        "one step in many runs under TensorFlow's profiler (step_sampling)"
+        "with TFDEVICES_STEP_SAMPLING=1, one step in many runs under TensorFlow's profiler (step_sampling)"
     )
     why = "a rank stuck before a collective blocks every other rank with no word (TF's gRPC collectives)"
     detects = "polymorphic_function.Function.__call__ exists"
