@@ -16,7 +16,8 @@ whole step before each step when asked (a slow input pipeline or host code on on
 3. Scores against the imbalance made on purpose: rank 1's relative performance score from ``ranks.json``
    against the one the sleep makes (the balanced step's own work over it plus the sleep).
 
-Run: ``.venv/bin/python benchmarks/bench_straggler.py`` (about 4 minutes on a 2-core machine).
+Run: ``.venv/bin/python benchmarks/bench_straggler.py`` (about 4 minutes on a 2-core machine). Its jobs run
+with ``TFDEVICES_STEP_SAMPLING=1`` (sampled steps are off by default since 0.3.0).
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# sampled steps are off by default (TensorFlow's profiler stop can abort a rank: tfdevices/mends/step_sampling.py);
+# part 1 measures what they cost, so its jobs ask for them
+os.environ.setdefault("TFDEVICES_STEP_SAMPLING", "1")
 LINE = "tfdevices: rank 1 is the slow one"
 
 
