@@ -10,7 +10,8 @@ bytes.
 Two rules every parser of tfdevices follows live here too: only the ASCII
 digits ``0``-``9`` are digits (:func:`is_digits`; ``"٣"`` is not 3, because
 CUDA, SLURM and TensorFlow would not read it as 3), and an input echoed in a
-message is shortened (:func:`shown`), so a 100 KB variable gives a one-line error.
+message is shortened (:func:`shown`), so a 100 KB variable gives a one-line error. An
+environment variable that turns something on or off reads through :func:`env_switch`.
 
 >>> parse_memory("8GiB")
 8589934592
@@ -26,11 +27,21 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 
-from tfdevices.core.errors import MemorySizeError
+from tfdevices.core.errors import EnvVarError, MemorySizeError
 from tfdevices.core.lazy import LazyPattern
 
-__all__ = ["parse_memory", "format_bytes", "is_digits", "parse_count", "SHOWN_CHARS", "parse_seconds", "shown"]
+__all__ = [
+    "parse_memory",
+    "format_bytes",
+    "is_digits",
+    "parse_count",
+    "SHOWN_CHARS",
+    "parse_seconds",
+    "env_switch",
+    "shown",
+]
 
 _UNITS = {
     "b": 1,
@@ -141,6 +152,25 @@ def parse_seconds(text: str, *, most: float) -> float | None:
     except ValueError:
         return None
     return value if 0 < value <= most else None
+
+
+def env_switch(env: Mapping[str, str], name: str, *, default: bool, hint: str) -> bool:
+    """The variable ``name`` of ``env`` as a switch: ``1``/``on`` or ``0``/``off`` (any case, spaces
+    around); unset or blank: ``default``.
+
+    Raises:
+        EnvVarError: any other value (the message shows it shortened, then ``hint``).
+
+    >>> env_switch({"X": " ON "}, "X", default=False, hint=""), env_switch({}, "X", default=True, hint="")
+    (True, True)
+    """
+    text = env.get(name)
+    if text is None or not text.strip():
+        return default
+    value = text.strip().lower()
+    if value not in ("0", "1", "on", "off"):
+        raise EnvVarError(f"{name}={shown(text)} is not one of 1, on, 0, off.", hint=hint)
+    return value in ("1", "on")
 
 
 def shown(value: object, limit: int = SHOWN_CHARS) -> str:

@@ -36,8 +36,7 @@ import dataclasses
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 
-from tfdevices.core.errors import EnvVarError
-from tfdevices.core.units import shown
+from tfdevices.core.units import env_switch
 from tfdevices.jobs.progress import RankProgress
 
 SLOW_RANK_ENV = "TFDEVICES_SLOW_RANK"
@@ -82,16 +81,8 @@ def policy_from_env(env: Mapping[str, str]) -> SlowRankPolicy:
     >>> policy_from_env({"TFDEVICES_SLOW_RANK": "off"}).enabled
     False
     """
-    text = env.get(SLOW_RANK_ENV)
-    if text is None or not text.strip():
-        return SlowRankPolicy()
-    value = text.strip().lower()
-    if value not in ("0", "1", "on", "off"):
-        raise EnvVarError(
-            f"{SLOW_RANK_ENV}={shown(text)} is not one of 1, on, 0, off.",
-            hint=f"{SLOW_RANK_ENV}=0 turns the slow-rank report off; unset it for the default (on).",
-        )
-    return SlowRankPolicy(enabled=value in ("1", "on"))
+    hint = f"{SLOW_RANK_ENV}=0 turns the slow-rank report off; unset it for the default (on)."
+    return SlowRankPolicy(enabled=env_switch(env, SLOW_RANK_ENV, default=True, hint=hint))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -266,13 +266,14 @@ def _optimal_devices(problem: _Problem, names: Sequence[str], devices: Sequence[
                 f"every_device=True: {problem.n} layers cannot give each of {len(devices)} devices one.",
                 hint="list fewer devices, or leave every_device off (a device may then be left empty).",
             )
-        found = problem.fill_every(math.inf)
-        if found is None:
+        if problem.fill_every(math.inf) is None:
             raise PlanError(
                 f"every_device=True: no plan gives each of {list(devices)} a layer within its max_memory cap.",
                 hint="raise the caps, list fewer devices, or leave every_device off.",
             )
-        ends = problem.fill_every(problem.min_bottleneck(every=True)) or found  # the search ends on a limit met
+        found = problem.fill_every(problem.min_bottleneck(every=True))
+        assert found is not None  # the search ends on a limit some plan meets
+        ends = found
     else:
         ends = problem.fill(problem.min_bottleneck())
     out, start = [], 0

@@ -36,10 +36,11 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from tfdevices.core.errors import EnvVarError
-from tfdevices.core.units import shown
+from tfdevices.core.units import env_switch
 
 #: A sampled step costs at most this share of the steps between samples.
 SAMPLE_BUDGET = 0.01
@@ -54,7 +55,7 @@ _HOST = "/host:CPU"
 SAMPLING_ENV = "TFDEVICES_STEP_SAMPLING"
 
 
-def sampling_from_env(env: Any) -> bool:
+def sampling_from_env(env: Mapping[str, str]) -> bool:
     """``TFDEVICES_STEP_SAMPLING`` (``1``/``on``; ``0``/``off`` or unset: off, the default).
 
     Raises:
@@ -63,16 +64,8 @@ def sampling_from_env(env: Any) -> bool:
     >>> sampling_from_env({"TFDEVICES_STEP_SAMPLING": "on"}), sampling_from_env({})
     (True, False)
     """
-    text = env.get(SAMPLING_ENV)
-    if text is None or not text.strip():
-        return False
-    value = text.strip().lower()
-    if value not in ("0", "1", "on", "off"):
-        raise EnvVarError(
-            f"{SAMPLING_ENV}={shown(text)} is not one of 1, on, 0, off.",
-            hint=f"{SAMPLING_ENV}=1 samples steps under TensorFlow's profiler; unset it for the default (off).",
-        )
-    return value in ("1", "on")
+    hint = f"{SAMPLING_ENV}=1 samples steps under TensorFlow's profiler; unset it for the default (off)."
+    return env_switch(env, SAMPLING_ENV, default=False, hint=hint)
 
 
 def sample_every(cost_s: float, step_s: float, budget: float = SAMPLE_BUDGET) -> int:
