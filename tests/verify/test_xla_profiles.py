@@ -1,14 +1,20 @@
 """XLA on GPUs and CPUs: real H200 profiles read by module and fusion; a CPU ``jit_compile=True`` cluster counted once.
 
-The H200 profiles (``tests/data/profiles``, made by ``xla.sh`` beside the real GPU outputs):
-JAX's XLA through the GPU runtime and CUPTI tracer TensorFlow's ``jit_compile=True`` uses.
-Every expected figure is read from the file itself with the schema (kernels on the GPU's
-plane, their spans, their ``hlo_module``/``hlo_op`` stats), not written here.
+The H200 profiles (``tests/data/profiles``, their README says how each was made): JAX's XLA
+through the GPU runtime and CUPTI tracer TensorFlow's ``jit_compile=True`` uses. Every
+expected figure is read from the file itself with the schema (kernels on the GPU's plane,
+their spans, their ``hlo_module``/``hlo_op`` stats), not written here. A step profiled with
+XLA's command buffers (its defaults) is held to the same step profiled without them, where
+every kernel names its own instruction: the ground truth. Damaged copies (a computation
+missing from the HLO, instructions out of order, a graph with more kernels than
+instructions) must say why their kernels are not tied, for how much of the time, and the fix.
 """
 
 from __future__ import annotations
 
 import os
+import re
+from collections import Counter
 
 import pytest
 
@@ -16,7 +22,7 @@ from tests.helpers import REPO
 from tests.xspaces import Space, gpu_kernel
 from tfdevices.core.errors import InputError
 from tfdevices.verify import XLA_CLUSTER, read_profile
-from tfdevices.verify.clusters import cluster_runs
+from tfdevices.verify.clusters import cluster_runs, fusion_times, type_times
 from tfdevices.verify.records import union_length
 from tfdevices.verify.xplane import xplane_module
 
@@ -24,6 +30,11 @@ PROFILES = os.path.join(REPO, "tests", "data", "profiles")
 XLA_STEP = os.path.join(PROFILES, "h200_jax_xla_step.xplane.pb")
 COMMAND_BUFFER = os.path.join(PROFILES, "h200_jax_command_buffer.xplane.pb")
 TRAIN_STEP = os.path.join(PROFILES, "h200_jax_train_step.xplane.pb")
+TRANSFORMER = os.path.join(PROFILES, "h200_jax_transformer.xplane.pb")
+TRANSFORMER_PLAIN = os.path.join(PROFILES, "h200_jax_transformer_no_cmdbuf.xplane.pb")
+CONVNET = os.path.join(PROFILES, "h200_jax_convnet.xplane.pb")
+CONVNET_PLAIN = os.path.join(PROFILES, "h200_jax_convnet_no_cmdbuf.xplane.pb")
+FIX = "XLA_FLAGS=--xla_gpu_enable_command_buffer="
 
 
 def _space(path: str):
@@ -38,7 +49,7 @@ def _kernels(path: str) -> list[dict]:
     out = []
     for line in plane.lines:
         for event in line.events:
-            stats = {names[s.metadata_id]: names.get(s.ref_value) or s.str_value for s in event.stats}
+            stats = {names[s.metadata_id]: names.get(s.ref_value) or s.str_value or s.int64_value for s in event.stats}
             if "kernel_details" in stats:
                 start = line.timestamp_ns * 1000 + event.offset_ps
                 out.append(
@@ -90,7 +101,7 @@ def test_the_xla_step_is_one_module_of_three_fusions_tied_to_its_ops():
     }
     matmul = {op.name for op in report.ops if op.kernels == ("gemm_fusion_dot_general_1",)}
     assert {"jit(<lambda>)/dot_general", "jit(<lambda>)/tanh"} <= matmul  # the matmul and the tanh fused into it
-    assert any("module jit__lambda (3 fusion(s))" in note for note in report.notes), report.notes
+    assert any("module jit__lambda (3 instruction(s), 5 run(s))" in note for note in report.notes), report.notes
 
 
 def test_the_train_step_names_its_ops_copies_and_what_its_hlo_does_not_say():
@@ -106,7 +117,7 @@ def test_the_train_step_names_its_ops_copies_and_what_its_hlo_does_not_say():
     assert not any("not tied" in note for note in report.notes), report.notes
 
 
-def test_a_command_buffers_kernels_find_their_fusions_by_name():
+def test_a_command_buffers_kernels_find_their_instructions_the_cublas_gemm_too():
     kernels = _kernels(COMMAND_BUFFER)
     assert {k["hlo_op"] for k in kernels} == {"command_buffer_1"}  # the graph, not the fusion
     report = read_profile(COMMAND_BUFFER)
@@ -116,8 +127,245 @@ def test_a_command_buffers_kernels_find_their_fusions_by_name():
     assert "jit(step)/tanh" in by_kernel["wrapped_tanh"]
     assert "jit(step)/add" in by_kernel["loop_add_fusion"]
     (gemm,) = {k["kernel"] for k in kernels if k["kernel"].endswith("_cublas")}
-    assert by_kernel[gemm] == {gemm}  # a library's kernel in the graph: no instruction, its own name
-    assert any(f"fusion(s) or kernel(s) {gemm} not tied" in note for note in report.notes), report.notes
+    assert by_kernel[gemm] == {"jit(step)/dot_general"}  # the library's kernel: the custom call's op
+    assert {op.fusion for op in report.ops if op.kernels == (gemm,)} == {"custom-call.1"}
+    assert {op.graph for op in report.ops} == {"command_buffer_1"}
+    assert not any("not tied" in note for note in report.notes), report.notes
+
+
+def _runs(path: str) -> list[tuple[str, str, float]]:
+    """Each kernel run of a report, in time order: its kernel, its instruction (``fusion``), its start."""
+    seen = {(op.kernels[0], op.fusion, op.start_us) for op in read_profile(path).ops}
+    return sorted(seen, key=lambda run: run[2])
+
+
+@pytest.mark.parametrize("graphs, plain", [(TRANSFORMER, TRANSFORMER_PLAIN), (CONVNET, CONVNET_PLAIN)])
+def test_every_command_buffer_kernel_names_the_instruction_the_step_without_command_buffers_names(graphs, plain):
+    inside = _kernels(graphs)
+    assert sum(k["hlo_op"].startswith("command_buffer_") for k in inside) >= 42  # 1,608 and 42 of their runs
+    truth = [k["hlo_op"] for k in sorted(_kernels(plain), key=lambda k: k["span"])]  # each kernel's own instruction
+    assert not any(op.startswith("command_buffer_") for op in truth)
+    runs = _runs(graphs)
+    assert [run[0] for run in runs] == [k["kernel"] for k in sorted(inside, key=lambda k: k["span"])]
+    assert [run[1] for run in runs] == truth  # kernel by kernel, cuBLAS and cuDNN calls included
+
+
+def _gpu_time(path: str) -> dict[str, float]:
+    return type_times(read_profile(path).ops)["GPU:0"]
+
+
+def _tied_share(path: str) -> float:
+    (note,) = [n for n in read_profile(path).notes if "XLA kernel run(s) on GPU:0" in n]
+    return float(re.search(r"; ([\d.]+)% of their summed time", note)[1])
+
+
+def test_a_transformer_step_reads_alike_with_and_without_command_buffers():
+    graphs, plain = _gpu_time(TRANSFORMER), _gpu_time(TRANSFORMER_PLAIN)
+    assert set(graphs) == set(plain) and len(plain) > 20
+    total = sum(plain.values())
+    for op_type, us in plain.items():  # within 5%, or 5 us for the smallest (3 runs of a few-us kernel: noise)
+        assert abs(graphs[op_type] - us) <= max(0.05 * us, 5.0), (op_type, graphs[op_type], us)
+    assert sum(us for t, us in plain.items() if abs(graphs[t] - us) <= 0.05 * us) > 0.999 * total
+    assert plain["dot_general"] > 0.4 * total  # the matrix products: cuBLAS's kernels are most of them
+    assert _tied_share(TRANSFORMER) >= 99.0 and _tied_share(TRANSFORMER_PLAIN) >= 99.0
+    cublas = [k for k in _kernels(TRANSFORMER) if k["kernel"].startswith("nvjet_")]
+    assert len(cublas) == 255
+    report, truth = read_profile(TRANSFORMER), read_profile(TRANSFORMER_PLAIN)
+    cublas_ops = Counter(op.type for op in report.ops if op.kernels[0].startswith("nvjet_"))
+    assert cublas_ops == Counter(op.type for op in truth.ops if op.kernels[0].startswith("nvjet_"))
+    assert cublas_ops.most_common(1)[0][0] == "dot_general"
+    assert "| GPU:0 | dot_general |" in report.to_markdown()
+
+
+def test_the_runs_of_a_module_are_its_calls():
+    report = read_profile(TRANSFORMER)
+    assert Counter(op.call for op in report.ops if op.kernels == ("loop_broadcast_fusion",)) == {0: 1, 1: 1, 2: 1}
+    per_call = Counter(run[0] for run in {(op.call, op.start_us) for op in report.ops})
+    assert per_call == {0: 536, 1: 536, 2: 536}  # 1,608 kernel runs, 3 steps
+
+
+def test_a_kernel_xla_made_itself_counts_under_the_ops_that_use_its_output():
+    report = read_profile(CONVNET)
+    made = {op.type for op in report.ops if op.fusion == "loop_broadcast_fusion"}
+    assert made == {"select_and_scatter", "reduce_window_max", "select_n"}
+    assert not any("not tied" in note for note in report.notes), report.notes
+    assert any("loop_broadcast_fusion, which XLA made itself" in note for note in report.notes), report.notes
+    convolutions = {op.fusion for op in report.ops if op.type == "conv_general_dilated"}
+    assert {"cudnn-conv.3", "cudnn-conv-bw-filter.5", "cudnn-conv-bw-input.2"} <= convolutions
+    assert {op.graph for op in report.ops} == {"", "command_buffer_1", "command_buffer_12"}
+
+
+def test_the_instructions_table_gives_each_its_share_of_the_devices_kernel_time():
+    report = read_profile(TRANSFORMER)
+    fusions = fusion_times(report.ops)
+    assert len(fusions) == 536 and {f.runs for f in fusions} == {3}
+    assert sum(f.us for f in fusions) == pytest.approx(sum(_gpu_time(TRANSFORMER).values()), rel=1e-6)
+    top = fusions[0]
+    markdown = report.to_markdown()
+    assert f"| jit_step | `{top.fusion}` | GPU:0 | command_buffer_1 | 3 | {top.us:.0f} us |" in markdown
+
+
+def _with_hlo(tmp_path, path: str, change) -> str:
+    """A copy of ``path`` whose module ``jit_step``'s HLO went through ``change(module proto)``."""
+    from tfdevices.verify.hlo import hlo_module
+
+    space = _space(path)
+    plane = next(p for p in space.planes if p.name == "/host:metadata")
+    names = {k: m.name for k, m in plane.stat_metadata.items()}
+    for meta in plane.event_metadata.values():
+        for stat in meta.stats:
+            if names[stat.metadata_id] == "Hlo Proto" and meta.name.startswith("jit_step("):
+                proto = hlo_module().HloProto.FromString(stat.bytes_value)
+                change(proto.hlo_module)
+                stat.bytes_value = proto.SerializeToString()
+    out = tmp_path / "damaged.xplane.pb"
+    out.write_bytes(space.SerializeToString())
+    return str(out)
+
+
+def _entry(module):
+    return next(c for c in module.computations if c.id == module.entry_computation_id)
+
+
+def _untied_note(report, why: str) -> str:
+    (note,) = [n for n in report.notes if "not tied" in n]
+    assert why in note and FIX in note, note
+    return note
+
+
+def _share(kernels: list[dict], chosen: list[dict]) -> str:
+    spent = sum(k["span"][1] - k["span"][0] for k in chosen)
+    return f"{100 * spent / sum(k['span'][1] - k['span'][0] for k in kernels):.1f}% of the XLA kernels' time"
+
+
+def test_a_computation_missing_from_the_hlo_leaves_its_graphs_kernels_untied_and_says_why(tmp_path):
+    from tfdevices.verify.command_buffers import Untied
+
+    def drop_entry(module):
+        kept = [c for c in module.computations if c.id != module.entry_computation_id]
+        del module.computations[:]
+        module.computations.extend(kept)
+
+    report = read_profile(_with_hlo(tmp_path, TRANSFORMER, drop_entry))
+    kernels = _kernels(TRANSFORMER)
+    assert {op.type for op in report.ops if op.kernel == XLA_CLUSTER} == {k["kernel"] for k in kernels}
+    note = _untied_note(report, Untied.MISSING.value)
+    assert f"({len(kernels)} kernel run(s)" in note and "100.0% of the XLA kernels' time" in note
+
+
+def test_instructions_out_of_order_leave_the_library_kernels_untied_and_say_why(tmp_path):
+    from tfdevices.verify.command_buffers import Untied
+
+    def swap(module):  # the first cuBLAS call and the fusion after it, in the schedule and the instructions
+        entry = _entry(module)
+        order = module.schedule.sequences[entry.id].instruction_ids
+        ids = {i.name: i.id for i in entry.instructions}
+        a, b = list(order).index(ids["custom-call.1"]), list(order).index(ids["input_transpose_fusion.1"])
+        order[a], order[b] = order[b], order[a]
+
+    report = read_profile(_with_hlo(tmp_path, TRANSFORMER, swap))
+    kernels = _kernels(TRANSFORMER)
+    cublas = [k for k in kernels if k["kernel"].startswith("nvjet_")]
+    assert {op.type for op in report.ops if op.kernels[0].startswith("nvjet_")} == {k["kernel"] for k in cublas}
+    note = _untied_note(report, Untied.ORDER.value)
+    assert f"({len(cublas)} kernel run(s)" in note and _share(kernels, cublas) in note
+    fused = {op.type for op in report.ops if op.kernels[0].startswith("gemm_fusion_dot")}
+    assert "dot_general" in fused  # XLA's own kernels: still tied, by their names
+
+
+def test_a_graph_with_more_kernels_than_instructions_leaves_the_extra_ones_untied(tmp_path):
+    from tfdevices.verify.command_buffers import Untied
+
+    space = _space(TRANSFORMER)
+    plane = next(p for p in space.planes if p.name == "/device:GPU:0")
+    (line,) = plane.lines
+    first_run = [e for e in line.events if _correlation(plane, e) == 232 and _is_kernel(plane, e)]
+    end = max(e.offset_ps + e.duration_ps for e in first_run)
+    extra = []
+    for event in sorted(first_run, key=lambda e: e.offset_ps)[6:9]:  # a cuBLAS kernel and two fusions, again
+        copy = line.events.add()
+        copy.CopyFrom(event)
+        copy.offset_ps, end = end + 1000, end + 1000 + event.duration_ps
+        extra.append(plane.event_metadata[event.metadata_id].name)
+    damaged = tmp_path / "extra.xplane.pb"
+    damaged.write_bytes(space.SerializeToString())
+    report = read_profile(str(damaged))
+    untied = sorted(op.name for op in report.ops if not op.fusion)
+    assert untied == sorted(extra) and any(name.startswith("nvjet_") for name in untied)
+    note = _untied_note(report, Untied.SURPLUS.value)
+    assert "(3 kernel run(s)" in note
+    assert len({(op.kernels, op.start_us) for op in report.ops if op.fusion}) == 1608  # every run's own kernels
+
+
+#: A computation's commands for the table below: fusions (``K``), library calls (``L``), a loop (``C``).
+_COMMANDS = (
+    ("input_fusion.0", "K", "kInput input_fusion"),
+    ("while.1", "C", "while"),
+    ("loop_fusion.2", "K", "kLoop loop_fusion"),
+    ("custom-call.3", "L", "cuBLAS"),
+    ("custom-call.4", "L", "cuBLAS"),
+    ("loop_fusion.5", "K", "kLoop loop_fusion"),
+    ("input_fusion.6", "K", "kInput input_fusion"),
+    ("custom-call.7", "L", "cuDNN"),
+    ("loop_fusion.8", "K", "kLoop loop_fusion"),
+)
+C3, C4, C7 = ("custom-call.3",), ("custom-call.4",), ("custom-call.7",)
+F0, F2, F5, F6, F8 = (
+    ("input_fusion.0",),
+    ("loop_fusion.2",),
+    ("loop_fusion.5",),
+    ("input_fusion.6",),
+    ("loop_fusion.8",),
+)
+
+
+@pytest.mark.parametrize(
+    "kernels, instructions, cause",
+    [
+        (["loop_fusion_2", "gemm", "gemm", "loop_fusion_5", "input_fusion_6"], [F2, C3, C4, F5, F6], None),
+        # identical fusions: XLA compiles one kernel, named after the first
+        (["loop_fusion_2", "gemm", "gemm", "loop_fusion_2", "input_fusion_6"], [F2, C3, C4, F5, F6], None),
+        # one cuDNN call of three kernels
+        (["input_fusion_6", "convert", "conv", "conv", "loop_fusion_8"], [F6, C7, C7, C7, F8], None),
+        # three kernels for two calls: each shared by both
+        (["loop_fusion_2", "gemm", "split", "gemm", "loop_fusion_5"], [F2, C3 + C4, C3 + C4, C3 + C4, F5], None),
+        # a graph that starts with library calls: those right before its first fusion
+        (["gemm", "gemm", "loop_fusion_5", "input_fusion_6"], [C3, C4, F5, F6], None),
+        # a fusion that launched no kernel (a memset): the later fusion of its name
+        (["loop_fusion_2", "gemm", "gemm", "input_fusion_6", "conv"], [F2, C3, C4, F6, C7], None),
+        # a fusion of two kernels
+        (["input_fusion_6", "input_fusion_6", "conv", "loop_fusion_8"], [F6, F6, C7, F8], None),
+        # out of order: the call between them launched no kernel
+        (["input_fusion_6", "loop_fusion_8"], [F6, ()], "ORDER"),
+        # more kernels than its instructions launch
+        (["input_fusion_6", "conv", "loop_fusion_8", "input_fusion_6"], [F6, C7, F8, ()], "SURPLUS"),
+        # a loop inside the graph
+        (["input_fusion_0", "loop_fusion_2"], [F0, ()], "CONTROL"),
+        # no kernel named after an instruction
+        (["gemm", "conv"], [(), ()], "MISSING"),
+    ],
+)
+def test_a_command_buffers_kernels_are_placed_by_their_order(kernels, instructions, cause):
+    from tfdevices.verify.command_buffers import Untied, place_run
+    from tfdevices.verify.hlo import Command, HloModule, Launch
+
+    module = HloModule("jit_step")
+    kinds = {"K": Launch.KERNEL, "L": Launch.LIBRARY, "C": Launch.CONTROL}
+    module.sequences["main"] = tuple(Command(name, kinds[kind], family) for name, kind, family in _COMMANDS)
+    module.where.update({name: ("main", i) for i, (name, _, _) in enumerate(_COMMANDS)})
+    placed = place_run(tuple(kernels), module)
+    assert [list(p) for p in placed.instructions] == [list(i) for i in instructions]
+    assert placed.cause == (None if cause is None else Untied[cause])
+    assert placed.at == next((i for i, p in enumerate(instructions) if not p), len(kernels))
+
+
+def _is_kernel(plane, event) -> bool:
+    return not plane.event_metadata[event.metadata_id].name.startswith("Memset")
+
+
+def _correlation(plane, event) -> int:
+    names = {k: m.name for k, m in plane.stat_metadata.items()}
+    return next(s.int64_value or s.uint64_value for s in event.stats if names[s.metadata_id] == "correlation_id")
 
 
 def test_without_hlo_metadata_fusions_are_named_and_the_notes_say_so(tmp_path):

@@ -64,9 +64,10 @@ their assigned devices and the copies between them, no times, at no per-step cos
 ``*.xplane.pb`` TensorFlow's profiler wrote (Keras' ``TensorBoard(profile_batch=...)``,
 ``tf.profiler.experimental``, TensorBoard's capture), or from a log directory holding them,
 with no TensorFlow installed (the XSpace schema is tfdevices' own: :mod:`tfdevices.verify.xplane`).
-On a GPU, XLA's kernels are read by module and fusion and tied to the ops the profile's HLO
-names (:mod:`tfdevices.verify.xla`); an XLA cluster is one unit, its time counted once
-(:mod:`tfdevices.verify.clusters`).
+On a GPU, XLA's kernels are read by module and instruction (:class:`XlaOpPlacement`) and tied
+to the ops the profile's HLO names (:mod:`tfdevices.verify.xla`), kernels run inside command
+buffers (CUDA graphs, XLA's default) by the order they ran in (:mod:`tfdevices.verify.command_buffers`);
+an XLA cluster is one unit, its time counted once (:mod:`tfdevices.verify.clusters`).
 
 **JSON** (:meth:`PlacementReport.to_json`, what TensorBoard stores and the
 Placement dashboard reads), version 3 (version 2, without the GPU fields, reads too)::
@@ -82,7 +83,9 @@ Placement dashboard reads), version 3 (version 2, without the GPU fields, reads 
               "start_us": 12.5,               # start, microseconds from the first event; null if unknown
               "duration_us": 3.25,            # duration (shared by the ops a kernel fused); null if unknown
               "launch_us": null,              # on a GPU: the host's launch (start_us is the GPU's)
-              "kernels": []}, ...],           # on a GPU: the device kernels that ran it
+              "kernels": [],                  # on a GPU: the device kernels that ran it
+              "fusion": "fusion.3",           # an XLA op read from a GPU profile only (XlaOpPlacement):
+              "graph": ""}, ...],             #   its HLO instruction and command buffer
      "transfers": [{"src": "CPU:0", "dst": "CPU:1", "tensor": "x:0", "dtype": "float32",
                     "shape": [4, 16], "bytes": 256,   # shape/bytes null when unknown
                     "send_op": "x/_1", "recv_op": "x/_2", "call": 0,
@@ -123,6 +126,7 @@ from tfdevices.verify.records import (
     Transfer,
     TransferGroup,
     VariableRead,
+    XlaOpPlacement,
     group_transfers,
 )
 from tfdevices.verify.report import PlacementReport
@@ -142,6 +146,7 @@ __all__ = [
     "UNKNOWN_DEVICE",
     "VariableRead",
     "XLA_CLUSTER",
+    "XlaOpPlacement",
     "capture",
     "capturing",
     "group_transfers",

@@ -1,11 +1,14 @@
-"""XLA clusters as units: each cluster's ops listed under it, its time counted once.
+"""XLA clusters as units: each cluster's ops listed under it, its time counted once; time by op type.
 
 The ops XLA compiled together run as one executable: a CPU capture of a
 ``jit_compile=True`` function gives each of the cluster's ops the cluster's whole time
 (one record per op, all naming the cluster as ``kernel_name`` with ``kernel``
 :data:`~tfdevices.verify.XLA_CLUSTER`), and a GPU profile gives each op a fusion came from
 that fusion's time (:mod:`tfdevices.verify.xla`). Their times are one run's, shared, not
-each op's: :func:`cluster_runs` counts each run once (the union of the distinct runs' spans).
+each op's: :func:`cluster_runs` counts each run once (the union of the distinct runs' spans),
+:func:`fusion_times` each instruction's kernels once, and :func:`type_times` splits each
+kernel's time evenly among the ops it ran, so that a device's op types add up to its kernels'
+time.
 
 >>> from tfdevices.verify import OpPlacement
 >>> ops = [OpPlacement(n, t, "CPU:0", "", 0, "XlaCluster", "step", 0.0, 347.0) for n, t in [("a", "A"), ("b", "B")]]
@@ -17,12 +20,22 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
-from tfdevices.verify.records import XLA_CLUSTER, OpPlacement, union_length
+from tfdevices.verify.records import XLA_CLUSTER, OpPlacement, XlaOpPlacement, union_length
 
-__all__ = ["ClusterRun", "cluster_runs", "cluster_markdown"]
+__all__ = [
+    "ClusterRun",
+    "FusionTime",
+    "cluster_markdown",
+    "cluster_runs",
+    "fusion_times",
+    "type_markdown",
+    "type_times",
+]
 
 _LISTED = 8  # op names a table row lists before "... N more"
+_TOP = 10  # rows of the fusion and op-type tables
 
 
 @dataclass(frozen=True)
@@ -61,22 +74,143 @@ def cluster_runs(ops: Iterable[OpPlacement]) -> dict[str, ClusterRun]:
     return out
 
 
-def cluster_markdown(ops: Iterable[OpPlacement]) -> list[str]:
-    """Markdown lines: a table of the clusters, each with its runs, time (counted once) and ops; ``[]`` for none."""
+@dataclass(frozen=True)
+class FusionTime:
+    """One instruction of an XLA module read from a GPU profile (a fusion, a library call): its kernels' time.
+
+    Attributes:
+        device: where it ran.
+        module: its module.
+        fusion: the instruction.
+        graph: the command buffer its kernels ran in (``""`` outside one).
+        runs: its kernel runs.
+        us: their time, each kernel run counted once.
+        types: the op types it came from, in the order first seen.
+    """
+
+    device: str
+    module: str
+    fusion: str
+    graph: str
+    runs: int
+    us: float
+    types: tuple[str, ...]
+
+
+def _kernel_key(op: OpPlacement) -> tuple[str, int, str, str, float | None]:
+    """One kernel run: the ops a fused kernel (an XLA instruction's kernel) ran share it."""
+    return (op.device, op.call, op.kernel, op.kernel_name or op.name, op.start_us)
+
+
+def fusion_times(ops: Iterable[OpPlacement]) -> list[FusionTime]:
+    """Each XLA instruction of a GPU profile's modules with its kernels' time, the longest first."""
+    runs: dict[tuple[str, str, str], dict[tuple[Any, ...], float]] = {}
+    about: dict[tuple[str, str, str], tuple[str, dict[str, None]]] = {}
+    for op in ops:
+        if not isinstance(op, XlaOpPlacement) or not op.fusion or op.duration_us is None:
+            continue
+        key = (op.device, op.kernel_name, op.fusion)
+        runs.setdefault(key, {})[_kernel_key(op)] = op.duration_us
+        about.setdefault(key, (op.graph, {}))[1][op.type] = None
+    out = [
+        FusionTime(*key, about[key][0], len(spans), round(sum(spans.values()), 3), tuple(about[key][1]))
+        for key, spans in runs.items()
+    ]
+    return sorted(out, key=lambda f: (-f.us, f.device, f.module, f.fusion))
+
+
+def type_times(ops: Iterable[OpPlacement]) -> dict[str, dict[str, float]]:
+    """Each device's time by op type: every kernel run counted once, its time split evenly among the ops it ran.
+
+    >>> from tfdevices.verify import OpPlacement
+    >>> ops = [OpPlacement("a", "MatMul", "GPU:0", kernel="k", start_us=0.0, duration_us=6.0),
+    ...        OpPlacement("b", "Relu", "GPU:0", kernel="k", kernel_name="a", start_us=0.0, duration_us=6.0)]
+    >>> type_times(ops)
+    {'GPU:0': {'MatMul': 3.0, 'Relu': 3.0}}
+    """
+    kernels: dict[tuple[str, int, str, str, float | None], list[OpPlacement]] = {}
+    for op in ops:
+        if op.duration_us is not None:
+            kernels.setdefault(_kernel_key(op), []).append(op)
+    out: dict[str, dict[str, float]] = {}
+    for members in kernels.values():
+        share = (members[0].duration_us or 0.0) / len(members)
+        for op in members:
+            mine = out.setdefault(op.device, {})
+            mine[op.type] = mine.get(op.type, 0.0) + share
+    return {
+        device: dict(sorted(((t, round(us, 3)) for t, us in times.items()), key=lambda item: (-item[1], item[0])))
+        for device, times in sorted(out.items())
+    }
+
+
+def cluster_markdown(ops: Iterable[OpPlacement], busy_us: dict[str, float] | None = None) -> list[str]:
+    """Markdown lines: the clusters (runs, time counted once, share of their device's busy time, ops) and, from a GPU
+    profile, the instructions that took the most time; ``[]`` for none.
+    """
+    ops = list(ops)
     clusters = cluster_runs(ops)
     if not clusters:
         return []
+    busy = busy_us or {}
     lines = [
         "",
         f"**XLA clusters: {len(clusters)}**",
         "",
-        "| cluster | device | runs | time | ops |",
-        "|---|---|---:|---:|---|",
+        "| cluster | device | runs | time | of the device's busy time | ops |",
+        "|---|---|---:|---:|---:|---|",
     ]
     for name, c in clusters.items():
         listed = ", ".join(f"`{n}`" for n in c.ops[:_LISTED]) + (
             f", ... {len(c.ops) - _LISTED} more" if len(c.ops) > _LISTED else ""
         )
         time = "?" if c.us is None else f"{c.us:.0f} us"
-        lines.append(f"| {name} | {c.device} | {c.runs} | {time} | {len(c.ops)}: {listed} |")
+        lines.append(
+            f"| {name} | {c.device} | {c.runs} | {time} | {_share(c.us, busy.get(c.device))} | {len(c.ops)}: {listed} |"
+        )
+    kernel_time = {device: sum(times.values()) for device, times in type_times(ops).items()}
+    return lines + _fusion_lines(fusion_times(ops), kernel_time)
+
+
+def _fusion_lines(fusions: list[FusionTime], kernel_time: dict[str, float]) -> list[str]:
+    if not fusions:
+        return []
+    lines = [
+        "",
+        f"**XLA instructions by time: the {min(_TOP, len(fusions))} longest of {len(fusions)}**",
+        "",
+        "| module | instruction | device | command buffer | runs | time | of the device's kernel time | op types |",
+        "|---|---|---|---|---:|---:|---:|---|",
+    ]
+    for f in fusions[:_TOP]:
+        types = ", ".join(f.types[:_LISTED]) + (", ..." if len(f.types) > _LISTED else "")
+        lines.append(
+            f"| {f.module} | `{f.fusion}` | {f.device} | {f.graph or '-'} | {f.runs} | {f.us:.0f} us | "
+            f"{_share(f.us, kernel_time.get(f.device))} | {types} |"
+        )
     return lines
+
+
+def type_markdown(ops: Iterable[OpPlacement]) -> list[str]:
+    """Markdown lines: each GPU's op types that took the most time (:func:`type_times`), each with its share of the
+    GPU's kernel time (the kernel runs' time summed); ``[]`` without GPU times.
+    """
+    times = {d: t for d, t in type_times(ops).items() if d.rsplit("/", 1)[-1].startswith("GPU:")}
+    if not times:
+        return []
+    lines = [
+        "",
+        "**GPU time by op type** (each kernel run counted once, its time split evenly among the ops it ran)",
+        "",
+        "| device | op type | time | of the device's kernel time |",
+        "|---|---|---:|---:|",
+    ]
+    for device, by_type in times.items():
+        total = sum(by_type.values())
+        for op_type, us in list(by_type.items())[:_TOP]:
+            lines.append(f"| {device} | {op_type} | {us:.0f} us | {_share(us, total)} |")
+    return lines
+
+
+def _share(us: float | None, busy: float | None) -> str:
+    return "?" if us is None or not busy else f"{100 * us / busy:.1f}%"

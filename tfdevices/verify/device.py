@@ -119,6 +119,9 @@ class GpuKernel:
     module: str = ""  # the XLA module that ran it (``hlo_module`` stat), ``""`` outside XLA
     fusion: str = ""  # its HLO instruction in that module (``hlo_op``: ``"gemm_fusion_dot.2"``)
     program: int = -1  # the module's ``program_id`` (two modules may share a name)
+    graph: int = -1  # the CUDA graph it ran in (``cuda_graph_id``): XLA's command buffer; -1 outside one
+    node: int = -1  # its node in that graph (``cuda_graph_node_id``)
+    launch: int = -1  # its launch (``correlation_id``): a graph's kernels share their graph launch's
 
 
 @dataclass(slots=True)
@@ -238,6 +241,8 @@ class _Ids:
     module: int = -1
     fusion: int = -1
     program: int = -1
+    graph: int = -1
+    node: int = -1
 
     @classmethod
     def of(cls, plane: Any) -> _Ids:
@@ -254,6 +259,8 @@ class _Ids:
             by_name.get("hlo_module", -1),
             by_name.get("hlo_op", -1),
             by_name.get("program_id", -1),
+            by_name.get("cuda_graph_id", -1),
+            by_name.get("cuda_graph_node_id", -1),
         )
 
     def text(self, stat: Any) -> str:
@@ -306,8 +313,8 @@ def _read_stream(line: Any, line_name: str, events: Any, ids: _Ids, gpu: GpuPlan
     """Reads one stream's kernels and copies."""
     base = line.timestamp_ns * 1000
     for event in line.events:
-        annotation, rank, details, memcpy, group, correlated = "", len(_ANNOTATIONS), False, None, -1, False
-        module, fusion, program = "", "", -1
+        annotation, rank, details, memcpy, group, correlation = "", len(_ANNOTATIONS), False, None, -1, -1
+        module, fusion, program, graph, node = "", "", -1, -1, -1
         for stat in event.stats:
             key = stat.metadata_id
             if key in ids.annotations and ids.annotations[key] < rank:
@@ -319,13 +326,17 @@ def _read_stream(line: Any, line_name: str, events: Any, ids: _Ids, gpu: GpuPlan
             elif key == ids.group:
                 group = stat.int64_value or stat.uint64_value
             elif key == ids.correlation:
-                correlated = True
+                correlation = stat.uint64_value or stat.int64_value
             elif key == ids.module:
                 module = ids.text(stat)
             elif key == ids.fusion:
                 fusion = ids.text(stat)
             elif key == ids.program:
                 program = stat.int64_value or stat.uint64_value
+            elif key == ids.graph:
+                graph = stat.int64_value or stat.uint64_value
+            elif key == ids.node:
+                node = stat.int64_value or stat.uint64_value
         meta = events.get(event.metadata_id)
         name = (meta.display_name or meta.name) if meta is not None else ""
         start = base + event.offset_ps
@@ -334,9 +345,11 @@ def _read_stream(line: Any, line_name: str, events: Any, ids: _Ids, gpu: GpuPlan
         if memcpy is not None or (kind and not details):
             size, dest = _memcpy_numbers(memcpy or "")
             gpu.copies.append(GpuCopy(kind or "", parse_annotation(annotation)[0], size, dest, start, end))
-        elif details or (correlated and not name.startswith(_NOT_KERNELS)):
+        elif details or (correlation >= 0 and not name.startswith(_NOT_KERNELS)):
             op, op_type = parse_annotation(annotation)
-            gpu.kernels.append(GpuKernel(op, op_type, name, start, end, group, module, fusion, program))
+            gpu.kernels.append(
+                GpuKernel(op, op_type, name, start, end, group, module, fusion, program, graph, node, correlation)
+            )
 
 
 def _copy_kind(name: str, line_name: str, details: str | None) -> str:

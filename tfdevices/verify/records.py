@@ -26,6 +26,7 @@ __all__ = [
     "Transfer",
     "TransferGroup",
     "VariableRead",
+    "XlaOpPlacement",
     "group_transfers",
     "union_length",
     "PLUMBING",
@@ -111,6 +112,24 @@ class OpPlacement:
     duration_us: float | None = None
     launch_us: float | None = None
     kernels: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class XlaOpPlacement(OpPlacement):
+    """An op XLA compiled, read from a GPU profile: its :class:`OpPlacement` and the HLO instruction that ran it.
+
+    Its ``kernel`` is :data:`XLA_CLUSTER` and its ``kernel_name`` the module; ``kernels`` names
+    the kernel run.
+
+    Attributes:
+        fusion: the instruction whose kernel ran it: a fusion (``"gemm_fusion_dot.283"``) or a
+            library call (``"custom-call.1"``: cuBLAS, cuDNN); ``""`` where the profile does not say.
+        graph: the command buffer (a CUDA graph XLA builds: ``"command_buffer_1"``) that kernel ran
+            in; ``""`` outside one.
+    """
+
+    fusion: str = ""
+    graph: str = ""
 
 
 def _op_maker() -> Callable[..., OpPlacement]:

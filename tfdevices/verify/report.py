@@ -12,7 +12,7 @@ from typing import Any
 
 from tfdevices.core.errors import InputError, PlacementAssertionError, SpecError
 from tfdevices.core.units import format_bytes
-from tfdevices.verify.clusters import cluster_markdown, cluster_runs
+from tfdevices.verify.clusters import cluster_markdown, cluster_runs, type_markdown
 from tfdevices.verify.records import (
     JSON_VERSION,
     XLA_CLUSTER,
@@ -21,6 +21,7 @@ from tfdevices.verify.records import (
     PlacementDiff,
     Transfer,
     VariableRead,
+    XlaOpPlacement,
     _flat,
     group_transfers,
 )
@@ -334,7 +335,8 @@ class PlacementReport(Renamed):  # Renamed: report.copies and report.transfers(s
         return "\n".join(lines)
 
     def to_markdown(self, *, all_transfers: bool = False) -> str:
-        """Markdown tables: ops per device (with the commonest types), transfers, collectives.
+        """Markdown tables: ops per device (with the commonest types), GPU time by op type, XLA clusters and the
+        instructions that took the most time, transfers, collectives.
 
         Transfers are grouped by source, destination and tensor (count and bytes, the
         commonest first); ``all_transfers=True`` lists each one.
@@ -348,7 +350,8 @@ class PlacementReport(Renamed):  # Renamed: report.copies and report.transfers(s
                 f"| {device} | {n} | {', '.join(f'{t} ({c})' for t, c in types)} | "
                 f"{kernels.get(device, 0)} | {'?' if busy is None else f'{busy:.0f} us'} |"
             )
-        out += cluster_markdown(self.ops)
+        out += type_markdown(self.ops)
+        out += cluster_markdown(self.ops, self.busy_us)
         groups = group_transfers(self.transfers)
         out += [
             "",
@@ -412,7 +415,12 @@ class PlacementReport(Renamed):  # Renamed: report.copies and report.transfers(s
         try:
             data = json.loads(text)
             return cls(
-                ops=tuple(OpPlacement(**{**op, "kernels": tuple(op.get("kernels", ()))}) for op in data["ops"]),
+                ops=tuple(
+                    (XlaOpPlacement if "fusion" in op else OpPlacement)(
+                        **{**op, "kernels": tuple(op.get("kernels", ()))}
+                    )
+                    for op in data["ops"]
+                ),
                 transfers=tuple(
                     Transfer(**{**t, "shape": None if t["shape"] is None else tuple(t["shape"])})
                     for t in (data["transfers"] if "transfers" in data else data["copies"])  # an older word

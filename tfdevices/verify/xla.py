@@ -1,32 +1,48 @@
-"""XLA's work on a GPU, read from a profile: each module's kernels, grouped by module and fusion.
+"""XLA's work on a GPU, read from a profile: each kernel run tied to its module, instruction and the ops it came from.
 
 An XLA-compiled step (TensorFlow's ``jit_compile=True``, Keras 3's default ``fit`` step on
 a GPU, JAX's ``jit``) runs as one executable, an HLO *module*, whose kernels are
-*fusions*. On the GPU's plane each kernel names its module and fusion (``hlo_module``:
-``jit_train_step``, ``hlo_op``: ``gemm_fusion_dot.2``) and its ``tf_op`` reads
-``XlaModule:``: no TensorFlow op. :func:`add_xla_kernels` makes each fusion's run one
-unit of the report, timed by the GPU's clock: one record per op the profile's HLO
-metadata (:mod:`tfdevices.verify.hlo`) says the fusion came from, all naming the module
-as ``kernel_name`` with ``kernel`` :data:`~tfdevices.verify.XLA_CLUSTER` and sharing the
-fusion's time (counted once, as a fused kernel's is); one record named after the fusion
-where the profile carries no HLO for its module (the notes say so). Kernels that name
-neither a TensorFlow op nor a module (a library's, outside any annotation) are ops of
-their own, under their kernel's name: a device that ran kernels never reads as no ops.
+*fusions* and library calls (cuBLAS, cuDNN). On the GPU's plane each kernel names its
+module (``hlo_module``: ``jit_train_step``) and, in ``hlo_op``, its instruction
+(``gemm_fusion_dot.2``), or, inside a command buffer (a CUDA graph XLA builds; the default),
+only the graph (``command_buffer_1``): those kernels are tied to their instructions by the
+order they ran in (:mod:`tfdevices.verify.command_buffers`). Its ``tf_op`` reads
+``XlaModule:``: no TensorFlow op. :func:`add_xla_kernels` makes each kernel run one unit of
+the report, timed by the GPU's clock: one record per op the profile's HLO metadata
+(:mod:`tfdevices.verify.hlo`) says its instruction came from, all naming the module as
+``kernel_name`` with ``kernel`` :data:`~tfdevices.verify.XLA_CLUSTER`, the instruction as
+``fusion`` and the graph as ``graph``, and sharing the kernel's time (counted once, as a fused
+kernel's is); one record named after the kernel's instruction (or the kernel) where none is
+known, and the notes say why, for how much of the GPU's time, and what to change. Kernels
+that name neither a TensorFlow op nor a module (a library's, outside any annotation) are ops of
+their own, under their kernel's name: a device that ran kernels never reads as no ops. Each run
+of a module is a call (``call``) where the profile marks no calls of its own (JAX's).
 """
 
 from __future__ import annotations
 
 import bisect
 import re
+from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
+from tfdevices.verify.command_buffers import Placed, Untied, place_run
 from tfdevices.verify.device import GpuKernel, GpuPlane, nccl_primitive
-from tfdevices.verify.hlo import HloModules
-from tfdevices.verify.records import XLA_CLUSTER, OpPlacement, _us
+from tfdevices.verify.hlo import HloModule, HloModules, Launch, Origin
+from tfdevices.verify.records import XLA_CLUSTER, OpPlacement, XlaOpPlacement, _us
 
-__all__ = ["add_xla_kernels", "fusion_type"]
+__all__ = ["add_xla_kernels", "fusion_type", "COMMAND_BUFFER_FIX"]
 
 _NUMBERED = re.compile(r"\.\d+$")
+#: What keeps each kernel's own instruction in a profile: XLA without command buffers.
+COMMAND_BUFFER_FIX = (
+    "profile with XLA_FLAGS=--xla_gpu_enable_command_buffer= (XLA without command buffers: each kernel then "
+    "names its own instruction)"
+)
+_NO_HLO = "the profile holds no HLO metadata (no /host:metadata plane with its HLO proto)"
+_NO_OP = "the HLO the profile holds names no op for their instructions"
+_NO_INSTRUCTION = "their names name no instruction of the HLO the profile holds"
 
 
 def fusion_type(fusion: str) -> str:
@@ -36,6 +52,18 @@ def fusion_type(fusion: str) -> str:
     ('gemm_fusion_dot', 'input_reduce_fusion')
     """
     return _NUMBERED.sub("", fusion) or fusion
+
+
+@dataclass(frozen=True, slots=True)
+class _Tie:
+    """What one XLA kernel run is tied to (internal)."""
+
+    instruction: str  # its instruction ("a, b": shared by library calls); "" when none is known
+    origins: tuple[Origin, ...]  # the ops it came from; () when not tied
+    graph: str = ""  # the command buffer it ran in
+    why: str = ""  # why it is not tied; "" when it is
+    position: int = -1  # its step in one run of the module, where its order says (to count runs)
+    made_for: bool = False  # its instruction names no op: XLA made it for the ops that use its output
 
 
 def add_xla_kernels(
@@ -48,84 +76,192 @@ def add_xla_kernels(
         device: ``"GPU:N"``.
         gpu: its plane.
         origin: the trace's time origin (ps).
-        call_starts: each call's start (ps), to give a kernel the call it ran in.
+        call_starts: each call's start (ps), to give a kernel the call it ran in; with none, each
+            run of a module is a call.
         modules: the profile's HLO modules.
     """
-    kernels = [k for k in gpu.unannotated() if not nccl_primitive(k.name)]
-    untied: dict[str, set[str]] = {}
-    fusions: dict[str, set[str]] = {}  # module -> the fusions its kernels ran
-    plain = 0
-    for k in kernels:
-        call = max(0, bisect.bisect_right(call_starts, k.start_ps) - 1)
+    kernels = sorted((k for k in gpu.unannotated() if not nccl_primitive(k.name)), key=lambda k: k.start_ps)
+    ties = _tie_all(kernels, modules)
+    calls = _calls(kernels, ties, call_starts)
+    for k, tie, call in zip(kernels, ties, calls):
         start, duration = _us(k.start_ps - origin), _us(k.end_ps - k.start_ps)
         if not k.module:
-            plain += 1
             built.ops.append(
                 OpPlacement(k.name, k.name, device, "", call, k.name, k.name, start, duration, None, (k.name,))
             )
             continue
-        fusion, origins = _fusion_of(k, modules)
-        fusions.setdefault(k.module, set()).add(fusion)
-        if not origins:
-            untied.setdefault(k.module, set()).add(fusion)
-            origins = ((fusion, fusion_type(fusion)),)
-        for name, op_type in origins:
-            built.ops.append(
-                OpPlacement(name, op_type, device, "", call, XLA_CLUSTER, k.module, start, duration, None, (k.name,))
-            )
-    _notes(built, device, kernels, fusions, untied, plain, modules)
-
-
-def _fusion_of(kernel: GpuKernel, modules: HloModules) -> tuple[str, tuple[tuple[str, str], ...] | None]:
-    """The fusion a kernel ran (its ``hlo_op``, else the instruction its name finds) and the ops it came from.
-
-    A kernel of a command buffer (a CUDA graph: its ``hlo_op`` names the graph, which the HLO
-    does not hold) is found by its own name; one that names no instruction (a library's
-    kernel inside the graph) is reported under its kernel's name.
-    """
-    program = kernel.program if kernel.program >= 0 else None
-    origins = modules.ops_of(kernel.module, program, kernel.fusion) if kernel.fusion else None
-    if origins:
-        return kernel.fusion, origins
-    if origins is not None or not kernel.fusion:  # the HLO is there and does not know the fusion
-        instruction = modules.instruction_of(kernel.module, program, kernel.name)
-        if instruction:
-            return instruction, modules.ops_of(kernel.module, program, instruction)
-        return kernel.name, origins
-    return kernel.fusion, None
-
-
-def _notes(
-    built: Any,
-    device: str,
-    kernels: list[GpuKernel],
-    fusions: dict[str, set[str]],
-    untied: dict[str, set[str]],
-    plain: int,
-    modules: HloModules,
-) -> None:
-    if fusions:
-        runs = sum(1 for k in kernels if k.module)
-        built.notes.append(
-            f"{runs} XLA kernel run(s) on {device}, by the GPU's clock: "
-            + ", ".join(f"module {m} ({len(f)} fusion(s))" for m, f in sorted(fusions.items()))
-            + "; each fusion's ops share its time (kernel XlaCluster, kernel_name the module)"
-        )
-    for module, names in sorted(untied.items()):
-        listed = ", ".join(sorted(names)[:5]) + (", ..." if len(names) > 5 else "")
-        why = (
-            "the profile holds no HLO metadata (no /host:metadata plane with its HLO proto)"
-            if modules.ops_of(module, None, "") is None
-            else "the HLO the profile holds names no op for them"
-        )
-        built.notes.append(
-            f"XLA module {module}'s fusion(s) or kernel(s) {listed} not tied to the ops they came from: {why}; "
-            "reported under that name"
-        )
+        named = tie.instruction or k.name
+        rest = (device, "", call, XLA_CLUSTER, k.module, start, duration, None, (k.name,), tie.instruction, tie.graph)
+        for name, op_type in tie.origins or ((named, fusion_type(named)),):
+            built.ops.append(XlaOpPlacement(name, op_type, *rest))
+    _notes(built, device, kernels, ties, calls)
     if modules.unread:
         built.notes.append("HLO not read: " + "; ".join(modules.unread[:5]))
+
+
+def _tie_all(kernels: list[GpuKernel], modules: HloModules) -> list[_Tie]:
+    """Each kernel's instruction and ops: by its ``hlo_op``, by its command buffer's order, else by its name."""
+    ties: list[_Tie | None] = [None] * len(kernels)
+    graphs: dict[tuple[str, int, str, int], tuple[HloModule, list[int]]] = {}
+    for i, k in enumerate(kernels):
+        module = modules.module(k.module, k.program if k.program >= 0 else None) if k.module else None
+        if not k.module:
+            ties[i] = _Tie("", ())
+        elif module is None:
+            ties[i] = _Tie(k.fusion or k.name, (), "", _NO_HLO)
+        elif k.fusion in module.ops:
+            ties[i] = _tied(module, (k.fusion,), "", by_order=True)
+        elif k.fusion or k.graph >= 0:  # a command buffer's kernel: hlo_op names the graph
+            graphs.setdefault((k.module, k.program, k.fusion or f"CUDA graph {k.graph}", k.graph), (module, []))[
+                1
+            ].append(i)
+        else:
+            ties[i] = _by_name(module, k, "", "")
+    placed: dict[tuple[int, tuple[str, ...]], Placed] = {}  # a graph's runs repeat: each distinct run read once
+    for (_, _, graph, _), (module, members) in graphs.items():
+        for run in _runs(kernels, members):
+            names = tuple(kernels[i].name for i in run)
+            key = (id(module), names)
+            if key not in placed:
+                placed[key] = place_run(names, module)
+            for i, instructions in zip(run, placed[key].instructions):
+                ties[i] = _graph_tie(module, kernels[i], instructions, graph, placed[key].cause)
+    return [tie or _Tie("", ()) for tie in ties]
+
+
+def _graph_tie(
+    module: HloModule, kernel: GpuKernel, instructions: tuple[str, ...], graph: str, cause: Untied | None
+) -> _Tie:
+    """A command buffer's kernel: tied by its order; past where the order holds, a fusion's kernel by its name
+    (the order broke: ``cause`` names why), unless the graph ran more kernels than its HLO launches.
+    """
+    if instructions:
+        return _tied(module, instructions, graph, by_order=True)
+    why = cause.value if cause is not None else Untied.ORDER.value
+    if cause in (Untied.ORDER, Untied.CONTROL):
+        return _by_name(module, kernel, graph, why)
+    return _Tie("", (), graph, why)
+
+
+def _runs(kernels: list[GpuKernel], members: list[int]) -> list[list[int]]:
+    """The runs of one command buffer: its kernels of one graph launch, in the order they ran (then by graph node)."""
+    by_launch: dict[int, list[int]] = {}
+    for i in members:
+        by_launch.setdefault(kernels[i].launch, []).append(i)
+    return [sorted(run, key=lambda i: (kernels[i].start_ps, kernels[i].node)) for run in by_launch.values()]
+
+
+def _tied(module: HloModule, instructions: tuple[str, ...], graph: str, *, by_order: bool) -> _Tie:
+    found: dict[Origin, None] = {}
+    for instruction in instructions:
+        found.update(dict.fromkeys(module.ops_of(instruction)))
+    position = module.position.get(instructions[0], -1) if by_order else -1
+    made_for = any(instruction in module.made_for for instruction in instructions)
+    return _Tie(", ".join(instructions), tuple(found), graph, "" if found else _NO_OP, position, made_for)
+
+
+def _by_name(module: HloModule, kernel: GpuKernel, graph: str, why: str) -> _Tie:
+    """A kernel its order does not place: tied by its own name (a fusion's kernel is named after it), else not."""
+    instruction = module.instruction_of(kernel.name)
+    command = module.command(instruction) if instruction else None
+    if instruction and (command is None or command.launch is Launch.KERNEL):
+        return _tied(module, (instruction,), graph, by_order=False)
+    return _Tie("", (), graph, why or _NO_INSTRUCTION)
+
+
+def _calls(kernels: list[GpuKernel], ties: list[_Tie], call_starts: list[int]) -> list[int]:
+    """Each kernel's call: the profile's own (the last started before it), else its module's run.
+
+    A module's run starts again where its kernels' steps (:attr:`HloModule.position`) go back;
+    runs are numbered in the order they started, every module's together.
+    """
+    if call_starts:
+        return [max(0, bisect.bisect_right(call_starts, k.start_ps) - 1) for k in kernels]
+    now: dict[tuple[str, int], list[int]] = {}  # module -> [its run now, the furthest step seen in it]
+    runs = 0
+    out = []
+    for k, tie in zip(kernels, ties):  # in time order
+        if not k.module:
+            out.append(max(0, runs - 1))
+            continue
+        run = now.get((k.module, k.program))
+        if run is None or -1 < tie.position < run[1]:
+            run = now[(k.module, k.program)] = [runs, -1]
+            runs += 1
+        run[1] = max(run[1], tie.position)
+        out.append(run[0])
+    return out
+
+
+def _notes(built: Any, device: str, kernels: list[GpuKernel], ties: list[_Tie], calls: list[int]) -> None:
+    xla = [(k, tie, call) for k, tie, call in zip(kernels, ties, calls) if k.module]
+    if xla:
+        total = sum(k.end_ps - k.start_ps for k, _, _ in xla)
+        untied = sum(k.end_ps - k.start_ps for k, tie, _ in xla if not tie.origins)
+        modules: dict[str, tuple[set[str], set[int]]] = {}
+        for k, tie, call in xla:
+            module = modules.setdefault(k.module, (set(), set()))
+            module[0].add(tie.instruction or k.name)
+            module[1].add(call)
+        graphs = Counter(tie.graph for _, tie, _ in xla if tie.graph)
+        built.notes.append(
+            f"{len(xla)} XLA kernel run(s) on {device}, by the GPU's clock: "
+            + ", ".join(
+                f"module {m} ({len(f)} instruction(s), {len(c)} run(s))" for m, (f, c) in sorted(modules.items())
+            )
+            + (
+                f"; {sum(graphs.values())} in command buffers ({', '.join(sorted(graphs))}), each tied to its "
+                "instruction by the order the graph ran them in"
+                if graphs
+                else ""
+            )
+            + "; each instruction's ops share its kernels' time (kernel XlaCluster, kernel_name the module, fusion "
+            f"the instruction); {_percent(total - untied, total)} of their summed time ({_us(total):.0f} us) tied to "
+            "the ops it came from"
+        )
+        _untied_notes(built, device, xla, total)
+    plain = sum(1 for k in kernels if not k.module)
     if plain:
         built.notes.append(
             f"{plain} kernel run(s) on {device} name no TensorFlow op and no XLA module: "
             "reported under their kernel's name"
         )
+
+
+def _untied_notes(built: Any, device: str, xla: list[tuple[GpuKernel, _Tie, int]], total: int) -> None:
+    """Per module and cause: the kernels not tied to ops, their share of the time, why, and what to change."""
+    groups: dict[tuple[str, str], list[tuple[GpuKernel, _Tie]]] = {}
+    made: dict[str, list[tuple[GpuKernel, _Tie]]] = {}
+    for k, tie, _ in xla:
+        if tie.why:
+            groups.setdefault((k.module, tie.why), []).append((k, tie))
+        elif tie.made_for:
+            made.setdefault(k.module, []).append((k, tie))
+    for (module, why), members in sorted(groups.items()):
+        spent = sum(k.end_ps - k.start_ps for k, _ in members)
+        names = sorted({tie.instruction or k.name for k, tie in members})
+        listed = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+        graphs = sorted({tie.graph for _, tie in members if tie.graph})
+        where = f"command buffer(s) {', '.join(graphs)}: " if graphs else ""
+        fix = f"; fix: {COMMAND_BUFFER_FIX}" if graphs else ""
+        built.notes.append(
+            f"XLA module {module}'s fusion(s) or kernel(s) {listed} not tied to the ops they came from "
+            f"({len(members)} kernel run(s), {_us(spent):.0f} us, {_percent(spent, total)} of the XLA kernels' time "
+            f"on {device}): {where}{why}{fix}; reported under their name"
+        )
+    for module, members in sorted(made.items()):
+        names = sorted({tie.instruction for _, tie in members})
+        ops = dict.fromkeys(op_type for _, tie in members for _, op_type in tie.origins)
+        built.notes.append(
+            f"XLA module {module}: {len(members)} kernel run(s) of {', '.join(names[:5])}, which XLA made itself "
+            f"(their HLO names no op), counted under the ops that use their output: {', '.join(list(ops)[:8])}"
+        )
+
+
+def _percent(part: int, whole: int) -> str:
+    """``"23.2%"``; one decimal, so that 99.96% does not read as all.
+
+    >>> _percent(1, 3), _percent(0, 0)
+    ('33.3%', '0.0%')
+    """
+    return f"{100 * part / whole:.1f}%" if whole else "0.0%"
