@@ -12,8 +12,9 @@ import shutil
 
 import pytest
 
-from tests.helpers import REPO, unavailable
+from tests.helpers import REPO, subprocess_env, unavailable
 from tests.tensorboard.browser import Browser, find_chromium
+from tests.tensorboard.conftest import tensorboard
 
 # one worker builds the captures and the tensorboard server these tests share
 pytestmark = pytest.mark.xdist_group("dashboard")
@@ -249,3 +250,72 @@ def test_placement_tab_shows_a_logdir_that_holds_only_a_profile(browser, profile
     assert any("read from a profile" in n for n in notes), notes
     shot = browser.screenshot(str(tmp_path / "placement_from_profile.png"))
     assert os.path.getsize(shutil.copy(shot, os.path.join(artifacts_dir(), "placement_from_profile.png"))) > 10_000
+
+
+TRANSFORMER = os.path.join(REPO, "tests", "data", "profiles", "h200_jax_transformer.xplane.pb")
+
+
+@pytest.fixture(scope="module")
+def xla_server(tmp_path_factory):
+    """A real ``tensorboard`` over a log directory holding the real H200 transformer profile (command buffers)."""
+    from unittest import mock
+
+    session = tmp_path_factory.mktemp("xla") / "logs" / "transformer" / "plugins" / "profile" / "2026_11_28_06_00_00"
+    session.mkdir(parents=True)
+    shutil.copy(TRANSFORMER, session / "h200.xplane.pb")
+    # this checkout's tfdevices in TensorBoard's process, whatever the environment installed
+    with mock.patch.dict(os.environ, {"PYTHONPATH": subprocess_env()["PYTHONPATH"]}):
+        with tensorboard(str(session.parents[3])) as url:
+            yield url
+
+
+def _stretches(browser: Browser, y: int, color: tuple[int, int, int]) -> int:
+    """How many separate stretches of ``color`` the timeline's canvas has along the row ``y`` (CSS pixels)."""
+    return browser.evaluate(
+        _in_frame(f"""(() => {{
+        const c = doc.getElementById('timeline-canvas');
+        const ratio = window.devicePixelRatio || 1;
+        const row = c.getContext('2d').getImageData(0, Math.round({y} * ratio), c.width, 1).data;
+        let n = 0, inside = false;
+        for (let k = 0; k < row.length; k += 4) {{
+          const hit = Math.abs(row[k] - {color[0]}) < 8 && Math.abs(row[k + 1] - {color[1]}) < 8
+                      && Math.abs(row[k + 2] - {color[2]}) < 8;
+          if (hit && !inside) n++;
+          inside = hit;
+        }}
+        return n; }})()""")
+    )
+
+
+def test_a_command_buffer_profiles_steps_are_three_bars_with_their_ops_inside(browser, xla_server, tmp_path):
+    from tfdevices.verify import read_profile
+    from tfdevices.verify.clusters import fusion_times
+
+    report = read_profile(TRANSFORMER)
+    browser.goto(f"{xla_server}/#placement")
+    runs = browser.wait_for(
+        _in_frame("(() => { const c = doc.getElementById('timeline-canvas'); return c && c.dataset.runs; })()")
+    )
+    assert runs == "6"  # 3 compiled steps, each one run of its command buffer
+    assert _stretches(browser, 5, (0x33, 0x33, 0x33)) == 3  # the command buffers' bands: one per step
+    assert _stretches(browser, 2, (0x4E, 0x79, 0xA7)) == 3  # the steps' frames, side by side, not piled up
+    tip = browser.evaluate(
+        _in_frame("""(() => { const c = doc.getElementById('timeline-canvas'); const r = c.getBoundingClientRect();
+        c.dispatchEvent(new MouseEvent('mousemove', {clientX: r.left + 300, clientY: r.top + 15}));
+        return doc.getElementById('timeline-tip').textContent; })()""")
+    )
+    assert tip.startswith("GPU:0 · XLA jit_step (a run of ") and "in command buffer command_buffer_1" in tip, tip
+    module = browser.wait_for(
+        _in_frame("doc.querySelector('.xla-module') && doc.querySelector('.xla-module').textContent")
+    )
+    busy = report.busy_us["GPU:0"]
+    assert module.startswith("jit_step on GPU:0: 3 run(s), ") and "100.0% of GPU:0's busy time" in module, module
+    assert "100.0% of it inside command buffers" in module, module
+    first = browser.wait_for(_in_frame("doc.querySelector('.row.xla[data-fusion]')?.dataset.fusion"))
+    top = fusion_times(report.ops)[0]
+    assert first == top.fusion
+    share = browser.evaluate(_in_frame("doc.querySelector('.row.xla[data-fusion] .share-text').textContent"))
+    assert share == f"{100 * top.us / busy:.1f}%"
+    shot = browser.screenshot(str(tmp_path / "placement_xla_command_buffers.png"))
+    kept = shutil.copy(shot, os.path.join(artifacts_dir(), "placement_xla_command_buffers.png"))
+    assert os.path.getsize(kept) > 10_000

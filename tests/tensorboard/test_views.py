@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
 from tests.graphs import one_then_four
+from tests.helpers import REPO
 from tfdevices.tensorboard import views
 
 # one worker builds the captures and the tensorboard server these tests share
@@ -73,11 +75,12 @@ def test_busy_time_prefers_the_reports_own_device_figures():
 def test_timeline_positions_ops_and_copies_from_the_first_event():
     line = views.timeline(_timed_report())
     assert line["timed"] and line["lanes"] == ["CPU:0", "CPU:1"]
-    assert [(lane, start, dur) for lane, start, dur, _, _ in line["ops"]] == [
-        (0, 0.0, 10.0),
-        (0, 5.0, 10.0),
-        (1, 30.0, 60.0),
+    assert [(lane, start, dur, run) for lane, start, dur, _, _, run in line["ops"]] == [
+        (0, 0.0, 10.0, -1),
+        (0, 5.0, 10.0, -1),
+        (1, 30.0, 60.0, -1),
     ]
+    assert line["runs"] == []  # no XLA cluster
     assert line["transfers"] == [[0, 1, 16.0, 12.0, "m/a/Relu:0"]]
     assert line["end"] == 90.0
     assert line["types"][line["ops"][0][4]] == "_MklMatMul"  # the kernel when known, else the type
@@ -98,7 +101,7 @@ def test_views_without_times_degrade_to_order_and_unknowns(to_device_report):
     line = views.timeline(report)
     assert not line["timed"]
     for lane in range(len(line["lanes"])):
-        starts = [start for on, start, _, _, _ in line["ops"] if on == lane]
+        starts = [start for on, start, *_ in line["ops"] if on == lane]
         assert starts == [float(i) for i in range(len(starts))]
     assert views.busy_us(report) == {}
     assert all(d["busy_us"] is None for d in views.device_table(report))
@@ -201,7 +204,7 @@ def test_real_capture_views_carry_its_times(to_device_report):
     assert view["summary"]["timed"] and view["timeline"]["timed"]
     assert {d["name"]: d["busy_us"] for d in view["devices"]} == to_device_report.busy_us
     assert all(d["busy_us"] > 0 for d in view["devices"])
-    assert all(duration >= 0 for _, _, duration, _, _ in view["timeline"]["ops"])
+    assert all(duration >= 0 for _, _, duration, *_ in view["timeline"]["ops"])
     root = view["scopes"]["nodes"][0]
     assert root[6] > 0  # the model's scope sums its kernels' time
 
@@ -286,3 +289,65 @@ def test_the_report_notes_reach_the_page(to_device_report):
     assert dashboard_view(report)["summary"]["notes"] == list(report.get("notes") or [])
     noted = {**report, "notes": ["1 kernel(s) could not be tied to a device: shown on '?'"]}
     assert dashboard_view(noted)["summary"]["notes"] == noted["notes"]
+
+
+PROFILES = os.path.join(REPO, "tests", "data", "profiles")
+
+
+def _profile_view(name: str) -> tuple[dict, dict]:
+    from tfdevices.verify import read_profile
+
+    report = json.loads(read_profile(f"{PROFILES}/{name}.xplane.pb").to_json())
+    return report, views.dashboard_view(report)
+
+
+def test_a_jit_compiled_clusters_run_is_one_bar_with_its_ops_inside():
+    run = {"kernel": "XlaCluster", "kernel_name": "step", "device": "CPU:0", "requested": ""}
+    ops = [  # a CPU capture of two calls: each of the cluster's ops carries its run's whole time
+        dict(run, name=name, type=name.title(), call=call, start_us=start, duration_us=40.0)
+        for call, start in ((0, 0.0), (1, 100.0))
+        for name in ("matmul", "add", "relu")
+    ]
+    line = views.timeline({"ops": ops, "transfers": []})
+    assert line["runs"] == [[0, 0.0, 40.0, "step", -1, 3], [0, 100.0, 40.0, "step", -1, 3]]
+    assert [row[5] for row in line["ops"]] == [0, 0, 0, 1, 1, 1]  # each op drawn inside its run's bar
+    (row,) = views.xla_table({"ops": ops, "transfers": [], "busy_us": {"CPU:0": 100.0}})
+    assert (row["module"], row["runs"], row["us"], row["share"], row["instructions"]) == ("step", 2, 80.0, 0.8, [])
+
+
+def test_a_command_buffer_profile_is_three_compiled_steps_each_one_graph_run():
+    report, view = _profile_view("h200_jax_transformer")
+    line = view["timeline"]
+    steps = [r for r in line["runs"] if r[4] == -1]
+    graphs = [r for r in line["runs"] if r[4] >= 0]
+    assert [r[3] for r in steps] == ["jit_step"] * 3 and sum(r[5] for r in steps) == len(report["ops"])
+    assert len({r[5] for r in steps}) == 1  # the same ops each step
+    assert [r[3] for r in graphs] == ["command_buffer_1"] * 3
+    assert [r[4] for r in graphs] == [line["runs"].index(step) for step in steps]  # each inside its step
+    for a, b in zip(steps, steps[1:]):
+        assert a[1] + a[2] <= b[1]  # one after the other, not piled on one another
+    for step, graph in zip(steps, graphs):
+        assert (graph[1], graph[2]) == (step[1], step[2])  # the whole step ran in its graph
+    inside = {row[5] for row in line["ops"]}
+    assert inside == {line["runs"].index(g) for g in graphs}  # every op drawn inside its graph's run
+
+
+def test_the_xla_table_gives_each_module_and_instruction_its_share_of_the_device():
+    from tfdevices.verify import PlacementReport
+    from tfdevices.verify.clusters import fusion_times
+
+    report, view = _profile_view("h200_jax_transformer")
+    (module,) = view["xla"]
+    busy = report["busy_us"]["GPU:0"]
+    assert (module["device"], module["module"], module["runs"]) == ("GPU:0", "jit_step", 3)
+    assert module["us"] == pytest.approx(busy) and module["share"] == 1.0 and module["graph_us"] == module["us"]
+    expected = fusion_times(PlacementReport.from_json(json.dumps(report)).ops)
+    shown = module["instructions"]
+    assert len(shown) + module["more"] == len(expected) == 536
+    assert [(i["fusion"], i["runs"]) for i in shown[:5]] == [(f.fusion, f.runs) for f in expected[:5]]
+    assert shown[0]["us"] == pytest.approx(expected[0].us) and shown[0]["share"] == round(expected[0].us / busy, 4)
+    cublas = next(i for i in shown if i["fusion"].startswith("custom-call"))
+    assert "dot_general" in cublas["types"] and cublas["graph"] == "command_buffer_1"
+    _, convnet = _profile_view("h200_jax_convnet")
+    (module,) = convnet["xla"]
+    assert 0 < module["graph_us"] < module["us"]  # the cuDNN convolutions ran outside the command buffers

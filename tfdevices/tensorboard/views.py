@@ -21,7 +21,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfdevices.verify.records import union_length
+from tfdevices.verify.records import XLA_CLUSTER, union_length
 
 __all__ = [
     "busy_us",
@@ -33,6 +33,8 @@ __all__ = [
     "transfer_matrix",
     "critical_path",
     "weight_reads",
+    "xla_runs",
+    "xla_table",
 ]
 
 Report = dict[str, Any]
@@ -265,77 +267,74 @@ def scope_tree(report: Report, *, prepared: _Prepared | None = None) -> dict[str
         ``node_of_op[i]`` is op i's node.
     """
     prep = prepared or _prepare(report)
-    ops, devices, keys, timed = prep.ops, prep.devices, prep.kernel_keys, prep.timed
-    index = {d: i for i, d in enumerate(devices)}
-    tree, node_of = _grow(ops)
-    shares = Counter(k for k, t in zip(keys, timed) if t)  # a fused kernel's time is split among its ops
-    n = len(tree.names)
-    asked, ran, count = [0] * n, [0] * n, [0] * n
-    busy: list[float | None] = [None] * n
-    for node in range(n - 1, -1, -1):  # children have larger ids: they are done first
-        for i in tree.own[node]:
-            op = ops[i]
-            ran[node] |= 1 << index[op.get("device", "?")]
-            if op.get("requested") in index:
-                asked[node] |= 1 << index[op["requested"]]
-            count[node] += 1
-            if timed[i]:
-                busy[node] = (busy[node] or 0.0) + float(op["duration_us"]) / shares[keys[i]]
-        parent = tree.parents[node]
-        if parent >= 0:
-            asked[parent] |= asked[node]
-            ran[parent] |= ran[node]
-            count[parent] += count[node]
-            spent = busy[node]
-            if spent is not None:
-                busy[parent] = (busy[parent] or 0.0) + spent
-    mismatch = [bool(asked[k]) and bool(ran[k] & ~asked[k]) for k in range(n)]
+    index = {d: i for i, d in enumerate(prep.devices)}
+    tree, node_of = _grow(prep.ops)
+    totals = _scope_totals(tree, prep, index)
     masks: dict[int, list[int]] = {}
 
     def devices_in(mask: int) -> list[int]:
         return masks[mask] if mask in masks else masks.setdefault(mask, _indices(mask))
 
     nodes: list[list[Any]] = []
-    new_id = [0] * n
-    stack: list[tuple[Any, int]] = [(item, -1) for item in reversed(_arrange(tree, tree.roots, mismatch))]
+    new_id = [0] * len(tree.names)
+    stack: list[tuple[Any, int]] = [(item, -1) for item in reversed(_arrange(tree, tree.roots, totals.mismatch))]
     while stack:
         item, parent = stack.pop()
         here = len(nodes)
+        members = item.members if isinstance(item, _Series) else [item]
+        a = r = 0
+        for k in members:
+            a, r = a | totals.asked[k], r | totals.ran[k]
+        times = [totals.busy[k] for k in members if totals.busy[k] is not None]
+        name = f"{item.base}_*" if isinstance(item, _Series) else tree.names[item]
+        cell = None if isinstance(item, _Series) else _op_cell(prep.ops, tree.own[item], index)
+        count = sum(totals.count[k] for k in members)
+        mismatch = any(totals.mismatch[k] for k in members)
+        nodes.append([name, parent, count, devices_in(a), devices_in(r), mismatch, sum(times) if times else None, cell])
         if isinstance(item, _Series):
-            members = item.members
-            a = r = 0
-            for k in members:
-                a, r = a | asked[k], r | ran[k]
-            times = [busy[k] for k in members if busy[k] is not None]
-            nodes.append(
-                [
-                    f"{item.base}_*",
-                    parent,
-                    sum(count[k] for k in members),
-                    devices_in(a),
-                    devices_in(r),
-                    any(mismatch[k] for k in members),
-                    sum(times) if times else None,
-                    None,
-                ]
-            )
             stack += [(k, here) for k in reversed(members)]
             continue
         new_id[item] = here
-        nodes.append(
-            [
-                tree.names[item],
-                parent,
-                count[item],
-                devices_in(asked[item]),
-                devices_in(ran[item]),
-                mismatch[item],
-                busy[item],
-                _op_cell(ops, tree.own[item], index),
-            ]
-        )
-        stack += [(kid, here) for kid in reversed(_arrange(tree, tree.children[item], mismatch))]
-    return {"devices": devices, "nodes": nodes, "node_of_op": [new_id[k] for k in node_of]}
+        stack += [(kid, here) for kid in reversed(_arrange(tree, tree.children[item], totals.mismatch))]
+    return {"devices": prep.devices, "nodes": nodes, "node_of_op": [new_id[k] for k in node_of]}
+
+
+@dataclass
+class _Totals:
+    """Each scope node's devices asked for and run on (bit masks), op count, time and mismatch (internal)."""
+
+    asked: list[int]
+    ran: list[int]
+    count: list[int]
+    busy: list[float | None]
+    mismatch: list[bool]
+
+
+def _scope_totals(tree: _Tree, prep: _Prepared, index: dict[str, int]) -> _Totals:
+    """Each node's totals, its ops' and its children's (a fused kernel's time split evenly among its ops)."""
+    ops, keys, timed = prep.ops, prep.kernel_keys, prep.timed
+    shares = Counter(k for k, t in zip(keys, timed) if t)
+    n = len(tree.names)
+    totals = _Totals([0] * n, [0] * n, [0] * n, [None] * n, [])
+    for node in range(n - 1, -1, -1):  # children have larger ids: they are done first
+        for i in tree.own[node]:
+            op = ops[i]
+            totals.ran[node] |= 1 << index[op.get("device", "?")]
+            if op.get("requested") in index:
+                totals.asked[node] |= 1 << index[op["requested"]]
+            totals.count[node] += 1
+            if timed[i]:
+                totals.busy[node] = (totals.busy[node] or 0.0) + float(op["duration_us"]) / shares[keys[i]]
+        parent = tree.parents[node]
+        if parent >= 0:
+            totals.asked[parent] |= totals.asked[node]
+            totals.ran[parent] |= totals.ran[node]
+            totals.count[parent] += totals.count[node]
+            spent = totals.busy[node]
+            if spent is not None:
+                totals.busy[parent] = (totals.busy[parent] or 0.0) + spent
+    totals.mismatch = [bool(totals.asked[k]) and bool(totals.ran[k] & ~totals.asked[k]) for k in range(n)]
+    return totals
 
 
 @dataclass(frozen=True)
@@ -433,10 +432,15 @@ def timeline(
             by default the op's index.
         prepared: the report's indexes already built for another view of it (built here by default).
 
+    Each run of an XLA cluster (a ``jit_compile`` function's, or a module's on a GPU) is one
+    bar with its ops inside it, and inside it each run of a command buffer (:func:`xla_runs`);
+    an op's color is its kernel's (an XLA op's: its type's).
+
     Returns:
         One dict, compact for 10^4 ops,
-        ``{"timed", "lanes", "end", "types", "ops": [[lane, start, duration, node, type index]],
-        "transfers": [[src lane, dst lane, start, duration, tensor]]}``.
+        ``{"timed", "lanes", "end", "types", "ops": [[lane, start, duration, node, type index, run]],
+        "runs": [[lane, start, duration, name, parent, ops]], "transfers": [[src lane, dst lane, start,
+        duration, tensor]]}``; an op's ``run`` is the innermost run it is in (``-1``: none).
     """
     prep = prepared or _prepare(report)
     lanes, ops, transfers = prep.devices, prep.ops, prep.transfers
@@ -445,11 +449,7 @@ def timeline(
     types: dict[str, int] = {}
     rows: list[list[Any]] = []
     placed: dict[tuple[int, str], tuple[float, float]] = {}
-    origin = (
-        min([float(op["start_us"]) for op in ops] + [float(t["start_us"]) for t in transfers if _timed(t)])
-        if timed
-        else 0.0
-    )
+    origin = min(float(r["start_us"]) for r in [*ops, *transfers] if _timed(r)) if timed else 0.0
     cursor: Counter[int] = Counter()
     for i, op in enumerate(ops):
         lane = lane_of[op.get("device", "?")]
@@ -459,18 +459,147 @@ def timeline(
             start, duration = float(cursor[lane]), 1.0
             cursor[lane] += 1
         placed[(int(op.get("call", 0)), op.get("name", ""))] = (start, duration)
-        kernel = op.get("kernel") or op.get("type") or "?"
+        kernel = (op.get("type") if op.get("kernel") == XLA_CLUSTER else op.get("kernel")) or op.get("type") or "?"
         rows.append([lane, start, duration, node_of_op[i] if node_of_op else i, types.setdefault(kernel, len(types))])
-    drawn = []
-    for t in transfers:
-        if timed and _timed(t):
-            start, duration = round(float(t["start_us"]) - origin, 3), float(t["duration_us"])
-        else:  # drawn from the end of the op that produced the tensor, when known
-            made = placed.get((int(t.get("call", 0)), str(t.get("tensor", "")).rsplit(":", 1)[0]))
-            start, duration = (made[0] + made[1], 0.0) if made else (0.0, 0.0)
-        drawn.append([lane_of[t.get("src", "?")], lane_of[t.get("dst", "?")], start, duration, t.get("tensor", "?")])
+    runs, run_of = xla_runs(ops, rows)
+    for row, run in zip(rows, run_of):
+        row.append(run)
+    drawn = [_drawn_transfer(t, lane_of, origin if timed else None, placed) for t in transfers]
     end = max([r[1] + r[2] for r in rows] + [c[2] + c[3] for c in drawn] + [0.0])
-    return {"timed": timed, "lanes": lanes, "end": end, "types": list(types), "ops": rows, "transfers": drawn}
+    return {"timed": timed, "lanes": lanes, "end": end, "types": list(types), "ops": rows, "runs": runs,
+            "transfers": drawn}  # fmt: skip
+
+
+def _drawn_transfer(
+    t: dict[str, Any], lane_of: dict[str, int], origin: float | None, placed: dict[tuple[int, str], tuple[float, float]]
+) -> list[Any]:
+    """A transfer between lanes: at its own time (``origin`` given and it was timed), else from the end of the op
+    that produced its tensor, where known.
+    """
+    if origin is not None and _timed(t):
+        start, duration = round(float(t["start_us"]) - origin, 3), float(t["duration_us"])
+    else:
+        made = placed.get((int(t.get("call", 0)), str(t.get("tensor", "")).rsplit(":", 1)[0]))
+        start, duration = (made[0] + made[1], 0.0) if made else (0.0, 0.0)
+    return [lane_of[t.get("src", "?")], lane_of[t.get("dst", "?")], start, duration, t.get("tensor", "?")]
+
+
+def xla_runs(ops: list[dict[str, Any]], rows: list[list[Any]]) -> tuple[list[list[Any]], list[int]]:
+    """The runs of XLA clusters among ``ops`` placed at ``rows`` (``[lane, start, duration, ...]``), and each op's.
+
+    A cluster's run is its ops of one call on one device (``kernel_name`` the cluster); inside
+    it, a command buffer's run is a stretch of its kernels, in time order, that ran in one
+    graph (``graph``). A run is ``[lane, start, duration, name, parent run (-1: none), ops]``;
+    each op's run is the innermost it is in (``-1`` for an op outside any).
+
+    >>> op = {"kernel": "XlaCluster", "kernel_name": "jit_step", "call": 0, "graph": "command_buffer_1"}
+    >>> xla_runs([op, op, dict(op, graph="")], [[0, 0.0, 2.0], [0, 2.0, 3.0], [0, 6.0, 1.0]])
+    ([[0, 0.0, 7.0, 'jit_step', -1, 3], [0, 0.0, 5.0, 'command_buffer_1', 0, 2]], [1, 1, 0])
+    """
+    runs: list[list[Any]] = []
+    members: dict[tuple[Any, ...], list[int]] = {}
+    for i, op in enumerate(ops):
+        if op.get("kernel") == XLA_CLUSTER:
+            members.setdefault((rows[i][0], op.get("kernel_name"), op.get("call", 0)), []).append(i)
+    run_of = [-1] * len(ops)
+    for (lane, name, _), mine in members.items():
+        parent = len(runs)
+        runs.append(_span(rows, mine, lane, name, -1))
+        stretch: list[int] = []
+        for i in sorted(mine, key=lambda i: rows[i][1]) + [-1]:
+            run_of[i] = parent
+            graph = ops[i].get("graph") if i >= 0 else None
+            if stretch and graph != ops[stretch[0]].get("graph"):
+                for k in stretch:
+                    run_of[k] = len(runs)
+                runs.append(_span(rows, stretch, lane, ops[stretch[0]]["graph"], parent))
+                stretch = []
+            if graph:
+                stretch.append(i)
+    return runs, run_of
+
+
+def _span(rows: list[list[Any]], members: list[int], lane: int, name: str, parent: int) -> list[Any]:
+    start = min(rows[i][1] for i in members)
+    end = max(rows[i][1] + rows[i][2] for i in members)
+    return [lane, start, round(end - start, 3), name, parent, len(members)]
+
+
+#: At most this many instructions of a module travel to the page (the module's figures cover all of them).
+XLA_INSTRUCTIONS_SHOWN = 200
+
+
+def xla_table(report: Report, *, prepared: _Prepared | None = None) -> list[dict[str, Any]]:
+    """Each XLA cluster (on a GPU, a module) on each device, with how much of the device's time it took.
+
+    Its time is the union of its kernels' spans; from a GPU profile, its instructions (fusions and
+    library calls: ``fusion``) each with their kernels' summed time, the longest first, and the
+    part of its time inside command buffers. Shares are of the device's busy time.
+
+    Returns:
+        One row per cluster and device, the longest first: ``{"device", "module", "runs", "us", "share",
+        "graph_us", "instructions": [{"fusion", "graph", "runs", "us", "share", "types"}], "more"}``: at most
+        :data:`XLA_INSTRUCTIONS_SHOWN` instructions, ``more`` the others' count; ``us`` ``None`` when untimed.
+
+    >>> run = {"kernel": "XlaCluster", "kernel_name": "jit_step", "device": "GPU:0", "call": 0, "graph": ""}
+    >>> ops = [dict(run, type="dot", fusion="custom-call.1", start_us=0.0, duration_us=3.0),
+    ...        dict(run, type="add", fusion="fusion.2", start_us=3.0, duration_us=1.0)]
+    >>> [(r["module"], r["us"], r["share"], [i["fusion"] for i in r["instructions"]])
+    ...  for r in xla_table({"ops": ops, "busy_us": {"GPU:0": 8.0}})]
+    [('jit_step', 4.0, 0.5, ['custom-call.1', 'fusion.2'])]
+    """
+    prep = prepared or _prepare(report)
+    modules: dict[tuple[str, str], dict[tuple[Any, ...], dict[str, Any]]] = {}  # -> kernel run -> its ops
+    for op, key, timed in zip(prep.ops, prep.kernel_keys, prep.timed):
+        if op.get("kernel") == XLA_CLUSTER:
+            run = modules.setdefault((op.get("device", "?"), op.get("kernel_name", "?")), {}).setdefault(key, {})
+            run.setdefault("op", op)
+            run.setdefault("types", {})[op.get("type", "?")] = None
+            run["timed"] = timed
+    rows = [_xla_row(device, module, runs, prep.busy.get(device)) for (device, module), runs in modules.items()]
+    return sorted(rows, key=lambda r: (-(r["us"] or 0.0), r["device"], r["module"]))
+
+
+def _xla_row(device: str, module: str, runs: dict[Any, dict[str, Any]], busy: float | None) -> dict[str, Any]:
+    """One cluster's row of :func:`xla_table` from its kernel runs (each ``{"op", "types", "timed"}``)."""
+    spans = [_op_span(run["op"]) for run in runs.values() if run["timed"]]
+    in_graphs = [_op_span(run["op"]) for run in runs.values() if run["timed"] and run["op"].get("graph")]
+    by_fusion: dict[str, dict[str, Any]] = {}
+    for run in runs.values():
+        op = run["op"]
+        if not op.get("fusion"):
+            continue
+        row = by_fusion.setdefault(op["fusion"], {"fusion": op["fusion"], "graph": op.get("graph", ""), "runs": 0})
+        row["runs"] += 1
+        row.setdefault("types", {}).update(run["types"])
+        if run["timed"]:
+            row["us"] = row.get("us", 0.0) + float(op["duration_us"])
+    listed = sorted(by_fusion.values(), key=lambda r: (-r.get("us", 0.0), r["fusion"]))
+    for row in listed:
+        row["us"] = row.get("us")
+        row["share"] = _of(row["us"], busy)
+        row["types"] = list(row["types"])
+    us = union_length(spans) if spans else None
+    return {
+        "device": device,
+        "module": module,
+        "runs": len({key[1] for key in runs}),
+        "us": us,
+        "share": _of(us, busy),
+        "graph_us": union_length(in_graphs) if in_graphs else None,
+        "instructions": listed[:XLA_INSTRUCTIONS_SHOWN],
+        "more": max(0, len(listed) - XLA_INSTRUCTIONS_SHOWN),
+    }
+
+
+def _op_span(op: dict[str, Any]) -> tuple[float, float]:
+    start = float(op["start_us"])
+    return start, start + float(op["duration_us"])
+
+
+def _of(us: float | None, busy: float | None) -> float | None:
+    """``us`` as a share of ``busy`` (``None`` when either is unknown)."""
+    return None if us is None or not busy else round(us / busy, 4)
 
 
 # ----------------------------------------------------------------------------- where the time went
@@ -503,44 +632,63 @@ def critical_path(report: Report, *, prepared: _Prepared | None = None) -> dict[
     >>> [e[1] for e in path["events"]], path["us"], path["by_device"], path["transfers_us"]
     (['a', 'a:0', 'b'], 30.0, {'CPU:0': 10.0, 'CPU:1': 18.0}, 2.0)
     """
-    prep = prepared or _prepare(report)
-    events: list[tuple[float, float, str, str, str, str]] = []  # (end, start, kind, name, waits on, lane)
-    seen: set[tuple[Any, ...]] = set()
-    for op, key, timed in zip(prep.ops, prep.kernel_keys, prep.timed):
-        if timed and key not in seen:  # a fused kernel once
-            seen.add(key)
-            start, device = float(op["start_us"]), str(op.get("device", "?"))
-            events.append(
-                (
-                    start + float(op["duration_us"]),
-                    start,
-                    "kernel",
-                    str(op.get("kernel_name") or op.get("name", "?")),
-                    device,
-                    device,
-                )
-            )
-    for t in prep.transfers:
-        if _timed(t):
-            start = float(t["start_us"])
-            events.append(
-                (
-                    start + float(t["duration_us"]),
-                    start,
-                    "transfer",
-                    str(t.get("tensor", "?")),
-                    str(t.get("src", "?")),
-                    f"{t.get('src', '?')} -> {t.get('dst', '?')}",
-                )
-            )
+    events = _timed_events(prepared or _prepare(report))
     if not events:
         return {"us": None, "events": [], "count": 0, "by_device": {}, "transfers_us": None}
+    path = _path_back(events)
+    by_device: dict[str, float] = {}
+    transfers = 0.0
+    for i in path:
+        end, start, kind, _, waits_on, _ = events[i]
+        if kind == "kernel":
+            by_device[waits_on] = by_device.get(waits_on, 0.0) + end - start
+        else:
+            transfers += end - start
+    shown = [
+        [events[i][2], events[i][3], events[i][5], events[i][1], events[i][0] - events[i][1]]
+        for i in path[-CRITICAL_EVENTS_SHOWN:]
+    ]
+    return {
+        "us": events[path[-1]][0] - events[path[0]][1],
+        "events": shown,
+        "count": len(path),
+        "by_device": dict(sorted(by_device.items())),
+        "transfers_us": transfers,
+    }
+
+
+#: One event of the timeline as the critical path reads it: ``(end, start, kind, name, waits on, lane)``.
+_Event = tuple[float, float, str, str, str, str]
+
+
+def _timed_events(prep: _Prepared) -> list[_Event]:
+    """Each timed kernel (a fused kernel once) and transfer: what it waits on is its device, or its source's."""
+    events: list[_Event] = []
+    seen: set[tuple[Any, ...]] = set()
+    for op, key, timed in zip(prep.ops, prep.kernel_keys, prep.timed):
+        if timed and key not in seen:
+            seen.add(key)
+            start, device = float(op["start_us"]), str(op.get("device", "?"))
+            name = str(op.get("kernel_name") or op.get("name", "?")) + (f" {op['fusion']}" if op.get("fusion") else "")
+            events.append((start + float(op["duration_us"]), start, "kernel", name, device, device))
+    for t in prep.transfers:
+        if _timed(t):
+            start, src = float(t["start_us"]), str(t.get("src", "?"))
+            lane = f"{src} -> {t.get('dst', '?')}"
+            events.append((start + float(t["duration_us"]), start, "transfer", str(t.get("tensor", "?")), src, lane))
+    return events
+
+
+def _path_back(events: list[_Event]) -> list[int]:
+    """From the event that ends last, back through what each waited on (ended last before it started, where it
+    waits); the path in time order.
+    """
     arrivals: dict[str, list[tuple[float, float, int]]] = {}  # device -> (end, start, event) of what it waits on
     for i, (end, start, kind, _, waits_on, lane) in enumerate(events):
         device = waits_on if kind == "kernel" else lane.rpartition(" -> ")[2]
         arrivals.setdefault(device, []).append((end, start, i))
-    ends = {d: [a[0] for a in sorted(v)] for d, v in arrivals.items()}
     order = {d: sorted(v) for d, v in arrivals.items()}
+    ends = {d: [a[0] for a in v] for d, v in order.items()}
     path = [max(range(len(events)), key=lambda i: (events[i][0], -events[i][1]))]
     while True:
         _, start, _, _, waits_on, _ = events[path[-1]]
@@ -551,26 +699,7 @@ def critical_path(report: Report, *, prepared: _Prepared | None = None) -> dict[
             break
         path.append(order[waits_on][at][2])
     path.reverse()
-    by_device: dict[str, float] = {}
-    transfers = 0.0
-    for i in path:
-        end, start, kind, _, waits_on, _ = events[i]
-        if kind == "kernel":
-            by_device[waits_on] = by_device.get(waits_on, 0.0) + end - start
-        else:
-            transfers += end - start
-    first, last = events[path[0]], events[path[-1]]
-    shown = [
-        [events[i][2], events[i][3], events[i][5], events[i][1], events[i][0] - events[i][1]]
-        for i in path[-CRITICAL_EVENTS_SHOWN:]
-    ]
-    return {
-        "us": last[0] - first[1],
-        "events": shown,
-        "count": len(path),
-        "by_device": dict(sorted(by_device.items())),
-        "transfers_us": transfers,
-    }
+    return path
 
 
 def _memory_of(memory: dict[str, dict[str, float]], device: str) -> dict[str, float] | None:
@@ -607,6 +736,7 @@ def dashboard_view(report: Report, memory: dict[str, dict[str, float]] | None = 
         "weights": weight_reads(report),
         "timeline": line,
         "critical_path": critical_path(report, prepared=prep),
+        "xla": xla_table(report, prepared=prep),
     }
 
 

@@ -166,7 +166,7 @@ async function show(entry, step) {
   state.expanded = initialExpansion(state.tree);
   state.query = '';
   view.replaceChildren(noteList, changes, devices(state.view), matrix(state.view.matrix),
-                       timelineSection(state.view.timeline),
+                       timelineSection(state.view.timeline), xlaSection(state.view.xla),
                        criticalPath(state.view.critical_path), layers(state.tree), weights(state.view.weights),
                        diffSection());
   drawTimeline();
@@ -369,6 +369,37 @@ function criticalPath(path) {
                                   `${shares.join(', ')}; the longest on it:`}), list);
 }
 
+// ----------------------------------------------------------------------------- XLA: clusters, modules, instructions
+
+function percent(share) { return share === null || share === undefined ? '—' : `${(100 * share).toFixed(1)}%`; }
+
+// One card per XLA cluster (a module on a GPU): its runs, its time and share of the device; its instructions.
+function xlaSection(rows) {
+  const title = 'XLA: compiled clusters and modules, and how much of the device\'s time each took';
+  if (!rows || !rows.length) return '';
+  return section('xla', title, ...rows.map((m) => {
+    const inGraphs = m.graph_us ? `; ${percent(m.graph_us / m.us)} of it inside command buffers (CUDA graphs)` : '';
+    const head = el('p', {class: 'xla-module', 'data-module': m.module, 'data-device': m.device},
+      el('b', {text: m.module}), ` on ${m.device}: ${m.runs} run(s), ${formatUs(m.us)}, ` +
+      `${percent(m.share)} of ${m.device}'s busy time${inGraphs}`);
+    if (!m.instructions.length) return el('div', {class: 'xla-card'}, head);
+    const list = virtualList('xla-instructions', Math.min(330, ROW * m.instructions.length + 2));
+    list.renderRow = (i) => el('div', {class: 'row xla', 'data-fusion': i.fusion},
+      el('code', {class: 'name', text: i.fusion}), el('span', {class: 'graph', text: i.graph || '—'}),
+      el('span', {class: 'runs', text: `${i.runs}×`}), el('span', {class: 'time', text: formatUs(i.us)}),
+      el('span', {class: 'share'}, el('span', {class: 'share-bar', style: `width:${Math.round(100 * (i.share || 0))}%`}),
+         el('span', {class: 'share-text', text: percent(i.share)})),
+      el('span', {class: 'types', text: i.types.join(', ')}));
+    queueMicrotask(() => list.set(m.instructions));
+    const more = m.more ? el('p', {class: 'hint', text: `… and ${m.more} shorter instruction(s) not listed`}) : '';
+    const header = el('div', {class: 'row xla head'}, el('span', {class: 'name', text: 'instruction (fusion or call)'}),
+      el('span', {class: 'graph', text: 'command buffer'}), el('span', {class: 'runs', text: 'runs'}),
+      el('span', {class: 'time', text: 'time'}), el('span', {class: 'share', text: `of ${m.device}'s busy time`}),
+      el('span', {class: 'types', text: 'op types it came from'}));
+    return el('div', {class: 'xla-card'}, head, header, list.outer, more);
+  }));
+}
+
 // ----------------------------------------------------------------------------- weights read across devices
 
 function weights(rows) {
@@ -393,7 +424,8 @@ let zoom = 1;
 
 function timelineSection(line) {
   const canvas = el('canvas', {id: 'timeline-canvas', 'data-lanes': line.lanes.join(','),
-                               'data-ops': line.ops.length, 'data-transfers': line.transfers.length});
+                               'data-ops': line.ops.length, 'data-transfers': line.transfers.length,
+                               'data-runs': (line.runs || []).length});
   const tip = el('div', {id: 'timeline-tip', class: 'tip'});
   const scroller = el('div', {class: 'timeline-scroll'}, canvas);
   canvas.addEventListener('mousemove', (event) => hover(event, canvas, tip));
@@ -410,6 +442,8 @@ function timelineSection(line) {
   }, {passive: false});
   const note = (line.timed ? 'time from the first op; orange lines are transfers between devices'
                            : 'this report has no op times: ops are shown in execution order') +
+               ((line.runs || []).length ? '; a framed bar is one run of a compiled XLA step, its ops inside it ' +
+                                           '(a dark band along its top: inside a command buffer, a CUDA graph)' : '') +
                '; ctrl + wheel zooms';
   return section('timeline', 'Timeline of the step',
     el('div', {class: 'toolbar'},
@@ -445,10 +479,29 @@ function drawTimeline() {
     g.font = '12px sans-serif';
     g.fillText(name, 6, i * LANE + LANE / 2 + 4);
   });
-  for (const [lane, start, duration, , type] of line.ops) {  // whole pixels, 2 at least: short ops stay visible
+  for (const [lane, start, duration, , parent] of line.runs || []) {  // a compiled step: one bar, its ops inside
     const left = Math.floor(x(start));
+    const wide = Math.max(4, Math.round(x(start + duration)) - left);  // steps back to back still show apart
+    if (parent < 0) {
+      g.fillStyle = '#e3e9f3';
+      g.fillRect(left, lane * LANE + 2, wide - 1, LANE - 4);
+      g.strokeStyle = '#4e79a7';
+      g.lineWidth = 1;
+      g.strokeRect(left + 0.5, lane * LANE + 2.5, wide - 2, LANE - 5);
+    } else {  // a command buffer's run inside it: a dark band along its top
+      g.fillStyle = '#333';
+      g.fillRect(left + 2, lane * LANE + 4, wide - 4, 3);
+    }
+  }
+  let last = null;
+  for (const [lane, start, duration, , type, run] of line.ops) {  // whole pixels, 2 at least: short ops stay visible
+    if (last && last[0] === lane && last[1] === start && last[2] === duration) continue;  // one kernel's ops: once
+    last = [lane, start, duration];
+    const left = Math.floor(x(start));
+    const inside = run !== undefined && run >= 0;
     g.fillStyle = colorOf(type);
-    g.fillRect(left, lane * LANE + 5, Math.max(2, Math.round(x(start + duration)) - left), LANE - 10);
+    g.fillRect(left, lane * LANE + (inside ? 9 : 5), Math.max(2, Math.round(x(start + duration)) - left),
+               inside ? LANE - 15 : LANE - 10);
   }
   g.strokeStyle = '#f28e2b';
   g.lineWidth = 1.5;
@@ -477,8 +530,24 @@ function hover(event, canvas, tip) {
   const t = (px - LABEL) * span / (width - LABEL - 8);
   const slack = 3 * span / (width - LABEL - 8);
   const hit = line.ops.find(([l, start, duration]) => l === lane && start - slack <= t && t <= start + duration + slack);
-  tip.textContent = hit ? `${line.lanes[lane]} · ${state.tree.pathOf(hit[3])} (${line.types[hit[4]]}) · ` +
-                          `${line.timed ? formatUs(hit[2]) : 'no time recorded'}` : '';
+  tip.textContent = hit ? describeHit(line, hit) : '';
+}
+
+// What the pointer is on: the op (every op of its kernel), and the compiled step and command buffer it ran in.
+function describeHit(line, hit) {
+  const [lane, start, duration, node, type, run] = hit;
+  const time = line.timed ? formatUs(duration) : 'no time recorded';
+  if (run === undefined || run < 0) {
+    return `${line.lanes[lane]} · ${state.tree.pathOf(node)} (${line.types[type]}) · ${time}`;
+  }
+  const same = line.ops.filter((o) => o[0] === lane && o[1] === start && o[2] === duration && o[5] === run);
+  const names = same.slice(0, 6).map((o) => `${state.tree.pathOf(o[3])} (${line.types[o[4]]})`).join(', ') +
+                (same.length > 6 ? `, … ${same.length - 6} more` : '');
+  const inner = line.runs[run];
+  const step = inner[4] >= 0 ? line.runs[inner[4]] : inner;
+  const graph = inner[4] >= 0 ? ` in command buffer ${inner[3]}` : '';
+  return `${line.lanes[lane]} · XLA ${step[3]} (a run of ${step[5]} ops, ${formatUs(step[2])})${graph} · ` +
+         `${same.length} op(s) of one kernel: ${names} · ${time}`;
 }
 
 // ----------------------------------------------------------------------------- diff
