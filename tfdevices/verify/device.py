@@ -243,12 +243,15 @@ class _Ids:
     program: int = -1
     graph: int = -1
     node: int = -1
+    roles: dict[int, int] = field(default_factory=dict)  # stat id -> what a stream's event reads it as (_ROLES)
 
     @classmethod
     def of(cls, plane: Any) -> _Ids:
         names = {key: meta.name for key, meta in plane.stat_metadata.items()}
         by_name = {name: key for key, name in names.items()}
         annotations = {by_name[n]: i for i, n in enumerate(_ANNOTATIONS) if n in by_name}
+        roles = {by_name[n]: role for role, n in enumerate(_ROLES) if n in by_name}
+        roles.update({key: _ANNOTATION + preference for key, preference in annotations.items()})
         return cls(
             annotations,
             by_name.get("kernel_details", -1),
@@ -261,6 +264,7 @@ class _Ids:
             by_name.get("program_id", -1),
             by_name.get("cuda_graph_id", -1),
             by_name.get("cuda_graph_node_id", -1),
+            roles,
         )
 
     def text(self, stat: Any) -> str:
@@ -309,36 +313,46 @@ def _read_ops_line(line: Any, events: Any, ids: _Ids, out: list[GpuOp]) -> None:
         out.append(GpuOp(op, op_type, start, start + event.duration_ps, event.duration_ps, (), group))
 
 
+#: The stats a stream's event is read for, by role (an index here); annotations are ``_ANNOTATION + preference``.
+_ROLES = (
+    "kernel_details",
+    "memcpy_details",
+    "group_id",
+    "correlation_id",
+    "hlo_module",
+    "hlo_op",
+    "program_id",
+    "cuda_graph_id",
+    "cuda_graph_node_id",
+)
+_DETAILS, _MEMCPY, _GROUP, _CORRELATION, _MODULE, _FUSION = range(6)
+_TEXTS = frozenset({_MEMCPY, _MODULE, _FUSION})
+_ANNOTATION = 16
+
+
 def _read_stream(line: Any, line_name: str, events: Any, ids: _Ids, gpu: GpuPlane) -> None:
-    """Reads one stream's kernels and copies."""
+    """Reads one stream's kernels and copies: each event's stats by their role (:data:`_ROLES`), the rest skipped."""
     base = line.timestamp_ns * 1000
+    roles, shown = ids.roles, {key: meta.display_name or meta.name for key, meta in events.items()}
     for event in line.events:
-        annotation, rank, details, memcpy, group, correlation = "", len(_ANNOTATIONS), False, None, -1, -1
-        module, fusion, program, graph, node = "", "", -1, -1, -1
+        # details, memcpy, group, correlation, module, fusion (hlo_op), program, graph, node
+        v: list[Any] = [False, None, -1, -1, "", "", -1, -1, -1]
+        annotation, rank = "", len(_ANNOTATIONS)
         for stat in event.stats:
-            key = stat.metadata_id
-            if key in ids.annotations and ids.annotations[key] < rank:
-                annotation, rank = ids.text(stat), ids.annotations[key]
-            elif key == ids.kernel_details:
-                details = True
-            elif key == ids.memcpy_details:
-                memcpy = ids.text(stat)
-            elif key == ids.group:
-                group = stat.int64_value or stat.uint64_value
-            elif key == ids.correlation:
-                correlation = stat.uint64_value or stat.int64_value
-            elif key == ids.module:
-                module = ids.text(stat)
-            elif key == ids.fusion:
-                fusion = ids.text(stat)
-            elif key == ids.program:
-                program = stat.int64_value or stat.uint64_value
-            elif key == ids.graph:
-                graph = stat.int64_value or stat.uint64_value
-            elif key == ids.node:
-                node = stat.int64_value or stat.uint64_value
-        meta = events.get(event.metadata_id)
-        name = (meta.display_name or meta.name) if meta is not None else ""
+            role = roles.get(stat.metadata_id)
+            if role is None:
+                continue
+            if role >= _ANNOTATION:
+                if role - _ANNOTATION < rank:
+                    annotation, rank = ids.text(stat), role - _ANNOTATION
+            elif role in _TEXTS:
+                v[role] = ids.text(stat)
+            elif role == _DETAILS:
+                v[role] = True
+            else:
+                v[role] = stat.int64_value or stat.uint64_value
+        details, memcpy, group, correlation, module, fusion, program, graph, node = v
+        name = shown.get(event.metadata_id, "")
         start = base + event.offset_ps
         end = start + event.duration_ps
         kind = _copy_kind(name, line_name, memcpy)

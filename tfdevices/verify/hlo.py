@@ -186,7 +186,6 @@ class HloModule:
 
     Attributes:
         name: the module's name.
-        ops: each instruction -> the ops it came from.
         sequences: each computation that runs (the entry, loop bodies ...) -> its commands in order.
         where: each command -> ``(its computation, its index in that computation's commands)``.
         position: each instruction of a running computation -> its step in the entry's order (an
@@ -194,20 +193,57 @@ class HloModule:
         made_for: the commands that name no op of their own (XLA made them), counted under the
             ops that use their output.
         scheduled: whether the order is the module's schedule (else its instructions' own order).
+        memo: what a reader worked out from the module once, by its own keys (one graph run's
+            kernels placed, one instruction's ops and step: a step's kernels repeat every step).
     """
 
     name: str
-    ops: dict[str, tuple[Origin, ...]] = field(default_factory=dict)
     sequences: dict[str, tuple[Command, ...]] = field(default_factory=dict)
     where: dict[str, tuple[str, int]] = field(default_factory=dict)
     position: dict[str, int] = field(default_factory=dict)
     made_for: set[str] = field(default_factory=set)
     scheduled: bool = False
+    memo: dict[Any, Any] = field(default_factory=dict)
+    _instructions: dict[str, Any] = field(default_factory=dict)  # every computation's, by name (read bounded)
+    _computations: dict[int, Any] = field(default_factory=dict)
+    _ops: dict[str, tuple[Origin, ...]] = field(default_factory=dict)  # instruction -> its ops, when first asked
+    _below: dict[int, tuple[Origin, ...]] = field(default_factory=dict)  # computation -> the ops it holds
     _kernels: dict[str, str] | None = None  # kernel name -> instruction, made when first asked for
 
+    def knows(self, instruction: str) -> bool:
+        """Whether the module has an instruction of that name."""
+        return instruction in self._instructions
+
     def ops_of(self, instruction: str) -> tuple[Origin, ...]:
-        """The ops ``instruction`` came from (``()`` for none)."""
-        return self.ops.get(instruction, ())
+        """The ops ``instruction`` came from (``()`` for none): its own ``metadata.op_name`` and those of the
+        computations it calls (a fusion's), or, for one XLA made, those that use its output.
+        """
+        found = self._ops.get(instruction)
+        if found is None:
+            inst = self._instructions.get(instruction)
+            found = self._ops[instruction] = () if inst is None else self._origins(inst)
+        return found
+
+    def _origins(self, inst: Any) -> tuple[Origin, ...]:
+        found = dict.fromkeys(_own(inst))
+        found.update(dict.fromkeys(self._called(inst.called_computation_ids, frozenset())))
+        return tuple(found)
+
+    def _called(self, ids: Any, path: frozenset[int]) -> list[Origin]:
+        """The ops the computations ``ids`` hold (each once per module), followed :data:`MAX_CALL_DEPTH` deep."""
+        out: list[Origin] = []
+        for cid in ids:
+            if cid in path or cid not in self._computations or len(path) >= MAX_CALL_DEPTH:
+                continue
+            if cid not in self._below:
+                found: dict[Origin, None] = {}
+                for inner in self._computations[cid].instructions:
+                    found.update(dict.fromkeys(_own(inner)))
+                    if inner.called_computation_ids:
+                        found.update(dict.fromkeys(self._called(inner.called_computation_ids, path | {cid})))
+                self._below[cid] = tuple(found)
+            out += self._below[cid]
+        return out
 
     def instruction_of(self, kernel: str) -> str:
         """The instruction a kernel is named after (``input_reduce_fusion_3`` -> ``input_reduce_fusion.3``), or ``""``.
@@ -217,7 +253,7 @@ class HloModule:
         """
         if self._kernels is None:
             self._kernels = {}
-            for name in (*self.where, *self.ops):
+            for name in (*self.where, *self._instructions):
                 self._kernels.setdefault(name.replace(".", "_"), name)
         return self._kernels.get(kernel, "")
 
@@ -293,40 +329,22 @@ class HloModules:
             self.unread.append(f"{event} (not an HLO proto: {str(err)[:80]})")
             return None
         module = HloModule(proto.name)
-        computations = {c.id: c for c in proto.computations}
-        _origins(module, proto, computations)
-        _program(module, proto, computations)
+        _instructions(module, proto)
+        _program(module, proto, module._computations)
         _made_for(module, proto)
         return module
 
 
-def _origins(module: HloModule, proto: Any, computations: dict[int, Any]) -> None:
-    """Each instruction's ops: its own ``metadata.op_name`` and those of the computations it calls (fusions)."""
-    below: dict[int, tuple[Origin, ...]] = {}
+def _instructions(module: HloModule, proto: Any) -> None:
+    """The module's computations and instructions by name: at most :data:`MAX_INSTRUCTIONS`, the rest not read."""
     seen = 0
-
-    def called(ids: Any, path: frozenset[int]) -> list[Origin]:
-        out: list[Origin] = []
-        for cid in ids:
-            if cid in path or cid not in computations or len(path) >= MAX_CALL_DEPTH:
-                continue
-            if cid not in below:
-                found: dict[Origin, None] = {}
-                for inner in computations[cid].instructions[: MAX_INSTRUCTIONS - seen]:
-                    found.update(dict.fromkeys(_own(inner)))
-                    found.update(dict.fromkeys(called(inner.called_computation_ids, path | {cid})))
-                below[cid] = tuple(found)
-            out += below[cid]
-        return out
-
     for computation in proto.computations:
+        seen += len(computation.instructions)
+        if seen > MAX_INSTRUCTIONS:
+            return
+        module._computations[computation.id] = computation
         for inst in computation.instructions:
-            seen += 1
-            if seen > MAX_INSTRUCTIONS:
-                return
-            origins = dict.fromkeys(_own(inst))
-            origins.update(dict.fromkeys(called(inst.called_computation_ids, frozenset())))
-            module.ops[inst.name] = tuple(origins)
+            module._instructions[inst.name] = inst
 
 
 def _own(inst: Any) -> tuple[Origin, ...]:
@@ -377,7 +395,7 @@ def _program(module: HloModule, proto: Any, computations: dict[int, Any]) -> Non
 
 def _made_for(module: HloModule, proto: Any) -> None:
     """Commands that name no op (XLA made them: a constant it materialised) take the ops that use their output."""
-    bare = {name for name in module.where if not module.ops.get(name)}
+    bare = {name for name in module.where if not module.ops_of(name)}
     for computation in proto.computations:
         if not bare or computation.name not in module.sequences:
             continue
@@ -391,7 +409,7 @@ def _made_for(module: HloModule, proto: Any) -> None:
         for inst in mine:
             found = _users_ops(users, inst)
             if found:
-                module.ops[inst.name] = found
+                module._ops[inst.name] = found
                 module.made_for.add(inst.name)
 
 

@@ -27,7 +27,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from tfdevices.verify.command_buffers import Placed, Untied, place_run
+from tfdevices.verify.command_buffers import Untied, place_run
 from tfdevices.verify.device import GpuKernel, GpuPlane, nccl_primitive
 from tfdevices.verify.hlo import HloModule, HloModules, Launch, Origin
 from tfdevices.verify.records import XLA_CLUSTER, OpPlacement, XlaOpPlacement, _us
@@ -109,7 +109,7 @@ def _tie_all(kernels: list[GpuKernel], modules: HloModules) -> list[_Tie]:
             ties[i] = _Tie("", ())
         elif module is None:
             ties[i] = _Tie(k.fusion or k.name, (), "", _NO_HLO)
-        elif k.fusion in module.ops:
+        elif module.knows(k.fusion):
             ties[i] = _tied(module, (k.fusion,), "", by_order=True)
         elif k.fusion or k.graph >= 0:  # a command buffer's kernel: hlo_op names the graph
             graphs.setdefault((k.module, k.program, k.fusion or f"CUDA graph {k.graph}", k.graph), (module, []))[
@@ -117,15 +117,14 @@ def _tie_all(kernels: list[GpuKernel], modules: HloModules) -> list[_Tie]:
             ].append(i)
         else:
             ties[i] = _by_name(module, k, "", "")
-    placed: dict[tuple[int, tuple[str, ...]], Placed] = {}  # a graph's runs repeat: each distinct run read once
     for (_, _, graph, _), (module, members) in graphs.items():
         for run in _runs(kernels, members):
             names = tuple(kernels[i].name for i in run)
-            key = (id(module), names)
-            if key not in placed:
-                placed[key] = place_run(names, module)
-            for i, instructions in zip(run, placed[key].instructions):
-                ties[i] = _graph_tie(module, kernels[i], instructions, graph, placed[key].cause)
+            placed = module.memo.get(("placed", names))  # a graph's runs repeat: each distinct run read once
+            if placed is None:
+                placed = module.memo[("placed", names)] = place_run(names, module)
+            for i, instructions in zip(run, placed.instructions):
+                ties[i] = _graph_tie(module, kernels[i], instructions, graph, placed.cause)
     return [tie or _Tie("", ()) for tie in ties]
 
 
@@ -152,12 +151,18 @@ def _runs(kernels: list[GpuKernel], members: list[int]) -> list[list[int]]:
 
 
 def _tied(module: HloModule, instructions: tuple[str, ...], graph: str, *, by_order: bool) -> _Tie:
-    found: dict[Origin, None] = {}
-    for instruction in instructions:
-        found.update(dict.fromkeys(module.ops_of(instruction)))
-    position = module.position.get(instructions[0], -1) if by_order else -1
-    made_for = any(instruction in module.made_for for instruction in instructions)
-    return _Tie(", ".join(instructions), tuple(found), graph, "" if found else _NO_OP, position, made_for)
+    """The tie of a kernel of ``instructions`` (worked out once per module: a step's kernels repeat every step)."""
+    key = ("tie", instructions, graph, by_order)
+    tie: _Tie | None = module.memo.get(key)
+    if tie is None:
+        found: dict[Origin, None] = {}
+        for instruction in instructions:
+            found.update(dict.fromkeys(module.ops_of(instruction)))
+        position = module.position.get(instructions[0], -1) if by_order else -1
+        made_for = any(instruction in module.made_for for instruction in instructions)
+        tie = _Tie(", ".join(instructions), tuple(found), graph, "" if found else _NO_OP, position, made_for)
+        module.memo[key] = tie
+    return tie
 
 
 def _by_name(module: HloModule, kernel: GpuKernel, graph: str, why: str) -> _Tie:
