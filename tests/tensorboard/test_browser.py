@@ -309,7 +309,7 @@ def test_a_command_buffer_profiles_steps_are_three_bars_with_their_ops_inside(br
         _in_frame("doc.querySelector('.xla-module') && doc.querySelector('.xla-module').textContent")
     )
     busy = report.busy_us["GPU:0"]
-    assert module.startswith("jit_step on GPU:0: 3 run(s), ") and "100.0% of GPU:0's busy time" in module, module
+    assert module.startswith("jit_step on GPU:0: 3 run(s) (1608 kernel runs), ") and "100.0% of GPU:0's busy" in module
     assert "100.0% of it inside command buffers" in module, module
     first = browser.wait_for(_in_frame("doc.querySelector('.row.xla[data-fusion]')?.dataset.fusion"))
     top = fusion_times(report.ops)[0]

@@ -339,7 +339,7 @@ def test_the_xla_table_gives_each_module_and_instruction_its_share_of_the_device
     report, view = _profile_view("h200_jax_transformer")
     (module,) = view["xla"]
     busy = report["busy_us"]["GPU:0"]
-    assert (module["device"], module["module"], module["runs"]) == ("GPU:0", "jit_step", 3)
+    assert (module["device"], module["module"], module["runs"], module["kernel_runs"]) == ("GPU:0", "jit_step", 3, 1608)
     assert module["us"] == pytest.approx(busy) and module["share"] == 1.0 and module["graph_us"] == module["us"]
     expected = fusion_times(PlacementReport.from_json(json.dumps(report)).ops)
     shown = module["instructions"]

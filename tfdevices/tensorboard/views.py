@@ -537,9 +537,10 @@ def xla_table(report: Report, *, prepared: _Prepared | None = None) -> list[dict
     part of its time inside command buffers. Shares are of the device's busy time.
 
     Returns:
-        One row per cluster and device, the longest first: ``{"device", "module", "runs", "us", "share",
-        "graph_us", "instructions": [{"fusion", "graph", "runs", "us", "share", "types"}], "more"}``: at most
-        :data:`XLA_INSTRUCTIONS_SHOWN` instructions, ``more`` the others' count; ``us`` ``None`` when untimed.
+        One row per cluster and device, the longest first: ``{"device", "module", "runs" (its calls),
+        "kernel_runs", "us", "share", "graph_us", "instructions": [{"fusion", "graph", "runs", "us", "share",
+        "types"}], "more"}``: at most :data:`XLA_INSTRUCTIONS_SHOWN` instructions, ``more`` the others' count;
+        ``us`` ``None`` when untimed.
 
     >>> run = {"kernel": "XlaCluster", "kernel_name": "jit_step", "device": "GPU:0", "call": 0, "graph": ""}
     >>> ops = [dict(run, type="dot", fusion="custom-call.1", start_us=0.0, duration_us=3.0),
@@ -584,6 +585,7 @@ def _xla_row(device: str, module: str, runs: dict[Any, dict[str, Any]], busy: fl
         "device": device,
         "module": module,
         "runs": len({key[1] for key in runs}),
+        "kernel_runs": len(runs),
         "us": us,
         "share": _of(us, busy),
         "graph_us": union_length(in_graphs) if in_graphs else None,

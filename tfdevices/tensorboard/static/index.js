@@ -380,19 +380,21 @@ function xlaSection(rows) {
   return section('xla', title, ...rows.map((m) => {
     const inGraphs = m.graph_us ? `; ${percent(m.graph_us / m.us)} of it inside command buffers (CUDA graphs)` : '';
     const head = el('p', {class: 'xla-module', 'data-module': m.module, 'data-device': m.device},
-      el('b', {text: m.module}), ` on ${m.device}: ${m.runs} run(s), ${formatUs(m.us)}, ` +
-      `${percent(m.share)} of ${m.device}'s busy time${inGraphs}`);
+      el('b', {text: m.module}), ` on ${m.device}: ${m.runs} run(s) (${m.kernel_runs} kernel runs), ` +
+      `${formatUs(m.us)}, ${percent(m.share)} of ${m.device}'s busy time${inGraphs}`);
     if (!m.instructions.length) return el('div', {class: 'xla-card'}, head);
     const list = virtualList('xla-instructions', Math.min(330, ROW * m.instructions.length + 2));
     list.renderRow = (i) => el('div', {class: 'row xla', 'data-fusion': i.fusion},
       el('code', {class: 'name', text: i.fusion}), el('span', {class: 'graph', text: i.graph || '—'}),
       el('span', {class: 'runs', text: `${i.runs}×`}), el('span', {class: 'time', text: formatUs(i.us)}),
-      el('span', {class: 'share'}, el('span', {class: 'share-bar', style: `width:${Math.round(100 * (i.share || 0))}%`}),
+      el('span', {class: 'share'},
+         el('span', {class: 'share-bar', style: `width:${Math.round(100 * (i.share || 0))}%`}),
          el('span', {class: 'share-text', text: percent(i.share)})),
       el('span', {class: 'types', text: i.types.join(', ')}));
     queueMicrotask(() => list.set(m.instructions));
     const more = m.more ? el('p', {class: 'hint', text: `… and ${m.more} shorter instruction(s) not listed`}) : '';
-    const header = el('div', {class: 'row xla head'}, el('span', {class: 'name', text: 'instruction (fusion or call)'}),
+    const header = el('div', {class: 'row xla head'},
+      el('span', {class: 'name', text: 'instruction (fusion or call)'}),
       el('span', {class: 'graph', text: 'command buffer'}), el('span', {class: 'runs', text: 'runs'}),
       el('span', {class: 'time', text: 'time'}), el('span', {class: 'share', text: `of ${m.device}'s busy time`}),
       el('span', {class: 'types', text: 'op types it came from'}));
@@ -442,8 +444,9 @@ function timelineSection(line) {
   }, {passive: false});
   const note = (line.timed ? 'time from the first op; orange lines are transfers between devices'
                            : 'this report has no op times: ops are shown in execution order') +
-               ((line.runs || []).length ? '; a framed bar is one run of a compiled XLA step, its ops inside it ' +
-                                           '(a dark band along its top: inside a command buffer, a CUDA graph)' : '') +
+               ((line.runs || []).length ? '; a framed bar is one run of a compiled XLA step, its ops inside ' +
+                                           'it (a dark band along its top: inside a command buffer, a CUDA graph)'
+                                         : '') +
                '; ctrl + wheel zooms';
   return section('timeline', 'Timeline of the step',
     el('div', {class: 'toolbar'},
