@@ -192,3 +192,40 @@ def derived_op(space: Space, gpu: int, op: str, start_us: float, duration_us: fl
     """An event of the derived ``TensorFlow Ops`` line (named ``op_name:OpType``, displayed as the type)."""
     plane = space.plane(f"/device:GPU:{gpu}")
     plane.event("TensorFlow Ops", op, start_us, duration_us, display=op.rpartition(":")[2], group_id=group)
+
+
+#: The fields of XLA's ``HloProto`` a test edits (``xla/service/hlo.proto``'s numbers): the rest of a real
+#: module's bytes round-trips through these classes as unknown fields, unchanged.
+_HLO_EDITED = {
+    "HloProto": (("hlo_module", 1, "OPTIONAL", "MESSAGE", "HloModuleProto", ""),),
+    "HloModuleProto": (
+        ("name", 1, "OPTIONAL", "STRING", "", ""),
+        ("computations", 3, "REPEATED", "MESSAGE", "HloComputationProto", ""),
+        ("entry_computation_id", 6, "OPTIONAL", "INT64", "", ""),
+        ("schedule", 7, "OPTIONAL", "MESSAGE", "HloScheduleProto", ""),
+    ),
+    "HloScheduleProto": (("sequences", 1, "REPEATED", "MESSAGE", "HloScheduleProto.SequencesEntry", ""),),
+    "HloScheduleProto.InstructionSequence": (("instruction_ids", 1, "REPEATED", "INT64", "", ""),),
+    "HloScheduleProto.SequencesEntry": (
+        ("key", 1, "OPTIONAL", "INT64", "", ""),
+        ("value", 2, "OPTIONAL", "MESSAGE", "HloScheduleProto.InstructionSequence", ""),
+    ),
+    "HloComputationProto": (
+        ("name", 1, "OPTIONAL", "STRING", "", ""),
+        ("instructions", 2, "REPEATED", "MESSAGE", "HloInstructionProto", ""),
+        ("id", 5, "OPTIONAL", "INT64", "", ""),
+    ),
+    "HloInstructionProto": (("name", 1, "OPTIONAL", "STRING", "", ""), ("id", 35, "OPTIONAL", "INT64", "", "")),
+}
+_hlo_classes: dict[str, Any] = {}
+
+
+def hlo_pb2() -> Any:
+    """Message classes to edit a profile's HLO (``HloProto``) in tests: the tests' own, not the reader's schema."""
+    from types import SimpleNamespace
+
+    from tfdevices.verify.xplane import build_messages
+
+    if not _hlo_classes:
+        _hlo_classes.update(build_messages("tests/hlo_edited.proto", "tests.hlo", _HLO_EDITED))
+    return SimpleNamespace(**_hlo_classes)

@@ -19,10 +19,10 @@ from collections import Counter
 import pytest
 
 from tests.helpers import REPO
-from tests.xspaces import Space, gpu_kernel
+from tests.xspaces import Space, gpu_kernel, hlo_pb2
 from tfdevices.core.errors import InputError
 from tfdevices.verify import XLA_CLUSTER, read_profile
-from tfdevices.verify.clusters import cluster_runs, fusion_times, type_times
+from tfdevices.verify.clusters import cluster_runs
 from tfdevices.verify.records import union_length
 from tfdevices.verify.xplane import xplane_module
 
@@ -151,6 +151,9 @@ def test_every_command_buffer_kernel_names_the_instruction_the_step_without_comm
 
 
 def _gpu_time(path: str) -> dict[str, float]:
+    """The report's GPU time by op type (what its Markdown's table shows)."""
+    from tfdevices.verify.clusters import type_times
+
     return type_times(read_profile(path).ops)["GPU:0"]
 
 
@@ -196,6 +199,8 @@ def test_a_kernel_xla_made_itself_counts_under_the_ops_that_use_its_output():
 
 
 def test_the_instructions_table_gives_each_its_share_of_the_devices_kernel_time():
+    from tfdevices.verify.clusters import fusion_times
+
     report = read_profile(TRANSFORMER)
     fusions = fusion_times(report.ops)
     assert len(fusions) == 536 and {f.runs for f in fusions} == {3}
@@ -207,15 +212,13 @@ def test_the_instructions_table_gives_each_its_share_of_the_devices_kernel_time(
 
 def _with_hlo(tmp_path, path: str, change) -> str:
     """A copy of ``path`` whose module ``jit_step``'s HLO went through ``change(module proto)``."""
-    from tfdevices.verify.hlo import hlo_module
-
     space = _space(path)
     plane = next(p for p in space.planes if p.name == "/host:metadata")
     names = {k: m.name for k, m in plane.stat_metadata.items()}
     for meta in plane.event_metadata.values():
         for stat in meta.stats:
             if names[stat.metadata_id] == "Hlo Proto" and meta.name.startswith("jit_step("):
-                proto = hlo_module().HloProto.FromString(stat.bytes_value)
+                proto = hlo_pb2().HloProto.FromString(stat.bytes_value)
                 change(proto.hlo_module)
                 stat.bytes_value = proto.SerializeToString()
     out = tmp_path / "damaged.xplane.pb"
@@ -228,8 +231,9 @@ def _entry(module):
 
 
 def _untied_note(report, why: str) -> str:
+    """The one note on kernels not tied: it names the fix, then why (its first words)."""
     (note,) = [n for n in report.notes if "not tied" in n]
-    assert why in note and FIX in note, note
+    assert FIX in note and f": {why}" in note, note
     return note
 
 
@@ -239,8 +243,6 @@ def _share(kernels: list[dict], chosen: list[dict]) -> str:
 
 
 def test_a_computation_missing_from_the_hlo_leaves_its_graphs_kernels_untied_and_says_why(tmp_path):
-    from tfdevices.verify.command_buffers import Untied
-
     def drop_entry(module):
         kept = [c for c in module.computations if c.id != module.entry_computation_id]
         del module.computations[:]
@@ -249,13 +251,11 @@ def test_a_computation_missing_from_the_hlo_leaves_its_graphs_kernels_untied_and
     report = read_profile(_with_hlo(tmp_path, TRANSFORMER, drop_entry))
     kernels = _kernels(TRANSFORMER)
     assert {op.type for op in report.ops if op.kernel == XLA_CLUSTER} == {k["kernel"] for k in kernels}
-    note = _untied_note(report, Untied.MISSING.value)
+    note = _untied_note(report, "no kernel of theirs is named after an instruction")
     assert f"({len(kernels)} kernel run(s)" in note and "100.0% of the XLA kernels' time" in note
 
 
 def test_instructions_out_of_order_leave_the_library_kernels_untied_and_say_why(tmp_path):
-    from tfdevices.verify.command_buffers import Untied
-
     def swap(module):  # the first cuBLAS call and the fusion after it, in the schedule and the instructions
         entry = _entry(module)
         order = module.schedule.sequences[entry.id].instruction_ids
@@ -267,15 +267,13 @@ def test_instructions_out_of_order_leave_the_library_kernels_untied_and_say_why(
     kernels = _kernels(TRANSFORMER)
     cublas = [k for k in kernels if k["kernel"].startswith("nvjet_")]
     assert {op.type for op in report.ops if op.kernels[0].startswith("nvjet_")} == {k["kernel"] for k in cublas}
-    note = _untied_note(report, Untied.ORDER.value)
+    note = _untied_note(report, "their kernels do not follow the order")
     assert f"({len(cublas)} kernel run(s)" in note and _share(kernels, cublas) in note
     fused = {op.type for op in report.ops if op.kernels[0].startswith("gemm_fusion_dot")}
     assert "dot_general" in fused  # XLA's own kernels: still tied, by their names
 
 
 def test_a_graph_with_more_kernels_than_instructions_leaves_the_extra_ones_untied(tmp_path):
-    from tfdevices.verify.command_buffers import Untied
-
     space = _space(TRANSFORMER)
     plane = next(p for p in space.planes if p.name == "/device:GPU:0")
     (line,) = plane.lines
@@ -290,11 +288,12 @@ def test_a_graph_with_more_kernels_than_instructions_leaves_the_extra_ones_untie
     damaged = tmp_path / "extra.xplane.pb"
     damaged.write_bytes(space.SerializeToString())
     report = read_profile(str(damaged))
-    untied = sorted(op.name for op in report.ops if not op.fusion)
+    untied = sorted(op.name for op in report.ops if op.name == op.kernels[0])  # reported under the kernel's name
     assert untied == sorted(extra) and any(name.startswith("nvjet_") for name in untied)
-    note = _untied_note(report, Untied.SURPLUS.value)
+    note = _untied_note(report, "they ran more kernels than")
     assert "(3 kernel run(s)" in note
-    assert len({(op.kernels, op.start_us) for op in report.ops if op.fusion}) == 1608  # every run's own kernels
+    tied = {(op.kernels, op.start_us) for op in report.ops if op.name != op.kernels[0]}
+    assert len(tied) == 1608  # every run's own kernels
 
 
 #: A computation's commands for the table below: fusions (``K``), library calls (``L``), a loop (``C``).
