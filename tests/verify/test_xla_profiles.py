@@ -171,6 +171,8 @@ def test_a_transformer_step_reads_alike_with_and_without_command_buffers():
     assert sum(us for t, us in plain.items() if abs(graphs[t] - us) <= 0.05 * us) > 0.999 * total
     assert plain["dot_general"] > 0.4 * total  # the matrix products: cuBLAS's kernels are most of them
     assert _tied_share(TRANSFORMER) >= 99.0 and _tied_share(TRANSFORMER_PLAIN) >= 99.0
+    (note,) = [n for n in read_profile(TRANSFORMER).notes if "XLA kernel run(s) on GPU:0" in n]
+    assert "1608 in command buffers (command_buffer_1), 1608 of them tied to their instruction by the order" in note
     cublas = [k for k in _kernels(TRANSFORMER) if k["kernel"].startswith("nvjet_")]
     assert len(cublas) == 255
     report, truth = read_profile(TRANSFORMER), read_profile(TRANSFORMER_PLAIN)
@@ -270,7 +272,9 @@ def test_instructions_out_of_order_leave_the_library_kernels_untied_and_say_why(
     note = _untied_note(report, "their kernels do not follow the order")
     assert f"({len(cublas)} kernel run(s)" in note and _share(kernels, cublas) in note
     fused = {op.type for op in report.ops if op.kernels[0].startswith("gemm_fusion_dot")}
-    assert "dot_general" in fused  # XLA's own kernels: still tied, by their names
+    assert "dot_general" in fused  # XLA's own kernels: still tied, by their names, and the notes say so
+    (named,) = [n for n in report.notes if "by their names alone" in n]
+    assert "their kernels do not follow the order" in named and FIX in named, named
 
 
 def test_a_graph_with_more_kernels_than_instructions_leaves_the_extra_ones_untied(tmp_path):

@@ -22,6 +22,7 @@ of a module is a call (``call``) where the profile marks no calls of its own (JA
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -64,6 +65,7 @@ class _Tie:
     why: str = ""  # why it is not tied; "" when it is
     position: int = -1  # its step in one run of the module, where its order says (to count runs)
     made_for: bool = False  # its instruction names no op: XLA made it for the ops that use its output
+    by_name: str = ""  # tied by its kernel's name alone, its graph's order not holding: why not ("" otherwise)
 
 
 def add_xla_kernels(
@@ -112,9 +114,8 @@ def _tie_all(kernels: list[GpuKernel], modules: HloModules) -> list[_Tie]:
         elif module.knows(k.fusion):
             ties[i] = _tied(module, (k.fusion,), "", by_order=True)
         elif k.fusion or k.graph >= 0:  # a command buffer's kernel: hlo_op names the graph
-            graphs.setdefault((k.module, k.program, k.fusion or f"CUDA graph {k.graph}", k.graph), (module, []))[
-                1
-            ].append(i)
+            graph = k.fusion or f"CUDA graph {k.graph}"
+            graphs.setdefault((k.module, k.program, graph, k.graph), (module, []))[1].append(i)
         else:
             ties[i] = _by_name(module, k, "", "")
     for (_, _, graph, _), (module, members) in graphs.items():
@@ -138,7 +139,8 @@ def _graph_tie(
         return _tied(module, instructions, graph, by_order=True)
     why = cause.value if cause is not None else Untied.ORDER.value
     if cause in (Untied.ORDER, Untied.CONTROL):
-        return _by_name(module, kernel, graph, why)
+        tie = _by_name(module, kernel, graph, why)
+        return dataclasses.replace(tie, by_name=why) if tie.origins else tie
     return _Tie("", (), graph, why)
 
 
@@ -206,17 +208,19 @@ def _notes(built: Any, device: str, kernels: list[GpuKernel], ties: list[_Tie], 
         modules: dict[str, tuple[set[str], set[int]]] = {}
         for k, tie, call in xla:
             module = modules.setdefault(k.module, (set(), set()))
-            module[0].add(tie.instruction or k.name)
+            if tie.instruction:
+                module[0].add(tie.instruction)
             module[1].add(call)
         graphs = Counter(tie.graph for _, tie, _ in xla if tie.graph)
+        ordered = sum(1 for _, tie, _ in xla if tie.graph and tie.position >= 0)
         built.notes.append(
             f"{len(xla)} XLA kernel run(s) on {device}, by the GPU's clock: "
             + ", ".join(
                 f"module {m} ({len(f)} instruction(s), {len(c)} run(s))" for m, (f, c) in sorted(modules.items())
             )
             + (
-                f"; {sum(graphs.values())} in command buffers ({', '.join(sorted(graphs))}), each tied to its "
-                "instruction by the order the graph ran them in"
+                f"; {sum(graphs.values())} in command buffers ({', '.join(sorted(graphs))}), {ordered} of them tied "
+                "to their instruction by the order the graph ran them in"
                 if graphs
                 else ""
             )
@@ -237,11 +241,14 @@ def _untied_notes(built: Any, device: str, xla: list[tuple[GpuKernel, _Tie, int]
     """Per module and cause: the kernels not tied to ops, their share of the time, why, and what to change."""
     groups: dict[tuple[str, str], list[tuple[GpuKernel, _Tie]]] = {}
     made: dict[str, list[tuple[GpuKernel, _Tie]]] = {}
+    named: dict[tuple[str, str], list[tuple[GpuKernel, _Tie]]] = {}
     for k, tie, _ in xla:
         if tie.why:
             groups.setdefault((k.module, tie.why), []).append((k, tie))
         elif tie.made_for:
             made.setdefault(k.module, []).append((k, tie))
+        if tie.by_name:
+            named.setdefault((k.module, tie.by_name), []).append((k, tie))
     for (module, why), members in sorted(groups.items()):
         spent = sum(k.end_ps - k.start_ps for k, _ in members)
         names = sorted({tie.instruction or k.name for k, tie in members})
@@ -253,6 +260,13 @@ def _untied_notes(built: Any, device: str, xla: list[tuple[GpuKernel, _Tie, int]
             f"XLA module {module}'s fusion(s) or kernel(s) {listed} not tied to the ops they came from "
             f"({len(members)} kernel run(s), {_us(spent):.0f} us, {_percent(spent, total)} of the XLA kernels' time "
             f"on {device}): {where}{why}{fix}; reported under their name"
+        )
+    for (module, why), members in sorted(named.items()):
+        graphs = sorted({tie.graph for _, tie in members})
+        built.notes.append(
+            f"XLA module {module}: {len(members)} kernel run(s) in command buffer(s) {', '.join(graphs)} tied to their "
+            f"instructions by their names alone (XLA names the kernel it shares between identical fusions after the "
+            f"first): {why}; fix: {COMMAND_BUFFER_FIX}"
         )
     for module, members in sorted(made.items()):
         names = sorted({tie.instruction for _, tie in members})
