@@ -445,3 +445,13 @@ def test_the_compiled_reader_and_protobuf_alone_read_a_gpu_profile_alike(path, m
     compiled = read_profile(path)
     monkeypatch.setattr(host, "_compiled", None)
     assert read_profile(path) == compiled and compiled.ops
+
+
+def test_the_command_buffer_and_cluster_modules_docstring_examples_run():
+    import doctest
+
+    from tfdevices.verify import clusters, command_buffers
+
+    for module in (command_buffers, clusters):
+        result = doctest.testmod(module)
+        assert result.attempted > 0 and result.failed == 0, module.__name__

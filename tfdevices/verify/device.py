@@ -9,7 +9,10 @@ GPU really ran on one plane per GPU, a line per CUDA stream (``Stream #134(Kerne
   ``correlation_id``, ``group_id`` (the step) and the TensorFlow op that launched them:
   ``tf_op`` (``"dense/MatMul:MatMul"``) in current versions, ``annotation`` or
   ``level 0`` (the annotation stack, ``::``-separated, ops possibly followed by
-  ``#key=value#`` arguments) in older ones;
+  ``#key=value#`` arguments) in older ones; XLA's kernels carry ``hlo_module``, ``hlo_op``
+  and ``program_id`` instead, and inside a CUDA graph (an XLA command buffer)
+  ``cuda_graph_id`` and ``cuda_graph_node_id``, the graph launch's ``correlation_id``
+  shared by its kernels;
 * memory copies, with ``memcpy_details`` (``kind_src:device kind_dst:pinned size:112
   dest:4 async:0``; older versions: ``size:112 dest:4 async:0``), their direction in
   the event or line name (``MemcpyH2D``, ``MemcpyD2H``, ``MemcpyD2D``, ``MemcpyP2P``);

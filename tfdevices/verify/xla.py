@@ -145,11 +145,29 @@ def _graph_tie(
 
 
 def _runs(kernels: list[GpuKernel], members: list[int]) -> list[list[int]]:
-    """The runs of one command buffer: its kernels of one graph launch, in the order they ran (then by graph node)."""
+    """The runs of one command buffer, each in the order its kernels ran (then by graph node): its kernels of one
+    graph launch (``correlation_id``), or, where the profile gives none, from one start of its first node to the next.
+
+    >>> k = [GpuKernel("", "", "a", 0, 1, node=5), GpuKernel("", "", "b", 1, 2, node=6), GpuKernel("", "", "a", 9, 10,
+    ...      node=5)]
+    >>> _runs(k, [0, 1, 2])
+    [[0, 1], [2]]
+    """
     by_launch: dict[int, list[int]] = {}
     for i in members:
         by_launch.setdefault(kernels[i].launch, []).append(i)
-    return [sorted(run, key=lambda i: (kernels[i].start_ps, kernels[i].node)) for run in by_launch.values()]
+    runs = []
+    for launch, run in by_launch.items():
+        run.sort(key=lambda i: (kernels[i].start_ps, kernels[i].node))
+        if launch >= 0 or kernels[run[0]].node < 0:
+            runs.append(run)
+            continue
+        first = kernels[run[0]].node
+        for i in run:
+            if i == run[0] or kernels[i].node == first:
+                runs.append([])
+            runs[-1].append(i)
+    return runs
 
 
 def _tied(module: HloModule, instructions: tuple[str, ...], graph: str, *, by_order: bool) -> _Tie:
