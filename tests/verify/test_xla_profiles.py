@@ -362,6 +362,21 @@ def test_a_command_buffers_kernels_are_placed_by_their_order(kernels, instructio
     assert placed.at == next((i for i, p in enumerate(instructions) if not p), len(kernels))
 
 
+def test_a_loop_bodys_commands_are_read_again_for_each_of_its_runs_in_a_graph():
+    from tfdevices.verify.command_buffers import place_run
+    from tfdevices.verify.hlo import Command, HloModule, Launch
+
+    module = HloModule("jit_step")
+    body = (Command("fusion.1", Launch.KERNEL, "kLoop fusion"), Command("custom-call.2", Launch.LIBRARY, "cuBLAS"))
+    module.sequences["body"] = body
+    module.where.update({c.name: ("body", i) for i, c in enumerate(body)})
+    kernels = ("fusion_1", "gemm", "fusion_1", "gemm", "fusion_1", "gemm")
+    assert place_run(kernels, module).cause is not None  # not a loop's: more kernels than its commands launch
+    module.loops.add("body")
+    placed = place_run(kernels, module)
+    assert placed.instructions == (("fusion.1",), ("custom-call.2",)) * 3 and placed.cause is None and placed.at == 6
+
+
 def _is_kernel(plane, event) -> bool:
     return not plane.event_metadata[event.metadata_id].name.startswith("Memset")
 

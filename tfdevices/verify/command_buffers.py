@@ -87,8 +87,20 @@ def place_run(names: tuple[str, ...], module: HloModule) -> Placed:
     Returns:
         The kernels' instructions; the run's first kernel named after a fusion is tried at each
         place of its computation it may be (at most :data:`MAX_STARTS`), and the reading that
-        places the most kernels wins.
+        places the most kernels wins. A loop's body runs again: where its commands end and kernels
+        go on, the rest is read from its start again.
     """
+    placed = _place_once(names, module)
+    done: list[tuple[str, ...]] = list(placed.instructions[: placed.at])
+    while placed.cause is Untied.SURPLUS and placed.computation in module.loops and 0 < placed.at < len(names):
+        names = names[placed.at :]
+        placed = _place_once(names, module)
+        done += placed.instructions[: placed.at]
+    return Placed((*done, *placed.instructions[placed.at :]), placed.computation, placed.cause, len(done))
+
+
+def _place_once(names: tuple[str, ...], module: HloModule) -> Placed:
+    """:func:`place_run` for one pass through a computation's commands."""
     own = tuple(_fusion_of(name, module) for name in names)
     first = next((i for i, command in enumerate(own) if command is not None), None)
     if first is None:
@@ -132,6 +144,14 @@ class _Reading:
                 pending.append(i)
                 continue
             found = self._next_fusion(here, fusion)
+            if found == here - 1 and pending:  # not the fusion just placed again: library kernels ran between
+                found = (
+                    Untied.ORDER
+                    if any(c.launch is not Launch.LIBRARY for c in self.commands[here:])
+                    else Untied.SURPLUS
+                )
+            if found is Untied.SURPLUS and pending and self._trailing(placed, pending, here):
+                pending = []  # the library calls after the last fusion ran them: the kernels after are more
             if isinstance(found, Untied):
                 return self._stop(placed, found, pending[0] if pending else i)
             cause = _libraries(placed, pending, self.commands[here:found])
@@ -139,10 +159,14 @@ class _Reading:
                 return self._stop(placed, cause, pending[0] if pending else i)
             placed[i] = (self.commands[found].name,)
             here, pending = found + 1, []
-        if pending and _libraries(placed, pending, _library_run(self.commands, here, 1)[: len(pending)]) is not None:
+        if pending and not self._trailing(placed, pending, here):
             left = any(c.launch is not Launch.LIBRARY for c in self.commands[here:])
             return self._stop(placed, Untied.ORDER if left else Untied.SURPLUS, pending[0])
         return Placed(tuple(placed), self.computation, None, len(self.own))
+
+    def _trailing(self, placed: list[tuple[str, ...]], pending: list[int], here: int) -> bool:
+        """Ties library kernels after the last fusion placed to the library calls from ``here`` on; whether it did."""
+        return _libraries(placed, pending, _library_run(self.commands, here, 1)[: len(pending)]) is None
 
     def _stop(self, placed: list[tuple[str, ...]], cause: Untied, at: int) -> Placed:
         return Placed(tuple(placed), self.computation, cause, at)

@@ -192,6 +192,7 @@ class HloModule:
             instruction of a loop body: the loop's step): where one run of the module is.
         made_for: the commands that name no op of their own (XLA made them), counted under the
             ops that use their output.
+        loops: the computations a loop runs (its body and condition): a run of them repeats.
         scheduled: whether the order is the module's schedule (else its instructions' own order).
         memo: what a reader worked out from the module once, by its own keys (one graph run's
             kernels placed, one instruction's ops and step: a step's kernels repeat every step).
@@ -202,6 +203,7 @@ class HloModule:
     where: dict[str, tuple[str, int]] = field(default_factory=dict)
     position: dict[str, int] = field(default_factory=dict)
     made_for: set[str] = field(default_factory=set)
+    loops: set[str] = field(default_factory=set)
     scheduled: bool = False
     memo: dict[Any, Any] = field(default_factory=dict)
     _instructions: dict[str, Any] = field(default_factory=dict)  # every computation's, by name (read bounded)
@@ -385,6 +387,8 @@ def _program(module: HloModule, proto: Any, computations: dict[int, Any]) -> Non
             module.where[inst.name] = (computation.name, len(commands))
             commands.append(Command(inst.name, *launch))
             if launch[0] is Launch.CONTROL:
+                if inst.opcode == "while":
+                    module.loops.update(computations[c].name for c in inst.called_computation_ids if c in computations)
                 stack += [
                     (computations[c], module.position[inst.name])
                     for c in inst.called_computation_ids

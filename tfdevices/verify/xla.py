@@ -111,9 +111,9 @@ def _tie_all(kernels: list[GpuKernel], modules: HloModules) -> list[_Tie]:
             ties[i] = _Tie("", ())
         elif module is None:
             ties[i] = _Tie(k.fusion or k.name, (), "", _NO_HLO)
-        elif module.knows(k.fusion):
+        elif module.knows(k.fusion) and not _runs_many(module, k.fusion):
             ties[i] = _tied(module, (k.fusion,), "", by_order=True)
-        elif k.fusion or k.graph >= 0:  # a command buffer's kernel: hlo_op names the graph
+        elif k.fusion or k.graph >= 0:  # a command buffer's kernel: hlo_op names the graph (or the call that runs it)
             graph = k.fusion or f"CUDA graph {k.graph}"
             graphs.setdefault((k.module, k.program, graph, k.graph), (module, []))[1].append(i)
         else:
@@ -127,6 +127,12 @@ def _tie_all(kernels: list[GpuKernel], modules: HloModules) -> list[_Tie]:
             for i, instructions in zip(run, placed.instructions):
                 ties[i] = _graph_tie(module, kernels[i], instructions, graph, placed.cause)
     return [tie or _Tie("", ()) for tie in ties]
+
+
+def _runs_many(module: HloModule, instruction: str) -> bool:
+    """Whether ``instruction`` runs a computation of commands (a call, a loop): its kernels are placed by order."""
+    command = module.command(instruction)
+    return command is not None and command.launch is Launch.CONTROL
 
 
 def _graph_tie(
