@@ -96,6 +96,13 @@ test-newer-python: $(NEWER_VENV)/.installed
 	$(NEWER_PY) $(LEG_LINE) newer_python
 	$(ONEDNN_SUITE) $(NEWER_PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -q $(NEWER_TESTS)
 
+# Tomorrow's TensorFlow and Keras before users get them: the newest nightlies the package registry served
+# (`pip index versions --pre tf-nightly`, keras-nightly, tf-keras-nightly), pinned by date. A pin is moved on
+# purpose, in a commit of its own.
+TF_NIGHTLY := 2.23.0.dev20261026
+KERAS_NIGHTLY := 3.16.0.dev2026102704
+TF_KERAS_NIGHTLY := 2.23.0.dev2026102618
+
 # tf_keras (Keras 2) through tf.keras, as its users have it: what they call, on the newest TensorFlow.
 TF_KERAS_TESTS := tests/test_keras_flavours.py tests/tensorboard/test_callbacks.py tests/mends/test_uneven_batch.py
 test-tf-keras: $(STAMP)
