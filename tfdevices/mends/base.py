@@ -181,10 +181,8 @@ class Checked:
         return release is not None and self.low <= release < self.high
 
     def note(self, version: str | None) -> str:
-        """``""`` for a release checked; else ``"Keras 3.16.0.dev2026102704: not checked against this release; "``."""
-        if version is None:
-            return f"{self.package} of an unknown release: not checked against it; "
-        if self.covers(version):
+        """``""`` for a release checked (or none in use); else ``"Keras 3.16.0.dev2026102704: not checked ...; "``."""
+        if version is None or self.covers(version):
             return ""
         return f"{self.package} {_short(version)}: not checked against this release (checked: {self.releases}); "
 

@@ -96,8 +96,13 @@ class FitEnd(Mend):
         checked = {package: self._defect(package, module) for package, module in _FITS if module in sys.modules}
         if checked and not any(checked.values()) and set(checked) == set(kinds):
             return not_needed(f"the fit of {', '.join(kinds)} calls on_train_end in a finally: nothing to mend")
-        found = [p for p, defect in checked.items() if defect] or ["none imported yet: each is read once imported"]
-        return needed(f"fit calls on_train_end outside any finally ({', '.join(found)})")
+        found = [package for package, defect in checked.items() if defect]
+        if found:
+            return needed(f"the fit of {', '.join(found)} calls on_train_end outside any finally")
+        return needed(
+            f"{', '.join(kinds)} installed: its fit is read once imported, and wrapped where it calls on_train_end "
+            "outside any finally"
+        )
 
     @staticmethod
     def _defect(package: str, module_name: str) -> bool:

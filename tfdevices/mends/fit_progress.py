@@ -62,14 +62,18 @@ class FitProgress(Mend):
         self.sampler = StepSampler()
 
     def _check(self) -> Finding:
-        if not is_installed("keras") and not is_installed("tf_keras"):
+        keras3, tf_keras = is_installed("keras"), is_installed("tf_keras")
+        if not keras3 and not tf_keras:
             return not_needed("neither Keras 3 nor tf_keras is installed: no fit to report")
-        if is_installed("keras") and not any(name in sys.modules for name in _KERAS):
+        only_tf_keras = needed("tf_keras' CallbackList (wrapped once tf_keras is imported)")
+        if not keras3:
+            return only_tf_keras
+        if not any(name in sys.modules for name in _KERAS):
             try:
                 importlib.import_module("keras.src.callbacks.callback_list")
             except ImportError:
-                if is_installed("tf_keras"):
-                    return needed("tf_keras' CallbackList (wrapped once tf_keras is imported)")
+                if tf_keras:
+                    return only_tf_keras
                 return unknown(
                     "neither Keras 3's nor tf_keras' CallbackList can be imported",
                     "fit's steps are not reported; a custom loop's are (step_progress).",
