@@ -47,8 +47,7 @@ def fit(devices):
     return {"loss": history.history["loss"], "weights": [w.numpy().tolist() for w in model.weights]}
 
 three, one = fit(["CPU:0", "CPU:1", "CPU:2"]), fit(["CPU:0"])
-from keras.src.backend.tensorflow import trainer
-from keras.src.backend.tensorflow.core import Variable
+from keras.src.backend.tensorflow import Variable, trainer
 from tfdevices.mends.keras_trainer import trainer_class
 status = {s.name: s for s in tfdevices.mends.applied()}["uneven_batch"]
 print(json.dumps({

@@ -459,7 +459,7 @@ def _mend_local_metrics(trainer_class: Any) -> Replaced | None:
         The replacement of ``_get_metrics_result_or_logs``, or ``None`` where this Keras aggregates metrics.
     """
     try:
-        from keras.src.backend.tensorflow.core import Variable  # noqa: PLC0415 (lazy Keras)
+        from keras.src.backend.tensorflow import Variable  # noqa: PLC0415 (lazy Keras; in ops.core from 3.16)
     except ImportError:
         return None
     original = getattr(trainer_class, "_get_metrics_result_or_logs", None)
