@@ -202,7 +202,7 @@ def test_doctor_without_any_keras_says_no_fit_to_mend(tmp_path) -> None:
         {
             **_TF_MENDS,
             "keras_fit": "not_needed: no Keras is installed here: no fit to mend",
-            "uneven_batch": "not_needed: no Keras 3 here",
+            "uneven_batch": "not_needed: no Keras is installed here: no fit to mend",
             "fit_progress": "not_needed: neither Keras 3 nor tf_keras is installed",
             "fit_end": "not_needed: neither Keras 3 nor tf_keras is installed: no fit to wrap",
         },
@@ -219,7 +219,7 @@ def test_doctor_without_tensorflow_runs_every_detection_and_imports_nothing(tmp_
         {
             **dict.fromkeys(("runtime_start", "exit_barrier", "step_progress", "autograph_skip"), _NO_TF),
             **dict.fromkeys(("capture_calls", "quiet_import"), _NO_TF),
-            "uneven_batch": "not_needed: no Keras 3 here",
+            "uneven_batch": "not_needed: no Keras is installed here: no fit to mend",
             "keras_fit": "not_needed: no Keras is installed here: no fit to mend",
             "fork_sockets": _TF_MENDS["fork_sockets"],
             "loopback": _TF_MENDS["loopback"],

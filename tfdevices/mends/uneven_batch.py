@@ -100,7 +100,9 @@ class UnevenBatch(Mend):
 
     def _check(self) -> Finding:
         if not is_installed("keras"):
-            return not_needed("no Keras 3 here: tf_keras' fit splits an uneven batch itself")
+            if is_installed("tf_keras"):
+                return not_needed("no Keras 3 here: tf_keras' fit splits an uneven batch itself")
+            return not_needed("no Keras is installed here: no fit to mend")
         missing = without_tensorflow()
         if missing is not None:
             return missing
