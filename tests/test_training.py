@@ -8,7 +8,7 @@ import pytest
 
 from tests.helpers import run_py
 from tfdevices.mends.base import Found
-from tfdevices.mends.keras_fit import CHECKED, KERAS3_FIT_HINT, decide_fit_adapter
+from tfdevices.mends.keras_fit import CHECKED, KERAS3_FIT_HINT, fit_finding
 
 
 @pytest.mark.parametrize(
@@ -20,7 +20,7 @@ from tfdevices.mends.keras_fit import CHECKED, KERAS3_FIT_HINT, decide_fit_adapt
     ],
 )
 def test_the_defect_decides_not_the_version(defects, found, words):
-    finding = decide_fit_adapter("3.99.0", defects)
+    finding = fit_finding("3.99.0", defects)
     assert finding.found is found and words in finding.why
     assert finding.hint == (KERAS3_FIT_HINT if found is Found.UNKNOWN else "")
 
@@ -49,7 +49,7 @@ def test_the_version_only_says_whether_it_was_checked(version, covered):
 
 
 def test_a_long_version_is_shortened_in_the_message():
-    assert len(CHECKED.note("9." * 5000)) < 200 and len(decide_fit_adapter("9." * 5000, []).why) < 1000
+    assert len(CHECKED.note("9." * 5000)) < 200 and len(fit_finding("9." * 5000, []).why) < 1000
 
 
 _PRETEND = """

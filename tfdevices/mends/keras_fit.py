@@ -150,16 +150,16 @@ class FitAdapter:
 _FIT_STATES = {APPLIED: FitState.INSTALL, NOT_NEEDED: FitState.NOT_NEEDED, OFF: FitState.OFF}
 
 
-def decide_fit_adapter(keras_version: str, defects: list[str] | None) -> Finding:
+def fit_finding(keras_version: str, defects: list[str] | None) -> Finding:
     """What the mend finds for a Keras with these defects (pure: the words of :meth:`KerasFit._check`).
 
     Args:
         keras_version: ``keras.__version__`` (only for the words).
         defects: what the probes found there (empty: gone), or ``None`` where they could not tell.
 
-    >>> decide_fit_adapter("3.16.0", ["reduce_per_replica ..."]).found.value
+    >>> fit_finding("3.16.0", ["reduce_per_replica ..."]).found.value
     'needed'
-    >>> decide_fit_adapter("3.17.0", []).found.value, decide_fit_adapter("3.17.0", None).found.value
+    >>> fit_finding("3.17.0", []).found.value, fit_finding("3.17.0", None).found.value
     ('not_needed', 'unknown')
     """
     if defects is None:
@@ -240,14 +240,14 @@ class KerasFit(Mend):
         version = keras_trainer.keras_version() or "?"
         cls = keras_trainer.trainer_class(module)
         if cls is None or not callable(getattr(module, "_collective_all_reduce_multi_worker", None)):
-            return decide_fit_adapter(version, None)
+            return fit_finding(version, None)
         logs = keras_trainer.logs_reduced_along_axis_0(module, tf)
         batch = keras_trainer.first_batch_reduced_whole(cls, tf)
         if logs is None or batch is None:
-            return decide_fit_adapter(version, None)
+            return fit_finding(version, None)
         defects = ["reduce_per_replica asks for a mean along axis 0 of a scalar log across workers"] * logs
         defects += ["_maybe_symbolic_build hands the whole first batch to strategy.reduce"] * batch
-        return decide_fit_adapter(version, defects)
+        return fit_finding(version, defects)
 
     def _apply(self) -> str:
         tf = import_tf()
@@ -256,8 +256,11 @@ class KerasFit(Mend):
         cls = keras_trainer.trainer_class(module)
         if cls is None:
             raise NotApplicableError("this Keras has no TensorFlow trainer class")
-        replaced: list[Replaced] = [_mend_reduce_per_replica(module)]
-        done = ["fit's step logs are averaged across workers as one value each (axis=None)"]
+        replaced: list[Replaced] = []
+        done: list[str] = []
+        if keras_trainer.logs_reduced_along_axis_0(module, tf):
+            replaced.append(_mend_reduce_per_replica(module))
+            done.append("fit's step logs are averaged across workers as one value each (axis=None)")
         if keras_trainer.first_batch_reduced_whole(cls, tf):
             replaced.append(_mend_first_batch(tf, module, cls))
             done.append("fit learns the first batch's shapes from this worker's replica, not a reduce")
@@ -528,13 +531,14 @@ MEND = register(KerasFit())
 
 
 def install_fit_adapter() -> FitAdapter:
-    """Mends Keras 3 ``model.fit`` under ``MultiWorkerMirroredStrategy`` where it is known broken.
+    """Mends Keras 3 ``model.fit`` under ``MultiWorkerMirroredStrategy`` where the defect is found.
 
     :func:`tfdevices.build_strategy` calls it when it builds a multi-worker strategy. It
-    checks the installed Keras at run time (:func:`decide_fit_adapter`) and which of the five
-    defects it has (the module's docstring); a Keras it does not cover is left alone, with one
-    warning that says so. Defects 1 and 2 take the mended path on many workers only; 3 to 5
-    (Keras 3.3 to 3.7) under every strategy in the process, as later Keras releases do.
+    looks at the installed Keras' trainer at run time (:func:`fit_finding`) for each of the
+    five defects (the module's docstring); a Keras whose defect is gone is left alone, and
+    one where it cannot tell too, with one warning that says what to do. Defects 1 and 2
+    take the mended path on many workers only; 3 to 5 (Keras 3.3 to 3.7) under every
+    strategy in the process, as later Keras releases do.
     Idempotent. The mend is ``keras_fit`` (``TFDEVICES_MENDS=keras_fit`` turns it off).
 
     Returns:
@@ -577,7 +581,7 @@ __all__ = [
     "NOT_COVERED",
     "FitAdapter",
     "KerasFit",
-    "decide_fit_adapter",
+    "fit_finding",
     "install_fit_adapter",
     "install_when_imported",
 ]
