@@ -12,7 +12,7 @@ PYTEST := $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -q --durations=2
 # AVX-512 CPUs) rewrites MatMul into _MklMatMul, Dense layers into _MklNativeFusedMatMul.
 KERNEL_TESTS := tests/test_verify.py tests/verify/test_profiles.py tests/verify/test_xla_profiles.py tests/verify/test_host_compiled.py tests/verify/test_build_compiled.py tests/tensorboard tests/layers/test_place.py tests/test_readme.py tests/test_notebooks.py tests/decide/test_advise_capture.py
 
-.PHONY: demo test test-oldest test-newer-python test-tf-keras test-no-tf lint docs bench setup clean
+.PHONY: demo test test-oldest test-newer-python test-nightly test-tf-keras test-no-tf lint docs bench setup clean
 
 # The install builds the compiled profile reader (tfdevices/verify/_hostwalk.c) in place: again when it changes.
 COMPILED := tfdevices/verify/_hostwalk.c
@@ -101,6 +101,32 @@ TF_KERAS_TESTS := tests/test_keras_flavours.py tests/tensorboard/test_callbacks.
 test-tf-keras: $(STAMP)
 	TF_USE_LEGACY_KERAS=1 $(PY) $(LEG_LINE) tf_keras
 	TF_USE_LEGACY_KERAS=1 $(ONEDNN_SUITE) $(PYTEST) $(TF_KERAS_TESTS)
+
+# Tomorrow's TensorFlow and Keras before users get them: the newest nightlies the package registry served
+# (`pip index versions --pre tf-nightly`, keras-nightly, tf-keras-nightly), pinned by date. A pin is moved on
+# purpose, in a commit of its own.
+TF_NIGHTLY := 2.23.0.dev20261026
+KERAS_NIGHTLY := 3.16.0.dev2026102704
+TF_KERAS_NIGHTLY := 2.23.0.dev2026102618
+# In a venv of its own built from the registry; oneDNN as the main suite has it. The tests: the oldest leg's
+# (TensorFlow's internals, the mends and their detection, strategies, capture and its profiles, PlacementLogger,
+# layer placement, Keras 3 and tf_keras on one and on many workers) and doctor's (its lines in environments
+# built from this venv: without Keras 3, without any Keras, without TensorFlow).
+NIGHTLY_VENV := build/venv-nightly
+NIGHTLY_PY := $(NIGHTLY_VENV)/bin/python
+NIGHTLY_PINS := '$(subst >=2.16,==$(TF_NIGHTLY),$(subst tensorflow,tf-nightly,$(TF_PKG)))' \
+	keras-nightly==$(KERAS_NIGHTLY) tf-keras-nightly==$(TF_KERAS_NIGHTLY)
+NIGHTLY_TESTS := $(OLDEST_TESTS) tests/test_doctor.py
+
+$(NIGHTLY_VENV)/.installed: setup.cfg setup.py Makefile
+	test -x $(NIGHTLY_PY) || $(PYTHON) -m venv $(NIGHTLY_VENV)
+	$(NIGHTLY_PY) -m pip install --quiet --upgrade pip
+	$(NIGHTLY_PY) -m pip install --quiet $(NIGHTLY_PINS) 'pytest>=7,<9' 'pytest-xdist>=3' 'pytest-timeout>=2' \
+		'hypothesis>=6' -e .
+	touch $@
+test-nightly: $(NIGHTLY_VENV)/.installed
+	$(NIGHTLY_PY) $(LEG_LINE) nightly
+	$(ONEDNN_SUITE) $(NIGHTLY_PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -q $(NIGHTLY_KNOWN) $(NIGHTLY_TESTS)
 
 # Reading without TensorFlow (DESIGN rule 9), as on a laptop or a TensorBoard-only host: `pip install .` alone
 # (tensorboard, protobuf, absl-py, nvidia-ml-py) and the test tools, no TensorFlow, no Keras, in a venv of its own;

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
-from tests.helpers import run_cli, run_py
+from tests.helpers import REPO, run_cli, run_py, subprocess_env, unavailable
 from tfdevices.doctor import Report, diagnose
 
 SECTIONS = ["python", "tensorflow", "gpus", "job", "mends", "launch"]
@@ -88,3 +91,176 @@ def test_the_profile_reader_row_says_whether_the_compiled_reader_was_built(monke
     monkeypatch.setattr(host, "_compiled", None)
     missing = diagnose(tensorflow=False).to_dict()["python"]["profile reader"]
     assert missing.startswith("Python") and "C compiler" in missing
+
+
+# --------------------------------------------------------------------------- every line, in environments built here
+
+
+def site_without(tmp_path, *import_names: str) -> str:
+    """This interpreter's site-packages as links, less the named import names and their distributions' metadata."""
+    import importlib.metadata
+    import pathlib
+    import sysconfig
+
+    def norm(name: str) -> str:
+        return name.lower().replace("_", "-").replace(".", "-")
+
+    dropped = {norm(d) for n in import_names for d in importlib.metadata.packages_distributions().get(n, [])}
+    site, out = pathlib.Path(sysconfig.get_paths()["purelib"]), tmp_path / "site"
+    out.mkdir()
+    for entry in site.iterdir():
+        meta = entry.name.endswith((".dist-info", ".egg-info"))
+        if entry.name in import_names or (meta and norm(entry.name.rsplit(".", 1)[0].rsplit("-", 1)[0]) in dropped):
+            continue
+        (out / entry.name).symlink_to(entry)
+    return str(out)
+
+
+def doctor_in(site: str, env: dict[str, str] | None = None) -> tuple[dict[str, dict[str, str]], bool]:
+    """``tfdevices doctor --json`` in a Python whose packages are ``site`` only (``-S``: no site-packages of its own),
+    and whether TensorFlow was imported there."""
+    code = (
+        "import json, sys; from tfdevices.doctor import diagnose; "
+        "print(json.dumps([diagnose().to_dict(), 'tensorflow' in sys.modules]))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-S", "-c", code],
+        env=subprocess_env({"PYTHONPATH": os.pathsep.join([REPO, site]), **(env or {})}, drop=("TFDEVICES_MENDS",)),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report, loaded = json.loads(proc.stdout.strip().splitlines()[-1])
+    return report, loaded
+
+
+#: What every mend's line says where its detection runs with TensorFlow but without the Keras named.
+_TF_MENDS = {
+    "runtime_start": "applies here: Context.ensure_initialized exists and TensorFlow's runtime has not started yet",
+    "exit_barrier": "applies here: TensorFlow's Context.wait_at_barrier exists",
+    "fork_sockets": "applies here: os.register_at_fork exists",
+    "loopback": "not_needed: no listen address asked (TFDEVICES_LISTEN unset",
+    "step_progress": "applies here: polymorphic_function.Function.__call__ exists",
+    "stack_dumps": "not_needed: no stack file was named",
+    "at_exit": "applies here: always",
+    "quiet_import": "applied: ",
+    "autograph_skip": "applied: AutoGraph calls tfdevices functions as they are",
+    "capture_calls": "applies here: AtomicFunction.call_flat and func_graph.func_graph_from_py_func exist",
+}
+_NO_TF = "not_needed: TensorFlow is not installed here: nothing of it to mend"
+
+
+def _read_every_line(report: dict[str, dict[str, str]], keras: dict[str, str], mends: dict[str, str]) -> None:
+    rows = report["tensorflow"]
+    for label, words in keras.items():
+        assert rows[label].startswith(words), (label, rows[label])
+    got = {name: line for name, line in report["mends"].items() if name != "TFDEVICES_MENDS"}
+    assert set(got) == set(mends), sorted(set(got) ^ set(mends))
+    for name, words in mends.items():
+        assert got[name].startswith(words), (name, got[name])
+
+
+@pytest.mark.slow
+def test_doctor_without_keras_3_says_tf_keras_and_no_fit_to_mend(tmp_path) -> None:
+    from tfdevices.mends.base import installed
+
+    if not installed("tf_keras"):
+        unavailable("tf_keras is not installed (every leg with TensorFlow installs it)")
+    tf_keras = installed("tf_keras")[0].version
+    report, loaded = doctor_in(site_without(tmp_path, "keras"))
+    assert loaded
+    _read_every_line(
+        report,
+        {
+            "keras": "not installed",
+            "tf_keras": tf_keras,
+            "tf.keras is": f"none: Keras 3 is not installed (tf_keras {tf_keras}",
+        },
+        {
+            **_TF_MENDS,
+            "keras_fit": "not_needed: no Keras 3 here: tf_keras' fit works under MultiWorkerMirroredStrategy",
+            "uneven_batch": "not_needed: no Keras 3 here: tf_keras' fit splits an uneven batch itself",
+            "fit_progress": "applies here: tf_keras' CallbackList (wrapped once tf_keras is imported)",
+            "fit_end": "applies here: tf_keras installed: its fit is read once imported",
+        },
+    )
+
+
+@pytest.mark.slow
+def test_doctor_without_any_keras_says_no_fit_to_mend(tmp_path) -> None:
+    report, loaded = doctor_in(site_without(tmp_path, "keras", "tf_keras"), {"TF_USE_LEGACY_KERAS": "1"})
+    assert loaded
+    _read_every_line(
+        report,
+        {
+            "keras": "not installed",
+            "tf_keras": "not installed",
+            "tf.keras is": "none: TF_USE_LEGACY_KERAS asks for tf_keras, which is not installed",
+        },
+        {
+            **_TF_MENDS,
+            "keras_fit": "not_needed: no Keras is installed here: no fit to mend",
+            "uneven_batch": "not_needed: no Keras is installed here: no fit to mend",
+            "fit_progress": "not_needed: neither Keras 3 nor tf_keras is installed",
+            "fit_end": "not_needed: neither Keras 3 nor tf_keras is installed: no fit to wrap",
+        },
+    )
+
+
+@pytest.mark.slow
+def test_doctor_without_tensorflow_runs_every_detection_and_imports_nothing(tmp_path) -> None:
+    report, loaded = doctor_in(site_without(tmp_path, "tensorflow", "keras", "tf_keras"))
+    assert not loaded
+    _read_every_line(
+        report,
+        {"tensorflow": "not installed (pip install", "keras": "not installed", "tf.keras is": "none: TensorFlow is"},
+        {
+            **dict.fromkeys(("runtime_start", "exit_barrier", "step_progress", "autograph_skip"), _NO_TF),
+            **dict.fromkeys(("capture_calls", "quiet_import"), _NO_TF),
+            "uneven_batch": "not_needed: no Keras is installed here: no fit to mend",
+            "keras_fit": "not_needed: no Keras is installed here: no fit to mend",
+            "fork_sockets": _TF_MENDS["fork_sockets"],
+            "loopback": _TF_MENDS["loopback"],
+            "stack_dumps": _TF_MENDS["stack_dumps"],
+            "at_exit": _TF_MENDS["at_exit"],
+            "fit_progress": "not_needed: neither Keras 3 nor tf_keras is installed",
+            "fit_end": "not_needed: neither Keras 3 nor tf_keras is installed: no fit to wrap",
+        },
+    )
+
+
+def test_doctor_names_keras_by_what_programs_import_whatever_the_distribution() -> None:
+    """keras-nightly is Keras: the row is the version of what ``import keras`` finds, and the distribution is named."""
+    import keras
+    import tf_keras
+
+    from tfdevices.mends.base import installed
+
+    report = diagnose(tensorflow=False).to_dict()["tensorflow"]
+    for name, module in (("keras", keras), ("tf_keras", tf_keras)):
+        (dist,) = installed(name)
+        assert report[name].startswith(module.__version__), (name, report[name])
+        named = dist.name.lower().replace("_", "-") not in (name, name.replace("_", "-"))
+        assert report[name] == module.__version__ + (f" ({dist.name})" if named else "")
+
+
+def test_doctor_says_each_mends_finding_on_the_keras_installed() -> None:
+    """With TensorFlow loaded, each Keras mend's line is what its detection found in the Keras installed here."""
+    from tfdevices.mends.keras_fit import CHECKED
+
+    proc = run_cli("doctor", "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    version = report["tensorflow"]["keras"].split()[0]
+    note = (
+        "" if CHECKED.covers(version) else f"Keras {version}: not checked against this release (checked: 3.3 to 3.15); "
+    )
+    assert report["mends"]["keras_fit"].startswith(
+        f"applies here: {note}the defect keras-team/keras#20585 is present: "
+    )
+    assert report["mends"]["uneven_batch"].startswith(
+        f"applies here: {note}the defect keras-team/keras#19246 is present"
+    )
+    assert report["mends"]["fit_end"] == "applies here: the fit of keras calls on_train_end outside any finally"

@@ -7,80 +7,118 @@ import json
 import pytest
 
 from tests.helpers import run_py
-from tfdevices.mends.base import NOT_NEEDED
-from tfdevices.mends.keras_fit import FIT_ADAPTER_KERAS, INSTALL, NOT_COVERED, decide_fit_adapter
-
-LOW, HIGH = FIT_ADAPTER_KERAS
+from tfdevices.mends.base import Found
+from tfdevices.mends.keras_fit import CHECKED, KERAS3_FIT_HINT, fit_finding
 
 
 @pytest.mark.parametrize(
-    "version, legacy, state",
+    "defects, found, words",
     [
-        ("3.3.3", False, INSTALL),  # the first release whose reduce_per_replica fails across workers
-        ("3.4.1", False, INSTALL),  # TensorFlow 2.17's
-        ("3.5.0", False, INSTALL),  # the first release with _maybe_symbolic_build
-        ("3.8.0", False, INSTALL),
-        ("3.15.1", False, INSTALL),
-        ("3.15.2.dev2026", False, INSTALL),
-        ("3.2.1", False, NOT_COVERED),  # "auto" sums the logs there: another code path, not checked
-        ("3.0.5", False, NOT_COVERED),
-        ("3.16.0", False, NOT_COVERED),  # not checked: left as Keras made it, and said so
-        ("4.0.0", False, NOT_COVERED),
-        ("2.15.0", False, NOT_COVERED),
-        ("unknown", False, NOT_COVERED),
-        ("3.\u0661\u0665.0", False, NOT_COVERED),  # Arabic-Indic digits are not a release number
-        ("", False, NOT_COVERED),
-        ("3.15.1", True, NOT_NEEDED),  # tf_keras' fit works
+        (["reduce_per_replica asks for a mean along axis 0"], Found.NEEDED, "keras-team/keras#20585 is present"),
+        ([], Found.NOT_NEEDED, "the defect keras-team/keras#20585 is gone from Keras 3.99.0"),
+        (None, Found.UNKNOWN, "cannot be told"),
     ],
 )
-def test_decide_fit_adapter(version, legacy, state):
-    decision = decide_fit_adapter(version, legacy=legacy)
-    assert decision.state == state
-    assert decision.fit_works == (state != NOT_COVERED)
-    if state == NOT_COVERED:  # a clear message: what, which releases are covered, what to do
-        assert "keras-team/keras#20585" in decision.reason
-        assert f"{LOW[0]}.{LOW[1]} to {HIGH[0]}.{HIGH[1] - 1}" in decision.reason
-        assert "HINT: train with tfdevices.training.train" in decision.reason
+def test_the_defect_decides_not_the_version(defects, found, words):
+    finding = fit_finding("3.99.0", defects)
+    assert finding.found is found and words in finding.why
+    assert finding.hint == (KERAS3_FIT_HINT if found is Found.UNKNOWN else "")
+
+
+@pytest.mark.parametrize(
+    "version, covered",
+    [
+        ("3.3.3", True),  # the first release whose reduce_per_replica fails across workers
+        ("3.4.1", True),  # TensorFlow 2.17's
+        ("3.5.0", True),  # the first release with _maybe_symbolic_build
+        ("3.15.1", True),
+        ("3.15.2.dev2026", True),
+        ("3.16.0.dev2026102704", False),  # the nightly CI pins: mended where the defect is found, said unchecked
+        ("3.2.1", False),  # "auto" sums the logs there: another code path, not checked
+        ("4.0.0", False),
+        ("unknown", False),
+        ("3.\u0661\u0665.0", False),  # Arabic-Indic digits are not a release number
+        ("", False),
+    ],
+)
+def test_the_version_only_says_whether_it_was_checked(version, covered):
+    note = CHECKED.note(version)
+    assert CHECKED.covers(version) is covered and (note == "") is covered
+    if not covered:
+        assert "not checked against this release (checked: 3.3 to 3.15)" in note
 
 
 def test_a_long_version_is_shortened_in_the_message():
-    assert len(decide_fit_adapter("9." * 5000).reason) < 1000
+    assert len(CHECKED.note("9." * 5000)) < 200 and len(fit_finding("9." * 5000, []).why) < 1000
 
 
-def test_uncovered_keras_is_left_alone_with_one_warning():
-    """A Keras the adapter does not know: Keras' own functions stay, one warning says so, check_fit_supported raises."""
-    proc = run_py("""
-        import json, logging
-        import keras
-        from keras.src.backend.tensorflow import trainer
-        import keras.src.version               # pretend: a release the adapter was not checked against
-        keras.src.version.__version__ = "3.99.0"  # (Keras' own source of the version, set before `import keras` ends)
-        records = []
-        handler = type("H", (logging.Handler,), {"emit": lambda s, r: records.append(r.getMessage())})
-        logging.getLogger("tfdevices").addHandler(handler())
-        from tfdevices import training
-        from keras.src.backend.tensorflow.optimizer import TFOptimizer
-        def functions():
-            return (getattr(trainer.TensorFlowTrainer, "_maybe_symbolic_build", None), trainer.reduce_per_replica,
-                    trainer.TensorFlowTrainer.train_step, TFOptimizer._distributed_tf_update_step,
-                    trainer.TensorFlowTrainer.make_train_function)
-        before = functions()
-        first, second = training.install_fit_adapter(), training.install_fit_adapter()
-        after = functions()
-        import tensorflow as tf
-        class Fake:  # what build_strategy returns, as far as check_fit_supported looks
-            kind = "multi_worker"
-        try:
-            training.check_fit_supported(Fake())
-            error = None
-        except training.StrategyError as err:
-            error = str(err)
-        print(json.dumps({"state": first.state, "same": first is second, "untouched": before == after,
-                          "warnings": records, "error": error}))
-    """)
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+_PRETEND = """
+    import json, logging
+    import keras
+    from keras.src.backend.tensorflow import trainer
+    import keras.src.version               # pretend: a release the adapter was not checked against
+    keras.src.version.__version__ = "3.99.0"
+    records = []
+    handler = type("H", (logging.Handler,), {"emit": lambda s, r: records.append(r.getMessage())})
+    logging.getLogger("tfdevices").addHandler(handler())
+    logging.getLogger("tfdevices").setLevel(logging.INFO)
+    from tfdevices import training
+    from tfdevices.mends.keras_trainer import trainer_class
+    cls = trainer_class(trainer)
+    CHANGE
+    def functions():
+        return (getattr(cls, "_maybe_symbolic_build", None), trainer.reduce_per_replica, cls.train_step)
+    before = functions()
+    first, second = training.install_fit_adapter(), training.install_fit_adapter()
+    after = functions()
+    class Fake:  # what build_strategy returns, as far as check_fit_supported looks
+        kind = "multi_worker"
+    try:
+        training.check_fit_supported(Fake())
+        error = None
+    except training.StrategyError as err:
+        error = str(err)
+    print(json.dumps({"state": first.state, "reason": first.reason, "same": first == second,
+                      "untouched": before == after, "messages": records, "error": error}))
+"""
+
+
+def _pretend(change: str) -> dict:
+    proc = run_py(_PRETEND.replace("CHANGE", change))
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_an_unchecked_keras_with_the_defect_is_mended_and_said_so():
+    """Keras 3.99.0 (pretended) with Keras' own trainer: the defect is there, mended; the status says unchecked."""
+    out = _pretend("pass")
+    assert (out["state"], out["same"], out["untouched"], out["error"]) == ("install", True, False, None)
+    assert out["reason"].startswith("Keras 3.99.0: not checked against this release (checked: 3.3 to 3.15); ")
+    assert "keras-team/keras#20585 is present: reduce_per_replica asks for a mean along axis 0" in out["reason"]
+    assert "; mended: " in out["reason"] and len(out["messages"]) == 1  # said once, at INFO
+
+
+def test_a_keras_whose_defect_is_gone_is_left_alone_and_said_so():
+    """Keras' functions replaced by fixed ones (a mean with axis=None, the first batch not reduced): not mended."""
+    out = _pretend(
+        """
+    from keras.src import tree
+    def fixed_reduce(values, strategy, reduction):
+        return tree.map_structure(lambda v: strategy.reduce("MEAN", v, axis=None), values)
+    def fixed_build(self, iterator=None, data_batch=None):
+        return None
+    trainer.reduce_per_replica, cls._maybe_symbolic_build = fixed_reduce, fixed_build"""
+    )
+    assert (out["state"], out["untouched"], out["error"], out["messages"]) == ("not_needed", True, None, [])
+    assert "the defect keras-team/keras#20585 is gone from Keras 3.99.0" in out["reason"]
+    assert out["reason"].startswith("Keras 3.99.0: not checked against this release")
+
+
+def test_a_keras_the_mend_cannot_read_is_left_alone_with_one_warning():
+    """Keras' trainer without the function the probe runs: it cannot tell, leaves fit alone, says what to do once."""
+    out = _pretend("del trainer._collective_all_reduce_multi_worker")
     assert (out["state"], out["same"], out["untouched"]) == ("not_covered", True, True)
-    assert len(out["warnings"]) == 1 and "Keras 3.99.0 is not a release" in out["warnings"][0]
+    assert len(out["messages"]) == 1 and "cannot be told" in out["messages"][0]
+    assert "HINT: train with tfdevices.training.train" in out["messages"][0]
     assert out["error"].startswith("Keras 3 model.fit fails under MultiWorkerMirroredStrategy")
     assert "HINT: train with tfdevices.training.train" in out["error"]
 
@@ -95,9 +133,11 @@ def test_covered_keras_gets_what_it_has_wrapped_once():
         from keras.src.optimizers.base_optimizer import BaseOptimizer
         from tfdevices import training
         from tfdevices.mends import keras_fit
-        owners = {"_maybe_symbolic_build": trainer.TensorFlowTrainer, "reduce_per_replica": trainer,
-                  "_distributed_tf_update_step": TFOptimizer, "train_step": trainer.TensorFlowTrainer,
-                  "make_train_function": trainer.TensorFlowTrainer,
+        from tfdevices.mends.keras_trainer import trainer_class
+        cls = trainer_class(trainer)
+        owners = {"_maybe_symbolic_build": cls, "reduce_per_replica": trainer,
+                  "_distributed_tf_update_step": TFOptimizer, "train_step": cls,
+                  "make_train_function": cls,
                   "scale_loss": BaseOptimizer}
         originals = {name: owner.__dict__.get(name) for name, owner in owners.items()}
         expected = {

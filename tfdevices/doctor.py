@@ -5,14 +5,15 @@ the GPUs and the masks, where this process sits in a job, which mends apply here
 a launched worker would listen on. It shows only the environment variables tfdevices reads, as
 tfdevices reads them, and never a secret (a token is shown as set or unset).
 
-Versions come from the installed packages' metadata; TensorFlow is imported (to run each mend's
-detection) only when ``tensorflow=True``.
+Versions come from the installed packages' metadata, found by the names programs import
+(``keras`` is Keras whether the distribution is ``keras`` or ``keras-nightly``); TensorFlow is
+imported (to run each mend's detection) only when ``tensorflow=True``. Where TensorFlow is not
+installed each mend's detection runs all the same: none of them imports anything then.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
 import json
 import os
 import platform
@@ -28,7 +29,7 @@ from tfdevices.jobs.env import launch_info
 from tfdevices.jobs.handshake import TOKEN_ENV
 from tfdevices.jobs.progress import progress_dir
 from tfdevices.jobs.stall import policy_from_env
-from tfdevices.mends.base import APPLIED, MENDS_ENV, NOT_REACHED, WOULD_APPLY
+from tfdevices.mends.base import APPLIED, MENDS_ENV, NOT_REACHED, WOULD_APPLY, installed, is_installed
 from tfdevices.mends.exit_barrier import EXIT_WAIT_ENV, exit_wait_s
 from tfdevices.runtime import quiet_tensorflow_logs
 from tfdevices.verify import host
@@ -38,7 +39,6 @@ __all__ = ["Report", "diagnose"]
 #: CPU features with which TensorFlow turns oneDNN on by default on Linux x86 (``IsMKLEnabled`` in
 #: tensorflow/core/util/util.cc: AVX512_VNNI, AVX512_BF16, AVX_VNNI, AMX).
 _ONEDNN_CPU_FLAGS = ("avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16")
-_TENSORFLOW_DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tensorflow-macos", "tf-nightly", "tf-nightly-cpu")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,19 +79,22 @@ def diagnose(*, env: Mapping[str, str] | None = None, tensorflow: bool = True) -
         A :class:`Report`.
     """
     env = os.environ if env is None else env
-    if tensorflow and _version(*_TENSORFLOW_DISTRIBUTIONS):
+    present = is_installed("tensorflow")
+    loaded = False
+    if tensorflow and present:
         quiet_tensorflow_logs()
         try:
             import_tf()
+            loaded = True
         except TfDevicesError:
-            tensorflow = False  # said in the tensorflow section
+            pass  # said in the tensorflow section
     return Report(
         (
             ("python", _python()),
-            ("tensorflow", _tensorflow(env, tensorflow)),
+            ("tensorflow", _tensorflow(env, loaded)),
             ("gpus", _gpus(env)),
             ("job", _job(env)),
-            ("mends", _mends(env, tensorflow)),
+            ("mends", _mends(env, loaded or not present)),
             ("launch", _launch(env)),
         )
     )
@@ -113,36 +116,53 @@ def _profile_reader() -> str:
     return "Python (slower): the compiled reader was not built; install with a C compiler (pip install -e .)"
 
 
-def _version(*distributions: str) -> str | None:
-    for name in distributions:
-        try:
-            return f"{importlib.metadata.version(name)}" + ("" if name == distributions[0] else f" ({name})")
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
+def _version(import_name: str) -> str | None:
+    """``"3.16.0.dev2026102704 (keras-nightly)"``: the version of what ``import keras`` finds, from metadata.
+
+    The distribution is named where it is not the import name's own; several that install the same
+    name are all named (their files are whichever was installed last).
+    """
+    found = installed(import_name)
+    own = {import_name, import_name.replace("_", "-")}
+    words = [d.version + ("" if d.name.lower().replace("_", "-") in own else f" ({d.name})") for d in found]
+    if len(words) > 1:
+        return " and ".join(words) + f": several distributions install `{import_name}`"
+    if not words and is_installed(import_name):
+        return "installed (no package metadata)"
+    return words[0] if words else None
 
 
 def _tensorflow(env: Mapping[str, str], load: bool) -> tuple[tuple[str, str], ...]:
-    tf_version = _version(*_TENSORFLOW_DISTRIBUTIONS)
-    keras_version, tf_keras_version = _version("keras"), _version("tf-keras", "tf_keras")
-    legacy = env.get("TF_USE_LEGACY_KERAS", "").strip().lower() in ("1", "true", "yes")
-    if legacy and tf_keras_version:
-        which = f"tf_keras {tf_keras_version} (TF_USE_LEGACY_KERAS set; `import keras` is still Keras {keras_version})"
-    elif legacy:
-        which = "none: TF_USE_LEGACY_KERAS asks for tf_keras, which is not installed (pip install tf-keras)"
-    else:
-        which = f"Keras {keras_version}" if keras_version else "none: Keras is not installed"
+    tf_version = _version("tensorflow")
+    keras_version, tf_keras_version = _version("keras"), _version("tf_keras")
     rows = [
         ("tensorflow", tf_version or "not installed (pip install 'tfdevices[cpu]' or 'tfdevices[and-cuda]')"),
         ("keras", keras_version or "not installed"),
         ("tf_keras", tf_keras_version or "not installed"),
-        ("tf.keras is", which),
+        ("tf.keras is", _tf_keras_is(env, tf_version, keras_version, tf_keras_version)),
         ("oneDNN", _onednn(env)),
         ("XLA", _xla(env)),
     ]
     if load and tf_version:
         rows.append(("build", _build_info()))
     return tuple(rows)
+
+
+def _tf_keras_is(env: Mapping[str, str], tf_version: str | None, keras: str | None, tf_keras: str | None) -> str:
+    """Which Keras ``tf.keras`` is here (TensorFlow 2.16 on: Keras 3, or tf_keras under ``TF_USE_LEGACY_KERAS``)."""
+    legacy = env.get("TF_USE_LEGACY_KERAS", "").strip().lower() in ("1", "true", "yes")
+    if not tf_version:
+        return "none: TensorFlow is not installed"
+    if legacy and tf_keras:
+        still = f"Keras {keras}" if keras else "no Keras 3 (not installed)"
+        return f"tf_keras {tf_keras} (TF_USE_LEGACY_KERAS set; `import keras` is {still})"
+    if legacy:
+        return "none: TF_USE_LEGACY_KERAS asks for tf_keras, which is not installed (pip install tf-keras)"
+    if keras:
+        return f"Keras {keras}"
+    if tf_keras:
+        return f"none: Keras 3 is not installed (tf_keras {tf_keras} is: set TF_USE_LEGACY_KERAS=1 to use it)"
+    return "none: Keras is not installed"
 
 
 def _onednn(env: Mapping[str, str]) -> str:
@@ -189,8 +209,10 @@ def _build_info() -> str:
         info = import_tf().sysconfig.get_build_info()
     except TfDevicesError as err:
         return f"TensorFlow cannot be imported: {err}"
-    if info.get("is_cuda_build"):
+    if info.get("is_cuda_build") and (info.get("cuda_version") or info.get("cudnn_version")):
         return f"CUDA {info.get('cuda_version', '?')}, cuDNN {info.get('cudnn_version', '?')}"
+    if info.get("is_cuda_build"):
+        return "a CUDA build (its CUDA and cuDNN versions are not recorded in its build info)"
     return "CPU only (not a CUDA build)"
 
 
@@ -261,7 +283,7 @@ def _mends(env: Mapping[str, str], load: bool) -> tuple[tuple[str, str], ...]:
             continue
         if load and status.state == NOT_REACHED:
             status = next(m for m in mends.MENDS if m.name == status.name).preview()
-        shown_state = {WOULD_APPLY: "applies here", APPLIED: "applied"}.get(status.state, status.state)
+        shown_state = {WOULD_APPLY: "applies here", APPLIED: "applied"}.get(status.state, status.state.value)
         rows.append((status.name, f"{shown_state}: {status.detail}"))
     return tuple(rows)
 

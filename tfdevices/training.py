@@ -3,19 +3,19 @@
 Keras 3 ``model.fit`` fails under ``MultiWorkerMirroredStrategy`` (keras-team/keras#20585:
 "Attempt to convert a value (PerReplica ...) with an unsupported type"; Keras 3.3 and 3.4:
 "Invalid reduction dimension 0"). The root causes are small defects in Keras' TensorFlow
-backend, which the mend ``keras_fit`` (:mod:`tfdevices.mends.keras_fit`) mends, each where the
-installed Keras has it, for the Keras releases it was checked against (3.3 to 3.15);
+backend, which the mend ``keras_fit`` (:mod:`tfdevices.mends.keras_fit`) mends, each where it
+finds it in the installed Keras (checked release by release on 3.3 to 3.15);
 :func:`tfdevices.build_strategy` installs it (:func:`install_fit_adapter`) when it builds a
 multi-worker strategy. Then plain ``fit`` works: compiled metrics, ``validation_data``,
 callbacks (``ModelCheckpoint``, ``BackupAndRestore`` ...), the progress bar and ``History``.
 
 :func:`train` is one call for scripts that must run on any Keras: ``fit`` where it
 works, a custom loop (``strategy.run`` over ``experimental_distribute_dataset``) where
-it does not (a Keras the adapter does not cover). :func:`check_fit_supported` raises,
+it does not (a Keras where the adapter cannot tell). :func:`check_fit_supported` raises,
 with that advice, where ``fit`` cannot work.
 
 This module imports Keras only when a function needs it; it keeps the mend's names
-(``install_fit_adapter``, ``decide_fit_adapter`` ...) for the scripts that import them from here.
+(``install_fit_adapter``, ``install_when_imported``) for the scripts that import them from here.
 """
 
 from __future__ import annotations
@@ -77,7 +77,8 @@ def check_fit_supported(strategy: Any) -> None:
 
     Raises:
         StrategyError: a Keras 3 ``fit`` under ``MultiWorkerMirroredStrategy`` with a Keras
-            the fit adapter does not cover (keras-team/keras#20585), with the working path in the hint.
+            whose defect the fit adapter cannot tell or is off (keras-team/keras#20585), with the working
+            path in the hint.
     """
     if _multi_worker(strategy) and not install_fit_adapter().fit_works:
         raise StrategyError(
@@ -111,8 +112,8 @@ def train(
     Keras 3 on many workers with the fit adapter (:func:`install_fit_adapter`, installed here
     under every strategy: Keras 3.3 to 3.7 need it in one process too). A custom
     loop (``strategy.run`` over ``experimental_distribute_dataset``, optimizer built in
-    the scope) under ``MultiWorkerMirroredStrategy`` with a Keras the adapter does not
-    cover. Both end with identical weights on every worker.
+    the scope) under ``MultiWorkerMirroredStrategy`` with a Keras whose defect the adapter
+    cannot tell (or with the adapter off). Both end with identical weights on every worker.
 
     Args:
         strategy: from :func:`tfdevices.build_strategy`, or any ``tf.distribute.Strategy``.

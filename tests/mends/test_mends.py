@@ -169,8 +169,9 @@ _KERAS_FIT = """
     import json
     from keras.src.backend.tensorflow import trainer
     from tfdevices import training
+    from tfdevices.mends.keras_trainer import trainer_class
     def functions():  # Keras 3.5 on has _maybe_symbolic_build; every Keras 3 the mend covers, reduce_per_replica
-        return (getattr(trainer.TensorFlowTrainer, "_maybe_symbolic_build", None), trainer.reduce_per_replica)
+        return (getattr(trainer_class(trainer), "_maybe_symbolic_build", None), trainer.reduce_per_replica)
 
     originals = functions()
     adapter = training.install_fit_adapter()

@@ -47,12 +47,12 @@ def fit(devices):
     return {"loss": history.history["loss"], "weights": [w.numpy().tolist() for w in model.weights]}
 
 three, one = fit(["CPU:0", "CPU:1", "CPU:2"]), fit(["CPU:0"])
-from keras.src.backend.tensorflow.core import Variable
-from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
+from keras.src.backend.tensorflow import Variable, trainer
+from tfdevices.mends.keras_trainer import trainer_class
 status = {s.name: s for s in tfdevices.mends.applied()}["uneven_batch"]
 print(json.dumps({
     "three": three, "one": one, "mend": status.state, "detail": status.detail,
-    "reduces_first_batch": hasattr(TensorFlowTrainer, "_maybe_symbolic_build"),
+    "reduces_first_batch": hasattr(trainer_class(trainer), "_maybe_symbolic_build"),
     "metrics_aggregate": hasattr(Variable, "_map_aggregation"),
 }))
 """

@@ -31,6 +31,10 @@ detects that it applies, how to turn it off, and what it did.
                     capture runs only: each called function's graph and each trace
 ==================  ==========================================================================
 
+Each finds first whether what it fixes is here, then says whether the release in use is one it
+was checked against (:mod:`tfdevices.mends.base`); the Keras mends share their look at Keras'
+trainer (:mod:`tfdevices.mends.keras_trainer`, a probe that starts no TensorFlow runtime).
+
 Turn mends off with ``TFDEVICES_MENDS`` (a comma list of names, or ``all``), from Python with
 :func:`turn_off`, or for a launched job with ``tfdevices launch --mends-off``. :func:`applied`
 lists each mend and what it did in this process; ``tfdevices doctor`` prints it.

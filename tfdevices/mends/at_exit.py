@@ -25,7 +25,7 @@ class AtExit(Mend):
     name = "at_exit"
     changes = "atexit (one hook: tfdevices' own clean-ups, the PlacementLogger's pending writes, scratch directories)"
     why = "a background writer's last captures, and the captures' scratch files, must not outlive their process"
-    detects = "always"
+    detects = "always: tfdevices has its own clean-ups to run at exit"
 
     def __init__(self) -> None:
         super().__init__()

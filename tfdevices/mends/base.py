@@ -2,18 +2,29 @@
 
 A mend (OpenTelemetry's instrumentors and gevent's named patches are the models) is one
 class per change: it says what it changes and why (the upstream issue or source line),
-detects whether it applies (features first, versions second), can be turned off by name
-(``TFDEVICES_MENDS`` or :func:`turn_off`), reports what it did (:meth:`Mend.status`), and
-can be undone where the change allows it. A mend that cannot apply says so once, plainly,
-and changes nothing.
+detects whether it applies, can be turned off by name (``TFDEVICES_MENDS`` or :func:`turn_off`),
+reports what it did (:meth:`Mend.status`), and can be undone where the change allows it.
 
-This module imports nothing of TensorFlow or Keras: each mend imports them when it applies.
+Detection looks at what the mend fixes first, versions second (DESIGN rule 8). A mend's
+:meth:`Mend._check` returns a :class:`Finding`: the defect (or the gap it fills) is here
+(:attr:`Found.NEEDED`: it applies), is not (:attr:`Found.NOT_NEEDED`: left alone, and said why),
+or it cannot tell (:attr:`Found.UNKNOWN`: left alone, and what the user should do said once).
+Versions only annotate: a mend that declares the releases it was checked against
+(:class:`Checked`) says so when the installed release is outside them, and still does what its
+finding says ("Keras 3.16.0.dev2026102704: not checked against this release; the defect
+keras-team/keras#20585 is present, mended: ...").
+
+This module imports nothing of TensorFlow or Keras: each mend imports them when it applies, and
+:func:`installed` reads what is installed from the packages' metadata.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
+import functools
 import importlib.abc
+import importlib.metadata
 import importlib.util
 import logging
 import os
@@ -32,15 +43,164 @@ MENDS_ENV = "TFDEVICES_MENDS"
 #: Longest ``TFDEVICES_MENDS`` read (a list of every name is far shorter).
 _MAX_ENV_CHARS = 1024
 
-# what a mend's status says
-APPLIED = "applied"  # the change is in place
-NOT_NEEDED = "not_needed"  # nothing to mend here (e.g. tf_keras, whose fit works)
-SKIPPED = "skipped"  # it could not apply (a release or platform it does not cover): nothing changed
-OFF = "off"  # turned off by TFDEVICES_MENDS or turn_off()
-NOT_REACHED = "not_reached"  # nothing in this process has needed it yet
-UNDONE = "undone"  # applied, then taken back
-WOULD_APPLY = "would_apply"  # a preview: on, and it would apply here when needed
-STATES = (APPLIED, NOT_NEEDED, SKIPPED, OFF, NOT_REACHED, UNDONE, WOULD_APPLY)
+
+class MendState(str, enum.Enum):
+    """What a mend's status says (a ``str``: ``MendState.APPLIED == "applied"``, and JSON writes the word)."""
+
+    APPLIED = "applied"  # the change is in place
+    NOT_NEEDED = "not_needed"  # nothing to mend here (the defect is gone, or what it changes is not used)
+    SKIPPED = "skipped"  # it cannot tell, or cannot apply here: nothing changed, what to do said once
+    OFF = "off"  # turned off by TFDEVICES_MENDS or turn_off()
+    NOT_REACHED = "not_reached"  # nothing in this process has needed it yet
+    UNDONE = "undone"  # applied, then taken back
+    WOULD_APPLY = "would_apply"  # a preview: on, and it would apply here when needed
+
+    def __str__(self) -> str:
+        return self.value
+
+
+APPLIED = MendState.APPLIED
+NOT_NEEDED = MendState.NOT_NEEDED
+SKIPPED = MendState.SKIPPED
+OFF = MendState.OFF
+NOT_REACHED = MendState.NOT_REACHED
+UNDONE = MendState.UNDONE
+WOULD_APPLY = MendState.WOULD_APPLY
+STATES = tuple(MendState)
+
+
+class Found(enum.Enum):
+    """What a mend's detection found."""
+
+    NEEDED = "needed"  # the defect (or the gap the mend fills) is here, and what it changes exists
+    NOT_NEEDED = "not_needed"  # nothing to mend: the defect is gone, or what it changes is not in use
+    UNKNOWN = "unknown"  # it cannot tell, or cannot apply here: left alone, the user told what to do
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """A mend's detection: what it found, and what it looked at to find it.
+
+    Attributes:
+        found: :class:`Found`.
+        why: what the detection saw, in words ("reduce_per_replica averages a scalar log across
+            workers along axis 0").
+        hint: for :attr:`Found.UNKNOWN`, what the user should do.
+    """
+
+    found: Found
+    why: str
+    hint: str = ""
+
+
+def needed(why: str) -> Finding:
+    """A :class:`Finding`: the mend applies here, because ``why``."""
+    return Finding(Found.NEEDED, why)
+
+
+def not_needed(why: str) -> Finding:
+    """A :class:`Finding`: nothing to mend here, because ``why``."""
+    return Finding(Found.NOT_NEEDED, why)
+
+
+def unknown(why: str, hint: str) -> Finding:
+    """A :class:`Finding`: the mend cannot tell (or cannot apply), because ``why``; ``hint`` says what to do."""
+    return Finding(Found.UNKNOWN, why, hint)
+
+
+@dataclasses.dataclass(frozen=True)
+class Distribution:
+    """One installed distribution that provides an import name: ``keras-nightly`` provides ``keras``."""
+
+    name: str
+    version: str
+
+
+@functools.lru_cache(maxsize=1)
+def _by_import_name() -> dict[str, tuple[str, ...]]:
+    return {name: tuple(dict.fromkeys(dists)) for name, dists in importlib.metadata.packages_distributions().items()}
+
+
+def installed(import_name: str) -> tuple[Distribution, ...]:
+    """The installed distributions that provide ``import_name``, from their metadata (nothing is imported).
+
+    ``keras`` is provided by ``keras`` or ``keras-nightly``, ``tensorflow`` by ``tensorflow``,
+    ``tensorflow-cpu`` or ``tf-nightly``: the import name is what a program uses, whichever
+    distribution brought it.
+
+    >>> [d.name for d in installed("no_such_module_here")]
+    []
+    """
+    found = []
+    for name in _by_import_name().get(import_name, ()):
+        try:
+            metadata = importlib.metadata.distribution(name).metadata
+        except importlib.metadata.PackageNotFoundError:  # a record left by an uninstall
+            continue
+        found.append(Distribution(str(metadata["Name"] or name), str(metadata["Version"])))
+    return tuple(found)
+
+
+def is_installed(import_name: str) -> bool:
+    """Whether ``import_name`` can be imported here (found on ``sys.path``; nothing is imported)."""
+    if import_name in sys.modules:
+        return True
+    try:
+        return importlib.util.find_spec(import_name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+@dataclasses.dataclass(frozen=True)
+class Checked:
+    """The releases of a package a mend was checked against: from ``low`` up to, not including, ``high``.
+
+    Attributes:
+        package: what people call it ("Keras").
+        low: the first release checked, ``(major, minor)``.
+        high: the first release not checked.
+    """
+
+    package: str
+    low: tuple[int, int]
+    high: tuple[int, int]
+
+    @property
+    def releases(self) -> str:
+        """``"3.3 to 3.15"``."""
+        return f"{self.low[0]}.{self.low[1]} to {self.high[0]}.{self.high[1] - 1}"
+
+    def covers(self, version: str) -> bool:
+        """Whether ``version`` is a release in the range (a ``.dev`` build of the first unchecked one is not).
+
+        >>> checked = Checked("Keras", (3, 3), (3, 16))
+        >>> checked.covers("3.15.1"), checked.covers("3.16.0.dev2026102704"), checked.covers("x")
+        (True, False, False)
+        """
+        release = release_of(version)
+        return release is not None and self.low <= release < self.high
+
+    def note(self, version: str | None) -> str:
+        """``""`` for a release checked (or none in use); else ``"Keras 3.16.0.dev2026102704: not checked ...; "``."""
+        if version is None or self.covers(version):
+            return ""
+        return f"{self.package} {_short(version)}: not checked against this release (checked: {self.releases}); "
+
+
+def release_of(version: str) -> tuple[int, int] | None:
+    """``"3.15.1"`` -> ``(3, 15)``; ``None`` for what is not a release number (pure).
+
+    >>> release_of("3.16.0.dev2026102704"), release_of("3.\u0661\u0665.0")
+    ((3, 16), None)
+    """
+    parts = str(version).split(".")
+    if len(parts) < 2 or not all(p.isascii() and p.isdigit() and len(p) <= 6 for p in parts[:2]):
+        return None
+    return int(parts[0]), int(parts[1])
+
+
+def _short(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,36 +209,40 @@ class MendStatus:
 
     Attributes:
         name: the mend's name (what ``TFDEVICES_MENDS`` takes).
-        state: one of :data:`STATES`.
+        state: a :class:`MendState`.
         detail: what it did, or why not.
         changes: what it changes (the declaration).
         why: the upstream issue or source line it answers.
     """
 
     name: str
-    state: str
+    state: MendState
     detail: str
     changes: str
     why: str
 
     def line(self) -> str:
         """``keras_fit      applied      Keras 3.15.1 ...``: one line for a table."""
-        return f"{self.name:<14} {self.state:<12} {self.detail}"
+        return f"{self.name:<14} {self.state.value:<12} {self.detail}"
 
 
 class Mend:
-    """One change to code tfdevices does not own. Subclasses set the declaration and the three hooks.
+    """One change to code tfdevices does not own. Subclasses set the declaration and the hooks.
 
-    Subclasses define ``name``, ``changes``, ``why`` and ``detects`` (how it knows it applies), and
-    :meth:`_check` (``None`` when it applies, else why not and whether that is worth a warning),
-    :meth:`_apply` (make the change; returns what it did) and :meth:`_undo` (take it back, or raise
-    ``NotImplementedError`` where it cannot be). :meth:`apply` is idempotent and thread-safe.
+    Subclasses define ``name``, ``changes``, ``why``, ``detects`` (what the detection looks at
+    first) and ``hint`` (what a user does where it cannot apply); where the change was checked
+    release by release, ``checked`` (a :class:`Checked`) and :meth:`_version`. The hooks:
+    :meth:`_check` (a :class:`Finding`), :meth:`_apply` (make the change; returns what it did)
+    and :meth:`_undo` (take it back, or raise ``NotImplementedError`` where it cannot be).
+    :meth:`apply` is idempotent and thread-safe.
     """
 
     name: ClassVar[str] = ""
     changes: ClassVar[str] = ""
     why: ClassVar[str] = ""
     detects: ClassVar[str] = ""
+    hint: ClassVar[str] = ""
+    checked: ClassVar[Checked | None] = None
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
@@ -88,8 +252,12 @@ class Mend:
 
     # ------------------------------------------------------------ for subclasses
 
-    def _check(self) -> tuple[str, str] | None:
-        """``None`` when the mend applies here; else ``(NOT_NEEDED or SKIPPED, why)``."""
+    def _check(self) -> Finding:
+        """What the detection finds here (the default: it always applies)."""
+        return needed(self.detects)
+
+    def _version(self) -> str | None:
+        """The release of what :attr:`checked` names, as in use here (``None``: unknown)."""
         return None
 
     def _apply(self) -> str:
@@ -105,26 +273,28 @@ class Mend:
         return self.name not in turned_off()
 
     def apply(self) -> MendStatus:
-        """Applies the mend where it is on and applies here; says once when it cannot. Idempotent."""
+        """Applies the mend where it is on and what it fixes is here; says once when it cannot tell. Idempotent."""
         with self._lock:
             if self._state in (APPLIED, NOT_NEEDED, SKIPPED):
                 return self.status()
             if not self.enabled():
                 self._set(OFF, f"turned off ({MENDS_ENV} or tfdevices.mends.turn_off)")
                 return self.status()
-            verdict = self._check()
-            if verdict is None:
+            finding, note = self._check(), self._note()
+            if finding.found is Found.NEEDED:
                 try:
-                    self._set(APPLIED, self._apply())
+                    done = self._apply()
                 except NotApplicableError as err:
-                    verdict = (SKIPPED, str(err))
-            if verdict is not None:
-                self._set(*verdict)
-                if verdict[0] == SKIPPED and not self._warned:
-                    self._warned = True
-                    logger.warning(
-                        "tfdevices: mend %s does not apply here and changed nothing: %s", self.name, verdict[1]
-                    )
+                    finding = unknown(str(err), err.hint or self.hint)
+                else:
+                    self._set(APPLIED, f"{note}{finding.why}; mended: {done}" if note else done)
+                    if note:
+                        logger.info("tfdevices: mend %s: %s", self.name, self._detail)
+                    return self.status()
+            self._set(*_verdict(finding, note))
+            if self._state == SKIPPED and not self._warned:
+                self._warned = True
+                logger.warning("tfdevices: mend %s changed nothing: %s", self.name, self._detail)
             return self.status()
 
     def undo(self) -> MendStatus:
@@ -144,18 +314,17 @@ class Mend:
         """What this mend would do in this process, found without changing anything (``tfdevices doctor``).
 
         A mend this process already reached says what it did; one not reached yet runs its detection
-        (which may import what it would change, never change it).
+        (which may import what it would change, never change it) and says what it found.
         """
         with self._lock:
             if self._state != NOT_REACHED or not self.enabled():
                 return self.status()
             try:
-                verdict = self._check()
+                finding, note = self._check(), self._note()
             except Exception as err:  # noqa: BLE001 (a detection that fails is what the preview reports)
-                verdict = (SKIPPED, f"its detection failed: {type(err).__name__}: {err}")
-            if verdict is None:
-                return MendStatus(self.name, WOULD_APPLY, self.detects, self.changes, self.why)
-            return MendStatus(self.name, verdict[0], verdict[1], self.changes, self.why)
+                finding, note = unknown(f"its detection failed: {type(err).__name__}: {err}", self.hint), ""
+            state, detail = _verdict(finding, note)
+            return MendStatus(self.name, state, detail, self.changes, self.why)
 
     def status(self) -> MendStatus:
         """What this mend did in this process (off wins over not reached)."""
@@ -169,12 +338,80 @@ class Mend:
         """Whether the change is in place now."""
         return self._state == APPLIED
 
-    def _set(self, state: str, detail: str) -> None:
+    def _note(self) -> str:
+        return "" if self.checked is None else self.checked.note(self._version())
+
+    def _set(self, state: MendState, detail: str) -> None:
         self._state, self._detail = state, detail
 
 
+def _verdict(finding: Finding, note: str) -> tuple[MendState, str]:
+    """The state and words of a finding (pure): would apply, not needed, or skipped with what to do."""
+    if finding.found is Found.NEEDED:
+        return WOULD_APPLY, f"{note}{finding.why}"
+    if finding.found is Found.NOT_NEEDED:
+        return NOT_NEEDED, f"{note}{finding.why}"
+    return SKIPPED, f"{note}{finding.why}" + (f" HINT: {finding.hint}" if finding.hint else "")
+
+
+_MISSING = object()  # an attribute the owner did not hold itself (inherited, or none)
+
+
+@dataclasses.dataclass(frozen=True)
+class Replaced:
+    """One attribute a mend replaces: whose, which, what was there and what the mend puts.
+
+    Attributes:
+        owner: the class or module.
+        attribute: the attribute's name.
+        original: what the owner itself held (not inherited), or a marker where it held none.
+        ours: the replacement.
+    """
+
+    owner: Any
+    attribute: str
+    original: Any
+    ours: Any
+
+    @classmethod
+    def of(cls, owner: Any, attribute: str, ours: Any) -> Replaced:
+        """The replacement of ``owner.attribute`` by ``ours`` (made by :meth:`put`, not here)."""
+        return cls(owner, attribute, vars(owner).get(attribute, _MISSING), ours)
+
+    def put(self) -> None:
+        """Puts the replacement in place."""
+        setattr(self.owner, self.attribute, self.ours)
+
+    def restore(self) -> None:
+        """Puts the original back where the replacement is still there (a later wrapper keeps its own)."""
+        if vars(self.owner).get(self.attribute) is not self.ours:
+            return
+        if self.original is _MISSING:
+            delattr(self.owner, self.attribute)
+        else:
+            setattr(self.owner, self.attribute, self.original)
+
+
 class NotApplicableError(Exception):
-    """Raised by a mend's ``_apply`` when what it changes is not there: it becomes a SKIPPED status."""
+    """Raised by a mend's ``_apply`` when what it changes is not there: it becomes a SKIPPED status.
+
+    Args:
+        message: what is missing.
+        hint: what the user should do (default: the mend's own ``hint``).
+    """
+
+    def __init__(self, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+#: What a mend of TensorFlow finds where TensorFlow is not installed.
+NO_TENSORFLOW = "TensorFlow is not installed here: nothing of it to mend"
+
+
+def without_tensorflow() -> Finding | None:
+    """``not_needed`` where TensorFlow is not installed (found on ``sys.path``, not imported); else ``None``."""
+    return None if is_installed("tensorflow") else not_needed(NO_TENSORFLOW)
 
 
 # --------------------------------------------------------------------------- turning mends off
@@ -313,6 +550,19 @@ def use_environment() -> None:
 
 __all__ = [
     "APPLIED",
+    "Checked",
+    "Distribution",
+    "Finding",
+    "Found",
+    "MendState",
+    "NO_TENSORFLOW",
+    "installed",
+    "is_installed",
+    "needed",
+    "not_needed",
+    "release_of",
+    "unknown",
+    "without_tensorflow",
     "MENDS_ENV",
     "NOT_NEEDED",
     "NOT_REACHED",
@@ -322,6 +572,7 @@ __all__ = [
     "UNDONE",
     "WOULD_APPLY",
     "NotApplicableError",
+    "Replaced",
     "Mend",
     "MendStatus",
     "names",

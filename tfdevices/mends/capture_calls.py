@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from tfdevices.mends.base import SKIPPED, Mend, register
+from tfdevices.mends.base import Finding, Mend, needed, register, unknown, without_tensorflow
 
 #: Told of each function call: ``(name, graph)``.
 OnCall = Callable[[str, Any], None]
@@ -43,6 +43,7 @@ class CaptureCalls(Mend):
     )
     why = "TensorFlow has no public hook for a called function's graph or for a trace starting"
     detects = "AtomicFunction.call_flat and func_graph.func_graph_from_py_func exist"
+    hint = "a capture still reads what ran; the ops of a tf.function are named by their kernels only."
 
     def __init__(self) -> None:
         super().__init__()
@@ -52,17 +53,20 @@ class CaptureCalls(Mend):
         self._scope_lock = threading.Lock()
         self.captures = 0  # captures it was in place for
 
-    def _check(self) -> tuple[str, str] | None:
+    def _check(self) -> Finding:
+        missing = without_tensorflow()
+        if missing is not None:
+            return missing
         try:
             from tensorflow.python.eager.polymorphic_function import atomic_function  # noqa: PLC0415
             from tensorflow.python.framework import func_graph  # noqa: PLC0415 (lazy TensorFlow)
         except ImportError as err:
-            return SKIPPED, f"this TensorFlow keeps them elsewhere ({err})"
+            return unknown(f"this TensorFlow keeps them elsewhere ({err})", self.hint)
         if not callable(getattr(atomic_function.AtomicFunction, "call_flat", None)):
-            return SKIPPED, "this TensorFlow has no AtomicFunction.call_flat"
+            return unknown("this TensorFlow has no AtomicFunction.call_flat", self.hint)
         if not callable(getattr(func_graph, "func_graph_from_py_func", None)):
-            return SKIPPED, "this TensorFlow has no func_graph.func_graph_from_py_func"
-        return None
+            return unknown("this TensorFlow has no func_graph.func_graph_from_py_func", self.hint)
+        return needed(self.detects)
 
     def _apply(self) -> str:
         from tensorflow.python.eager.polymorphic_function import atomic_function  # noqa: PLC0415

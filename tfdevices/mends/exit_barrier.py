@@ -27,7 +27,7 @@ from typing import Any
 from tfdevices.core._tf import import_tf
 from tfdevices.core.errors import EnvVarError
 from tfdevices.core.units import parse_seconds, shown
-from tfdevices.mends.base import SKIPPED, Mend, register
+from tfdevices.mends.base import Finding, Mend, needed, register, unknown, without_tensorflow
 
 #: Seconds a worker waits at exit for the others when nothing else is said.
 DEFAULT_EXIT_WAIT_S = 300.0
@@ -63,7 +63,8 @@ class ExitBarrier(Mend):
     name = "exit_barrier"
     changes = "atexit (a barrier at exit) and sys.excepthook (wrapped: a crash skips the barrier)"
     why = "a worker that exits first makes TensorFlow's coordination service report 'The tasks have crashed'"
-    detects = "Context.wait_at_barrier exists"
+    detects = "TensorFlow's Context.wait_at_barrier exists (its coordination service's barrier)"
+    hint = "a rank 0 line 'The tasks have crashed' after every rank exited 0 is that: the job succeeded."
 
     def __init__(self) -> None:
         super().__init__()
@@ -72,14 +73,17 @@ class ExitBarrier(Mend):
         self._hook: Any = None
         self._previous_hook: Any = None
 
-    def _check(self) -> tuple[str, str] | None:
+    def _check(self) -> Finding:
+        missing = without_tensorflow()
+        if missing is not None:
+            return missing
         import_tf()
         from tensorflow.python.eager import context  # noqa: PLC0415 (lazy TensorFlow)
 
         if not callable(getattr(context.Context, "wait_at_barrier", None)):
-            return SKIPPED, "this TensorFlow has no Context.wait_at_barrier"
+            return unknown("this TensorFlow has no Context.wait_at_barrier", self.hint)
         exit_wait_s()  # a bad TFDEVICES_EXIT_WAIT is said now, not at exit
-        return None
+        return needed(self.detects)
 
     def _apply(self) -> str:
         atexit.register(self.wait_for_the_others)

@@ -12,30 +12,64 @@ the model's train function wrapped for the step it captures, a background writer
 on. A ``fit`` that returns is not touched, and nothing else changes: the training, the callbacks
 and the error are Keras' own.
 
-Detected: the ``fit`` of Keras 3's TensorFlow trainer or of tf_keras' ``Model`` exists (each
-wrapped once its Keras is imported). Applied when a ``PlacementLogger`` is made. Off: a ``fit``
+Detected: the defect first, in each Keras installed (found on ``sys.path``, not imported): its
+``fit`` calls ``on_train_end`` outside any ``finally`` (read from its source, once that Keras is
+imported; each wrapped then). A ``fit`` that calls it in a ``finally`` is left alone; no Keras at
+all: nothing to mend. Keras 3.16's nightlies call the trainer class ``Trainer``: it is found by
+what it is. Applied when a ``PlacementLogger`` is made. Off: a ``fit``
 that raises leaves the logger's run metadata on (and its train function wrapped) until the process
 ends. Undone: ``fit`` restored.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
+import inspect
 import logging
 import sys
+import textwrap
 import threading
 from collections.abc import Callable
 from typing import Any
 
-from tfdevices.mends.base import Mend, register
+from tfdevices.mends.base import Finding, Mend, is_installed, needed, not_needed, register
+from tfdevices.mends.keras_trainer import KERAS_TRAINER, trainer_class
 
 logger = logging.getLogger("tfdevices")
 
-#: The Keras packages, and the module and class whose ``fit`` the mend wraps.
-_FITS = (
-    ("keras", "keras.src.backend.tensorflow.trainer", "TensorFlowTrainer"),
-    ("tf_keras", "tf_keras.src.engine.training", "Model"),
-)
+#: The Keras packages, and the module whose trainer class's ``fit`` the mend wraps.
+_FITS = (("keras", KERAS_TRAINER), ("tf_keras", "tf_keras.src.engine.training"))
+
+
+def _fit_class(module_name: str) -> Any:
+    """The class whose ``fit`` runs the callbacks: Keras 3's TensorFlow trainer, tf_keras' ``Model``."""
+    module = importlib.import_module(module_name)
+    return getattr(module, "Model", None) if module_name.startswith("tf_keras") else trainer_class(module)
+
+
+def ends_outside_finally(fit: Any) -> bool | None:
+    """Whether ``fit`` calls ``on_train_end`` and none of those calls is in a ``finally`` (the defect).
+
+    ``None`` where its source cannot be read (it cannot tell).
+    """
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(inspect.unwrap(fit))))
+    except (OSError, TypeError, SyntaxError):
+        return None
+    guarded = {
+        id(node)
+        for block in ast.walk(tree)
+        if isinstance(block, ast.Try)
+        for statement in block.finalbody
+        for node in ast.walk(statement)
+    }
+    ends = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "on_train_end"
+    ]
+    return bool(ends) and not any(id(node) in guarded for node in ends)
 
 
 class FitEnd(Mend):
@@ -44,13 +78,40 @@ class FitEnd(Mend):
     name = "fit_end"
     changes = "fit of Keras 3's TensorFlowTrainer and tf_keras' Model (wrapped: clean-ups run when fit raises)"
     why = "Keras calls on_train_end only when fit ends normally: a failed fit left a PlacementLogger's run metadata on"
-    detects = "keras.src.backend.tensorflow.trainer.TensorFlowTrainer or tf_keras.src.engine.training.Model exists"
+    detects = (
+        "Keras 3 or tf_keras is installed, and (once imported) its fit calls on_train_end outside any finally "
+        "(its source read)"
+    )
 
     def __init__(self) -> None:
         super().__init__()
         self._patched: dict[str, tuple[Any, Any]] = {}
         self._hooks: dict[int, list[Callable[[], Any]]] = {}  # id(model) -> its clean-ups
         self._hooks_lock = threading.Lock()
+
+    def _check(self) -> Finding:
+        kinds = [package for package, _ in _FITS if is_installed(package)]
+        if not kinds:
+            return not_needed("neither Keras 3 nor tf_keras is installed: no fit to wrap")
+        checked = {package: self._defect(package, module) for package, module in _FITS if module in sys.modules}
+        if checked and not any(checked.values()) and set(checked) == set(kinds):
+            return not_needed(f"the fit of {', '.join(kinds)} calls on_train_end in a finally: nothing to mend")
+        found = [package for package, defect in checked.items() if defect]
+        if found:
+            return needed(f"the fit of {', '.join(found)} calls on_train_end outside any finally")
+        return needed(
+            f"{', '.join(kinds)} installed: its fit is read once imported, and wrapped where it calls on_train_end "
+            "outside any finally"
+        )
+
+    @staticmethod
+    def _defect(package: str, module_name: str) -> bool:
+        """Whether that Keras' ``fit`` has the defect (one whose source cannot be read is taken to have it)."""
+        try:
+            cls = _fit_class(module_name)
+        except ImportError:
+            return False
+        return cls is not None and ends_outside_finally(cls.fit) is not False
 
     def _apply(self) -> str:
         self.extend()  # and again at each arm(): a Keras imported later is wrapped then
@@ -59,14 +120,14 @@ class FitEnd(Mend):
 
     def extend(self) -> None:
         """Wraps the ``fit`` of each Keras imported since (Keras 3 and tf_keras may both be loaded)."""
-        for package, module_name, attr in _FITS:
+        for package, module_name in _FITS:
             if package not in sys.modules or module_name in self._patched:
                 continue
             try:
-                cls = getattr(importlib.import_module(module_name), attr)
-            except (ImportError, AttributeError):  # another backend, or a layout this mend does not know
+                cls = _fit_class(module_name)
+            except ImportError:  # another backend, or a layout this mend does not know
                 continue
-            if callable(getattr(cls, "fit", None)):
+            if cls is not None and callable(getattr(cls, "fit", None)) and self._defect(package, module_name):
                 self._patched[module_name] = (cls, cls.__dict__.get("fit"))
                 cls.fit = self._wrapped(cls.fit)
 

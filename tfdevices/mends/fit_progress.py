@@ -24,7 +24,7 @@ import importlib
 import sys
 from typing import Any
 
-from tfdevices.mends.base import SKIPPED, Mend, register
+from tfdevices.mends.base import Finding, Mend, is_installed, needed, not_needed, register, unknown
 from tfdevices.mends.step_sampling import StepSampler
 
 #: module -> (CallbackList's module attribute, Callback base's module)
@@ -61,13 +61,24 @@ class FitProgress(Mend):
         self._patched: dict[str, Any] = {}
         self.sampler = StepSampler()
 
-    def _check(self) -> tuple[str, str] | None:
+    def _check(self) -> Finding:
+        keras3, tf_keras = is_installed("keras"), is_installed("tf_keras")
+        if not keras3 and not tf_keras:
+            return not_needed("neither Keras 3 nor tf_keras is installed: no fit to report")
+        only_tf_keras = needed("tf_keras' CallbackList (wrapped once tf_keras is imported)")
+        if not keras3:
+            return only_tf_keras
         if not any(name in sys.modules for name in _KERAS):
             try:
                 importlib.import_module("keras.src.callbacks.callback_list")
             except ImportError:
-                return SKIPPED, "neither Keras 3's nor tf_keras' CallbackList can be imported"
-        return None
+                if tf_keras:
+                    return only_tf_keras
+                return unknown(
+                    "neither Keras 3's nor tf_keras' CallbackList can be imported",
+                    "fit's steps are not reported; a custom loop's are (step_progress).",
+                )
+        return needed(self.detects)
 
     def _apply(self) -> str:
         self.extend()

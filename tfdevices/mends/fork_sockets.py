@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 
-from tfdevices.mends.base import SKIPPED, Mend, register
+from tfdevices.mends.base import Finding, Mend, needed, register, unknown
 
 _SOCKETS: set[int] = set()  # bound names' descriptors of this process: a forked child closes its copies
 
@@ -30,15 +30,16 @@ class ForkSockets(Mend):
     changes = "os.register_at_fork (after_in_child: close the reservation's socket copies)"
     why = "a forked child's copy of a bound abstract socket keeps a released GPU held"
     detects = "os.register_at_fork exists"
+    hint = "release the GPUs before forking, or start children with multiprocessing's 'spawn' method."
 
     def __init__(self) -> None:
         super().__init__()
         self._registered = False
 
-    def _check(self) -> tuple[str, str] | None:
+    def _check(self) -> Finding:
         if not hasattr(os, "register_at_fork"):
-            return SKIPPED, "this platform has no os.register_at_fork"
-        return None
+            return unknown("this platform has no os.register_at_fork", self.hint)
+        return needed(self.detects)
 
     def _apply(self) -> str:
         if not self._registered:

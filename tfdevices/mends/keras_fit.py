@@ -47,24 +47,49 @@ releases (1 and 2 are the failures; each is detected by its own feature):
 Nothing else changes: the training step, gradients, optimizer and callbacks are Keras' own.
 Checked: on 2 workers, loss, metrics, validation metrics and weights equal tf_keras' fit on the
 same workers and a single process's fit on the same global batches (tests/test_multiworker.py), on
-Keras 3.3.3 (TensorFlow 2.16.2) and the newest Keras (CI's oldest and newest legs).
+Keras 3.3.3 (TensorFlow 2.16.2), the newest Keras and the pinned Keras nightly (CI's oldest,
+newest and nightly legs). Keras 3.16's nightlies call the trainer class ``Trainer``, not
+``TensorFlowTrainer``: it is found by what it is (:func:`~tfdevices.mends.keras_trainer.trainer_class`).
 
-Detected: features first, the functions it wraps exist (``reduce_per_replica`` and the multi-worker
-test always; each of the others where the Keras has its defect), then versions, a Keras release it
-was checked against (:data:`FIT_ADAPTER_KERAS`). Keras 3.0 to 3.2 are not covered: their ``"auto"``
-reduction sums the logs over replicas (no ``"mean"``), a different code path the adapter was not
-checked against. Off: ``fit`` is left as Keras made it. Undone: what was wrapped is restored.
+Detected: the defect first, by running Keras' own functions on a strategy that runs nothing
+(:mod:`tfdevices.mends.keras_trainer`: no TensorFlow start): ``reduce_per_replica`` asks for a
+mean along axis 0 of a scalar log across workers (defect 1), ``_maybe_symbolic_build`` hands the
+whole first batch to ``strategy.reduce`` (defect 2); 3 to 5 by the code that has them. Present:
+mended, whatever the release. Gone: left alone, and said so. Where it cannot tell (Keras' trainer
+moved, the probe failed): left alone, with one warning whose HINT says what to do. Versions
+second: a Keras outside the releases checked (:data:`CHECKED`, 3.3 to 3.15) is said to be so in
+the mend's status. No Keras 3 (tf_keras only, whose ``fit`` works): nothing to mend. Off: ``fit``
+is left as Keras made it. Undone: what was wrapped is restored.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import sys
 import threading
 from typing import Any
 
 from tfdevices.core._tf import import_tf
-from tfdevices.mends.base import NOT_NEEDED, OFF, SKIPPED, Mend, MendStatus, NotApplicableError, register, when_imported
+from tfdevices.mends import keras_trainer
+from tfdevices.mends.base import (
+    APPLIED,
+    NOT_NEEDED,
+    OFF,
+    Checked,
+    Finding,
+    Mend,
+    MendStatus,
+    NotApplicableError,
+    Replaced,
+    is_installed,
+    needed,
+    not_needed,
+    register,
+    unknown,
+    when_imported,
+    without_tensorflow,
+)
 from tfdevices.mends.exit_barrier import leave_together
 
 KERAS_FIT_ISSUE = "keras-team/keras#20585"
@@ -74,15 +99,31 @@ KERAS3_FIT_HINT = (
     "installed) before TensorFlow is imported to use tf_keras' fit."
 )
 
-#: Keras releases the adapter covers: from 3.3.0 (when ``reduce_per_replica`` took the ``"mean"``
-#: that fails across workers) up to, not including, 3.16. Checked release by release against their
-#: source: 3.3.3 and 3.4.1 carry defect 1 only (no ``_maybe_symbolic_build``); 3.5.0, 3.6.0, 3.8.0,
-#: 3.10.0, 3.12.0, 3.13.0, 3.14.0 and 3.15.1 carry both in the same code. Run on 2 workers: 3.3.3
-#: (TensorFlow 2.16.2) and 3.15.1.
-FIT_ADAPTER_KERAS = ((3, 3), (3, 16))
-INSTALL, NOT_COVERED = "install", "not_covered"
+#: Keras releases the adapter was checked against, release by release against their source: from
+#: 3.3.0 (when ``reduce_per_replica`` took the ``"mean"`` that fails across workers) up to, not
+#: including, 3.16. 3.3.3 and 3.4.1 carry defect 1 only (no ``_maybe_symbolic_build``); 3.5.0, 3.6.0,
+#: 3.8.0, 3.10.0, 3.12.0, 3.13.0, 3.14.0 and 3.15.1 carry both in the same code. Run on 2 workers:
+#: 3.3.3 (TensorFlow 2.16.2), 3.15.1 and the 3.16 nightly CI pins (``keras-nightly``). A release
+#: outside it is mended where the defect is found, and said to be unchecked.
+CHECKED = Checked("Keras", (3, 3), (3, 16))
+FIT_ADAPTER_KERAS = (CHECKED.low, CHECKED.high)
 #: The module whose import installs the adapter (:func:`install_when_imported`).
-KERAS_TRAINER = "keras.src.backend.tensorflow.trainer"
+KERAS_TRAINER = keras_trainer.KERAS_TRAINER
+
+
+class FitState(str, enum.Enum):
+    """What the mend means for ``model.fit`` on many workers (a ``str``: ``FitState.INSTALL == "install"``)."""
+
+    INSTALL = "install"  # mended
+    NOT_NEEDED = "not_needed"  # no defect to mend (tf_keras, or a Keras without it)
+    NOT_COVERED = "not_covered"  # it cannot tell: fit is left as Keras made it
+    OFF = "off"  # turned off with TFDEVICES_MENDS
+
+    def __str__(self) -> str:
+        return self.value
+
+
+INSTALL, NOT_COVERED = FitState.INSTALL, FitState.NOT_COVERED
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,88 +131,60 @@ class FitAdapter:
     """Whether tfdevices mends Keras 3 ``model.fit`` under ``MultiWorkerMirroredStrategy``, and why.
 
     Attributes:
-        keras_version: the Keras in use (``"3.15.1"``, or ``"tf_keras"``).
-        state: ``"install"`` (mended), ``"not_needed"`` (tf_keras, whose fit works),
-            ``"not_covered"`` (a Keras the adapter was not checked against: fit is left as Keras
-            made it) or ``"off"`` (turned off with ``TFDEVICES_MENDS``).
+        keras_version: the Keras 3 in use (``"3.15.1"``), or ``""`` where there is none.
+        state: a :class:`FitState`.
         reason: for people; says what to do when fit is not mended.
     """
 
     keras_version: str
-    state: str
+    state: FitState
     reason: str
 
     @property
     def fit_works(self) -> bool:
         """Whether plain ``model.fit`` is expected to work under ``MultiWorkerMirroredStrategy``."""
-        return self.state in (INSTALL, NOT_NEEDED)
+        return self.state in (FitState.INSTALL, FitState.NOT_NEEDED)
 
 
-def decide_fit_adapter(keras_version: str, *, legacy: bool = False) -> FitAdapter:
-    """Decides whether the fit adapter applies to this Keras (pure).
+#: What each mend state means for fit.
+_FIT_STATES = {APPLIED: FitState.INSTALL, NOT_NEEDED: FitState.NOT_NEEDED, OFF: FitState.OFF}
+
+
+def fit_finding(keras_version: str, defects: list[str] | None) -> Finding:
+    """What the mend finds for a Keras with these defects (pure: the words of :meth:`KerasFit._check`).
 
     Args:
-        keras_version: ``keras.__version__``.
-        legacy: whether ``TF_USE_LEGACY_KERAS`` selects tf_keras (Keras 2), whose ``fit`` works.
+        keras_version: ``keras.__version__`` (only for the words).
+        defects: what the probes found there (empty: gone), or ``None`` where they could not tell.
 
-    Returns:
-        A :class:`FitAdapter`.
-
-    >>> decide_fit_adapter("3.15.1").state
-    'install'
-    >>> decide_fit_adapter("3.3.3").state
-    'install'
-    >>> decide_fit_adapter("3.2.1").state, decide_fit_adapter("3.16.0").state
-    ('not_covered', 'not_covered')
-    >>> decide_fit_adapter("3.10.0", legacy=True).state
-    'not_needed'
+    >>> fit_finding("3.16.0", ["reduce_per_replica ..."]).found.value
+    'needed'
+    >>> fit_finding("3.17.0", []).found.value, fit_finding("3.17.0", None).found.value
+    ('not_needed', 'unknown')
     """
-    if legacy:
-        return FitAdapter(
-            "tf_keras",
-            NOT_NEEDED,
-            "TF_USE_LEGACY_KERAS selects tf_keras, whose fit works under MultiWorkerMirroredStrategy",
+    if defects is None:
+        return unknown(
+            f"Keras {keras_version[:40]}: whether its trainer has the defect {KERAS_FIT_ISSUE} cannot be "
+            "told (its functions changed under the probe), so model.fit is left as Keras made it and may fail "
+            "on many workers ('Attempt to convert a value (PerReplica ...)', 'Invalid reduction dimension 0')",
+            KERAS3_FIT_HINT,
         )
-    (lo_major, lo_minor), (hi_major, hi_minor) = FIT_ADAPTER_KERAS
-    covered = f"{lo_major}.{lo_minor} to {hi_major}.{hi_minor - 1}"
-    release = _release(keras_version)
-    if release is not None and (lo_major, lo_minor) <= release < (hi_major, hi_minor):
-        return FitAdapter(
-            keras_version,
-            INSTALL,
-            f"Keras {keras_version} fit fails on many workers ({KERAS_FIT_ISSUE}); tfdevices "
-            f"mends it (the adapter covers Keras {covered})",
+    if not defects:
+        return not_needed(
+            f"the defect {KERAS_FIT_ISSUE} is gone from Keras {keras_version[:40]} (reduce_per_replica asks no "
+            "mean along axis 0 of a scalar across workers, and the first batch is not reduced whole): fit is "
+            "left as Keras made it"
         )
-    return FitAdapter(
-        keras_version,
-        NOT_COVERED,
-        f"Keras {_short(keras_version)} is not a release the tfdevices adapter for {KERAS_FIT_ISSUE} "
-        f"was checked against (Keras {covered}), so model.fit is left as Keras made it and may "
-        "fail on many workers ('Attempt to convert a value (PerReplica ...)', 'Invalid reduction "
-        "dimension 0'). "
-        f"HINT: {KERAS3_FIT_HINT}",
-    )
-
-
-def _release(version: str) -> tuple[int, int] | None:
-    """``"3.15.1"`` -> ``(3, 15)``; ``None`` for what is not a release number."""
-    parts = str(version).split(".")
-    if len(parts) < 2 or not all(p.isascii() and p.isdigit() and len(p) <= 6 for p in parts[:2]):
-        return None
-    return int(parts[0]), int(parts[1])
-
-
-def _short(text: str, limit: int = 40) -> str:
-    return text if len(text) <= limit else text[:limit] + "..."
+    return needed(f"the defect {KERAS_FIT_ISSUE} is present: {'; '.join(defects)}")
 
 
 class KerasFit(Mend):
-    """Mends Keras 3's TensorFlow trainer for many workers: each defect where this Keras has it (features first)."""
+    """Mends Keras 3's TensorFlow trainer for many workers: each defect where this Keras has it (found first)."""
 
     name = "keras_fit"
     changes = (
-        "keras.src.backend.tensorflow.trainer: reduce_per_replica and, where it exists (Keras 3.5+), "
-        "TensorFlowTrainer._maybe_symbolic_build (wrapped; only multi-worker calls take the mended path); "
+        "keras.src.backend.tensorflow.trainer: reduce_per_replica and, where it reduces the first batch whole, "
+        "the trainer's _maybe_symbolic_build (wrapped; only multi-worker calls take the mended path); "
         "where this Keras has the defect: TFOptimizer._distributed_tf_update_step and make_train_function "
         "(Keras 3.3-3.4: gradients summed in the merge call, fit built before its step is traced), "
         "train_step and scale_loss (3.3-3.7: the loss scaled by 1 / replicas), _get_metrics_result_or_logs "
@@ -179,19 +192,16 @@ class KerasFit(Mend):
     )
     why = f"{KERAS_FIT_ISSUE}: Keras 3 fit fails under MultiWorkerMirroredStrategy"
     detects = (
-        "the trainer functions it wraps exist (features: _maybe_symbolic_build is wrapped only where it "
-        "exists), in a Keras it was checked against "
-        f"({FIT_ADAPTER_KERAS[0][0]}.{FIT_ADAPTER_KERAS[0][1]} to "
-        f"{FIT_ADAPTER_KERAS[1][0]}.{FIT_ADAPTER_KERAS[1][1] - 1}: versions)"
+        "Keras' own reduce_per_replica and _maybe_symbolic_build, run on a strategy that runs nothing: a mean "
+        "along axis 0 of a scalar log across workers, or the first batch reduced whole (the defect); then "
+        f"whether the Keras is a release it was checked against ({CHECKED.releases})"
     )
+    hint = KERAS3_FIT_HINT
+    checked = CHECKED
 
     def __init__(self) -> None:
         super().__init__()
-        self.adapter: FitAdapter | None = None
-        self._originals: tuple[Any, ...] = ()
-        self._update_step: tuple[Any, Any] | None = None
-        self._built_first: Any = None
-        self._local_metrics: Any = None
+        self._replaced: tuple[Replaced, ...] = ()
         self._applying = threading.local()
 
     def apply(self) -> MendStatus:
@@ -207,132 +217,157 @@ class KerasFit(Mend):
             return super().apply()
         finally:
             self._applying.now = False
-        self._loss_scaling: tuple[tuple[Any, str, Any], ...] = ()
 
-    def _check(self) -> tuple[str, str] | None:
-        try:
-            from keras.src.version import __version__ as keras_version  # noqa: PLC0415 (lazy Keras)
-        except ImportError:  # no Keras 3: only tf_keras (whose fit works) can be in use
-            self.adapter = decide_fit_adapter("", legacy=True)
-            return NOT_NEEDED, self.adapter.reason
+    def _version(self) -> str | None:
+        return keras_trainer.keras_version()
+
+    def _check(self) -> Finding:
+        if not is_installed("keras"):
+            if is_installed("tf_keras"):
+                return not_needed("no Keras 3 here: tf_keras' fit works under MultiWorkerMirroredStrategy")
+            return not_needed("no Keras is installed here: no fit to mend")
+        missing = without_tensorflow()
+        if missing is not None:
+            return missing
         # Keras 3 whatever TF_USE_LEGACY_KERAS says: that variable redirects tf.keras only, and
         # `import keras` (Ray Train's workers set it) is still Keras 3. Mending Keras 3's trainer
         # leaves tf_keras models alone: they train through tf_keras' own trainer.
-        self.adapter = decide_fit_adapter(str(keras_version))
-        if self.adapter.state != INSTALL:
-            return SKIPPED, self.adapter.reason
-        return None
+        tf = import_tf()
+        try:
+            from keras.src.backend.tensorflow import trainer as module  # noqa: PLC0415 (lazy Keras)
+        except ImportError as err:
+            return unknown(f"Keras 3's TensorFlow trainer cannot be imported ({err})", KERAS3_FIT_HINT)
+        version = keras_trainer.keras_version() or "?"
+        cls = keras_trainer.trainer_class(module)
+        if cls is None or not callable(getattr(module, "_collective_all_reduce_multi_worker", None)):
+            return fit_finding(version, None)
+        logs = keras_trainer.logs_reduced_along_axis_0(module, tf)
+        batch = keras_trainer.first_batch_reduced_whole(cls, tf)
+        if logs is None or batch is None:
+            return fit_finding(version, None)
+        defects = ["reduce_per_replica asks for a mean along axis 0 of a scalar log across workers"] * logs
+        defects += ["_maybe_symbolic_build hands the whole first batch to strategy.reduce"] * batch
+        return fit_finding(version, defects)
 
     def _apply(self) -> str:
-        assert self.adapter is not None
         tf = import_tf()
-        from keras.src import tree  # noqa: PLC0415 (lazy Keras)
-        from keras.src.backend.tensorflow import trainer as keras_trainer  # noqa: PLC0415 (lazy Keras)
+        from keras.src.backend.tensorflow import trainer as module  # noqa: PLC0415 (lazy Keras)
 
-        trainer_class: Any = getattr(keras_trainer, "TensorFlowTrainer", None)
-        needed: tuple[Any, ...] = (
-            trainer_class,
-            getattr(keras_trainer, "reduce_per_replica", None),
-            getattr(keras_trainer, "_collective_all_reduce_multi_worker", None),
-        )
-        # Keras 3.5 came with _maybe_symbolic_build (defect 2); before it the model is built when
-        # the train step is traced, and only reduce_per_replica needs the mend
-        symbolic_build: Any = getattr(trainer_class, "_maybe_symbolic_build", None)
-        if not all(callable(f) for f in needed):
-            self.adapter = FitAdapter(
-                self.adapter.keras_version,
-                NOT_COVERED,
-                f"Keras {self.adapter.keras_version} no longer has the trainer code the tfdevices adapter for "
-                f"{KERAS_FIT_ISSUE} mends; model.fit is left as Keras made it. HINT: {KERAS3_FIT_HINT}",
-            )
-            raise NotApplicableError(self.adapter.reason)
-        _, reduce_per_replica, multi_worker = needed
-
-        def local_batch(strategy: Any, batch: Any) -> Any:
-            """This worker's first replica's values: the shapes and dtypes a MEAN over replicas would have."""
-            return tree.map_structure(
-                lambda v: (
-                    strategy.experimental_local_results(v)[0] if isinstance(v, tf.distribute.DistributedValues) else v
-                ),
-                batch,
-            )
-
-        def mended_symbolic_build(model: Any, iterator: Any = None, data_batch: Any = None) -> Any:
-            strategy = model._distribute_strategy
-            if iterator is None or strategy is None or not multi_worker(strategy):
-                return symbolic_build(model, iterator=iterator, data_batch=data_batch)
-            leave_together()
-            # Keras 3.5-3.6 yield (step, iterator) from enumerate_epoch(); later releases iterate
-            # (step, iterator) or (begin, end, iterator): the iterator is always last
-            epochs = iterator.enumerate_epoch() if hasattr(iterator, "enumerate_epoch") else iterator
-            for entry in epochs:
-                data_batch = local_batch(strategy, next(entry[-1]))
-                break
-            return symbolic_build(model, data_batch=data_batch)
-
-        def mended_reduce_per_replica(values: Any, strategy: Any, reduction: Any) -> Any:
-            if reduction in ("auto", "mean") and multi_worker(strategy):
-                return tree.map_structure(lambda v: strategy.reduce("MEAN", v, axis=None), values)
-            return reduce_per_replica(values, strategy, reduction)
-
-        mended_symbolic_build.__wrapped__ = symbolic_build  # type: ignore[attr-defined]
-        mended_reduce_per_replica.__wrapped__ = reduce_per_replica  # type: ignore[attr-defined]
-        self._originals = (trainer_class, symbolic_build, keras_trainer, reduce_per_replica)
-        keras_trainer.reduce_per_replica = mended_reduce_per_replica
-        done = [self.adapter.reason]
-        if callable(symbolic_build):
-            trainer_class._maybe_symbolic_build = mended_symbolic_build
-        else:
-            done.append("this Keras has no _maybe_symbolic_build (nothing to mend there)")
-        self._update_step = _mend_update_step(tf)
-        self._built_first = None
-        if self._update_step is not None:
-            done.append("its optimizer's gradients are summed in the merge call (tf_keras' way)")
-            self._built_first = _build_before_tracing(tf, trainer_class)
-            if self._built_first is not None:
-                done.append("fit builds the model, metrics and optimizer before tracing its step (as Keras 3.5 does)")
-        self._local_metrics = _mend_local_metrics(trainer_class)
-        if self._local_metrics is not None:
-            done.append("the History's metrics are the replicas' mean, not the first replica's own")
-        self._loss_scaling = _mend_loss_scaling(tf, trainer_class)
-        if self._loss_scaling:
-            done.append("fit's loss is scaled by 1 / replicas before its gradients (Keras 3.8's scaling)")
-        return "; ".join(done)
+        cls = keras_trainer.trainer_class(module)
+        if cls is None:
+            raise NotApplicableError("this Keras has no TensorFlow trainer class")
+        replaced: list[Replaced] = []
+        done: list[str] = []
+        if keras_trainer.logs_reduced_along_axis_0(module, tf):
+            replaced.append(_mend_reduce_per_replica(module))
+            done.append("fit's step logs are averaged across workers as one value each (axis=None)")
+        if keras_trainer.first_batch_reduced_whole(cls, tf):
+            replaced.append(_mend_first_batch(tf, module, cls))
+            done.append("fit learns the first batch's shapes from this worker's replica, not a reduce")
+        found = _mend_older_releases(tf, cls)
+        replaced += found.replaced
+        self._replaced = tuple(replaced)
+        for change in self._replaced:
+            change.put()
+        return "; ".join(done + found.done)
 
     def _undo(self) -> None:
-        trainer_class, symbolic_build, keras_trainer, reduce_per_replica = self._originals
-        if callable(symbolic_build):
-            trainer_class._maybe_symbolic_build = symbolic_build
-        keras_trainer.reduce_per_replica = reduce_per_replica
-        if self._update_step is not None:
-            optimizer_class, original = self._update_step
-            optimizer_class._distributed_tf_update_step = original
-            self._update_step = None
-        if self._built_first is not None:
-            trainer_class.make_train_function = self._built_first
-            self._built_first = None
-        if self._local_metrics is not None:
-            if self._local_metrics is _INHERITED:
-                del trainer_class._get_metrics_result_or_logs
-            else:
-                trainer_class._get_metrics_result_or_logs = self._local_metrics
-            self._local_metrics = None
-        for owner, attribute, original in self._loss_scaling:
-            setattr(owner, attribute, original)
-        self._loss_scaling = ()
+        for change in reversed(self._replaced):
+            change.restore()
+        self._replaced = ()
 
     def fit_adapter(self) -> FitAdapter:
         """Applies the mend (where on) and says what it means for ``fit``."""
         status = self.apply()
-        if status.state == OFF:
+        version = (keras_trainer.keras_version() or "") if "keras" in sys.modules else ""
+        state = _FIT_STATES.get(status.state, FitState.NOT_COVERED)
+        if state == FitState.OFF:
             return FitAdapter(
-                self.adapter.keras_version if self.adapter else "?",
-                OFF,
+                version,
+                state,
                 f"the keras_fit mend is turned off, so Keras 3 model.fit is left as Keras made it and fails on "
                 f"many workers ({KERAS_FIT_ISSUE}). HINT: {KERAS3_FIT_HINT}",
             )
-        assert self.adapter is not None
-        return self.adapter
+        return FitAdapter(version, state, status.detail)
+
+
+def _mend_reduce_per_replica(module: Any) -> Replaced:
+    """Defect 1: across workers, each log (a scalar) averaged as one value (``axis=None``), not along axis 0."""
+    from keras.src import tree  # noqa: PLC0415 (lazy Keras)
+
+    reduce_per_replica = module.reduce_per_replica
+    multi_worker = module._collective_all_reduce_multi_worker
+
+    def mended_reduce_per_replica(values: Any, strategy: Any, reduction: Any) -> Any:
+        if reduction in ("auto", "mean") and multi_worker(strategy):
+            return tree.map_structure(lambda v: strategy.reduce("MEAN", v, axis=None), values)
+        return reduce_per_replica(values, strategy, reduction)
+
+    mended_reduce_per_replica.__wrapped__ = reduce_per_replica  # type: ignore[attr-defined]
+    return Replaced.of(module, "reduce_per_replica", mended_reduce_per_replica)
+
+
+def _mend_first_batch(tf: Any, module: Any, cls: Any) -> Replaced:
+    """Defect 2: on many workers, the first batch's shapes from this worker's first replica, not a reduce."""
+    from keras.src import tree  # noqa: PLC0415 (lazy Keras)
+
+    symbolic_build = cls._maybe_symbolic_build
+    multi_worker = module._collective_all_reduce_multi_worker
+
+    def local_batch(strategy: Any, batch: Any) -> Any:
+        """This worker's first replica's values: the shapes and dtypes a MEAN over replicas would have."""
+        return tree.map_structure(
+            lambda v: (
+                strategy.experimental_local_results(v)[0] if isinstance(v, tf.distribute.DistributedValues) else v
+            ),
+            batch,
+        )
+
+    def mended_symbolic_build(model: Any, iterator: Any = None, data_batch: Any = None) -> Any:
+        strategy = model._distribute_strategy
+        if iterator is None or strategy is None or not multi_worker(strategy):
+            return symbolic_build(model, iterator=iterator, data_batch=data_batch)
+        leave_together()
+        # Keras 3.5-3.6 yield (step, iterator) from enumerate_epoch(); later releases iterate
+        # (step, iterator) or (begin, end, iterator): the iterator is always last
+        epochs = iterator.enumerate_epoch() if hasattr(iterator, "enumerate_epoch") else iterator
+        for entry in epochs:
+            data_batch = local_batch(strategy, next(entry[-1]))
+            break
+        return symbolic_build(model, data_batch=data_batch)
+
+    mended_symbolic_build.__wrapped__ = symbolic_build  # type: ignore[attr-defined]
+    return Replaced.of(cls, "_maybe_symbolic_build", mended_symbolic_build)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Found:
+    """What :func:`_mend_older_releases` replaces, and what that does in words."""
+
+    replaced: list[Replaced]
+    done: list[str]
+
+
+def _mend_older_releases(tf: Any, cls: Any) -> _Found:
+    """Defects 3 to 5 (Keras 3.3 to 3.7), each where this Keras has it (the code that has it is found)."""
+    found = _Found([], [])
+    update_step = _mend_update_step(tf)
+    if update_step is not None:
+        found.replaced.append(update_step)
+        found.done.append("its optimizer's gradients are summed in the merge call (tf_keras' way)")
+        built_first = _build_before_tracing(tf, cls)
+        if built_first is not None:
+            found.replaced.append(built_first)
+            found.done.append("fit builds the model, metrics and optimizer before tracing its step (as Keras 3.5 does)")
+    local_metrics = _mend_local_metrics(cls)
+    if local_metrics is not None:
+        found.replaced.append(local_metrics)
+        found.done.append("the History's metrics are the replicas' mean, not the first replica's own")
+    loss_scaling = _mend_loss_scaling(tf, cls)
+    if loss_scaling:
+        found.replaced.extend(loss_scaling)
+        found.done.append("fit's loss is scaled by 1 / replicas before its gradients (Keras 3.8's scaling)")
+    return found
 
 
 def _sums_inside_merge_call(optimizer_class: Any) -> bool:
@@ -347,7 +382,7 @@ def _sums_inside_merge_call(optimizer_class: Any) -> bool:
     )
 
 
-def _mend_update_step(tf: Any) -> tuple[Any, Any] | None:
+def _mend_update_step(tf: Any) -> Replaced | None:
     """Defect 3: the gradients summed in the merge call, where the optimizer sums them in the wrong context.
 
     In the cross-replica context (a merge call), ``distribution.extended.batch_reduce_to(SUM, ...)``
@@ -356,7 +391,7 @@ def _mend_update_step(tf: Any) -> tuple[Any, Any] | None:
     call: XLA on GPUs) Keras' own code sums them already and runs unchanged.
 
     Returns:
-        ``(TFOptimizer, its own _distributed_tf_update_step)`` when replaced, else ``None``.
+        The replacement of ``TFOptimizer._distributed_tf_update_step``, or ``None`` where not needed.
     """
     try:
         from keras.src.backend.tensorflow.optimizer import TFOptimizer  # noqa: PLC0415 (lazy Keras)
@@ -376,11 +411,10 @@ def _mend_update_step(tf: Any) -> tuple[Any, Any] | None:
         return original(self, distribution, summed, learning_rate)
 
     distributed_tf_update_step.__wrapped__ = original  # type: ignore[attr-defined]
-    TFOptimizer._distributed_tf_update_step = distributed_tf_update_step
-    return TFOptimizer, original
+    return Replaced.of(TFOptimizer, "_distributed_tf_update_step", distributed_tf_update_step)
 
 
-def _build_before_tracing(tf: Any, trainer_class: Any) -> Any:
+def _build_before_tracing(tf: Any, trainer_class: Any) -> Replaced | None:
     """With defect 3 mended (Keras 3.3-3.4): build what fit's step would create before it is traced.
 
     Keras 3.3 and 3.4 build the compiled metrics (and the model, the optimizer) inside the first
@@ -390,7 +424,7 @@ def _build_before_tracing(tf: Any, trainer_class: Any) -> Any:
     of the first call's iterator (its ``element_spec``: no batch is taken from it).
 
     Returns:
-        Keras' own ``make_train_function`` when wrapped, else ``None``.
+        The replacement of ``make_train_function``, or ``None`` where this Keras has no ``_symbolic_build``.
     """
     make = getattr(trainer_class, "make_train_function", None)
     if not callable(make) or not callable(getattr(trainer_class, "_symbolic_build", None)):
@@ -418,21 +452,17 @@ def _build_before_tracing(tf: Any, trainer_class: Any) -> Any:
         return result
 
     make_train_function.__wrapped__ = make  # type: ignore[attr-defined]
-    trainer_class.make_train_function = make_train_function
-    return make
+    return Replaced.of(trainer_class, "make_train_function", make_train_function)
 
 
-_INHERITED = object()  # what _mend_local_metrics returns where the trainer inherited the method
-
-
-def _mend_local_metrics(trainer_class: Any) -> Any:
+def _mend_local_metrics(trainer_class: Any) -> Replaced | None:
     """Defect 5: the epoch's logs averaged across replicas and workers, not the first replica's own metrics.
 
     Returns:
-        What to restore (Keras' own function, or :data:`_INHERITED`), or ``None`` where nothing changed.
+        The replacement of ``_get_metrics_result_or_logs``, or ``None`` where this Keras aggregates metrics.
     """
     try:
-        from keras.src.backend.tensorflow.core import Variable  # noqa: PLC0415 (lazy Keras)
+        from keras.src.backend.tensorflow import Variable  # noqa: PLC0415 (lazy Keras; in ops.core from 3.16)
     except ImportError:
         return None
     original = getattr(trainer_class, "_get_metrics_result_or_logs", None)
@@ -446,15 +476,13 @@ def _mend_local_metrics(trainer_class: Any) -> Any:
         return original(self, logs)
 
     get_metrics_result_or_logs.__wrapped__ = original  # type: ignore[attr-defined]
-    restore = trainer_class.__dict__.get("_get_metrics_result_or_logs", _INHERITED)
-    trainer_class._get_metrics_result_or_logs = get_metrics_result_or_logs
-    return restore
+    return Replaced.of(trainer_class, "_get_metrics_result_or_logs", get_metrics_result_or_logs)
 
 
 _fit_step = threading.local()  # .replicas: set while Keras' train_step runs in this thread
 
 
-def _mend_loss_scaling(tf: Any, trainer_class: Any) -> tuple[tuple[Any, str, Any], ...]:
+def _mend_loss_scaling(tf: Any, trainer_class: Any) -> tuple[Replaced, ...]:
     """Defect 4: Keras 3.8's ``1 / num_replicas_in_sync`` on the loss ``train_step`` takes gradients of.
 
     ``train_step`` passes that loss through ``optimizer.scale_loss`` (after the loss tracker has
@@ -463,7 +491,7 @@ def _mend_loss_scaling(tf: Any, trainer_class: Any) -> tuple[tuple[Any, str, Any
     ``scale_loss`` are left as they are.
 
     Returns:
-        ``(owner, attribute, original)`` for each function replaced; empty where the Keras scales itself.
+        Each replacement; none where the Keras scales the loss itself.
     """
     try:
         from keras.src.losses import loss as loss_module  # noqa: PLC0415 (lazy Keras)
@@ -476,7 +504,6 @@ def _mend_loss_scaling(tf: Any, trainer_class: Any) -> tuple[tuple[Any, str, Any
         return ()
     if not all(callable(owner.__dict__.get("scale_loss")) for owner in owners):
         return ()
-    replaced: list[tuple[Any, str, Any]] = [(trainer_class, "train_step", train_step)]
 
     def mended_train_step(self: Any, data: Any) -> Any:
         _fit_step.replicas = tf.distribute.get_strategy().num_replicas_in_sync
@@ -485,9 +512,10 @@ def _mend_loss_scaling(tf: Any, trainer_class: Any) -> tuple[tuple[Any, str, Any
         finally:
             _fit_step.replicas = 1
 
+    mended_train_step.__wrapped__ = train_step  # type: ignore[attr-defined]
+    replaced = [Replaced.of(trainer_class, "train_step", mended_train_step)]
     for owner in owners:
         scale_loss = owner.__dict__["scale_loss"]
-        replaced.append((owner, "scale_loss", scale_loss))
 
         def mended_scale_loss(self: Any, loss: Any, _scale_loss: Any = scale_loss) -> Any:
             loss = _scale_loss(self, loss)
@@ -495,9 +523,7 @@ def _mend_loss_scaling(tf: Any, trainer_class: Any) -> tuple[tuple[Any, str, Any
             return loss * (1.0 / replicas) if replicas > 1 else loss
 
         mended_scale_loss.__wrapped__ = scale_loss  # type: ignore[attr-defined]
-        owner.scale_loss = mended_scale_loss
-    mended_train_step.__wrapped__ = train_step  # type: ignore[attr-defined]
-    trainer_class.train_step = mended_train_step
+        replaced.append(Replaced.of(owner, "scale_loss", mended_scale_loss))
     return tuple(replaced)
 
 
@@ -505,13 +531,14 @@ MEND = register(KerasFit())
 
 
 def install_fit_adapter() -> FitAdapter:
-    """Mends Keras 3 ``model.fit`` under ``MultiWorkerMirroredStrategy`` where it is known broken.
+    """Mends Keras 3 ``model.fit`` under ``MultiWorkerMirroredStrategy`` where the defect is found.
 
     :func:`tfdevices.build_strategy` calls it when it builds a multi-worker strategy. It
-    checks the installed Keras at run time (:func:`decide_fit_adapter`) and which of the five
-    defects it has (the module's docstring); a Keras it does not cover is left alone, with one
-    warning that says so. Defects 1 and 2 take the mended path on many workers only; 3 to 5
-    (Keras 3.3 to 3.7) under every strategy in the process, as later Keras releases do.
+    looks at the installed Keras' trainer at run time (:func:`fit_finding`) for each of the
+    five defects (the module's docstring); a Keras whose defect is gone is left alone, and
+    one where it cannot tell too, with one warning that says what to do. Defects 1 and 2
+    take the mended path on many workers only; 3 to 5 (Keras 3.3 to 3.7) under every
+    strategy in the process, as later Keras releases do.
     Idempotent. The mend is ``keras_fit`` (``TFDEVICES_MENDS=keras_fit`` turns it off).
 
     Returns:
@@ -543,7 +570,9 @@ _ARMED: list[bool] = []
 
 
 __all__ = [
+    "CHECKED",
     "FIT_ADAPTER_KERAS",
+    "FitState",
     "INSTALL",
     "KERAS3_FIT_HINT",
     "KERAS_FIT_ISSUE",
@@ -552,7 +581,7 @@ __all__ = [
     "NOT_COVERED",
     "FitAdapter",
     "KerasFit",
-    "decide_fit_adapter",
+    "fit_finding",
     "install_fit_adapter",
     "install_when_imported",
 ]

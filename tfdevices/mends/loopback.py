@@ -45,7 +45,7 @@ from typing import Any
 
 from tfdevices.core.errors import EnvVarError
 from tfdevices.core.units import shown
-from tfdevices.mends.base import NOT_NEEDED, Mend, MendStatus, NotApplicableError, register
+from tfdevices.mends.base import Finding, Mend, MendStatus, NotApplicableError, needed, not_needed, register
 
 LOOPBACK = "127.0.0.1"
 #: Where a launched worker's TensorFlow server may listen: ``ADDRESS:PORT`` (IPv4) or ``all:PORT``.
@@ -139,6 +139,10 @@ class Loopback(Mend):
         "0.0.0.0:port, and TensorFlow's distributed runtime has no authentication"
     )
     detects = "Linux, x86-64 or AArch64 ELF libraries of TensorFlow loaded, calling bind through their GOT"
+    hint = (
+        "the worker's listen check stops a worker whose server listens elsewhere; "
+        "on a network you trust, tfdevices launch --listen all."
+    )
 
     def __init__(self) -> None:
         super().__init__()
@@ -146,12 +150,12 @@ class Loopback(Mend):
         self._saved: list[tuple[int, int]] = []  # (GOT entry's address, what it held)
         self.rewritten: list[str] = []  # the binds the wrapper moved, in words
 
-    def _check(self) -> tuple[str, str] | None:
+    def _check(self) -> Finding:
         if self.target is None:
-            return NOT_NEEDED, f"no listen address asked ({LISTEN_ENV} unset: not a worker of tfdevices launch)"
+            return not_needed(f"no listen address asked ({LISTEN_ENV} unset: not a worker of tfdevices launch)")
         if self.target.everywhere:
-            return NOT_NEEDED, f"--listen all: port {self.target.port} listens on every interface, as asked"
-        return None
+            return not_needed(f"--listen all: port {self.target.port} listens on every interface, as asked")
+        return needed(f"a worker of tfdevices launch asked to listen on {self.target.host}:{self.target.port}")
 
     def _apply(self) -> str:
         target = self.target

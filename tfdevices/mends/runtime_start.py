@@ -19,7 +19,7 @@ import traceback
 from typing import Any
 
 from tfdevices.core._tf import import_tf
-from tfdevices.mends.base import NOT_NEEDED, SKIPPED, Mend, register
+from tfdevices.mends.base import Finding, Mend, needed, not_needed, register, unknown, without_tensorflow
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -33,22 +33,26 @@ class RuntimeStart(Mend):
         "'Visible devices cannot be modified after being initialized' names no culprit "
         "(tensorflow/python/eager/context.py)"
     )
-    detects = "Context.ensure_initialized and Context._context_handle exist"
+    detects = "TensorFlow's Context.ensure_initialized exists and the runtime it starts has not started yet"
+    hint = "configure devices (tfdevices.configure) before any op, device listing or model starts TensorFlow."
 
     def __init__(self) -> None:
         super().__init__()
         self.started_by: str | None = None
         self._original: Any = None
 
-    def _check(self) -> tuple[str, str] | None:
+    def _check(self) -> Finding:
+        missing = without_tensorflow()
+        if missing is not None:
+            return missing
         import_tf()
         from tensorflow.python.eager import context  # noqa: PLC0415 (lazy TensorFlow)
 
         if not callable(getattr(context.Context, "ensure_initialized", None)):
-            return SKIPPED, "this TensorFlow has no Context.ensure_initialized"
+            return unknown("this TensorFlow has no Context.ensure_initialized (the line that starts it)", self.hint)
         if context.context()._context_handle is not None:
-            return NOT_NEEDED, "TensorFlow's runtime had already started when tfdevices was first used"
-        return None
+            return not_needed("TensorFlow's runtime had already started when tfdevices was first used")
+        return needed("Context.ensure_initialized exists and TensorFlow's runtime has not started yet")
 
     def _apply(self) -> str:
         from tensorflow.python.eager import context  # noqa: PLC0415 (lazy TensorFlow)

@@ -17,7 +17,7 @@ import os
 import signal
 from typing import IO
 
-from tfdevices.mends.base import NOT_NEEDED, SKIPPED, Mend, register
+from tfdevices.mends.base import Finding, Mend, needed, not_needed, register, unknown
 
 
 class StackDumps(Mend):
@@ -27,21 +27,22 @@ class StackDumps(Mend):
     changes = "the SIGUSR1 handler (faulthandler.register: each thread's stack to the rank's stack file)"
     why = "a stalled rank's frame is what says why it stalled"
     detects = "faulthandler.register and SIGUSR1 exist, and SIGUSR1 has no handler yet"
+    hint = "a stall report names the ranks and their phases; dump a stalled rank's frames with py-spy."
 
     def __init__(self) -> None:
         super().__init__()
         self.path: str | None = None
         self._file: IO[str] | None = None
 
-    def _check(self) -> tuple[str, str] | None:
+    def _check(self) -> Finding:
         usr1 = getattr(signal, "SIGUSR1", None)
         if usr1 is None or not hasattr(faulthandler, "register"):
-            return SKIPPED, "this platform has no SIGUSR1 or faulthandler.register"
+            return unknown("this platform has no SIGUSR1 or faulthandler.register", self.hint)
         if self.path is None:
-            return NOT_NEEDED, "no stack file was named (not a job that reports progress)"
+            return not_needed("no stack file was named (not a job that reports progress)")
         if signal.getsignal(usr1) not in (signal.SIG_DFL, None):
-            return SKIPPED, "the program handles SIGUSR1 itself: left to it"
-        return None
+            return unknown("the program handles SIGUSR1 itself: left to it", self.hint)
+        return needed(self.detects)
 
     def _apply(self) -> str:
         assert self.path is not None

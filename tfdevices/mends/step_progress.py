@@ -20,7 +20,7 @@ import threading
 from typing import Any
 
 from tfdevices.core._tf import import_tf
-from tfdevices.mends.base import SKIPPED, Mend, register
+from tfdevices.mends.base import Finding, Mend, needed, register, unknown, without_tensorflow
 from tfdevices.mends.step_sampling import StepSampler
 
 _local = threading.local()
@@ -45,13 +45,19 @@ class StepProgress(Mend):
         self._original: Any = None
         self.sampler = StepSampler()
 
-    def _check(self) -> tuple[str, str] | None:
+    def _check(self) -> Finding:
+        missing = without_tensorflow()
+        if missing is not None:
+            return missing
         import_tf()
         from tensorflow.python.eager.polymorphic_function import polymorphic_function  # noqa: PLC0415
 
         if "__call__" not in vars(getattr(polymorphic_function, "Function", object)):
-            return SKIPPED, "this TensorFlow has no polymorphic_function.Function.__call__"
-        return None
+            return unknown(
+                "this TensorFlow has no polymorphic_function.Function.__call__",
+                "a custom loop's steps are not reported; train with fit, whose callbacks report them.",
+            )
+        return needed(self.detects)
 
     def _apply(self) -> str:
         from tensorflow.python.eager.polymorphic_function import polymorphic_function  # noqa: PLC0415

@@ -35,7 +35,7 @@ from types import ModuleType
 from typing import Any
 
 from tfdevices.core import _tf
-from tfdevices.mends.base import APPLIED, NOT_NEEDED, SKIPPED, Mend, register
+from tfdevices.mends.base import APPLIED, Finding, Mend, needed, not_needed, register, unknown, without_tensorflow
 
 #: C++ lines TensorFlow prints before its log level applies: INFO lines and absl's banner.
 _EARLY_NOISE = re.compile(r"^(I\d{4} .*|WARNING: All log messages before absl::InitializeLog\(\) is called.*)$")
@@ -61,14 +61,17 @@ class QuietImport(Mend):
         super().__init__()
         self.dropped = 0
 
-    def _check(self) -> tuple[str, str] | None:
+    def _check(self) -> Finding:
+        missing = without_tensorflow()
+        if missing is not None:
+            return missing
         if os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0").strip() in ("", "0"):
-            return NOT_NEEDED, "TF_CPP_MIN_LOG_LEVEL shows INFO: TensorFlow's start-up lines are asked for"
+            return not_needed("TF_CPP_MIN_LOG_LEVEL shows INFO: TensorFlow's start-up lines are asked for")
         try:
             os.fstat(2)
         except (OSError, ValueError):
-            return NOT_NEEDED, "stderr is no file descriptor (an embedded interpreter)"
-        return None
+            return not_needed("stderr is no file descriptor (an embedded interpreter)")
+        return needed(self.detects)
 
     def _apply(self) -> str:
         return "TensorFlow's start-up lines are dropped from stderr while it is first imported"
@@ -122,19 +125,23 @@ class AutographSkip(Mend):
     changes = "AutoGraph's CONVERSION_RULES (DoNotConvert('tfdevices') put first)"
     why = "AutoGraph logs what it cannot convert, and os.environ's repr is the whole environment"
     detects = "tensorflow.python.autograph.core.config has CONVERSION_RULES and DoNotConvert"
+    hint = "read nothing from os.environ inside a tf.function (AutoGraph may log what it cannot convert)."
 
     def __init__(self) -> None:
         super().__init__()
         self._rule: Any = None
 
-    def _check(self) -> tuple[str, str] | None:
+    def _check(self) -> Finding:
+        missing = without_tensorflow()
+        if missing is not None:
+            return missing
         try:
             from tensorflow.python.autograph.core import config  # noqa: PLC0415 (lazy TensorFlow)
         except ImportError as err:
-            return SKIPPED, f"this TensorFlow keeps AutoGraph's config elsewhere ({err})"
+            return unknown(f"this TensorFlow keeps AutoGraph's config elsewhere ({err})", self.hint)
         if not isinstance(getattr(config, "CONVERSION_RULES", None), tuple) or not hasattr(config, "DoNotConvert"):
-            return SKIPPED, "this TensorFlow's AutoGraph has no CONVERSION_RULES tuple or DoNotConvert"
-        return None
+            return unknown("this TensorFlow's AutoGraph has no CONVERSION_RULES tuple or DoNotConvert", self.hint)
+        return needed(self.detects)
 
     def _apply(self) -> str:
         from tensorflow.python.autograph.core import config  # noqa: PLC0415 (lazy TensorFlow)

@@ -29,9 +29,11 @@ Checked: Keras 3 ``fit`` over 3 logical CPUs with a batch of 256 trains, and its
 equal one device's on the same data within float reduction order (tests/mends/test_uneven_batch.py),
 on Keras 3.15.1 and 3.3.3 (TensorFlow 2.16.2: no defect 1 there, defect 2 mended).
 
-Detected: features first (defect 1: ``_maybe_symbolic_build`` calls ``reduce``; defect 2:
-``train_step`` calls ``scale_loss``), then versions (a Keras 3 release it was checked against,
-:data:`UNEVEN_BATCH_KERAS`). tf_keras' ``fit`` works: nothing to mend. Applied by
+Detected: the defect first (defect 1: Keras' own ``_maybe_symbolic_build``, run on a strategy that
+runs nothing, hands the first batch to ``strategy.reduce``: :mod:`tfdevices.mends.keras_trainer`;
+defect 2: ``train_step`` hands its loss to ``scale_loss``), whatever the release; then versions (a
+Keras 3 release outside those checked, :data:`UNEVEN_BATCH_KERAS`, is said to be so). Neither
+defect: left alone, and said so. tf_keras' ``fit`` works: nothing to mend. Applied by
 :func:`tfdevices.build_strategy` when it builds a mirrored strategy. Off: ``fit`` is left as Keras
 made it, and a batch the replicas do not divide fails at the first step (HINT: a batch the replica
 count divides). Undone: what was wrapped is restored (where it is still this mend's).
@@ -44,12 +46,27 @@ import threading
 from typing import Any
 
 from tfdevices.core._tf import import_tf
-from tfdevices.mends.base import NOT_NEEDED, SKIPPED, Mend, MendStatus, NotApplicableError, register
+from tfdevices.mends import keras_trainer
+from tfdevices.mends.base import (
+    Checked,
+    Finding,
+    Mend,
+    MendStatus,
+    NotApplicableError,
+    Replaced,
+    is_installed,
+    needed,
+    not_needed,
+    register,
+    unknown,
+    without_tensorflow,
+)
 
 UNEVEN_BATCH_ISSUE = "keras-team/keras#19246"
 #: Keras releases this mend covers: 3.3 (its train_step's loss reaches ``scale_loss``) up to, not
 #: including, 3.16 (the newest checked). Run: 3.3.3 (TensorFlow 2.16.2) and 3.15.1.
-UNEVEN_BATCH_KERAS = ((3, 3), (3, 16))
+CHECKED = Checked("Keras", (3, 3), (3, 16))
+UNEVEN_BATCH_KERAS = (CHECKED.low, CHECKED.high)
 #: What a user can do where the mend does not apply.
 UNEVEN_BATCH_HINT = "use a global batch the replica count divides (e.g. 255 or 258 for 3 replicas)."
 
@@ -67,66 +84,75 @@ class UnevenBatch(Mend):
     )
     why = f"{UNEVEN_BATCH_ISSUE}: AddN of per-replica batches of different shapes"
     detects = (
-        "_maybe_symbolic_build reduces the first batch over replicas, or train_step hands its loss to "
-        "scale_loss, in a Keras it was checked against "
-        f"({UNEVEN_BATCH_KERAS[0][0]}.{UNEVEN_BATCH_KERAS[0][1]} to "
-        f"{UNEVEN_BATCH_KERAS[1][0]}.{UNEVEN_BATCH_KERAS[1][1] - 1})"
+        "Keras' own _maybe_symbolic_build, run on a strategy that runs nothing, hands the first batch to "
+        "strategy.reduce (an AddN over replicas), or train_step hands its loss to scale_loss (1 / replicas); "
+        f"then whether the Keras is a release it was checked against ({CHECKED.releases})"
     )
+    hint = UNEVEN_BATCH_HINT
+    checked = CHECKED
 
     def __init__(self) -> None:
         super().__init__()
-        self._replaced: tuple[tuple[Any, str, Any, Any], ...] = ()
+        self._replaced: tuple[Replaced, ...] = ()
 
-    def _check(self) -> tuple[str, str] | None:
+    def _version(self) -> str | None:
+        return keras_trainer.keras_version()
+
+    def _check(self) -> Finding:
+        if not is_installed("keras"):
+            if is_installed("tf_keras"):
+                return not_needed("no Keras 3 here: tf_keras' fit splits an uneven batch itself")
+            return not_needed("no Keras is installed here: no fit to mend")
+        missing = without_tensorflow()
+        if missing is not None:
+            return missing
+        tf = import_tf()
         try:
-            from keras.src.version import __version__ as keras_version  # noqa: PLC0415 (lazy Keras)
-        except ImportError:
-            return NOT_NEEDED, "no Keras 3: tf_keras' fit splits an uneven batch itself"
-        release = _release(str(keras_version))
-        (lo_major, lo_minor), (hi_major, hi_minor) = UNEVEN_BATCH_KERAS
-        if release is None or not (lo_major, lo_minor) <= release < (hi_major, hi_minor):
-            return SKIPPED, (
-                f"Keras {str(keras_version)[:40]} is not a release this mend was checked against "
-                f"({lo_major}.{lo_minor} to {hi_major}.{hi_minor - 1}): fit is left as Keras made it. "
-                f"HINT: {UNEVEN_BATCH_HINT}"
+            from keras.src.backend.tensorflow import trainer as module  # noqa: PLC0415 (lazy Keras)
+        except ImportError as err:
+            return unknown(f"Keras 3's TensorFlow trainer cannot be imported ({err})", UNEVEN_BATCH_HINT)
+        cls = keras_trainer.trainer_class(module)
+        usable = cls is not None and callable(getattr(module, "_collective_all_reduce_multi_worker", None))
+        first = keras_trainer.first_batch_reduced_whole(cls, tf) if usable else None
+        if first is None:
+            return unknown(
+                f"whether this Keras' fit has the defect {UNEVEN_BATCH_ISSUE} cannot be told (its trainer changed "
+                "under the probe): fit is left as Keras made it",
+                UNEVEN_BATCH_HINT,
             )
-        return None
+        defects = ["_maybe_symbolic_build reduces the first batch over replicas (an AddN)"] * first
+        defects += ["train_step weighs each replica's loss 1 / replicas"] * ("scale_loss" in _names(cls.train_step))
+        if not defects:
+            return not_needed(f"the defect {UNEVEN_BATCH_ISSUE} is gone from this Keras: fit is left as Keras made it")
+        return needed(f"the defect {UNEVEN_BATCH_ISSUE} is present: {'; '.join(defects)}")
 
     def _apply(self) -> str:
         tf = import_tf()
-        from keras.src.backend.tensorflow import trainer as keras_trainer  # noqa: PLC0415 (lazy Keras)
+        from keras.src.backend.tensorflow import trainer as module  # noqa: PLC0415 (lazy Keras)
 
-        trainer_class: Any = getattr(keras_trainer, "TensorFlowTrainer", None)
-        if trainer_class is None:
-            raise NotApplicableError("this Keras has no TensorFlowTrainer")
-        replaced: list[tuple[Any, str, Any, Any]] = []
+        cls = keras_trainer.trainer_class(module)
+        if cls is None:
+            raise NotApplicableError("this Keras has no TensorFlow trainer class")
+        replaced: list[Replaced] = []
         done: list[str] = []
-        first = _mend_first_batch(tf, keras_trainer, trainer_class)
-        if first is not None:
-            replaced.append(first)
+        if keras_trainer.first_batch_reduced_whole(cls, tf):
+            replaced.append(_mend_first_batch(tf, module, cls))
             done.append("fit learns the first batch's shapes from one replica, not from an AddN over replicas")
-        shares = _mend_loss_shares(tf, trainer_class)
+        shares = _mend_loss_shares(tf, cls)
         if shares:
             replaced.extend(shares)
             done.append("each replica's loss weighs its share of the global batch (rows / global rows)")
         if not replaced:
             raise NotApplicableError("this Keras has neither defect (nothing to mend)")
         self._replaced = tuple(replaced)
+        for change in self._replaced:
+            change.put()
         return "; ".join(done)
 
     def _undo(self) -> None:
-        for owner, attribute, original, ours in self._replaced:
-            if owner.__dict__.get(attribute) is ours:  # a later wrapper keeps its own; ours stays inside it
-                setattr(owner, attribute, original)
+        for change in reversed(self._replaced):
+            change.restore()
         self._replaced = ()
-
-
-def _release(version: str) -> tuple[int, int] | None:
-    """``"3.15.1"`` -> ``(3, 15)``; ``None`` for what is not a release number."""
-    parts = version.split(".")
-    if len(parts) < 2 or not all(p.isascii() and p.isdigit() and len(p) <= 6 for p in parts[:2]):
-        return None
-    return int(parts[0]), int(parts[1])
 
 
 def _names(function: Any) -> tuple[str, ...]:
@@ -134,18 +160,12 @@ def _names(function: Any) -> tuple[str, ...]:
     return tuple(getattr(getattr(inspect.unwrap(function), "__code__", None), "co_names", ()))
 
 
-def _mend_first_batch(tf: Any, keras_trainer: Any, trainer_class: Any) -> tuple[Any, str, Any, Any] | None:
-    """Defect 1: the first batch's shapes from one replica's values, not a MEAN (an ``AddN``) over replicas.
-
-    Returns:
-        ``(owner, attribute, original, replacement)``, or ``None`` where this Keras has no such reduction.
-    """
+def _mend_first_batch(tf: Any, module: Any, trainer_class: Any) -> Replaced:
+    """Defect 1: the first batch's shapes from one replica's values, not a MEAN (an ``AddN``) over replicas."""
     from keras.src import tree  # noqa: PLC0415 (lazy Keras)
 
-    original = trainer_class.__dict__.get("_maybe_symbolic_build")
-    multi_worker = getattr(keras_trainer, "_collective_all_reduce_multi_worker", None)
-    if not callable(original) or "reduce" not in _names(original) or not callable(multi_worker):
-        return None
+    original = trainer_class._maybe_symbolic_build
+    multi_worker = module._collective_all_reduce_multi_worker
 
     def one_replica(value: Any, strategy: Any) -> Any:
         if isinstance(value, tf.distribute.DistributedValues):
@@ -162,19 +182,17 @@ def _mend_first_batch(tf: Any, keras_trainer: Any, trainer_class: Any) -> tuple[
         return original(model, data_batch=data_batch)
 
     maybe_symbolic_build.__wrapped__ = original  # type: ignore[attr-defined]
-    trainer_class._maybe_symbolic_build = maybe_symbolic_build
-    return trainer_class, "_maybe_symbolic_build", original, maybe_symbolic_build
+    return Replaced.of(trainer_class, "_maybe_symbolic_build", maybe_symbolic_build)
 
 
-def _mend_loss_shares(tf: Any, trainer_class: Any) -> tuple[tuple[Any, str, Any, Any], ...]:
+def _mend_loss_shares(tf: Any, trainer_class: Any) -> tuple[Replaced, ...]:
     """Defect 2: each replica's loss scaled by its rows over the global batch's, not ``1 / replicas`` alone.
 
     While Keras' own ``train_step`` runs in a replica's thread, ``scale_loss`` (which ``train_step``
     hands the loss its gradients are taken of) also multiplies by ``rows * replicas / global rows``.
 
     Returns:
-        ``(owner, attribute, original, replacement)`` for each function replaced; empty where
-        ``train_step`` does not reach ``scale_loss``.
+        Each replacement; none where ``train_step`` does not reach ``scale_loss``.
     """
     try:
         from keras.src import tree  # noqa: PLC0415 (lazy Keras)
@@ -207,7 +225,7 @@ def _mend_loss_shares(tf: Any, trainer_class: Any) -> tuple[tuple[Any, str, Any,
             _step.share = None
 
     mended_train_step.__wrapped__ = train_step  # type: ignore[attr-defined]
-    replaced: list[tuple[Any, str, Any, Any]] = [(trainer_class, "train_step", train_step, mended_train_step)]
+    replaced = [Replaced.of(trainer_class, "train_step", mended_train_step)]
     for owner in owners:
         scale_loss = owner.__dict__["scale_loss"]
 
@@ -217,9 +235,7 @@ def _mend_loss_shares(tf: Any, trainer_class: Any) -> tuple[tuple[Any, str, Any,
             return loss if share is None else loss * tf.cast(share, loss.dtype)
 
         mended_scale_loss.__wrapped__ = scale_loss  # type: ignore[attr-defined]
-        owner.scale_loss = mended_scale_loss
-        replaced.append((owner, "scale_loss", scale_loss, mended_scale_loss))
-    trainer_class.train_step = mended_train_step
+        replaced.append(Replaced.of(owner, "scale_loss", mended_scale_loss))
     return tuple(replaced)
 
 
@@ -239,6 +255,7 @@ def mend_uneven_batches() -> MendStatus:
 
 
 __all__ = [
+    "CHECKED",
     "MEND",
     "UNEVEN_BATCH_HINT",
     "UNEVEN_BATCH_ISSUE",
