@@ -407,4 +407,5 @@ def _profile(base: CandidateResult, captured: Captured, gpus: bool) -> Profile |
     step, measured = base.step_s, captured.profile
     if base.status != "ok" or measured is None or measured.compute_s is None or not step:
         return None
-    return replace(measured, step_s=step, compute_s=min(measured.compute_s, step), shared_compute=not gpus)
+    # without the probed links: _predictions puts them in for the calibrated prediction, the plain one has none
+    return replace(measured, step_s=step, compute_s=min(measured.compute_s, step), shared_compute=not gpus, links=())
