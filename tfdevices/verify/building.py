@@ -212,13 +212,22 @@ def _fallback_device(kernels: list[_Kernel], graph: _Graph, call: _Call | None, 
 @dataclass(frozen=True)
 class _Sources:
     """What every call's kernels are read against (internal): the trace, its kernels by executor context, the
-    timing origin, and the device TensorFlow placed each op on when it instantiated a function (by op name).
+    timing origin, the device TensorFlow placed each op on when it instantiated a function (by op name), and
+    each function's graph, made once per build (a profile's calls have none: what a kernel stands for is then
+    worked out once per function, not once per call).
     """
 
     trace: _Trace
     by_context: dict[int, list[_Kernel]]
     origin: int
     placed: dict[str, str]
+    graphs: dict[str, _Graph] = field(default_factory=dict)
+
+    def graph(self, name: str, recorder: _Recorder) -> _Graph:
+        graph = self.graphs.get(name)
+        if graph is None:
+            graph = self.graphs[name] = _Graph(recorder.graphs.get(name))
+        return graph
 
 
 @dataclass(frozen=True)
@@ -249,7 +258,7 @@ class _CallKernels:
         contexts = _contexts(execution, sources.trace.parents)
         transfers = _transfer_kernels(contexts, sources.by_context)
         recvs = {_name(k): (c, k) for c, k in transfers if k[STATS] is None}
-        graph = _Graph(recorder.graphs.get(execution.name))
+        graph = sources.graph(execution.name, recorder)
         return cls(built, index, graph, call, contexts, transfers, recvs, sources.origin)
 
     def add(self, kernels: list[_Kernel], device: str) -> None:
