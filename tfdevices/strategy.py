@@ -108,7 +108,7 @@ class StrategyInfo:
 
     @property
     def warning(self) -> str | None:
-        """Deprecated: the first of :attr:`warnings` (0.2's ``StrategyDecision.warning``; goes in 0.4.0)."""
+        """The first of :attr:`warnings`, or ``None`` (0.2's ``StrategyDecision.warning``; goes in 0.4.0)."""
         _renamed("StrategyDecision.warning", "StrategyInfo.warnings")
         return self.warnings[0] if self.warnings else None
 

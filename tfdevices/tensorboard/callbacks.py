@@ -80,7 +80,10 @@ def _with_callback_base(cls: type, framework: str) -> type:
 class PlacementLogger:
     """Keras callback: captures training step ``at_step`` of ``fit`` (and later ones) to TensorBoard, and watches them.
 
-    Args (each after ``logdir`` a field of :class:`PlacementLoggerConfig`, checked when the logger is made):
+    The arguments after ``logdir`` are the fields of a :class:`PlacementLoggerConfig` (``config``), checked
+    when the logger is made.
+
+    Args:
         logdir: the TensorBoard run directory to write into.
         at_step: the training step to capture, counted from 0 over the whole ``fit``
             (Keras' ``optimizer.iterations``); the default 1 is the first step after tracing.
