@@ -10,13 +10,11 @@ PYTEST_WORKERS ?= 2
 PYTEST := $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -q --durations=25
 # Tests whose results depend on the kernels TensorFlow runs: oneDNN (on by default on
 # AVX-512 CPUs) rewrites MatMul into _MklMatMul, Dense layers into _MklNativeFusedMatMul.
-KERNEL_TESTS := tests/test_verify.py tests/verify/test_profiles.py tests/verify/test_xla_profiles.py tests/verify/test_host_compiled.py tests/verify/test_build_compiled.py tests/tensorboard tests/layers/test_place.py tests/test_readme.py tests/test_notebooks.py tests/decide/test_advise_capture.py
+KERNEL_TESTS := tests/test_verify.py tests/verify/test_profiles.py tests/verify/test_xla_profiles.py tests/tensorboard tests/layers/test_place.py tests/test_readme.py tests/test_notebooks.py tests/decide/test_advise_capture.py
 
-.PHONY: demo test test-oldest test-newer-python test-nightly test-tf-keras test-no-tf lint docs bench setup clean
+.PHONY: demo test test-oldest test-nightly test-tf-keras test-no-tf lint docs bench setup clean
 
-# The install builds the compiled profile reader (tfdevices/verify/_hostwalk.c) in place: again when it changes.
-COMPILED := tfdevices/verify/_hostwalk.c
-$(STAMP): setup.cfg setup.py $(COMPILED)
+$(STAMP): setup.cfg setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet '$(TF_PKG)' -e '.[test]'
@@ -57,7 +55,7 @@ OLDEST_TESTS := tests/core/test_tf.py tests/mends tests/test_runtime.py tests/te
 	tests/test_training.py tests/test_multiworker.py tests/test_keras_flavours.py tests/test_verify.py tests/verify \
 	tests/tensorboard/test_callbacks.py tests/layers/test_place.py tests/decide/test_advise_capture.py
 
-$(OLDEST_VENV)/.installed: setup.cfg setup.py Makefile $(COMPILED)
+$(OLDEST_VENV)/.installed: setup.cfg setup.py Makefile
 	test -x $(OLDEST_PY) || $(PYTHON) -m venv $(OLDEST_VENV)
 	$(OLDEST_PY) -m pip install --quiet --upgrade pip
 	$(OLDEST_PY) -m pip install --quiet $(OLDEST_PINS) 'pytest>=7,<9' 'pytest-xdist>=3' 'pytest-timeout>=2' 'hypothesis>=6' -e .
@@ -77,24 +75,6 @@ OLDEST_KNOWN := \
 test-oldest: $(OLDEST_VENV)/.installed
 	$(OLDEST_PY) $(LEG_LINE) oldest
 	$(ONEDNN_SUITE) $(OLDEST_PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -q $(OLDEST_KNOWN) $(OLDEST_TESTS)
-
-# A newer CPython than the main venv's (PY_NEWER: .ci/run passes the newest it finds, 3.13 here), with the newest
-# TensorFlow: the compiled profile reader's version branches (tfdevices/verify/_hostwalk.c: PyLong_FromNativeBytes
-# from 3.13 on, tp_members as that CPython lays them out), built by its install, and the verify stage's tests.
-PY_NEWER ?= python3.13
-NEWER_VENV := build/venv-newer-python
-NEWER_PY := $(NEWER_VENV)/bin/python
-NEWER_TESTS := tests/verify tests/test_verify.py
-
-$(NEWER_VENV)/.installed: setup.cfg setup.py Makefile $(COMPILED)
-	test -x $(NEWER_PY) || $(PY_NEWER) -m venv $(NEWER_VENV)
-	$(NEWER_PY) -m pip install --quiet --upgrade pip
-	$(NEWER_PY) -m pip install --quiet '$(TF_PKG)' 'pytest>=7,<9' 'pytest-xdist>=3' 'pytest-timeout>=2' 'hypothesis>=6' -e .
-	touch $@
-test-newer-python: $(NEWER_VENV)/.installed
-	$(NEWER_PY) -c "import sys; print(f'ci leg: newer_python: python {sys.version.split()[0]}')"
-	$(NEWER_PY) $(LEG_LINE) newer_python
-	$(ONEDNN_SUITE) $(NEWER_PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -q $(NEWER_TESTS)
 
 # tf_keras (Keras 2) through tf.keras, as its users have it: what they call, on the newest TensorFlow.
 TF_KERAS_TESTS := tests/test_keras_flavours.py tests/tensorboard/test_callbacks.py tests/mends/test_uneven_batch.py
@@ -138,10 +118,10 @@ NO_TF_VENV := build/venv-no-tf
 NO_TF_PY := $(NO_TF_VENV)/bin/python
 NO_TF_TESTS := tests/verify/test_schema.py tests/verify/test_xla_profiles.py tests/verify/test_profiles.py \
 	tests/verify/test_gpu_time.py tests/verify/test_transfers.py tests/verify/test_host_walk.py \
-	tests/verify/test_host_compiled.py tests/tensorboard/test_without_tf.py tests/tensorboard/test_plugin.py \
+	tests/tensorboard/test_without_tf.py tests/tensorboard/test_plugin.py \
 	tests/tensorboard/test_views.py tests/tensorboard/test_trace.py
 
-$(NO_TF_VENV)/.installed: setup.cfg setup.py Makefile $(COMPILED) $(shell find tfdevices -name '*.py')
+$(NO_TF_VENV)/.installed: setup.cfg setup.py Makefile $(shell find tfdevices -name '*.py')
 	test -x $(NO_TF_PY) || $(PYTHON) -m venv $(NO_TF_VENV)
 	$(NO_TF_PY) -m pip install --quiet --upgrade pip
 	$(NO_TF_PY) -m pip install --quiet 'pytest>=7,<9' 'pytest-xdist>=3' 'pytest-timeout>=2' 'hypothesis>=6' .

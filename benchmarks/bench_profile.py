@@ -7,10 +7,11 @@ fourth op runs two) and two memcpys, with about the mix of the issue's 3 MB
 profile (15,000 host and 8,000 device events). Sizes: about 23 thousand events
 (that 3 MB case), 10 thousand, 100 thousand and 1 million events.
 
-Each size is read in a fresh process (best of ``--repeats`` reads; peak memory is
-the growth of the process's peak RSS over the read, against the file's size), so
-one size's memory does not hide another's. Prints time per event (linear when it
-stays flat) and memory per file byte.
+Each size is read in a fresh process (best of ``--repeats`` reads, wall time and the process'
+CPU time; peak memory is the growth of the process's peak RSS over the read, against the file's
+size), so one size's memory does not hide another's. Prints time per event (linear when it
+stays flat) and memory per file byte. ``--files`` reads real profiles the same way
+(the H200's in ``../shared/real-gpu``: ``h200_jax_transformer.xplane.pb``, 1.8 MB).
 
 Then ``tfdevices placement PROFILE`` on a 3 MB profile against
 ``python -c "import tensorflow"``: ``--cli-rounds`` pairs, each pair in a fresh
@@ -68,16 +69,24 @@ def measure_one(path: str, repeats: int) -> dict[str, float]:
 
     import_tf()
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    best = float("inf")
+    best = best_cpu = float("inf")
     ops = 0
     for _ in range(repeats):
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         report = read_profile(path)
-        best = min(best, time.perf_counter() - start)
+        best, best_cpu = min(best, time.perf_counter() - start), min(best_cpu, time.process_time() - cpu)
         ops = len(report.ops)
         del report
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return {"seconds": best, "peak_growth": peak - before, "ops": ops}
+    return {"seconds": best, "cpu_seconds": best_cpu, "peak_growth": peak - before, "ops": ops}
+
+
+def _read_apart(path: str, repeats: int) -> dict[str, float]:
+    """:func:`measure_one` of ``path`` in a fresh process."""
+    out = subprocess.run(
+        [sys.executable, __file__, "--one", path, str(repeats)], capture_output=True, text=True, check=True, env=_env()
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def _seconds(command: list[str]) -> float:
@@ -121,38 +130,40 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--repeats", type=int, default=3, help="reads per size in its process; the best is kept")
     parser.add_argument("--cli-rounds", type=int, default=5, help="paired rounds of the CLI against import tensorflow")
+    parser.add_argument("--files", nargs="*", default=[], help="real profiles, each read in a fresh process too")
     parser.add_argument("--one", nargs=2, metavar=("PATH", "REPEATS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
         print(json.dumps(measure_one(args.one[0], int(args.one[1]))))
         return 0
     rows = []
+    real = [(path, _read_apart(path, args.repeats)) for path in args.files]
     cli: dict[str, float] | None = None
     with tempfile.TemporaryDirectory() as tmp:
         for steps in sorted(int(s) for s in args.steps.split(",")):
             path = os.path.join(tmp, f"host-{steps}.xplane.pb")
             events = build(path, steps)
-            size = os.path.getsize(path)
-            out = subprocess.run(
-                [sys.executable, __file__, "--one", path, str(args.repeats)],
-                capture_output=True,
-                text=True,
-                check=True,
-                env=_env(),
-            )
-            result = json.loads(out.stdout.strip().splitlines()[-1])
-            rows.append((events, size, result))
+            rows.append((events, os.path.getsize(path), _read_apart(path, args.repeats)))
             os.remove(path)
         if args.cli_rounds > 0:  # a file of about 3 MB, as the issue's (its events carry fewer stats than these)
             path = os.path.join(tmp, "host-3mb.xplane.pb")
             build(path, CLI_STEPS)
             cli_size = os.path.getsize(path)
             cli = cli_against_import(path, args.cli_rounds)
-    print(f"{'events':>9} {'file MB':>8} {'ops':>7} {'read s':>8} {'us/event':>9} {'peak MB':>8} {'peak/file':>9}")
+    print(
+        f"{'events':>9} {'file MB':>8} {'ops':>7} {'read s':>8} {'cpu s':>7} {'us/event':>9} {'peak MB':>8} "
+        f"{'peak/file':>9}"
+    )
     for events, size, r in rows:
         print(
-            f"{events:>9,} {size / 1e6:>8.2f} {r['ops']:>7,} {r['seconds']:>8.3f} "
+            f"{events:>9,} {size / 1e6:>8.2f} {r['ops']:>7,} {r['seconds']:>8.3f} {r['cpu_seconds']:>7.3f} "
             f"{1e6 * r['seconds'] / events:>9.2f} {r['peak_growth'] / 1e6:>8.1f} {r['peak_growth'] / size:>8.1f}x"
+        )
+    for path, r in real:
+        size = os.path.getsize(path) / 1e6
+        print(
+            f"{os.path.basename(path)}: {size:.2f} MB, {r['ops']:,} ops, read in {r['seconds']:.3f} s "
+            f"({r['cpu_seconds']:.3f} s of CPU)"
         )
     small, large = rows[0], rows[-1]
     growth = (large[2]["seconds"] / small[2]["seconds"]) / (large[0] / small[0])

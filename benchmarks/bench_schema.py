@@ -4,8 +4,7 @@ Both are protobuf message classes over the same C parser (upb), so their parse t
 match: this measures that, on the 3 MB profile of ``bench_profile.py`` (23,000 events) and on
 the real H200 XLA profile (``tests/data/profiles``). TensorFlow's module is loaded by its path
 (TensorFlow not imported). Rounds alternate the two; the median of the per-round ratios
-(ours / TensorFlow's) is printed. Then ``read_profile`` on the 3 MB profile with the compiled
-host-plane reader and with protobuf alone (the fallback where it is not built).
+(ours / TensorFlow's) is printed. (``read_profile``'s own time: ``bench_profile.py``.)
 Run: ``.venv/bin/python benchmarks/bench_schema.py``.
 """
 
@@ -61,7 +60,6 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=9)
     args = parser.parse_args()
-    from tfdevices.verify import host, read_profile
     from tfdevices.verify.xplane import xplane_module
 
     ours, theirs = xplane_module().XSpace, tensorflows_xplane().XSpace
@@ -76,18 +74,6 @@ def main() -> None:
                 data = f.read()
             a, b, r = ratios(lambda d=data: ours.FromString(d), lambda d=data: theirs.FromString(d), args.rounds)
             print(f"| {name} | {len(data):,} | {a * 1e3:.2f} | {b * 1e3:.2f} | {r:.2f} |")
-        compiled = host._compiled
-
-        def python_only():
-            host._compiled = None
-            try:
-                read_profile(synthetic)
-            finally:
-                host._compiled = compiled
-
-        if compiled is not None:
-            a, b, r = ratios(python_only, lambda: read_profile(synthetic), args.rounds)
-            print(f"\nread_profile (3 MB): protobuf alone {a:.3f} s, compiled reader {b:.3f} s: {r:.2f}x")
 
 
 if __name__ == "__main__":

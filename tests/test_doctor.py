@@ -81,18 +81,6 @@ def test_report_text_aligns_rows_under_their_section() -> None:
     assert text == "a:\n  x       1\n  longer  2\n\nb:\n  y       3"
 
 
-def test_the_profile_reader_row_says_whether_the_compiled_reader_was_built(monkeypatch) -> None:
-    from tests.compiled import why_not_built
-    from tfdevices.verify import host
-
-    built = diagnose(tensorflow=False).to_dict()["python"]["profile reader"]
-    if why_not_built() is None:  # the install (make setup) builds it wherever a C compiler exists
-        assert built == "compiled (tfdevices.verify._hostwalk)"
-    monkeypatch.setattr(host, "_compiled", None)
-    missing = diagnose(tensorflow=False).to_dict()["python"]["profile reader"]
-    assert missing.startswith("Python") and "C compiler" in missing
-
-
 # --------------------------------------------------------------------------- every line, in environments built here
 
 

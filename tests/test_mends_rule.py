@@ -1,11 +1,15 @@
 """DESIGN rule 8, held by the syntax tree: outside ``tfdevices/mends/`` no code assigns to another library's
 attributes (``module.attr = ...``, ``setattr(module, ...)``, ``Class.__init__ = ...``).
 
-What counts as another library's: a name bound by an ``import`` of a module that is not tfdevices (at any
-level of the module, function-level imports included), a name bound to what :func:`import_tf` or
-``importlib.import_module`` returns, and ``sys.modules[...]``. An assignment to a double-underscore
-attribute (``X.__init__``, ``X.__class__``) counts too wherever ``X`` is not ``self``, ``cls`` or a class or
-function the same module defines.
+What counts as another library's: a name bound by an ``import`` of a module that is not tfdevices, or by
+``from module import name`` (a module, a class, a mapping such as ``os.environ``), at any level of the module,
+function-level imports included; a name bound (with or without an annotation, or by ``:=``) to what
+:func:`import_tf`, ``importlib.import_module`` or ``__import__`` returns, to ``sys.modules[...]``, or to an
+attribute of another library's name (``k = tf.keras``, ``getattr(tf, "keras")``). An assignment reaches it
+through an attribute, an item (``environ["X"] = ...``), ``setattr``/``delattr``, ``object.__setattr__(mod,
+...)`` (or any ``X.__setattr__``), or ``vars(mod)[...]``. An assignment to a double-underscore attribute
+(``X.__init__``, ``X.__class__``) counts too wherever ``X`` is not ``self``, ``cls`` or a class or function
+the same module defines.
 """
 
 from __future__ import annotations
@@ -30,19 +34,37 @@ ALLOWED = {
 }
 
 _RETURNS_FOREIGN = {"import_tf", "import_module", "__import__"}
+_SETTERS = {"setattr", "delattr"}
+_DUNDER_SETTERS = {"__setattr__", "__delattr__"}
 
 
 def _foreign_names(tree: ast.Module) -> set[str]:
-    """Names the module binds to another library's modules or objects, anywhere in it."""
+    """Names the module binds to another library's modules or objects, anywhere in it (aliases followed)."""
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names.update((a.asname or a.name).split(".")[0] for a in node.names if not _own(a.name))
         elif isinstance(node, ast.ImportFrom) and not node.level and not _own(node.module or ""):
             names.update(a.asname or a.name for a in node.names)
-        elif isinstance(node, ast.Assign) and _returns_foreign(node.value):
-            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
-    return names
+    bindings = [(target, value) for node in ast.walk(tree) for target, value in _bindings(node)]
+    while True:  # an alias of an alias: until no binding adds a name
+        added = {t for t, v in bindings if t not in names and (_returns_foreign(v) or _reaches(v, names))}
+        if not added:
+            return names
+        names |= added
+
+
+def _bindings(node: ast.AST) -> list[tuple[str, ast.expr]]:
+    """``(name, value)`` for each plain name ``node`` binds to a value: ``=``, an annotated ``=``, ``:=``."""
+    if isinstance(node, ast.Assign):
+        return [(t.id, node.value) for t in node.targets if isinstance(t, ast.Name)]
+    if (
+        isinstance(node, (ast.AnnAssign, ast.NamedExpr))
+        and node.value is not None
+        and isinstance(node.target, ast.Name)
+    ):
+        return [(node.target.id, node.value)]
+    return []
 
 
 def _own(module: str) -> bool:
@@ -57,10 +79,47 @@ def _returns_foreign(value: ast.expr) -> bool:
     return isinstance(value, ast.Subscript) and ast.unparse(value.value) == "sys.modules"
 
 
+def _reaches(value: ast.expr, foreign: set[str]) -> bool:
+    """Whether ``value`` is another library's object itself: a foreign name, an attribute of one
+    (``tf.keras``), or ``getattr`` of one; not what calling or indexing it returns (a new object)."""
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "getattr" and value.args:
+        value = value.args[0]
+    while isinstance(value, ast.Attribute):
+        value = value.value
+    return isinstance(value, ast.Name) and value.id in foreign
+
+
 def _root(node: ast.expr) -> ast.expr:
     while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
         node = node.value if not isinstance(node, ast.Call) else node.func
     return node
+
+
+def _assigned(node: ast.AST) -> list[ast.expr]:
+    """The targets ``node`` assigns or deletes (a tuple's items each)."""
+    if isinstance(node, ast.Assign):
+        return [t for tgt in node.targets for t in (tgt.elts if isinstance(tgt, ast.Tuple) else [tgt])]
+    if isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+        return [node.target]
+    if isinstance(node, ast.Delete):
+        return list(node.targets)
+    return []
+
+
+def _set_through_call(node: ast.Call) -> tuple[ast.expr, str] | None:
+    """``(object, attribute)`` a call sets or deletes: ``setattr(obj, "a", v)``, ``object.__setattr__(obj, "a", v)``,
+    ``obj.__setattr__("a", v)`` (and the ``delattr`` forms); ``None`` for any other call."""
+    func, args = node.func, node.args
+
+    def name(at: int) -> str:
+        return str(args[at].value) if len(args) > at and isinstance(args[at], ast.Constant) else ""
+
+    if isinstance(func, ast.Name) and func.id in _SETTERS and args:
+        return args[0], name(1)
+    if isinstance(func, ast.Attribute) and func.attr in _DUNDER_SETTERS:
+        unbound = (func.attr == "__setattr__" and len(args) == 3) or (func.attr == "__delattr__" and len(args) == 2)
+        return (args[0], name(1)) if unbound else (func.value, name(0))
+    return None
 
 
 def foreign_assignments(source: str) -> list[tuple[int, str]]:
@@ -77,26 +136,20 @@ def foreign_assignments(source: str) -> list[tuple[int, str]]:
             found.append((line, ast.unparse(target)))
 
     for node in ast.walk(tree):
-        targets: list[ast.expr] = []
-        if isinstance(node, ast.Assign):
-            targets = [t for tgt in node.targets for t in (tgt.elts if isinstance(tgt, ast.Tuple) else [tgt])]
-        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
-            targets = [node.target]
-        elif isinstance(node, ast.Delete):
-            targets = list(node.targets)
-        for target in targets:
+        for target in _assigned(node):
             if isinstance(target, ast.Attribute):
                 check(target, node.lineno, target.attr)
-            elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Attribute):
-                check(target.value, node.lineno, target.value.attr)  # module.table[key] = ...
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Name)
-            and node.func.id in ("setattr", "delattr")
-            and node.args
-        ):
-            attribute = node.args[1].value if len(node.args) > 1 and isinstance(node.args[1], ast.Constant) else ""
-            check(node.args[0], node.lineno, str(attribute))
+            elif isinstance(target, ast.Subscript):
+                held = target.value  # module.table[key] = ..., environ[key] = ..., vars(module)[key] = ...
+                if isinstance(held, ast.Call) and isinstance(held.func, ast.Name) and held.func.id == "vars":
+                    if held.args:
+                        check(held.args[0], node.lineno, "")
+                elif isinstance(held, (ast.Attribute, ast.Name)):
+                    check(held, node.lineno, held.attr if isinstance(held, ast.Attribute) else "")
+        if isinstance(node, ast.Call):
+            through = _set_through_call(node)
+            if through is not None:
+                check(through[0], node.lineno, through[1])
     return found
 
 
@@ -120,6 +173,17 @@ def foreign_assignments(source: str) -> list[tuple[int, str]]:
         ("def f(thing):\n    thing.__init__ = None", ["thing.__init__"]),
         ("def f(obj):\n    obj.__class__ = int", ["obj.__class__"]),
         ("import logging\nlogging.root.level += 1", ["logging.root.level"]),
+        ("from os import environ\nenviron['X'] = '1'", ["environ"]),
+        ("from os import environ as env\ndef f():\n    del env['X']", ["env"]),
+        ("import importlib, types\nm: types.ModuleType = importlib.import_module('json')\nm.dumps = str", ["m.dumps"]),
+        ("import importlib\nif (m := importlib.import_module('json')):\n    m.dumps = str", ["m.dumps"]),
+        ("import tensorflow as tf\nk = tf.keras\nk.Model.fit = None", ["k.Model.fit"]),
+        ("import tensorflow as tf\nk = tf.keras\nm = k.Model\nm.fit = None", ["m.fit"]),
+        ("import tensorflow as tf\nk = getattr(tf, 'keras')\nk.Model.fit = None", ["k.Model.fit"]),
+        ("import json\nobject.__setattr__(json, 'dumps', str)", ["json"]),
+        ("import json\njson.__setattr__('dumps', str)", ["json"]),
+        ("import json\ntype.__delattr__(json, 'dumps')", ["json"]),
+        ("import json\nvars(json)['dumps'] = str", ["json"]),
     ],
 )
 def test_the_checker_catches_a_planted_change(source: str, caught: list[str] | None) -> None:
@@ -136,6 +200,10 @@ def test_the_checker_catches_a_planted_change(source: str, caught: list[str] | N
         "import json\nx = json.dumps({})\ny = {}\ny['a'] = 1",
         "from . import sibling\nsibling.x = 1",
         "def f(args):\n    args.value = 3",  # an object handed over by the caller, not a library's
+        "import os\nenv = dict(os.environ)\nenv['X'] = '1'",  # a copy: what a call returns is a new object
+        "import json\nresult = json.loads('{}')\nresult['a'] = 1",
+        "class A:\n    def __post_init__(self):\n        object.__setattr__(self, 'x', 1)",  # a frozen record's own
+        "import json\nvars(record)['x'] = json.dumps(1)",
     ],
 )
 def test_the_checker_leaves_own_objects_alone(source: str) -> None:

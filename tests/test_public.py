@@ -24,7 +24,6 @@ import types
 import pytest
 
 import tfdevices
-from tests.compiled import why_not_built
 from tests.helpers import REPO
 
 ROOT = pathlib.Path(REPO)
@@ -53,22 +52,15 @@ def _homes() -> dict[int, str]:
 # -- the edge
 
 
-#: The package's compiled modules (private; their sources say what they do): held to the Python modules' rules apart.
-COMPILED = ["tfdevices.verify._hostwalk"]
-
-
 def _package_modules() -> list[str]:
-    """The package's Python modules (its compiled ones: :data:`COMPILED`)."""
-    names = ["tfdevices"] + [m.name for m in pkgutil.walk_packages(tfdevices.__path__, "tfdevices.")]
-    return [name for name in names if name not in COMPILED]
+    """The package's modules."""
+    return ["tfdevices"] + [m.name for m in pkgutil.walk_packages(tfdevices.__path__, "tfdevices.")]
 
 
-def test_the_compiled_modules_are_private_and_the_only_ones():
-    names = [m.name for m in pkgutil.walk_packages(tfdevices.__path__, "tfdevices.")]
-    compiled = [n for n in names if not str(importlib.util.find_spec(n).origin).endswith(".py")]
-    assert compiled == ([] if why_not_built() else COMPILED)  # built by the install (setup.py); none other
-    assert all(name.rsplit(".", 1)[-1].startswith("_") for name in compiled)
-    assert not set(COMPILED) & set(tfdevices.PUBLIC_MODULES)
+def test_every_module_of_the_package_is_python():
+    """One profile reader, in Python over protobuf's messages: no compiled module (none to build, none to trust)."""
+    compiled = [n for n in _package_modules() if not str(importlib.util.find_spec(n).origin).endswith(".py")]
+    assert compiled == []
 
 
 def _declared_all(module: str) -> ast.expr | None:

@@ -47,9 +47,23 @@ DECISIONS = [
 @pytest.mark.parametrize("kind, devices, workers, explicit, source, want_kind, want_devices, warns", DECISIONS)
 def test_decide_strategy(kind, devices, workers, explicit, source, want_kind, want_devices, warns):
     d = decide_strategy(kind, devices, workers, explicit=explicit, cluster_source=source)
-    assert (d.kind, d.devices, d.warning is not None) == (want_kind, want_devices, warns)
-    assert d.reason
+    assert (d.kind, d.tf_devices, bool(d.warnings)) == (want_kind, want_devices, warns)
+    assert d.reason and d.devices == d.tf_devices and d.cluster_source == source
     assert d.num_workers == (workers if want_kind == "multi_worker" else 1)
+    assert d.num_replicas == (1 if want_kind == "default" else len(want_devices) * d.num_workers)
+    assert (d.cross_device_ops, d.strategy_class) == ("", "")  # chosen when the strategy is built
+
+
+def test_the_decisions_old_name_and_warning_answer_and_warn():
+    import tfdevices.strategy as module
+
+    with pytest.warns(DeprecationWarning, match="StrategyDecision is tfdevices.strategy.StrategyInfo"):
+        assert module.StrategyDecision is module.StrategyInfo
+    decision = decide_strategy("auto", ["CPU:0"])
+    with pytest.warns(DeprecationWarning, match="StrategyDecision.warning is StrategyInfo.warnings"):
+        assert decision.warning == decision.warnings[0] == "no GPU visible: running on the CPU."
+    with pytest.raises(AttributeError, match="no attribute 'StrategyDecisions'"):
+        module.StrategyDecisions  # noqa: B018
 
 
 @pytest.mark.parametrize(

@@ -32,7 +32,6 @@ from tfdevices.jobs.stall import policy_from_env
 from tfdevices.mends.base import APPLIED, MENDS_ENV, NOT_REACHED, WOULD_APPLY, installed, is_installed
 from tfdevices.mends.exit_barrier import EXIT_WAIT_ENV, exit_wait_s
 from tfdevices.runtime import quiet_tensorflow_logs
-from tfdevices.verify import host
 
 __all__ = ["Report", "diagnose"]
 
@@ -105,15 +104,7 @@ def _python() -> tuple[tuple[str, str], ...]:
         ("python", f"{platform.python_version()} ({platform.python_implementation()}, {sys.platform})"),
         ("machine", f"{platform.machine()}, {os.cpu_count()} CPUs"),
         ("tfdevices", __version__),
-        ("profile reader", _profile_reader()),
     )
-
-
-def _profile_reader() -> str:
-    """How capture and ``tfdevices placement`` read the profiler's host plane: compiled, or Python where not built."""
-    if host._compiled is not None:
-        return "compiled (tfdevices.verify._hostwalk)"
-    return "Python (slower): the compiled reader was not built; install with a C compiler (pip install -e .)"
 
 
 def _version(import_name: str) -> str | None:

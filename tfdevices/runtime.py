@@ -448,28 +448,67 @@ def plan_runtime(
     limits_in = (
         memory_limit if _is_limits(memory_limit) else normalize_memory_limit(memory_limit, virtual_devices, terms=terms)
     )
-    notes: list[str] = []
-    if sel is not None and gpus != sel.gpus:
-        notes.append(
-            f"GPUs in CUDA's order {', '.join(keys)}, not as selected ({sel.spec}): TensorFlow was "
-            "imported before configure(), and set_visible_devices cannot reorder them"
-        )
+    notes = _reordered(sel, gpus, keys)
     per_gpu: tuple[tuple[int, ...], ...] = ()
     if count and (limits_in or virtual_devices is not None):
         per_gpu = _gpu_limits(gpus, keys, limits_in, virtual_devices or 1, terms)
         notes += _check_limits(gpus, per_gpu, terms) if limits_in else []
-    if not count and limits_in:
-        notes.append("memory_limit not applied: no GPU is visible")
-    if not count and memory_growth is not None:
+    elif not count:
+        notes += _not_applied(limits_in, memory_growth)
+    method = "unchanged" if sel is None else "tf.config" if tf_imported else "environment"
+    return RuntimePlan(
+        env=tuple(sel.env().items()) if sel is not None and method == "environment" else (),
+        visible_ordinals=_ordinals(sel) if sel is not None and method == "tf.config" else None,
+        gpu_count=count,
+        memory_growth=memory_growth,
+        gpu_limits=per_gpu,
+        cpu_split=virtual_devices if not count else None,
+        config=_planned_config(sel, method, keys, per_gpu, limits_in, memory_growth, virtual_devices, notes),
+    )
+
+
+def _reordered(sel: Selection | None, gpus: tuple[GpuInfo, ...], keys: Sequence[str]) -> list[str]:
+    """A note where TensorFlow was imported first and sees the selected GPUs in CUDA's order, not the selection's."""
+    if sel is None or gpus == sel.gpus:
+        return []
+    note = (
+        f"GPUs in CUDA's order {', '.join(keys)}, not as selected ({sel.spec}): TensorFlow was "
+        "imported before configure(), and set_visible_devices cannot reorder them"
+    )
+    return [note]
+
+
+def _not_applied(limits: Limits, memory_growth: bool | None) -> list[str]:
+    """Notes for the settings asked for that apply to GPUs, where no GPU is visible."""
+    notes = ["memory_limit not applied: no GPU is visible"] if limits else []
+    if memory_growth is not None:
         notes.append(f"memory_growth={memory_growth} not applied: no GPU is visible")
-    cpu_split = virtual_devices if not count else None
+    return notes
+
+
+def _planned_config(
+    sel: Selection | None,
+    method: str,
+    keys: Sequence[str],
+    per_gpu: tuple[tuple[int, ...], ...],
+    limits_in: Limits,
+    memory_growth: bool | None,
+    virtual_devices: int | None,
+    notes: list[str],
+) -> RuntimeConfig:
+    """The configuration a plan applies: the mask, each GPU's TensorFlow name, the logical devices it makes.
+
+    ``keys`` are the GPUs' NVML keys in TensorFlow's order, ``per_gpu`` the memory limit of each logical
+    device made on each (empty: not split), ``limits_in`` the limits asked for.
+    """
+    count = len(keys)
     sizes = [len(p) or 1 for p in per_gpu] or [1] * count
     firsts = [sum(sizes[:i]) for i in range(count)]
     split = "GPU" if count and virtual_devices else "CPU" if virtual_devices else None
-    method = "unchanged" if sel is None else "tf.config" if tf_imported else "environment"
     flat = {b for p in per_gpu for b in p}
     uniform = len(flat) == 1 and all(per_gpu)
-    config = RuntimeConfig(
+    cpu_split = virtual_devices if not count else None
+    return RuntimeConfig(
         mask=None if sel is None else sel.cuda_visible_devices,
         method=method,
         gpu_map=tuple((k, f"GPU:{first}") for k, first in zip(keys, firsts)),
@@ -482,15 +521,6 @@ def plan_runtime(
         notes=tuple(notes),
         memory_limits=tuple((k, p) for k, p in zip(keys, per_gpu) if p),
         _request=(None if sel is None else sel.cuda_visible_devices, memory_growth, limits_in, virtual_devices),
-    )
-    return RuntimePlan(
-        env=tuple(sel.env().items()) if sel is not None and method == "environment" else (),
-        visible_ordinals=_ordinals(sel) if sel is not None and method == "tf.config" else None,
-        gpu_count=count,
-        memory_growth=memory_growth,
-        gpu_limits=per_gpu,
-        cpu_split=cpu_split,
-        config=config,
     )
 
 

@@ -80,6 +80,17 @@ def plan_assignment(
         InputError: no tasks or devices, repeated names, an unknown policy, or
             ``by_memory`` without a memory figure for some device.
     """
+    _check_assignment(tasks, devices, policy)
+    if policy == "round_robin":
+        return tuple(
+            TaskPlacement(t, devices[i % len(devices)], f"round robin: task {i} of {len(tasks)}")
+            for i, t in enumerate(tasks)
+        )
+    return _by_memory(tasks, devices, dict(free_memory or {}))
+
+
+def _check_assignment(tasks: Sequence[str], devices: Sequence[str], policy: str) -> None:
+    """A known policy, and at least one task and one device, each named once."""
     if policy not in POLICIES:
         raise InputError(
             f"assign policy {policy!r} is unknown; known policies: {', '.join(POLICIES)}.",
@@ -97,20 +108,19 @@ def plan_assignment(
                 f"assign: {what} {listed} appear more than once among the {len(names)} given.",
                 hint=f"give each of the {what} once.",
             )
-    if policy == "round_robin":
-        return tuple(
-            TaskPlacement(t, devices[i % len(devices)], f"round robin: task {i} of {len(tasks)}")
-            for i, t in enumerate(tasks)
-        )
-    memory = dict(free_memory or {})
+
+
+def _by_memory(tasks: Sequence[str], devices: Sequence[str], memory: Mapping[str, int]) -> tuple[TaskPlacement, ...]:
+    """Each task to the device with the most free memory per task once it is added, the earliest on ties.
+
+    A heap keeps planning O(tasks * log devices).
+    """
     missing = [d for d in devices if d not in memory]
     if missing:
         raise InputError(
             f"assign policy 'by_memory': no free-memory figure for {missing}; known: {sorted(memory) or 'none'}.",
             hint="by_memory needs GPUs with NVML memory figures; use policy='round_robin' for CPUs.",
         )
-    # the device with the most free memory per task once this one is added, earliest first on ties: a heap,
-    # so planning stays O(tasks * log devices)
     heap: list[tuple[float, int, int]] = [(-memory[d], i, 0) for i, d in enumerate(devices)]
     heapq.heapify(heap)
     plan = []
@@ -232,7 +242,16 @@ def assign(
     )
     memory = _free_memory(list(resolved)) if policy == "by_memory" else None
     plan = plan_assignment([n for n, _ in named], list(resolved), policy, free_memory=memory)
-    fns = dict(named)
+    results = _run_tasks(plan, dict(named), resolved, run)
+    return tuple(results[p.task] for p in plan)
+
+
+def _run_tasks(
+    plan: Sequence[TaskPlacement], fns: Mapping[str, Callable[[], Any] | None], resolved: Mapping[str, str], run: bool
+) -> dict[str, TaskResult]:
+    """Runs each task in its own thread under its device (TensorFlow's name in ``resolved``); the first
+    exception a task raised is raised here once all have finished.
+    """
     tf = import_tf()
     results: dict[str, TaskResult] = {}
     errors: list[BaseException] = []
@@ -255,7 +274,7 @@ def assign(
         t.join()
     if errors:
         raise errors[0]
-    return tuple(results[p.task] for p in plan)
+    return results
 
 
 def _named_tasks(tasks: object) -> list[tuple[str, Callable[[], Any] | None]]:

@@ -40,12 +40,13 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+from warnings import warn
 
 from tfdevices import runtime as rt
 from tfdevices.core._tf import import_tf
 from tfdevices.core.devices import is_logical_name, logical_devices, resolve_devices, short_name, tfdevices_name
 from tfdevices.core.errors import StrategyError
-from tfdevices.core.reduction import choose_cross_device_ops
+from tfdevices.core.reduction import CrossDeviceOpsChoice, choose_cross_device_ops
 from tfdevices.gpus.discovery import discover
 from tfdevices.jobs.cluster import ClusterEnv, cluster_from_env
 from tfdevices.jobs.reporting import start_reporting
@@ -64,7 +65,6 @@ __all__ = [
     "Explained",
     "Explanation",
     "decide_strategy",
-    "StrategyDecision",
 ]
 
 logger = logging.getLogger("tfdevices")
@@ -76,185 +76,22 @@ KINDS = ("auto", "default", "one_device", "mirrored", "multi_worker")
 
 
 @dataclasses.dataclass(frozen=True)
-class StrategyDecision:
-    """Which strategy to build, on which TensorFlow devices, and why.
-
-    Attributes:
-        kind: ``"default"``, ``"one_device"``, ``"mirrored"`` or ``"multi_worker"``.
-        devices: TensorFlow logical devices of this process the replicas run on (``"GPU:0"``).
-        num_workers: processes in the job.
-        reason: why this kind and these devices.
-        warning: something the user should know (running on the CPU ...), or ``None``.
-    """
-
-    kind: str
-    devices: tuple[str, ...]
-    num_workers: int
-    reason: str
-    warning: str | None = None
-
-
-def decide_strategy(
-    kind: str, devices: Sequence[str], num_workers: int = 1, *, explicit: bool = False, cluster_source: str = "none"
-) -> StrategyDecision:
-    """Chooses the strategy (pure).
-
-    ``"auto"``: multi-worker when the job has several workers; otherwise mirrored
-    over 2+ GPUs, one-device on a single GPU, and with no GPU the CPU, with a
-    warning (mirrored over the logical CPUs when the CPU was split into several,
-    one-device on ``CPU:0`` when not).
-
-    Args:
-        kind: one of :data:`KINDS`.
-        devices: TensorFlow logical devices (``"GPU:0"``, ``"CPU:1"``): those asked for when
-            ``explicit``, else every logical device TensorFlow has.
-        num_workers: processes in the job (from :func:`~tfdevices.jobs.cluster.cluster_from_env`).
-        explicit: whether ``devices`` were named by the user.
-        cluster_source: where ``num_workers`` came from, for the reason.
-
-    Returns:
-        A :class:`StrategyDecision`.
-
-    Raises:
-        StrategyError: unknown kind, or devices that the kind cannot use.
-
-    >>> d = decide_strategy("auto", ["CPU:0", "CPU:1", "CPU:2"])
-    >>> d.kind, d.devices
-    ('mirrored', ('CPU:0', 'CPU:1', 'CPU:2'))
-    >>> decide_strategy("auto", ["CPU:0", "GPU:0"]).reason
-    'one visible GPU: one-device strategy on GPU:0'
-    """
-    if kind not in KINDS:
-        raise StrategyError(
-            f"strategy kind {kind!r} is unknown; known kinds: {', '.join(KINDS)}.",
-            hint="use 'auto' to choose from the visible devices.",
-        )
-    devices = tuple(short_name(d) for d in devices)
-    if explicit and not devices:
-        raise StrategyError(
-            f"strategy {kind!r}: devices=[] names no device.",
-            hint="name at least one device, or pass devices=None for every visible device.",
-        )
-    gpus = tuple(d for d in devices if d.startswith("GPU:"))
-    cpus = tuple(d for d in devices if d.startswith("CPU:"))
-    if kind == "auto":
-        return _decide_auto(devices, gpus, cpus, num_workers, explicit, cluster_source)
-    if kind == "default":
-        if explicit:
-            raise StrategyError(
-                f"strategy 'default' takes no devices, got {list(devices)}.",
-                hint="use 'one_device' or 'mirrored' to run on chosen devices.",
-            )
-        return StrategyDecision(
-            "default", gpus[:1] or cpus[:1], 1, "asked for the default strategy: TensorFlow places ops itself"
-        )
-    if kind == "multi_worker":
-        return _decide_multi_worker(devices, gpus, num_workers, explicit, cluster_source)
-    if kind == "one_device":
-        if explicit and len(devices) != 1:
-            raise StrategyError(
-                f"strategy 'one_device' takes one device, got {len(devices)}: {list(devices)}.",
-                hint="use 'mirrored' for several devices.",
-            )
-        chosen = devices if explicit else (gpus or cpus)[:1]
-        return StrategyDecision(
-            "one_device",
-            chosen,
-            1,
-            f"asked for one device: {chosen[0]}",
-            None if explicit or gpus else _cpu_warning(chosen),
-        )
-    # mirrored
-    chosen = devices if explicit else (gpus or cpus)
-    warning = None
-    if explicit and gpus and cpus:
-        warning = (
-            f"mirrored over CPU and GPU devices {list(chosen)}: every step waits for the slowest replica, the CPU."
-        )
-    elif not gpus:
-        warning = _cpu_warning(chosen)
-    how = "asked for" if explicit else "every visible " + ("GPU" if gpus else "CPU device")
-    return StrategyDecision("mirrored", chosen, 1, f"mirrored over {len(chosen)} device(s): {how}", warning)
-
-
-def _cpu_warning(devices: Sequence[str]) -> str:
-    if len(devices) > 1:
-        return (
-            f"no GPU visible: running on {len(devices)} logical CPU devices; they share the same cores, "
-            "so this checks distribution, not speed."
-        )
-    return "no GPU visible: running on the CPU."
-
-
-def _decide_auto(
-    devices: tuple[str, ...],
-    gpus: tuple[str, ...],
-    cpus: tuple[str, ...],
-    num_workers: int,
-    explicit: bool,
-    cluster_source: str,
-) -> StrategyDecision:
-    if num_workers > 1:
-        return _decide_multi_worker(devices, gpus, num_workers, explicit, cluster_source)
-    if explicit:
-        if len(devices) == 1:
-            return StrategyDecision(
-                "one_device", devices, 1, f"one device asked for: {devices[0]}", None if gpus else _cpu_warning(devices)
-            )
-        return decide_strategy("mirrored", devices, explicit=True)
-    if len(gpus) >= 2:
-        return StrategyDecision("mirrored", gpus, 1, f"{len(gpus)} visible GPUs: mirrored over all of them")
-    if len(gpus) == 1:
-        return StrategyDecision("one_device", gpus, 1, f"one visible GPU: one-device strategy on {gpus[0]}")
-    if len(cpus) >= 2:
-        return StrategyDecision(
-            "mirrored",
-            cpus,
-            1,
-            f"no GPU, the CPU split into {len(cpus)} logical devices: mirrored over them",
-            _cpu_warning(cpus),
-        )
-    chosen = cpus[:1] or ("CPU:0",)
-    return StrategyDecision(
-        "one_device", chosen, 1, "no GPU visible: one-device strategy on the CPU", _cpu_warning(chosen)
-    )
-
-
-def _decide_multi_worker(
-    devices: tuple[str, ...], gpus: tuple[str, ...], num_workers: int, explicit: bool, cluster_source: str
-) -> StrategyDecision:
-    if explicit:
-        raise StrategyError(
-            f"strategy 'multi_worker' uses every visible GPU of each worker; it takes no devices, got {list(devices)}.",
-            hint="choose each worker's GPUs before TensorFlow starts: configure(select(...)) or --gpus.",
-        )
-    chosen = gpus or ("CPU:0",)
-    if cluster_source == "none" or num_workers <= 1:
-        reason = "asked for multi_worker without TF_CONFIG or a SLURM step: one worker"
-        warning: str | None = "multi_worker with a single worker: set TF_CONFIG or run under srun to add workers."
-    else:
-        reason = f"{cluster_source} describes {num_workers} workers: multi-worker mirrored"
-        warning = None if gpus else "no GPU visible: each worker trains on its CPU."
-    return StrategyDecision("multi_worker", chosen, num_workers, reason, warning)
-
-
-# --------------------------------------------------------------------------- build
-
-
-@dataclasses.dataclass(frozen=True)
 class StrategyInfo:
-    """How a strategy came about (what :meth:`Explained.table` shows).
+    """How a strategy came about: what :func:`decide_strategy` chose, then what :func:`build_strategy` built.
+
+    A decision fills the first fields (its devices named as TensorFlow names them; it knows no NVML
+    index); :func:`build_strategy` the rest. :meth:`Explained.table` shows it.
 
     Attributes:
         kind: ``"default"``, ``"one_device"``, ``"mirrored"`` or ``"multi_worker"``.
         devices: this process's replica devices, tfdevices names (NVML index for a GPU, ``"CPU:1"``).
         tf_devices: the same devices, TensorFlow names (``"GPU:0"``).
-        cross_device_ops: the reduction (``"nccl"``, ``"ring"``, ``"none"`` ...).
+        cross_device_ops: the reduction (``"nccl"``, ``"ring"``, ``"none"`` ...; ``""`` in a decision).
         reason: why this kind, these devices and this reduction.
         num_workers: processes in the job.
-        cluster_source: ``"TF_CONFIG"``, ``"SLURM"`` or ``"none"``.
-        warnings: what the user should know.
-        strategy_class: the ``tf.distribute`` class (``"MirroredStrategy"``).
+        cluster_source: where ``num_workers`` came from: ``"TF_CONFIG"``, ``"SLURM"`` or ``"none"``.
+        warnings: what the user should know (running on the CPU ...).
+        strategy_class: the ``tf.distribute`` class (``"MirroredStrategy"``; ``""`` in a decision).
         num_replicas: replicas in sync across the job (all workers).
     """
 
@@ -268,6 +105,12 @@ class StrategyInfo:
     warnings: tuple[str, ...] = ()
     strategy_class: str = ""
     num_replicas: int = 1
+
+    @property
+    def warning(self) -> str | None:
+        """The first of :attr:`warnings`, or ``None`` (0.2's ``StrategyDecision.warning``; goes in 0.4.0)."""
+        _renamed("StrategyDecision.warning", "StrategyInfo.warnings")
+        return self.warnings[0] if self.warnings else None
 
     def table(self) -> str:
         """The strategy, its replicas with both device names, and why."""
@@ -286,6 +129,190 @@ class StrategyInfo:
         return "\n".join(lines)
 
 
+def _decided(
+    kind: str,
+    devices: tuple[str, ...],
+    reason: str,
+    warning: str | None = None,
+    num_workers: int = 1,
+    source: str = "none",
+) -> StrategyInfo:
+    """A decision: ``devices`` (TensorFlow names) under both names, no reduction yet, a replica on each."""
+    replicas = 1 if kind == "default" else len(devices) * num_workers
+    return StrategyInfo(
+        kind, devices, devices, "", reason, num_workers, source, (warning,) if warning else (), "", replicas
+    )
+
+
+def decide_strategy(
+    kind: str, devices: Sequence[str], num_workers: int = 1, *, explicit: bool = False, cluster_source: str = "none"
+) -> StrategyInfo:
+    """Chooses the strategy (pure).
+
+    ``"auto"``: multi-worker when the job has several workers; otherwise mirrored over 2+ GPUs,
+    one-device on a single GPU, and with no GPU the CPU, with a warning (mirrored over the logical
+    CPUs when the CPU was split into several, one-device on ``CPU:0`` when not).
+
+    Args:
+        kind: one of :data:`KINDS`.
+        devices: TensorFlow logical devices (``"GPU:0"``, ``"CPU:1"``): those asked for when
+            ``explicit``, else every logical device TensorFlow has.
+        num_workers: processes in the job (from :func:`~tfdevices.jobs.cluster.cluster_from_env`).
+        explicit: whether ``devices`` were named by the user.
+        cluster_source: where ``num_workers`` came from, for the reason.
+
+    Returns:
+        A :class:`StrategyInfo` holding the decision (its reduction is chosen when the strategy is built).
+
+    Raises:
+        StrategyError: unknown kind, or devices that the kind cannot use.
+
+    >>> d = decide_strategy("auto", ["CPU:0", "CPU:1", "CPU:2"])
+    >>> d.kind, d.tf_devices
+    ('mirrored', ('CPU:0', 'CPU:1', 'CPU:2'))
+    >>> decide_strategy("auto", ["CPU:0", "GPU:0"]).reason
+    'one visible GPU: one-device strategy on GPU:0'
+    """
+    if kind not in KINDS:
+        raise StrategyError(
+            f"strategy kind {kind!r} is unknown; known kinds: {', '.join(KINDS)}.",
+            hint="use 'auto' to choose from the visible devices.",
+        )
+    devices = tuple(short_name(d) for d in devices)
+    if explicit and not devices:
+        raise StrategyError(
+            f"strategy {kind!r}: devices=[] names no device.",
+            hint="name at least one device, or pass devices=None for every visible device.",
+        )
+    gpus = tuple(d for d in devices if d.startswith("GPU:"))
+    cpus = tuple(d for d in devices if d.startswith("CPU:"))
+    if kind == "multi_worker" or (kind == "auto" and num_workers > 1):
+        return _decide_multi_worker(devices, gpus, num_workers, explicit, cluster_source)
+    decide = {"auto": _decide_auto, "default": _decide_default, "one_device": _decide_one_device}.get(kind)
+    decision = (decide or _decide_mirrored)(devices, gpus, cpus, explicit)
+    return dataclasses.replace(decision, cluster_source=cluster_source)
+
+
+def _cpu_warning(devices: Sequence[str]) -> str:
+    if len(devices) > 1:
+        return (
+            f"no GPU visible: running on {len(devices)} logical CPU devices; they share the same cores, "
+            "so this checks distribution, not speed."
+        )
+    return "no GPU visible: running on the CPU."
+
+
+def _decide_auto(
+    devices: tuple[str, ...], gpus: tuple[str, ...], cpus: tuple[str, ...], explicit: bool
+) -> StrategyInfo:
+    if explicit:
+        if len(devices) == 1:
+            return _decided(
+                "one_device", devices, f"one device asked for: {devices[0]}", None if gpus else _cpu_warning(devices)
+            )
+        return _decide_mirrored(devices, gpus, cpus, explicit=True)
+    if len(gpus) >= 2:
+        return _decided("mirrored", gpus, f"{len(gpus)} visible GPUs: mirrored over all of them")
+    if len(gpus) == 1:
+        return _decided("one_device", gpus, f"one visible GPU: one-device strategy on {gpus[0]}")
+    if len(cpus) >= 2:
+        why = f"no GPU, the CPU split into {len(cpus)} logical devices: mirrored over them"
+        return _decided("mirrored", cpus, why, _cpu_warning(cpus))
+    chosen = cpus[:1] or ("CPU:0",)
+    return _decided("one_device", chosen, "no GPU visible: one-device strategy on the CPU", _cpu_warning(chosen))
+
+
+def _decide_default(
+    devices: tuple[str, ...], gpus: tuple[str, ...], cpus: tuple[str, ...], explicit: bool
+) -> StrategyInfo:
+    if explicit:
+        raise StrategyError(
+            f"strategy 'default' takes no devices, got {list(devices)}.",
+            hint="use 'one_device' or 'mirrored' to run on chosen devices.",
+        )
+    return _decided("default", gpus[:1] or cpus[:1], "asked for the default strategy: TensorFlow places ops itself")
+
+
+def _decide_one_device(
+    devices: tuple[str, ...], gpus: tuple[str, ...], cpus: tuple[str, ...], explicit: bool
+) -> StrategyInfo:
+    if explicit and len(devices) != 1:
+        raise StrategyError(
+            f"strategy 'one_device' takes one device, got {len(devices)}: {list(devices)}.",
+            hint="use 'mirrored' for several devices.",
+        )
+    chosen = devices if explicit else (gpus or cpus)[:1]
+    warning = None if explicit or gpus else _cpu_warning(chosen)
+    return _decided("one_device", chosen, f"asked for one device: {chosen[0]}", warning)
+
+
+def _decide_mirrored(
+    devices: tuple[str, ...], gpus: tuple[str, ...], cpus: tuple[str, ...], explicit: bool
+) -> StrategyInfo:
+    chosen = devices if explicit else (gpus or cpus)
+    warning = None
+    if explicit and gpus and cpus:
+        warning = (
+            f"mirrored over CPU and GPU devices {list(chosen)}: every step waits for the slowest replica, the CPU."
+        )
+    elif not gpus:
+        warning = _cpu_warning(chosen)
+    how = "asked for" if explicit else "every visible " + ("GPU" if gpus else "CPU device")
+    return _decided("mirrored", chosen, f"mirrored over {len(chosen)} device(s): {how}", warning)
+
+
+def _decide_multi_worker(
+    devices: tuple[str, ...], gpus: tuple[str, ...], num_workers: int, explicit: bool, cluster_source: str
+) -> StrategyInfo:
+    if explicit:
+        raise StrategyError(
+            f"strategy 'multi_worker' uses every visible GPU of each worker; it takes no devices, got {list(devices)}.",
+            hint="choose each worker's GPUs before TensorFlow starts: configure(select(...)) or --gpus.",
+        )
+    chosen = gpus or ("CPU:0",)
+    if cluster_source == "none" or num_workers <= 1:
+        reason = "asked for multi_worker without TF_CONFIG or a SLURM step: one worker"
+        warning: str | None = "multi_worker with a single worker: set TF_CONFIG or run under srun to add workers."
+    else:
+        reason = f"{cluster_source} describes {num_workers} workers: multi-worker mirrored"
+        warning = None if gpus else "no GPU visible: each worker trains on its CPU."
+    return _decided("multi_worker", chosen, reason, warning, num_workers, cluster_source)
+
+
+# --------------------------------------------------------------------------- build
+
+
+def _renamed(old: str, new: str) -> None:
+    warn(f"{old} is {new} since tfdevices 0.3.0; the old name goes in 0.4.0.", DeprecationWarning, stacklevel=3)
+
+
+def __getattr__(name: str) -> Any:
+    """``StrategyDecision``, 0.2's name of what :func:`decide_strategy` returns, answers until 0.4.0, and warns."""
+    if name == "StrategyDecision":
+        _renamed("tfdevices.strategy.StrategyDecision", "tfdevices.strategy.StrategyInfo")
+        return StrategyInfo
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class _Read:
+    """An attribute an explained strategy reads from one of its records: ``strategy.kind`` is
+    ``strategy.info.kind`` (:class:`StrategyInfo`), ``strategy.logdir`` is ``strategy.setup.logdir``
+    (:class:`~tfdevices.flags.FlagsSetup`; ``default`` when the strategy was not built from flags).
+    """
+
+    def __init__(self, record: str, default: Any = None) -> None:
+        self.record, self.default, self.name = record, default, ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+        self.__doc__ = f"``{self.record}.{name}``"
+
+    def __get__(self, strategy: Any, owner: type | None = None) -> Any:
+        if strategy is None:
+            return self
+        return getattr(strategy.info if self.record == "info" else strategy.setup, self.name, self.default)
+
+
 class Explained:
     """What tfdevices adds to the ``tf.distribute.Strategy`` it builds: how it came about.
 
@@ -293,15 +320,31 @@ class Explained:
     ``tf.distribute`` class and this one (defined once per class, before the object is
     made: no object's class is changed), so it is used exactly like the TensorFlow
     strategy, passes every ``isinstance`` check, and also answers :meth:`table`,
-    :attr:`info`, :attr:`kind`, :attr:`devices` (tfdevices names), :attr:`tf_devices`
-    and :attr:`reason`. The names here are none of ``tf.distribute.Strategy``'s (a test
-    keeps it so). TensorFlow's default strategy (``kind="default"``) explains itself too: a
-    ``DefaultStrategy``, a ``tf.distribute.Strategy`` around TensorFlow's own default strategy,
-    whose scope is the default's (TensorFlow's object is left as it is).
+    :attr:`info` (a :class:`StrategyInfo`, whose fields it answers too: ``kind``, ``devices``
+    (tfdevices names), ``tf_devices``, ``cross_device_ops``, ``reason``, ``num_workers``,
+    ``cluster_source``, ``warnings``) and :attr:`setup` (from flags: its ``selection``, ``runtime``,
+    ``logdir`` and ``log_placement``, also answered). The names here are none of
+    ``tf.distribute.Strategy``'s (a test keeps it so). TensorFlow's default strategy
+    (``kind="default"``) explains itself too: a ``DefaultStrategy``, a ``tf.distribute.Strategy``
+    around TensorFlow's own default strategy, whose scope is the default's (TensorFlow's object is
+    left as it is).
     """
 
     _tfdevices_info: StrategyInfo
     _tfdevices_setup: Any = None
+
+    kind = _Read("info")
+    devices = _Read("info")
+    tf_devices = _Read("info")
+    cross_device_ops = _Read("info")
+    reason = _Read("info")
+    num_workers = _Read("info")
+    cluster_source = _Read("info")
+    warnings = _Read("info")
+    selection = _Read("setup")
+    runtime = _Read("setup")
+    logdir = _Read("setup")
+    log_placement = _Read("setup", False)
 
     @property
     def info(self) -> StrategyInfo:
@@ -309,44 +352,9 @@ class Explained:
         return self._tfdevices_info
 
     @property
-    def kind(self) -> str:
-        """``"default"``, ``"one_device"``, ``"mirrored"`` or ``"multi_worker"``."""
-        return self._tfdevices_info.kind
-
-    @property
-    def devices(self) -> tuple[str, ...]:
-        """This process's replica devices, tfdevices names (NVML index for a GPU, ``"CPU:1"``)."""
-        return self._tfdevices_info.devices
-
-    @property
-    def tf_devices(self) -> tuple[str, ...]:
-        """The same devices, TensorFlow names (``"GPU:0"``)."""
-        return self._tfdevices_info.tf_devices
-
-    @property
-    def cross_device_ops(self) -> str:
-        """The reduction (``"nccl"``, ``"ring"``, ``"none"`` ...)."""
-        return self._tfdevices_info.cross_device_ops
-
-    @property
-    def reason(self) -> str:
-        """Why this kind, these devices and this reduction."""
-        return self._tfdevices_info.reason
-
-    @property
-    def num_workers(self) -> int:
-        """Processes in the job."""
-        return self._tfdevices_info.num_workers
-
-    @property
-    def cluster_source(self) -> str:
-        """``"TF_CONFIG"``, ``"SLURM"`` or ``"none"``."""
-        return self._tfdevices_info.cluster_source
-
-    @property
-    def warnings(self) -> tuple[str, ...]:
-        """What the user should know."""
-        return self._tfdevices_info.warnings
+    def setup(self) -> Any:
+        """What :func:`tfdevices.flags.configure_from_flags` did before building it (else ``None``)."""
+        return self._tfdevices_setup
 
     @property
     def num_replicas(self) -> int:
@@ -357,31 +365,6 @@ class Explained:
     def strategy(self) -> Any:
         """This strategy (code written for tfdevices 0.1's ``StrategyInfo.strategy`` keeps working)."""
         return self
-
-    @property
-    def setup(self) -> Any:
-        """What :func:`tfdevices.flags.configure_from_flags` did before building it (else ``None``)."""
-        return self._tfdevices_setup
-
-    @property
-    def selection(self) -> Any:
-        """From flags: the GPUs chosen (:class:`~tfdevices.gpus.selection.Selection`), else ``None``."""
-        return getattr(self._tfdevices_setup, "selection", None)
-
-    @property
-    def runtime(self) -> Any:
-        """From flags: the configuration applied (:class:`~tfdevices.runtime.RuntimeConfig`), else ``None``."""
-        return getattr(self._tfdevices_setup, "runtime", None)
-
-    @property
-    def logdir(self) -> str | None:
-        """From flags: ``--logdir``, ``"logs"`` when not given (``None``: not built from flags)."""
-        return getattr(self._tfdevices_setup, "logdir", None)
-
-    @property
-    def log_placement(self) -> bool:
-        """From flags: ``--log_placement``."""
-        return bool(getattr(self._tfdevices_setup, "log_placement", False))
 
     def table(self) -> str:
         """The selection and configuration (from flags), the strategy, its replicas named both ways, and why."""
@@ -495,21 +478,19 @@ def build_strategy(
 ) -> tf.distribute.Strategy:
     """Builds a ``tf.distribute`` strategy on the right devices; it explains itself.
 
-    The result is the ``tf.distribute`` strategy (``with build_strategy().scope():``),
-    an :class:`Explained` one too: ``table()``, ``devices`` / ``tf_devices``, ``reason``.
-    A multi-worker strategy also installs the Keras 3 fit adapter
-    (:func:`tfdevices.training.install_fit_adapter`).
+    The result is the ``tf.distribute`` strategy (``with build_strategy().scope():``), an
+    :class:`Explained` one too: ``table()``, ``devices`` / ``tf_devices``, ``reason``. A multi-worker
+    strategy also installs the Keras 3 fit adapter (:func:`tfdevices.training.install_fit_adapter`).
 
-    GPUs named by NVML index are translated to TensorFlow's names through the
-    applied :class:`~tfdevices.runtime.RuntimeConfig`. When TensorFlow's runtime
-    has not started, nothing was configured and TensorFlow would see other GPUs
-    too, that is an error naming the ``configure(select(...))`` to call first, so a
-    strategy on GPU 1 never fills GPU 0 (tensorflow#31410).
+    GPUs named by NVML index are translated to TensorFlow's names through the applied
+    :class:`~tfdevices.runtime.RuntimeConfig`. When TensorFlow's runtime has not started, nothing was
+    configured and TensorFlow would see other GPUs too, that is an error naming the
+    ``configure(select(...))`` to call first, so a strategy on GPU 1 never fills GPU 0 (tensorflow#31410).
 
     Args:
         kind: one of :data:`KINDS`.
-        devices: ``None`` for every visible device, or a list of NVML indices /
-            TensorFlow logical names (``[0, 1]``, ``["CPU:0", "CPU:1"]``).
+        devices: ``None`` for every visible device, or a list of NVML indices / TensorFlow logical
+            names (``[0, 1]``, ``["CPU:0", "CPU:1"]``).
         cross_device_ops: one of :data:`CROSS_DEVICE_OPS`.
         runtime: the :class:`~tfdevices.runtime.RuntimeConfig` applied; default: the one
             :func:`tfdevices.configure` applied in this process, if any.
@@ -534,12 +515,19 @@ def build_strategy(
         _check_cuda_mask()
     runtime = _check_masked(devices, runtime)
     tf = import_tf()
-    explicit = devices is not None
     if kind == "multi_worker" or (kind == "auto" and cluster.num_workers > 1):
         return _build_multi_worker(tf, kind, devices, cross_device_ops, cluster)
+    return _build_in_process(tf, kind, devices, cross_device_ops, cluster, runtime)
+
+
+def _build_in_process(
+    tf: Any, kind: str, devices: object, cross_device_ops: str, cluster: ClusterEnv, runtime: Any
+) -> Any:
+    """A strategy over this process's devices (one worker): ``devices`` named the tfdevices way, or ``None``."""
     rt.trace_runtime_start()  # a later configure() names the user's line that called this
     logical = logical_devices()
     gpu_map = rt.gpu_map(logical, runtime)
+    explicit = devices is not None
     names, tf_names = (
         resolve_devices(devices, logical=logical, gpu_map=gpu_map, unseen=rt.unseen_gpu_hint)
         if explicit
@@ -547,34 +535,45 @@ def build_strategy(
     )
     decision = decide_strategy(kind, tf_names, cluster.num_workers, explicit=explicit, cluster_source=cluster.source)
     if not explicit:
-        names = tuple(tfdevices_name(d, gpu_map) for d in decision.devices)
-    ops = choose_cross_device_ops(
-        cross_device_ops,
-        decision.kind,
-        decision.devices,
-        platform=sys.platform,
-        nccl_available=_nccl_available(tf),
-        virtual_gpus=_virtual_gpus(tf),
-    )
-    warnings = _warn(decision.warning, _unused_gpus_warning(decision, logical))
+        names = tuple(tfdevices_name(d, gpu_map) for d in decision.tf_devices)
+    ops = _reduction(tf, cross_device_ops, decision, virtual_gpus=_virtual_gpus(tf))
+    warnings = _warn(*decision.warnings, _unused_gpus_warning(decision, logical))
     if decision.kind == "mirrored":
         install_fit_adapter()  # Keras 3.3-3.7's fit is wrong under one process's mirrored strategy too
         mend_uneven_batches()  # Keras 3 fit with a batch the replicas do not divide
     strategy = _make(tf, decision, ops.name, cluster)
-    return explain(
-        strategy,
-        StrategyInfo(
-            kind=decision.kind,
-            devices=names,
-            tf_devices=decision.devices,
-            cross_device_ops=ops.name,
-            reason=f"{decision.reason}; {ops.reason}",
-            num_workers=decision.num_workers,
-            cluster_source=cluster.source,
-            warnings=warnings,
-            strategy_class=type(strategy).__name__,
-            num_replicas=int(strategy.num_replicas_in_sync),
-        ),
+    return explain(strategy, _built(decision, strategy, names, ops, f"{decision.reason}; {ops.reason}", warnings))
+
+
+def _reduction(tf: Any, requested: str, decision: StrategyInfo, *, virtual_gpus: bool) -> CrossDeviceOpsChoice:
+    """How the decided strategy's replicas reduce, from what this TensorFlow and platform can run."""
+    return choose_cross_device_ops(
+        requested,
+        decision.kind,
+        decision.tf_devices,
+        platform=sys.platform,
+        nccl_available=_nccl_available(tf),
+        virtual_gpus=virtual_gpus,
+    )
+
+
+def _built(
+    decision: StrategyInfo,
+    strategy: Any,
+    names: tuple[str, ...],
+    ops: CrossDeviceOpsChoice,
+    reason: str,
+    warnings: tuple[str, ...],
+) -> StrategyInfo:
+    """The decision, completed with what was built: the devices' tfdevices names, the reduction, the class."""
+    return dataclasses.replace(
+        decision,
+        devices=names,
+        cross_device_ops=ops.name,
+        reason=reason,
+        warnings=warnings,
+        strategy_class=type(strategy).__name__,
+        num_replicas=int(strategy.num_replicas_in_sync),
     )
 
 
@@ -602,35 +601,16 @@ def _build_multi_worker(tf: Any, kind: str, devices: object, cross_device_ops: s
             "the multi_worker strategy must be built before TensorFlow's runtime starts, and it has started.",
             hint="call build_strategy() first thing after configure(), before creating tensors or models.",
         )
-    ops = choose_cross_device_ops(
-        cross_device_ops,
-        decision.kind,
-        decision.devices,
-        platform=sys.platform,
-        nccl_available=_nccl_available(tf),
-        virtual_gpus=False,
-    )
-    warnings = _warn(decision.warning)
+    ops = _reduction(tf, cross_device_ops, decision, virtual_gpus=False)
+    warnings = _warn(*decision.warnings)
     adapter = install_fit_adapter()  # warns itself when it does not cover this Keras
     if not adapter.fit_works:
         warnings += (adapter.reason,)
     strategy = _make(tf, decision, ops.name, cluster)
     tf_devices = tuple(short_name(d) for d in strategy.extended.worker_devices)
-    return explain(
-        strategy,
-        StrategyInfo(
-            kind=decision.kind,
-            devices=tf_devices,
-            tf_devices=tf_devices,
-            cross_device_ops=ops.name,
-            reason=f"{decision.reason}; {ops.reason}; {adapter.reason}",
-            num_workers=decision.num_workers,
-            cluster_source=cluster.source,
-            warnings=warnings,
-            strategy_class=type(strategy).__name__,
-            num_replicas=int(strategy.num_replicas_in_sync),
-        ),
-    )
+    reason = f"{decision.reason}; {ops.reason}; {adapter.reason}"
+    built = _built(decision, strategy, tf_devices, ops, reason, warnings)
+    return explain(strategy, dataclasses.replace(built, tf_devices=tf_devices))
 
 
 def _warn(*warnings: str | None) -> tuple[str, ...]:
@@ -677,11 +657,11 @@ def _short(value: object, limit: int = 60) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def _unused_gpus_warning(decision: StrategyDecision, logical: Sequence[str]) -> str | None:
+def _unused_gpus_warning(decision: StrategyInfo, logical: Sequence[str]) -> str | None:
     if decision.kind == "default":
         return None
-    unused = [d for d in logical if d.startswith("GPU:") and d not in decision.devices]
-    if not unused or not any(d.startswith("GPU:") for d in decision.devices):
+    unused = [d for d in logical if d.startswith("GPU:") and d not in decision.tf_devices]
+    if not unused or not any(d.startswith("GPU:") for d in decision.tf_devices):
         return None
     return (
         f"TensorFlow also sees {', '.join(unused)}, which this strategy does not use but TensorFlow "
@@ -698,8 +678,8 @@ def _virtual_gpus(tf: Any) -> bool:
     return len(tf.config.list_logical_devices("GPU")) > len(tf.config.list_physical_devices("GPU"))
 
 
-def _make(tf: Any, decision: StrategyDecision, ops: str, cluster: ClusterEnv) -> Any:
-    full = [f"/{d}" for d in decision.devices]
+def _make(tf: Any, decision: StrategyInfo, ops: str, cluster: ClusterEnv) -> Any:
+    full = [f"/{d}" for d in decision.tf_devices]
     if decision.kind == "default":
         return _explained_class(tf.distribute.Strategy, default=True)(tf.distribute.get_strategy())
     if decision.kind == "one_device":

@@ -3,7 +3,9 @@ log the environment."""
 
 from __future__ import annotations
 
+import ast
 import os
+import pathlib
 import secrets
 import subprocess
 import sys
@@ -121,3 +123,37 @@ def test_cudas_no_driver_complaint_is_dropped_where_there_is_no_driver():
     assert any(line in straight.stderr for line in noise), straight.stderr
     assert not any(line in quiet.stderr for line in noise), quiet.stderr
     assert "tf.Tensor(2" in quiet.stdout
+
+
+#: Where ``import tensorflow`` (the package itself) may appear besides the door, :mod:`tfdevices.core._tf`:
+#: code TensorFlow itself runs, once loaded (the sampled steps' profiler).
+_IMPORTS_TENSORFLOW = {"core/_tf.py", "mends/step_sampling.py"}
+
+
+def _imports_of_tensorflow(source: str) -> list[int]:
+    """Lines of ``source`` that import the ``tensorflow`` package itself, outside ``if TYPE_CHECKING:``."""
+    tree = ast.parse(source)
+    hints = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
+        for inner in ast.walk(node)
+    }
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import) and id(node) not in hints and any(a.name == "tensorflow" for a in node.names)
+    ]
+
+
+def test_the_door_is_the_one_import_of_tensorflow_as_its_docstring_says():
+    import tfdevices
+
+    package = pathlib.Path(tfdevices.__file__).parent
+    found = {
+        path.relative_to(package).as_posix()
+        for path in package.rglob("*.py")
+        if _imports_of_tensorflow(path.read_text())
+    }
+    assert found <= _IMPORTS_TENSORFLOW and "core/_tf.py" in found
+    assert _imports_of_tensorflow("if TYPE_CHECKING:\n    import tensorflow as tf\nimport tensorflow") == [3]

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from tfdevices.decide.candidates import Link, Profile
 from tfdevices.decide.messages import (
     MAX_LINE,
     Capture,
@@ -32,7 +33,12 @@ SPEC = ChildSpec("tests.decide.models:tiny_mlp", "split", ("CPU:0", "CPU:1"), Fa
         Stop(),
         Ready(batch=32, startup_s=5.5, windows=2, step_s=0.004),
         Window(0.01, 0.009, 0.011),
-        Captured(peak_memory={"host": 1}, shares={"copies": 0.1}, links=({"a": "CPU:0", "b": "CPU:1"},)),
+        Captured(peak_memory={"host": 1}, shares={"copies": 0.1}),
+        Captured(
+            peak_memory={"GPU:0": 7},
+            profile=Profile(compute_s=0.008, grad_bytes=4, links=(Link("CPU:0", "CPU:1", 1e-5, None),)),
+            probe_s=0.2,
+        ),
         Failed("out_of_memory", "ResourceExhaustedError: OOM when allocating. HINT: a smaller batch"),
     ],
 )
@@ -49,6 +55,9 @@ def test_every_message_comes_back_as_it_was_sent(message):
         ("[1, 2]", "not a tune message"),
         ('{"kind": "Window", "step_s": 1, "q1_s": 1, "q3_s": 1, "env": "x"}', "Window has no field ['env']"),
         ('{"kind": "Stop", "x": "' + "a" * MAX_LINE + '"}', "more than tune's"),
+        ('{"kind": "Captured", "profile": {"compute_s": 1, "step": 2}}', "Profile has no field ['step']"),
+        ('{"kind": "Captured", "profile": {"links": [{"a": "CPU:0"}]}}', "a profile's links"),
+        ('{"kind": "Captured", "profile": {"links": 3}}', "a profile's links: '3'"),
     ],
 )
 def test_a_line_that_is_not_one_of_tunes_messages_is_refused(line, words):

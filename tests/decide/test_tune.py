@@ -16,7 +16,7 @@ import pytest
 
 from tests.helpers import REPO, run_cli, subprocess_env
 from tfdevices import InputError
-from tfdevices.decide.candidates import Link
+from tfdevices.decide.candidates import Link, Profile
 from tfdevices.decide.messages import Captured, Failed, Ready, TimeWindow, Window
 from tfdevices.decide.ties import Comparison
 from tfdevices.decide.tune import CandidateResult, TuneResult, _with_round, tune
@@ -431,22 +431,19 @@ class ScriptedChild:
         if isinstance(command, TimeWindow):
             step = next(self.windows, None)
             return Failed("failed", "RuntimeError: gone. HINT: x") if step is None else Window(step / 1000, 0, 0)
-        links = [
-            {"a": a, "b": b, "latency_s": 0.0, "bytes_per_s": None}
-            for a, b in (("CPU:0", "CPU:1"), ("CPU:0", "CPU:2"), ("CPU:1", "CPU:2"))
-        ]
+        links = tuple(Link(a, b, 0.0, None) for a, b in (("CPU:0", "CPU:1"), ("CPU:0", "CPU:2"), ("CPU:1", "CPU:2")))
         if not command.profile:
             return Captured(peak_memory={"host": 1}, shares={"copies": 0.0})
-        return Captured(
+        profile = Profile(
             compute_s=0.008,
             grad_bytes=1_000_000,
             variables=4,
             activation_bytes=10_000,
             copy_latency_s=0.0001,
             copy_bytes_per_s=1e9,
-            links=tuple(links),
-            probe_s=0.3,
+            links=links,
         )
+        return Captured(profile=profile, probe_s=0.3)
 
     def stop(self):
         pass

@@ -44,7 +44,10 @@ def _smi(state: str) -> dict[str, int]:
     values = section.splitlines()[section.splitlines().index(lines[0]) + 1].split(", ")
     row = dict(zip(header, values))
     figures = {k.split(" ")[0]: int(v.split(" ")[0]) for k, v in row.items() if k.startswith("memory.")}
-    figures.setdefault("memory.total", 143771)  # the busy lines leave the total out: the card's, as idle
+    if "memory.total" not in figures:  # the busy lines leave the total out: the same card's listing under load has it
+        total = _listing(state)["gpus"][0]["memory_total"]
+        assert total % MiB == 0, total  # a whole number of MiB, as nvidia-smi prints it
+        figures["memory.total"] = total // MiB
     return figures
 
 

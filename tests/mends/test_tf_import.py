@@ -13,7 +13,7 @@ import sys
 import pytest
 
 import tfdevices
-from tests.helpers import REPO, run_py, subprocess_env
+from tests.helpers import REPO, run_py, subprocess_env, unavailable
 from tfdevices.mends.base import MENDS_ENV
 
 PACKAGE = pathlib.Path(tfdevices.__file__).parent
@@ -73,7 +73,7 @@ def test_quiet_import_drops_tensorflows_start_up_lines_only_when_on(off: bool) -
     straight = run_py("import tensorflow", env={"TF_CPP_MIN_LOG_LEVEL": "2"})
     early = [line for line in straight.stderr.splitlines() if _start_up(line)]
     if not early:
-        pytest.skip("this TensorFlow prints no start-up line here: nothing for the mend to drop")
+        unavailable("this TensorFlow prints no start-up line here: nothing for the mend to drop")
     shown = [line for line in proc.stderr.splitlines() if _start_up(line)]
     assert bool(shown) is off, proc.stderr
 

@@ -6,7 +6,9 @@ both TF_ENABLE_ONEDNN_OPTS=1 and TF_ENABLE_ONEDNN_OPTS=0.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import inspect
 import math
 import os
 
@@ -135,6 +137,29 @@ def test_bad_arguments(tmp_path, kwargs, first_words):
     with pytest.raises(InputError) as err:
         PlacementLogger(tmp_path, **kwargs)
     assert str(err.value).startswith(first_words)
+
+
+def test_an_argument_the_logger_does_not_have_is_named_with_those_it_has(tmp_path):
+    with pytest.raises(InputError) as err:
+        PlacementLogger(tmp_path, evry=100, framework="keras")
+    assert str(err.value).startswith(
+        "PlacementLogger(evry=...): no such argument; PlacementLogger takes logdir, at_step, every, budget,"
+    )
+    assert "HINT:" in str(err.value)
+
+
+def test_the_arguments_are_one_checked_record_and_the_signature_says_them(tmp_path, monkeypatch):
+    from tfdevices.tensorboard import PlacementLoggerConfig
+
+    monkeypatch.delenv("TF_USE_LEGACY_KERAS", raising=False)
+    logger = PlacementLogger(tmp_path, 3, every=10, memory=False)
+    assert logger.config == PlacementLoggerConfig(at_step=3, every=10, framework="keras", memory=False)
+    assert (logger.logdir, type(logger.config.budget)) == (str(tmp_path), float)
+    with pytest.raises(InputError, match=r"^PlacementLogger\(budget=2\)"):
+        PlacementLoggerConfig(budget=2)
+    signature = inspect.signature(PlacementLogger)
+    assert list(signature.parameters)[:3] == ["logdir", "at_step", "every"]
+    assert set(signature.parameters) == {"logdir"} | {f.name for f in dataclasses.fields(PlacementLoggerConfig)}
 
 
 def test_every_n_steps_makes_series_over_steps_and_one_host_memory_series(tf4, tmp_path):

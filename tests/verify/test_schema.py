@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tests.helpers import REPO, run_py
 from tfdevices.core.errors import InputError
-from tfdevices.verify import PlacementReport, host as host_module, read_profile
+from tfdevices.verify import PlacementReport, read_profile
 from tfdevices.verify.hlo import HLO_FIELDS, HloModules, hlo_module
 from tfdevices.verify.xplane import XPLANE_FIELDS, xplane_module
 
@@ -85,18 +85,8 @@ def test_a_real_profile_round_trips_through_the_schema():
     assert xplane_module().XSpace.FromString(space.SerializeToString()) == space
 
 
-@pytest.fixture(params=["compiled", "python"])
-def reader(request, monkeypatch):
-    """Each test reads with the compiled host-plane reader (where built) and with protobuf alone."""
-    if request.param == "compiled" and host_module._compiled is None:
-        pytest.skip("the compiled reader is not built here (make setup builds it); the python reader runs")
-    if request.param == "python":
-        monkeypatch.setattr(host_module, "_compiled", None)
-    return request.param
-
-
 @pytest.mark.parametrize("name", ["h200_jax_train_step", "tf_cpu_function"])
-def test_a_real_profile_cut_short_anywhere_is_a_clear_error_or_a_report(reader, name, tmp_path):
+def test_a_real_profile_cut_short_anywhere_is_a_clear_error_or_a_report(name, tmp_path):
     with open(os.path.join(PROFILES, f"{name}.xplane.pb"), "rb") as f:
         data = f.read()
     cuts = sorted({1, 2, 7, len(data) // 3, len(data) // 2, len(data) - 1} | set(range(3, len(data), len(data) // 40)))
@@ -114,7 +104,7 @@ def test_a_real_profile_cut_short_anywhere_is_a_clear_error_or_a_report(reader, 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.binary(min_size=1, max_size=4096))
-def test_random_bytes_give_a_clear_error_or_a_report(reader, tmp_path, data):
+def test_random_bytes_give_a_clear_error_or_a_report(tmp_path, data):
     path = tmp_path / "random.xplane.pb"
     path.write_bytes(data)
     try:
@@ -138,7 +128,7 @@ def _varint(n: int) -> bytes:
             return bytes(out)
 
 
-def test_nesting_deeper_than_protobuf_reads_is_a_clear_error(reader, tmp_path):
+def test_nesting_deeper_than_protobuf_reads_is_a_clear_error(tmp_path):
     path = tmp_path / "deep.xplane.pb"
     path.write_bytes(_nested(5000))
     with pytest.raises(InputError, match="is truncated or is not an XSpace"):

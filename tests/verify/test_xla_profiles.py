@@ -451,17 +451,6 @@ def test_a_jit_compiled_capture_on_a_cpu_counts_its_cluster_once(tf4):
     assert slices[0]["args"]["ops compiled together (XLA)"] == list(cluster.ops)
 
 
-@pytest.mark.parametrize("path", [XLA_STEP, TRAIN_STEP, COMMAND_BUFFER])
-def test_the_compiled_reader_and_protobuf_alone_read_a_gpu_profile_alike(path, monkeypatch):
-    from tfdevices.verify import host
-
-    if host._compiled is None:
-        pytest.skip("the compiled reader is not built here (make setup builds it)")
-    compiled = read_profile(path)
-    monkeypatch.setattr(host, "_compiled", None)
-    assert read_profile(path) == compiled and compiled.ops
-
-
 def test_the_command_buffer_and_cluster_modules_docstring_examples_run():
     import doctest
 

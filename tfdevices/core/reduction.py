@@ -60,25 +60,9 @@ def choose_cross_device_ops(
     ...                         nccl_available=True, virtual_gpus=False)
     CrossDeviceOpsChoice(name='reduction_to_one_device', reason='CPU devices take part: NCCL reduces between GPUs only')
     """
-    if requested not in CROSS_DEVICE_OPS:
-        raise StrategyError(
-            f"cross_device_ops {requested!r} is unknown; known: {', '.join(CROSS_DEVICE_OPS)}.",
-            hint="use 'auto' to let tfdevices choose.",
-        )
-    if kind in ("default", "one_device"):
-        if requested not in ("auto", "none"):
-            raise StrategyError(
-                f"cross_device_ops={requested!r} does not apply to the {kind!r} strategy: one replica reduces nothing.",
-                hint="use 'mirrored' or 'multi_worker', or leave cross_device_ops='auto'.",
-            )
+    allowed = _allowed(requested, kind)
+    if not allowed:
         return CrossDeviceOpsChoice("none", f"one replica: the {kind} strategy reduces nothing")
-    allowed = _MULTI_WORKER_OPS if kind == "multi_worker" else _MIRRORED_OPS
-    if requested not in ("auto", *allowed):
-        raise StrategyError(
-            f"cross_device_ops={requested!r} does not apply to the {kind!r} strategy; "
-            f"it takes {', '.join(('auto', *allowed))}.",
-            hint="leave cross_device_ops='auto'.",
-        )
     blocker = _nccl_blocker(devices, platform, nccl_available, virtual_gpus)
     if requested == "nccl" and blocker:
         raise StrategyError(
@@ -94,6 +78,34 @@ def choose_cross_device_ops(
     if any(d.startswith("CPU:") for d in devices):
         return CrossDeviceOpsChoice("reduction_to_one_device", blocker)
     return CrossDeviceOpsChoice("hierarchical_copy", f"{blocker}: hierarchical copy between GPUs")
+
+
+def _allowed(requested: str, kind: str) -> tuple[str, ...]:
+    """The reductions ``kind`` takes (none for one replica), once ``requested`` is checked against them.
+
+    Raises:
+        StrategyError: ``requested`` is unknown, or not one ``kind`` takes.
+    """
+    if requested not in CROSS_DEVICE_OPS:
+        raise StrategyError(
+            f"cross_device_ops {requested!r} is unknown; known: {', '.join(CROSS_DEVICE_OPS)}.",
+            hint="use 'auto' to let tfdevices choose.",
+        )
+    if kind in ("default", "one_device"):
+        if requested not in ("auto", "none"):
+            raise StrategyError(
+                f"cross_device_ops={requested!r} does not apply to the {kind!r} strategy: one replica reduces nothing.",
+                hint="use 'mirrored' or 'multi_worker', or leave cross_device_ops='auto'.",
+            )
+        return ()
+    allowed = _MULTI_WORKER_OPS if kind == "multi_worker" else _MIRRORED_OPS
+    if requested not in ("auto", *allowed):
+        raise StrategyError(
+            f"cross_device_ops={requested!r} does not apply to the {kind!r} strategy; "
+            f"it takes {', '.join(('auto', *allowed))}.",
+            hint="leave cross_device_ops='auto'.",
+        )
+    return allowed
 
 
 def _nccl_blocker(devices: Sequence[str], platform: str, nccl_available: bool, virtual_gpus: bool) -> str | None:

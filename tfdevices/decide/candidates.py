@@ -129,30 +129,35 @@ class Link:
 class Profile:
     """What the one-device run measured, the input of every prediction.
 
+    A tune child measures its captured step (:class:`~tfdevices.decide.messages.Captured` carries it);
+    the parent adds its step time (the settled window it timed) and whether the devices share one
+    processor.
+
     Attributes:
-        step_s: its median step time.
-        compute_s: the device's busy time in its captured step (the kernels' union).
+        compute_s: the device's busy time in its captured step (the kernels' union); ``None`` when the
+            capture showed the device no busy time (then there is no prediction).
         grad_bytes: bytes of the trainable weights (what an all-reduce moves).
         variables: number of trainable weights (one all-reduce each).
         activation_bytes: the bytes of one layer's output for one batch, median over the layers
             (what a stage boundary copies forward, and its gradient back).
         copy_latency_s: one copy of a small tensor between two devices.
         copy_bytes_per_s: copy bandwidth between two devices.
-        shared_compute: whether the devices share one processor (logical CPUs split from one host:
-            their kernels share its cores, so k replicas do not compute k times faster).
         links: copy costs probed between pairs of devices (:mod:`~tfdevices.decide.probe`); a pair
             not among them costs ``copy_latency_s`` and ``copy_bytes_per_s``.
+        step_s: its median step time (0 in a child's answer).
+        shared_compute: whether the devices share one processor (logical CPUs split from one host:
+            their kernels share its cores, so k replicas do not compute k times faster).
     """
 
-    step_s: float
-    compute_s: float
-    grad_bytes: int
-    variables: int
-    activation_bytes: int
-    copy_latency_s: float
-    copy_bytes_per_s: float
-    shared_compute: bool = True
+    compute_s: float | None = None
+    grad_bytes: int = 0
+    variables: int = 0
+    activation_bytes: int = 0
+    copy_latency_s: float = 0.0
+    copy_bytes_per_s: float = 1e12
     links: tuple[Link, ...] = ()
+    step_s: float = 0.0
+    shared_compute: bool = True
 
 
 def _copy_s(profile: Profile, a: str, b: str, nbytes: float, copies: int) -> float:
@@ -190,6 +195,8 @@ def predict_step_s(candidate: Candidate, profile: Profile) -> float | None:
     >>> round(predict_step_s(Candidate("split:2", "split", ("GPU:0", "GPU:1")), free), 6)
     0.01
     """
+    if profile.compute_s is None:
+        return None
     fixed = max(profile.step_s - profile.compute_s, 0.0)
     k = len(candidate.devices)
     if candidate.strategy == "one_device":

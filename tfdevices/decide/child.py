@@ -14,7 +14,6 @@ as :class:`~tfdevices.decide.messages.Failed`, with a line a user can act on.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import json
 import os
@@ -29,6 +28,7 @@ from typing import Any
 from tfdevices.core._tf import import_tf
 from tfdevices.core.errors import TfDevicesError
 from tfdevices.decide.advise import time_shares
+from tfdevices.decide.candidates import Profile
 from tfdevices.decide.messages import (
     Capture,
     Captured,
@@ -230,12 +230,13 @@ class Candidate:
             "shares": time_shares(report),
             "logdir": command.logdir,
         }
+        probe = _probe(self.tf, list(command.probe)) if len(command.probe) > 1 else {}
+        links = probe.pop("links", ())
+        found.update(probe)
         if command.profile:
             busy = report.get("busy_us", {}).get(self.spec.devices[0])
-            found["compute_s"] = None if busy is None else busy / 1e6
-            found.update(_profile_extras(self.tf, self.model, self.data, list(self.spec.devices)))
-        if len(command.probe) > 1:
-            found.update(_probe(self.tf, list(command.probe)))
+            extras = _profile_extras(self.tf, self.model, self.data, list(self.spec.devices))
+            found["profile"] = Profile(compute_s=None if busy is None else busy / 1e6, links=links, **extras)
         return Captured(**found)
 
 
@@ -243,7 +244,7 @@ def _probe(tf: Any, devices: list[str]) -> dict[str, Any]:
     """The copy probe over ``devices`` (after the timing: it delays no measurement); its failure is reported."""
     started = time.perf_counter()
     try:
-        links = tuple(dataclasses.asdict(link) for link in probe_links(tf, devices))
+        links = tuple(probe_links(tf, devices))
     except Exception as err:  # noqa: BLE001 -- the candidate's timing stands; the predictions go uncalibrated
         return {"links": (), "probe_s": time.perf_counter() - started, "probe_detail": _failure(err).detail}
     return {"links": links, "probe_s": time.perf_counter() - started}

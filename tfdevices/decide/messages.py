@@ -20,6 +20,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from tfdevices.decide.candidates import Link, Profile
+
 __all__ = [
     "Capture",
     "Captured",
@@ -82,7 +84,8 @@ class Capture:
 
     Attributes:
         profile: measure what predictions need (weights, activations, the device's busy time).
-        probe: devices whose pairwise copy cost to probe (empty: none).
+        probe: devices whose pairwise copy cost to probe (empty: none); the links found go in the
+            captured profile (so it is asked for with ``profile=True``).
         logdir: a TensorBoard run for the captured step (``None``: a scratch directory).
     """
 
@@ -130,22 +133,14 @@ class Captured:
         peak_memory: peak bytes per device (``"host"`` for logical CPUs).
         shares: ``{"step_us", "copies", "all_reduce", "idle": {device: share}}``.
         logdir: its TensorBoard run, if one was asked for.
-        compute_s, grad_bytes, variables, activation_bytes, copy_latency_s, copy_bytes_per_s: the
-            profile predictions start from (``profile=True`` only).
-        links: each probed pair's copy cost, as :class:`~tfdevices.decide.candidates.Link` fields.
+        profile: what predictions start from (``profile=True`` only), the copy probe's links in it.
         probe_s: the probe's time; probe_detail: why it failed (empty: it did not).
     """
 
     peak_memory: dict[str, int] = field(default_factory=dict)
     shares: dict[str, Any] = field(default_factory=dict)
     logdir: str | None = None
-    compute_s: float | None = None
-    grad_bytes: int = 0
-    variables: int = 0
-    activation_bytes: int = 0
-    copy_latency_s: float = 0.0
-    copy_bytes_per_s: float = 1e12
-    links: tuple[dict[str, Any], ...] = ()
+    profile: Profile | None = None
     probe_s: float | None = None
     probe_detail: str = ""
 
@@ -191,7 +186,20 @@ def decode(line: str) -> Message | ChildSpec:
     names = {f.name: f for f in dataclasses.fields(cls)}
     if not set(data) <= set(names):
         raise ValueError(f"{cls.__name__} has no field {sorted(set(data) - set(names))}")
-    for name in ("devices", "sys_path", "probe", "links"):
+    for name in ("devices", "sys_path", "probe"):
         if isinstance(data.get(name), list):
             data[name] = tuple(data[name])
+    if isinstance(data.get("profile"), dict):
+        data["profile"] = _profile(data["profile"])
     return cls(**data)
+
+
+def _profile(data: dict[str, Any]) -> Profile:
+    """A :class:`~tfdevices.decide.candidates.Profile` from its JSON fields (its links, each a ``Link``'s)."""
+    names = {f.name for f in dataclasses.fields(Profile)}
+    if not set(data) <= names:
+        raise ValueError(f"Profile has no field {sorted(set(data) - names)}")
+    links, fields = data.get("links", []), {f.name for f in dataclasses.fields(Link)}
+    if not isinstance(links, list) or not all(isinstance(link, dict) and set(link) == fields for link in links):
+        raise ValueError(f"a profile's links: {str(links)[:80]!r}, not a list of {sorted(fields)} objects")
+    return Profile(**{**data, "links": tuple(Link(**link) for link in links)})

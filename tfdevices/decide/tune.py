@@ -185,7 +185,7 @@ class _Session:
         captured = self._capture(base, Capture(profile=True, probe=pool if len(pool) > 1 else (), logdir=None))
         if captured is None:
             return None
-        self.links = tuple(Link(**link) for link in captured.links)
+        self.links = captured.profile.links if captured.profile is not None else ()
         self.probe_s = captured.probe_s
         if captured.probe_detail:
             self.say(f"copy probe: {captured.probe_detail}; predictions use one copy cost for every pair")
@@ -404,16 +404,8 @@ def _predictions(c: Candidate, profile: Profile | None, links: tuple[Link, ...])
 
 def _profile(base: CandidateResult, captured: Captured, gpus: bool) -> Profile | None:
     """What predictions start from: the one-device run's step (its settled window) and its captured step."""
-    step = base.step_s
-    if base.status != "ok" or captured.compute_s is None or not step:
+    step, measured = base.step_s, captured.profile
+    if base.status != "ok" or measured is None or measured.compute_s is None or not step:
         return None
-    return Profile(
-        step_s=step,
-        compute_s=min(captured.compute_s, step),
-        grad_bytes=captured.grad_bytes,
-        variables=captured.variables,
-        activation_bytes=captured.activation_bytes,
-        copy_latency_s=captured.copy_latency_s,
-        copy_bytes_per_s=captured.copy_bytes_per_s,
-        shared_compute=not gpus,
-    )
+    # without the probed links: _predictions puts them in for the calibrated prediction, the plain one has none
+    return replace(measured, step_s=step, compute_s=min(measured.compute_s, step), shared_compute=not gpus, links=())

@@ -50,6 +50,7 @@ INVENTORY_ENV = "TFDEVICES_INVENTORY"
 MAX_FILE_BYTES = 4 << 20
 """The largest inventory file read (a listing of 8 GPUs is about 4 KB)."""
 _FILE_HINT = "save one with 'tfdevices list --json > FILE'."
+_SAVE = "save it with 'tfdevices list --json > FILE'."
 
 
 @record
@@ -140,55 +141,23 @@ class Inventory:
     def from_dict(cls, data: Any, *, where: str = "inventory") -> Inventory:
         """An inventory from :meth:`to_dict`'s output; ``where`` names the input in errors (InventoryFileError)."""
         if not isinstance(data, Mapping):
-            raise InventoryFileError(
-                f"{where}: expected a JSON object, got {type(data).__name__}.",
-                hint="save it with 'tfdevices list --json > FILE'.",
-            )
+            raise InventoryFileError(f"{where}: expected a JSON object, got {type(data).__name__}.", hint=_SAVE)
         known = set(fields(cls)) - {"loaded_from"}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise InventoryFileError(
-                f"{where}: unknown field(s) {unknown}; known fields: {sorted(known)}.",
-                hint="save it with 'tfdevices list --json > FILE'.",
-            )
+            raise InventoryFileError(f"{where}: unknown field(s) {unknown}; known fields: {sorted(known)}.", hint=_SAVE)
         source = data.get("source", "none")
         if source not in SOURCES:
-            raise InventoryFileError(
-                f"{where}: source={source!r}; known sources: {list(SOURCES)}.",
-                hint="save it with 'tfdevices list --json > FILE'.",
-            )
-        gpus = data.get("gpus", [])
-        if not isinstance(gpus, list):
-            raise InventoryFileError(
-                f"{where}: 'gpus' must be a list, got {type(gpus).__name__}.",
-                hint="save it with 'tfdevices list --json > FILE'.",
-            )
-        if len(gpus) > MAX_GPUS:
-            raise InventoryFileError(
-                f"{where}: {len(gpus):,} GPU entries; an inventory holds at most {MAX_GPUS}.",
-                hint="save it with 'tfdevices list --json > FILE'.",
-            )
-        parsed = tuple(GpuInfo.from_dict(g, where=f"{where}: gpus[{i}]") for i, g in enumerate(gpus))
-        seen: set[str] = set()
-        dupes = sorted({g.key for g in parsed if g.key in seen or seen.add(g.key)})  # type: ignore[func-returns-value]
-        if dupes:
-            raise InventoryFileError(
-                f"{where}: GPU index(es) {dupes[:8]} appear more than once.", hint="each GPU must appear once."
-            )
+            raise InventoryFileError(f"{where}: source={source!r}; known sources: {list(SOURCES)}.", hint=_SAVE)
+        parsed = _gpus_from(data.get("gpus", []), where)
         notes = data.get("notes", [])
         if not isinstance(notes, list) or len(notes) > 64 or not all(isinstance(n, str) for n in notes):
-            raise InventoryFileError(
-                f"{where}: 'notes' must be a list of at most 64 strings.",
-                hint="save it with 'tfdevices list --json > FILE'.",
-            )
+            raise InventoryFileError(f"{where}: 'notes' must be a list of at most 64 strings.", hint=_SAVE)
         for i, note in enumerate(notes):
             check_text(note, f"{where}: notes[{i}]")
         for name in ("reason", "driver_version", "cuda_visible_devices", "cuda_device_order"):
             if data.get(name) is not None and not isinstance(data[name], str):
-                raise InventoryFileError(
-                    f"{where}: {name}={shown(data[name])} must be a string or null.",
-                    hint="save it with 'tfdevices list --json > FILE'.",
-                )
+                raise InventoryFileError(f"{where}: {name}={shown(data[name])} must be a string or null.", hint=_SAVE)
             check_text(data.get(name), f"{where}: {name}")
         topology = data.get("topology")
         if topology is not None:
@@ -275,6 +244,24 @@ class Inventory:
             out.append(f"no GPU visible: {self.reason or 'none found'}")
         out += [f"note: {n}" for n in self.notes]
         return "\n".join(out)
+
+
+def _gpus_from(gpus: Any, where: str) -> tuple[GpuInfo, ...]:
+    """An inventory file's ``gpus`` list, each entry checked, no GPU index twice."""
+    if not isinstance(gpus, list):
+        raise InventoryFileError(f"{where}: 'gpus' must be a list, got {type(gpus).__name__}.", hint=_SAVE)
+    if len(gpus) > MAX_GPUS:
+        raise InventoryFileError(
+            f"{where}: {len(gpus):,} GPU entries; an inventory holds at most {MAX_GPUS}.", hint=_SAVE
+        )
+    parsed = tuple(GpuInfo.from_dict(g, where=f"{where}: gpus[{i}]") for i, g in enumerate(gpus))
+    seen: set[str] = set()
+    dupes = sorted({g.key for g in parsed if g.key in seen or seen.add(g.key)})  # type: ignore[func-returns-value]
+    if dupes:
+        raise InventoryFileError(
+            f"{where}: GPU index(es) {dupes[:8]} appear more than once.", hint="each GPU must appear once."
+        )
+    return parsed
 
 
 def _sensors(g: GpuInfo) -> tuple[str, ...]:

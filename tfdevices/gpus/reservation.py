@@ -61,6 +61,7 @@ import socket
 import sys
 import time
 from collections.abc import Iterator, Mapping
+from typing import NamedTuple
 
 from tfdevices.core.errors import InputError, ReservationError, SelectionError, SpecError
 from tfdevices.gpus.discovery import discover
@@ -321,16 +322,9 @@ def reserve(
     if inventory is None:
         inventory = discover()
     directory = lock_dir or default_lock_dir()
-    if isinstance(request, Selection):
-        _check_distinct(request)
-        wanted, text, exact = request.gpus, request.spec, True
-    else:
-        parsed = parse_spec(request, what="reserve")
-        text = parsed.text
-        base = _select(request, inventory, None, min_free_memory, max_utilization)  # raises if never possible
-        wanted, exact = base.gpus, parsed.kind == "explicit"
-        if not base.gpus:  # "none", or "all" on a machine without a visible GPU: nothing to claim
-            return Reservation((), base, directory, {}, text, 0.0, ())
+    wanted, text, exact, base = _wanted(request, inventory, min_free_memory, max_utilization)
+    if base is not None and not wanted:  # "none", or "all" on a machine without a visible GPU: nothing to claim
+        return Reservation((), base, directory, {}, text, 0.0, ())
     _prepare(directory)
     start = time.monotonic()
     while True:
@@ -342,6 +336,27 @@ def reserve(
         if timeout is not None and waited >= timeout:
             raise _busy(text, inventory, wanted, exact, got, directory, waited)
         time.sleep(poll_interval if timeout is None else max(0.0, min(poll_interval, timeout - waited)))
+
+
+class _Wanted(NamedTuple):
+    """What a request asks to claim (internal)."""
+
+    gpus: tuple[GpuInfo, ...]
+    text: str  # the request as written back
+    exact: bool  # these GPUs and no others (a Selection, or an explicit spec)
+    selection: Selection | None  # what a spec selected (None: a Selection was given)
+
+
+def _wanted(
+    request: object, inventory: Inventory, min_free_memory: int | str | None, max_utilization: float | None
+) -> _Wanted:
+    """The GPUs ``request`` asks for; a spec that could never be met on this machine raises here."""
+    if isinstance(request, Selection):
+        _check_distinct(request)
+        return _Wanted(request.gpus, request.spec, True, None)
+    parsed = parse_spec(request, what="reserve")
+    base = _select(request, inventory, None, min_free_memory, max_utilization)  # raises if never possible
+    return _Wanted(base.gpus, parsed.text, parsed.kind == "explicit", base)
 
 
 def holders(inventory: Inventory | None = None, *, lock_dir: str | None = None) -> tuple[Holder, ...]:

@@ -167,45 +167,55 @@ def select(
         inventory = discover()
     min_free = None if min_free_memory is None else parse_memory(min_free_memory, what=terms.name("min_free_memory"))
     max_util = _check_utilization(max_utilization, terms)
+    _check_order(order, terms)
+    excluded = _resolve_exclude(exclude, inventory, terms)
+    checks = _checks(min_free, max_util, excluded)
+    filters = _filters_text(terms, min_free, max_util, excluded)
+    failures = {g.key: _first_failure(g, checks) for g in inventory.gpus}
+    chosen, wiring = _choose(_Asked(parsed, spec, terms), inventory, failures, order, filters)
+    return Selection(
+        spec=parsed.text,
+        gpus=_tf_order(parsed, chosen, inventory),
+        decisions=_decisions(inventory, parsed, failures, chosen, bool(wiring) and order == "links"),
+        filters=filters,
+        source=inventory.source,
+        wiring=wiring,
+    )
+
+
+def _decisions(
+    inventory: Inventory,
+    parsed: DeviceSpec,
+    failures: dict[str, str | None],
+    chosen: Sequence[GpuInfo],
+    by_links: bool,
+) -> tuple[Decision, ...]:
+    """Each GPU of the inventory, taken or not, and why (``by_links``: chosen for their mutual links)."""
+    keys = {g.key for g in chosen}
+    links = _links_within(chosen, inventory.topology)
+    return tuple(
+        Decision(g.key, g.key in keys, _reason(g, parsed, failures[g.key], g.key in keys, links.get(g.key), by_links))
+        for g in inventory.gpus
+    )
+
+
+def _check_order(order: str, terms: Terms) -> None:
     if order not in ORDERS:
         raise InputError(
             f"{terms.setting('order', order)}: unknown order; known orders: {', '.join(ORDERS)}.",
             hint="use 'links' (best-wired first), 'free_memory' (most free first), "
             "'utilization' (least busy first) or 'index'.",
         )
-    excluded = _resolve_exclude(exclude, inventory, terms)
-    checks = _checks(min_free, max_util, excluded)
-    filters = ", ".join(
-        p
-        for p in (
-            _filter(terms, "min_free_memory", format_bytes(min_free)) if min_free is not None else "",
-            _filter(terms, "max_utilization", f"{max_util:.0%}") if max_util is not None else "",
-            _filter(terms, "exclude", ",".join(sorted(excluded))) if excluded else "",
-        )
-        if p
+
+
+def _filters_text(terms: Terms, min_free: int | None, max_util: float | None, excluded: frozenset[str]) -> str:
+    """The filters asked for, as the user named them (empty: none)."""
+    parts = (
+        _filter(terms, "min_free_memory", format_bytes(min_free)) if min_free is not None else "",
+        _filter(terms, "max_utilization", f"{max_util:.0%}") if max_util is not None else "",
+        _filter(terms, "exclude", ",".join(sorted(excluded))) if excluded else "",
     )
-    failures = {g.key: _first_failure(g, checks) for g in inventory.gpus}
-    chosen, wiring = _choose(_Asked(parsed, spec, terms), inventory, failures, order, filters)
-    chosen_keys = {g.key for g in chosen}
-    links = _links_within(chosen, inventory.topology)
-    decisions = tuple(
-        Decision(
-            g.key,
-            g.key in chosen_keys,
-            _reason(
-                g, parsed, failures[g.key], g.key in chosen_keys, links.get(g.key), bool(wiring) and order == "links"
-            ),
-        )
-        for g in inventory.gpus
-    )
-    return Selection(
-        spec=parsed.text,
-        gpus=_tf_order(parsed, chosen, inventory),
-        decisions=decisions,
-        filters=filters,
-        source=inventory.source,
-        wiring=wiring,
-    )
+    return ", ".join(p for p in parts if p)
 
 
 def _filter(terms: Terms, param: str, text: str) -> str:

@@ -316,35 +316,29 @@ def plan_layers(
     """Plans which device holds each layer, minimising the slowest stage.
 
     Args:
-        model: a built Keras model (Sequential or functional; its layers are taken
-            in topological order, ``InputLayer`` left out), or a list of
-            non-negative layer costs (layers named ``layer_0``, ``layer_1`` ...).
-        devices: TensorFlow logical devices in stage order (``["GPU:0", "GPU:1"]``,
-            any TF spelling), or a manual map ``{layer name or fnmatch pattern:
-            device}``; exact names win over patterns, and among patterns the first
-            that matches a layer wins.
-        balance_by: for a model, what a layer costs: ``"params"`` (default),
-            ``"flops"`` (per sample, estimated from weights and output shapes),
-            ``"memory"`` (bytes of variables) or ``"time"`` (seconds per call of
-            the layer on each device, measured with ``sample``). Not for a list.
-        max_memory: ``{device: cap}`` on the bytes of variables per device (an int
-            or ``"8GiB"``); devices left out have no cap.
-        speeds: relative speed of each device (a list aligned with ``devices``, or
-            ``{device: speed}``; default 1): a stage's cost is divided by it.
-        layer_bytes: for a list of costs, the bytes of each layer (needed with
-            ``max_memory``).
+        model: a built Keras model (Sequential or functional; its layers are taken in topological order,
+            ``InputLayer`` left out), or a list of non-negative layer costs (layers named ``layer_0``, ...).
+        devices: TensorFlow logical devices in stage order (``["GPU:0", "GPU:1"]``, any TF spelling), or a
+            manual map ``{layer name or fnmatch pattern: device}``; exact names win over patterns, and among
+            patterns the first that matches a layer wins.
+        balance_by: for a model, what a layer costs: ``"params"`` (default), ``"flops"`` (per sample,
+            estimated from weights and output shapes), ``"memory"`` (bytes of variables) or ``"time"``
+            (seconds per call of the layer on each device, measured with ``sample``). Not for a list.
+        max_memory: ``{device: cap}`` on the bytes of variables per device (an int or ``"8GiB"``); devices
+            left out have no cap.
+        speeds: relative speed of each device (a list aligned with ``devices``, or ``{device: speed}``;
+            default 1): a stage's cost is divided by it.
+        layer_bytes: for a list of costs, the bytes of each layer (needed with ``max_memory``).
         sample: an input batch for ``balance_by="time"``.
-        every_device: give each listed device at least one layer (the best such
-            plan), even where leaving a device empty would be faster: a split over
-            all of them, as ``tfdevices.tune``'s ``split:k`` candidates are. Not
-            for a manual map.
+        every_device: give each listed device at least one layer (the best such plan; a split over all of
+            them, as ``tfdevices.tune``'s ``split:k``), even where an empty one is faster. Not for a manual map.
 
     Returns:
         A frozen :class:`LayerPlan`.
 
     Raises:
-        PlanError: bad devices, costs, speeds or caps; an unbuilt model; a manual
-            map naming unknown layers or leaving layers out; a cap no plan fits.
+        PlanError: bad devices, costs, speeds or caps; an unbuilt model; a manual map naming unknown
+            layers or leaving layers out; a cap no plan fits.
 
     >>> plan_layers([1.0, 1.0, 1.0], {"layer_0": "GPU:1", "*": "/device:GPU:0"}).devices
     ('GPU:1', 'GPU:0', 'GPU:0')
@@ -354,33 +348,50 @@ def plan_layers(
     tfdevices.core.errors.PlanError: devices ['GPU:0', 'GPU:0'] name GPU:0 twice.
     HINT: list each device once, in stage order.
     """
-    if not isinstance(every_device, bool):
-        raise PlanError(f"every_device={shown(every_device)}: not True or False.", hint="every_device=True or False.")
     layers, kind = _read_layers(model, balance_by, layer_bytes)
-    manual = isinstance(devices, Mapping)
-    if manual and every_device:
-        raise PlanError(
-            "every_device=True plans over a list of devices; a manual map already says which device holds each layer.",
-            hint="drop every_device=, or give a list of devices.",
-        )
-    order = _manual_devices(devices, layers.names) if isinstance(devices, Mapping) else _device_list(devices)
+    order = _stage_devices(devices, layers.names, every_device)
     device_set = list(dict.fromkeys(order))
     speed = _speeds(speeds, device_set)
     caps = _caps(max_memory, device_set)
     rows = _cost_rows(layers, kind, device_set, sample, speeds)
     _check_finite(rows, speed)
-    if manual:
-        assigned = order
-        _check_caps(layers, assigned, caps)
-    else:
-        problem = _Problem(
-            rows=tuple(_Prefix(rows[d]) for d in device_set),
-            speeds=tuple(speed[d] for d in device_set),
-            mem=tuple(_prefix_ints(layers.memory)),
-            caps=tuple(caps[d] for d in device_set),
+    if isinstance(devices, Mapping):
+        _check_caps(layers, order, caps)
+        return _make_plan(layers, order, rows, speed, kind, True)
+    problem = _problem(layers, rows, speed, caps, device_set)
+    return _make_plan(
+        layers, _optimal_devices(problem, layers.names, device_set, every_device), rows, speed, kind, False
+    )
+
+
+def _stage_devices(devices: Sequence[str] | Mapping[str, str], names: Sequence[str], every_device: bool) -> list[str]:
+    """The device of each layer for a manual map, else the devices in stage order (checked either way)."""
+    if not isinstance(every_device, bool):
+        raise PlanError(f"every_device={shown(every_device)}: not True or False.", hint="every_device=True or False.")
+    if not isinstance(devices, Mapping):
+        return _device_list(devices)
+    if every_device:
+        raise PlanError(
+            "every_device=True plans over a list of devices; a manual map already says which device holds each layer.",
+            hint="drop every_device=, or give a list of devices.",
         )
-        assigned = _optimal_devices(problem, layers.names, device_set, every_device)
-    return _make_plan(layers, assigned, rows, speed, kind, manual)
+    return _manual_devices(devices, names)
+
+
+def _problem(
+    layers: LayerCosts,
+    rows: Mapping[str, Sequence[float]],
+    speed: Mapping[str, float],
+    caps: Mapping[str, float],
+    devices: Sequence[str],
+) -> _Problem:
+    """The automatic plan's problem: each device's prefix sums of costs, its speed and cap, in stage order."""
+    return _Problem(
+        rows=tuple(_Prefix(rows[d]) for d in devices),
+        speeds=tuple(speed[d] for d in devices),
+        mem=tuple(_prefix_ints(layers.memory)),
+        caps=tuple(caps[d] for d in devices),
+    )
 
 
 def _make_plan(

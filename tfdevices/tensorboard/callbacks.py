@@ -31,7 +31,7 @@ import warnings
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 from tfdevices.core._tf import import_tf
 from tfdevices.core.devices import short_name
@@ -45,7 +45,7 @@ from tfdevices.verify.drift import PlacementChange, drift, functions_of
 from tfdevices.verify.profiling import Capture
 from tfdevices.verify.watching import Instantiation, PlacementWatch, traced_functions
 
-__all__ = ["PlacementLogger"]
+__all__ = ["PlacementLogger", "PlacementLoggerConfig"]
 
 _FRAMEWORKS = ("keras", "tf_keras")
 
@@ -79,6 +79,9 @@ def _with_callback_base(cls: type, framework: str) -> type:
 
 class PlacementLogger:
     """Keras callback: captures training step ``at_step`` of ``fit`` (and later ones) to TensorBoard, and watches them.
+
+    The arguments after ``logdir`` are the fields of a :class:`PlacementLoggerConfig` (``config``), checked
+    when the logger is made.
 
     Args:
         logdir: the TensorBoard run directory to write into.
@@ -116,6 +119,7 @@ class PlacementLogger:
             passes 90% of its configured memory limit is warned about once.
 
     Attributes:
+        config: the arguments after ``logdir``, checked (a :class:`PlacementLoggerConfig`).
         steps: the steps captured so far.
         changes: the :class:`~tfdevices.verify.drift.PlacementChange` of each capture that
             differed from the one it was compared with.
@@ -143,50 +147,25 @@ class PlacementLogger:
             cls = _with_callback_base(PlacementLogger, _framework(kwargs.get("framework")))
         return super().__new__(cls)
 
-    def __init__(
-        self,
-        logdir: str | os.PathLike[str],
-        at_step: int | None = 1,
-        *,
-        every: int | str | None = None,
-        budget: float = 0.01,
-        on_change: str | Callable[[PlacementChange], Any] | None = None,
-        busy_threshold: float = 0.25,
-        name: str = "placement",
-        framework: str | None = None,
-        memory: bool = True,
-        watch: bool = True,
-    ) -> None:
+    def __init__(self, logdir: str | os.PathLike[str], at_step: int | None = 1, **options: Any) -> None:
         super().__init__()
-        _check(at_step, every, budget, on_change, busy_threshold)
         self.logdir = os.fspath(logdir)
-        self.at_step = at_step
-        self.every = every
-        self.budget = float(budget)
-        self.on_change = on_change
-        self.busy_threshold = float(busy_threshold)
+        self.config = _config(at_step, options)
         self.steps: list[int] = []
         self.changes: list[PlacementChange] = []
         self.costs: list[float] = []
-        self.name = name
-        self.framework = _framework(framework)
-        self.memory = memory
-        self.watch = watch
-        self.placed: list[tuple[int, Instantiation]] = []
         self.worker_costs: list[float] = []
         self.errors: list[BaseException] = []
-        self._reactions: list[PlacementChange] = []
+        self.placed: list[tuple[int, Instantiation]] = []
+        self.memory_devices: tuple[str, ...] = ()
+        self._step = 0  # the training step about to run, counted over the whole fit
+        self._pace = _Pace()
+        self._swapped: _Swapped | None = None  # the train function put in for the step to capture
         self._worker = Worker(f"placement-{id(self):x}")
         self._watch: PlacementWatch | None = None
-        self._report: PlacementReport | None = None
-        self.memory_devices: tuple[str, ...] = ()
-        self._step = 0
-        self._restore: tuple[Any, Any, Any] | None = None
-        self._pace = _Pace()
-        self._by_function: dict[tuple[int, ...], tuple[int, PlacementReport]] = {}
-        self._last: tuple[int, PlacementReport] | None = None
-        self._graphs_written: set[tuple[int, ...]] = set()
-        self._warned: set[str] = set()
+        self._compared = _Compared()
+        self._reactions: list[PlacementChange] = []  # changes the worker found, reacted to on the training thread
+        self._warned: set[str] = set()  # devices whose memory was warned about
         fit_end.arm()  # Keras calls no on_train_end when fit raises: the mend tells _abort (before fit starts)
 
     @property
@@ -195,20 +174,20 @@ class PlacementLogger:
         (reading it waits for the worker to finish the captures handed to it).
         """
         self._worker.flush()
-        return self._report
+        return self._compared.report
 
     def _due(self, step: int) -> bool:
-        if self.at_step is None or step < self.at_step:
+        if self.config.at_step is None or step < self.config.at_step:
             return False
-        if step == self.at_step:
+        if step == self.config.at_step:
             return True
-        if self.every == "auto":
+        if self.config.every == "auto":
             return self._pace.next_step is not None and step >= self._pace.next_step
-        return isinstance(self.every, int) and (step - self.at_step) % self.every == 0
+        return isinstance(self.config.every, int) and (step - self.config.at_step) % self.config.every == 0
 
     def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         """Wraps the model's train function for the one call that runs a step to capture."""
-        self._pace.tick(self.budget)
+        self._pace.tick(self.config.budget)
         if self._due(self._step):
             model = self.model
             original = model.train_function
@@ -224,13 +203,13 @@ class PlacementLogger:
                     self._captured(cap, step, started)
 
             model.train_function = captured
-            self._restore = (model, original, captured)
+            self._swapped = _Swapped(model, original, captured)
         self._step += 1
 
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
         """Starts watching the train function's instantiations (``watch=True``)."""
         fit_end.when_fit_fails(self.model, self._abort)
-        if not self.watch:
+        if not self.config.watch:
             return
         function = getattr(self.model, "train_function", None)
         if self._watch is None:  # one watch for every fit: a retrace in a later fit is compared with the earlier
@@ -243,7 +222,7 @@ class PlacementLogger:
             + ("turned on by tfdevices for this fit" if self._watch.turned_on else "already on (left as it was)")
         )
         step = self._step
-        self._write(lambda writer: writer.text(f"{self.name}/status", status, step))
+        self._write(lambda writer: writer.text(f"{self.config.name}/status", status, step))
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         """Reads the placement of a train function instantiated in this step (nothing when none was)."""
@@ -274,10 +253,12 @@ class PlacementLogger:
 
             def write(writer: EventWriter, new: Instantiation = new, change: Any = change, news: bool = news) -> None:
                 writer.text(
-                    f"{self.name}/placed", f"{_indented(new.report.summary())}\n\n{new.report.to_markdown()}", step
+                    f"{self.config.name}/placed",
+                    f"{_indented(new.report.summary())}\n\n{new.report.to_markdown()}",
+                    step,
                 )
                 if news and change is not None:
-                    _write_change(writer, self.name, change)
+                    _write_change(writer, self.config.name, change)
 
             self._write(write)
             if news and change is not None:
@@ -296,13 +277,13 @@ class PlacementLogger:
         self._worker.flush()
         self._deliver()
         fit_end.forget(self.model, self._abort)
-        if self.at_step is not None and not self.steps and self._step <= self.at_step:
+        if self.config.at_step is not None and not self.steps and self._step <= self.config.at_step:
             said = (
-                f"PlacementLogger(at_step={self.at_step}) captured nothing: training ran {self._step} "
-                f"step(s) (0..{max(self._step - 1, 0)}), so step {self.at_step} never came"
+                f"PlacementLogger(at_step={self.config.at_step}) captured nothing: training ran {self._step} "
+                f"step(s) (0..{max(self._step - 1, 0)}), so step {self.config.at_step} never came"
             )
             with summary_writer(self.logdir) as writer:  # for `tfdevices placement` to say so, too (worker idle)
-                writer.text(f"{self.name}/status", said, max(self._step - 1, 0))
+                writer.text(f"{self.config.name}/status", said, max(self._step - 1, 0))
             warnings.warn(
                 f"{said}. HINT: pass at_step={min(1, max(self._step - 1, 0))} (steps count from 0 over the whole fit).",
                 RuntimeWarning,
@@ -311,9 +292,9 @@ class PlacementLogger:
 
     def _put_back(self) -> None:
         """The model's own train function back, if the step to capture never ran."""
-        restore, self._restore = self._restore, None
-        if restore is not None and restore[0].train_function is restore[2]:
-            restore[0].train_function = restore[1]
+        swapped, self._swapped = self._swapped, None
+        if swapped is not None and swapped.model.train_function is swapped.captured:
+            swapped.model.train_function = swapped.original
 
     def _abort(self) -> None:
         """``fit`` raised, so Keras calls no ``on_train_end`` (mend ``fit_end``): nothing is left on.
@@ -328,7 +309,7 @@ class PlacementLogger:
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         """Logs ``current`` memory and the ``peak`` since the last point, at the current step."""
-        if self.memory:
+        if self.config.memory:
             step = max(self._step - 1, 0)
 
             def log() -> None:
@@ -354,15 +335,15 @@ class PlacementLogger:
             self.changes.append(change)
             self._reactions.append(change)
             report = dataclasses.replace(report, notes=(f"changed: {change.summary()}", *report.notes))
-        self._report = report
+        self._compared.report = report
         functions = functions_of(report)
-        graphs = functions not in self._graphs_written
-        self._graphs_written.add(functions)
+        graphs = functions not in self._compared.graphs_written
+        self._compared.graphs_written.add(functions)
         with summary_writer(self.logdir) as writer:  # one event file for everything of this capture
-            write_summaries(writer, report, step, self.name, graphs=graphs)
+            write_summaries(writer, report, step, self.config.name, graphs=graphs)
             if change is not None:
-                _write_change(writer, self.name, change)
-            if self.memory:
+                _write_change(writer, self.config.name, change)
+            if self.config.memory:
                 self._log_memory(writer, step)
         self.worker_costs.append(time.perf_counter() - started)
 
@@ -381,16 +362,17 @@ class PlacementLogger:
     def _compare(self, report: PlacementReport, step: int) -> PlacementChange | None:
         """The capture's change since the previous one of its functions, or since the one it replaced."""
         functions = functions_of(report)
-        earlier = self._by_function.get(functions) or self._last
-        self._by_function[functions] = self._last = (step, report)
+        compared = self._compared
+        earlier = compared.by_function.get(functions) or compared.last
+        compared.by_function[functions] = compared.last = (step, report)
         if earlier is None:
             return None
-        return drift(earlier[1], report, step=step, previous_step=earlier[0], busy_threshold=self.busy_threshold)
+        return drift(earlier[1], report, step=step, previous_step=earlier[0], busy_threshold=self.config.busy_threshold)
 
     def _react(self, change: PlacementChange) -> None:
-        if self.on_change == "warn":
+        if self.config.on_change == "warn":
             warnings.warn(f"placement changed: {change.summary()}", RuntimeWarning, stacklevel=2)
-        elif self.on_change == "raise":
+        elif self.config.on_change == "raise":
             if self._watch is not None:  # fit stops here without on_train_end: run metadata off now
                 self._watch.stop()
             raise PlacementChangedError(
@@ -399,8 +381,8 @@ class PlacementLogger:
                 "input shapes fixed (drop_remainder=True) so the step is not retraced; "
                 "on_change='warn' only warns.",
             )
-        elif callable(self.on_change):
-            self.on_change(change)
+        elif callable(self.config.on_change):
+            self.config.on_change(change)
 
     def _log_memory(self, writer: EventWriter, step: int) -> None:
         """Writes each allocator's current use and peak since the last point, warns past 90%."""
@@ -409,18 +391,88 @@ class PlacementLogger:
         self.memory_devices = tuple(sorted(stats))
         for device, info in sorted(stats.items()):
             for key in ("current", "peak"):
-                writer.scalar(f"{self.name}/memory/{device}/{key}_bytes", info[key], step)
+                writer.scalar(f"{self.config.name}/memory/{device}/{key}_bytes", info[key], step)
         for device, message in over_limit(stats, _memory_limits(tf)).items():
             if device not in self._warned:
                 self._warned.add(device)
                 warnings.warn(message, ResourceWarning, stacklevel=2)
 
 
+@dataclass(frozen=True)
+class PlacementLoggerConfig:
+    """What a :class:`PlacementLogger` captures, how often, and what it logs beside: its arguments after
+    ``logdir`` (described there), each checked when the record is made; ``framework`` is resolved
+    (``None``: ``tf_keras`` when ``TF_USE_LEGACY_KERAS`` is set, else ``keras``).
+
+    Raises:
+        InputError: ``at_step``, ``every``, ``budget``, ``on_change`` or ``busy_threshold`` is out
+            of range, or ``framework`` is unknown.
+    """
+
+    at_step: int | None = 1
+    every: int | str | None = None
+    budget: float = 0.01
+    on_change: str | Callable[[PlacementChange], Any] | None = None
+    busy_threshold: float = 0.25
+    name: str = "placement"
+    framework: str | None = None
+    memory: bool = True
+    watch: bool = True
+
+    def __post_init__(self) -> None:
+        _check(self.at_step, self.every, self.budget, self.on_change, self.busy_threshold)
+        object.__setattr__(self, "budget", float(self.budget))
+        object.__setattr__(self, "busy_threshold", float(self.busy_threshold))
+        object.__setattr__(self, "framework", _framework(self.framework))
+
+
+def _config(at_step: int | None, options: dict[str, Any]) -> PlacementLoggerConfig:
+    """The logger's arguments after ``logdir`` as a checked record; an argument it does not have is an error."""
+    known = [f.name for f in dataclasses.fields(PlacementLoggerConfig)]
+    unknown = sorted(set(options) - set(known[1:]))
+    if unknown:
+        raise InputError(
+            f"PlacementLogger({unknown[0]}=...): no such argument; PlacementLogger takes logdir, {', '.join(known)}.",
+            hint="PlacementLogger(logdir, at_step=1, every=100) captures step 1, then every 100 steps.",
+        )
+    return PlacementLoggerConfig(at_step, **options)
+
+
+class _Swapped(NamedTuple):
+    """The model whose train function was swapped for the one that captures a step (internal)."""
+
+    model: Any
+    original: Any  # its own train function
+    captured: Any  # the one put in its place, which puts the original back when it runs
+
+
+@dataclass
+class _Compared:
+    """What each capture is compared with (internal, written by the worker): the last capture of each set of
+    traced functions and the last of all, as ``(step, report)``; the sets whose graphs were written.
+    """
+
+    by_function: dict[tuple[int, ...], tuple[int, PlacementReport]] = field(default_factory=dict)
+    last: tuple[int, PlacementReport] | None = None
+    graphs_written: set[tuple[int, ...]] = field(default_factory=set)
+    report: PlacementReport | None = None  # the latest captured report
+
+
 # help(), inspect and Sphinx read a class's signature from __new__ before __init__: __new__ only picks the Keras
-# base, so the class says __init__'s arguments.
-_init = inspect.signature(PlacementLogger.__init__)
-PlacementLogger.__signature__ = _init.replace(
-    parameters=list(_init.parameters.values())[1:], return_annotation=inspect.Signature.empty
+# base, so the class says its arguments: logdir, at_step, then the other fields of PlacementLoggerConfig.
+PlacementLogger.__signature__ = inspect.Signature(
+    [
+        inspect.Parameter("logdir", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation="str | os.PathLike[str]"),
+        *(
+            inspect.Parameter(
+                f.name,
+                inspect.Parameter.POSITIONAL_OR_KEYWORD if f.name == "at_step" else inspect.Parameter.KEYWORD_ONLY,
+                default=f.default,
+                annotation=f.type,
+            )
+            for f in dataclasses.fields(PlacementLoggerConfig)
+        ),
+    ]
 )
 
 

@@ -33,7 +33,7 @@ import re
 import socket
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 from tfdevices.core._tf import import_tf
 from tfdevices.core.errors import InputError
@@ -283,6 +283,47 @@ def read_placement(logdir: str | os.PathLike[str], name: str = "placement") -> P
         InputError: ``logdir`` does not exist, holds no event files, or none with a placement.
     """
     logdir = os.fspath(logdir)
+    dirs = _run_dirs(logdir)
+    found: list[_Stored] = []
+    tags: set[str] = set()
+    for run in dirs:
+        values = run_strings(run)  # TensorBoard's own protos: TensorFlow is not imported (DESIGN rule 9)
+        tags.update(values)
+        events = values.get(f"{name}/json")
+        if events:
+            wall_time, step, text = events[-1]
+            found.append(_Stored(wall_time, step, text, os.path.relpath(run, logdir), len(events)))
+    if not found:
+        raise _no_placement(logdir, name, len(dirs), tags)
+    latest = max(found)
+    report = PlacementReport.from_json(latest.text)
+    if len(found) == 1 and latest.steps == 1:
+        return report
+    others = sorted(f.run for f in found if f.run != latest.run)
+    where = (
+        f"stored in run {latest.run!r} at step {latest.step}: the latest of {latest.steps} step(s) there"
+        + (f" and of {len(found)} runs (the others: {_first(others, 5)})" if others else "")
+        + "; pass a run's directory to read it, or open the Placement tab to pick a step"
+    )
+    return dataclasses.replace(report, notes=(where, *report.notes))
+
+
+class _Stored(NamedTuple):
+    """The latest placement stored in one run (internal); ordered by when it was written, then its step."""
+
+    wall_time: float
+    step: int
+    text: str  # the report's JSON
+    run: str  # the run's directory, relative to the log directory read
+    steps: int  # the steps stored in the run
+
+
+def _first(names: list[str], count: int) -> str:
+    return ", ".join(names[:count]) + (", ..." if len(names) > count else "")
+
+
+def _run_dirs(logdir: str) -> list[str]:
+    """The directories under ``logdir`` that hold event files; a directory that is missing or holds none raises."""
     if not os.path.isdir(logdir):
         raise InputError(
             f"log directory {logdir!r} does not exist.",
@@ -295,43 +336,22 @@ def read_placement(logdir: str | os.PathLike[str], name: str = "placement") -> P
             f"log directory {logdir!r} holds no TensorBoard event files; it contains: {listing}.",
             hint="pass the directory given to write_placement or PlacementLogger.",
         )
-    found: list[tuple[float, int, str, str, int]] = []  # (time, step, JSON, run, steps stored in it)
-    tags: set[str] = set()
-    for run in dirs:
-        values = run_strings(run)  # TensorBoard's own protos: TensorFlow is not imported (DESIGN rule 9)
-        tags.update(values)
-        events = values.get(f"{name}/json")
-        if events:
-            wall_time, step, text = events[-1]
-            found.append((wall_time, step, text, os.path.relpath(run, logdir), len(events)))
-    if not found:
-        shown = ", ".join(sorted(tags)[:10]) or "no tensor or text summaries"
-        # a PlacementLogger that captured no step: it says so in NAME/status (and logs memory where there is any)
-        logger_ran = f"{name}/status" in tags or any(t.startswith(f"{name}/memory/") for t in tags)
-        raise InputError(
-            f"log directory {logdir!r} holds {len(dirs)} run(s) but no placement summary "
-            f"'{name}/json'; its tags: {shown}.",
-            hint="a PlacementLogger ran here but captured no step: its at_step never came in that run "
-            "(training ran fewer steps); pass a step the run reaches, e.g. PlacementLogger(logdir, at_step=1)."
-            if logger_ran
-            else "write one with tfdevices.tensorboard.write_placement or the PlacementLogger callback "
-            "(or pass the name= it was written with).",
-        )
-    _, step, text, run, steps = max(found)
-    report = PlacementReport.from_json(text)
-    if len(found) == 1 and steps == 1:
-        return report
-    others = sorted(f[3] for f in found if f[3] != run)
-    where = (
-        f"stored in run {run!r} at step {step}: the latest of {steps} step(s) there"
-        + (
-            f" and of {len(found)} runs (the others: {', '.join(others[:5])}{', ...' if len(others) > 5 else ''})"
-            if others
-            else ""
-        )
-        + "; pass a run's directory to read it, or open the Placement tab to pick a step"
+    return dirs
+
+
+def _no_placement(logdir: str, name: str, runs: int, tags: set[str]) -> InputError:
+    """The error for a log directory whose runs hold no placement: what they hold, and why it may be so."""
+    shown = ", ".join(sorted(tags)[:10]) or "no tensor or text summaries"
+    # a PlacementLogger that captured no step: it says so in NAME/status (and logs memory where there is any)
+    logger_ran = f"{name}/status" in tags or any(t.startswith(f"{name}/memory/") for t in tags)
+    return InputError(
+        f"log directory {logdir!r} holds {runs} run(s) but no placement summary '{name}/json'; its tags: {shown}.",
+        hint="a PlacementLogger ran here but captured no step: its at_step never came in that run "
+        "(training ran fewer steps); pass a step the run reaches, e.g. PlacementLogger(logdir, at_step=1)."
+        if logger_ran
+        else "write one with tfdevices.tensorboard.write_placement or the PlacementLogger callback "
+        "(or pass the name= it was written with).",
     )
-    return dataclasses.replace(report, notes=(where, *report.notes))
 
 
 def load_placement(path: str | os.PathLike[str], name: str = "placement", *, profile: bool = False) -> PlacementReport:

@@ -8,20 +8,18 @@ and on GPUs each op is then timed by the GPU's own clock (:mod:`tfdevices.verify
 
 from __future__ import annotations
 
-import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import groupby
 from operator import itemgetter
 from typing import Any
 
-from tfdevices.verify import host
 from tfdevices.verify.graph import _Graph, _model_ops
 from tfdevices.verify.hlo import HloModules
 from tfdevices.verify.host import CONTEXT, KEY, START, STATS, _Execution, _Kernel, _Trace
 from tfdevices.verify.recording import _Call, _Recorder
 from tfdevices.verify.records import (
     _COLLECTIVE,
-    _DTYPE_BYTES,
     PLUMBING,
     TRANSFER_OPS,
     UNKNOWN_DEVICE,
@@ -38,6 +36,7 @@ from tfdevices.verify.records import (
 )
 from tfdevices.verify.report import PlacementReport
 from tfdevices.verify.timing import apply_gpu_time, gpu_op_names
+from tfdevices.verify.transfers import context_devices, kernel_name, make_transfer, send_devices, transfer_kernels
 
 __all__ = ["build_report"]
 
@@ -98,26 +97,10 @@ def _build_report(trace: _Trace, recorder: _Recorder | None) -> PlacementReport:
         starts.append(min(map(_start_of, trace.kernels)))
     origin = min(starts or [0])
     built = _Built(on_gpu=gpu_op_names(trace.gpus))
+    sources = _Sources(trace, by_context, origin, recorder.placed)
     for index, (call, execution) in enumerate(paired):
         if execution is not None and execution.is_function and execution.contexts and not execution.xla:
-            name = execution.name
-            unplaced = [
-                k
-                for k in trace.unplaced
-                if execution.start_ps <= k[START] <= execution.start_ps + execution.duration_ps
-            ]
-            _add_function(
-                built,
-                index,
-                _Graph(recorder.graphs.get(name)),
-                call,
-                _contexts(execution, trace.parents),
-                by_context,
-                origin,
-                unplaced,
-                recorder.placed,
-                trace,
-            )
+            _add_function(built, sources, _CallKernels.of(built, sources, index, recorder, call, execution), execution)
         elif (execution is not None and execution.is_function) or (call is not None and call.is_function):
             _add_cluster(built, index, call, execution, recorder, origin)
         elif call is not None:
@@ -158,56 +141,6 @@ def _root(context: int, parents: dict[int, int]) -> int:
 _context_of, _start_of, _key_of, _kind_of_key = itemgetter(CONTEXT), itemgetter(START), itemgetter(KEY), itemgetter(1)
 
 
-def _name(kernel: _Kernel) -> str:
-    return kernel[KEY][0]
-
-
-def _transfer_kernels(contexts: list[int], by_context: dict[int, list[_Kernel]]) -> list[tuple[int, _Kernel]]:
-    """``(context, kernel)`` of each ``_Send``/``_Recv`` the contexts ran (a few among thousands of kernels).
-
-    A context that ran none (most: one device) is told apart without a Python turn per kernel.
-    """
-    out = []
-    for context in contexts:
-        kernels = by_context.get(context, ())
-        if not TRANSFER_OPS.isdisjoint(map(_kind_of_key, map(_key_of, kernels))):
-            out += [(context, k) for k in kernels if k[KEY][1] in TRANSFER_OPS]
-    return out
-
-
-def _context_devices(
-    contexts: list[int], by_context: dict[int, list[_Kernel]], transfers: list[tuple[int, _Kernel]]
-) -> dict[int, str]:
-    """The device of each executor context, from the transfers it sent or received."""
-    devices: dict[int, str] = {}
-    recv_owner = {_name(k): c for c, k in transfers if k[STATS] is None}
-    owner: dict[str, int] | None = None  # op name -> its context, made only when a receiver is not a _Recv
-    for context, kernel in transfers:
-        if kernel[STATS] is None:
-            continue
-        src, dst = _send_devices(kernel)
-        devices.setdefault(context, src)
-        receiver = recv_owner.get(_recv_name(_name(kernel)))
-        if receiver is None:
-            if owner is None:
-                owner = {_name(k): c for c in contexts for k in by_context.get(c, ()) if k[KEY][1] not in TRANSFER_OPS}
-            receiver = owner.get(str(kernel[STATS].get("to", "")))
-        if receiver is not None and dst:
-            devices.setdefault(receiver, dst)
-    return devices
-
-
-def _recv_name(send: str) -> str:
-    """The ``_Recv`` TensorFlow's partitioner pairs with a ``_Send`` ("x/_1" -> "x/_2")."""
-    prefix, _, number = send.rpartition("/_")
-    return f"{prefix}/_{int(number) + 1}" if number.isdigit() else ""
-
-
-def _send_devices(kernel: _Kernel) -> tuple[str, str]:
-    parts = str((kernel[STATS] or {}).get("key", "")).split(";")
-    return (parts[0], parts[2]) if len(parts) >= 3 else ("", "")
-
-
 def _fallback_device(kernels: list[_Kernel], graph: _Graph, call: _Call | None, on_gpu: dict[str, int]) -> str:
     """The device of a partition that copied nothing: the one its ops asked for, else the call's.
 
@@ -219,87 +152,158 @@ def _fallback_device(kernels: list[_Kernel], graph: _Graph, call: _Call | None, 
     if call is not None and call.device:
         return call.device
     if call is None:
-        gpus = [on_gpu[_name(k)] for k in kernels if _name(k) in on_gpu]
+        gpus = [on_gpu[kernel_name(k)] for k in kernels if kernel_name(k) in on_gpu]
         if gpus:
             return f"/device:GPU:{max(set(gpus), key=gpus.count)}"
     return call.requested if call is not None and call.requested else "/device:CPU:0"
 
 
-def _add_function(
-    built: _Built,
-    index: int,
-    graph: _Graph,
-    call: _Call | None,
-    contexts: list[int],
-    by_context: dict[int, list[_Kernel]],
-    origin: int,
-    unplaced: list[_Kernel],
-    placed: dict[str, str],
-    trace: _Trace,
-) -> None:
-    """Adds one function call's kernels; ``unplaced`` are those whose executor step the trace does not name.
-
-    Those take the device TensorFlow assigned them when it instantiated the function (``placed``, by op
-    name, from the run metadata of capture's warm-up) where known; else, for an op of the call's own
-    graph, the device of the one step of the call that may have run it (:func:`_running_steps`), where
-    the trace shows that step's device; else :data:`UNKNOWN_DEVICE`. ``trace.lost_starts`` names the
-    asynchronous kernels the trace knows by their completion only (no time).
+@dataclass(frozen=True)
+class _Sources:
+    """What every call's kernels are read against (internal): the trace, its kernels by executor context, the
+    timing origin, the device TensorFlow placed each op on when it instantiated a function (by op name), and
+    each function's graph, made once per build (a profile's calls have none: what a kernel stands for is then
+    worked out once per function, not once per call).
     """
-    transfers = _transfer_kernels(contexts, by_context)
-    devices = _context_devices(contexts, by_context, transfers)
-    recvs = {_name(k): (c, k) for c, k in transfers if k[STATS] is None}
+
+    trace: _Trace
+    by_context: dict[int, list[_Kernel]]
+    origin: int
+    placed: dict[str, str]
+    graphs: dict[str, _Graph] = field(default_factory=dict)
+
+    def graph(self, name: str, recorder: _Recorder) -> _Graph:
+        graph = self.graphs.get(name)
+        if graph is None:
+            graph = self.graphs[name] = _Graph(recorder.graphs.get(name))
+        return graph
+
+
+@dataclass(frozen=True)
+class _CallKernels:
+    """One function call whose kernels are being added (internal): its graph, its executor contexts (its own
+    and those of the functions it called), and its ``_Recv`` kernels by name.
+    """
+
+    built: _Built
+    index: int
+    graph: _Graph
+    call: _Call | None
+    contexts: list[int]
+    transfers: list[tuple[int, _Kernel]]
+    recvs: dict[str, tuple[int, _Kernel]]
+    origin: int
+
+    @classmethod
+    def of(
+        cls,
+        built: _Built,
+        sources: _Sources,
+        index: int,
+        recorder: _Recorder,
+        call: _Call | None,
+        execution: _Execution,
+    ) -> _CallKernels:
+        contexts = _contexts(execution, sources.trace.parents)
+        transfers = transfer_kernels(contexts, sources.by_context)
+        recvs = {kernel_name(k): (c, k) for c, k in transfers if k[STATS] is None}
+        graph = sources.graph(execution.name, recorder)
+        return cls(built, index, graph, call, contexts, transfers, recvs, sources.origin)
+
+    def add(self, kernels: list[_Kernel], device: str) -> None:
+        """Adds the ops, transfers and collectives of ``kernels``, which ran on ``device``."""
+        _add_kernels(self.built, self.index, self.graph, kernels, device, self.recvs, self.origin)
+
+
+def _add_function(built: _Built, sources: _Sources, adding: _CallKernels, execution: _Execution) -> None:
+    """Adds one function call's kernels: each executor step's on the step's device, then the kernels whose step
+    the trace does not name (:func:`_add_unplaced`), and the call's graph.
+    """
+    devices = context_devices(adding.contexts, sources.by_context, adding.transfers)
     known: dict[int, str] = {}  # the steps whose device the trace shows: they copied, or ran kernels
-    for context in contexts:
-        kernels = by_context.get(context, [])
-        where = devices.get(context) or _fallback_device(kernels, graph, call, built.on_gpu)
+    for context in adding.contexts:
+        kernels = sources.by_context.get(context, [])
+        where = devices.get(context) or _fallback_device(kernels, adding.graph, adding.call, built.on_gpu)
         if context in devices or kernels:
             known[context] = where
-        _add_kernels(built, index, graph, kernels, _location(where), recvs, origin)
+        adding.add(kernels, _location(where))
+    end = execution.start_ps + execution.duration_ps
+    unplaced = [k for k in sources.trace.unplaced if execution.start_ps <= k[START] <= end]
+    _add_unplaced(adding, unplaced, known, sources)
+    if adding.graph._graph is not None:  # serialized by the writer, which puts each node's executed device in
+        built.graphs.append((f"call_{adding.index:03d}", adding.graph._graph))
+
+
+def _add_unplaced(adding: _CallKernels, unplaced: list[_Kernel], known: dict[int, str], sources: _Sources) -> None:
+    """Adds the kernels of the call whose executor step the trace does not name (``unplaced``: those in its span).
+
+    Those take the device TensorFlow assigned them when it instantiated the function (``sources.placed``,
+    by op name, from the run metadata of capture's warm-up) where known; else, for an op of the call's own
+    graph, the device of the one step of the call that may have run it (:func:`_running_steps`), where the
+    trace shows that step's device (``known``); else :data:`UNKNOWN_DEVICE`. ``trace.lost_starts`` names
+    the asynchronous kernels the trace knows by their completion only (no time).
+    """
+    graph, built, index = adding.graph, adding.built, adding.index
     # Kernels of this call's graph only: other work (tf.data threads ...) may run during the call.
     mine = [
         k
         for k in unplaced
         if k[KEY][1] not in PLUMBING
-        and graph.find(str(k[STATS].get("from", "")) if k[STATS] else _name(k))[0] is not None
+        and graph.find(str(k[STATS].get("from", "")) if k[STATS] else kernel_name(k))[0] is not None
     ]
     for kernel in mine:  # a _Send runs on the device its key names first
         if kernel[STATS] is not None:
-            _add_kernels(built, index, graph, [kernel], _location(_send_devices(kernel)[0]), recvs, origin)
-    unknown = [k for k in mine if k[KEY][1] not in TRANSFER_OPS]
-    names = sorted({_name(k) for k in mine} & set(trace.lost_starts)) if trace.lost_starts else []
-    if names:
+            adding.add([kernel], _location(send_devices(kernel)[0]))
+    lost = sorted({kernel_name(k) for k in mine} & set(sources.trace.lost_starts)) if sources.trace.lost_starts else []
+    if lost:
         built.notes.append(
-            f"call {index}: the profiler's trace lost the start of {len(names)} asynchronous kernel(s) "
-            f"({', '.join(names[:5])}{', ...' if len(names) > 5 else ''}): the span of each start ended after "
-            "the profiler stopped; each is read from its completion, with no time of its own"
+            f"call {index}: the profiler's trace lost the start of {len(lost)} asynchronous kernel(s) "
+            f"({_first_names(lost)}): the span of each start ended after the profiler stopped; each is read from "
+            "its completion, with no time of its own"
         )
-    if unknown and placed:  # where TensorFlow placed them when it instantiated the function (run metadata)
-        by_device: dict[str, list[_Kernel]] = {}
-        for kernel in unknown:
-            by_device.setdefault(placed.get(_plain_name(_name(kernel)), ""), []).append(kernel)
-        for device, kernels in by_device.items():
-            if device:
-                _add_kernels(built, index, graph, kernels, _location(device), recvs, origin)
-        unknown = by_device.get("", [])
+    unknown = [k for k in mine if k[KEY][1] not in TRANSFER_OPS]
+    if unknown and sources.placed:  # where TensorFlow placed them when it instantiated the function (run metadata)
+        placed = sources.placed
+        unknown = _add_grouped(adding, unknown, lambda k: placed.get(_plain_name(kernel_name(k)), ""), str)
     if unknown:
-        by_step: dict[int, list[_Kernel]] = {}
-        for kernel in unknown:
-            running = _running_steps(kernel, contexts, trace.done_at) if graph.find(_name(kernel))[1] == "" else []
-            by_step.setdefault(running[0] if len(running) == 1 and running[0] in known else 0, []).append(kernel)
-        for context, kernels in by_step.items():
-            if context:
-                _add_kernels(built, index, graph, kernels, _location(known[context]), recvs, origin)
-        unknown = by_step.get(0, [])
+        done_at = sources.trace.done_at
+        unknown = _add_grouped(adding, unknown, lambda k: _running_step(k, adding, done_at, known), known.__getitem__)
     if unknown:
-        _add_kernels(built, index, graph, unknown, UNKNOWN_DEVICE, recvs, origin)
-        names = sorted({_name(k) for k in unknown})
+        adding.add(unknown, UNKNOWN_DEVICE)
         built.notes.append(
             f"call {index}: the profiler's trace does not tie {len(unknown)} kernel(s) to an "
-            f"executor step ({', '.join(names[:5])}{', ...' if len(names) > 5 else ''}): "
+            f"executor step ({_first_names(sorted({kernel_name(k) for k in unknown}))}): "
             f"reported on device {UNKNOWN_DEVICE!r}"
         )
-    if graph._graph is not None:  # serialized by the writer, which puts each node's executed device in
-        built.graphs.append((f"call_{index:03d}", graph._graph))
+
+
+def _first_names(names: list[str]) -> str:
+    return ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+
+
+def _add_grouped(
+    adding: _CallKernels, kernels: list[_Kernel], group_of: Callable[[_Kernel], Any], device_of: Callable[[Any], str]
+) -> list[_Kernel]:
+    """Adds the kernels group by group (``group_of``, in the order first seen), each group on ``device_of`` it;
+    returns those ``group_of`` puts in no group (a false value).
+    """
+    groups: dict[Any, list[_Kernel]] = {}
+    for kernel in kernels:
+        groups.setdefault(group_of(kernel), []).append(kernel)
+    for group, members in groups.items():
+        if group:
+            adding.add(members, _location(device_of(group)))
+    return [kernel for group, members in groups.items() if not group for kernel in members]
+
+
+def _running_step(kernel: _Kernel, adding: _CallKernels, done_at: dict[int, int], known: dict[int, str]) -> int:
+    """The one executor step of the call that may have run ``kernel`` (an op of the call's own graph), where the
+    trace shows that step's device (``known``); else 0.
+    """
+    if adding.graph.find(kernel_name(kernel))[1] != "":
+        return 0
+    running = _running_steps(kernel, adding.contexts, done_at)
+    return running[0] if len(running) == 1 and running[0] in known else 0
 
 
 def _running_steps(kernel: _Kernel, contexts: list[int], done_at: dict[int, int]) -> list[int]:
@@ -325,28 +329,10 @@ def _add_kernels(
     """Adds the ops, transfers and collectives of kernels that ran on ``device``.
 
     The hot path of a build (a turn per kernel): what a kernel stands for in the graph is read
-    once per traced function (:func:`_placed_ops`); here each kernel only gets its times. Where
-    the compiled reader is built (``host._compiled``), its ``add_kernels`` runs this loop and
-    hands back the transfers and collectives, made here; the loop below is its reference.
+    once per traced function (:func:`_placed_ops`); here each kernel only gets its times.
     """
     spans = None if device == UNKNOWN_DEVICE else built.spans.setdefault(device, [])
     known = graph._known.placed
-    add = getattr(host._compiled, "add_kernels", None)  # read per call: tests turn the compiled paths off together
-    if add is not None:
-
-        def miss(key: tuple[str, str]) -> tuple[tuple[tuple[str, str, str], ...], bool]:
-            placed = known[key] = _placed_ops(graph, key[0], key[1])
-            return placed
-
-        handed = add(kernels, known, miss, device, index, origin, spans, built.ops, OpPlacement)
-        if handed is not None:  # None: OpPlacement is not laid out as it writes records (the loop below runs)
-            sends, collectives = handed
-            for kernel, start, duration in sends:
-                built.transfers.append(_transfer(kernel, graph, recvs, index, start, duration))
-            for name, kind in map(_key_of, collectives):
-                op = graph.op(name)
-                built.collectives.append(Collective(name, kind, device, _attr(op, "merge_op"), _attr(op, "T"), index))
-            return
     add_span = spans.append if spans is not None else None
     add_op = built.ops.append
     make = _make_op
@@ -362,7 +348,7 @@ def _add_kernels(
         if add_span is not None:
             add_span((begin, begin + length))
         if stats is not None:
-            built.transfers.append(_transfer(kernel, graph, recvs, index, start, duration))
+            built.transfers.append(make_transfer(kernel, graph, recvs, index, start, duration))
             continue
         name, kind = key
         for op_name, model_op, asked in ops:
@@ -388,41 +374,6 @@ def _placed_ops(graph: _Graph, name: str, kind: str) -> tuple[tuple[tuple[str, s
         (op, model_op, _location(asked) if asked else "") for op, model_op, asked in _model_ops(graph, name, kind)
     )
     return ops, _COLLECTIVE.match(kind) is not None
-
-
-def _transfer(
-    send: _Kernel, graph: _Graph, recvs: dict[str, tuple[int, _Kernel]], call: int, start: float, duration: float
-) -> Transfer:
-    src, dst = _send_devices(send)
-    stats = send[STATS] or {}
-    source = str(stats.get("from", ""))
-    consumer, prefix = graph.find(str(stats.get("to", "")))
-    index = next((t.value_index for t in getattr(consumer, "inputs", ()) if prefix + t.op.name == source), 0)
-    producer, _ = graph.find(source)
-    outputs = producer.outputs if producer is not None else ()
-    value = outputs[index] if index < len(outputs) else None
-    tensor = f"{producer.name if producer is not None else source}:{index}"
-    dtype = value.dtype.name if value is not None else ""
-    shape = None
-    if value is not None and value.shape.rank is not None:
-        shape = tuple(-1 if d is None else d for d in value.shape.as_list())
-    size = None
-    if shape is not None and all(d >= 0 for d in shape) and dtype in _DTYPE_BYTES:
-        size = _DTYPE_BYTES[dtype] * math.prod(shape)
-    recv = _recv_name(_name(send))
-    return Transfer(
-        _location(src),
-        _location(dst),
-        tensor,
-        dtype,
-        shape,
-        size,
-        _name(send),
-        recv if recv in recvs else "",
-        call,
-        start,
-        duration,
-    )
 
 
 def _attr(op: Any, name: str) -> str:

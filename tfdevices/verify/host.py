@@ -8,7 +8,6 @@ report does not use.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any, Final
@@ -21,18 +20,14 @@ from tfdevices.verify.kinds import (
     _DONE_CALLBACK,
     _EAGER,
     _KERNEL,
-    _KINDS_BY_NAME,
     _PROCESS,
     _REGION_START,
     _REGION_STOP,
-    _RUN,
     _SCHEDULED,
-    _SKIPPED_KIND,
     _STEP,
     _context_of,
     _event_kinds,
     _int_stat,
-    _kind_of_name,
     _stats,
 )
 from tfdevices.verify.records import _gc_paused
@@ -124,10 +119,6 @@ def read_trace(data: bytes | Any) -> _Trace:
     the ``Record`` names the step. A kernel whose step cannot be traced this way keeps
     no context and is reported on an unknown device.
     """
-    if _compiled is not None and isinstance(data, (bytes, bytearray, memoryview)):
-        read = _read_compiled(_compiled, data)
-        if read is not None:
-            return read
     space = parse_space(data) if isinstance(data, (bytes, bytearray, memoryview)) else data
     trace = _Trace()
     with _gc_paused():
@@ -141,53 +132,6 @@ def read_trace(data: bytes | Any) -> _Trace:
                 trace.metadata = plane
             elif plane.lines:
                 trace.skipped.append(plane.name)
-    trace.executions.sort(key=lambda e: e.start_ps)
-    _claim_orphans(trace)
-    return trace
-
-
-def _read_compiled(module: Any, data: bytes | bytearray | memoryview) -> _Trace | None:
-    """:func:`read_trace` with the host plane's first walk compiled; ``None``: the Python path reads ``data``.
-
-    ``module.planes`` finds the planes in the serialized bytes and ``module.walk`` reads the
-    host plane as :func:`_read_lines` does without links; where it returns ``None`` (it would
-    raise :class:`_NeedLinks`) protobuf and the Python walk read that plane. Other planes are
-    parsed by protobuf. Bytes the compiled reader cannot read exactly as protobuf would
-    (``ValueError``), or any other error, give ``None``: the Python path reads them again and
-    raises what it raises.
-    """
-    try:
-        trace = _Trace()
-        with _gc_paused():
-            for name, start, end in module.planes(data):
-                read = None
-                if name == HOST_PLANE:
-                    read = module.walk(memoryview(data)[start:end], _KINDS_BY_NAME, _kind_of_name, _SKIPPED_KIND)
-                if read is not None:
-                    kernels, executions, parents, outside, steps, host_events, lost, done_at = read
-                    trace.done_at.update(done_at)
-                    trace.kernels += kernels
-                    if lost:  # the last ``lost`` kernels: known by their completion only (see _Asyncs)
-                        trace.unplaced += kernels[-lost:]
-                        trace.lost_starts += [kernel[KEY][0] for kernel in kernels[-lost:]]
-                    trace.executions += [_Execution(*e) for e in executions]
-                    trace.parents.update(parents)
-                    trace.outside |= outside
-                    trace.steps |= steps
-                    trace.host_events += host_events
-                    continue
-                plane = xplane_module().XPlane.FromString(bytes(memoryview(data)[start:end]))  # protobuf 4: bytes
-                index = gpu_index(name)
-                if name == HOST_PLANE:
-                    _read_host_plane(plane, trace)
-                elif index is not None:
-                    trace.gpus[index] = read_gpu_plane(plane, index)
-                elif name == METADATA_PLANE:
-                    trace.metadata = plane
-                elif plane.lines:
-                    trace.skipped.append(name)
-    except Exception:  # noqa: BLE001  (the Python path reads the bytes again and raises its own error)
-        return None
     trace.executions.sort(key=lambda e: e.start_ps)
     _claim_orphans(trace)
     return trace
@@ -223,18 +167,13 @@ _Where = int | tuple[str, Any] | None
 _EAGER_SPAN = ("eager", 0)
 
 
-class _NeedLinks(Exception):  # noqa: N818  (control flow, not an error)
-    """A kernel ran outside any recorded step: the host plane is read again, following the thread pool's links."""
-
-
 @dataclass
 class _Links:
     """What ties kernels to executor steps across threads (internal), filled while reading lines.
 
-    Most kernels run inside a recorded step, and the host plane is first read without these
-    links (the thread pool's events skipped: half the events of a step); it is read again with
-    them only when some kernel ran outside a recorded step. The thread pool's records are
-    then decoded (their ids read) only when a kernel needs them.
+    Most kernels run inside a recorded step; the thread pool's events (half the events of a step)
+    are kept as they are read, and their records decoded (their ids read) only when some kernel
+    ran outside a recorded step and needs them.
     """
 
     consumed_id: int = -1  # the ``_c`` stat's id
@@ -261,225 +200,190 @@ class _Links:
 
 
 def _read_host_plane(plane: Any, trace: _Trace) -> None:
-    """Reads the host plane into ``trace``: without the thread pool's links, then with them if a kernel needs them."""
-    names = {key: meta.name for key, meta in plane.stat_metadata.items()}
-    ids = {name: key for key, name in names.items() if name in ("_c", "_p", "step_num")}
-    try:
-        _read_lines(plane, names, ids, trace, None)
-    except _NeedLinks:
-        trace.executions, trace.kernels, trace.parents, trace.outside = [], [], {}, set()
-        trace.steps, trace.host_events, trace.unplaced, trace.lost_starts, trace.done_at = set(), 0, [], [], {}
-        links = _Links(ids.get("_c", -1), ids.get("_p", -1))
-        _read_lines(plane, names, ids, trace, links)
-        kernels = trace.kernels
-        for index, where in links.pending:
-            kernel = kernels[index]
-            context = links.resolve(where)
-            if context:
-                kernels[index] = (kernel[KEY], kernel[START], kernel[DURATION], context, kernel[STATS])
-            else:
-                trace.unplaced.append(kernel)
-
-
-def _read_lines(plane: Any, names: dict[int, str], ids: dict[str, int], trace: _Trace, links: _Links | None) -> None:
-    kinds = _event_kinds(plane, links is not None)
-    asyncs = _Asyncs()
+    """Reads the host plane into ``trace``, then ties the kernels that ran outside any recorded step to theirs."""
+    reader = _HostPlane(plane, trace)
     for line in plane.lines:
         trace.host_events += len(line.events)
-        _read_line(line, kinds, names, ids, trace, links, asyncs)
-    for consumed, event, start in asyncs.done:
-        if consumed and consumed not in asyncs.started:  # its start is lost: a kernel of no step, and no time
-            stats = _stats(event, names)
-            kernel = ((str(stats.get("name", "")), str(stats.get("kernel_type", ""))), start, 0, 0, None)
-            trace.kernels.append(kernel)
-            trace.unplaced.append(kernel)
-            trace.lost_starts.append(kernel[KEY][0])
+        reader.read_line(line)
+    reader.finish()
 
 
-def _read_line(
-    line: Any,
-    kinds: dict[int, tuple[Any, ...]],
-    names: dict[int, str],
-    ids: dict[str, int],
-    trace: _Trace,
-    links: _Links | None,
-    asyncs: _Asyncs,
-) -> None:
-    """Reads one thread's events; kernels outside any recorded step go to ``links.pending``.
+#: The events whose time :meth:`_HostPlane.read_line` does not read.
+_TIMELESS = frozenset({_REGION_START, _REGION_STOP, _STEP})
 
-    Without ``links`` (the first read) such a kernel raises :class:`_NeedLinks`. ``ids`` holds
-    the ids of the ``_c`` and ``_p`` stats (the flow ids TensorFlow's profiler ties a producer
-    event to its consumer with) and of ``step_num`` (a step marker's number).
 
-    The loop is the hot path of a capture (one turn per host event, tens of thousands per
-    step): kernels come first and, inside a step, cost a tuple; a step's context is its last
-    stat (``_c``). Closing the spans an event starts after is written out in each branch
-    that reads a time (a call costs more than the check).
+def _close_spans(spans: list[tuple[int, _Where]], start: int) -> tuple[int, _Where]:
+    """Drops the spans ended by ``start`` from the top of ``spans``: the innermost still open, popped, or none."""
+    while spans and spans[-1][0] <= start:
+        spans.pop()
+    return spans.pop() if spans else (-1, None)
+
+
+class _HostPlane:
+    """What reading one host plane needs beyond a line (internal): what each event is, the stats' names and
+    flow ids, where the trace goes, and the thread pool's links and asynchronous kernels seen so far.
     """
-    consumed, step_num = ids.get("_c", -1), ids.get("step_num", -1)
-    base = line.timestamp_ns * 1000
-    kernels = trace.kernels
-    add_kernel = kernels.append
-    kind_of = kinds.get
-    # The spans open at the current event, innermost last, as (end, where); the thread-pool closure running.
-    spans: list[tuple[int, _Where]] = []
-    end = -1  # the innermost span's end (-1: none open)
-    inner: _Where = None  # where the innermost span says an event runs
-    region: _Where = None
-    process_end = 0
-    current: _Execution | None = None
-    xla_name: str | None = None  # the function whose kernel of its own name means it ran as one XLA executable
-    for event in line.events:
-        kind = kind_of(event.metadata_id)
-        if kind is None:
-            continue
-        code = kind[0]
-        if code == _KERNEL:
-            start = base + event.offset_ps
-            if start >= end >= 0:
-                while spans and spans[-1][0] <= start:
-                    spans.pop()
-                end, inner = spans.pop() if spans else (-1, None)
-            where = inner if end >= 0 else region
-            key = kind[1]
-            if xla_name is not None and key[1] == xla_name:
-                current.xla = True  # type: ignore[union-attr]  # the function ran as one compiled XLA executable
+
+    def __init__(self, plane: Any, trace: _Trace) -> None:
+        self.names = {key: meta.name for key, meta in plane.stat_metadata.items()}
+        ids = {name: key for key, name in self.names.items() if name in ("_c", "_p", "step_num")}
+        #: The ids of the ``_c`` and ``_p`` stats (the flow ids TensorFlow's profiler ties a producer event to its
+        #: consumer with) and of ``step_num`` (a step marker's number); -1 where the plane has none.
+        self.consumed, self.produced, self.step_num = ids.get("_c", -1), ids.get("_p", -1), ids.get("step_num", -1)
+        self.kinds = _event_kinds(plane, True)
+        self.trace = trace
+        self.links = _Links(self.consumed, self.produced)
+        self.asyncs = _Asyncs()
+
+    def read_line(self, line: Any) -> None:
+        """Reads one thread's events; kernels outside any recorded step go to ``links.pending``.
+
+        The loop is the hot path of a capture (one turn per host event, tens of thousands per step): a
+        kernel inside a step costs a tuple; a step's context is its last stat (``_c``). The spans open at
+        the current event are a stack, innermost last, as ``(end, where)``: the innermost one is kept apart
+        in ``end`` (-1: none open) and ``inner`` (where it says an event runs), ``region`` is the thread-pool
+        closure running (it opens no span). An event that reads a time first closes the spans it starts after.
+        """
+        base, consumed, kind_of = line.timestamp_ns * 1000, self.consumed, self.kinds.get
+        add_kernel, add_record, names = self.trace.kernels.append, self.links.records.append, self.names
+        spans: list[tuple[int, _Where]] = []
+        end, inner, region, process_end = -1, None, None, 0
+        current: _Execution | None = None
+        xla_name: str | None = None  # the function whose kernel of its own name means it ran as one XLA executable
+        for event in line.events:
+            kind = kind_of(event.metadata_id)
+            if kind is None:
                 continue
-            if where.__class__ is int:
-                add_kernel((key, start, event.duration_ps, where, _stats(event, names) if kind[2] else None))
-            elif not _int_stat(event, consumed):  # else the body of an async kernel, recorded where it started
-                _add_outside(event, kind, start, where, names, kernels, links)
-        elif code == _PROCESS:
-            start = base + event.offset_ps
-            if start >= end >= 0:
-                while spans and spans[-1][0] <= start:
-                    spans.pop()
-                end, inner = spans.pop() if spans else (-1, None)
-            context = _context_of(event, consumed)
-            process_end = start + event.duration_ps
-            if end >= 0:
-                spans.append((end, inner))
-            end, inner = process_end, context
-        elif code == _REGION_START:  # a thread-pool closure starts: no time read (it opens no span)
-            region = ("region", event)
-        elif code == _REGION_STOP:
-            region = None
-        elif code == _STEP:
-            if any(stat.metadata_id == step_num for stat in event.stats):
-                trace.steps.add(_int_stat(event, step_num))
-        else:
-            start = base + event.offset_ps
-            if start >= end >= 0:
-                while spans and spans[-1][0] <= start:
-                    spans.pop()
-                end, inner = spans.pop() if spans else (-1, None)
-            where = inner if end >= 0 else region
-            if code == _SCHEDULED:
-                links.records.append((event, where))  # type: ignore[union-attr]  # read only with links
+            code = kind[0]
+            if code == _KERNEL:
+                start = base + event.offset_ps
+                if start >= end >= 0:
+                    end, inner = _close_spans(spans, start)
+                where = inner if end >= 0 else region
+                if xla_name is not None and kind[1][1] == xla_name:
+                    current.xla = True  # type: ignore[union-attr]  # the function ran as one compiled XLA executable
+                elif where.__class__ is int:
+                    add_kernel((kind[1], start, event.duration_ps, where, _stats(event, names) if kind[2] else None))
+                elif not _int_stat(event, consumed):  # else the body of an async kernel, recorded where it started
+                    self._add_outside(event, kind, start, where)
                 continue
-            if end >= 0:  # the other events read the whole stack: the innermost span joins it
-                spans.append((end, inner))
-                end, inner = -1, None
-            current = _read_call(
-                code, event, start, names, ids, where, spans, current, process_end, trace, links, asyncs
-            )
-            xla_name = current.name if current is not None and current.is_function else None
-            if spans:
-                end, inner = spans.pop()
+            if code in _TIMELESS:  # a thread-pool closure starts or stops (it opens no span), a step marker
+                if code == _REGION_START:  # its id is read only when a kernel needs it
+                    region = ("region", event)
+                elif code == _REGION_STOP:
+                    region = None
+                else:
+                    self._read_step(event)
+                continue
+            start = base + event.offset_ps
+            if start >= end >= 0:
+                end, inner = _close_spans(spans, start)
+            where = inner if end >= 0 else region
+            if code == _PROCESS:
+                process_end = start + event.duration_ps
+                if end >= 0:
+                    spans.append((end, inner))
+                end, inner = process_end, _context_of(event, consumed)
+            elif code == _SCHEDULED:
+                add_record((event, where))
+            else:  # the other events read the whole stack: the innermost span joins it
+                if end >= 0:
+                    spans.append((end, inner))
+                current = self._read_call(code, event, start, where, spans, current, process_end)
+                xla_name = current.name if current is not None and current.is_function else None
+                end, inner = spans.pop() if spans else (-1, None)
 
+    def _read_step(self, event: Any) -> None:
+        """A step marker: its number, where it has one."""
+        if any(stat.metadata_id == self.step_num for stat in event.stats):
+            self.trace.steps.add(_int_stat(event, self.step_num))
 
-def _add_outside(
-    event: Any,
-    kind: tuple[Any, ...],
-    start: int,
-    where: _Where,
-    names: dict[int, str],
-    kernels: list[_Kernel],
-    links: _Links | None,
-) -> None:
-    """A kernel that ran outside any recorded step: kept for the thread pool's links to place (eager ops: no step).
+    def _add_outside(self, event: Any, kind: tuple[Any, ...], start: int, where: _Where) -> None:
+        """A kernel that ran outside any recorded step: kept for the thread pool's links to place (eager ops: no step).
 
-    The body of an asynchronous kernel (a collective) run by its own executor is not one: the
-    kernel is recorded where it started (``ProcessAsync::Start``).
+        The body of an asynchronous kernel (a collective) run by its own executor is not one: the
+        kernel is recorded where it started (``ProcessAsync::Start``).
+        """
+        kernels = self.trace.kernels
+        if where is not _EAGER_SPAN:  # eager ops are reported from their calls, not their kernels
+            self.links.pending.append((len(kernels), where))
+        kernels.append((kind[1], start, event.duration_ps, 0, _stats(event, self.names) if kind[2] else None))
 
-    Raises:
-        _NeedLinks: on the first read (without ``links``), for a kernel that is not an eager op's.
-    """
-    if where is not _EAGER_SPAN:  # eager ops are reported from their calls, not their kernels
-        if links is None:
-            raise _NeedLinks
-        links.pending.append((len(kernels), where))
-    kernels.append((kind[1], start, event.duration_ps, 0, _stats(event, names) if kind[2] else None))
+    def _read_call(
+        self,
+        code: int,
+        event: Any,
+        start: int,
+        where: _Where,
+        spans: list[tuple[int, _Where]],
+        current: _Execution | None,
+        process_end: int,
+    ) -> _Execution | None:
+        """The rarer events of a line (calls, function runs, asynchronous kernels); returns the current call.
 
+        ``spans`` is the whole stack of open spans, innermost last; ``where`` the innermost span's place;
+        ``process_end`` the end of the line's last executor step.
+        """
+        trace = self.trace
+        if code == _ASYNC:  # an asynchronous kernel (_Recv, collectives) starts
+            stats = _stats(event, self.names)
+            key = (str(stats.get("name", "")), str(stats.get("kernel_type", "")))
+            if where.__class__ is not int and where is not _EAGER_SPAN:  # eager ops: reported from their calls
+                self.links.pending.append((len(trace.kernels), where))
+            trace.kernels.append((key, start, event.duration_ps, where if where.__class__ is int else 0, None))
+            produced = _int_stat(event, self.produced)
+            self.asyncs.started.add(produced)
+            self.links.async_starts[produced] = where
+        elif code == _ASYNC_DONE:  # it completes: what it schedules continues the step it started in
+            done = _int_stat(event, self.consumed)
+            self.asyncs.done.append((done, event, start))
+            spans.append((start + event.duration_ps, ("async", done)))
+        elif code == _DONE_CALLBACK:  # a step's callback: what it schedules is not that step's work
+            trace.done_at.setdefault(_int_stat(event, self.consumed), start)  # its step ran no kernel after
+            spans.append((start + event.duration_ps, None))
+        elif code == _EAGER:
+            stats = _stats(event, self.names)
+            current = _Execution(str(stats.get("eager_op", "")), bool(stats.get("is_func")), start, event.duration_ps)
+            trace.executions.append(current)
+            spans.append((start + event.duration_ps, _EAGER_SPAN))  # an eager op's kernels: no step
+        else:  # FunctionRun: a function partition starts; its executor steps consume the context it produces
+            current = self._function_run(event, start, spans, current, process_end)
+        return current
 
-def _read_call(
-    code: int,
-    event: Any,
-    start: int,
-    names: dict[int, str],
-    ids: dict[str, int],
-    where: _Where,
-    spans: list[tuple[int, _Where]],
-    current: _Execution | None,
-    process_end: int,
-    trace: _Trace,
-    links: _Links | None,
-    asyncs: _Asyncs,
-) -> _Execution | None:
-    """The rarer events of a line (calls, function runs, asynchronous kernels); returns the current call.
-
-    ``spans`` is the whole stack of open spans, innermost last; ``where`` the innermost span's place.
-    """
-    consumed, produced_id = ids.get("_c", -1), ids.get("_p", -1)
-    if code == _ASYNC:  # an asynchronous kernel (_Recv, collectives) starts
-        stats = _stats(event, names)
-        key = (str(stats.get("name", "")), str(stats.get("kernel_type", "")))
-        if where.__class__ is int:
-            trace.kernels.append((key, start, event.duration_ps, where, None))
-        else:
-            if where is not _EAGER_SPAN:  # eager ops are reported from their calls, not their kernels
-                if links is None:
-                    raise _NeedLinks
-                links.pending.append((len(trace.kernels), where))
-            trace.kernels.append((key, start, event.duration_ps, 0, None))
-        produced = _int_stat(event, produced_id)
-        asyncs.started.add(produced)
-        if links is not None:
-            links.async_starts[produced] = where
-    elif code == _ASYNC_DONE:  # it completes: what it schedules continues the step it started in
-        done = _int_stat(event, consumed)
-        asyncs.done.append((done, event, start))
-        spans.append((start + event.duration_ps, ("async", done)))
-    elif code == _DONE_CALLBACK:  # a step's callback: what it schedules is not that step's work
-        trace.done_at.setdefault(_int_stat(event, consumed), start)  # its step ran no kernel after
-        spans.append((start + event.duration_ps, None))
-    elif code == _EAGER:
-        stats = _stats(event, names)
-        current = _Execution(str(stats.get("eager_op", "")), bool(stats.get("is_func")), start, event.duration_ps)
-        trace.executions.append(current)
-        spans.append((start + event.duration_ps, _EAGER_SPAN))  # an eager op's kernels: no step
-    else:  # FunctionRun: a function partition starts; its executor steps consume the context it produces
-        produced = _int_stat(event, produced_id)
+    def _function_run(
+        self, event: Any, start: int, spans: list[tuple[int, _Where]], current: _Execution | None, process_end: int
+    ) -> _Execution | None:
+        """A function partition starts: its context belongs to the call running, else to the step that called it
+        (a function called from inside a function), else to no call (tf.data and the like: not reported).
+        """
+        produced = _int_stat(event, self.produced)
         caller = next((w for _, w in reversed(spans) if w.__class__ is int), 0)
         spans.append((start + event.duration_ps, produced))
         if current is not None and start < current.start_ps + current.duration_ps:
             current.contexts.append(produced)
         elif caller and start < process_end:
-            trace.parents[produced] = caller  # a function called from inside a function
-        else:  # a run outside any call or step (tf.data and the like): not reported
-            trace.outside.add(produced)
-    return current
+            self.trace.parents[produced] = caller
+        else:
+            self.trace.outside.add(produced)
+        return current
 
-
-def _load_compiled() -> Any:
-    """``tfdevices.verify._hostwalk`` (the compiled first walk); ``None`` where not built or numbering kinds apart."""
-    try:
-        hostwalk = importlib.import_module("tfdevices.verify._hostwalk")
-    except ImportError:
-        return None
-    codes = (_KERNEL, _PROCESS, _ASYNC, _EAGER, _RUN, _ASYNC_DONE, _DONE_CALLBACK, _SCHEDULED, _REGION_START)
-    return hostwalk if (*codes, _REGION_STOP, _STEP) == hostwalk.CODES else None
-
-
-#: The compiled reader :func:`read_trace` uses on serialized bytes, or ``None`` (tests set it to read both ways).
-_compiled: Any = _load_compiled()
+    def finish(self) -> None:
+        """After every line: the asynchronous kernels known by their completion only, then the kernels that ran
+        outside any recorded step, each given the step the thread pool's links lead to (else no context).
+        """
+        trace, names = self.trace, self.names
+        for consumed, event, start in self.asyncs.done:
+            if consumed and consumed not in self.asyncs.started:  # its start is lost: a kernel of no step, no time
+                stats = _stats(event, names)
+                lost: _Kernel = ((str(stats.get("name", "")), str(stats.get("kernel_type", ""))), start, 0, 0, None)
+                trace.kernels.append(lost)
+                trace.unplaced.append(lost)
+                trace.lost_starts.append(lost[KEY][0])
+        kernels = trace.kernels
+        for index, where in self.links.pending:
+            kernel = kernels[index]
+            context = self.links.resolve(where)
+            if context:
+                kernels[index] = (kernel[KEY], kernel[START], kernel[DURATION], context, kernel[STATS])
+            else:
+                trace.unplaced.append(kernel)

@@ -1,8 +1,7 @@
 """What each event of the profiler's host plane is to capture, by its name: a kernel, an executor step, a call.
 
-:func:`tfdevices.verify.host.read_trace` (and its compiled first walk, which looks names up in
-:data:`_KINDS_BY_NAME`) reads only the events named here; what a name means is worked out once
-per process.
+:func:`tfdevices.verify.host.read_trace` reads only the events named here (it looks names up in
+:data:`_KINDS_BY_NAME`); what a name means is worked out once per process.
 """
 
 from __future__ import annotations
@@ -108,8 +107,8 @@ def _int_stat(event: Any, stat_id: int) -> int:
 
 
 def _stats(event: Any, names: dict[int, str]) -> dict[str, Any]:
-    """The event's stats by name; a stat whose metadata the plane does not hold is left out, as the compiled
-    walk leaves it (a damaged or trimmed profile: the rest of the event is still read).
+    """The event's stats by name; a stat whose metadata the plane does not hold is left out (a damaged or
+    trimmed profile: the rest of the event is still read).
     """
     return {names[s.metadata_id]: _stat_value(s, names) for s in event.stats if s.metadata_id in names}
 
