@@ -11,8 +11,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tfdevices.core.errors import InputError, PlacementAssertionError, SpecError
+from tfdevices.core.tables import Column, Table, markdown, plain
 from tfdevices.core.units import format_bytes
-from tfdevices.verify.clusters import cluster_markdown, cluster_runs, type_markdown
+from tfdevices.verify.clusters import cluster_runs, cluster_tables, type_tables
 from tfdevices.verify.records import (
     JSON_VERSION,
     XLA_CLUSTER,
@@ -28,6 +29,8 @@ from tfdevices.verify.records import (
 from tfdevices.verify.renamed import Renamed
 
 __all__ = ["PlacementReport"]
+
+FORMS = ("table", "markdown", "json")  # what PlacementReport.render and `tfdevices placement --format` print
 
 _DEVICE_PATTERN = re.compile(
     r"^(?:/job:(?P<job>[\w*-]+)(?:/replica:\d+)?(?:/task:(?P<task>\d+|\*))?)?"
@@ -334,61 +337,78 @@ class PlacementReport(Renamed):  # Renamed: report.copies and report.transfers(s
         lines += [f"note: {note}" for note in self.notes]
         return "\n".join(lines)
 
-    def to_markdown(self, *, all_transfers: bool = False) -> str:
-        """Markdown tables: ops per device (with the commonest types), GPU time by op type, XLA clusters and the
-        instructions that took the most time, transfers, collectives.
+    def tables(self, *, all_transfers: bool = False) -> list[Table]:
+        """The report's tables, made once for :meth:`to_text` and :meth:`to_markdown`: ops per device (with the
+        commonest types), GPU time by op type, XLA clusters and the instructions that took the most time,
+        transfers, collectives, variable reads crossing devices.
 
         Transfers are grouped by source, destination and tensor (count and bytes, the
         commonest first); ``all_transfers=True`` lists each one.
         """
-        out = ["| device | ops | commonest ops | kernels | busy |", "|---|---:|---|---:|---:|"]
         kernels = self.kernel_counts
+        rows = []
         for device, n in self.op_counts.items():
             types = Counter(op.type for op in self.ops if op.device == device).most_common(4)
             busy = self.busy_us.get(device)
-            out.append(
-                f"| {device} | {n} | {', '.join(f'{t} ({c})' for t, c in types)} | "
-                f"{kernels.get(device, 0)} | {'?' if busy is None else f'{busy:.0f} us'} |"
+            commonest = ", ".join(f"{t} ({c})" for t, c in types)
+            rows.append(
+                (device, str(n), commonest, str(kernels.get(device, 0)), "?" if busy is None else f"{busy:.0f} us")
             )
-        out += type_markdown(self.ops)
-        out += cluster_markdown(self.ops, self.busy_us)
-        groups = group_transfers(self.transfers)
-        out += [
-            "",
-            f"**Transfers: {len(self.transfers)}**" + (f" ({len(groups)} distinct)" if self.transfers else ""),
-            "",
-        ]
-        if self.transfers and not all_transfers:
-            out += ["| src | dst | tensor | dtype | shape | count | bytes |", "|---|---|---|---|---|---:|---:|"]
-            out += [
-                f"| {g.src} | {g.dst} | `{g.tensor}` | {g.dtype or '?'} | {'?' if g.shape is None else list(g.shape)} "
-                f"| {g.count} | {format_bytes(g.bytes)} |"
-                for g in groups
-            ]
-        elif self.transfers:
-            out += ["| src | dst | tensor | dtype | shape | size |", "|---|---|---|---|---|---:|"]
-            out += [
-                f"| {t.src} | {t.dst} | `{t.tensor}` | {t.dtype or '?'} | {'?' if t.shape is None else list(t.shape)} "
-                f"| {format_bytes(t.bytes)} |"
-                for t in self.transfers
-            ]
-        out += ["", f"**Collectives: {len(self.collectives)}**", ""]
-        if self.collectives:
-            out += ["| device | type | op | reduction |", "|---|---|---|---|"]
-            out += [f"| {c.device} | {c.type} | `{c.name}` | {c.reduction} |" for c in self.collectives]
-        crossing = [r for r in self.variables_on() if r.crosses_devices]
+        ops = (Column("device"), Column("ops", right=True), Column("commonest ops"))
+        out = [Table("", (*ops, Column("kernels", right=True), Column("busy", right=True)), tuple(rows))]
+        out += type_tables(self.ops)
+        out += cluster_tables(self.ops, self.busy_us)
+        out.append(self._transfer_table(all_transfers))
+        collectives = tuple((c.device, c.type, c.name, c.reduction) for c in self.collectives)
+        columns = (Column("device"), Column("type"), Column("op", code=True), Column("reduction"))
+        out.append(Table(f"Collectives: {len(self.collectives)}", columns, collectives))
+        crossing = tuple(
+            (r.op, r.stored_on, ", ".join(r.read_on), format_bytes(r.bytes))
+            for r in self.variables_on()
+            if r.crosses_devices
+        )
         if crossing:
-            out += [
-                "",
-                f"**Variable reads crossing devices: {len(crossing)}**",
-                "",
-                "| read op | stored on | read on | size |",
-                "|---|---|---|---:|",
-            ]
-            out += [
-                f"| `{r.op}` | {r.stored_on} | {', '.join(r.read_on)} | {format_bytes(r.bytes)} |" for r in crossing
-            ]
-        return "\n".join(out)
+            columns = (Column("read op", code=True), Column("stored on"), Column("read on"), Column("size", right=True))
+            out.append(Table(f"Variable reads crossing devices: {len(crossing)}", columns, crossing))
+        return out
+
+    def _transfer_table(self, all_transfers: bool) -> Table:
+        groups = group_transfers(self.transfers)
+        title, note = f"Transfers: {len(self.transfers)}", f"({len(groups)} distinct)" if self.transfers else ""
+        where = (Column("src"), Column("dst"), Column("tensor", code=True), Column("dtype"), Column("shape"))
+        rows: tuple[tuple[str, ...], ...]
+        if not all_transfers:
+            rows = tuple(
+                (g.src, g.dst, g.tensor, g.dtype or "?", _shape(g.shape), str(g.count), format_bytes(g.bytes))
+                for g in groups
+            )
+            return Table(title, (*where, Column("count", right=True), Column("bytes", right=True)), rows, note)
+        rows = tuple(
+            (t.src, t.dst, t.tensor, t.dtype or "?", _shape(t.shape), format_bytes(t.bytes)) for t in self.transfers
+        )
+        return Table(title, (*where, Column("size", right=True)), rows, note)
+
+    def render(self, form: str = "table", *, all_transfers: bool = False) -> str:
+        """What ``tfdevices placement`` prints: the :meth:`summary`, a blank line and the :meth:`tables` as aligned
+        text (``form="table"``) or in Markdown (``"markdown"``); or the report as JSON (``"json"``).
+
+        Raises:
+            InputError: ``form`` is none of those.
+        """
+        if form == "json":
+            return self.to_json()
+        if form not in FORMS:
+            raise InputError(f"no report format {form!r}: the formats are {', '.join(FORMS)}")
+        tables = self.to_text if form == "table" else self.to_markdown
+        return f"{self.summary()}\n\n{tables(all_transfers=all_transfers)}"
+
+    def to_text(self, *, all_transfers: bool = False) -> str:
+        """The :meth:`tables` as aligned plain text, for a terminal (``tfdevices placement``)."""
+        return plain(self.tables(all_transfers=all_transfers))
+
+    def to_markdown(self, *, all_transfers: bool = False) -> str:
+        """The :meth:`tables` in Markdown, for a notebook or TensorBoard's Text tab."""
+        return markdown(self.tables(all_transfers=all_transfers))
 
     def to_json(self) -> str:
         """The report as JSON (without the graphs); :meth:`from_json` reads it back."""
@@ -489,6 +509,10 @@ def _listed(
     """``"a; b; ... 5 more"``: what a message lists, at most ``limit`` items (:data:`_LISTED` by default)."""
     more = f"{sep}... {len(items) - limit} more" if len(items) > limit else ""
     return sep.join(describe(item) for item in items[:limit]) + more
+
+
+def _shape(shape: tuple[int, ...] | None) -> str:
+    return "?" if shape is None else str(list(shape))
 
 
 def _where_ran(op: OpPlacement) -> str:
