@@ -666,6 +666,7 @@ USAGE: dict[str, tuple[tuple[str, str], ...]] = {
     ),
     "placement": (
         ("tfdevices placement logs/tour", "what PlacementLogger wrote: ops by device"),
+        ("tfdevices placement logs/tour --format markdown", "the same tables in Markdown"),
         ("tfdevices placement --profile logs/profiled", "read a profile Keras' TensorBoard wrote"),
     ),
     "tune": (("tfdevices tune tfdevices.decide.examples:tiny_mlp", "each way to run it, timed here"),),
