@@ -253,7 +253,7 @@ FIRST_RUN = """(() => {
 })()"""
 
 
-@pytest.mark.parametrize("page", ["readme.html", "guides/placement.html"])
+@pytest.mark.parametrize("page", ["readme.html", "guides/shared_box.html"])
 def test_each_code_block_has_a_copy_button_that_copies_what_the_tests_run(site, chromium, page):
     with Browser(chromium, width=1280, height=800) as browser:
         browser.send("Page.addScriptToEvaluateOnNewDocument", {"source": CATCH}, session=True)
