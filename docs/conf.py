@@ -14,7 +14,7 @@ import tfdevices
 project = "tfdevices"
 copyright = "the tfdevices authors, Apache-2.0"
 release = version = tfdevices.__version__
-extensions = ["sphinx.ext.autodoc", "sphinx.ext.napoleon", "myst_nb"]
+extensions = ["sphinx.ext.autodoc", "sphinx.ext.napoleon", "myst_nb", "sphinx_copybutton"]
 exclude_patterns = ["**.ipynb_checkpoints"]
 source_suffix = {".rst": "restructuredtext", ".ipynb": "myst-nb"}
 html_theme = "furo"
@@ -23,6 +23,14 @@ html_static_path = ["_static"]
 html_css_files = ["tfdevices.css"]
 # a literal block (``::``) is text: a layout or a diagram, not Python; code says its language (code-block:: python)
 highlight_language = "none"
+
+# A copy button on every code block. It copies what runs when pasted: a console block's commands without their
+# "$ " prompt and without its output lines (a command a "\\" continues keeps its next line); a docstring
+# example's code without ">>> " and "... ". tests/test_readme.py runs what it copies.
+copybutton_prompt_text = r"\$ |>>> |\.\.\. "
+copybutton_prompt_is_regexp = True
+copybutton_only_copy_prompt_lines = True
+copybutton_line_continuation_character = "\\"
 
 # Google-style docstrings (Args/Returns/Raises), the house style
 napoleon_google_docstring = True

@@ -1,15 +1,22 @@
 """The documentation site: the reference documents every public name once and nothing internal, and the
 pages look right in a real browser.
 
-The site is built here, once per session, from ``docs/`` as ``make docs`` builds it
+The site is built once per session, from ``docs/`` as ``make docs`` builds it
 (``docs/prepare.py``, then Sphinx with warnings as errors), into a temporary folder and
-with the notebooks shown as committed (``nb_execution_mode=off``): these tests read the
-pages, not the notebooks' outputs, and the build takes seconds. ``make docs`` (the end
-of ``make test``) builds the published site itself, notebooks executed.
+with the notebooks shown as committed (``nb_execution_mode=off``: ``tests/docs_pages.py``);
+these tests read the pages, not the notebooks' outputs. ``make docs`` (the end of
+``make test``) builds the published site itself, notebooks executed.
+
+Every code block of every page pastes as its copy button copies it: no block keeps a
+space before each line (a ``:name:`` option indented less than its code does that), and
+each Python block compiles; ``tests/test_readme.py`` runs the README's and the guides'.
 
 Headless Chromium (Debian: ``apt-get install chromium``) opens the index, a guide (where
 did my ops run: tables, the dashboard's picture, long commands) and a reference page: nothing
-wider than the window or than the content column, and the sidebar lists the stages.
+wider than the window or than the content column, and the sidebar lists the stages. On the
+README's page and a guide's, each code block has a copy button, and what the button itself
+copies (its own JavaScript) is what ``tests/docs_pages.py`` says it copies. At 1280x800 the
+README's and the index's first screen shows the install and the first command.
 Without Chromium the browser tests are skipped on a developer's machine and FAIL under
 ``CI=true``. Screenshots go to ``build/test-artifacts/docs-*.png`` (or
 ``$TFDEVICES_TEST_ARTIFACTS``).
@@ -22,13 +29,12 @@ import importlib
 import os
 import pathlib
 import re
-import subprocess
-import sys
 
 import pytest
 
 import tfdevices
-from tests.helpers import REPO, subprocess_env, unavailable
+from tests.docs_pages import built_site, copied
+from tests.helpers import REPO, unavailable
 from tests.tensorboard.browser import Browser, find_chromium
 from tests.test_public import public_names
 
@@ -41,17 +47,8 @@ pytestmark = pytest.mark.xdist_group("docs_site")
 
 @pytest.fixture(scope="session")
 def site(tmp_path_factory) -> pathlib.Path:
-    """The built site (its ``index.html`` is at the top)."""
-    tmp = tmp_path_factory.mktemp("docs")
-    env = subprocess_env()
-    for command in (
-        [sys.executable, "docs/prepare.py", str(tmp / "src")],
-        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", "-c", "docs"]
-        + ["-D", "nb_execution_mode=off", str(tmp / "src"), str(tmp / "html")],
-    ):
-        proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-        assert proc.returncode == 0, f"{' '.join(command[1:3])} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
-    return tmp / "html"
+    """The built site (its ``index.html`` at the top), as ``tests/docs_pages.py`` builds it once per session."""
+    return built_site(tmp_path_factory)
 
 
 # -- the reference: the public names, each once, and nothing else
@@ -197,3 +194,83 @@ def test_the_tour_links_every_guide_to_its_page(site):
     assert linked == guides
     assert all((site / link).is_file() for link in linked)
     assert not re.search(r"href=\"[^\"]*docs/guides/", page)
+
+
+# -- every code block pastes as copied
+
+
+def _pages(site: pathlib.Path) -> list[str]:
+    """Every page of the site (not Sphinx's own: the index of names, the search page)."""
+    pages = [str(p.relative_to(site)) for p in sorted(site.rglob("*.html"))]
+    return [p for p in pages if not p.startswith(("_", "genindex", "search", "py-modindex"))]
+
+
+def test_every_code_block_on_every_page_pastes_as_copied(site):
+    blocks, python = 0, 0
+    indented, broken = [], []
+    for page in _pages(site):
+        for block in copied(site, page):
+            blocks += 1
+            lines = [line for line in block.copied.splitlines() if line.strip()]
+            if lines and all(line[0].isspace() for line in lines):
+                indented.append(f"{page}: {block.language}: {lines[0]!r}")
+            if block.language in ("python", "default") and not page.startswith("notebooks/"):  # notebooks: IPython
+                python += 1
+                try:
+                    compile(block.copied, page, "exec")
+                except SyntaxError as err:
+                    broken.append(f"{page}: {err}: {block.copied[:200]!r}")
+            if block.language == "console":
+                assert block.copied.strip() and "$ " not in block.copied, f"{page}: {block.copied!r}"
+    assert blocks >= 100 and python >= 50
+    assert indented == []  # a space before every line: an IndentationError in Python, odd in a shell
+    assert broken == []
+
+
+def test_the_copy_button_copies_a_console_blocks_commands_without_prompts_or_output(site):
+    page = [b for b in copied(site, "readme.html") if b.language == "console"]
+    assert page[0].text.startswith("$ tfdevices list") and page[0].copied == "tfdevices list"
+    continued = [b.copied for b in page if "\\\n" in b.copied]
+    assert continued and all(not line.startswith("$") for text in continued for line in text.splitlines())
+
+
+# The page's own copy function: the one sphinx-copybutton hands ClipboardJS (its ``text`` option), caught as the
+# page makes its ClipboardJS, before any script of the page runs.
+CATCH = """(() => { let real;
+  Object.defineProperty(window, 'ClipboardJS', {configurable: true, set(value) { real = value; },
+    get() { return real && function (selector, options) {
+      window.tfdevicesCopyText = options.text; return new real(selector, options); }; }});
+})()"""
+
+COPIED = """(() => [...document.querySelectorAll('div.highlight pre')].map((pre) => {
+  const button = pre.parentElement.querySelector('button.copybtn');
+  return button ? window.tfdevicesCopyText(button) : null;
+}))()"""
+
+FIRST_RUN = """(() => {
+  const pre = [...document.querySelectorAll('article[role=main] pre')].find((p) => p.textContent.includes('make demo'));
+  return pre ? pre.getBoundingClientRect().bottom + window.scrollY : null;
+})()"""
+
+
+@pytest.mark.parametrize("page", ["readme.html", "guides/shared_box.html"])
+def test_each_code_block_has_a_copy_button_that_copies_what_the_tests_run(site, chromium, page):
+    with Browser(chromium, width=1280, height=800) as browser:
+        browser.send("Page.addScriptToEvaluateOnNewDocument", {"source": CATCH}, session=True)
+        browser.goto((site / page).as_uri())
+        browser.wait_for("!!window.tfdevicesCopyText && !!document.querySelector('button.copybtn')")
+        in_browser = browser.evaluate(COPIED)
+    blocks = copied(site, page)
+    assert len(in_browser) == len(blocks) >= 5
+    assert None not in in_browser  # every block has its button
+    assert in_browser == [b.copied for b in blocks]
+
+
+@pytest.mark.parametrize("page", ["readme.html", "index.html"])
+def test_the_first_screen_shows_the_install_and_the_first_command(site, chromium, page):
+    with Browser(chromium, width=1280, height=800) as browser:
+        browser.goto((site / page).as_uri())
+        browser.wait_for("document.readyState === 'complete' && !!document.querySelector('.sidebar-tree')")
+        browser.screenshot(str(_artifacts() / f"docs-first-screen-{page.removesuffix('.html')}.png"))
+        bottom = browser.evaluate(FIRST_RUN)
+    assert bottom is not None and bottom <= 800, f"{page}: the block with 'make demo' ends at {bottom}px"

@@ -254,3 +254,35 @@ def test_no_row_of_a_simple_table_in_the_readme_splits():
 
 
 GOES_ON = {"in", "of", "on", "under", "with", "and", "or", "for", "to", "from", "by", "at", "per", "without"}
+
+
+# -- density: short paragraphs
+
+PARAGRAPH_LINES = 8
+# Guides whose long paragraphs are split later, with the reason: part two of issue 48 splits the many-processes
+# guide by task (the script, launch -n 2 and SLURM first); remove each entry when its guide is done.
+LONG_PARAGRAPHS_LATER = {"docs/guides/many_processes.rst": "issue 48, part two: split by task"}
+
+
+def paragraphs(text: str) -> list[tuple[int, int]]:
+    """Each paragraph of an rst text (list items' and notes' included): its line and its lines in the source."""
+    import docutils.core
+    import docutils.nodes
+
+    doc = docutils.core.publish_doctree(text, settings_overrides={"report_level": 5, "halt_level": 5})
+    return [(p.line or 0, len(p.rawsource.splitlines())) for p in doc.findall(docutils.nodes.paragraph)]
+
+
+def test_paragraphs_are_counted_in_source_lines_in_every_form():
+    text = "Title\n=====\n\nOne\ntwo\nthree.\n\n- an item\n  on two lines\n\n.. note::\n\n   A note.\n"
+    assert sorted(n for _, n in paragraphs(text)) == [1, 2, 3]
+
+
+@pytest.mark.parametrize("doc", [d for d in DOCS if d.startswith("docs/guides/")])
+def test_no_paragraph_of_a_guide_runs_over_8_lines(doc):
+    found = paragraphs(pathlib.Path(REPO, doc).read_text(encoding="utf-8"))
+    long = [f"{doc}:{line}: {n} lines" for line, n in found if n > PARAGRAPH_LINES]
+    if doc in LONG_PARAGRAPHS_LATER:
+        assert long, f"{doc} has no paragraph over {PARAGRAPH_LINES} lines: drop it from LONG_PARAGRAPHS_LATER"
+        return
+    assert long == []

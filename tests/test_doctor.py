@@ -12,6 +12,8 @@ import pytest
 from tests.helpers import REPO, run_cli, run_py, subprocess_env, unavailable
 from tfdevices.doctor import Report, diagnose
 
+NODE = os.path.join(REPO, "tests", "data", "node-8gpu.json")  # a saved listing of eight GPUs
+
 SECTIONS = ["python", "tensorflow", "gpus", "job", "mends", "launch"]
 MENDS = ["runtime_start", "keras_fit", "exit_barrier", "fork_sockets", "loopback"]
 
@@ -69,6 +71,16 @@ def test_doctor_shows_no_secret_and_no_environment_value_it_does_not_read() -> N
         ({"TFDEVICES_STALL_TIMEOUT": "90"}, "job", "stall timeout", "stop the job 90 s past the window"),
         ({"TFDEVICES_STALL_WINDOW": "x"}, "job", "stalls", "error: TFDEVICES_STALL_WINDOW='x'"),
         ({"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0"}, "job", "progress records", "/tmp/tfdevices-progress/slurm-7.0"),
+        ({}, "mends", "TFDEVICES_MENDS", "unset: no mend is off"),
+        ({}, "job", "rank", "0 of 1 (local 0): no launcher variables are set: a single process"),
+        ({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}, "job", "rank", "1 of 2 (local 1): from ENV (RANK"),
+        (
+            {"TFDEVICES_INVENTORY": NODE},
+            "gpus",
+            "source",
+            "nvml (driver 550.54.15): the saved listing TFDEVICES_INVENTORY",
+        ),
+        ({"TFDEVICES_INVENTORY": NODE}, "gpus", "GPU 5", "V100-SXM2-32GB, CUDA 7, 2.0 GiB free of 32.0 GiB"),
     ],
 )
 def test_bad_or_telling_settings_are_said_in_their_row(env, section, label, words) -> None:

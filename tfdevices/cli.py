@@ -295,7 +295,7 @@ def _cmd_launch(args: argparse.Namespace) -> int:
 
 def _cmd_placement(args: argparse.Namespace) -> int:
     from tfdevices import runtime
-    from tfdevices.tensorboard.writer import format_placement, load_placement
+    from tfdevices.tensorboard.writer import load_placement
 
     runtime.quiet_tensorflow_logs()  # TensorFlow starts to read the logs: its start-up lines are noise here
 
@@ -305,11 +305,8 @@ def _cmd_placement(args: argparse.Namespace) -> int:
         path = write_trace(load_placement(args.logdir, name=args.name, profile=args.profile), args.trace)
         print(f"wrote {path}: open it in Perfetto (ui.perfetto.dev) or chrome://tracing")
         return 0
-    print(
-        format_placement(
-            args.logdir, name=args.name, as_json=args.json, profile=args.profile, all_transfers=args.all_transfers
-        )
-    )
+    report = load_placement(args.logdir, name=args.name, profile=args.profile)
+    print(report.render("json" if args.json else args.format, all_transfers=args.all_transfers))
     return 0
 
 
@@ -466,7 +463,13 @@ def _add_placement(p: argparse.ArgumentParser) -> None:
         help="read the newest profile under PATH even where placement summaries are stored",
     )
     p.add_argument("--name", default="placement", help="the name= it was written with (default: placement)")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument(
+        "--format",
+        default="table",
+        choices=("table", "markdown", "json"),  # PlacementReport.render's forms (not imported: the listing path)
+        help="table: aligned text (default); markdown: the same tables in Markdown; json: the whole report",
+    )
+    p.add_argument("--json", action="store_true", help="print the report as JSON (--format json)")
     p.add_argument(
         "--all",
         dest="all_transfers",
@@ -663,6 +666,7 @@ USAGE: dict[str, tuple[tuple[str, str], ...]] = {
     ),
     "placement": (
         ("tfdevices placement logs/tour", "what PlacementLogger wrote: ops by device"),
+        ("tfdevices placement logs/tour --format markdown", "the same tables in Markdown"),
         ("tfdevices placement --profile logs/profiled", "read a profile Keras' TensorBoard wrote"),
     ),
     "tune": (("tfdevices tune tfdevices.decide.examples:tiny_mlp", "each way to run it, timed here"),),

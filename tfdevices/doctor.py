@@ -25,6 +25,7 @@ from tfdevices.core._tf import import_tf
 from tfdevices.core.errors import TfDevicesError
 from tfdevices.core.units import format_bytes, shown
 from tfdevices.gpus.discovery import discover
+from tfdevices.gpus.inventory import INVENTORY_ENV
 from tfdevices.jobs.env import launch_info
 from tfdevices.jobs.handshake import TOKEN_ENV
 from tfdevices.jobs.progress import progress_dir
@@ -212,8 +213,11 @@ def _gpus(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
         inventory = discover(env=env, topology=False)
     except TfDevicesError as err:
         return (("error", str(err)),)
+    source = inventory.source + (f" (driver {inventory.driver_version})" if inventory.driver_version else "")
+    if env.get(INVENTORY_ENV):  # a saved listing, not what this machine's driver says now
+        source += f": the saved listing {INVENTORY_ENV} names, not this machine's GPUs"
     rows = [
-        ("source", inventory.source + (f" (driver {inventory.driver_version})" if inventory.driver_version else "")),
+        ("source", source),
         ("CUDA_VISIBLE_DEVICES", "unset" if inventory.cuda_visible_devices is None else inventory.cuda_visible_devices),
         ("CUDA_DEVICE_ORDER", inventory.cuda_device_order or "unset (CUDA's FASTEST_FIRST)"),
     ]
@@ -233,11 +237,16 @@ def _job(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     except TfDevicesError as err:
         return (("error", str(err)),)
     return (
-        ("rank", f"{info.rank} of {info.world_size} (local {info.local_rank}), from {info.source}"),
+        ("rank", f"{info.rank} of {info.world_size} (local {info.local_rank}): {_ranked_by(info.source, info.reason)}"),
         (EXIT_WAIT_ENV, _exit_wait(env)),
         (TOKEN_ENV, "set" if env.get(TOKEN_ENV) else "unset"),
         *_stalls(env),
     )
+
+
+def _ranked_by(source: str, reason: str) -> str:
+    """Where a process's rank comes from: ``"SLURM: srun started ..."``, or only why when nothing set one."""
+    return reason if source == "none" else f"from {source} ({reason})"
 
 
 def _stalls(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
@@ -264,7 +273,9 @@ def _exit_wait(env: Mapping[str, str]) -> str:
 def _mends(env: Mapping[str, str], load: bool) -> tuple[tuple[str, str], ...]:
     try:
         off = mends.turned_off(env)
-        said = f"off: {', '.join(sorted(off))}" if off else "none off"
+        said = (
+            f"off: {', '.join(sorted(off))}" if off else f"{'set' if env.get(MENDS_ENV) else 'unset'}: no mend is off"
+        )
     except TfDevicesError as err:
         return ((MENDS_ENV, str(err)),)
     rows = [(MENDS_ENV, said)]

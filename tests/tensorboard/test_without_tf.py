@@ -110,9 +110,9 @@ def test_reading_leaves_tensorflow_unimported(logs):
 def test_tfdevices_placement_reads_profiles_and_log_directories(logs, run):
     proc = run_cli("placement", os.path.join(logs, run))
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "| device | ops |" in proc.stdout and "needs TensorFlow" not in proc.stdout + proc.stderr
+    assert "\ndevice  ops  " in proc.stdout and "needs TensorFlow" not in proc.stdout + proc.stderr
     if run == "h200":
-        assert "GPU busy (device clock): GPU:0:" in proc.stdout and "| GPU:0 |" in proc.stdout, proc.stdout
+        assert "GPU busy (device clock): GPU:0:" in proc.stdout and "\nGPU:0 " in proc.stdout, proc.stdout
 
 
 def test_the_tab_shows_the_gpu_profile_in_a_browser(server, tmp_path):

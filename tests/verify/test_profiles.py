@@ -75,7 +75,7 @@ def test_read_profile_finds_the_model_ops_of_a_keras_tensorboard_profile(keras_l
 def test_tfdevices_placement_reads_the_keras_profile(keras_logdir, tmp_path):
     proc = run_cli("placement", keras_logdir)
     assert proc.returncode == 0, proc.stderr
-    assert "on 1 device(s) (CPU:0:" in proc.stdout and "| CPU:0 |" in proc.stdout
+    assert "on 1 device(s) (CPU:0:" in proc.stdout and "\nCPU:0 " in proc.stdout
     assert "I0000" not in proc.stderr and "Traceback" not in proc.stderr
     data = json.loads(run_cli("placement", keras_logdir, "--json").stdout)
     assert any("/hidden" in op["name"] and op["type"] == "MatMul" for op in data["ops"])

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
 from tests.helpers import run_cli
 from tests.xspaces import Space, gpu_copy, gpu_kernel, host_call
+from tfdevices.core.errors import InputError
 from tfdevices.verify import PlacementReport, Transfer, TransferGroup, group_transfers
+from tfdevices.verify.report import FORMS
 
 X = Transfer("CPU:0", "GPU:0", "x:0", "float32", (4, 4), 64)
 CONST = Transfer("GPU:0", "CPU:0", "MakeTensorFromProto:0", "int32", (1,), 4)
@@ -63,9 +67,9 @@ def test_tfdevices_placement_groups_transfers_and_all_lists_each(tmp_path):
     space.write(path)
     grouped = run_cli("placement", path)
     assert grouped.returncode == 0, grouped.stderr
-    rows = [line for line in grouped.stdout.splitlines() if "`IteratorGetNext:0`" in line]
-    assert len(rows) == 1 and rows[0].endswith(f"| {steps} | 20.0 KiB |"), grouped.stdout
-    each = run_cli("placement", path, "--all")
+    rows = [line.split() for line in grouped.stdout.splitlines() if "IteratorGetNext:0" in line]
+    assert len(rows) == 1 and rows[0][-3:] == [str(steps), "20.0", "KiB"], grouped.stdout
+    each = run_cli("placement", path, "--all", "--format", "markdown")
     assert each.returncode == 0, each.stderr
     rows = [line for line in each.stdout.splitlines() if "`IteratorGetNext:0`" in line]
     assert len(rows) == steps and all(row.endswith("| 4.0 KiB |") for row in rows), each.stdout
@@ -87,3 +91,36 @@ def test_a_report_stored_with_the_older_word_copies_still_reads():
     data = json.loads(report.to_json())
     data["copies"] = data.pop("transfers")
     assert PlacementReport.from_json(json.dumps(data)).transfers == report.transfers
+
+
+def test_the_text_and_the_markdown_show_the_same_tables():
+    report = PlacementReport((), transfers=(X,) + (CONST,) * 3)
+    text, markdown = report.to_text(), report.to_markdown()
+    assert "|" not in text and "**" not in text and "`" not in text
+    heading, columns, *rows = text.split("\n\n")[0].splitlines()
+    assert heading == "Transfers: 4 (2 distinct)"
+    assert columns.split() == ["src", "dst", "tensor", "dtype", "shape", "count", "bytes"]
+    assert [row.split() for row in rows] == [
+        ["GPU:0", "CPU:0", "MakeTensorFromProto:0", "int32", "[1]", "3", "12", "B"],
+        ["CPU:0", "GPU:0", "x:0", "float32", "[4,", "4]", "1", "64", "B"],
+    ]
+    assert {row.index(row.split()[1]) for row in rows} == {columns.index("dst")}  # aligned under its heading
+    for table in [t for t in report.tables() if t.title]:
+        assert table.heading in text and f"**{table.title}**" in markdown
+        for row in table.rows:
+            assert "  ".join(row[:2]) in text and "| " + " | ".join(row[:2]) + " |" in markdown
+
+
+def test_render_gives_what_tfdevices_placement_prints_in_each_form():
+    from tfdevices import cli
+
+    report = PlacementReport((), transfers=(X,))
+    assert report.render() == f"{report.summary()}\n\n{report.to_text()}"
+    assert report.render("markdown") == f"{report.summary()}\n\n{report.to_markdown()}"
+    assert PlacementReport.from_json(report.render("json")) == report
+    with pytest.raises(InputError, match="^no report format 'yaml': the formats are table, markdown, json"):
+        report.render("yaml")
+    parser = cli.build_parser("placement")
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    choices = next(a.choices for a in commands.choices["placement"]._actions if a.dest == "format")
+    assert tuple(choices) == FORMS  # the command offers the forms render knows

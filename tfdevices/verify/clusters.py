@@ -22,15 +22,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from tfdevices.core.tables import Column, Table
 from tfdevices.verify.records import XLA_CLUSTER, OpPlacement, XlaOpPlacement, union_length
 
 __all__ = [
     "ClusterRun",
     "FusionTime",
-    "cluster_markdown",
     "cluster_runs",
+    "cluster_tables",
     "fusion_times",
-    "type_markdown",
+    "type_tables",
     "type_times",
 ]
 
@@ -144,72 +145,75 @@ def type_times(ops: Iterable[OpPlacement]) -> dict[str, dict[str, float]]:
     }
 
 
-def cluster_markdown(ops: Iterable[OpPlacement], busy_us: dict[str, float] | None = None) -> list[str]:
-    """Markdown lines: the clusters (runs, time counted once, share of their device's busy time, ops) and, from a GPU
-    profile, the instructions that took the most time; ``[]`` for none.
+def cluster_tables(ops: Iterable[OpPlacement], busy_us: dict[str, float] | None = None) -> list[Table]:
+    """The clusters (runs, time counted once, share of their device's busy time, ops) and, from a GPU profile,
+    the instructions that took the most time; ``[]`` for none.
     """
     ops = list(ops)
     clusters = cluster_runs(ops)
     if not clusters:
         return []
     busy = busy_us or {}
-    lines = [
-        "",
-        f"**XLA clusters: {len(clusters)}**",
-        "",
-        "| cluster | device | runs | time | of the device's busy time | ops |",
-        "|---|---|---:|---:|---:|---|",
-    ]
+    rows = []
     for name, c in clusters.items():
-        listed = ", ".join(f"`{n}`" for n in c.ops[:_LISTED]) + (
-            f", ... {len(c.ops) - _LISTED} more" if len(c.ops) > _LISTED else ""
-        )
+        listed = ", ".join(c.ops[:_LISTED]) + (f", ... {len(c.ops) - _LISTED} more" if len(c.ops) > _LISTED else "")
         time = "?" if c.us is None else f"{c.us:.0f} us"
-        lines.append(
-            f"| {name} | {c.device} | {c.runs} | {time} | {_share(c.us, busy.get(c.device))} | {len(c.ops)}: {listed} |"
-        )
+        rows.append((name, c.device, str(c.runs), time, _share(c.us, busy.get(c.device)), f"{len(c.ops)}: {listed}"))
+    columns = (
+        Column("cluster"),
+        Column("device"),
+        Column("runs", right=True),
+        Column("time", right=True),
+        Column("of the device's busy time", right=True),
+        Column("ops"),
+    )
     kernel_time = {device: sum(times.values()) for device, times in type_times(ops).items()}
-    return lines + _fusion_lines(fusion_times(ops), kernel_time)
+    return [Table(f"XLA clusters: {len(clusters)}", columns, tuple(rows))] + _fusion_tables(
+        fusion_times(ops), kernel_time
+    )
 
 
-def _fusion_lines(fusions: list[FusionTime], kernel_time: dict[str, float]) -> list[str]:
+def _fusion_tables(fusions: list[FusionTime], kernel_time: dict[str, float]) -> list[Table]:
     if not fusions:
         return []
-    lines = [
-        "",
-        f"**XLA instructions by time: the {min(_TOP, len(fusions))} longest of {len(fusions)}**",
-        "",
-        "| module | instruction | device | command buffer | runs | time | of the device's kernel time | op types |",
-        "|---|---|---|---|---:|---:|---:|---|",
-    ]
+    rows = []
     for f in fusions[:_TOP]:
         types = ", ".join(f.types[:_LISTED]) + (", ..." if len(f.types) > _LISTED else "")
-        lines.append(
-            f"| {f.module} | `{f.fusion}` | {f.device} | {f.graph or '-'} | {f.runs} | {f.us:.0f} us | "
-            f"{_share(f.us, kernel_time.get(f.device))} | {types} |"
-        )
-    return lines
+        share = _share(f.us, kernel_time.get(f.device))
+        rows.append((f.module, f.fusion, f.device, f.graph or "-", str(f.runs), f"{f.us:.0f} us", share, types))
+    columns = (
+        Column("module"),
+        Column("instruction", code=True),
+        Column("device"),
+        Column("command buffer"),
+        Column("runs", right=True),
+        Column("time", right=True),
+        Column("of the device's kernel time", right=True),
+        Column("op types"),
+    )
+    title = f"XLA instructions by time: the {min(_TOP, len(fusions))} longest of {len(fusions)}"
+    return [Table(title, columns, tuple(rows))]
 
 
-def type_markdown(ops: Iterable[OpPlacement]) -> list[str]:
-    """Markdown lines: each GPU's op types that took the most time (:func:`type_times`), each with its share of the
-    GPU's kernel time (the kernel runs' time summed); ``[]`` without GPU times.
+def type_tables(ops: Iterable[OpPlacement]) -> list[Table]:
+    """Each GPU's op types that took the most time (:func:`type_times`), each with its share of the GPU's kernel
+    time (the kernel runs' time summed); ``[]`` without GPU times.
     """
     times = {d: t for d, t in type_times(ops).items() if d.rsplit("/", 1)[-1].startswith("GPU:")}
     if not times:
         return []
-    lines = [
-        "",
-        "**GPU time by op type** (each kernel run counted once, its time split evenly among the ops it ran)",
-        "",
-        "| device | op type | time | of the device's kernel time |",
-        "|---|---|---:|---:|",
-    ]
+    rows = []
     for device, by_type in times.items():
         total = sum(by_type.values())
-        for op_type, us in list(by_type.items())[:_TOP]:
-            lines.append(f"| {device} | {op_type} | {us:.0f} us | {_share(us, total)} |")
-    return lines
+        rows += [(device, op_type, f"{us:.0f} us", _share(us, total)) for op_type, us in list(by_type.items())[:_TOP]]
+    columns = (
+        Column("device"),
+        Column("op type"),
+        Column("time", right=True),
+        Column("of the device's kernel time", right=True),
+    )
+    note = "(each kernel run counted once, its time split evenly among the ops it ran)"
+    return [Table("GPU time by op type", columns, tuple(rows), note)]
 
 
 def _share(us: float | None, busy: float | None) -> str:

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import fnmatch
 import json
-import re
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from tfdevices.core.errors import InputError, PlacementAssertionError, SpecError
+from tfdevices.core.errors import InputError, PlacementAssertionError
+from tfdevices.core.tables import Column, Table, markdown, plain
 from tfdevices.core.units import format_bytes
-from tfdevices.verify.clusters import cluster_markdown, cluster_runs, type_markdown
+from tfdevices.verify.clusters import cluster_runs, cluster_tables, type_tables
+from tfdevices.verify.matching import device_matcher, name_matcher
 from tfdevices.verify.records import (
     JSON_VERSION,
     XLA_CLUSTER,
@@ -29,62 +29,7 @@ from tfdevices.verify.renamed import Renamed
 
 __all__ = ["PlacementReport"]
 
-_DEVICE_PATTERN = re.compile(
-    r"^(?:/job:(?P<job>[\w*-]+)(?:/replica:\d+)?(?:/task:(?P<task>\d+|\*))?)?"
-    r"(?:/?(?:device:)?)(?P<type>[A-Za-z_*]+):(?P<index>\d+|\*)$"
-)
-_REPORT_TASK = re.compile(r"^([\w*-]+):(\d+|\*)/")
-_DEVICE_HINT = "name a TensorFlow device: 'GPU:1', '/device:CPU:1', 'worker:1/GPU:0', or a pattern such as 'CPU:*'."
-
-
-def _device_matcher(device: object, *, what: str = "device") -> Callable[[str], bool]:
-    """A predicate on report device names for a TF logical name or pattern ("CPU:*").
-
-    Raises:
-        SpecError: ``device`` is a physical GPU index or not a device name.
-    """
-    if isinstance(device, (bool, int)) or (isinstance(device, str) and device.strip().isdigit()):
-        raise SpecError(
-            f"{what} {device!r} is a physical GPU index (nvidia-smi numbering), but placement reports "
-            "name TensorFlow's logical devices.",
-            hint=f"write the TensorFlow name, e.g. 'GPU:{str(device).strip()}' (masking renumbers GPUs: "
-            "tfdevices.select shows which logical name an NVML index gets).",
-        )
-    if isinstance(device, str):  # a report's own name for another task's device: "worker:1/GPU:0"
-        device = _REPORT_TASK.sub(r"/job:\1/task:\2/", device.strip())
-    match = _DEVICE_PATTERN.match(device) if isinstance(device, str) else None
-    if match is None:
-        raise SpecError(f"{what} {device!r} is not a TensorFlow device name or pattern.", hint=_DEVICE_HINT)
-    short = f"{match['type'].upper()}:{match['index']}"
-    if match["job"] is None or match["job"] == "localhost":
-        return lambda name: fnmatch.fnmatchcase(name.rsplit("/", 1)[-1], short)
-    task = f"{match['job']}:{match['task'] or 0}"
-    return lambda name: fnmatch.fnmatchcase(name, f"{task}/{short}")
-
-
-def _name_matcher(pattern: str | Iterable[str]) -> Callable[[str], bool]:
-    """Matches op names by glob at any scope boundary: "dense_2/*" matches "model/dense_2/MatMul".
-
-    A pattern that starts with "/" matches from the start of the name only:
-    "/model/*" matches "model/dense_2/MatMul" but not "gradient_tape/model/dense_2/MatMul".
-    """
-    patterns = [pattern] if isinstance(pattern, str) else list(pattern)
-    if not patterns or not all(isinstance(p, str) and p.strip("/") for p in patterns):
-        raise InputError(
-            f"ops={pattern!r}: expected a glob pattern or a list of them.",
-            hint="e.g. ops='dense_2/*' or ops=['*MatMul*', '*BiasAdd*'].",
-        )
-    anchored = [p[1:] for p in patterns if p.startswith("/")]
-    anywhere = [p for p in patterns if not p.startswith("/")]
-
-    def matches(name: str) -> bool:
-        if any(fnmatch.fnmatchcase(name, p) for p in anchored):
-            return True
-        parts = name.split("/")
-        suffixes = ["/".join(parts[i:]) for i in range(len(parts))]
-        return any(fnmatch.fnmatchcase(s, p) for p in anywhere for s in suffixes)
-
-    return matches
+FORMS = ("table", "markdown", "json")  # what PlacementReport.render and `tfdevices placement --format` print
 
 
 @dataclass(frozen=True)
@@ -155,7 +100,7 @@ class PlacementReport(Renamed):  # Renamed: report.copies and report.transfers(s
         Raises:
             SpecError: ``device`` is not a TensorFlow device name or pattern.
         """
-        on = _device_matcher(device)
+        on = device_matcher(device)
         return tuple(op for op in self.ops if on(op.device))
 
     def transfers_between(self, src: str | None = None, dst: str | None = None) -> tuple[Transfer, ...]:
@@ -171,8 +116,8 @@ class PlacementReport(Renamed):  # Renamed: report.copies and report.transfers(s
         Raises:
             SpecError: ``src`` or ``dst`` is not a TensorFlow device name or pattern.
         """
-        from_src = (lambda _: True) if src is None else _device_matcher(src, what="src")
-        to_dst = (lambda _: True) if dst is None else _device_matcher(dst, what="dst")
+        from_src = (lambda _: True) if src is None else device_matcher(src, what="src")
+        to_dst = (lambda _: True) if dst is None else device_matcher(dst, what="dst")
         return tuple(t for t in self.transfers if from_src(t.src) and to_dst(t.dst))
 
     def variables_on(self, device: str | None = None) -> tuple[VariableRead, ...]:
@@ -190,7 +135,7 @@ class PlacementReport(Renamed):  # Renamed: report.copies and report.transfers(s
         Raises:
             SpecError: ``device`` is not a TensorFlow device name or pattern.
         """
-        on = (lambda _: True) if device is None else _device_matcher(device)
+        on = (lambda _: True) if device is None else device_matcher(device)
         by_tensor: dict[tuple[int, str], list[Transfer]] = {}
         for t in self.transfers:
             by_tensor.setdefault((t.call, t.tensor.rsplit(":", 1)[0]), []).append(t)
@@ -224,7 +169,7 @@ class PlacementReport(Renamed):  # Renamed: report.copies and report.transfers(s
             SpecError: ``device`` is a physical GPU index or not a device name.
             InputError: ``ops`` is not a pattern.
         """
-        on, selected = _device_matcher(device), self._select(ops, types)
+        on, selected = device_matcher(device), self._select(ops, types)
         offenders = [op for op in selected if not on(op.device)]
         if offenders:
             where = Counter(op.device for op in offenders)
@@ -255,7 +200,7 @@ class PlacementReport(Renamed):  # Renamed: report.copies and report.transfers(s
             )
 
     def _select(self, ops: str | Iterable[str], types: Iterable[str] | None) -> list[OpPlacement]:
-        named = _name_matcher(ops)
+        named = name_matcher(ops)
         wanted = None if types is None else set([types] if isinstance(types, str) else types)
         by_name = [op for op in self.ops if named(op.name)]
         selected = [op for op in by_name if wanted is None or op.type in wanted]
@@ -334,61 +279,78 @@ class PlacementReport(Renamed):  # Renamed: report.copies and report.transfers(s
         lines += [f"note: {note}" for note in self.notes]
         return "\n".join(lines)
 
-    def to_markdown(self, *, all_transfers: bool = False) -> str:
-        """Markdown tables: ops per device (with the commonest types), GPU time by op type, XLA clusters and the
-        instructions that took the most time, transfers, collectives.
+    def tables(self, *, all_transfers: bool = False) -> list[Table]:
+        """The report's tables, made once for :meth:`to_text` and :meth:`to_markdown`: ops per device (with the
+        commonest types), GPU time by op type, XLA clusters and the instructions that took the most time,
+        transfers, collectives, variable reads crossing devices.
 
         Transfers are grouped by source, destination and tensor (count and bytes, the
         commonest first); ``all_transfers=True`` lists each one.
         """
-        out = ["| device | ops | commonest ops | kernels | busy |", "|---|---:|---|---:|---:|"]
         kernels = self.kernel_counts
+        rows = []
         for device, n in self.op_counts.items():
             types = Counter(op.type for op in self.ops if op.device == device).most_common(4)
             busy = self.busy_us.get(device)
-            out.append(
-                f"| {device} | {n} | {', '.join(f'{t} ({c})' for t, c in types)} | "
-                f"{kernels.get(device, 0)} | {'?' if busy is None else f'{busy:.0f} us'} |"
+            commonest = ", ".join(f"{t} ({c})" for t, c in types)
+            rows.append(
+                (device, str(n), commonest, str(kernels.get(device, 0)), "?" if busy is None else f"{busy:.0f} us")
             )
-        out += type_markdown(self.ops)
-        out += cluster_markdown(self.ops, self.busy_us)
-        groups = group_transfers(self.transfers)
-        out += [
-            "",
-            f"**Transfers: {len(self.transfers)}**" + (f" ({len(groups)} distinct)" if self.transfers else ""),
-            "",
-        ]
-        if self.transfers and not all_transfers:
-            out += ["| src | dst | tensor | dtype | shape | count | bytes |", "|---|---|---|---|---|---:|---:|"]
-            out += [
-                f"| {g.src} | {g.dst} | `{g.tensor}` | {g.dtype or '?'} | {'?' if g.shape is None else list(g.shape)} "
-                f"| {g.count} | {format_bytes(g.bytes)} |"
-                for g in groups
-            ]
-        elif self.transfers:
-            out += ["| src | dst | tensor | dtype | shape | size |", "|---|---|---|---|---|---:|"]
-            out += [
-                f"| {t.src} | {t.dst} | `{t.tensor}` | {t.dtype or '?'} | {'?' if t.shape is None else list(t.shape)} "
-                f"| {format_bytes(t.bytes)} |"
-                for t in self.transfers
-            ]
-        out += ["", f"**Collectives: {len(self.collectives)}**", ""]
-        if self.collectives:
-            out += ["| device | type | op | reduction |", "|---|---|---|---|"]
-            out += [f"| {c.device} | {c.type} | `{c.name}` | {c.reduction} |" for c in self.collectives]
-        crossing = [r for r in self.variables_on() if r.crosses_devices]
+        ops = (Column("device"), Column("ops", right=True), Column("commonest ops"))
+        out = [Table("", (*ops, Column("kernels", right=True), Column("busy", right=True)), tuple(rows))]
+        out += type_tables(self.ops)
+        out += cluster_tables(self.ops, self.busy_us)
+        out.append(self._transfer_table(all_transfers))
+        collectives = tuple((c.device, c.type, c.name, c.reduction) for c in self.collectives)
+        columns = (Column("device"), Column("type"), Column("op", code=True), Column("reduction"))
+        out.append(Table(f"Collectives: {len(self.collectives)}", columns, collectives))
+        crossing = tuple(
+            (r.op, r.stored_on, ", ".join(r.read_on), format_bytes(r.bytes))
+            for r in self.variables_on()
+            if r.crosses_devices
+        )
         if crossing:
-            out += [
-                "",
-                f"**Variable reads crossing devices: {len(crossing)}**",
-                "",
-                "| read op | stored on | read on | size |",
-                "|---|---|---|---:|",
-            ]
-            out += [
-                f"| `{r.op}` | {r.stored_on} | {', '.join(r.read_on)} | {format_bytes(r.bytes)} |" for r in crossing
-            ]
-        return "\n".join(out)
+            columns = (Column("read op", code=True), Column("stored on"), Column("read on"), Column("size", right=True))
+            out.append(Table(f"Variable reads crossing devices: {len(crossing)}", columns, crossing))
+        return out
+
+    def _transfer_table(self, all_transfers: bool) -> Table:
+        groups = group_transfers(self.transfers)
+        title, note = f"Transfers: {len(self.transfers)}", f"({len(groups)} distinct)" if self.transfers else ""
+        where = (Column("src"), Column("dst"), Column("tensor", code=True), Column("dtype"), Column("shape"))
+        rows: tuple[tuple[str, ...], ...]
+        if not all_transfers:
+            rows = tuple(
+                (g.src, g.dst, g.tensor, g.dtype or "?", _shape(g.shape), str(g.count), format_bytes(g.bytes))
+                for g in groups
+            )
+            return Table(title, (*where, Column("count", right=True), Column("bytes", right=True)), rows, note)
+        rows = tuple(
+            (t.src, t.dst, t.tensor, t.dtype or "?", _shape(t.shape), format_bytes(t.bytes)) for t in self.transfers
+        )
+        return Table(title, (*where, Column("size", right=True)), rows, note)
+
+    def render(self, form: str = "table", *, all_transfers: bool = False) -> str:
+        """What ``tfdevices placement`` prints: the :meth:`summary`, a blank line and the :meth:`tables` as aligned
+        text (``form="table"``) or in Markdown (``"markdown"``); or the report as JSON (``"json"``).
+
+        Raises:
+            InputError: ``form`` is none of those.
+        """
+        if form == "json":
+            return self.to_json()
+        if form not in FORMS:
+            raise InputError(f"no report format {form!r}: the formats are {', '.join(FORMS)}")
+        tables = self.to_text if form == "table" else self.to_markdown
+        return f"{self.summary()}\n\n{tables(all_transfers=all_transfers)}"
+
+    def to_text(self, *, all_transfers: bool = False) -> str:
+        """The :meth:`tables` as aligned plain text, for a terminal (``tfdevices placement``)."""
+        return plain(self.tables(all_transfers=all_transfers))
+
+    def to_markdown(self, *, all_transfers: bool = False) -> str:
+        """The :meth:`tables` in Markdown, for a notebook or TensorBoard's Text tab."""
+        return markdown(self.tables(all_transfers=all_transfers))
 
     def to_json(self) -> str:
         """The report as JSON (without the graphs); :meth:`from_json` reads it back."""
@@ -489,6 +451,10 @@ def _listed(
     """``"a; b; ... 5 more"``: what a message lists, at most ``limit`` items (:data:`_LISTED` by default)."""
     more = f"{sep}... {len(items) - limit} more" if len(items) > limit else ""
     return sep.join(describe(item) for item in items[:limit]) + more
+
+
+def _shape(shape: tuple[int, ...] | None) -> str:
+    return "?" if shape is None else str(list(shape))
 
 
 def _where_ran(op: OpPlacement) -> str:
