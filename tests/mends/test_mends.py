@@ -364,3 +364,25 @@ def test_at_exit_runs_tfdevices_clean_ups_only_when_on(tmp_path, off: bool) -> N
         env={MENDS_ENV: "at_exit"} if off else {},
     )
     assert scratch.exists() is off  # removed at exit when on; left as it was when off
+
+
+def test_when_imported_runs_after_the_real_import_not_after_a_look_up() -> None:
+    # is_installed() looks tensorflow up (importlib.util.find_spec) before the program imports it: that
+    # look-up once took the hook, and a launched custom loop's steps were never reported (step_progress
+    # not reached). Two hooks on one module run once each, after the module ran.
+    code = textwrap.dedent(
+        """
+        import sys
+        from tfdevices.mends.base import is_installed, when_imported
+        ran = []
+        when_imported("json.tool", lambda: ran.append(("first", "json.tool" in sys.modules)))
+        when_imported("json.tool", lambda: ran.append(("second", "json.tool" in sys.modules)))
+        looked = [is_installed("json.tool") for _ in range(3)]
+        before = list(ran)
+        import json.tool
+        import importlib; importlib.reload(json.tool)
+        print(looked, before, sorted(ran))
+        """
+    )
+    out = run_py(code).stdout
+    assert out.strip() == "[True, True, True] [] [('first', True), ('second', True)]", out

@@ -521,23 +521,33 @@ def when_imported(module: str, then: Callable[[], object]) -> None:
 
 
 class _WhenImported(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: wraps the loader of one module to call a function once it has run."""
+    """Finds nothing itself: wraps the loader of one module to call a function once it has run.
+
+    A look-up that imports nothing (``importlib.util.find_spec``, as :func:`is_installed` does) gets a
+    wrapped spec it never runs: the finder stays on ``sys.meta_path`` until the module itself is run.
+    """
 
     def __init__(self, module: str, then: Callable[[], object]) -> None:
         self.module, self.then = module, then
+        self._looking = False
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname != self.module:
+        if fullname != self.module or self._looking:
             return None
-        sys.meta_path.remove(self)  # once; and find_spec below must not find this finder again
-        spec = importlib.util.find_spec(fullname)
+        self._looking = True  # the look-up below must not find this finder again
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self._looking = False
         if spec is None or spec.loader is None:
             return spec
-        run, then = spec.loader.exec_module, self.then
+        run, finder = spec.loader.exec_module, self
 
         def exec_module(module: Any) -> None:
             run(module)
-            then()
+            if finder in sys.meta_path:  # once, however many look-ups were wrapped
+                sys.meta_path.remove(finder)
+                finder.then()
 
         spec.loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
