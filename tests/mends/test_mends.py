@@ -297,7 +297,7 @@ _PROGRESS = """
     import json, os, signal, sys, tempfile, time
     import keras
     import tensorflow as tf
-    from tfdevices.jobs.progress import ProgressWriter, read_board
+    from tfdevices.jobs.progress import ProgressWriter, read_records
     from tfdevices.mends import fit_progress, stack_dumps, step_progress
     from tfdevices.mends.base import when_imported
 
@@ -321,7 +321,7 @@ _PROGRESS = """
 
     class Late(keras.callbacks.Callback):
         def on_epoch_end(self, epoch, logs=None):
-            seen.append(read_board(board)[0].detail)
+            seen.append(read_records(board)[0].detail)
 
     seen = []
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])

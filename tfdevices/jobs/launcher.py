@@ -85,15 +85,18 @@ from tfdevices.core.units import shown
 from tfdevices.gpus.topology import format_cpus
 from tfdevices.jobs.env import RANK_GPUS, VIRTUAL_DEVICES_ENV, LaunchInfo
 from tfdevices.jobs.handshake import Stopped
+from tfdevices.jobs.job_report import write_job_files
 from tfdevices.jobs.launch_config import LaunchConfig, check_worker_count, config_from_call
 from tfdevices.jobs.metrics import Attempt, JobMetrics, MetricsAddress, gpu_reader, job_name
 from tfdevices.jobs.output import PROGRESS, Console, Record, Splitter
-from tfdevices.jobs.progress import PROGRESS_DIR_ENV
+from tfdevices.jobs.progress import PROGRESS_DIR_ENV, RankProgress, read_records
 from tfdevices.jobs.ranks import cpu_binding, plan_ranks
 from tfdevices.jobs.rendezvous import MAX_WORKERS, NodeJob, Nodes, free_ports, rendezvous
 from tfdevices.jobs.reporting import LAUNCHER_WATCHES_ENV, STALL_STATUS
-from tfdevices.jobs.stall import STACKS_DIR_ENV, StallWatch, write_timeline
+from tfdevices.jobs.stacks import ask_stacks
+from tfdevices.jobs.stall import STACKS_DIR_ENV, Stall
 from tfdevices.jobs.tfconfig import make_tf_config
+from tfdevices.jobs.watch import JobWatch, write_snapshot
 from tfdevices.jobs.watchdog import Watchdog
 from tfdevices.jobs.workersite import LISTEN_MARK, LISTEN_STATUS, worker_site
 from tfdevices.mends.loopback import ALL, LISTEN_ENV, LOOPBACK, Listen
@@ -486,6 +489,8 @@ class _Job:
         self._listen_failed: set[int] = set()  # ranks whose listen check stopped them
         self.metrics: JobMetrics | None = None
         self._ranks: list[int] = []
+        self.progress = self.stacks = ""
+        self.watch = JobWatch((), self.stall)
 
     def forwarding_signals(self) -> Any:
         job = self
@@ -533,43 +538,27 @@ class _Job:
 
     def run(self, plans: Sequence[WorkerPlan]) -> int:
         """Starts one attempt's workers and waits for them: 0, or the first non-zero status."""
-        command = self.command
         self.procs, pumps, logs = [], [], []
         bound = self._binding(plans)
-        progress = tempfile.mkdtemp(prefix="tfdevices-progress-")
+        self.progress = tempfile.mkdtemp(prefix="tfdevices-progress-")
         stacks = os.path.join(self.log_dir, "stacks") if self.log_dir else tempfile.mkdtemp(prefix="tfdevices-stacks-")
-        base = {**self.base, PROGRESS_DIR_ENV: progress, STACKS_DIR_ENV: stacks, LAUNCHER_WATCHES_ENV: "1"}
-        self.watch = StallWatch(progress, [p.rank for p in plans], self.stall, self.console.say, stacks_dir=stacks)
+        self.stacks = stacks
+        base = {**self.base, PROGRESS_DIR_ENV: self.progress, STACKS_DIR_ENV: stacks, LAUNCHER_WATCHES_ENV: "1"}
+        where = os.path.join(stacks, "rank<R>.txt")
+        self.watch = JobWatch([p.rank for p in plans], self.stall, frames=self._frames, stacks_where=where)
         self._ranks = [p.rank for p in plans]
-        if self.metrics is not None:  # read when scraped: this attempt's board, watch, GPUs and workers
+        if self.metrics is not None:  # rendered when scraped: this attempt's latest look, its GPUs and workers
             restarts = int(plans[0].env.get(RESTART_ENV, "0")) if plans else 0
             owned = {p.rank: p.gpus for p in plans}
-            self.metrics.collector.start(Attempt(progress, self.watch, owned, self._statuses, restarts))
+            self.metrics.collector.start(Attempt(self.watch, owned, self._statuses, restarts))
         try:
             for plan in plans:
-                log = self._open_log(plan.rank)
-                logs.append(log)
-                with _pinned(bound.get(plan.local_rank)):
-                    proc = subprocess.Popen(
-                        list(command),
-                        env={**base, **plan.env},
-                        stdout=subprocess.PIPE,
-                        stderr=subprocess.STDOUT,
-                        stdin=subprocess.DEVNULL,
-                        start_new_session=True,
-                    )
-                self.procs.append(proc)
-                if self.watchdog is not None:
-                    self.watchdog.guard(proc.pid)
-                gpus = ",".join(map(str, plan.gpus)) or "none (CPU)"
-                self.console.say(f"worker {plan.rank}: pid {proc.pid}, {plan.address}, GPUs {gpus}")
-                pump = threading.Thread(target=self._pump, args=(proc, plan.rank, log), daemon=True)
-                pump.start()
-                pumps.append(pump)
+                logs.append(self._open_log(plan.rank))
+                pumps.append(self._start(plan, base, bound, logs[-1]))
             return self._wait([p.rank for p in plans])
         except OSError as err:
             raise LaunchError(
-                f"cannot start {shown(command[0])}: {err.strerror}.", hint="check the command after '--'."
+                f"cannot start {shown(self.command[0])}: {err.strerror}.", hint="check the command after '--'."
             ) from None
         finally:
             self._stop_all()
@@ -578,21 +567,64 @@ class _Job:
             for log in logs:
                 if log is not None:
                     log.close()
-            for line in self.watch.slow.lines():  # where each rank spends its step, the slow rank
-                self.console.say(line)
-            if self.log_dir:  # each rank's steps and their split over time: whom everyone waits for
-                try:
-                    for path in write_timeline(
-                        self.watch.timeline,
-                        self.log_dir,
-                        end=self.watch.last_poll,
-                        slow=self.watch.slow,
-                    ):
-                        self.console.say(f"each rank's steps: {path}")
-                except OSError as err:
-                    self.console.say(f"cannot write the steps' timeline in --log-dir ({err.strerror})")
-            shutil.rmtree(progress, ignore_errors=True)
+            self._end_report()
+            shutil.rmtree(self.progress, ignore_errors=True)
             _remove_if_empty(stacks)
+
+    def _start(
+        self, plan: WorkerPlan, base: Mapping[str, str], bound: Mapping[int, tuple[int, ...]], log: IO[str] | None
+    ) -> threading.Thread:
+        """Starts one worker and the thread that pumps its output."""
+        with _pinned(bound.get(plan.local_rank)):
+            proc = subprocess.Popen(
+                list(self.command),
+                env={**base, **plan.env},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        self.procs.append(proc)
+        if self.watchdog is not None:
+            self.watchdog.guard(proc.pid)
+        gpus = ",".join(map(str, plan.gpus)) or "none (CPU)"
+        self.console.say(f"worker {plan.rank}: pid {proc.pid}, {plan.address}, GPUs {gpus}")
+        pump = threading.Thread(target=self._pump, args=(proc, plan.rank, log), daemon=True)
+        pump.start()
+        return pump
+
+    def records(self) -> tuple[RankProgress, ...]:
+        """Every rank's record this launcher sees: its own machine's."""
+        return read_records(self.progress)
+
+    def _frames(self, stall: Stall) -> dict[int, list[str]]:
+        """The stuck ranks' top frames: this machine's ranks are asked for their stacks."""
+        return ask_stacks([r for r in stall.records if not r.node], self.stacks, stall.missing)
+
+    def _look(self) -> int | None:
+        """One look of the watch: its lines said, its snapshot left for the workers; a status to stop with, or None."""
+        snapshot = self.watch.poll(self.records())
+        for line in snapshot.said:
+            self.console.say(line)
+        write_snapshot(snapshot, self.progress)
+        if snapshot.stop is None:
+            return None
+        self.console.say(snapshot.stop)
+        return STALL_STATUS
+
+    def _end_report(self) -> None:
+        """The job's end: where each rank spent its step, the slow rank; with --log-dir, the files."""
+        summary = self.watch.summary()
+        for line in summary.lines():
+            self.console.say(line)
+        if not self.log_dir:
+            return
+        latest = self.watch.latest
+        try:
+            for path in write_job_files(summary, self.watch.timeline, self.log_dir, latest.at if latest else None):
+                self.console.say(f"each rank's steps: {path}")
+        except OSError as err:
+            self.console.say(f"cannot write the steps' timeline in --log-dir ({err.strerror})")
 
     def _statuses(self) -> dict[int, int | None]:
         """Each started worker's exit status (``None`` while it runs), for the metrics."""
@@ -685,10 +717,9 @@ class _Job:
                 return self.remote_code
             if time.monotonic() >= next_watch:
                 next_watch = time.monotonic() + 1.0
-                reason = self.watch.poll()
-                if reason is not None:
-                    self.console.say(reason)
-                    return STALL_STATUS
+                stopped = self._look()
+                if stopped is not None:
+                    return stopped
             if self._kill_at is not None and time.monotonic() >= self._kill_at:
                 self._kill_at = None
                 self.console.say(f"workers still running {GRACE_S:g} s after the signal: killing them")

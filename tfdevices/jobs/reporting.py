@@ -5,7 +5,7 @@
 the mends that fill it: ``step_progress`` (a custom loop's steps), ``fit_progress`` (``fit``'s steps and
 callbacks) and ``stack_dumps`` (``SIGUSR1`` writes the Python stack). Under ``tfdevices launch`` the
 launcher watches every rank (``--stall-timeout``); under ``srun`` and other launchers whose ranks share a
-machine, rank 0 runs the same :class:`~tfdevices.jobs.stall.StallWatch` on a thread, and
+machine, rank 0 runs the job's watch (:class:`~tfdevices.jobs.watch.JobWatch`) on a thread, and
 :func:`stall_timeout` (or ``TFDEVICES_STALL_TIMEOUT``) makes it stop the job; with ``TFDEVICES_METRICS``
 or :func:`~tfdevices.jobs.metrics.serve_metrics` that watch also serves the job's metrics for Prometheus
 (:mod:`tfdevices.jobs.metrics`). TensorFlow-free.
@@ -26,8 +26,10 @@ from tfdevices.core.errors import InputError, TfDevicesError
 from tfdevices.core.units import shown
 from tfdevices.jobs.env import launch_info
 from tfdevices.jobs.metrics import watch_metrics
-from tfdevices.jobs.progress import ProgressWriter, progress_dir, read_board
-from tfdevices.jobs.stall import STACKS_DIR_ENV, StallPolicy, StallWatch, policy_from_env
+from tfdevices.jobs.progress import ProgressWriter, progress_dir, read_records
+from tfdevices.jobs.stacks import ask_stacks
+from tfdevices.jobs.stall import STACKS_DIR_ENV, Stall, StallPolicy, policy_from_env
+from tfdevices.jobs.watch import JobWatch, write_snapshot
 from tfdevices.mends import fit_progress, stack_dumps, step_progress
 from tfdevices.mends.at_exit import call_at_exit
 from tfdevices.mends.base import when_imported
@@ -38,14 +40,36 @@ LAUNCHER_WATCHES_ENV = "TFDEVICES_LAUNCHER_WATCHES"
 STALL_STATUS = 3
 _POLL_S = 1.0
 
-_STATE: dict[str, object] = {"writer": None, "watch": None, "timeout": None, "slow_rank": None}
+
+@dataclasses.dataclass(frozen=True)
+class _Asked:
+    """What the program asked from Python (it beats the environment): replaced whole, never changed in place, so
+    rank 0's watch thread reads one consistent record.
+    """
+
+    timeout_s: float | None = None
+    timeout_asked: bool = False
+    slow_rank: bool | None = None
+
+
+class _ThisRank:
+    """This process's part of the job: its record's writer, rank 0's watch, and what the program asked."""
+
+    def __init__(self) -> None:
+        self.writer: ProgressWriter | None = None
+        self.watch: JobWatch | None = None
+        self.asked = _Asked()
+
+
+_RANK = _ThisRank()
 
 
 def stall_timeout(seconds: float | None) -> None:
     """Stops the job when a stall lasts ``seconds`` past its window (``None``: report only); from Python.
 
     For jobs started by ``srun``, Ray Train or any launcher other than ``tfdevices launch`` (which takes
-    ``--stall-timeout``): rank 0's watch reads it. An explicit call beats ``TFDEVICES_STALL_TIMEOUT``.
+    ``--stall-timeout``): rank 0's watch reads it at its next look. An explicit call beats
+    ``TFDEVICES_STALL_TIMEOUT``.
 
     Raises:
         InputError: ``seconds`` is not a number of seconds > 0.
@@ -54,10 +78,7 @@ def stall_timeout(seconds: float | None) -> None:
         isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < math.inf
     ):
         raise InputError(f"stall_timeout({shown(seconds)}): not a number of seconds > 0.", hint="e.g. 300, or None.")
-    _STATE["timeout"] = seconds
-    watch = _STATE["watch"]
-    if isinstance(watch, StallWatch):
-        watch.policy = dataclasses.replace(watch.policy, timeout_s=seconds)
+    _RANK.asked = dataclasses.replace(_RANK.asked, timeout_s=seconds, timeout_asked=True)
 
 
 def slow_rank_report(enabled: bool) -> None:
@@ -65,7 +86,7 @@ def slow_rank_report(enabled: bool) -> None:
     split at its end) on or off, from Python; it is on by default.
 
     For jobs started by ``srun``, Ray Train or any launcher other than ``tfdevices launch`` (which takes
-    ``--no-slow-rank``): rank 0's watch reads it. An explicit call beats ``TFDEVICES_SLOW_RANK``.
+    ``--no-slow-rank``): rank 0's watch reads it at its next look. An explicit call beats ``TFDEVICES_SLOW_RANK``.
 
     Raises:
         InputError: ``enabled`` is not a bool.
@@ -74,12 +95,17 @@ def slow_rank_report(enabled: bool) -> None:
         raise InputError(
             f"slow_rank_report({shown(enabled)}): not True or False.", hint="e.g. slow_rank_report(False)."
         )
-    _STATE["slow_rank"] = enabled
-    watch = _STATE["watch"]
-    if isinstance(watch, StallWatch):
-        watch.policy = dataclasses.replace(
-            watch.policy, slow_rank=dataclasses.replace(watch.policy.slow_rank, enabled=enabled)
-        )
+    _RANK.asked = dataclasses.replace(_RANK.asked, slow_rank=enabled)
+
+
+def asked_policy(policy: StallPolicy, asked: _Asked | None = None) -> StallPolicy:
+    """The environment's policy with what Python calls asked (they beat the environment)."""
+    asked = _RANK.asked if asked is None else asked
+    timeout = asked.timeout_s if asked.timeout_asked else policy.timeout_s
+    slow = policy.slow_rank
+    if asked.slow_rank is not None:
+        slow = dataclasses.replace(slow, enabled=asked.slow_rank)
+    return dataclasses.replace(policy, timeout_s=timeout, slow_rank=slow)
 
 
 def start_reporting(env: Mapping[str, str] | None = None) -> ProgressWriter | None:
@@ -89,8 +115,8 @@ def start_reporting(env: Mapping[str, str] | None = None) -> ProgressWriter | No
         The record's writer, or ``None`` where there is nothing to report to (one process, or no
         progress directory: not under ``tfdevices launch`` or ``srun``, and ``TFDEVICES_PROGRESS_DIR`` unset).
     """
-    if _STATE["writer"] is not None:
-        return _STATE["writer"]  # type: ignore[return-value]
+    if _RANK.writer is not None:
+        return _RANK.writer
     env = os.environ if env is None else env
     try:
         directory = progress_dir(env)
@@ -106,42 +132,43 @@ def start_reporting(env: Mapping[str, str] | None = None) -> ProgressWriter | No
     except OSError as err:
         print(f"tfdevices: no stall detection in this rank: cannot write {directory} ({err.strerror})", file=sys.stderr)
         return None
-    _STATE["writer"] = step_progress.MEND.writer = fit_progress.MEND.writer = writer
-    when_imported("tensorflow", step_progress.MEND.apply)
+    _RANK.writer = step_progress.MEND.writer = fit_progress.MEND.writer = writer
+    when_imported("tensorflow", _tensorflow_imported)
     for keras in ("keras.src.callbacks.callback_list", "tf_keras.src.callbacks"):
         when_imported(keras, _fit_imported)
     stacks = env.get(STACKS_DIR_ENV) or os.path.join(directory, "stacks")
     stack_dumps.dump_stacks_to(os.path.join(stacks, f"rank{info.rank}.txt"))
     if info.rank == 0 and not env.get(LAUNCHER_WATCHES_ENV):
-        same_machine = info.local_world_size == info.world_size
-        watch = StallWatch(
-            directory,
-            range(info.world_size) if same_machine else (),
-            _policy(policy),
-            _say,
-            stacks_dir=stacks,
-        )
-        _STATE["watch"] = watch
-        watch_metrics(watch, env, _say)  # TFDEVICES_METRICS or serve_metrics(): rank 0 serves the job's metrics
-        threading.Thread(target=_watching, args=(watch,), name="tfdevices-stall-watch", daemon=True).start()
-        call_at_exit(_summary, watch)  # the at_exit mend: tfdevices' own clean-ups, one hook
+        expected = range(info.world_size) if info.local_world_size == info.world_size else ()
+        _watch_from_rank_0(directory, stacks, expected, policy, env)
     return writer
 
 
-def _policy(policy: StallPolicy) -> StallPolicy:
-    """The environment's policy with what Python calls set (they beat the environment)."""
-    timeout = _STATE["timeout"] if isinstance(_STATE["timeout"], (int, float)) else policy.timeout_s
-    slow = policy.slow_rank
-    if isinstance(_STATE["slow_rank"], bool):
-        slow = dataclasses.replace(slow, enabled=_STATE["slow_rank"])
-    return dataclasses.replace(policy, timeout_s=timeout, slow_rank=slow)
+def _watch_from_rank_0(
+    directory: str, stacks: str, expected: Iterable[int], policy: StallPolicy, env: Mapping[str, str]
+) -> None:
+    """Rank 0 watches the job where no launcher does: a thread that looks about once a second."""
+
+    def frames(stall: Stall) -> dict[int, list[str]]:
+        return ask_stacks([r for r in stall.records if not r.node], stacks, stall.missing)
+
+    where = os.path.join(stacks, "rank<R>.txt")
+    watch = JobWatch(list(expected), lambda: asked_policy(policy), frames=frames, stacks_where=where)
+    _RANK.watch = watch
+    watch_metrics(watch, env, _say)  # TFDEVICES_METRICS or serve_metrics(): rank 0 serves the job's metrics
+    threading.Thread(target=_watching, args=(watch, directory), name="tfdevices-job-watch", daemon=True).start()
+    call_at_exit(_summary, watch, directory)  # the at_exit mend: tfdevices' own clean-ups, one hook
 
 
-def _summary(watch: StallWatch) -> None:
+def _tensorflow_imported() -> None:
+    step_progress.MEND.apply()
+
+
+def _summary(watch: JobWatch, directory: str) -> None:
     """Rank 0 ends: one last look, then each rank's step split (the table) on its stderr."""
     try:
-        watch.poll()
-        for line in watch.slow.lines():
+        watch.poll(read_records(directory))
+        for line in watch.summary().lines():
             _say(f"tfdevices: {line}")
     except Exception as err:  # noqa: BLE001 (a summary must never fail the exit)
         _say(f"tfdevices: no slow-rank summary: {type(err).__name__}: {err}")
@@ -157,19 +184,22 @@ def _say(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-def _watching(watch: StallWatch) -> None:
-    """Rank 0's watch: polls until a stall outlasts the timeout, then stops every local rank."""
+def _watching(watch: JobWatch, directory: str) -> None:
+    """Rank 0's watch: looks until a stall outlasts the timeout, then stops every local rank."""
     while True:
         time.sleep(_POLL_S)
         try:
-            reason = watch.poll()
+            snapshot = watch.poll(read_records(directory))
         except Exception as err:  # noqa: BLE001 (the watch must never take the worker down)
-            _say(f"tfdevices: the stall watch stopped: {type(err).__name__}: {err}")
+            _say(f"tfdevices: the job's watch stopped: {type(err).__name__}: {err}")
             return
-        if reason is None:
+        for line in snapshot.said:
+            _say(line)
+        write_snapshot(snapshot, directory)
+        if snapshot.stop is None:
             continue
-        _say(f"tfdevices: {reason}")
-        _stop(record.pid for record in read_board(watch.directory) if record.pid != os.getpid())
+        _say(f"tfdevices: {snapshot.stop}")
+        _stop(record.pid for record in read_records(directory) if record.pid != os.getpid())
         os._exit(STALL_STATUS)
 
 

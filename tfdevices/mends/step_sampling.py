@@ -184,6 +184,7 @@ class StepSampler:
         self._warm = False
         self.samples = 0  # steps sampled (the warm-up included)
         self.spent_s = 0.0  # what the samples cost in all: the profiler's start and stop, the read
+        self._sums = [0.0, 0.0, 0.0]  # the sampled steps' seconds, wait and input, summed (the record's Waits)
 
     def due(self, step: int) -> bool:
         """Whether step ``step`` (its number, from 1) is sampled."""
@@ -242,7 +243,9 @@ class StepSampler:
         if not self._warm:  # the profiler's first start in a process takes about 0.1 s: that step is not read
             self._warm = True
             return
-        writer.sample(step, step_s, min(wait_s, step_s), min(input_s, step_s), cost)
+        sums = self._sums
+        sums[0], sums[1], sums[2] = sums[0] + step_s, sums[1] + min(wait_s, step_s), sums[2] + min(input_s, step_s)
+        writer.record_waits(step, sums[0], sums[1], sums[2], self.spent_s)
         self.every = max(self.every, sample_every(cost, self._cycle or step_s))
 
     def _read_space(self) -> Any:
