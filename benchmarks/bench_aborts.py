@@ -25,6 +25,7 @@ import collections
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -124,6 +125,7 @@ def main() -> None:
     if args.summary:
         summary(args.summary)
         return
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # kill PID: the busy processes are stopped too
     trees = dict(t.split("=", 1) for t in args.tree) or {"this": REPO}
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     measure(trees, args.jobs, args.steps, args.load, args.out, args.timeout)

@@ -404,7 +404,7 @@ LIVE = "[launcher] tfdevices: rank 1 is the slow one: rank 0 waits "
 
 
 #: Seconds a job that must be named while it runs lasts at least: the launcher's 3 looks in a row (about a
-#: second apart) after the first timed and sampled steps, on a machine whose steps are fast as on a slow one.
+#: second apart) after the first timed steps and waits read, on a machine whose steps are fast as on a slow one.
 LIVE_MIN_S = 10
 
 
@@ -479,9 +479,9 @@ def test_a_rank_slow_between_steps_is_named_while_the_job_runs(mode: str, reason
 @pytest.mark.slow
 @pytest.mark.xdist_group("slow_rank")
 @pytest.mark.parametrize("mode", ["loop", "fit"])
-def test_a_rank_slow_inside_its_step_before_the_all_reduce_is_named_from_sampled_steps(mode: str) -> None:
-    # rank 1's step: 40 more matmuls before the all-reduce; sampled steps asked for (off by default)
-    out = _launch(mode, "compute", "1", 300, env={"TFDEVICES_STEP_SAMPLING": "1"}, min_s=LIVE_MIN_S)
+def test_a_rank_slow_inside_its_step_is_named_with_default_settings(mode: str) -> None:
+    # rank 1's step: 40 more matmuls before the all-reduce; no variable set: the waits are measured by default
+    out = _launch(mode, "compute", "1", 300, min_s=LIVE_MIN_S)
     line = _live_line(out)
     reason = (
         r"rank 0 waits [\d.]+ ms of each [\d.]+ ms step for it in the all-reduce; rank 1's step takes ([\d.]+) ms "
@@ -561,8 +561,6 @@ def test_under_srun_rank_0_names_the_slow_rank_while_the_job_runs(tmp_path) -> N
             logs = tmp_path / f"{mode}-{kind}"
             logs.mkdir()
             length = {"SLOW_RANK_MIN_S": str(SRUN_MIN_S), "SLOW_RANK_SYNC": str(logs)}
-            if kind == "compute":
-                length["TFDEVICES_STEP_SAMPLING"] = "1"  # the split inside the step from sampled steps
             proc = subprocess.run(
                 ["srun", "-n", "2", "--kill-on-bad-exit=1", f"--output={logs}/rank%t.out", f"--error={logs}/rank%t.err"]
                 + [sys.executable, SCRIPT, mode, kind, "1", str(steps)],

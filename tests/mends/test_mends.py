@@ -28,6 +28,7 @@ NAMES = (
     "loopback",
     "step_progress",
     "fit_progress",
+    "collective_wait",
     "fit_end",
     "stack_dumps",
     "at_exit",

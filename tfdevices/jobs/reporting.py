@@ -3,7 +3,8 @@
 :func:`start_reporting` (called by ``build_strategy`` for a multi-worker strategy, and by every worker
 ``tfdevices launch`` starts) opens this rank's progress record (:mod:`tfdevices.jobs.progress`) and arms
 the mends that fill it: ``step_progress`` (a custom loop's steps), ``fit_progress`` (``fit``'s steps and
-callbacks) and ``stack_dumps`` (``SIGUSR1`` writes the Python stack). Under ``tfdevices launch`` the
+callbacks), ``collective_wait`` (each step's wait in its collectives and for its input) and ``stack_dumps``
+(``SIGUSR1`` writes the Python stack). Under ``tfdevices launch`` the
 launcher watches every rank (``--stall-timeout``); under ``srun`` and other launchers whose ranks share a
 machine, rank 0 runs the job's watch (:class:`~tfdevices.jobs.watch.JobWatch`) on a thread, and
 :func:`stall_timeout` (or ``TFDEVICES_STALL_TIMEOUT``) makes it stop the job; with ``TFDEVICES_METRICS``
@@ -30,7 +31,7 @@ from tfdevices.jobs.progress import ProgressWriter, progress_dir, read_records
 from tfdevices.jobs.stacks import ask_stacks
 from tfdevices.jobs.stall import STACKS_DIR_ENV, Stall, StallPolicy, policy_from_env
 from tfdevices.jobs.watch import JobWatch, write_snapshot
-from tfdevices.mends import fit_progress, stack_dumps, step_progress
+from tfdevices.mends import collective_wait, fit_progress, stack_dumps, step_progress
 from tfdevices.mends.at_exit import call_at_exit
 from tfdevices.mends.base import when_imported
 
@@ -132,7 +133,7 @@ def start_reporting(env: Mapping[str, str] | None = None) -> ProgressWriter | No
     except OSError as err:
         print(f"tfdevices: no stall detection in this rank: cannot write {directory} ({err.strerror})", file=sys.stderr)
         return None
-    _RANK.writer = step_progress.MEND.writer = fit_progress.MEND.writer = writer
+    _RANK.writer = step_progress.MEND.writer = fit_progress.MEND.writer = collective_wait.MEND.writer = writer
     when_imported("tensorflow", _tensorflow_imported)
     for keras in ("keras.src.callbacks.callback_list", "tf_keras.src.callbacks"):
         when_imported(keras, _fit_imported)
@@ -162,6 +163,7 @@ def _watch_from_rank_0(
 
 def _tensorflow_imported() -> None:
     step_progress.MEND.apply()
+    collective_wait.MEND.apply()
 
 
 def _summary(watch: JobWatch, directory: str) -> None:
