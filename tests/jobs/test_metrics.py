@@ -356,3 +356,24 @@ def run_py_args(code: str, *args: str, env: dict[str, str]) -> subprocess.Comple
         text=True,
         timeout=120,
     )
+
+
+def test_each_ranks_series_carry_its_node(tmp_path) -> None:
+    """Node 0's launcher of a job over two machines serves every rank, each with the machine it runs on."""
+    import dataclasses
+
+    now = [1000.0]
+    writers = _board(str(tmp_path), now)
+    _steps(writers, now, 10)
+    records = [dataclasses.replace(r, node=f"gpu0{r.rank}") for r in read_records(str(tmp_path))]
+    watch = JobWatch([0, 1], StallPolicy(), clock=lambda: now[0])
+    watch.poll(records)
+    collector = metrics.JobCollector("j", "this-host")
+    collector.start(Attempt(watch))
+    steps = {
+        (s.labels["rank"], s.labels["node"])
+        for family in collector.collect()
+        for s in family.samples
+        if s.name == "tfdevices_rank_steps_total"
+    }
+    assert steps == {("0", "gpu00"), ("1", "gpu01")}

@@ -88,8 +88,9 @@ from tfdevices.jobs.handshake import Stopped
 from tfdevices.jobs.job_report import write_job_files
 from tfdevices.jobs.launch_config import LaunchConfig, check_worker_count, config_from_call
 from tfdevices.jobs.metrics import Attempt, JobMetrics, MetricsAddress, gpu_reader, job_name
+from tfdevices.jobs.node_exchange import RemoteRecords, frames_line, parse_want, record_line
 from tfdevices.jobs.output import PROGRESS, Console, Record, Splitter
-from tfdevices.jobs.progress import PROGRESS_DIR_ENV, RankProgress, read_records
+from tfdevices.jobs.progress import PROGRESS_DIR_ENV, RankProgress, read_records, record_bytes, record_paths
 from tfdevices.jobs.ranks import cpu_binding, plan_ranks
 from tfdevices.jobs.rendezvous import MAX_WORKERS, NodeJob, Nodes, free_ports, rendezvous
 from tfdevices.jobs.reporting import LAUNCHER_WATCHES_ENV, STALL_STATUS
@@ -364,6 +365,7 @@ def _over_machines(job: _Job, nodes: Nodes) -> int:
         host = cluster.addresses[cluster.first_rank].rsplit(":", 1)[0]
         where = job.config.listen or own_address(host)
         say(_listening_line(where, host))
+        job.link(peers)
         peers.watch(job.stop_remote)
         plans = plan_workers(
             n,
@@ -491,6 +493,10 @@ class _Job:
         self._ranks: list[int] = []
         self.progress = self.stacks = ""
         self.watch = JobWatch((), self.stall)
+        self.peers: Any = None  # the other machines' launchers (a job over several machines)
+        self.remote: RemoteRecords | None = None  # on node 0: the other nodes' ranks
+        self.node_name = ""  # on node 0 of a job over several machines: how its lines name this machine
+        self._remote_ranks: tuple[int, ...] = ()
 
     def forwarding_signals(self) -> Any:
         job = self
@@ -545,7 +551,10 @@ class _Job:
         self.stacks = stacks
         base = {**self.base, PROGRESS_DIR_ENV: self.progress, STACKS_DIR_ENV: stacks, LAUNCHER_WATCHES_ENV: "1"}
         where = os.path.join(stacks, "rank<R>.txt")
-        self.watch = JobWatch([p.rank for p in plans], self.stall, frames=self._frames, stacks_where=where)
+        if self.remote is not None:
+            where += " (this machine's ranks; another node's, in its launcher's stacks directory)"
+        expected = sorted({p.rank for p in plans} | set(self._remote_ranks))
+        self.watch = JobWatch(expected, self.stall, frames=self._frames, stacks_where=where)
         self._ranks = [p.rank for p in plans]
         if self.metrics is not None:  # rendered when scraped: this attempt's latest look, its GPUs and workers
             restarts = int(plans[0].env.get(RESTART_ENV, "0")) if plans else 0
@@ -593,35 +602,95 @@ class _Job:
         pump.start()
         return pump
 
+    def link(self, peers: Any) -> None:
+        """A job over several machines: node 0 watches every node's ranks; another node sends it its own."""
+        self.peers = peers
+        if peers.is_master:
+            others = [n for n in peers.nodes if n.node_rank != 0]
+            self.remote = RemoteRecords(others)
+            self.node_name = next(n.name for n in peers.nodes if n.node_rank == 0)
+            self._remote_ranks = tuple(r for n in others if n.reports for r in n.ranks)
+            peers.handlers = {"record": self.remote.take, "frames": self.remote.take}
+        elif peers.reports:
+            peers.handlers = {"want": self._send_frames}
+            self.console.say(
+                "this node's ranks report to node 0's launcher: the slow or stuck rank is named on its console"
+            )
+
+    @property
+    def reports_to_node_0(self) -> bool:
+        """This launcher is another node's, and node 0 watches its ranks."""
+        return self.peers is not None and not self.peers.is_master and self.peers.reports
+
     def records(self) -> tuple[RankProgress, ...]:
-        """Every rank's record this launcher sees: its own machine's."""
-        return read_records(self.progress)
+        """Every rank's record this launcher sees: its own machine's, and on node 0 the other nodes'."""
+        local = read_records(self.progress, self.node_name)
+        return local if self.remote is None else (*local, *self.remote.records())
 
     def _frames(self, stall: Stall) -> dict[int, list[str]]:
-        """The stuck ranks' top frames: this machine's ranks are asked for their stacks."""
-        return ask_stacks([r for r in stall.records if not r.node], self.stacks, stall.missing)
+        """The stuck ranks' top frames: this machine's ranks are asked for their stacks, other nodes' launchers for
+        theirs.
+        """
+        remote = [r for r in stall.missing if r in self._remote_ranks]
+        found: dict[int, list[str]] = {}
+        ask = None
+        if self.remote is not None and remote:
+            others = self.remote
+            ask = threading.Thread(target=lambda: found.update(others.frames(self._ask_frames, remote)))
+            ask.start()
+        local = [r for r in stall.records if r.rank not in self._remote_ranks]
+        found.update(ask_stacks(local, self.stacks, [r for r in stall.missing if r not in remote]))
+        if ask is not None:
+            ask.join()
+        return found
+
+    def _ask_frames(self, node_rank: int, ranks: list[int]) -> None:
+        self.peers.send(self.peers.node_ranks.index(node_rank), "want " + ",".join(map(str, ranks)))
+
+    def _send_frames(self, node_rank: int, word: str, value: str) -> None:
+        """Node 0 asked for the frames of ranks of this machine: their stacks asked for, the top frames sent."""
+        frames = ask_stacks(read_records(self.progress), self.stacks, parse_want(value))
+        for rank, lines in frames.items():
+            self.peers.send(0, frames_line(rank, lines))
+
+    def _send_records(self) -> None:
+        """This machine's ranks' records, as they are, to node 0's launcher."""
+        for path in record_paths(self.progress):
+            raw = record_bytes(path)
+            if raw is not None:
+                self.peers.send(0, record_line(raw))
 
     def _look(self) -> int | None:
-        """One look of the watch: its lines said, its snapshot left for the workers; a status to stop with, or None."""
+        """One look of the watch: its lines said, its snapshot left for the workers; a status to stop with, or None.
+        On another node whose ranks node 0 watches, the records go to node 0 and nothing is said here.
+        """
         snapshot = self.watch.poll(self.records())
-        for line in snapshot.said:
-            self.console.say(line)
         write_snapshot(snapshot, self.progress)
+        if self.reports_to_node_0:
+            self._send_records()
+            return None
+        for line in [*snapshot.said, *(self.remote.unheard() if self.remote is not None else ())]:
+            self.console.say(line)
         if snapshot.stop is None:
             return None
         self.console.say(snapshot.stop)
         return STALL_STATUS
 
     def _end_report(self) -> None:
-        """The job's end: where each rank spent its step, the slow rank; with --log-dir, the files."""
+        """The job's end: where each rank spent its step, the slow rank; with --log-dir, the files. On another node
+        whose ranks node 0 watched, nothing: the job's summary is node 0's.
+        """
+        if self.reports_to_node_0:
+            return
         summary = self.watch.summary()
         for line in summary.lines():
             self.console.say(line)
         if not self.log_dir:
             return
         latest = self.watch.latest
+        end, looks = (latest.at, latest.number) if latest is not None else (None, 0)
         try:
-            for path in write_job_files(summary, self.watch.timeline, self.log_dir, latest.at if latest else None):
+            for path in write_job_files(summary, self.watch.timeline, self.log_dir, end, looks):
                 self.console.say(f"each rank's steps: {path}")
         except OSError as err:
             self.console.say(f"cannot write the steps' timeline in --log-dir ({err.strerror})")

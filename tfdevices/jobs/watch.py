@@ -102,6 +102,7 @@ class JobSnapshot:
 
     Attributes:
         at: when (``time.time()``).
+        number: this look's number (the first is 1).
         looks: looks so far that saw every rank's split (what the job's medians are taken over).
         rows: every rank, by rank.
         slow: the slow rank named (it persisted over :attr:`SlowRankPolicy.polls` looks), or ``None``.
@@ -113,6 +114,7 @@ class JobSnapshot:
     """
 
     at: float
+    number: int
     looks: int
     rows: tuple[RankRow, ...]
     slow: SlowRank | None
@@ -236,6 +238,7 @@ class JobWatch:
         stop = self._stall.look(stall, policy, said, self._frames, self._stacks_where)
         snapshot = JobSnapshot(
             now,
+            (self.latest.number if self.latest is not None else 0) + 1,
             len(self._slow.history),
             _rows(records, splits, self._slow.named, stall),
             self._slow.named,
