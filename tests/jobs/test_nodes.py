@@ -9,6 +9,7 @@ once.
 from __future__ import annotations
 
 import base64
+import json
 import os
 import re
 import subprocess
@@ -196,4 +197,58 @@ def test_a_stuck_rank_on_another_node_is_named_with_its_frame_and_the_timeout_st
     assert len(frames) > 1 and "in loop" in frames[1][:400], out0[-3000:]
     assert re.search(r"stopping the job: rank 1 on node 127\.0\.0\.2 .*past the stall timeout, 8 s", out0), out0
     assert "another machine's job stopped; stopping this one" in out1, out1[-3000:]
+    assert codes == [3, 3], (codes, out0[-2000:], out1[-2000:])
+
+
+# ------------------------------------------------------------------- no launcher: TensorFlow's coordination service
+
+
+def _without_launcher(*script: str, env: dict[str, str] | None = None) -> tuple[str, str, list]:
+    """Two workers started with TF_CONFIG alone, as srun or Ray Train start them, rank 1's address 127.0.0.2, each
+    with its own progress directory (two machines): rank 0's watch sees rank 1 only through the coordination
+    service. Returns both ranks' output and exit statuses.
+    """
+    ports = free_ports(2)
+    cluster = {"worker": [f"127.0.0.1:{ports[0]}", f"{NODE1}:{ports[1]}"]}
+    with tempfile.TemporaryDirectory() as tmp0, tempfile.TemporaryDirectory() as tmp1:
+        procs = []
+        for rank, tmp in ((0, tmp0), (1, tmp1)):
+            config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": rank}})
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, *script],
+                    env=subprocess_env({**(env or {}), "TF_CONFIG": config, "TFDEVICES_PROGRESS_DIR": tmp}),
+                    cwd=REPO,
+                    text=True,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+        try:
+            outs = [p.communicate(timeout=400)[0] for p in procs]
+        finally:
+            kill_all(p.pid for p in procs)
+    return outs[0], outs[1], [p.returncode for p in procs]
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("slow_rank")
+def test_without_a_launcher_rank_0_names_a_slow_rank_on_another_machine(tmp_path) -> None:
+    out0, out1, codes = _without_launcher(SLOW, "loop", "between", "1", "200", env=_timed(str(tmp_path)))
+    assert codes == [0, 0], out0[-3000:] + out1[-3000:]
+    lines = out0.splitlines()
+    named = [n for n, line in enumerate(lines) if line.startswith(f"tfdevices: rank 1 on node {NODE1} is the slow one")]
+    assert named and named[0] < lines.index("rank 0 done"), out0[-3000:]  # said while the job ran
+    assert re.search(r"rank 1 spends \d+ ms between steps \(its input pipeline or its own code\)$", lines[named[0]])
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("slow_rank")
+def test_without_a_launcher_a_stuck_rank_on_another_machine_is_named_with_its_frame_and_stopped() -> None:
+    env = {"TFDEVICES_STALL_WINDOW": "6", "TFDEVICES_STALL_TIMEOUT": "8"}
+    out0, out1, codes = _without_launcher(STUCK, "loop", "1", "600", env=env)
+    assert f"tfdevices: stall: rank 1 on node {NODE1} did not arrive at step 5" in out0, out0[-3000:]
+    frames = out0.split(f"rank 1's stack (node {NODE1}), innermost first:")
+    assert len(frames) > 1 and "in loop" in frames[1][:400], out0[-3000:]
+    assert "tfdevices: rank 0 stopped the job (a stall past the stall timeout)" in out1, out1[-3000:]
     assert codes == [3, 3], (codes, out0[-2000:], out1[-2000:])

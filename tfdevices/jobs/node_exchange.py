@@ -124,9 +124,14 @@ class RemoteRecords:
         if record is None or record.rank not in node.ranks:
             self.bad += 1
             return
+        with self._lock:
+            self._heard[node.node_rank] = self._clock()
+        self.keep(raw, record)
+
+    def keep(self, raw: bytes, record: RankProgress) -> None:
+        """Keeps a rank's record (read from ``raw``), stamped with this clock when its bytes changed."""
         now = self._clock()
         with self._lock:
-            self._heard[node.node_rank] = now
             if self._raw.get(record.rank) == raw:
                 return  # unchanged: it keeps the time it last changed, on this clock
             self._raw[record.rank] = raw
