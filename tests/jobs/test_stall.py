@@ -283,8 +283,11 @@ def test_stall_timeout_stops_the_job_and_max_restarts_restarts_it() -> None:
         ("checkpoint", "0", 3 * WINDOW),  # the chief alone writes a slow checkpoint: a phase report only
     ],
 )
-def test_no_false_alarm_from_work_done_on_purpose(mode: str, ranks: str, seconds: float) -> None:
-    proc, _ = _launch("--stall-timeout", "600", "--", sys.executable, SCRIPT, mode, ranks, str(seconds), "6")
+def test_no_false_alarm_from_work_done_on_purpose(mode: str, ranks: str, seconds: float, tmp_path) -> None:
+    proc, _ = _launch(
+        "--stall-timeout", "600", "--log-dir", str(tmp_path), "--tee", "--", sys.executable, SCRIPT, mode, ranks,
+        str(seconds), "6",
+    )  # fmt: skip
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0 and "rank 0 done" in out and "rank 1 done" in out, out[-3000:]
     assert "tfdevices: stall:" not in out and "stopping the job" not in out, out[-3000:]
@@ -292,6 +295,8 @@ def test_no_false_alarm_from_work_done_on_purpose(mode: str, ranks: str, seconds
         assert "tfdevices: slow phase: rank 0 is in SlowCheckpoint.on_epoch_end" in out, out[-3000:]
     else:
         assert "slow phase" not in out
+    looks = json.loads((tmp_path / "steps.json").read_text())["looks"]
+    assert looks >= 3, looks  # the job's sleeps (9 to 18 s) keep it under the watch's looks, about a second apart
 
 
 @pytest.mark.slow
