@@ -8,7 +8,7 @@
    no launcher; rank 1 times its publications of its record (a delete and an insert in TensorFlow's key-value
    store, which runs in rank 0's process) and rank 0 its reads of rank 1's record, 200 of each.
 3. How soon: two launchers as two nodes on this machine (workers on 127.0.0.1 and 127.0.0.2), one worker each,
-   rank 1 sleeping 10x the balanced step before each step (slow between steps) or doing 8 more matmuls (slow
+   rank 1 sleeping 10x the balanced step before each step (slow between steps) or doing 32 more matmuls (slow
    inside its step): seconds from the first timed step to node 0's line naming it, and the steps by then.
 
 Run: ``.venv/bin/python benchmarks/bench_exchange.py`` (about 4 minutes on a 2-core machine).
@@ -192,7 +192,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--looks", type=int, default=200)
     parser.add_argument("--calls", type=int, default=200)
-    parser.add_argument("--steps", type=int, default=600, help="steps of each part-3 job")
+    parser.add_argument("--steps", type=int, default=1500, help="steps of each part-3 job")
     parser.add_argument("--balanced-ms", type=float, default=4.5, help="the balanced step, to make 10x of")
     args = parser.parse_args()
     print(f"# bench_exchange, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load {os.getloadavg()[0]:.1f}\n")
@@ -212,7 +212,7 @@ def main() -> None:
     print("\n## 3. how soon a slow rank on another node is named (node 0's console)\n")
     print("| rank 1 | named after s (from the first timed step) | steps by then | line |\n|---|---:|---:|---|")
     for label, extra, sleep_s in (("sleeps 10x the step between steps", 0, 10 * args.balanced_ms / 1e3),
-                                  ("8 more matmuls inside its step", 8, 0.0)):  # fmt: skip
+                                  ("32 more matmuls inside its step", 32, 0.0)):  # fmt: skip
         r = how_soon(extra, sleep_s, args.steps)
         after = "-" if r["named_after_s"] is None else f"{r['named_after_s']:.1f}"
         print(f"| {label} | {after} | {r['steps'] or '-'} | {r['line']} |")

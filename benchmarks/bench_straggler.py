@@ -36,7 +36,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 LINE = "rank 1 is the slow one"
-EXTRA = 8  # matmuls rank 1's step does more than rank 0's in the "compute" jobs
+EXTRA = 32  # matmuls rank 1's step does more than rank 0's in the "compute" jobs
 
 
 def _model(tf, strategy, grads: bool):
@@ -128,7 +128,7 @@ def _launch(worker: list[str], *extra: str, log_dir: str | None = None) -> dict:
     """Runs one job; returns each rank's TIMING or COST, when the slow rank was named, and the launcher's output."""
     cmd = [sys.executable, "-m", "tfdevices", "launch", "-n", "2", "--all-ranks", *extra]
     if log_dir:
-        cmd += ["--log-dir", log_dir]
+        cmd += ["--log-dir", log_dir, "--tee"]  # every rank's lines on the console too
     cmd += ["--", sys.executable, os.path.abspath(__file__), *worker]
     env = {**os.environ, "PYTHONPATH": REPO}
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -207,7 +207,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=4000, help="pairs of steps (one plain, one timed) of part 1")
     parser.add_argument("--grads", action="store_true", help="part 1 all-reduces eight gradient-like tensors too")
-    parser.add_argument("--detect-steps", type=int, default=600, help="steps of each detection run")
+    parser.add_argument("--detect-steps", type=int, default=1500, help="steps of each detection run")
     parser.add_argument("--balanced-ms", type=float, help="skip part 1: the balanced step to make imbalances of")
     parser.add_argument("--no-detect", action="store_true", help="part 1 only")
     args = parser.parse_args()

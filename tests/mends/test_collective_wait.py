@@ -24,6 +24,7 @@ from tfdevices.mends.collective_wait import READ_EVERY_MIN, read_every
         (0.0, 0.01, 16),
         (float("inf"), 0.01, 16),
         (1.0, 1e-9, 1 << 20),  # bounded
+        (0.005, 0.014, 128),  # a read slowed to 5 ms: still read about once a second (128 steps of 14 ms)
     ],
 )
 def test_reads_are_spaced_by_their_cost_in_powers_of_two(cost_s: float, step_s: float, every: int) -> None:

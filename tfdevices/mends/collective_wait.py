@@ -46,26 +46,31 @@ from tfdevices.mends.base import SKIPPED, Mend, register
 
 #: Steps between reads at the least: the first read after this step (past the compiled first steps).
 READ_EVERY_MIN = 16
-#: A read costs at most this share of the steps between reads.
+#: A read costs at most this share of the steps between reads ...
 READ_BUDGET = 0.002
+#: ... unless that would space the reads by more steps than last this long (seconds).
+READ_AT_LEAST_S = 1.0
 _READ_EVERY_MAX = 1 << 20
 _HOOKED = ("all_reduce", "_all_gather")
 _INPUT = ("get_next_as_list", "get_next_as_optional_list")
 
 
-def read_every(cost_s: float, step_s: float, budget: float = READ_BUDGET) -> int:
+def read_every(cost_s: float, step_s: float, budget: float = READ_BUDGET, most_s: float = READ_AT_LEAST_S) -> int:
     """Steps between reads: the least power of two (at least :data:`READ_EVERY_MIN`) that keeps a read's cost
-    within ``budget`` of the steps between reads. Powers of two: ranks that measured another cost still read
-    after the same steps (every multiple of the larger).
+    within ``budget`` of the steps between reads, and no more than the least power of two whose steps last
+    ``most_s`` (the waits are read about once a second at the least, however a busy machine slows a read).
+    Powers of two: ranks that measured another cost still read after the same steps (every multiple of the larger).
 
     >>> read_every(0.00005, 0.001)  # a 50 us read of 1 ms steps: at least every 25 steps
     32
     >>> read_every(0.00005, 0.05)
     16
+    >>> read_every(0.005, 0.014)  # a read slowed to 5 ms, 14 ms steps: every 128 steps (1.8 s), not 256
+    128
     """
     if not (cost_s > 0 and step_s > 0) or math.isinf(cost_s):
         return READ_EVERY_MIN
-    wanted = cost_s / (budget * step_s)
+    wanted = min(cost_s / (budget * step_s), most_s / step_s)
     every = READ_EVERY_MIN
     while every < wanted and every < _READ_EVERY_MAX:
         every *= 2
@@ -96,7 +101,7 @@ class CollectiveWait(Mend):
         self.every = READ_EVERY_MIN
         self.reads = 0
         self.spent_s = 0.0  # what the reads cost in all
-        self._cheapest = math.inf  # the cheapest read but the first (which makes TensorFlow's read op)
+        self._costs: list[float] = []  # the latest reads' costs but the first's (which makes TensorFlow's read op)
         self.stopped: str | None = None  # why the reads ended, if they did
 
     def _check(self) -> tuple[str, str] | None:
@@ -251,11 +256,12 @@ class CollectiveWait(Mend):
         with self._eager_lock:
             wait = values[0] + self._eager_s
         writer.record_waits(step, writer.steps_s, wait, values[1], self.spent_s)
-        if self.reads > 1:  # the spacing follows the cheapest read: a read slowed by a busy machine is no measure
-            self._cheapest = min(self._cheapest, cost)
-            self.every = max(self.every, read_every(self._cheapest, writer.last_cycle_s or writer.last_step_s))
+        if self.reads > 1:  # the spacing follows the median of the latest reads' costs
+            self._costs = [*self._costs[-7:], cost]
+            typical = sorted(self._costs)[len(self._costs) // 2]  # a read slowed by a busy machine is no measure
+            self.every = read_every(typical, writer.last_cycle_s or writer.last_step_s)
 
 
 MEND = register(CollectiveWait())
 
-__all__ = ["MEND", "READ_BUDGET", "READ_EVERY_MIN", "CollectiveWait", "read_every"]
+__all__ = ["MEND", "READ_AT_LEAST_S", "READ_BUDGET", "READ_EVERY_MIN", "CollectiveWait", "read_every"]
