@@ -195,10 +195,6 @@ def launch_info(env: Mapping[str, str] | None = None) -> LaunchInfo:
         if name in present:
             info = reader(env)
             break
-    gpus, gpu_var, gpu_notes = allocated_gpus(env)
-    assigned = None
-    if RANK_GPUS in env:
-        assigned = tuple(parse_gpu_list(env[RANK_GPUS], variable=RANK_GPUS)[0])
     ignored = tuple(n for n in present if n != info.source)
     agreeing: tuple[str, ...] = ()
     if "ENV" in ignored and info.source == "TF_CONFIG":
@@ -207,14 +203,17 @@ def launch_info(env: Mapping[str, str] | None = None) -> LaunchInfo:
     if ray_info is not None:  # Ray Train's worker: Ray's own context wins (its backend wrote TF_CONFIG)
         info = dataclasses.replace(ray_info, tf_config=info.tf_config)
         ignored = tuple(n for n in present if n != "TF_CONFIG")
+    return _with_gpus(dataclasses.replace(info, ignored=ignored, agreeing=agreeing), env)
+
+
+def _with_gpus(info: LaunchInfo, env: Mapping[str, str]) -> LaunchInfo:
+    """``info`` with the GPUs the scheduler allocated and those ``tfdevices launch`` assigned."""
+    gpus, gpu_var, gpu_notes = allocated_gpus(env)
+    assigned = None
+    if RANK_GPUS in env:
+        assigned = tuple(parse_gpu_list(env[RANK_GPUS], variable=RANK_GPUS)[0])
     return dataclasses.replace(
-        info,
-        gpus=gpus,
-        gpus_variable=gpu_var,
-        assigned_gpus=assigned,
-        ignored=ignored,
-        agreeing=agreeing,
-        notes=info.notes + gpu_notes,
+        info, gpus=gpus, gpus_variable=gpu_var, assigned_gpus=assigned, notes=info.notes + gpu_notes
     )
 
 
