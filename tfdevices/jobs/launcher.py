@@ -681,7 +681,13 @@ class _Job:
         whose ranks node 0 watched, nothing: the job's summary is node 0's.
         """
         if self.reports_to_node_0:
+            self._send_records()  # the ranks' last records: node 0's summary counts their last steps
             return
+        if self.remote is not None:  # the other nodes' last records come once their ranks end
+            deadline = time.monotonic() + 3.0
+            while time.monotonic() < deadline and not all(r.phase == "done" for r in self.remote.records()):
+                time.sleep(0.1)
+            self.watch.poll(self.records())
         summary = self.watch.summary()
         for line in summary.lines():
             self.console.say(line)

@@ -261,8 +261,11 @@ class JobWatch:
                 self.timeline.append((record.changed_at, record.rank, record.started, record.phase))
 
     def summary(self) -> JobSummary:
-        """The job over its looks, for its end: computed here, once, and rendered by every end-of-job view."""
-        return self._slow.summary(self._policy())
+        """The job over its looks, for its end: computed here, once, and rendered by every end-of-job view (each
+        rank's steps as the last look saw them).
+        """
+        steps = {row.rank: row.steps for row in self.latest.rows} if self.latest is not None else {}
+        return self._slow.summary(self._policy(), steps)
 
 
 def _rows(
@@ -359,10 +362,11 @@ class _SlowTracker:
                 said.append(self.said[-1])
         self.named = slow
 
-    def summary(self, policy: StallPolicy) -> JobSummary:
+    def summary(self, policy: StallPolicy, steps: Mapping[int, int]) -> JobSummary:
         polls = [s for _, s in self.history]
         measured = [s for s in polls if all(r.measured for r in s)]
         splits = median_splits(measured or polls)  # where waits were measured, the looks before them are left out
+        splits = tuple(dataclasses.replace(s, steps=max(s.steps, steps.get(s.rank, 0))) for s in splits)
         found = find_slow_rank(splits, policy.slow_rank)
         named = found is not None and (found.rank, found.component) in self.ever
         return JobSummary(
