@@ -143,6 +143,7 @@ _TF_MENDS = {
     "fork_sockets": "applies here: os.register_at_fork exists",
     "loopback": "not_needed: no listen address asked (TFDEVICES_LISTEN unset",
     "step_progress": "applies here: polymorphic_function.Function.__call__ exists",
+    "collective_wait": "applies here: cross_device_utils.CollectiveReplicaLauncher.all_reduce and ._all_gather exist",
     "stack_dumps": "not_needed: no stack file was named",
     "at_exit": "applies here: always",
     "quiet_import": "applied: ",
@@ -217,7 +218,7 @@ def test_doctor_without_tensorflow_runs_every_detection_and_imports_nothing(tmp_
         report,
         {"tensorflow": "not installed (pip install", "keras": "not installed", "tf.keras is": "none: TensorFlow is"},
         {
-            **dict.fromkeys(("runtime_start", "exit_barrier", "step_progress", "autograph_skip"), _NO_TF),
+            **dict.fromkeys(("runtime_start", "exit_barrier", "step_progress", "collective_wait", "autograph_skip"), _NO_TF),
             **dict.fromkeys(("capture_calls", "quiet_import"), _NO_TF),
             "uneven_batch": "not_needed: no Keras is installed here: no fit to mend",
             "keras_fit": "not_needed: no Keras is installed here: no fit to mend",

@@ -49,6 +49,7 @@ from tfdevices.core.errors import StrategyError
 from tfdevices.core.reduction import CrossDeviceOpsChoice, choose_cross_device_ops
 from tfdevices.gpus.discovery import discover
 from tfdevices.jobs.cluster import ClusterEnv, cluster_from_env
+from tfdevices.jobs.coordination_keys import KeyValue
 from tfdevices.jobs.reporting import start_reporting
 
 if TYPE_CHECKING:  # the return type's name only: importing tfdevices never imports TensorFlow
@@ -678,6 +679,19 @@ def _virtual_gpus(tf: Any) -> bool:
     return len(tf.config.list_logical_devices("GPU")) > len(tf.config.list_physical_devices("GPU"))
 
 
+def _coordination_store() -> KeyValue | None:
+    """The key-value store of TensorFlow's coordination service, which a multi-worker job runs: how the ranks of a job
+    spread over machines reach rank 0's watch where no launcher watches (``None`` where this TensorFlow has none).
+    """
+    from tensorflow.python.eager import context  # noqa: PLC0415 (TensorFlow runs: the strategy is built)
+
+    ctx = context.context()
+    names = ("set_config_key_value", "get_config_key_value", "delete_config_key_value")
+    if not all(callable(getattr(ctx, name, None)) for name in names):
+        return None
+    return KeyValue(ctx.set_config_key_value, ctx.get_config_key_value, ctx.delete_config_key_value)
+
+
 def _make(tf: Any, decision: StrategyInfo, ops: str, cluster: ClusterEnv) -> Any:
     full = [f"/{d}" for d in decision.tf_devices]
     if decision.kind == "default":
@@ -705,6 +719,6 @@ def _make(tf: Any, decision: StrategyInfo, ops: str, cluster: ClusterEnv) -> Any
     strategy = _explained_class(tf.distribute.MultiWorkerMirroredStrategy, steps=True)(
         cluster_resolver=resolver, communication_options=options
     )
-    start_reporting()  # where each rank is, for the stall detector (tfdevices.jobs.stall)
+    start_reporting(store=_coordination_store())  # where each rank is, for the job's watch (tfdevices.jobs.watch)
     leave_together()  # a success reads as one: no worker leaves while another still runs
     return strategy

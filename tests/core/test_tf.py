@@ -125,9 +125,8 @@ def test_cudas_no_driver_complaint_is_dropped_where_there_is_no_driver():
     assert "tf.Tensor(2" in quiet.stdout
 
 
-#: Where ``import tensorflow`` (the package itself) may appear besides the door, :mod:`tfdevices.core._tf`:
-#: code TensorFlow itself runs, once loaded (the sampled steps' profiler).
-_IMPORTS_TENSORFLOW = {"core/_tf.py", "mends/step_sampling.py"}
+#: Where ``import tensorflow`` (the package itself) may appear: :mod:`tfdevices.core._tf` alone.
+_IMPORTS_TENSORFLOW = {"core/_tf.py"}
 
 
 def _imports_of_tensorflow(source: str) -> list[int]:

@@ -292,8 +292,23 @@ def test_winner_lists_losers() -> None:
         {**tfc(["a:1", "a:2"], 1), "SLURM_PROCID": "0", "SLURM_NTASKS": "1", **STEP, "RANK": "1", "WORLD_SIZE": "2"}
     )
     assert info.source == "TF_CONFIG"
-    assert info.ignored == ("ENV", "SLURM")
-    assert "TF_CONFIG" in info.table() and "ignored: ENV, SLURM" in info.table()
+    assert info.ignored == ("ENV", "SLURM") and info.agreeing == ("ENV",)  # RANK, WORLD_SIZE read, and the same
+    table = info.table().splitlines()
+    assert "also set, and saying the same: RANK/WORLD_SIZE (ENV)" in table and "ignored: SLURM" in table
+
+
+def test_a_launched_cpu_workers_tables_are_true() -> None:
+    """What tfdevices launch gives a CPU worker: no GPU, said as none; the launcher's choice, said as this rank's."""
+    from tfdevices.jobs.ranks import gpu_for_rank
+
+    env = {**tfc(["127.0.0.1:1", "127.0.0.1:2"], 0), "RANK": "0", "WORLD_SIZE": "2", "TFDEVICES_RANK_GPUS": ""}
+    info = launch_info(env)
+    assert "assigned GPUs: none (CPU) (from TFDEVICES_RANK_GPUS)" in info.table().splitlines()
+    assert not any(line.startswith("ignored:") for line in info.table().splitlines())
+    assert gpu_for_rank(info).table() == (
+        "launcher assignment: local rank 0 runs on CPU (no GPU): tfdevices launch assigned this rank's GPUs "
+        "(TFDEVICES_RANK_GPUS)"
+    )
 
 
 def test_reads_os_environ_by_default(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,5 +1,5 @@
-"""tfdevices launch --metrics: the exporter's address, its collector over a real progress board, a real
-HTTP scrape, the port closed at the job's end, and bad input refused before any worker starts.
+"""tfdevices launch --metrics: the exporter's address, its collector rendering the watch's look over real progress
+records, a real HTTP scrape, the port closed at the job's end, and bad input refused before any worker starts.
 """
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ from tfdevices.jobs.metrics import (
     metrics_from_env,
     parse_address,
 )
-from tfdevices.jobs.progress import ProgressWriter
-from tfdevices.jobs.stall import StallPolicy, StallWatch
+from tfdevices.jobs.progress import ProgressWriter, read_records
+from tfdevices.jobs.stall import StallPolicy
+from tfdevices.jobs.watch import JobWatch
 
 
 @pytest.mark.parametrize(
@@ -81,7 +82,7 @@ def test_a_bad_environment_variable_is_refused() -> None:
     assert "HINT: e.g. TFDEVICES_METRICS=9100" in str(info.value)
 
 
-# --------------------------------------------------------------------------- a real board, a real scrape
+# --------------------------------------------------------------------------- real records, a real scrape
 
 
 def _board(directory: str, now: list[float]) -> list[ProgressWriter]:
@@ -116,21 +117,20 @@ def _value(got: dict, name: str, **labels: str) -> float:
     return got[(name, tuple(sorted(labels.items())))]
 
 
-def test_a_scrape_reads_the_board_the_watch_and_the_gpus(tmp_path) -> None:
+def test_a_scrape_renders_the_watchs_look_and_reads_the_gpus(tmp_path) -> None:
     now = [1000.0]
     board = str(tmp_path)
     writers = _board(board, now)
-    watch = StallWatch(board, [0, 1], StallPolicy(), lambda line: None, clock=lambda: now[0])
-    for _ in range(4):  # the watch names rank 1 once it persists over polls that saw new steps
+    watch = JobWatch([0, 1], StallPolicy(), clock=lambda: now[0])
+    for _ in range(4):  # the watch names rank 1 once it persists over looks that saw new steps
         _steps(writers, now, 10)
-        watch.poll()
-    assert watch.slow.named is not None and watch.slow.named.rank == 1
+        watch.poll(read_records(board))
+    assert watch.latest.slow is not None and watch.latest.slow.rank == 1
     fake = FakeNvml([FakeGpu(uuid="GPU-0", util_percent=87, memory_used=3 << 30), FakeGpu(uuid="GPU-1")])
     served = JobMetrics(MetricsAddress("127.0.0.1", 0), "train.py", lambda line: None, gpu_reader({}, fake))
     try:
-        served.collector._since = 0.0  # the fake clock's records are "old" to the real one
-        served.collector._clock = lambda: now[0]
-        served.collector.start(Attempt(board, watch, {0: (0,), 1: (1,)}, lambda: {0: None, 1: 3}, restarts=2))
+        served.collector.start(Attempt(watch, {0: (0,), 1: (1,)}, lambda: {0: None, 1: 3}, restarts=2))
+        _steps(writers, now, 10)  # steps after the look: a scrape renders the look, it reads no record
         got = _scrape(served.server.url())
     finally:
         served.close()
@@ -171,13 +171,13 @@ def test_a_stalled_rank_is_marked(tmp_path) -> None:
     writers = _board(board, now)
     _steps(writers, now, 5)
     writers[0].begin_step()  # rank 0 waits in step 6; rank 1 never comes
+    watch = JobWatch([0, 1], StallPolicy(window_s=60), clock=lambda: now[0])
+    collector = metrics.JobCollector("j", "n")
+    collector.start(Attempt(watch))
+    assert collector.rows() == ()  # before the watch's first look: nothing to render
     now[0] += 500
-    watch = StallWatch(board, [0, 1], StallPolicy(window_s=60), lambda line: None, clock=lambda: now[0])
-    collector = metrics.JobCollector("j", "n", clock=lambda: now[0])
-    collector._since = 0.0
-    collector.start(Attempt(board, watch))
-    ranks, _ = collector.readings()
-    assert [(r.rank, r.stalled) for r in ranks] == [(0, False), (1, True)]
+    watch.poll(read_records(board))
+    assert [(r.rank, r.stalled) for r in collector.rows()] == [(0, False), (1, True)]
 
 
 def test_the_port_serves_while_the_job_runs_and_closes_when_it_ends() -> None:
@@ -299,7 +299,7 @@ def test_the_query_reader_sees_a_misspelt_series() -> None:
 # --------------------------------------------------------------------------- rank 0's watch (srun, Ray Train)
 
 WATCHED = """
-import os, sys, urllib.request
+import os, sys, time, urllib.request
 from tfdevices.jobs import serve_metrics
 from tfdevices.jobs.progress import ProgressWriter
 from tfdevices.jobs.reporting import start_reporting
@@ -310,7 +310,12 @@ other = ProgressWriter(os.environ["TFDEVICES_PROGRESS_DIR"], 1)
 for w in (writer, other):
     for _ in range(3):
         w.begin_step(); w.end_step()
-text = urllib.request.urlopen("http://127.0.0.1:" + sys.argv[2] + "/metrics", timeout=10).read().decode()
+deadline = time.monotonic() + 30
+while True:  # a scrape renders the watch's latest look: the watch looks about once a second
+    text = urllib.request.urlopen("http://127.0.0.1:" + sys.argv[2] + "/metrics", timeout=10).read().decode()
+    if 'rank="1"} 3.0' in text or time.monotonic() > deadline:
+        break
+    time.sleep(0.2)
 print("\\n".join(l for l in text.splitlines() if l.startswith(("tfdevices_rank_steps_total", "tfdevices_job_workers"))))
 """
 
@@ -351,3 +356,24 @@ def run_py_args(code: str, *args: str, env: dict[str, str]) -> subprocess.Comple
         text=True,
         timeout=120,
     )
+
+
+def test_each_ranks_series_carry_its_node(tmp_path) -> None:
+    """Node 0's launcher of a job over two machines serves every rank, each with the machine it runs on."""
+    import dataclasses
+
+    now = [1000.0]
+    writers = _board(str(tmp_path), now)
+    _steps(writers, now, 10)
+    records = [dataclasses.replace(r, node=f"gpu0{r.rank}") for r in read_records(str(tmp_path))]
+    watch = JobWatch([0, 1], StallPolicy(), clock=lambda: now[0])
+    watch.poll(records)
+    collector = metrics.JobCollector("j", "this-host")
+    collector.start(Attempt(watch))
+    steps = {
+        (s.labels["rank"], s.labels["node"])
+        for family in collector.collect()
+        for s in family.samples
+        if s.name == "tfdevices_rank_steps_total"
+    }
+    assert steps == {("0", "gpu00"), ("1", "gpu01")}

@@ -17,8 +17,11 @@ import pytest
 from tests.engines import slurm_cluster
 from tests.helpers import REPO, subprocess_env
 from tfdevices.core.errors import EnvVarError
-from tfdevices.jobs.progress import RECORD_SIZE, ProgressWriter, RankProgress, progress_dir, read_board, read_record
-from tfdevices.jobs.stall import StallPolicy, StallWatch, detect_stall, policy_from_env, top_frames, write_timeline
+from tfdevices.jobs.job_report import write_job_files
+from tfdevices.jobs.progress import RECORD_SIZE, ProgressWriter, RankProgress, progress_dir, read_record, read_records
+from tfdevices.jobs.stacks import ask_stacks, top_frames
+from tfdevices.jobs.stall import StallPolicy, detect_stall, policy_from_env
+from tfdevices.jobs.watch import JobState, JobWatch
 
 SCRIPT = os.path.join(REPO, "tests", "scripts", "stuck_rank.py")
 WINDOW = 6  # seconds: the stall window the launch tests ask for (the default is 60 s or more)
@@ -125,7 +128,7 @@ def test_records_are_written_in_place_and_read_back(tmp_path) -> None:
     writer.begin_step()
     writer.begin_step()
     writer.end_step(step=1)  # a late end (Keras 3 runs batch ends on another thread): step 2 still runs
-    (record,) = read_board(str(tmp_path))
+    (record,) = read_records(str(tmp_path))
     assert (record.rank, record.started, record.done, record.phase) == (3, 2, 1, "step")
     writer.end_step(0.5)
     writer.enter("callback", "Sleeper.on_train_batch_begin" + "x" * 100)
@@ -142,7 +145,7 @@ def test_a_record_being_written_or_foreign_is_not_read(tmp_path) -> None:
     (tmp_path / "rank1.progress").write_bytes(b"\0" * 10)
     (tmp_path / "rank2.progress").write_bytes(b"\0" * 8 + b"\xff" * (RECORD_SIZE - 8))
     (tmp_path / "notes.txt").write_text("x")
-    assert read_board(str(tmp_path)) == ()
+    assert read_records(str(tmp_path)) == ()
 
 
 @pytest.mark.parametrize(
@@ -179,31 +182,43 @@ def test_the_watch_reports_once_then_at_growing_intervals_and_asks_for_stacks(tm
     stacks = tmp_path / "stacks"
     stacks.mkdir()
     dump = 'Current thread 0x1 (most recent call first):\n  File "train.py", line 9 in loop\n'
-    said, signalled = [], []
+    signalled = []
 
     def signal_pid(pid: int, sig: int) -> None:  # what faulthandler does in the rank: append a dump
         signalled.append(sig)
         with open(stacks / f"rank{(len(signalled) - 1) % 2}.txt", "a") as f:  # records come by rank
             f.write(dump)
 
-    watch = StallWatch(
-        str(tmp_path),
-        [0, 1],
-        StallPolicy(window_s=10, timeout_s=30),
-        said.append,
-        stacks_dir=str(stacks),
-        clock=lambda: now[0],
-        signal_pid=signal_pid,
+    def frames(stall):
+        return ask_stacks(stall.records, str(stacks), stall.missing, signal_pid=signal_pid)
+
+    watch = JobWatch(
+        [0, 1], StallPolicy(window_s=10, timeout_s=30), frames=frames, stacks_where="here", clock=lambda: now[0]
     )
-    reports = []
+    reports, said = [], []
     for t in (105, 111, 115, 125, 139, 141):  # window 10 s: said at 11 s quiet, then at 22, 50 ...
         now[0] = t
-        reason = watch.poll()
-        reports.append((t, sum(line.startswith("tfdevices: stall: ") for line in said), reason))
+        snapshot = watch.poll(read_records(str(tmp_path)))
+        said += snapshot.said
+        reports.append((t, sum(line.startswith("tfdevices: stall: ") for line in said), snapshot.stop))
     assert [(t, n) for t, n, _ in reports] == [(105, 0), (111, 1), (115, 1), (125, 2), (139, 2), (141, 2)]
     assert [r is None for _, _, r in reports] == [True] * 5 + [False]  # stopped at window + timeout: 40 s
     assert reports[-1][2].startswith("stopping the job: rank 1 did not arrive at step 2")
     assert '    File "train.py", line 9 in loop' in said and len(signalled) == 4  # each report asks both ranks
+    assert "  every rank's Python stack: here" in said
+    assert watch.latest.state is JobState.STALLED and watch.latest.stalls == 1
+    assert [(row.rank, row.stalled) for row in watch.latest.rows] == [(0, False), (1, True)]
+
+
+def test_a_stuck_rank_on_another_machine_is_named_with_its_node() -> None:
+    waiting = RankProgress(0, 10, 5, 4, "step", "", 100.0, 0.1, node="gpu01")
+    stuck = RankProgress(1, 11, 4, 4, "between", "", 99.0, 0.1, node="gpu07")
+    stall = detect_stall([waiting, stuck], now=200.0, policy=StallPolicy(window_s=60))
+    assert stall.reason() == (
+        "rank 1 on node gpu07 did not arrive at step 5: rank 0 has waited in it for 100 s; "
+        "rank 1 on node gpu07 is after step 4"
+    )
+    assert "  rank 1 on node gpu07 (pid 11): after step 4" in stall.text().splitlines()
 
 
 def test_top_frames_takes_the_main_threads_latest_dump(tmp_path) -> None:
@@ -268,8 +283,11 @@ def test_stall_timeout_stops_the_job_and_max_restarts_restarts_it() -> None:
         ("checkpoint", "0", 3 * WINDOW),  # the chief alone writes a slow checkpoint: a phase report only
     ],
 )
-def test_no_false_alarm_from_work_done_on_purpose(mode: str, ranks: str, seconds: float) -> None:
-    proc, _ = _launch("--stall-timeout", "600", "--", sys.executable, SCRIPT, mode, ranks, str(seconds), "6")
+def test_no_false_alarm_from_work_done_on_purpose(mode: str, ranks: str, seconds: float, tmp_path) -> None:
+    proc, _ = _launch(
+        "--stall-timeout", "600", "--log-dir", str(tmp_path), "--tee", "--", sys.executable, SCRIPT, mode, ranks,
+        str(seconds), "6",
+    )  # fmt: skip
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0 and "rank 0 done" in out and "rank 1 done" in out, out[-3000:]
     assert "tfdevices: stall:" not in out and "stopping the job" not in out, out[-3000:]
@@ -277,6 +295,8 @@ def test_no_false_alarm_from_work_done_on_purpose(mode: str, ranks: str, seconds
         assert "tfdevices: slow phase: rank 0 is in SlowCheckpoint.on_epoch_end" in out, out[-3000:]
     else:
         assert "slow phase" not in out
+    looks = json.loads((tmp_path / "steps.json").read_text())["looks"]
+    assert looks >= 3, looks  # the job's sleeps (9 to 18 s) keep it under the watch's looks, about a second apart
 
 
 @pytest.mark.slow
@@ -313,7 +333,8 @@ def test_under_srun_rank_0_names_the_stuck_rank_and_stops_the_step(tmp_path, mod
 
 def test_the_timeline_shows_the_straggler_below_the_others(tmp_path) -> None:
     timeline = [(100.0, 0, 0, "starting"), (100.0, 1, 0, "starting"), (101.0, 0, 5, "step"), (101.0, 1, 4, "between")]
-    written = write_timeline(timeline, str(tmp_path), end=130.0)
+    summary = JobWatch([0, 1], StallPolicy()).summary()  # no split seen: the picture is each rank's steps
+    written = write_job_files(summary, timeline, str(tmp_path), end=130.0)
     assert [os.path.basename(p) for p in written] == ["steps.json", "steps.png"]
     data = json.loads((tmp_path / "steps.json").read_text())
     assert data["ranks"] == {
@@ -321,10 +342,10 @@ def test_the_timeline_shows_the_straggler_below_the_others(tmp_path) -> None:
         "1": [[0.0, 0, "starting"], [1.0, 4, "between"]],
     }
     assert (tmp_path / "steps.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert write_timeline([], str(tmp_path / "none")) == []
+    assert write_job_files(summary, [], str(tmp_path / "none")) == []
     # ranks that started and ended without a step (a program that never trained): nothing to show
     idle = [(100.0, 0, 0, "starting"), (100.5, 1, 0, "starting"), (101.0, 0, 0, "done"), (101.0, 1, 0, "done")]
-    assert write_timeline(idle, str(tmp_path / "idle")) == []
+    assert write_job_files(summary, idle, str(tmp_path / "idle")) == []
     assert not (tmp_path / "idle").exists()
 
 

@@ -28,6 +28,7 @@ NAMES = (
     "loopback",
     "step_progress",
     "fit_progress",
+    "collective_wait",
     "fit_end",
     "stack_dumps",
     "at_exit",
@@ -298,7 +299,7 @@ _PROGRESS = """
     import json, os, signal, sys, tempfile, time
     import keras
     import tensorflow as tf
-    from tfdevices.jobs.progress import ProgressWriter, read_board
+    from tfdevices.jobs.progress import ProgressWriter, read_records
     from tfdevices.mends import fit_progress, stack_dumps, step_progress
     from tfdevices.mends.base import when_imported
 
@@ -322,7 +323,7 @@ _PROGRESS = """
 
     class Late(keras.callbacks.Callback):
         def on_epoch_end(self, epoch, logs=None):
-            seen.append(read_board(board)[0].detail)
+            seen.append(read_records(board)[0].detail)
 
     seen = []
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])

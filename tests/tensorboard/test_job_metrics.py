@@ -1,5 +1,6 @@
-"""JobMetricsLogger inside real ``fit`` runs (Keras 3 and tf_keras): each rank's step series from a real progress
-board and its GPUs' from the fake NVML, one run per rank, read back with TensorBoard's own loader.
+"""JobMetricsLogger inside real ``fit`` runs (Keras 3 and tf_keras): each rank's step series from the job watch's
+look over real progress records (``job.json``) and its GPUs' from the fake NVML, one run per rank, read back with
+TensorBoard's own loader.
 """
 
 from __future__ import annotations
@@ -13,15 +14,20 @@ from tensorboard.util import tensor_util
 
 from tests.fake_nvml import FakeGpu, FakeNvml
 from tfdevices.core.errors import InputError
-from tfdevices.jobs.progress import ProgressWriter
+from tfdevices.jobs.progress import ProgressWriter, read_records
+from tfdevices.jobs.stall import StallPolicy
+from tfdevices.jobs.watch import JobWatch, write_snapshot
 from tfdevices.tensorboard.job_metrics import JobMetricsLogger
 
 
 def _board(directory: str, steps: int) -> None:
-    """Two ranks' records: rank 1 spends 51 ms between steps, rank 0 waits for it 50 ms in each step."""
+    """Two ranks' records, looked at by the job's watch every 10 steps (its latest look left in ``job.json``):
+    rank 1 spends 51 ms between steps, rank 0 waits for it 50 ms in each step.
+    """
     now = [1000.0]
     writers = [ProgressWriter(directory, rank, clock=lambda: now[0]) for rank in (0, 1)]
-    for _ in range(steps):
+    watch = JobWatch([0, 1], StallPolicy(), clock=lambda: now[0])
+    for n in range(steps):
         start = now[0]
         now[0] = start + 0.001
         writers[0].begin_step()
@@ -30,6 +36,8 @@ def _board(directory: str, steps: int) -> None:
         now[0] = start + 0.056
         writers[0].end_step()
         writers[1].end_step()
+        if n % 10 == 9:
+            write_snapshot(watch.poll(read_records(directory)), directory)
 
 
 def _read(run: str) -> dict[str, list[tuple[int, float]]]:
@@ -69,7 +77,7 @@ def test_each_rank_writes_its_series_and_its_gpus_to_its_own_run(tf4, tmp_path, 
     assert runs[0]["tfdevices_rank_slow_score"][-1][1] == 1.0 > runs[1]["tfdevices_rank_slow_score"][-1][1]
 
 
-def test_without_a_board_only_the_gpus_are_written(tf4, tmp_path) -> None:
+def test_without_a_watch_only_the_gpus_are_written(tf4, tmp_path) -> None:
     import keras
 
     fake = FakeNvml([FakeGpu(uuid="GPU-0", util_percent=50)])

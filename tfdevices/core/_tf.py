@@ -1,8 +1,7 @@
 """How tfdevices imports TensorFlow: lazily, its first import through :func:`import_tf`.
 
 Every part of tfdevices that needs TensorFlow calls :func:`import_tf` first: ``import tensorflow``
-appears elsewhere only for type hints and in code TensorFlow itself runs (the sampled steps'
-profiler, :mod:`tfdevices.mends.step_sampling`); modules that use one of TensorFlow's own modules
+appears elsewhere only for type hints; modules that use one of TensorFlow's own modules
 (``tensorflow.python.eager.context`` ...) import it where they use it, once TensorFlow is loaded.
 
 It writes no environment: TensorFlow's log level default is set by

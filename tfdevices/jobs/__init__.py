@@ -12,8 +12,8 @@ from tfdevices.core.lazy import lazy_names
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
 if TYPE_CHECKING:
     from tfdevices.jobs.env import RANK_GPUS, LaunchInfo, launch_info
+    from tfdevices.jobs.job_report import JobRanks, read_ranks
     from tfdevices.jobs.metrics import serve_metrics
-    from tfdevices.jobs.rank_report import JobRanks, read_ranks
     from tfdevices.jobs.ranks import GpuAssignment, gpu_for_rank
     from tfdevices.jobs.reporting import slow_rank_report, stall_timeout
     from tfdevices.jobs.slurm import step_cluster
@@ -28,8 +28,8 @@ _EXPORTS = {
     "step_cluster": "tfdevices.jobs.slurm",
     "stall_timeout": "tfdevices.jobs.reporting",
     "slow_rank_report": "tfdevices.jobs.reporting",
-    "read_ranks": "tfdevices.jobs.rank_report",
-    "JobRanks": "tfdevices.jobs.rank_report",
+    "read_ranks": "tfdevices.jobs.job_report",
+    "JobRanks": "tfdevices.jobs.job_report",
     "serve_metrics": "tfdevices.jobs.metrics",
 }
 

@@ -76,6 +76,8 @@ class LaunchInfo:
         reason: why it won, for people.
         variables: the variables read, as ``(name, value)`` pairs.
         ignored: other sources present in the environment that lost.
+        agreeing: those of :attr:`ignored` that were read too and say the same (``RANK``/``WORLD_SIZE`` beside
+            ``TF_CONFIG``, as ``tfdevices launch`` sets both).
         tf_config: the validated ``TF_CONFIG``, when set.
         notes: caveats worth showing.
     """
@@ -97,6 +99,7 @@ class LaunchInfo:
     notes: tuple[str, ...] = ()
     role: str = "worker"
     role_index: int = 0
+    agreeing: tuple[str, ...] = ()
 
     @property
     def trains(self) -> bool:
@@ -137,11 +140,15 @@ class LaunchInfo:
         if self.gpus is not None:
             lines.append(f"allocated GPUs: {join_indices(self.gpus)} (from {self.gpus_variable})")
         if self.assigned_gpus is not None:
-            lines.append(f"assigned GPUs: {join_indices(self.assigned_gpus)} (from {RANK_GPUS})")
+            lines.append(f"assigned GPUs: {join_indices(self.assigned_gpus) or 'none (CPU)'} (from {RANK_GPUS})")
         if self.variables:  # their names only: an environment's values are not for printing
             lines.append("read: " + ", ".join(name for name, _ in self.variables))
-        if self.ignored:
-            lines.append("ignored: " + ", ".join(self.ignored))
+        if self.agreeing:
+            named = {"ENV": "RANK/WORLD_SIZE (ENV)"}
+            lines.append("also set, and saying the same: " + ", ".join(named.get(n, n) for n in self.agreeing))
+        ignored = [name for name in self.ignored if name not in self.agreeing]
+        if ignored:
+            lines.append("ignored: " + ", ".join(ignored))
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -188,18 +195,25 @@ def launch_info(env: Mapping[str, str] | None = None) -> LaunchInfo:
         if name in present:
             info = reader(env)
             break
+    ignored = tuple(n for n in present if n != info.source)
+    agreeing: tuple[str, ...] = ()
+    if "ENV" in ignored and info.source == "TF_CONFIG":
+        _cross_check_generic(info, env)  # raises where they differ
+        agreeing = ("ENV",)
+    if ray_info is not None:  # Ray Train's worker: Ray's own context wins (its backend wrote TF_CONFIG)
+        info = dataclasses.replace(ray_info, tf_config=info.tf_config)
+        ignored = tuple(n for n in present if n != "TF_CONFIG")
+    return _with_gpus(dataclasses.replace(info, ignored=ignored, agreeing=agreeing), env)
+
+
+def _with_gpus(info: LaunchInfo, env: Mapping[str, str]) -> LaunchInfo:
+    """``info`` with the GPUs the scheduler allocated and those ``tfdevices launch`` assigned."""
     gpus, gpu_var, gpu_notes = allocated_gpus(env)
     assigned = None
     if RANK_GPUS in env:
         assigned = tuple(parse_gpu_list(env[RANK_GPUS], variable=RANK_GPUS)[0])
-    ignored = tuple(n for n in present if n != info.source)
-    if "ENV" in ignored and info.source == "TF_CONFIG":
-        _cross_check_generic(info, env)
-    if ray_info is not None:  # Ray Train's worker: Ray's own context wins (its backend wrote TF_CONFIG)
-        info = dataclasses.replace(ray_info, tf_config=info.tf_config)
-        ignored = tuple(n for n in present if n != "TF_CONFIG")
     return dataclasses.replace(
-        info, gpus=gpus, gpus_variable=gpu_var, assigned_gpus=assigned, ignored=ignored, notes=info.notes + gpu_notes
+        info, gpus=gpus, gpus_variable=gpu_var, assigned_gpus=assigned, notes=info.notes + gpu_notes
     )
 
 

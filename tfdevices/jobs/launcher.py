@@ -85,15 +85,19 @@ from tfdevices.core.units import shown
 from tfdevices.gpus.topology import format_cpus
 from tfdevices.jobs.env import RANK_GPUS, VIRTUAL_DEVICES_ENV, LaunchInfo
 from tfdevices.jobs.handshake import Stopped
+from tfdevices.jobs.job_report import write_job_files
 from tfdevices.jobs.launch_config import LaunchConfig, check_worker_count, config_from_call
 from tfdevices.jobs.metrics import Attempt, JobMetrics, MetricsAddress, gpu_reader, job_name
+from tfdevices.jobs.node_exchange import RemoteRecords, frames_line, parse_want, record_line
 from tfdevices.jobs.output import PROGRESS, Console, Record, Splitter
-from tfdevices.jobs.progress import PROGRESS_DIR_ENV
+from tfdevices.jobs.progress import PROGRESS_DIR_ENV, RankProgress, read_records, record_bytes, record_paths
 from tfdevices.jobs.ranks import cpu_binding, plan_ranks
 from tfdevices.jobs.rendezvous import MAX_WORKERS, NodeJob, Nodes, free_ports, rendezvous
 from tfdevices.jobs.reporting import LAUNCHER_WATCHES_ENV, STALL_STATUS
-from tfdevices.jobs.stall import STACKS_DIR_ENV, StallWatch, write_timeline
+from tfdevices.jobs.stacks import ask_stacks
+from tfdevices.jobs.stall import STACKS_DIR_ENV, Stall
 from tfdevices.jobs.tfconfig import make_tf_config
+from tfdevices.jobs.watch import JobWatch, write_snapshot
 from tfdevices.jobs.watchdog import Watchdog
 from tfdevices.jobs.workersite import LISTEN_MARK, LISTEN_STATUS, worker_site
 from tfdevices.mends.loopback import ALL, LISTEN_ENV, LOOPBACK, Listen
@@ -361,6 +365,7 @@ def _over_machines(job: _Job, nodes: Nodes) -> int:
         host = cluster.addresses[cluster.first_rank].rsplit(":", 1)[0]
         where = job.config.listen or own_address(host)
         say(_listening_line(where, host))
+        job.link(peers)
         peers.watch(job.stop_remote)
         plans = plan_workers(
             n,
@@ -486,6 +491,12 @@ class _Job:
         self._listen_failed: set[int] = set()  # ranks whose listen check stopped them
         self.metrics: JobMetrics | None = None
         self._ranks: list[int] = []
+        self.progress = self.stacks = ""
+        self.watch = JobWatch((), self.stall)
+        self.peers: Any = None  # the other machines' launchers (a job over several machines)
+        self.remote: RemoteRecords | None = None  # on node 0: the other nodes' ranks
+        self.node_name = ""  # on node 0 of a job over several machines: how its lines name this machine
+        self._remote_ranks: tuple[int, ...] = ()
 
     def forwarding_signals(self) -> Any:
         job = self
@@ -533,43 +544,30 @@ class _Job:
 
     def run(self, plans: Sequence[WorkerPlan]) -> int:
         """Starts one attempt's workers and waits for them: 0, or the first non-zero status."""
-        command = self.command
         self.procs, pumps, logs = [], [], []
         bound = self._binding(plans)
-        progress = tempfile.mkdtemp(prefix="tfdevices-progress-")
+        self.progress = tempfile.mkdtemp(prefix="tfdevices-progress-")
         stacks = os.path.join(self.log_dir, "stacks") if self.log_dir else tempfile.mkdtemp(prefix="tfdevices-stacks-")
-        base = {**self.base, PROGRESS_DIR_ENV: progress, STACKS_DIR_ENV: stacks, LAUNCHER_WATCHES_ENV: "1"}
-        self.watch = StallWatch(progress, [p.rank for p in plans], self.stall, self.console.say, stacks_dir=stacks)
+        self.stacks = stacks
+        base = {**self.base, PROGRESS_DIR_ENV: self.progress, STACKS_DIR_ENV: stacks, LAUNCHER_WATCHES_ENV: "1"}
+        where = os.path.join(stacks, "rank<R>.txt")
+        if self.remote is not None:
+            where += " (this machine's ranks; another node's, in its launcher's stacks directory)"
+        expected = sorted({p.rank for p in plans} | set(self._remote_ranks))
+        self.watch = JobWatch(expected, self.stall, frames=self._frames, stacks_where=where)
         self._ranks = [p.rank for p in plans]
-        if self.metrics is not None:  # read when scraped: this attempt's board, watch, GPUs and workers
+        if self.metrics is not None:  # rendered when scraped: this attempt's latest look, its GPUs and workers
             restarts = int(plans[0].env.get(RESTART_ENV, "0")) if plans else 0
             owned = {p.rank: p.gpus for p in plans}
-            self.metrics.collector.start(Attempt(progress, self.watch, owned, self._statuses, restarts))
+            self.metrics.collector.start(Attempt(self.watch, owned, self._statuses, restarts))
         try:
             for plan in plans:
-                log = self._open_log(plan.rank)
-                logs.append(log)
-                with _pinned(bound.get(plan.local_rank)):
-                    proc = subprocess.Popen(
-                        list(command),
-                        env={**base, **plan.env},
-                        stdout=subprocess.PIPE,
-                        stderr=subprocess.STDOUT,
-                        stdin=subprocess.DEVNULL,
-                        start_new_session=True,
-                    )
-                self.procs.append(proc)
-                if self.watchdog is not None:
-                    self.watchdog.guard(proc.pid)
-                gpus = ",".join(map(str, plan.gpus)) or "none (CPU)"
-                self.console.say(f"worker {plan.rank}: pid {proc.pid}, {plan.address}, GPUs {gpus}")
-                pump = threading.Thread(target=self._pump, args=(proc, plan.rank, log), daemon=True)
-                pump.start()
-                pumps.append(pump)
+                logs.append(self._open_log(plan.rank))
+                pumps.append(self._start(plan, base, bound, logs[-1]))
             return self._wait([p.rank for p in plans])
         except OSError as err:
             raise LaunchError(
-                f"cannot start {shown(command[0])}: {err.strerror}.", hint="check the command after '--'."
+                f"cannot start {shown(self.command[0])}: {err.strerror}.", hint="check the command after '--'."
             ) from None
         finally:
             self._stop_all()
@@ -578,21 +576,130 @@ class _Job:
             for log in logs:
                 if log is not None:
                     log.close()
-            for line in self.watch.slow.lines():  # where each rank spends its step, the slow rank
-                self.console.say(line)
-            if self.log_dir:  # each rank's steps and their split over time: whom everyone waits for
-                try:
-                    for path in write_timeline(
-                        self.watch.timeline,
-                        self.log_dir,
-                        end=self.watch.last_poll,
-                        slow=self.watch.slow,
-                    ):
-                        self.console.say(f"each rank's steps: {path}")
-                except OSError as err:
-                    self.console.say(f"cannot write the steps' timeline in --log-dir ({err.strerror})")
-            shutil.rmtree(progress, ignore_errors=True)
+            self._end_report()
+            shutil.rmtree(self.progress, ignore_errors=True)
             _remove_if_empty(stacks)
+
+    def _start(
+        self, plan: WorkerPlan, base: Mapping[str, str], bound: Mapping[int, tuple[int, ...]], log: IO[str] | None
+    ) -> threading.Thread:
+        """Starts one worker and the thread that pumps its output."""
+        with _pinned(bound.get(plan.local_rank)):
+            proc = subprocess.Popen(
+                list(self.command),
+                env={**base, **plan.env},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        self.procs.append(proc)
+        if self.watchdog is not None:
+            self.watchdog.guard(proc.pid)
+        gpus = ",".join(map(str, plan.gpus)) or "none (CPU)"
+        self.console.say(f"worker {plan.rank}: pid {proc.pid}, {plan.address}, GPUs {gpus}")
+        pump = threading.Thread(target=self._pump, args=(proc, plan.rank, log), daemon=True)
+        pump.start()
+        return pump
+
+    def link(self, peers: Any) -> None:
+        """A job over several machines: node 0 watches every node's ranks; another node sends it its own."""
+        self.peers = peers
+        if peers.is_master:
+            others = [n for n in peers.nodes if n.node_rank != 0]
+            self.remote = RemoteRecords(others)
+            self.node_name = next(n.name for n in peers.nodes if n.node_rank == 0)
+            self._remote_ranks = tuple(r for n in others if n.reports for r in n.ranks)
+            peers.handlers = {"record": self.remote.take, "frames": self.remote.take}
+        elif peers.reports:
+            peers.handlers = {"want": self._send_frames}
+            self.console.say(
+                "this node's ranks report to node 0's launcher: the slow or stuck rank is named on its console"
+            )
+
+    @property
+    def reports_to_node_0(self) -> bool:
+        """This launcher is another node's, and node 0 watches its ranks."""
+        return self.peers is not None and not self.peers.is_master and self.peers.reports
+
+    def records(self) -> tuple[RankProgress, ...]:
+        """Every rank's record this launcher sees: its own machine's, and on node 0 the other nodes'."""
+        local = read_records(self.progress, self.node_name)
+        return local if self.remote is None else (*local, *self.remote.records())
+
+    def _frames(self, stall: Stall) -> dict[int, list[str]]:
+        """The stuck ranks' top frames: this machine's ranks are asked for their stacks, other nodes' launchers for
+        theirs.
+        """
+        remote = [r for r in stall.missing if r in self._remote_ranks]
+        found: dict[int, list[str]] = {}
+        ask = None
+        if self.remote is not None and remote:
+            others = self.remote
+            ask = threading.Thread(target=lambda: found.update(others.frames(self._ask_frames, remote)))
+            ask.start()
+        local = [r for r in stall.records if r.rank not in self._remote_ranks]
+        found.update(ask_stacks(local, self.stacks, [r for r in stall.missing if r not in remote]))
+        if ask is not None:
+            ask.join()
+        return found
+
+    def _ask_frames(self, node_rank: int, ranks: list[int]) -> None:
+        self.peers.send(self.peers.node_ranks.index(node_rank), "want " + ",".join(map(str, ranks)))
+
+    def _send_frames(self, node_rank: int, word: str, value: str) -> None:
+        """Node 0 asked for the frames of ranks of this machine: their stacks asked for, the top frames sent."""
+        frames = ask_stacks(read_records(self.progress), self.stacks, parse_want(value))
+        for rank, lines in frames.items():
+            self.peers.send(0, frames_line(rank, lines))
+
+    def _send_records(self) -> None:
+        """This machine's ranks' records, as they are, to node 0's launcher."""
+        for path in record_paths(self.progress):
+            raw = record_bytes(path)
+            if raw is not None:
+                self.peers.send(0, record_line(raw))
+
+    def _look(self) -> int | None:
+        """One look of the watch: its lines said, its snapshot left for the workers; a status to stop with, or None.
+        On another node whose ranks node 0 watches, the records go to node 0 and nothing is said here.
+        """
+        snapshot = self.watch.poll(self.records())
+        write_snapshot(snapshot, self.progress)
+        if self.reports_to_node_0:
+            self._send_records()
+            return None
+        for line in [*snapshot.said, *(self.remote.unheard() if self.remote is not None else ())]:
+            self.console.say(line)
+        if snapshot.stop is None:
+            return None
+        self.console.say(snapshot.stop)
+        return STALL_STATUS
+
+    def _end_report(self) -> None:
+        """The job's end: where each rank spent its step, the slow rank; with --log-dir, the files. On another node
+        whose ranks node 0 watched, nothing: the job's summary is node 0's.
+        """
+        if self.reports_to_node_0:
+            self._send_records()  # the ranks' last records: node 0's summary counts their last steps
+            return
+        if self.remote is not None:  # the other nodes' last records come once their ranks end
+            deadline = time.monotonic() + 3.0
+            while time.monotonic() < deadline and not all(r.phase == "done" for r in self.remote.records()):
+                time.sleep(0.1)
+            self.watch.poll(self.records())
+        summary = self.watch.summary()
+        for line in summary.lines():
+            self.console.say(line)
+        if not self.log_dir:
+            return
+        latest = self.watch.latest
+        end, looks = (latest.at, latest.number) if latest is not None else (None, 0)
+        try:
+            for path in write_job_files(summary, self.watch.timeline, self.log_dir, end, looks):
+                self.console.say(f"each rank's steps: {path}")
+        except OSError as err:
+            self.console.say(f"cannot write the steps' timeline in --log-dir ({err.strerror})")
 
     def _statuses(self) -> dict[int, int | None]:
         """Each started worker's exit status (``None`` while it runs), for the metrics."""
@@ -685,10 +792,9 @@ class _Job:
                 return self.remote_code
             if time.monotonic() >= next_watch:
                 next_watch = time.monotonic() + 1.0
-                reason = self.watch.poll()
-                if reason is not None:
-                    self.console.say(reason)
-                    return STALL_STATUS
+                stopped = self._look()
+                if stopped is not None:
+                    return stopped
             if self._kill_at is not None and time.monotonic() >= self._kill_at:
                 self._kill_at = None
                 self.console.say(f"workers still running {GRACE_S:g} s after the signal: killing them")

@@ -6,16 +6,17 @@ named; the port closes when the job ends. Under ``srun`` and Ray Train, where no
 rank 0's watch thread serves them (:mod:`tfdevices.jobs.reporting`) when ``TFDEVICES_METRICS`` is set
 or :func:`serve_metrics` was called.
 
-Nothing is counted in the workers for this: each scrape reads the job's progress board
-(:func:`~tfdevices.jobs.progress.read_board`), what the slow-rank watch measured
-(:func:`~tfdevices.jobs.straggler.split_ranks`, :attr:`~tfdevices.jobs.straggler.SlowRankWatch.named`),
-the stall detector (:func:`~tfdevices.jobs.stall.detect_stall`) and NVML (the GPU inventory), once per
-scrape, in the serving thread (:class:`JobCollector`, a collector of the job's own registry).
+Nothing is counted in the workers for this, and nothing is computed again: each scrape renders the
+latest look of the job's watch (:attr:`~tfdevices.jobs.watch.JobWatch.latest`: each rank's steps, split,
+slow-rank and stall marks) and reads NVML (the GPU inventory), in the serving thread (:class:`JobCollector`,
+a collector of the job's own registry).
 
 Every series has the labels ``job`` and ``node``; per rank ``rank``; per GPU ``rank`` and ``gpu`` (the
-NVML index). The GPU series follow OpenTelemetry's ``hw.gpu.*`` conventions where they have a name
-(``hw.gpu.utilization``, ``hw.gpu.memory.usage``, ``hw.gpu.memory.limit``) and the same pattern where
-they have none yet (power, temperature, SM clock). :data:`SERIES` lists them all.
+NVML index). A rank's ``node`` is the machine it runs on: node 0's launcher of a job over several machines
+serves every rank of the job, each other node's launcher its own ranks. The GPU series follow OpenTelemetry's
+``hw.gpu.*`` conventions where they have a name (``hw.gpu.utilization``, ``hw.gpu.memory.usage``,
+``hw.gpu.memory.limit``) and the same pattern where they have none yet (power, temperature, SM clock).
+:data:`SERIES` lists them all.
 
 This module imports no TensorFlow.
 
@@ -35,7 +36,6 @@ import re
 import socket
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -43,9 +43,8 @@ from tfdevices.core.errors import EnvVarError, LaunchError, TfDevicesError
 from tfdevices.core.units import shown
 from tfdevices.gpus.discovery import discover
 from tfdevices.jobs.env import RANK_GPUS
-from tfdevices.jobs.progress import RankProgress, read_board
-from tfdevices.jobs.stall import STALE_S, StallWatch, detect_stall
-from tfdevices.jobs.straggler import RankSplit, SlowRankPolicy, find_slow_rank, split_ranks
+from tfdevices.jobs.straggler import RankSplit
+from tfdevices.jobs.watch import JobWatch, RankRow
 
 #: ``[HOST:]PORT`` for rank 0's watch to serve on, where no launcher watches (``srun``, Ray Train).
 METRICS_ENV = "TFDEVICES_METRICS"
@@ -320,46 +319,22 @@ def gpu_reader(env: Mapping[str, str] | None = None, nvml_module: Any = None) ->
     return read
 
 
-@dataclasses.dataclass(frozen=True)
-class RankReading:
-    """One rank's series at one moment, from its record and what the watch measured.
-
-    Attributes:
-        rank: the rank.
-        steps: steps finished.
-        timed: steps timed (past the first 2).
-        step_sum_s: their wall time in all.
-        last_step_s: the last step's wall time.
-        split: where it spends a step (``None`` until every rank timed enough steps).
-        slow: it is the rank named slow.
-        stalled: it is a rank the others wait for in a stall.
+def rank_values(row: RankRow) -> dict[str, float]:
+    """A rank's series from its row of the watch's look: series name (``tfdevices_rank_split_seconds/wait`` for a
+    part) -> value.
     """
-
-    rank: int
-    steps: int
-    timed: int
-    step_sum_s: float
-    last_step_s: float
-    split: RankSplit | None = None
-    slow: bool = False
-    stalled: bool = False
-
-    def values(self) -> dict[str, float]:
-        """Series name (``tfdevices_rank_split_seconds/wait`` for a part) -> value."""
-        out = {
-            "tfdevices_rank_steps": float(self.steps),
-            "tfdevices_rank_last_step_seconds": self.last_step_s,
-            "tfdevices_rank_slow": float(self.slow),
-            "tfdevices_rank_stalled": float(self.stalled),
-        }
-        if self.timed:
-            out["tfdevices_rank_step_seconds"] = self.step_sum_s / self.timed
-        if self.split is not None:
-            for part in PARTS:
-                out[f"tfdevices_rank_split_seconds/{part}"] = self.split.component(part)
-            out["tfdevices_rank_wait_ratio"] = wait_ratio(self.split)
-            out["tfdevices_rank_slow_score"] = self.split.score
-        return out
+    out = {
+        "tfdevices_rank_steps": float(row.steps),
+        "tfdevices_rank_last_step_seconds": row.last_step_s,
+        "tfdevices_rank_slow": float(row.slow),
+        "tfdevices_rank_stalled": float(row.stalled),
+    }
+    if row.split is not None:
+        for part in PARTS:
+            out[f"tfdevices_rank_split_seconds/{part}"] = row.split.component(part)
+        out["tfdevices_rank_wait_ratio"] = wait_ratio(row.split)
+        out["tfdevices_rank_slow_score"] = row.split.score
+    return out
 
 
 def wait_ratio(split: RankSplit) -> float:
@@ -371,118 +346,67 @@ def wait_ratio(split: RankSplit) -> float:
     return round(min(1.0, split.wait_s / split.step_s), 3) if split.step_s > 0 else 0.0
 
 
-def read_ranks(records: Sequence[RankProgress], watch: StallWatch | None, now: float) -> tuple[RankReading, ...]:
-    """Each rank's reading from the board's records and what ``watch`` (the stall and slow-rank watch) knows;
-    without a watch, the slow rank of this moment's split (:func:`~tfdevices.jobs.straggler.find_slow_rank`)
-    and no stall.
-    """
-    splits: dict[int, RankSplit] = {}
-    slow: int | None = None
-    stalled: tuple[int, ...] = ()
-    if watch is None:  # no watch here (a rank's own TensorBoard run): this moment's split and slow rank
-        splits = {s.rank: s for s in split_ranks(records, SlowRankPolicy().min_steps)}
-        found = find_slow_rank(tuple(splits.values()))
-        slow = found.rank if found is not None else None
-    else:
-        splits = {s.rank: s for s in split_ranks(records, watch.slow.policy.min_steps)}
-        named = watch.slow.named
-        slow = named.rank if named is not None else None
-        stall = detect_stall(
-            records, now=now, policy=watch.policy, median_step_s=watch.median_step_s(), expected=watch.expected
-        )
-        stalled = stall.missing if stall is not None and not stall.phase_only else ()
-    return tuple(
-        RankReading(
-            r.rank,
-            r.done,
-            r.timed,
-            r.totals[1],
-            r.last_step_s,
-            splits.get(r.rank),
-            r.rank == slow,
-            r.rank in stalled,
-        )
-        for r in records
-    )
-
-
 @dataclasses.dataclass
 class Attempt:
     """What the collector reads for one attempt of the job (the launcher sets it at each start).
 
     Attributes:
-        board: the attempt's progress directory.
-        watch: its stall and slow-rank watch (``None``: rank series without split, slow rank or stall).
+        watch: the attempt's watch: its latest look is what a scrape serves.
         gpus: each rank's GPUs (NVML indices).
         workers: each rank's exit status (``None`` while it runs); ``None`` where the watcher is no parent
             (rank 0's watch under ``srun``: workers up are the ranks whose record is not done).
         restarts: restarts of the job so far.
     """
 
-    board: str
-    watch: StallWatch | None = None
+    watch: JobWatch
     gpus: Mapping[int, tuple[int, ...]] = dataclasses.field(default_factory=dict)
     workers: Callable[[], Mapping[int, int | None]] | None = None
     restarts: int = 0
 
 
 class JobCollector:
-    """A ``prometheus-client`` collector that reads the job when scraped (no cost in the workers).
+    """A ``prometheus-client`` collector that renders the watch's latest look when scraped (no cost in the workers).
 
     Args:
         job: the ``job`` label.
-        node: the ``node`` label (this machine's name).
+        node: the ``node`` label of this machine (of ranks whose row names no other).
         read_gpus: reads the GPUs by NVML index (:func:`gpu_reader`); ``None``: no GPU series.
-        clock: ``time.time``-like (tests).
     """
 
-    def __init__(
-        self,
-        job: str,
-        node: str,
-        read_gpus: Callable[[], Mapping[int, GpuReading]] | None = None,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
+    def __init__(self, job: str, node: str, read_gpus: Callable[[], Mapping[int, GpuReading]] | None = None) -> None:
         self.job = job
         self.node = node
         self.read_gpus = read_gpus
         self.attempt: Attempt | None = None
-        self._clock = clock
-        self._since = clock() - STALE_S
         self._lock = threading.Lock()
 
     def start(self, attempt: Attempt) -> None:
         """A new attempt of the job (its first, or a restart)."""
         self.attempt = attempt
 
-    def readings(self) -> tuple[tuple[RankReading, ...], Mapping[int, GpuReading]]:
-        """Each rank's reading and each GPU's, now (what one scrape serves)."""
+    def rows(self) -> tuple[RankRow, ...]:
+        """Each rank's row of the watch's latest look (none before its first)."""
         attempt = self.attempt
-        if attempt is None:
-            return (), {}
-        records = tuple(r for r in read_board(attempt.board) if r.changed_at >= self._since)
-        ranks = read_ranks(records, attempt.watch, self._clock())
-        gpus = self.read_gpus() if self.read_gpus is not None and attempt.gpus else {}
-        return ranks, gpus
+        latest = attempt.watch.latest if attempt is not None else None
+        return latest.rows if latest is not None else ()
 
     def collect(self) -> Iterator[Any]:
-        """The families of :data:`SERIES`, read now (called by the registry at each scrape)."""
-        with self._lock:  # scrapes one at a time: each reads NVML and the board
+        """The families of :data:`SERIES`, rendered now (called by the registry at each scrape)."""
+        with self._lock:  # scrapes one at a time: each reads NVML
             families = _families(self.job, self.node)
-            ranks, gpus = self.readings()
-            self._add_ranks(families, ranks)
+            rows = self.rows()
+            attempt = self.attempt
+            gpus = self.read_gpus() if self.read_gpus is not None and attempt is not None and attempt.gpus else {}
+            self._add_ranks(families, rows)
             self._add_gpus(families, gpus)
-            self._add_job(families, ranks)
+            self._add_job(families, rows)
         return iter(list(families.values()))
 
-    def _add_ranks(self, families: dict[str, Any], ranks: Sequence[RankReading]) -> None:
-        for reading in ranks:
-            rank = str(reading.rank)
-            labels = [self.job, self.node, rank]
-            families["tfdevices_rank_step_seconds"].add_metric(labels, reading.timed, reading.step_sum_s)
-            for name, value in reading.values().items():
-                if name == "tfdevices_rank_step_seconds":
-                    continue
+    def _add_ranks(self, families: dict[str, Any], rows: Sequence[RankRow]) -> None:
+        for row in rows:
+            labels = [self.job, row.node or self.node, str(row.rank)]
+            families["tfdevices_rank_step_seconds"].add_metric(labels, row.timed, row.step_sum_s)
+            for name, value in rank_values(row).items():
                 if "/" in name:
                     name, part = name.split("/")
                     families[name].add_metric([*labels, part], value)
@@ -501,16 +425,16 @@ class JobCollector:
                 for name, value in reading.values().items():
                     families[name].add_metric([self.job, self.node, str(rank), str(index)], value)
 
-    def _add_job(self, families: dict[str, Any], ranks: Sequence[RankReading]) -> None:
+    def _add_job(self, families: dict[str, Any], rows: Sequence[RankRow]) -> None:
         attempt = self.attempt
         if attempt is None:
             return
         labels = [self.job, self.node]
+        latest = attempt.watch.latest
         families["tfdevices_job_restarts"].add_metric(labels, attempt.restarts)
-        families["tfdevices_job_stalls"].add_metric(labels, attempt.watch.stalls if attempt.watch else 0)
+        families["tfdevices_job_stalls"].add_metric(labels, latest.stalls if latest is not None else 0)
         if attempt.workers is None:
-            up = sum(1 for r in read_board(attempt.board) if r.changed_at >= self._since and r.phase != "done")
-            families["tfdevices_job_workers_up"].add_metric(labels, up)
+            families["tfdevices_job_workers_up"].add_metric(labels, sum(1 for r in rows if r.phase != "done"))
             return
         statuses = attempt.workers()
         families["tfdevices_job_workers_up"].add_metric(labels, sum(1 for s in statuses.values() if s is None))
@@ -652,7 +576,7 @@ def metrics_from_env(env: Mapping[str, str]) -> MetricsAddress | None:
         raise EnvVarError(err.message, hint=f"e.g. {METRICS_ENV}=9100; unset it to serve no metrics.") from None
 
 
-def watch_metrics(watch: StallWatch, env: Mapping[str, str], say: Callable[[str], None]) -> JobMetrics | None:
+def watch_metrics(watch: JobWatch, env: Mapping[str, str], say: Callable[[str], None]) -> JobMetrics | None:
     """Serves the job's metrics from rank 0's watch (:mod:`tfdevices.jobs.reporting` calls it) when
     :func:`serve_metrics` or ``TFDEVICES_METRICS`` asks; a failure is said, never raised (the job goes on).
     """
@@ -668,7 +592,7 @@ def watch_metrics(watch: StallWatch, env: Mapping[str, str], say: Callable[[str]
 
 
 def _serve_watch(
-    watch: StallWatch,
+    watch: JobWatch,
     address: MetricsAddress,
     asked: str,
     env: Mapping[str, str] | None = None,
@@ -684,7 +608,7 @@ def _serve_watch(
         tell(f"tfdevices: no metrics served: {err}")
         return None
     gpus = own_gpus(env)
-    metrics.collector.start(Attempt(watch.directory, watch, {0: gpus} if gpus else {}))
+    metrics.collector.start(Attempt(watch, {0: gpus} if gpus else {}))
     _ASKED["metrics"] = metrics
     return metrics
 
@@ -717,14 +641,13 @@ __all__ = [
     "JobMetrics",
     "MetricsAddress",
     "MetricsServer",
-    "RankReading",
     "Series",
     "gpu_reader",
     "job_name",
     "metrics_from_env",
     "own_gpus",
     "parse_address",
-    "read_ranks",
+    "rank_values",
     "serve_metrics",
     "wait_ratio",
     "watch_metrics",

@@ -3,20 +3,22 @@
 Each worker maps ``rank{R}.progress`` (:data:`RECORD_SIZE` bytes) in the job's progress directory and
 updates it in place (a seqlock: an odd sequence number while writing), about a microsecond per
 update: the step it began, the steps it finished, its phase (starting, building the strategy, in
-a step, between steps, in a callback and which one, done), when that last changed, and the last
-step's duration, and what a straggler detector needs (:mod:`tfdevices.jobs.straggler`): the last
-:data:`RING` steps' time between steps and in the step, running sums, and the last sampled step's split
-(:meth:`ProgressWriter.sample`). Whoever watches the job (the launcher, or rank 0 where there is none) reads every
-record without locks (:func:`read_board`). TensorFlow-free.
+a step, between steps, in a callback and which one, done), when that last changed, the last
+step's duration, and what the slow-rank report needs (:mod:`tfdevices.jobs.straggler`): the last
+:data:`RING` steps' time between steps, in callbacks and in the step (:class:`StepTimes`), running sums
+(:class:`Totals`), and the time its steps waited in the collectives and for their input, as last read
+(:class:`Waits`, :meth:`ProgressWriter.record_waits`). Whoever watches the job (the launcher, or rank 0
+where there is none) reads every record without locks (:func:`read_records`); a record's bytes travel to
+another machine's watcher as they are (:func:`parse_record`). TensorFlow-free.
 
 The directory is ``TFDEVICES_PROGRESS_DIR`` (``tfdevices launch`` sets it per attempt); under
 ``srun`` it is derived from the step (:func:`progress_dir`). Ranks on other machines write on theirs.
 
 >>> import tempfile
->>> board = tempfile.mkdtemp()
->>> writer = ProgressWriter(board, rank=1)
+>>> directory = tempfile.mkdtemp()
+>>> writer = ProgressWriter(directory, rank=1)
 >>> writer.begin_step(); writer.end_step(0.25); writer.enter("callback", "ModelCheckpoint.on_epoch_end")
->>> [(r.rank, r.started, r.done, r.phase, r.detail) for r in read_board(board)]
+>>> [(r.rank, r.started, r.done, r.phase, r.detail) for r in read_records(directory)]
 [(1, 1, 1, 'callback', 'ModelCheckpoint.on_epoch_end')]
 """
 
@@ -32,6 +34,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Mapping
+from typing import NamedTuple
 
 from tfdevices.core.errors import EnvVarError
 from tfdevices.core.units import shown
@@ -48,13 +51,53 @@ _DETAIL = 64
 RING = 16
 #: The first steps leave the ring and the sums alone: the first call traces and compiles the step.
 WARMUP_STEPS = 2
-# at 128: steps timed, sums of between/step/callback seconds; the sample: step, its seconds, wait, input, cost
+# at 128: steps timed, sums of between/step/callback seconds; the waits: step read at, then sums since the rank's
+# first step of its steps' seconds, their wait in collectives, their wait for input, and what the reads cost
 _TIMES = struct.Struct("<qdddqdddd")
 _TIMES_AT = 128
 _RING = struct.Struct(f"<{3 * RING}f")  # (between, in a callback, in the step) per slot: slot = step's index % RING
 _RING_AT = _TIMES_AT + _TIMES.size
 _SLOT = struct.Struct("<fff")
 _NAME = re.compile(r"rank(\d{1,7})\.progress")
+
+
+class StepTimes(NamedTuple):
+    """One timed step of a rank: the time from the previous step's end to its beginning outside ``fit``'s named
+    callbacks (``between_s``), inside them (``callback_s``), and its own wall time (``step_s``).
+    """
+
+    between_s: float
+    callback_s: float
+    step_s: float
+
+
+class Totals(NamedTuple):
+    """A rank's sums over its timed steps (every step past the first :data:`WARMUP_STEPS`)."""
+
+    between_s: float
+    step_s: float
+    callback_s: float
+
+
+class Waits(NamedTuple):
+    """What a rank's steps waited for, as read after step ``step``: sums over every step up to it.
+
+    Attributes:
+        step: the step after which they were read.
+        step_s: the steps' own wall time in all.
+        wait_s: the time they spent in the collectives (the ranks that arrive first wait longest).
+        input_s: the time they waited for their input inside the step (``fit`` reads its batch there).
+        cost_s: what the reads cost this rank in all.
+    """
+
+    step: int
+    step_s: float
+    wait_s: float
+    input_s: float
+    cost_s: float
+
+
+_NO_TOTALS = Totals(0.0, 0.0, 0.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,17 +111,14 @@ class RankProgress:
         done: steps it finished.
         phase: one of :data:`PHASES`.
         detail: what the phase is about (``"ModelCheckpoint.on_epoch_end"``), or ``""``.
-        changed_at: when the record last changed (``time.time()``).
+        changed_at: when the record last changed (``time.time()`` of its machine).
         last_step_s: the last finished step's duration (0 before the first).
-        recent: the latest timed steps (up to :data:`RING`, oldest first), each
-            ``(between_s, callback_s, step_s)``: the time from the previous step's end to its beginning
-            outside named callbacks, inside them (``fit``'s hooks), and its own wall time. The first
-            :data:`WARMUP_STEPS` steps are not timed.
+        recent: the latest timed steps (up to :data:`RING`, oldest first). The first :data:`WARMUP_STEPS`
+            steps are not timed.
         timed: steps timed so far.
-        totals: the sums over the timed steps: ``(between_s, step_s, callback_s)``.
-        sample: the last sampled step, ``(step, step_s, wait_s, input_s, cost_s)``: its wall time, its
-            time waiting in collectives and in the input pipeline's ops (the profiler's), what the
-            sample cost; ``None`` before one.
+        totals: the sums over the timed steps.
+        waits: the last reading of its steps' waits; ``None`` before one.
+        node: the machine it runs on, as the watch names it (``""``: the watch's own).
     """
 
     rank: int
@@ -89,10 +129,11 @@ class RankProgress:
     detail: str
     changed_at: float
     last_step_s: float
-    recent: tuple[tuple[float, float, float], ...] = ()
+    recent: tuple[StepTimes, ...] = ()
     timed: int = 0
-    totals: tuple[float, float, float] = (0.0, 0.0, 0.0)
-    sample: tuple[int, float, float, float, float] | None = None
+    totals: Totals = _NO_TOTALS
+    waits: Waits | None = None
+    node: str = ""
 
     def where(self) -> str:
         """``"in step 5"``, ``"after step 4"``, ``"in ModelCheckpoint.on_epoch_end (after step 40)"``."""
@@ -141,7 +182,8 @@ class ProgressWriter:
         self._callback_s = 0.0  # time in named callbacks since the last step ended
         self._timed = 0
         self._sums = [0.0, 0.0, 0.0]
-        self._sample: tuple[int, float, float, float, float] = (0, 0.0, 0.0, 0.0, 0.0)
+        self._all_steps_s = 0.0  # every finished step's duration, summed (the waits' step time)
+        self._waits = Waits(0, 0.0, 0.0, 0.0, 0.0)
         self._slot: tuple[int, float, float, float] | None = None  # a ring slot to write: (offset, its 3 times)
         self._in_callbacks = 0.0  # the running step's time in named callbacks before it began
         self._lock = threading.Lock()  # Keras 3 may run batch-end callbacks on another thread
@@ -185,7 +227,7 @@ class ProgressWriter:
         )
         if detail:
             self._map[_HEAD.size : _HEAD.size + _DETAIL] = self._detail.ljust(_DETAIL, b"\0")
-        _TIMES.pack_into(self._map, _TIMES_AT, self._timed, *self._sums, *self._sample)
+        _TIMES.pack_into(self._map, _TIMES_AT, self._timed, *self._sums, *self._waits)
         if self._slot is not None:
             _SLOT.pack_into(self._map, *self._slot)
             self._slot = None
@@ -227,6 +269,7 @@ class ProgressWriter:
             self.done = step
             self._last_end = self._clock()
             self._last_step_s = seconds if seconds is not None else self._last_end - self._step_began
+            self._all_steps_s += self._last_step_s
             if step > WARMUP_STEPS and step == self.started:
                 self._time_step(self._between, self._in_callbacks, self._last_step_s)
             cleared = False
@@ -241,10 +284,17 @@ class ProgressWriter:
         self._sums[0] += between
         self._sums[1] += seconds
 
-    def sample(self, step: int, seconds: float, wait_s: float, input_s: float, cost_s: float) -> None:
-        """Step ``step`` was sampled: its wall time, its time waiting in collectives and in input ops, the cost."""
+    @property
+    def steps_s(self) -> float:
+        """Every finished step's duration, summed."""
+        return self._all_steps_s
+
+    def record_waits(self, step: int, step_s: float, wait_s: float, input_s: float, cost_s: float) -> None:
+        """What the steps waited for, as read after step ``step``: sums over the same steps of their own time, their
+        wait in the collectives and for their input, and what the reads cost (:class:`Waits`).
+        """
         with self._lock:
-            self._sample = (step, seconds, wait_s, input_s, cost_s)
+            self._waits = Waits(step, step_s, wait_s, input_s, cost_s)
             self._write()
 
     def close(self) -> None:
@@ -254,8 +304,48 @@ class ProgressWriter:
             self._map.close()
 
 
-def read_record(path: str) -> RankProgress | None:
+def read_record(path: str, node: str = "") -> RankProgress | None:
     """One rank's record; ``None`` when it is not one (a foreign file, or one rewritten on every try)."""
+    raw = record_bytes(path)
+    return None if raw is None else parse_record(raw, node)
+
+
+def parse_record(raw: bytes, node: str = "") -> RankProgress | None:
+    """A record from its :data:`RECORD_SIZE` bytes (read whole, as :func:`read_record` does, or sent from another
+    machine); ``None`` when they are not one: another size, a record being written, an unknown phase.
+    """
+    if len(raw) != RECORD_SIZE:
+        return None
+    seq, pid, rank, started, done, phase, changed, last = _HEAD.unpack_from(raw)
+    if seq % 2 or phase >= len(PHASES) or rank < 0:
+        return None
+    detail = raw[_HEAD.size : _HEAD.size + _DETAIL].rstrip(b"\0").decode("utf-8", "replace")
+    timed, between, stepped, callback, *waits = _TIMES.unpack_from(raw, _TIMES_AT)
+    slots = _RING.unpack_from(raw, _RING_AT)
+    kept = min(max(timed, 0), RING)
+    order = [(timed - kept + i) % RING for i in range(kept)]
+    recent = tuple(StepTimes(*slots[3 * i : 3 * i + 3]) for i in order)
+    return RankProgress(
+        rank,
+        pid,
+        started,
+        done,
+        PHASES[phase],
+        detail,
+        changed,
+        last,
+        recent,
+        timed,
+        Totals(between, stepped, callback),
+        Waits(*waits) if waits[0] > 0 else None,
+        node,
+    )
+
+
+def record_bytes(path: str) -> bytes | None:
+    """A record's bytes as they are now, read whole while no write was under way (what :func:`read_record` parses,
+    and what another machine's watcher is sent); ``None`` when the file is no record or is rewritten on every try.
+    """
     for _ in range(5):
         try:
             with open(path, "rb") as f:
@@ -266,46 +356,24 @@ def read_record(path: str) -> RankProgress | None:
             return None
         if len(raw) != RECORD_SIZE:
             return None
-        seq, pid, rank, started, done, phase, changed, last = _HEAD.unpack_from(raw)
-        if seq % 2 == 0 and raw[:8] == again:  # not being written, and not rewritten while read
-            if phase >= len(PHASES):
-                return None
-            detail = raw[_HEAD.size : _HEAD.size + _DETAIL].rstrip(b"\0").decode("utf-8", "replace")
-            timed, between, stepped, callback, *sample = _TIMES.unpack_from(raw, _TIMES_AT)
-            slots = _RING.unpack_from(raw, _RING_AT)
-            kept = min(max(timed, 0), RING)
-            order = [(timed - kept + i) % RING for i in range(kept)]
-            recent = tuple(slots[3 * i : 3 * i + 3] for i in order)
-            return RankProgress(
-                rank,
-                pid,
-                started,
-                done,
-                PHASES[phase],
-                detail,
-                changed,
-                last,
-                recent,
-                timed,
-                (between, stepped, callback),
-                tuple(sample) if sample[0] > 0 else None,
-            )
+        if raw[:8] == again and _SEQ.unpack_from(raw)[0] % 2 == 0:  # not being written, nor rewritten while read
+            return raw
         time.sleep(0.001)
     return None
 
 
-def read_board(directory: str) -> tuple[RankProgress, ...]:
-    """Every rank's record in ``directory``, by rank (unreadable ones left out)."""
+def record_paths(directory: str) -> list[str]:
+    """The paths of the records in ``directory`` (at most 100,000 names looked at)."""
     try:
         names = os.listdir(directory)
     except OSError:
-        return ()
-    found = []
-    for name in names[:100_000]:
-        if _NAME.fullmatch(name):
-            record = read_record(os.path.join(directory, name))
-            if record is not None:
-                found.append(record)
+        return []
+    return [os.path.join(directory, name) for name in names[:100_000] if _NAME.fullmatch(name)]
+
+
+def read_records(directory: str, node: str = "") -> tuple[RankProgress, ...]:
+    """Every rank's record in ``directory``, by rank (unreadable ones left out), each with ``node``."""
+    found = [record for path in record_paths(directory) if (record := read_record(path, node)) is not None]
     return tuple(sorted(found, key=lambda r: r.rank))
 
 
@@ -350,7 +418,13 @@ __all__ = [
     "WARMUP_STEPS",
     "ProgressWriter",
     "RankProgress",
+    "StepTimes",
+    "Totals",
+    "Waits",
+    "parse_record",
     "progress_dir",
-    "read_board",
     "read_record",
+    "read_records",
+    "record_bytes",
+    "record_paths",
 ]

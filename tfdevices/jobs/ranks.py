@@ -98,7 +98,13 @@ class GpuAssignment:
         return {**visibility.mask_env(self.gpus), RANK_GPUS: join_indices(self.gpus)}
 
     def table(self) -> str:
-        """Every local rank's GPUs; this rank marked with ``*``."""
+        """Every local rank's GPUs; this rank marked with ``*`` (only this rank's where its launcher chose them)."""
+        if not self.plan:  # the launcher chose: this process knows its own GPUs only
+            where = "GPU " + join_indices(self.gpus) if self.gpus else "CPU (no GPU)"
+            lines = [f"{self.method} assignment: local rank {self.local_rank} runs on {where}: {self.reason}"]
+            if self.cpus:
+                lines.append(f"local rank {self.local_rank}: NUMA node {self.numa_node}, CPUs {format_cpus(self.cpus)}")
+            return "\n".join(lines)
         lines = [
             (
                 f"{self.method} mapping of {len(self.plan)} local rank(s) onto GPUs "
@@ -186,7 +192,7 @@ def gpu_for_rank(
             info.assigned_gpus,
             RANK_GPUS,
             "launcher",
-            reason=f"tfdevices launch assigned them ({RANK_GPUS}={join_indices(info.assigned_gpus)})",
+            reason=f"tfdevices launch assigned this rank's GPUs ({RANK_GPUS})",
         )
     candidates, origin = _candidates(info, gpus)
     topology = _topology(gpus, topology)

@@ -20,7 +20,7 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tfdevices.core.errors import LaunchError
@@ -40,6 +40,7 @@ from tfdevices.jobs.handshake import (
     send,
     where,
 )
+from tfdevices.jobs.node_exchange import Node, node_names
 
 MASTER_PORT = 29400
 MAX_WORKERS = 1024  # per machine, even with --oversubscribe: ports, pipes and threads are finite
@@ -106,8 +107,15 @@ _PEER_POLL_S = 5.0
 class _Peers:
     """The launchers' open connections: a failure or a death on one machine stops the others.
 
-    Each connection carries ``done 0`` or ``stop CODE`` lines; another line is ignored
-    (said once), and a connection that drops without ``done`` is a failure.
+    Each connection carries ``done 0`` or ``stop CODE`` lines, and the lines of the job's watch across the
+    machines (:mod:`tfdevices.jobs.node_exchange`: ``record``, ``want``, ``frames``), given to the handler of
+    their first word; another line is ignored (said once), and a connection that drops without ``done`` is a
+    failure.
+
+    Attributes:
+        node_ranks: the node rank at the other end of each connection (node 0's: ``[0]`` on another node).
+        nodes: on node 0, every node of the job with its ranks, name and whether it reports; else empty.
+        reports: on another node, node 0 takes this node's records (an older node 0 does not).
     """
 
     def __init__(
@@ -117,6 +125,11 @@ class _Peers:
         self.socks = [r.sock for r in self.readers]
         self.is_master = is_master
         self.say = say
+        self.node_ranks: list[int] = list(range(1, len(self.readers) + 1)) if is_master else [0]
+        self.nodes: list[Node] = []
+        self.reports = False
+        self.handlers: dict[str, Callable[[int, str, str], None]] = {}
+        self._send_locks = [threading.Lock() for _ in self.socks]
         self._done: dict[int, int] = {}
         self._cond = threading.Condition()
         self._on_stop: Callable[[int], None] | None = None
@@ -131,6 +144,11 @@ class _Peers:
         for i, reader in enumerate(self.readers):
             threading.Thread(target=self._listen, args=(i, reader), daemon=True).start()
 
+    def send(self, i: int, text: str) -> None:
+        """Sends one line on connection ``i`` (one line at a time: lines from two threads never interleave)."""
+        with self._send_locks[i]:
+            _send_line(self.socks[i], text)
+
     def _listen(self, i: int, reader: LineReader) -> None:
         code = 1
         while True:
@@ -142,6 +160,9 @@ class _Peers:
                     continue
                 break  # the connection dropped without "done"
             word, _, value = raw.decode("ascii", "replace").strip().partition(" ")
+            if word in self.handlers:
+                self.handlers[word](self.node_ranks[i], word, value)
+                continue
             if word not in ("done", "stop") or not value.isdigit():
                 self._ignore()
                 continue
@@ -166,9 +187,9 @@ class _Peers:
 
     def _stop(self, code: int, skip: int | None = None) -> None:
         if self.is_master:  # tell the other machines
-            for j, sock in enumerate(self.socks):
+            for j in range(len(self.socks)):
                 if j != skip:
-                    _send_line(sock, f"stop {code}")
+                    self.send(j, f"stop {code}")
         if self._on_stop is not None:
             self._on_stop(code)
 
@@ -182,11 +203,11 @@ class _Peers:
         with self._cond:
             self._finished = True
         if code != 0:
-            for sock in self.socks:
-                _send_line(sock, f"stop {code}")
+            for j in range(len(self.socks)):
+                self.send(j, f"stop {code}")
             return code
         if not self.is_master:
-            _send_line(self.socks[0], "done 0")
+            self.send(0, "done 0")
             return 0
         with self._cond:
             while len(self._done) < len(self.socks) and not stopped():
@@ -253,6 +274,8 @@ class _Hello:
     host: str
     ports: list[int]
     nonces: tuple[str, str]  # node 0's, the joiner's
+    name: str = ""  # its host name (what the job's lines call it), "" from an older launcher
+    reports: bool = False  # it sends its ranks' progress records (an older launcher does not)
 
 
 def _serve(
@@ -262,11 +285,7 @@ def _serve(
     server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     joined: dict[int, _Hello] = {}
-    strays = Strays(say)
-    results: queue.Queue[tuple[socket.socket, str, Any]] = queue.Queue()
-    slots = threading.BoundedSemaphore(MAX_PENDING)
     closing = threading.Event()
-    job = job_hash(nodes.rdzv_id)
     try:
         try:
             server.bind((host, port))
@@ -277,54 +296,11 @@ def _serve(
             ) from None
         server.listen(MAX_PENDING)
         server.settimeout(POLL_S)
-        while len(joined) < nodes.nnodes - 1:
-            if stopped():
-                raise Stopped()
-            if time.monotonic() >= deadline:
-                if strays.summary():
-                    say(str(strays.summary()))
-                missing = sorted(set(range(1, nodes.nnodes)) - set(joined))
-                raise LaunchError(
-                    f"node(s) {shown(missing)} did not join within {nodes.timeout:g} s.",
-                    hint="start the launcher on every machine with the same --nnodes, --master-addr and --master-port.",
-                )
-            try:
-                conn, _ = server.accept()
-            except TimeoutError:
-                conn = None
-            if conn is not None:
-                if slots.acquire(blocking=False):
-                    threading.Thread(
-                        target=_greet, args=(conn, nodes, job, deadline, results, slots, closing), daemon=True
-                    ).start()
-                else:
-                    strays.drop("busy", where(conn))
-                    conn.close()
-            _take(results, joined, strays, say, nodes.nnodes)
-            _forget_leavers(joined, say)
-        closing.set()
-        _take(results, joined, strays, say, nodes.nnodes)  # late ones: every node rank has joined
-        own_host = nodes.node_addr or host
-        parts = {0: (own_host, free_ports(n, "0.0.0.0"))}
-        parts.update({r: (h.host, h.ports) for r, h in joined.items()})
-        addresses: list[str] = []
-        firsts: dict[int, int] = {}
-        for r in range(nodes.nnodes):
-            firsts[r] = len(addresses)
-            addresses += [f"{parts[r][0]}:{p}" for p in parts[r][1]]
-        for r, h in joined.items():
-            h.reader.sock.settimeout(_SEND_TIMEOUT_S)
-            send(
-                h.reader.sock,
-                {
-                    "addresses": addresses,
-                    "first_rank": firsts[r],
-                    "proof": proof(nodes.token, "serve", *h.nonces, job, addresses, firsts[r]),
-                },
-            )
+        strays = _gather(server, nodes, joined, deadline, closing, say, stopped)
+        cluster, peers = _form(nodes, n, joined, say)
         if strays.summary():
             say(str(strays.summary()))
-        return NodeJob(tuple(addresses), 0), _Peers([joined[r].reader for r in sorted(joined)], True, say)
+        return cluster, peers
     except BaseException:
         for h in joined.values():
             h.reader.sock.close()
@@ -332,6 +308,76 @@ def _serve(
     finally:
         closing.set()
         server.close()
+
+
+def _gather(
+    server: socket.socket,
+    nodes: Nodes,
+    joined: dict[int, _Hello],
+    deadline: float,
+    closing: threading.Event,
+    say: Callable[[str], None],
+    stopped: Callable[[], bool],
+) -> Strays:
+    """Node 0 takes launchers until every node rank has joined (``joined``); strays are dropped and counted."""
+    strays = Strays(say)
+    results: queue.Queue[tuple[socket.socket, str, Any]] = queue.Queue()
+    slots = threading.BoundedSemaphore(MAX_PENDING)
+    job = job_hash(nodes.rdzv_id)
+    while len(joined) < nodes.nnodes - 1:
+        if stopped():
+            raise Stopped()
+        if time.monotonic() >= deadline:
+            if strays.summary():
+                say(str(strays.summary()))
+            missing = sorted(set(range(1, nodes.nnodes)) - set(joined))
+            raise LaunchError(
+                f"node(s) {shown(missing)} did not join within {nodes.timeout:g} s.",
+                hint="start the launcher on every machine with the same --nnodes, --master-addr and --master-port.",
+            )
+        try:
+            conn, _ = server.accept()
+        except TimeoutError:
+            conn = None
+        if conn is not None:
+            if slots.acquire(blocking=False):
+                threading.Thread(
+                    target=_greet, args=(conn, nodes, job, deadline, results, slots, closing), daemon=True
+                ).start()
+            else:
+                strays.drop("busy", where(conn))
+                conn.close()
+        _take(results, joined, strays, say, nodes.nnodes)
+        _forget_leavers(joined, say)
+    closing.set()
+    _take(results, joined, strays, say, nodes.nnodes)  # late ones: every node rank has joined
+    return strays
+
+
+def _form(nodes: Nodes, n: int, joined: Mapping[int, _Hello], say: Callable[[str], None]) -> tuple[NodeJob, _Peers]:
+    """Node 0 forms the job: every worker's address in node order, told to each node with its first rank."""
+    own_host = nodes.node_addr or nodes.master[0]
+    parts = {0: (own_host, free_ports(n, "0.0.0.0"))}
+    parts.update({r: (h.host, h.ports) for r, h in joined.items()})
+    addresses: list[str] = []
+    firsts: dict[int, int] = {}
+    for r in range(nodes.nnodes):
+        firsts[r] = len(addresses)
+        addresses += [f"{parts[r][0]}:{p}" for p in parts[r][1]]
+    job = job_hash(nodes.rdzv_id)
+    for r, h in joined.items():
+        h.reader.sock.settimeout(_SEND_TIMEOUT_S)
+        made = proof(nodes.token, "serve", *h.nonces, job, addresses, firsts[r])
+        send(h.reader.sock, {"addresses": addresses, "first_rank": firsts[r], "proof": made, "reports": 1})
+    peers = _Peers([joined[r].reader for r in sorted(joined)], True, say)
+    peers.node_ranks = sorted(joined)
+    names = node_names(
+        {0: socket.gethostname()[:64], **{r: h.name for r, h in joined.items()}},
+        {r: host for r, (host, _) in parts.items()},
+    )
+    ranks = {r: tuple(range(firsts[r], firsts[r] + len(parts[r][1]))) for r in parts}
+    peers.nodes = [Node(r, names[r], ranks[r], r == 0 or joined[r].reports) for r in sorted(parts)]
+    return NodeJob(tuple(addresses), 0), peers
 
 
 def _greet(
@@ -355,7 +401,9 @@ def _greet(
         theirs = hello["nonce"]
         if not proven(nodes.token, hello.get("proof"), "join", ours, theirs, job, rank, host, ports):
             raise Stray("token")
-        results.put((conn, "hello", (rank, _Hello(reader, host, ports, (ours, theirs)))))
+        name, reports = hello.get("name"), hello.get("reports") == 1
+        name = name[:64] if isinstance(name, str) and name.isprintable() else ""
+        results.put((conn, "hello", (rank, _Hello(reader, host, ports, (ours, theirs), name, reports))))
     except Stray as stray:
         results.put((conn, "stray", stray.kind))
     except (OSError, ValueError, TypeError, KeyError):  # whatever else a stranger sends: dropped, counted
@@ -443,34 +491,10 @@ def _join(
         job, ours, theirs = job_hash(nodes.rdzv_id), nonce(), greeting["nonce"]
         host = nodes.node_addr or sock.getsockname()[0]
         ports = free_ports(n, "0.0.0.0")
-        send(
-            sock,
-            {
-                "node_rank": nodes.node_rank,
-                "host": host,
-                "ports": ports,
-                "job": job,
-                "nonce": ours,
-                "proof": proof(nodes.token, "join", theirs, ours, job, nodes.node_rank, host, ports),
-            },
-        )
-        try:
-            reply = reader.message(deadline, stopped)
-        except Stray as stray:
-            raise LaunchError(
-                f"the node-0 launcher at {master} "
-                + (
-                    "closed the connection before the job formed."
-                    if stray.kind == "closed"
-                    else f"did not form the job within {nodes.timeout:g} s."
-                    if stray.kind == "slow"
-                    else "sent a malformed reply."
-                ),
-                hint="see node 0's console; start the launcher on every machine with the same "
-                "--nnodes, --master-addr and --master-port.",
-            ) from None
-        if "refused" in reply:
-            raise _refusal(reply["refused"], nodes, master, bool(greeting.get("token")))
+        made = proof(nodes.token, "join", theirs, ours, job, nodes.node_rank, host, ports)
+        hello = {"node_rank": nodes.node_rank, "host": host, "ports": ports, "job": job, "nonce": ours, "proof": made}
+        send(sock, {**hello, "name": socket.gethostname()[:64], "reports": 1})
+        reply = _reply(reader, nodes, master, deadline, stopped, bool(greeting.get("token")))
         addresses, first = reply.get("addresses"), reply.get("first_rank")
         if not (
             isinstance(addresses, list)
@@ -488,10 +512,36 @@ def _join(
                 f"the node-0 launcher at {master} did not prove it holds the job's rendezvous token.",
                 hint="give every machine the same secret (TFDEVICES_RDZV_TOKEN or --rdzv-token-file).",
             )
-        return NodeJob(tuple(addresses), first), _Peers([reader], False, say)
+        peers = _Peers([reader], False, say)
+        peers.reports = reply.get("reports") == 1  # node 0 takes this node's records (an older one does not)
+        return NodeJob(tuple(addresses), first), peers
     except BaseException:
         sock.close()
         raise
+
+
+def _reply(
+    reader: LineReader, nodes: Nodes, master: str, deadline: float, stopped: Callable[[], bool], token: bool
+) -> Any:
+    """Node 0's reply to this launcher's hello: the cluster, or why it refused."""
+    try:
+        reply = reader.message(deadline, stopped)
+    except Stray as stray:
+        raise LaunchError(
+            f"the node-0 launcher at {master} "
+            + (
+                "closed the connection before the job formed."
+                if stray.kind == "closed"
+                else f"did not form the job within {nodes.timeout:g} s."
+                if stray.kind == "slow"
+                else "sent a malformed reply."
+            ),
+            hint="see node 0's console; start the launcher on every machine with the same "
+            "--nnodes, --master-addr and --master-port.",
+        ) from None
+    if "refused" in reply:
+        raise _refusal(reply["refused"], nodes, master, token)
+    return reply
 
 
 def _connect(nodes: Nodes, deadline: float, stopped: Callable[[], bool]) -> tuple[LineReader, Any]:

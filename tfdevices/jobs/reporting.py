@@ -3,9 +3,10 @@
 :func:`start_reporting` (called by ``build_strategy`` for a multi-worker strategy, and by every worker
 ``tfdevices launch`` starts) opens this rank's progress record (:mod:`tfdevices.jobs.progress`) and arms
 the mends that fill it: ``step_progress`` (a custom loop's steps), ``fit_progress`` (``fit``'s steps and
-callbacks) and ``stack_dumps`` (``SIGUSR1`` writes the Python stack). Under ``tfdevices launch`` the
+callbacks), ``collective_wait`` (each step's wait in its collectives and for its input) and ``stack_dumps``
+(``SIGUSR1`` writes the Python stack). Under ``tfdevices launch`` the
 launcher watches every rank (``--stall-timeout``); under ``srun`` and other launchers whose ranks share a
-machine, rank 0 runs the same :class:`~tfdevices.jobs.stall.StallWatch` on a thread, and
+machine, rank 0 runs the job's watch (:class:`~tfdevices.jobs.watch.JobWatch`) on a thread, and
 :func:`stall_timeout` (or ``TFDEVICES_STALL_TIMEOUT``) makes it stop the job; with ``TFDEVICES_METRICS``
 or :func:`~tfdevices.jobs.metrics.serve_metrics` that watch also serves the job's metrics for Prometheus
 (:mod:`tfdevices.jobs.metrics`). TensorFlow-free.
@@ -17,18 +18,23 @@ import dataclasses
 import math
 import os
 import signal
+import socket
 import sys
 import threading
 import time
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from tfdevices.core.errors import InputError, TfDevicesError
 from tfdevices.core.units import shown
+from tfdevices.jobs.coordination_keys import KeyPublisher, KeyReader, KeyValue, interval_s
 from tfdevices.jobs.env import launch_info
 from tfdevices.jobs.metrics import watch_metrics
-from tfdevices.jobs.progress import ProgressWriter, progress_dir, read_board
-from tfdevices.jobs.stall import STACKS_DIR_ENV, StallPolicy, StallWatch, policy_from_env
-from tfdevices.mends import fit_progress, stack_dumps, step_progress
+from tfdevices.jobs.progress import ProgressWriter, RankProgress, progress_dir, read_records
+from tfdevices.jobs.stacks import ask_stacks
+from tfdevices.jobs.stall import STACKS_DIR_ENV, Stall, StallPolicy, policy_from_env
+from tfdevices.jobs.watch import JobWatch, write_snapshot
+from tfdevices.mends import collective_wait, fit_progress, stack_dumps, step_progress
 from tfdevices.mends.at_exit import call_at_exit
 from tfdevices.mends.base import when_imported
 
@@ -38,14 +44,37 @@ LAUNCHER_WATCHES_ENV = "TFDEVICES_LAUNCHER_WATCHES"
 STALL_STATUS = 3
 _POLL_S = 1.0
 
-_STATE: dict[str, object] = {"writer": None, "watch": None, "timeout": None, "slow_rank": None}
+
+@dataclasses.dataclass(frozen=True)
+class _Asked:
+    """What the program asked from Python (it beats the environment): replaced whole, never changed in place, so
+    rank 0's watch thread reads one consistent record.
+    """
+
+    timeout_s: float | None = None
+    timeout_asked: bool = False
+    slow_rank: bool | None = None
+
+
+class _ThisRank:
+    """This process's part of the job: its record's writer, rank 0's watch, and what the program asked."""
+
+    def __init__(self) -> None:
+        self.writer: ProgressWriter | None = None
+        self.watch: JobWatch | None = None
+        self.started: bool | None = None  # whether the watching (rank 0's, the store's) is settled
+        self.asked = _Asked()
+
+
+_RANK = _ThisRank()
 
 
 def stall_timeout(seconds: float | None) -> None:
     """Stops the job when a stall lasts ``seconds`` past its window (``None``: report only); from Python.
 
     For jobs started by ``srun``, Ray Train or any launcher other than ``tfdevices launch`` (which takes
-    ``--stall-timeout``): rank 0's watch reads it. An explicit call beats ``TFDEVICES_STALL_TIMEOUT``.
+    ``--stall-timeout``): rank 0's watch reads it at its next look. An explicit call beats
+    ``TFDEVICES_STALL_TIMEOUT``.
 
     Raises:
         InputError: ``seconds`` is not a number of seconds > 0.
@@ -54,10 +83,7 @@ def stall_timeout(seconds: float | None) -> None:
         isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < math.inf
     ):
         raise InputError(f"stall_timeout({shown(seconds)}): not a number of seconds > 0.", hint="e.g. 300, or None.")
-    _STATE["timeout"] = seconds
-    watch = _STATE["watch"]
-    if isinstance(watch, StallWatch):
-        watch.policy = dataclasses.replace(watch.policy, timeout_s=seconds)
+    _RANK.asked = dataclasses.replace(_RANK.asked, timeout_s=seconds, timeout_asked=True)
 
 
 def slow_rank_report(enabled: bool) -> None:
@@ -65,7 +91,7 @@ def slow_rank_report(enabled: bool) -> None:
     split at its end) on or off, from Python; it is on by default.
 
     For jobs started by ``srun``, Ray Train or any launcher other than ``tfdevices launch`` (which takes
-    ``--no-slow-rank``): rank 0's watch reads it. An explicit call beats ``TFDEVICES_SLOW_RANK``.
+    ``--no-slow-rank``): rank 0's watch reads it at its next look. An explicit call beats ``TFDEVICES_SLOW_RANK``.
 
     Raises:
         InputError: ``enabled`` is not a bool.
@@ -74,28 +100,45 @@ def slow_rank_report(enabled: bool) -> None:
         raise InputError(
             f"slow_rank_report({shown(enabled)}): not True or False.", hint="e.g. slow_rank_report(False)."
         )
-    _STATE["slow_rank"] = enabled
-    watch = _STATE["watch"]
-    if isinstance(watch, StallWatch):
-        watch.policy = dataclasses.replace(
-            watch.policy, slow_rank=dataclasses.replace(watch.policy.slow_rank, enabled=enabled)
-        )
+    _RANK.asked = dataclasses.replace(_RANK.asked, slow_rank=enabled)
 
 
-def start_reporting(env: Mapping[str, str] | None = None) -> ProgressWriter | None:
+def asked_policy(policy: StallPolicy, asked: _Asked | None = None) -> StallPolicy:
+    """The environment's policy with what Python calls asked (they beat the environment)."""
+    asked = _RANK.asked if asked is None else asked
+    timeout = asked.timeout_s if asked.timeout_asked else policy.timeout_s
+    slow = policy.slow_rank
+    if asked.slow_rank is not None:
+        slow = dataclasses.replace(slow, enabled=asked.slow_rank)
+    return dataclasses.replace(policy, timeout_s=timeout, slow_rank=slow)
+
+
+def start_reporting(env: Mapping[str, str] | None = None, store: KeyValue | None = None) -> ProgressWriter | None:
     """Opens this rank's progress record and arms the mends that fill it; idempotent.
+
+    Args:
+        env: the environment (default ``os.environ``).
+        store: the job's key-value store (TensorFlow's coordination service; :func:`tfdevices.build_strategy` hands
+            it): where no launcher watches and this machine does not hold every rank, the ranks reach rank 0's watch
+            through it (:mod:`tfdevices.jobs.coordination_keys`).
 
     Returns:
         The record's writer, or ``None`` where there is nothing to report to (one process, or no
         progress directory: not under ``tfdevices launch`` or ``srun``, and ``TFDEVICES_PROGRESS_DIR`` unset).
     """
-    if _STATE["writer"] is not None:
-        return _STATE["writer"]  # type: ignore[return-value]
     env = os.environ if env is None else env
+    if _RANK.writer is None:
+        _RANK.writer = _open(env)
+    if _RANK.writer is not None and _RANK.started is None:
+        _RANK.started = _watch_if_rank_0(_RANK.writer, env, store)
+    return _RANK.writer
+
+
+def _open(env: Mapping[str, str]) -> ProgressWriter | None:
+    """This rank's record, with the mends that fill it armed; ``None`` where there is nothing to report to."""
     try:
         directory = progress_dir(env)
         info = launch_info(env)
-        policy = policy_from_env(env)
     except TfDevicesError as err:
         print(f"tfdevices: no stall detection in this rank: {err}", file=sys.stderr, flush=True)
         return None
@@ -106,45 +149,134 @@ def start_reporting(env: Mapping[str, str] | None = None) -> ProgressWriter | No
     except OSError as err:
         print(f"tfdevices: no stall detection in this rank: cannot write {directory} ({err.strerror})", file=sys.stderr)
         return None
-    _STATE["writer"] = step_progress.MEND.writer = fit_progress.MEND.writer = writer
-    when_imported("tensorflow", step_progress.MEND.apply)
+    step_progress.MEND.writer = fit_progress.MEND.writer = collective_wait.MEND.writer = writer
+    when_imported("tensorflow", _tensorflow_imported)
     for keras in ("keras.src.callbacks.callback_list", "tf_keras.src.callbacks"):
         when_imported(keras, _fit_imported)
-    stacks = env.get(STACKS_DIR_ENV) or os.path.join(directory, "stacks")
-    stack_dumps.dump_stacks_to(os.path.join(stacks, f"rank{info.rank}.txt"))
-    if info.rank == 0 and not env.get(LAUNCHER_WATCHES_ENV):
-        same_machine = info.local_world_size == info.world_size
-        watch = StallWatch(
-            directory,
-            range(info.world_size) if same_machine else (),
-            _policy(policy),
-            _say,
-            stacks_dir=stacks,
-        )
-        _STATE["watch"] = watch
-        watch_metrics(watch, env, _say)  # TFDEVICES_METRICS or serve_metrics(): rank 0 serves the job's metrics
-        threading.Thread(target=_watching, args=(watch,), name="tfdevices-stall-watch", daemon=True).start()
-        call_at_exit(_summary, watch)  # the at_exit mend: tfdevices' own clean-ups, one hook
+    stack_dumps.dump_stacks_to(os.path.join(_stacks_dir(env, directory), f"rank{info.rank}.txt"))
     return writer
 
 
-def _policy(policy: StallPolicy) -> StallPolicy:
-    """The environment's policy with what Python calls set (they beat the environment)."""
-    timeout = _STATE["timeout"] if isinstance(_STATE["timeout"], (int, float)) else policy.timeout_s
-    slow = policy.slow_rank
-    if isinstance(_STATE["slow_rank"], bool):
-        slow = dataclasses.replace(slow, enabled=_STATE["slow_rank"])
-    return dataclasses.replace(policy, timeout_s=timeout, slow_rank=slow)
+def _stacks_dir(env: Mapping[str, str], directory: str) -> str:
+    return env.get(STACKS_DIR_ENV) or os.path.join(directory, "stacks")
 
 
-def _summary(watch: StallWatch) -> None:
-    """Rank 0 ends: one last look, then each rank's step split (the table) on its stderr."""
+def _watch_if_rank_0(writer: ProgressWriter, env: Mapping[str, str], store: KeyValue | None) -> bool | None:
+    """Where no launcher watches: rank 0's watch, and each rank's publisher where the job spans machines. Returns
+    whether that was decided (``None``: not yet: a job over machines waits for the store).
+    """
+    if env.get(LAUNCHER_WATCHES_ENV):
+        return True
     try:
-        watch.poll()
-        for line in watch.slow.lines():
-            _say(f"tfdevices: {line}")
-    except Exception as err:  # noqa: BLE001 (a summary must never fail the exit)
-        _say(f"tfdevices: no slow-rank summary: {type(err).__name__}: {err}")
+        info, policy = launch_info(env), policy_from_env(env)
+    except TfDevicesError as err:
+        print(f"tfdevices: no stall detection in this rank: {err}", file=sys.stderr, flush=True)
+        return True
+    spread = info.local_world_size is not None and info.local_world_size < info.world_size
+    if spread and store is None:
+        return None  # build_strategy hands the store once the strategy is built
+    directory, node = os.path.dirname(writer.path), _node(info)
+    stacks = _stacks_dir(env, directory)
+    reader = None
+    if spread and store is not None:
+        publisher = KeyPublisher(
+            store, info.rank, node, writer.path, os.path.join(stacks, f"rank{info.rank}.txt"),
+            interval_s(info.world_size), _stopped_by_rank_0,
+        )  # fmt: skip
+        publisher.start()
+        call_at_exit(publisher.close)  # before TensorFlow's context goes
+        reader = KeyReader(store, range(info.world_size)) if info.rank == 0 else None
+    if info.rank == 0:
+        look = _RankZero(directory, stacks, node if reader is not None else "", reader)
+        expected = range(info.world_size) if info.local_world_size == info.world_size else ()
+        look.start(JobWatch(list(expected), lambda: asked_policy(policy), frames=look.frames, stacks_where=look.where))
+        watch_metrics(look.watch, env, _say)  # TFDEVICES_METRICS or serve_metrics(): rank 0 serves the job's metrics
+    return True
+
+
+def _node(info: Any) -> str:
+    """This machine's name for the job's lines: as the job's environment names it, else its host name."""
+    if info.nodes and info.node_rank is not None and 0 <= info.node_rank < len(info.nodes):
+        return str(info.nodes[info.node_rank])[:64]
+    return socket.gethostname()[:64]
+
+
+class _RankZero:
+    """Rank 0's watch where no launcher watches: a thread that looks about once a second at this machine's records
+    and, where the job spans machines, the others' from the key-value store.
+    """
+
+    def __init__(self, directory: str, stacks: str, node: str, reader: KeyReader | None) -> None:
+        self.directory, self.stacks, self.node, self.reader = directory, stacks, node, reader
+        self.where = os.path.join(stacks, "rank<R>.txt") + (" (rank 0's machine)" if reader is not None else "")
+        self.watch: JobWatch = JobWatch((), StallPolicy())
+        self._local: tuple[int, ...] = ()
+
+    def start(self, watch: JobWatch) -> None:
+        self.watch = _RANK.watch = watch
+        threading.Thread(target=self._watching, name="tfdevices-job-watch", daemon=True).start()
+        call_at_exit(self._summary)  # the at_exit mend: tfdevices' own clean-ups, one hook
+
+    def records(self) -> list[RankProgress]:
+        """This machine's ranks' records and, through the store, the other machines'."""
+        local = list(read_records(self.directory, self.node))
+        self._local = tuple(r.rank for r in local)
+        return local if self.reader is None else [*local, *self.reader.records(self._local)]
+
+    def frames(self, stall: Stall) -> dict[int, list[str]]:
+        """The stuck ranks' top frames: this machine's asked with a signal, the others' through the store."""
+        local = [r for r in stall.records if r.rank in self._local]
+        found = ask_stacks(local, self.stacks, [m for m in stall.missing if m in self._local])
+        remote = [m for m in stall.missing if m not in self._local]
+        if self.reader is not None and remote:
+            found.update(self.reader.frames(remote))
+        return found
+
+    def _watching(self) -> None:
+        """Looks until a stall outlasts the timeout, then stops every rank."""
+        while True:
+            time.sleep(_POLL_S)
+            try:
+                snapshot = self.watch.poll(self.records())
+            except Exception as err:  # noqa: BLE001 (the watch must never take the worker down)
+                _say(f"tfdevices: the job's watch stopped: {type(err).__name__}: {err}")
+                return
+            for line in [*snapshot.said, *(self.reader.unheard(self._local) if self.reader is not None else ())]:
+                _say(line)
+            write_snapshot(snapshot, self.directory)
+            if snapshot.stop is not None:
+                self._stop_job(snapshot.stop)
+
+    def _stop_job(self, why: str) -> None:
+        _say(f"tfdevices: {why}")
+        if self.reader is not None:
+            try:  # every rank that reads it stops too (the others stop when rank 0's service goes)
+                self.reader.stop(STALL_STATUS)
+                time.sleep(2 * _POLL_S)
+            except Exception:  # noqa: BLE001 (the store is gone: the other ranks see rank 0 go)
+                pass
+        _stop(r.pid for r in read_records(self.directory) if r.pid != os.getpid())
+        os._exit(STALL_STATUS)
+
+    def _summary(self) -> None:
+        """Rank 0 ends: one last look, then each rank's step split (the table) on its stderr."""
+        try:
+            self.watch.poll(self.records())
+            for line in self.watch.summary().lines():
+                _say(f"tfdevices: {line}")
+        except Exception as err:  # noqa: BLE001 (a summary must never fail the exit)
+            _say(f"tfdevices: no slow-rank summary: {type(err).__name__}: {err}")
+
+
+def _stopped_by_rank_0(status: int) -> None:
+    """Rank 0 said the job stops (a stall past its timeout): this rank ends with that status."""
+    _say(f"tfdevices: rank 0 stopped the job (a stall past the stall timeout): this rank ends with status {status}")
+    os._exit(status)
+
+
+def _tensorflow_imported() -> None:
+    step_progress.MEND.apply()
+    collective_wait.MEND.apply()
 
 
 def _fit_imported() -> None:
@@ -155,22 +287,6 @@ def _fit_imported() -> None:
 
 def _say(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
-
-
-def _watching(watch: StallWatch) -> None:
-    """Rank 0's watch: polls until a stall outlasts the timeout, then stops every local rank."""
-    while True:
-        time.sleep(_POLL_S)
-        try:
-            reason = watch.poll()
-        except Exception as err:  # noqa: BLE001 (the watch must never take the worker down)
-            _say(f"tfdevices: the stall watch stopped: {type(err).__name__}: {err}")
-            return
-        if reason is None:
-            continue
-        _say(f"tfdevices: {reason}")
-        _stop(record.pid for record in read_board(watch.directory) if record.pid != os.getpid())
-        os._exit(STALL_STATUS)
 
 
 def _stop(pids: Iterable[int], grace_s: float = 5.0) -> None:

@@ -7,23 +7,27 @@ ranks apart is where each spends its step (:mod:`tfdevices.jobs.progress` keeps 
 - *between* steps: from one step's end to the next one's beginning (its input pipeline, its own
   code), less the time in ``fit``'s callbacks, counted apart (*callback*: a chief's checkpoint once an
   epoch stays out of the medians);
-- *input*: inside ``fit``'s step, the input pipeline's ops (the iterator's; from a sampled step);
+- *input*: inside the step, waiting for its batch (``fit`` reads it there), as measured;
 - *compute*: the rest of its step before and around the collectives;
-- *wait*: in the collectives (from a sampled step): the ranks that arrive first wait longest.
+- *wait*: in the collectives, as measured: the ranks that arrive first wait longest.
+
+The waits are measured inside every step by the ``collective_wait`` mend (:mod:`tfdevices.mends.collective_wait`)
+and read every few steps into each rank's record (:class:`~tfdevices.jobs.progress.Waits`): the share of its
+steps' time each rank waited over the latest steps every rank read alike (:func:`wait_shares`).
 
 The slow rank is the one whose own work (between + input + compute) is largest while the others
 wait for it: their wait exceeds its own by more than a balanced job's noise (:class:`SlowRankPolicy`:
-a fraction of the step and an absolute floor), in every poll of a window. Without a sampled step
-(no profiler samples yet) a rank slow *between* steps is still seen: its between time exceeds
-the others' by what they wait. Each rank's score is NVIDIA Resiliency Extension's relative
+a fraction of the step and an absolute floor), in every poll of a window. Before the waits are read (a
+job's first steps, or where the mend cannot apply) a rank slow *between* steps is still seen: its
+between time exceeds the others' by what they wait. Each rank's score is NVIDIA Resiliency Extension's relative
 performance score: the best rank's own work per step over this rank's (1: the best; 0.5: it takes
 twice as long). When every rank waits most of its step alike, the link is the bottleneck: that is
-said in the job's summary, never as a slow rank. TensorFlow-free and pure, but for
-:class:`SlowRankWatch`, which keeps what the polls saw.
+said in the job's summary, never as a slow rank. TensorFlow-free and pure: the watch
+(:mod:`tfdevices.jobs.watch`) keeps what the polls saw.
 
->>> from tfdevices.jobs.progress import RankProgress
->>> fast = RankProgress(0, 10, 40, 40, "step", "", 0.0, 0.055, ((0.001, 0.0, 0.055),) * 16, 38)
->>> slow = RankProgress(1, 11, 40, 40, "between", "", 0.0, 0.005, ((0.051, 0.0, 0.005),) * 16, 38)
+>>> from tfdevices.jobs.progress import RankProgress, StepTimes
+>>> fast = RankProgress(0, 10, 40, 40, "step", "", 0.0, 0.055, (StepTimes(0.001, 0.0, 0.055),) * 16, 38)
+>>> slow = RankProgress(1, 11, 40, 40, "between", "", 0.0, 0.005, (StepTimes(0.051, 0.0, 0.005),) * 16, 38)
 >>> for part in find_slow_rank(split_ranks([fast, slow])).reason().split("; "):
 ...     print(part)
 rank 1 is the slow one: rank 0 waits 50 ms of each 55 ms step for it in the all-reduce
@@ -34,17 +38,18 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 from tfdevices.core.units import env_switch
-from tfdevices.jobs.progress import RankProgress
+from tfdevices.jobs.progress import RankProgress, Waits
 
 SLOW_RANK_ENV = "TFDEVICES_SLOW_RANK"
 #: What each component means, in the line that names a slow rank.
 WHY = {
     "between": "its input pipeline or its own code",
     "callback": "its fit callbacks' code",
-    "input": "its input pipeline, read inside fit's step",
+    "input": "its input pipeline, read inside its step",
     "compute": "its device is slower or busier: see `tfdevices list`",
 }
 
@@ -95,12 +100,13 @@ class RankSplit:
         between_s: time between steps, outside ``fit``'s callbacks.
         callback_s: time between steps in ``fit``'s callbacks.
         step_s: its step's wall time (input + compute + wait).
-        input_s: inside the step, in the input pipeline's ops (``fit``), from a sampled step; 0 without one.
+        input_s: inside the step, waiting for its input, as measured; 0 before the waits are read.
         compute_s: inside the step, neither input nor wait.
-        wait_s: inside the step, waiting in the collectives: measured in a sampled step, else inferred
-            (how much less time than the slowest rank it spends between steps).
-        sampled: ``wait_s`` and ``input_s`` come from a sampled step (the profiler's).
+        wait_s: inside the step, waiting in the collectives: measured, else inferred (how much less time than
+            the slowest rank it spends between steps).
+        measured: ``wait_s`` and ``input_s`` are measured (every rank's waits were read over the same steps).
         score: the best rank's own work per step over this rank's (0..1; 1: the best).
+        node: the machine it runs on (``""``: the watcher's).
     """
 
     rank: int
@@ -111,8 +117,9 @@ class RankSplit:
     input_s: float
     compute_s: float
     wait_s: float
-    sampled: bool
+    measured: bool
     score: float = 1.0
+    node: str = ""
 
     @property
     def work_s(self) -> float:
@@ -124,40 +131,89 @@ class RankSplit:
         return float(getattr(self, f"{name}_s"))
 
 
+class WaitShare(NamedTuple):
+    """The share of its steps' time a rank waited in the collectives (``wait``) and for its input (``input``)."""
+
+    wait: float
+    input: float
+
+
 def _median(values: Sequence[float]) -> float:
     return float(statistics.median(values)) if values else 0.0
 
 
-def split_ranks(records: Sequence[RankProgress], min_steps: int = 1) -> tuple[RankSplit, ...]:
+#: Steps a measured window spans at the least, where the readings allow (the latest common reading, and the
+#: latest one this many steps before it).
+WINDOW_STEPS = 16
+
+
+def wait_shares(readings: Mapping[int, Mapping[int, Waits]]) -> dict[int, WaitShare]:
+    """Each rank's share of its steps' time spent waiting, over the latest steps every rank's waits were read
+    after (pure): rank -> (step read after -> reading). Empty unless every rank has two readings in common.
+
+    >>> a = {16: Waits(16, 0.8, 0.1, 0.0, 0.0), 32: Waits(32, 1.6, 0.74, 0.0, 0.0)}
+    >>> b = {16: Waits(16, 0.8, 0.0, 0.0, 0.0), 32: Waits(32, 1.6, 0.01, 0.0, 0.0)}
+    >>> {rank: round(share.wait, 2) for rank, share in wait_shares({0: a, 1: b}).items()}
+    {0: 0.8, 1: 0.01}
+    """
+    if not readings:
+        return {}
+    common = sorted(set.intersection(*(set(kept) for kept in readings.values())))
+    if len(common) < 2:
+        return {}
+    last = common[-1]
+    first = max([n for n in common if n <= last - WINDOW_STEPS], default=common[0])
+    shares = {}
+    for rank, kept in readings.items():
+        a, b = kept[first], kept[last]
+        seconds = b.step_s - a.step_s
+        if seconds <= 0:
+            return {}
+        wait = min(1.0, max(0.0, (b.wait_s - a.wait_s) / seconds))
+        shares[rank] = WaitShare(wait, min(1.0 - wait, max(0.0, (b.input_s - a.input_s) / seconds)))
+    return shares
+
+
+def split_ranks(
+    records: Sequence[RankProgress], min_steps: int = 1, shares: Mapping[int, WaitShare] | None = None
+) -> tuple[RankSplit, ...]:
     """Each rank's step split from its record (pure); empty until every rank timed ``min_steps`` steps.
 
-    The medians of the latest steps (robust to a once-an-epoch checkpoint's step). Where every rank
-    has a sampled step, its shares of wait and input are taken from it; else the wait is inferred:
-    a collective makes every rank's cycle (between + step) as long as the slowest's, so a rank that
-    spends less time between steps than the slowest spends the difference waiting.
+    The medians of the latest steps (robust to a once-an-epoch checkpoint's step). Where ``shares`` has every
+    rank (:func:`wait_shares`), its shares of wait and input are measured; else the wait is inferred: a
+    collective makes every rank's cycle (between + step) as long as the slowest's, so a rank that spends
+    less time between steps than the slowest spends the difference waiting.
     """
     if not records or any(len(r.recent) < min(min_steps, 16) or r.timed < min_steps for r in records):
         return ()
-    between = {r.rank: _median([b for b, _, _ in r.recent]) for r in records}
-    callback = {r.rank: _median([c for _, c, _ in r.recent]) for r in records}
-    step = {r.rank: _median([s for _, _, s in r.recent]) for r in records}
-    sampled = all(r.sample is not None and r.sample[1] > 0 for r in records)
+    between = {r.rank: _median([t.between_s for t in r.recent]) for r in records}
+    callback = {r.rank: _median([t.callback_s for t in r.recent]) for r in records}
+    step = {r.rank: _median([t.step_s for t in r.recent]) for r in records}
+    measured = shares is not None and all(r.rank in shares for r in records)
     most = max(between[r.rank] + callback[r.rank] for r in records)
     splits = []
     for r in records:
-        if sampled and r.sample is not None:
-            _, seconds, wait, got, _ = r.sample
-            wait_s = step[r.rank] * min(1.0, wait / seconds)
-            input_s = step[r.rank] * min(1.0 - wait_s / step[r.rank] if step[r.rank] else 0.0, got / seconds)
+        if measured and shares is not None:
+            wait_s, input_s = step[r.rank] * shares[r.rank].wait, step[r.rank] * shares[r.rank].input
         else:
             wait_s, input_s = min(step[r.rank], most - between[r.rank] - callback[r.rank]), 0.0
         compute_s = max(0.0, step[r.rank] - wait_s - input_s)
         parts = (between[r.rank], callback[r.rank], step[r.rank])
-        splits.append(RankSplit(r.rank, r.done, *parts, input_s, compute_s, wait_s, sampled))
-    best = min(s.work_s for s in splits)
+        splits.append(RankSplit(r.rank, r.done, *parts, input_s, compute_s, wait_s, measured, node=r.node))
+    return _scored(splits)
+
+
+def _scored(splits: Sequence[RankSplit]) -> tuple[RankSplit, ...]:
+    """The splits, each with its score: the best rank's own work over its own."""
+    best = min((s.work_s for s in splits), default=0.0)
     return tuple(
         dataclasses.replace(s, score=round(min(1.0, best / s.work_s), 3) if s.work_s > 0 else 1.0) for s in splits
     )
+
+
+def on_node(rank: int, node: str) -> str:
+    """``"rank 5"``, or ``"rank 5 on node gpu07"`` where the node is named (a job over several machines)."""
+    return f"rank {rank} on node {node}" if node else f"rank {rank}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,6 +233,11 @@ class SlowRank:
     splits: tuple[RankSplit, ...]
     margin_s: float
 
+    @property
+    def node(self) -> str:
+        """The machine it runs on, as the splits name it (``""`` on a job of one machine)."""
+        return next(s.node for s in self.splits if s.rank == self.rank)
+
     def reason(self) -> str:
         """One line for people: who, how long the others wait for it, where it spends the time."""
         me = next(s for s in self.splits if s.rank == self.rank)
@@ -186,7 +247,7 @@ class SlowRank:
         who = _ranks([s.rank for s in others])
         verb = "waits" if len(others) == 1 else "wait"
         head = (
-            f"rank {self.rank} is the slow one: {who} {verb} {_ms(wait)} of each {_ms(step)} step "
+            f"{on_node(self.rank, me.node)} is the slow one: {who} {verb} {_ms(wait)} of each {_ms(step)} step "
             f"for it in the all-reduce; "
         )
         theirs = _median([s.component(self.component) for s in others])
@@ -198,7 +259,7 @@ class SlowRank:
                 f"rank {self.rank} spends {_ms(me.callback_s)} between steps in fit's callbacks, {whose} {_ms(theirs)}"
             )
         elif self.component == "input":
-            tail = f"rank {self.rank}'s step reads its input for {_ms(me.input_s)}, {whose} {_ms(theirs)}"
+            tail = f"rank {self.rank}'s step waits {_ms(me.input_s)} for its input, {whose} {_ms(theirs)}"
         else:
             tail = f"rank {self.rank}'s step takes {_ms(me.compute_s)} before the all-reduce, {whose} {_ms(theirs)}"
         return f"{head}{tail} ({WHY[self.component]})"
@@ -239,7 +300,7 @@ def link_bound(splits: Sequence[RankSplit], share: float = 0.5) -> bool:
     """
     return (
         len(splits) >= 2
-        and all(s.sampled for s in splits)
+        and all(s.measured for s in splits)
         and all(s.step_s > 0 and s.wait_s >= share * (s.between_s + s.callback_s + s.step_s) for s in splits)
     )
 
@@ -255,23 +316,18 @@ def median_splits(history: Sequence[tuple[RankSplit, ...]]) -> tuple[RankSplit, 
             by_rank.setdefault(s.rank, []).append(s)
     merged = []
     for rank, seen in sorted(by_rank.items()):
-        parts = [_median([s.component(n) for s in seen]) for n in _PARTS]
-        steps, sampled = max(s.steps for s in seen), all(s.sampled for s in seen)
-        between, callback, step, got, compute, wait = parts
-        merged.append(RankSplit(rank, steps, between, callback, step, got, compute, wait, sampled))
-    best = min((s.work_s for s in merged), default=0.0)
-    return tuple(
-        dataclasses.replace(s, score=round(min(1.0, best / s.work_s), 3) if s.work_s > 0 else 1.0) for s in merged
-    )
+        between, callback, step, got, compute, wait = (_median([s.component(n) for s in seen]) for n in _PARTS)
+        steps, measured = max(s.steps for s in seen), all(s.measured for s in seen)
+        merged.append(RankSplit(rank, steps, between, callback, step, got, compute, wait, measured, node=seen[-1].node))
+    return _scored(merged)
 
 
 _WIDTHS = (4, 7, 8, 6, 7, 6, 5, 5)
-#: Sampled steps (the latest every rank sampled) whose median shares of wait and input a poll uses.
-SAMPLES = 5
 
 
 def rank_table(splits: Sequence[RankSplit]) -> list[str]:
-    """The per-rank table the job's summary prints: ms per step in each part, the score, the steps.
+    """The per-rank table the job's summary prints: ms per step in each part, the score, the steps; and each
+    rank's node where a rank names one.
 
     >>> for line in rank_table([RankSplit(0, 300, 0.001, 0.0, 0.055, 0.0, 0.005, 0.05, False, 1.0),
     ...                         RankSplit(1, 300, 0.051, 0.0, 0.005, 0.0, 0.005, 0.0, False, 0.107)]):
@@ -281,143 +337,29 @@ def rank_table(splits: Sequence[RankSplit]) -> list[str]:
        1     51.0       0.0     0.0      5.0     0.0   0.11    300
     """
     head = ("rank", "between", "callback", "input", "compute", "wait", "score", "steps")
-    lines = ["  ".join(f"{h:>{w}}" for h, w in zip(head, _WIDTHS))]
+    nodes = any(s.node for s in splits)
+    lines = ["  ".join(f"{h:>{w}}" for h, w in zip(head, _WIDTHS)) + ("  node" if nodes else "")]
     for s in splits:
         parts = [s.between_s, s.callback_s, s.input_s, s.compute_s, s.wait_s]
         cells = [str(s.rank), *(f"{p * 1e3:.1f}" for p in parts), f"{s.score:.2f}", str(s.steps)]
-        lines.append("  ".join(f"{c:>{w}}" for c, w in zip(cells, _WIDTHS)))
+        lines.append("  ".join(f"{c:>{w}}" for c, w in zip(cells, _WIDTHS)) + (f"  {s.node}" if nodes else ""))
     return lines
-
-
-class SlowRankWatch:
-    """Keeps what the polls saw; names the slow rank once it persists, and again when it changes or ends.
-
-    Args:
-        policy: when a rank counts as slow.
-        say: prints a line for people.
-    """
-
-    def __init__(self, policy: SlowRankPolicy, say: Callable[[str], None]) -> None:
-        self.policy = policy
-        self.say = say
-        self.history: list[tuple[float, tuple[RankSplit, ...]]] = []  # (time, every rank's split) per poll
-        self.named: SlowRank | None = None
-        self.said: list[str] = []
-        self._candidate: tuple[int, str] | None = None
-        self._streak = 0
-        self._done: dict[int, int] = {}
-        self._samples: dict[int, dict[int, tuple[int, float, float, float, float]]] = {}  # rank -> step -> sample
-        self.ever: set[tuple[int, str]] = set()  # (rank, component) named while the job ran
-
-    def poll(self, records: Sequence[RankProgress], now: float) -> None:
-        """One poll's records: counted when every rank finished steps since the last counted poll."""
-        if not self.policy.enabled or len(records) < 2:
-            return
-        if any(r.done <= self._done.get(r.rank, -1) for r in records):
-            return  # no new steps everywhere (a stall, a chief's checkpoint): nothing to add
-        self._done = {r.rank: r.done for r in records}
-        splits = split_ranks(self._with_common_samples(records), self.policy.min_steps)
-        if not splits:
-            return
-        if len(self.history) < 100_000:
-            self.history.append((now, splits))
-        slow = find_slow_rank(splits, self.policy)
-        key = (slow.rank, slow.component) if slow else None
-        self._streak = self._streak + 1 if key == self._candidate else 1
-        self._candidate = key
-        if self._streak < self.policy.polls:
-            return
-        named = (self.named.rank, self.named.component) if self.named else None
-        if key != named:
-            if slow is None and self.named is not None:
-                self._tell(f"tfdevices: rank {self.named.rank} is no longer the slow one: the ranks wait alike")
-            elif slow is not None:
-                self.ever.add((slow.rank, slow.component))
-                self._tell("tfdevices: " + slow.reason())
-        self.named = slow
-
-    def _tell(self, line: str) -> None:
-        self.said.append(line)
-        self.say(line)
-
-    def _with_common_samples(self, records: Sequence[RankProgress]) -> list[RankProgress]:
-        """The records with each rank's sample taken over the latest steps every rank sampled (up to
-        :data:`SAMPLES`; the median share of wait and input): ranks that spaced their samples apart
-        meet on the multiples of the larger spacing; without a common step, no sample.
-        """
-        for r in records:
-            if r.sample is not None:
-                kept = self._samples.setdefault(r.rank, {})
-                kept[r.sample[0]] = r.sample
-                while len(kept) > 4 * SAMPLES:
-                    del kept[min(kept)]
-        common = set.intersection(*(set(self._samples.get(r.rank, ())) for r in records))
-        steps = sorted(common)[-SAMPLES:]
-        out = []
-        for r in records:
-            sample = None
-            if steps:
-                seen = [self._samples[r.rank][n] for n in steps]
-                wait = _median([w / t for _, t, w, _, _ in seen if t > 0])
-                got = _median([i / t for _, t, _, i, _ in seen if t > 0])
-                sample = (steps[-1], 1.0, wait, got, _median([c for *_, c in seen]))
-            out.append(dataclasses.replace(r, sample=sample))
-        return out
-
-    def lines(self) -> list[str]:
-        """The job's summary for the console: the table, the slow rank or the link, and what would help."""
-        if not self.policy.enabled or not self.history:
-            return []
-        splits, slow, link = self.summary()
-        how = "sampled steps" if all(s.sampled for s in splits) else "no sampled step: wait inferred"
-        lines = [
-            f"each rank's step, ms (median of {len(self.history)} looks; {how}):",
-            *rank_table(splits),
-        ]
-        if slow is not None:
-            lines.append("over the job, " + slow.reason())
-            if slow.component == "compute":
-                lines.append(
-                    "  a slower device: `tfdevices.measure_devices()` measures each; weighting each rank's share of "
-                    "the batch by its speed (the rank weights) would let the others stop waiting"
-                )
-        elif link:
-            lines.append("every rank waits in the all-reduce most of its step: the link is the bottleneck, not a rank")
-        else:
-            seen = find_slow_rank(splits, self.policy)  # over the job's medians, never in looks in a row
-            if seen is None:
-                lines.append("no slow rank: the ranks wait alike")
-            else:
-                lines.append(
-                    f"no slow rank named: rank {seen.rank} looks slow over the job's steps ({WHY[seen.component]}), "
-                    f"but was not in {self.policy.polls} looks in a row while it ran: too few looks to tell"
-                )
-        return lines
-
-    def summary(self) -> tuple[tuple[RankSplit, ...], SlowRank | None, bool]:
-        """Every rank's split over the job (medians of the polls), the slow rank it shows (one named while
-        the job ran), and whether the link is the bottleneck.
-        """
-        polls = [s for _, s in self.history]
-        measured = [s for s in polls if all(r.sampled for r in s)]
-        splits = median_splits(measured or polls)  # where samples came, the polls before them are left out
-        slow = find_slow_rank(splits, self.policy)
-        if slow is not None and (slow.rank, slow.component) not in self.ever:
-            slow = None  # never persistent while the job ran: not named over it either
-        return splits, slow, link_bound(splits)
 
 
 __all__ = [
     "SLOW_RANK_ENV",
     "WHY",
+    "WINDOW_STEPS",
     "RankSplit",
     "SlowRank",
     "SlowRankPolicy",
-    "SlowRankWatch",
+    "WaitShare",
     "find_slow_rank",
     "link_bound",
     "median_splits",
+    "on_node",
     "policy_from_env",
     "rank_table",
     "split_ranks",
+    "wait_shares",
 ]

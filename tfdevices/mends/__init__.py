@@ -3,33 +3,35 @@
 Each module here is one mend (:class:`~tfdevices.mends.base.Mend`): what it changes and why, how it
 detects that it applies, how to turn it off, and what it did.
 
-==================  ==========================================================================
-``runtime_start``   TensorFlow's ``Context.ensure_initialized``: notes the line that started the
-                    runtime, for "Visible devices cannot be modified after being initialized"
-``keras_fit``       Keras 3's TensorFlow trainer: ``fit`` under ``MultiWorkerMirroredStrategy``
-                    (keras-team/keras#20585)
-``uneven_batch``    Keras 3's TensorFlow trainer: ``fit`` under a mirrored strategy with a batch
-                    the replicas do not divide (keras-team/keras#19246)
-``exit_barrier``    ``atexit`` and ``sys.excepthook``: the workers of a job leave together
-``fork_sockets``    ``os.register_at_fork``: a forked child lets go of its parent's GPU names
-``loopback``        the ``bind`` GOT entries of TensorFlow's libraries: a launched worker's
-                    server listens on the address ``tfdevices launch --listen`` asks
-                    (127.0.0.1 on one machine), not every interface
-``step_progress``   TensorFlow's ``Function.__call__``: a custom loop's step says which step a
-                    rank is in (the stall detector)
-``fit_progress``    Keras' ``CallbackList``: ``fit`` says which step and which callback
-``fit_end``         Keras' ``fit``: when it raises, a PlacementLogger lets go of what it held
-                    (Keras calls no ``on_train_end`` then)
-``stack_dumps``     the ``SIGUSR1`` handler (``faulthandler``): a stalled rank shows its frames
-``at_exit``         ``atexit``: tfdevices' own clean-ups (a PlacementLogger's pending writes,
-                    captures' scratch directories) run at exit
-``quiet_import``    file descriptor 2 (stderr) while TensorFlow is first imported: its C++ start-up
-                    lines dropped when ``TF_CPP_MIN_LOG_LEVEL`` hides INFO
-``autograph_skip``  AutoGraph's ``CONVERSION_RULES``: tfdevices' own functions are never converted
-                    (AutoGraph logs what it cannot convert: ``os.environ`` is the environment)
-``capture_calls``   TensorFlow's ``AtomicFunction.call_flat`` and ``func_graph_from_py_func``, while a
-                    capture runs only: each called function's graph and each trace
-==================  ==========================================================================
+====================  ==========================================================================
+``runtime_start``     TensorFlow's ``Context.ensure_initialized``: notes the line that started the
+                      runtime, for "Visible devices cannot be modified after being initialized"
+``keras_fit``         Keras 3's TensorFlow trainer: ``fit`` under ``MultiWorkerMirroredStrategy``
+                      (keras-team/keras#20585)
+``uneven_batch``      Keras 3's TensorFlow trainer: ``fit`` under a mirrored strategy with a batch
+                      the replicas do not divide (keras-team/keras#19246)
+``exit_barrier``      ``atexit`` and ``sys.excepthook``: the workers of a job leave together
+``fork_sockets``      ``os.register_at_fork``: a forked child lets go of its parent's GPU names
+``loopback``          the ``bind`` GOT entries of TensorFlow's libraries: a launched worker's
+                      server listens on the address ``tfdevices launch --listen`` asks
+                      (127.0.0.1 on one machine), not every interface
+``step_progress``     TensorFlow's ``Function.__call__``: a custom loop's step says which step a
+                      rank is in (the stall detector)
+``fit_progress``      Keras' ``CallbackList``: ``fit`` says which step and which callback
+``collective_wait``   TensorFlow's ``CollectiveReplicaLauncher``: each step's collectives, and its
+                      wait for its input, measure how long the rank waited (the slow-rank report)
+``fit_end``           Keras' ``fit``: when it raises, a PlacementLogger lets go of what it held
+                      (Keras calls no ``on_train_end`` then)
+``stack_dumps``       the ``SIGUSR1`` handler (``faulthandler``): a stalled rank shows its frames
+``at_exit``           ``atexit``: tfdevices' own clean-ups (a PlacementLogger's pending writes,
+                      captures' scratch directories) run at exit
+``quiet_import``      file descriptor 2 (stderr) while TensorFlow is first imported: its C++ start-up
+                      lines dropped when ``TF_CPP_MIN_LOG_LEVEL`` hides INFO
+``autograph_skip``    AutoGraph's ``CONVERSION_RULES``: tfdevices' own functions are never converted
+                      (AutoGraph logs what it cannot convert: ``os.environ`` is the environment)
+``capture_calls``     TensorFlow's ``AtomicFunction.call_flat`` and ``func_graph_from_py_func``, while a
+                      capture runs only: each called function's graph and each trace
+====================  ==========================================================================
 
 Each finds first whether what it fixes is here, then says whether the release in use is one it
 was checked against (:mod:`tfdevices.mends.base`); the Keras mends share their look at Keras'
@@ -50,6 +52,7 @@ from __future__ import annotations
 from tfdevices.mends import (
     at_exit,
     capture_calls,
+    collective_wait,
     exit_barrier,
     fit_end,
     fit_progress,
@@ -74,6 +77,7 @@ MENDS = (
     loopback.MEND,
     step_progress.MEND,
     fit_progress.MEND,
+    collective_wait.MEND,
     fit_end.MEND,
     stack_dumps.MEND,
     at_exit.MEND,

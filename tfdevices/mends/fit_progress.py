@@ -8,10 +8,9 @@ list built for ``fit`` gets two small callbacks, first one that marks "after ste
 last one that marks "in step N" once every other callback's batch-begin hook has run; and each
 callback of the user's that overrides a hook is wrapped, on that instance, to mark "in
 ModelCheckpoint.on_epoch_end" while it runs. The step, the logs and the callbacks' own behaviour are
-Keras' own. Cost: a few microseconds per batch. With ``TFDEVICES_STEP_SAMPLING=1``, one step in many
-(the same on every rank: :mod:`tfdevices.mends.step_sampling`) runs under TensorFlow's profiler, from
-the last batch-begin hook to the first batch-end hook, read for the step's time waiting in its collectives and in its
-input pipeline's ops (``fit`` reads its batch inside the step).
+Keras' own. Cost: a few microseconds per batch. Every few steps the batch-end mark has the waits the step's
+collectives and its input read measured read into the record (the ``collective_wait`` mend:
+:mod:`tfdevices.mends.collective_wait`).
 
 Detected: the ``CallbackList`` class of the Keras in use exists with the ``callbacks`` attribute.
 Applied where a multi-worker job reports progress. Off: ``fit`` reports nothing (custom loops still do,
@@ -24,8 +23,8 @@ import importlib
 import sys
 from typing import Any
 
+from tfdevices.mends import collective_wait
 from tfdevices.mends.base import Finding, Mend, is_installed, needed, not_needed, register, unknown
-from tfdevices.mends.step_sampling import StepSampler
 
 #: module -> (CallbackList's module attribute, Callback base's module)
 _KERAS = {
@@ -50,7 +49,7 @@ class FitProgress(Mend):
     name = "fit_progress"
     changes = (
         "CallbackList.__init__ of Keras 3 and tf_keras (wrapped: two progress callbacks, user hooks named; "
-        "with TFDEVICES_STEP_SAMPLING=1, one step in many runs under TensorFlow's profiler: step_sampling)"
+        "every few steps the collectives' waits are read: collective_wait)"
     )
     why = "a rank stuck in a callback or its input blocks the others in the step's collectives, with no word"
     detects = "keras.src.callbacks.callback_list.CallbackList or tf_keras.src.callbacks.CallbackList exists"
@@ -59,7 +58,6 @@ class FitProgress(Mend):
         super().__init__()
         self.writer: Any = None
         self._patched: dict[str, Any] = {}
-        self.sampler = StepSampler()
 
     def _check(self) -> Finding:
         keras3, tf_keras = is_installed("keras"), is_installed("tf_keras")
@@ -123,7 +121,6 @@ class FitProgress(Mend):
 
 def _marks(base: Any, mend: FitProgress) -> tuple[Any, Any]:
     """The two callbacks (classes made once per Keras): step begins, last; step ends, first."""
-    sampler = mend.sampler
 
     class _StepBegins(base):
         async_safe = True
@@ -137,8 +134,6 @@ def _marks(base: Any, mend: FitProgress) -> tuple[Any, Any]:
 
         def on_train_batch_begin(self, batch: Any, logs: Any = None) -> None:
             mend.writer.begin_step()
-            if sampler.due(mend.writer.started):
-                sampler.start(mend.writer)
 
     class _StepEnds(base):
         async_safe = True  # Keras 3 may run it on another thread, after the next batch began
@@ -150,7 +145,7 @@ def _marks(base: Any, mend: FitProgress) -> tuple[Any, Any]:
         def on_train_batch_end(self, batch: Any, logs: Any = None) -> None:
             self.ends += 1
             mend.writer.end_step(step=self.ends)
-            sampler.finish(mend.writer, self.ends)
+            collective_wait.MEND.after_step(mend.writer, self.ends)
 
     return _StepBegins, _StepEnds
 

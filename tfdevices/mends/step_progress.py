@@ -6,9 +6,9 @@ A multi-worker step blocks in its collectives until every rank arrives; to name 
 ``tensorflow.python.eager.polymorphic_function.polymorphic_function.Function.__call__``: while a function is
 traced, the strategies tfdevices builds note that it runs ``strategy.run`` (:func:`note_step_function`); each
 later call of such a function from Python marks "in step N" before it and "after step N" when it returns
-(about two microseconds). Other functions pay one set look-up per call. With ``TFDEVICES_STEP_SAMPLING=1``,
-one step in many (the same on every rank: :mod:`tfdevices.mends.step_sampling`) runs under TensorFlow's
-profiler, read for the step's time waiting in its collectives. Nothing else changes.
+(about two microseconds), and every few steps has the waits its collectives measured read into the record
+(the ``collective_wait`` mend: :mod:`tfdevices.mends.collective_wait`). Other functions pay one set look-up
+per call. Nothing else changes.
 
 Detected: ``Function.__call__`` exists (TensorFlow 2.16-2.21). Applied when a multi-worker job reports
 progress. Off: custom loops report no steps (the stall detector then sees only ``fit``'s callbacks).
@@ -20,8 +20,8 @@ import threading
 from typing import Any
 
 from tfdevices.core._tf import import_tf
+from tfdevices.mends import collective_wait
 from tfdevices.mends.base import Finding, Mend, needed, register, unknown, without_tensorflow
-from tfdevices.mends.step_sampling import StepSampler
 
 _local = threading.local()
 
@@ -31,8 +31,8 @@ class StepProgress(Mend):
 
     name = "step_progress"
     changes = (
-        "tensorflow's Function.__call__ (polymorphic_function.py), wrapped: a step function marks its steps; "
-        "with TFDEVICES_STEP_SAMPLING=1, one step in many runs under TensorFlow's profiler (step_sampling)"
+        "tensorflow's Function.__call__ (polymorphic_function.py), wrapped: a step function marks its steps "
+        "(and every few steps has its collectives' waits read: collective_wait)"
     )
     why = "a rank stuck before a collective blocks every other rank with no word (TF's gRPC collectives)"
     detects = "polymorphic_function.Function.__call__ exists"
@@ -43,7 +43,6 @@ class StepProgress(Mend):
         self.step_functions: set[int] = set()
         self.tracing: set[int] = set()  # step functions noted during their first call
         self._original: Any = None
-        self.sampler = StepSampler()
 
     def _check(self) -> Finding:
         missing = without_tensorflow()
@@ -80,15 +79,13 @@ class StepProgress(Mend):
                         mend.tracing.discard(id(function))
                         writer.end_step()  # its first call: traced, noted as a step, and run
             writer.begin_step()
-            sampled = mend.sampler.due(writer.started) and mend.sampler.start(writer)
             stack.append(function)
             try:
                 return original(function, *args, **kwargs)
             finally:
                 stack.pop()
                 writer.end_step()
-                if sampled:
-                    mend.sampler.finish(writer, writer.done)
+                collective_wait.MEND.after_step(writer, writer.done)
 
         __call__.__wrapped__ = original  # type: ignore[attr-defined]
         polymorphic_function.Function.__call__ = __call__

@@ -4,10 +4,12 @@
 ``tfdevices launch --metrics`` serves to Prometheus (:data:`tfdevices.jobs.metrics.SERIES`) as scalars in
 ``logdir/rank{R}``: this rank's steps, step time, the split of its step (``tfdevices_rank_split_seconds/wait``
 ...), its wait share and slow-rank score, whether it is the slow rank, and for each of its GPUs, from NVML,
-``hw_gpu_utilization/gpu{I}`` ... The rank series come from the job's progress board (under ``tfdevices
-launch``, ``srun`` or Ray Train: :func:`tfdevices.build_strategy` opens it); without one, only the GPUs'.
+``hw_gpu_utilization/gpu{I}`` ... The rank series are this rank's row of the job watch's latest look, which the
+watcher leaves beside the ranks' progress records (``job.json``: :mod:`tfdevices.jobs.watch`; under ``tfdevices
+launch``, ``srun`` or Ray Train, where :func:`tfdevices.build_strategy` opens the records); nothing is computed
+here. Without a look on this machine, only the GPUs'.
 
-The training thread only looks at the clock: every ``every_s`` seconds the board and NVML are read and the
+The training thread only looks at the clock: every ``every_s`` seconds the look and NVML are read and the
 scalars written on a background thread (:class:`~tfdevices.tensorboard.worker.Worker`).
 
 >>> import tempfile, keras, numpy as np
@@ -16,7 +18,7 @@ scalars written on a background thread (:class:`~tfdevices.tensorboard.worker.Wo
 >>> model.compile(optimizer="sgd", loss="mse")
 >>> logger = JobMetricsLogger(tempfile.mkdtemp(), env={"RANK": "1", "WORLD_SIZE": "2"})
 >>> _ = model.fit(np.ones((8, 4)), np.ones((8, 2)), batch_size=4, epochs=1, verbose=0, callbacks=[logger])
->>> logger.run_dir.endswith("rank1"), logger.written  # no job's board, no GPU here: nothing to write
+>>> logger.run_dir.endswith("rank1"), logger.written  # no job's watch, no GPU here: nothing to write
 (True, 0)
 """
 
@@ -32,8 +34,9 @@ from typing import Any
 from tfdevices.core.errors import InputError
 from tfdevices.core.units import shown
 from tfdevices.jobs.env import launch_info
-from tfdevices.jobs.metrics import GpuReading, gpu_reader, own_gpus, read_ranks
-from tfdevices.jobs.progress import progress_dir, read_board
+from tfdevices.jobs.metrics import GpuReading, gpu_reader, own_gpus, rank_values
+from tfdevices.jobs.progress import progress_dir
+from tfdevices.jobs.watch import read_snapshot_row
 from tfdevices.tensorboard.callbacks import _framework, _with_callback_base
 from tfdevices.tensorboard.worker import Worker
 from tfdevices.tensorboard.writer import EventWriter
@@ -49,14 +52,14 @@ class JobMetricsLogger:
         every_s: seconds between two samples (one more when training ends).
         framework: ``"keras"`` (Keras 3) or ``"tf_keras"``; by default ``tf_keras`` when
             ``TF_USE_LEGACY_KERAS`` is set.
-        env: the environment the rank, the board and the GPUs are read from (default ``os.environ``).
+        env: the environment the rank, the job's records and the GPUs are read from (default ``os.environ``).
         nvml_module: a ``pynvml``-like module (tests); ``None``: NVML.
 
     Raises:
         InputError: ``every_s`` is not a number of seconds > 0, or ``framework`` is unknown.
         LaunchError: the environment names this rank badly.
 
-    Each scalar's step is this rank's steps finished (from its record; without a board, the batches
+    Each scalar's step is this rank's steps finished (from the watch's look; without one, the batches
     seen by this callback).
     """
 
@@ -87,7 +90,7 @@ class JobMetricsLogger:
         self.every_s = float(every_s)
         self.rank = launch_info(env).rank
         self.run_dir = os.path.join(os.fspath(logdir), f"rank{self.rank}")
-        self.board = progress_dir(env)
+        self.records_dir = progress_dir(env)
         self.gpus = own_gpus(env)
         self._read_gpus: Callable[[], Mapping[int, GpuReading]] | None = (
             gpu_reader(env, nvml_module) if self.gpus else None
@@ -116,13 +119,12 @@ class JobMetricsLogger:
             raise errors[0]
 
     def scalars(self, batches: int = 0) -> tuple[int, dict[str, float]]:
-        """This rank's step and its series now: tag -> value (read from the board and NVML); the step is its
-        steps finished on the board, else ``batches``.
+        """This rank's step and its series now: tag -> value (its row of the watch's latest look, and NVML); the
+        step is its steps finished in that look, else ``batches``.
         """
-        records = read_board(self.board) if self.board else ()
-        mine = [r for r in read_ranks(records, None, time.time()) if r.rank == self.rank]
-        values = dict(mine[0].values()) if mine else {}
-        step = mine[0].steps if mine else batches
+        row = read_snapshot_row(self.records_dir, self.rank) if self.records_dir else None
+        values = rank_values(row) if row is not None else {}
+        step = row.steps if row is not None else batches
         gpus = self._read_gpus() if self._read_gpus is not None else {}
         for index in self.gpus:
             if index in gpus:
