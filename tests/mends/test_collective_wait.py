@@ -12,6 +12,7 @@ import pytest
 
 from tfdevices.jobs.progress import ProgressWriter, read_records
 from tfdevices.mends import collective_wait
+from tfdevices.mends.base import NOT_REACHED
 from tfdevices.mends.collective_wait import READ_EVERY_MIN, read_every
 
 
@@ -51,14 +52,19 @@ def mend(tf4, monkeypatch):
     assert collective_wait.MEND.apply().state == "applied"
     yield collective_wait.MEND
     collective_wait.MEND.undo()
-    collective_wait.MEND._set("not_reached", "reset by the test")
+    collective_wait.MEND._set(NOT_REACHED, "reset by the test")
 
 
 def _launcher(tf):
-    """A real CollectiveReplicaLauncher of a group of one on this process's CPU."""
+    """A real CollectiveReplicaLauncher of a group of one on this process's CPU.
+
+    Its group keys start far from 1: a strategy built later in the same test process (test_verify's
+    MirroredStrategy over 2 CPUs) numbers its groups from 1, and TensorFlow refuses a key reused for a
+    group of another size ("joining a group with size2, but that group has size 1").
+    """
     from tensorflow.python.distribute import collective_util, cross_device_utils
 
-    keys = cross_device_utils.CollectiveKeys()
+    keys = cross_device_utils.CollectiveKeys(group_key_start=1_000_000)
     device = "/job:localhost/replica:0/task:0/device:CPU:0"
     return cross_device_utils.CollectiveReplicaLauncher(
         keys.get_group_key([device]), 1, keys, device, collective_util.Options()
