@@ -132,13 +132,12 @@ def gpu_for_rank(
 ) -> GpuAssignment:
     """Chooses the GPUs of one local rank.
 
-    Candidates, first that applies: ``gpus`` (a list of NVML indices, a
-    :class:`~tfdevices.gpus.selection.Selection`, or an :class:`~tfdevices.gpus.inventory.Inventory`,
-    whose visible GPUs are intersected with the scheduler's allocation), else the
-    allocation in ``info.gpus`` (``SLURM_STEP_GPUS`` ...). Under ``tfdevices launch``
-    the launcher's own assignment (``info.assigned_gpus``) is returned unless
-    ``mapping`` or an explicit list or Selection in ``gpus`` says otherwise (an
-    Inventory does not: inside a worker it shows only the GPUs the launcher left visible).
+    Candidates, first that applies: ``gpus`` (a list of NVML indices, a :class:`~tfdevices.gpus.selection.Selection`,
+    or an :class:`~tfdevices.gpus.inventory.Inventory`, whose visible GPUs are intersected with the scheduler's
+    allocation), else the allocation in ``info.gpus`` (``SLURM_STEP_GPUS`` ...). Under ``tfdevices launch`` the
+    launcher's own assignment (``info.assigned_gpus``) is returned unless ``mapping`` or an explicit list or
+    Selection in ``gpus`` says otherwise (an Inventory does not: inside a worker it shows only the GPUs the
+    launcher left visible).
 
     Args:
         info: from :func:`launch_info`; ``None`` reads ``os.environ``.
@@ -176,28 +175,44 @@ def gpu_for_rank(
     ((0,), (0,), (1,))
     """
     info = launch_info() if info is None else info
-    rank = info.local_rank if local_rank is None else local_rank
     size = _local_size(info, local_world_size)
+    rank = _local_rank(info.local_rank if local_rank is None else local_rank, size)
+    if info.assigned_gpus is not None and mapping == "sequential" and (gpus is None or isinstance(gpus, Inventory)):
+        return _launchers_assignment(rank, info.assigned_gpus)
+    return _planned(info, gpus, size, mapping, speeds, share, topology).assignment(rank)
+
+
+def _local_rank(rank: int, size: int) -> int:
+    """``rank``, checked to be a local rank of ``size`` processes."""
     _check_whole("local_rank", rank, 0)
     if rank >= size:
         raise LaunchError(
             f"local_rank={rank} is out of range for local_world_size={size}.", hint=f"local ranks run 0..{size - 1}."
         )
-    from_env = gpus is None or isinstance(gpus, Inventory)
-    if info.assigned_gpus is not None and from_env and mapping == "sequential":
-        return GpuAssignment(
-            rank,
-            info.assigned_gpus,
-            (),
-            info.assigned_gpus,
-            RANK_GPUS,
-            "launcher",
-            reason=f"tfdevices launch assigned this rank's GPUs ({RANK_GPUS})",
-        )
+    return rank
+
+
+def _launchers_assignment(rank: int, gpus: tuple[int, ...]) -> GpuAssignment:
+    """The GPUs ``tfdevices launch`` assigned this rank (it knows its own, not the other ranks')."""
+    return GpuAssignment(
+        rank, gpus, (), gpus, RANK_GPUS, "launcher", reason=f"tfdevices launch assigned this rank's GPUs ({RANK_GPUS})"
+    )
+
+
+def _planned(
+    info: LaunchInfo,
+    gpus: object,
+    size: int,
+    mapping: str | Sequence[int | Sequence[int]] | MapFunction,
+    speeds: Speeds | None,
+    share: bool,
+    topology: Topology | None,
+) -> _Planned:
+    """The plan of every local rank: the candidates, grouped by NUMA node where that helps, then mapped."""
     candidates, origin = _candidates(info, gpus)
     topology = _topology(gpus, topology)
     method, plan = _plan(size, _numa_grouped(candidates, topology, size, mapping), mapping, speeds, share)
-    return _Planned(plan, candidates, origin, method, speeds, topology).assignment(rank)
+    return _Planned(plan, candidates, origin, method, speeds, topology)
 
 
 def plan_ranks(
@@ -223,11 +238,7 @@ def plan_ranks(
     [(0,), (1,), (0,), (1,)]
     """
     info = launch_info() if info is None else info
-    size = _local_size(info, local_world_size)
-    candidates, origin = _candidates(info, gpus)
-    topology = _topology(gpus, topology)
-    method, plan = _plan(size, _numa_grouped(candidates, topology, size, mapping), mapping, speeds, share)
-    return RankPlan(_Planned(plan, candidates, origin, method, speeds, topology))
+    return RankPlan(_planned(info, gpus, _local_size(info, local_world_size), mapping, speeds, share, topology))
 
 
 def _topology(gpus: object, topology: Topology | None) -> Topology | None:
