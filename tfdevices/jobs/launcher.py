@@ -167,15 +167,7 @@ def plan_workers(
     >>> [p.env["TFDEVICES_LISTEN"] for p in plans]
     ['127.0.0.1:5000', '127.0.0.1:5001']
     """
-    check_worker_count(n, cpus=None)
-    where = listen or host
-    if where != ALL and not _is_ipv4(where):
-        raise LaunchError(
-            f"listen={shown(where)}: the workers' servers listen on an IPv4 address, or 'all'.",
-            hint="resolve a name first (own_address), or pass listen='all'.",
-        )
-    if len(ports) != n or len(set(ports)) != n:
-        raise LaunchError(f"{n} workers need {n} distinct ports, got {shown(list(ports))}.", hint="use free_ports(n).")
+    where = _checked_plan(n, ports, listen or host)
     if job is None:
         job = NodeJob(tuple(f"{host}:{p}" for p in ports), 0)
     world = len(job.addresses)
@@ -186,20 +178,49 @@ def plan_workers(
     plans = []
     for local in range(n):
         rank = job.first_rank + local
-        env = {
-            "RANK": str(rank),
-            "LOCAL_RANK": str(local),
-            "WORLD_SIZE": str(world),
-            "LOCAL_WORLD_SIZE": str(n),
-            RESTART_ENV: str(restart),
-            "PYTHONUNBUFFERED": "1",
-            **assignments[local].env(),
-        }
-        if virtual_devices is not None:
-            env[VIRTUAL_DEVICES_ENV] = str(virtual_devices)
-        env[LISTEN_ENV] = Listen(None if where == ALL else where, int(job.addresses[rank].rsplit(":", 1)[1])).value()
+        listens = Listen(None if where == ALL else where, int(job.addresses[rank].rsplit(":", 1)[1])).value()
+        env = _worker_variables(rank, local, world, n, restart, assignments[local].env(), virtual_devices, listens)
         plans.append(WorkerPlan(rank, job.addresses[rank], assignments[local].gpus, _WorkerEnv(env, head, rank), local))
     return tuple(plans)
+
+
+def _worker_variables(
+    rank: int,
+    local: int,
+    world: int,
+    n: int,
+    restart: int,
+    gpus: Mapping[str, str],
+    virtual_devices: int | None,
+    listen: str,
+) -> dict[str, str]:
+    """One worker's variables but its ``TF_CONFIG``: its ranks, the job's sizes, its GPUs, where it listens."""
+    env = {
+        "RANK": str(rank),
+        "LOCAL_RANK": str(local),
+        "WORLD_SIZE": str(world),
+        "LOCAL_WORLD_SIZE": str(n),
+        RESTART_ENV: str(restart),
+        "PYTHONUNBUFFERED": "1",
+        **gpus,
+    }
+    if virtual_devices is not None:
+        env[VIRTUAL_DEVICES_ENV] = str(virtual_devices)
+    env[LISTEN_ENV] = listen
+    return env
+
+
+def _checked_plan(n: int, ports: Sequence[int], where: str) -> str:
+    """``where`` the workers listen, once the worker count, the ports and ``where`` itself are checked."""
+    check_worker_count(n, cpus=None)
+    if where != ALL and not _is_ipv4(where):
+        raise LaunchError(
+            f"listen={shown(where)}: the workers' servers listen on an IPv4 address, or 'all'.",
+            hint="resolve a name first (own_address), or pass listen='all'.",
+        )
+    if len(ports) != n or len(set(ports)) != n:
+        raise LaunchError(f"{n} workers need {n} distinct ports, got {shown(list(ports))}.", hint="use free_ports(n).")
+    return where
 
 
 def _is_ipv4(text: str) -> bool:
@@ -281,14 +302,7 @@ def launch(
     out = out or sys.stdout
     base = dict(os.environ if env is None else env)
     site = worker_site(base, mends_off=config.mends_off)
-    console = Console(
-        out,
-        tty=_isatty(out),
-        ranks=(0,) if config.log_dir and not config.tee else None,
-        progress_ranks=None if config.all_ranks else (0,),
-        dedupe=not config.all_ranks,
-        tf_logs=config.tf_logs,
-    )
+    console = _console(config, out)
     metrics: JobMetrics | None = None
     try:
         metrics = _serve_metrics(config, command, console, base)  # a bad port fails here, before any worker
@@ -305,6 +319,20 @@ def launch(
         _report_hidden(console)
         if console.closed:
             _silence(out)
+
+
+def _console(config: LaunchConfig, out: IO[str]) -> Console:
+    """The job's console on ``out``: rank 0's lines alone where the others go to log files (and
+    ``config.tee`` is off), and rank 0's progress alone unless ``config.all_ranks``.
+    """
+    return Console(
+        out,
+        tty=_isatty(out),
+        ranks=(0,) if config.log_dir and not config.tee else None,
+        progress_ranks=None if config.all_ranks else (0,),
+        dedupe=not config.all_ranks,
+        tf_logs=config.tf_logs,
+    )
 
 
 def _serve_metrics(

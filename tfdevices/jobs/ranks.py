@@ -151,19 +151,17 @@ def gpu_for_rank(
         speeds: for ``"weighted"``: NVML index -> relative speed, or
             :class:`~tfdevices.measure.DeviceSpeed` results with ``gpu_index`` set.
         share: allow more local ranks than GPUs (ranks then share GPUs).
-        topology: how the GPUs are wired (default: ``gpus.topology`` when ``gpus`` is an
-            Inventory). On a machine with several NUMA nodes, sequential blocks of several
-            GPUs are drawn within one node where they can be, and each assignment carries
-            the CPUs of its GPUs' node (:attr:`GpuAssignment.cpus`).
+        topology: how the GPUs are wired (default: ``gpus.topology`` when ``gpus`` is an Inventory). On a
+            machine with several NUMA nodes, sequential blocks of several GPUs are drawn within one node where
+            they can be, and each assignment carries the CPUs of its GPUs' node (:attr:`GpuAssignment.cpus`).
 
     Returns:
         A frozen :class:`GpuAssignment`.
 
     Raises:
-        LaunchError: the local rank or world size is unknown or inconsistent, or a
-            mapping is malformed.
-        SelectionError: more ranks than GPUs without ``share``, an explicit or returned
-            GPU is not a candidate, or no candidate has a speed.
+        LaunchError: the local rank or world size is unknown or inconsistent, or a mapping is malformed.
+        SelectionError: more ranks than GPUs without ``share``, an explicit or returned GPU is not a
+            candidate, or no candidate has a speed.
 
     >>> a = gpu_for_rank(local_rank=1, local_world_size=2, gpus=[2, 3])
     >>> a.gpus, a.plan, a.cuda_visible_devices
