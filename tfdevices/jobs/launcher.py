@@ -48,7 +48,13 @@ listen; every launcher then starts its workers with the whole cluster in ``TF_CO
 (global ranks in node order; :mod:`tfdevices.jobs.rendezvous`). Only launchers of the same job join
 (``--rdzv-id``, and the secret of ``--rdzv-token-file`` or ``TFDEVICES_RDZV_TOKEN`` when set:
 :mod:`tfdevices.jobs.handshake`); other connections are dropped and counted. The connections stay
-open: when one machine's job fails or its launcher dies, the others stop theirs.
+open: when one machine's job fails or its launcher dies, the others stop theirs, and over them each
+node's ranks reach node 0's launcher (:mod:`tfdevices.jobs.node_exchange`).
+
+While the job runs the launcher watches every rank's progress record (:mod:`tfdevices.jobs.watch`): it names
+a slow rank, a stuck one with its frames (and stops the job when ``--stall-timeout`` is given), serves
+``--metrics`` for Prometheus (:mod:`tfdevices.jobs.metrics`), and with ``--log-dir`` writes the job's report
+at its end (:mod:`tfdevices.jobs.job_report`).
 
 Where the workers' TensorFlow servers listen (``--listen``): on 127.0.0.1 for a one-machine job, on the
 node's own address for a job over several machines, or, with ``--listen all``, on every interface (TensorFlow's
