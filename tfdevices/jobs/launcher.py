@@ -87,7 +87,7 @@ from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
 from tfdevices.core.errors import LaunchError
-from tfdevices.core.units import shown
+from tfdevices.core.units import short_repr
 from tfdevices.gpus.topology import format_cpus
 from tfdevices.jobs.env import RANK_GPUS, VIRTUAL_DEVICES_ENV, LaunchInfo
 from tfdevices.jobs.handshake import Stopped
@@ -221,11 +221,13 @@ def _checked_plan(n: int, ports: Sequence[int], where: str) -> str:
     check_worker_count(n, cpus=None)
     if where != ALL and not _is_ipv4(where):
         raise LaunchError(
-            f"listen={shown(where)}: the workers' servers listen on an IPv4 address, or 'all'.",
+            f"listen={short_repr(where)}: the workers' servers listen on an IPv4 address, or 'all'.",
             hint="resolve a name first (own_address), or pass listen='all'.",
         )
     if len(ports) != n or len(set(ports)) != n:
-        raise LaunchError(f"{n} workers need {n} distinct ports, got {shown(list(ports))}.", hint="use free_ports(n).")
+        raise LaunchError(
+            f"{n} workers need {n} distinct ports, got {short_repr(list(ports))}.", hint="use free_ports(n)."
+        )
     return where
 
 
@@ -437,13 +439,13 @@ def own_address(host: str) -> str:
         address = str(socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM)[0][4][0])
     except (OSError, UnicodeError, IndexError) as err:
         raise LaunchError(
-            f"this machine's address in the job, {shown(host)}, names no IPv4 address "
+            f"this machine's address in the job, {short_repr(host)}, names no IPv4 address "
             f"({getattr(err, 'strerror', None) or err}): its workers' servers cannot listen on it.",
             hint="give --node-addr as an IPv4 address of this machine, or --listen all.",
         ) from None
     if ipaddress.IPv4Address(address).is_loopback:
         raise LaunchError(
-            f"this machine's address in the job, {shown(host)}, resolves here to {address}, a loopback address: "
+            f"this machine's address in the job, {short_repr(host)}, resolves here to {address}, a loopback address: "
             "its workers would listen where the other machines cannot reach them.",
             hint="give --node-addr as this machine's IPv4 address on the network the machines share, or --listen all.",
         )
@@ -601,7 +603,7 @@ class _Job:
             return self._wait([p.rank for p in plans])
         except OSError as err:
             raise LaunchError(
-                f"cannot start {shown(self.command[0])}: {err.strerror}.", hint="check the command after '--'."
+                f"cannot start {short_repr(self.command[0])}: {err.strerror}.", hint="check the command after '--'."
             ) from None
         finally:
             self._stop_all()
@@ -760,7 +762,8 @@ class _Job:
             return open(path, "a", encoding="utf-8", errors="replace")
         except OSError as err:
             raise LaunchError(
-                f"--log-dir: cannot write {shown(path)} ({err.strerror}).", hint="name a directory you can write to."
+                f"--log-dir: cannot write {short_repr(path)} ({err.strerror}).",
+                hint="name a directory you can write to.",
             ) from None
 
     def _pump(self, proc: subprocess.Popen[bytes], rank: int, log: IO[str] | None) -> None:

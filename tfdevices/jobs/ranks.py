@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, overload
 
 from tfdevices.core.errors import LaunchError, SelectionError
-from tfdevices.core.units import shown
+from tfdevices.core.units import short_repr
 from tfdevices.gpus import visibility
 from tfdevices.gpus.inventory import Inventory
 from tfdevices.gpus.selection import Selection
@@ -320,7 +320,9 @@ def _listed(indices: Sequence[int]) -> str:
 
 def _check_whole(name: str, value: object, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise LaunchError(f"{name}={shown(value)} must be a whole number >= {minimum}.", hint=f"pass {name} as an int.")
+        raise LaunchError(
+            f"{name}={short_repr(value)} must be a whole number >= {minimum}.", hint=f"pass {name} as an int."
+        )
 
 
 def _local_size(info: LaunchInfo, local_world_size: int | None) -> int:
@@ -352,7 +354,7 @@ def _candidates(info: LaunchInfo, gpus: object) -> tuple[tuple[int, ...], str]:
         ), f"selection {gpus.spec!r}"
     if not isinstance(gpus, Inventory):
         raise LaunchError(
-            f"gpus={shown(gpus)}: expected NVML indices, a Selection or an Inventory.",
+            f"gpus={short_repr(gpus)}: expected NVML indices, a Selection or an Inventory.",
             hint="pass e.g. gpus=[0, 1] or tfdevices.select('all').",
         )
     visible = tuple(dict.fromkeys(g.index for g in (gpus.visible or gpus.gpus)))  # MIG instances: their GPU once
@@ -381,7 +383,7 @@ def _distinct(indices: tuple[int, ...], what: str, given: object) -> tuple[int, 
     seen: set[int] = set()
     twice = sorted({i for i in indices if i in seen or seen.add(i)})  # type: ignore[func-returns-value]
     raise LaunchError(
-        f"{what} {shown(given)} names GPU {join_indices(twice[:8])} more than once "
+        f"{what} {short_repr(given)} names GPU {join_indices(twice[:8])} more than once "
         "(MIG instances of one GPU map to its NVML index); one GPU is one GPU.",
         hint="list each GPU once; to run several ranks on one GPU pass share=True (--share).",
     )
@@ -422,10 +424,10 @@ def _given_plan(size: int, candidates: tuple[int, ...], mapping: object) -> tupl
             for r in range(size)
         )
     if not isinstance(mapping, (list, tuple)):
-        raise LaunchError(f"mapping={shown(mapping)}: expected a list or a function.", hint="e.g. mapping=[2, 3].")
+        raise LaunchError(f"mapping={short_repr(mapping)}: expected a list or a function.", hint="e.g. mapping=[2, 3].")
     if len(mapping) < size:
         raise LaunchError(
-            f"mapping={shown(list(mapping))} has {len(mapping)} entr(ies) for {size} local ranks.",
+            f"mapping={short_repr(list(mapping))} has {len(mapping)} entr(ies) for {size} local ranks.",
             hint="give one GPU (or list of GPUs) per local rank.",
         )
     return "explicit", tuple(_checked(m, candidates, allowed, f"mapping[{r}]") for r, m in enumerate(mapping[:size]))
@@ -449,7 +451,8 @@ def _checked(value: object, candidates: tuple[int, ...], allowed: frozenset[int]
     items = [value] if isinstance(value, int) else value
     if not isinstance(items, (list, tuple)) or not all(isinstance(i, int) and not isinstance(i, bool) for i in items):
         raise LaunchError(
-            f"{what} gave {shown(value)}: expected an NVML index or a list of them.", hint="return e.g. 2 or [0, 1]."
+            f"{what} gave {short_repr(value)}: expected an NVML index or a list of them.",
+            hint="return e.g. 2 or [0, 1].",
         )
     outside = [i for i in items if i not in allowed]
     if candidates and outside:
