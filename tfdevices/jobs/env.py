@@ -211,7 +211,7 @@ def _with_gpus(info: LaunchInfo, env: Mapping[str, str]) -> LaunchInfo:
     gpus, gpu_var, gpu_notes = allocated_gpus(env)
     assigned = None
     if RANK_GPUS in env:
-        assigned = tuple(parse_gpu_list(env[RANK_GPUS], variable=RANK_GPUS)[0])
+        assigned = tuple(parse_gpu_list(env[RANK_GPUS], variable=RANK_GPUS).indices)
     return dataclasses.replace(
         info, gpus=gpus, gpus_variable=gpu_var, assigned_gpus=assigned, notes=info.notes + gpu_notes
     )

@@ -11,7 +11,7 @@ digits, as in SLURM.
 >>> expand_tasks_per_node("3(x2),2,1")
 [3, 3, 2, 1]
 >>> parse_gpu_list("gpu:2(IDX:0-1)")
-([0, 1], [])
+GpuList(indices=[0, 1], notes=[])
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import itertools
 import math
 import re
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 from tfdevices.core.errors import EnvVarError, LaunchError
 from tfdevices.core.units import short_repr
@@ -33,7 +34,9 @@ __all__ = [
     "join_indices",
     "expand_nodelist",
     "expand_tasks_per_node",
+    "GpuList",
     "parse_gpu_list",
+    "Allocation",
     "allocated_gpus",
     "PORT_RANGE",
     "step_port_base",
@@ -215,7 +218,16 @@ def expand_tasks_per_node(
 _GRES = re.compile(r"^gpu(?::(?![0-9]+\()[\w.-]+)?(?::([0-9]{1,9}))?\(IDX:([^)]*)\)$", re.ASCII)
 
 
-def parse_gpu_list(text: str, *, variable: str = "SLURM_STEP_GPUS") -> tuple[list[int], list[str]]:
+class GpuList(NamedTuple):
+    """A scheduler's GPU list, read (:func:`parse_gpu_list`)."""
+
+    indices: list[int]
+    """NVML indices in the order given."""
+    notes: list[str]
+    """Caveats (a ``(null)`` entry ignored ...)."""
+
+
+def parse_gpu_list(text: str, *, variable: str = "SLURM_STEP_GPUS") -> GpuList:
     """Parses a scheduler's GPU list.
 
     Accepts plain lists and ranges (``"0,1"``, ``"2-3"``), SLURM's GRES detail
@@ -228,7 +240,7 @@ def parse_gpu_list(text: str, *, variable: str = "SLURM_STEP_GPUS") -> tuple[lis
         variable: its name, for messages.
 
     Returns:
-        ``(indices, notes)``: NVML indices in the order given, and caveats.
+        A :class:`GpuList`: NVML indices in the order given, and caveats.
 
     Raises:
         EnvVarError: an entry is neither an index, a range, ``(null)`` nor a GRES
@@ -236,8 +248,8 @@ def parse_gpu_list(text: str, *, variable: str = "SLURM_STEP_GPUS") -> tuple[lis
             :data:`MAX_GPUS` or more, or an index repeats.
 
     >>> parse_gpu_list("gpu:2(IDX:0-1)")
-    ([0, 1], [])
-    >>> parse_gpu_list("0,(null)", variable="GPU_DEVICE_ORDINAL")[0]
+    GpuList(indices=[0, 1], notes=[])
+    >>> parse_gpu_list("0,(null)", variable="GPU_DEVICE_ORDINAL").indices
     [0]
     """
     hint = "expected GPU indices such as '0,1', '2-3' or SLURM's 'gpu:2(IDX:0-1)'."
@@ -266,7 +278,7 @@ def parse_gpu_list(text: str, *, variable: str = "SLURM_STEP_GPUS") -> tuple[lis
             if len(indices) > MAX_GPUS:
                 break  # a repeat: reported below
     _refuse_repeated_gpus(indices, variable, text, hint)
-    return indices, notes
+    return GpuList(indices, notes)
 
 
 def _refuse_repeated_gpus(indices: list[int], variable: str, text: str, hint: str) -> None:
@@ -306,13 +318,24 @@ def _parse_gres(text: str, variable: str, hint: str) -> tuple[list[int], list[st
     return indices, notes
 
 
-def allocated_gpus(env: Mapping[str, str]) -> tuple[tuple[int, ...] | None, str | None, tuple[str, ...]]:
-    """The GPUs the scheduler gave: (NVML indices, the variable they came from, notes); ``None`` when unset."""
+class Allocation(NamedTuple):
+    """The GPUs the scheduler gave (:func:`allocated_gpus`)."""
+
+    gpus: tuple[int, ...] | None
+    """NVML indices; ``None`` when no variable names them."""
+    variable: str | None
+    """The variable they came from (one of :data:`GPU_VARIABLES`)."""
+    notes: tuple[str, ...]
+    """Caveats."""
+
+
+def allocated_gpus(env: Mapping[str, str]) -> Allocation:
+    """The GPUs the scheduler gave, from the first of :data:`GPU_VARIABLES` set."""
     for var in GPU_VARIABLES:
         if var in env:
             indices, notes = parse_gpu_list(env[var], variable=var)
-            return tuple(indices), var, tuple(notes)
-    return None, None, ()
+            return Allocation(tuple(indices), var, tuple(notes))
+    return Allocation(None, None, ())
 
 
 #: The ports a SLURM step's TensorFlow servers listen on start in this range, one block per step: under
