@@ -237,6 +237,24 @@ def test_the_sites_index_links_every_guide_and_the_changelog_in_its_text():
     assert ":doc:`changelog`" in prose
 
 
+def test_the_glossary_is_linked_from_the_readme_and_the_index_and_its_links_work():
+    """The glossary (docs/glossary.rst) is plain rst on the repository's page and links to the guides' pages on
+    the site; the README and the site's index link to it in their text."""
+    text = pathlib.Path(REPO, "docs", "glossary.rst").read_text(encoding="utf-8")
+    assert re.findall(r":(?:doc|ref|term):`[^`]*`", text) == []
+    targets = re.findall(r"`[^`<]+<([^>`]+\.rst)>`__?", text)
+    assert targets and [t for t in targets if not pathlib.Path(REPO, "docs", t).is_file()] == []
+    spec = importlib.util.spec_from_file_location("docs_prepare", pathlib.Path(REPO, "docs", "prepare.py"))
+    assert spec is not None and spec.loader is not None
+    prepare = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(prepare)
+    page = prepare.glossary_page(text)
+    assert ".rst>`" not in page and len(re.findall(r":doc:`[^`]+ <guides/\w+>`", page)) == len(targets)
+    assert "<docs/glossary.rst>`_" in pathlib.Path(REPO, "README.rst").read_text(encoding="utf-8")
+    index = pathlib.Path(REPO, "docs", "index.rst").read_text(encoding="utf-8")
+    assert ":doc:`glossary`" in index.split(".. toctree::", 1)[0]
+
+
 def test_no_row_of_a_simple_table_in_the_readme_splits():
     """In a simple table a line whose first column has text starts a new row: a first cell written over two
     lines ("Keras 3 fit under mirrored" / "in one process") makes two rows of one. A row's first cell that

@@ -8,9 +8,6 @@ this file is where they are written down):
 * no constructor (``__init__``) takes over :data:`MAX_PARAMETERS` parameters besides ``self``: a class
   that needs more takes a record (a frozen dataclass, whose generated ``__init__`` is not in the source)
   and is made from it.
-
-:data:`PENDING` names the functions still over the limits in files other work owns right now, each with
-the issue that brings it under them; the list may only shrink, and is empty when issue 45 closes.
 """
 
 from __future__ import annotations
@@ -24,16 +21,6 @@ import tfdevices
 PACKAGE = pathlib.Path(tfdevices.__file__).parent
 MAX_LINES = 60
 MAX_PARAMETERS = 8
-
-#: ``"path:function"`` over a limit -> who brings it under (its file is another issue's while that issue runs).
-PENDING = {
-    "jobs/launcher.py:plan_workers": "issue 45, part B (jobs/ after issue 44 lands)",
-    "jobs/launcher.py:launch": "issue 45, part B (jobs/ after issue 44 lands)",
-    "jobs/launcher.py:run": "issue 45, part B (jobs/ after issue 44 lands)",
-    "jobs/ranks.py:gpu_for_rank": "issue 45, part B (jobs/ after issue 44 lands)",
-    "jobs/rendezvous.py:_serve": "issue 45, part B (jobs/ after issue 44 lands)",
-    "jobs/rendezvous.py:_join": "issue 45, part B (jobs/ after issue 44 lands)",
-}
 
 
 def _functions(tree: ast.AST) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
@@ -118,11 +105,4 @@ def test_the_measure_counts_a_constructors_parameters_and_leaves_records_alone()
 
 
 def test_no_function_over_60_lines_and_no_constructor_over_8_parameters():
-    found = _over_the_limits()
-    assert sorted(found - set(PENDING)) == []  # new code meets the limits
-    assert sorted(set(PENDING) - found) == []  # a pending function brought under them leaves the list
-
-
-def test_the_pending_functions_are_in_files_other_issues_own():
-    assert {name.split(":")[0].split("/")[0] for name in PENDING} <= {"jobs", "mends", "tensorboard"}
-    assert all(who.startswith("issue ") for who in PENDING.values())
+    assert sorted(_over_the_limits()) == []

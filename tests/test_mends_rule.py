@@ -7,9 +7,10 @@ function-level imports included; a name bound (with or without an annotation, or
 :func:`import_tf`, ``importlib.import_module`` or ``__import__`` returns, to ``sys.modules[...]``, or to an
 attribute of another library's name (``k = tf.keras``, ``getattr(tf, "keras")``). An assignment reaches it
 through an attribute, an item (``environ["X"] = ...``), ``setattr``/``delattr``, ``object.__setattr__(mod,
-...)`` (or any ``X.__setattr__``), or ``vars(mod)[...]``. An assignment to a double-underscore attribute
-(``X.__init__``, ``X.__class__``) counts too wherever ``X`` is not ``self``, ``cls`` or a class or function
-the same module defines.
+...)`` (or any ``X.__setattr__``), ``vars(mod)[...]``, or a method that changes a mapping, list or set in
+place (``os.environ.update(...)``, ``environ.pop(...)``, ``sys.path.insert(...)``, ``vars(mod).update(...)``).
+An assignment to a double-underscore attribute (``X.__init__``, ``X.__class__``) counts too wherever ``X`` is
+not ``self``, ``cls`` or a class or function the same module defines.
 """
 
 from __future__ import annotations
@@ -36,6 +37,11 @@ ALLOWED = {
 _RETURNS_FOREIGN = {"import_tf", "import_module", "__import__"}
 _SETTERS = {"setattr", "delattr"}
 _DUNDER_SETTERS = {"__setattr__", "__delattr__"}
+#: Methods that change the mapping, list or set they are called on (``os.environ.update(...)``, ``sys.path.insert``).
+_MUTATORS = {
+    "update", "setdefault", "pop", "popitem", "clear", "append", "extend", "insert", "remove", "add", "discard",
+    "__setitem__", "__delitem__",
+}  # fmt: skip
 
 
 def _foreign_names(tree: ast.Module) -> set[str]:
@@ -122,6 +128,19 @@ def _set_through_call(node: ast.Call) -> tuple[ast.expr, str] | None:
     return None
 
 
+def _changed_through_method(node: ast.Call) -> ast.expr | None:
+    """The object a call changes in place: ``held`` of ``held.update(...)`` (or another of :data:`_MUTATORS`),
+    ``module`` of ``vars(module).update(...)``, where ``held`` is a name or an attribute of one (what a call
+    returns, ``os.environ.copy()``, is a new object); ``None`` for any other call."""
+    func = node.func
+    if not isinstance(func, ast.Attribute) or func.attr not in _MUTATORS:
+        return None
+    held = func.value
+    if isinstance(held, ast.Call) and isinstance(held.func, ast.Name) and held.func.id == "vars":
+        return held.args[0] if held.args else None
+    return held if isinstance(held, (ast.Name, ast.Attribute)) else None
+
+
 def foreign_assignments(source: str) -> list[tuple[int, str]]:
     """``(line, target)`` for each assignment to another library's attribute in ``source``."""
     tree = ast.parse(source)
@@ -150,6 +169,9 @@ def foreign_assignments(source: str) -> list[tuple[int, str]]:
             through = _set_through_call(node)
             if through is not None:
                 check(through[0], node.lineno, through[1])
+            changed = _changed_through_method(node)
+            if changed is not None:
+                check(changed, node.lineno, changed.attr if isinstance(changed, ast.Attribute) else "")
     return found
 
 
@@ -184,6 +206,12 @@ def foreign_assignments(source: str) -> list[tuple[int, str]]:
         ("import json\njson.__setattr__('dumps', str)", ["json"]),
         ("import json\ntype.__delattr__(json, 'dumps')", ["json"]),
         ("import json\nvars(json)['dumps'] = str", ["json"]),
+        ("import os\nos.environ.update({'X': '1'})", ["os.environ"]),
+        ("import os\ndef f():\n    os.environ.setdefault('X', '1')", ["os.environ"]),
+        ("from os import environ\nenviron.pop('X', None)", ["environ"]),
+        ("import os\nos.environ.__setitem__('X', '1')", ["os.environ"]),
+        ("import sys\nsys.path.insert(0, '/tmp')", ["sys.path"]),
+        ("import json\nvars(json).update(dumps=str)", ["json"]),
     ],
 )
 def test_the_checker_catches_a_planted_change(source: str, caught: list[str] | None) -> None:
@@ -204,6 +232,9 @@ def test_the_checker_catches_a_planted_change(source: str, caught: list[str] | N
         "import json\nresult = json.loads('{}')\nresult['a'] = 1",
         "class A:\n    def __post_init__(self):\n        object.__setattr__(self, 'x', 1)",  # a frozen record's own
         "import json\nvars(record)['x'] = json.dumps(1)",
+        "import os\nenv = os.environ.copy()\nenv.update({'X': '1'})",  # a copy, changed: the process' own is not
+        "import os\nseen = set()\nseen.add(os.getpid())",
+        "import json\nrows = []\nrows.append(json.dumps(1))",
     ],
 )
 def test_the_checker_leaves_own_objects_alone(source: str) -> None:

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from tfdevices import __version__, mends
 from tfdevices.core._tf import import_tf
 from tfdevices.core.errors import TfDevicesError
-from tfdevices.core.units import format_bytes, shown
+from tfdevices.core.units import format_bytes, short_repr
 from tfdevices.gpus.discovery import discover
 from tfdevices.gpus.inventory import INVENTORY_ENV
 from tfdevices.jobs.env import launch_info
@@ -193,7 +193,7 @@ def _xla(env: Mapping[str, str]) -> str:
     if flags is None:
         return "TF_XLA_FLAGS unset: XLA only where a model or function asks (jit_compile=True)"
     auto = "--tf_xla_auto_jit=" in flags and "--tf_xla_auto_jit=0" not in flags
-    return f"TF_XLA_FLAGS={shown(flags)}" + (" (auto-clustering on)" if auto else "")
+    return f"TF_XLA_FLAGS={short_repr(flags)}" + (" (auto-clustering on)" if auto else "")
 
 
 def _build_info() -> str:

@@ -31,7 +31,7 @@ from typing import Any, TypeGuard
 from tfdevices.core._tf import import_tf
 from tfdevices.core.devices import short_name
 from tfdevices.core.errors import PYTHON, EnvVarError, InputError, RuntimeInitializedError, Terms, TfDevicesError
-from tfdevices.core.units import format_bytes, parse_count, parse_memory, shown
+from tfdevices.core.units import format_bytes, parse_count, parse_memory, short_repr
 from tfdevices.gpus.discovery import discover
 from tfdevices.gpus.inventory import INVENTORY_ENV, GpuInfo, Inventory
 from tfdevices.gpus.selection import Selection, select
@@ -341,7 +341,7 @@ def normalize_memory_limit(limit: object, split: int | None = None, *, terms: Te
             name = str(key).strip()
             if isinstance(key, bool) or not (name.replace(":", "", 1).isascii() and name.replace(":", "", 1).isdigit()):
                 raise InputError(
-                    f"memory_limit: key {shown(key)} is not a GPU's NVML key.",
+                    f"memory_limit: key {short_repr(key)} is not a GPU's NVML key.",
                     hint="key the dict by NVML index, as nvidia-smi shows it: {'0': '8GiB', '1': '4GiB'}.",
                 )
             pairs.append(
@@ -356,7 +356,7 @@ def normalize_memory_limit(limit: object, split: int | None = None, *, terms: Te
                 )
             )
         if len({k for k, _ in pairs}) != len(pairs):
-            raise InputError(f"memory_limit names a GPU twice: {shown(list(limit))}.", hint="name each GPU once.")
+            raise InputError(f"memory_limit names a GPU twice: {short_repr(list(limit))}.", hint="name each GPU once.")
         return tuple(sorted(pairs, key=lambda kv: [int(p) for p in kv[0].split(":")]))
     return ((None, _sizes(limit, split, terms.name("memory_limit"), terms)),)
 
@@ -365,7 +365,7 @@ def _sizes(value: object, split: int | None, what: str, terms: Terms = PYTHON) -
     if isinstance(value, (list, tuple)):
         if not value or len(value) > _MAX_LOGICAL:
             raise InputError(
-                f"{what}={shown(value)}: a list needs 1 to {_MAX_LOGICAL} sizes, one per logical device.",
+                f"{what}={short_repr(value)}: a list needs 1 to {_MAX_LOGICAL} sizes, one per logical device.",
                 hint="e.g. ['6GiB', '2GiB'] for two logical devices.",
             )
         if split is not None and len(value) != split:
@@ -378,7 +378,7 @@ def _sizes(value: object, split: int | None, what: str, terms: Terms = PYTHON) -
         sizes = (parse_memory(value, what=what),) * (split or 1)  # type: ignore[arg-type]
     if min(sizes) < _MIB:
         raise InputError(
-            f"{what}={shown(value)}: below 1 MiB, TensorFlow's unit for limits.", hint="write e.g. '2GiB'."
+            f"{what}={short_repr(value)}: below 1 MiB, TensorFlow's unit for limits.", hint="write e.g. '2GiB'."
         )
     return sizes
 
@@ -680,7 +680,7 @@ def set_soft_placement(enabled: bool) -> bool:
     :func:`tfdevices.device_scope` uses it for ``soft_placement=``.
     """
     if not isinstance(enabled, bool):
-        raise InputError(f"soft_placement={shown(enabled)}: must be True or False.", hint="pass a bool.")
+        raise InputError(f"soft_placement={short_repr(enabled)}: must be True or False.", hint="pass a bool.")
     tf = import_tf()
     previous = bool(tf.config.get_soft_device_placement())
     tf.config.set_soft_device_placement(enabled)
@@ -813,7 +813,7 @@ def configure_worker(env: Mapping[str, str] | None = None) -> Any:
     count = parse_count(value.strip(), limit=1024)
     if not count:
         raise EnvVarError(
-            f"{VIRTUAL_DEVICES_ENV}={shown(value)} is not a whole number >= 1 (ASCII digits, at most 1024).",
+            f"{VIRTUAL_DEVICES_ENV}={short_repr(value)} is not a whole number >= 1 (ASCII digits, at most 1024).",
             hint="tfdevices launch --virtual-devices N sets it; unset it otherwise.",
         )
     return configure(virtual_devices=count)

@@ -418,7 +418,8 @@ class Explanation(Explained):
 
 
 _EXPLAINED: dict[tuple[type, bool], type] = {}
-_BESIDE: dict[int, Explanation] = {}  # id -> explanation of a strategy tfdevices did not build (it keeps it alive)
+#: id -> the explanation of a strategy tfdevices did not build, kept beside it (the entry keeps the strategy alive).
+_KEPT_EXPLANATIONS: dict[int, Explanation] = {}
 
 
 def _explained_class(base: type, *, steps: bool = False, default: bool = False) -> type:
@@ -448,7 +449,7 @@ def explain(strategy: Any, info: StrategyInfo, setup: Any = None) -> Any:
         strategy._tfdevices_info = info
         strategy._tfdevices_setup = setup
     else:
-        _BESIDE[id(strategy)] = Explanation(strategy, info, setup)
+        _KEPT_EXPLANATIONS[id(strategy)] = Explanation(strategy, info, setup)
     return strategy
 
 
@@ -460,7 +461,7 @@ def explanation(strategy: Any) -> Explained:
     """
     if isinstance(strategy, Explained):
         return strategy
-    kept = _BESIDE.get(id(strategy))
+    kept = _KEPT_EXPLANATIONS.get(id(strategy))
     if kept is None or kept.strategy is not strategy:
         raise StrategyError(
             f"{type(strategy).__name__} was not built by tfdevices, so there is nothing to explain.",

@@ -73,7 +73,7 @@ from hypothesis import (  # noqa: E402
 )
 
 from tfdevices import TfDevicesError  # noqa: E402
-from tfdevices.core.units import is_digits, parse_count, shown  # noqa: E402
+from tfdevices.core.units import is_digits, parse_count, short_repr  # noqa: E402
 
 
 @pytest.mark.parametrize(
@@ -125,11 +125,11 @@ def test_long_size_is_shortened_in_the_message():
 
 
 def test_shown_keeps_short_values_and_bounds_long_ones():
-    assert shown("0,1") == "'0,1'"
-    assert shown(3) == "3"
-    long = shown("x" * 10**6)
+    assert short_repr("0,1") == "'0,1'"
+    assert short_repr(3) == "3"
+    long = short_repr("x" * 10**6)
     assert len(long) <= 80 and "(1000000 chars)" in long
-    assert shown("\ud800") == "'\\ud800'"  # a lone surrogate is escaped, so it can be printed
+    assert short_repr("\ud800") == "'\\ud800'"  # a lone surrogate is escaped, so it can be printed
 
 
 @settings(max_examples=300, deadline=None)

@@ -218,7 +218,8 @@ def test_mig_instances_are_read_with_the_versioned_query():
 
 def test_the_fake_asks_as_nvidia_ml_py_does():
     """The fake's memory query and error codes are nvidia-ml-py's (the installed one)."""
-    pynvml = pytest.importorskip("pynvml")
+    import pynvml  # nvidia-ml-py: an install requirement, not optional (no skip where it is missing)
+
     assert "version" in inspect.signature(pynvml.nvmlDeviceGetMemoryInfo).parameters
     assert pynvml.nvmlMemory_v2 == fk.NVML_MEMORY_V2
     assert [f for f, _ in pynvml.c_nvmlMemory_v2_t._fields_] == ["version", "total", "reserved", "free", "used"]

@@ -5,6 +5,7 @@ records, a real HTTP scrape, the port closed at the job's end, and bad input ref
 from __future__ import annotations
 
 import doctest
+import io
 import json
 import os
 import re
@@ -23,6 +24,7 @@ from tests.jobs.launching import run_launcher, worker
 from tfdevices.core.errors import EnvVarError, LaunchError
 from tfdevices.jobs import metrics
 from tfdevices.jobs.launch_config import LaunchConfig
+from tfdevices.jobs.launcher import launch
 from tfdevices.jobs.metrics import (
     SERIES,
     Attempt,
@@ -189,12 +191,16 @@ def test_the_port_serves_while_the_job_runs_and_closes_when_it_ends() -> None:
         f"t = urllib.request.urlopen('http://127.0.0.1:{port}/metrics').read().decode() if r == '0' else ''; "
         "print([l for l in t.splitlines() if l.startswith('tfdevices_job_workers_up')])"
     )
-    proc = run_launcher("-n", "2", "--metrics", str(port), "--", sys.executable, "-c", scrape)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert f"[launcher] metrics for Prometheus: http://127.0.0.1:{port}/metrics\n" in proc.stdout
+    out = io.StringIO()  # the launcher runs in this process: once launch() returns, this process still runs,
+    code = launch(  # so the port is closed by the launcher, not by the operating system at the process' exit
+        [sys.executable, "-c", scrape], LaunchConfig(2, metrics=str(port)), out=out, env=subprocess_env()
+    )
+    text = out.getvalue()
+    assert code == 0, text
+    assert f"[launcher] metrics for Prometheus: http://127.0.0.1:{port}/metrics\n" in text
     assert re.search(
-        r'^\[0\] \[\'tfdevices_job_workers_up\{job="python-c",node="[^"]+"\} [12]\.0\'\]$', proc.stdout, re.MULTILINE
-    ), proc.stdout
+        r'^\[0\] \[\'tfdevices_job_workers_up\{job="python-c",node="[^"]+"\} [12]\.0\'\]$', text, re.MULTILINE
+    ), text
     with pytest.raises(urllib.error.URLError):
         urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5)
 
@@ -238,7 +244,8 @@ def test_another_interface_is_said_on_the_console() -> None:
 
 
 def test_docstring_examples() -> None:
-    assert doctest.testmod(metrics, raise_on_error=False).failed == 0
+    results = doctest.testmod(metrics, raise_on_error=False)
+    assert results.attempted > 0 and results.failed == 0, results  # the module's examples ran, and passed
 
 
 # --------------------------------------------------------------------------- the Grafana dashboard

@@ -108,7 +108,7 @@ def test_bad_gpu_lists(text, first_words):
 
 
 def test_largest_gpu_list_is_accepted():
-    assert parse_gpu_list(f"0-{MAX_GPUS - 1}")[0] == list(range(MAX_GPUS))
+    assert parse_gpu_list(f"0-{MAX_GPUS - 1}").indices == list(range(MAX_GPUS))
 
 
 # ---------------------------------------------------------------- fuzzing: only our errors, bounded results
@@ -200,4 +200,4 @@ def test_parsers_read_slurms_formats() -> None:
     assert parse_gpu_list("gpu:1(IDX:N/A)") == ([], [])
     indices, notes = parse_gpu_list("(null)", variable="GPU_DEVICE_ORDINAL")
     assert indices == [] and "(null)" in notes[0]
-    assert parse_gpu_list("gpu:a100:2(IDX:0,2),shard:4(0/4)")[0] == [0, 2]
+    assert parse_gpu_list("gpu:a100:2(IDX:0,2),shard:4(0/4)").indices == [0, 2]

@@ -292,7 +292,7 @@ def test_every_auto_spaces_captures_by_their_measured_cost(tf4, tmp_path):
     assert len(logger.steps) >= 2 and len(logger.costs) == len(logger.steps)
     gaps = [b - a for a, b in zip(logger.steps, logger.steps[1:])]
     assert all(gap > 1 for gap in gaps), gaps  # spaced out, never every step
-    plans = logger._pace.plans
+    plans = logger._schedule.plans
     assert [p[0] for p in plans[: len(gaps)]] == logger.steps[:-1]  # each capture planned the next one
     for (step, planned, step_s, cost), after, measured in zip(plans, logger.steps[1:], logger.costs):
         # captured where planned, from that capture's own cost; the plan is made once three steps after the

@@ -64,9 +64,9 @@ def import_tf() -> ModuleType:
             f"this needs TensorFlow, which cannot be imported ({err}).",
             hint="pip install 'tfdevices[cpu]' (or 'tfdevices[and-cuda]' on a machine with an NVIDIA GPU).",
         ) from None
-    global _told
-    if not _told:
-        _told = True
+    global _after_hook_ran
+    if not _after_hook_ran:
+        _after_hook_ran = True
         after = _hooks["after"]
         if after is not None:
             after()
@@ -108,4 +108,4 @@ def _verbosity_given() -> bool:
         return False
 
 
-_told = False  # the first import_tf ran its after-hook
+_after_hook_ran = False  # the first import_tf ran its after-hook

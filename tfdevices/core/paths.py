@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 from tfdevices.core.errors import InputError
-from tfdevices.core.units import shown
+from tfdevices.core.units import short_repr
 
 __all__ = ["check_directory"]
 
@@ -31,19 +31,21 @@ def check_directory(path: str | os.PathLike[str], *, what: str = "logdir") -> st
     """
     text = os.fspath(path)
     if not isinstance(text, str) or not text.strip():
-        raise InputError(f"{what}={shown(text)}: expected a directory.", hint="e.g. /tmp/logs/run1.")
+        raise InputError(f"{what}={short_repr(text)}: expected a directory.", hint="e.g. /tmp/logs/run1.")
     probe = os.path.abspath(text)
     while not os.path.lexists(probe) and os.path.dirname(probe) != probe:
         probe = os.path.dirname(probe)
     if not os.path.isdir(probe):
-        where = "is a file" if probe == os.path.abspath(text) else f"lies under {shown(probe, 200)}, which is a file"
+        where = (
+            "is a file" if probe == os.path.abspath(text) else f"lies under {short_repr(probe, 200)}, which is a file"
+        )
         raise InputError(
-            f"{what}={shown(text, 200)} {where}, not a directory.",
+            f"{what}={short_repr(text, 200)} {where}, not a directory.",
             hint="choose a directory (one that does not exist yet is created).",
         )
     if not os.access(probe, os.W_OK | os.X_OK):
         raise InputError(
-            f"{what}={shown(text, 200)}: {shown(probe, 200)} cannot be written by this user.",
+            f"{what}={short_repr(text, 200)}: {short_repr(probe, 200)} cannot be written by this user.",
             hint="choose a directory you can write to.",
         )
     return text

@@ -10,7 +10,7 @@ bytes.
 Two rules every parser of tfdevices follows live here too: only the ASCII
 digits ``0``-``9`` are digits (:func:`is_digits`; ``"٣"`` is not 3, because
 CUDA, SLURM and TensorFlow would not read it as 3), and an input echoed in a
-message is shortened (:func:`shown`), so a 100 KB variable gives a one-line error. An
+message is shortened (:func:`short_repr`), so a 100 KB variable gives a one-line error. An
 environment variable that turns something on or off reads through :func:`env_switch`.
 
 >>> parse_memory("8GiB")
@@ -37,10 +37,10 @@ __all__ = [
     "format_bytes",
     "is_digits",
     "parse_count",
-    "SHOWN_CHARS",
+    "SHORT_REPR_CHARS",
     "parse_seconds",
     "env_switch",
-    "shown",
+    "short_repr",
 ]
 
 _UNITS = {
@@ -83,20 +83,23 @@ def parse_memory(value: int | str, *, what: str = "memory size") -> int:
     match = _SIZE.match(value)
     if not match:
         if re.fullmatch(r"\s*[0-9]+(\.[0-9]+)?\s*", value):
-            raise MemorySizeError(f"{what} {shown(value)}: a bare number is ambiguous (bytes? MiB? GB?).", hint=_HINT)
+            raise MemorySizeError(
+                f"{what} {short_repr(value)}: a bare number is ambiguous (bytes? MiB? GB?).", hint=_HINT
+            )
         raise MemorySizeError(
-            f"{what} {shown(value)}: not a size (a number of at most 30 ASCII digits and a unit).", hint=_HINT
+            f"{what} {short_repr(value)}: not a size (a number of at most 30 ASCII digits and a unit).", hint=_HINT
         )
     number, unit = match.groups()
     factor = _UNITS.get(unit.lower())
     if factor is None:
         raise MemorySizeError(
-            f"{what} {shown(value)}: unknown unit {unit!r}; known units are B, KB, MB, GB, TB, KiB, MiB, GiB, TiB.",
+            f"{what} {short_repr(value)}: unknown unit {unit!r}; known units are B, KB, MB, GB, TB, KiB, MiB, "
+            "GiB, TiB.",
             hint=_HINT,
         )
     result = float(number) * factor
     if not math.isfinite(result):
-        raise MemorySizeError(f"{what} {shown(value)}: too large.", hint=_HINT)
+        raise MemorySizeError(f"{what} {short_repr(value)}: too large.", hint=_HINT)
     return int(result)
 
 
@@ -136,7 +139,7 @@ def parse_count(text: str, *, limit: int) -> int | None:
     return value if value <= limit else None
 
 
-SHOWN_CHARS = 80
+SHORT_REPR_CHARS = 80
 
 
 def parse_seconds(text: str, *, most: float) -> float | None:
@@ -169,16 +172,16 @@ def env_switch(env: Mapping[str, str], name: str, *, default: bool, hint: str) -
         return default
     value = text.strip().lower()
     if value not in ("0", "1", "on", "off"):
-        raise EnvVarError(f"{name}={shown(text)} is not one of 1, on, 0, off.", hint=hint)
+        raise EnvVarError(f"{name}={short_repr(text)} is not one of 1, on, 0, off.", hint=hint)
     return value in ("1", "on")
 
 
-def shown(value: object, limit: int = SHOWN_CHARS) -> str:
+def short_repr(value: object, limit: int = SHORT_REPR_CHARS) -> str:
     """``repr(value)``, shortened in the middle past ``limit`` characters, for messages.
 
-    >>> shown("0-2")
+    >>> short_repr("0-2")
     "'0-2'"
-    >>> shown("n[" + "1," * 50000 + "2]")
+    >>> short_repr("n[" + "1," * 50000 + "2]")
     "'n[1,1,1,1,1,1,1,1,1,1,1,1,1,1...(100004 chars)...,1,1,1,1,1,1,1,1,1,1,1,1,1,2]'"
     """
     try:

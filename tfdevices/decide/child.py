@@ -150,17 +150,17 @@ def _copy_time(tf: Any, pair: list[Any], floats: int) -> float:
         x = tf.ones([floats])
 
     @tf.function
-    def hop(x: Any) -> Any:
+    def round_trip(x: Any) -> Any:
         with tf.device(pair[1].name):
             y = tf.identity(x)
         with tf.device(pair[0].name):
             return tf.identity(y)
 
-    hop(x)
+    round_trip(x)
     runs = []
     for _ in range(20):
         start = time.perf_counter()
-        hop(x).numpy()
+        round_trip(x).numpy()
         runs.append(time.perf_counter() - start)
     return min(runs) / 2
 

@@ -59,14 +59,14 @@ def fit_link(a: str, b: str, sizes_bytes: Sequence[float], hop_s: Sequence[float
 
 def _hop_function(tf: Any, a: str, b: str, hops: int) -> Any:
     @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)])
-    def hop(x: Any) -> Any:
+    def back_and_forth(x: Any) -> Any:
         for i in range(hops):
             with tf.device(b if i % 2 == 0 else a):
                 x = tf.identity(x)
         with tf.device(a):
             return tf.reduce_sum(x[:1])
 
-    return hop
+    return back_and_forth
 
 
 def _fastest(fn: Any, x: Any) -> float:

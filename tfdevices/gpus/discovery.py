@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from tfdevices.core._tf import import_tf
 from tfdevices.core.errors import InputError, InventoryFileError
 from tfdevices.core.records import replace
-from tfdevices.core.units import shown
+from tfdevices.core.units import short_repr
 from tfdevices.gpus import nvml, processes, topology as topo, visibility
 from tfdevices.gpus.inventory import INVENTORY_ENV, GpuInfo, Inventory
 
@@ -108,7 +108,7 @@ def from_file(path: str, env: Mapping[str, str]) -> Inventory:
         inventory = Inventory.load(path)
     except InventoryFileError as err:
         raise InventoryFileError(
-            f"{INVENTORY_ENV}={shown(path, 240)}: {err.message}",
+            f"{INVENTORY_ENV}={short_repr(path, 240)}: {err.message}",
             hint=f"{err.hint} Or unset {INVENTORY_ENV} to read this machine.",
         ) from None
     return visibility.apply(inventory, env)

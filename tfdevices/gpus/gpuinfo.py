@@ -17,7 +17,7 @@ from collections.abc import Mapping
 
 from tfdevices.core.errors import InventoryFileError
 from tfdevices.core.records import asdict, fields, record
-from tfdevices.core.units import is_digits, shown
+from tfdevices.core.units import is_digits, short_repr
 from tfdevices.gpus.processes import GpuProcess
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing on the listing path
@@ -144,7 +144,7 @@ class GpuInfo:
             value = values.get(name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limit):
                 raise InventoryFileError(
-                    f"{where}: GPU field {name}={shown(value)} must be a whole number from 0 to {limit:,}.",
+                    f"{where}: GPU field {name}={short_repr(value)} must be a whole number from 0 to {limit:,}.",
                     hint="fix or regenerate the file with 'tfdevices list --json'.",
                 )
         util = values.get("utilization")
@@ -155,21 +155,21 @@ class GpuInfo:
         for name in ("name", "uuid", "pci_bus_id"):
             if name in values and not isinstance(values[name], str):
                 raise InventoryFileError(
-                    f"{where}: GPU field {name}={shown(values[name])} must be a string.",
+                    f"{where}: GPU field {name}={short_repr(values[name])} must be a string.",
                     hint="fix or regenerate the file with 'tfdevices list --json'.",
                 )
             check_text(values.get(name), f"{where}: GPU field {name}")
         tf_name = values.get("tf_name")
         if tf_name is not None and not isinstance(tf_name, str):
             raise InventoryFileError(
-                f"{where}: GPU field tf_name={shown(tf_name)} must be a string or null.",
+                f"{where}: GPU field tf_name={short_repr(tf_name)} must be a string or null.",
                 hint="fix or regenerate the file with 'tfdevices list --json'.",
             )
         check_text(tf_name, f"{where}: GPU field tf_name")
         mig = values.get("mig_enabled")
         if mig is not None and not isinstance(mig, bool):
             raise InventoryFileError(
-                f"{where}: GPU field mig_enabled={shown(mig)} must be true, false or null.",
+                f"{where}: GPU field mig_enabled={short_repr(mig)} must be true, false or null.",
                 hint="fix or regenerate the file with 'tfdevices list --json'.",
             )
         values["process_list"] = _process_list(values.get("process_list"), where)
@@ -182,7 +182,7 @@ def _process_list(value: object, where: str) -> tuple[GpuProcess, ...] | None:
     if not isinstance(value, list) or len(value) > MAX_PROCESSES:
         raise InventoryFileError(
             f"{where}: GPU field process_list must be a list of at most {MAX_PROCESSES} "
-            f"processes, or null; got {shown(value)}.",
+            f"processes, or null; got {short_repr(value)}.",
             hint="fix or regenerate the file with 'tfdevices list --json'.",
         )
     return tuple(GpuProcess.from_dict(p, where=f"{where}: process_list[{i}]") for i, p in enumerate(value))
@@ -194,14 +194,14 @@ def check_text(value: object, what: str) -> None:
         return
     if len(value) > MAX_TEXT:
         raise InventoryFileError(
-            f"{what}={shown(value)} is longer than {MAX_TEXT} characters.",
+            f"{what}={short_repr(value)} is longer than {MAX_TEXT} characters.",
             hint="fix or regenerate the file with 'tfdevices list --json'.",
         )
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as err:
         raise InventoryFileError(
-            f"{what}={shown(value)} holds a lone surrogate ({value[err.start]!r} at "
+            f"{what}={short_repr(value)} holds a lone surrogate ({value[err.start]!r} at "
             f"character {err.start}), which is not text.",
             hint="fix or regenerate the file with 'tfdevices list --json'.",
         ) from None
@@ -214,7 +214,7 @@ def _parse_cc(value: Any, where: str) -> tuple[int, int]:
     parts = text.split(".") if text else []
     if len(parts) != 2 or not all(is_digits(p) and len(p) <= 3 for p in parts):
         raise InventoryFileError(
-            f"{where}: compute_capability={shown(value)} is not of the form '8.0' (ASCII digits).",
+            f"{where}: compute_capability={short_repr(value)} is not of the form '8.0' (ASCII digits).",
             hint="write it as 'major.minor', e.g. '8.6'.",
         )
     return int(parts[0]), int(parts[1])

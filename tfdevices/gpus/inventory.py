@@ -25,7 +25,7 @@ from collections.abc import Iterator, Mapping
 
 from tfdevices.core.errors import InventoryFileError
 from tfdevices.core.records import asdict, fields, record, replace
-from tfdevices.core.units import format_bytes, shown
+from tfdevices.core.units import format_bytes, short_repr
 from tfdevices.gpus.gpuinfo import MAX_GPUS, MAX_PROCESSES, MAX_TEXT, GpuInfo, check_text
 from tfdevices.gpus.topology import Topology
 
@@ -157,7 +157,9 @@ class Inventory:
             check_text(note, f"{where}: notes[{i}]")
         for name in ("reason", "driver_version", "cuda_visible_devices", "cuda_device_order"):
             if data.get(name) is not None and not isinstance(data[name], str):
-                raise InventoryFileError(f"{where}: {name}={shown(data[name])} must be a string or null.", hint=_SAVE)
+                raise InventoryFileError(
+                    f"{where}: {name}={short_repr(data[name])} must be a string or null.", hint=_SAVE
+                )
             check_text(data.get(name), f"{where}: {name}")
         topology = data.get("topology")
         if topology is not None:
@@ -180,7 +182,7 @@ class Inventory:
         Raises:
             InventoryFileError: the file is missing, unreadable or not an inventory.
         """
-        where = f"inventory file {shown(os.fspath(path), 240)}"
+        where = f"inventory file {short_repr(os.fspath(path), 240)}"
         inv = cls.from_json(_decode(read_bounded(path, what=where), where), where=where)
         return replace(inv, loaded_from=os.fspath(path))
 

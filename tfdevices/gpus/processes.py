@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 
 from tfdevices.core.errors import InventoryFileError
 from tfdevices.core.records import asdict, record
-from tfdevices.core.units import shown
+from tfdevices.core.units import short_repr
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing on the listing path
 if TYPE_CHECKING:
@@ -84,16 +84,17 @@ class GpuProcess:
                 isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limit
             ):
                 raise InventoryFileError(
-                    f"{where}: {name}={shown(value)} must be a whole number from 0 to {limit:,}.", hint=_HINT
+                    f"{where}: {name}={short_repr(value)} must be a whole number from 0 to {limit:,}.", hint=_HINT
                 )
         kind = data.get("kind", "C")
         if kind not in KINDS:
-            raise InventoryFileError(f"{where}: kind={shown(kind)}; known kinds: {', '.join(KINDS)}.", hint=_HINT)
+            raise InventoryFileError(f"{where}: kind={short_repr(kind)}; known kinds: {', '.join(KINDS)}.", hint=_HINT)
         for name in ("user", "command"):
             value = data.get(name)
             if value is not None and (not isinstance(value, str) or len(value) > MAX_COMMAND):
                 raise InventoryFileError(
-                    f"{where}: {name}={shown(value)} must be a string of at most {MAX_COMMAND} characters, or null.",
+                    f"{where}: {name}={short_repr(value)} must be a string of at most {MAX_COMMAND} characters, "
+                    "or null.",
                     hint=_HINT,
                 )
         return cls(

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 
 from tfdevices.core.errors import PYTHON, InputError, SelectionError, SpecError, Terms
 from tfdevices.core.records import asdict, record
-from tfdevices.core.units import format_bytes, parse_memory, shown
+from tfdevices.core.units import format_bytes, parse_memory, short_repr
 from tfdevices.gpus import topology as tp, visibility
 from tfdevices.gpus.discovery import discover
 from tfdevices.gpus.inventory import GpuInfo, Inventory
@@ -244,7 +244,7 @@ class _Asked:
 
     @property
     def echo(self) -> str:
-        return f"{self.terms.name('spec')} {shown(self.typed)}"
+        return f"{self.terms.name('spec')} {short_repr(self.typed)}"
 
 
 def _nvml_order(gpu: GpuInfo) -> tuple[int, int]:
@@ -294,7 +294,7 @@ def resolve_gpus(spec: object, inventory: Inventory, *, what: str = "GPU spec") 
     parsed = parse_spec(spec, what=what)
     if parsed.kind != "explicit":
         raise SpecError(
-            f"{what} {shown(spec)}: must name GPUs ('0,3'), not {parsed.kind!r}.",
+            f"{what} {short_repr(spec)}: must name GPUs ('0,3'), not {parsed.kind!r}.",
             hint="list NVML indices, UUID prefixes or MIG ids.",
         )
     return _resolve_all(parsed.keys, inventory, what, spec)
@@ -316,7 +316,8 @@ def _resolve_all(keys: tuple[str, ...], inventory: Inventory, what: str, spec: o
             )
         )
         raise SpecError(
-            f"{what} {shown(spec)}: {shown(keys[j])} {relation}, named before as {shown(keys[i])}; one GPU is one GPU.",
+            f"{what} {short_repr(spec)}: {short_repr(keys[j])} {relation}, named before as "
+            f"{short_repr(keys[i])}; one GPU is one GPU.",
             hint="name each GPU once (an index, its UUID and its MIG instances all name that GPU).",
         )
     return named
@@ -370,7 +371,7 @@ def _resolve(
         return found[0]
     if not inventory.gpus:
         raise SpecError(
-            f"{what} {shown(spec)}: {shown(key)} names no GPU; {_has(inventory)} no GPU "
+            f"{what} {short_repr(spec)}: {short_repr(key)} names no GPU; {_has(inventory)} no GPU "
             f"({inventory.reason or 'none found'}).",
             hint="leave it out: there is no GPU to exclude."
             if "exclude" in what
@@ -381,13 +382,13 @@ def _resolve(
         exists += f" and {len(inventory.gpus) - 16} more"
     if found:
         raise SpecError(
-            f"{what} {shown(spec)}: {shown(key)} matches several GPUs: "
+            f"{what} {short_repr(spec)}: {short_repr(key)} matches several GPUs: "
             f"{', '.join(f'{g.key} ({g.uuid})' for g in found[:8])}.",
             hint="write more of the UUID, or the NVML index, to name one of them.",
         )
     keys = ", ".join(g.key for g in inventory.gpus[:16]) + (" ..." if len(inventory.gpus) > 16 else "")
     raise SpecError(
-        f"{what} {shown(spec)}: {shown(key)} names no GPU; {_has(inventory)} {exists}.",
+        f"{what} {short_repr(spec)}: {short_repr(key)} names no GPU; {_has(inventory)} {exists}.",
         hint=f"name one of {keys} ('tfdevices list' shows them)"
         + ("." if "exclude" in what else f", or {_setting(what, 'none')} for the CPU."),
     )

@@ -41,7 +41,7 @@ from tfdevices.core.devices import is_logical_name
 from tfdevices.core.errors import SpecError
 from tfdevices.core.lazy import LazyPattern
 from tfdevices.core.records import record
-from tfdevices.core.units import is_digits, parse_count, shown
+from tfdevices.core.units import is_digits, parse_count, short_repr
 
 __all__ = ["MAX_GPUS", "MAX_SPEC_CHARS", "SPEC_FORMS", "DeviceSpec", "parse_spec"]
 
@@ -104,14 +104,14 @@ def parse_spec(spec: object, *, what: str = "GPU spec") -> DeviceSpec:
     if isinstance(spec, int):
         if not 0 <= spec < MAX_GPUS:
             raise SpecError(
-                f"{what} {shown(spec)}: {shown(str(spec)) if abs(spec) < MAX_GPUS**2 else 'it'} "
+                f"{what} {short_repr(spec)}: {short_repr(str(spec)) if abs(spec) < MAX_GPUS**2 else 'it'} "
                 f"{_index_problem(spec)}.",
                 hint="write 'none' to use no GPU." if spec == -1 else _HINT,
             )
         return DeviceSpec("explicit", keys=(str(spec),))
     if isinstance(spec, str):
         if len(spec) > MAX_SPEC_CHARS:
-            raise SpecError(f"{what} {shown(spec)}: longer than {MAX_SPEC_CHARS:,} characters.", hint=_HINT)
+            raise SpecError(f"{what} {short_repr(spec)}: longer than {MAX_SPEC_CHARS:,} characters.", hint=_HINT)
         return _parse_text(spec, what)
     if isinstance(spec, Sequence):
         if not spec:
@@ -120,7 +120,7 @@ def parse_spec(spec: object, *, what: str = "GPU spec") -> DeviceSpec:
             )
         if len(spec) > MAX_GPUS:
             raise SpecError(
-                f"{what} {shown(spec)}: {len(spec):,} items; a spec names at most {MAX_GPUS} GPUs.", hint=_HINT
+                f"{what} {short_repr(spec)}: {len(spec):,} items; a spec names at most {MAX_GPUS} GPUs.", hint=_HINT
             )
         keys: list[str] = []
         for item in spec:
@@ -129,13 +129,15 @@ def parse_spec(spec: object, *, what: str = "GPU spec") -> DeviceSpec:
                 or not isinstance(item, (int, str))
                 or (isinstance(item, str) and len(item) > MAX_SPEC_CHARS)
             ):
-                raise SpecError(f"{what} {shown(spec)}: item {shown(item)} is not a GPU index.", hint=_HINT)
+                raise SpecError(f"{what} {short_repr(spec)}: item {short_repr(item)} is not a GPU index.", hint=_HINT)
             if isinstance(item, int) and not 0 <= item < MAX_GPUS:
-                raise SpecError(f"{what} {shown(spec)}: item {shown(item)} {_index_problem(item)}.", hint=_HINT)
+                raise SpecError(
+                    f"{what} {short_repr(spec)}: item {short_repr(item)} {_index_problem(item)}.", hint=_HINT
+                )
             keys += _expand(str(item).strip(), spec, what, len(keys))
         return DeviceSpec("explicit", keys=_unique(keys, spec, what))
     raise SpecError(
-        f"{what} {shown(spec)}: expected a string, an int or a list, got {type(spec).__name__}.", hint=_HINT
+        f"{what} {short_repr(spec)}: expected a string, an int or a list, got {type(spec).__name__}.", hint=_HINT
     )
 
 
@@ -150,21 +152,21 @@ def _parse_text(spec: str, what: str) -> DeviceSpec:
     low = text.lower()
     if not text:
         raise SpecError(
-            f"{what} {shown(spec)}: an empty spec is ambiguous (CUDA reads it as 'no GPU').",
+            f"{what} {short_repr(spec)}: an empty spec is ambiguous (CUDA reads it as 'no GPU').",
             hint="write 'none' for no GPU, 'all' for every GPU.",
         )
     if low in ("all", "none", "cpu"):
         return DeviceSpec("none" if low == "cpu" else low)
     if low == "auto":
         raise SpecError(
-            f"{what} {shown(spec)}: 'auto' needs a count.",
+            f"{what} {short_repr(spec)}: 'auto' needs a count.",
             hint="write 'auto:1' for the best GPU, 'auto:N' for the N best, or 'all'.",
         )
     if low.startswith("auto:"):
         count = parse_count(text[5:].strip(), limit=MAX_GPUS)
         if not count:
             raise SpecError(
-                f"{what} {shown(spec)}: the count after 'auto:' must be a whole number from 1 to "
+                f"{what} {short_repr(spec)}: the count after 'auto:' must be a whole number from 1 to "
                 f"{MAX_GPUS} (ASCII digits).",
                 hint="write e.g. 'auto:2'; for no GPU write 'none'.",
             )
@@ -179,7 +181,8 @@ def _index(text: str, spec: object, what: str) -> int:
     value = parse_count(text, limit=MAX_GPUS - 1)
     if value is None:
         raise SpecError(
-            f"{what} {shown(spec)}: {shown(text)} is not a GPU index (a machine has at most {MAX_GPUS} GPUs).",
+            f"{what} {short_repr(spec)}: {short_repr(text)} is not a GPU index (a machine has at most "
+            f"{MAX_GPUS} GPUs).",
             hint=_HINT,
         )
     return value
@@ -190,13 +193,15 @@ def _expand(token: str, spec: object, what: str, named: int) -> list[str]:
     match = _RANGE.match(token)
     if not match:
         if named >= MAX_GPUS:
-            raise SpecError(f"{what} {shown(spec)}: names more than {MAX_GPUS} GPUs.", hint=_HINT)
+            raise SpecError(f"{what} {short_repr(spec)}: names more than {MAX_GPUS} GPUs.", hint=_HINT)
         return [_token(token, spec, what)]
     first, last = _index(match[1], spec, what), _index(match[2], spec, what)
     if first > last:
-        raise SpecError(f"{what} {shown(spec)}: range {shown(token)} runs backwards.", hint=f"write '{last}-{first}'.")
+        raise SpecError(
+            f"{what} {short_repr(spec)}: range {short_repr(token)} runs backwards.", hint=f"write '{last}-{first}'."
+        )
     if named + last - first + 1 > MAX_GPUS:
-        raise SpecError(f"{what} {shown(spec)}: names more than {MAX_GPUS} GPUs.", hint=_HINT)
+        raise SpecError(f"{what} {short_repr(spec)}: names more than {MAX_GPUS} GPUs.", hint=_HINT)
     return [str(i) for i in range(first, last + 1)]
 
 
@@ -210,18 +215,19 @@ def _token(token: str, spec: object, what: str) -> str:
         return token
     if is_logical_name(token):
         raise SpecError(
-            f"{what} {shown(spec)}: {shown(token)} is a TensorFlow logical name, which masking renumbers.",
+            f"{what} {short_repr(spec)}: {short_repr(token)} is a TensorFlow logical name, which masking renumbers.",
             hint=_logical_hint(token, spec),
         )
     if token.startswith("-") and is_digits(token[1:]):
         raise SpecError(
-            f"{what} {shown(spec)}: {shown(token)} is not a GPU index (indices are >= 0).",
+            f"{what} {short_repr(spec)}: {short_repr(token)} is not a GPU index (indices are >= 0).",
             hint="write 'none' to use no GPU." if token == "-1" else _HINT,
         )
     if not token:
-        raise SpecError(f"{what} {shown(spec)}: empty item in the list.", hint="remove the stray comma.")
+        raise SpecError(f"{what} {short_repr(spec)}: empty item in the list.", hint="remove the stray comma.")
     raise SpecError(
-        f"{what} {shown(spec)}: {shown(token)} is not a GPU index, range, MIG id or UUID (digits are ASCII 0-9).",
+        f"{what} {short_repr(spec)}: {short_repr(token)} is not a GPU index, range, MIG id or UUID (digits are "
+        "ASCII 0-9).",
         hint=_HINT,
     )
 
@@ -255,5 +261,5 @@ def _unique(keys: list[str], spec: object, what: str) -> tuple[str, ...]:
     seen: set[str] = set()
     dupes = sorted({k for k in keys if k in seen or seen.add(k)})  # type: ignore[func-returns-value]
     raise SpecError(
-        f"{what} {shown(spec)}: GPU {', '.join(dupes[:8])} named more than once.", hint="name each GPU once."
+        f"{what} {short_repr(spec)}: GPU {', '.join(dupes[:8])} named more than once.", hint="name each GPU once."
     )

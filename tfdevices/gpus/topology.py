@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 
 from tfdevices.core.errors import InventoryFileError
 from tfdevices.core.records import record
-from tfdevices.core.units import shown
+from tfdevices.core.units import short_repr
 from tfdevices.gpus.nvml import NvmlSnapshot, normal_bus_id
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing on the listing path
@@ -134,7 +134,7 @@ def check_code(value: object, what: str) -> str | None:
     ):
         return value
     raise InventoryFileError(
-        f"{what}={shown(value)} is not a link code; known codes: X, NV1..NV{MAX_NVLINKS}, "
+        f"{what}={short_repr(value)} is not a link code; known codes: X, NV1..NV{MAX_NVLINKS}, "
         f"{', '.join(PCIE_CODES)} (null: unknown).",
         hint=_HINT,
     )
@@ -173,7 +173,7 @@ def parse_cpus(text: object, what: str = "cpu list") -> tuple[int, ...]:
     tfdevices.core.errors.InventoryFileError: cpu list '3-1': '3-1' is not a range low-high of CPUs 0..65535. HINT: ...
     """
     if not isinstance(text, str) or len(text) > 4096:
-        raise InventoryFileError(f"{what}={shown(text)} must be a CPU list such as '0-19,40-59'.", hint=_HINT)
+        raise InventoryFileError(f"{what}={short_repr(text)} must be a CPU list such as '0-19,40-59'.", hint=_HINT)
     cpus: list[int] = []
     for part in text.split(","):
         low, dash, high = part.strip().partition("-")
@@ -182,7 +182,8 @@ def parse_cpus(text: object, what: str = "cpu list") -> tuple[int, ...]:
             int(ends[0]) <= int(ends[1]) <= MAX_CPU
         ):
             raise InventoryFileError(
-                f"{what} {shown(text)}: {shown(part)} is not a range low-high of CPUs 0..{MAX_CPU}.", hint=_HINT
+                f"{what} {short_repr(text)}: {short_repr(part)} is not a range low-high of CPUs 0..{MAX_CPU}.",
+                hint=_HINT,
             )
         cpus.extend(range(int(ends[0]), int(ends[1]) + 1))
     return tuple(sorted(set(cpus)))
@@ -280,13 +281,13 @@ class Topology:
         for i, node in enumerate(numa):
             if node is not None and (isinstance(node, bool) or not isinstance(node, int) or not 0 <= node <= MAX_CPU):
                 raise InventoryFileError(
-                    f"{where}: numa_affinity[{i}]={shown(node)} must be a NUMA node number 0..{MAX_CPU} or null.",
+                    f"{where}: numa_affinity[{i}]={short_repr(node)} must be a NUMA node number 0..{MAX_CPU} or null.",
                     hint=_HINT,
                 )
         origin = data.get("origin")
         if origin is not None and (not isinstance(origin, str) or len(origin) > 4096):
             raise InventoryFileError(
-                f"{where}: origin={shown(origin)} must be a string of at most 4096 characters.", hint=_HINT
+                f"{where}: origin={short_repr(origin)} must be a string of at most 4096 characters.", hint=_HINT
             )
         return cls(gpus=gpus, links=links, cpu_affinity=tuple(cpu), numa_affinity=tuple(numa), origin=origin)
 
@@ -318,9 +319,9 @@ def _index_list(value: object, what: str, indices: Sequence[int] | None) -> tupl
     if not isinstance(value, list) or not all(
         isinstance(i, int) and not isinstance(i, bool) and 0 <= i <= 1023 for i in value
     ):
-        raise InventoryFileError(f"{what}={shown(value)} must be a list of NVML indices 0..1023.", hint=_HINT)
+        raise InventoryFileError(f"{what}={short_repr(value)} must be a list of NVML indices 0..1023.", hint=_HINT)
     if len(set(value)) != len(value):
-        raise InventoryFileError(f"{what}={shown(value)} names a GPU twice.", hint=_HINT)
+        raise InventoryFileError(f"{what}={short_repr(value)} names a GPU twice.", hint=_HINT)
     if indices is not None:
         missing = [i for i in value if i not in set(indices)]
         if missing:
@@ -334,7 +335,7 @@ def _index_list(value: object, what: str, indices: Sequence[int] | None) -> tupl
 def _matrix(value: object, n: int, where: str) -> tuple[tuple[str | None, ...], ...]:
     if not isinstance(value, list) or len(value) != n or not all(isinstance(r, list) and len(r) == n for r in value):
         raise InventoryFileError(
-            f"{where}: links must be a {n} x {n} list of lists (one row per GPU), got {shown(value)}.", hint=_HINT
+            f"{where}: links must be a {n} x {n} list of lists (one row per GPU), got {short_repr(value)}.", hint=_HINT
         )
     rows = tuple(
         tuple(check_code(c, f"{where}: links[{i}][{j}]") for j, c in enumerate(r)) for i, r in enumerate(value)
@@ -342,13 +343,13 @@ def _matrix(value: object, n: int, where: str) -> tuple[tuple[str | None, ...], 
     for i in range(n):
         if rows[i][i] != "X":
             raise InventoryFileError(
-                f"{where}: links[{i}][{i}]={shown(rows[i][i])}; a GPU's link to itself is 'X'.", hint=_HINT
+                f"{where}: links[{i}][{i}]={short_repr(rows[i][i])}; a GPU's link to itself is 'X'.", hint=_HINT
             )
         for j in range(i):
             if rows[i][j] == "X" or rows[i][j] != rows[j][i]:
                 raise InventoryFileError(
-                    f"{where}: links[{i}][{j}]={shown(rows[i][j])} but links[{j}][{i}]="
-                    f"{shown(rows[j][i])}; a link is the same both ways and 'X' only on "
+                    f"{where}: links[{i}][{j}]={short_repr(rows[i][j])} but links[{j}][{i}]="
+                    f"{short_repr(rows[j][i])}; a link is the same both ways and 'X' only on "
                     "the diagonal.",
                     hint=_HINT,
                 )
@@ -357,7 +358,9 @@ def _matrix(value: object, n: int, where: str) -> tuple[tuple[str | None, ...], 
 
 def _per_gpu(value: object, n: int, what: str) -> list[Any]:
     if not isinstance(value, list) or len(value) not in (0, n):
-        raise InventoryFileError(f"{what} must be a list with one entry per GPU ({n}), got {shown(value)}.", hint=_HINT)
+        raise InventoryFileError(
+            f"{what} must be a list with one entry per GPU ({n}), got {short_repr(value)}.", hint=_HINT
+        )
     return value
 
 

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from tfdevices.core.errors import EnvVarError
 from tfdevices.core.lazy import LazyPattern
 from tfdevices.core.records import record, replace
-from tfdevices.core.units import is_digits, parse_count, shown
+from tfdevices.core.units import is_digits, parse_count, short_repr
 from tfdevices.gpus.inventory import GpuInfo, Inventory
 
 __all__ = [
@@ -140,7 +140,7 @@ def parse_device_order(value: str | None) -> str:
     if value.strip() in ORDERS:
         return value.strip()
     raise EnvVarError(
-        f"{ORDER_ENV}={shown(value)}: not a CUDA device order; CUDA knows {', '.join(ORDERS)} "
+        f"{ORDER_ENV}={short_repr(value)}: not a CUDA device order; CUDA knows {', '.join(ORDERS)} "
         "(and would silently use FASTEST_FIRST).",
         hint=f"export {ORDER_ENV}=PCI_BUS_ID so CUDA numbers GPUs as nvidia-smi does.",
     )
@@ -172,7 +172,7 @@ def parse_visible_devices(value: str | None) -> tuple[MaskToken, ...] | None:
         return ()
     if value.count(",") >= MAX_TOKENS:
         raise EnvVarError(
-            f"{VISIBLE_ENV}={shown(value)}: {value.count(',') + 1:,} entries; a machine has at most "
+            f"{VISIBLE_ENV}={short_repr(value)}: {value.count(',') + 1:,} entries; a machine has at most "
             f"{MAX_TOKENS} devices.",
             hint=_MASK_HINT + ".",
         )
@@ -182,7 +182,8 @@ def parse_visible_devices(value: str | None) -> tuple[MaskToken, ...] | None:
         token = _parse_token(value, raw.strip(), position)
         if token.text in seen:
             raise EnvVarError(
-                f"{VISIBLE_ENV}={shown(value)}: {shown(token.text)} is listed twice.", hint="list each GPU once."
+                f"{VISIBLE_ENV}={short_repr(value)}: {short_repr(token.text)} is listed twice.",
+                hint="list each GPU once.",
             )
         seen.add(token.text)
         tokens.append(token)
@@ -190,7 +191,7 @@ def parse_visible_devices(value: str | None) -> tuple[MaskToken, ...] | None:
 
 
 def _parse_token(value: str, text: str, position: int) -> MaskToken:
-    where = f"{VISIBLE_ENV}={shown(value)}"
+    where = f"{VISIBLE_ENV}={short_repr(value)}"
     if text == "":
         raise EnvVarError(
             f"{where}: entry {position + 1} is empty (CUDA stops there and hides the rest).",
@@ -199,11 +200,13 @@ def _parse_token(value: str, text: str, position: int) -> MaskToken:
     if is_digits(text):
         index = parse_count(text, limit=_INDEX_LIMIT)
         if index is None:
-            raise EnvVarError(f"{where}: {shown(text)} is not a device index CUDA could have.", hint=_MASK_HINT + ".")
+            raise EnvVarError(
+                f"{where}: {short_repr(text)} is not a device index CUDA could have.", hint=_MASK_HINT + "."
+            )
         return MaskToken("index", text, index=index)
     if text.startswith("-") and is_digits(text[1:]):
         raise EnvVarError(
-            f"{where}: {shown(text)} is negative; only a lone '-1' means 'no GPU' "
+            f"{where}: {short_repr(text)} is negative; only a lone '-1' means 'no GPU' "
             "(CUDA stops at it and hides what follows).",
             hint=_MASK_HINT + ".",
         )
@@ -217,7 +220,7 @@ def _parse_token(value: str, text: str, position: int) -> MaskToken:
             "mig-legacy", text, uuid=legacy[1], gpu_instance=int(legacy[2]), compute_instance=int(legacy[3])
         )
     raise EnvVarError(
-        f"{where}: {shown(text)} is neither a GPU index nor a GPU-/MIG- id (CUDA reads only ASCII digits 0-9).",
+        f"{where}: {short_repr(text)} is neither a GPU index nor a GPU-/MIG- id (CUDA reads only ASCII digits 0-9).",
         hint=_MASK_HINT + ".",
     )
 
@@ -302,7 +305,7 @@ def resolve(
     if enumeration and not chosen:
         count = len(enumeration)
         what = "the GPU is" if count == 1 else f"all {count} GPUs are"
-        hidden = f"{what} hidden by {VISIBLE_ENV}={shown(mask_text)}"
+        hidden = f"{what} hidden by {VISIBLE_ENV}={short_repr(mask_text)}"
     return Visibility(
         gpus=out, order=order, enumeration=tuple(g.key for g in enumeration), notes=notes, hidden_reason=hidden
     )
@@ -354,7 +357,7 @@ def _match(
     mig_ids: Mapping[str, MigIds],
     source: str,
 ) -> list[GpuInfo]:
-    where = f"{VISIBLE_ENV}={shown(mask)}"
+    where = f"{VISIBLE_ENV}={short_repr(mask)}"
     exists = _existing(enumeration, source)
     hint = "name GPUs that exist, by CUDA index ('0,2'), GPU-<uuid> or MIG-<uuid>"
     chosen: list[GpuInfo] = []
@@ -363,7 +366,7 @@ def _match(
         device = _match_one(token, where, enumeration, gpus, mig_ids, exists, hint)
         if device.key in keys:
             raise EnvVarError(
-                f"{where}: {shown(token.text)} names GPU {device.key} again; {exists}.", hint="list each GPU once."
+                f"{where}: {short_repr(token.text)} names GPU {device.key} again; {exists}.", hint="list each GPU once."
             )
         keys.add(device.key)
         chosen.append(device)
@@ -399,7 +402,7 @@ def _match_one(
             return found[0]
         extra = "" if mig_ids else " (a saved listing does not keep MIG instance ids)"
         raise EnvVarError(
-            f"{where}: {shown(token.text)} names no MIG instance{extra}; {exists}.",
+            f"{where}: {short_repr(token.text)} names no MIG instance{extra}; {exists}.",
             hint="name MIG instances by their MIG-<uuid> as nvidia-smi -L shows them.",
         )
     prefix = (token.uuid or "").lower()
@@ -409,7 +412,7 @@ def _match_one(
         return found[0]
     if len(found) > 1:
         raise EnvVarError(
-            f"{where}: {shown(token.text)} is a prefix of {len(found)} GPUs' uuids "
+            f"{where}: {short_repr(token.text)} is a prefix of {len(found)} GPUs' uuids "
             f"({', '.join(_label(g) for g in found)}); {exists}.",
             hint="write more of the uuid so it names one GPU.",
         )
@@ -420,12 +423,12 @@ def _match_one(
     ]
     if token.kind == "gpu" and mig_parent:
         raise EnvVarError(
-            f"{where}: {shown(token.text)} is GPU {mig_parent[0].key}, which is in MIG mode; "
+            f"{where}: {short_repr(token.text)} is GPU {mig_parent[0].key}, which is in MIG mode; "
             f"CUDA sees only its MIG instances; {exists}.",
             hint="name its MIG instances by their MIG-<uuid>.",
         )
     raise EnvVarError(
-        f"{where}: {shown(token.text)} names no GPU; {exists}.", hint=f"{hint} (nvidia-smi -L lists them)."
+        f"{where}: {short_repr(token.text)} names no GPU; {exists}.", hint=f"{hint} (nvidia-smi -L lists them)."
     )
 
 

@@ -1,7 +1,11 @@
 """Jobs of many processes, without TensorFlow: who am I (TF_CONFIG, SLURM, MPI,
-RANK), which GPUs are mine, and the local launcher.
+RANK), which GPUs are mine, the launcher (``tfdevices launch``, on one machine or
+several), and the job's watch (each rank's progress, the slow or stuck rank, the
+metrics for Prometheus, the report at the job's end).
 
-Imports only from :mod:`tfdevices.core` and :mod:`tfdevices.gpus`.
+Imports from :mod:`tfdevices.core`, :mod:`tfdevices.gpus` and :mod:`tfdevices.mends`
+(the mends each worker installs to fill its progress record, and what the launcher
+passes on to them: the mends turned off, the address to listen on); never TensorFlow.
 """
 
 # Each name is loaded from its module on first use: a worker that reads its rank (env) imports no more.

@@ -42,7 +42,7 @@ import sys
 from collections.abc import Mapping
 
 from tfdevices.core.errors import LaunchError
-from tfdevices.core.units import parse_count, shown
+from tfdevices.core.units import parse_count, short_repr
 from tfdevices.jobs.slurm import allocated_gpus, expand_nodelist, expand_tasks_per_node, join_indices, parse_gpu_list
 from tfdevices.jobs.tfconfig import TF_CONFIG, TfConfig, parse_tf_config
 
@@ -211,7 +211,7 @@ def _with_gpus(info: LaunchInfo, env: Mapping[str, str]) -> LaunchInfo:
     gpus, gpu_var, gpu_notes = allocated_gpus(env)
     assigned = None
     if RANK_GPUS in env:
-        assigned = tuple(parse_gpu_list(env[RANK_GPUS], variable=RANK_GPUS)[0])
+        assigned = tuple(parse_gpu_list(env[RANK_GPUS], variable=RANK_GPUS).indices)
     return dataclasses.replace(
         info, gpus=gpus, gpus_variable=gpu_var, assigned_gpus=assigned, notes=info.notes + gpu_notes
     )
@@ -470,13 +470,13 @@ def _slurm_local_size(
     per_node = expand_tasks_per_node(env[tasks_var], variable=tasks_var)
     if sum(per_node) != size:
         raise LaunchError(
-            f"{tasks_var}={shown(env[tasks_var])} adds up to {sum(per_node)} tasks, but {size_var}={size}.",
+            f"{tasks_var}={short_repr(env[tasks_var])} adds up to {sum(per_node)} tasks, but {size_var}={size}.",
             hint="these come from the same srun; check the job script.",
         )
     if nodes and len(per_node) != len(nodes):
         raise LaunchError(
-            f"{tasks_var}={shown(env[tasks_var])} describes {len(per_node)} node(s), but "
-            f"{node_var}={shown(env[node_var or ''])} has {len(nodes)}.",
+            f"{tasks_var}={short_repr(env[tasks_var])} describes {len(per_node)} node(s), but "
+            f"{node_var}={short_repr(env[node_var or ''])} has {len(nodes)}.",
             hint="these come from the same srun; check the job script.",
         )
     if node is None:
@@ -503,7 +503,7 @@ def _int(env: Mapping[str, str], name: str, *, minimum: int = 0) -> int:
     number = parse_count(value.strip(), limit=MAX_RANK)
     if number is None or number < minimum:
         raise LaunchError(
-            f"{name}={shown(value)} is not a whole number >= {minimum} (ASCII digits, at most {MAX_RANK:,}).",
+            f"{name}={short_repr(value)} is not a whole number >= {minimum} (ASCII digits, at most {MAX_RANK:,}).",
             hint=f"set {name} to a number such as {minimum}, or unset it.",
         )
     return number

@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tfdevices.core.errors import LaunchError
-from tfdevices.core.units import shown
+from tfdevices.core.units import short_repr
 
 TOKEN_ENV = "TFDEVICES_RDZV_TOKEN"
 MAX_LINE = 64 << 10  # bytes in one message to node 0 (a hello of 1024 ports takes 7 KiB)
@@ -180,12 +180,12 @@ def read_token(path: str | None, env: Mapping[str, str]) -> bytes | None:
                 token = f.read(MAX_LINE).strip()
         except OSError as err:
             raise LaunchError(
-                f"--rdzv-token-file {shown(path)}: cannot read it ({err.strerror}).",
+                f"--rdzv-token-file {short_repr(path)}: cannot read it ({err.strerror}).",
                 hint="name a file holding the job's secret, readable on every machine.",
             ) from None
         if not token:
             raise LaunchError(
-                f"--rdzv-token-file {shown(path)} is empty.",
+                f"--rdzv-token-file {short_repr(path)} is empty.",
                 hint="write a secret into it, e.g. python -c 'import secrets; print(secrets.token_hex(32))' > FILE.",
             )
         return token

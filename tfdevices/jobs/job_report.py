@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tfdevices.core.errors import InputError
-from tfdevices.core.units import shown
+from tfdevices.core.units import short_repr
 from tfdevices.jobs.straggler import RankSplit, rank_table
 from tfdevices.jobs.watch import JobSummary
 
@@ -330,19 +330,20 @@ def read_ranks(log_dir: str | os.PathLike[str]) -> JobRanks:
     try:
         if os.path.getsize(path) > _MAX_BYTES:
             raise InputError(
-                f"{shown(path)} is over {_MAX_BYTES >> 20} MiB: not a ranks.json.", hint="name the job's --log-dir."
+                f"{short_repr(path)} is over {_MAX_BYTES >> 20} MiB: not a ranks.json.",
+                hint="name the job's --log-dir.",
             )
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
         return _job_ranks(data)
     except OSError as err:
         raise InputError(
-            f"cannot read {shown(path)} ({err.strerror}).",
+            f"cannot read {short_repr(path)} ({err.strerror}).",
             hint="name the --log-dir of a job run by `tfdevices launch` (it writes ranks.json at the job's end).",
         ) from None
     except (ValueError, KeyError, TypeError) as err:
         raise InputError(
-            f"{shown(path)} is not a ranks.json tfdevices wrote ({type(err).__name__}: {err}).",
+            f"{short_repr(path)} is not a ranks.json tfdevices wrote ({type(err).__name__}: {err}).",
             hint="name the --log-dir of a job run by `tfdevices launch`.",
         ) from None
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tfdevices.core.errors import EnvVarError, LaunchError, Terms
-from tfdevices.core.units import shown
+from tfdevices.core.units import short_repr
 from tfdevices.gpus.discovery import discover
 from tfdevices.gpus.selection import select
 from tfdevices.gpus.spec import SPEC_FORMS
@@ -202,10 +202,10 @@ def config_from_args(args: argparse.Namespace, command: Sequence[str]) -> Launch
     ):
         if not low <= value <= high:
             raise LaunchError(
-                f"{name} {shown(value)} must be between {low} and {high}.", hint=f"e.g. {name} {low + 1}."
+                f"{name} {short_repr(value)} must be between {low} and {high}.", hint=f"e.g. {name} {low + 1}."
             )
     try:
-        mends_off = parse_mends_off(args.mends_off, asked=f"--mends-off {shown(args.mends_off)}")
+        mends_off = parse_mends_off(args.mends_off, asked=f"--mends-off {short_repr(args.mends_off)}")
     except EnvVarError as err:
         raise LaunchError(err.message, hint=err.hint) from None
     listen = _listen(getattr(args, "listen", None), args.nnodes)
@@ -252,7 +252,7 @@ def _listen(value: str | None, nnodes: int) -> str | None:
     try:
         address = ipaddress.IPv4Address(value)
     except ValueError:
-        raise LaunchError(f"--listen {shown(value)}: not loopback, all or an IPv4 address.", hint=fix) from None
+        raise LaunchError(f"--listen {short_repr(value)}: not loopback, all or an IPv4 address.", hint=fix) from None
     if address.is_unspecified:
         raise LaunchError(f"--listen {value}: that is every interface; say it as --listen all.", hint=fix)
     if nnodes == 1:
@@ -275,13 +275,13 @@ def _nodes(args: argparse.Namespace, command: Sequence[str], listen: str | None 
         ):
             if value is not None:
                 raise LaunchError(
-                    f"{name} {shown(value)} without --nnodes.",
+                    f"{name} {short_repr(value)} without --nnodes.",
                     hint=f"give --nnodes M (the number of machines) with {name}; a one-machine job has no rendezvous.",
                 )
         return None
     if not 0 <= args.node_rank < args.nnodes:
         raise LaunchError(
-            f"--node-rank {shown(args.node_rank)} is out of range for --nnodes {args.nnodes}.",
+            f"--node-rank {short_repr(args.node_rank)} is out of range for --nnodes {args.nnodes}.",
             hint=f"node ranks run 0..{args.nnodes - 1}.",
         )
     if not args.master_addr:
@@ -294,7 +294,9 @@ def _nodes(args: argparse.Namespace, command: Sequence[str], listen: str | None 
             f"--rdzv-timeout {args.rdzv_timeout!r} must be a number of seconds > 0.", hint="e.g. --rdzv-timeout 300."
         )
     if args.rdzv_id is not None and not 0 < len(args.rdzv_id) <= 256:
-        raise LaunchError(f"--rdzv-id {shown(args.rdzv_id)} must be 1 to 256 characters.", hint="e.g. --rdzv-id exp7.")
+        raise LaunchError(
+            f"--rdzv-id {short_repr(args.rdzv_id)} must be 1 to 256 characters.", hint="e.g. --rdzv-id exp7."
+        )
     rdzv, source = rdzv_id(args.rdzv_id, os.environ, command, args.nnodes, args.master_port)
     node_addr = args.node_addr
     if listen is None and (node_addr is not None or args.node_rank == 0):  # the node's own address, checked now
@@ -304,7 +306,7 @@ def _nodes(args: argparse.Namespace, command: Sequence[str], listen: str | None 
             node_addr = listen
         elif own_address(node_addr) != listen:
             raise LaunchError(
-                f"--listen {listen} but the other machines reach this one's workers at {shown(node_addr)} "
+                f"--listen {listen} but the other machines reach this one's workers at {short_repr(node_addr)} "
                 f"(--node-addr, {own_address(node_addr)}): they could not.",
                 hint="leave --listen out (the workers listen on --node-addr), or give the same address to both.",
             )
@@ -325,10 +327,11 @@ def _check_log_dir(path: str) -> None:
         os.makedirs(path, exist_ok=True)
     except OSError as err:
         raise LaunchError(
-            f"--log-dir {shown(path)}: cannot create it ({err.strerror}).", hint="name a directory you can write to."
+            f"--log-dir {short_repr(path)}: cannot create it ({err.strerror}).",
+            hint="name a directory you can write to.",
         ) from None
     if not os.access(path, os.W_OK):
-        raise LaunchError(f"--log-dir {shown(path)} is not writable.", hint="name a directory you can write to.")
+        raise LaunchError(f"--log-dir {short_repr(path)} is not writable.", hint="name a directory you can write to.")
 
 
 #: How selection's messages name launch's GPU spec: the ``--gpus`` option it came from.

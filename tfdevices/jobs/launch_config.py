@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from tfdevices.core.errors import PYTHON, LaunchError, Terms
-from tfdevices.core.units import shown
+from tfdevices.core.units import short_repr
 from tfdevices.jobs.env import LaunchInfo
 from tfdevices.jobs.metrics import MetricsAddress, parse_address
 from tfdevices.jobs.ranks import plan_ranks
@@ -132,7 +132,7 @@ class LaunchConfig:
 
     def _asked(self, param: str, value: object) -> str:
         """The setting as the user wrote it: ``max_restarts=-1`` or ``--max-restarts -1``."""
-        return f"{self.terms.name(param)}{' ' if self.terms.style == 'cli' else '='}{shown(value)}"
+        return f"{self.terms.name(param)}{' ' if self.terms.style == 'cli' else '='}{short_repr(value)}"
 
     def _check_flags(self) -> None:
         for param in ("share", "tee", "all_ranks", "tf_logs"):
@@ -215,7 +215,7 @@ class LaunchConfig:
         if unknown:
             raise LaunchError(
                 f"{self._asked('mends_off', sorted(wanted, key=str))}: no mend is called "
-                f"{', '.join(map(shown, unknown))}; the mends are {', '.join(mend_names())}.",
+                f"{', '.join(map(short_repr, unknown))}; the mends are {', '.join(mend_names())}.",
                 hint="`tfdevices doctor` lists them.",
             )
         return wanted
@@ -266,7 +266,7 @@ def check_worker_count(
 process of its own. HINT: use at most -n 32 (4 per core), or pass --oversubscribe to start more anyway.
     """
     name, sep = terms.name("num_workers"), " " if terms.style == "cli" else "="
-    asked = f"{name}{sep}{shown(n)}"
+    asked = f"{name}{sep}{short_repr(n)}"
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise LaunchError(
             f"{asked}: the number of workers must be a whole number >= 1.",

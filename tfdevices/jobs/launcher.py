@@ -48,7 +48,13 @@ listen; every launcher then starts its workers with the whole cluster in ``TF_CO
 (global ranks in node order; :mod:`tfdevices.jobs.rendezvous`). Only launchers of the same job join
 (``--rdzv-id``, and the secret of ``--rdzv-token-file`` or ``TFDEVICES_RDZV_TOKEN`` when set:
 :mod:`tfdevices.jobs.handshake`); other connections are dropped and counted. The connections stay
-open: when one machine's job fails or its launcher dies, the others stop theirs.
+open: when one machine's job fails or its launcher dies, the others stop theirs, and over them each
+node's ranks reach node 0's launcher (:mod:`tfdevices.jobs.node_exchange`).
+
+While the job runs the launcher watches every rank's progress record (:mod:`tfdevices.jobs.watch`): it names
+a slow rank, a stuck one with its frames (and stops the job when ``--stall-timeout`` is given), serves
+``--metrics`` for Prometheus (:mod:`tfdevices.jobs.metrics`), and with ``--log-dir`` writes the job's report
+at its end (:mod:`tfdevices.jobs.job_report`).
 
 Where the workers' TensorFlow servers listen (``--listen``): on 127.0.0.1 for a one-machine job, on the
 node's own address for a job over several machines, or, with ``--listen all``, on every interface (TensorFlow's
@@ -81,7 +87,7 @@ from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
 from tfdevices.core.errors import LaunchError
-from tfdevices.core.units import shown
+from tfdevices.core.units import short_repr
 from tfdevices.gpus.topology import format_cpus
 from tfdevices.jobs.env import RANK_GPUS, VIRTUAL_DEVICES_ENV, LaunchInfo
 from tfdevices.jobs.handshake import Stopped
@@ -167,15 +173,7 @@ def plan_workers(
     >>> [p.env["TFDEVICES_LISTEN"] for p in plans]
     ['127.0.0.1:5000', '127.0.0.1:5001']
     """
-    check_worker_count(n, cpus=None)
-    where = listen or host
-    if where != ALL and not _is_ipv4(where):
-        raise LaunchError(
-            f"listen={shown(where)}: the workers' servers listen on an IPv4 address, or 'all'.",
-            hint="resolve a name first (own_address), or pass listen='all'.",
-        )
-    if len(ports) != n or len(set(ports)) != n:
-        raise LaunchError(f"{n} workers need {n} distinct ports, got {shown(list(ports))}.", hint="use free_ports(n).")
+    where = _checked_plan(n, ports, listen or host)
     if job is None:
         job = NodeJob(tuple(f"{host}:{p}" for p in ports), 0)
     world = len(job.addresses)
@@ -186,20 +184,51 @@ def plan_workers(
     plans = []
     for local in range(n):
         rank = job.first_rank + local
-        env = {
-            "RANK": str(rank),
-            "LOCAL_RANK": str(local),
-            "WORLD_SIZE": str(world),
-            "LOCAL_WORLD_SIZE": str(n),
-            RESTART_ENV: str(restart),
-            "PYTHONUNBUFFERED": "1",
-            **assignments[local].env(),
-        }
-        if virtual_devices is not None:
-            env[VIRTUAL_DEVICES_ENV] = str(virtual_devices)
-        env[LISTEN_ENV] = Listen(None if where == ALL else where, int(job.addresses[rank].rsplit(":", 1)[1])).value()
+        listens = Listen(None if where == ALL else where, int(job.addresses[rank].rsplit(":", 1)[1])).value()
+        env = _worker_variables(rank, local, world, n, restart, assignments[local].env(), virtual_devices, listens)
         plans.append(WorkerPlan(rank, job.addresses[rank], assignments[local].gpus, _WorkerEnv(env, head, rank), local))
     return tuple(plans)
+
+
+def _worker_variables(
+    rank: int,
+    local: int,
+    world: int,
+    n: int,
+    restart: int,
+    gpus: Mapping[str, str],
+    virtual_devices: int | None,
+    listen: str,
+) -> dict[str, str]:
+    """One worker's variables but its ``TF_CONFIG``: its ranks, the job's sizes, its GPUs, where it listens."""
+    env = {
+        "RANK": str(rank),
+        "LOCAL_RANK": str(local),
+        "WORLD_SIZE": str(world),
+        "LOCAL_WORLD_SIZE": str(n),
+        RESTART_ENV: str(restart),
+        "PYTHONUNBUFFERED": "1",
+        **gpus,
+    }
+    if virtual_devices is not None:
+        env[VIRTUAL_DEVICES_ENV] = str(virtual_devices)
+    env[LISTEN_ENV] = listen
+    return env
+
+
+def _checked_plan(n: int, ports: Sequence[int], where: str) -> str:
+    """``where`` the workers listen, once the worker count, the ports and ``where`` itself are checked."""
+    check_worker_count(n, cpus=None)
+    if where != ALL and not _is_ipv4(where):
+        raise LaunchError(
+            f"listen={short_repr(where)}: the workers' servers listen on an IPv4 address, or 'all'.",
+            hint="resolve a name first (own_address), or pass listen='all'.",
+        )
+    if len(ports) != n or len(set(ports)) != n:
+        raise LaunchError(
+            f"{n} workers need {n} distinct ports, got {short_repr(list(ports))}.", hint="use free_ports(n)."
+        )
+    return where
 
 
 def _is_ipv4(text: str) -> bool:
@@ -281,14 +310,7 @@ def launch(
     out = out or sys.stdout
     base = dict(os.environ if env is None else env)
     site = worker_site(base, mends_off=config.mends_off)
-    console = Console(
-        out,
-        tty=_isatty(out),
-        ranks=(0,) if config.log_dir and not config.tee else None,
-        progress_ranks=None if config.all_ranks else (0,),
-        dedupe=not config.all_ranks,
-        tf_logs=config.tf_logs,
-    )
+    console = _console(config, out)
     metrics: JobMetrics | None = None
     try:
         metrics = _serve_metrics(config, command, console, base)  # a bad port fails here, before any worker
@@ -305,6 +327,20 @@ def launch(
         _report_hidden(console)
         if console.closed:
             _silence(out)
+
+
+def _console(config: LaunchConfig, out: IO[str]) -> Console:
+    """The job's console on ``out``: rank 0's lines alone where the others go to log files (and
+    ``config.tee`` is off), and rank 0's progress alone unless ``config.all_ranks``.
+    """
+    return Console(
+        out,
+        tty=_isatty(out),
+        ranks=(0,) if config.log_dir and not config.tee else None,
+        progress_ranks=None if config.all_ranks else (0,),
+        dedupe=not config.all_ranks,
+        tf_logs=config.tf_logs,
+    )
 
 
 def _serve_metrics(
@@ -403,13 +439,13 @@ def own_address(host: str) -> str:
         address = str(socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM)[0][4][0])
     except (OSError, UnicodeError, IndexError) as err:
         raise LaunchError(
-            f"this machine's address in the job, {shown(host)}, names no IPv4 address "
+            f"this machine's address in the job, {short_repr(host)}, names no IPv4 address "
             f"({getattr(err, 'strerror', None) or err}): its workers' servers cannot listen on it.",
             hint="give --node-addr as an IPv4 address of this machine, or --listen all.",
         ) from None
     if ipaddress.IPv4Address(address).is_loopback:
         raise LaunchError(
-            f"this machine's address in the job, {shown(host)}, resolves here to {address}, a loopback address: "
+            f"this machine's address in the job, {short_repr(host)}, resolves here to {address}, a loopback address: "
             "its workers would listen where the other machines cannot reach them.",
             hint="give --node-addr as this machine's IPv4 address on the network the machines share, or --listen all.",
         )
@@ -567,7 +603,7 @@ class _Job:
             return self._wait([p.rank for p in plans])
         except OSError as err:
             raise LaunchError(
-                f"cannot start {shown(self.command[0])}: {err.strerror}.", hint="check the command after '--'."
+                f"cannot start {short_repr(self.command[0])}: {err.strerror}.", hint="check the command after '--'."
             ) from None
         finally:
             self._stop_all()
@@ -726,7 +762,8 @@ class _Job:
             return open(path, "a", encoding="utf-8", errors="replace")
         except OSError as err:
             raise LaunchError(
-                f"--log-dir: cannot write {shown(path)} ({err.strerror}).", hint="name a directory you can write to."
+                f"--log-dir: cannot write {short_repr(path)} ({err.strerror}).",
+                hint="name a directory you can write to.",
             ) from None
 
     def _pump(self, proc: subprocess.Popen[bytes], rank: int, log: IO[str] | None) -> None:

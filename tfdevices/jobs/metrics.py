@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from tfdevices.core.errors import EnvVarError, LaunchError, TfDevicesError
-from tfdevices.core.units import shown
+from tfdevices.core.units import short_repr
 from tfdevices.gpus.discovery import discover
 from tfdevices.jobs.env import RANK_GPUS
 from tfdevices.jobs.straggler import RankSplit
@@ -160,7 +160,7 @@ HINT: e.g. --metrics 9100 (on 127.0.0.1), or --metrics 10.0.0.5:9100 to serve on
         f"e.g. {asked}{sep}9100 (on {DEFAULT_HOST}), or {asked}{sep}10.0.0.5:9100 to serve on another of this "
         "machine's addresses."
     )
-    bad = LaunchError(f"{asked}{sep}{shown(text)}: not [HOST:]PORT with a port in 0..65535.", hint=hint)
+    bad = LaunchError(f"{asked}{sep}{short_repr(text)}: not [HOST:]PORT with a port in 0..65535.", hint=hint)
     if not isinstance(text, str) or not 0 < len(text) <= _MAX_TEXT:
         raise bad
     host, _, port = text.strip().rpartition(":")
@@ -231,7 +231,7 @@ def _resolve(address: MetricsAddress, asked: str) -> str:
         return str(socket.getaddrinfo(address.host, None, socket.AF_INET, socket.SOCK_STREAM)[0][4][0])
     except (OSError, UnicodeError, IndexError):
         raise LaunchError(
-            f"{asked} {address}: {shown(address.host)} names no IPv4 address here.",
+            f"{asked} {address}: {short_repr(address.host)} names no IPv4 address here.",
             hint=f"name an address of this machine, e.g. {asked} {DEFAULT_HOST}:{address.port}.",
         ) from None
 
@@ -552,7 +552,7 @@ def _parse_call(address: object) -> MetricsAddress:
         return parse_address(address, asked="serve_metrics(")
     except LaunchError:
         raise LaunchError(
-            f"serve_metrics({shown(address)}): not [HOST:]PORT with a port in 0..65535.",
+            f"serve_metrics({short_repr(address)}): not [HOST:]PORT with a port in 0..65535.",
             hint="e.g. serve_metrics('9100'), or serve_metrics('10.0.0.5:9100') to serve on another of this "
             "machine's addresses.",
         ) from None

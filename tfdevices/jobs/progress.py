@@ -37,7 +37,7 @@ from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
 from tfdevices.core.errors import EnvVarError
-from tfdevices.core.units import shown
+from tfdevices.core.units import short_repr
 from tfdevices.jobs.tfconfig import read_tf_config
 
 #: Where the records of a job's ranks live (a directory every local rank can write).
@@ -396,7 +396,7 @@ def progress_dir(env: Mapping[str, str]) -> str | None:
     if given is not None:
         if not given.startswith("/") or len(given) > 4096 or "\0" in given:
             raise EnvVarError(
-                f"{PROGRESS_DIR_ENV}={shown(given)} is not an absolute path.",
+                f"{PROGRESS_DIR_ENV}={short_repr(given)} is not an absolute path.",
                 hint="tfdevices launch sets it; unset it, or name a directory every local rank can write.",
             )
         return given

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, overload
 
 from tfdevices.core.errors import LaunchError, SelectionError
-from tfdevices.core.units import shown
+from tfdevices.core.units import short_repr
 from tfdevices.gpus import visibility
 from tfdevices.gpus.inventory import Inventory
 from tfdevices.gpus.selection import Selection
@@ -132,13 +132,12 @@ def gpu_for_rank(
 ) -> GpuAssignment:
     """Chooses the GPUs of one local rank.
 
-    Candidates, first that applies: ``gpus`` (a list of NVML indices, a
-    :class:`~tfdevices.gpus.selection.Selection`, or an :class:`~tfdevices.gpus.inventory.Inventory`,
-    whose visible GPUs are intersected with the scheduler's allocation), else the
-    allocation in ``info.gpus`` (``SLURM_STEP_GPUS`` ...). Under ``tfdevices launch``
-    the launcher's own assignment (``info.assigned_gpus``) is returned unless
-    ``mapping`` or an explicit list or Selection in ``gpus`` says otherwise (an
-    Inventory does not: inside a worker it shows only the GPUs the launcher left visible).
+    Candidates, first that applies: ``gpus`` (a list of NVML indices, a :class:`~tfdevices.gpus.selection.Selection`,
+    or an :class:`~tfdevices.gpus.inventory.Inventory`, whose visible GPUs are intersected with the scheduler's
+    allocation), else the allocation in ``info.gpus`` (``SLURM_STEP_GPUS`` ...). Under ``tfdevices launch`` the
+    launcher's own assignment (``info.assigned_gpus``) is returned unless ``mapping`` or an explicit list or
+    Selection in ``gpus`` says otherwise (an Inventory does not: inside a worker it shows only the GPUs the
+    launcher left visible).
 
     Args:
         info: from :func:`launch_info`; ``None`` reads ``os.environ``.
@@ -152,19 +151,17 @@ def gpu_for_rank(
         speeds: for ``"weighted"``: NVML index -> relative speed, or
             :class:`~tfdevices.measure.DeviceSpeed` results with ``gpu_index`` set.
         share: allow more local ranks than GPUs (ranks then share GPUs).
-        topology: how the GPUs are wired (default: ``gpus.topology`` when ``gpus`` is an
-            Inventory). On a machine with several NUMA nodes, sequential blocks of several
-            GPUs are drawn within one node where they can be, and each assignment carries
-            the CPUs of its GPUs' node (:attr:`GpuAssignment.cpus`).
+        topology: how the GPUs are wired (default: ``gpus.topology`` when ``gpus`` is an Inventory). On a
+            machine with several NUMA nodes, sequential blocks of several GPUs are drawn within one node where
+            they can be, and each assignment carries the CPUs of its GPUs' node (:attr:`GpuAssignment.cpus`).
 
     Returns:
         A frozen :class:`GpuAssignment`.
 
     Raises:
-        LaunchError: the local rank or world size is unknown or inconsistent, or a
-            mapping is malformed.
-        SelectionError: more ranks than GPUs without ``share``, an explicit or returned
-            GPU is not a candidate, or no candidate has a speed.
+        LaunchError: the local rank or world size is unknown or inconsistent, or a mapping is malformed.
+        SelectionError: more ranks than GPUs without ``share``, an explicit or returned GPU is not a
+            candidate, or no candidate has a speed.
 
     >>> a = gpu_for_rank(local_rank=1, local_world_size=2, gpus=[2, 3])
     >>> a.gpus, a.plan, a.cuda_visible_devices
@@ -176,28 +173,44 @@ def gpu_for_rank(
     ((0,), (0,), (1,))
     """
     info = launch_info() if info is None else info
-    rank = info.local_rank if local_rank is None else local_rank
     size = _local_size(info, local_world_size)
+    rank = _local_rank(info.local_rank if local_rank is None else local_rank, size)
+    if info.assigned_gpus is not None and mapping == "sequential" and (gpus is None or isinstance(gpus, Inventory)):
+        return _launchers_assignment(rank, info.assigned_gpus)
+    return _planned(info, gpus, size, mapping, speeds, share, topology).assignment(rank)
+
+
+def _local_rank(rank: int, size: int) -> int:
+    """``rank``, checked to be a local rank of ``size`` processes."""
     _check_whole("local_rank", rank, 0)
     if rank >= size:
         raise LaunchError(
             f"local_rank={rank} is out of range for local_world_size={size}.", hint=f"local ranks run 0..{size - 1}."
         )
-    from_env = gpus is None or isinstance(gpus, Inventory)
-    if info.assigned_gpus is not None and from_env and mapping == "sequential":
-        return GpuAssignment(
-            rank,
-            info.assigned_gpus,
-            (),
-            info.assigned_gpus,
-            RANK_GPUS,
-            "launcher",
-            reason=f"tfdevices launch assigned this rank's GPUs ({RANK_GPUS})",
-        )
+    return rank
+
+
+def _launchers_assignment(rank: int, gpus: tuple[int, ...]) -> GpuAssignment:
+    """The GPUs ``tfdevices launch`` assigned this rank (it knows its own, not the other ranks')."""
+    return GpuAssignment(
+        rank, gpus, (), gpus, RANK_GPUS, "launcher", reason=f"tfdevices launch assigned this rank's GPUs ({RANK_GPUS})"
+    )
+
+
+def _planned(
+    info: LaunchInfo,
+    gpus: object,
+    size: int,
+    mapping: str | Sequence[int | Sequence[int]] | MapFunction,
+    speeds: Speeds | None,
+    share: bool,
+    topology: Topology | None,
+) -> _Planned:
+    """The plan of every local rank: the candidates, grouped by NUMA node where that helps, then mapped."""
     candidates, origin = _candidates(info, gpus)
     topology = _topology(gpus, topology)
     method, plan = _plan(size, _numa_grouped(candidates, topology, size, mapping), mapping, speeds, share)
-    return _Planned(plan, candidates, origin, method, speeds, topology).assignment(rank)
+    return _Planned(plan, candidates, origin, method, speeds, topology)
 
 
 def plan_ranks(
@@ -223,11 +236,7 @@ def plan_ranks(
     [(0,), (1,), (0,), (1,)]
     """
     info = launch_info() if info is None else info
-    size = _local_size(info, local_world_size)
-    candidates, origin = _candidates(info, gpus)
-    topology = _topology(gpus, topology)
-    method, plan = _plan(size, _numa_grouped(candidates, topology, size, mapping), mapping, speeds, share)
-    return RankPlan(_Planned(plan, candidates, origin, method, speeds, topology))
+    return RankPlan(_planned(info, gpus, _local_size(info, local_world_size), mapping, speeds, share, topology))
 
 
 def _topology(gpus: object, topology: Topology | None) -> Topology | None:
@@ -311,7 +320,9 @@ def _listed(indices: Sequence[int]) -> str:
 
 def _check_whole(name: str, value: object, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise LaunchError(f"{name}={shown(value)} must be a whole number >= {minimum}.", hint=f"pass {name} as an int.")
+        raise LaunchError(
+            f"{name}={short_repr(value)} must be a whole number >= {minimum}.", hint=f"pass {name} as an int."
+        )
 
 
 def _local_size(info: LaunchInfo, local_world_size: int | None) -> int:
@@ -343,7 +354,7 @@ def _candidates(info: LaunchInfo, gpus: object) -> tuple[tuple[int, ...], str]:
         ), f"selection {gpus.spec!r}"
     if not isinstance(gpus, Inventory):
         raise LaunchError(
-            f"gpus={shown(gpus)}: expected NVML indices, a Selection or an Inventory.",
+            f"gpus={short_repr(gpus)}: expected NVML indices, a Selection or an Inventory.",
             hint="pass e.g. gpus=[0, 1] or tfdevices.select('all').",
         )
     visible = tuple(dict.fromkeys(g.index for g in (gpus.visible or gpus.gpus)))  # MIG instances: their GPU once
@@ -372,7 +383,7 @@ def _distinct(indices: tuple[int, ...], what: str, given: object) -> tuple[int, 
     seen: set[int] = set()
     twice = sorted({i for i in indices if i in seen or seen.add(i)})  # type: ignore[func-returns-value]
     raise LaunchError(
-        f"{what} {shown(given)} names GPU {join_indices(twice[:8])} more than once "
+        f"{what} {short_repr(given)} names GPU {join_indices(twice[:8])} more than once "
         "(MIG instances of one GPU map to its NVML index); one GPU is one GPU.",
         hint="list each GPU once; to run several ranks on one GPU pass share=True (--share).",
     )
@@ -413,10 +424,10 @@ def _given_plan(size: int, candidates: tuple[int, ...], mapping: object) -> tupl
             for r in range(size)
         )
     if not isinstance(mapping, (list, tuple)):
-        raise LaunchError(f"mapping={shown(mapping)}: expected a list or a function.", hint="e.g. mapping=[2, 3].")
+        raise LaunchError(f"mapping={short_repr(mapping)}: expected a list or a function.", hint="e.g. mapping=[2, 3].")
     if len(mapping) < size:
         raise LaunchError(
-            f"mapping={shown(list(mapping))} has {len(mapping)} entr(ies) for {size} local ranks.",
+            f"mapping={short_repr(list(mapping))} has {len(mapping)} entr(ies) for {size} local ranks.",
             hint="give one GPU (or list of GPUs) per local rank.",
         )
     return "explicit", tuple(_checked(m, candidates, allowed, f"mapping[{r}]") for r, m in enumerate(mapping[:size]))
@@ -440,7 +451,8 @@ def _checked(value: object, candidates: tuple[int, ...], allowed: frozenset[int]
     items = [value] if isinstance(value, int) else value
     if not isinstance(items, (list, tuple)) or not all(isinstance(i, int) and not isinstance(i, bool) for i in items):
         raise LaunchError(
-            f"{what} gave {shown(value)}: expected an NVML index or a list of them.", hint="return e.g. 2 or [0, 1]."
+            f"{what} gave {short_repr(value)}: expected an NVML index or a list of them.",
+            hint="return e.g. 2 or [0, 1].",
         )
     outside = [i for i in items if i not in allowed]
     if candidates and outside:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tfdevices.core.errors import LaunchError
-from tfdevices.core.units import shown
+from tfdevices.core.units import short_repr
 from tfdevices.jobs.handshake import (
     HELLO_TIMEOUT,
     POLL_S,
@@ -291,7 +291,7 @@ def _serve(
             server.bind((host, port))
         except OSError as err:
             raise LaunchError(
-                f"--master-addr {shown(host)} --master-port {port}: cannot listen there ({err.strerror}).",
+                f"--master-addr {short_repr(host)} --master-port {port}: cannot listen there ({err.strerror}).",
                 hint="run --node-rank 0 on the machine --master-addr names, with a free --master-port.",
             ) from None
         server.listen(MAX_PENDING)
@@ -332,7 +332,7 @@ def _gather(
                 say(str(strays.summary()))
             missing = sorted(set(range(1, nodes.nnodes)) - set(joined))
             raise LaunchError(
-                f"node(s) {shown(missing)} did not join within {nodes.timeout:g} s.",
+                f"node(s) {short_repr(missing)} did not join within {nodes.timeout:g} s.",
                 hint="start the launcher on every machine with the same --nnodes, --master-addr and --master-port.",
             )
         try:
@@ -479,7 +479,7 @@ def _hello(message: Any, nnodes: int) -> tuple[int, str, list[int]]:
 def _join(
     nodes: Nodes, n: int, deadline: float, say: Callable[[str], None], stopped: Callable[[], bool]
 ) -> tuple[NodeJob, _Peers]:
-    master = f"{shown(nodes.master[0])}:{nodes.master[1]}"
+    master = f"{short_repr(nodes.master[0])}:{nodes.master[1]}"
     while True:
         reader, greeting = _connect(nodes, deadline, stopped)
         if greeting is not None:
@@ -546,7 +546,7 @@ def _reply(
 
 def _connect(nodes: Nodes, deadline: float, stopped: Callable[[], bool]) -> tuple[LineReader, Any]:
     """Connects to node 0 (retrying until the deadline) and reads its greeting (``None``: try again)."""
-    master = f"{shown(nodes.master[0])}:{nodes.master[1]}"
+    master = f"{short_repr(nodes.master[0])}:{nodes.master[1]}"
     while True:
         if stopped():
             raise Stopped()
@@ -557,7 +557,7 @@ def _connect(nodes: Nodes, deadline: float, stopped: Callable[[], bool]) -> tupl
         except OSError:
             if left <= 0:
                 raise LaunchError(
-                    f"cannot reach the node-0 launcher at {shown(nodes.master[0])}:"
+                    f"cannot reach the node-0 launcher at {short_repr(nodes.master[0])}:"
                     f"{nodes.master[1]} within {nodes.timeout:g} s.",
                     hint="start --node-rank 0 on the --master-addr machine; check the address, port and firewall.",
                 ) from None
@@ -570,7 +570,7 @@ def _connect(nodes: Nodes, deadline: float, stopped: Callable[[], bool]) -> tupl
             return reader, None  # node 0 was busy, or is starting: try again
         sock.close()
         raise LaunchError(
-            f"what answers at --master-addr {shown(nodes.master[0])} --master-port "
+            f"what answers at --master-addr {short_repr(nodes.master[0])} --master-port "
             f"{nodes.master[1]} is not a tfdevices launcher ({stray}).",
             hint="check --master-addr and --master-port; another program may use that port.",
         ) from None

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from tfdevices.core.errors import InputError, TfDevicesError
-from tfdevices.core.units import shown
+from tfdevices.core.units import short_repr
 from tfdevices.jobs.coordination_keys import KeyPublisher, KeyReader, KeyValue, interval_s
 from tfdevices.jobs.env import launch_info
 from tfdevices.jobs.metrics import watch_metrics
@@ -82,7 +82,9 @@ def stall_timeout(seconds: float | None) -> None:
     if seconds is not None and (
         isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < math.inf
     ):
-        raise InputError(f"stall_timeout({shown(seconds)}): not a number of seconds > 0.", hint="e.g. 300, or None.")
+        raise InputError(
+            f"stall_timeout({short_repr(seconds)}): not a number of seconds > 0.", hint="e.g. 300, or None."
+        )
     _RANK.asked = dataclasses.replace(_RANK.asked, timeout_s=seconds, timeout_asked=True)
 
 
@@ -98,7 +100,7 @@ def slow_rank_report(enabled: bool) -> None:
     """
     if not isinstance(enabled, bool):
         raise InputError(
-            f"slow_rank_report({shown(enabled)}): not True or False.", hint="e.g. slow_rank_report(False)."
+            f"slow_rank_report({short_repr(enabled)}): not True or False.", hint="e.g. slow_rank_report(False)."
         )
     _RANK.asked = dataclasses.replace(_RANK.asked, slow_rank=enabled)
 

@@ -11,7 +11,7 @@ digits, as in SLURM.
 >>> expand_tasks_per_node("3(x2),2,1")
 [3, 3, 2, 1]
 >>> parse_gpu_list("gpu:2(IDX:0-1)")
-([0, 1], [])
+GpuList(indices=[0, 1], notes=[])
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ import itertools
 import math
 import re
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 from tfdevices.core.errors import EnvVarError, LaunchError
-from tfdevices.core.units import shown
+from tfdevices.core.units import short_repr
 
 __all__ = [
     "GPU_VARIABLES",
@@ -33,7 +34,9 @@ __all__ = [
     "join_indices",
     "expand_nodelist",
     "expand_tasks_per_node",
+    "GpuList",
     "parse_gpu_list",
+    "Allocation",
     "allocated_gpus",
     "PORT_RANGE",
     "step_port_base",
@@ -68,14 +71,14 @@ def _ranges(body: str, variable: str, whole: str) -> list[tuple[str, str]]:
         match = _RANGE.match(part.strip())
         if not match:
             raise LaunchError(
-                f"{variable}={shown(whole)}: {shown(part)} is not a number or a range 'a-b' "
+                f"{variable}={short_repr(whole)}: {short_repr(part)} is not a number or a range 'a-b' "
                 "(ASCII digits, at most 9 each).",
                 hint=_NODES_HINT,
             )
         lo, hi = match.group(1), match.group(2) or match.group(1)
         if int(hi) < int(lo):
             raise LaunchError(
-                f"{variable}={shown(whole)}: range {shown(part)} runs backwards.",
+                f"{variable}={short_repr(whole)}: range {short_repr(part)} runs backwards.",
                 hint="write the smaller number first, e.g. '01-03'.",
             )
         out.append((lo, hi))
@@ -116,7 +119,7 @@ def expand_nodelist(text: str, *, variable: str = "SLURM_STEP_NODELIST", limit: 
     """
     if len(text) > MAX_TEXT:
         raise LaunchError(
-            f"{variable}={shown(text)} is longer than {MAX_TEXT:,} characters.",
+            f"{variable}={short_repr(text)} is longer than {MAX_TEXT:,} characters.",
             hint="check the value; SLURM compresses node lists like 'node[0001-9999]'.",
         )
     items = _items(text, variable)
@@ -125,7 +128,7 @@ def expand_nodelist(text: str, *, variable: str = "SLURM_STEP_NODELIST", limit: 
         total += math.prod(_count(_ranges(p[1:-1], variable, text)) for p in pieces[1::2]) if len(pieces) > 1 else 1
         if total > limit:
             raise LaunchError(
-                f"{variable}={shown(text)} names more than {limit:,} hosts.",
+                f"{variable}={short_repr(text)} names more than {limit:,} hosts.",
                 hint=f"check the value; tfdevices expands at most {limit:,} hosts.",
             )
     hosts: list[str] = []
@@ -146,7 +149,7 @@ def _refuse_repeats(hosts: list[str], variable: str, text: str) -> None:
     dupes = sorted({h for h in hosts if h in seen or seen.add(h)})  # type: ignore[func-returns-value]
     more = f" (and {len(dupes) - 5} more)" if len(dupes) > 5 else ""
     raise LaunchError(
-        f"{variable}={shown(text)} names {dupes[:5]}{more} more than once.", hint="each node appears once."
+        f"{variable}={short_repr(text)} names {dupes[:5]}{more} more than once.", hint="each node appears once."
     )
 
 
@@ -158,7 +161,7 @@ def _items(text: str, variable: str) -> list[list[str]]:
             items[-1].append(piece)
             continue
         if "[" in piece or "]" in piece:
-            raise LaunchError(f"{variable}={shown(text)}: unbalanced brackets.", hint=_NODES_HINT)
+            raise LaunchError(f"{variable}={short_repr(text)}: unbalanced brackets.", hint=_NODES_HINT)
         first, *rest = piece.split(",")
         items[-1].append(first)
         items += [[part] for part in rest]
@@ -166,7 +169,7 @@ def _items(text: str, variable: str) -> list[list[str]]:
         item[0] = item[0].lstrip()
         item[-1] = item[-1].rstrip()
         if len(item) == 1 and not item[0]:
-            raise LaunchError(f"{variable}={shown(text)}: an empty host name.", hint=_NODES_HINT)
+            raise LaunchError(f"{variable}={short_repr(text)}: an empty host name.", hint=_NODES_HINT)
     return items
 
 
@@ -197,14 +200,15 @@ def expand_tasks_per_node(
         match = _TASKS.fullmatch(part)
         if not match or int(match.group(1)) == 0 or (match.group(2) is not None and int(match.group(2)) == 0):
             raise LaunchError(
-                f"{variable}={shown(text)}: {shown(part)} is not 'N' or 'N(xM)' with N, M >= 1 (ASCII digits).",
+                f"{variable}={short_repr(text)}: {short_repr(part)} is not 'N' or 'N(xM)' with N, M >= 1 (ASCII "
+                "digits).",
                 hint="SLURM writes tasks per node like '2(x3),1'.",
             )
         count, repeat = int(match.group(1)), int(match.group(2) or 1)
         nodes, tasks = nodes + repeat, tasks + count * repeat
         if nodes > max_nodes or tasks > max_tasks:
             raise LaunchError(
-                f"{variable}={shown(text)} describes more than {max_nodes:,} nodes or {max_tasks:,} tasks.",
+                f"{variable}={short_repr(text)} describes more than {max_nodes:,} nodes or {max_tasks:,} tasks.",
                 hint="check the value; SLURM sets it for the job step.",
             )
         parts.append((count, repeat))
@@ -214,7 +218,16 @@ def expand_tasks_per_node(
 _GRES = re.compile(r"^gpu(?::(?![0-9]+\()[\w.-]+)?(?::([0-9]{1,9}))?\(IDX:([^)]*)\)$", re.ASCII)
 
 
-def parse_gpu_list(text: str, *, variable: str = "SLURM_STEP_GPUS") -> tuple[list[int], list[str]]:
+class GpuList(NamedTuple):
+    """A scheduler's GPU list, read (:func:`parse_gpu_list`)."""
+
+    indices: list[int]
+    """NVML indices in the order given."""
+    notes: list[str]
+    """Caveats (a ``(null)`` entry ignored ...)."""
+
+
+def parse_gpu_list(text: str, *, variable: str = "SLURM_STEP_GPUS") -> GpuList:
     """Parses a scheduler's GPU list.
 
     Accepts plain lists and ranges (``"0,1"``, ``"2-3"``), SLURM's GRES detail
@@ -227,7 +240,7 @@ def parse_gpu_list(text: str, *, variable: str = "SLURM_STEP_GPUS") -> tuple[lis
         variable: its name, for messages.
 
     Returns:
-        ``(indices, notes)``: NVML indices in the order given, and caveats.
+        A :class:`GpuList`: NVML indices in the order given, and caveats.
 
     Raises:
         EnvVarError: an entry is neither an index, a range, ``(null)`` nor a GRES
@@ -235,8 +248,8 @@ def parse_gpu_list(text: str, *, variable: str = "SLURM_STEP_GPUS") -> tuple[lis
             :data:`MAX_GPUS` or more, or an index repeats.
 
     >>> parse_gpu_list("gpu:2(IDX:0-1)")
-    ([0, 1], [])
-    >>> parse_gpu_list("0,(null)", variable="GPU_DEVICE_ORDINAL")[0]
+    GpuList(indices=[0, 1], notes=[])
+    >>> parse_gpu_list("0,(null)", variable="GPU_DEVICE_ORDINAL").indices
     [0]
     """
     hint = "expected GPU indices such as '0,1', '2-3' or SLURM's 'gpu:2(IDX:0-1)'."
@@ -246,24 +259,26 @@ def parse_gpu_list(text: str, *, variable: str = "SLURM_STEP_GPUS") -> tuple[lis
         indices, notes = [], []
         for part in (p.strip() for p in text.split(",")) if text.strip() else ():
             if part == "(null)":
-                notes.append(f"{variable}={shown(text)} has a '(null)' entry (a slot without a GPU); ignored.")
+                notes.append(f"{variable}={short_repr(text)} has a '(null)' entry (a slot without a GPU); ignored.")
                 continue
             match = _RANGE.match(part)
             if not match or (match.group(2) and int(match.group(2)) < int(match.group(1))):
                 raise EnvVarError(
-                    f"{variable}={shown(text)}: {shown(part)} is not a GPU index or range (ASCII digits).", hint=hint
+                    f"{variable}={short_repr(text)}: {short_repr(part)} is not a GPU index or range (ASCII digits).",
+                    hint=hint,
                 )
             last = int(match.group(2) or match.group(1))
             if last >= MAX_GPUS:
                 raise EnvVarError(
-                    f"{variable}={shown(text)}: GPU index {last} is out of range (a node has at most {MAX_GPUS} GPUs).",
+                    f"{variable}={short_repr(text)}: GPU index {last} is out of range (a node has at most "
+                    f"{MAX_GPUS} GPUs).",
                     hint=hint,
                 )
             indices += range(int(match.group(1)), last + 1)
             if len(indices) > MAX_GPUS:
                 break  # a repeat: reported below
     _refuse_repeated_gpus(indices, variable, text, hint)
-    return indices, notes
+    return GpuList(indices, notes)
 
 
 def _refuse_repeated_gpus(indices: list[int], variable: str, text: str, hint: str) -> None:
@@ -271,7 +286,7 @@ def _refuse_repeated_gpus(indices: list[int], variable: str, text: str, hint: st
         return
     seen: set[int] = set()
     dupes = sorted({i for i in indices if i in seen or seen.add(i)})  # type: ignore[func-returns-value]
-    raise EnvVarError(f"{variable}={shown(text)} names GPU(s) {dupes[:8]} more than once.", hint=hint)
+    raise EnvVarError(f"{variable}={short_repr(text)} names GPU(s) {dupes[:8]} more than once.", hint=hint)
 
 
 def _parse_gres(text: str, variable: str, hint: str) -> tuple[list[int], list[str]]:
@@ -280,19 +295,20 @@ def _parse_gres(text: str, variable: str, hint: str) -> tuple[list[int], list[st
     for entry in re.findall(r"[^,()]+(?:\([^)]*\))?", text):
         entry = entry.strip()
         if not entry.startswith("gpu"):
-            notes.append(f"{variable}: GRES entry {shown(entry)} is not a GPU; ignored.")
+            notes.append(f"{variable}: GRES entry {short_repr(entry)} is not a GPU; ignored.")
             continue
         match = _GRES.match(entry)
         if not match:
             raise EnvVarError(
-                f"{variable}={shown(text)}: GRES entry {shown(entry)} is not 'gpu[:type]:N(IDX:list)'.", hint=hint
+                f"{variable}={short_repr(text)}: GRES entry {short_repr(entry)} is not 'gpu[:type]:N(IDX:list)'.",
+                hint=hint,
             )
         if match.group(2).strip() == "N/A":
             continue
         found, _ = parse_gpu_list(match.group(2), variable=variable)
         if match.group(1) is not None and int(match.group(1)) != len(found):
             raise EnvVarError(
-                f"{variable}={shown(text)}: {shown(entry)} counts {match.group(1)} GPU(s) but lists "
+                f"{variable}={short_repr(text)}: {short_repr(entry)} counts {match.group(1)} GPU(s) but lists "
                 f"{len(found)} ({join_indices(tuple(found))}).",
                 hint=hint,
             )
@@ -302,13 +318,24 @@ def _parse_gres(text: str, variable: str, hint: str) -> tuple[list[int], list[st
     return indices, notes
 
 
-def allocated_gpus(env: Mapping[str, str]) -> tuple[tuple[int, ...] | None, str | None, tuple[str, ...]]:
-    """The GPUs the scheduler gave: (NVML indices, the variable they came from, notes); ``None`` when unset."""
+class Allocation(NamedTuple):
+    """The GPUs the scheduler gave (:func:`allocated_gpus`)."""
+
+    gpus: tuple[int, ...] | None
+    """NVML indices; ``None`` when no variable names them."""
+    variable: str | None
+    """The variable they came from (one of :data:`GPU_VARIABLES`)."""
+    notes: tuple[str, ...]
+    """Caveats."""
+
+
+def allocated_gpus(env: Mapping[str, str]) -> Allocation:
+    """The GPUs the scheduler gave, from the first of :data:`GPU_VARIABLES` set."""
     for var in GPU_VARIABLES:
         if var in env:
             indices, notes = parse_gpu_list(env[var], variable=var)
-            return tuple(indices), var, tuple(notes)
-    return None, None, ()
+            return Allocation(tuple(indices), var, tuple(notes))
+    return Allocation(None, None, ())
 
 
 #: The ports a SLURM step's TensorFlow servers listen on start in this range, one block per step: under

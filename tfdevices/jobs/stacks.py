@@ -4,8 +4,9 @@ Each rank's ``stack_dumps`` mend points ``faulthandler`` at ``rank{R}.txt`` in t
 writes every thread's stack there on ``SIGUSR1``. :func:`ask_stacks` signals the ranks whose records this
 machine holds, waits for the dumps asked for, and returns the top frames of the program's own thread
 (:func:`top_frames`). The watch calls it for its own machine's ranks; a launcher on another machine calls
-it when node 0's launcher asks for the frames of a rank of its own (:mod:`tfdevices.jobs.rendezvous`).
-TensorFlow-free.
+it when node 0's launcher asks for the frames of a rank of its own (:mod:`tfdevices.jobs.node_exchange`), and
+a rank answers rank 0's ask through TensorFlow's coordination service with :func:`top_frames`
+(:mod:`tfdevices.jobs.coordination_keys`). TensorFlow-free.
 """
 
 from __future__ import annotations

@@ -26,10 +26,10 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 from tfdevices.core.errors import EnvVarError
-from tfdevices.core.units import parse_seconds, shown
+from tfdevices.core.units import parse_seconds, short_repr
 from tfdevices.jobs import straggler
 from tfdevices.jobs.progress import RankProgress
-from tfdevices.jobs.straggler import SlowRankPolicy, on_node
+from tfdevices.jobs.straggler import SlowRankPolicy, on_node, ranks_text
 
 STALL_WINDOW_ENV = "TFDEVICES_STALL_WINDOW"
 _ON = SlowRankPolicy()
@@ -77,7 +77,7 @@ def _seconds(env: Mapping[str, str], name: str) -> float | None:
     value = parse_seconds(text, most=_MAX_S)
     if value is None:
         raise EnvVarError(
-            f"{name}={shown(text)} is not a number of seconds in (0, {_MAX_S:g}].",
+            f"{name}={short_repr(text)} is not a number of seconds in (0, {_MAX_S:g}].",
             hint=f"e.g. {name}=120; unset it for the default.",
         )
     return value
@@ -127,11 +127,11 @@ class Stall:
             f"{self._named(m)} is {by_rank[m].where()}" if m in by_rank else f"rank {m} never reported"
             for m in self.missing
         )
-        waiting = _ranks(self.waiting)
+        waiting = ranks_text(self.waiting)
         if self.phase_only:  # deliberate work on some ranks: say where each is
             others = "; ".join(f"rank {w} is {by_rank[w].where()}" for w in self.waiting if w in by_rank)
             return f"{where} for {self.quiet_s:.0f} s; {others}"
-        missing = self._named(self.missing[0]) if len(self.missing) == 1 else _ranks(self.missing)
+        missing = self._named(self.missing[0]) if len(self.missing) == 1 else ranks_text(self.missing)
         return (
             f"{missing} did not arrive at step {self.step}: {waiting} "
             f"{'have' if len(self.waiting) > 1 else 'has'} waited in it for {self.quiet_s:.0f} s; {where}"
@@ -148,11 +148,6 @@ class Stall:
         for record in self.records:
             lines.append(f"  {on_node(record.rank, record.node)} (pid {record.pid}): {record.where()}")
         return "\n".join(lines)
-
-
-def _ranks(ranks: Sequence[int]) -> str:
-    """``"rank 1"``, ``"ranks 1, 3"``."""
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
 
 
 def detect_stall(

@@ -244,7 +244,7 @@ class SlowRank:
         others = [s for s in self.splits if s.rank != self.rank]
         wait = _median([s.wait_s for s in others])
         step = _median([s.step_s for s in others])
-        who = _ranks([s.rank for s in others])
+        who = ranks_text([s.rank for s in others])
         verb = "waits" if len(others) == 1 else "wait"
         head = (
             f"{on_node(self.rank, me.node)} is the slow one: {who} {verb} {_ms(wait)} of each {_ms(step)} step "
@@ -269,7 +269,8 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.0f} ms" if seconds >= 0.01 else f"{seconds * 1e3:.1f} ms"
 
 
-def _ranks(ranks: Sequence[int]) -> str:
+def ranks_text(ranks: Sequence[int]) -> str:
+    """``"rank 1"``, ``"ranks 1, 3"``: ranks as the job's messages name them."""
     return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
 
 
@@ -358,6 +359,7 @@ __all__ = [
     "link_bound",
     "median_splits",
     "on_node",
+    "ranks_text",
     "policy_from_env",
     "rank_table",
     "split_ranks",

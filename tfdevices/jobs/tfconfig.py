@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tfdevices.core.errors import TfConfigError
-from tfdevices.core.units import parse_count, shown
+from tfdevices.core.units import parse_count, short_repr
 
 __all__ = [
     "TF_CONFIG",
@@ -158,7 +158,7 @@ def parse_tf_config(text: str | None, *, source: str = TF_CONFIG) -> TfConfig | 
     rpc_layer = data.get("rpc_layer")
     if rpc_layer is not None and not (isinstance(rpc_layer, str) and rpc_layer):
         raise TfConfigError(
-            f"{where}: rpc_layer={shown(rpc_layer)} must be a non-empty string such as 'grpc'.",
+            f"{where}: rpc_layer={short_repr(rpc_layer)} must be a non-empty string such as 'grpc'.",
             hint="remove rpc_layer to use TensorFlow's default, gRPC.",
         )
     return TfConfig(
@@ -252,19 +252,19 @@ def _parse_cluster(value: Any, where: str) -> dict[str, tuple[str, ...]]:
     for job, addresses in value.items():
         if job not in TASK_TYPES:
             raise TfConfigError(
-                f"{where}: unknown job {shown(job)} in 'cluster'; known jobs: {list(TASK_TYPES)}.", hint=_HINT
+                f"{where}: unknown job {short_repr(job)} in 'cluster'; known jobs: {list(TASK_TYPES)}.", hint=_HINT
             )
         if not isinstance(addresses, list) or not addresses:
             raise TfConfigError(
-                f"{where}: cluster job {shown(job)} must be a non-empty list of 'host:port' "
-                f"strings, got {shown(json.dumps(addresses))}.",
+                f"{where}: cluster job {short_repr(job)} must be a non-empty list of 'host:port' "
+                f"strings, got {short_repr(json.dumps(addresses))}.",
                 hint=_HINT,
             )
         for i, address in enumerate(addresses):
             _check_address(address, f"{job}[{i}]", where)
             if address in seen:
                 raise TfConfigError(
-                    f"{where}: address {shown(address)} appears twice ({seen[address]} and {job}[{i}]).",
+                    f"{where}: address {short_repr(address)} appears twice ({seen[address]} and {job}[{i}]).",
                     hint="give every task its own host:port.",
                 )
             seen[address] = f"{job}[{i}]"
@@ -290,7 +290,7 @@ def _check_address(address: Any, name: str, where: str) -> None:
     host, sep, port = address.rpartition(":")
     if not sep or not _HOST.match(host) or not parse_count(port, limit=65535):
         raise TfConfigError(
-            f"{where}: cluster address {name}={shown(address)} is not 'host:port' "
+            f"{where}: cluster address {name}={short_repr(address)} is not 'host:port' "
             "(a host name or IP, and a port 1..65535 in ASCII digits).",
             hint="write e.g. 'localhost:2222' or '10.0.0.2:2222'.",
         )
@@ -306,7 +306,7 @@ def _parse_task(value: Any, cluster: Mapping[str, tuple[str, ...]], where: str) 
     task_type, index = value["type"], value["index"]
     if task_type not in TASK_TYPES:
         raise TfConfigError(
-            f"{where}: unknown task type {shown(task_type)}; known types: {list(TASK_TYPES)}.",
+            f"{where}: unknown task type {short_repr(task_type)}; known types: {list(TASK_TYPES)}.",
             hint=f"set task.type to one of the cluster's jobs: {sorted(cluster)}.",
         )
     if isinstance(index, bool) or not isinstance(index, int) or index < 0:
@@ -318,7 +318,7 @@ def _parse_task(value: Any, cluster: Mapping[str, tuple[str, ...]], where: str) 
         if task_type == "evaluator" and index == 0:
             return task_type, index  # a side-car evaluator need not be in the cluster
         raise TfConfigError(
-            f"{where}: task type {shown(task_type)} is not a job of the cluster {sorted(cluster)}.",
+            f"{where}: task type {short_repr(task_type)} is not a job of the cluster {sorted(cluster)}.",
             hint=f"set task.type to one of {sorted(cluster)} or add '{task_type}' to the cluster.",
         )
     size = len(cluster[task_type])

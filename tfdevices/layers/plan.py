@@ -47,7 +47,7 @@ from typing import Any
 
 from tfdevices.core.devices import short_name
 from tfdevices.core.errors import InputError, PlanError
-from tfdevices.core.units import format_bytes, parse_memory, shown
+from tfdevices.core.units import format_bytes, parse_memory, short_repr
 from tfdevices.layers.model import LayerCosts, measure_layer_times, read_model
 
 BALANCE_BY = ("params", "flops", "memory", "time")
@@ -367,7 +367,9 @@ def plan_layers(
 def _stage_devices(devices: Sequence[str] | Mapping[str, str], names: Sequence[str], every_device: bool) -> list[str]:
     """The device of each layer for a manual map, else the devices in stage order (checked either way)."""
     if not isinstance(every_device, bool):
-        raise PlanError(f"every_device={shown(every_device)}: not True or False.", hint="every_device=True or False.")
+        raise PlanError(
+            f"every_device={short_repr(every_device)}: not True or False.", hint="every_device=True or False."
+        )
     if not isinstance(devices, Mapping):
         return _device_list(devices)
     if every_device:
@@ -628,7 +630,7 @@ def _list_layers(costs: object, layer_bytes: Sequence[int] | None) -> LayerCosts
     for i, c in enumerate(costs):
         if isinstance(c, bool) or not isinstance(c, (int, float)) or not (0 <= c <= sys.float_info.max):
             raise PlanError(
-                f"cost of layer {i} is {shown(c)}: costs must be finite numbers >= 0.",
+                f"cost of layer {i} is {short_repr(c)}: costs must be finite numbers >= 0.",
                 hint="give each layer's cost (params, FLOPs, seconds) as a number.",
             )
     n = len(costs)
@@ -651,8 +653,8 @@ def _list_layers(costs: object, layer_bytes: Sequence[int] | None) -> LayerCosts
 
 
 def _names(names: Sequence[str], limit: int = 8) -> str:
-    shown = ", ".join(repr(n) for n in names[:limit])
-    return f"[{shown}{', ...' if len(names) > limit else ''}] ({len(names)} layers)"
+    listed = ", ".join(repr(n) for n in names[:limit])
+    return f"[{listed}{', ...' if len(names) > limit else ''}] ({len(names)} layers)"
 
 
 __all__ = ["BALANCE_BY", "LayerPlan", "Stage", "plan_layers"]

@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, TypeVar
 
 from tfdevices.core.errors import EnvVarError, InputError
-from tfdevices.core.units import shown
+from tfdevices.core.units import short_repr
 
 logger = logging.getLogger("tfdevices")
 
@@ -451,7 +451,7 @@ def parse_mends_off(value: str, *, asked: str | None = None) -> frozenset[str]:
     True
     """
     known = names()
-    asked = f"{MENDS_ENV}={shown(value)}" if asked is None else asked
+    asked = f"{MENDS_ENV}={short_repr(value)}" if asked is None else asked
     fix = f"name mends from: {', '.join(known)} (or 'all'), comma-separated; see `tfdevices doctor`."
     if len(value) > _MAX_ENV_CHARS or not value.isascii() or not value.isprintable():
         raise EnvVarError(f"{asked}: not a short ASCII list of mend names.", hint=fix)
@@ -494,10 +494,10 @@ def turn_off(*mends: str) -> frozenset[str]:
     for text in mends:
         if not isinstance(text, str):
             raise InputError(
-                f"turn_off({shown(text)}): mend names are strings.", hint=f"e.g. turn_off('{names()[0]}')."
+                f"turn_off({short_repr(text)}): mend names are strings.", hint=f"e.g. turn_off('{names()[0]}')."
             )
     try:
-        off = parse_mends_off(",".join(mends), asked=f"turn_off({', '.join(shown(m) for m in mends)})")
+        off = parse_mends_off(",".join(mends), asked=f"turn_off({', '.join(short_repr(m) for m in mends)})")
     except EnvVarError as err:
         raise InputError(err.message, hint=err.hint) from None
     _TURNED_OFF["python"] = off

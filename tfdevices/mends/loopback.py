@@ -44,7 +44,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tfdevices.core.errors import EnvVarError
-from tfdevices.core.units import shown
+from tfdevices.core.units import short_repr
 from tfdevices.mends.base import Finding, Mend, MendStatus, NotApplicableError, needed, not_needed, register
 
 LOOPBACK = "127.0.0.1"
@@ -108,7 +108,7 @@ or all:PORT. HINT: tfdevices launch sets it for each worker (--listen); unset it
     """
     host, _, port = value.rpartition(":")
     error = EnvVarError(
-        f"{source}={shown(value)}: not ADDRESS:PORT (an IPv4 address) or all:PORT.",
+        f"{source}={short_repr(value)}: not ADDRESS:PORT (an IPv4 address) or all:PORT.",
         hint="tfdevices launch sets it for each worker (--listen); unset it, or give e.g. 127.0.0.1:41234.",
     )
     if len(value) > 64 or not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536:

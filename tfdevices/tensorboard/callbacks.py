@@ -159,7 +159,7 @@ class PlacementLogger:
         self.placed: list[tuple[int, Instantiation]] = []
         self.memory_devices: tuple[str, ...] = ()
         self._step = 0  # the training step about to run, counted over the whole fit
-        self._pace = _Pace()
+        self._schedule = _CaptureSchedule()
         self._swapped: _Swapped | None = None  # the train function put in for the step to capture
         self._worker = Worker(f"placement-{id(self):x}")
         self._watch: PlacementWatch | None = None
@@ -182,12 +182,12 @@ class PlacementLogger:
         if step == self.config.at_step:
             return True
         if self.config.every == "auto":
-            return self._pace.next_step is not None and step >= self._pace.next_step
+            return self._schedule.next_step is not None and step >= self._schedule.next_step
         return isinstance(self.config.every, int) and (step - self.config.at_step) % self.config.every == 0
 
     def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         """Wraps the model's train function for the one call that runs a step to capture."""
-        self._pace.tick(self.config.budget)
+        self._schedule.tick(self.config.budget)
         if self._due(self._step):
             model = self.model
             original = model.train_function
@@ -323,7 +323,7 @@ class PlacementLogger:
         self.steps.append(step)
         self._worker.submit(lambda: self._build(cap, step))
         self.costs.append(time.perf_counter() - started)
-        self._pace.captured(step, self.costs[-1])
+        self._schedule.captured(step, self.costs[-1])
         self._deliver()
 
     def _build(self, cap: Capture, step: int) -> None:
@@ -477,7 +477,7 @@ PlacementLogger.__signature__ = inspect.Signature(
 
 
 @dataclass
-class _Pace:
+class _CaptureSchedule:
     """When ``every="auto"`` captures next: from the last capture's cost and the measured step time.
 
     A step's time is the median of the last uncaptured steps (a step that traced or was

@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from tfdevices.core.errors import InputError
-from tfdevices.core.units import shown
+from tfdevices.core.units import short_repr
 from tfdevices.jobs.env import launch_info
 from tfdevices.jobs.metrics import GpuReading, gpu_reader, own_gpus, rank_values
 from tfdevices.jobs.progress import progress_dir
@@ -83,7 +83,8 @@ class JobMetricsLogger:
         super().__init__()
         if isinstance(every_s, bool) or not isinstance(every_s, (int, float)) or not 0 < every_s < math.inf:
             raise InputError(
-                f"JobMetricsLogger(every_s={shown(every_s)}): not a number of seconds > 0.", hint="e.g. every_s=10."
+                f"JobMetricsLogger(every_s={short_repr(every_s)}): not a number of seconds > 0.",
+                hint="e.g. every_s=10.",
             )
         env = os.environ if env is None else env
         self.framework = _framework(framework)

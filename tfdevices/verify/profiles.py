@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfdevices.core.errors import InputError
-from tfdevices.core.units import format_bytes, shown
+from tfdevices.core.units import format_bytes, short_repr
 from tfdevices.verify.building import build_report
 from tfdevices.verify.hlo import HloModules
 from tfdevices.verify.host import HOST_PLANE, parse_space, read_trace
@@ -70,7 +70,7 @@ def find_profiles(logdir: str | os.PathLike[str]) -> list[ProfileFile]:
     """
     root = os.fspath(logdir)
     if not os.path.isdir(root):
-        raise InputError(f"profile directory {shown(root, 200)} is not a directory.", hint=_HINT)
+        raise InputError(f"profile directory {short_repr(root, 200)} is not a directory.", hint=_HINT)
     found: list[ProfileFile] = []
     seen = 0
     for here, dirs, files in os.walk(root):
@@ -78,7 +78,8 @@ def find_profiles(logdir: str | os.PathLike[str]) -> list[ProfileFile]:
         seen += len(dirs) + len(files)
         if seen > _MAX_ENTRIES:
             raise InputError(
-                f"{shown(root, 200)} holds more than {_MAX_ENTRIES:,} files and directories to search for profiles.",
+                f"{short_repr(root, 200)} holds more than {_MAX_ENTRIES:,} files and directories to search for "
+                "profiles.",
                 hint="pass the run's directory, or the .xplane.pb file itself.",
             )
         dirs[:] = sorted(dirs) if depth < _MAX_DEPTH else []
@@ -125,7 +126,7 @@ def read_profile(path: str | os.PathLike[str], *, max_bytes: int = DEFAULT_MAX_B
             hint=f"e.g. max_bytes={DEFAULT_MAX_BYTES}.",
         )
     if not os.path.lexists(text):
-        raise InputError(f"profile {shown(text, 200)} does not exist.", hint=_HINT)
+        raise InputError(f"profile {short_repr(text, 200)} does not exist.", hint=_HINT)
     if os.path.isdir(text):
         files, notes = _newest_session(text)
     else:
@@ -157,7 +158,7 @@ def read_profile(path: str | os.PathLike[str], *, max_bytes: int = DEFAULT_MAX_B
 def _newest_session(logdir: str) -> tuple[list[ProfileFile], list[str]]:
     profiles = find_profiles(logdir)
     if not profiles:
-        raise InputError(f"{shown(logdir, 200)} holds no profile ({_SUFFIX} file).", hint=_HINT)
+        raise InputError(f"{short_repr(logdir, 200)} holds no profile ({_SUFFIX} file).", hint=_HINT)
     sessions: dict[tuple[str, str], list[ProfileFile]] = {}
     for p in profiles:
         sessions.setdefault((p.run, p.session), []).append(p)
@@ -176,31 +177,33 @@ def _read_file(path: str, max_bytes: int) -> PlacementReport:
     try:
         info = os.stat(path)
     except OSError as err:
-        raise InputError(f"profile {shown(path, 200)} cannot be read: {err.strerror}.", hint=_HINT) from None
+        raise InputError(f"profile {short_repr(path, 200)} cannot be read: {err.strerror}.", hint=_HINT) from None
     if not stat.S_ISREG(info.st_mode):
-        raise InputError(f"profile {shown(path, 200)} is not a regular file (a directory, FIFO or device).", hint=_HINT)
+        raise InputError(
+            f"profile {short_repr(path, 200)} is not a regular file (a directory, FIFO or device).", hint=_HINT
+        )
     if info.st_size > max_bytes:
         raise InputError(
-            f"profile {shown(path, 200)} is {format_bytes(info.st_size)}, more than the "
+            f"profile {short_repr(path, 200)} is {format_bytes(info.st_size)}, more than the "
             f"{format_bytes(max_bytes)} read at most.",
             hint=f"profile fewer steps, or pass max_bytes={info.st_size} to read it anyway.",
         )
     if info.st_size == 0:
         raise InputError(
-            f"profile {shown(path, 200)} is empty (0 bytes): the profiler did not finish writing it.",
+            f"profile {short_repr(path, 200)} is empty (0 bytes): the profiler did not finish writing it.",
             hint="profile again and let the profiler stop (tf.profiler.experimental.stop()).",
         )
     trace = _trace_of(path, info.st_size, max_bytes)  # the file's bytes and the parsed XSpace are freed here
     report = build_report(trace)
     if not (report.ops or report.transfers or report.collectives):
         raise InputError(
-            f"profile {shown(path, 200)} holds {trace.host_events:,} host event(s) and "
+            f"profile {short_repr(path, 200)} holds {trace.host_events:,} host event(s) and "
             f"{sum(g.events for g in trace.gpus.values()):,} GPU event(s), but none that tfdevices "
             f"reads as an op (ExecutorState::Process, EagerExecute, 'name:Kernel', GPU kernels): {_found(trace)}.",
             hint=_found_hint(trace),
         )
     skipped = [
-        f"plane {shown(name, 60)} not read (tfdevices reads /host:CPU and /device:GPU:N)" for name in trace.skipped
+        f"plane {short_repr(name, 60)} not read (tfdevices reads /host:CPU and /device:GPU:N)" for name in trace.skipped
     ]
     return dataclasses.replace(report, notes=tuple(skipped) + report.notes)
 
@@ -230,22 +233,22 @@ def _trace_of(path: str, size: int, max_bytes: int) -> Any:
         with open(path, "rb") as f:
             data = f.read(max_bytes + 1)
     except OSError as err:
-        raise InputError(f"profile {shown(path, 200)} cannot be read: {err.strerror}.", hint=_HINT) from None
+        raise InputError(f"profile {short_repr(path, 200)} cannot be read: {err.strerror}.", hint=_HINT) from None
     try:
         space = parse_space(data)
     except (DecodeError, RuntimeError, ValueError) as err:
         raise InputError(
-            f"profile {shown(path, 200)} ({format_bytes(size)}) is truncated or is not an XSpace "
-            f"({shown(str(err), 120)}).",
+            f"profile {short_repr(path, 200)} ({format_bytes(size)}) is truncated or is not an XSpace "
+            f"({short_repr(str(err), 120)}).",
             hint="profile again; " + _HINT,
         ) from None
     names = [plane.name for plane in space.planes]
     readable = [n for n in names if n == HOST_PLANE or n.startswith("/device:GPU:")]
     if not readable:
-        listing = ", ".join(shown(n, 60) for n in names[:8]) or "none"
+        listing = ", ".join(short_repr(n, 60) for n in names[:8]) or "none"
         what = " (a TPU profile)" if any(n.startswith("/device:TPU:") for n in names) else ""
         raise InputError(
-            f"profile {shown(path, 200)} holds no host CPU or GPU plane{what}; its planes: {listing}.",
+            f"profile {short_repr(path, 200)} holds no host CPU or GPU plane{what}; its planes: {listing}.",
             hint="tfdevices reads the profiles of CPUs and NVIDIA GPUs (TPU profiles: use TensorBoard's Profile tab).",
         )
     return read_trace(space)

@@ -13,7 +13,7 @@ from typing import Any
 
 from tfdevices.core._tf import import_tf
 from tfdevices.core.errors import InputError, TfDevicesError
-from tfdevices.core.units import shown
+from tfdevices.core.units import short_repr
 from tfdevices.mends.at_exit import call_at_exit
 from tfdevices.runtime import hold_run_metadata, release_run_metadata, run_metadata_held
 from tfdevices.verify.building import build_report
@@ -177,7 +177,7 @@ def _with_cold(report: PlacementReport, traced: list[str]) -> PlacementReport:
     names = sorted(set(traced))
     note = (
         f"a first execution (cold): {len(traced)} function(s) were traced during the capture "
-        f"({', '.join(shown(n, 60) for n in names[:3])}{', ...' if len(names) > 3 else ''}); its times include "
+        f"({', '.join(short_repr(n, 60) for n in names[:3])}{', ...' if len(names) > 3 else ''}); its times include "
         "one-time set-up (tracing, kernel initialisation, autotuning): capture a later call for warm times"
     )
     return dataclasses.replace(report, cold=True, notes=(note, *report.notes))
