@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import importlib
 
+from tfdevices.core.lazy import lazy_names
+
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing for `import tfdevices`
 if TYPE_CHECKING:
     from typing import Any
@@ -117,18 +119,16 @@ _FORMER: dict[str, str] = dict.fromkeys(
 __all__ = sorted(_EXPORTS)  # noqa: PLE0605 (a list of _EXPORTS' names, built once)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name) or _FORMER.get(name)
-    if module is None:
-        from importlib.util import find_spec  # noqa: PLC0415 (lazy: only when a name is missing)
+def _not_exported(name: str) -> Any:
+    """A former name (kept in :mod:`tfdevices.errors` now) or a submodule (``tfdevices.runtime``)."""
+    former = _FORMER.get(name)
+    if former is not None:
+        return getattr(importlib.import_module(f"tfdevices.{former}"), name)
+    from importlib.util import find_spec  # noqa: PLC0415 (lazy: only when a name is missing)
 
-        if not name.startswith("_") and find_spec(f"tfdevices.{name}") is not None:
-            return importlib.import_module(f"tfdevices.{name}")  # a submodule: tfdevices.runtime
-        raise AttributeError(f"module 'tfdevices' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"tfdevices.{module}"), name)
-    globals()[name] = value
-    return value
+    if not name.startswith("_") and find_spec(f"tfdevices.{name}") is not None:
+        return importlib.import_module(f"tfdevices.{name}")
+    raise AttributeError(f"module 'tfdevices' has no attribute {name!r}")
 
 
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_names(globals(), {n: f"tfdevices.{m}" for n, m in _EXPORTS.items()}, _not_exported)

@@ -24,16 +24,24 @@ __all__ = ["LazyPattern", "lazy_names"]
 
 
 def lazy_names(
-    namespace: dict[str, Any], exports: dict[str, str]
+    namespace: dict[str, Any],
+    exports: dict[str, str],
+    missing: Callable[[str], Any] | None = None,
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """The ``__getattr__`` and ``__dir__`` of the package whose ``globals()`` is ``namespace``: its name ``N``
     is ``exports[N]``'s ``N``, imported from that module when first read, then kept in ``namespace``.
+
+    A name not in ``exports`` is ``missing(name)`` where given (it raises ``AttributeError`` for what the
+    package does not have: the top-level package's former names and submodules), else ``AttributeError``.
+    The one way tfdevices' packages export names lazily.
     """
     package = namespace["__name__"]
 
     def getattr_(name: str) -> Any:
         module = exports.get(name)
         if module is None:
+            if missing is not None:
+                return missing(name)
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         value = getattr(importlib.import_module(module), name)
         namespace[name] = value
