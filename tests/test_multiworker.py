@@ -176,8 +176,8 @@ def test_keras3_fit_fails_without_the_adapter_and_works_with_it():
     for r in run_workers(2, {}, RAW_WORKER):
         # Keras 3.5+ fails in _maybe_symbolic_build, 3.3-3.4 (which have none) at the first step's logs
         assert "PerReplica" in r["raw"] or "Invalid reduction dimension 0" in r["raw"], (
-            "Keras 3 fit under MultiWorkerMirroredStrategy works without the adapter now: "
-            f"stop FIT_ADAPTER_KERAS before this Keras ({r['raw']})"
+            "Keras 3 fit under MultiWorkerMirroredStrategy works without the mend now: keras_fit's detection "
+            f"must find the defect absent in this Keras ({r['raw']})"
         )
         assert (r["adapter"], r["mended"]) == ("install", ["loss", "mae"])
 
