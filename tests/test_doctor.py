@@ -218,7 +218,9 @@ def test_doctor_without_tensorflow_runs_every_detection_and_imports_nothing(tmp_
         report,
         {"tensorflow": "not installed (pip install", "keras": "not installed", "tf.keras is": "none: TensorFlow is"},
         {
-            **dict.fromkeys(("runtime_start", "exit_barrier", "step_progress", "collective_wait", "autograph_skip"), _NO_TF),
+            **dict.fromkeys(
+                ("runtime_start", "exit_barrier", "step_progress", "collective_wait", "autograph_skip"), _NO_TF
+            ),
             **dict.fromkeys(("capture_calls", "quiet_import"), _NO_TF),
             "uneven_batch": "not_needed: no Keras is installed here: no fit to mend",
             "keras_fit": "not_needed: no Keras is installed here: no fit to mend",
