@@ -1,5 +1,5 @@
 """Jobs of many processes, without TensorFlow: who am I (TF_CONFIG, SLURM, MPI,
-RANK), which GPUs are mine, and the local launcher.
+RANK), which GPUs are mine, and the launcher (``launch``, ``LaunchConfig``: ``tfdevices launch`` from Python).
 
 Imports only from :mod:`tfdevices.core` and :mod:`tfdevices.gpus`.
 """
@@ -13,10 +13,14 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
 if TYPE_CHECKING:
     from tfdevices.jobs.env import RANK_GPUS, LaunchInfo, launch_info
     from tfdevices.jobs.job_report import JobRanks, read_ranks
-    from tfdevices.jobs.metrics import serve_metrics
+    from tfdevices.jobs.launch_config import LaunchConfig
+    from tfdevices.jobs.launcher import launch
+    from tfdevices.jobs.metrics import MetricsAddress, serve_metrics
     from tfdevices.jobs.ranks import GpuAssignment, gpu_for_rank
+    from tfdevices.jobs.rendezvous import Nodes
     from tfdevices.jobs.reporting import slow_rank_report, stall_timeout
     from tfdevices.jobs.slurm import step_cluster
+    from tfdevices.jobs.stall import StallPolicy
 
 # public name -> the module that defines it
 _EXPORTS = {
@@ -31,6 +35,11 @@ _EXPORTS = {
     "read_ranks": "tfdevices.jobs.job_report",
     "JobRanks": "tfdevices.jobs.job_report",
     "serve_metrics": "tfdevices.jobs.metrics",
+    "launch": "tfdevices.jobs.launcher",
+    "LaunchConfig": "tfdevices.jobs.launch_config",
+    "StallPolicy": "tfdevices.jobs.stall",
+    "MetricsAddress": "tfdevices.jobs.metrics",
+    "Nodes": "tfdevices.jobs.rendezvous",
 }
 
 __all__ = [
@@ -45,6 +54,11 @@ __all__ = [
     "read_ranks",
     "JobRanks",
     "serve_metrics",
+    "launch",
+    "LaunchConfig",
+    "StallPolicy",
+    "MetricsAddress",
+    "Nodes",
 ]
 
 
