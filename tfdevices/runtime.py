@@ -227,10 +227,9 @@ def configure(
             or ``None`` to leave visibility as it is.
         memory_growth: allocate GPU memory as needed instead of all at once (set on every
             visible GPU: TensorFlow refuses mixed settings).
-        memory_limit: cap per logical GPU: one size for all (``"4GiB"`` or bytes); a list of
-            sizes, one logical device each, for every GPU (``["6GiB", "2GiB"]``: an uneven
-            split); or a dict by NVML GPU key, each a size or a list (``{"0": "8GiB", "1": "4GiB"}``;
-            GPUs not named keep TensorFlow's default).
+        memory_limit: cap per logical GPU: one size for all (``"4GiB"`` or bytes); a list of sizes, one
+            logical device each, for every GPU (``["6GiB", "2GiB"]``: an uneven split); or a dict by NVML
+            GPU key, each a size or a list (``{"0": "8GiB", "1": "4GiB"}``; GPUs not named keep the default).
         virtual_devices: split each visible GPU, or the CPU when there is no GPU, into N
             logical devices. A GPU split without ``memory_limit`` shares 95% of its free memory.
         inventory: used when ``selection`` is a spec, and by ``dry_run``.
@@ -245,6 +244,14 @@ def configure(
     Raises:
         InputError: an argument is malformed, or two settings conflict.
         RuntimeInitializedError: TensorFlow's runtime already started with another configuration.
+
+    Two GPUs of a saved 8-GPU listing, 4 GiB each (``dry_run``: planned, not applied):
+
+    >>> import tfdevices
+    >>> node = tfdevices.Inventory.load("tests/data/node-8gpu.json")
+    >>> plan = tfdevices.configure("auto:2", memory_limit="4GiB", inventory=node, dry_run=True)
+    >>> plan.mask, plan.logical_devices, plan.memory_limit
+    ('0,2', ('GPU:0', 'GPU:1', 'CPU:0'), 4294967296)
     """
     growth, limits, split = _validate(memory_growth, memory_limit, virtual_devices, terms)
     sel = (

@@ -505,9 +505,13 @@ def build_strategy(
         SpecError: a device name is malformed or names nothing TensorFlow sees.
         TfConfigError: ``TF_CONFIG`` is invalid.
 
-    >>> strategy = build_strategy("mirrored", ["CPU:0", "CPU:1"])  # doctest: +SKIP
-    >>> strategy.num_replicas_in_sync, strategy.cross_device_ops   # doctest: +SKIP
-    (2, 'reduction_to_one_device')
+    In a fresh process, on two logical CPUs (GPUs where there are: ``configure(select("auto:2"))``):
+
+    >>> import tfdevices
+    >>> config = tfdevices.configure("none", virtual_devices=2)  # doctest: +SKIP
+    >>> strategy = tfdevices.build_strategy("mirrored")  # doctest: +SKIP
+    >>> strategy.kind, strategy.num_replicas_in_sync, strategy.tf_devices  # doctest: +SKIP
+    ('mirrored', 2, ('CPU:0', 'CPU:1'))
     """
     if kind not in KINDS:
         decide_strategy(kind, ())  # raises the StrategyError
