@@ -208,10 +208,10 @@ def runtime_started() -> bool:
 
 
 def configure(
-    selection: Selection | object = None,
+    selection: Selection | str | None = None,
     *,
     memory_growth: bool | None = None,
-    memory_limit: object = None,
+    memory_limit: int | str | Sequence[int | str] | Mapping[str, int | str | Sequence[int | str]] | None = None,
     virtual_devices: int | None = None,
     inventory: Inventory | None = None,
     dry_run: bool = False,
@@ -418,7 +418,12 @@ def plan_runtime(
     sel: Selection | None,
     *,
     memory_growth: bool | None = None,
-    memory_limit: object = None,
+    memory_limit: int
+    | str
+    | Sequence[int | str]
+    | Mapping[str, int | str | Sequence[int | str]]
+    | tuple[tuple[str | None, tuple[int, ...]], ...]
+    | None = None,
     virtual_devices: int | None = None,
     tf_imported: bool = False,
     gpu_count: int | None = None,
@@ -432,19 +437,16 @@ def plan_runtime(
         memory_growth: as in :func:`configure`.
         memory_limit: as in :func:`configure`, or already normalized (see :func:`normalize_memory_limit`).
         virtual_devices: as in :func:`configure`.
-        tf_imported: whether TensorFlow is already imported (then masking goes through
-            ``tf.config.set_visible_devices``).
+        tf_imported: whether TensorFlow is already imported (masking then uses ``tf.config.set_visible_devices``).
         gpu_count: GPUs TensorFlow lists; needed only when ``sel`` is ``None``.
-        visible: the GPUs visible now, when ``sel`` is ``None`` and they are known (a dry run): their
-            NVML keys, free memory (to split) and total memory (to check limits).
+        visible: the GPUs visible now when ``sel`` is ``None`` (a dry run): keys, free memory, total memory.
         terms: how messages name the settings.
 
     Returns:
         The :class:`RuntimePlan`.
 
     Raises:
-        InputError: a GPU split needs a memory limit that cannot be derived, a limit
-            names a GPU that is not selected, or asks for more than a GPU's memory.
+        InputError: a GPU split needs a limit it cannot derive, or a limit names an unselected GPU or exceeds it.
 
     >>> plan_runtime(None, virtual_devices=2, gpu_count=0).config.logical_devices
     ('CPU:0', 'CPU:1')

@@ -126,12 +126,12 @@ class Selection:
 
 
 def select(
-    spec: object = "all",
+    spec: str | int | Sequence[int | str] = "all",
     inventory: Inventory | None = None,
     *,
     min_free_memory: int | str | None = None,
     max_utilization: float | None = None,
-    exclude: object = None,
+    exclude: str | int | Sequence[int | str] | None = None,
     order: str = "links",
     terms: Terms = PYTHON,
 ) -> Selection:
