@@ -236,7 +236,11 @@ def test_doctor_without_tensorflow_runs_every_detection_and_imports_nothing(tmp_
     assert not loaded
     _read_every_line(
         report,
-        {"tensorflow": "not installed (pip install", "keras": "not installed", "tf.keras is": "none: TensorFlow is"},
+        {
+            "tensorflow": "not installed (in the tfdevices clone, pip install -e",
+            "keras": "not installed",
+            "tf.keras is": "none: TensorFlow is",
+        },
         {
             **dict.fromkeys(
                 ("runtime_start", "exit_barrier", "step_progress", "collective_wait", "autograph_skip"), _NO_TF

@@ -128,7 +128,10 @@ def _tensorflow(env: Mapping[str, str], load: bool) -> tuple[tuple[str, str], ..
     tf_version = _version("tensorflow")
     keras_version, tf_keras_version = _version("keras"), _version("tf_keras")
     rows = [
-        ("tensorflow", tf_version or "not installed (pip install 'tfdevices[cpu]' or 'tfdevices[and-cuda]')"),
+        (
+            "tensorflow",
+            tf_version or "not installed (in the tfdevices clone, pip install -e '.[cpu]' or '.[and-cuda]')",
+        ),
         ("keras", keras_version or "not installed"),
         ("tf_keras", tf_keras_version or "not installed"),
         ("tf.keras is", _tf_keras_is(env, tf_version, keras_version, tf_keras_version)),

@@ -644,7 +644,7 @@ def _apply(sel: Selection | None, growth: bool | None, limit: Limits, split: int
         raise TfDevicesError(
             f"{plan.gpu_count} GPU(s) selected (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')}) "
             f"but TensorFlow lists {len(gpus)}: CUDA could not use them.",
-            hint="check the driver and CUDA libraries (pip install 'tfdevices[and-cuda]'); "
+            hint="check the driver and CUDA libraries (in the tfdevices clone, pip install -e '.[and-cuda]'); "
             "tf.sysconfig.get_build_info() shows what TensorFlow expects.",
         )
     for gpu in gpus if plan.memory_growth is not None else ():
