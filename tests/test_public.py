@@ -137,6 +137,7 @@ def test_the_names_the_docs_used_from_submodules_are_public():
         "tfdevices.jobs.launch",  # the metrics guide: tfdevices launch from Python
         "tfdevices.jobs.LaunchConfig",
         "tfdevices.jobs.StallPolicy",  # the fields of LaunchConfig
+        "tfdevices.jobs.SlowRankPolicy",  # StallPolicy's
         "tfdevices.jobs.MetricsAddress",
         "tfdevices.jobs.Nodes",
         "tfdevices.layers.planned_devices",

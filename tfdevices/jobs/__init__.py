@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from tfdevices.jobs.reporting import slow_rank_report, stall_timeout
     from tfdevices.jobs.slurm import step_cluster
     from tfdevices.jobs.stall import StallPolicy
+    from tfdevices.jobs.straggler import SlowRankPolicy
 
 # public name -> the module that defines it
 _EXPORTS = {
@@ -38,6 +39,7 @@ _EXPORTS = {
     "launch": "tfdevices.jobs.launcher",
     "LaunchConfig": "tfdevices.jobs.launch_config",
     "StallPolicy": "tfdevices.jobs.stall",
+    "SlowRankPolicy": "tfdevices.jobs.straggler",
     "MetricsAddress": "tfdevices.jobs.metrics",
     "Nodes": "tfdevices.jobs.rendezvous",
 }
@@ -57,6 +59,7 @@ __all__ = [
     "launch",
     "LaunchConfig",
     "StallPolicy",
+    "SlowRankPolicy",
     "MetricsAddress",
     "Nodes",
 ]
