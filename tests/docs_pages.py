@@ -172,9 +172,14 @@ def _format(text: str, button: _Button) -> str:
 
 def copied(site: pathlib.Path, page: str) -> list[Block]:
     """Every code block of ``page`` (a path under the built site), in order."""
+    return copied_from(site, (site / page).read_text(encoding="utf-8"))
+
+
+def copied_from(site: pathlib.Path, html_text: str) -> list[Block]:
+    """Every code block of a part of one of the site's pages (``html_text``), in order."""
     button = _button(site)
     parser = _Pre(button.excluded)
-    parser.feed((site / page).read_text(encoding="utf-8"))
+    parser.feed(html_text)
     return [Block(language, shown, _format(kept, button)) for language, shown, kept in parser.blocks]
 
 

@@ -276,10 +276,7 @@ GOES_ON = {"in", "of", "on", "under", "with", "and", "or", "for", "to", "from", 
 
 # -- density: short paragraphs
 
-PARAGRAPH_LINES = 8
-# Guides whose long paragraphs are split later, with the reason: part two of issue 48 splits the many-processes
-# guide by task (the script, launch -n 2 and SLURM first); remove each entry when its guide is done.
-LONG_PARAGRAPHS_LATER = {"docs/guides/many_processes.rst": "issue 48, part two: split by task"}
+PARAGRAPH_LINES = 8  # every guide, no exception
 
 
 def paragraphs(text: str) -> list[tuple[int, int]]:
@@ -299,8 +296,6 @@ def test_paragraphs_are_counted_in_source_lines_in_every_form():
 @pytest.mark.parametrize("doc", [d for d in DOCS if d.startswith("docs/guides/")])
 def test_no_paragraph_of_a_guide_runs_over_8_lines(doc):
     found = paragraphs(pathlib.Path(REPO, doc).read_text(encoding="utf-8"))
+    assert found, f"{doc}: no paragraph found"
     long = [f"{doc}:{line}: {n} lines" for line, n in found if n > PARAGRAPH_LINES]
-    if doc in LONG_PARAGRAPHS_LATER:
-        assert long, f"{doc} has no paragraph over {PARAGRAPH_LINES} lines: drop it from LONG_PARAGRAPHS_LATER"
-        return
     assert long == []

@@ -72,8 +72,28 @@ def test_doctor_shows_no_secret_and_no_environment_value_it_does_not_read() -> N
         ({"TFDEVICES_STALL_WINDOW": "x"}, "job", "stalls", "error: TFDEVICES_STALL_WINDOW='x'"),
         ({"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0"}, "job", "progress records", "/tmp/tfdevices-progress/slurm-7.0"),
         ({}, "mends", "TFDEVICES_MENDS", "unset: no mend is off"),
-        ({}, "job", "rank", "0 of 1 (local 0): no launcher variables are set: a single process"),
-        ({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}, "job", "rank", "1 of 2 (local 1): from ENV (RANK"),
+        ({}, "job", "rank", "0 of 1, local rank 0 of 1: no launcher variables are set: a single process"),
+        (
+            {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"},
+            "job",
+            "rank",
+            "1 of 2, local rank 1 of an unknown number on this machine: RANK/WORLD_SIZE are set (a torchrun",
+        ),
+        ({"RANK": "1", "WORLD_SIZE": "2"}, "job", "note", "LOCAL_RANK is not set: local rank 0 assumed"),
+        (
+            {
+                "SLURM_PROCID": "1",
+                "SLURM_LOCALID": "1",
+                "SLURM_STEP_NUM_TASKS": "4",
+                "SLURM_NODEID": "0",
+                "SLURM_STEP_TASKS_PER_NODE": "2(x2)",
+                "SLURM_STEP_NODELIST": "n[1-2]",
+                "SLURM_STEP_ID": "0",
+            },
+            "job",
+            "rank",
+            "1 of 4, local rank 1 of 2: srun started this process as task 1 of job step 0",
+        ),
         (
             {"TFDEVICES_INVENTORY": NODE},
             "gpus",
@@ -216,7 +236,11 @@ def test_doctor_without_tensorflow_runs_every_detection_and_imports_nothing(tmp_
     assert not loaded
     _read_every_line(
         report,
-        {"tensorflow": "not installed (pip install", "keras": "not installed", "tf.keras is": "none: TensorFlow is"},
+        {
+            "tensorflow": "not installed (in the tfdevices clone, pip install -e",
+            "keras": "not installed",
+            "tf.keras is": "none: TensorFlow is",
+        },
         {
             **dict.fromkeys(
                 ("runtime_start", "exit_barrier", "step_progress", "collective_wait", "autograph_skip"), _NO_TF

@@ -134,6 +134,12 @@ def test_the_names_the_docs_used_from_submodules_are_public():
         "tfdevices.runtime.configure_worker",
         "tfdevices.verify.short_name",
         "tfdevices.jobs.step_cluster",
+        "tfdevices.jobs.launch",  # the metrics guide: tfdevices launch from Python
+        "tfdevices.jobs.LaunchConfig",
+        "tfdevices.jobs.StallPolicy",  # the fields of LaunchConfig
+        "tfdevices.jobs.SlowRankPolicy",  # StallPolicy's
+        "tfdevices.jobs.MetricsAddress",
+        "tfdevices.jobs.Nodes",
         "tfdevices.layers.planned_devices",
         "tfdevices.training.train",
         "tfdevices.training.install_fit_adapter",

@@ -290,7 +290,7 @@ def _run_python(fresh_copy: str, example: Example) -> None:
     with open(printed, encoding="utf-8") as f:
         calls = [(line, text) for line, text in json.load(f)]
     for claim in _printed(code):
-        _check_claim(where, claim, calls, strict=example.doc not in COUNTS_LATER)
+        _check_claim(where, claim, calls)
     marked = [i for i, text in enumerate(code.splitlines(), 1) if RUNTIME_START in text]
     for i in marked:
         assert re.search(rf"it was started by \S*\b{re.escape(script)}:{i} \(", proc.stdout), (
@@ -348,11 +348,6 @@ class Claim(NamedTuple):
 
 CLAIM = re.compile(r"#\s*prints(?: (\d+|several) lines, (the first|one of them))?:\s*(.+)$")
 
-# Documents whose "# prints" comments are only checked for their TEXT somewhere in what the print() printed, not
-# for how many lines it printed nor which: the many-processes guide, which part two of issue 48 rewrites (its
-# comments show one line of several).
-COUNTS_LATER = {"docs/guides/many_processes.rst"}
-
 
 def _printed(code: str) -> list[Claim]:
     """The ``# prints`` comments of a block."""
@@ -365,17 +360,17 @@ def _printed(code: str) -> list[Claim]:
     return out
 
 
-def _check_claim(where: str, claim: Claim, calls: list[tuple[int, str]], *, strict: bool = True) -> None:
+def _check_claim(where: str, claim: Claim, calls: list[tuple[int, str]]) -> None:
     """The print() the comment is about (the last one called from its line or above) printed what it says;
     one called in a loop prints what it says each time, TEXT in one of them."""
     above = [line for line, _ in calls if line <= claim.line]
     assert above, f"{where}: no print() ran at or above the line of '# prints: {claim.text}'"
     texts = [text for line, text in calls if line == max(above)]
     said = f"{where}, line {claim.line} of the block: says it prints"
-    for text in texts if strict else []:
+    for text in texts:
         lines = text.count("\n")
         assert lines == claim.lines or (claim.lines == 0 and lines > 1), f"{said} {claim}, but printed:\n{text}"
-    shown = [text.splitlines()[:1] if claim.first and strict else text.splitlines() for text in texts]
+    shown = [text.splitlines()[:1] if claim.first else text.splitlines() for text in texts]
     assert any(claim.text in line for lines in shown for line in lines), f"{said} {claim.text!r}, but:\n{texts}"
 
 

@@ -86,6 +86,8 @@ _EXPORTS: dict[str, str] = {
     "slow_rank_report": "jobs",
     "read_ranks": "jobs",
     "JobRanks": "jobs",
+    "launch": "jobs",
+    "LaunchConfig": "jobs",
     # verify
     "capture": "verify",
     "PlacementReport": "verify",

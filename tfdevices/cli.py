@@ -414,12 +414,12 @@ def _cmd_configure(args: argparse.Namespace) -> int:
     return 0
 
 
-def _memory_limit(text: str | None) -> object:
+def _memory_limit(text: str | None) -> str | list[str] | dict[str, str | list[str]] | None:
     """``4GiB`` (every GPU), ``6GiB+2GiB`` (a split: one size per logical device), ``0=8GiB,1=6GiB+2GiB`` (by GPU)."""
     if text is None:
         return None
 
-    def sizes(part: str) -> object:
+    def sizes(part: str) -> str | list[str]:
         return part.split("+") if "+" in part else part
 
     if "=" not in text:

@@ -26,7 +26,7 @@ from tfdevices.core.errors import TfDevicesError
 from tfdevices.core.units import format_bytes, short_repr
 from tfdevices.gpus.discovery import discover
 from tfdevices.gpus.inventory import INVENTORY_ENV
-from tfdevices.jobs.env import launch_info
+from tfdevices.jobs.env import LaunchInfo, launch_info
 from tfdevices.jobs.handshake import TOKEN_ENV
 from tfdevices.jobs.progress import progress_dir
 from tfdevices.jobs.stall import policy_from_env
@@ -128,7 +128,10 @@ def _tensorflow(env: Mapping[str, str], load: bool) -> tuple[tuple[str, str], ..
     tf_version = _version("tensorflow")
     keras_version, tf_keras_version = _version("keras"), _version("tf_keras")
     rows = [
-        ("tensorflow", tf_version or "not installed (pip install 'tfdevices[cpu]' or 'tfdevices[and-cuda]')"),
+        (
+            "tensorflow",
+            tf_version or "not installed (in the tfdevices clone, pip install -e '.[cpu]' or '.[and-cuda]')",
+        ),
         ("keras", keras_version or "not installed"),
         ("tf_keras", tf_keras_version or "not installed"),
         ("tf.keras is", _tf_keras_is(env, tf_version, keras_version, tf_keras_version)),
@@ -237,16 +240,21 @@ def _job(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     except TfDevicesError as err:
         return (("error", str(err)),)
     return (
-        ("rank", f"{info.rank} of {info.world_size} (local {info.local_rank}): {_ranked_by(info.source, info.reason)}"),
+        ("rank", _rank_row(info)),
+        *(("note", note) for note in info.notes),
         (EXIT_WAIT_ENV, _exit_wait(env)),
         (TOKEN_ENV, "set" if env.get(TOKEN_ENV) else "unset"),
         *_stalls(env),
     )
 
 
-def _ranked_by(source: str, reason: str) -> str:
-    """Where a process's rank comes from: ``"SLURM: srun started ..."``, or only why when nothing set one."""
-    return reason if source == "none" else f"from {source} ({reason})"
+def _rank_row(info: LaunchInfo) -> str:
+    """A process's rank, its local rank out of how many (when the source says), and why: the reason names the
+    source in words (``"srun started this process as task 1 ..."``, ``"RANK/WORLD_SIZE are set ..."``); a local
+    rank the source did not set is said to be assumed, in the job's ``note`` row.
+    """
+    size = "an unknown number on this machine" if info.local_world_size is None else info.local_world_size
+    return f"{info.rank} of {info.world_size}, local rank {info.local_rank} of {size}: {info.reason}"
 
 
 def _stalls(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:

@@ -208,10 +208,10 @@ def runtime_started() -> bool:
 
 
 def configure(
-    selection: Selection | object = None,
+    selection: Selection | str | None = None,
     *,
     memory_growth: bool | None = None,
-    memory_limit: object = None,
+    memory_limit: int | str | Sequence[int | str] | Mapping[str, int | str | Sequence[int | str]] | None = None,
     virtual_devices: int | None = None,
     inventory: Inventory | None = None,
     dry_run: bool = False,
@@ -227,10 +227,9 @@ def configure(
             or ``None`` to leave visibility as it is.
         memory_growth: allocate GPU memory as needed instead of all at once (set on every
             visible GPU: TensorFlow refuses mixed settings).
-        memory_limit: cap per logical GPU: one size for all (``"4GiB"`` or bytes); a list of
-            sizes, one logical device each, for every GPU (``["6GiB", "2GiB"]``: an uneven
-            split); or a dict by NVML GPU key, each a size or a list (``{"0": "8GiB", "1": "4GiB"}``;
-            GPUs not named keep TensorFlow's default).
+        memory_limit: cap per logical GPU: one size for all (``"4GiB"`` or bytes); a list of sizes, one
+            logical device each, for every GPU (``["6GiB", "2GiB"]``: an uneven split); or a dict by NVML
+            GPU key, each a size or a list (``{"0": "8GiB", "1": "4GiB"}``; GPUs not named keep the default).
         virtual_devices: split each visible GPU, or the CPU when there is no GPU, into N
             logical devices. A GPU split without ``memory_limit`` shares 95% of its free memory.
         inventory: used when ``selection`` is a spec, and by ``dry_run``.
@@ -245,6 +244,14 @@ def configure(
     Raises:
         InputError: an argument is malformed, or two settings conflict.
         RuntimeInitializedError: TensorFlow's runtime already started with another configuration.
+
+    Two GPUs of a saved 8-GPU listing, 4 GiB each (``dry_run``: planned, not applied):
+
+    >>> import tfdevices
+    >>> node = tfdevices.Inventory.load("tests/data/node-8gpu.json")
+    >>> plan = tfdevices.configure("auto:2", memory_limit="4GiB", inventory=node, dry_run=True)
+    >>> plan.mask, plan.logical_devices, plan.memory_limit
+    ('0,2', ('GPU:0', 'GPU:1', 'CPU:0'), 4294967296)
     """
     growth, limits, split = _validate(memory_growth, memory_limit, virtual_devices, terms)
     sel = (
@@ -411,7 +418,12 @@ def plan_runtime(
     sel: Selection | None,
     *,
     memory_growth: bool | None = None,
-    memory_limit: object = None,
+    memory_limit: int
+    | str
+    | Sequence[int | str]
+    | Mapping[str, int | str | Sequence[int | str]]
+    | tuple[tuple[str | None, tuple[int, ...]], ...]
+    | None = None,
     virtual_devices: int | None = None,
     tf_imported: bool = False,
     gpu_count: int | None = None,
@@ -425,19 +437,16 @@ def plan_runtime(
         memory_growth: as in :func:`configure`.
         memory_limit: as in :func:`configure`, or already normalized (see :func:`normalize_memory_limit`).
         virtual_devices: as in :func:`configure`.
-        tf_imported: whether TensorFlow is already imported (then masking goes through
-            ``tf.config.set_visible_devices``).
+        tf_imported: whether TensorFlow is already imported (masking then uses ``tf.config.set_visible_devices``).
         gpu_count: GPUs TensorFlow lists; needed only when ``sel`` is ``None``.
-        visible: the GPUs visible now, when ``sel`` is ``None`` and they are known (a dry run): their
-            NVML keys, free memory (to split) and total memory (to check limits).
+        visible: the GPUs visible now when ``sel`` is ``None`` (a dry run): keys, free memory, total memory.
         terms: how messages name the settings.
 
     Returns:
         The :class:`RuntimePlan`.
 
     Raises:
-        InputError: a GPU split needs a memory limit that cannot be derived, a limit
-            names a GPU that is not selected, or asks for more than a GPU's memory.
+        InputError: a GPU split needs a limit it cannot derive, or a limit names an unselected GPU or exceeds it.
 
     >>> plan_runtime(None, virtual_devices=2, gpu_count=0).config.logical_devices
     ('CPU:0', 'CPU:1')
@@ -635,7 +644,7 @@ def _apply(sel: Selection | None, growth: bool | None, limit: Limits, split: int
         raise TfDevicesError(
             f"{plan.gpu_count} GPU(s) selected (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')}) "
             f"but TensorFlow lists {len(gpus)}: CUDA could not use them.",
-            hint="check the driver and CUDA libraries (pip install 'tfdevices[and-cuda]'); "
+            hint="check the driver and CUDA libraries (in the tfdevices clone, pip install -e '.[and-cuda]'); "
             "tf.sysconfig.get_build_info() shows what TensorFlow expects.",
         )
     for gpu in gpus if plan.memory_growth is not None else ():

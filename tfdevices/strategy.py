@@ -472,10 +472,10 @@ def explanation(strategy: Any) -> Explained:
 
 def build_strategy(
     kind: str = "auto",
-    devices: object = None,
+    devices: Sequence[int | str] | int | str | None = None,
     cross_device_ops: str = "auto",
     *,
-    runtime: Any = None,
+    runtime: rt.RuntimeConfig | None = None,
     env: Mapping[str, str] | None = None,
 ) -> tf.distribute.Strategy:
     """Builds a ``tf.distribute`` strategy on the right devices; it explains itself.
@@ -490,10 +490,15 @@ def build_strategy(
     ``configure(select(...))`` to call first, so a strategy on GPU 1 never fills GPU 0 (tensorflow#31410).
 
     Args:
-        kind: one of :data:`KINDS`.
-        devices: ``None`` for every visible device, or a list of NVML indices / TensorFlow logical
-            names (``[0, 1]``, ``["CPU:0", "CPU:1"]``).
-        cross_device_ops: one of :data:`CROSS_DEVICE_OPS`.
+        kind: one of :data:`KINDS`: ``"auto"`` (chosen from the devices and ``TF_CONFIG`` / SLURM:
+            ``"multi_worker"`` in a job of many workers, else ``"mirrored"`` on several devices, else
+            ``"one_device"``), ``"default"`` (TensorFlow's default strategy, explained),
+            ``"one_device"``, ``"mirrored"`` (one process, several devices) or ``"multi_worker"``
+            (``MultiWorkerMirroredStrategy``).
+        devices: ``None`` for every visible device, or a device or a list of them: NVML indices
+            (``[0, 1]``, ``"0:1"`` for a MIG instance) or TensorFlow logical names (``["CPU:0", "CPU:1"]``).
+        cross_device_ops: one of :data:`CROSS_DEVICE_OPS`: ``"auto"``, ``"nccl"``,
+            ``"hierarchical_copy"``, ``"reduction_to_one_device"``, ``"ring"`` or ``"none"``.
         runtime: the :class:`~tfdevices.runtime.RuntimeConfig` applied; default: the one
             :func:`tfdevices.configure` applied in this process, if any.
         env: environment to read ``TF_CONFIG`` / SLURM from (default ``os.environ``).
@@ -506,9 +511,13 @@ def build_strategy(
         SpecError: a device name is malformed or names nothing TensorFlow sees.
         TfConfigError: ``TF_CONFIG`` is invalid.
 
-    >>> strategy = build_strategy("mirrored", ["CPU:0", "CPU:1"])  # doctest: +SKIP
-    >>> strategy.num_replicas_in_sync, strategy.cross_device_ops   # doctest: +SKIP
-    (2, 'reduction_to_one_device')
+    In a fresh process, on two logical CPUs (GPUs where there are: ``configure(select("auto:2"))``):
+
+    >>> import tfdevices
+    >>> config = tfdevices.configure("none", virtual_devices=2)  # doctest: +SKIP
+    >>> strategy = tfdevices.build_strategy("mirrored")  # doctest: +SKIP
+    >>> strategy.kind, strategy.num_replicas_in_sync, strategy.tf_devices  # doctest: +SKIP
+    ('mirrored', 2, ('CPU:0', 'CPU:1'))
     """
     if kind not in KINDS:
         decide_strategy(kind, ())  # raises the StrategyError

@@ -1,4 +1,4 @@
-"""The many-processes guide's two-machine example runs as written: its host0 and host1 commands, taken
+"""The several-machines guide's two-machine example runs as written: its host0 and host1 commands, taken
 from the guide's blocks, started as two launchers on this machine.
 
 The guide says what a reader replaces: ``host0`` (the first machine's address: 127.0.0.1 here) and the
@@ -19,7 +19,7 @@ from tests.helpers import REPO, kill_all, subprocess_env
 from tests.test_docs_text import code_blocks
 from tfdevices.jobs.rendezvous import free_ports
 
-GUIDE = pathlib.Path(REPO, "docs", "guides", "many_processes.rst")
+GUIDE = pathlib.Path(REPO, "docs", "guides", "several_machines.rst")
 SECTION = "Several machines without a scheduler"
 
 
@@ -36,7 +36,7 @@ def guide_commands() -> dict[str, str]:
         prose = (lines[i] for i in range(first - 2, start, -1) if lines[i].strip()[:1] not in ("", ".", " "))
         said = next(prose)  # the line above the block's directive
         machine = re.fullmatch(r"On (host\d):", said.strip())
-        assert machine, f"many_processes.rst:{first}: a block not preceded by 'On hostN:' ({said!r})"
+        assert machine, f"{GUIDE.name}:{first}: a block not preceded by 'On hostN:' ({said!r})"
         command = " ".join(line.strip().removesuffix("\\").strip() for line in body)
         assert len(body) == 1 or all(line.rstrip().endswith("\\") for line in body[:-1]), body
         out[machine[1]] = command

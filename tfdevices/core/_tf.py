@@ -62,7 +62,7 @@ def import_tf() -> ModuleType:
     except ImportError as err:
         raise TensorFlowMissingError(
             f"this needs TensorFlow, which cannot be imported ({err}).",
-            hint="pip install 'tfdevices[cpu]' (or 'tfdevices[and-cuda]' on a machine with an NVIDIA GPU).",
+            hint="in the tfdevices clone, pip install -e '.[cpu]' (or '.[and-cuda]' on a machine with an NVIDIA GPU).",
         ) from None
     global _after_hook_ran
     if not _after_hook_ran:

@@ -71,10 +71,13 @@ def discover(
         EnvVarError: ``CUDA_VISIBLE_DEVICES`` or ``CUDA_DEVICE_ORDER`` is malformed,
             or the mask names GPUs that do not exist.
 
-    >>> discover(env={}, source="gpu")  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    tfdevices.core.errors.InputError: discovery source 'gpu' is unknown; known sources: 'nvml', 'tensorflow'. HINT: ...
+    This machine's GPUs are ``tfdevices.discover()``; here, a saved listing stands in for them
+    (``tfdevices list`` prints ``table()``):
+
+    >>> import tfdevices
+    >>> node = tfdevices.discover(env={"TFDEVICES_INVENTORY": "tests/data/node-8gpu.json"})
+    >>> len(node.gpus), node.gpus[0].name, node.loaded_from
+    (8, 'A100-SXM4-80GB', 'tests/data/node-8gpu.json')
     """
     if source not in KNOWN_SOURCES:
         raise InputError(

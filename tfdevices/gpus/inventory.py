@@ -177,10 +177,15 @@ class Inventory:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Inventory:
-        """Reads an inventory file.
+        """Reads an inventory file (one ``tfdevices list --json`` wrote, or ``to_json()``).
 
         Raises:
             InventoryFileError: the file is missing, unreadable or not an inventory.
+
+        >>> import tfdevices
+        >>> node = tfdevices.Inventory.load("tests/data/node-8gpu.json")
+        >>> [gpu.index for gpu in node.gpus if gpu.memory_free >= 30 * 2**30]
+        [0, 2, 4]
         """
         where = f"inventory file {short_repr(os.fspath(path), 240)}"
         inv = cls.from_json(_decode(read_bounded(path, what=where), where), where=where)

@@ -60,7 +60,7 @@ import re
 import socket
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import NamedTuple
 
 from tfdevices.core.errors import InputError, ReservationError, SelectionError, SpecError
@@ -283,7 +283,7 @@ class Reservation:
 
 
 def reserve(
-    request: object = "auto:1",
+    request: Selection | str | int | Sequence[int | str] = "auto:1",
     inventory: Inventory | None = None,
     *,
     lock_dir: str | None = None,
@@ -348,7 +348,10 @@ class _Wanted(NamedTuple):
 
 
 def _wanted(
-    request: object, inventory: Inventory, min_free_memory: int | str | None, max_utilization: float | None
+    request: Selection | str | int | Sequence[int | str],
+    inventory: Inventory,
+    min_free_memory: int | str | None,
+    max_utilization: float | None,
 ) -> _Wanted:
     """The GPUs ``request`` asks for; a spec that could never be met on this machine raises here."""
     if isinstance(request, Selection):
@@ -412,7 +415,7 @@ def _check_distinct(selection: Selection) -> None:
 
 
 def _attempt(
-    request: object,
+    request: Selection | str | int | Sequence[int | str],
     inventory: Inventory,
     wanted: tuple[GpuInfo, ...],
     exact: bool,
@@ -441,13 +444,17 @@ def _attempt(
 
 
 def _select(
-    request: object, inventory: Inventory, exclude: list[str] | None, min_free: int | str | None, max_util: float | None
+    request: str | int | Sequence[int | str],
+    inventory: Inventory,
+    exclude: list[str] | None,
+    min_free: int | str | None,
+    max_util: float | None,
 ) -> Selection:
     return select(request, inventory, min_free_memory=min_free, max_utilization=max_util, exclude=exclude)
 
 
 def _choose(
-    request: object,
+    request: Selection | str | int | Sequence[int | str],
     inventory: Inventory,
     wanted: tuple[GpuInfo, ...],
     exact: bool,
@@ -460,6 +467,7 @@ def _choose(
         if not all(g.key in free for g in wanted):
             return None
         return request if isinstance(request, Selection) else _select(request, inventory, None, min_free, max_util)
+    assert not isinstance(request, Selection)  # a Selection is exact: claimed above
     busy = [g.key for g in inventory.gpus if g.key not in free]
     try:
         chosen = _select(request, inventory, busy or None, min_free, max_util)

@@ -126,19 +126,18 @@ class Selection:
 
 
 def select(
-    spec: object = "all",
+    spec: str | int | Sequence[int | str] = "all",
     inventory: Inventory | None = None,
     *,
     min_free_memory: int | str | None = None,
     max_utilization: float | None = None,
-    exclude: object = None,
+    exclude: str | int | Sequence[int | str] | None = None,
     order: str = "links",
     terms: Terms = PYTHON,
 ) -> Selection:
     """Chooses GPUs.
 
-    Only GPUs visible under the current ``CUDA_VISIBLE_DEVICES`` are candidates:
-    a mask set by a scheduler is respected, never widened.
+    Only GPUs visible under the current ``CUDA_VISIBLE_DEVICES`` are candidates: a scheduler's mask is never widened.
 
     Args:
         spec: see :mod:`tfdevices.gpus.spec` (``"all"``, ``"none"``, ``"auto:N"``, ``"0,2"``, ``0``, ``[0, 2]``).
@@ -146,11 +145,10 @@ def select(
         min_free_memory: skip GPUs with less free memory (``"8GiB"`` or bytes).
         max_utilization: skip GPUs busier than this fraction (0..1).
         exclude: GPUs never to take, as an explicit spec (``"0"``, ``[0, 3]``).
-        order: how ``auto:N`` ranks GPUs: ``"links"`` (the default: the N qualifying GPUs with
-            the best mutual links (all NVLink, else one PCIe switch, else one socket), among
-            equals the most free memory; without a known topology, as ``"free_memory"``),
-            or, ignoring the wiring, ``"free_memory"`` (most first), ``"utilization"``
-            (least first) or ``"index"``.
+        order: how ``auto:N`` ranks GPUs: ``"links"`` (the default: the N qualifying GPUs with the best
+            mutual links (all NVLink, else one PCIe switch, else one socket), among equals the most free
+            memory; without a known topology, as ``"free_memory"``), or, ignoring the wiring,
+            ``"free_memory"`` (most first), ``"utilization"`` (least first) or ``"index"``.
         terms: how messages name the settings (:data:`tfdevices.core.errors.CLI` for the command line).
 
     Returns:
@@ -159,12 +157,18 @@ def select(
     Raises:
         SpecError: the spec or ``exclude`` is malformed, or names a GPU that does not exist.
         InputError: a filter or ``order`` is malformed.
-        SelectionError: the request is valid but cannot be met (too few GPUs pass the filters,
-            or an explicitly named GPU fails them or is hidden).
+        SelectionError: the request is valid but cannot be met (too few GPUs pass the filters, or an
+            explicitly named GPU fails them or is hidden).
+
+    The two best GPUs with 30 GiB free in a saved 8-GPU listing (``table()`` says why each was taken or not):
+
+    >>> from tfdevices import Inventory, select
+    >>> picked = select("auto:2", Inventory.load("tests/data/node-8gpu.json"), min_free_memory="30GiB")
+    >>> [gpu.index for gpu in picked.gpus], picked.cuda_visible_devices
+    ([0, 2], '0,2')
     """
     parsed = parse_spec(spec, what=terms.name("spec"))
-    if inventory is None:
-        inventory = discover()
+    inventory = discover() if inventory is None else inventory
     min_free = None if min_free_memory is None else parse_memory(min_free_memory, what=terms.name("min_free_memory"))
     max_util = _check_utilization(max_utilization, terms)
     _check_order(order, terms)

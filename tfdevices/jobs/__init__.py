@@ -1,7 +1,7 @@
 """Jobs of many processes, without TensorFlow: who am I (TF_CONFIG, SLURM, MPI,
 RANK), which GPUs are mine, the launcher (``tfdevices launch``, on one machine or
-several), and the job's watch (each rank's progress, the slow or stuck rank, the
-metrics for Prometheus, the report at the job's end).
+several; from Python ``launch`` and ``LaunchConfig``), and the job's watch (each rank's
+progress, the slow or stuck rank, the metrics for Prometheus, the report at the job's end).
 
 Imports from :mod:`tfdevices.core`, :mod:`tfdevices.gpus` and :mod:`tfdevices.mends`
 (the mends each worker installs to fill its progress record, and what the launcher
@@ -17,10 +17,15 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
 if TYPE_CHECKING:
     from tfdevices.jobs.env import RANK_GPUS, LaunchInfo, launch_info
     from tfdevices.jobs.job_report import JobRanks, read_ranks
-    from tfdevices.jobs.metrics import serve_metrics
+    from tfdevices.jobs.launch_config import LaunchConfig
+    from tfdevices.jobs.launcher import launch
+    from tfdevices.jobs.metrics import MetricsAddress, serve_metrics
     from tfdevices.jobs.ranks import GpuAssignment, gpu_for_rank
+    from tfdevices.jobs.rendezvous import Nodes
     from tfdevices.jobs.reporting import slow_rank_report, stall_timeout
     from tfdevices.jobs.slurm import step_cluster
+    from tfdevices.jobs.stall import StallPolicy
+    from tfdevices.jobs.straggler import SlowRankPolicy
 
 # public name -> the module that defines it
 _EXPORTS = {
@@ -35,6 +40,12 @@ _EXPORTS = {
     "read_ranks": "tfdevices.jobs.job_report",
     "JobRanks": "tfdevices.jobs.job_report",
     "serve_metrics": "tfdevices.jobs.metrics",
+    "launch": "tfdevices.jobs.launcher",
+    "LaunchConfig": "tfdevices.jobs.launch_config",
+    "StallPolicy": "tfdevices.jobs.stall",
+    "SlowRankPolicy": "tfdevices.jobs.straggler",
+    "MetricsAddress": "tfdevices.jobs.metrics",
+    "Nodes": "tfdevices.jobs.rendezvous",
 }
 
 __all__ = [
@@ -49,6 +60,12 @@ __all__ = [
     "read_ranks",
     "JobRanks",
     "serve_metrics",
+    "launch",
+    "LaunchConfig",
+    "StallPolicy",
+    "SlowRankPolicy",
+    "MetricsAddress",
+    "Nodes",
 ]
 
 

@@ -136,6 +136,20 @@ class PlacementLogger:
     Raises:
         InputError: ``at_step``, ``every``, ``budget``, ``on_change`` or ``busy_threshold`` is out
             of range, or ``framework`` is unknown.
+
+    Step 1 of a ``fit`` captured into ``logs/placement``, read back as a report
+    (``tensorboard --logdir logs`` shows it in the Placement tab):
+
+    >>> import keras  # doctest: +SKIP
+    >>> import numpy as np  # doctest: +SKIP
+    >>> from tfdevices.tensorboard import PlacementLogger, read_placement  # doctest: +SKIP
+    >>> model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])  # doctest: +SKIP
+    >>> model.compile(optimizer="sgd", loss="mse")  # doctest: +SKIP
+    >>> logger = PlacementLogger("logs/placement")  # doctest: +SKIP
+    >>> x, y = np.ones((64, 4)), np.ones((64, 2))  # doctest: +SKIP
+    >>> history = model.fit(x, y, batch_size=8, verbose=0, callbacks=[logger])  # doctest: +SKIP
+    >>> logger.steps, len(read_placement("logs/placement").devices)  # doctest: +SKIP
+    ([1], 1)
     """
 
     model: Any  # the model being trained: Keras' Callback.set_model sets it
