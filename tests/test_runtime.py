@@ -211,10 +211,12 @@ def test_plan_after_import_uses_cuda_ordinals_of_the_current_mask():
     assert plan.config.method == "tf.config" and plan.config.gpu_map == (("2", "GPU:0"),)
 
 
-def test_plan_after_import_cannot_reach_a_hidden_gpu():
+def test_plan_after_import_cannot_reach_a_hidden_gpu(monkeypatch):
     hidden = inv.eight(visible=[6]).get("2")
-    with pytest.raises(Exception, match=r"^GPU 2 selected, but hidden from CUDA in this process"):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "6-a-value-of-the-environment")
+    with pytest.raises(Exception, match=r"^GPU 2 selected, but hidden from CUDA in this process") as raised:
         plan_runtime(Selection(spec="2", gpus=(hidden,)), tf_imported=True)
+    assert "a-value-of-the-environment" not in str(raised.value)  # nothing tfdevices prints holds one
 
 
 def test_plan_mig_instance_is_masked_by_uuid():

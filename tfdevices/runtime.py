@@ -586,8 +586,7 @@ def _ordinals(sel: Selection) -> tuple[int, ...]:
     if missing:
         raise InputError(
             f"GPU {', '.join(missing)} selected, but hidden from CUDA in this process "
-            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}) and TensorFlow is "
-            "already imported, so the mask can no longer change.",
+            "(by its CUDA_VISIBLE_DEVICES) and TensorFlow is already imported, so the mask can no longer change.",
             hint="call tfdevices.configure() before importing TensorFlow, or select among the visible GPUs.",
         )
     return tuple(sorted(g.cuda_ordinal for g in sel.gpus if g.cuda_ordinal is not None))
@@ -642,8 +641,7 @@ def _apply(sel: Selection | None, growth: bool | None, limit: Limits, split: int
         gpus = _set_visible(tf, plan.visible_ordinals, gpus)
     if len(gpus) != plan.gpu_count:
         raise TfDevicesError(
-            f"{plan.gpu_count} GPU(s) selected (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')}) "
-            f"but TensorFlow lists {len(gpus)}: CUDA could not use them.",
+            f"{plan.gpu_count} GPU(s) selected but TensorFlow lists {len(gpus)}: CUDA could not use them.",
             hint="check the driver and CUDA libraries (in the tfdevices clone, pip install -e '.[and-cuda]'); "
             "tf.sysconfig.get_build_info() shows what TensorFlow expects.",
         )

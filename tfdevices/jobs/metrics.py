@@ -217,7 +217,7 @@ def _client() -> Any:
     except ImportError:
         raise LaunchError(
             "serving metrics needs the prometheus-client package, which is not installed.",
-            hint="pip install 'tfdevices[metrics]' (or prometheus-client).",
+            hint="in the tfdevices clone, pip install -e '.[metrics]' (or pip install prometheus-client).",
         ) from None
     return prometheus_client
 
