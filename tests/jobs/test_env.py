@@ -292,9 +292,11 @@ def test_winner_lists_losers() -> None:
         {**tfc(["a:1", "a:2"], 1), "SLURM_PROCID": "0", "SLURM_NTASKS": "1", **STEP, "RANK": "1", "WORLD_SIZE": "2"}
     )
     assert info.source == "TF_CONFIG"
-    assert info.ignored == ("ENV", "SLURM") and info.agreeing == ("ENV",)  # RANK, WORLD_SIZE read, and the same
+    assert info.ignored == ("ENV", "SLURM") and info.agreeing == ("RANK", "WORLD_SIZE")  # read, and the same
     table = info.table().splitlines()
-    assert "also set, and saying the same: RANK/WORLD_SIZE (ENV)" in table and "ignored: SLURM" in table
+    assert "also set, and saying the same: RANK, WORLD_SIZE" in table and "ignored: SLURM" in table
+    alone = launch_info({**tfc(["a:1", "a:2"], 1), "LOCAL_RANK": "1"})  # only LOCAL_RANK beside TF_CONFIG
+    assert "also set, and saying the same: LOCAL_RANK" in alone.table().splitlines()
 
 
 def test_a_launched_cpu_workers_tables_are_true() -> None:

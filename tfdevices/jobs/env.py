@@ -76,8 +76,8 @@ class LaunchInfo:
         reason: why it won, for people.
         variables: the variables read, as ``(name, value)`` pairs.
         ignored: other sources present in the environment that lost.
-        agreeing: those of :attr:`ignored` that were read too and say the same (``RANK``/``WORLD_SIZE`` beside
-            ``TF_CONFIG``, as ``tfdevices launch`` sets both).
+        agreeing: the variables of a source in :attr:`ignored` that were read too and say the same (those of
+            ``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK`` set beside ``TF_CONFIG``, as ``tfdevices launch`` sets both).
         tf_config: the validated ``TF_CONFIG``, when set.
         notes: caveats worth showing.
     """
@@ -144,9 +144,8 @@ class LaunchInfo:
         if self.variables:  # their names only: an environment's values are not for printing
             lines.append("read: " + ", ".join(name for name, _ in self.variables))
         if self.agreeing:
-            named = {"ENV": "RANK/WORLD_SIZE (ENV)"}
-            lines.append("also set, and saying the same: " + ", ".join(named.get(n, n) for n in self.agreeing))
-        ignored = [name for name in self.ignored if name not in self.agreeing]
+            lines.append("also set, and saying the same: " + ", ".join(self.agreeing))
+        ignored = [name for name in self.ignored if not (name == "ENV" and self.agreeing)]
         if ignored:
             lines.append("ignored: " + ", ".join(ignored))
         lines += [f"note: {n}" for n in self.notes]
@@ -199,7 +198,7 @@ def launch_info(env: Mapping[str, str] | None = None) -> LaunchInfo:
     agreeing: tuple[str, ...] = ()
     if "ENV" in ignored and info.source == "TF_CONFIG":
         _cross_check_generic(info, env)  # raises where they differ
-        agreeing = ("ENV",)
+        agreeing = tuple(v for v in ("RANK", "WORLD_SIZE", "LOCAL_RANK") if v in env)  # the names set, not "ENV"
     if ray_info is not None:  # Ray Train's worker: Ray's own context wins (its backend wrote TF_CONFIG)
         info = dataclasses.replace(ray_info, tf_config=info.tf_config)
         ignored = tuple(n for n in present if n != "TF_CONFIG")
