@@ -150,7 +150,7 @@ def _scrape_cost(scrapes: int, nvml: bool) -> None:
         _h200_inventory(env["TFDEVICES_INVENTORY"])
     watch = StallWatch(board, [0, 1], StallPolicy(), lambda line: None)
     watch.poll()
-    served = JobMetrics(MetricsAddress("127.0.0.1", 0), "bench", lambda line: None, gpu_reader(env))
+    served = JobMetrics(MetricsAddress("127.0.0.1", 0), "bench", gpu_reader(env))
     served.collector.start(Attempt(board, watch, {0: (0,), 1: (1,)}, lambda: {0: None, 1: None}))
     text = generate_latest(served.registry).decode()
     gpus = sum(1 for line in text.splitlines() if line.startswith("hw_gpu_utilization{"))

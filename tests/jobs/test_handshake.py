@@ -4,6 +4,7 @@ and the links that stay open during the job (real sockets on 127.0.0.1)."""
 from __future__ import annotations
 
 import doctest
+import io
 import socket
 import time
 
@@ -12,6 +13,7 @@ import pytest
 from tfdevices.core.errors import LaunchError
 from tfdevices.jobs import handshake
 from tfdevices.jobs.handshake import KINDS, TOKEN_ENV, LineReader, Stopped, Stray, Strays, proof, proven, read_token
+from tfdevices.jobs.output import Console, on_console
 from tfdevices.jobs.rendezvous import _Peers
 
 
@@ -111,12 +113,23 @@ def test_the_token_comes_from_the_file_then_the_variable(tmp_path) -> None:
         assert "from-" not in str(caught.value)
 
 
+def _console() -> tuple[Console, io.StringIO]:
+    out = io.StringIO()
+    return Console(out), out
+
+
+def _said(out: io.StringIO) -> list[str]:
+    """The launcher's lines on a console, without their ``[launcher] `` mark."""
+    return [line.removeprefix("[launcher] ") for line in out.getvalue().splitlines()]
+
+
 def test_strays_say_the_first_of_each_kind_and_count_the_rest() -> None:
-    said: list[str] = []
-    strays = Strays(said.append)
-    for kind in ("http", "http", "garbage", "http"):
-        strays.drop(kind, "127.0.0.1:5")
-    assert said == [
+    console, out = _console()
+    strays = Strays()
+    with on_console(console):  # the launcher's console, as while a launch runs
+        for kind in ("http", "http", "garbage", "http"):
+            strays.drop(kind, "127.0.0.1:5")
+    assert _said(out) == [
         f"rendezvous: dropped a connection from 127.0.0.1:5: {KINDS[k]} (more of this kind are counted)"
         for k in ("http", "garbage")
     ]
@@ -126,13 +139,14 @@ def test_strays_say_the_first_of_each_kind_and_count_the_rest() -> None:
 def test_the_open_links_ignore_malformed_lines(pair) -> None:
     """Node 0's side of a link: garbage and an over-long line are ignored (said once); 'done 0' still counts."""
     client, accepted = pair
-    said: list[str] = []
-    peers = _Peers([LineReader(accepted)], True, said.append)
-    stops: list[int] = []
-    peers.watch(stops.append)
-    client.sendall(b"GET / HTTP/1.1\r\n" + b"z" * (handshake.MAX_LINE + 5) + b"\nstop x\ndone 0\n")
-    assert peers.finish(0) == 0 and stops == []
-    assert said == ["ignored a malformed line from another machine's launcher (more are counted)"]
+    console, out = _console()
+    with on_console(console):
+        peers = _Peers([LineReader(accepted)], True)
+        stops: list[int] = []
+        peers.watch(stops.append)
+        client.sendall(b"GET / HTTP/1.1\r\n" + b"z" * (handshake.MAX_LINE + 5) + b"\nstop x\ndone 0\n")
+        assert peers.finish(0) == 0 and stops == []
+    assert _said(out) == ["ignored a malformed line from another machine's launcher (more are counted)"]
 
 
 def test_a_link_that_drops_stops_the_job(pair) -> None:

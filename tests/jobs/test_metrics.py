@@ -129,7 +129,7 @@ def test_a_scrape_renders_the_watchs_look_and_reads_the_gpus(tmp_path) -> None:
         watch.poll(read_records(board))
     assert watch.latest.slow is not None and watch.latest.slow.rank == 1
     fake = FakeNvml([FakeGpu(uuid="GPU-0", util_percent=87, memory_used=3 << 30), FakeGpu(uuid="GPU-1")])
-    served = JobMetrics(MetricsAddress("127.0.0.1", 0), "train.py", lambda line: None, gpu_reader({}, fake))
+    served = JobMetrics(MetricsAddress("127.0.0.1", 0), "train.py", gpu_reader({}, fake))
     try:
         served.collector.start(Attempt(watch, {0: (0,), 1: (1,)}, lambda: {0: None, 1: 3}, restarts=2))
         _steps(writers, now, 10)  # steps after the look: a scrape renders the look, it reads no record

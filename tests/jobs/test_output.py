@@ -6,7 +6,7 @@ import io
 
 from hypothesis import given, settings, strategies as st
 
-from tfdevices.jobs.output import LINE, PROGRESS, PROGRESS_END, Console, Record, Splitter
+from tfdevices.jobs.output import LINE, PROGRESS, PROGRESS_END, Console, Record, Splitter, on_console, say
 
 # Keras' progress bar: "\r" + bar, the next update "\b" * width + "\r" + bar, the last one ends with "\n"
 KERAS = b"Epoch 1/2\n\r1/3 [=>  ]\b\b\b\b\b\b\b\b\b\b\r2/3 [==> ]\b\b\b\b\b\b\b\b\b\b\r3/3 [===]\ndone\n"
@@ -131,3 +131,17 @@ def test_a_reader_going_away_closes_the_console_quietly():
     console.say("hello")
     console.show(0, Record("more"))
     assert console.closed
+
+
+def test_say_goes_to_the_running_launchs_console_else_to_stderr(capsys) -> None:
+    # the one path the jobs' own lines take: the latest launch's console while it runs, stderr outside one
+    outer, inner = io.StringIO(), io.StringIO()
+    with on_console(Console(outer)):
+        say("one")
+        with on_console(Console(inner)):  # a launch inside a launch (a test's): its own console
+            say("two")
+        say("three")
+    say("four")
+    assert outer.getvalue().splitlines() == ["[launcher] one", "[launcher] three"]
+    assert inner.getvalue().splitlines() == ["[launcher] two"]
+    assert capsys.readouterr().err.splitlines() == ["four"]

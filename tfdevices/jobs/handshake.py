@@ -26,6 +26,7 @@ from typing import Any
 
 from tfdevices.core.errors import LaunchError
 from tfdevices.core.units import short_repr
+from tfdevices.jobs.output import say
 
 TOKEN_ENV = "TFDEVICES_RDZV_TOKEN"
 MAX_LINE = 64 << 10  # bytes in one message to node 0 (a hello of 1024 ports takes 7 KiB)
@@ -228,15 +229,14 @@ def proven(token: bytes | None, given: object, *parts: object) -> bool:
 class Strays:
     """Dropped connections by kind: the first of each kind is said at once, the rest counted."""
 
-    def __init__(self, say: Callable[[str], None]) -> None:
-        self.say = say
+    def __init__(self) -> None:
         self.counts: dict[str, int] = {}
 
     def drop(self, kind: str, where: str) -> None:
         """Counts one dropped connection of ``kind`` from ``where``; says it when it is the first of its kind."""
         self.counts[kind] = self.counts.get(kind, 0) + 1
         if self.counts[kind] == 1:
-            self.say(f"rendezvous: dropped a connection from {where}: {KINDS[kind]} (more of this kind are counted)")
+            say(f"rendezvous: dropped a connection from {where}: {KINDS[kind]} (more of this kind are counted)")
 
     def summary(self) -> str | None:
         """One line of every dropped connection by kind, ``None`` when there was none."""

@@ -95,7 +95,7 @@ from tfdevices.jobs.job_report import write_job_files
 from tfdevices.jobs.launch_config import LaunchConfig, check_worker_count, config_from_call
 from tfdevices.jobs.metrics import Attempt, JobMetrics, MetricsAddress, gpu_reader, job_name
 from tfdevices.jobs.node_exchange import RemoteRecords, frames_line, parse_want, record_line
-from tfdevices.jobs.output import PROGRESS, Console, Record, Splitter
+from tfdevices.jobs.output import PROGRESS, Console, Record, Splitter, on_console
 from tfdevices.jobs.progress import PROGRESS_DIR_ENV, RankProgress, read_records, record_bytes, record_paths
 from tfdevices.jobs.ranks import cpu_binding, plan_ranks
 from tfdevices.jobs.rendezvous import MAX_WORKERS, NodeJob, Nodes, free_ports, rendezvous
@@ -313,12 +313,13 @@ def launch(
     console = _console(config, out)
     metrics: JobMetrics | None = None
     try:
-        metrics = _serve_metrics(config, command, console, base)  # a bad port fails here, before any worker
-        with Watchdog() as watchdog:
-            job = _Job(command, config, console, base, watchdog)
-            job.metrics = metrics
-            with job.forwarding_signals():
-                return _on_one_machine(job) if config.nodes is None else _over_machines(job, config.nodes)
+        with on_console(console):  # what tfdevices.jobs.output.say says goes to this job's console
+            metrics = _serve_metrics(config, command, base)  # a bad port fails here, before any worker
+            with Watchdog() as watchdog:
+                job = _Job(command, config, console, base, watchdog)
+                job.metrics = metrics
+                with job.forwarding_signals():
+                    return _on_one_machine(job) if config.nodes is None else _over_machines(job, config.nodes)
     finally:
         if metrics is not None:  # the port closes when the job ends
             metrics.close()
@@ -343,14 +344,12 @@ def _console(config: LaunchConfig, out: IO[str]) -> Console:
     )
 
 
-def _serve_metrics(
-    config: LaunchConfig, command: Sequence[str], console: Console, base: Mapping[str, str]
-) -> JobMetrics | None:
+def _serve_metrics(config: LaunchConfig, command: Sequence[str], base: Mapping[str, str]) -> JobMetrics | None:
     """The job's metrics, served from now on (``config.metrics``); ``None`` when not asked for."""
     if not isinstance(config.metrics, MetricsAddress):
         return None
     asked = config.terms.name("metrics")
-    return JobMetrics(config.metrics, job_name(command), console.say, gpu_reader(base), asked)
+    return JobMetrics(config.metrics, job_name(command), gpu_reader(base), asked)
 
 
 def _on_one_machine(job: _Job) -> int:
@@ -389,7 +388,7 @@ def _over_machines(job: _Job, nodes: Nodes) -> int:
         f"{nodes.master[0]}:{nodes.master[1]} (for up to {nodes.timeout:g} s)"
     )
     try:
-        cluster, peers = rendezvous(nodes, n, say=say, stopped=job.signalled)
+        cluster, peers = rendezvous(nodes, n, stopped=job.signalled)
     except Stopped:
         say(f"signal {job.stopped_by} while the machines met: stopping")
         return _final(job, 1)

@@ -34,7 +34,6 @@ import ipaddress
 import os
 import re
 import socket
-import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -43,6 +42,7 @@ from tfdevices.core.errors import EnvVarError, LaunchError, TfDevicesError
 from tfdevices.core.units import short_repr
 from tfdevices.gpus.discovery import discover
 from tfdevices.jobs.env import RANK_GPUS
+from tfdevices.jobs.output import say
 from tfdevices.jobs.straggler import RankSplit
 from tfdevices.jobs.watch import JobWatch, RankRow
 
@@ -486,7 +486,6 @@ class JobMetrics:
     Args:
         address: where to serve.
         job: the ``job`` label.
-        say: prints a line for people (where it serves).
         read_gpus: reads the GPUs (:func:`gpu_reader`).
         asked: how messages name the setting.
 
@@ -496,7 +495,6 @@ class JobMetrics:
 
     address: MetricsAddress
     job: str
-    say: Callable[[str], None]
     read_gpus: Callable[[], Mapping[int, GpuReading]] | None = None
     asked: str = "--metrics"
 
@@ -507,11 +505,11 @@ class JobMetrics:
         self.server = MetricsServer(self.address, self.registry, self.asked)
         where = f"{self.server.url()}"
         if self.address.everywhere:
-            self.say(f"metrics for Prometheus: {where} on every interface of this machine (no authentication)")
+            say(f"metrics for Prometheus: {where} on every interface of this machine (no authentication)")
         elif self.server.host != DEFAULT_HOST:
-            self.say(f"metrics for Prometheus: {where} (on {self.server.host}, as {self.asked} asked)")
+            say(f"metrics for Prometheus: {where} (on {self.server.host}, as {self.asked} asked)")
         else:
-            self.say(f"metrics for Prometheus: {where}")
+            say(f"metrics for Prometheus: {where}")
 
     def close(self) -> None:
         """Closes the port."""
@@ -576,7 +574,7 @@ def metrics_from_env(env: Mapping[str, str]) -> MetricsAddress | None:
         raise EnvVarError(err.message, hint=f"e.g. {METRICS_ENV}=9100; unset it to serve no metrics.") from None
 
 
-def watch_metrics(watch: JobWatch, env: Mapping[str, str], say: Callable[[str], None]) -> JobMetrics | None:
+def watch_metrics(watch: JobWatch, env: Mapping[str, str]) -> JobMetrics | None:
     """Serves the job's metrics from rank 0's watch (:mod:`tfdevices.jobs.reporting` calls it) when
     :func:`serve_metrics` or ``TFDEVICES_METRICS`` asks; a failure is said, never raised (the job goes on).
     """
@@ -588,7 +586,7 @@ def watch_metrics(watch: JobWatch, env: Mapping[str, str], say: Callable[[str], 
         return None
     if address is None:
         return None
-    return _serve_watch(watch, address, METRICS_ENV, env, say)
+    return _serve_watch(watch, address, METRICS_ENV, env)
 
 
 def _serve_watch(
@@ -596,16 +594,14 @@ def _serve_watch(
     address: MetricsAddress,
     asked: str,
     env: Mapping[str, str] | None = None,
-    say: Callable[[str], None] | None = None,
 ) -> JobMetrics | None:
     env = os.environ if env is None else env
-    tell = say or (lambda line: print(line, file=sys.stderr, flush=True))
     try:
-        metrics = JobMetrics(address, _env_job(env), tell, gpu_reader(env), asked)
+        metrics = JobMetrics(address, _env_job(env), gpu_reader(env), asked)
     except LaunchError as err:
         if asked == "serve_metrics":
             raise
-        tell(f"tfdevices: no metrics served: {err}")
+        say(f"tfdevices: no metrics served: {err}")
         return None
     gpus = own_gpus(env)
     metrics.collector.start(Attempt(watch, {0: gpus} if gpus else {}))

@@ -20,14 +20,27 @@ The per-rank logs (``--log-dir``) get every line of their rank, progress by its 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import re
+import sys
 import threading
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from typing import IO
 
-__all__ = ["TF_LOG", "WARNING", "EPOCH", "TF_LOG_BANNER", "MAX_SEEN", "Record", "Splitter", "Console"]
+__all__ = [
+    "TF_LOG",
+    "WARNING",
+    "EPOCH",
+    "TF_LOG_BANNER",
+    "MAX_SEEN",
+    "Record",
+    "Splitter",
+    "Console",
+    "on_console",
+    "say",
+]
 
 LINE, PROGRESS, PROGRESS_END = "line", "progress", "progress_end"
 TF_LOG = re.compile(r"^[IWE]\d{4} [\d:.]+\s+\d+ [\w.\-]+:\d+\] ")
@@ -213,3 +226,33 @@ class Console:
             self.closed = True
         except ValueError:  # the stream was closed
             self.closed = True
+
+
+# --------------------------------------------------------------------------- the one reporting path
+
+_CONSOLES: list[Console] = []  # the launcher's consoles of the jobs this process runs, the latest last
+_CONSOLES_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def on_console(console: Console) -> Iterator[Console]:
+    """While a launch runs: what :func:`say` says goes to ``console`` (the latest of nested launches)."""
+    with _CONSOLES_LOCK:
+        _CONSOLES.append(console)
+    try:
+        yield console
+    finally:
+        with _CONSOLES_LOCK:
+            _CONSOLES.remove(console)
+
+
+def say(text: str) -> None:
+    """A line of tfdevices' own for people: on the launcher's console (``[launcher] ...``) where this process
+    runs a launch, else on stderr (a worker, rank 0's watch). The one path the jobs' messages take.
+    """
+    with _CONSOLES_LOCK:
+        console = _CONSOLES[-1] if _CONSOLES else None
+    if console is not None:
+        console.say(text)
+    else:
+        print(text, file=sys.stderr, flush=True)

@@ -41,6 +41,7 @@ from tfdevices.jobs.handshake import (
     where,
 )
 from tfdevices.jobs.node_exchange import Node, node_names
+from tfdevices.jobs.output import say
 
 MASTER_PORT = 29400
 MAX_WORKERS = 1024  # per machine, even with --oversubscribe: ports, pipes and threads are finite
@@ -118,13 +119,10 @@ class _Peers:
         reports: on another node, node 0 takes this node's records (an older node 0 does not).
     """
 
-    def __init__(
-        self, readers: Sequence[LineReader], is_master: bool, say: Callable[[str], None] = lambda text: None
-    ) -> None:
+    def __init__(self, readers: Sequence[LineReader], is_master: bool) -> None:
         self.readers = list(readers)
         self.socks = [r.sock for r in self.readers]
         self.is_master = is_master
-        self.say = say
         self.node_ranks: list[int] = list(range(1, len(self.readers) + 1)) if is_master else [0]
         self.nodes: list[Node] = []
         self.reports = False
@@ -183,7 +181,7 @@ class _Peers:
     def _ignore(self) -> None:
         self._ignored += 1
         if self._ignored == 1:
-            self.say("ignored a malformed line from another machine's launcher (more are counted)")
+            say("ignored a malformed line from another machine's launcher (more are counted)")
 
     def _stop(self, code: int, skip: int | None = None) -> None:
         if self.is_master:  # tell the other machines
@@ -241,20 +239,17 @@ def _keepalive(sock: socket.socket) -> None:
         pass
 
 
-def rendezvous(
-    nodes: Nodes, n: int, *, say: Callable[[str], None] = lambda text: None, stopped: Callable[[], bool] = lambda: False
-) -> tuple[NodeJob, _Peers]:
+def rendezvous(nodes: Nodes, n: int, *, stopped: Callable[[], bool] = lambda: False) -> tuple[NodeJob, _Peers]:
     """Agrees with the other launchers on the cluster: node 0 gathers every machine's workers, tells all.
 
     Every other node connects to node 0 (retrying until ``nodes.timeout``), proves it belongs to
     the job, says its node rank, its address and its workers' ports, and gets back every worker's
     address in global rank order. On node 0, a connection that is not a launcher of this job is
-    dropped and counted (``say`` tells the first of each kind), and the rendezvous goes on.
+    dropped and counted (the launcher's console says the first of each kind), and the rendezvous goes on.
 
     Args:
         nodes: this launcher's place, the job's identity and secret.
         n: this machine's workers.
-        say: prints a line on the launcher's console.
         stopped: true once the launcher got a signal: every wait ends at once.
 
     Raises:
@@ -264,8 +259,8 @@ def rendezvous(
     """
     deadline = time.monotonic() + nodes.timeout
     if nodes.node_rank == 0:
-        return _serve(nodes, n, deadline, say, stopped)
-    return _join(nodes, n, deadline, say, stopped)
+        return _serve(nodes, n, deadline, stopped)
+    return _join(nodes, n, deadline, stopped)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -278,9 +273,7 @@ class _Hello:
     reports: bool = False  # it sends its ranks' progress records (an older launcher does not)
 
 
-def _serve(
-    nodes: Nodes, n: int, deadline: float, say: Callable[[str], None], stopped: Callable[[], bool]
-) -> tuple[NodeJob, _Peers]:
+def _serve(nodes: Nodes, n: int, deadline: float, stopped: Callable[[], bool]) -> tuple[NodeJob, _Peers]:
     host, port = nodes.master
     server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -296,8 +289,8 @@ def _serve(
             ) from None
         server.listen(MAX_PENDING)
         server.settimeout(POLL_S)
-        strays = _gather(server, nodes, joined, deadline, closing, say, stopped)
-        cluster, peers = _form(nodes, n, joined, say)
+        strays = _gather(server, nodes, joined, deadline, closing, stopped)
+        cluster, peers = _form(nodes, n, joined)
         if strays.summary():
             say(str(strays.summary()))
         return cluster, peers
@@ -316,11 +309,10 @@ def _gather(
     joined: dict[int, _Hello],
     deadline: float,
     closing: threading.Event,
-    say: Callable[[str], None],
     stopped: Callable[[], bool],
 ) -> Strays:
     """Node 0 takes launchers until every node rank has joined (``joined``); strays are dropped and counted."""
-    strays = Strays(say)
+    strays = Strays()
     results: queue.Queue[tuple[socket.socket, str, Any]] = queue.Queue()
     slots = threading.BoundedSemaphore(MAX_PENDING)
     job = job_hash(nodes.rdzv_id)
@@ -347,14 +339,14 @@ def _gather(
             else:
                 strays.drop("busy", where(conn))
                 conn.close()
-        _take(results, joined, strays, say, nodes.nnodes)
-        _forget_leavers(joined, say)
+        _take(results, joined, strays, nodes.nnodes)
+        _forget_leavers(joined)
     closing.set()
-    _take(results, joined, strays, say, nodes.nnodes)  # late ones: every node rank has joined
+    _take(results, joined, strays, nodes.nnodes)  # late ones: every node rank has joined
     return strays
 
 
-def _form(nodes: Nodes, n: int, joined: Mapping[int, _Hello], say: Callable[[str], None]) -> tuple[NodeJob, _Peers]:
+def _form(nodes: Nodes, n: int, joined: Mapping[int, _Hello]) -> tuple[NodeJob, _Peers]:
     """Node 0 forms the job: every worker's address in node order, told to each node with its first rank."""
     own_host = nodes.node_addr or nodes.master[0]
     parts = {0: (own_host, free_ports(n, "0.0.0.0"))}
@@ -369,7 +361,7 @@ def _form(nodes: Nodes, n: int, joined: Mapping[int, _Hello], say: Callable[[str
         h.reader.sock.settimeout(_SEND_TIMEOUT_S)
         made = proof(nodes.token, "serve", *h.nonces, job, addresses, firsts[r])
         send(h.reader.sock, {"addresses": addresses, "first_rank": firsts[r], "proof": made, "reports": 1})
-    peers = _Peers([joined[r].reader for r in sorted(joined)], True, say)
+    peers = _Peers([joined[r].reader for r in sorted(joined)], True)
     peers.node_ranks = sorted(joined)
     names = node_names(
         {0: socket.gethostname()[:64], **{r: h.name for r, h in joined.items()}},
@@ -418,7 +410,6 @@ def _take(
     results: queue.Queue[tuple[socket.socket, str, Any]],
     joined: dict[int, _Hello],
     strays: Strays,
-    say: Callable[[str], None],
     nnodes: int,
 ) -> None:
     """Node 0 takes the launchers that said hello, and drops the strays (refused ones are told why)."""
@@ -440,7 +431,7 @@ def _take(
         say(f"rendezvous: node {rank} joined from {where(conn)} ({len(joined) + 1} of {nnodes})")
 
 
-def _forget_leavers(joined: dict[int, _Hello], say: Callable[[str], None]) -> None:
+def _forget_leavers(joined: dict[int, _Hello]) -> None:
     """A launcher that left before the job formed (stopped, killed) is waited for again."""
     if not joined:
         return
@@ -476,9 +467,7 @@ def _hello(message: Any, nnodes: int) -> tuple[int, str, list[int]]:
     return message["node_rank"], message["host"], message["ports"]
 
 
-def _join(
-    nodes: Nodes, n: int, deadline: float, say: Callable[[str], None], stopped: Callable[[], bool]
-) -> tuple[NodeJob, _Peers]:
+def _join(nodes: Nodes, n: int, deadline: float, stopped: Callable[[], bool]) -> tuple[NodeJob, _Peers]:
     master = f"{short_repr(nodes.master[0])}:{nodes.master[1]}"
     while True:
         reader, greeting = _connect(nodes, deadline, stopped)
@@ -512,7 +501,7 @@ def _join(
                 f"the node-0 launcher at {master} did not prove it holds the job's rendezvous token.",
                 hint="give every machine the same secret (TFDEVICES_RDZV_TOKEN or --rdzv-token-file).",
             )
-        peers = _Peers([reader], False, say)
+        peers = _Peers([reader], False)
         peers.reports = reply.get("reports") == 1  # node 0 takes this node's records (an older one does not)
         return NodeJob(tuple(addresses), first), peers
     except BaseException:

@@ -30,6 +30,7 @@ from tfdevices.core.units import short_repr
 from tfdevices.jobs.coordination_keys import KeyPublisher, KeyReader, KeyValue, interval_s
 from tfdevices.jobs.env import launch_info
 from tfdevices.jobs.metrics import watch_metrics
+from tfdevices.jobs.output import say
 from tfdevices.jobs.progress import ProgressWriter, RankProgress, progress_dir, read_records
 from tfdevices.jobs.stacks import ask_stacks
 from tfdevices.jobs.stall import STACKS_DIR_ENV, Stall, StallPolicy, policy_from_env
@@ -192,7 +193,7 @@ def _watch_if_rank_0(writer: ProgressWriter, env: Mapping[str, str], store: KeyV
         look = _RankZero(directory, stacks, node if reader is not None else "", reader)
         expected = range(info.world_size) if info.local_world_size == info.world_size else ()
         look.start(JobWatch(list(expected), lambda: asked_policy(policy), frames=look.frames, stacks_where=look.where))
-        watch_metrics(look.watch, env, _say)  # TFDEVICES_METRICS or serve_metrics(): rank 0 serves the job's metrics
+        watch_metrics(look.watch, env)  # TFDEVICES_METRICS or serve_metrics(): rank 0 serves the job's metrics
     return True
 
 
@@ -241,16 +242,16 @@ class _RankZero:
             try:
                 snapshot = self.watch.poll(self.records())
             except Exception as err:  # noqa: BLE001 (the watch must never take the worker down)
-                _say(f"tfdevices: the job's watch stopped: {type(err).__name__}: {err}")
+                say(f"tfdevices: the job's watch stopped: {type(err).__name__}: {err}")
                 return
             for line in [*snapshot.said, *(self.reader.unheard(self._local) if self.reader is not None else ())]:
-                _say(line)
+                say(line)
             write_snapshot(snapshot, self.directory)
             if snapshot.stop is not None:
                 self._stop_job(snapshot.stop)
 
     def _stop_job(self, why: str) -> None:
-        _say(f"tfdevices: {why}")
+        say(f"tfdevices: {why}")
         if self.reader is not None:
             try:  # every rank that reads it stops too (the others stop when rank 0's service goes)
                 self.reader.stop(STALL_STATUS)
@@ -265,14 +266,14 @@ class _RankZero:
         try:
             self.watch.poll(self.records())
             for line in self.watch.summary().lines():
-                _say(f"tfdevices: {line}")
+                say(f"tfdevices: {line}")
         except Exception as err:  # noqa: BLE001 (a summary must never fail the exit)
-            _say(f"tfdevices: no slow-rank summary: {type(err).__name__}: {err}")
+            say(f"tfdevices: no slow-rank summary: {type(err).__name__}: {err}")
 
 
 def _stopped_by_rank_0(status: int) -> None:
     """Rank 0 said the job stops (a stall past its timeout): this rank ends with that status."""
-    _say(f"tfdevices: rank 0 stopped the job (a stall past the stall timeout): this rank ends with status {status}")
+    say(f"tfdevices: rank 0 stopped the job (a stall past the stall timeout): this rank ends with status {status}")
     os._exit(status)
 
 
@@ -285,10 +286,6 @@ def _fit_imported() -> None:
     fit_progress.MEND.apply()
     if fit_progress.MEND.applied:
         fit_progress.MEND.extend()
-
-
-def _say(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
 
 
 def _stop(pids: Iterable[int], grace_s: float = 5.0) -> None:
