@@ -114,6 +114,27 @@ def test_tensorflow_start_up_lines_are_hidden_and_counted_unless_asked():
     assert len(show(Console(io.StringIO(), tf_logs=True), (0, noise)).splitlines()) == 4
 
 
+def test_a_hidden_tensorflow_lines_source_location_trace_is_hidden_with_it():
+    # tf-nightly 2.23's failed cuInit on a machine without a driver, as a launched worker printed it
+    noise = (
+        b"E0000 00:00:1795866183.577334   20715 cuda_platform.cc:57] failed call to cuInit: INTERNAL: CUDA error\n"
+        b"=== Source Location Trace: === \n"
+        b"external/xla/xla/stream_executor/cuda/cuda_status.cc:50\n"
+        b"\n"
+        b"tfdevices: no GPU visible: each worker trains on its CPU.\n"
+        b"\n"
+        b"external/mine.cc:1\n"
+    )
+    quiet = Console(io.StringIO())
+    assert show(quiet, (0, noise)).splitlines() == [
+        "[0] tfdevices: no GPU visible: each worker trains on its CPU.",
+        "[0] ",
+        "[0] external/mine.cc:1",  # the program's own lines, after a shown one, stay
+    ]
+    assert quiet.hidden_tf_logs == 1
+    assert len(show(Console(io.StringIO(), tf_logs=True), (0, noise)).splitlines()) == 7
+
+
 def test_ranks_filter_lines_but_not_the_launcher():
     console = Console(io.StringIO(), ranks=(0,))
     console.say("worker 1 failed")

@@ -47,6 +47,9 @@ TF_LOG = re.compile(r"^[IWE]\d{4} [\d:.]+\s+\d+ [\w.\-]+:\d+\] ")
 WARNING = re.compile(r"^WARNING\b|\b\w*Warning: ")
 EPOCH = re.compile(r"^Epoch \d+/\d+$")  # Keras' header above each epoch's progress bar
 TF_LOG_BANNER = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
+#: The lines an absl status adds below a TensorFlow log line (tf-nightly's failed cuInit on a machine without a
+#: driver): ``=== Source Location Trace: ===``, then ``external/xla/.../cuda_status.cc:50``, then a blank line.
+TF_LOG_TRACE = re.compile(r"^(=== Source Location Trace: ===|[\w./\-]+\.(cc|h):\d+|)\s*$")
 MAX_SEEN = 20_000
 _CLEAR = "\r\x1b[K"
 
@@ -146,6 +149,7 @@ class Console:
         self._open: str | None = None  # the progress line shown in place (terminal)
         self._seen: dict[str, dict[int, int]] = {}
         self._in_warning: set[int] = set()  # ranks whose last line was a warning (its source line follows)
+        self._in_tf_log: set[int] = set()  # ranks whose last line was a hidden TensorFlow log line
 
     def say(self, text: str) -> None:
         """A line of the launcher's own (always shown)."""
@@ -182,7 +186,11 @@ class Console:
     def _wanted(self, rank: int, record: Record) -> bool:
         if not self.tf_logs and (TF_LOG.match(record.text) or record.text == TF_LOG_BANNER):
             self.hidden_tf_logs += 1
+            self._in_tf_log.add(rank)
             return False
+        if rank in self._in_tf_log and record.kind == LINE and TF_LOG_TRACE.match(record.text):
+            return False  # the hidden line's own trace
+        self._in_tf_log.discard(rank)
         progress_rank = self.progress_ranks is None or rank in self.progress_ranks
         if record.kind != LINE:
             return progress_rank and (record.kind == PROGRESS_END or self.tty)
