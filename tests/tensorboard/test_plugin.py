@@ -56,7 +56,11 @@ def test_a_run_written_by_placement_logger_in_fit_shows_its_training_step(server
     view = _view(server, run="fit")
     assert view["step"] == 1 and view["summary"]["timed"]
     names = [d["name"] for d in view["devices"]]
-    assert names == ["CPU:0", "CPU:1", "CPU:2"]
+    # A kernel the profiler's trace ties to no executor step is on "?" with a note saying so, never on a guessed
+    # device (verify's rule): once in a CI run at load, one kernel of fit's captured step was (oneDNN on)
+    assert [n for n in names if n != "?"] == ["CPU:0", "CPU:1", "CPU:2"], names
+    if "?" in names:
+        assert any("does not tie" in note for note in view["summary"]["notes"]), view["summary"]["notes"]
     nodes = view["scopes"]["nodes"]
     assert any(n[5] and n[0].startswith("to_b") for n in nodes)  # the .to(device) layer: asked CPU:1, ran on two
     assert view["weights"], "the moved layers' weights are read from CPU:0 every step"
