@@ -18,7 +18,7 @@ from tests.jobs.launching import WORKER, reports, run_launcher, worker
 from tfdevices import runtime
 from tfdevices.core.errors import LaunchError, SelectionError
 from tfdevices.gpus.inventory import GpuInfo, Inventory
-from tfdevices.jobs import launcher
+from tfdevices.jobs import launcher, worker_plan
 from tfdevices.jobs.launcher import plan_workers
 from tfdevices.jobs.tfconfig import parse_tf_config
 
@@ -243,7 +243,8 @@ def test_configure_worker_splits_the_cpu() -> None:
 
 
 def test_docstring_examples() -> None:
-    failed, tried = doctest.testmod(launcher)
+    results = [doctest.testmod(module) for module in (launcher, worker_plan)]  # plan_workers' examples moved
+    failed, tried = sum(r.failed for r in results), sum(r.attempted for r in results)
     assert tried >= 2 and failed == 0
 
 
