@@ -102,6 +102,7 @@ def test_only_runtime_sets_environment_variables_or_calls_tf_config():
         "jobs.straggler",
         "layers.plan",
         "runtime",
+        "tensorboard.report_reading",
         "tensorboard.views",
     ],
 )

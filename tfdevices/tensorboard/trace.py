@@ -19,7 +19,7 @@ import os
 from typing import Any
 
 from tfdevices.core.errors import InputError
-from tfdevices.tensorboard.views import devices_of
+from tfdevices.tensorboard.report_reading import devices_of
 
 __all__ = ["chrome_trace", "write_trace"]
 

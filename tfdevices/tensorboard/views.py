@@ -21,6 +21,16 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from tfdevices.tensorboard.report_reading import (
+    Report,
+    _ops,
+    _prepare,
+    _Prepared,
+    _timed,
+    _transfers,
+    busy_us,
+    devices_of,
+)
 from tfdevices.verify.records import XLA_CLUSTER, union_length
 
 __all__ = [
@@ -36,93 +46,6 @@ __all__ = [
     "xla_runs",
     "xla_table",
 ]
-
-Report = dict[str, Any]
-
-
-# ----------------------------------------------------------------------------- small readers
-
-
-def _ops(report: Report) -> list[dict[str, Any]]:
-    return list(report.get("ops") or ())
-
-
-def _transfers(report: Report) -> list[dict[str, Any]]:
-    return list(report.get("transfers") or ())
-
-
-def _timed(record: dict[str, Any]) -> bool:
-    return record.get("start_us") is not None and record.get("duration_us") is not None
-
-
-@dataclass(frozen=True)
-class _Prepared:
-    """What several views need from one report, computed once (a 1,000-layer step has 10^4 ops)."""
-
-    ops: list[dict[str, Any]]
-    transfers: list[dict[str, Any]]
-    devices: list[str]
-    kernel_keys: list[tuple[Any, ...]]
-    timed: list[bool]
-    busy: dict[str, float]
-
-
-def _prepare(report: Report) -> _Prepared:
-    ops = _ops(report)
-    return _Prepared(
-        ops,
-        _transfers(report),
-        devices_of(report),
-        [_kernel_key(op) for op in ops],
-        [_timed(op) for op in ops],
-        busy_us(report),
-    )
-
-
-def devices_of(report: Report) -> list[str]:
-    """Every device that ran an op or took part in a transfer, sorted."""
-    names = {op.get("device", "?") for op in _ops(report)}
-    for t in _transfers(report):
-        names.update((t.get("src", "?"), t.get("dst", "?")))
-    names.update(_stored_busy(report))
-    return sorted(names)
-
-
-def _stored_busy(report: Report) -> dict[str, float]:
-    """The report's own busy time per device (``busy_us``: ``{device: microseconds}``), if it has one."""
-    stored = report.get("busy_us") or {}
-    return {str(k): float(v) for k, v in stored.items() if v is not None} if isinstance(stored, dict) else {}
-
-
-def _kernel_key(op: dict[str, Any]) -> tuple[Any, ...]:
-    """One kernel execution: the ops a fused kernel ran share it (and their time)."""
-    return (
-        op.get("device"),
-        op.get("call", 0),
-        op.get("kernel", ""),
-        op.get("kernel_name") or op.get("name"),
-        op.get("start_us"),
-    )
-
-
-def busy_us(report: Report) -> dict[str, float]:
-    """Busy time per device in microseconds: the report's own figure, else the union of its op times.
-
-    Devices without timed ops are left out (a report captured without timing gives ``{}``).
-
-    >>> busy_us({"ops": [{"device": "CPU:0", "start_us": 0, "duration_us": 5},
-    ...                  {"device": "CPU:0", "start_us": 3, "duration_us": 4}]})
-    {'CPU:0': 7.0}
-    """
-    out = _stored_busy(report)
-    spans: dict[str, list[tuple[float, float]]] = {}
-    for op in _ops(report):
-        if op.get("device") not in out and _timed(op):
-            start = float(op["start_us"])
-            spans.setdefault(op["device"], []).append((start, start + float(op["duration_us"])))
-    out.update({device: union_length(s) for device, s in spans.items()})
-    return dict(sorted(out.items()))
-
 
 # ----------------------------------------------------------------------------- the views
 
