@@ -101,6 +101,7 @@ def test_only_runtime_sets_environment_variables_or_calls_tf_config():
         "jobs.slurm",
         "jobs.straggler",
         "layers.plan",
+        "core.memory_limits",
         "runtime",
         "tensorboard.report_reading",
         "tensorboard.views",
