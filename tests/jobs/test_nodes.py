@@ -115,25 +115,29 @@ def _two_nodes(
     port = free_ports(1)[0]
     common = ["-n", "1", "--nnodes", "2", "--master-addr", "127.0.0.1", "--master-port", str(port), *launcher]
     with tempfile.TemporaryDirectory() as tmp0, tempfile.TemporaryDirectory() as tmp1:
-        procs = []
+        runs = []
         for node, tmp in ((1, tmp1), (0, tmp0)):  # node 1 first: it waits for node 0
             extra = ["--node-addr", NODE1] if node == 1 else []
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "tfdevices", "launch", *common, "--node-rank", str(node), *extra]
-                    + ["--", sys.executable, *script],
-                    env=subprocess_env({**(env or {}), "TMPDIR": tmp}),
-                    cwd=REPO,
-                    text=True,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                )
-            )
-        try:
-            outs = [p.communicate(timeout=400)[0] for p in procs]
-        finally:
-            kill_all(p.pid for p in procs)
-    return outs[1], outs[0], [procs[1].returncode, procs[0].returncode]
+            command = [sys.executable, "-m", "tfdevices", "launch", *common, "--node-rank", str(node), *extra]
+            runs.append((command + ["--", sys.executable, *script], {**(env or {}), "TMPDIR": tmp}))
+        outs, codes = _together(runs)
+    return outs[1], outs[0], [codes[1], codes[0]]
+
+
+def _together(runs: list[tuple[list[str], dict[str, str]]]) -> tuple[list[str], list[int]]:
+    """Starts every ``(command, env)`` at once, in order, as the machines of one job; returns their outputs and
+    exit statuses, in the same order (none outlives the call)."""
+    procs = [
+        subprocess.Popen(
+            command, env=subprocess_env(env), cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
+        for command, env in runs
+    ]
+    try:
+        outs = [p.communicate(timeout=400)[0] for p in procs]
+    finally:
+        kill_all(p.pid for p in procs)
+    return outs, [p.returncode for p in procs]
 
 
 def _timed(sync: str) -> dict[str, str]:
@@ -211,24 +215,13 @@ def _without_launcher(*script: str, env: dict[str, str] | None = None) -> tuple[
     ports = free_ports(2)
     cluster = {"worker": [f"127.0.0.1:{ports[0]}", f"{NODE1}:{ports[1]}"]}
     with tempfile.TemporaryDirectory() as tmp0, tempfile.TemporaryDirectory() as tmp1:
-        procs = []
+        runs = []
         for rank, tmp in ((0, tmp0), (1, tmp1)):
             config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": rank}})
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, *script],
-                    env=subprocess_env({**(env or {}), "TF_CONFIG": config, "TFDEVICES_PROGRESS_DIR": tmp}),
-                    cwd=REPO,
-                    text=True,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                )
-            )
-        try:
-            outs = [p.communicate(timeout=400)[0] for p in procs]
-        finally:
-            kill_all(p.pid for p in procs)
-    return outs[0], outs[1], [p.returncode for p in procs]
+            rank_env = {**(env or {}), "TF_CONFIG": config, "TFDEVICES_PROGRESS_DIR": tmp}
+            runs.append(([sys.executable, *script], rank_env))
+        outs, codes = _together(runs)
+    return outs[0], outs[1], codes
 
 
 @pytest.mark.slow
