@@ -148,6 +148,32 @@ def test_a_record_being_written_or_foreign_is_not_read(tmp_path) -> None:
     assert read_records(str(tmp_path)) == ()
 
 
+def test_a_record_an_earlier_run_left_is_not_signalled_nor_judged(tmp_path) -> None:
+    """A directory derived from a SLURM step or a TF_CONFIG cluster outlives its job: rank 0's watch sends no
+    signal to a pid a left record names (another program has it now), and judges no rank past the job's size.
+    """
+    from tfdevices.jobs.reporting import _RankZero
+
+    directory = str(tmp_path)
+    mine = ProgressWriter(directory, rank=0)
+    for rank in (1, 2):  # an earlier run's records: written, then left
+        ProgressWriter(directory, rank=rank)._map.close()
+    other = subprocess.Popen(["sleep", "60"])  # the pid the left records now name: not a rank
+    try:
+        for rank in (1, 2):
+            with open(os.path.join(directory, f"rank{rank}.progress"), "r+b") as f:
+                f.seek(8)
+                f.write(other.pid.to_bytes(4, "little"))
+        assert {r.rank: r.pid for r in read_records(directory)} == {0: os.getpid(), 1: other.pid, 2: other.pid}
+        look = _RankZero(directory, str(tmp_path / "stacks"), "", None, world_size=2)
+        assert [r.rank for r in look.records()] == [0, 1]
+        assert [r.rank for r in look.signalled(read_records(directory))] == [0]
+    finally:
+        other.kill()
+        other.wait()
+    mine._map.close()
+
+
 @pytest.mark.parametrize(
     "env, want",
     [

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
 import mmap
 import os
@@ -159,7 +160,7 @@ class ProgressWriter:
 
     def __init__(self, directory: str, rank: int, clock: Callable[[], float] = time.time) -> None:
         os.makedirs(directory, mode=0o700, exist_ok=True)
-        path = os.path.join(directory, f"rank{rank}.progress")
+        path = record_path(directory, rank)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
             os.ftruncate(fd, RECORD_SIZE)
@@ -362,6 +363,42 @@ def record_bytes(path: str) -> bytes | None:
     return None
 
 
+def record_path(directory: str, rank: int) -> str:
+    """Where rank ``rank`` keeps its record in ``directory``."""
+    return os.path.join(directory, f"rank{rank}.progress")
+
+
+def writes_record(pid: int, path: str) -> bool:
+    """Whether process ``pid`` is the rank that writes the record at ``path`` (it maps the file), on this machine.
+
+    A directory derived from a SLURM step or a ``TF_CONFIG`` cluster outlives its job: a record left by an earlier
+    run names a process that is gone, or a pid the system has since given to another program, which a signal
+    meant for a rank must not reach. Where the system has no ``/proc`` it cannot tell: a live pid counts.
+
+    >>> import tempfile
+    >>> writer = ProgressWriter(tempfile.mkdtemp(), rank=0)
+    >>> writes_record(os.getpid(), writer.path), writes_record(os.getpid(), writer.path + ".other")
+    (True, False)
+    """
+    if pid <= 0:
+        return False
+    if not os.path.isdir("/proc/self"):
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            return False
+        return True
+    wanted = {" " + path, " " + os.path.realpath(path)}
+    try:
+        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
+            for line in itertools.islice(f, 200_000):  # a TensorFlow process maps some thousands
+                if line.rstrip("\n").endswith(tuple(wanted)):
+                    return True
+    except OSError:  # gone, or another user's
+        return False
+    return False
+
+
 def record_paths(directory: str) -> list[str]:
     """The paths of the records in ``directory`` (at most 100,000 names looked at)."""
     try:
@@ -426,5 +463,7 @@ __all__ = [
     "read_record",
     "read_records",
     "record_bytes",
+    "record_path",
     "record_paths",
+    "writes_record",
 ]

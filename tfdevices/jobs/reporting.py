@@ -31,7 +31,14 @@ from tfdevices.jobs.coordination_keys import KeyPublisher, KeyReader, KeyValue, 
 from tfdevices.jobs.env import launch_info
 from tfdevices.jobs.metrics import watch_metrics
 from tfdevices.jobs.output import say
-from tfdevices.jobs.progress import ProgressWriter, RankProgress, progress_dir, read_records
+from tfdevices.jobs.progress import (
+    ProgressWriter,
+    RankProgress,
+    progress_dir,
+    read_records,
+    record_path,
+    writes_record,
+)
 from tfdevices.jobs.stacks import ask_stacks
 from tfdevices.jobs.stall import STACKS_DIR_ENV, Stall, StallPolicy, policy_from_env
 from tfdevices.jobs.watch import JobWatch, write_snapshot
@@ -190,7 +197,7 @@ def _watch_if_rank_0(writer: ProgressWriter, env: Mapping[str, str], store: KeyV
         call_at_exit(publisher.close)  # before TensorFlow's context goes
         reader = KeyReader(store, range(info.world_size)) if info.rank == 0 else None
     if info.rank == 0:
-        look = _RankZero(directory, stacks, node if reader is not None else "", reader)
+        look = _RankZero(directory, stacks, node if reader is not None else "", reader, info.world_size)
         expected = range(info.world_size) if info.local_world_size == info.world_size else ()
         look.start(JobWatch(list(expected), lambda: asked_policy(policy), frames=look.frames, stacks_where=look.where))
         watch_metrics(look.watch, env)  # TFDEVICES_METRICS or serve_metrics(): rank 0 serves the job's metrics
@@ -209,8 +216,9 @@ class _RankZero:
     and, where the job spans machines, the others' from the key-value store.
     """
 
-    def __init__(self, directory: str, stacks: str, node: str, reader: KeyReader | None) -> None:
+    def __init__(self, directory: str, stacks: str, node: str, reader: KeyReader | None, world_size: int) -> None:
         self.directory, self.stacks, self.node, self.reader = directory, stacks, node, reader
+        self.world_size = world_size
         self.where = os.path.join(stacks, "rank<R>.txt") + (" (rank 0's machine)" if reader is not None else "")
         self.watch: JobWatch = JobWatch((), StallPolicy())
         self._local: tuple[int, ...] = ()
@@ -222,18 +230,23 @@ class _RankZero:
 
     def records(self) -> list[RankProgress]:
         """This machine's ranks' records and, through the store, the other machines'."""
-        local = list(read_records(self.directory, self.node))
+        # a directory derived from the step or the cluster may hold a record of an earlier, larger job's rank
+        local = [r for r in read_records(self.directory, self.node) if r.rank < self.world_size]
         self._local = tuple(r.rank for r in local)
         return local if self.reader is None else [*local, *self.reader.records(self._local)]
 
     def frames(self, stall: Stall) -> dict[int, list[str]]:
         """The stuck ranks' top frames: this machine's asked with a signal, the others' through the store."""
-        local = [r for r in stall.records if r.rank in self._local]
+        local = self.signalled([r for r in stall.records if r.rank in self._local])
         found = ask_stacks(local, self.stacks, [m for m in stall.missing if m in self._local])
         remote = [m for m in stall.missing if m not in self._local]
         if self.reader is not None and remote:
             found.update(self.reader.frames(remote))
         return found
+
+    def signalled(self, records: Iterable[RankProgress]) -> list[RankProgress]:
+        """The records a signal may be sent on: their writers run here (not a record an earlier run left)."""
+        return [r for r in records if writes_record(r.pid, record_path(self.directory, r.rank))]
 
     def _watching(self) -> None:
         """Looks until a stall outlasts the timeout, then stops every rank."""
@@ -258,7 +271,7 @@ class _RankZero:
                 time.sleep(2 * _POLL_S)
             except Exception:  # noqa: BLE001 (the store is gone: the other ranks see rank 0 go)
                 pass
-        _stop(r.pid for r in read_records(self.directory) if r.pid != os.getpid())
+        _stop(r.pid for r in self.signalled(read_records(self.directory)) if r.pid != os.getpid())
         os._exit(STALL_STATUS)
 
     def _summary(self) -> None:
