@@ -1,8 +1,10 @@
 """The real engines users launch with, started by the tests on this machine, on 127.0.0.1 only.
 
 * :func:`slurm_cluster`: a one-node SLURM (Debian's ``slurmctld``, ``slurmd``, ``munge``) with its
-  own configuration, key, sockets and state under a temporary directory; the daemons it started
-  are stopped by pid at the end. Needs root (``slurmd`` launches the tasks).
+  own configuration, key, sockets and state under a temporary directory; at the end the processes
+  started under it (srun, its steps' tasks) are ended, then the daemons by pid. Its first job id is
+  drawn at random, as a real cluster's ids are arbitrary: two tests' steps do not share a port block.
+  Needs root (``slurmd`` launches the tasks).
 * Ray: tests/scripts/ray_fit.py starts its own local cluster (``ray.init`` bound to 127.0.0.1).
 
 Without the engine the test is skipped with the reason, except under ``CI=true``, where it fails:
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -27,6 +30,7 @@ DAEMONS = ("munged", "slurmctld", "slurmd", "srun")
 
 
 _CONF = """ClusterName=tfdevices
+FirstJobId={first_job}
 SlurmctldHost={host}(127.0.0.1)
 SlurmUser=root
 SlurmdUser=root
@@ -101,6 +105,7 @@ def slurm_cluster(root: str) -> Iterator[dict[str, str]]:
                 ctld_port=ctld_port,
                 slurmd_port=slurmd_port,
                 cpus=os.cpu_count() or 1,
+                first_job=random.randrange(1, 1_000_000),
             )
         )
     key = os.path.join(root, "munge.key")
@@ -137,7 +142,25 @@ def slurm_cluster(root: str) -> Iterator[dict[str, str]]:
             unavailable(f"the one-node SLURM did not start ({err}): {logs}")
         yield {"SLURM_CONF": conf}
     finally:
+        _stop(_started_under(conf))  # a step's tasks outlive an srun killed by a test's timeout: end them first
         _stop(pids)
+
+
+def _started_under(conf: str) -> list[int]:
+    """The processes this cluster started (srun, slurmstepd, the tasks): each has its ``SLURM_CONF`` in its
+    environment. Without this, a task still running holds its step's ports into the next test's job.
+    """
+    mark = b"\0" + f"SLURM_CONF={conf}".encode() + b"\0"
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) != os.getpid():
+            try:
+                with open(f"/proc/{name}/environ", "rb") as f:
+                    if mark in b"\0" + f.read() + b"\0":
+                        found.append(int(name))
+            except OSError:
+                continue
+    return found
 
 
 def _wait_for_pid(path: str, pids: list[int]) -> None:

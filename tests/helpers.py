@@ -53,6 +53,18 @@ def run_cli(*args: str, env: Mapping[str, str] | None = None, timeout: float = 3
     )
 
 
+def run_shown(args: list[str], *, timeout: float, **kwargs) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run`` with its output captured as text; past ``timeout`` the test fails with the end of what the
+    command printed by then (a job that never ended shows how far it got).
+    """
+    try:
+        return subprocess.run(args, capture_output=True, text=True, timeout=timeout, **kwargs)
+    except subprocess.TimeoutExpired as err:
+        parts = (err.stdout, err.stderr)
+        printed = "".join(p.decode(errors="replace") if isinstance(p, bytes) else p for p in parts if p)
+        raise AssertionError(f"{args[:4]} ran past {timeout:g} s; what it printed, last:\n{printed[-4000:]}") from None
+
+
 def kill_all(pids: Iterable[int]) -> None:
     """SIGKILLs every process left of ``pids`` (a test's clean-up: gone ones are skipped)."""
     for pid in pids:

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from tests.engines import slurm_cluster
-from tests.helpers import REPO, subprocess_env
+from tests.helpers import REPO, run_shown, subprocess_env
 from tfdevices.core.errors import EnvVarError
 from tfdevices.jobs.job_report import write_job_files
 from tfdevices.jobs.progress import RECORD_SIZE, ProgressWriter, RankProgress, progress_dir, read_record, read_records
@@ -341,12 +341,10 @@ def test_a_dead_rank_keeps_the_launchers_report() -> None:
 def test_under_srun_rank_0_names_the_stuck_rank_and_stops_the_step(tmp_path, mode: str, frame: str) -> None:
     with slurm_cluster(str(tmp_path / "slurm")) as slurm:
         start = time.monotonic()
-        proc = subprocess.run(
+        proc = run_shown(
             ["srun", "-n", "2", sys.executable, SCRIPT, mode, "1", "600"],
             env=subprocess_env({**slurm, "TFDEVICES_STALL_WINDOW": str(WINDOW), "TFDEVICES_STALL_TIMEOUT": "8"}),
             cwd=REPO,
-            capture_output=True,
-            text=True,
             timeout=420,
         )
         out = proc.stdout + proc.stderr
