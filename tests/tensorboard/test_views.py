@@ -218,9 +218,10 @@ def test_the_device_given_four_times_the_work_shows_the_larger_busy_time(tf4):
     from tfdevices.verify import capture
 
     step, x = one_then_four(tf4)
-    # three captures, the median one by CPU:1's lead: one preempted kernel on a loaded machine is not the step
-    reports = sorted((capture(step, x) for _ in range(3)), key=lambda r: r.busy_us["CPU:1"] - r.busy_us["CPU:0"])
-    report = reports[1]
+    # five captures, the least disturbed one (the least busy time in all): on a loaded machine a kernel preempted
+    # once takes several times its own time (CI, oneDNN on: CPU:0's one MatMul 3.6 ms, CPU:1's four 2.8 ms in the
+    # median of three), and a preemption only ever adds time
+    report = min((capture(step, x) for _ in range(5)), key=lambda r: sum(r.busy_us.values()))
     busy = views.busy_us(json.loads(report.to_json()))
     assert busy == report.busy_us
     matmuls = [(op.name, op.device) for op in report.ops if op.type == "MatMul"]
