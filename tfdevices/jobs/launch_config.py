@@ -13,11 +13,14 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from tfdevices.core.errors import PYTHON, LaunchError, Terms
 from tfdevices.core.units import short_repr
+from tfdevices.gpus.inventory import Inventory
+from tfdevices.gpus.selection import Selection
+from tfdevices.gpus.topology import Topology
 from tfdevices.jobs.env import LaunchInfo
 from tfdevices.jobs.metrics import MetricsAddress, parse_address
 from tfdevices.jobs.ranks import plan_ranks
@@ -89,7 +92,7 @@ class LaunchConfig:
     """
 
     num_workers: int
-    gpus: Any = ()
+    gpus: Sequence[int] | Selection | Inventory = ()
     share: bool = False
     max_restarts: int = 0
     virtual_devices: int | None = None
@@ -98,7 +101,7 @@ class LaunchConfig:
     all_ranks: bool = False
     tf_logs: bool = False
     nodes: Nodes | None = None
-    topology: Any = None
+    topology: Topology | None = None
     mends_off: frozenset[str] = frozenset()
     stall: StallPolicy = REPORT_STALLS
     listen: str | None = None
