@@ -142,13 +142,13 @@ def slurm_cluster(root: str) -> Iterator[dict[str, str]]:
             unavailable(f"the one-node SLURM did not start ({err}): {logs}")
         yield {"SLURM_CONF": conf}
     finally:
-        _stop(_started_under(conf))  # a step's tasks outlive an srun killed by a test's timeout: end them first
+        _stop([p for p in _started_under(conf) if p not in pids])  # a job's processes first, then the daemons
         _stop(pids)
 
 
 def _started_under(conf: str) -> list[int]:
-    """The processes this cluster started (srun, slurmstepd, the tasks): each has its ``SLURM_CONF`` in its
-    environment. Without this, a task still running holds its step's ports into the next test's job.
+    """The processes started under this cluster (its daemons, and srun, slurmstepd and the tasks): each has its
+    ``SLURM_CONF`` in its environment. A task still running would hold its step's ports past the test.
     """
     mark = b"\0" + f"SLURM_CONF={conf}".encode() + b"\0"
     found = []

@@ -388,15 +388,13 @@ def writes_record(pid: int, path: str) -> bool:
         except OSError:
             return False
         return True
-    wanted = {" " + path, " " + os.path.realpath(path)}
+    ends = (f" {path}\n", f" {os.path.realpath(path)}\n")
     try:
         with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
-            for line in itertools.islice(f, 200_000):  # a TensorFlow process maps some thousands
-                if line.rstrip("\n").endswith(tuple(wanted)):
-                    return True
+            # a TensorFlow process maps some thousands of files
+            return any(line.endswith(ends) for line in itertools.islice(f, 200_000))
     except OSError:  # gone, or another user's
         return False
-    return False
 
 
 def record_paths(directory: str) -> list[str]:
