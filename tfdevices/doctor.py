@@ -239,8 +239,10 @@ def _job(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
         info = launch_info(env)
     except TfDevicesError as err:
         return (("error", str(err)),)
+    pods = info.tf_config.cluster["worker"] if info.source == "kubernetes" and info.tf_config else ()
     return (
         ("rank", _rank_row(info)),
+        *((("pods", ", ".join(pods[:8]) + (f", ... ({len(pods):,} in all)" if len(pods) > 8 else "")),) if pods else ()),
         *(("note", note) for note in info.notes),
         (EXIT_WAIT_ENV, _exit_wait(env)),
         (TOKEN_ENV, "set" if env.get(TOKEN_ENV) else "unset"),

@@ -16,6 +16,7 @@ from typing import Any
 from tfdevices.core.errors import LaunchError, StrategyError
 from tfdevices.core.units import short_repr
 from tfdevices.jobs.env import launch_info
+from tfdevices.jobs.kubernetes import pod_cluster
 from tfdevices.jobs.slurm import expand_tasks_per_node, step_cluster
 from tfdevices.jobs.tfconfig import TfConfig
 
@@ -28,7 +29,8 @@ class ClusterEnv:
 
     Attributes:
         num_workers: training processes in the job (1: a single process).
-        source: ``"TF_CONFIG"``, ``"SLURM"`` or ``"none"``.
+        source: ``"TF_CONFIG"``, ``"SLURM"``, ``"kubernetes"`` (a pod's job, :mod:`tfdevices.jobs.kubernetes`) or
+            ``"none"``.
         reason: what was read, for people.
         tf_config: the validated ``TF_CONFIG``, when that was the source.
     """
@@ -37,8 +39,9 @@ class ClusterEnv:
     source: str
     reason: str
     tf_config: TfConfig | None = None
-    addresses: tuple[str, ...] = ()  # a SLURM step's tasks, in rank order (what TF_CONFIG would list)
+    addresses: tuple[str, ...] = ()  # a SLURM step's tasks or a job's pods, in rank order (what TF_CONFIG would list)
     task_index: int = 0
+    wait_s: float = 0.0  # how long the addresses' names may take to resolve (a pod's peers: their Service)
 
 
 def cluster_from_env(env: Mapping[str, str]) -> ClusterEnv:
@@ -98,6 +101,17 @@ def cluster_from_env(env: Mapping[str, str]) -> ClusterEnv:
             f"SLURM step with {info.world_size} tasks{nodes}",
             addresses=_slurm_addresses(env, info),
             task_index=info.rank,
+        )
+    if info.source == "kubernetes" and info.world_size > 1 and info.tf_config is not None:
+        pod = pod_cluster(env)
+        return ClusterEnv(
+            info.world_size,
+            "kubernetes",
+            info.reason,
+            info.tf_config,
+            addresses=info.tf_config.cluster["worker"],
+            task_index=info.rank,
+            wait_s=pod.wait_s if pod is not None else 0.0,
         )
     return ClusterEnv(1, "none", f"no TF_CONFIG and no multi-task SLURM step: a single process ({info.reason})")
 

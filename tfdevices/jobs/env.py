@@ -15,6 +15,8 @@ source          variables                                                       
 ``PMI``         ``PMI_RANK``, ``PMI_SIZE``, ``MPI_LOCALRANKID/NRANKS``          MPICH, Intel MPI, ``srun --mpi=pmi2``
 ``ENV``         ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``  torchrun-style launchers
 ``SLURM``       ``SLURM_PROCID``, ``SLURM_LOCALID``, ``SLURM_NTASKS`` ...        ``srun`` (a job step)
+``kubernetes``  ``TFDEVICES_POD_CLUSTER`` with a pod's own variables and labels     a JobSet, an Indexed Job,
+                (:mod:`tfdevices.jobs.kubernetes`)                              LWS or Volcano manifest
 ``none``        nothing                                                         a single process
 ==============  ==============================================================  =====================
 
@@ -22,7 +24,9 @@ An inner launcher runs inside an outer one (``mpirun`` or ``tfdevices launch``
 inside an ``sbatch`` script inherits the batch step's ``SLURM_PROCID=0``), so the
 innermost source is the one that describes this process. The GPUs the scheduler
 allocated come from ``SLURM_STEP_GPUS``, ``SLURM_JOB_GPUS`` or
-``GPU_DEVICE_ORDINAL`` whatever the source.
+``GPU_DEVICE_ORDINAL`` whatever the source; in a pod, from ``NVIDIA_VISIBLE_DEVICES`` (the NVIDIA device
+plugin's), numbered as the pod sees them. A pod is the outermost source: ``tfdevices launch`` in a pod gives
+its workers ``TF_CONFIG``, which wins.
 
 >>> info = launch_info({"SLURM_PROCID": "1", "SLURM_LOCALID": "1", "SLURM_NTASKS": "2",
 ...                     "SLURM_STEP_ID": "0", "SLURM_STEP_TASKS_PER_NODE": "2",
@@ -43,12 +47,13 @@ from collections.abc import Mapping
 
 from tfdevices.core.errors import LaunchError
 from tfdevices.core.units import parse_count, short_repr
+from tfdevices.jobs.kubernetes import NVIDIA_VISIBLE_DEVICES, POD_CLUSTER, pod_cluster, pod_gpus, pod_kind
 from tfdevices.jobs.slurm import allocated_gpus, expand_nodelist, expand_tasks_per_node, join_indices, parse_gpu_list
 from tfdevices.jobs.tfconfig import TF_CONFIG, TfConfig, parse_tf_config
 
 __all__ = ["SOURCES", "MAX_RANK", "RANK_GPUS", "VIRTUAL_DEVICES_ENV", "LaunchInfo", "launch_info"]
 
-SOURCES = ("ray", "TF_CONFIG", "OMPI", "PMI", "ENV", "SLURM", "none")
+SOURCES = ("ray", "TF_CONFIG", "OMPI", "PMI", "ENV", "SLURM", "kubernetes", "none")
 MAX_RANK = 2**31 - 1
 """The largest rank, world size or node id read from the environment."""
 RANK_GPUS = "TFDEVICES_RANK_GPUS"
@@ -187,6 +192,7 @@ def launch_info(env: Mapping[str, str] | None = None) -> LaunchInfo:
         ("PMI", _from_pmi),
         ("ENV", _from_generic),
         ("SLURM", _from_slurm),
+        ("kubernetes", _from_pod),
     )
     present = [name for name, _ in readers if _present(name, env)]
     info = LaunchInfo()
@@ -202,12 +208,16 @@ def launch_info(env: Mapping[str, str] | None = None) -> LaunchInfo:
     if ray_info is not None:  # Ray Train's worker: Ray's own context wins (its backend wrote TF_CONFIG)
         info = dataclasses.replace(ray_info, tf_config=info.tf_config)
         ignored = tuple(n for n in present if n != "TF_CONFIG")
+    if info.source == "none" and not present:
+        info = _unready_pod(info, env)
     return _with_gpus(dataclasses.replace(info, ignored=ignored, agreeing=agreeing), env)
 
 
 def _with_gpus(info: LaunchInfo, env: Mapping[str, str]) -> LaunchInfo:
     """``info`` with the GPUs the scheduler allocated and those ``tfdevices launch`` assigned."""
     gpus, gpu_var, gpu_notes = allocated_gpus(env)
+    if gpu_var is None and info.source == "kubernetes" and NVIDIA_VISIBLE_DEVICES in env:
+        gpus, gpu_var = pod_gpus(env), NVIDIA_VISIBLE_DEVICES
     assigned = None
     if RANK_GPUS in env:
         assigned = tuple(parse_gpu_list(env[RANK_GPUS], variable=RANK_GPUS).indices)
@@ -228,6 +238,8 @@ def _present(name: str, env: Mapping[str, str]) -> bool:
         return "PMI_RANK" in env
     if name == "ENV":
         return any(v in env for v in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
+    if name == "kubernetes":
+        return POD_CLUSTER in env
     return "SLURM_PROCID" in env
 
 
@@ -344,6 +356,44 @@ def _from_generic(env: Mapping[str, str]) -> LaunchInfo:
         "LOCAL_WORLD_SIZE",
         node,
         "RANK/WORLD_SIZE are set (a torchrun-style launcher)",
+    )
+
+
+def _from_pod(env: Mapping[str, str]) -> LaunchInfo:
+    """A pod of a JobSet, an Indexed Job, a LeaderWorkerSet or a Volcano job (:mod:`tfdevices.jobs.kubernetes`):
+    one process a pod, the pods as the nodes.
+    """
+    pod = pod_cluster(env)
+    if pod is None:  # not present: POD_CLUSTER is unset
+        return LaunchInfo()
+    return LaunchInfo(
+        rank=pod.index,
+        world_size=len(pod.hosts),
+        local_rank=0,
+        local_world_size=1,
+        node_rank=pod.index,
+        nodes=pod.names,
+        source="kubernetes",
+        reason=pod.reason,
+        variables=tuple((v, env[v]) for v in pod.variables if v in env),
+        tf_config=pod.tf_config(),
+    )
+
+
+def _unready_pod(info: LaunchInfo, env: Mapping[str, str]) -> LaunchInfo:
+    """A single process, said so where it runs in a pod that could be one of a job's (its manifest lacks
+    :data:`~tfdevices.jobs.kubernetes.POD_CLUSTER`)."""
+    kind = pod_kind(env)
+    if kind is None:
+        return info
+    return dataclasses.replace(
+        info,
+        reason=f"{'an' if kind[0] in 'AEIOU' else 'a'} {kind} pod without {POD_CLUSTER}: a single process",
+        notes=info.notes
+        + (
+            f"to train over the {kind}'s pods, set {POD_CLUSTER} in the container's env "
+            '(e.g. "port=2222,pods=1"; the kubernetes guide).',
+        ),
     )
 
 

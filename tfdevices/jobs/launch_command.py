@@ -11,7 +11,7 @@ import argparse
 import ipaddress
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tfdevices.core.errors import EnvVarError, LaunchError, Terms
@@ -20,6 +20,7 @@ from tfdevices.gpus.discovery import discover
 from tfdevices.gpus.selection import select
 from tfdevices.gpus.spec import SPEC_FORMS
 from tfdevices.jobs.handshake import TOKEN_ENV, rdzv_id, read_token
+from tfdevices.jobs.kubernetes import POD_CLUSTER, pod_cluster, wait_for_names
 from tfdevices.jobs.launch_config import CLI_TERMS, MAX_NODES, WORKERS_PER_CORE, LaunchConfig, check_worker_count
 from tfdevices.jobs.launcher import launch, own_address
 from tfdevices.jobs.rendezvous import MASTER_PORT, MAX_WORKERS, Nodes
@@ -28,7 +29,7 @@ from tfdevices.jobs.straggler import SlowRankPolicy
 from tfdevices.mends.base import parse_mends_off
 from tfdevices.mends.loopback import ALL, LOOPBACK
 
-__all__ = ["add_arguments", "config_from_args", "run"]
+__all__ = ["add_arguments", "config_from_args", "run", "with_pod_defaults"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -139,11 +140,23 @@ def _add_mends_and_stalls(parser: argparse.ArgumentParser) -> None:
 
 def _add_nodes(nodes: argparse._ArgumentGroup) -> None:
     """A job over several machines without a scheduler: where the launchers meet, and who may join."""
-    nodes.add_argument("--nnodes", type=int, default=1, help="machines in the job, one launcher each")
-    nodes.add_argument("--node-rank", type=int, default=0, help="this machine's place, 0 .. nnodes-1")
-    nodes.add_argument("--master-addr", default=None, help="the address of the machine with --node-rank 0")
+    pod = f"in a pod whose manifest sets {POD_CLUSTER}"
     nodes.add_argument(
-        "--master-port", type=int, default=MASTER_PORT, help=f"the port the launchers meet on (default {MASTER_PORT})"
+        "--nnodes", type=int, default=None, help=f"machines in the job, one launcher each (default 1; {pod}: its pods)"
+    )
+    nodes.add_argument(
+        "--node-rank", type=int, default=None, help=f"this machine's place, 0 .. nnodes-1 (default 0; {pod}: its index)"
+    )
+    nodes.add_argument(
+        "--master-addr",
+        default=None,
+        help=f"the address of the machine with --node-rank 0 ({pod}: pod 0's name under the headless Service)",
+    )
+    nodes.add_argument(
+        "--master-port",
+        type=int,
+        default=None,
+        help=f"the port the launchers meet on (default {MASTER_PORT}; {pod}: its port=)",
     )
     nodes.add_argument(
         "--node-addr",
@@ -196,6 +209,7 @@ def config_from_args(args: argparse.Namespace, command: Sequence[str]) -> Launch
         LaunchError: a bad option, named as typed.
         SpecError, SelectionError: ``--gpus`` is malformed or cannot be met.
     """
+    args = with_pod_defaults(args, os.environ)
     for name, value, low, high in (
         ("--nnodes", args.nnodes, 1, MAX_NODES),
         ("--master-port", args.master_port, 1, 65535),
@@ -235,6 +249,27 @@ def config_from_args(args: argparse.Namespace, command: Sequence[str]) -> Launch
         metrics=getattr(args, "metrics", None),
         terms=CLI_TERMS,
     )
+
+
+def with_pod_defaults(args: argparse.Namespace, env: Mapping[str, str]) -> argparse.Namespace:
+    """``args`` with the options a pod can tell filled in where they were not given (an option given always wins):
+    in a pod whose manifest sets :data:`~tfdevices.jobs.kubernetes.POD_CLUSTER`, ``--nnodes`` is its job's pod
+    count, ``--node-rank`` its index (a JobSet's Job index and the completion index), ``--master-addr`` pod 0's
+    name and ``--master-port`` the manifest's port; elsewhere 1, 0, none and the default port.
+
+    Raises:
+        LaunchError: the pod's job cannot be worked out, or pod 0's name does not resolve within the wait.
+    """
+    pod = pod_cluster(env) if POD_CLUSTER in env else None
+    given = {name: getattr(args, name, None) for name in ("nnodes", "node_rank", "master_addr", "master_port")}
+    if pod is None:
+        found = {"nnodes": 1, "node_rank": 0, "master_addr": None, "master_port": MASTER_PORT}
+    else:
+        found = {"nnodes": len(pod.hosts), "node_rank": pod.index, "master_addr": pod.hosts[0], "master_port": pod.port}
+    chosen = {name: found[name] if value is None else value for name, value in given.items()}
+    if pod is not None and given["master_addr"] is None and chosen["nnodes"] > 1:
+        wait_for_names([pod.hosts[0]], pod.wait_s)  # pod 0's name, once its Service publishes it
+    return argparse.Namespace(**{**vars(args), **chosen})
 
 
 def _listen(value: str | None, nnodes: int) -> str | None:

@@ -39,6 +39,7 @@ from typing import NamedTuple
 
 from tfdevices.core.errors import EnvVarError
 from tfdevices.core.units import short_repr
+from tfdevices.jobs.kubernetes import POD_CLUSTER, pod_cluster
 from tfdevices.jobs.tfconfig import read_tf_config
 
 #: Where the records of a job's ranks live (a directory every local rank can write).
@@ -414,12 +415,13 @@ def read_records(directory: str, node: str = "") -> tuple[RankProgress, ...]:
 
 def progress_dir(env: Mapping[str, str]) -> str | None:
     """The job's progress directory: ``TFDEVICES_PROGRESS_DIR``, else one per SLURM step, else one per
-    ``TF_CONFIG`` cluster (Ray Train and other orchestrators write the same cluster in every rank's);
-    ``None`` elsewhere.
+    ``TF_CONFIG`` cluster (Ray Train and other orchestrators write the same cluster in every rank's; a pod's
+    job, the cluster worked out from its manifest); ``None`` elsewhere.
 
     Raises:
         EnvVarError: ``TFDEVICES_PROGRESS_DIR`` is not an absolute path.
         TfConfigError: ``TF_CONFIG`` is set but invalid.
+        LaunchError: ``TFDEVICES_POD_CLUSTER`` is set but the pod's job cannot be worked out.
 
     >>> progress_dir({"SLURM_JOB_ID": "42", "SLURM_STEP_ID": "0"})
     '/tmp/tfdevices-progress/slurm-42.0'
@@ -439,6 +441,9 @@ def progress_dir(env: Mapping[str, str]) -> str | None:
     if job.isascii() and job.isdigit() and step.isascii() and step.isdigit() and len(job + step) < 40:
         return f"/tmp/tfdevices-progress/slurm-{job}.{step}"
     config = read_tf_config(env)
+    if config is None and POD_CLUSTER in env:  # a pod's job (tfdevices.jobs.kubernetes): TF_CONFIG worked out
+        pod = pod_cluster(env)
+        config = pod.tf_config() if pod is not None else None
     if config is not None:
         cluster = json.dumps({k: list(v) for k, v in config.cluster.items()}, sort_keys=True)
         return f"/tmp/tfdevices-progress/tfconfig-{hashlib.sha256(cluster.encode()).hexdigest()[:16]}"
