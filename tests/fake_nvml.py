@@ -149,6 +149,8 @@ class FakeNvml:
             not given answers Not Supported.
         old_pynvml: be an nvidia-ml-py older than the versioned memory query: no
             ``nvmlMemory_v2``, and ``nvmlDeviceGetMemoryInfo`` takes no ``version``.
+        cuda_driver: the driver's CUDA version (``nvmlSystemGetCudaDriverVersion_v2``, ``13000``: 13.0);
+            ``None``: Not Supported.
     """
 
     NVMLError = NVMLError
@@ -163,8 +165,10 @@ class FakeNvml:
         init_delay: float = 0.0,
         ancestors: dict[tuple[int, int], int] | None = None,
         old_pynvml: bool = False,
+        cuda_driver: int | None = None,
     ) -> None:
         self.gpus = list(gpus)
+        self.cuda_driver = cuda_driver
         self.old_pynvml = old_pynvml
         self.ancestors = dict(ancestors or {})
         self.calls: dict[str, int] = {}
@@ -194,6 +198,11 @@ class FakeNvml:
 
     def nvmlSystemGetDriverVersion(self) -> str:
         return self.driver
+
+    def nvmlSystemGetCudaDriverVersion_v2(self) -> int:
+        if self.cuda_driver is None:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return self.cuda_driver
 
     def nvmlDeviceGetCount(self) -> int:
         if self.count_error is not None:
@@ -564,4 +573,4 @@ def h200(*, busy: bool = False, **changes: Any) -> FakeNvml:
         cpus=tuple(range(16)),
         numa=0,
     )
-    return FakeNvml([replace(gpu, **changes)], driver="580.159.04", old_pynvml=old)
+    return FakeNvml([replace(gpu, **changes)], driver="580.159.04", old_pynvml=old, cuda_driver=13000)

@@ -121,6 +121,8 @@ class NvmlSnapshot:
     Attributes:
         devices: every GPU, in NVML index order.
         driver_version: e.g. ``"550.54.15"``.
+        cuda_driver_version: the newest CUDA the driver runs, as CUDA writes it (``13000``: 13.0), from
+            ``nvmlSystemGetCudaDriverVersion_v2``; ``None`` where NVML cannot say.
         failure: one of :data:`FAILURES` when no GPU could be listed, else ``None``.
         reason: the failure in words, for people.
         notes: per-GPU problems that did not stop the listing.
@@ -136,6 +138,7 @@ class NvmlSnapshot:
     reason: str | None = None
     notes: tuple[str, ...] = ()
     ancestors: tuple[tuple[int | None, ...], ...] = ()
+    cuda_driver_version: int | None = None
 
 
 class Nvml:
@@ -258,9 +261,11 @@ class Nvml:
             kind, reason = self._classify(err)
             return NvmlSnapshot(failure=kind, reason=reason)
         driver = _text(self._get("nvmlSystemGetDriverVersion"))
+        cuda = _whole(self._get("nvmlSystemGetCudaDriverVersion_v2"))
         if count == 0:
             return NvmlSnapshot(
                 driver_version=driver,
+                cuda_driver_version=cuda,
                 failure="no-gpu",
                 reason="NVML reports no GPU (the NVIDIA driver is loaded but lists no device)",
             )
@@ -281,7 +286,9 @@ class Nvml:
             handles.append(handle)
         notes += _first_query_note(first_query)
         ancestors = self._ancestors(handles) if topology else ()
-        return NvmlSnapshot(devices=tuple(devices), driver_version=driver, notes=tuple(notes), ancestors=ancestors)
+        return NvmlSnapshot(
+            devices=tuple(devices), driver_version=driver, notes=tuple(notes), ancestors=ancestors, cuda_driver_version=cuda
+        )
 
     def _ancestors(self, handles: list[Any]) -> tuple[tuple[int | None, ...], ...]:
         """The NVML topology level of every pair of GPUs (symmetric; ``None`` on the diagonal)."""
