@@ -61,11 +61,13 @@ _CU_INIT = {
           "nvidia-smi -L; in a container: docker run --gpus all (Kubernetes: a nvidia.com/gpu limit)"),
     304: ("CUDA_ERROR_OPERATING_SYSTEM", "the system refused the driver a resource",
           "dmesg | grep -i nvrm"),
-    803: ("CUDA_ERROR_SYSTEM_DRIVER_MISMATCH", "the kernel module and libcuda.so.1 are different driver versions "
-          "(a driver updated without a reboot, or a container's own libcuda)",
+    803: ("CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
+          ("the kernel module and libcuda.so.1 are different driver versions (a driver updated without a reboot, "
+           "or a container's own libcuda)"),
           "reboot (or reload the nvidia modules); in a container, let the NVIDIA runtime mount the host's libcuda"),
-    804: ("CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE", "a CUDA forward-compatibility libcuda runs on a GPU that has none",
-           "take the cuda-compat folder off LD_LIBRARY_PATH"),
+    804: ("CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE",
+          "a CUDA forward-compatibility libcuda runs on a GPU that has none",
+          "take the cuda-compat folder off LD_LIBRARY_PATH"),
     999: ("CUDA_ERROR_UNKNOWN", "the driver failed to start, most often for want of /dev/nvidia-uvm",
           "sudo nvidia-modprobe -u -c=0 (or reboot after a driver update)"),
 }  # fmt: skip
@@ -162,12 +164,25 @@ def _tf_name(facts: CudaFacts) -> str:
 
 def _platform(facts: CudaFacts) -> list[Finding]:
     if facts.system == "Windows":
-        return [Finding("platform", ERROR, "native Windows",
-                        "TensorFlow has no CUDA build for native Windows since 2.11: it runs on the CPU there",
-                        "run it in WSL 2: wsl --install, then pip install 'tensorflow[and-cuda]' inside it")]
+        return [
+            Finding(
+                "platform",
+                ERROR,
+                "native Windows",
+                "TensorFlow has no CUDA build for native Windows since 2.11: it runs on the CPU there",
+                "run it in WSL 2: wsl --install, then pip install 'tensorflow[and-cuda]' inside it",
+            )
+        ]
     if facts.system == "Darwin":
-        return [Finding("platform", ERROR, "macOS", "no CUDA on macOS: TensorFlow lists no NVIDIA GPU there",
-                        "pip install tensorflow-metal (Apple's GPU plugin)")]
+        return [
+            Finding(
+                "platform",
+                ERROR,
+                "macOS",
+                "no CUDA on macOS: TensorFlow lists no NVIDIA GPU there",
+                "pip install tensorflow-metal (Apple's GPU plugin)",
+            )
+        ]
     return []  # fmt: skip
 
 
@@ -239,7 +254,7 @@ def _device_nodes(facts: CudaFacts) -> list[Finding]:
             return []
         return [Finding("driver", ERROR, "WSL 2 without /dev/dxg", "the Windows driver shares no GPU with Linux here",
                         "update the NVIDIA driver on Windows, then wsl --update and wsl --shutdown")]  # fmt: skip
-    gpus = [n for n in facts.device_nodes if n[len("nvidia"):].isdigit()]
+    gpus = [n for n in facts.device_nodes if n[len("nvidia") :].isdigit()]
     if not facts.device_nodes and facts.proc_driver is None:
         return [Finding("driver", ERROR, "no NVIDIA driver: no /dev/nvidia* and no /proc/driver/nvidia/version",
                         "CUDA cannot start, so TensorFlow lists no GPU", _container_fix(facts))]  # fmt: skip
@@ -263,13 +278,20 @@ def _libcuda(facts: CudaFacts) -> list[Finding]:
     if found.real is None:
         return [Finding("libcuda", ERROR, "libcuda.so.1 (the driver's library) is found nowhere the loader looks",
                         "CUDA cannot start: TensorFlow lists no GPU", _container_fix(facts))]  # fmt: skip
-    where = f"libcuda.so.1 from {found.source} ({found.shown})"
+    where = _where(found)
     if "/stubs/" in found.real or facts.driver.cu_init == 34:
         return [Finding("libcuda", ERROR, f"{where} is CUDA's stub", "a library for linking, not running: cuInit "
                         "fails and TensorFlow lists no GPU", _drop(found, "the stubs folder"))]  # fmt: skip
-    if facts.wsl and not found.real.startswith("/usr/lib/wsl/lib/"):
-        return [Finding("libcuda", ERROR, f"WSL 2, but {where}", "only WSL's own /usr/lib/wsl/lib/libcuda.so.1 "
-                        "reaches the GPU", "uninstall the Linux NVIDIA driver inside WSL (keep the Windows one)")]
+    if facts.wsl and not (found.shown or "").startswith("/usr/lib/wsl/lib/"):
+        return [
+            Finding(
+                "libcuda",
+                ERROR,
+                f"WSL 2, but {where}",
+                "only WSL's own /usr/lib/wsl/lib/libcuda.so.1 reaches the GPU",
+                "uninstall the Linux NVIDIA driver inside WSL (keep the Windows one)",
+            )
+        ]
     if found.error:
         return [Finding("libcuda", ERROR, f"{where} does not load ({found.error})", "CUDA cannot start",
                         _container_fix(facts))]  # fmt: skip
@@ -334,11 +356,11 @@ def _pins(requires: Sequence[str]) -> list[tuple[str, list[tuple[str, tuple[int,
         head = spec.strip()
         name = head.split("<")[0].split(">")[0].split("=")[0].split("!")[0].split("~")[0].split("[")[0].strip()
         ops = []
-        for part in head[len(name):].strip(" ()").split(","):
+        for part in head[len(name) :].strip(" ()").split(","):
             part = part.strip()
             op = next((o for o in ("===", "==", ">=", "<=", "!=", "~=", ">", "<") if part.startswith(o)), None)
             if op:
-                ops.append((op, _version(part[len(op):])))
+                ops.append((op, _version(part[len(op) :])))
         out.append((name.lower().replace("_", "-"), ops))
     return out
 
@@ -447,12 +469,12 @@ def _later_libraries(facts: CudaFacts) -> list[Finding]:
     if facts.system != "Linux" or not (build and build.is_cuda_build):
         return []
     out = []
-    pins = {n: ops for n, ops in _pins(facts.tensorflow.requires)}
+    pins = dict(_pins(facts.tensorflow.requires))
     for f in facts.later:
         if f.real is None or f.error:
             wheel = next((n for n in pins if WHEEL_FOLDER[f.name].replace("_", "-") in n), None)
-            said = f"{f.soname} is found nowhere the loader looks" if f.real is None else f"{_where(f)} does not " \
-                f"load ({f.error})"  # fmt: skip
+            loads = f"{_where(f)} does not load ({f.error})"
+            said = f"{f.soname} is found nowhere the loader looks" if f.real is None else loads
             spec = ",".join(op + ".".join(map(str, v)) for op, v in pins.get(wheel or "", ()))
             out.append(Finding(f"library {f.name}", WARNING, said, _LATER[f.name],
                                f"pip install '{wheel}{spec}'" if wheel else install_command(facts)))  # fmt: skip
@@ -468,7 +490,8 @@ def _code_for(facts: CudaFacts, gpu: GpuInfo) -> str:
     cc = gpu.compute_capability
     if cc is None or build is None or not build.capabilities:
         return "?"
-    sm, ptx = [], []
+    sm: list[tuple[int, int]] = []
+    ptx: list[tuple[int, int]] = []
     for cap in build.capabilities:
         kind, _, digits = cap.partition("_")
         if digits.isdigit() and len(digits) >= 2:
@@ -514,9 +537,14 @@ def capability_findings(facts: CudaFacts) -> list[Finding]:
 def _capability(facts: CudaFacts, kind: str, who: str, cc: tuple[int, int], caps: str) -> Finding:
     name = _tf_name(facts)
     if kind == "old":
-        return Finding(f"gpu {cc[0]}.{cc[1]}", ERROR, f"{who} is older than {name}'s oldest code ({caps})",
-                       "TensorFlow ignores it ('Ignoring visible gpu device')", "use a newer GPU, or an older "
-                       "TensorFlow built for it (tf.sysconfig.get_build_info()['cuda_compute_capabilities'])")
+        return Finding(
+            f"gpu {cc[0]}.{cc[1]}",
+            ERROR,
+            f"{who} is older than {name}'s oldest code ({caps})",
+            "TensorFlow ignores it ('Ignoring visible gpu device')",
+            "use a newer GPU, or an older "
+            "TensorFlow built for it (tf.sysconfig.get_build_info()['cuda_compute_capabilities'])",
+        )
     if kind == "none":
         return Finding(f"gpu {cc[0]}.{cc[1]}", ERROR, f"{who}: {name} holds no code for it ({caps})",
                        "its kernels cannot run there", "a TensorFlow built for this GPU")  # fmt: skip
@@ -528,9 +556,14 @@ def _capability(facts: CudaFacts, kind: str, who: str, cc: tuple[int, int], caps
                        f"start, and XLA cannot compile for sm_{cc[0]}{cc[1]} ('PTX version ... does not support "
                        "target', tensorflow#111958; Keras' fit uses XLA on GPUs)", "a TensorFlow built with CUDA "
                        "12.8 or newer; until then model.compile(..., jit_compile=False)")  # fmt: skip
-    return Finding(f"gpu {cc[0]}.{cc[1]}", WARNING, f"{who}: {name} holds no sm_{cc[0]}{cc[1]} code, only PTX "
-                   f"({caps})", "the driver compiles TensorFlow's kernels at the first start (TensorFlow: 'could "
-                   "take 30 minutes or longer') and keeps them in its cache" + _cache(facts), _cache_fix(facts))
+    return Finding(
+        f"gpu {cc[0]}.{cc[1]}",
+        WARNING,
+        f"{who}: {name} holds no sm_{cc[0]}{cc[1]} code, only PTX ({caps})",
+        "the driver compiles TensorFlow's kernels at the first start (TensorFlow: 'could "
+        "take 30 minutes or longer') and keeps them in its cache" + _cache(facts),
+        _cache_fix(facts),
+    )
 
 
 def slow_start(tensorflow: TfInstall, gpus: Sequence[GpuInfo], env: Mapping[str, str]) -> tuple[Finding, ...]:
@@ -595,22 +628,49 @@ def _log_line(line: str) -> Finding | None:
     if "Could not load dynamic library '" in line:
         name = line.split("Could not load dynamic library '", 1)[1].split("'", 1)[0][:64]
         error = line.split("dlerror:", 1)[1].strip() if "dlerror:" in line else "no reason given"
+        if name.startswith("libcuda.so"):
+            return Finding("log driver", ERROR, f"{said}: {name} did not load ({error})", "the driver's library is "
+                           "missing: CUDA cannot start", "install the NVIDIA driver, or in a container: docker run "
+                           "--gpus all")  # fmt: skip
         return Finding(f"log {name}", ERROR, f"{said}: {name} did not load ({error})", "TensorFlow lists no GPU",
                        "pip install 'tensorflow[and-cuda]' (the version installed)")  # fmt: skip
     if "Could not find cuda drivers" in line:
-        return Finding("log cudart", ERROR, f"{said}: 'Could not find cuda drivers on your machine'", "libcudart "
-                       "(the CUDA runtime, not the driver) did not load", "pip install 'tensorflow[and-cuda]'")
+        return Finding(
+            "log cudart",
+            ERROR,
+            f"{said}: 'Could not find cuda drivers on your machine'",
+            "libcudart (the CUDA runtime, not the driver) did not load",
+            "pip install 'tensorflow[and-cuda]'",
+        )
     if "failed call to cuInit" in line:
         code = line.split("failed call to cuInit:", 1)[-1].strip()[:120]
         return Finding("log cuInit", ERROR, f"{said}: cuInit failed ({code})", "CUDA did not start",
                        "tfdevices doctor (the driver section of its cuda lines)")  # fmt: skip
+    if "kernel driver does not appear to be running" in line:
+        return Finding(
+            "log kernel driver",
+            ERROR,
+            f"{said}: the kernel driver does not appear to be running",
+            "CUDA cannot start",
+            "install the NVIDIA driver, or in a container: docker run --gpus all",
+        )
     if "Ignoring visible gpu device" in line:
-        return Finding("log ignored", ERROR, f"{said}: {line.split('Ignoring', 1)[1][:200].strip()}",
-                       "TensorFlow ignores a GPU older than its oldest code", "a TensorFlow built for this GPU")
+        return Finding(
+            "log ignored",
+            ERROR,
+            f"{said}: {line.split('Ignoring', 1)[1][:200].strip()}",
+            "TensorFlow ignores a GPU older than its oldest code",
+            "a TensorFlow built for this GPU",
+        )
     if "jit-compiled from PTX" in line:
         return Finding("log ptx", WARNING, f"{said}: kernels are jit-compiled from PTX", "the first start is slow",
                        "export CUDA_CACHE_MAXSIZE=4294967296")  # fmt: skip
     if "Cannot dlopen some GPU libraries" in line:
-        return Finding("log dlopen", ERROR, f"{said}: 'Cannot dlopen some GPU libraries'", "a CUDA library did not "
-                       "load: TensorFlow lists no GPU", "tfdevices doctor (its library lines name which)")
+        return Finding(
+            "log dlopen",
+            ERROR,
+            f"{said}: 'Cannot dlopen some GPU libraries'",
+            "a CUDA library did not load: TensorFlow lists no GPU",
+            "tfdevices doctor (its library lines name which)",
+        )
     return None

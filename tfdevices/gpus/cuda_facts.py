@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import sys
 
-from tfdevices.core.records import record
+from tfdevices.core.records import record, replace
 from tfdevices.gpus import nvml
 from tfdevices.gpus.gpuinfo import GpuInfo
 
@@ -47,6 +47,7 @@ __all__ = [
     "sonames",
     "search",
     "elf_runpath",
+    "wheel_runpath",
 ]
 
 TF_DISTRIBUTIONS = (
@@ -88,6 +89,8 @@ WHEEL_FOLDER = {
     "nvrtc": "cuda_nvrtc",
     "cupti": "cuda_cupti",
 }
+_RUNPATH_FOLDERS = ("cublas", "cuda_cupti", "cuda_nvcc", "cuda_nvrtc", "cuda_runtime", "cudnn", "cufft", "curand",
+                    "cusolver", "cusparse", "nccl", "nvjitlink")  # fmt: skip
 _SYSTEM_FOLDERS = {
     "x86_64": ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib"),
     "aarch64": ("/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib"),
@@ -275,7 +278,9 @@ def gather(
         wsl=_wsl(root),
         tensorflow=tf,
         wheels=wheels,
-        cu13_folder=any(os.path.isdir(os.path.join(p, "nvidia", "cu13", "lib")) for p in (sys.path if paths is None else paths)),
+        cu13_folder=any(
+            os.path.isdir(os.path.join(p, "nvidia", "cu13", "lib")) for p in (sys.path if paths is None else paths)
+        ),
         cuda_visible=env.get("CUDA_VISIBLE_DEVICES"),
         cuda_order=env.get("CUDA_DEVICE_ORDER"),
         nvidia_visible=env.get("NVIDIA_VISIBLE_DEVICES"),
@@ -319,7 +324,9 @@ def search(
     """Where the loader finds ``soname``: the first of ``folders`` (``(folder, source)``, in the loader's order)
     that holds it, and the sources of the later copies it shadows.
     """
-    hits = [(os.path.join(folder, soname), source) for folder, source in folders if exists(os.path.join(folder, soname))]
+    hits = [
+        (os.path.join(folder, soname), source) for folder, source in folders if exists(os.path.join(folder, soname))
+    ]
     if not hits:
         return Found(name, soname)
     real, source = hits[0]
@@ -357,8 +364,6 @@ def _probed(facts: CudaFacts, env: Mapping[str, str]) -> CudaFacts:
     import json  # noqa: PLC0415 (stdlib, at use)
     import subprocess  # noqa: PLC0415
 
-    from tfdevices.core.records import replace  # noqa: PLC0415
-
     found = facts.driver.found if facts.driver else Found("cuda", "libcuda.so.1")
     libraries = [f for f in facts.libraries + facts.later if f.real]
     request = {
@@ -381,7 +386,7 @@ def _probed(facts: CudaFacts, env: Mapping[str, str]) -> CudaFacts:
     if answer is None:
         error = "the probe process did not answer (it crashed loading these libraries)"
         return replace(facts, driver=Driver(replace(found, error=error)))
-    said = dict((name, error) for name, error in answer.get("libraries", ()))
+    said = dict(answer.get("libraries", ()))
 
     def loaded(f: Found) -> Found:
         error = said.get(f.name)
@@ -417,9 +422,9 @@ def read_tensorflow(paths: Sequence[str] | None = None) -> TfInstall:
     """
     import importlib.metadata  # noqa: PLC0415 (stdlib, at use)
 
-    dists = []
+    dists: list[tuple[tuple[str, str], importlib.metadata.Distribution]] = []
     for dist in importlib.metadata.distributions(path=list(sys.path if paths is None else paths)):
-        name = _norm(dist.metadata.get("Name") or "")
+        name = _norm(dist.name or "")
         if name in TF_DISTRIBUTIONS and all(name != d[0] for d, _ in dists):
             dists.append(((name, dist.version or "?"), dist))
     if not dists:
@@ -429,9 +434,13 @@ def read_tensorflow(paths: Sequence[str] | None = None) -> TfInstall:
     build = _read_build_info(os.path.join(site, "tensorflow", "python", "platform", "build_info.py"))
     framework = os.path.join(site, "tensorflow", "libtensorflow_framework.so.2")
     runpath = tuple(
-        os.path.normpath(p.replace("$ORIGIN", os.path.dirname(framework)).replace("${ORIGIN}", os.path.dirname(framework)))
+        os.path.normpath(
+            p.replace("$ORIGIN", os.path.dirname(framework)).replace("${ORIGIN}", os.path.dirname(framework))
+        )
         for p in elf_runpath(framework)
     )
+    if not runpath:  # the library unreadable (or not there): the wheel folders TensorFlow 2.21's run path names
+        runpath = wheel_runpath(site)
     return TfInstall(
         distributions=tuple(d for d, _ in dists),
         build=build,
@@ -439,6 +448,15 @@ def read_tensorflow(paths: Sequence[str] | None = None) -> TfInstall:
         runpath=tuple(dict.fromkeys(runpath)),
         site=site,
     )
+
+
+def wheel_runpath(site: str) -> tuple[str, ...]:
+    """The CUDA wheels' library folders in ``site`` (``site/nvidia/cudnn/lib`` ...), as TensorFlow's run path has them.
+
+    >>> wheel_runpath("/site")[:2]
+    ('/site/nvidia/cublas/lib', '/site/nvidia/cuda_cupti/lib')
+    """
+    return tuple(os.path.join(site, "nvidia", folder, "lib") for folder in _RUNPATH_FOLDERS)
 
 
 def _read_build_info(path: str) -> BuildInfo | None:
@@ -470,7 +488,12 @@ def parse_build_info(text: str) -> BuildInfo | None:
                 raw = ast.literal_eval(value)
             except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
                 return None
-            info = dict(raw) if isinstance(raw, (list, dict)) else {}
+            try:
+                info = dict(raw) if isinstance(raw, (list, dict)) else None
+            except (TypeError, ValueError):
+                info = None
+            if info is None:
+                return None
             caps = info.get("cuda_compute_capabilities") or ()
             return BuildInfo(
                 is_cuda_build=info.get("is_cuda_build") is True,
@@ -486,14 +509,14 @@ def _wheels(paths: Sequence[str] | None) -> tuple[tuple[str, str], ...]:
 
     seen: dict[str, str] = {}
     for dist in importlib.metadata.distributions(path=list(sys.path if paths is None else paths)):
-        name = _norm(dist.metadata.get("Name") or "")
+        name = _norm(dist.name or "")
         if name.startswith("nvidia-") and name != "nvidia-ml-py" and name not in seen and len(seen) < 128:
             seen[name] = (dist.version or "?")[:64]
     return tuple(sorted(seen.items()))
 
 
 def _loader_cache(machine: str) -> dict[str, str]:
-    """soname -> path from ``ldconfig -p`` (this machine's architecture; empty where there is no ldconfig)."""
+    """The loader's cache, soname -> path, from ``ldconfig -p`` (this machine's architecture; empty without one)."""
     import subprocess  # noqa: PLC0415 (stdlib, at use)
 
     tool = next((t for t in ("/sbin/ldconfig", "/usr/sbin/ldconfig") if os.path.exists(t)), None)
@@ -568,7 +591,7 @@ def elf_runpath(path: str) -> tuple[str, ...]:
                 return ()
             f.seek(dynamic[0])
             data = f.read(dynamic[1])
-            tags = {}
+            tags: dict[int, int] = {}
             for i in range(len(data) // 16):
                 tag, value = struct.unpack_from("<qQ", data, i * 16)
                 if tag == 0:

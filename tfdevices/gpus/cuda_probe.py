@@ -16,12 +16,16 @@ an error is the loader's own text, at most 1,000 characters.
 
 from __future__ import annotations
 
+TYPE_CHECKING = False  # typing's flag without importing typing (the probe's process imports nothing it needs not)
+if TYPE_CHECKING:
+    from typing import Any
+
 __all__ = ["probe"]
 
 _MAX_ERROR = 1000
 
 
-def probe(request: dict) -> dict:  # type: ignore[type-arg]  (JSON in, JSON out)
+def probe(request: dict[str, Any]) -> dict[str, Any]:
     """Loads the driver and each library of ``request``; see the module's docstring.
 
     Args:
@@ -32,7 +36,7 @@ def probe(request: dict) -> dict:  # type: ignore[type-arg]  (JSON in, JSON out)
     """
     import ctypes  # noqa: PLC0415 (run in the probe's own process only)
 
-    out: dict = {"driver": None, "libraries": []}  # type: ignore[type-arg]
+    out: dict[str, Any] = {"driver": None, "libraries": []}
     driver = request.get("driver")
     if driver:
         out["driver"] = _driver(ctypes, driver)
@@ -45,13 +49,13 @@ def probe(request: dict) -> dict:  # type: ignore[type-arg]  (JSON in, JSON out)
     return out
 
 
-def _driver(ctypes, path: str) -> dict:  # type: ignore[no-untyped-def,type-arg]
+def _driver(ctypes: Any, path: str) -> dict[str, Any]:
     """``libcuda``: loaded, ``cuInit(0)``'s code, ``cuDriverGetVersion`` and ``cuDeviceGetCount`` where it starts."""
     try:
         lib = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
     except OSError as err:
         return {"error": str(err)[:_MAX_ERROR]}
-    found: dict = {"error": None, "cu_init": None, "version": None, "count": None}  # type: ignore[type-arg]
+    found: dict[str, Any] = {"error": None, "cu_init": None, "version": None, "count": None}
     version, count = ctypes.c_int(0), ctypes.c_int(0)
     try:
         if lib.cuDriverGetVersion(ctypes.byref(version)) == 0:
