@@ -14,7 +14,8 @@ from tfdevices.doctor import Report, diagnose
 
 NODE = os.path.join(REPO, "tests", "data", "node-8gpu.json")  # a saved listing of eight GPUs
 
-SECTIONS = ["python", "tensorflow", "gpus", "job", "mends", "launch"]
+SECTIONS = ["python", "tensorflow", "gpus", "cuda", "job", "mends", "launch"]
+FAKE_NVML = os.path.join(REPO, "tests", "pynvml_fake")  # `import pynvml` answers as the real H200 (tests/fake_nvml.py)
 MENDS = ["runtime_start", "keras_fit", "exit_barrier", "fork_sockets", "loopback"]
 
 
@@ -291,3 +292,80 @@ def test_doctor_says_each_mends_finding_on_the_keras_installed() -> None:
         f"applies here: {note}the defect keras-team/keras#19246 is present"
     )
     assert report["mends"]["fit_end"] == "applies here: the fit of keras calls on_train_end outside any finally"
+
+
+# ---------------------------------------------------------------------- the cuda section: can TensorFlow use the GPUs
+
+
+def test_doctor_cuda_names_the_driver_first_here_and_keeps_tensorflow_out() -> None:
+    """This machine as it is (a CUDA build of TensorFlow, no CUDA wheels, no driver), NVML answering as the H200."""
+    out = run_py(
+        """
+        import json, sys
+        from tfdevices.doctor import cuda_report
+        print(json.dumps([cuda_report().to_dict(), "tensorflow" in sys.modules]))
+    """,
+        env={"PYTHONPATH": os.pathsep.join([FAKE_NVML, REPO])},
+    ).stdout.splitlines()[-1]
+    report, loaded = json.loads(out)
+    rows = report["cuda"]
+    assert not loaded
+    assert next(iter(rows)) == "driver", rows
+    assert rows["driver"].startswith("no NVIDIA driver: no /dev/nvidia* and no /proc/driver/nvidia/version: CUDA "
+                                     "cannot start, so TensorFlow lists no GPU. HINT: ")  # fmt: skip
+    assert rows["libraries"].endswith("HINT: pip install 'tensorflow[and-cuda]==2.21.0'")
+    assert rows["gpu 9.0"].startswith("GPU 0 (NVIDIA H200, compute capability 9.0): tensorflow 2.21.0 holds no sm_90")
+
+
+def test_doctor_cuda_prints_one_line_per_cause_and_no_environment_value() -> None:
+    proc = run_cli(
+        "doctor", "--cuda",
+        env={"CUDA_VISIBLE_DEVICES": "GPU-c0ffee42", "LD_LIBRARY_PATH": "/opt/cuda-c0ffee42/lib64",
+             "NVIDIA_VISIBLE_DEVICES": "void", "PYTHONPATH": os.pathsep.join([FAKE_NVML, REPO])},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    head, *rows = proc.stdout.splitlines()
+    assert head == "cuda:" and all(r.startswith("  ") and " HINT: " in r for r in rows), proc.stdout
+    labels = [r.split("  ")[1].strip() for r in rows]
+    assert labels[:3] == ["mask", "container mask", "driver"], labels
+    assert "c0ffee42" not in proc.stdout + proc.stderr
+
+
+def test_doctor_json_has_the_cuda_section_with_its_causes() -> None:
+    report = diagnose(env={"CUDA_VISIBLE_DEVICES": "-1"}, tensorflow=False).to_dict()
+    assert list(report) == SECTIONS
+    assert report["cuda"]["mask"].startswith("CUDA_VISIBLE_DEVICES hides every GPU")
+
+
+def test_configure_with_a_gpu_nvml_sees_and_tensorflow_lists_none_names_the_first_cause() -> None:
+    """The real TensorFlow, the fake NVML's H200: configure's error is the first cause, its fix the HINT."""
+    proc = run_py(
+        """
+        import tfdevices
+        try:
+            tfdevices.configure("auto:1")
+        except tfdevices.TfDevicesError as err:
+            print("ERROR", err)
+    """,
+        env={"PYTHONPATH": os.pathsep.join([FAKE_NVML, REPO])},
+    )
+    error = proc.stdout.split("ERROR ", 1)[1].strip()
+    assert error.startswith("1 GPU(s) selected but TensorFlow lists 0: CUDA could not use them: no NVIDIA driver: no "
+                            "/dev/nvidia* and no /proc/driver/nvidia/version"), error  # fmt: skip
+    assert error.endswith(
+        "HINT: install the NVIDIA driver (nvidia-smi lists the GPUs), or in a container: docker run "
+        "--gpus all (Kubernetes: runtimeClassName: nvidia) (every cause: tfdevices doctor --cuda)."
+    )
+    # a start from PTX is said before TensorFlow starts
+    assert (
+        "tfdevices: GPU 0 (NVIDIA H200, compute capability 9.0): tensorflow 2.21.0 holds no sm_90 code" in proc.stderr
+    )
+
+
+def test_the_last_resort_reads_a_verbose_tensorflow_start_as_the_same_causes() -> None:
+    """TensorFlow started once, verbose, in a fresh process: here its log names the missing driver and runtime."""
+    from tfdevices.doctor import tensorflow_log
+    from tfdevices.gpus.cuda_check import log_findings
+
+    causes = {f.cause for f in log_findings(tensorflow_log(subprocess_env({"TF_CPP_MIN_LOG_LEVEL": "2"})))}
+    assert {"log driver", "log cuInit"} <= causes, causes

@@ -589,9 +589,9 @@ def _add_tune(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
-    from tfdevices.doctor import diagnose
+    from tfdevices.doctor import cuda_report, diagnose
 
-    report = diagnose(tensorflow=not args.no_tensorflow)
+    report = cuda_report() if args.cuda else diagnose(tensorflow=not args.no_tensorflow)
     print(report.to_json() if args.json else report.text())
     return 0
 
@@ -602,6 +602,11 @@ def _add_doctor(p: argparse.ArgumentParser) -> None:
         "--no-tensorflow",
         action="store_true",
         help="do not import TensorFlow: versions from the installed packages only, mends not checked",
+    )
+    p.add_argument(
+        "--cuda",
+        action="store_true",
+        help="only whether this TensorFlow can use the GPUs: one line per cause, with its fix (no TensorFlow started)",
     )
     p.set_defaults(run=_cmd_doctor)
 
@@ -618,7 +623,7 @@ COMMANDS: dict[str, tuple[str, bool, Any]] = {
     "tune": ("measure each way to run a model here and name the fastest", False, _add_tune),
     "advise": ("say why a captured step is slow: findings with numbers and fixes", False, _add_advise),
     "doctor": (
-        "one screen for a bug report: versions, oneDNN, XLA, GPUs, job, mends, what listens",
+        "one screen for a bug report: versions, oneDNN, XLA, GPUs, CUDA, job, mends, what listens",
         False,
         _add_doctor,
     ),
@@ -674,6 +679,7 @@ USAGE: dict[str, tuple[tuple[str, str], ...]] = {
     "doctor": (
         ("tfdevices doctor", "versions, GPUs, job, mends: paste it in a bug report"),
         ("tfdevices doctor --no-tensorflow", "the same without importing TensorFlow"),
+        ("tfdevices doctor --cuda", "why TensorFlow lists no GPU here: each cause and its fix"),
     ),
 }
 """Each command's examples for the documentation's command-line page: (command line, what it does)."""

@@ -1,8 +1,9 @@
 """``tfdevices doctor``: one screen to paste into a bug report.
 
 Python, TensorFlow and Keras (Keras 3 or tf_keras, and which one ``tf.keras`` is), oneDNN, XLA,
-the GPUs and the masks, where this process sits in a job, which mends apply here and why, and what
-a launched worker would listen on. It shows only the environment variables tfdevices reads, as
+the GPUs and the masks, whether this TensorFlow can use them (the ``cuda`` section: one line per cause,
+with its fix, from :mod:`tfdevices.gpus.cuda_check`), where this process sits in a job, which mends apply
+here and why, and what a launched worker would listen on. It shows only the environment variables tfdevices reads, as
 tfdevices reads them, and never a secret (a token is shown as set or unset).
 
 Versions come from the installed packages' metadata, found by the names programs import
@@ -24,6 +25,7 @@ from tfdevices import __version__, mends
 from tfdevices.core._tf import import_tf
 from tfdevices.core.errors import TfDevicesError
 from tfdevices.core.units import format_bytes, short_repr
+from tfdevices.gpus import cuda_check, cuda_facts
 from tfdevices.gpus.discovery import discover
 from tfdevices.gpus.inventory import INVENTORY_ENV
 from tfdevices.jobs.env import LaunchInfo, launch_info
@@ -34,7 +36,7 @@ from tfdevices.mends.base import APPLIED, MENDS_ENV, NOT_REACHED, WOULD_APPLY, i
 from tfdevices.mends.exit_barrier import EXIT_WAIT_ENV, exit_wait_s
 from tfdevices.runtime import quiet_tensorflow_logs
 
-__all__ = ["Report", "diagnose"]
+__all__ = ["Report", "diagnose", "cuda_report"]
 
 #: CPU features with which TensorFlow turns oneDNN on by default on Linux x86 (``IsMKLEnabled`` in
 #: tensorflow/core/util/util.cc: AVX512_VNNI, AVX512_BF16, AVX_VNNI, AMX).
@@ -93,6 +95,7 @@ def diagnose(*, env: Mapping[str, str] | None = None, tensorflow: bool = True) -
             ("python", _python()),
             ("tensorflow", _tensorflow(env, loaded)),
             ("gpus", _gpus(env)),
+            ("cuda", _cuda(env, loaded)),
             ("job", _job(env)),
             ("mends", _mends(env, loaded or not present)),
             ("launch", _launch(env)),
@@ -234,6 +237,50 @@ def _gpus(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     return tuple(rows)
 
 
+def cuda_report(*, env: Mapping[str, str] | None = None) -> Report:
+    """The ``cuda`` section alone (``tfdevices doctor --cuda``): TensorFlow is neither imported nor started.
+
+    Args:
+        env: the environment to read (default ``os.environ``).
+
+    Returns:
+        A :class:`Report` of one section.
+    """
+    return Report((("cuda", _cuda(os.environ if env is None else env, False)),))
+
+
+def _cuda(env: Mapping[str, str], tensorflow: bool) -> tuple[tuple[str, str], ...]:
+    """One row per finding of :func:`tfdevices.gpus.cuda_check.diagnose` (label: its cause).
+
+    Where the checks find nothing while NVML sees GPUs, and TensorFlow may be started (``tensorflow``), a
+    fresh process starts it verbose and its log lines are read as the same causes: the last resort.
+    """
+    facts = cuda_facts.gather(env=env)
+    findings = cuda_check.diagnose(facts)
+    if tensorflow and facts.gpus and cuda_check.first_cause(findings) is None:
+        findings += cuda_check.log_findings(tensorflow_log(env))
+    if not findings:
+        tf = " ".join(facts.tensorflow.distributions[0]) if facts.tensorflow.distributions else "TensorFlow"
+        gpus = f"{len(facts.gpus)} GPU(s)" if facts.gpus else "no GPU (NVML: " + (facts.nvml_reason or "none") + ")"
+        return (("verdict", f"nothing found that stops {tf} from using the GPUs here; NVML sees {gpus}"),)
+    return tuple((f.cause, f.line) for f in findings)
+
+
+def tensorflow_log(env: Mapping[str, str], timeout: float = 300.0) -> str:
+    """What TensorFlow logs when it lists the GPUs in a fresh process, verbose (its loader's lines included)."""
+    import subprocess  # noqa: PLC0415 (the last resort only)
+
+    code = "import tensorflow as tf; tf.config.list_physical_devices('GPU')"
+    loud = {**env, "TF_CPP_MIN_LOG_LEVEL": "0", "TF_CPP_VMODULE": "dso_loader=1,cuda_diagnostics=1,gpu_device=1"}
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", code], env=loud, capture_output=True, text=True, timeout=timeout, errors="replace"
+        )
+    except (OSError, subprocess.SubprocessError) as err:
+        return f"(TensorFlow could not be started: {type(err).__name__})"
+    return (proc.stderr + proc.stdout)[-(1 << 20) :]
+
+
 def _job(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     try:
         info = launch_info(env)
@@ -242,7 +289,11 @@ def _job(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     pods = info.tf_config.cluster["worker"] if info.source == "kubernetes" and info.tf_config else ()
     return (
         ("rank", _rank_row(info)),
-        *((("pods", ", ".join(pods[:8]) + (f", ... ({len(pods):,} in all)" if len(pods) > 8 else "")),) if pods else ()),
+        *(
+            (("pods", ", ".join(pods[:8]) + (f", ... ({len(pods):,} in all)" if len(pods) > 8 else "")),)
+            if pods
+            else ()
+        ),
         *(("note", note) for note in info.notes),
         (EXIT_WAIT_ENV, _exit_wait(env)),
         (TOKEN_ENV, "set" if env.get(TOKEN_ENV) else "unset"),

@@ -33,6 +33,7 @@ from tfdevices.core.devices import short_name
 from tfdevices.core.errors import PYTHON, EnvVarError, InputError, RuntimeInitializedError, Terms, TfDevicesError
 from tfdevices.core.memory_limits import MAX_LOGICAL as _MAX_LOGICAL, MIB as _MIB, Limits, normalize_memory_limit
 from tfdevices.core.units import format_bytes, parse_count, short_repr
+from tfdevices.gpus import cuda_check, cuda_facts
 from tfdevices.gpus.discovery import discover
 from tfdevices.gpus.inventory import INVENTORY_ENV, GpuInfo, Inventory
 from tfdevices.gpus.selection import Selection, select
@@ -556,6 +557,8 @@ def _apply(sel: Selection | None, growth: bool | None, limit: Limits, split: int
         gpu_count=count,
     )
     _say_once(plan.config.notes)
+    if sel is not None and sel.gpus:
+        _say_once([f.line for f in cuda_check.slow_start(cuda_facts.read_tensorflow(), sel.gpus, os.environ)])
     os.environ.update(dict(plan.env))
     tf = import_tf()
     trace_runtime_start()
@@ -563,11 +566,7 @@ def _apply(sel: Selection | None, growth: bool | None, limit: Limits, split: int
     if plan.visible_ordinals is not None:
         gpus = _set_visible(tf, plan.visible_ordinals, gpus)
     if len(gpus) != plan.gpu_count:
-        raise TfDevicesError(
-            f"{plan.gpu_count} GPU(s) selected but TensorFlow lists {len(gpus)}: CUDA could not use them.",
-            hint="check the driver and CUDA libraries (in the tfdevices clone, pip install -e '.[and-cuda]'); "
-            "tf.sysconfig.get_build_info() shows what TensorFlow expects.",
-        )
+        raise _unused_gpus_error(sel, plan.gpu_count, len(gpus))
     for gpu in gpus if plan.memory_growth is not None else ():
         tf.config.experimental.set_memory_growth(gpu, plan.memory_growth)
     for gpu, shares in zip(gpus, plan.gpu_limits):
@@ -580,6 +579,21 @@ def _apply(sel: Selection | None, growth: bool | None, limit: Limits, split: int
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * plan.cpu_split)
     _CURRENT = plan.config
     return plan.config
+
+
+def _unused_gpus_error(sel: Selection | None, selected: int, listed: int) -> TfDevicesError:
+    """GPUs NVML sees that TensorFlow does not list: the first cause the CUDA checks find, its fix as the HINT."""
+    said = f"{selected} GPU(s) selected but TensorFlow lists {listed}: CUDA could not use them"
+    cause = cuda_check.first_cause(cuda_check.diagnose(cuda_facts.gather(gpus=sel.gpus if sel else None)))
+    if cause is None:
+        return TfDevicesError(
+            f"{said}; the checks without TensorFlow found no cause.",
+            hint="tfdevices doctor (it starts TensorFlow verbose and reads its log); "
+            "tf.sysconfig.get_build_info() shows what TensorFlow expects.",
+        )
+    return TfDevicesError(
+        f"{said}: {cause.found}: {cause.meaning}.", hint=f"{cause.fix} (every cause: tfdevices doctor --cuda)."
+    )
 
 
 def _limits_words(limits: Limits) -> str:
