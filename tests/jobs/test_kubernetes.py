@@ -400,3 +400,24 @@ def test_the_indexed_jobs_service_selects_its_pods_and_names_its_subdomain() -> 
     pods = pods_of("indexed-job.yaml")
     assert all(pod.labels[k] == v for pod in pods for k, v in service["spec"]["selector"].items())
     assert [command(p, container_env(p)) for p in pods][0][:3] == ["tfdevices", "demo", "workers"]
+
+
+# ---------------------------------------------------------------- the guide's excerpts are the manifests' lines
+
+
+def test_each_yaml_block_of_the_guide_is_a_manifests_lines_as_copied() -> None:
+    import textwrap
+
+    from tests.test_docs_text import code_blocks
+
+    text = open(os.path.join(REPO, "docs", "guides", "kubernetes.rst"), encoding="utf-8").read()
+    lines = text.splitlines()
+    blocks = [b for first, b in code_blocks(text) if ".. code-block:: yaml" in "\n".join(lines[max(0, first - 4) : first])]
+    assert len(blocks) == 2
+    manifests = [open(os.path.join(REPO, "docs", "kubernetes", m), encoding="utf-8").read().splitlines() for m in MANIFESTS]
+    for body in blocks:
+        want = textwrap.dedent("\n".join(body)).strip("\n")
+        found = any(
+            textwrap.dedent("\n".join(m[i : i + len(body)])) == want for m in manifests for i in range(len(m))
+        )
+        assert found, want
