@@ -49,8 +49,8 @@ from tfdevices.core.errors import StrategyError
 from tfdevices.core.reduction import CrossDeviceOpsChoice, choose_cross_device_ops
 from tfdevices.gpus.discovery import discover
 from tfdevices.jobs.cluster import ClusterEnv, cluster_from_env
-from tfdevices.jobs.kubernetes import wait_for_names
 from tfdevices.jobs.coordination_keys import KeyValue
+from tfdevices.jobs.kubernetes import wait_for_names
 from tfdevices.jobs.reporting import start_reporting
 
 if TYPE_CHECKING:  # the return type's name only: importing tfdevices never imports TensorFlow
@@ -722,9 +722,9 @@ def _make(tf: Any, decision: StrategyInfo, ops: str, cluster: ClusterEnv) -> Any
     if cluster.source == "kubernetes":  # the pods' names resolve once their headless Service publishes them
         wait_for_names([a.rpartition(":")[0] for a in cluster.addresses], cluster.wait_s)
     if cluster.source in ("SLURM", "kubernetes"):
-        # The cluster from the step (or the pods' job) itself, not TensorFlow's SlurmClusterResolver: that one runs nvidia-smi
-        # (missing on a node without a driver), counts GPUs without the step's mask, fails with no GPUs
-        # ("range() arg 3 must not be zero") and puts every step on one port. GPUs are tfdevices' (configure).
+        # The cluster from the step (or the pods' job) itself, not TensorFlow's SlurmClusterResolver: that one
+        # runs nvidia-smi (missing on a node without a driver), counts GPUs without the step's mask, fails with
+        # no GPUs ("range() arg 3 must not be zero") and puts every step on one port. GPUs are tfdevices' (configure).
         spec = tf.train.ClusterSpec({"worker": list(cluster.addresses)})
         resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
             spec, task_type="worker", task_id=cluster.task_index, rpc_layer="grpc"

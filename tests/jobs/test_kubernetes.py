@@ -62,15 +62,23 @@ GOOD = [
     ("jobset, one pod a Job", JOBSET, ("JobSet", 1, ("tfd-workers-0-0.tfd", "tfd-workers-1-0.tfd"))),
     (
         "jobset, two pods a Job, own subdomain",
-        {**JOBSET, "TFDEVICES_POD_CLUSTER": "port=1,pods=2,subdomain=net", "JOB_COMPLETION_INDEX": "1",
-         "HOSTNAME": "tfd-workers-1-1"},
+        {
+            **JOBSET,
+            "TFDEVICES_POD_CLUSTER": "port=1,pods=2,subdomain=net",
+            "JOB_COMPLETION_INDEX": "1",
+            "HOSTNAME": "tfd-workers-1-1",
+        },
         ("JobSet", 3, ("tfd-workers-0-0.net", "tfd-workers-0-1.net", "tfd-workers-1-0.net", "tfd-workers-1-1.net")),
-    ),  # fmt: skip
+    ),
     ("indexed job", INDEXED, ("Indexed Job", 2, ("j-0.svc", "j-1.svc", "j-2.svc"))),
     (
         "lws worker",
         LWS,
-        ("LeaderWorkerSet", 1, ("tfd-lws-0.tfd-lws.default", "tfd-lws-0-1.tfd-lws.default", "tfd-lws-0-2.tfd-lws.default")),
+        (
+            "LeaderWorkerSet",
+            1,
+            ("tfd-lws-0.tfd-lws.default", "tfd-lws-0-1.tfd-lws.default", "tfd-lws-0-2.tfd-lws.default"),
+        ),
     ),
     ("lws leader", {**LWS, "LWS_WORKER_INDEX": "0", "HOSTNAME": "tfd-lws-0"}, ("LeaderWorkerSet", 0, None)),
     ("volcano worker", VOLCANO, ("Volcano", 1, ("vj-worker-0.vj", "vj-worker-1.vj"))),
@@ -104,7 +112,11 @@ BAD = [
     ("unknown key", _env(TFDEVICES_POD_CLUSTER="port=1,prots=2"), "TFDEVICES_POD_CLUSTER: key 'prots' is not one of"),
     ("repeated key", _env(TFDEVICES_POD_CLUSTER="port=1,port=2"), "TFDEVICES_POD_CLUSTER: port= is given twice"),
     ("not key=value", _env(TFDEVICES_POD_CLUSTER="port=1,pods"), "TFDEVICES_POD_CLUSTER: entry 2 is not one of"),
-    ("jobset without pods=", _env(TFDEVICES_POD_CLUSTER="port=1"), "a JobSet pod, but TFDEVICES_POD_CLUSTER gives no pods="),
+    (
+        "jobset without pods=",
+        _env(TFDEVICES_POD_CLUSTER="port=1"),
+        "a JobSet pod, but TFDEVICES_POD_CLUSTER gives no pods=",
+    ),
     ("jobset without replicas", _env(JOBSET_REPLICAS=None), "a JobSet pod, but JOBSET_REPLICAS is not set"),
     ("jobset, bad job index", _env(JOBSET_JOB_INDEX="2"), "JOBSET_JOB_INDEX is not a whole number in 0..1"),
     ("jobset, completion index past pods=", _env(JOB_COMPLETION_INDEX="1"), "JOB_COMPLETION_INDEX is out of range"),
@@ -113,7 +125,11 @@ BAD = [
     ("indexed job without subdomain", {**INDEXED, "TFDEVICES_POD_CLUSTER": "port=1,pods=3"}, "an Indexed Job pod, but"),
     ("indexed job, other hostname", {**INDEXED, "HOSTNAME": "j-1"}, "this pod's host name (HOSTNAME) is not <job"),
     ("lws without size", {k: v for k, v in LWS.items() if k != "LWS_GROUP_SIZE"}, "a LeaderWorkerSet pod (LWS_"),
-    ("lws pods= contradicts", {**LWS, "TFDEVICES_POD_CLUSTER": "port=1,pods=2"}, "TFDEVICES_POD_CLUSTER's pods= contra"),
+    (
+        "lws pods= contradicts",
+        {**LWS, "TFDEVICES_POD_CLUSTER": "port=1,pods=2"},
+        "TFDEVICES_POD_CLUSTER's pods= contra",
+    ),
     ("volcano without svc", {k: v for k, v in VOLCANO.items() if "HOSTS" not in k}, "a Volcano pod (VC_TASK_INDEX is"),
     ("volcano index elsewhere", {**VOLCANO, "VC_TASK_INDEX": "0"}, "VC_TASK_INDEX does not point at this pod"),
     ("not a pod", {"TFDEVICES_POD_CLUSTER": "port=1", "HOSTNAME": "box"}, "TFDEVICES_POD_CLUSTER is set, but this pod"),
@@ -147,7 +163,10 @@ def test_a_pod_without_the_variable_is_one_process_and_says_how_to_join() -> Non
 
 
 def test_an_inner_launcher_wins_over_the_pod() -> None:
-    env = {**JOBSET, "TF_CONFIG": json.dumps({"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 0}})}
+    env = {
+        **JOBSET,
+        "TF_CONFIG": json.dumps({"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 0}}),
+    }
     info = launch_info(env)
     assert info.source == "TF_CONFIG" and "kubernetes" in info.ignored
     bad = {**env, "TFDEVICES_POD_CLUSTER": "nonsense"}  # the pod's variable is not read under a launcher
@@ -232,7 +251,12 @@ def test_launch_takes_its_options_from_the_pod_and_an_explicit_option_wins() -> 
         given = with_pod_defaults(argparse.Namespace(**{**vars(unset), "master_port": 3000, "nnodes": 1}), env)
     finally:
         k8s.wait_for_names = lc.wait_for_names = k8s_wait  # type: ignore[assignment]
-    assert (args.nnodes, args.node_rank, args.master_addr, args.master_port) == (2, 1, "tfd-launch-nodes-0-0.tfd-launch", 29400)
+    assert (args.nnodes, args.node_rank, args.master_addr, args.master_port) == (
+        2,
+        1,
+        "tfd-launch-nodes-0-0.tfd-launch",
+        29400,
+    )
     assert resolved == [["tfd-launch-nodes-0-0.tfd-launch"]]  # pod 0's name, waited for
     assert (given.nnodes, given.master_port) == (1, 3000)
     plain = with_pod_defaults(unset, {})
@@ -248,7 +272,7 @@ def test_names_that_resolve_late_are_waited_for_and_those_that_never_do_are_said
 
     def resolve(name: str) -> None:
         tries[name] = tries.get(name, 0) + 1
-        if name.startswith("late") and tries[name] < 3 or name.startswith("never"):
+        if (name.startswith("late") and tries[name] < 3) or name.startswith("never"):
             raise OSError("no such name")
 
     def sleep(s: float) -> None:
@@ -259,15 +283,20 @@ def test_names_that_resolve_late_are_waited_for_and_those_that_never_do_are_said
     with pytest.raises(LaunchError) as err:
         k8s.wait_for_names(["ok-1.tfd", "never-1.tfd"], 10, resolve=resolve, clock=lambda: now[0], sleep=sleep)
     message = str(err.value)
-    assert message.startswith("1 of 2 pod name(s) did not resolve in 10 s: never-1.tfd. Either the headless Service tfd")
+    assert message.startswith(
+        "1 of 2 pod name(s) did not resolve in 10 s: never-1.tfd. Either the headless Service tfd"
+    )
     assert "the subdomain is wrong" in message and "kubectl get service tfd" in message
 
 
 @pytest.mark.tensorflow
 def test_a_pod_whose_service_does_not_resolve_is_told_so_by_build_strategy() -> None:
-    env = subprocess_env({**JOBSET, "TFDEVICES_POD_CLUSTER": "port=2222,pods=1,wait=1", "JOBSET_JOB_INDEX": "0",
-                          "HOSTNAME": "tfd-workers-0-0"})  # fmt: skip
-    code = "import tfdevices\ntry:\n    tfdevices.build_strategy('multi_worker')\nexcept tfdevices.TfDevicesError as e:\n    print(e)"
+    pod = {"TFDEVICES_POD_CLUSTER": "port=2222,pods=1,wait=1", "JOBSET_JOB_INDEX": "0", "HOSTNAME": "tfd-workers-0-0"}
+    env = subprocess_env({**JOBSET, **pod})
+    code = (
+        "import tfdevices\ntry:\n    tfdevices.build_strategy('multi_worker')\n"
+        "except tfdevices.TfDevicesError as e:\n    print(e)"
+    )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300, cwd=REPO)
     assert "2 of 2 pod name(s) did not resolve in 1 s: tfd-workers-0-0.tfd, tfd-workers-1-0.tfd." in out.stdout, (
         out.stdout + out.stderr[-2000:]
@@ -325,8 +354,10 @@ def strict(schema: dict) -> dict:
 
     def close(node: object) -> None:
         if isinstance(node, dict):
-            if "properties" in node and "additionalProperties" not in node and not node.get(
-                "x-kubernetes-preserve-unknown-fields"
+            if (
+                "properties" in node
+                and "additionalProperties" not in node
+                and not node.get("x-kubernetes-preserve-unknown-fields")
             ):
                 node["additionalProperties"] = False
             for value in node.values():
@@ -399,7 +430,7 @@ def test_the_indexed_jobs_service_selects_its_pods_and_names_its_subdomain() -> 
     assert service["metadata"]["name"] == job["spec"]["template"]["spec"]["subdomain"]
     pods = pods_of("indexed-job.yaml")
     assert all(pod.labels[k] == v for pod in pods for k, v in service["spec"]["selector"].items())
-    assert [command(p, container_env(p)) for p in pods][0][:3] == ["tfdevices", "demo", "workers"]
+    assert command(pods[0], container_env(pods[0]))[:3] == ["tfdevices", "demo", "workers"]
 
 
 # ---------------------------------------------------------------- the guide's excerpts are the manifests' lines
@@ -412,12 +443,14 @@ def test_each_yaml_block_of_the_guide_is_a_manifests_lines_as_copied() -> None:
 
     text = open(os.path.join(REPO, "docs", "guides", "kubernetes.rst"), encoding="utf-8").read()
     lines = text.splitlines()
-    blocks = [b for first, b in code_blocks(text) if ".. code-block:: yaml" in "\n".join(lines[max(0, first - 4) : first])]
+    blocks = [
+        b for first, b in code_blocks(text) if ".. code-block:: yaml" in "\n".join(lines[max(0, first - 4) : first])
+    ]
     assert len(blocks) == 2
-    manifests = [open(os.path.join(REPO, "docs", "kubernetes", m), encoding="utf-8").read().splitlines() for m in MANIFESTS]
+    manifests = [
+        open(os.path.join(REPO, "docs", "kubernetes", m), encoding="utf-8").read().splitlines() for m in MANIFESTS
+    ]
     for body in blocks:
         want = textwrap.dedent("\n".join(body)).strip("\n")
-        found = any(
-            textwrap.dedent("\n".join(m[i : i + len(body)])) == want for m in manifests for i in range(len(m))
-        )
+        found = any(textwrap.dedent("\n".join(m[i : i + len(body)])) == want for m in manifests for i in range(len(m)))
         assert found, want

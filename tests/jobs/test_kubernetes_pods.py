@@ -117,7 +117,7 @@ def start_pods(
         with open(os.path.join(folder, "hosts"), "w") as f:
             f.write(etc_hosts(pods, network.addresses, i))
         mount = "/nonexistent"
-        for mount, files in downward_files(pod).items():
+        for mount, files in downward_files(pod).items():  # noqa: B007 (the last mountPath is bound below)
             os.makedirs(os.path.join(folder, "podinfo"), exist_ok=True)
             for name, text in files.items():
                 with open(os.path.join(folder, "podinfo", name), "w") as f:
@@ -213,11 +213,11 @@ def doctor_rows() -> dict[str, str]:
 @pytest.mark.parametrize(
     "kind, rank",
     [
-        ("JobSet", "1 of 2, local rank 0 of 1: the JobSet tfd started this pod as worker 1 of 2: replicated job "
-                   "workers, Job 1 of 2, pod 0 of 1; TFDEVICES_POD_CLUSTER gives pods= and port="),
+        ("JobSet", ("1 of 2, local rank 0 of 1: the JobSet tfd started this pod as worker 1 of 2: replicated job "
+                    "workers, Job 1 of 2, pod 0 of 1; TFDEVICES_POD_CLUSTER gives pods= and port=")),
         ("Indexed Job", "1 of 2, local rank 0 of 1: the Indexed Job tfd-job started this pod as worker 1 of 2"),
-        ("LeaderWorkerSet", "1 of 2, local rank 0 of 1: the LeaderWorkerSet group tfd-lws-0 started this pod as "
-                            "worker 1 of 2"),
+        ("LeaderWorkerSet", ("1 of 2, local rank 0 of 1: the LeaderWorkerSet group tfd-lws-0 started this pod as "
+                             "worker 1 of 2")),
         ("Volcano", "1 of 2, local rank 0 of 1: the Volcano job started this pod as task worker 1 of 2"),
     ],
 )  # fmt: skip
@@ -263,7 +263,9 @@ def test_the_restarted_pods_rejoin_and_train_keras_fit_to_the_end_with_equal_wei
     assert [m.group(1) for m in lines] == ["0", "1"]  # type: ignore[union-attr]
     assert lines[0].group(3) == lines[1].group(3)  # type: ignore[union-attr]
     attempt = launch_info(container_env(pods_of("jobset.yaml", restart_attempt=1)[1])).reason
-    assert attempt.endswith("Job 1 of 2, pod 0 of 1, restart attempt 1; TFDEVICES_POD_CLUSTER gives pods= and port="), attempt
+    assert attempt.endswith("Job 1 of 2, pod 0 of 1, restart attempt 1; TFDEVICES_POD_CLUSTER gives pods= and port="), (
+        attempt
+    )
 
 
 # --------------------------------------------------------------------------- tfdevices launch in each pod, one slow
@@ -292,7 +294,10 @@ def test_launch_in_each_pod_takes_its_options_from_the_pod_and_names_the_slow_po
     named = [n for n, line in enumerate(lines) if line.startswith(prefix)]
     done = [n for n, line in enumerate(lines) if line == "[0] rank 0 done"]
     assert named and done and named[0] < done[0], outs[0][-3000:]  # said while the job ran
-    assert re.search(r"rank 0 waits [\d.]+ ms of each [\d.]+ ms step for it in the all-reduce; rank 1 spends \d+ ms "
-                     r"between steps in fit's callbacks", lines[named[0]]), lines[named[0]]
+    assert re.search(
+        r"rank 0 waits [\d.]+ ms of each [\d.]+ ms step for it in the all-reduce; rank 1 spends \d+ ms "
+        r"between steps in fit's callbacks",
+        lines[named[0]],
+    ), lines[named[0]]
     print(lines[named[0]])
     assert "slow one" not in outs[1], outs[1][-3000:]

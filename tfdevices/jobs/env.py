@@ -382,17 +382,20 @@ def _from_pod(env: Mapping[str, str]) -> LaunchInfo:
 
 def _unready_pod(info: LaunchInfo, env: Mapping[str, str]) -> LaunchInfo:
     """A single process, said so where it runs in a pod that could be one of a job's (its manifest lacks
-    :data:`~tfdevices.jobs.kubernetes.POD_CLUSTER`)."""
+    :data:`~tfdevices.jobs.kubernetes.POD_CLUSTER`).
+    """
     kind = pod_kind(env)
     if kind is None:
         return info
     return dataclasses.replace(
         info,
         reason=f"{'an' if kind[0] in 'AEIOU' else 'a'} {kind} pod without {POD_CLUSTER}: a single process",
-        notes=info.notes
-        + (
-            f"to train over the {kind}'s pods, set {POD_CLUSTER} in the container's env "
-            '(e.g. "port=2222,pods=1"; the kubernetes guide).',
+        notes=(
+            *info.notes,
+            (
+                f"to train over the {kind}'s pods, set {POD_CLUSTER} in the container's env "
+                '(e.g. "port=2222,pods=1"; the kubernetes guide).'
+            ),
         ),
     )
 

@@ -336,7 +336,9 @@ def _indexed_job(env: Mapping[str, str], spec: PodSpec, host: str, info: Mapping
         f"the Indexed Job {job} started this pod as worker {index} of {pods}: JOB_COMPLETION_INDEX; "
         f"{POD_CLUSTER} gives pods=, port= and subdomain="
     )
-    return PodCluster("Indexed Job", hosts, index, spec.port, reason, (POD_CLUSTER, "JOB_COMPLETION_INDEX"), None, spec.wait_s)
+    return PodCluster(
+        "Indexed Job", hosts, index, spec.port, reason, (POD_CLUSTER, "JOB_COMPLETION_INDEX"), None, spec.wait_s
+    )
 
 
 def _lws(env: Mapping[str, str], spec: PodSpec, host: str, info: Mapping[str, str]) -> PodCluster:
@@ -351,7 +353,8 @@ def _lws(env: Mapping[str, str], spec: PodSpec, host: str, info: Mapping[str, st
     index = _count(env["LWS_WORKER_INDEX"], "LWS_WORKER_INDEX", 0, size - 1)
     if spec.pods is not None and spec.pods != size:
         raise LaunchError(
-            f"{POD_CLUSTER}'s pods= contradicts LWS_GROUP_SIZE, which the LWS controller sets from spec.leaderWorkerTemplate.size.",
+            f"{POD_CLUSTER}'s pods= contradicts LWS_GROUP_SIZE, which the LWS controller sets from "
+            "spec.leaderWorkerTemplate.size.",
             hint=f"leave pods= out of {POD_CLUSTER} in a LeaderWorkerSet.",
         )
     leader = env["LWS_LEADER_ADDRESS"]
@@ -493,7 +496,9 @@ def pod_gpus(env: Mapping[str, str]) -> tuple[int, ...] | None:
     if value.strip() in ("", "none", "void"):
         return ()
     entries = value[:MAX_TEXT].split(",")
-    if len(entries) > 1024 or any(not re.fullmatch(r"[0-9]{1,4}|(GPU|MIG)-[0-9A-Za-z/-]{1,80}", e.strip()) for e in entries):
+    if len(entries) > 1024 or any(
+        not re.fullmatch(r"[0-9]{1,4}|(GPU|MIG)-[0-9A-Za-z/-]{1,80}", e.strip()) for e in entries
+    ):
         raise LaunchError(
             f"{NVIDIA_VISIBLE_DEVICES} is not all, none, void or a comma list of GPU indices or UUIDs.",
             hint="the NVIDIA device plugin sets it; do not set it in the manifest (ask nvidia.com/gpu: N).",

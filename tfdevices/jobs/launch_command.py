@@ -261,10 +261,9 @@ def with_pod_defaults(args: argparse.Namespace, env: Mapping[str, str]) -> argpa
         LaunchError: the pod's job cannot be worked out, or pod 0's name does not resolve within the wait.
     """
     pod = pod_cluster(env) if POD_CLUSTER in env else None
-    given = {name: getattr(args, name, None) for name in ("nnodes", "node_rank", "master_addr", "master_port")}
-    if pod is None:
-        found = {"nnodes": 1, "node_rank": 0, "master_addr": None, "master_port": MASTER_PORT}
-    else:
+    given: dict[str, Any] = {n: getattr(args, n, None) for n in ("nnodes", "node_rank", "master_addr", "master_port")}
+    found: dict[str, Any] = {"nnodes": 1, "node_rank": 0, "master_addr": None, "master_port": MASTER_PORT}
+    if pod is not None:
         found = {"nnodes": len(pod.hosts), "node_rank": pod.index, "master_addr": pod.hosts[0], "master_port": pod.port}
     chosen = {name: found[name] if value is None else value for name, value in given.items()}
     if pod is not None and given["master_addr"] is None and chosen["nnodes"] > 1:
