@@ -365,7 +365,7 @@ def test_configure_with_a_gpu_nvml_sees_and_tensorflow_lists_none_names_the_firs
 def test_the_last_resort_reads_a_verbose_tensorflow_start_as_the_same_causes() -> None:
     """TensorFlow started once, verbose, in a fresh process: here its log names the missing driver and runtime."""
     from tfdevices.doctor import tensorflow_log
-    from tfdevices.gpus.cuda_check import log_findings
+    from tfdevices.gpus.cuda_log import log_findings
 
     causes = {f.cause for f in log_findings(tensorflow_log(subprocess_env({"TF_CPP_MIN_LOG_LEVEL": "2"})))}
     assert {"log driver", "log cuInit"} <= causes, causes

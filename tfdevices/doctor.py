@@ -25,7 +25,7 @@ from tfdevices import __version__, mends
 from tfdevices.core._tf import import_tf
 from tfdevices.core.errors import TfDevicesError
 from tfdevices.core.units import format_bytes, short_repr
-from tfdevices.gpus import cuda_check, cuda_facts
+from tfdevices.gpus import cuda_check, cuda_facts, cuda_log
 from tfdevices.gpus.discovery import discover
 from tfdevices.gpus.inventory import INVENTORY_ENV
 from tfdevices.jobs.env import LaunchInfo, launch_info
@@ -258,7 +258,7 @@ def _cuda(env: Mapping[str, str], tensorflow: bool) -> tuple[tuple[str, str], ..
     facts = cuda_facts.gather(env=env)
     findings = cuda_check.diagnose(facts)
     if tensorflow and facts.gpus and cuda_check.first_cause(findings) is None:
-        findings += cuda_check.log_findings(tensorflow_log(env))
+        findings += cuda_log.log_findings(tensorflow_log(env))
     if not findings:
         tf = " ".join(facts.tensorflow.distributions[0]) if facts.tensorflow.distributions else "TensorFlow"
         gpus = f"{len(facts.gpus)} GPU(s)" if facts.gpus else "no GPU (NVML: " + (facts.nvml_reason or "none") + ")"

@@ -18,9 +18,11 @@ import pytest
 
 from tests.fake_nvml import FakeGpu, FakeNvml, h200
 from tfdevices.core.records import replace
-from tfdevices.gpus import cuda_check, cuda_facts, cuda_probe
-from tfdevices.gpus.cuda_check import ERROR, NOTE, WARNING, diagnose, first_cause, log_findings
-from tfdevices.gpus.cuda_facts import BuildInfo, CudaFacts, Driver, Found, TfInstall, gather, search
+from tfdevices.gpus import cuda_check, cuda_facts, cuda_libraries, cuda_log, cuda_probe
+from tfdevices.gpus.cuda_check import ERROR, NOTE, WARNING, diagnose, first_cause
+from tfdevices.gpus.cuda_facts import BuildInfo, CudaFacts, Driver, TfInstall, gather
+from tfdevices.gpus.cuda_libraries import Found, search
+from tfdevices.gpus.cuda_log import log_findings
 from tfdevices.gpus.nvml import Nvml
 
 TF_221 = (
@@ -602,7 +604,7 @@ def test_build_info_and_pins_parse_within_bounds() -> None:
     assert cuda_check._version("2.27.7.post1") == (2, 27, 7) and cuda_check._version("x") == ()
 
 
-@pytest.mark.parametrize("module", [cuda_check, cuda_facts, cuda_probe])
+@pytest.mark.parametrize("module", [cuda_check, cuda_facts, cuda_libraries, cuda_log, cuda_probe])
 def test_docstring_examples(module) -> None:
     import doctest
 

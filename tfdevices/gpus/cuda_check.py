@@ -6,7 +6,8 @@ cause stops TensorFlow: the platform, the TensorFlow installed, the masks, the d
 library, its CUDA version, the CUDA wheels against the ``and-cuda`` pins, each library TensorFlow loads at start,
 those it loads later, and each GPU's compute capability against the build's code. ``tfdevices doctor`` prints
 every finding; ``configure()`` names the first error as its HINT when NVML sees GPUs that TensorFlow does not list.
-:func:`log_findings` maps TensorFlow's own log lines (a verbose start, the last resort) to the same causes.
+:mod:`tfdevices.gpus.cuda_log` maps TensorFlow's own log lines (a verbose start, the last resort) to the same
+causes.
 
 A line says what was found, what it means for this TensorFlow, and the fix as a command (``HINT:``); no line holds
 an environment variable's value (a mask, a folder ``LD_LIBRARY_PATH`` names): variables are named, not echoed.
@@ -21,7 +22,8 @@ from __future__ import annotations
 
 from tfdevices.core.errors import EnvVarError
 from tfdevices.core.records import record
-from tfdevices.gpus.cuda_facts import START_LIBRARIES, WHEEL_FOLDER, CudaFacts, Found, TfInstall
+from tfdevices.gpus.cuda_facts import CudaFacts, TfInstall
+from tfdevices.gpus.cuda_libraries import START_LIBRARIES, WHEEL_FOLDER, Found
 from tfdevices.gpus.gpuinfo import GpuInfo
 from tfdevices.gpus.visibility import parse_visible_devices, resolve
 
@@ -38,7 +40,6 @@ __all__ = [
     "first_cause",
     "capability_findings",
     "slow_start",
-    "log_findings",
     "install_command",
 ]
 
@@ -76,7 +77,6 @@ _CUDA_KNOWS = ((11, 8, (9, 0)), (12, 0, (9, 0)), (12, 8, (12, 0)), (12, 9, (12, 
 # The Linux driver each CUDA version first came with (CUDA's release notes), for the fix.
 _DRIVER_FOR = {(11, 8): "520", (12, 0): "525", (12, 2): "535", (12, 4): "550", (12, 5): "555", (12, 6): "560",
                (12, 8): "570", (13, 0): "580"}  # fmt: skip
-_MAX_LOG = 1 << 20
 
 
 @record
@@ -598,79 +598,3 @@ def _cache_fix(facts: CudaFacts) -> str:
     if facts.cache_maxsize is not None and facts.cache_maxsize >= 1 << 32:
         return "keep the cache between runs (in a container: a volume on ~/.nv)"
     return "export CUDA_CACHE_MAXSIZE=4294967296 (the cache's largest) and keep ~/.nv between runs (a volume)"
-
-
-# -------------------------------------------------------------------------------------------------- TensorFlow's log
-
-
-def log_findings(text: str) -> tuple[Finding, ...]:
-    """TensorFlow's own log of a verbose start (``TF_CPP_MIN_LOG_LEVEL=0``, dso_loader at VLOG 1) as findings.
-
-    Lines it maps: "Could not load dynamic library 'NAME'; dlerror: ...", "Could not find cuda drivers",
-    "failed call to cuInit", "Ignoring visible gpu device", "jit-compiled from PTX" and "Cannot dlopen some GPU
-    libraries". The text after ``LD_LIBRARY_PATH`` on a line (TensorFlow prints the variable) is never kept.
-
-    >>> [f.cause for f in log_findings("W dso_loader.cc:1] Could not load dynamic library 'libcudnn.so.9'; "
-    ...                                "dlerror: libcudnn.so.9: cannot open shared object file; LD_LIBRARY_PATH: /x")]
-    ['log libcudnn.so.9']
-    """
-    out: dict[str, Finding] = {}
-    for raw in text[-_MAX_LOG:].splitlines()[-20_000:]:
-        line = raw.split("LD_LIBRARY_PATH", 1)[0].rstrip("; ")[:2000]
-        finding = _log_line(line)
-        if finding and finding.cause not in out:
-            out[finding.cause] = finding
-    return tuple(out.values())
-
-
-def _log_line(line: str) -> Finding | None:
-    said = "TensorFlow's log"
-    if "Could not load dynamic library '" in line:
-        name = line.split("Could not load dynamic library '", 1)[1].split("'", 1)[0][:64]
-        error = line.split("dlerror:", 1)[1].strip() if "dlerror:" in line else "no reason given"
-        if name.startswith("libcuda.so"):
-            return Finding("log driver", ERROR, f"{said}: {name} did not load ({error})", "the driver's library is "
-                           "missing: CUDA cannot start", "install the NVIDIA driver, or in a container: docker run "
-                           "--gpus all")  # fmt: skip
-        return Finding(f"log {name}", ERROR, f"{said}: {name} did not load ({error})", "TensorFlow lists no GPU",
-                       "pip install 'tensorflow[and-cuda]' (the version installed)")  # fmt: skip
-    if "Could not find cuda drivers" in line:
-        return Finding(
-            "log cudart",
-            ERROR,
-            f"{said}: 'Could not find cuda drivers on your machine'",
-            "libcudart (the CUDA runtime, not the driver) did not load",
-            "pip install 'tensorflow[and-cuda]'",
-        )
-    if "failed call to cuInit" in line:
-        code = line.split("failed call to cuInit:", 1)[-1].strip()[:120]
-        return Finding("log cuInit", ERROR, f"{said}: cuInit failed ({code})", "CUDA did not start",
-                       "tfdevices doctor (the driver section of its cuda lines)")  # fmt: skip
-    if "kernel driver does not appear to be running" in line:
-        return Finding(
-            "log kernel driver",
-            ERROR,
-            f"{said}: the kernel driver does not appear to be running",
-            "CUDA cannot start",
-            "install the NVIDIA driver, or in a container: docker run --gpus all",
-        )
-    if "Ignoring visible gpu device" in line:
-        return Finding(
-            "log ignored",
-            ERROR,
-            f"{said}: {line.split('Ignoring', 1)[1][:200].strip()}",
-            "TensorFlow ignores a GPU older than its oldest code",
-            "a TensorFlow built for this GPU",
-        )
-    if "jit-compiled from PTX" in line:
-        return Finding("log ptx", WARNING, f"{said}: kernels are jit-compiled from PTX", "the first start is slow",
-                       "export CUDA_CACHE_MAXSIZE=4294967296")  # fmt: skip
-    if "Cannot dlopen some GPU libraries" in line:
-        return Finding(
-            "log dlopen",
-            ERROR,
-            f"{said}: 'Cannot dlopen some GPU libraries'",
-            "a CUDA library did not load: TensorFlow lists no GPU",
-            "tfdevices doctor (its library lines name which)",
-        )
-    return None

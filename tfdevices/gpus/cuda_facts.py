@@ -8,15 +8,12 @@ fresh process (:mod:`tfdevices.gpus.cuda_probe`). It returns a frozen :class:`Cu
 :mod:`tfdevices.gpus.cuda_check` reads into findings; tests build the record (or plant a root, a site
 folder, a fake NVML) to plant each cause.
 
-Libraries are looked for as the dynamic loader looks for them when TensorFlow's ``libtensorflow_framework.so.2``
-(whose ``DT_RUNPATH`` leads to the ``nvidia-*-cu12`` wheels) asks for them: ``LD_LIBRARY_PATH`` first, then that
-run path, the loader's cache (``ldconfig -p``), then the system folders (``man ld.so``). Every read is bounded.
+Libraries are looked for as the dynamic loader looks for them when TensorFlow asks
+(:mod:`tfdevices.gpus.cuda_libraries`). Every read is bounded. The record holds the masks' values to judge
+them; nothing made from it prints one.
 
-The record holds the masks' values to judge them; nothing made from it prints one.
-
->>> search("libcuda.so.1", [("/a", "LD_LIBRARY_PATH's entry 1"), ("/b", "the loader's cache")],
-...        exists=lambda path: path.startswith("/b/")).real
-'/b/libcuda.so.1'
+>>> parse_build_info("build_info = {'is_cuda_build': True, 'cuda_version': '12.5.1'}").cuda_version
+'12.5.1'
 """
 
 from __future__ import annotations
@@ -25,29 +22,24 @@ import os
 import sys
 
 from tfdevices.core.records import record, replace
-from tfdevices.gpus import nvml
+from tfdevices.gpus import cuda_libraries as libs, nvml
+from tfdevices.gpus.cuda_libraries import Found
 from tfdevices.gpus.gpuinfo import GpuInfo
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Mapping, Sequence
+    from typing import Any
 
 __all__ = [
     "TF_DISTRIBUTIONS",
-    "START_LIBRARIES",
-    "LATER_LIBRARIES",
     "BuildInfo",
     "TfInstall",
-    "Found",
     "Driver",
     "CudaFacts",
     "gather",
     "read_tensorflow",
     "parse_build_info",
-    "sonames",
-    "search",
-    "elf_runpath",
-    "wheel_runpath",
 ]
 
 TF_DISTRIBUTIONS = (
@@ -62,40 +54,6 @@ TF_DISTRIBUTIONS = (
     "tf-nightly-cpu",
 )
 """The distributions that install the ``tensorflow`` package (several at once overwrite each other's files)."""
-START_LIBRARIES = ("cudart", "cublas", "cublasLt", "cufft", "cusolver", "cusparse", "cudnn")
-"""What TensorFlow loads when it starts on a GPU, in its order (one missing: "Cannot dlopen some GPU libraries")."""
-LATER_LIBRARIES = ("nccl", "nvrtc", "cupti")
-"""Loaded later: NCCL by multi-GPU strategies, nvrtc by XLA, CUPTI by the profiler (placement capture)."""
-
-# Each library's soname version for a CUDA major version (TensorFlow's dso_loader: lib<name>.so.<version>).
-_SONAME = {
-    11: {"cudart": "11.0", "cublas": "11", "cublasLt": "11", "cufft": "10", "cusolver": "11", "cusparse": "11",
-         "nvrtc": "11.2", "cupti": "11.8"},
-    12: {"cudart": "12", "cublas": "12", "cublasLt": "12", "cufft": "11", "cusolver": "11", "cusparse": "12",
-         "nvrtc": "12", "cupti": "12"},
-    13: {"cudart": "13", "cublas": "13", "cublasLt": "13", "cufft": "12", "cusolver": "12", "cusparse": "12",
-         "nvrtc": "13", "cupti": "13"},
-}  # fmt: skip
-# The wheel folder (site-packages/nvidia/<folder>/lib) each library comes in.
-WHEEL_FOLDER = {
-    "cudart": "cuda_runtime",
-    "cublas": "cublas",
-    "cublasLt": "cublas",
-    "cufft": "cufft",
-    "cusolver": "cusolver",
-    "cusparse": "cusparse",
-    "cudnn": "cudnn",
-    "nccl": "nccl",
-    "nvrtc": "cuda_nvrtc",
-    "cupti": "cuda_cupti",
-}
-_RUNPATH_FOLDERS = ("cublas", "cuda_cupti", "cuda_nvcc", "cuda_nvrtc", "cuda_runtime", "cudnn", "cufft", "curand",
-                    "cusolver", "cusparse", "nccl", "nvjitlink")  # fmt: skip
-_SYSTEM_FOLDERS = {
-    "x86_64": ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib"),
-    "aarch64": ("/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib"),
-}
-_CACHE_ARCH = {"x86_64": "x86-64", "aarch64": "AArch64"}
 _MAX_TEXT = 1 << 16  # build_info.py, METADATA lines, /proc files: the most read of each
 _MAX_NODES = 256
 
@@ -137,30 +95,6 @@ class TfInstall:
 
 
 @record
-class Found:
-    """Where one library would be loaded from, and what loading it said.
-
-    Attributes:
-        name: ``"cudnn"``.
-        soname: ``"libcudnn.so.9"``.
-        real: the file the loader would open (``None``: found nowhere); never printed as is.
-        source: where it was found, in words that hold no environment value (``"LD_LIBRARY_PATH's entry 1"``,
-            ``"TensorFlow's run path (nvidia/cudnn/lib)"``, ``"the loader's cache"``, ``"a system folder"``).
-        shown: the file as printed: a system path, a path in the wheels' folder, or the soname.
-        shadows: the sources of the copies found after the one loaded (a system copy ahead of the wheel's).
-        error: the loader's error (its paths replaced by :attr:`shown`); ``None``: it loaded, or was not tried.
-    """
-
-    name: str
-    soname: str
-    real: str | None = None
-    source: str | None = None
-    shown: str | None = None
-    shadows: tuple[str, ...] = ()
-    error: str | None = None
-
-
-@record
 class Driver:
     """``libcuda.so.1`` as the probe found it.
 
@@ -199,8 +133,8 @@ class CudaFacts:
         nvml_reason: why NVML listed no GPU.
         gpus: the GPUs to judge (NVML's, or those selected).
         driver: ``libcuda.so.1``; ``None`` where not probed.
-        libraries: each of :data:`START_LIBRARIES`.
-        later: each of :data:`LATER_LIBRARIES`.
+        libraries: each of :data:`~tfdevices.gpus.cuda_libraries.START_LIBRARIES`.
+        later: each of :data:`~tfdevices.gpus.cuda_libraries.LATER_LIBRARIES`.
         cache_disabled: ``CUDA_CACHE_DISABLE=1``: the driver keeps no PTX it compiled.
         cache_maxsize: ``CUDA_CACHE_MAXSIZE`` in bytes (``None``: unset or not a number).
     """
@@ -263,100 +197,60 @@ def gather(
     name, machine = system or (platform.system(), platform.machine())
     tf = read_tensorflow(paths) if tensorflow is None else tensorflow
     snap = nvml.snapshot(sensors=False) if snapshot is None else snapshot
-    chosen = tuple(d.gpu for d in snap.devices) if gpus is None else tuple(gpus)
-    wheels = _wheels(paths)
-    cache = (_loader_cache(machine) if root == "/" else {}) if loader_cache is None else loader_cache
-    folders = _search_folders(env, tf, cache, root, machine)
-    cuda_major = _major(tf.build.cuda_version if tf.build else None) or 12
-    cudnn_major = _major(tf.build.cudnn_version if tf.build else None) or 9
-    names = sonames(cuda_major, cudnn_major)
-    found = {lib: search(names[lib], folders, name=lib, site=tf.site, root=root) for lib in names}
-    driver = search("libcuda.so.1", folders, name="cuda", site=tf.site, root=root)
+    cache = (libs.loader_cache(machine) if root == "/" else {}) if loader_cache is None else loader_cache
     facts = CudaFacts(
         system=name,
         machine=machine,
-        wsl=_wsl(root),
         tensorflow=tf,
-        wheels=wheels,
-        cu13_folder=any(
-            os.path.isdir(os.path.join(p, "nvidia", "cu13", "lib")) for p in (sys.path if paths is None else paths)
-        ),
-        cuda_visible=env.get("CUDA_VISIBLE_DEVICES"),
-        cuda_order=env.get("CUDA_DEVICE_ORDER"),
-        nvidia_visible=env.get("NVIDIA_VISIBLE_DEVICES"),
-        device_nodes=_nodes(root),
-        dxg=os.path.exists(os.path.join(root, "dev", "dxg")),
-        proc_driver=_first_line(os.path.join(root, "proc", "driver", "nvidia", "version")),
+        wheels=_wheels(paths),
+        cu13_folder=any(os.path.isdir(os.path.join(p, "nvidia", "cu13", "lib")) for p in _paths(paths)),
         nvml_driver=snap.driver_version,
         nvml_cuda=snap.cuda_driver_version,
         nvml_reason=snap.reason,
-        gpus=chosen,
-        driver=Driver(driver),
-        libraries=tuple(found[lib] for lib in START_LIBRARIES),
-        later=tuple(found[lib] for lib in LATER_LIBRARIES),
-        cache_disabled=env.get("CUDA_CACHE_DISABLE", "").strip() == "1",
-        cache_maxsize=_whole(env.get("CUDA_CACHE_MAXSIZE")),
+        gpus=tuple(d.gpu for d in snap.devices) if gpus is None else tuple(gpus),
+        **_machine(root),
+        **_environment(env),
+        **_libraries(libs.loader_order(env, tf.runpath, tf.site, cache, root, machine), tf, root),
     )
     return _probed(facts, env) if probe else facts
 
 
-def sonames(cuda_major: int, cudnn_major: int) -> dict[str, str]:
-    """Each library's file name as TensorFlow's loader asks for it.
-
-    >>> sonames(12, 9)["cufft"], sonames(12, 9)["cudnn"], sonames(12, 9)["nccl"]
-    ('libcufft.so.11', 'libcudnn.so.9', 'libnccl.so.2')
-    """
-    versions = _SONAME.get(cuda_major, _SONAME[12])
-    out = {lib: f"lib{lib}.so.{versions[lib]}" for lib in versions}
-    out.update(cudnn=f"libcudnn.so.{cudnn_major}", nccl="libnccl.so.2")
-    return {lib: out[lib] for lib in START_LIBRARIES + LATER_LIBRARIES}
+def _paths(paths: Sequence[str] | None) -> list[str]:
+    return list(sys.path if paths is None else paths)
 
 
-def search(
-    soname: str,
-    folders: Sequence[tuple[str, str]],
-    *,
-    name: str = "",
-    site: str | None = None,
-    root: str = "/",
-    exists: Callable[[str], bool] = os.path.isfile,
-) -> Found:
-    """Where the loader finds ``soname``: the first of ``folders`` (``(folder, source)``, in the loader's order)
-    that holds it, and the sources of the later copies it shadows.
-    """
-    hits = [
-        (os.path.join(folder, soname), source) for folder, source in folders if exists(os.path.join(folder, soname))
-    ]
-    if not hits:
-        return Found(name, soname)
-    real, source = hits[0]
-    later = tuple(dict.fromkeys(s for _, s in hits[1:] if s != source))
-    return Found(name, soname, real, source, _shown(real, source, soname, site, root), later)
+def _machine(root: str) -> dict[str, Any]:
+    """The facts ``root``'s ``/dev`` and ``/proc`` hold."""
+    return {
+        "wsl": _wsl(root),
+        "device_nodes": _nodes(root),
+        "dxg": os.path.exists(os.path.join(root, "dev", "dxg")),
+        "proc_driver": _first_line(os.path.join(root, "proc", "driver", "nvidia", "version")),
+    }
 
 
-def _shown(real: str, source: str, soname: str, site: str | None, root: str) -> str:
-    """A found file as printed: no path an environment variable gave (``LD_LIBRARY_PATH``'s: the soname only)."""
-    if source.startswith("LD_LIBRARY_PATH"):
-        return soname
-    if site and real.startswith(site.rstrip("/") + "/"):
-        return os.path.relpath(real, site)
-    return "/" + os.path.relpath(real, root) if root != "/" else real
+def _environment(env: Mapping[str, str]) -> dict[str, Any]:
+    """The variables judged (their values stay in the record, never in a line)."""
+    return {
+        "cuda_visible": env.get("CUDA_VISIBLE_DEVICES"),
+        "cuda_order": env.get("CUDA_DEVICE_ORDER"),
+        "nvidia_visible": env.get("NVIDIA_VISIBLE_DEVICES"),
+        "cache_disabled": env.get("CUDA_CACHE_DISABLE", "").strip() == "1",
+        "cache_maxsize": _whole(env.get("CUDA_CACHE_MAXSIZE")),
+    }
 
 
-def _search_folders(
-    env: Mapping[str, str], tf: TfInstall, cache: Mapping[str, str], root: str, machine: str
-) -> list[tuple[str, str]]:
-    """``(folder, source)`` in the loader's order for a library that TensorFlow's run path is on."""
-    entries = [e for e in env.get("LD_LIBRARY_PATH", "").split(":")[:64] if e]
-    folders = [(e, f"LD_LIBRARY_PATH's entry {n}") for n, e in enumerate(entries, 1)]
-    site = tf.site or ""
-    for folder in tf.runpath:
-        inside = os.path.relpath(folder, site) if site and folder.startswith(site) else "its own folder"
-        folders.append((folder, f"TensorFlow's run path ({inside})"))
-    folders += [(os.path.dirname(path), "the loader's cache") for path in dict.fromkeys(cache.values())]
-    system = _SYSTEM_FOLDERS.get(machine, _SYSTEM_FOLDERS["x86_64"])
-    folders += [(os.path.join(root, f.lstrip("/")), "a system folder") for f in system]
-    return folders
+def _libraries(folders: Sequence[tuple[str, str]], tf: TfInstall, root: str) -> dict[str, Any]:
+    """Where the loader finds the driver and each library, for this TensorFlow's CUDA and cuDNN."""
+    cuda_major = _major(tf.build.cuda_version if tf.build else None) or 12
+    cudnn_major = _major(tf.build.cudnn_version if tf.build else None) or 9
+    names = libs.sonames(cuda_major, cudnn_major)
+    found = {lib: libs.search(names[lib], folders, name=lib, site=tf.site, root=root) for lib in names}
+    return {
+        "driver": Driver(libs.search("libcuda.so.1", folders, name="cuda", site=tf.site, root=root)),
+        "libraries": tuple(found[lib] for lib in libs.START_LIBRARIES),
+        "later": tuple(found[lib] for lib in libs.LATER_LIBRARIES),
+    }
 
 
 def _probed(facts: CudaFacts, env: Mapping[str, str]) -> CudaFacts:
@@ -390,11 +284,11 @@ def _probed(facts: CudaFacts, env: Mapping[str, str]) -> CudaFacts:
 
     def loaded(f: Found) -> Found:
         error = said.get(f.name)
-        return f if not error else replace(f, error=_scrub(error, f))
+        return f if not error else replace(f, error=libs.scrub(error, f))
 
     d = answer.get("driver") or {}
     driver = Driver(
-        replace(found, error=_scrub(d["error"], found) if d.get("error") else None),
+        replace(found, error=libs.scrub(d["error"], found) if d.get("error") else None),
         _whole(d.get("cu_init")),
         _whole(d.get("version")),
         _whole(d.get("count")),
@@ -405,14 +299,6 @@ def _probed(facts: CudaFacts, env: Mapping[str, str]) -> CudaFacts:
         libraries=tuple(loaded(f) for f in facts.libraries),
         later=tuple(loaded(f) for f in facts.later),
     )
-
-
-def _scrub(error: str, found: Found) -> str:
-    """The loader's error with the library's own path as printed (an ``LD_LIBRARY_PATH`` folder never shows)."""
-    text = str(error)[:1000]
-    if found.real and found.shown:
-        text = text.replace(found.real, found.shown)
-    return " ".join(text.split())
 
 
 def read_tensorflow(paths: Sequence[str] | None = None) -> TfInstall:
@@ -437,10 +323,10 @@ def read_tensorflow(paths: Sequence[str] | None = None) -> TfInstall:
         os.path.normpath(
             p.replace("$ORIGIN", os.path.dirname(framework)).replace("${ORIGIN}", os.path.dirname(framework))
         )
-        for p in elf_runpath(framework)
+        for p in libs.elf_runpath(framework)
     )
     if not runpath:  # the library unreadable (or not there): the wheel folders TensorFlow 2.21's run path names
-        runpath = wheel_runpath(site)
+        runpath = libs.wheel_runpath(site)
     return TfInstall(
         distributions=tuple(d for d, _ in dists),
         build=build,
@@ -448,15 +334,6 @@ def read_tensorflow(paths: Sequence[str] | None = None) -> TfInstall:
         runpath=tuple(dict.fromkeys(runpath)),
         site=site,
     )
-
-
-def wheel_runpath(site: str) -> tuple[str, ...]:
-    """The CUDA wheels' library folders in ``site`` (``site/nvidia/cudnn/lib`` ...), as TensorFlow's run path has them.
-
-    >>> wheel_runpath("/site")[:2]
-    ('/site/nvidia/cublas/lib', '/site/nvidia/cuda_cupti/lib')
-    """
-    return tuple(os.path.join(site, "nvidia", folder, "lib") for folder in _RUNPATH_FOLDERS)
 
 
 def _read_build_info(path: str) -> BuildInfo | None:
@@ -515,27 +392,6 @@ def _wheels(paths: Sequence[str] | None) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(seen.items()))
 
 
-def _loader_cache(machine: str) -> dict[str, str]:
-    """The loader's cache, soname -> path, from ``ldconfig -p`` (this machine's architecture; empty without one)."""
-    import subprocess  # noqa: PLC0415 (stdlib, at use)
-
-    tool = next((t for t in ("/sbin/ldconfig", "/usr/sbin/ldconfig") if os.path.exists(t)), None)
-    if tool is None:
-        return {}
-    try:
-        out = subprocess.run([tool, "-p"], capture_output=True, text=True, timeout=10, errors="replace").stdout
-    except (OSError, subprocess.SubprocessError):
-        return {}
-    arch = _CACHE_ARCH.get(machine, "")
-    cache: dict[str, str] = {}
-    for line in out[: 1 << 22].splitlines()[:100_000]:
-        name, _, rest = line.strip().partition(" (")
-        kind, _, path = rest.partition(") => ")
-        if path and (not arch or arch in kind) and name not in cache:
-            cache[name] = path
-    return cache
-
-
 def _nodes(root: str) -> tuple[str, ...]:
     try:
         names = sorted(n for n in os.listdir(os.path.join(root, "dev")) if n.startswith("nvidia"))
@@ -560,54 +416,6 @@ def _head(path: str, limit: int = _MAX_TEXT) -> str | None:
 def _first_line(path: str) -> str | None:
     text = _head(path, 4096)
     return None if text is None else (text.splitlines() or [""])[0][:256]
-
-
-def elf_runpath(path: str) -> tuple[str, ...]:
-    """The ``DT_RUNPATH`` (else ``DT_RPATH``) folders of a 64-bit little-endian ELF file; ``()`` for anything else.
-
-    >>> elf_runpath("/nonexistent"), elf_runpath(__file__)
-    ((), ())
-    """
-    import struct  # noqa: PLC0415 (stdlib, at use)
-
-    try:
-        with open(path, "rb") as f:
-            head = f.read(64)
-            if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
-                return ()
-            phoff, phentsize, phnum = struct.unpack_from("<Q", head, 32)[0], *struct.unpack_from("<HH", head, 54)
-            if phentsize < 56 or phnum > 128:
-                return ()
-            f.seek(phoff)
-            table = f.read(phentsize * phnum)
-            loads, dynamic = [], None
-            for i in range(phnum):
-                kind, _, offset, vaddr, _, filesz = struct.unpack_from("<IIQQQQ", table, i * phentsize)
-                if kind == 1:
-                    loads.append((vaddr, offset, filesz))
-                elif kind == 2:
-                    dynamic = (offset, min(filesz, 1 << 16))
-            if dynamic is None:
-                return ()
-            f.seek(dynamic[0])
-            data = f.read(dynamic[1])
-            tags: dict[int, int] = {}
-            for i in range(len(data) // 16):
-                tag, value = struct.unpack_from("<qQ", data, i * 16)
-                if tag == 0:
-                    break
-                tags.setdefault(tag, value)
-            strtab, at = tags.get(5), tags.get(29, tags.get(15))
-            if strtab is None or at is None:
-                return ()
-            base = next((off + strtab - va for va, off, size in loads if va <= strtab < va + size), None)
-            if base is None:
-                return ()
-            f.seek(base + at)
-            text = f.read(8192).split(b"\0", 1)[0].decode("utf-8", "replace")
-    except (OSError, struct.error, ValueError, OverflowError):
-        return ()
-    return tuple(p for p in text.split(":")[:128] if p)
 
 
 def _norm(name: str) -> str:
