@@ -13,6 +13,7 @@ import os
 import pathlib
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -610,3 +611,35 @@ def test_docstring_examples(module) -> None:
 
     result = doctest.testmod(module)
     assert result.attempted > 0 and result.failed == 0
+
+
+GPU_CHECK = pathlib.Path(__file__).parents[2] / "benchmarks" / "gpu_check"
+
+
+def test_the_kept_copy_of_tensorflow_2_21_is_what_its_wheel_says() -> None:
+    """The GPU check script's copy of TensorFlow 2.21.0 (build info, and-cuda pins, run paths) against its wheel."""
+    import json
+
+    copy = json.loads((GPU_CHECK / "tensorflow-2.21.0.json").read_text())
+    here = cuda_facts.read_tensorflow()
+    assert copy["distribution"] == ["tensorflow", "2.21.0"]
+    assert copy["build_info"]["cuda_compute_capabilities"] == ["sm_60", "sm_70", "sm_80", "sm_89", "compute_90"]
+    assert len(cuda_check._pins(copy["requires"])) == 12 and "nvidia/cusolver/lib" in copy["runpath"]
+    if dict(here.distributions).get("tensorflow") == "2.21.0":  # the leg with TensorFlow 2.21.0: the copy is exact
+        assert here.build == BuildInfo(True, "12.5.1", "9", tuple(copy["build_info"]["cuda_compute_capabilities"]))
+        assert [r for r in here.requires if "and-cuda" in r] == copy["requires"]
+        assert [os.path.relpath(p, here.site) for p in here.runpath if p.startswith(here.site)] == copy["runpath"]
+
+
+def test_the_gpu_check_script_runs_the_diagnosis_for_the_kept_tensorflow() -> None:
+    """Here: no driver, NVML answering as the real H200; TensorFlow read from the copy, not from the venv."""
+    fake = str(pathlib.Path(__file__).parents[1] / "pynvml_fake")
+    env = {**os.environ, "PYTHONPATH": fake, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    proc = subprocess.run(
+        [sys.executable, str(GPU_CHECK / "check_cuda.py")], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "TensorFlow (from the copy): tensorflow 2.21.0, CUDA 12.5.1" in out
+    assert "driver: 580.159.04 (NVML), CUDA 13.0" in out and "GPU 0: NVIDIA H200, compute capability 9.0" in out
+    assert "  error: no NVIDIA driver: no /dev/nvidia*" in out

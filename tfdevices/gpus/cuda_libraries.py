@@ -156,9 +156,14 @@ def loader_order(
     for folder in runpath:
         inside = os.path.relpath(folder, site) if site and folder.startswith(site) else "its own folder"
         folders.append((folder, f"TensorFlow's run path ({inside})"))
-    folders += [(os.path.dirname(path), "the loader's cache") for path in dict.fromkeys(cache.values())]
+    folders += [(folder, "the loader's cache") for folder in dict.fromkeys(os.path.dirname(p) for p in cache.values())]
     system = _SYSTEM_FOLDERS.get(machine, _SYSTEM_FOLDERS["x86_64"])
     folders += [(os.path.join(root, f.lstrip("/")), "a system folder") for f in system]
+    if site:  # a wheel folder no run path names: last (TensorFlow meets those through the libraries it loaded first)
+        named = set(runpath)
+        folders += [
+            (f, f"the wheels' folder ({os.path.relpath(f, site)})") for f in wheel_runpath(site) if f not in named
+        ]
     return folders
 
 
