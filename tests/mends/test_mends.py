@@ -387,3 +387,46 @@ def test_when_imported_runs_after_the_real_import_not_after_a_look_up() -> None:
     )
     out = run_py(code).stdout
     assert out.strip() == "[True, True, True] [] [('first', True), ('second', True)]", out
+
+
+def test_the_loopback_mends_wait_is_not_taken_by_a_look_up_of_tensorflow() -> None:
+    # The loopback mend once kept a finder of its own that removed itself at the first look-up of tensorflow
+    # (a mend's detection asks importlib.util.find_spec): the program's import then ran no hook, and a launched
+    # worker listened on every interface. Its wait is when_imported's now: looked up three times, it still runs
+    # once, after the import; a second call waits on the same hook.
+    code = textwrap.dedent(
+        """
+        import importlib.util, sys
+        from tfdevices.mends import loopback
+        ran = []
+        target = loopback.Listen("127.0.0.1", 1)
+        loopback.confine_when_imported(target, then=lambda: ran.append(("first", "tensorflow" in sys.modules)))
+        loopback.confine_when_imported(target, then=lambda: ran.append(("second", "tensorflow" in sys.modules)))
+        looked = [importlib.util.find_spec("tensorflow") is not None for _ in range(3)]
+        before = list(ran)
+        import tensorflow
+        print(looked, before, ran, loopback.MEND.status().state)
+        """
+    )
+    out = run_py(code, env={"TFDEVICES_MENDS": "loopback"}).stdout
+    assert out.strip() == "[True, True, True] [] [('first', True), ('second', True)] off", out
+
+
+def test_one_import_hook_in_the_package() -> None:
+    # One of each mechanism: every wait for an import goes through mends.base.when_imported, the one module that
+    # touches sys.meta_path (a second finder is where the look-up fix was forgotten).
+    import ast
+    import pathlib
+
+    import tfdevices
+
+    package = pathlib.Path(tfdevices.__file__).parent
+    users = sorted(
+        str(path.relative_to(package))
+        for path in package.rglob("*.py")
+        if any(
+            isinstance(node, ast.Attribute) and node.attr == "meta_path"
+            for node in ast.walk(ast.parse(path.read_text()))
+        )
+    )
+    assert users == ["mends/base.py"], users

@@ -19,9 +19,10 @@ the asked address (``::ffff:a.b.c.d`` on a dual-stack IPv6 socket, ``::1`` on an
 one for 127.0.0.1) and passes every other bind through. It is this process's own memory;
 other libraries and Python's sockets are untouched, and :meth:`Loopback.undo` writes the
 saved entries back. Where it cannot apply (another platform, a TensorFlow that does not
-call ``bind`` through its GOT) it says so and changes nothing; the worker's listen check
-(:mod:`tfdevices.jobs.workersite`) then stops the worker if its server listens elsewhere.
-No TensorFlow import here: the hook waits for the program's own.
+call ``bind`` through its GOT) it says so and changes nothing; the listen check
+(:mod:`tfdevices.jobs.listen_check`: the worker's own, and the launcher's from outside the worker) then
+stops the job if a server listens elsewhere. No TensorFlow import here: the hook
+(:func:`~tfdevices.mends.base.when_imported`) waits for the program's own.
 
 Detected: Linux on x86-64 or AArch64, TensorFlow's libraries loaded and calling ``bind``
 through their GOT. Off (``TFDEVICES_MENDS=loopback``): the server listens where TensorFlow
@@ -32,8 +33,6 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
-import importlib.abc
-import importlib.util
 import ipaddress
 import mmap
 import os
@@ -45,7 +44,16 @@ from typing import Any
 
 from tfdevices.core.errors import EnvVarError
 from tfdevices.core.units import short_repr
-from tfdevices.mends.base import Finding, Mend, MendStatus, NotApplicableError, needed, not_needed, register
+from tfdevices.mends.base import (
+    Finding,
+    Mend,
+    MendStatus,
+    NotApplicableError,
+    needed,
+    not_needed,
+    register,
+    when_imported,
+)
 
 LOOPBACK = "127.0.0.1"
 #: Where a launched worker's TensorFlow server may listen: ``ADDRESS:PORT`` (IPv4) or ``all:PORT``.
@@ -179,11 +187,15 @@ class Loopback(Mend):
 
 MEND = register(Loopback())
 _after_import: list[Callable[[], object]] = []
+_hooked: list[bool] = []
 
 
 def confine_when_imported(target: Listen, then: Callable[[], object] | None = None) -> None:
     """Once the program imports ``tensorflow``: keeps its server on ``target`` (the mend, where it is on),
-    then calls ``then`` (whether the mend is on or not).
+    then calls ``then`` (whether the mend is on or not); at once where ``tensorflow`` was imported already.
+
+    The wait is :func:`~tfdevices.mends.base.when_imported`'s, the one import hook every mend uses: a look-up
+    of ``tensorflow`` (``importlib.util.find_spec``, as a mend's detection asks) does not take it.
 
     Args:
         target: where this worker's server may listen (from ``TFDEVICES_LISTEN``).
@@ -192,10 +204,9 @@ def confine_when_imported(target: Listen, then: Callable[[], object] | None = No
     MEND.target = target
     if then is not None:
         _after_import.append(then)
-    if "tensorflow" in sys.modules:
-        _tensorflow_loaded()
-    elif not any(isinstance(f, _TensorFlowImported) for f in sys.meta_path):
-        sys.meta_path.insert(0, _TensorFlowImported())
+    if not _hooked or "tensorflow" in sys.modules:  # one hook waits, however many calls before the import
+        _hooked.append(True)
+        when_imported("tensorflow", _tensorflow_loaded)
 
 
 def _tensorflow_loaded() -> None:
@@ -206,28 +217,6 @@ def _tensorflow_loaded() -> None:
         print(f"tfdevices: {err}", file=sys.stderr, flush=True)
     while _after_import:
         _after_import.pop(0)()
-
-
-class _TensorFlowImported(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: runs :func:`_tensorflow_loaded` once ``tensorflow``'s package has loaded its
-    libraries.
-    """
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname != "tensorflow":
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
-        if spec is None or spec.loader is None:
-            return spec
-        run = spec.loader.exec_module
-
-        def exec_module(module: Any) -> None:
-            run(module)
-            _tensorflow_loaded()
-
-        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
 
 
 def _confine(saved: list[tuple[int, int]]) -> list[str]:
