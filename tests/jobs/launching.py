@@ -7,10 +7,14 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 
-from tests.helpers import REPO, subprocess_env
+from tests.helpers import REPO, kill_all, subprocess_env
+from tfdevices.jobs.rendezvous import free_ports
 
 WORKER = os.path.join(REPO, "tests", "scripts", "echo_worker.py")
+#: Node 1's address where two launchers on this machine stand for two nodes.
+NODE1 = "127.0.0.2"
 
 
 def run_launcher(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -37,3 +41,35 @@ def reports(stdout: str) -> dict[int, dict]:
             assert data["rank"] == int(match.group(1)), line  # the prefix is the worker's own rank
             out[data["rank"]] = data
     return out
+
+
+def two_nodes(*script: str, launcher: tuple[str, ...] = (), env: dict[str, str] | None = None) -> tuple[str, str, list]:
+    """Runs node 0's and node 1's launchers (node 1's workers on 127.0.0.2), each with its own temporary
+    directory; returns both consoles and both exit statuses.
+    """
+    port = free_ports(1)[0]
+    common = ["-n", "1", "--nnodes", "2", "--master-addr", "127.0.0.1", "--master-port", str(port), *launcher]
+    with tempfile.TemporaryDirectory() as tmp0, tempfile.TemporaryDirectory() as tmp1:
+        runs = []
+        for node, tmp in ((1, tmp1), (0, tmp0)):  # node 1 first: it waits for node 0
+            extra = ["--node-addr", NODE1] if node == 1 else []
+            command = [sys.executable, "-m", "tfdevices", "launch", *common, "--node-rank", str(node), *extra]
+            runs.append((command + ["--", sys.executable, *script], {**(env or {}), "TMPDIR": tmp}))
+        outs, codes = together(runs)
+    return outs[1], outs[0], [codes[1], codes[0]]
+
+
+def together(runs: list[tuple[list[str], dict[str, str]]]) -> tuple[list[str], list[int]]:
+    """Starts every ``(command, env)`` at once, in order, as the machines of one job; returns their outputs and
+    exit statuses, in the same order (none outlives the call)."""
+    procs = [
+        subprocess.Popen(
+            command, env=subprocess_env(env), cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
+        for command, env in runs
+    ]
+    try:
+        outs = [p.communicate(timeout=400)[0] for p in procs]
+    finally:
+        kill_all(p.pid for p in procs)
+    return outs, [p.returncode for p in procs]

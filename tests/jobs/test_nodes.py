@@ -12,14 +12,20 @@ import base64
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 
 import pytest
 
-from tests.helpers import REPO, kill_all, subprocess_env
-from tfdevices.jobs.node_exchange import Node, RemoteRecords, frames_line, node_names, record_line
+from tests.helpers import REPO
+from tests.jobs.launching import NODE1, together, two_nodes
+from tfdevices.jobs.node_exchange import (
+    Node,
+    RemoteRecords,
+    frames_line,
+    node_names,
+    record_line,
+)
 from tfdevices.jobs.progress import ProgressWriter, record_bytes, record_paths
 from tfdevices.jobs.rendezvous import free_ports
 
@@ -28,7 +34,6 @@ STUCK = os.path.join(REPO, "tests", "scripts", "stuck_rank.py")
 #: Seconds the jobs that must be named or must name nobody last at the least: three looks past the first
 #: timed steps and waits read, on a fast machine as on a slow one.
 MIN_S = 12
-NODE1 = "127.0.0.2"
 
 
 # --------------------------------------------------------------------------- node 0's view (pure, and real records)
@@ -106,40 +111,6 @@ def test_nodes_are_named_by_host_unless_two_share_one() -> None:
 # --------------------------------------------------------------------------- two launchers as two nodes
 
 
-def _two_nodes(
-    *script: str, launcher: tuple[str, ...] = (), env: dict[str, str] | None = None
-) -> tuple[str, str, list]:
-    """Runs node 0's and node 1's launchers (node 1's workers on 127.0.0.2), each with its own temporary
-    directory; returns both consoles and both exit statuses.
-    """
-    port = free_ports(1)[0]
-    common = ["-n", "1", "--nnodes", "2", "--master-addr", "127.0.0.1", "--master-port", str(port), *launcher]
-    with tempfile.TemporaryDirectory() as tmp0, tempfile.TemporaryDirectory() as tmp1:
-        runs = []
-        for node, tmp in ((1, tmp1), (0, tmp0)):  # node 1 first: it waits for node 0
-            extra = ["--node-addr", NODE1] if node == 1 else []
-            command = [sys.executable, "-m", "tfdevices", "launch", *common, "--node-rank", str(node), *extra]
-            runs.append((command + ["--", sys.executable, *script], {**(env or {}), "TMPDIR": tmp}))
-        outs, codes = _together(runs)
-    return outs[1], outs[0], [codes[1], codes[0]]
-
-
-def _together(runs: list[tuple[list[str], dict[str, str]]]) -> tuple[list[str], list[int]]:
-    """Starts every ``(command, env)`` at once, in order, as the machines of one job; returns their outputs and
-    exit statuses, in the same order (none outlives the call)."""
-    procs = [
-        subprocess.Popen(
-            command, env=subprocess_env(env), cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-        )
-        for command, env in runs
-    ]
-    try:
-        outs = [p.communicate(timeout=400)[0] for p in procs]
-    finally:
-        kill_all(p.pid for p in procs)
-    return outs, [p.returncode for p in procs]
-
-
 def _timed(sync: str) -> dict[str, str]:
     """The jobs last at least MIN_S seconds (tests/scripts/slow_rank.py: rank 0 names the last step)."""
     return {"SLOW_RANK_MIN_S": str(MIN_S), "SLOW_RANK_SYNC": sync}
@@ -169,7 +140,7 @@ def _named_while_running(out: str, line: str) -> str:
     ],
 )
 def test_a_slow_rank_on_another_node_is_named_on_node_0s_console(tmp_path, kind: str, reason: str) -> None:
-    out0, out1, codes = _two_nodes(SLOW, "loop", kind, "1", "200", env=_timed(str(tmp_path)))
+    out0, out1, codes = two_nodes(SLOW, "loop", kind, "1", "200", env=_timed(str(tmp_path)))
     assert codes == [0, 0], out0[-3000:] + out1[-3000:]
     line = _named_while_running(out0, f"[launcher] tfdevices: rank 1 on node {NODE1} is the slow one: ")
     assert re.search(r"rank 0 waits [\d.]+ ms of each [\d.]+ ms step for it in the all-reduce; " + reason, line), line
@@ -181,7 +152,7 @@ def test_a_slow_rank_on_another_node_is_named_on_node_0s_console(tmp_path, kind:
 @pytest.mark.slow
 @pytest.mark.xdist_group("slow_rank")
 def test_a_balanced_job_over_two_nodes_names_nobody_over_three_looks_or_more(tmp_path) -> None:
-    out0, out1, codes = _two_nodes(SLOW, "loop", "balanced", "", "200", env=_timed(str(tmp_path)))
+    out0, out1, codes = two_nodes(SLOW, "loop", "balanced", "", "200", env=_timed(str(tmp_path)))
     assert codes == [0, 0], out0[-3000:] + out1[-3000:]
     assert "slow one" not in out0 + out1 and "stall" not in out0 + out1, out0[-3000:]
     looks = re.search(r"each rank's step, ms \(median of (\d+) looks; waits measured\)", out0)
@@ -194,7 +165,7 @@ def test_a_balanced_job_over_two_nodes_names_nobody_over_three_looks_or_more(tmp
 @pytest.mark.slow
 @pytest.mark.xdist_group("slow_rank")
 def test_a_stuck_rank_on_another_node_is_named_with_its_frame_and_the_timeout_stops_both_nodes() -> None:
-    out0, out1, codes = _two_nodes(STUCK, "loop", "1", "600", launcher=("--stall-window", "6", "--stall-timeout", "8"))
+    out0, out1, codes = two_nodes(STUCK, "loop", "1", "600", launcher=("--stall-window", "6", "--stall-timeout", "8"))
     named = f"[launcher] tfdevices: stall: rank 1 on node {NODE1} did not arrive at step 5: rank 0 has waited"
     assert named in out0, out0[-3000:]
     frames = out0.split(f"rank 1's stack (node {NODE1}), innermost first:")
@@ -220,7 +191,7 @@ def _without_launcher(*script: str, env: dict[str, str] | None = None) -> tuple[
             config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": rank}})
             rank_env = {**(env or {}), "TF_CONFIG": config, "TFDEVICES_PROGRESS_DIR": tmp}
             runs.append(([sys.executable, *script], rank_env))
-        outs, codes = _together(runs)
+        outs, codes = together(runs)
     return outs[0], outs[1], codes
 
 

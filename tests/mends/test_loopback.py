@@ -1,6 +1,7 @@
 """Launched workers' TensorFlow servers listen where the launcher asks, and nowhere else: the ``loopback`` mend
-moves the server's own wildcard bind, and the workers' listen check stops the job when the server listens on
-more (their listening sockets read from /proc/net/tcp and /proc/net/tcp6), with the mend on, undone or off."""
+moves the server's own wildcard bind, and the listen checks (the worker's own and the launcher's, whichever looks
+first) stop the job when the server listens on more (the listening sockets read from /proc), with the mend on,
+undone or off."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import pytest
 
 from tests.helpers import REPO, kill_all, subprocess_env
 from tfdevices.core.errors import EnvVarError
-from tfdevices.jobs.workersite import LISTEN_STATUS, listening
+from tfdevices.jobs.listen_check import LISTEN_STATUS, listening
 from tfdevices.mends import loopback
 from tfdevices.mends.loopback import Listen, confined_address, parse_listen
 
@@ -164,22 +165,31 @@ def test_on_the_workers_of_a_one_machine_job_listen_on_127_0_0_1_only(tmp_path) 
 
 
 def _stopped(out: str, code: int) -> str:
+    """The job stopped by a listen check: the worker's own or the launcher's, whichever looked first (the launcher
+    kills the worker it finds at once). Returns what the check's line says in brackets: why the worker's server
+    could listen there, or that the launcher saw it."""
     assert code == LISTEN_STATUS, out
-    assert re.search(
-        rf"\[launcher\] worker \d exited with status {LISTEN_STATUS}: its listen check found its TensorFlow server "
-        "listening on more than --listen asked; stopping the others",
-        out,
-    ), out
     said = re.findall(
-        r"^\[(\d)\] tfdevices: listen check: rank \1's TensorFlow server listens on \[::\]:(\d+) \(every interface\), "
-        r"not 127\.0\.0\.1 as tfdevices launch asked \((.*)\)\. It has no authentication: whoever reaches this "
-        r"machine's port \2 could run graphs in this worker; stopping it\. HINT: launch with --listen all",
+        r"^\[(\d|launcher)\] tfdevices: listen check: rank (\d)'s TensorFlow server listens on \[::\]:(\d+) \(every "
+        r"interface\), not 127\.0\.0\.1 as tfdevices launch asked \((.*)\)\. It has no authentication: whoever "
+        r"reaches this machine's port \3 could run graphs in this worker; stopping it\. HINT: launch with --listen all",
         out,
         re.MULTILINE,
     )
     assert said, out
+    who, rank, _, why = said[0]
+    ended = (
+        f"worker {rank} stopped: the launcher's listen check found"
+        if who == "launcher"
+        else f"worker {rank} exited with status {LISTEN_STATUS}: its listen check found"
+    )
+    assert who in ("launcher", rank) and re.search(
+        rf"^\[launcher\] {ended} its TensorFlow server listening on more than --listen asked; stopping the others$",
+        out,
+        re.MULTILINE,
+    ), out
     assert not re.search(r"\] (ready|sum) ", out)  # stopped before the job ran a step
-    return said[0][2]
+    return why
 
 
 def test_a_bind_the_mend_misses_stops_the_job(tmp_path) -> None:
@@ -189,7 +199,7 @@ def test_a_bind_the_mend_misses_stops_the_job(tmp_path) -> None:
     proc = _launch(tmp_path, undo=True)
     out, _ = proc.communicate(timeout=240)
     why = _stopped(out, proc.returncode)
-    assert why == "the loopback mend is undone: taken back", out
+    assert re.fullmatch(r"the loopback mend is undone: taken back|seen by the launcher in /proc/\d+", why), out
 
 
 def test_off_the_server_listens_as_tensorflow_has_it_and_the_check_still_stops_the_job(tmp_path) -> None:
@@ -198,7 +208,9 @@ def test_off_the_server_listens_as_tensorflow_has_it_and_the_check_still_stops_t
     proc = _launch(tmp_path, env={"TFDEVICES_MENDS": "loopback"})
     out, _ = proc.communicate(timeout=240)
     why = _stopped(out, proc.returncode)
-    assert why.startswith("the loopback mend is off: turned off (TFDEVICES_MENDS"), out
+    assert re.match(
+        r"the loopback mend is off: turned off \(TFDEVICES_MENDS|seen by the launcher in /proc/\d+$", why
+    ), out
 
 
 def test_listen_all_runs_on_every_interface_and_says_so(tmp_path) -> None:

@@ -59,9 +59,11 @@ at its end (:mod:`tfdevices.jobs.job_report`).
 Where the workers' TensorFlow servers listen (``--listen``): on 127.0.0.1 for a one-machine job, on the
 node's own address for a job over several machines, or, with ``--listen all``, on every interface (TensorFlow's
 own choice). Each worker gets ``TFDEVICES_LISTEN`` (its address and port); its ``sitecustomize``
-(:mod:`tfdevices.jobs.workersite`) keeps the server there (:mod:`tfdevices.mends.loopback`) and checks,
-once it listens, that it listens nowhere else: a worker whose server listens on more ends with
-:data:`~tfdevices.jobs.workersite.LISTEN_STATUS`, and the launcher stops the job and says why.
+(:mod:`tfdevices.jobs.workersite`) keeps the server there (:mod:`tfdevices.mends.loopback`). Whether it
+listens nowhere else is checked twice (:mod:`tfdevices.jobs.listen_check`): by the worker itself, and by the
+launcher, which reads each worker's sockets from ``/proc`` from outside it (whatever the worker imported,
+mended or undid); a worker found listening on more is stopped, the job ends with
+:data:`~tfdevices.jobs.listen_check.LISTEN_STATUS`, and the console says why.
 
 The same script runs unchanged under SLURM (``srun python train.py``):
 :func:`tfdevices.launch_info` reads either environment.
@@ -92,6 +94,7 @@ from tfdevices.jobs.env import RANK_GPUS
 from tfdevices.jobs.handshake import Stopped
 from tfdevices.jobs.job_report import write_job_files
 from tfdevices.jobs.launch_config import LaunchConfig, check_worker_count, config_from_call
+from tfdevices.jobs.listen_check import LISTEN_MARK, LISTEN_STATUS, OutsideCheck
 from tfdevices.jobs.metrics import Attempt, JobMetrics, MetricsAddress, gpu_reader, job_name
 from tfdevices.jobs.node_exchange import RemoteRecords, frames_line, parse_want, record_line
 from tfdevices.jobs.output import PROGRESS, Console, Record, Splitter, on_console
@@ -104,8 +107,8 @@ from tfdevices.jobs.stall import STACKS_DIR_ENV, Stall
 from tfdevices.jobs.watch import JobWatch, write_snapshot
 from tfdevices.jobs.watchdog import Watchdog
 from tfdevices.jobs.worker_plan import RESTART_ENV, WorkerPlan, plan_workers
-from tfdevices.jobs.workersite import LISTEN_MARK, LISTEN_STATUS, worker_site
-from tfdevices.mends.loopback import ALL, LOOPBACK
+from tfdevices.jobs.workersite import worker_site
+from tfdevices.mends.loopback import ALL, LISTEN_ENV, LOOPBACK, parse_listen
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 GRACE_S = 10.0
@@ -216,8 +219,8 @@ def _on_one_machine(job: _Job) -> int:
             listen=where,
         )
         code = job.run(plans)
-        if job.stopped_by is not None or job.console.closed or code == 0:
-            return _final(job, code)
+        if job.stopped_by is not None or job.console.closed or code == 0 or job.listen_failed:
+            return _final(job, code)  # a worker found listening beyond --listen would again: no restart
         if attempt < config.max_restarts:
             job.console.say(
                 f"restarting all {config.num_workers} workers (restart {attempt + 1} of {config.max_restarts})"
@@ -368,7 +371,8 @@ class _Job:
         self._kill_at: float | None = None
         self._tails: dict[int, collections.deque[str]] = {}
         self._notices: list[str] = []
-        self._listen_failed: set[int] = set()  # ranks whose listen check stopped them
+        self._listen_failed: set[int] = set()  # ranks whose own listen check stopped them
+        self.listen_breach: tuple[int, str] | None = None  # the rank the launcher's listen check stopped, and why
         self.metrics: JobMetrics | None = None
         self._ranks: list[int] = []
         self.progress = self.stacks = ""
@@ -425,6 +429,7 @@ class _Job:
     def run(self, plans: Sequence[WorkerPlan]) -> int:
         """Starts one attempt's workers and waits for them: 0, or the first non-zero status."""
         self.procs, pumps, logs = [], [], []
+        self.listen_breach, self._listen_failed = None, set()
         bound = self._binding(plans)
         self.progress = tempfile.mkdtemp(prefix="tfdevices-progress-")
         stacks = os.path.join(self.log_dir, "stacks") if self.log_dir else tempfile.mkdtemp(prefix="tfdevices-stacks-")
@@ -440,16 +445,20 @@ class _Job:
             restarts = int(plans[0].env.get(RESTART_ENV, "0")) if plans else 0
             owned = {p.rank: p.gpus for p in plans}
             self.metrics.collector.start(Attempt(self.watch, owned, self._statuses, restarts))
+        check = None
         try:
             for plan in plans:
                 logs.append(self._open_log(plan.rank))
                 pumps.append(self._start(plan, base, bound, logs[-1]))
+            check = self._check_listen(plans)
             return self._wait([p.rank for p in plans])
         except OSError as err:
             raise LaunchError(
                 f"cannot start {short_repr(self.command[0])}: {err.strerror}.", hint="check the command after '--'."
             ) from None
         finally:
+            if check is not None:
+                check.close()
             self._stop_all()
             for pump in pumps:
                 pump.join(timeout=5)
@@ -481,6 +490,25 @@ class _Job:
         pump = threading.Thread(target=self._pump, args=(proc, plan.rank, log), daemon=True)
         pump.start()
         return pump
+
+    @property
+    def listen_failed(self) -> bool:
+        """A listen check (the launcher's, or a worker's own) stopped a worker of the last attempt."""
+        return self.listen_breach is not None or bool(self._listen_failed)
+
+    def _check_listen(self, plans: Sequence[WorkerPlan]) -> OutsideCheck:
+        """The launcher's own listen check of this attempt's workers, read from outside them (started)."""
+        workers = [(plan.rank, proc.pid, parse_listen(plan.env[LISTEN_ENV])) for plan, proc in zip(plans, self.procs)]
+        return OutsideCheck(workers, self._listen_stop).start()
+
+    def _listen_stop(self, rank: int, line: str) -> None:
+        """The launcher's listen check found ``rank`` listening beyond --listen: that worker is killed at once
+        (no clean-up may keep its port open longer); the job's loop stops the others and says why.
+        """
+        self.listen_breach = (rank, line)
+        for plan_rank, proc in zip(self._ranks, self.procs):
+            if plan_rank == rank and proc.poll() is None:
+                _signal_group(proc, signal.SIGKILL)
 
     def link(self, peers: Any) -> None:
         """A job over several machines: node 0 watches every node's ranks; another node sends it its own."""
@@ -645,6 +673,14 @@ class _Job:
         while True:
             while self._notices:
                 self.console.say(self._notices.pop(0))
+            if self.listen_breach is not None:
+                rank, line = self.listen_breach
+                self.console.say(line)
+                self.console.say(
+                    f"worker {rank} stopped: the launcher's listen check found its TensorFlow server listening on "
+                    "more than --listen asked; stopping the others"
+                )
+                return LISTEN_STATUS
             codes = [p.poll() for p in self.procs]
             failed = [(r, c) for r, c in zip(ranks, codes) if c not in (None, 0)]
             if failed:

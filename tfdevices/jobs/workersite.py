@@ -5,36 +5,27 @@ tfdevices, calls :func:`start_worker`: the worker's mends wait for the program's
 imports. When Keras' trainer loads, the ``keras_fit`` mend mends Keras 3 ``model.fit`` for
 ``MultiWorkerMirroredStrategy``; when TensorFlow loads, the ``loopback`` mend keeps the
 worker's TensorFlow server on the address the launcher asked (``TFDEVICES_LISTEN``), and
-the worker's listen check starts (:func:`watch_listen`): once the server listens, it reads
-where (``/proc/net/tcp`` and ``/proc/net/tcp6``), and a server listening on more than was
-asked ends the worker with :data:`LISTEN_STATUS`, whatever the mend did: the launcher then
-stops the job. Each mend is skipped where ``TFDEVICES_MENDS`` turns it off; the check is not
-a mend and is never off. No change to the script, no TensorFlow here.
+the worker's own listen check starts (:func:`~tfdevices.jobs.listen_check.watch_listen`): a
+server listening on more than was asked ends the worker, whatever the mend did. The launcher
+reads every worker's sockets from outside too (:class:`~tfdevices.jobs.listen_check.OutsideCheck`),
+so a worker that never runs this file (``python -I``, ``-S``) is stopped all the same. Each
+mend is skipped where ``TFDEVICES_MENDS`` turns it off; the checks are not mends and are never
+off. No change to the script, no TensorFlow here.
 """
 
 from __future__ import annotations
 
 import os
-import re
-import socket
 import sys
 import tempfile
-import threading
-import time
-from collections.abc import Callable, Iterable, MutableMapping
+from collections.abc import MutableMapping
 
 from tfdevices.core.errors import EnvVarError, TfDevicesError
+from tfdevices.jobs.listen_check import LISTEN_MARK, LISTEN_STATUS, watch_listen
 from tfdevices.jobs.reporting import start_reporting
 from tfdevices.mends import keras_fit, loopback as loopback_mend
 from tfdevices.mends.base import MENDS_ENV, parse_mends_off
-from tfdevices.mends.loopback import LISTEN_ENV, LOOPBACK, Listen, parse_listen
-
-#: A worker whose server listens on more than it was asked ends with this status; the launcher names it.
-LISTEN_STATUS = 86
-#: How the worker's listen-check line begins (the launcher recognises it).
-LISTEN_MARK = "tfdevices: listen check:"
-_EVERY = {"0.0.0.0", "::"}
-_POLL_S = (0.02, 0.25)  # the listen check's first and longest pause between two looks (the window it leaves)
+from tfdevices.mends.loopback import LISTEN_ENV, parse_listen
 
 _TEMPLATE = '''"""Written by tfdevices launch for this worker."""
 import importlib.machinery
@@ -115,144 +106,8 @@ def worker_site(env: MutableMapping[str, str], *, mends_off: frozenset[str] = fr
     return site
 
 
-# --------------------------------------------------------------------------- the listen check
-
-
-def watch_listen(
-    target: Listen,
-    rank: str,
-    *,
-    pid: str = "self",
-    stop: Callable[[int], None] = os._exit,
-    out: Callable[[str], None] | None = None,
-) -> threading.Thread:
-    """Starts the listen check: a daemon thread that waits for this process to listen on ``target.port``,
-    then says where and, if that is more than ``target`` allows, stops the worker.
-
-    It looks at once, then backs off to four looks a second; it ends after its one verdict.
-
-    Args:
-        target: where the server may listen.
-        rank: the worker's rank, for the message.
-        pid: the process whose sockets to read (``self``).
-        stop: ends the worker with :data:`LISTEN_STATUS` (``os._exit``: no clean-up may open the port longer).
-        out: prints a line (default: stderr, flushed).
-
-    Returns:
-        The thread.
-    """
-    say = out or _stderr
-
-    def check() -> None:
-        pause = _POLL_S[0]
-        while True:
-            found = listening(target.port, pid)
-            if found:
-                break
-            time.sleep(pause)
-            pause = min(pause * 2, _POLL_S[1])
-        problem = listen_verdict(target, found, rank)
-        if target.everywhere:
-            where = ", ".join(sorted(_shown(h, p) for h, p in found))
-            say(
-                f"tfdevices: rank {rank}'s TensorFlow server listens on every interface, port {target.port} "
-                "(--listen all): whoever reaches this machine on that port can run graphs in this worker"
-                if any(h in _EVERY for h, _ in found)
-                else f"tfdevices: rank {rank}'s TensorFlow server listens on {where} (--listen all)"
-            )
-        elif problem is not None:
-            say(f"{LISTEN_MARK} {problem}")
-            stop(LISTEN_STATUS)
-
-    thread = threading.Thread(target=check, name="tfdevices-listen-check", daemon=True)
-    thread.start()
-    return thread
-
-
-def listen_verdict(target: Listen, found: Iterable[tuple[str, int]], rank: str = "?") -> str | None:
-    """Whether the sockets ``found`` listening on ``target.port`` stay within ``target`` (pure).
-
-    Args:
-        target: where the server may listen.
-        found: ``(host, port)`` of each listening socket on the port.
-        rank: the worker's rank, for the message.
-
-    Returns:
-        ``None`` when they do (or ``target`` is every interface); else what is wrong, in one line.
-
-    >>> listen_verdict(Listen("127.0.0.1", 8000), [("::ffff:127.0.0.1", 8000)]) is None
-    True
-    >>> print(listen_verdict(Listen("127.0.0.1", 8000), [("::", 8000)], rank="1"))  # doctest: +ELLIPSIS
-    rank 1's TensorFlow server listens on [::]:8000 (every interface), not 127.0.0.1 as tfdevices launch asked ...
-    """
-    if target.host is None:
-        return None
-    allowed = {target.host, f"::ffff:{target.host}"} | ({"::1"} if target.host == LOOPBACK else set())
-    wrong = sorted(_shown(h, p) + (" (every interface)" if h in _EVERY else "") for h, p in found if h not in allowed)
-    if not wrong:
-        return None
-    status = loopback_mend.MEND.status()
-    why = (
-        f"the loopback mend is {status.state}: {status.detail}"
-        if status.state != "applied"
-        else "the loopback mend is applied, so the server was bound another way"
-    )
-    return (
-        f"rank {rank}'s TensorFlow server listens on {', '.join(wrong)}, not {target.host} as tfdevices launch "
-        f"asked ({why}). It has no authentication: whoever reaches this machine's port {target.port} could run "
-        "graphs in this worker; stopping it. HINT: launch with --listen all if every interface is intended "
-        "(then keep the port behind a firewall)."
-    )
-
-
-def listening(port: int, pid: str = "self") -> list[tuple[str, int]]:
-    """``(host, port)`` of each TCP socket of process ``pid`` listening on ``port`` (``/proc``; Linux).
-
-    Returns:
-        The sockets; empty when there is none yet (or ``/proc`` cannot be read).
-    """
-    inodes = set()
-    try:
-        for fd in os.listdir(f"/proc/{pid}/fd"):
-            try:
-                match = re.fullmatch(r"socket:\[(\d+)\]", os.readlink(f"/proc/{pid}/fd/{fd}"))
-            except OSError:
-                continue
-            if match:
-                inodes.add(match.group(1))
-    except OSError:
-        return []
-    found = []
-    for table, family in (("/proc/net/tcp", socket.AF_INET), ("/proc/net/tcp6", socket.AF_INET6)):
-        try:
-            with open(table, encoding="ascii") as f:
-                rows = f.read().splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            fields = row.split()
-            if len(fields) < 10 or fields[3] != "0A" or fields[9] not in inodes:  # 0A: LISTEN
-                continue
-            hexaddr, hexport = fields[1].split(":")
-            if int(hexport, 16) == port:
-                found.append((_host(hexaddr, family), port))
-    return found
-
-
-def _host(hexaddr: str, family: int) -> str:
-    """An address as ``/proc/net/tcp*`` writes it (each 32-bit word in host order) in the usual form."""
-    raw = bytes.fromhex(hexaddr)
-    if sys.byteorder == "little":
-        raw = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
-    return socket.inet_ntop(family, raw)
-
-
-def _shown(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
 def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-__all__ = ["LISTEN_MARK", "LISTEN_STATUS", "listen_verdict", "listening", "start_worker", "watch_listen", "worker_site"]
+__all__ = ["start_worker", "worker_site"]
