@@ -369,3 +369,12 @@ def test_the_last_resort_reads_a_verbose_tensorflow_start_as_the_same_causes() -
 
     causes = {f.cause for f in log_findings(tensorflow_log(subprocess_env({"TF_CPP_MIN_LOG_LEVEL": "2"})))}
     assert {"log driver", "log cuInit"} <= causes, causes
+
+
+def test_the_report_records_docstring_example() -> None:
+    import doctest
+
+    import tfdevices.core.report
+
+    result = doctest.testmod(tfdevices.core.report)
+    assert result.attempted > 0 and result.failed == 0

@@ -589,9 +589,16 @@ def _add_tune(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
-    from tfdevices.doctor import cuda_report, diagnose
+    if args.cuda:  # the cuda section alone, without importing the rest of doctor (jobs, mends ...)
+        from tfdevices.core.report import Report
+        from tfdevices.gpus import cuda_check, cuda_facts
 
-    report = cuda_report() if args.cuda else diagnose(tensorflow=not args.no_tensorflow)
+        facts = cuda_facts.gather()
+        report = Report((("cuda", cuda_check.rows(facts, cuda_check.diagnose(facts))),))
+    else:
+        from tfdevices.doctor import diagnose
+
+        report = diagnose(tensorflow=not args.no_tensorflow)
     print(report.to_json() if args.json else report.text())
     return 0
 

@@ -14,8 +14,6 @@ installed each mend's detection runs all the same: none of them imports anything
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import os
 import platform
 import sys
@@ -24,6 +22,7 @@ from collections.abc import Mapping
 from tfdevices import __version__, mends
 from tfdevices.core._tf import import_tf
 from tfdevices.core.errors import TfDevicesError
+from tfdevices.core.report import Report
 from tfdevices.core.units import format_bytes, short_repr
 from tfdevices.gpus import cuda_check, cuda_facts, cuda_log
 from tfdevices.gpus.discovery import discover
@@ -41,33 +40,6 @@ __all__ = ["Report", "diagnose", "cuda_report"]
 #: CPU features with which TensorFlow turns oneDNN on by default on Linux x86 (``IsMKLEnabled`` in
 #: tensorflow/core/util/util.cc: AVX512_VNNI, AVX512_BF16, AVX_VNNI, AMX).
 _ONEDNN_CPU_FLAGS = ("avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16")
-
-
-@dataclasses.dataclass(frozen=True)
-class Report:
-    """What ``tfdevices doctor`` found; :meth:`text` for people, :meth:`to_dict` for ``--json``.
-
-    Attributes:
-        sections: ``(title, ((label, value), ...))`` in the order shown.
-    """
-
-    sections: tuple[tuple[str, tuple[tuple[str, str], ...]], ...]
-
-    def text(self) -> str:
-        """The report as aligned lines, one block per section."""
-        width = max((len(label) for _, rows in self.sections for label, _ in rows), default=0)
-        blocks = []
-        for title, rows in self.sections:
-            blocks.append("\n".join([f"{title}:"] + [f"  {label.ljust(width)}  {value}" for label, value in rows]))
-        return "\n\n".join(blocks)
-
-    def to_dict(self) -> dict[str, dict[str, str]]:
-        """``{section: {label: value}}``."""
-        return {title: dict(rows) for title, rows in self.sections}
-
-    def to_json(self) -> str:
-        """:meth:`to_dict` as indented JSON."""
-        return json.dumps(self.to_dict(), indent=2)
 
 
 def diagnose(*, env: Mapping[str, str] | None = None, tensorflow: bool = True) -> Report:
@@ -238,7 +210,8 @@ def _gpus(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
 
 
 def cuda_report(*, env: Mapping[str, str] | None = None) -> Report:
-    """The ``cuda`` section alone (``tfdevices doctor --cuda``): TensorFlow is neither imported nor started.
+    """The ``cuda`` section alone: TensorFlow is neither imported nor started (``tfdevices doctor --cuda`` builds
+    the same report without importing this module).
 
     Args:
         env: the environment to read (default ``os.environ``).
@@ -259,11 +232,7 @@ def _cuda(env: Mapping[str, str], tensorflow: bool) -> tuple[tuple[str, str], ..
     findings = cuda_check.diagnose(facts)
     if tensorflow and facts.gpus and cuda_check.first_cause(findings) is None:
         findings += cuda_log.log_findings(tensorflow_log(env))
-    if not findings:
-        tf = " ".join(facts.tensorflow.distributions[0]) if facts.tensorflow.distributions else "TensorFlow"
-        gpus = f"{len(facts.gpus)} GPU(s)" if facts.gpus else "no GPU (NVML: " + (facts.nvml_reason or "none") + ")"
-        return (("verdict", f"nothing found that stops {tf} from using the GPUs here; NVML sees {gpus}"),)
-    return tuple((f.cause, f.line) for f in findings)
+    return cuda_check.rows(facts, findings)
 
 
 def tensorflow_log(env: Mapping[str, str], timeout: float = 300.0) -> str:

@@ -38,6 +38,7 @@ __all__ = [
     "Finding",
     "diagnose",
     "first_cause",
+    "rows",
     "capability_findings",
     "slow_start",
     "install_command",
@@ -132,6 +133,15 @@ def diagnose(facts: CudaFacts) -> tuple[Finding, ...]:
     for check in checks:
         out += check(facts)
     return tuple(out)
+
+
+def rows(facts: CudaFacts, findings: Sequence[Finding]) -> tuple[tuple[str, str], ...]:
+    """``(cause, line)`` per finding, for a report's ``cuda`` section; one ``verdict`` row where there is none."""
+    if findings:
+        return tuple((f.cause, f.line) for f in findings)
+    tf = " ".join(facts.tensorflow.distributions[0]) if facts.tensorflow.distributions else "TensorFlow"
+    gpus = f"{len(facts.gpus)} GPU(s)" if facts.gpus else "no GPU (NVML: " + (facts.nvml_reason or "none") + ")"
+    return (("verdict", f"nothing found that stops {tf} from using the GPUs here; NVML sees {gpus}"),)
 
 
 def first_cause(findings: Sequence[Finding]) -> Finding | None:
