@@ -4,6 +4,9 @@ TensorFlow's runtime is configured once per process. Every in-process test that
 uses TensorFlow asks for ``tf4``: TensorFlow with the host CPU split into four
 logical devices ``/CPU:0`` .. ``/CPU:3``. A test that needs another layout runs
 in a subprocess (``tests.helpers.run_py``).
+
+Under ``CI=true`` a skipped test fails unless its reason begins with a kind the suite allows
+(``platform:``, ``hardware:``, ``leg:``; :mod:`tests.skip_rule`).
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ from __future__ import annotations
 import os
 
 import pytest
+
+from tests.skip_rule import pytest_runtest_makereport  # noqa: F401 (the hook: under CI=true a skip of no allowed kind fails)
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 

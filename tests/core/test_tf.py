@@ -102,7 +102,7 @@ def test_a_level_chosen_for_tensorflow_logs_is_kept():
 
 @pytest.mark.skipif(
     not sys.platform.startswith("linux") or os.path.exists("/proc/driver/nvidia"),
-    reason="the case of a Linux machine with no NVIDIA driver loaded",
+    reason="hardware: the case of a Linux machine with no NVIDIA driver loaded",
 )
 def test_cudas_no_driver_complaint_is_dropped_where_there_is_no_driver():
     code = """

@@ -307,7 +307,7 @@ def _start_stubborn(tmp_path) -> tuple[subprocess.Popen, set[int]]:
     return proc, pids
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="platform: reads /proc (Linux)")
 def test_sigkill_of_the_launcher_leaves_no_worker(tmp_path) -> None:
     """Workers (which ignore SIGTERM) and their children are gone 5 s after the launcher is killed by SIGKILL."""
     proc, pids = _start_stubborn(tmp_path)
@@ -321,7 +321,7 @@ def test_sigkill_of_the_launcher_leaves_no_worker(tmp_path) -> None:
         proc.communicate(timeout=30)
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="platform: reads /proc (Linux)")
 def test_a_second_signal_kills_workers_that_ignore_the_first(tmp_path) -> None:
     proc, pids = _start_stubborn(tmp_path)
     try:

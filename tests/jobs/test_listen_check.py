@@ -35,7 +35,7 @@ from tfdevices.jobs.listen_check import (
 from tfdevices.jobs.rendezvous import free_ports
 from tfdevices.mends.loopback import Listen
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc: Linux")
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="platform: /proc: Linux")
 
 #: A child that binds HOST:PORT (IPv6 for an address with ':'), listens when told (a line on stdin), then holds.
 _SERVER = """

@@ -87,7 +87,7 @@ def test_binding_keeps_to_the_cpus_this_process_may_use():
 
 
 @pytest.mark.skipif(
-    len(os.sched_getaffinity(0)) < 2 or not {0, 1} <= os.sched_getaffinity(0), reason="needs CPUs 0 and 1"
+    len(os.sched_getaffinity(0)) < 2 or not {0, 1} <= os.sched_getaffinity(0), reason="hardware: needs CPUs 0 and 1"
 )
 def test_launch_binds_each_worker_to_its_gpus_node():
     topo = Topology(gpus=(0, 1), links=(("X", "SYS"), ("SYS", "X")), cpu_affinity=("0", "1"), numa_affinity=(0, 1))

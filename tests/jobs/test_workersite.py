@@ -10,7 +10,7 @@ import pytest
 from tests.helpers import run_py
 from tfdevices.jobs.listen_check import LISTEN_MARK, LISTEN_STATUS
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc: Linux")
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="platform: /proc: Linux")
 
 
 def test_a_malformed_listen_variable_stops_the_worker_naming_it() -> None:

@@ -25,7 +25,7 @@ from tests.helpers import REPO, kill_all, subprocess_env
 from tfdevices.jobs.listen_check import listening
 
 pytestmark = [
-    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and ELF: Linux"),
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="platform: /proc and ELF: Linux"),
     pytest.mark.slow,
     pytest.mark.tensorflow,
 ]

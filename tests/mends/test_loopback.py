@@ -22,7 +22,7 @@ from tfdevices.jobs.listen_check import LISTEN_STATUS, listening
 from tfdevices.mends import loopback
 from tfdevices.mends.loopback import Listen, confined_address, parse_listen
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and ELF: Linux")
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="platform: /proc and ELF: Linux")
 
 WORKER = os.path.join(REPO, "tests", "scripts", "listen_worker.py")
 LOCAL = {"127.0.0.1", "::ffff:127.0.0.1", "::1"}

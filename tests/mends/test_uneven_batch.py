@@ -86,7 +86,7 @@ def test_fit_on_3_replicas_with_a_batch_of_256_ends_where_one_device_ends() -> N
     assert _largest_gap(three["weights"], one["weights"]) < 1e-6  # float reduction order: 6e-8 measured
 
 
-@pytest.mark.skipif(LEGACY, reason="tf_keras: the mend changes Keras 3's trainer only, and tf_keras' fit runs")
+@pytest.mark.skipif(LEGACY, reason="leg: tf_keras: the mend changes Keras 3's trainer only, and tf_keras' fit runs")
 def test_without_the_mend_keras_3_stops_at_the_addn_or_steps_off_one_devices_path() -> None:
     got = _fit("uneven_batch")
     assert got["mend"] == "off", got
