@@ -6,6 +6,7 @@ waits read; the watch measures waits over the steps every rank read alike."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import pathlib
 import re
@@ -503,21 +504,38 @@ def test_a_rank_slow_inside_its_step_is_named_with_default_settings(mode: str, t
     [
         ("loop", "balanced", ""),
         ("loop", "between", "0,1"),  # every rank sleeps 40 ms between steps: slow together
-        ("fit", "checkpoint", "0"),  # the chief alone sleeps 1.5 s in a callback at each epoch's end
+        ("fit", "checkpoint", "0"),  # the chief alone sleeps 1.5 s in a callback every 30 steps, mid-job
     ],
 )
-def test_no_slow_rank_is_named_for_work_done_alike_or_a_chiefs_checkpoint(mode: str, kind: str, ranks: str) -> None:
-    out = _launch(mode, kind, ranks, 120, min_s=LIVE_MIN_S)  # long enough in time for the watch's looks
+def test_no_slow_rank_is_named_for_work_done_alike_or_a_chiefs_checkpoint(
+    mode: str, kind: str, ranks: str, tmp_path
+) -> None:
+    out = _launch(mode, kind, ranks, 120, "--log-dir", str(tmp_path), "--tee", min_s=LIVE_MIN_S)
     assert "is the slow one" not in out, out[-3000:]
-    looks = re.search(r"each rank's step, ms \(median of (\d+) looks?;", out)  # the summary at the end still came
-    assert looks and int(looks.group(1)) >= 3, out[-3000:]  # it looked, every rank's split seen, 3 times or more
+    looks = _looks_with_every_split(out)
+    assert looks >= 3, out[-3000:]  # it looked, every rank's split seen, 3 times or more
+    if kind == "checkpoint":  # the watch saw the chief in its checkpoint while the job still ran, more than once
+        steps = json.loads((tmp_path / "steps.json").read_text())["ranks"]["0"]
+        last = max(begun for _, begun, _ in steps)
+        mid = sorted({begun for _, begun, phase in steps if phase == "callback" and begun < last})
+        assert len(mid) >= 2, steps
+
+
+def _looks_with_every_split(out: str) -> int:
+    """The looks the end's summary counts: those that read every rank's split of its steps."""
+    looks = re.search(r"each rank's step, ms \(median of (\d+) looks?;", out)  # the summary at the end
+    assert looks, out[-3000:]
+    return int(looks.group(1))
 
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("slow_rank")
-def test_no_slow_rank_turns_it_off() -> None:
-    out = _launch("loop", "between", "1", 60, "--no-slow-rank")
-    assert "slow one" not in out and "each rank's step" not in out, out[-3000:]
+def test_no_slow_rank_turns_it_off(tmp_path) -> None:
+    # the same job that names rank 1 with the watch on; off, nobody is named over a job the watch looked at
+    # three times or more (steps.json counts its looks)
+    out = _launch("loop", "between", "1", 60, "--no-slow-rank", "--log-dir", str(tmp_path), "--tee", min_s=LIVE_MIN_S)
+    assert "slow one" not in out and "each rank's step, ms" not in out, out[-3000:]
+    assert json.loads((tmp_path / "steps.json").read_text())["looks"] >= 3, out[-3000:]
 
 
 def test_slow_rank_report_from_python_beats_the_environment(monkeypatch) -> None:

@@ -6,7 +6,8 @@ KIND:
   between     RANKS sleep 40 ms before each step (a slow input pipeline or host code)
   compute     RANKS' step does 40 more matmuls before the all-reduce (a slower or busier device)
   balanced    nobody is slow
-  checkpoint  fit over 2 epochs whose chief (rank 0) alone sleeps 1.5 s at each epoch's end in a callback
+  checkpoint  fit in epochs of CHECKPOINT_EVERY steps whose chief (rank 0) alone sleeps 1.5 s at each epoch's end in a
+              callback (a checkpoint every CHECKPOINT_EVERY steps, while the job runs)
 RANKS: a comma list of ranks ("1", "0,1"; "" for none); every listed rank is slowed alike.
 STEPS: the steps each rank runs; with SLOW_RANK_MIN_S and SLOW_RANK_SYNC (a directory both ranks see) set, at
 least that many and at least that many seconds: rank 0 names the last step in SLOW_RANK_SYNC once both are
@@ -26,6 +27,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tfdevices
 
 SLEEP_S = 0.04
+#: Steps per epoch of the checkpoint kind: the chief's checkpoint comes that often, mid-job.
+CHECKPOINT_EVERY = 30
 EXTRA_MATMULS = 40
 MATRIX = 256
 #: Steps past the one where rank 0 names the last: a rank is at most a step ahead of another (each step's
@@ -146,11 +149,11 @@ def fit(tf, strategy, rank: int, kind: str, length: Length, extra: int, slow: bo
     with strategy.scope():
         model = keras.Sequential([keras.Input((4,)), Extra(), keras.layers.Dense(1)])
         model.compile(optimizer="sgd", loss="mse")
-    epochs = 2 if kind == "checkpoint" else 1
+    per_epoch = min(CHECKPOINT_EVERY, steps) if kind == "checkpoint" else steps
     model.fit(
         data,
-        epochs=epochs,
-        steps_per_epoch=steps // epochs,
+        epochs=max(1, steps // per_epoch),
+        steps_per_epoch=per_epoch,
         verbose=0,
         callbacks=[Slow()],
     )
