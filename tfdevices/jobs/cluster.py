@@ -47,10 +47,9 @@ class ClusterEnv:
 def cluster_from_env(env: Mapping[str, str]) -> ClusterEnv:
     """The job layout TensorFlow's runtime can use, from :func:`tfdevices.launch_info` (pure: only ``env``).
 
-    ``TF_CONFIG`` wins when set, because TensorFlow reads it; otherwise a SLURM job
-    step (``srun``) with more than one task, through ``SlurmClusterResolver``. Other
-    launchers (``mpirun``, ``RANK``/``WORLD_SIZE``) give TensorFlow no cluster by
-    themselves: use ``tfdevices launch`` or set ``TF_CONFIG``.
+    ``TF_CONFIG`` wins when set, because TensorFlow reads it; otherwise a SLURM job step (``srun``) with more than one
+    task, or a pod's job (:mod:`tfdevices.jobs.kubernetes`). Other launchers (``mpirun``, ``RANK``/``WORLD_SIZE``) give
+    TensorFlow no cluster by themselves: use ``tfdevices launch`` or set ``TF_CONFIG``.
 
     Args:
         env: the environment to read, e.g. ``os.environ``.
@@ -103,17 +102,22 @@ def cluster_from_env(env: Mapping[str, str]) -> ClusterEnv:
             task_index=info.rank,
         )
     if info.source == "kubernetes" and info.world_size > 1 and info.tf_config is not None:
-        pod = pod_cluster(env)
-        return ClusterEnv(
-            info.world_size,
-            "kubernetes",
-            info.reason,
-            info.tf_config,
-            addresses=info.tf_config.cluster["worker"],
-            task_index=info.rank,
-            wait_s=pod.wait_s if pod is not None else 0.0,
-        )
+        return _pods(env, info)
     return ClusterEnv(1, "none", f"no TF_CONFIG and no multi-task SLURM step: a single process ({info.reason})")
+
+
+def _pods(env: Mapping[str, str], info: Any) -> ClusterEnv:
+    """A pod's job (:mod:`tfdevices.jobs.kubernetes`): every pod's ``host:port``, and how long their names may take."""
+    pod = pod_cluster(env)
+    return ClusterEnv(
+        info.world_size,
+        "kubernetes",
+        info.reason,
+        info.tf_config,
+        addresses=info.tf_config.cluster["worker"],
+        task_index=info.rank,
+        wait_s=pod.wait_s if pod is not None else 0.0,
+    )
 
 
 def _slurm_addresses(env: Mapping[str, str], info: Any) -> tuple[str, ...]:
