@@ -179,7 +179,7 @@ def test_the_planted_good_machine_has_nothing_to_say(tmp_path, libcuda) -> None:
     assert facts.driver is not None and facts.driver.cu_init == 0 and facts.driver.version == 13000
     assert [f.error for f in facts.libraries] == [None] * 7 and all(f.real for f in facts.libraries + facts.later)
     assert facts.libraries[6].shown == "nvidia/cudnn/lib/libcudnn.so.9"
-    assert facts.libraries[6].source == "TensorFlow's run path (nvidia/cudnn/lib)"
+    assert facts.libraries[6].source == "TensorFlow's run path"
     assert diagnose(facts) == ()
 
 
@@ -301,7 +301,7 @@ NO_LIBS = dict.fromkeys(LIBS)
             },
             "libcuda",
             ERROR,
-            "WSL 2, but libcuda.so.1 from a system folder (/usr/lib/x86_64-linux-gnu/libcuda.so.1): only WSL's own",
+            "WSL 2, but /usr/lib/x86_64-linux-gnu/libcuda.so.1 (from a system folder): only WSL's own",
         ),
         # the driver's library and cuInit
         pytest.param(
@@ -384,8 +384,8 @@ NO_LIBS = dict.fromkeys(LIBS)
             {"libs": {"libcudnn.so.9": "not a library"}},
             "library cudnn",
             ERROR,
-            "libcudnn.so.9 from TensorFlow's run "
-            "path (nvidia/cudnn/lib) (nvidia/cudnn/lib/libcudnn.so.9) does not load (nvidia/cudnn/lib/libcudnn.so.9: ",
+            "nvidia/cudnn/lib/libcudnn.so.9 (from TensorFlow's run path) does not load "
+            "(nvidia/cudnn/lib/libcudnn.so.9: ",
         ),
         pytest.param(
             {
@@ -439,7 +439,7 @@ NO_LIBS = dict.fromkeys(LIBS)
             WARNING,
             "GPU 0 (NVIDIA RTX PRO 6000 Blackwell, compute capability 12.0): tensorflow 2.21.0 holds no code for "
             "it (sm_60, sm_70, sm_80, sm_89, compute_90) and its CUDA 12.5.1 knows no newer GPU than 9.0: its kernels "
-            "run only as PTX the driver compiles at each new start, and XLA cannot compile for sm_120",
+            "run only from PTX the driver compiles at the first start, and XLA cannot compile for sm_120",
         ),
         pytest.param(
             {"nvml": FakeNvml([replace(FakeGpu(), name="Tesla M60", cc=(5, 2))])},
@@ -485,16 +485,17 @@ def test_no_line_holds_an_environment_value(tmp_path, libcuda) -> None:
 
 def test_planted_facts_read_as_their_lines_where_no_file_can_plant_them() -> None:
     tf = TfInstall((("tensorflow", "2.21.0"),), BuildInfo(True, "12.5.1", "9", ("sm_80", "compute_90")), site="/s")
-    wheel = Found("cudnn", "libcudnn.so.9", "/s/nvidia/cudnn/lib/libcudnn.so.9", "TensorFlow's run path "
-                  "(nvidia/cudnn/lib)", "nvidia/cudnn/lib/libcudnn.so.9", error="nvidia/cudnn/lib/libcudnn.so.9: "
+    wheel = Found("cudnn", "libcudnn.so.9", "/s/nvidia/cudnn/lib/libcudnn.so.9", "TensorFlow's run path",
+                  "nvidia/cudnn/lib/libcudnn.so.9", error="nvidia/cudnn/lib/libcudnn.so.9: "
                   "undefined symbol: cudnnGetLibConfig, version libcudnn_graph.so.9")  # fmt: skip
     facts = CudaFacts("Linux", "x86_64", tensorflow=tf, device_nodes=("nvidia0", "nvidia-uvm"), proc_driver="NVRM",
                       driver=Driver(Found("cuda", "libcuda.so.1", "/usr/lib/libcuda.so.1", "a system folder",
                                           "/usr/lib/libcuda.so.1"), cu_init=999), libraries=(wheel,))  # fmt: skip
     got = lines(facts)
     assert got["cuInit"].startswith("cuInit answered 999 (CUDA_ERROR_UNKNOWN): the driver failed to start")
-    assert got["library cudnn"].startswith("libcudnn.so.9 from TensorFlow's run path (nvidia/cudnn/lib) "
-                                           "(nvidia/cudnn/lib/libcudnn.so.9) does not load (")  # fmt: skip
+    assert got["library cudnn"].startswith(
+        "nvidia/cudnn/lib/libcudnn.so.9 (from TensorFlow's run path) does not load ("
+    )
     assert "its wheels do not match each other" in got["library cudnn"]
     assert got["library cudnn"].endswith("HINT: pip install --force-reinstall 'tensorflow[and-cuda]==2.21.0'")
 

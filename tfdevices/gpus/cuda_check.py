@@ -435,7 +435,8 @@ def _wheels(facts: CudaFacts) -> list[Finding]:
 
 
 def _where(f: Found) -> str:
-    return f"{f.soname} from {f.source} ({f.shown})" if f.shown != f.soname else f"{f.soname} from {f.source}"
+    """``"nvidia/cudnn/lib/libcudnn.so.9 (from TensorFlow's run path)"``; one LD_LIBRARY_PATH gave: by its name."""
+    return f"{f.shown} (from {f.source})" if f.shown != f.soname else f"{f.soname} from {f.source}"
 
 
 def _libraries(facts: CudaFacts) -> list[Finding]:
@@ -562,8 +563,8 @@ def _capability(facts: CudaFacts, kind: str, who: str, cc: tuple[int, int], caps
     if cc > knows:
         return Finding(f"gpu {cc[0]}.{cc[1]}", WARNING, f"{who}: {name} holds no code for it ({caps}) and its CUDA "
                        f"{facts.tensorflow.build.cuda_version if facts.tensorflow.build else '?'} knows no newer GPU "
-                       f"than {knows[0]}.{knows[1]}", "its kernels run only as PTX the driver compiles at each new "
-                       f"start, and XLA cannot compile for sm_{cc[0]}{cc[1]} ('PTX version ... does not support "
+                       f"than {knows[0]}.{knows[1]}", "its kernels run only from PTX the driver compiles at the "
+                       f"first start, and XLA cannot compile for sm_{cc[0]}{cc[1]} ('PTX version ... does not support "
                        "target', tensorflow#111958; Keras' fit uses XLA on GPUs)", "a TensorFlow built with CUDA "
                        "12.8 or newer; until then model.compile(..., jit_compile=False)")  # fmt: skip
     return Finding(

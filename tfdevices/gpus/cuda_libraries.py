@@ -80,7 +80,7 @@ class Found:
         soname: ``"libcudnn.so.9"``.
         real: the file the loader would open (``None``: found nowhere); never printed as is.
         source: where it was found, in words that hold no environment value (``"LD_LIBRARY_PATH's entry 1"``,
-            ``"TensorFlow's run path (nvidia/cudnn/lib)"``, ``"the loader's cache"``, ``"a system folder"``).
+            ``"TensorFlow's run path"``, ``"the loader's cache"``, ``"a system folder"``).
         shown: the file as printed: a system path, a path in the wheels' folder, or the soname.
         shadows: the sources of the copies found after the one loaded (a system copy ahead of the wheel's).
         error: the loader's error (its paths replaced by :attr:`shown`); ``None``: it loaded, or was not tried.
@@ -153,9 +153,7 @@ def loader_order(
     """
     entries = [e for e in env.get("LD_LIBRARY_PATH", "").split(":")[:64] if e]
     folders = [(e, f"LD_LIBRARY_PATH's entry {n}") for n, e in enumerate(entries, 1)]
-    for folder in runpath:
-        inside = os.path.relpath(folder, site) if site and folder.startswith(site) else "its own folder"
-        folders.append((folder, f"TensorFlow's run path ({inside})"))
+    folders += [(folder, "TensorFlow's run path") for folder in runpath]
     folders += [(folder, "the loader's cache") for folder in dict.fromkeys(os.path.dirname(p) for p in cache.values())]
     system = _SYSTEM_FOLDERS.get(machine, _SYSTEM_FOLDERS["x86_64"])
     folders += [(os.path.join(root, f.lstrip("/")), "a system folder") for f in system]
