@@ -362,6 +362,24 @@ def test_configure_with_a_gpu_nvml_sees_and_tensorflow_lists_none_names_the_firs
     )
 
 
+def test_configure_of_one_gpu_of_eight_is_not_taken_for_a_mask_that_hides_it() -> None:
+    """configure("3") masks the others itself: the first cause is still the driver, not that mask."""
+    proc = run_py(
+        """
+        import tfdevices
+        try:
+            tfdevices.configure("3")
+        except tfdevices.TfDevicesError as err:
+            print("ERROR", err)
+    """,
+        env={"PYTHONPATH": os.pathsep.join([FAKE_NVML, REPO]), "FAKE_NVML": "eight"},
+    )
+    error = proc.stdout.split("ERROR ", 1)[1].strip()
+    assert error.startswith("1 GPU(s) selected but TensorFlow lists 0: CUDA could not use them: no NVIDIA driver"), (
+        error
+    )
+
+
 def test_the_last_resort_reads_a_verbose_tensorflow_start_as_the_same_causes() -> None:
     """TensorFlow started once, verbose, in a fresh process: here its log names the missing driver and runtime."""
     from tfdevices.doctor import tensorflow_log

@@ -566,7 +566,7 @@ def _apply(sel: Selection | None, growth: bool | None, limit: Limits, split: int
     if plan.visible_ordinals is not None:
         gpus = _set_visible(tf, plan.visible_ordinals, gpus)
     if len(gpus) != plan.gpu_count:
-        raise _unused_gpus_error(sel, plan.gpu_count, len(gpus))
+        raise _unused_gpus_error(sel, plan.gpu_count, len(gpus), dict(plan.env))
     for gpu in gpus if plan.memory_growth is not None else ():
         tf.config.experimental.set_memory_growth(gpu, plan.memory_growth)
     for gpu, shares in zip(gpus, plan.gpu_limits):
@@ -581,10 +581,15 @@ def _apply(sel: Selection | None, growth: bool | None, limit: Limits, split: int
     return plan.config
 
 
-def _unused_gpus_error(sel: Selection | None, selected: int, listed: int) -> TfDevicesError:
-    """GPUs NVML sees that TensorFlow does not list: the first cause the CUDA checks find, its fix as the HINT."""
+def _unused_gpus_error(sel: Selection | None, selected: int, listed: int, set_env: Mapping[str, str]) -> TfDevicesError:
+    """GPUs NVML sees that TensorFlow does not list: the first cause the CUDA checks find, its fix as the HINT.
+
+    The checks read the environment as it was before ``configure`` set its own mask (``set_env``): the mask that
+    shows the selected GPUs is not a cause.
+    """
     said = f"{selected} GPU(s) selected but TensorFlow lists {listed}: CUDA could not use them"
-    cause = cuda_check.first_cause(cuda_check.diagnose(cuda_facts.gather(gpus=sel.gpus if sel else None)))
+    env = {k: v for k, v in os.environ.items() if k not in set_env}
+    cause = cuda_check.first_cause(cuda_check.diagnose(cuda_facts.gather(env=env, gpus=sel.gpus if sel else None)))
     if cause is None:
         return TfDevicesError(
             f"{said}; the checks without TensorFlow found no cause.",
