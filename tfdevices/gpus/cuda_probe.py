@@ -10,8 +10,14 @@ The request: ``{"driver": PATH or null, "libraries": [[NAME, PATH], ...]}``, eac
 answer: ``{"driver": {"error", "cu_init", "version", "count"}, "libraries": [[NAME, ERROR or null], ...]}``;
 an error is the loader's own text, at most 1,000 characters.
 
->>> probe({"driver": None, "libraries": [["nothing", "/nonexistent/libnothing.so.1"]]})["libraries"][0][1][:20]
-'/nonexistent/libnoth'
+Run as gather runs it (this process loads nothing):
+
+>>> import json, subprocess, sys
+>>> ask = {"driver": None, "libraries": [["nothing", "/nonexistent/libnothing.so.1"]]}
+>>> said = subprocess.run([sys.executable, "-I", "-S", __file__], input=json.dumps(ask), capture_output=True,
+...                       text=True, timeout=60).stdout
+>>> json.loads(said)["libraries"][0][1][:29]
+'/nonexistent/libnothing.so.1:'
 """
 
 from __future__ import annotations
