@@ -233,24 +233,19 @@ def test_each_manifests_pods_work_out_one_cluster_and_every_index(name: str, tmp
     assert clusters[0].port in ports  # type: ignore[union-attr]  # the port the manifest declares
 
 
-def test_launch_takes_its_options_from_the_pod_and_an_explicit_option_wins() -> None:
+def test_launch_takes_its_options_from_the_pod_and_an_explicit_option_wins(monkeypatch) -> None:
+    import tfdevices.jobs.launch_command as launch_command
+
     pod = pods_of("jobset-launch.yaml")[1]
     env = container_env(pod)
     env["TFDEVICES_POD_CLUSTER"] = env["TFDEVICES_POD_CLUSTER"].replace(",podinfo=/etc/podinfo", "")
-    for variable, label in k8s.JOBSET_ENV[:4]:
+    for variable, label in k8s.JOBSET_ENV[:4]:  # the labels as env entries here, not as the volume's files
         env[variable] = pod.labels[label]
     unset = argparse.Namespace(nnodes=None, node_rank=None, master_addr=None, master_port=None, num_workers=2)
-    resolved = []
-    k8s_wait = k8s.wait_for_names
-    try:
-        k8s.wait_for_names = lambda hosts, timeout: resolved.append(list(hosts))  # type: ignore[assignment]
-        import tfdevices.jobs.launch_command as lc
-
-        lc.wait_for_names = k8s.wait_for_names  # type: ignore[assignment]
-        args = with_pod_defaults(unset, env)
-        given = with_pod_defaults(argparse.Namespace(**{**vars(unset), "master_port": 3000, "nnodes": 1}), env)
-    finally:
-        k8s.wait_for_names = lc.wait_for_names = k8s_wait  # type: ignore[assignment]
+    resolved: list[list[str]] = []
+    monkeypatch.setattr(launch_command, "wait_for_names", lambda hosts, timeout: resolved.append(list(hosts)))
+    args = with_pod_defaults(unset, env)
+    given = with_pod_defaults(argparse.Namespace(**{**vars(unset), "master_port": 3000, "nnodes": 1}), env)
     assert (args.nnodes, args.node_rank, args.master_addr, args.master_port) == (
         2,
         1,
