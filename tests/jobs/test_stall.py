@@ -291,28 +291,26 @@ def test_a_rank_stuck_alive_before_step_5_is_named_with_its_frame(mode: str, fra
 
 @pytest.mark.slow
 def test_stall_timeout_stops_the_job_and_max_restarts_restarts_it() -> None:
-    proc, seconds = _launch(
-        "--stall-timeout", "8", "--max-restarts", "1", "--", sys.executable, SCRIPT, "loop", "1", "600"
-    )
+    proc, _ = _launch("--stall-timeout", "8", "--max-restarts", "1", "--", sys.executable, SCRIPT, "loop", "1", "600")
     out = proc.stdout + proc.stderr
     stops = re.findall(r"stopping the job: rank 1 did not arrive at step 5.*past the stall timeout, 8 s", out)
     assert proc.returncode == 3 and len(stops) == 2, out[-3000:]
-    assert "restarting all 2 workers (restart 1 of 1)" in out and seconds < 400
+    assert "restarting all 2 workers (restart 1 of 1)" in out
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "mode, ranks, seconds",
+    "mode, ranks, seconds, steps",
     [
-        ("loop", "0,1", 3 * WINDOW),  # both ranks sleep at step 5: slow together
-        ("dataset", "", 1.5),  # every rank's input is slow, but every step moves
-        ("checkpoint", "0", 3 * WINDOW),  # the chief alone writes a slow checkpoint: a phase report only
+        ("loop", "0,1", 3 * WINDOW, 6),  # both ranks sleep at step 5: slow together
+        ("dataset", "", 1.5, 12),  # every rank's input is slow (18 s in all), but every step moves
+        ("checkpoint", "0", 3 * WINDOW, 6),  # the chief alone writes a slow checkpoint: a phase report only
     ],
 )
-def test_no_false_alarm_from_work_done_on_purpose(mode: str, ranks: str, seconds: float, tmp_path) -> None:
+def test_no_false_alarm_from_work_done_on_purpose(mode: str, ranks: str, seconds: float, steps: int, tmp_path) -> None:
     proc, _ = _launch(
         "--stall-timeout", "600", "--log-dir", str(tmp_path), "--tee", "--", sys.executable, SCRIPT, mode, ranks,
-        str(seconds), "6",
+        str(seconds), str(steps),
     )  # fmt: skip
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0 and "rank 0 done" in out and "rank 1 done" in out, out[-3000:]
@@ -321,8 +319,10 @@ def test_no_false_alarm_from_work_done_on_purpose(mode: str, ranks: str, seconds
         assert "tfdevices: slow phase: rank 0 is in SlowCheckpoint.on_epoch_end" in out, out[-3000:]
     else:
         assert "slow phase" not in out
-    looks = json.loads((tmp_path / "steps.json").read_text())["looks"]
-    assert looks >= 3, looks  # the job's sleeps (9 to 18 s) keep it under the watch's looks, about a second apart
+    # the watch looked at both ranks past their first step (not at a job still importing TensorFlow) more often
+    # than its window holds looks (about a second apart): each sleep was under watch long enough to be judged
+    looks = json.loads((tmp_path / "steps.json").read_text())["looks_every_rank"]
+    assert looks > WINDOW, looks
 
 
 @pytest.mark.slow
@@ -340,7 +340,6 @@ def test_a_dead_rank_keeps_the_launchers_report() -> None:
 @pytest.mark.parametrize("mode, frame", [("loop", "in loop"), ("fit", "in on_train_batch_begin")])
 def test_under_srun_rank_0_names_the_stuck_rank_and_stops_the_step(tmp_path, mode: str, frame: str) -> None:
     with slurm_cluster(str(tmp_path / "slurm")) as slurm:
-        start = time.monotonic()
         proc = run_shown(
             ["srun", "-n", "2", sys.executable, SCRIPT, mode, "1", "600"],
             env=subprocess_env({**slurm, "TFDEVICES_STALL_WINDOW": str(WINDOW), "TFDEVICES_STALL_TIMEOUT": "8"}),
@@ -348,7 +347,7 @@ def test_under_srun_rank_0_names_the_stuck_rank_and_stops_the_step(tmp_path, mod
             timeout=420,
         )
         out = proc.stdout + proc.stderr
-    assert proc.returncode != 0 and time.monotonic() - start < 400, out[-3000:]
+    assert proc.returncode != 0, out[-3000:]
     named = r"(stall: rank 1 did not arrive at step 5|slow phase: rank 1 is in Sleeper.on_train_batch_begin)"
     assert re.search(f"tfdevices: {named}", out), out[-3000:]
     assert "rank 1's stack, innermost first:" in out and frame in out.split("innermost first:")[1][:400]

@@ -106,16 +106,19 @@ def write_job_files(
     directory: str,
     end: float | None = None,
     looks: int = 0,
+    *,
+    looks_every_rank: int = 0,
 ) -> list[str]:
     """Writes the job's end into ``directory``: ``steps.json``; then, where the watch saw every rank's split,
     ``ranks.json``, the picture of the split and a TensorBoard run per rank, else the picture of the steps.
     ``timeline``: (time, rank, steps begun, phase) at each change; ``end``: when the watch last looked, where the
-    picture's lines end; ``looks``: how many times it looked. Returns the paths written: none when no rank began
+    picture's lines end; ``looks``: how many times it looked; ``looks_every_rank``: of those, how many read every
+    rank past its first step. Returns the paths written: none when no rank began
     a step.
     """
     if not any(begun for _, _, begun, _ in timeline):
         return []  # no rank began a step (a job that never trained): there are no steps to show
-    written = [write_steps(timeline, directory, looks)]
+    written = [write_steps(timeline, directory, looks, looks_every_rank=looks_every_rank)]
     if not summary.history:
         picture = draw_steps(timeline, os.path.join(directory, "steps.png"), end)
         return written + ([picture] if picture else [])
@@ -127,9 +130,11 @@ def write_job_files(
     return written + ([picture] if picture else []) + write_rank_runs(summary, os.path.join(directory, "ranks"))
 
 
-def write_steps(timeline: Sequence[tuple[float, int, int, str]], directory: str, looks: int = 0) -> str:
-    """``steps.json``: each rank's steps begun and phase at each change, in seconds since the first record, and how
-    many times the watch looked.
+def write_steps(
+    timeline: Sequence[tuple[float, int, int, str]], directory: str, looks: int = 0, *, looks_every_rank: int = 0
+) -> str:
+    """``steps.json``: each rank's steps begun and phase at each change, in seconds since the first record, how
+    many times the watch looked, and how many of those looks read every rank past its first step.
     """
     start = min(t for t, *_ in timeline)
     ranks: dict[int, list[tuple[float, int, str]]] = {}
@@ -137,7 +142,16 @@ def write_steps(timeline: Sequence[tuple[float, int, int, str]], directory: str,
         ranks.setdefault(rank, []).append((round(t - start, 3), begun, phase))
     path = os.path.join(directory, "steps.json")
     with open(path, "w", encoding="utf-8") as f:
-        json.dump({"start": start, "looks": looks, "columns": ["seconds", "steps begun", "phase"], "ranks": ranks}, f)
+        json.dump(
+            {
+                "start": start,
+                "looks": looks,
+                "looks_every_rank": looks_every_rank,
+                "columns": ["seconds", "steps begun", "phase"],
+                "ranks": ranks,
+            },
+            f,
+        )
     return path
 
 

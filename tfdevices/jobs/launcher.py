@@ -604,7 +604,8 @@ class _Job:
         latest = self.watch.latest
         end, looks = (latest.at, latest.number) if latest is not None else (None, 0)
         try:
-            for path in write_job_files(summary, self.watch.timeline, self.log_dir, end, looks):
+            every = self.watch.looks_every_rank
+            for path in write_job_files(summary, self.watch.timeline, self.log_dir, end, looks, looks_every_rank=every):
                 self.console.say(f"each rank's steps: {path}")
         except OSError as err:
             self.console.say(f"cannot write the steps' timeline in --log-dir ({err.strerror})")

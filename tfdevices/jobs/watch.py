@@ -214,6 +214,7 @@ class JobWatch:
         self._slow = _SlowTracker()
         self._stall = _StallTracker()
         self.latest: JobSnapshot | None = None
+        self.looks_every_rank = 0  # looks that read a record past its first step of every rank expected
 
     @property
     def policy(self) -> StallPolicy:
@@ -230,6 +231,8 @@ class JobWatch:
         policy = self._policy()
         records = tuple(sorted((r for r in records if r.changed_at >= self._since), key=lambda r: r.rank))
         self._note_steps(records)
+        begun = {r.rank for r in records if r.done >= 1}
+        self.looks_every_rank += bool(self.expected) and begun >= set(self.expected)
         said: list[str] = []
         splits = self._slow.look(records, now, policy, said)
         stall = detect_stall(
