@@ -81,6 +81,28 @@ def libcuda(tmp_path_factory) -> dict[int, str]:
     return out
 
 
+@pytest.fixture(scope="module")
+def mismatched(tmp_path_factory) -> str:
+    """A ``libcudnn.so.9`` that calls a function no library loaded before it has: a wheel of another release."""
+    folder = tmp_path_factory.mktemp("mismatched")
+    (folder / "cudnn.c").write_text(
+        "void cudnnGetLibConfig(void);\nint cudnnCreate(void) { cudnnGetLibConfig(); return 0; }\n"
+    )
+    so = folder / "libcudnn.so.9"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(so), str(folder / "cudnn.c")], check=True, timeout=60)
+    return str(so)
+
+
+def test_a_library_built_against_another_release_says_its_missing_symbol(tmp_path, libcuda, mismatched) -> None:
+    facts = plant(tmp_path, libcuda, libs={"libcudnn.so.9": mismatched})
+    line = lines(facts)["library cudnn"]
+    assert line.startswith(
+        "nvidia/cudnn/lib/libcudnn.so.9 (from TensorFlow's run path) does not load (nvidia/cudnn/lib/libcudnn.so.9: "
+        "undefined symbol: cudnnGetLibConfig): its wheels do not match each other"
+    ), line
+    assert line.endswith("HINT: pip install --force-reinstall 'tensorflow[and-cuda]==2.21.0'")
+
+
 def dist(site: pathlib.Path, name: str, version: str, requires: tuple[str, ...] = ()) -> None:
     info = site / f"{name.replace('-', '_')}-{version}.dist-info"
     info.mkdir(parents=True)
