@@ -6,7 +6,7 @@ their mountPath, and the environment the kubelet resolves from the manifest (tes
 
 Both ways: each pod running the script alone (TF_CONFIG worked out from the pod) and `tfdevices launch` in each
 pod (its options from the pod); Keras 3 fit to the end, one pod slow named on pod 0's console with its pod's
-name; a stuck pod named and the job stopped (a failed pod has the others deleted, as JobSet's failure policy does),
+name (both ways); a stuck pod named and the job stopped (a failed pod has the others deleted, as JobSet's failure policy does),
 then the JobSet's restart (a new restart-attempt) training to the end.
 Where namespaces cannot be made the tests fail under CI=true with the reason (tests.helpers.unavailable).
 """
@@ -323,3 +323,22 @@ def test_launch_in_each_pod_takes_its_options_from_the_pod_and_names_the_slow_po
     ), lines[named[0]]
     print(lines[named[0]])
     assert "slow one" not in outs[1], outs[1][-3000:]
+
+
+@pytest.fixture(scope="module")
+def alone_slow() -> tuple[list[str], list[int | None]]:
+    """docs/kubernetes/jobset.yaml's pods, the slow-rank script's Keras fit alone in each, pod 1 slow between steps."""
+    pods = pods_of("jobset.yaml")
+    commands = [[sys.executable, SLOW, "fit", "between", "1", "200"]] * 2
+    return run_pods(pods, commands, {"SLOW_RANK_MIN_S": "12", "SLOW_RANK_SYNC": "{shared}"})
+
+
+def test_the_script_alone_names_the_slow_pod_on_pod_0_through_the_coordination_service(alone_slow) -> None:
+    outs, codes = alone_slow
+    assert codes == [0, 0], [o[-3000:] for o in outs]
+    lines = outs[0].splitlines()
+    named = [
+        n for n, line in enumerate(lines) if line.startswith("tfdevices: rank 1 on node tfd-workers-1-0 is the slow")
+    ]
+    assert named and named[0] < lines.index("rank 0 done"), outs[0][-3000:]  # said while the job ran
+    print(lines[named[0]])
