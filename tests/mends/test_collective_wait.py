@@ -76,6 +76,21 @@ def _ops(tf, fn, *specs) -> list[str]:
     return [op.type for op in graph.get_operations() if op.type in ("Timestamp", "CollectiveReduceV2")]
 
 
+def _after(op, earlier) -> bool:
+    """Whether ``op`` runs after ``earlier`` in its graph: ``earlier`` is among its inputs' or control inputs' ops,
+    or theirs."""
+    seen, queue = set(), [op]
+    while queue:
+        each = queue.pop()
+        for before in [t.op for t in each.inputs] + list(each.control_inputs):
+            if before is earlier:
+                return True
+            if before.name not in seen:
+                seen.add(before.name)
+                queue.append(before)
+    return False
+
+
 def test_a_steps_collective_is_timed_in_its_own_chain(mend) -> None:
     import tensorflow as tf
 
@@ -87,11 +102,12 @@ def test_a_steps_collective_is_timed_in_its_own_chain(mend) -> None:
     (collective,) = [op for op in graph.get_operations() if op.type == "CollectiveReduceV2"]
     stamps = [op for op in graph.get_operations() if op.type == "Timestamp"]
     assert len(stamps) == 2
-    # the collective's input comes after the first timestamp; what reads its output, after the add
-    assert stamps[0].name in {c.name for op in collective.inputs[0].op.control_inputs for c in [op]}
+    # one chain: the first timestamp, the collective, the second timestamp, the add, what reads the output
     (mul,) = [op for op in graph.get_operations() if op.type == "Mul"]
-    added = [c.type for c in mul.inputs[0].op.control_inputs]
-    assert added == ["AssignAddVariableOp"]
+    (add,) = [op for op in graph.get_operations() if op.type == "AssignAddVariableOp"]
+    assert _after(collective, stamps[0]) and not _after(stamps[0], collective)
+    assert _after(stamps[1], collective) and not _after(collective, stamps[1])
+    assert _after(add, stamps[1]) and _after(mul, add)
     for _ in range(20):
         step(tf.ones(3))
     wait, input_s = (float(v.numpy()) for v in mend._total)
