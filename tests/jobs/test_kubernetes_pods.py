@@ -6,8 +6,8 @@ their mountPath, and the environment the kubelet resolves from the manifest (tes
 
 Both ways: each pod running the script alone (TF_CONFIG worked out from the pod) and `tfdevices launch` in each
 pod (its options from the pod); Keras 3 fit to the end, one pod slow named on pod 0's console with its pod's
-name (both ways); a stuck pod named and the job stopped (a failed pod has the others deleted, as JobSet's failure policy does),
-then the JobSet's restart (a new restart-attempt) training to the end.
+name (both ways); a stuck pod named and the job stopped (a failed pod has the others deleted, as JobSet's failure
+policy does), then the JobSet's restart (a new restart-attempt) training to the end.
 Where namespaces cannot be made the tests fail under CI=true with the reason (tests.helpers.unavailable).
 """
 
