@@ -209,26 +209,24 @@ def test_real_capture_views_carry_its_times(to_device_report):
     assert root[6] > 0  # the model's scope sums its kernels' time
 
 
-def test_the_device_given_four_times_the_work_shows_the_larger_busy_time(tf4):
-    """CPU:0 runs one matmul, CPU:1 a chain of four of the same size after it: the report and the views say so.
-
-    The chain starts from CPU:0's result, so the devices (logical CPUs sharing the same cores) do
-    not run at the same time and each matmul has the whole machine.
+def test_each_devices_busy_time_in_the_views_is_the_reports(tf4):
+    """CPU:0 runs one matmul, CPU:1 a chain of four of the same size after it: the report places them so, and the
+    views' busy time and kernel counts are the report's, device by device. (That the device given four times the work
+    shows about four times the time is measured, not asserted: benchmarks/bench_busy.py.)
     """
     from tfdevices.verify import capture
 
     step, x = one_then_four(tf4)
-    # five captures, the least disturbed one (the least busy time in all): on a loaded machine a kernel preempted
-    # once takes several times its own time (CI, oneDNN on: CPU:0's one MatMul 3.6 ms, CPU:1's four 2.8 ms in the
-    # median of three), and a preemption only ever adds time
-    report = min((capture(step, x) for _ in range(5)), key=lambda r: sum(r.busy_us.values()))
+    report = capture(step, x)
     busy = views.busy_us(json.loads(report.to_json()))
-    assert busy == report.busy_us
+    assert busy == report.busy_us and set(busy) == {"CPU:0", "CPU:1"} and all(t > 0 for t in busy.values()), busy
     matmuls = [(op.name, op.device) for op in report.ops if op.type == "MatMul"]
     assert sorted(device for _, device in matmuls) == ["CPU:0"] + ["CPU:1"] * 4, matmuls
-    assert busy["CPU:1"] > busy["CPU:0"], busy
     table = {d["name"]: d for d in views.device_table(json.loads(report.to_json()))}
-    assert table["CPU:1"]["kernel_types"][0][1] >= 4 and table["CPU:1"]["busy_us"] > table["CPU:0"]["busy_us"]
+    assert {name: row["busy_us"] for name, row in table.items()} == busy
+    # the kernels by their type as this CPU runs them (MatMul, or _MklMatMul with oneDNN on)
+    matmul_kernels = {name: sum(n for k, n in row["kernel_types"] if "MatMul" in k) for name, row in table.items()}
+    assert matmul_kernels == {"CPU:0": 1, "CPU:1": 4}, table
 
 
 def test_numbered_sibling_ops_fold_into_one_series_after_the_scopes():
