@@ -287,7 +287,11 @@ class Nvml:
         notes += _first_query_note(first_query)
         ancestors = self._ancestors(handles) if topology else ()
         return NvmlSnapshot(
-            devices=tuple(devices), driver_version=driver, notes=tuple(notes), ancestors=ancestors, cuda_driver_version=cuda
+            devices=tuple(devices),
+            driver_version=driver,
+            notes=tuple(notes),
+            ancestors=ancestors,
+            cuda_driver_version=cuda,
         )
 
     def _ancestors(self, handles: list[Any]) -> tuple[tuple[int | None, ...], ...]:
