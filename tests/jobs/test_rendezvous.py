@@ -18,9 +18,9 @@ import pytest
 from tests.helpers import REPO, kill_all, subprocess_env
 from tests.jobs.launching import WORKER, reports
 from tfdevices.jobs.handshake import KINDS, TOKEN_ENV
+from tfdevices.jobs.listen_check import listening
 from tfdevices.jobs.rendezvous import free_ports
 from tfdevices.jobs.tfconfig import parse_tf_config
-from tfdevices.jobs.listen_check import listening
 
 TINY = os.path.join(REPO, "tests", "scripts", "tiny_train.py")
 

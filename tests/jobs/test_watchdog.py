@@ -9,7 +9,9 @@ import pytest
 
 from tests.helpers import kill_all, run_py
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="platform: process groups and /proc (Linux)")
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="platform: process groups and /proc (Linux)"
+)
 
 
 def _alive(pid: int) -> bool:
