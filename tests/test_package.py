@@ -98,6 +98,7 @@ def test_only_runtime_sets_environment_variables_or_calls_tf_config():
         "gpus.spec",
         "gpus.topology",
         "gpus.visibility",
+        "jobs.cluster",
         "jobs.slurm",
         "jobs.straggler",
         "layers.plan",
