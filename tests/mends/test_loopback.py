@@ -177,17 +177,19 @@ def _stopped(out: str, code: int) -> str:
         re.MULTILINE,
     )
     assert said, out
-    who, rank, _, why = said[0]
-    ended = (
-        f"worker {rank} stopped: the launcher's listen check found"
-        if who == "launcher"
-        else f"worker {rank} exited with status {LISTEN_STATUS}: its listen check found"
-    )
-    assert who in ("launcher", rank) and re.search(
-        rf"^\[launcher\] {ended} its TensorFlow server listening on more than --listen asked; stopping the others$",
+    ended = re.findall(
+        r"^\[launcher\] worker (\d) (stopped: the launcher's|exited with status 86: its) listen check found its "
+        r"TensorFlow server listening on more than --listen asked; stopping the others$",
         out,
         re.MULTILINE,
-    ), out
+    )
+    assert len(ended) == 1, out
+    rank, by = ended[0]
+    # the line of the check that stopped the job: the launcher's, or the worker's own (both may have looked)
+    who = "launcher" if by.startswith("stopped") else rank
+    whys = [why for line_of, line_rank, _, why in said if line_of == who and line_rank == rank]
+    assert whys, out
+    why = whys[0]
     assert not re.search(r"\] (ready|sum) ", out)  # stopped before the job ran a step
     return why
 
