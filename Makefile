@@ -108,7 +108,7 @@ test-nightly: $(NIGHTLY_VENV)/.installed
 	$(NIGHTLY_PY) $(LEG_LINE) nightly
 	$(ONEDNN_SUITE) $(NIGHTLY_PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -q $(NIGHTLY_KNOWN) $(NIGHTLY_TESTS)
 
-# Reading without TensorFlow (DESIGN rule 9), as on a laptop or a TensorBoard-only host: `pip install .` alone
+# Reading without TensorFlow (architecture, rule 9), as on a laptop or a TensorBoard-only host: `pip install .` alone
 # (tensorboard, protobuf, absl-py, nvidia-ml-py) and the test tools, no TensorFlow, no Keras, in a venv of its own;
 # the tests that read profiles (the project's XSpace schema, real TF and H200 XLA profiles), `tfdevices placement`,
 # and the Placement tab through a real TensorBoard server (and Chromium where CI has it). Tests that need TensorFlow

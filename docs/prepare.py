@@ -2,9 +2,10 @@
 
     python docs/prepare.py build/docs-src [--executed build/notebooks]
 
-Writes there: ``index.rst`` and ``changelog.rst`` (from this folder), ``glossary.rst`` (from this folder, its
-links to the guides' files turned into links to their pages), ``guides/`` (this folder's task guides,
-their links to each other's files turned into links to their pages),
+Writes there: ``index.rst`` and ``changelog.rst`` (from this folder), ``glossary.rst`` and
+``architecture.rst`` (from this folder, their links to the guides' and the glossary's files turned into links
+to their pages), ``guides/`` (this folder's task guides, their links to each other's files turned into links
+to their pages),
 ``readme.rst`` (the README, with the pictures it shows and its links to the guides'
 files turned into links to their pages), ``reference/`` (one page
 per stage of the flow, documenting the public names only: ``__all__`` of each module
@@ -270,6 +271,12 @@ def glossary_page(text: str) -> str:
     return re.sub(r"`([^`<]+?)\s*<(guides/\w+)\.rst>`__?", r":doc:`\1 <\2>`", text)
 
 
+def architecture_page(text: str) -> str:
+    """The architecture page as the site shows it: its links to the glossary's and the guides' files
+    (``glossary.rst``, ``guides/X.rst``) become links to their pages."""
+    return re.sub(r"`([^`<]+?)\s*<((?:guides/)?\w+)\.rst>`__?", r":doc:`\1 <\2>`", text)
+
+
 def readme_page() -> str:
     """The README as the site's tour page: its links to the guides' files become links to their pages."""
     text = (REPO / "README.rst").read_text()
@@ -287,6 +294,9 @@ def main() -> None:
     shutil.copyfile(HERE / "index.rst", dest / "index.rst")
     shutil.copyfile(HERE / "changelog.rst", dest / "changelog.rst")
     (dest / "glossary.rst").write_text(glossary_page((HERE / "glossary.rst").read_text(encoding="utf-8")))
+    (dest / "architecture.rst").write_text(
+        architecture_page((HERE / "architecture.rst").read_text(encoding="utf-8")), encoding="utf-8"
+    )
     (dest / "guides").mkdir()
     for guide in sorted((HERE / "guides").glob("*.rst")):
         (dest / "guides" / guide.name).write_text(guide_page(guide.read_text(encoding="utf-8")), encoding="utf-8")

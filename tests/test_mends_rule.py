@@ -1,5 +1,5 @@
-"""DESIGN rule 8, held by the syntax tree: outside ``tfdevices/mends/`` no code assigns to another library's
-attributes (``module.attr = ...``, ``setattr(module, ...)``, ``Class.__init__ = ...``).
+"""docs/architecture.rst, rule 8, held by the syntax tree: outside ``tfdevices/mends/`` no code assigns to another
+library's attributes (``module.attr = ...``, ``setattr(module, ...)``, ``Class.__init__ = ...``).
 
 What counts as another library's: a name bound by an ``import`` of a module that is not tfdevices, or by
 ``from module import name`` (a module, a class, a mapping such as ``os.environ``), at any level of the module,
@@ -27,7 +27,7 @@ PACKAGE = pathlib.Path(tfdevices.__file__).parent
 
 #: Assignments outside mends/ that stay, each with why: (module path, the target as written).
 ALLOWED = {
-    # the environment of this process: runtime is the one module that writes it (DESIGN, "The flow")
+    # the environment of this process: runtime is the one module that writes it (docs/architecture.rst, "The flow")
     ("runtime.py", "os.environ"),
     # a tune candidate's own fresh process (tfdevices started it): the parent's import path, so that the
     # user's model module imports there too

@@ -1,7 +1,7 @@
 """Reading without TensorFlow: profiles, ``tfdevices placement`` and the Placement tab through a real TensorBoard.
 
 Every leg runs these; ``make test-no-tf`` runs them where neither TensorFlow nor Keras is
-installed (DESIGN rule 9: a laptop, a TensorBoard-only host). Each check also says that
+installed (docs/architecture.rst, rule 9: a laptop, a TensorBoard-only host). Each check also says that
 TensorFlow was not imported. The profiles are real (``tests/data/profiles``): one TensorFlow
 2.21 wrote on a CPU, and JAX's XLA on an NVIDIA H200 (the GPU runtime and CUPTI tracer
 TensorFlow's ``jit_compile=True`` uses). The stored placement is written with TensorBoard's

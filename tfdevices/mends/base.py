@@ -5,7 +5,7 @@ class per change: it says what it changes and why (the upstream issue or source 
 detects whether it applies, can be turned off by name (``TFDEVICES_MENDS`` or :func:`turn_off`),
 reports what it did (:meth:`Mend.status`), and can be undone where the change allows it.
 
-Detection looks at what the mend fixes first, versions second (DESIGN rule 8). A mend's
+Detection looks at what the mend fixes first, versions second (docs/architecture.rst, rule 8). A mend's
 :meth:`Mend._check` returns a :class:`Finding`: the defect (or the gap it fills) is here
 (:attr:`Found.NEEDED`: it applies), is not (:attr:`Found.NOT_NEEDED`: left alone, and said why),
 or it cannot tell (:attr:`Found.UNKNOWN`: left alone, and what the user should do said once).

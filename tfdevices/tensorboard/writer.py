@@ -287,7 +287,7 @@ def read_placement(logdir: str | os.PathLike[str], name: str = "placement") -> P
     found: list[_Stored] = []
     tags: set[str] = set()
     for run in dirs:
-        values = run_strings(run)  # TensorBoard's own protos: TensorFlow is not imported (DESIGN rule 9)
+        values = run_strings(run)  # TensorBoard's own protos: TensorFlow is not imported (architecture, rule 9)
         tags.update(values)
         events = values.get(f"{name}/json")
         if events:
