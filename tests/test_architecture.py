@@ -69,7 +69,10 @@ def page_rules(text: str) -> list[int]:
 
 
 def test_the_rules_are_read_in_every_form():
-    text = "Title\n=====\n\nThe rules\n---------\n\n1. One.\n2. Two,\n   on two lines.\n3. Three.\n\nOther\n-----\n\n1. x\n"
+    text = "\n".join(
+        ["Title", "=====", "", "The rules", "---------", "", "1. One.", "2. Two,", "   on two lines.", "3. Three."]
+        + ["", "Other", "-----", "", "1. x", ""]
+    )
     assert page_rules(text) == [1, 2, 3]
     assert [m[1] for m in CITATION.finditer("(architecture, rule 9) docs/architecture.rst, rule 12")] == ["9", "12"]
     assert OUTSIDE.search("(" + "DESIGN" + " rule 9)") and not OUTSIDE.search("the design of tfdevices")
