@@ -61,9 +61,8 @@ def cluster_from_env(env: Mapping[str, str]) -> ClusterEnv:
         TfConfigError: ``TF_CONFIG`` is set but invalid.
         LaunchError: a launcher variable is malformed or contradicts another.
 
-    >>> cluster_from_env({"SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_STEP_ID": "0",
-    ...                   "SLURM_STEP_NUM_TASKS": "4", "SLURM_STEP_NODELIST": "gpu[1-2]",
-    ...                   "SLURM_STEP_TASKS_PER_NODE": "2(x2)"}).reason
+    >>> cluster_from_env({"SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "4",
+    ...                   "SLURM_STEP_NODELIST": "gpu[1-2]", "SLURM_STEP_TASKS_PER_NODE": "2(x2)"}).reason
     'SLURM step with 4 tasks on 2 node(s)'
     >>> cluster_from_env({}).source
     'none'
