@@ -30,23 +30,10 @@ def main(argv: list[str]) -> int:
     tfdevices.configure(tfdevices.select("none", tfdevices.Inventory()), virtual_devices=2)
     import tensorflow as tf
 
+    from tests.graphs import one_then_four
     from tfdevices.verify import capture
 
-    with tf.device("/CPU:0"):
-        w = [tf.Variable(tf.random.normal([384, 384], stddev=0.05, seed=i)) for i in range(5)]
-
-    @tf.function
-    def step(x):
-        with tf.device("/CPU:0"):
-            one = tf.matmul(x, w[0])
-        with tf.device("/CPU:1"):
-            four = one
-            for k in range(1, 5):
-                four = tf.matmul(four, w[k])
-        return four
-
-    x = tf.random.normal([384, 384], seed=7)
-    step(x)
+    step, x = one_then_four(tf)
     ratios, inverted = [], 0
     for n in range(args.rounds):
         busy = capture(step, x).busy_us

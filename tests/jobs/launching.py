@@ -8,11 +8,14 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 
 from tests.helpers import REPO, kill_all, subprocess_env
 from tfdevices.jobs.rendezvous import free_ports
 
 WORKER = os.path.join(REPO, "tests", "scripts", "echo_worker.py")
+#: The TensorFlow worker of the listen tests (MultiWorkerMirroredStrategy, one all-reduce, then it holds).
+LISTEN_WORKER = os.path.join(REPO, "tests", "scripts", "listen_worker.py")
 #: Node 1's address where two launchers on this machine stand for two nodes.
 NODE1 = "127.0.0.2"
 
@@ -73,3 +76,47 @@ def together(runs: list[tuple[list[str], dict[str, str]]]) -> tuple[list[str], l
     finally:
         kill_all(p.pid for p in procs)
     return outs, [p.returncode for p in procs]
+
+
+def launch_listen(
+    tmp_path, order: str = "tensorflow", *python: str, options: tuple[str, ...] = (), env: dict[str, str] | None = None
+) -> subprocess.Popen:
+    """``tfdevices launch -n 2 [options]`` of the listen worker beginning in ``order`` (``python``: the workers'
+    interpreter flags, e.g. ``-I``); it holds in ``tmp_path`` until :func:`held` lets it go."""
+    command = [sys.executable, "-m", "tfdevices", "launch", "-n", "2", *options, "--", sys.executable, *python]
+    return subprocess.Popen(
+        [*command, LISTEN_WORKER, str(tmp_path), order],
+        env=subprocess_env(env),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def held(proc: subprocess.Popen, tmp_path, check=None) -> tuple[str, dict[int, tuple[int, int]]]:
+    """Reads the launcher until both workers are ready (or it ends), runs ``check(pids)`` while they hold, lets
+    them go; returns everything it printed and each rank's (pid, port). ``proc.returncode`` is its exit status."""
+    lines: list[str] = []
+    pids: dict[int, tuple[int, int]] = {}
+    try:
+        ready: set[int] = set()
+        deadline = time.monotonic() + 240
+        while len(ready) < 2 and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if match := re.match(r"\[launcher\] worker (\d): pid (\d+), 127\.0\.0\.1:(\d+)", line):
+                pids[int(match.group(1))] = (int(match.group(2)), int(match.group(3)))
+            if match := re.match(r"\[(\d)\] ready \d", line):
+                ready.add(int(match.group(1)))
+        if ready == {0, 1} and check is not None:
+            check(pids)
+    finally:
+        (tmp_path / "go").touch()
+        try:
+            rest, _ = proc.communicate(timeout=120)
+        finally:
+            kill_all([proc.pid] + [pid for pid, _ in pids.values()])
+    return "".join(lines) + rest, pids

@@ -20,8 +20,7 @@ import time
 import pytest
 
 from tests.helpers import kill_all
-from tests.jobs.launching import NODE1, two_nodes
-from tests.mends.test_import_orders import WORKER, launch_held
+from tests.jobs.launching import LISTEN_WORKER, NODE1, held, launch_listen, two_nodes
 from tfdevices.jobs import listen_check
 from tfdevices.jobs.listen_check import (
     LISTEN_MARK,
@@ -244,8 +243,9 @@ def _stopped_by_the_launcher(out: str, code: int) -> None:
 def test_with_the_workers_own_check_blind_the_launcher_stops_the_job(tmp_path) -> None:
     """The worker undoes the mend after importing TensorFlow and makes its own check read no socket: the server
     listens on every interface, and only the launcher can see it."""
-    out, code = launch_held(tmp_path, "no_check")
-    _stopped_by_the_launcher(out, code)
+    proc = launch_listen(tmp_path, "no_check")
+    out, _ = held(proc, tmp_path)
+    _stopped_by_the_launcher(out, proc.returncode)
     assert "[0] tfdevices: listen check" not in out and "[1] tfdevices: listen check" not in out, out[-4000:]
 
 
@@ -254,8 +254,9 @@ def test_with_the_workers_own_check_blind_the_launcher_stops_the_job(tmp_path) -
 def test_a_worker_that_runs_no_sitecustomize_is_stopped_by_the_launcher(tmp_path) -> None:
     """``python -I`` ignores PYTHONPATH, so the launcher's sitecustomize never runs there: no mend, no check inside
     the worker. The launcher's check stops the job all the same."""
-    out, code = launch_held(tmp_path, "tensorflow", "-I")
-    _stopped_by_the_launcher(out, code)
+    proc = launch_listen(tmp_path, "tensorflow", "-I")
+    out, _ = held(proc, tmp_path)
+    _stopped_by_the_launcher(out, proc.returncode)
 
 
 @pytest.mark.slow
@@ -265,7 +266,7 @@ def test_on_two_nodes_the_launcher_of_the_node_whose_worker_listens_everywhere_s
     """Two launchers as two nodes (one worker each, node 1's on 127.0.0.2): the worker of node ``blind`` undoes the
     mend and makes its own check blind. That node's launcher finds it on every interface and stops it; the other
     node's job stops with it."""
-    node0, node1, codes = two_nodes(WORKER, str(tmp_path), f"no_check:{blind}")
+    node0, node1, codes = two_nodes(LISTEN_WORKER, str(tmp_path), f"no_check:{blind}")
     consoles, statuses = {0: node0, 1: node1}, dict(enumerate(codes))
     shown = f"node 0:\n{node0[-3000:]}\nnode 1:\n{node1[-3000:]}"
     _stopped_by_the_launcher(consoles[blind], statuses[blind])

@@ -12,16 +12,13 @@ worker), tfdevices then TensorFlow, Keras 3 first, tf_keras first, ``configure()
 from __future__ import annotations
 
 import json
-import os
 import re
 import socket
-import subprocess
 import sys
-import time
 
 import pytest
 
-from tests.helpers import REPO, kill_all, subprocess_env
+from tests.jobs.launching import held, launch_listen
 from tfdevices.jobs.listen_check import listening
 
 pytestmark = [
@@ -30,7 +27,6 @@ pytestmark = [
     pytest.mark.tensorflow,
 ]
 
-WORKER = os.path.join(REPO, "tests", "scripts", "listen_worker.py")
 LOCAL = {"127.0.0.1", "::ffff:127.0.0.1", "::1"}
 #: The mends each worker arms for an import, by the modules that import sets off.
 ARMED = {
@@ -41,43 +37,6 @@ ARMED = {
     "fit_progress": "keras's callbacks",
 }
 ORDERS = ["tensorflow", "build_strategy", "tfdevices_tensorflow", "keras", "tf_keras", "configure", "training"]
-
-
-def launch_held(tmp_path, order: str, *python: str, env: dict[str, str] | None = None, check=None) -> tuple[str, int]:
-    """Runs ``tfdevices launch -n 2`` of the listen worker in ``order``; while both workers hold, ``check(pids)``
-    (``{rank: (pid, port)}``) runs; returns everything the launcher printed and its exit status."""
-    command = [sys.executable, "-m", "tfdevices", "launch", "-n", "2", "--", sys.executable, *python, WORKER]
-    proc = subprocess.Popen(
-        [*command, str(tmp_path), order],
-        env=subprocess_env(env),
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    lines: list[str] = []
-    pids: dict[int, tuple[int, int]] = {}
-    try:
-        ready: set[int] = set()
-        deadline = time.monotonic() + 240
-        while len(ready) < 2 and time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-            if match := re.match(r"\[launcher\] worker (\d): pid (\d+), 127\.0\.0\.1:(\d+)", line):
-                pids[int(match.group(1))] = (int(match.group(2)), int(match.group(3)))
-            if match := re.match(r"\[(\d)\] ready \d", line):
-                ready.add(int(match.group(1)))
-        if ready == {0, 1} and check is not None:
-            check(pids)
-    finally:
-        (tmp_path / "go").touch()
-        try:
-            rest, _ = proc.communicate(timeout=120)
-        finally:
-            kill_all([proc.pid] + [pid for pid, _ in pids.values()])
-    return "".join(lines) + rest, proc.returncode
 
 
 def mends_of(out: str) -> dict[int, dict[str, dict]]:
@@ -99,7 +58,9 @@ def test_every_import_order_listens_on_127_0_0_1_with_every_armed_mend_applied(t
                 socket.create_connection(("127.0.0.2", port), timeout=10)
 
     env = {"TF_USE_LEGACY_KERAS": "1"} if order == "tf_keras" else None
-    out, code = launch_held(tmp_path, order, env=env, check=check)
+    proc = launch_listen(tmp_path, order, env=env)
+    out, _ = held(proc, tmp_path, check)
+    code = proc.returncode
     assert code == 0, out[-4000:]
     assert sorted(seen) == [0, 1], out[-4000:]
     for rank, sockets in seen.items():

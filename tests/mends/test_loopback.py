@@ -6,17 +6,14 @@ undone or off."""
 from __future__ import annotations
 
 import doctest
-import os
 import re
 import socket
 import struct
-import subprocess
 import sys
-import time
 
 import pytest
 
-from tests.helpers import REPO, kill_all, subprocess_env
+from tests.jobs.launching import held, launch_listen
 from tfdevices.core.errors import EnvVarError
 from tfdevices.jobs.listen_check import LISTEN_STATUS, listening
 from tfdevices.mends import loopback
@@ -24,7 +21,6 @@ from tfdevices.mends.loopback import Listen, confined_address, parse_listen
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="platform: /proc and ELF: Linux")
 
-WORKER = os.path.join(REPO, "tests", "scripts", "listen_worker.py")
 LOCAL = {"127.0.0.1", "::ffff:127.0.0.1", "::1"}
 EVERY = {"0.0.0.0", "::"}
 
@@ -100,46 +96,6 @@ def test_the_listen_variable_is_read_strictly(value: str, want: Listen | None) -
     assert "HINT: tfdevices launch sets it" in str(err.value)
 
 
-def _launch(tmp_path, *options: str, undo: bool = False, env: dict[str, str] | None = None) -> subprocess.Popen:
-    command = [sys.executable, "-m", "tfdevices", "launch", "-n", "2", *options, "--", sys.executable, WORKER]
-    return subprocess.Popen(
-        command + [str(tmp_path)] + (["undo"] if undo else []),
-        env=subprocess_env(env),
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-
-
-def _held(proc: subprocess.Popen, tmp_path, check) -> tuple[str, dict[int, tuple[int, int]]]:
-    """Reads the launcher until both workers are ready (or it ends), runs ``check(pids)`` while they hold,
-    lets them go; returns everything it printed and each rank's (pid, port)."""
-    lines: list[str] = []
-    pids: dict[int, tuple[int, int]] = {}
-    try:
-        ready = set()
-        deadline = time.monotonic() + 240
-        while len(ready) < 2 and time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-            if match := re.match(r"\[launcher\] worker (\d): pid (\d+), 127\.0\.0\.1:(\d+)", line):
-                pids[int(match.group(1))] = (int(match.group(2)), int(match.group(3)))
-            if match := re.match(r"\[(\d)\] ready \d", line):
-                ready.add(int(match.group(1)))
-        if ready == {0, 1}:
-            check(pids)
-    finally:
-        (tmp_path / "go").touch()
-        try:
-            rest, _ = proc.communicate(timeout=120)
-        finally:
-            kill_all([proc.pid] + [pid for pid, _ in pids.values()])
-    return "".join(lines) + rest, pids
-
-
 def test_on_the_workers_of_a_one_machine_job_listen_on_127_0_0_1_only(tmp_path) -> None:
     """tfdevices launch -n 2 with TensorFlow workers (MultiWorkerMirroredStrategy): while they hold, each
     listens on its TF_CONFIG port on 127.0.0.1 only; 127.0.0.1 reaches it, 127.0.0.2 does not; the mend says
@@ -153,7 +109,7 @@ def test_on_the_workers_of_a_one_machine_job_listen_on_127_0_0_1_only(tmp_path) 
             with pytest.raises(ConnectionRefusedError):
                 socket.create_connection(("127.0.0.2", port), timeout=10)
 
-    out, pids = _held(_launch(tmp_path), tmp_path, check)
+    out, pids = held(launch_listen(tmp_path), tmp_path, check)
     assert "[launcher] the workers' TensorFlow servers listen on 127.0.0.1 only" in out, out
     for rank, (_, port) in pids.items():
         assert re.search(
@@ -198,7 +154,7 @@ def test_a_bind_the_mend_misses_stops_the_job(tmp_path) -> None:
     """The worker undoes the mend after importing TensorFlow (its server then binds as TensorFlow has it, a path
     the mend does not catch): its listen check says where it listens and why that is a risk, and the launcher
     stops the job with the check's status, saying so."""
-    proc = _launch(tmp_path, undo=True)
+    proc = launch_listen(tmp_path, "undo")
     out, _ = proc.communicate(timeout=240)
     why = _stopped(out, proc.returncode)
     assert re.fullmatch(r"the loopback mend is undone: taken back|seen by the launcher in /proc/\d+", why), out
@@ -207,7 +163,7 @@ def test_a_bind_the_mend_misses_stops_the_job(tmp_path) -> None:
 def test_off_the_server_listens_as_tensorflow_has_it_and_the_check_still_stops_the_job(tmp_path) -> None:
     """TFDEVICES_MENDS=loopback: nothing moves TensorFlow's bind (every interface, as TensorFlow has it), and a job
     asked to stay on 127.0.0.1 is stopped all the same."""
-    proc = _launch(tmp_path, env={"TFDEVICES_MENDS": "loopback"})
+    proc = launch_listen(tmp_path, env={"TFDEVICES_MENDS": "loopback"})
     out, _ = proc.communicate(timeout=240)
     why = _stopped(out, proc.returncode)
     assert re.match(
@@ -223,7 +179,7 @@ def test_listen_all_runs_on_every_interface_and_says_so(tmp_path) -> None:
         for rank, (pid, port) in pids.items():
             assert {host for host, _ in listening(port, str(pid))} & EVERY, rank
 
-    out, pids = _held(_launch(tmp_path, "--listen", "all", undo=True), tmp_path, check)
+    out, pids = held(launch_listen(tmp_path, "undo", options=("--listen", "all")), tmp_path, check)
     assert "[launcher] --listen all: the workers' TensorFlow servers listen on every interface" in out, out
     assert sorted(pids) == [0, 1], out
     for rank, (_, port) in pids.items():
