@@ -297,6 +297,41 @@ def test_doctor_says_each_mends_finding_on_the_keras_installed() -> None:
 # ---------------------------------------------------------------------- the cuda section: can TensorFlow use the GPUs
 
 
+def _installed_tensorflow() -> tuple[str, str, bool]:
+    """The TensorFlow of this leg as its metadata and build info files say (read here as text, not through the
+    checks): its distribution, its version, and whether its build info lists code for compute capability 9.0 (PTX
+    only, compute_90, as 2.21; the nightly's CPU-side build info lists no capability at all)."""
+    import importlib.metadata
+    import importlib.util
+
+    dists = [d for d in ("tensorflow", "tf-nightly", "tensorflow-cpu") if _version_of(d)]
+    name = dists[0]
+    spec = importlib.util.find_spec("tensorflow")
+    assert spec is not None and spec.submodule_search_locations, "TensorFlow is not installed in this leg"
+    info = os.path.join(next(iter(spec.submodule_search_locations)), "python", "platform", "build_info.py")
+    with open(info, encoding="utf-8") as f:
+        text = f.read()
+    ptx_only = "'compute_90'" in text and "'sm_90'" not in text
+    return name, importlib.metadata.version(name), ptx_only
+
+
+def _version_of(dist: str) -> str | None:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _install_fix(name: str, version: str) -> str:
+    return (
+        "pip install -U 'tf-nightly[and-cuda]'"
+        if name == "tf-nightly"
+        else f"pip install 'tensorflow[and-cuda]=={version}'"
+    )
+
+
 def test_doctor_cuda_names_the_driver_first_here_and_keeps_tensorflow_out() -> None:
     """This machine as it is (a CUDA build of TensorFlow, no CUDA wheels, no driver), NVML answering as the H200."""
     out = run_py(
@@ -313,8 +348,14 @@ def test_doctor_cuda_names_the_driver_first_here_and_keeps_tensorflow_out() -> N
     assert next(iter(rows)) == "driver", rows
     assert rows["driver"].startswith("no NVIDIA driver: no /dev/nvidia* and no /proc/driver/nvidia/version: CUDA "
                                      "cannot start, so TensorFlow lists no GPU. HINT: ")  # fmt: skip
-    assert rows["libraries"].endswith("HINT: pip install 'tensorflow[and-cuda]==2.21.0'")
-    assert rows["gpu 9.0"].startswith("GPU 0 (NVIDIA H200, compute capability 9.0): tensorflow 2.21.0 holds no sm_90")
+    name, version, ptx_only = _installed_tensorflow()
+    assert rows["libraries"].endswith(f"HINT: {_install_fix(name, version)}"), rows["libraries"]
+    if ptx_only:  # TensorFlow 2.21: the H200's kernels are compiled from PTX at the first start
+        assert rows["gpu 9.0"].startswith(
+            f"GPU 0 (NVIDIA H200, compute capability 9.0): {name} {version} holds no sm_90"
+        )
+    else:
+        assert "gpu 9.0" not in rows, rows
 
 
 def test_doctor_cuda_prints_one_line_per_cause_and_no_environment_value() -> None:
@@ -356,10 +397,10 @@ def test_configure_with_a_gpu_nvml_sees_and_tensorflow_lists_none_names_the_firs
         "HINT: install the NVIDIA driver (nvidia-smi lists the GPUs), or in a container: docker run "
         "--gpus all (Kubernetes: runtimeClassName: nvidia) (every cause: tfdevices doctor --cuda)."
     )
-    # a start from PTX is said before TensorFlow starts
-    assert (
-        "tfdevices: GPU 0 (NVIDIA H200, compute capability 9.0): tensorflow 2.21.0 holds no sm_90 code" in proc.stderr
-    )
+    # a start from PTX is said before TensorFlow starts, where this TensorFlow's build info says it will be one
+    name, version, ptx_only = _installed_tensorflow()
+    said = f"tfdevices: GPU 0 (NVIDIA H200, compute capability 9.0): {name} {version} holds no sm_90 code"
+    assert (said in proc.stderr) == ptx_only, proc.stderr
 
 
 def test_configure_of_one_gpu_of_eight_is_not_taken_for_a_mask_that_hides_it() -> None:
