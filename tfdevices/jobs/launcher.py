@@ -99,7 +99,7 @@ from tfdevices.jobs.metrics import Attempt, JobMetrics, MetricsAddress, gpu_read
 from tfdevices.jobs.node_exchange import RemoteRecords, frames_line, parse_want, record_line
 from tfdevices.jobs.output import PROGRESS, Console, Record, Splitter, on_console
 from tfdevices.jobs.progress import PROGRESS_DIR_ENV, RankProgress, read_records, record_bytes, record_paths
-from tfdevices.jobs.ranks import cpu_binding
+from tfdevices.jobs.ranks import cpu_binding, pinned
 from tfdevices.jobs.rendezvous import MAX_WORKERS, NodeJob, Nodes, free_ports, rendezvous
 from tfdevices.jobs.reporting import LAUNCHER_WATCHES_ENV, STALL_STATUS
 from tfdevices.jobs.stacks import ask_stacks
@@ -473,7 +473,7 @@ class _Job:
         self, plan: WorkerPlan, base: Mapping[str, str], bound: Mapping[int, tuple[int, ...]], log: IO[str] | None
     ) -> threading.Thread:
         """Starts one worker and the thread that pumps its output."""
-        with _pinned(bound.get(plan.local_rank)):
+        with pinned(bound.get(plan.local_rank)):
             proc = subprocess.Popen(
                 list(self.command),
                 env={**base, **plan.env},
@@ -783,25 +783,3 @@ __all__ = [
     "plan_workers",
     "rendezvous",
 ]
-
-
-# --------------------------------------------------------------------------- NUMA binding (--cpu-affinity)
-
-
-class _pinned:  # noqa: N801 (read as a function: `with _pinned(cpus):`)
-    """Runs its block with this thread bound to ``cpus``: a child started there inherits the binding
-    (Linux binds per thread, so the launcher's other threads are untouched); restored after.
-    """
-
-    def __init__(self, cpus: Sequence[int] | None) -> None:
-        self.cpus = cpus
-        self.before: set[int] | None = None
-
-    def __enter__(self) -> None:
-        if self.cpus:
-            self.before = os.sched_getaffinity(0)
-            os.sched_setaffinity(0, self.cpus)
-
-    def __exit__(self, *exc: object) -> None:
-        if self.before is not None:
-            os.sched_setaffinity(0, self.before)

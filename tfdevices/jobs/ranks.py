@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import heapq
+import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, overload
 
@@ -36,6 +37,7 @@ __all__ = [
     "numa_cpus",
     "RankPlan",
     "cpu_binding",
+    "pinned",
 ]
 
 MAPPINGS = ("sequential", "weighted")
@@ -599,3 +601,22 @@ def cpu_binding(
                 f"available to this process (it may use {format_cpus(sorted(free)) or 'none'})."
             )
     return bound, tuple(notes)
+
+
+class pinned:  # noqa: N801 (read as a function: `with pinned(cpus):`)
+    """Runs its block with this thread bound to ``cpus``: a child started there inherits the binding
+    (Linux binds per thread, so the launcher's other threads are untouched); restored after.
+    """
+
+    def __init__(self, cpus: Sequence[int] | None) -> None:
+        self.cpus = cpus
+        self.before: set[int] | None = None
+
+    def __enter__(self) -> None:
+        if self.cpus:
+            self.before = os.sched_getaffinity(0)
+            os.sched_setaffinity(0, self.cpus)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.before is not None:
+            os.sched_setaffinity(0, self.before)
