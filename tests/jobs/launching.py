@@ -94,9 +94,11 @@ def launch_listen(
     )
 
 
-def held(proc: subprocess.Popen, tmp_path, check=None) -> tuple[str, dict[int, tuple[int, int]]]:
+def held(proc: subprocess.Popen, tmp_path, check=None, *, until_stopped: bool = False) -> tuple[str, dict[int, tuple[int, int]]]:
     """Reads the launcher until both workers are ready (or it ends), runs ``check(pids)`` while they hold, lets
-    them go; returns everything it printed and each rank's (pid, port). ``proc.returncode`` is its exit status."""
+    them go; returns everything it printed and each rank's (pid, port). ``proc.returncode`` is its exit status.
+    ``until_stopped``: the workers are let go only once the launcher ended (a job no check stops holds for the
+    worker's 120 s and then ends with status 0), so a check that looks late still finds them listening."""
     lines: list[str] = []
     pids: dict[int, tuple[int, int]] = {}
     try:
@@ -113,10 +115,12 @@ def held(proc: subprocess.Popen, tmp_path, check=None) -> tuple[str, dict[int, t
                 ready.add(int(match.group(1)))
         if ready == {0, 1} and check is not None:
             check(pids)
+        if until_stopped:
+            lines.append(proc.communicate(timeout=200)[0])
     finally:
         (tmp_path / "go").touch()
         try:
-            rest, _ = proc.communicate(timeout=120)
+            rest = "" if proc.returncode is not None else proc.communicate(timeout=120)[0]
         finally:
             kill_all([proc.pid] + [pid for pid, _ in pids.values()])
     return "".join(lines) + rest, pids

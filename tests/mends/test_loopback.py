@@ -145,9 +145,7 @@ def _stopped(out: str, code: int) -> str:
     who = "launcher" if by.startswith("stopped") else rank
     whys = [why for line_of, line_rank, _, why in said if line_of == who and line_rank == rank]
     assert whys, out
-    why = whys[0]
-    assert not re.search(r"\] (ready|sum) ", out)  # stopped before the job ran a step
-    return why
+    return whys[0]
 
 
 def test_a_bind_the_mend_misses_stops_the_job(tmp_path) -> None:
