@@ -89,14 +89,14 @@ def launcher_exchange(ranks: int, looks: int) -> dict:
 def store_worker(calls: int) -> None:
     """Part 2's worker: rank 1 publishes its record ``calls`` times, rank 0 reads it ``calls`` times."""
     import tfdevices
-    from tfdevices.jobs import reporting
+    from tfdevices.jobs import rank_hooks
     from tfdevices.jobs.coordination_keys import KeyPublisher, KeyReader
     from tfdevices.strategy import _coordination_store
 
     tfdevices.build_strategy("multi_worker")
     rank = tfdevices.launch_info().rank
     store = _coordination_store()
-    writer = reporting._RANK.writer
+    writer = rank_hooks._RANK.writer
     times = []
     if rank == 1:
         publisher = KeyPublisher(store, 1, "bench", writer.path, "/dev/null", 1.0, lambda status: None)

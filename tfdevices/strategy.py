@@ -51,7 +51,7 @@ from tfdevices.gpus.discovery import discover
 from tfdevices.jobs.cluster import ClusterEnv, cluster_from_env
 from tfdevices.jobs.coordination_keys import KeyValue
 from tfdevices.jobs.kubernetes import wait_for_names
-from tfdevices.jobs.reporting import start_reporting
+from tfdevices.jobs.rank_hooks import start_reporting
 
 if TYPE_CHECKING:  # the return type's name only: importing tfdevices never imports TensorFlow
     import tensorflow as tf

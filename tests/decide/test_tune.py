@@ -456,7 +456,7 @@ def scripted(monkeypatch, steps_ms):
     """tune's children replaced by scripts: each candidate's step per window; returns what was asked of them."""
     asked, started = [], collections.Counter()
 
-    def start(spec, watchdog):
+    def start(spec, orphan_guard):
         child = ScriptedChild(spec, steps_ms, asked, started[(spec.strategy, spec.devices)])
         started[(spec.strategy, spec.devices)] += 1
         return child

@@ -94,7 +94,9 @@ def launch_listen(
     )
 
 
-def held(proc: subprocess.Popen, tmp_path, check=None, *, until_stopped: bool = False) -> tuple[str, dict[int, tuple[int, int]]]:
+def held(
+    proc: subprocess.Popen, tmp_path, check=None, *, until_stopped: bool = False
+) -> tuple[str, dict[int, tuple[int, int]]]:
     """Reads the launcher until both workers are ready (or it ends), runs ``check(pids)`` while they hold, lets
     them go; returns everything it printed and each rank's (pid, port). ``proc.returncode`` is its exit status.
     ``until_stopped``: the workers are let go only once the launcher ended (a job no check stops holds for the

@@ -12,8 +12,8 @@ import pytest
 
 from tfdevices.core.errors import LaunchError
 from tfdevices.jobs import handshake
+from tfdevices.jobs.console import Console, on_console
 from tfdevices.jobs.handshake import KINDS, TOKEN_ENV, LineReader, Stopped, Stray, Strays, proof, proven, read_token
-from tfdevices.jobs.output import Console, on_console
 from tfdevices.jobs.rendezvous import _Peers
 
 

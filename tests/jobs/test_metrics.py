@@ -309,7 +309,7 @@ WATCHED = """
 import os, sys, time, urllib.request
 from tfdevices.jobs import serve_metrics
 from tfdevices.jobs.progress import ProgressWriter
-from tfdevices.jobs.reporting import start_reporting
+from tfdevices.jobs.rank_hooks import start_reporting
 if sys.argv[1] == "call":
     serve_metrics("127.0.0.1:" + sys.argv[2])
 writer = start_reporting()
@@ -348,7 +348,7 @@ def test_rank_0s_watch_serves_where_no_launcher_watches(tmp_path, how: str) -> N
 
 def test_a_bad_variable_in_a_rank_is_said_and_the_job_goes_on(tmp_path) -> None:
     env = {"RANK": "0", "WORLD_SIZE": "2", "TFDEVICES_PROGRESS_DIR": str(tmp_path), "TFDEVICES_METRICS": "x:y"}
-    code = "from tfdevices.jobs.reporting import start_reporting; print(start_reporting() is not None)"
+    code = "from tfdevices.jobs.rank_hooks import start_reporting; print(start_reporting() is not None)"
     proc = run_py_args(code, env=env)
     assert proc.returncode == 0 and proc.stdout == "True\n", proc.stdout + proc.stderr
     assert "tfdevices: no metrics served: TFDEVICES_METRICS='x:y': not [HOST:]PORT" in proc.stderr

@@ -17,7 +17,7 @@ import pytest
 from tests.engines import slurm_cluster
 from tests.helpers import REPO, run_shown, subprocess_env
 from tfdevices.core.errors import EnvVarError
-from tfdevices.jobs.job_report import write_job_files
+from tfdevices.jobs.end_files import write_job_files
 from tfdevices.jobs.progress import RECORD_SIZE, ProgressWriter, RankProgress, progress_dir, read_record, read_records
 from tfdevices.jobs.stacks import ask_stacks, top_frames
 from tfdevices.jobs.stall import StallPolicy, detect_stall, policy_from_env
@@ -152,7 +152,7 @@ def test_a_record_an_earlier_run_left_is_not_signalled_nor_judged(tmp_path) -> N
     """A directory derived from a SLURM step or a TF_CONFIG cluster outlives its job: rank 0's watch sends no
     signal to a pid a left record names (another program has it now), and judges no rank past the job's size.
     """
-    from tfdevices.jobs.reporting import _RankZero
+    from tfdevices.jobs.rank_hooks import _RankZero
 
     directory = str(tmp_path)
     mine = ProgressWriter(directory, rank=0)

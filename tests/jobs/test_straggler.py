@@ -540,15 +540,15 @@ def test_no_slow_rank_turns_it_off(tmp_path) -> None:
 
 def test_slow_rank_report_from_python_beats_the_environment(monkeypatch) -> None:
     from tfdevices.core.errors import InputError
-    from tfdevices.jobs import reporting
+    from tfdevices.jobs import rank_hooks
 
-    monkeypatch.setattr(reporting._RANK, "asked", reporting._Asked())
-    reporting.slow_rank_report(False)
-    assert reporting.asked_policy(StallPolicy(slow_rank=SlowRankPolicy(enabled=True))).slow_rank.enabled is False
-    reporting.stall_timeout(30)
-    assert reporting.asked_policy(StallPolicy(timeout_s=600)).timeout_s == 30
+    monkeypatch.setattr(rank_hooks._RANK, "asked", rank_hooks._Asked())
+    rank_hooks.slow_rank_report(False)
+    assert rank_hooks.asked_policy(StallPolicy(slow_rank=SlowRankPolicy(enabled=True))).slow_rank.enabled is False
+    rank_hooks.stall_timeout(30)
+    assert rank_hooks.asked_policy(StallPolicy(timeout_s=600)).timeout_s == 30
     with pytest.raises(InputError, match="slow_rank_report\\('no'\\): not True or False"):
-        reporting.slow_rank_report("no")
+        rank_hooks.slow_rank_report("no")
 
 
 # --------------------------------------------------------------------------- srun: rank 0 watches

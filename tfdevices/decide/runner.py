@@ -5,7 +5,7 @@ asked (:mod:`~tfdevices.decide.messages`: commands on its standard input, replie
 its own, one JSON line each). A child that does not answer in time is killed, whole group, and
 reads as :class:`~tfdevices.decide.messages.Failed` (``timeout``); Ctrl-C or SIGTERM in the parent
 kills every child's group before the parent stops; a parent that dies any other way (SIGKILL
-included) leaves the :class:`~tfdevices.jobs.watchdog.Watchdog` to end them. Nothing travels
+included) leaves the :class:`~tfdevices.jobs.orphan_guard.OrphanGuard` to end them. Nothing travels
 through the environment.
 """
 
@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from typing import IO, Any
 
 from tfdevices.decide.messages import ChildSpec, Command, Failed, Reply, Stop, decode, encode
-from tfdevices.jobs.watchdog import Watchdog
+from tfdevices.jobs.orphan_guard import OrphanGuard
 
 __all__ = ["Child", "start_child", "supervised"]
 
@@ -53,8 +53,8 @@ def _kill_group(proc: subprocess.Popen[Any]) -> None:
 
 
 @contextlib.contextmanager
-def supervised() -> Iterator[Watchdog]:
-    """A watchdog for the children, and SIGTERM turned into KeyboardInterrupt (in the main thread)."""
+def supervised() -> Iterator[OrphanGuard]:
+    """An orphan guard for the children, and SIGTERM turned into KeyboardInterrupt (in the main thread)."""
 
     def stop(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
@@ -63,8 +63,8 @@ def supervised() -> Iterator[Watchdog]:
     with contextlib.suppress(ValueError):  # not the main thread: SIGTERM keeps its handler
         previous = signal.signal(signal.SIGTERM, stop)
     try:
-        with Watchdog() as watchdog:
-            yield watchdog
+        with OrphanGuard() as orphan_guard:
+            yield orphan_guard
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
@@ -76,12 +76,12 @@ class Child:
     Args:
         proc: the process (its own session: its group is killed with it).
         replies: the read end of its reply pipe.
-        watchdog: ends it if the parent dies.
+        orphan_guard: ends it if the parent dies.
         scratch: the directory holding its spec (removed on :meth:`close`).
     """
 
-    def __init__(self, proc: subprocess.Popen[str], replies: IO[str], watchdog: Watchdog, scratch: str) -> None:
-        self.proc, self._replies, self._watchdog, self._scratch = proc, replies, watchdog, scratch
+    def __init__(self, proc: subprocess.Popen[str], replies: IO[str], orphan_guard: OrphanGuard, scratch: str) -> None:
+        self.proc, self._replies, self._orphan_guard, self._scratch = proc, replies, orphan_guard, scratch
         self.ended: Failed | None = None
 
     def ask(self, command: Command | None, timeout_s: float) -> Reply:
@@ -146,14 +146,14 @@ class Child:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=_GRACE_S)
         _kill_group(self.proc)
-        self._watchdog.release(self.proc.pid)
+        self._orphan_guard.release(self.proc.pid)
         for stream in (self.proc.stdin, self._replies):
             with contextlib.suppress(OSError, ValueError):
                 stream.close()  # type: ignore[union-attr]
         shutil.rmtree(self._scratch, ignore_errors=True)
 
 
-def start_child(spec: ChildSpec, watchdog: Watchdog) -> Child:
+def start_child(spec: ChildSpec, orphan_guard: OrphanGuard) -> Child:
     """Starts one candidate's process (it builds and warms up; its first reply is Ready or Failed)."""
     scratch = tempfile.mkdtemp(prefix="tfdevices-tune-")
     spec_path = os.path.join(scratch, "spec.json")
@@ -173,5 +173,5 @@ def start_child(spec: ChildSpec, watchdog: Watchdog) -> Child:
         )
     finally:
         os.close(write_fd)
-    watchdog.guard(proc.pid)
-    return Child(proc, os.fdopen(read_fd, "r"), watchdog, scratch)
+    orphan_guard.guard(proc.pid)
+    return Child(proc, os.fdopen(read_fd, "r"), orphan_guard, scratch)

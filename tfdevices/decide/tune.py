@@ -43,7 +43,7 @@ from tfdevices.decide.results import STATUSES, CandidateResult, TuneResult
 from tfdevices.decide.runner import Child, start_child, supervised
 from tfdevices.decide.ties import Timing, Verdict, judge
 from tfdevices.gpus.discovery import discover
-from tfdevices.jobs.watchdog import Watchdog
+from tfdevices.jobs.orphan_guard import OrphanGuard
 
 __all__ = ["CandidateResult", "TuneConfig", "TuneResult", "tune"]
 
@@ -82,8 +82,8 @@ def tune(
     names, gpus = _devices(cfg.devices, cfg.virtual_devices)
     planned = plan_candidates(names)
     chosen = choose(planned, "auto" if cfg.candidates == "auto" else list(cfg.candidates))
-    with supervised() as watchdog:
-        session = _Session(target, cfg, gpus, watchdog, echo or (lambda line: None))
+    with supervised() as orphan_guard:
+        session = _Session(target, cfg, gpus, orphan_guard, echo or (lambda line: None))
         try:
             return session.run(planned, chosen)
         finally:
@@ -143,8 +143,8 @@ class _Session:
     :meth:`close`, whatever happened.
     """
 
-    def __init__(self, target: str, cfg: TuneConfig, gpus: bool, watchdog: Watchdog, say: Callable[[str], None]):
-        self.cfg, self.gpus, self.watchdog, self.say = cfg, gpus, watchdog, say
+    def __init__(self, target: str, cfg: TuneConfig, gpus: bool, orphan_guard: OrphanGuard, say: Callable[[str], None]):
+        self.cfg, self.gpus, self.orphan_guard, self.say = cfg, gpus, orphan_guard, say
         self.started = time.perf_counter()
         self.spec = ChildSpec(
             target, "one_device", (), gpus, cfg.virtual_devices, cfg.warmup, cfg.steps, cfg.memory_limit,
@@ -218,7 +218,7 @@ class _Session:
         """Starts each candidate's processes (all side by side), waits for each to be ready, captures a step."""
         for c in candidates:
             spec = replace(self.spec, strategy=c.strategy, devices=c.devices)
-            self.children[c.name] = [start_child(spec, self.watchdog) for _ in range(self.cfg.processes)]
+            self.children[c.name] = [start_child(spec, self.orphan_guard) for _ in range(self.cfg.processes)]
         for c in candidates:
             self._ready(c)
         for c in candidates if capture else ():

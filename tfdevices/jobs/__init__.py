@@ -15,14 +15,14 @@ from tfdevices.core.lazy import lazy_names
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
 if TYPE_CHECKING:
+    from tfdevices.jobs.end_files import JobRanks, read_ranks
     from tfdevices.jobs.env import RANK_GPUS, LaunchInfo, launch_info
-    from tfdevices.jobs.job_report import JobRanks, read_ranks
     from tfdevices.jobs.launch_config import LaunchConfig
     from tfdevices.jobs.launcher import launch
     from tfdevices.jobs.metrics import MetricsAddress, serve_metrics
+    from tfdevices.jobs.rank_hooks import slow_rank_report, stall_timeout
     from tfdevices.jobs.ranks import GpuAssignment, gpu_for_rank
     from tfdevices.jobs.rendezvous import Nodes
-    from tfdevices.jobs.reporting import slow_rank_report, stall_timeout
     from tfdevices.jobs.slurm import step_cluster
     from tfdevices.jobs.stall import StallPolicy
     from tfdevices.jobs.straggler import SlowRankPolicy
@@ -35,10 +35,10 @@ _EXPORTS = {
     "gpu_for_rank": "tfdevices.jobs.ranks",
     "GpuAssignment": "tfdevices.jobs.ranks",
     "step_cluster": "tfdevices.jobs.slurm",
-    "stall_timeout": "tfdevices.jobs.reporting",
-    "slow_rank_report": "tfdevices.jobs.reporting",
-    "read_ranks": "tfdevices.jobs.job_report",
-    "JobRanks": "tfdevices.jobs.job_report",
+    "stall_timeout": "tfdevices.jobs.rank_hooks",
+    "slow_rank_report": "tfdevices.jobs.rank_hooks",
+    "read_ranks": "tfdevices.jobs.end_files",
+    "JobRanks": "tfdevices.jobs.end_files",
     "serve_metrics": "tfdevices.jobs.metrics",
     "launch": "tfdevices.jobs.launcher",
     "LaunchConfig": "tfdevices.jobs.launch_config",

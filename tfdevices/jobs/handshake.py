@@ -26,7 +26,7 @@ from typing import Any
 
 from tfdevices.core.errors import LaunchError
 from tfdevices.core.units import short_repr
-from tfdevices.jobs.output import say
+from tfdevices.jobs.console import say
 
 TOKEN_ENV = "TFDEVICES_RDZV_TOKEN"
 MAX_LINE = 64 << 10  # bytes in one message to node 0 (a hello of 1024 ports takes 7 KiB)

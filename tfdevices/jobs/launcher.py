@@ -20,7 +20,7 @@ Starts N copies of the command on this machine. Each worker gets
 * ``TFDEVICES_VIRTUAL_DEVICES`` when ``--virtual-devices N`` is given (apply it with
   :func:`tfdevices.runtime.configure_worker`), and ``TFDEVICES_RESTART``: how many times the job restarted.
 
-Output (see :mod:`tfdevices.jobs.output`): each line is prefixed with its rank
+Output (see :mod:`tfdevices.jobs.console`): each line is prefixed with its rank
 (``[1] ...``); a progress bar (``\\r``) is shown as progress, rank 0's only unless
 ``--all-ranks``; a line every rank prints the same (a warning) is shown once;
 TensorFlow's C++ start-up log lines are hidden unless ``--tf-logs``. ``--log-dir DIR``
@@ -28,15 +28,15 @@ keeps every line of rank R in ``DIR/rank{R}.log`` and shows only rank 0 on the c
 (``--tee``: every rank, as without ``--log-dir``); a failed rank's last lines are shown.
 When the console goes away (``| head``) the job is stopped, quietly.
 
-Signals: SIGINT, SIGTERM and SIGHUP are forwarded to every worker; workers still
-running :data:`GRACE_S` seconds later, or at a second signal, are killed. Workers never
-outlive the launcher: a watchdog process kills their process groups when the launcher
-dies, even by SIGKILL (:mod:`tfdevices.jobs.watchdog`). When a worker fails, the others are stopped (a synchronous job
-cannot go on without it); with ``--max-restarts K`` the whole job is started again, up
-to K times, on fresh ports, so a script that restores from a checkpoint
-(``BackupAndRestore``) resumes. The exit status is the first non-zero one (``128 + N``
-for a worker killed by signal N); ``128 + N`` when the launcher got signal N, in every
-phase (a launcher waiting for the other machines stops at once).
+Signals: SIGINT, SIGTERM and SIGHUP are forwarded to every worker; workers still running
+:data:`GRACE_S` seconds later, or at a second signal, are killed. Workers never outlive the
+launcher: an orphan guard (a process) kills their process groups when the launcher dies,
+even by SIGKILL (:mod:`tfdevices.jobs.orphan_guard`). When a worker fails, the others are
+stopped (a synchronous job cannot go on without it); with ``--max-restarts K`` the whole job
+is started again, up to K times, on fresh ports, so a script that restores from a checkpoint
+(``BackupAndRestore``) resumes. The exit status is the first non-zero one (``128 + N`` for a
+worker killed by signal N); ``128 + N`` when the launcher got signal N, in every phase (a
+launcher waiting for the other machines stops at once).
 
 From Python: ``launch(command, LaunchConfig(2, gpus=(0, 1)))``; every option is a field of the
 one record (:class:`~tfdevices.jobs.launch_config.LaunchConfig`), checked when it is made. The
@@ -54,12 +54,12 @@ node's ranks reach node 0's launcher (:mod:`tfdevices.jobs.node_exchange`).
 While the job runs the launcher watches every rank's progress record (:mod:`tfdevices.jobs.watch`): it names
 a slow rank, a stuck one with its frames (and stops the job when ``--stall-timeout`` is given), serves
 ``--metrics`` for Prometheus (:mod:`tfdevices.jobs.metrics`), and with ``--log-dir`` writes the job's report
-at its end (:mod:`tfdevices.jobs.job_report`).
+at its end (:mod:`tfdevices.jobs.end_files`).
 
 Where the workers' TensorFlow servers listen (``--listen``): on 127.0.0.1 for a one-machine job, on the
 node's own address for a job over several machines, or, with ``--listen all``, on every interface (TensorFlow's
 own choice). Each worker gets ``TFDEVICES_LISTEN`` (its address and port); its ``sitecustomize``
-(:mod:`tfdevices.jobs.workersite`) keeps the server there (:mod:`tfdevices.mends.loopback`). Whether it
+(:mod:`tfdevices.jobs.worker_sitecustomize`) keeps the server there (:mod:`tfdevices.mends.loopback`). Whether it
 listens nowhere else is checked twice (:mod:`tfdevices.jobs.listen_check`): by the worker itself, and by the
 launcher, which reads each worker's sockets from ``/proc`` from outside it (whatever the worker imported,
 mended or undid); a worker found listening on more is stopped, the job ends with
@@ -90,24 +90,24 @@ from typing import IO, Any
 from tfdevices.core.errors import LaunchError
 from tfdevices.core.units import short_repr
 from tfdevices.gpus.topology import format_cpus
+from tfdevices.jobs.console import PROGRESS, Console, Record, Splitter, on_console
+from tfdevices.jobs.end_files import write_job_files
 from tfdevices.jobs.env import RANK_GPUS
 from tfdevices.jobs.handshake import Stopped
-from tfdevices.jobs.job_report import write_job_files
 from tfdevices.jobs.launch_config import LaunchConfig, check_worker_count, config_from_call
 from tfdevices.jobs.listen_check import LISTEN_MARK, LISTEN_STATUS, OutsideCheck
 from tfdevices.jobs.metrics import Attempt, JobMetrics, MetricsAddress, gpu_reader, job_name
 from tfdevices.jobs.node_exchange import RemoteRecords, frames_line, parse_want, record_line
-from tfdevices.jobs.output import PROGRESS, Console, Record, Splitter, on_console
+from tfdevices.jobs.orphan_guard import OrphanGuard
 from tfdevices.jobs.progress import PROGRESS_DIR_ENV, RankProgress, read_records, record_bytes, record_paths
+from tfdevices.jobs.rank_hooks import LAUNCHER_WATCHES_ENV, STALL_STATUS
 from tfdevices.jobs.ranks import cpu_binding, pinned
 from tfdevices.jobs.rendezvous import MAX_WORKERS, NodeJob, Nodes, free_ports, rendezvous
-from tfdevices.jobs.reporting import LAUNCHER_WATCHES_ENV, STALL_STATUS
 from tfdevices.jobs.stacks import ask_stacks
 from tfdevices.jobs.stall import STACKS_DIR_ENV, Stall
 from tfdevices.jobs.watch import JobWatch, write_snapshot
-from tfdevices.jobs.watchdog import Watchdog
 from tfdevices.jobs.worker_plan import RESTART_ENV, WorkerPlan, plan_workers
-from tfdevices.jobs.workersite import worker_site
+from tfdevices.jobs.worker_sitecustomize import worker_site
 from tfdevices.mends.loopback import ALL, LISTEN_ENV, LOOPBACK, parse_listen
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -161,10 +161,10 @@ def launch(
     console = _console(config, out)
     metrics: JobMetrics | None = None
     try:
-        with on_console(console):  # what tfdevices.jobs.output.say says goes to this job's console
+        with on_console(console):  # what tfdevices.jobs.console.say says goes to this job's console
             metrics = _serve_metrics(config, command, base)  # a bad port fails here, before any worker
-            with Watchdog() as watchdog:
-                job = _Job(command, config, console, base, watchdog)
+            with OrphanGuard() as orphan_guard:
+                job = _Job(command, config, console, base, orphan_guard)
                 job.metrics = metrics
                 with job.forwarding_signals():
                     return _on_one_machine(job) if config.nodes is None else _over_machines(job, config.nodes)
@@ -354,13 +354,13 @@ class _Job:
         config: LaunchConfig,
         console: Console,
         base: Mapping[str, str],
-        watchdog: Watchdog | None,
+        orphan_guard: OrphanGuard | None,
     ) -> None:
         self.command = list(command)
         self.config = config
         self.console = console
         self.base = base
-        self.watchdog = watchdog
+        self.orphan_guard = orphan_guard
         self.log_dir = config.log_dir
         self.topology = config.topology  # bind each worker to its GPUs' NUMA node
         self.stall = config.stall
@@ -483,8 +483,8 @@ class _Job:
                 start_new_session=True,
             )
         self.procs.append(proc)
-        if self.watchdog is not None:
-            self.watchdog.guard(proc.pid)
+        if self.orphan_guard is not None:
+            self.orphan_guard.guard(proc.pid)
         gpus = ",".join(map(str, plan.gpus)) or "none (CPU)"
         self.console.say(f"worker {plan.rank}: pid {proc.pid}, {plan.address}, GPUs {gpus}")
         pump = threading.Thread(target=self._pump, args=(proc, plan.rank, log), daemon=True)
@@ -745,8 +745,8 @@ class _Job:
                 p.wait(timeout=30)
         for p in self.procs:  # the worker's own children too: its process group
             _signal_group(p, signal.SIGKILL)
-            if self.watchdog is not None:
-                self.watchdog.release(p.pid)
+            if self.orphan_guard is not None:
+                self.orphan_guard.release(p.pid)
 
 
 def _remove_if_empty(directory: str) -> None:

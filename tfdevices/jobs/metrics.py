@@ -3,7 +3,7 @@
 ``tfdevices launch --metrics [HOST:]PORT`` serves them (Prometheus' text format, through
 ``prometheus-client``) from the launcher while the job runs, on 127.0.0.1 unless another address is
 named; the port closes when the job ends. Under ``srun`` and Ray Train, where no launcher watches,
-rank 0's watch thread serves them (:mod:`tfdevices.jobs.reporting`) when ``TFDEVICES_METRICS`` is set
+rank 0's watch thread serves them (:mod:`tfdevices.jobs.rank_hooks`) when ``TFDEVICES_METRICS`` is set
 or :func:`serve_metrics` was called.
 
 Nothing is counted in the workers for this, and nothing is computed again: each scrape renders the
@@ -41,8 +41,8 @@ from typing import Any
 from tfdevices.core.errors import EnvVarError, LaunchError, TfDevicesError
 from tfdevices.core.units import short_repr
 from tfdevices.gpus.discovery import discover
+from tfdevices.jobs.console import say
 from tfdevices.jobs.env import RANK_GPUS
-from tfdevices.jobs.output import say
 from tfdevices.jobs.straggler import RankSplit
 from tfdevices.jobs.watch import JobWatch, RankRow
 
@@ -575,7 +575,7 @@ def metrics_from_env(env: Mapping[str, str]) -> MetricsAddress | None:
 
 
 def watch_metrics(watch: JobWatch, env: Mapping[str, str]) -> JobMetrics | None:
-    """Serves the job's metrics from rank 0's watch (:mod:`tfdevices.jobs.reporting` calls it) when
+    """Serves the job's metrics from rank 0's watch (:mod:`tfdevices.jobs.rank_hooks` calls it) when
     :func:`serve_metrics` or ``TFDEVICES_METRICS`` asks; a failure is said, never raised (the job goes on).
     """
     _ASKED["watch"] = watch

@@ -25,6 +25,7 @@ from typing import Any
 
 from tfdevices.core.errors import LaunchError
 from tfdevices.core.units import short_repr
+from tfdevices.jobs.console import say
 from tfdevices.jobs.handshake import (
     HELLO_TIMEOUT,
     POLL_S,
@@ -41,7 +42,6 @@ from tfdevices.jobs.handshake import (
     where,
 )
 from tfdevices.jobs.node_exchange import Node, node_names
-from tfdevices.jobs.output import say
 
 MASTER_PORT = 29400
 MAX_WORKERS = 1024  # per machine, even with --oversubscribe: ports, pipes and threads are finite

@@ -8,7 +8,7 @@ directory, and those the other machines sent) about once a second; :meth:`JobWat
 (:mod:`tfdevices.jobs.metrics`) and the workers' TensorBoard scalars (the ``job.json`` the watcher writes
 beside the records: :func:`write_snapshot`) render :attr:`JobWatch.latest`, and the end of the job renders
 :meth:`JobWatch.summary` (the table, ``ranks.json``, the pictures, a TensorBoard run per rank:
-:mod:`tfdevices.jobs.job_report`). Nothing else computes a split, a slow rank or a stall. The watch's state is
+:mod:`tfdevices.jobs.end_files`). Nothing else computes a split, a slow rank or a stall. The watch's state is
 its own thread's; other threads only read the snapshot it last published (one reference, replaced whole).
 TensorFlow-free.
 

@@ -43,7 +43,7 @@ from tfdevices.tensorboard.writer import EventWriter, summary_writer, write_summ
 from tfdevices.verify import PlacementReport, capturing
 from tfdevices.verify.drift import PlacementChange, drift, functions_of
 from tfdevices.verify.profiling import Capture
-from tfdevices.verify.watching import Instantiation, PlacementWatch, traced_functions
+from tfdevices.verify.run_metadata import Instantiation, PlacementWatch, traced_functions
 
 __all__ = ["PlacementLogger", "PlacementLoggerConfig"]
 
@@ -106,7 +106,7 @@ class PlacementLogger:
         framework: ``"keras"`` (Keras 3) or ``"tf_keras"``; by default ``tf_keras`` when
             ``TF_USE_LEGACY_KERAS`` is set, else Keras 3.
         watch: whether to see every new instantiation of the train function from the runtime's
-            placed graphs (:class:`~tfdevices.verify.watching.PlacementWatch`), without the
+            placed graphs (:class:`~tfdevices.verify.run_metadata.PlacementWatch`), without the
             profiler and at no per-step cost: its first placement, and at each retrace the ops
             that moved, the transfers that changed and its new input signature, as a
             :class:`~tfdevices.verify.drift.PlacementChange` in ``changes`` (unless a capture

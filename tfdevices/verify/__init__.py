@@ -58,7 +58,7 @@ device keeps the host's time, and the notes say how many did.
 TensorFlow's run metadata and reads, for each new instantiation of a ``tf.function``
 (its first call and each retrace), the partition graphs TensorFlow placed: ops on
 their assigned devices and the copies between them, no times, at no per-step cost
-(:mod:`tfdevices.verify.watching`). ``PlacementLogger`` uses it to see every retrace.
+(:mod:`tfdevices.verify.run_metadata`). ``PlacementLogger`` uses it to see every retrace.
 
 **Profiles already written.** :func:`read_profile` reads the same report from any
 ``*.xplane.pb`` TensorFlow's profiler wrote (Keras' ``TensorBoard(profile_batch=...)``,
@@ -130,7 +130,7 @@ from tfdevices.verify.records import (
     group_transfers,
 )
 from tfdevices.verify.report import PlacementReport
-from tfdevices.verify.watching import Instantiation, PlacementWatch
+from tfdevices.verify.run_metadata import Instantiation, PlacementWatch
 
 __all__ = [
     "Capture",

@@ -20,7 +20,7 @@ from tfdevices.verify.building import build_report
 from tfdevices.verify.host import _Trace, read_trace
 from tfdevices.verify.recording import _Recorder, _recording
 from tfdevices.verify.report import PlacementReport
-from tfdevices.verify.watching import placed_devices
+from tfdevices.verify.run_metadata import placed_devices
 
 __all__ = ["Capture", "capture", "capturing"]
 

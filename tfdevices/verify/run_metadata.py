@@ -19,7 +19,7 @@ graphs consumes them (``export_run_metadata``): another reader in the process se
 what was recorded since either read.
 
 >>> import tensorflow as tf
->>> from tfdevices.verify.watching import PlacementWatch
+>>> from tfdevices.verify.run_metadata import PlacementWatch
 >>> step = tf.function(lambda x: tf.reduce_sum(x * 2.0))
 >>> with PlacementWatch(step) as watch:
 ...     _ = step(tf.ones([4]))

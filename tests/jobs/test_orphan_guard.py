@@ -1,4 +1,4 @@
-"""The watchdog: workers' process groups end when their launcher dies, even by SIGKILL."""
+"""The orphan_guard: workers' process groups end when their launcher dies, even by SIGKILL."""
 
 from __future__ import annotations
 
@@ -23,12 +23,12 @@ def _alive(pid: int) -> bool:
 
 
 def _owner(then: str) -> list[int]:
-    """Runs a process that guards two 'sleep' process groups with a Watchdog, then ``then``; returns their pids."""
+    """Runs a process that guards two 'sleep' process groups with an OrphanGuard, then ``then``; returns their pids."""
     proc = run_py(
         f"""
         import os, signal, subprocess, sys
-        from tfdevices.jobs.watchdog import Watchdog
-        dog = Watchdog().__enter__()
+        from tfdevices.jobs.orphan_guard import OrphanGuard
+        dog = OrphanGuard().__enter__()
         kids = [subprocess.Popen(["sleep", "600"], start_new_session=True, stdout=subprocess.DEVNULL,
                                  stderr=subprocess.DEVNULL) for _ in range(2)]
         for kid in kids:
@@ -57,6 +57,6 @@ def test_released_groups_and_a_clean_exit_are_left_alone():
     pids = _owner("dog.release(kids[0].pid); dog.__exit__(None, None, None); os.kill(os.getpid(), signal.SIGKILL)")
     try:
         time.sleep(1)
-        assert len(pids) == 2 and all(_alive(p) for p in pids), "the watchdog ended groups after 'done'"
+        assert len(pids) == 2 and all(_alive(p) for p in pids), "the orphan_guard ended groups after 'done'"
     finally:
         kill_all(pids)

@@ -27,10 +27,10 @@ from typing import Any
 
 from tfdevices.core.errors import InputError, TfDevicesError
 from tfdevices.core.units import short_repr
+from tfdevices.jobs.console import say
 from tfdevices.jobs.coordination_keys import KeyPublisher, KeyReader, KeyValue, interval_s
 from tfdevices.jobs.env import launch_info
 from tfdevices.jobs.metrics import watch_metrics
-from tfdevices.jobs.output import say
 from tfdevices.jobs.progress import (
     ProgressWriter,
     RankProgress,

@@ -2,7 +2,7 @@
 
 A small process started beside the launcher reads the workers' process groups from a
 pipe. When the pipe closes without ``done`` (the launcher is gone, however it went) it
-sends each group SIGTERM, then SIGKILL after :data:`WATCHDOG_GRACE_S` seconds.
+sends each group SIGTERM, then SIGKILL after :data:`ORPHAN_GUARD_GRACE_S` seconds.
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
-WATCHDOG_GRACE_S = 2.0
+ORPHAN_GUARD_GRACE_S = 2.0
 
 
-_WATCHDOG = r"""
+_ORPHAN_GUARD = r"""
 import os, signal, sys, time
 for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
     signal.signal(s, signal.SIG_IGN)
@@ -46,29 +46,29 @@ for g in groups:
 """
 
 
-class Watchdog:
+class OrphanGuard:
     """A small process that ends the workers' process groups when the launcher dies, even by SIGKILL.
 
     It reads the groups to guard from a pipe; the pipe closing without ``done`` (the
     launcher is gone, however it went) makes it send SIGTERM, then SIGKILL after
-    :data:`WATCHDOG_GRACE_S` seconds. It runs in its own session, so a Ctrl-C meant
+    :data:`ORPHAN_GUARD_GRACE_S` seconds. It runs in its own session, so a Ctrl-C meant
     for the launcher does not reach it.
     """
 
     def __init__(self) -> None:
         self._proc: subprocess.Popen[bytes] | None = None
 
-    def __enter__(self) -> Watchdog:
+    def __enter__(self) -> OrphanGuard:
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-c", _WATCHDOG, str(WATCHDOG_GRACE_S)],
+                [sys.executable, "-I", "-S", "-c", _ORPHAN_GUARD, str(ORPHAN_GUARD_GRACE_S)],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
                 start_new_session=True,
             )
         except OSError:
-            self._proc = None  # no watchdog: the launcher still stops its workers itself
+            self._proc = None  # no orphan_guard: the launcher still stops its workers itself
         return self
 
     def guard(self, pgid: int) -> None:
@@ -99,4 +99,4 @@ class Watchdog:
             self._proc.kill()
 
 
-__all__ = ["WATCHDOG_GRACE_S", "Watchdog"]
+__all__ = ["ORPHAN_GUARD_GRACE_S", "OrphanGuard"]

@@ -22,7 +22,7 @@ from collections.abc import MutableMapping
 
 from tfdevices.core.errors import EnvVarError, TfDevicesError
 from tfdevices.jobs.listen_check import LISTEN_MARK, LISTEN_STATUS, watch_listen
-from tfdevices.jobs.reporting import start_reporting
+from tfdevices.jobs.rank_hooks import start_reporting
 from tfdevices.mends import keras_fit, loopback as loopback_mend
 from tfdevices.mends.base import MENDS_ENV, parse_mends_off
 from tfdevices.mends.loopback import LISTEN_ENV, parse_listen
@@ -47,7 +47,7 @@ def _chain():
 
 _chain()
 try:
-    from tfdevices.jobs.workersite import start_worker
+    from tfdevices.jobs.worker_sitecustomize import start_worker
 except ImportError:  # tfdevices is not installed in this worker's Python: nothing to mend with
     pass
 else:

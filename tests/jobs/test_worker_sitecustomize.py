@@ -16,7 +16,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pl
 def test_a_malformed_listen_variable_stops_the_worker_naming_it() -> None:
     proc = run_py(
         """
-        from tfdevices.jobs.workersite import start_worker
+        from tfdevices.jobs.worker_sitecustomize import start_worker
         start_worker({"TFDEVICES_LISTEN": "0.0.0.0:80", "RANK": "2"})
         print("went on")
         """,

@@ -7,8 +7,8 @@ import pytest
 from tests.keras_models import shape_switch
 from tfdevices import runtime
 from tfdevices.tensorboard.callbacks import PlacementLogger
-from tfdevices.verify import watching
-from tfdevices.verify.watching import RUN_METADATA_NOTE, PlacementWatch
+from tfdevices.verify import run_metadata
+from tfdevices.verify.run_metadata import RUN_METADATA_NOTE, PlacementWatch
 
 
 @pytest.fixture
@@ -119,5 +119,5 @@ def test_the_logger_names_the_ops_a_retrace_moved_without_a_profiler_capture(tf4
 def test_the_docstring_example_runs(tf4):
     import doctest
 
-    result = doctest.testmod(watching)
+    result = doctest.testmod(run_metadata)
     assert result.attempted > 0 and result.failed == 0

@@ -6,7 +6,7 @@ import io
 
 from hypothesis import given, settings, strategies as st
 
-from tfdevices.jobs.output import LINE, PROGRESS, PROGRESS_END, Console, Record, Splitter, on_console, say
+from tfdevices.jobs.console import LINE, PROGRESS, PROGRESS_END, Console, Record, Splitter, on_console, say
 
 # Keras' progress bar: "\r" + bar, the next update "\b" * width + "\r" + bar, the last one ends with "\n"
 KERAS = b"Epoch 1/2\n\r1/3 [=>  ]\b\b\b\b\b\b\b\b\b\b\r2/3 [==> ]\b\b\b\b\b\b\b\b\b\b\r3/3 [===]\ndone\n"

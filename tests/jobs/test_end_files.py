@@ -13,7 +13,7 @@ import pytest
 from tests.helpers import REPO, subprocess_env
 from tests.jobs.test_straggler import _looks, _rec, _watch
 from tfdevices.core.errors import InputError
-from tfdevices.jobs.job_report import read_ranks, write_job_files
+from tfdevices.jobs.end_files import read_ranks, write_job_files
 from tfdevices.jobs.watch import JobSummary
 
 TIMELINE = [(100.0, 0, 0, "starting"), (101.0, 0, 5, "step")]
@@ -52,8 +52,8 @@ def test_a_run_per_rank_in_tensorboard(tmp_path) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     code = (
-        "import sys; from tests.jobs.test_job_report import _summary, TIMELINE; "
-        "from tfdevices.jobs.job_report import write_job_files; "
+        "import sys; from tests.jobs.test_end_files import _summary, TIMELINE; "
+        "from tfdevices.jobs.end_files import write_job_files; "
         f"write_job_files(_summary(), TIMELINE, {str(tmp_path)!r}); "
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'tensorflow'))"
     )
