@@ -109,7 +109,8 @@ def _job(script: str, steps: int, served: bool) -> tuple[dict[int, float], list[
 
 
 def _h200_inventory(path: str) -> None:
-    from tfdevices.gpus.inventory import GpuInfo, Inventory
+    from tfdevices.gpus.gpuinfo import GpuInfo
+    from tfdevices.gpus.inventory import Inventory
 
     gpus = tuple(
         GpuInfo(

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from tfdevices.gpus.inventory import GpuInfo, Inventory
+from tfdevices.gpus.gpuinfo import GpuInfo
+from tfdevices.gpus.inventory import Inventory
 
 GiB = 1 << 30
 _CC = {"V100": (7, 0), "T4": (7, 5)}

@@ -9,7 +9,8 @@ import pytest
 
 from tfdevices import measure
 from tfdevices.core.errors import InputError
-from tfdevices.gpus.inventory import GpuInfo, Inventory
+from tfdevices.gpus.gpuinfo import GpuInfo
+from tfdevices.gpus.inventory import Inventory
 from tfdevices.jobs.env import launch_info
 from tfdevices.jobs.ranks import gpu_for_rank
 from tfdevices.measure import DeviceSpeed, measure_devices, peak_for

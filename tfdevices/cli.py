@@ -18,7 +18,6 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing for `tfd
 if TYPE_CHECKING:
     from typing import Any, NoReturn
 
-__all__ = ["EXIT_USAGE", "CLEAR", "watch", "COMMANDS", "EXAMPLES", "build_parser", "main"]
 
 EXIT_USAGE = 2
 

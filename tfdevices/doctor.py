@@ -35,8 +35,6 @@ from tfdevices.mends.base import APPLIED, MENDS_ENV, NOT_REACHED, WOULD_APPLY, i
 from tfdevices.mends.exit_barrier import EXIT_WAIT_ENV, exit_wait_s
 from tfdevices.runtime import quiet_tensorflow_logs
 
-__all__ = ["Report", "diagnose", "cuda_report"]
-
 #: CPU features with which TensorFlow turns oneDNN on by default on Linux x86 (``IsMKLEnabled`` in
 #: tensorflow/core/util/util.cc: AVX512_VNNI, AVX512_BF16, AVX_VNNI, AMX).
 _ONEDNN_CPU_FLAGS = ("avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16")

@@ -11,7 +11,7 @@ it (when tfdevices saw it happen); the same configuration again is a no-op.
 :func:`plan_runtime` decides everything without touching TensorFlow (so the GPU
 paths are tested on machines without GPUs); ``configure`` carries the plan out.
 
->>> from tfdevices.gpus.inventory import GpuInfo
+>>> from tfdevices.gpus.gpuinfo import GpuInfo
 >>> a100 = GpuInfo(index=3, name="A100", uuid="GPU-3", memory_free=40 << 30, cuda_ordinal=3)
 >>> plan = plan_runtime(Selection(spec="3", gpus=(a100,)), virtual_devices=2)
 >>> plan.env, plan.config.gpu_map, plan.config.logical_devices
@@ -35,7 +35,8 @@ from tfdevices.core.memory_limits import MAX_LOGICAL as _MAX_LOGICAL, MIB as _MI
 from tfdevices.core.units import format_bytes, parse_count, short_repr
 from tfdevices.gpus import cuda_check, cuda_facts
 from tfdevices.gpus.discovery import discover
-from tfdevices.gpus.inventory import INVENTORY_ENV, GpuInfo, Inventory
+from tfdevices.gpus.gpuinfo import GpuInfo
+from tfdevices.gpus.inventory import INVENTORY_ENV, Inventory
 from tfdevices.gpus.selection import Selection, select
 from tfdevices.jobs.env import VIRTUAL_DEVICES_ENV
 from tfdevices.mends import runtime_start

@@ -18,8 +18,9 @@ from tests.helpers import REPO, run_cli, subprocess_env
 from tfdevices import InputError
 from tfdevices.decide.candidates import Link, Profile
 from tfdevices.decide.messages import Captured, Failed, Ready, TimeWindow, Window
+from tfdevices.decide.results import CandidateResult, TuneResult
 from tfdevices.decide.ties import Comparison
-from tfdevices.decide.tune import CandidateResult, TuneResult, _with_round, tune
+from tfdevices.decide.tune import _with_round, tune
 
 # the module: tfdevices.decide.tune, as an attribute, is the function tune (the public name)
 tune_module = importlib.import_module("tfdevices.decide.tune")

@@ -11,7 +11,8 @@ from hypothesis import given, settings, strategies as st
 
 from tests import inventories as inv
 from tfdevices.core.errors import InventoryFileError, TfDevicesError
-from tfdevices.gpus.inventory import MAX_FILE_BYTES, GpuInfo, Inventory, read_bounded
+from tfdevices.gpus.gpuinfo import GpuInfo
+from tfdevices.gpus.inventory import MAX_FILE_BYTES, Inventory, read_bounded
 
 GOOD = inv.eight().to_json()
 

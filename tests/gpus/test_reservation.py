@@ -17,7 +17,8 @@ import pytest
 
 from tests.helpers import REPO, subprocess_env
 from tfdevices.core.errors import InputError, ReservationError, SelectionError, SpecError
-from tfdevices.gpus.inventory import GpuInfo, Inventory
+from tfdevices.gpus.gpuinfo import GpuInfo
+from tfdevices.gpus.inventory import Inventory
 from tfdevices.gpus.reservation import DEFAULT_LOCK_DIR, Reservation, default_lock_dir, holders, reserve
 from tfdevices.gpus.selection import Selection, select
 

@@ -7,7 +7,8 @@ import pytest
 from tests import fake_nvml as fk
 from tfdevices.core.errors import EnvVarError
 from tfdevices.gpus import visibility as vis
-from tfdevices.gpus.inventory import GpuInfo, Inventory
+from tfdevices.gpus.gpuinfo import GpuInfo
+from tfdevices.gpus.inventory import Inventory
 
 FAKES = fk.eight_gpus()
 

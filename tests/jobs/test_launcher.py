@@ -17,7 +17,8 @@ from tests.helpers import REPO, kill_all, run_py, subprocess_env
 from tests.jobs.launching import WORKER, reports, run_launcher, worker
 from tfdevices import runtime
 from tfdevices.core.errors import LaunchError, SelectionError
-from tfdevices.gpus.inventory import GpuInfo, Inventory
+from tfdevices.gpus.gpuinfo import GpuInfo
+from tfdevices.gpus.inventory import Inventory
 from tfdevices.jobs import launcher, worker_plan
 from tfdevices.jobs.launcher import plan_workers
 from tfdevices.jobs.tfconfig import parse_tf_config

@@ -22,7 +22,8 @@ import pytest
 
 from tests.helpers import REPO, subprocess_env, unavailable
 from tests.jobs.test_metrics import dashboard_queries
-from tfdevices.gpus.inventory import GpuInfo, Inventory
+from tfdevices.gpus.gpuinfo import GpuInfo
+from tfdevices.gpus.inventory import Inventory
 from tfdevices.jobs.metrics import SERIES
 
 SCRIPT = os.path.join(REPO, "tests", "scripts", "metrics_job.py")

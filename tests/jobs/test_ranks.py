@@ -8,7 +8,8 @@ import pytest
 from tests import inventories as inv
 from tests.jobs.environments import slurm, tfc
 from tfdevices.core.errors import LaunchError, SelectionError
-from tfdevices.gpus.inventory import GpuInfo, Inventory
+from tfdevices.gpus.gpuinfo import GpuInfo
+from tfdevices.gpus.inventory import Inventory
 from tfdevices.gpus.selection import Selection, select
 from tfdevices.jobs.env import LaunchInfo, launch_info
 from tfdevices.jobs.ranks import MAX_LOCAL_RANKS, gpu_for_rank, plan_ranks

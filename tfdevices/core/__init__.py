@@ -3,5 +3,3 @@
 Every other part of the package may import from here; nothing here imports from
 the rest of the package.
 """
-
-__all__ = []

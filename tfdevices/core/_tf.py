@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-__all__ = ["import_tf", "use_import_hooks"]
 
 #: How the first import runs (``around(importer)``) and what runs once after it: set by
 #: :mod:`tfdevices.mends.tf_import`, the mends that quiet TensorFlow's start-up and keep AutoGraph off

@@ -27,17 +27,6 @@ from tfdevices.core._tf import import_tf
 from tfdevices.core.errors import SpecError
 from tfdevices.core.lazy import LazyPattern
 
-__all__ = [
-    "is_logical_name",
-    "short_name",
-    "task_of",
-    "full_name",
-    "default_devices",
-    "tfdevices_name",
-    "logical_devices",
-    "resolve_devices",
-]
-
 _LOGICAL = LazyPattern(
     r"^(?:/job:(?P<job>[\w-]+)(?:/replica:\d+)?(?:/task:(?P<task>\d+))?)?"
     r"(?:/?(?:device:)?)(?P<type>[A-Za-z_]+):(?P<index>\d+)$"

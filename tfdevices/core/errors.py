@@ -15,30 +15,6 @@ True
 
 from __future__ import annotations
 
-__all__ = [
-    "TfDevicesError",
-    "InputError",
-    "UsageError",
-    "SpecError",
-    "MemorySizeError",
-    "EnvVarError",
-    "InventoryFileError",
-    "SelectionError",
-    "TfConfigError",
-    "LaunchError",
-    "PlanError",
-    "RuntimeInitializedError",
-    "TensorFlowMissingError",
-    "PlacementAssertionError",
-    "PlacementChangedError",
-    "ReservationError",
-    "StrategyError",
-    "Terms",
-    "PYTHON",
-    "CLI",
-    "ABSL",
-]
-
 
 class TfDevicesError(Exception):
     """Base of every error tfdevices raises.

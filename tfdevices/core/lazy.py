@@ -20,8 +20,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-__all__ = ["LazyPattern", "lazy_names"]
-
 
 def lazy_names(
     namespace: dict[str, Any],

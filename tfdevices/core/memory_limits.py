@@ -88,6 +88,3 @@ def _sizes(value: object, split: int | None, what: str, terms: Terms = PYTHON) -
             f"{what}={short_repr(value)}: below 1 MiB, TensorFlow's unit for limits.", hint="write e.g. '2GiB'."
         )
     return sizes
-
-
-__all__ = ["MAX_LOGICAL", "MIB", "Limits", "normalize_memory_limit"]

@@ -12,8 +12,6 @@ import os
 from tfdevices.core.errors import InputError
 from tfdevices.core.units import short_repr
 
-__all__ = ["check_directory"]
-
 
 def check_directory(path: str | os.PathLike[str], *, what: str = "logdir") -> str:
     """Checks that ``path`` is, or can be made, a directory this process can write into.

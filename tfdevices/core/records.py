@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     _R = TypeVar("_R")
 else:
 
-    def dataclass_transform(**_: object):  # what type checkers read; nothing at run time
+    def dataclass_transform(**_: object):  # noqa: D103 - what type checkers read; nothing at run time
         return lambda decorator: decorator
 
 
@@ -158,6 +158,3 @@ def _plain(value: object) -> object:
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     return value
-
-
-__all__ = ["FrozenRecordError", "asdict", "fields", "is_record", "record", "replace"]

@@ -11,8 +11,6 @@ from collections.abc import Sequence
 
 from tfdevices.core.errors import StrategyError
 
-__all__ = ["CROSS_DEVICE_OPS", "CrossDeviceOpsChoice", "choose_cross_device_ops"]
-
 CROSS_DEVICE_OPS = ("auto", "nccl", "hierarchical_copy", "reduction_to_one_device", "ring", "none")
 _MIRRORED_OPS = ("nccl", "hierarchical_copy", "reduction_to_one_device")
 _MULTI_WORKER_OPS = ("nccl", "ring")

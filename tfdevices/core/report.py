@@ -12,8 +12,6 @@ import json
 
 from tfdevices.core.records import record
 
-__all__ = ["Report"]
-
 
 @record
 class Report:

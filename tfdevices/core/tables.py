@@ -28,8 +28,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 
-__all__ = ["Column", "Table", "markdown", "plain"]
-
 
 @dataclasses.dataclass(frozen=True)
 class Column:

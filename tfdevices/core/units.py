@@ -32,17 +32,6 @@ from collections.abc import Mapping
 from tfdevices.core.errors import EnvVarError, MemorySizeError
 from tfdevices.core.lazy import LazyPattern
 
-__all__ = [
-    "parse_memory",
-    "format_bytes",
-    "is_digits",
-    "parse_count",
-    "SHORT_REPR_CHARS",
-    "parse_seconds",
-    "env_switch",
-    "short_repr",
-]
-
 _UNITS = {
     "b": 1,
     "kb": 1000,

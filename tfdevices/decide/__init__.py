@@ -17,6 +17,7 @@ the effects live in :mod:`~tfdevices.decide.runner` (processes), :mod:`~tfdevice
 
 from tfdevices.decide.advise import Finding, advise, format_findings
 from tfdevices.decide.config import TuneConfig
-from tfdevices.decide.tune import CandidateResult, TuneResult, tune
+from tfdevices.decide.results import CandidateResult, TuneResult
+from tfdevices.decide.tune import tune
 
 __all__ = ["tune", "TuneConfig", "TuneResult", "CandidateResult", "advise", "Finding", "format_findings"]

@@ -28,8 +28,6 @@ from tfdevices.tensorboard.views import busy_us, critical_path, weight_reads
 from tfdevices.verify import PlacementReport
 from tfdevices.verify.records import union_length
 
-__all__ = ["Finding", "KINDS", "advise", "format_findings", "time_shares"]
-
 #: The kinds of finding, in the order they are checked.
 KINDS = (
     "idle_devices",

@@ -13,8 +13,6 @@ from dataclasses import dataclass
 from tfdevices.core.devices import short_name
 from tfdevices.core.errors import InputError
 
-__all__ = ["Candidate", "Link", "Profile", "check_target", "choose", "plan_candidates", "predict_step_s", "prune"]
-
 STRATEGIES = ("one_device", "mirrored", "split", "multi_worker")
 _TARGET = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
 

@@ -51,8 +51,6 @@ from tfdevices.runtime import configure
 from tfdevices.strategy import build_strategy
 from tfdevices.tensorboard.callbacks import PlacementLogger
 
-__all__ = ["main"]
-
 
 def _load(target: str) -> Any:
     module, _, name = target.partition(":")

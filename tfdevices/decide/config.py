@@ -20,8 +20,6 @@ from typing import Any
 
 from tfdevices.core.errors import InputError
 
-__all__ = ["MAX_PROCESSES", "TuneConfig"]
-
 #: Processes per candidate, at most (each holds a copy of the model).
 MAX_PROCESSES = 8
 

@@ -22,22 +22,6 @@ from typing import Any
 
 from tfdevices.decide.candidates import Link, Profile
 
-__all__ = [
-    "Capture",
-    "Captured",
-    "ChildSpec",
-    "Command",
-    "Failed",
-    "Message",
-    "Ready",
-    "Reply",
-    "Stop",
-    "TimeWindow",
-    "Window",
-    "decode",
-    "encode",
-]
-
 #: A message line longer than this is not one of tune's (a captured step's shares are a few kB).
 MAX_LINE = 1 << 20
 #: The statuses a candidate ends with (``ok``: it ran).

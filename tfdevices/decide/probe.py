@@ -19,8 +19,6 @@ from typing import Any
 from tfdevices.core.errors import InputError
 from tfdevices.decide.candidates import Link
 
-__all__ = ["HOPS", "REPEATS", "SIZES", "fit_link", "probe_links"]
-
 #: Tensor sizes probed, in float32 elements (1 KiB, 256 KiB, 4 MiB).
 SIZES = (256, 1 << 16, 1 << 20)
 #: Hop counts: their difference cancels the cost of calling the function.

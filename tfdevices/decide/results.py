@@ -10,8 +10,6 @@ from tfdevices.core.units import format_bytes
 from tfdevices.decide.candidates import Link
 from tfdevices.decide.ties import DEFAULT_MARGIN, Comparison
 
-__all__ = ["CandidateResult", "TuneResult"]
-
 STATUSES = ("ok", "out_of_memory", "failed", "timeout", "skipped")
 
 

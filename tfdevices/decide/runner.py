@@ -25,8 +25,6 @@ from typing import IO, Any
 from tfdevices.decide.messages import ChildSpec, Command, Failed, Reply, Stop, decode, encode
 from tfdevices.jobs.orphan_guard import OrphanGuard
 
-__all__ = ["Child", "start_child", "supervised"]
-
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _GRACE_S = 2.0
 

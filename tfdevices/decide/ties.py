@@ -46,8 +46,6 @@ from dataclasses import dataclass
 from tfdevices.core.errors import InputError
 from tfdevices.decide.candidates import STRATEGIES
 
-__all__ = ["DEFAULT_MARGIN", "SIMPLER_FIRST", "Comparison", "Timing", "Verdict", "compare", "judge", "paired"]
-
 #: Strategies from the simplest: one device, a stock ``tf.distribute`` strategy, the layers
 #: placed by tfdevices, several processes.
 SIMPLER_FIRST = STRATEGIES

@@ -45,8 +45,6 @@ from tfdevices.decide.ties import Timing, Verdict, judge
 from tfdevices.gpus.discovery import discover
 from tfdevices.jobs.orphan_guard import OrphanGuard
 
-__all__ = ["CandidateResult", "TuneConfig", "TuneResult", "tune"]
-
 #: A window's cost besides its steps (Keras' fit call), for the budget.
 _WINDOW_OVERHEAD_S = 0.1
 

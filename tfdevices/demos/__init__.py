@@ -26,8 +26,6 @@ from typing import Any, NoReturn
 
 from tfdevices.core.errors import InputError, TfDevicesError, UsageError
 
-__all__ = ["DEMOS", "run_demo", "run_script", "no_arguments", "HELP", "demo_help", "shown_in_tables"]
-
 DEMOS: dict[str, str] = {
     "mirrored": "train a small Keras model with the chosen strategy (logical CPUs when there is no GPU), "
     "print replicas, throughput and where the TensorBoard logs are",

@@ -27,8 +27,6 @@ from tfdevices import flags as tfd_flags
 from tfdevices.demos import no_arguments, run_script
 from tfdevices.strategy import explanation
 
-__all__ = ["FLAGS", "CPU_DEVICES", "make_mlp", "by_hand", "forward_traffic", "pick_devices", "main"]
-
 tfd_flags.define_flags()
 flags.DEFINE_integer("layers", 12, "Dense layers in the MLP.", lower_bound=1)
 flags.DEFINE_integer("width", 64, "Units of the narrow layers (every third layer is 4x wider).", lower_bound=1)

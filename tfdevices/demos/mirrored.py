@@ -24,8 +24,6 @@ from tfdevices.demos import no_arguments, run_script, shown_in_tables
 from tfdevices.strategy import explanation
 from tfdevices.training import train
 
-__all__ = ["FLAGS", "CPU_DEVICES", "make_data", "make_model", "main", "Throughput"]
-
 tfd_flags.define_flags()
 flags.DEFINE_integer("epochs", 2, "Epochs to train.", lower_bound=1)
 flags.DEFINE_integer("steps_per_epoch", 20, "Batches per epoch.", lower_bound=1)

@@ -23,8 +23,6 @@ from tfdevices.demos import no_arguments, run_script
 from tfdevices.strategy import explanation
 from tfdevices.tensorboard.writer import write_placement
 
-__all__ = ["FLAGS", "CPU_DEVICES", "two_devices", "main"]
-
 tfd_flags.define_flags()
 flags.DEFINE_integer("size", 512, "Side of the square matrices each task multiplies.", lower_bound=1)
 flags.DEFINE_integer("rounds", 4, "Matrix products per task.", lower_bound=1)

@@ -22,8 +22,6 @@ import tfdevices
 from tfdevices.demos import no_arguments, run_script
 from tfdevices.flags import check_batch_size
 
-__all__ = ["FLAGS", "main"]
-
 flags.DEFINE_integer("epochs", 2, "Epochs to train.", lower_bound=1)
 flags.DEFINE_integer("steps_per_epoch", 8, "Batches per epoch.", lower_bound=1)
 flags.DEFINE_integer("batch_size", 32, "Global batch size (split across the workers).", lower_bound=1)

@@ -14,7 +14,8 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
 if TYPE_CHECKING:
     from tfdevices.core.units import format_bytes, parse_memory
     from tfdevices.gpus.discovery import discover
-    from tfdevices.gpus.inventory import GpuInfo, Inventory
+    from tfdevices.gpus.gpuinfo import GpuInfo
+    from tfdevices.gpus.inventory import Inventory
     from tfdevices.gpus.reservation import Holder, Reservation, holders, reserve
     from tfdevices.gpus.selection import Decision, Selection, select
     from tfdevices.gpus.spec import DeviceSpec, parse_spec

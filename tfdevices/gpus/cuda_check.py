@@ -31,18 +31,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
-__all__ = [
-    "ERROR",
-    "WARNING",
-    "NOTE",
-    "Finding",
-    "diagnose",
-    "first_cause",
-    "rows",
-    "capability_findings",
-    "slow_start",
-    "install_command",
-]
 
 ERROR = "error"
 """TensorFlow lists no GPU, or cannot use one it lists."""

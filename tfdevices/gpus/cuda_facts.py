@@ -31,16 +31,6 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from typing import Any
 
-__all__ = [
-    "TF_DISTRIBUTIONS",
-    "BuildInfo",
-    "TfInstall",
-    "Driver",
-    "CudaFacts",
-    "gather",
-    "read_tensorflow",
-    "parse_build_info",
-]
 
 TF_DISTRIBUTIONS = (
     "tensorflow",

@@ -21,19 +21,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
-__all__ = [
-    "START_LIBRARIES",
-    "LATER_LIBRARIES",
-    "WHEEL_FOLDER",
-    "Found",
-    "sonames",
-    "search",
-    "loader_order",
-    "loader_cache",
-    "scrub",
-    "elf_runpath",
-    "wheel_runpath",
-]
 
 START_LIBRARIES = ("cudart", "cublas", "cublasLt", "cufft", "cusolver", "cusparse", "cudnn")
 """What TensorFlow loads when it starts on a GPU, in its order (one missing: "Cannot dlopen some GPU libraries")."""

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from tfdevices.gpus.cuda_check import ERROR, WARNING, Finding
 
-__all__ = ["log_findings"]
-
 _MAX_LOG = 1 << 20
 
 

@@ -26,7 +26,6 @@ TYPE_CHECKING = False  # typing's flag without importing typing (the probe's pro
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["probe"]
 
 _MAX_ERROR = 1000
 

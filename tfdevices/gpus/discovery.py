@@ -26,13 +26,13 @@ from tfdevices.core.errors import InputError, InventoryFileError
 from tfdevices.core.records import replace
 from tfdevices.core.units import short_repr
 from tfdevices.gpus import nvml, processes, topology as topo, visibility
-from tfdevices.gpus.inventory import INVENTORY_ENV, GpuInfo, Inventory
+from tfdevices.gpus.gpuinfo import GpuInfo
+from tfdevices.gpus.inventory import INVENTORY_ENV, Inventory
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing on the listing path
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["KNOWN_SOURCES", "discover", "from_file", "from_nvml", "from_tensorflow"]
 
 KNOWN_SOURCES = ("nvml", "tensorflow")
 

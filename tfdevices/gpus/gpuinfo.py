@@ -24,7 +24,6 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing on the l
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["MAX_GPUS", "MAX_TEXT", "MAX_PROCESSES", "GpuInfo", "check_text"]
 
 MAX_GPUS = 4096
 """The most entries (GPUs and MIG instances) an inventory may hold."""

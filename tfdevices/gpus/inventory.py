@@ -26,24 +26,13 @@ from collections.abc import Iterator, Mapping
 from tfdevices.core.errors import InventoryFileError
 from tfdevices.core.records import asdict, fields, record, replace
 from tfdevices.core.units import format_bytes, short_repr
-from tfdevices.gpus.gpuinfo import MAX_GPUS, MAX_PROCESSES, MAX_TEXT, GpuInfo, check_text
+from tfdevices.gpus.gpuinfo import MAX_GPUS, GpuInfo, check_text
 from tfdevices.gpus.topology import Topology
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing on the listing path
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = [
-    "SOURCES",
-    "INVENTORY_ENV",
-    "MAX_FILE_BYTES",
-    "MAX_GPUS",
-    "MAX_TEXT",
-    "MAX_PROCESSES",
-    "GpuInfo",
-    "Inventory",
-    "read_bounded",
-]
 
 SOURCES = ("nvml", "tensorflow", "none")
 INVENTORY_ENV = "TFDEVICES_INVENTORY"

@@ -34,18 +34,6 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing on the l
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = [
-    "FAILURES",
-    "CPU_SET_WORDS",
-    "NODE_SET_WORDS",
-    "MAX_NVLINKS",
-    "NvmlMig",
-    "NvmlDevice",
-    "NvmlSnapshot",
-    "Nvml",
-    "normal_bus_id",
-    "snapshot",
-]
 
 # NVML return codes (nvml.h); read from the module when it defines them.
 _CODES = {

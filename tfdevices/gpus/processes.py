@@ -27,7 +27,6 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing on the l
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["KINDS", "MAX_COMMAND", "PROC_ROOT", "GpuProcess", "command_text", "user_name", "describe"]
 
 KINDS = ("C", "G", "C+G")
 MAX_COMMAND = 1024

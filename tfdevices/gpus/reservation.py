@@ -30,7 +30,8 @@ child's ``release()`` says why it cannot. Anything that fails half-way through
 a claim releases everything that claim took.
 
 >>> import tempfile
->>> from tfdevices.gpus.inventory import GpuInfo, Inventory
+>>> from tfdevices.gpus.inventory import Inventory
+>>> from tfdevices.gpus.gpuinfo import GpuInfo
 >>> inv = Inventory(gpus=tuple(GpuInfo(index=i, name="Fake", uuid=f"GPU-{i}", cuda_ordinal=i)
 ...                            for i in range(2)), source="nvml")
 >>> locks = tempfile.mkdtemp()
@@ -65,12 +66,11 @@ from typing import NamedTuple
 
 from tfdevices.core.errors import InputError, ReservationError, SelectionError, SpecError
 from tfdevices.gpus.discovery import discover
-from tfdevices.gpus.inventory import GpuInfo, Inventory
+from tfdevices.gpus.gpuinfo import GpuInfo
+from tfdevices.gpus.inventory import Inventory
 from tfdevices.gpus.selection import Selection, first_overlap, select
 from tfdevices.gpus.spec import parse_spec
 from tfdevices.mends import fork_sockets
-
-__all__ = ["LOCK_DIR_ENV", "DEFAULT_LOCK_DIR", "default_lock_dir", "Holder", "Reservation", "reserve", "holders"]
 
 LOCK_DIR_ENV = "TFDEVICES_LOCK_DIR"
 DEFAULT_LOCK_DIR = "/tmp/tfdevices-locks"

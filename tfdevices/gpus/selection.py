@@ -1,6 +1,7 @@
 """Select: choose GPUs from an inventory. Pure: nothing here touches a GPU.
 
->>> from tfdevices.gpus.inventory import GpuInfo, Inventory
+>>> from tfdevices.gpus.inventory import Inventory
+>>> from tfdevices.gpus.gpuinfo import GpuInfo
 >>> gpus = tuple(GpuInfo(index=i, name="A100", uuid=f"GPU-{i}", memory_total=80 << 30,
 ...                      memory_free=free << 30, memory_used=(80 - free) << 30, utilization=u,
 ...                      cuda_ordinal=i, tf_name=f"/GPU:{i}")
@@ -19,7 +20,8 @@ from tfdevices.core.records import asdict, record
 from tfdevices.core.units import format_bytes, parse_memory, short_repr
 from tfdevices.gpus import topology as tp, visibility
 from tfdevices.gpus.discovery import discover
-from tfdevices.gpus.inventory import GpuInfo, Inventory
+from tfdevices.gpus.gpuinfo import GpuInfo
+from tfdevices.gpus.inventory import Inventory
 from tfdevices.gpus.spec import DeviceSpec, parse_spec
 from tfdevices.gpus.wiring import MAX_CANDIDATES, best_linked_set
 
@@ -27,7 +29,6 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing on the l
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["ORDERS", "HIDDEN", "Decision", "Selection", "select", "resolve_gpus", "first_overlap", "Check", "MIG_LINK"]
 
 ORDERS = ("links", "free_memory", "utilization", "index")
 """How ``auto:N`` ranks GPUs: ``links`` (best-wired set, then free memory; the default) or the
@@ -286,7 +287,8 @@ def resolve_gpus(spec: object, inventory: Inventory, *, what: str = "GPU spec") 
         SpecError: the spec is malformed or not explicit, a name matches no GPU or
             several, or two names are one GPU.
 
-    >>> from tfdevices.gpus.inventory import GpuInfo, Inventory
+    >>> from tfdevices.gpus.inventory import Inventory
+    >>> from tfdevices.gpus.gpuinfo import GpuInfo
     >>> inv = Inventory(gpus=tuple(GpuInfo(index=i, name="A100", uuid=f"GPU-{i}a") for i in range(2)))
     >>> [g.index for g in resolve_gpus("1,0", inv)]
     [1, 0]
@@ -338,7 +340,7 @@ def first_overlap(gpus: Sequence[GpuInfo]) -> tuple[tuple[int, GpuInfo], tuple[i
     MIG instance of the other (same NVML index, one of them whole). Two MIG
     instances of one GPU are two devices. Linear time.
 
-    >>> from tfdevices.gpus.inventory import GpuInfo
+    >>> from tfdevices.gpus.gpuinfo import GpuInfo
     >>> parent = GpuInfo(index=0, name="A100", uuid="GPU-a")
     >>> mig = GpuInfo(index=0, name="A100 MIG", uuid="MIG-b", mig_index=1)
     >>> first_overlap([parent, mig])[1][0]

@@ -43,8 +43,6 @@ from tfdevices.core.lazy import LazyPattern
 from tfdevices.core.records import record
 from tfdevices.core.units import is_digits, parse_count, short_repr
 
-__all__ = ["MAX_GPUS", "MAX_SPEC_CHARS", "SPEC_FORMS", "DeviceSpec", "parse_spec"]
-
 SPEC_FORMS = (
     "GPUs: 'all', 'none' (or 'cpu'), 'auto:N' (the N best), NVML indices as nvidia-smi shows "
     "them '0,2', a range '0-3', a MIG instance '0:1' (instance 1 of GPU 0), a UUID prefix 'GPU-8a3c'"

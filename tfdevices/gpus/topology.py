@@ -39,21 +39,6 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing on the l
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = [
-    "PCIE_CODES",
-    "MAX_NVLINKS",
-    "MAX_CPU",
-    "SAME_GPU",
-    "LEGEND",
-    "nvlinks",
-    "rank",
-    "describe",
-    "check_code",
-    "format_cpus",
-    "parse_cpus",
-    "Topology",
-    "from_nvml",
-]
 
 PCIE_CODES = ("PIX", "PXB", "PHB", "NODE", "SYS")
 """The PCIe link codes, best first."""

@@ -15,7 +15,7 @@ and return new data. The rules they follow:
 * CUDA silently stops at the first token it cannot use; tfdevices refuses such
   a mask instead (:class:`~tfdevices.core.errors.EnvVarError`).
 
->>> from tfdevices.gpus.inventory import GpuInfo
+>>> from tfdevices.gpus.gpuinfo import GpuInfo
 >>> gpus = [GpuInfo(index=i, name="A100", uuid=f"GPU-{i}aaa", pci_bus_id=f"0000:0{i}:00.0")
 ...         for i in range(3)]
 >>> vis = resolve(gpus, {"CUDA_VISIBLE_DEVICES": "2,0"})
@@ -31,26 +31,8 @@ from tfdevices.core.errors import EnvVarError
 from tfdevices.core.lazy import LazyPattern
 from tfdevices.core.records import record, replace
 from tfdevices.core.units import is_digits, parse_count, short_repr
-from tfdevices.gpus.inventory import GpuInfo, Inventory
-
-__all__ = [
-    "VISIBLE_ENV",
-    "HIDE_ALL",
-    "ORDER_ENV",
-    "ORDERS",
-    "NOTE_PREFIX",
-    "MAX_TOKENS",
-    "MaskToken",
-    "MigIds",
-    "Visibility",
-    "parse_device_order",
-    "parse_visible_devices",
-    "cuda_enumeration",
-    "resolve",
-    "apply",
-    "mask",
-    "mask_env",
-]
+from tfdevices.gpus.gpuinfo import GpuInfo
+from tfdevices.gpus.inventory import Inventory
 
 VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
 HIDE_ALL = "-1"  # the mask that hides every GPU
@@ -238,7 +220,7 @@ def cuda_enumeration(gpus: Sequence[GpuInfo], order: str) -> tuple[tuple[GpuInfo
         ``(devices, estimated)``; ``estimated`` is true when the order is a guess
         (FASTEST_FIRST over GPUs that differ in name or compute capability).
 
-    >>> from tfdevices.gpus.inventory import GpuInfo
+    >>> from tfdevices.gpus.gpuinfo import GpuInfo
     >>> a = GpuInfo(index=0, name="T4", uuid="GPU-a", pci_bus_id="0000:01:00.0", compute_capability=(7, 5))
     >>> b = GpuInfo(index=1, name="A100", uuid="GPU-b", pci_bus_id="0000:02:00.0", compute_capability=(8, 0))
     >>> [g.name for g in cuda_enumeration([a, b], "FASTEST_FIRST")[0]]
@@ -282,7 +264,7 @@ def resolve(
         EnvVarError: either variable is malformed, or the mask names a GPU that
             does not exist, an ambiguous uuid prefix, or one GPU twice.
 
-    >>> from tfdevices.gpus.inventory import GpuInfo
+    >>> from tfdevices.gpus.gpuinfo import GpuInfo
     >>> gpus = [GpuInfo(index=i, name="A100", uuid=f"GPU-{i}aaa") for i in range(2)]
     >>> resolve(gpus, {"CUDA_VISIBLE_DEVICES": "-1"}).hidden_reason
     "all 2 GPUs are hidden by CUDA_VISIBLE_DEVICES='-1'"
@@ -449,7 +431,8 @@ def apply(inventory: Inventory, env: Mapping[str, str], *, mig_ids: Mapping[str,
     Raises:
         EnvVarError: see :func:`resolve`.
 
-    >>> from tfdevices.gpus.inventory import GpuInfo, Inventory
+    >>> from tfdevices.gpus.inventory import Inventory
+    >>> from tfdevices.gpus.gpuinfo import GpuInfo
     >>> inv = Inventory(gpus=(GpuInfo(index=0, name="A100", uuid="GPU-0aaa"),), source="nvml")
     >>> apply(inv, {"CUDA_VISIBLE_DEVICES": ""}).reason
     "the GPU is hidden by CUDA_VISIBLE_DEVICES=''"

@@ -36,7 +36,6 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing on the l
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["MAX_CANDIDATES", "LinkedSet", "key", "best_linked_set"]
 
 MAX_CANDIDATES = 16
 """The most candidates searched exactly (C(16, 8) = 12,870 sets at most)."""

@@ -20,8 +20,6 @@ from tfdevices.jobs.kubernetes import pod_cluster
 from tfdevices.jobs.slurm import expand_tasks_per_node, step_cluster
 from tfdevices.jobs.tfconfig import TfConfig
 
-__all__ = ["ClusterEnv", "cluster_from_env"]
-
 
 @dataclasses.dataclass(frozen=True)
 class ClusterEnv:

@@ -29,19 +29,6 @@ import threading
 from collections.abc import Collection, Iterator
 from typing import IO
 
-__all__ = [
-    "TF_LOG",
-    "WARNING",
-    "EPOCH",
-    "TF_LOG_BANNER",
-    "MAX_SEEN",
-    "Record",
-    "Splitter",
-    "Console",
-    "on_console",
-    "say",
-]
-
 LINE, PROGRESS, PROGRESS_END = "line", "progress", "progress_end"
 TF_LOG = re.compile(r"^[IWE]\d{4} [\d:.]+\s+\d+ [\w.\-]+:\d+\] ")
 WARNING = re.compile(r"^WARNING\b|\b\w*Warning: ")

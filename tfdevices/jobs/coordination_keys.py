@@ -224,6 +224,3 @@ class KeyReader:
             "of the slow-rank and stall reports"
         )
         return [line]
-
-
-__all__ = ["PREFIX", "KeyPublisher", "KeyReader", "KeyValue", "interval_s"]

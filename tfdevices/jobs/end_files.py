@@ -396,17 +396,3 @@ def _job_ranks(data: Mapping[str, Any]) -> JobRanks:
         tuple(str(s) for s in data["said"]),
         over,
     )
-
-
-__all__ = [
-    "RANKS_FILE",
-    "JobRanks",
-    "draw_ranks",
-    "draw_steps",
-    "masked_crc32c",
-    "ranks_data",
-    "read_ranks",
-    "write_job_files",
-    "write_rank_runs",
-    "write_steps",
-]

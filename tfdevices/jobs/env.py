@@ -51,8 +51,6 @@ from tfdevices.jobs.kubernetes import NVIDIA_VISIBLE_DEVICES, POD_CLUSTER, pod_c
 from tfdevices.jobs.slurm import allocated_gpus, expand_nodelist, expand_tasks_per_node, join_indices, parse_gpu_list
 from tfdevices.jobs.tfconfig import TF_CONFIG, TfConfig, parse_tf_config
 
-__all__ = ["SOURCES", "MAX_RANK", "RANK_GPUS", "VIRTUAL_DEVICES_ENV", "LaunchInfo", "launch_info"]
-
 SOURCES = ("ray", "TF_CONFIG", "OMPI", "PMI", "ENV", "SLURM", "kubernetes", "none")
 MAX_RANK = 2**31 - 1
 """The largest rank, world size or node id read from the environment."""

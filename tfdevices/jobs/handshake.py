@@ -247,27 +247,9 @@ class Strays:
 
 
 def where(sock: socket.socket) -> str:
+    """The peer of ``sock`` as ``HOST:PORT`` ("a closed connection" when it is gone)."""
     try:
         host, port = sock.getpeername()[:2]
         return f"{host}:{port}"
     except OSError:
         return "a closed connection"
-
-
-__all__ = [
-    "HELLO_TIMEOUT",
-    "KINDS",
-    "MAX_LINE",
-    "TOKEN_ENV",
-    "LineReader",
-    "Stopped",
-    "Stray",
-    "Strays",
-    "job_hash",
-    "nonce",
-    "proof",
-    "proven",
-    "rdzv_id",
-    "read_token",
-    "send",
-]

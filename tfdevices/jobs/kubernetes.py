@@ -53,23 +53,6 @@ from tfdevices.core.errors import LaunchError
 from tfdevices.core.units import parse_count
 from tfdevices.jobs.tfconfig import TfConfig
 
-__all__ = [
-    "POD_CLUSTER",
-    "NVIDIA_VISIBLE_DEVICES",
-    "JOBSET_ENV",
-    "KINDS",
-    "MAX_PODS",
-    "PodSpec",
-    "PodCluster",
-    "parse_pod_spec",
-    "parse_podinfo",
-    "read_podinfo",
-    "pod_kind",
-    "pod_cluster",
-    "pod_gpus",
-    "wait_for_names",
-]
-
 POD_CLUSTER = "TFDEVICES_POD_CLUSTER"
 """The one variable a manifest sets: ``port=P[,pods=N][,subdomain=S][,podinfo=DIR][,wait=SECONDS]``."""
 NVIDIA_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"

@@ -29,8 +29,6 @@ from tfdevices.jobs.straggler import SlowRankPolicy
 from tfdevices.mends.base import parse_mends_off
 from tfdevices.mends.loopback import ALL, LOOPBACK
 
-__all__ = ["add_arguments", "config_from_args", "run", "with_pod_defaults"]
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Adds the options of ``tfdevices launch`` to ``parser`` (the CLI's ``launch`` subcommand)."""

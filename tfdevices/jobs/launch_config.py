@@ -316,17 +316,3 @@ def config_from_call(config: LaunchConfig | int, options: Mapping[str, Any]) -> 
     if fields.get("stall") is None:
         fields.pop("stall", None)
     return LaunchConfig(config, **fields)  # an int, checked by LaunchConfig
-
-
-__all__ = [
-    "CLI_TERMS",
-    "REPORT_STALLS",
-    "LaunchConfig",
-    "MAX_NODES",
-    "MAX_RESTARTS",
-    "MAX_STALL_S",
-    "MAX_VIRTUAL_DEVICES",
-    "WORKERS_PER_CORE",
-    "check_worker_count",
-    "config_from_call",
-]

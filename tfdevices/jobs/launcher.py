@@ -92,9 +92,8 @@ from tfdevices.core.units import short_repr
 from tfdevices.gpus.topology import format_cpus
 from tfdevices.jobs.console import PROGRESS, Console, Record, Splitter, on_console
 from tfdevices.jobs.end_files import write_job_files
-from tfdevices.jobs.env import RANK_GPUS
 from tfdevices.jobs.handshake import Stopped
-from tfdevices.jobs.launch_config import LaunchConfig, check_worker_count, config_from_call
+from tfdevices.jobs.launch_config import LaunchConfig, config_from_call
 from tfdevices.jobs.listen_check import LISTEN_MARK, LISTEN_STATUS, OutsideCheck
 from tfdevices.jobs.metrics import Attempt, JobMetrics, MetricsAddress, gpu_reader, job_name
 from tfdevices.jobs.node_exchange import RemoteRecords, frames_line, parse_want, record_line
@@ -102,7 +101,7 @@ from tfdevices.jobs.orphan_guard import OrphanGuard
 from tfdevices.jobs.progress import PROGRESS_DIR_ENV, RankProgress, read_records, record_bytes, record_paths
 from tfdevices.jobs.rank_hooks import LAUNCHER_WATCHES_ENV, STALL_STATUS
 from tfdevices.jobs.ranks import cpu_binding, pinned
-from tfdevices.jobs.rendezvous import MAX_WORKERS, NodeJob, Nodes, free_ports, rendezvous
+from tfdevices.jobs.rendezvous import Nodes, free_ports, rendezvous
 from tfdevices.jobs.stacks import ask_stacks
 from tfdevices.jobs.stall import STACKS_DIR_ENV, Stall
 from tfdevices.jobs.watch import JobWatch, write_snapshot
@@ -767,19 +766,3 @@ def _signal_group(proc: subprocess.Popen[bytes], signum: int) -> None:
 
 def _exit_status(code: int) -> int:
     return 128 - code if code < 0 else code
-
-
-__all__ = [
-    "MAX_WORKERS",
-    "RANK_GPUS",
-    "LaunchConfig",
-    "NodeJob",
-    "Nodes",
-    "WorkerPlan",
-    "check_worker_count",
-    "free_ports",
-    "launch",
-    "own_address",
-    "plan_workers",
-    "rendezvous",
-]

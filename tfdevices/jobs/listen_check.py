@@ -271,14 +271,3 @@ def _shown(host: str, port: int) -> str:
 
 def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
-
-
-__all__ = [
-    "LISTEN_MARK",
-    "LISTEN_STATUS",
-    "OutsideCheck",
-    "listen_verdict",
-    "listening",
-    "process_tree",
-    "watch_listen",
-]

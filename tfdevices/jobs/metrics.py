@@ -624,27 +624,3 @@ def own_gpus(env: Mapping[str, str]) -> tuple[int, ...]:
         if parts and all(p.isascii() and p.isdigit() and len(p) < 6 for p in parts):
             return tuple(int(p) for p in parts)
     return ()
-
-
-__all__ = [
-    "DEFAULT_HOST",
-    "METRICS_ENV",
-    "PARTS",
-    "SERIES",
-    "Attempt",
-    "GpuReading",
-    "JobCollector",
-    "JobMetrics",
-    "MetricsAddress",
-    "MetricsServer",
-    "Series",
-    "gpu_reader",
-    "job_name",
-    "metrics_from_env",
-    "own_gpus",
-    "parse_address",
-    "rank_values",
-    "serve_metrics",
-    "wait_ratio",
-    "watch_metrics",
-]

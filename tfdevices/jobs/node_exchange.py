@@ -205,15 +205,3 @@ def _ranks(ranks: Sequence[int]) -> str:
     if len(ranks) == 1:
         return f"rank {ranks[0]}"
     return f"ranks {ranks[0]}..{ranks[-1]}" if list(ranks) == list(range(ranks[0], ranks[-1] + 1)) else "its ranks"
-
-
-__all__ = [
-    "FRAMES_WAIT_S",
-    "SILENT_S",
-    "Node",
-    "RemoteRecords",
-    "frames_line",
-    "node_names",
-    "parse_want",
-    "record_line",
-]

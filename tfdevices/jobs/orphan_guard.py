@@ -97,6 +97,3 @@ class OrphanGuard:
             self._proc.wait(timeout=5)
         except (OSError, subprocess.TimeoutExpired):
             self._proc.kill()
-
-
-__all__ = ["ORPHAN_GUARD_GRACE_S", "OrphanGuard"]

@@ -448,25 +448,3 @@ def progress_dir(env: Mapping[str, str]) -> str | None:
         cluster = json.dumps({k: list(v) for k, v in config.cluster.items()}, sort_keys=True)
         return f"/tmp/tfdevices-progress/tfconfig-{hashlib.sha256(cluster.encode()).hexdigest()[:16]}"
     return None
-
-
-__all__ = [
-    "PHASES",
-    "PROGRESS_DIR_ENV",
-    "RECORD_SIZE",
-    "RING",
-    "WARMUP_STEPS",
-    "ProgressWriter",
-    "RankProgress",
-    "StepTimes",
-    "Totals",
-    "Waits",
-    "parse_record",
-    "progress_dir",
-    "read_record",
-    "read_records",
-    "record_bytes",
-    "record_path",
-    "record_paths",
-    "writes_record",
-]

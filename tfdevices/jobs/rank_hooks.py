@@ -331,6 +331,3 @@ def _running(pid: int) -> bool:
             return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
     except OSError:
         return True
-
-
-__all__ = ["LAUNCHER_WATCHES_ENV", "STALL_STATUS", "slow_rank_report", "start_reporting", "stall_timeout"]

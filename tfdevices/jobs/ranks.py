@@ -26,20 +26,6 @@ from tfdevices.gpus.topology import Topology, format_cpus
 from tfdevices.jobs.env import RANK_GPUS, LaunchInfo, launch_info
 from tfdevices.jobs.slurm import join_indices
 
-__all__ = [
-    "MAPPINGS",
-    "MAX_LOCAL_RANKS",
-    "Speeds",
-    "MapFunction",
-    "GpuAssignment",
-    "gpu_for_rank",
-    "plan_ranks",
-    "numa_cpus",
-    "RankPlan",
-    "cpu_binding",
-    "pinned",
-]
-
 MAPPINGS = ("sequential", "weighted")
 MAX_LOCAL_RANKS = 1_000_000
 """The most processes one machine's plan may hold."""

@@ -609,6 +609,3 @@ def _refusal(kind: object, nodes: Nodes, master: str, wants_token: bool) -> Laun
         f"the node-0 launcher at {master} refused this launcher's rendezvous token: the secrets differ.",
         hint="give every machine the same secret (TFDEVICES_RDZV_TOKEN or --rdzv-token-file).",
     )
-
-
-__all__ = ["MASTER_PORT", "MAX_WORKERS", "NodeJob", "Nodes", "Stopped", "free_ports", "rendezvous"]

@@ -25,24 +25,6 @@ from typing import NamedTuple
 from tfdevices.core.errors import EnvVarError, LaunchError
 from tfdevices.core.units import short_repr
 
-__all__ = [
-    "GPU_VARIABLES",
-    "MAX_HOSTS",
-    "MAX_TASKS",
-    "MAX_GPUS",
-    "MAX_TEXT",
-    "join_indices",
-    "expand_nodelist",
-    "expand_tasks_per_node",
-    "GpuList",
-    "parse_gpu_list",
-    "Allocation",
-    "allocated_gpus",
-    "PORT_RANGE",
-    "step_port_base",
-    "step_cluster",
-]
-
 GPU_VARIABLES = ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "GPU_DEVICE_ORDINAL")
 MAX_HOSTS = 100_000
 """The most hosts a node list may expand to (the largest machines have about 10,000 nodes)."""

@@ -81,6 +81,3 @@ _LIBRARY = (os.sep + "site-packages" + os.sep, os.sep + "lib" + os.sep + "python
 def _own_code(frame: str) -> bool:
     path = frame.split('"', 2)[1] if frame.count('"') >= 2 else ""
     return bool(path) and not any(part in path for part in _LIBRARY)
-
-
-__all__ = ["WAIT_S", "ask_stacks", "top_frames"]

@@ -190,14 +190,3 @@ def detect_stall(
         return Stall(front, others, in_callback, quiet, window, tuple(records), True)
     phase_only = all(m in by_rank and by_rank[m].phase == "callback" for m in missing)
     return Stall(front, waiting, missing, quiet, window, tuple(records), phase_only)
-
-
-__all__ = [
-    "STACKS_DIR_ENV",
-    "STALL_TIMEOUT_ENV",
-    "STALL_WINDOW_ENV",
-    "Stall",
-    "StallPolicy",
-    "detect_stall",
-    "policy_from_env",
-]

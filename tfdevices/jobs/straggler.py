@@ -345,23 +345,3 @@ def rank_table(splits: Sequence[RankSplit]) -> list[str]:
         cells = [str(s.rank), *(f"{p * 1e3:.1f}" for p in parts), f"{s.score:.2f}", str(s.steps)]
         lines.append("  ".join(f"{c:>{w}}" for c, w in zip(cells, _WIDTHS)) + (f"  {s.node}" if nodes else ""))
     return lines
-
-
-__all__ = [
-    "SLOW_RANK_ENV",
-    "WHY",
-    "WINDOW_STEPS",
-    "RankSplit",
-    "SlowRank",
-    "SlowRankPolicy",
-    "WaitShare",
-    "find_slow_rank",
-    "link_bound",
-    "median_splits",
-    "on_node",
-    "ranks_text",
-    "policy_from_env",
-    "rank_table",
-    "split_ranks",
-    "wait_shares",
-]

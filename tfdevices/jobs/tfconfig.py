@@ -35,17 +35,6 @@ from typing import Any
 from tfdevices.core.errors import TfConfigError
 from tfdevices.core.units import parse_count, short_repr
 
-__all__ = [
-    "TF_CONFIG",
-    "TASK_TYPES",
-    "TRAINING_TASK_TYPES",
-    "MAX_CHARS",
-    "TfConfig",
-    "parse_tf_config",
-    "read_tf_config",
-    "make_tf_config",
-]
-
 TF_CONFIG = "TF_CONFIG"
 TASK_TYPES = ("chief", "worker", "ps", "evaluator")
 TRAINING_TASK_TYPES = ("chief", "worker")

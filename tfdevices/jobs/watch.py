@@ -466,16 +466,3 @@ def read_snapshot_row(directory: str, rank: int) -> RankRow | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return None
-
-
-__all__ = [
-    "SNAPSHOT_FILE",
-    "JobSnapshot",
-    "JobState",
-    "JobSummary",
-    "JobWatch",
-    "RankRow",
-    "read_snapshot_row",
-    "snapshot_data",
-    "write_snapshot",
-]

@@ -174,6 +174,3 @@ class _WorkerEnv(Mapping[str, str]):
 def _assignments(info: LaunchInfo, gpus: object, n: int, share: bool) -> tuple[Any, ...]:
     """Each local rank's GPU assignment, planned once for all of them."""
     return tuple(plan_ranks(info, gpus, local_world_size=n, share=share))
-
-
-__all__ = ["RESTART_ENV", "WorkerPlan", "plan_workers"]

@@ -108,6 +108,3 @@ def worker_site(env: MutableMapping[str, str], *, mends_off: frozenset[str] = fr
 
 def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
-
-
-__all__ = ["start_worker", "worker_site"]

@@ -157,6 +157,3 @@ def _time_layer(tf: Any, keras: Any, layer: Any, x: Any, device: str, repeats: i
             tf.nest.map_structure(lambda t: t.numpy() if hasattr(t, "numpy") else t, out)
             best.append((time.perf_counter() - start) / number)
     return min(best)
-
-
-__all__ = ["LayerCosts", "measure_layer_times", "read_model"]

@@ -56,8 +56,6 @@ from tfdevices.layers.model import read_model
 from tfdevices.layers.plan import LayerPlan
 from tfdevices.mends.tf_import import import_tf
 
-__all__ = ["place_layers", "planned_devices"]
-
 _MARK = "_tfdevices_device"
 
 

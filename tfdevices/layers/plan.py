@@ -655,6 +655,3 @@ def _list_layers(costs: object, layer_bytes: Sequence[int] | None) -> LayerCosts
 def _names(names: Sequence[str], limit: int = 8) -> str:
     listed = ", ".join(repr(n) for n in names[:limit])
     return f"[{listed}{', ...' if len(names) > limit else ''}] ({len(names)} layers)"
-
-
-__all__ = ["BALANCE_BY", "LayerPlan", "Stage", "plan_layers"]

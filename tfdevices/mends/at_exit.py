@@ -55,6 +55,3 @@ def call_at_exit(function: Callable[..., Any], *args: Any) -> None:
     """Runs ``function(*args)`` when the process exits (where the mend is on)."""
     if MEND.apply().state == "applied":
         MEND.calls.append((function, args))
-
-
-__all__ = ["MEND", "AtExit", "call_at_exit"]

@@ -127,6 +127,3 @@ def calls_seen(on_call: OnCall, on_trace: OnTrace) -> Iterator[bool]:
             if MEND._scopes == 0 and MEND.undo().state == "undone":
                 MEND.captures += 1
                 MEND._detail = f"in place during each capture only ({MEND.captures} so far), undone after"
-
-
-__all__ = ["MEND", "CaptureCalls", "OnCall", "OnTrace", "calls_seen"]

@@ -269,5 +269,3 @@ class CollectiveWait(Mend):
 
 
 MEND = register(CollectiveWait())
-
-__all__ = ["MEND", "READ_AT_LEAST_S", "READ_BUDGET", "READ_EVERY_MIN", "CollectiveWait", "read_every"]

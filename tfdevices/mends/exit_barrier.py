@@ -127,6 +127,3 @@ def leave_together() -> None:
     ``keras_fit`` mend when a multi-worker ``fit`` starts.
     """
     MEND.apply()
-
-
-__all__ = ["DEFAULT_EXIT_WAIT_S", "EXIT_WAIT_ENV", "MEND", "ExitBarrier", "exit_wait_s", "leave_together"]

@@ -207,6 +207,3 @@ def when_fit_fails(model: Any, hook: Callable[[], Any]) -> bool:
 def forget(model: Any, hook: Callable[[], Any]) -> None:
     """Drops a clean-up :func:`when_fit_fails` registered (the fit ended normally)."""
     MEND.forget(model, hook)
-
-
-__all__ = ["MEND", "FitEnd", "arm", "forget", "when_fit_fails"]

@@ -173,5 +173,3 @@ def _named(method: Any, label: str, writer: Any) -> Any:
 
 
 MEND = register(FitProgress())
-
-__all__ = ["MEND", "FitProgress"]

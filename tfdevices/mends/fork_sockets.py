@@ -70,6 +70,3 @@ def close(fd: int) -> None:
     _SOCKETS.discard(fd)
     with contextlib.suppress(OSError):
         os.close(fd)
-
-
-__all__ = ["MEND", "ForkSockets", "close", "track"]

@@ -567,21 +567,3 @@ def install_when_imported() -> None:
 
 
 _ARMED: list[bool] = []
-
-
-__all__ = [
-    "CHECKED",
-    "FIT_ADAPTER_KERAS",
-    "FitState",
-    "INSTALL",
-    "KERAS3_FIT_HINT",
-    "KERAS_FIT_ISSUE",
-    "KERAS_TRAINER",
-    "MEND",
-    "NOT_COVERED",
-    "FitAdapter",
-    "KerasFit",
-    "fit_finding",
-    "install_fit_adapter",
-    "install_when_imported",
-]

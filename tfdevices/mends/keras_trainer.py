@@ -129,6 +129,3 @@ def first_batch_reduced_whole(cls: Any, tf: Any) -> bool | None:
     except Exception:  # noqa: BLE001 (Keras' code changed under the probe: it cannot tell)
         return None
     return any(value is batch for _, value, _ in calls)
-
-
-__all__ = ["KERAS_TRAINER", "first_batch_reduced_whole", "keras_version", "logs_reduced_along_axis_0", "trainer_class"]

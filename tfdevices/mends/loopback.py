@@ -423,16 +423,3 @@ def _v6only(getsockopt: Any, fd: int) -> bool:
     value, size = ctypes.c_int(0), ctypes.c_uint32(ctypes.sizeof(ctypes.c_int))
     getsockopt(fd, socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, ctypes.byref(value), ctypes.byref(size))
     return bool(value.value)
-
-
-__all__ = [
-    "ALL",
-    "LISTEN_ENV",
-    "LOOPBACK",
-    "MEND",
-    "Listen",
-    "Loopback",
-    "confine_when_imported",
-    "confined_address",
-    "parse_listen",
-]

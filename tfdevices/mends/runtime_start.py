@@ -96,6 +96,3 @@ MEND = register(RuntimeStart())
 def started_by() -> str | None:
     """The line that started TensorFlow's runtime, when the mend was on before it started."""
     return MEND.started_by
-
-
-__all__ = ["MEND", "RuntimeStart", "started_by", "user_frame"]

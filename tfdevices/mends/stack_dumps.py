@@ -64,6 +64,3 @@ def dump_stacks_to(path: str) -> None:
     """Names this rank's stack file and applies the mend (where on)."""
     MEND.path = path
     MEND.apply()
-
-
-__all__ = ["MEND", "StackDumps", "dump_stacks_to"]

@@ -136,6 +136,3 @@ class StepMarks:
             return super().run(fn, args=args, kwargs=kwargs, options=options)  # type: ignore[misc]
         finally:
             writer.end_step()
-
-
-__all__ = ["MEND", "StepMarks", "StepProgress", "note_step_function"]

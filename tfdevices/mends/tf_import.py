@@ -164,5 +164,3 @@ _tf.use_import_hooks(around=QUIET.around, after=AUTOGRAPH.apply)
 
 #: The one door tfdevices imports TensorFlow by, with the hooks above set.
 import_tf = _tf.import_tf
-
-__all__ = ["AUTOGRAPH", "QUIET", "AutographSkip", "QuietImport", "import_tf"]

@@ -252,14 +252,3 @@ def mend_uneven_batches() -> MendStatus:
         The mend's status: applied (and what), not needed (no Keras 3), skipped (and why), or off.
     """
     return MEND.apply()
-
-
-__all__ = [
-    "CHECKED",
-    "MEND",
-    "UNEVEN_BATCH_HINT",
-    "UNEVEN_BATCH_ISSUE",
-    "UNEVEN_BATCH_KERAS",
-    "UnevenBatch",
-    "mend_uneven_batches",
-]

@@ -45,8 +45,6 @@ from tfdevices.verify.drift import PlacementChange, drift, functions_of
 from tfdevices.verify.profiling import Capture
 from tfdevices.verify.run_metadata import Instantiation, PlacementWatch, traced_functions
 
-__all__ = ["PlacementLogger", "PlacementLoggerConfig"]
-
 _FRAMEWORKS = ("keras", "tf_keras")
 
 

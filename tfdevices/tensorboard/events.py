@@ -26,8 +26,6 @@ import os
 import struct
 from collections.abc import Iterator
 
-__all__ = ["run_strings", "EVENTS"]
-
 #: What every event file's name holds.
 EVENTS = "events.out.tfevents"
 _HEADER = struct.Struct("<QI")

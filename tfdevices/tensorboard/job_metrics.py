@@ -41,8 +41,6 @@ from tfdevices.tensorboard.callbacks import _framework, _with_callback_base
 from tfdevices.tensorboard.worker import Worker
 from tfdevices.tensorboard.writer import EventWriter
 
-__all__ = ["JobMetricsLogger"]
-
 
 class JobMetricsLogger:
     """Keras callback: this rank's step series and its GPUs' as TensorBoard scalars in ``logdir/rank{R}``.

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["PLUGIN_NAME", "summary_metadata"]
-
 #: The dashboard's name: its tab, its routes (``/data/plugin/placement/...``), its summaries' plugin name.
 PLUGIN_NAME = "placement"
 

@@ -53,8 +53,6 @@ from tfdevices.tensorboard.trace import chrome_trace
 from tfdevices.verify import read_profile
 from tfdevices.verify.profiles import ProfileFile, find_profiles
 
-__all__ = ["PLUGIN_NAME", "PlacementPlugin"]
-
 _TEXT = "text"
 _SCALARS = "scalars"
 _STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")

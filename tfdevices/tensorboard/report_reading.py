@@ -91,6 +91,3 @@ def busy_us(report: Report) -> dict[str, float]:
             spans.setdefault(op["device"], []).append((start, start + float(op["duration_us"])))
     out.update({device: union_length(s) for device, s in spans.items()})
     return dict(sorted(out.items()))
-
-
-__all__ = ["Report", "busy_us", "devices_of"]

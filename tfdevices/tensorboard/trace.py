@@ -21,8 +21,6 @@ from typing import Any
 from tfdevices.core.errors import InputError
 from tfdevices.tensorboard.report_reading import devices_of
 
-__all__ = ["chrome_trace", "write_trace"]
-
 _OPS_ROW, _TRANSFERS_ROW = 0, 1
 
 

@@ -26,8 +26,6 @@ from typing import Any
 
 from tfdevices.mends.at_exit import call_at_exit
 
-__all__ = ["Worker"]
-
 _workers: weakref.WeakSet[Worker] = weakref.WeakSet()
 _FLUSH_ASKED: list[bool] = []
 _IDLE_S = 5.0  # an idle worker's thread ends after this

@@ -44,8 +44,6 @@ from tfdevices.verify import PlacementReport, read_profile
 from tfdevices.verify.profiles import find_profiles
 from tfdevices.verify.records import _gc_paused
 
-__all__ = ["format_placement", "load_placement", "merged_graph_def", "read_placement", "write_placement"]
-
 _EVENTS = EVENTS
 _FILES = itertools.count()  # event files this process wrote: zero-padded, their names sort in the order they were made
 

@@ -38,8 +38,6 @@ from tfdevices.verify.report import PlacementReport
 from tfdevices.verify.timing import apply_gpu_time, gpu_op_names
 from tfdevices.verify.transfers import context_devices, kernel_name, make_transfer, send_devices, transfer_kernels
 
-__all__ = ["build_report"]
-
 
 @dataclass
 class _Built:

@@ -25,16 +25,6 @@ from typing import Any
 from tfdevices.core.tables import Column, Table
 from tfdevices.verify.records import XLA_CLUSTER, OpPlacement, XlaOpPlacement, union_length
 
-__all__ = [
-    "ClusterRun",
-    "FusionTime",
-    "cluster_runs",
-    "cluster_tables",
-    "fusion_times",
-    "type_tables",
-    "type_times",
-]
-
 _LISTED = 8  # op names a table row lists before "... N more"
 _TOP = 10  # rows of the fusion and op-type tables
 

@@ -39,8 +39,6 @@ from dataclasses import dataclass
 
 from tfdevices.verify.hlo import Command, HloModule, Launch
 
-__all__ = ["Placed", "Untied", "place_run", "MAX_STARTS"]
-
 #: The most places in its computation a run's first kernel is tried at (identical fusions share its name).
 MAX_STARTS = 32
 

@@ -38,8 +38,6 @@ from typing import Any
 
 from tfdevices.verify.records import union_length
 
-__all__ = ["GpuCopy", "GpuKernel", "GpuOp", "GpuPlane", "gpu_index", "parse_annotation", "read_gpu_plane"]
-
 _GPU_PLANE = re.compile(r"^/device:GPU:(\d{1,6})$")
 #: Lines TensorFlow's tools derive from the streams; only ``TensorFlow Ops`` is read (the rest repeat it).
 _DERIVED = (

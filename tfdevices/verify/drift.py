@@ -23,8 +23,6 @@ from typing import Any
 from tfdevices.verify.records import UNKNOWN_DEVICE
 from tfdevices.verify.report import PlacementReport, _listed
 
-__all__ = ["PlacementChange", "drift", "functions_of", "inputs_of"]
-
 _NAMED = 8  # ops named in a summary before "... N more"
 
 

@@ -12,8 +12,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__: list[str] = []
-
 
 @dataclass
 class _Known:

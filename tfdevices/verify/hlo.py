@@ -41,19 +41,6 @@ from typing import Any, NamedTuple
 
 from tfdevices.verify.xplane import MessageTable, build_messages
 
-__all__ = [
-    "Command",
-    "HloModule",
-    "HloModules",
-    "Launch",
-    "hlo_module",
-    "HLO_FIELDS",
-    "METADATA_PLANE",
-    "MAX_HLO_BYTES",
-    "MAX_INSTRUCTIONS",
-    "MAX_CALL_DEPTH",
-]
-
 #: The plane of a profile that holds the XLA modules' HLO.
 METADATA_PLANE = "/host:metadata"
 #: The largest serialized HLO module read (bytes).

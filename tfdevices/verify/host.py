@@ -33,8 +33,6 @@ from tfdevices.verify.kinds import (
 from tfdevices.verify.records import _gc_paused
 from tfdevices.verify.xplane import xplane_module
 
-__all__ = ["read_trace", "parse_space"]
-
 #: The host plane's name in every XSpace TensorFlow writes.
 HOST_PLANE = "/host:CPU"
 

@@ -10,8 +10,6 @@ from typing import Any
 
 from tfdevices.verify.records import TRANSFER_OPS
 
-__all__: list[str] = []
-
 #: Step markers written by ``tf.profiler.experimental.Trace(NAME, step_num=N)`` (tf_keras' fit, custom loops).
 _STEP_EVENTS = frozenset({"train", "test", "predict"})
 

@@ -14,8 +14,6 @@ from collections.abc import Callable, Iterable
 
 from tfdevices.core.errors import InputError, SpecError
 
-__all__ = ["device_matcher", "name_matcher"]
-
 _DEVICE_PATTERN = re.compile(
     r"^(?:/job:(?P<job>[\w*-]+)(?:/replica:\d+)?(?:/task:(?P<task>\d+|\*))?)?"
     r"(?:/?(?:device:)?)(?P<type>[A-Za-z_*]+):(?P<index>\d+|\*)$"

@@ -35,8 +35,6 @@ from tfdevices.verify.hlo import HloModules
 from tfdevices.verify.host import HOST_PLANE, parse_space, read_trace
 from tfdevices.verify.report import PlacementReport
 
-__all__ = ["ProfileFile", "find_profiles", "read_profile", "DEFAULT_MAX_BYTES"]
-
 #: The largest profile file read by default (about 40 million events); ``max_bytes=`` raises it.
 DEFAULT_MAX_BYTES = 1 << 30
 _SUFFIX = ".xplane.pb"

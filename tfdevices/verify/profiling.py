@@ -22,8 +22,6 @@ from tfdevices.verify.recording import _Recorder, _recording
 from tfdevices.verify.report import PlacementReport
 from tfdevices.verify.run_metadata import placed_devices
 
-__all__ = ["Capture", "capture", "capturing"]
-
 _lock = threading.Lock()
 _active = False
 

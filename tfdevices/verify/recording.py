@@ -9,8 +9,6 @@ from typing import Any
 
 from tfdevices.mends.capture_calls import calls_seen
 
-__all__: list[str] = []
-
 
 @dataclass
 class _Call:

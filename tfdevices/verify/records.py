@@ -19,23 +19,6 @@ from tfdevices.core.devices import short_name, task_of
 from tfdevices.core.errors import SpecError
 from tfdevices.core.units import format_bytes
 
-__all__ = [
-    "Collective",
-    "OpPlacement",
-    "PlacementDiff",
-    "Transfer",
-    "TransferGroup",
-    "VariableRead",
-    "XlaOpPlacement",
-    "group_transfers",
-    "union_length",
-    "PLUMBING",
-    "TRANSFER_OPS",
-    "XLA_CLUSTER",
-    "UNKNOWN_DEVICE",
-    "JSON_VERSION",
-]
-
 #: Function plumbing, not computation: left out of ``report.ops``.
 PLUMBING = frozenset({"_Arg", "_Retval", "_DeviceArg", "_DeviceRetval", "NoOp"})
 #: Transfer ops: reported as :class:`Transfer`, not as ops.

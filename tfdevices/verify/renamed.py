@@ -15,8 +15,6 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-__all__: list[str] = []
-
 
 def _renamed(old: str, new: str) -> None:
     message = f"{old} is {new} since tfdevices 0.3.0; the old name goes in 0.4.0."
@@ -30,7 +28,7 @@ class Transfers(tuple):  # type: ignore[type-arg]
 
     report_class: Any  # the report's class, whose transfers_between the call uses
 
-    def __new__(cls, items: Any = (), report_class: Any = None) -> Transfers:
+    def __new__(cls, items: Any = (), report_class: Any = None) -> Transfers:  # noqa: D102
         made = super().__new__(cls, items)
         made.report_class = report_class
         return made
@@ -38,7 +36,7 @@ class Transfers(tuple):  # type: ignore[type-arg]
     def __reduce__(self) -> tuple[Any, ...]:
         return (Transfers, (tuple(self), self.report_class))
 
-    def __call__(self, src: str | None = None, dst: str | None = None) -> tuple[Any, ...]:
+    def __call__(self, src: str | None = None, dst: str | None = None) -> tuple[Any, ...]:  # noqa: D102
         _renamed("PlacementReport.transfers(src, dst)", "PlacementReport.transfers_between(src, dst)")
         return tuple(self.report_class((), self).transfers_between(src, dst))
 

@@ -27,8 +27,6 @@ from tfdevices.verify.records import (
 )
 from tfdevices.verify.renamed import Renamed
 
-__all__ = ["PlacementReport"]
-
 FORMS = ("table", "markdown", "json")  # what PlacementReport.render and `tfdevices placement --format` print
 
 

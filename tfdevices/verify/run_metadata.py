@@ -41,8 +41,6 @@ from tfdevices.verify.drift import PlacementChange, drift, inputs_of
 from tfdevices.verify.records import PLUMBING, TRANSFER_OPS, OpPlacement, Transfer, _location, _plain_name
 from tfdevices.verify.report import PlacementReport
 
-__all__ = ["Instantiation", "PlacementWatch", "placed_devices", "report_of_function_graph", "RUN_METADATA_NOTE"]
-
 _SENDS = frozenset({"_Send", "_HostSend"})
 _RECVS = frozenset({"_Recv", "_HostRecv"})
 #: What a report read from placed graphs says of itself.

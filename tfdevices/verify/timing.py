@@ -32,8 +32,6 @@ from tfdevices.verify.records import (
 )
 from tfdevices.verify.xla import add_xla_kernels
 
-__all__ = ["apply_gpu_time", "gpu_op_names"]
-
 
 def _match(launches: list[float], starts: list[float]) -> list[int]:
     """For each start (sorted), the index of the latest launch at or before it; -1 when none.

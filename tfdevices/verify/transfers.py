@@ -14,8 +14,6 @@ from tfdevices.verify.graph import _Graph
 from tfdevices.verify.host import KEY, STATS, _Kernel
 from tfdevices.verify.records import _DTYPE_BYTES, TRANSFER_OPS, Transfer, _location
 
-__all__ = ["context_devices", "kernel_name", "make_transfer", "send_devices", "transfer_kernels"]
-
 _key_of, _kind_of_key = itemgetter(KEY), itemgetter(1)
 
 

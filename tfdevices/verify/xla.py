@@ -33,8 +33,6 @@ from tfdevices.verify.device import GpuKernel, GpuPlane, nccl_primitive
 from tfdevices.verify.hlo import HloModule, HloModules, Launch, Origin
 from tfdevices.verify.records import XLA_CLUSTER, OpPlacement, XlaOpPlacement, _us
 
-__all__ = ["add_xla_kernels", "fusion_type", "COMMAND_BUFFER_FIX"]
-
 _NUMBERED = re.compile(r"\.\d+$")
 #: What keeps each kernel's own instruction in a profile: XLA without command buffers.
 COMMAND_BUFFER_FIX = (

@@ -21,8 +21,6 @@ import threading
 from types import SimpleNamespace
 from typing import Any
 
-__all__ = ["xplane_module", "build_messages", "XPLANE_FIELDS", "MessageTable"]
-
 #: A message's fields: ``(name, number, label, type, message type or "", oneof or "")``; labels
 #: and types are ``FieldDescriptorProto``'s names without their prefix.
 MessageTable = dict[str, tuple[tuple[str, int, str, str, str, str], ...]]
