@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     import tfdevices
-    from tfdevices.core._tf import import_tf
+    from tfdevices.core.tf_door import import_tf
     from tfdevices.tensorboard.writer import read_placement, write_placement
     from tfdevices.verify import capture
 

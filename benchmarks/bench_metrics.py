@@ -43,7 +43,7 @@ import os, sys, time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tfdevices
 strategy = tfdevices.build_strategy("multi_worker")
-tf = tfdevices.core._tf.import_tf()
+tf = tfdevices.core.tf_door.import_tf()
 rank = tfdevices.launch_info().rank
 with strategy.scope():
     w = tf.Variable(tf.zeros((128, 128)))

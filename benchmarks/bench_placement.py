@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import keras
 
-    from tfdevices.core._tf import import_tf
+    from tfdevices.core.tf_door import import_tf
 
     tf = import_tf()
     sizes = [int(s) for s in args.sizes.split(",")]

@@ -64,7 +64,7 @@ def build(path: str, steps: int) -> int:
 
 def measure_one(path: str, repeats: int) -> dict[str, float]:
     """In this (fresh) process: best read time and peak-RSS growth of reading ``path``."""
-    from tfdevices.core._tf import import_tf
+    from tfdevices.core.tf_door import import_tf
     from tfdevices.verify import read_profile
 
     import_tf()

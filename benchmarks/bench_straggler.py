@@ -66,7 +66,7 @@ def cost_worker(pairs: int, grads: bool) -> None:
     from tfdevices.mends import collective_wait
 
     strategy = tfdevices.build_strategy("multi_worker")
-    tf = tfdevices.core._tf.import_tf()
+    tf = tfdevices.core.tf_door.import_tf()
     rank = tfdevices.launch_info().rank
     replica = _model(tf, strategy, grads)
     plain = tf.function(lambda: strategy.run(replica))
@@ -109,7 +109,7 @@ def slow_worker(steps: int, sleep_s: float, extra: int) -> None:
     import tfdevices
 
     strategy = tfdevices.build_strategy("multi_worker")
-    tf = tfdevices.core._tf.import_tf()
+    tf = tfdevices.core.tf_door.import_tf()
     rank = tfdevices.launch_info().rank
     replica = _model(tf, strategy, grads=False)
     step = tf.function(lambda: strategy.run(replica, args=(extra if rank == 1 else 0,)))

@@ -59,7 +59,7 @@ def main() -> None:
     import tfdevices
 
     tfdevices.configure(tfdevices.select("none", tfdevices.Inventory()), virtual_devices=len(DEVICES))
-    tf = tfdevices.core._tf.import_tf()
+    tf = tfdevices.core.tf_door.import_tf()
     import keras
 
     info = tfdevices.build_strategy("mirrored", DEVICES)

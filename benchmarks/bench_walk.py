@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     import keras
 
     import tfdevices
-    from tfdevices.core._tf import import_tf
+    from tfdevices.core.tf_door import import_tf
     from tfdevices.verify import profiling, recording
     from tfdevices.verify.building import build_report
     from tfdevices.verify.host import parse_space, read_trace

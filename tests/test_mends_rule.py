@@ -187,7 +187,7 @@ def foreign_assignments(source: str) -> list[tuple[int, str]]:
         ("from keras.src import trainer as t\nt.Trainer.fit = lambda self: 0", ["t.Trainer.fit"]),
         ("import tensorflow as tf\nsetattr(tf.config, 'x', 1)", ["tf.config"]),
         ("import tensorflow as tf\ndelattr(tf, 'x')", ["tf"]),
-        ("from tfdevices.core._tf import import_tf\ntf = import_tf()\ntf.foo = 1", ["tf.foo"]),
+        ("from tfdevices.core.tf_door import import_tf\ntf = import_tf()\ntf.foo = 1", ["tf.foo"]),
         ("import importlib\nm = importlib.import_module('json')\nm.dumps = str", ["m.dumps"]),
         ("import sys\nm = sys.modules['json']\nm.dumps = str", ["m.dumps"]),
         ("import abc\nabc.registry['x'] = 1", ["abc.registry"]),

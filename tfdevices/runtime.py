@@ -28,10 +28,10 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeGuard
 
-from tfdevices.core._tf import import_tf
 from tfdevices.core.devices import short_name
 from tfdevices.core.errors import PYTHON, EnvVarError, InputError, RuntimeInitializedError, Terms, TfDevicesError
 from tfdevices.core.memory_limits import MAX_LOGICAL as _MAX_LOGICAL, MIB as _MIB, Limits, normalize_memory_limit
+from tfdevices.core.tf_door import import_tf
 from tfdevices.core.units import format_bytes, parse_count, short_repr
 from tfdevices.gpus import cuda_check, cuda_facts
 from tfdevices.gpus.discovery import discover

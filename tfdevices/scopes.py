@@ -28,9 +28,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from tfdevices import runtime
-from tfdevices.core._tf import import_tf
 from tfdevices.core.devices import default_devices, logical_devices, resolve_devices, tfdevices_name
 from tfdevices.core.errors import InputError
+from tfdevices.core.tf_door import import_tf
 from tfdevices.core.units import format_bytes
 from tfdevices.gpus.discovery import discover
 

@@ -43,10 +43,10 @@ from typing import TYPE_CHECKING, Any
 from warnings import warn
 
 from tfdevices import runtime as rt
-from tfdevices.core._tf import import_tf
 from tfdevices.core.devices import is_logical_name, logical_devices, resolve_devices, short_name, tfdevices_name
 from tfdevices.core.errors import StrategyError
 from tfdevices.core.reduction import CrossDeviceOpsChoice, choose_cross_device_ops
+from tfdevices.core.tf_door import import_tf
 from tfdevices.gpus.discovery import discover
 from tfdevices.jobs.cluster import ClusterEnv, cluster_from_env
 from tfdevices.jobs.coordination_keys import KeyValue

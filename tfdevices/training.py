@@ -26,8 +26,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from tfdevices.core._tf import import_tf
 from tfdevices.core.errors import StrategyError
+from tfdevices.core.tf_door import import_tf
 from tfdevices.mends.keras_fit import (
     KERAS3_FIT_HINT,
     KERAS_FIT_ISSUE,

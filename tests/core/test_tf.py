@@ -125,8 +125,8 @@ def test_cudas_no_driver_complaint_is_dropped_where_there_is_no_driver():
     assert "tf.Tensor(2" in quiet.stdout
 
 
-#: Where ``import tensorflow`` (the package itself) may appear: :mod:`tfdevices.core._tf` alone.
-_IMPORTS_TENSORFLOW = {"core/_tf.py"}
+#: Where ``import tensorflow`` (the package itself) may appear: :mod:`tfdevices.core.tf_door` alone.
+_IMPORTS_TENSORFLOW = {"core/tf_door.py"}
 
 
 def _imports_of_tensorflow(source: str) -> list[int]:
@@ -154,5 +154,5 @@ def test_the_door_is_the_one_import_of_tensorflow_as_its_docstring_says():
         for path in package.rglob("*.py")
         if _imports_of_tensorflow(path.read_text())
     }
-    assert found <= _IMPORTS_TENSORFLOW and "core/_tf.py" in found
+    assert found <= _IMPORTS_TENSORFLOW and "core/tf_door.py" in found
     assert _imports_of_tensorflow("if TYPE_CHECKING:\n    import tensorflow as tf\nimport tensorflow") == [3]

@@ -87,7 +87,7 @@ def test_quiet_import_is_not_needed_where_the_level_shows_info() -> None:
 # the one part of tfdevices that imports TensorFlow below the mends floor: core (the door itself,
 # and core.devices, whose callers all stand above it); and discover(source="tensorflow"), an
 # explicit TensorFlow listing on the GPU listing's path, which must not import the mends (60 ms)
-EXEMPT = {"tfdevices.core._tf", "tfdevices.core.devices", "tfdevices.gpus.discovery"}
+EXEMPT = {"tfdevices.core.tf_door", "tfdevices.core.devices", "tfdevices.gpus.discovery"}
 
 
 def _modules_importing_tensorflow() -> list[str]:
@@ -111,8 +111,8 @@ def test_every_part_that_imports_tensorflow_goes_through_the_mended_door() -> No
         "import importlib, sys\n"
         "for name in sys.argv[1:]:\n"
         "    importlib.import_module(name)\n"
-        "from tfdevices.core import _tf\n"
-        "print(_tf._hooks['around'] is not None and _tf._hooks['after'] is not None)\n"
+        "from tfdevices.core import tf_door\n"
+        "print(tf_door._hooks['around'] is not None and tf_door._hooks['after'] is not None)\n"
     )
     unmended = []
     for module in modules:  # each alone, in a fresh interpreter: nothing else imported the mends first

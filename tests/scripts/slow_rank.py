@@ -65,7 +65,7 @@ class Length:
 
 def main(mode: str, kind: str, ranks: set[int], steps: int) -> None:
     strategy = tfdevices.build_strategy("multi_worker")
-    tf = tfdevices.core._tf.import_tf()
+    tf = tfdevices.core.tf_door.import_tf()
     rank = tfdevices.launch_info().rank
     slow = rank in ranks
     extra = EXTRA_MATMULS if kind == "compute" and slow else 0

@@ -23,7 +23,7 @@ import tfdevices
 
 def main(mode: str, ranks: set[int], seconds: float, steps: int) -> None:
     strategy = tfdevices.build_strategy("multi_worker")
-    tf = tfdevices.core._tf.import_tf()
+    tf = tfdevices.core.tf_door.import_tf()
     rank = tfdevices.launch_info().rank
     if mode in ("loop", "dataset"):
         loop(tf, strategy, rank, mode, ranks, seconds, steps)

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from tfdevices.core._tf import import_tf
 from tfdevices.core.errors import SpecError
 from tfdevices.core.lazy import LazyPattern
+from tfdevices.core.tf_door import import_tf
 
 _LOGICAL = LazyPattern(
     r"^(?:/job:(?P<job>[\w-]+)(?:/replica:\d+)?(?:/task:(?P<task>\d+))?)?"

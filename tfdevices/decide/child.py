@@ -25,8 +25,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from tfdevices.core._tf import import_tf
 from tfdevices.core.errors import TfDevicesError
+from tfdevices.core.tf_door import import_tf
 from tfdevices.decide.advise import time_shares
 from tfdevices.decide.candidates import Profile
 from tfdevices.decide.messages import (

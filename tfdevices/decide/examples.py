@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tfdevices.core._tf import import_tf
+from tfdevices.core.tf_door import import_tf
 
 __all__ = ["deep_mlp", "small_convnet", "tiny_mlp", "wide_mlp"]
 

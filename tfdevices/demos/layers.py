@@ -109,7 +109,7 @@ def main(argv: list[str]) -> None:
     if not FLAGS["verbosity"].present:
         absl_logging.set_verbosity(absl_logging.WARNING)
     setup = explanation(tfd_flags.configure_from_flags(cpu_virtual_devices=max(CPU_DEVICES, FLAGS.devices)))
-    tf = tfdevices.core._tf.import_tf()
+    tf = tfdevices.core.tf_door.import_tf()
     import keras  # noqa: PLC0415 (lazy Keras)
     import numpy as np  # noqa: PLC0415 (lazy NumPy, with TensorFlow)
 

@@ -68,7 +68,7 @@ def main(argv: list[str]) -> None:
             tfd_flags.configure_from_flags(cpu_virtual_devices=CPU_DEVICES, global_batch_size=FLAGS.batch_size)
         )
     print(setup.table(), "\n", flush=True)
-    tf = tfdevices.core._tf.import_tf()
+    tf = tfdevices.core.tf_door.import_tf()
     import keras  # noqa: PLC0415 (lazy Keras)
 
     info = setup.strategy

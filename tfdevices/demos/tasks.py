@@ -48,7 +48,7 @@ def main(argv: list[str]) -> None:
         absl_logging.set_verbosity(absl_logging.WARNING)
     setup = explanation(tfd_flags.configure_from_flags(cpu_virtual_devices=CPU_DEVICES))
     print(setup.runtime.table(), "\n", flush=True)
-    tf = tfdevices.core._tf.import_tf()
+    tf = tfdevices.core.tf_door.import_tf()
     first, second = two_devices(setup.runtime.logical_devices)
     n, rounds = FLAGS.size, FLAGS.rounds
 

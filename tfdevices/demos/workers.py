@@ -38,7 +38,7 @@ def main(argv: list[str]) -> None:
     mine = tfdevices.gpu_for_rank(info, tfdevices.discover())
     check_batch_size(FLAGS.batch_size, info.world_size * max(1, len(mine.gpus)))  # before TensorFlow starts
     tfdevices.configure(mine.spec)  # before TensorFlow starts: this process sees only its GPU(s)
-    tf = tfdevices.core._tf.import_tf()
+    tf = tfdevices.core.tf_door.import_tf()
     import keras  # noqa: PLC0415 (lazy Keras)
 
     strategy = tfdevices.build_strategy("multi_worker")

@@ -21,9 +21,9 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from tfdevices.core._tf import import_tf
 from tfdevices.core.errors import InputError, InventoryFileError
 from tfdevices.core.records import replace
+from tfdevices.core.tf_door import import_tf
 from tfdevices.core.units import short_repr
 from tfdevices.gpus import nvml, processes, topology as topo, visibility
 from tfdevices.gpus.gpuinfo import GpuInfo

@@ -41,7 +41,7 @@ import threading
 import time
 from typing import Any
 
-from tfdevices.core._tf import import_tf
+from tfdevices.core.tf_door import import_tf
 from tfdevices.mends.base import Finding, Mend, needed, register, unknown, without_tensorflow
 
 #: Steps between reads at the least: the first read after this step (past the compiled first steps).

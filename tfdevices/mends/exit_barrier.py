@@ -24,8 +24,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from tfdevices.core._tf import import_tf
 from tfdevices.core.errors import EnvVarError
+from tfdevices.core.tf_door import import_tf
 from tfdevices.core.units import parse_seconds, short_repr
 from tfdevices.mends.base import Finding, Mend, needed, register, unknown, without_tensorflow
 

@@ -18,7 +18,7 @@ import os
 import traceback
 from typing import Any
 
-from tfdevices.core._tf import import_tf
+from tfdevices.core.tf_door import import_tf
 from tfdevices.mends.base import Finding, Mend, needed, not_needed, register, unknown, without_tensorflow
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from tfdevices.core._tf import import_tf
+from tfdevices.core.tf_door import import_tf
 from tfdevices.mends import collective_wait
 from tfdevices.mends.base import Finding, Mend, needed, register, unknown, without_tensorflow
 

@@ -20,7 +20,7 @@ has ``CONVERSION_RULES`` and ``DoNotConvert``. Off, or not detected (said once, 
 converts tfdevices code as any other, and may log what it could not convert. Undone: the rule is taken
 out again.
 
-Both take effect through :func:`tfdevices.core._tf.import_tf`, the one door tfdevices imports
+Both take effect through :func:`tfdevices.core.tf_door.import_tf`, the one door tfdevices imports
 TensorFlow by; importing this module (as importing :mod:`tfdevices.mends` does) sets its hooks.
 """
 
@@ -34,7 +34,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from tfdevices.core import _tf
+from tfdevices.core import tf_door
 from tfdevices.mends.base import APPLIED, Finding, Mend, needed, not_needed, register, unknown, without_tensorflow
 
 #: C++ lines TensorFlow prints before its log level applies: INFO lines and absl's banner.
@@ -160,7 +160,7 @@ class AutographSkip(Mend):
 
 QUIET = register(QuietImport())
 AUTOGRAPH = register(AutographSkip())
-_tf.use_import_hooks(around=QUIET.around, after=AUTOGRAPH.apply)
+tf_door.use_import_hooks(around=QUIET.around, after=AUTOGRAPH.apply)
 
 #: The one door tfdevices imports TensorFlow by, with the hooks above set.
-import_tf = _tf.import_tf
+import_tf = tf_door.import_tf

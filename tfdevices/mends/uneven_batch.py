@@ -45,7 +45,7 @@ import inspect
 import threading
 from typing import Any
 
-from tfdevices.core._tf import import_tf
+from tfdevices.core.tf_door import import_tf
 from tfdevices.mends import keras_trainer
 from tfdevices.mends.base import (
     Checked,

@@ -33,9 +33,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
 
-from tfdevices.core._tf import import_tf
 from tfdevices.core.devices import short_name
 from tfdevices.core.errors import InputError, PlacementChangedError
+from tfdevices.core.tf_door import import_tf
 from tfdevices.core.units import format_bytes
 from tfdevices.mends import fit_end
 from tfdevices.tensorboard.worker import Worker

@@ -35,9 +35,9 @@ import time
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
-from tfdevices.core._tf import import_tf
 from tfdevices.core.errors import InputError
 from tfdevices.core.paths import check_directory
+from tfdevices.core.tf_door import import_tf
 from tfdevices.tensorboard.events import EVENTS, run_strings
 from tfdevices.tensorboard.metadata import summary_metadata
 from tfdevices.verify import PlacementReport, read_profile

@@ -11,8 +11,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from tfdevices.core._tf import import_tf
 from tfdevices.core.errors import InputError, TfDevicesError
+from tfdevices.core.tf_door import import_tf
 from tfdevices.core.units import short_repr
 from tfdevices.mends.at_exit import call_at_exit
 from tfdevices.runtime import hold_run_metadata, release_run_metadata, run_metadata_held

@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from tfdevices.core._tf import import_tf
+from tfdevices.core.tf_door import import_tf
 from tfdevices.runtime import hold_run_metadata, release_run_metadata
 from tfdevices.verify.drift import PlacementChange, drift, inputs_of
 from tfdevices.verify.records import PLUMBING, TRANSFER_OPS, OpPlacement, Transfer, _location, _plain_name
