@@ -24,6 +24,7 @@ from typing import IO, Any
 
 from tfdevices.decide.messages import ChildSpec, Command, Failed, Reply, Stop, decode, encode
 from tfdevices.jobs.orphan_guard import OrphanGuard
+from tfdevices.jobs.process_stop import stop_processes
 
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _GRACE_S = 2.0
@@ -34,20 +35,6 @@ def _child_env() -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     return env
-
-
-def _kill_group(proc: subprocess.Popen[Any]) -> None:
-    """SIGTERM to the child's process group, SIGKILL after a grace period."""
-    for sig, wait in ((signal.SIGTERM, _GRACE_S), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except OSError:
-            return
-        try:
-            proc.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 @contextlib.contextmanager
@@ -143,7 +130,7 @@ class Child:
             self.stop()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=_GRACE_S)
-        _kill_group(self.proc)
+        stop_processes([self.proc], _GRACE_S)  # its process group: SIGTERM, then SIGKILL
         self._orphan_guard.release(self.proc.pid)
         for stream in (self.proc.stdin, self._replies):
             with contextlib.suppress(OSError, ValueError):

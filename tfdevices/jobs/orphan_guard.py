@@ -2,7 +2,10 @@
 
 A small process started beside the launcher reads the workers' process groups from a
 pipe. When the pipe closes without ``done`` (the launcher is gone, however it went) it
-sends each group SIGTERM, then SIGKILL after :data:`ORPHAN_GUARD_GRACE_S` seconds.
+sends each group SIGTERM, then SIGKILL after :data:`ORPHAN_GUARD_GRACE_S` seconds, with
+:func:`~tfdevices.jobs.process_stop.stop_processes`: the guard runs with ``python -I -S``
+(no site, no path: nothing of the user's environment), so it runs that module's source
+(:func:`~tfdevices.jobs.process_stop.stop_source`) rather than importing it.
 """
 
 from __future__ import annotations
@@ -10,11 +13,13 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from tfdevices.jobs.process_stop import stop_source
+
 ORPHAN_GUARD_GRACE_S = 2.0
 
 
-_ORPHAN_GUARD = r"""
-import os, signal, sys, time
+_GUARD_MAIN = r"""
+import signal, sys
 for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
     signal.signal(s, signal.SIG_IGN)
 groups = set()
@@ -24,26 +29,9 @@ for line in sys.stdin:
         sys.exit(0)
     if word[:1] in "+-" and word[1:].isdigit():
         (groups.add if word[0] == "+" else groups.discard)(int(word[1:]))
-def alive(g):
-    try:
-        os.killpg(g, 0)
-        return True
-    except OSError:
-        return False
-for g in groups:
-    try:
-        os.killpg(g, signal.SIGTERM)
-    except OSError:
-        pass
-deadline = time.monotonic() + float(sys.argv[1])
-while time.monotonic() < deadline and any(alive(g) for g in groups):
-    time.sleep(0.05)
-for g in groups:
-    try:
-        os.killpg(g, signal.SIGKILL)
-    except OSError:
-        pass
+stop_processes(sorted(groups), float(sys.argv[1]), groups=True)
 """
+"""The guard's own lines, run after :mod:`tfdevices.jobs.process_stop`'s source (it cannot import the package)."""
 
 
 class OrphanGuard:
@@ -60,8 +48,9 @@ class OrphanGuard:
 
     def __enter__(self) -> OrphanGuard:
         try:
+            script = stop_source() + _GUARD_MAIN  # the one way to stop processes, as text: -I -S imports no package
             self._proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-c", _ORPHAN_GUARD, str(ORPHAN_GUARD_GRACE_S)],
+                [sys.executable, "-I", "-S", "-c", script, str(ORPHAN_GUARD_GRACE_S)],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
