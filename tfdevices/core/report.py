@@ -8,12 +8,11 @@ a:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
-from tfdevices.core.records import record
 
-
-@record
+@dataclasses.dataclass(frozen=True)
 class Report:
     """What ``tfdevices doctor`` found; :meth:`text` for people, :meth:`to_dict` for ``--json``.
 

@@ -20,8 +20,9 @@ an environment variable's value (a mask, a folder ``LD_LIBRARY_PATH`` names): va
 
 from __future__ import annotations
 
+import dataclasses
+
 from tfdevices.core.errors import EnvVarError
-from tfdevices.core.records import record
 from tfdevices.gpus.cuda_facts import CudaFacts, TfInstall
 from tfdevices.gpus.cuda_libraries import START_LIBRARIES, WHEEL_FOLDER, Found
 from tfdevices.gpus.gpuinfo import GpuInfo
@@ -68,7 +69,7 @@ _DRIVER_FOR = {(11, 8): "520", (12, 0): "525", (12, 2): "535", (12, 4): "550", (
                (12, 8): "570", (13, 0): "580"}  # fmt: skip
 
 
-@record
+@dataclasses.dataclass(frozen=True)
 class Finding:
     """One cause, in the house's error style.
 

@@ -18,10 +18,10 @@ them; nothing made from it prints one.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 
-from tfdevices.core.records import record, replace
 from tfdevices.gpus import cuda_libraries as libs, nvml
 from tfdevices.gpus.cuda_libraries import Found
 from tfdevices.gpus.gpuinfo import GpuInfo
@@ -50,7 +50,7 @@ _MAX_TEXT = 1 << 16  # build_info.py, METADATA lines, /proc files: the most read
 _MAX_NODES = 256
 
 
-@record
+@dataclasses.dataclass(frozen=True)
 class BuildInfo:
     """What TensorFlow's ``build_info.py`` says (``tf.sysconfig.get_build_info()``, without importing TensorFlow).
 
@@ -67,7 +67,7 @@ class BuildInfo:
     capabilities: tuple[str, ...] = ()
 
 
-@record
+@dataclasses.dataclass(frozen=True)
 class TfInstall:
     """The installed TensorFlow, from its distributions' metadata and files.
 
@@ -87,7 +87,7 @@ class TfInstall:
     site: str | None = None
 
 
-@record
+@dataclasses.dataclass(frozen=True)
 class Driver:
     """``libcuda.so.1`` as the probe found it.
 
@@ -104,7 +104,7 @@ class Driver:
     count: int | None = None
 
 
-@record
+@dataclasses.dataclass(frozen=True)
 class CudaFacts:
     """Everything :mod:`tfdevices.gpus.cuda_check` judges; gathered once by :func:`gather`.
 
@@ -272,21 +272,21 @@ def _probed(facts: CudaFacts, env: Mapping[str, str]) -> CudaFacts:
         answer = None
     if answer is None:
         error = "the probe process did not answer (it crashed loading these libraries)"
-        return replace(facts, driver=Driver(replace(found, error=error)))
+        return dataclasses.replace(facts, driver=Driver(dataclasses.replace(found, error=error)))
     said = dict(answer.get("libraries", ()))
 
     def loaded(f: Found) -> Found:
         error = said.get(f.name)
-        return f if not error else replace(f, error=libs.scrub(error, f))
+        return f if not error else dataclasses.replace(f, error=libs.scrub(error, f))
 
     d = answer.get("driver") or {}
     driver = Driver(
-        replace(found, error=libs.scrub(d["error"], found) if d.get("error") else None),
+        dataclasses.replace(found, error=libs.scrub(d["error"], found) if d.get("error") else None),
         _whole(d.get("cu_init")),
         _whole(d.get("version")),
         _whole(d.get("count")),
     )
-    return replace(
+    return dataclasses.replace(
         facts,
         driver=driver,
         libraries=tuple(loaded(f) for f in facts.libraries),

@@ -13,9 +13,8 @@ path, its cache (``ldconfig -p``), then the system folders (``man ld.so``): :fun
 
 from __future__ import annotations
 
+import dataclasses
 import os
-
-from tfdevices.core.records import record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -58,7 +57,7 @@ _SYSTEM_FOLDERS = {
 _CACHE_ARCH = {"x86_64": "x86-64", "aarch64": "AArch64"}
 
 
-@record
+@dataclasses.dataclass(frozen=True)
 class Found:
     """Where one library would be loaded from, and what loading it said.
 

@@ -62,7 +62,6 @@ import socket
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from typing import NamedTuple
 
 from tfdevices.core.errors import InputError, ReservationError, SelectionError, SpecError
 from tfdevices.gpus.discovery import discover
@@ -322,7 +321,8 @@ def reserve(
     if inventory is None:
         inventory = discover()
     directory = lock_dir or default_lock_dir()
-    wanted, text, exact, base = _wanted(request, inventory, min_free_memory, max_utilization)
+    asked = _wanted(request, inventory, min_free_memory, max_utilization)
+    wanted, text, exact, base = asked.gpus, asked.text, asked.exact, asked.selection
     if base is not None and not wanted:  # "none", or "all" on a machine without a visible GPU: nothing to claim
         return Reservation((), base, directory, {}, text, 0.0, ())
     _prepare(directory)
@@ -338,7 +338,8 @@ def reserve(
         time.sleep(poll_interval if timeout is None else max(0.0, min(poll_interval, timeout - waited)))
 
 
-class _Wanted(NamedTuple):
+@dataclasses.dataclass(frozen=True)
+class _Wanted:
     """What a request asks to claim (internal)."""
 
     gpus: tuple[GpuInfo, ...]
