@@ -3,10 +3,22 @@
 from __future__ import annotations
 
 import io
+import logging
 
 from hypothesis import given, settings, strategies as st
 
-from tfdevices.jobs.console import LINE, PROGRESS, PROGRESS_END, Console, Record, Splitter, on_console, say
+from tfdevices.jobs.console import (
+    LINE,
+    LOGGER,
+    PROGRESS,
+    PROGRESS_END,
+    Console,
+    ConsoleHandler,
+    Record,
+    Splitter,
+    on_console,
+    say,
+)
 
 # Keras' progress bar: "\r" + bar, the next update "\b" * width + "\r" + bar, the last one ends with "\n"
 KERAS = b"Epoch 1/2\n\r1/3 [=>  ]\b\b\b\b\b\b\b\b\b\b\r2/3 [==> ]\b\b\b\b\b\b\b\b\b\b\r3/3 [===]\ndone\n"
@@ -154,15 +166,45 @@ def test_a_reader_going_away_closes_the_console_quietly():
     assert console.closed
 
 
-def test_say_goes_to_the_running_launchs_console_else_to_stderr(capsys) -> None:
-    # the one path the jobs' own lines take: the latest launch's console while it runs, stderr outside one
+def test_say_goes_to_the_running_launchs_console_else_to_the_applications_handlers(caplog) -> None:
+    # the one path the jobs' own lines take: the latest launch's console while it runs, else the application's
+    # handlers (here pytest's; stderr where there are none: tests/test_logging.py, in processes of their own)
     outer, inner = io.StringIO(), io.StringIO()
-    with on_console(Console(outer)):
-        say("one")
-        with on_console(Console(inner)):  # a launch inside a launch (a test's): its own console
-            say("two")
-        say("three")
-    say("four")
+    with caplog.at_level(logging.INFO, logger="tfdevices"):
+        with on_console(Console(outer)):
+            say("one")
+            with on_console(Console(inner)):  # a launch inside a launch (a test's): its own console
+                say("two")
+            say("three")
+        say("four")
     assert outer.getvalue().splitlines() == ["[launcher] one", "[launcher] three"]
     assert inner.getvalue().splitlines() == ["[launcher] two"]
-    assert capsys.readouterr().err.splitlines() == ["four"]
+    assert [(r.name, r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("tfdevices.jobs", "INFO", text) for text in ("one", "two", "three", "four")
+    ]  # a caller outside tfdevices.jobs: its logger is tfdevices.jobs itself
+    assert not any(isinstance(h, ConsoleHandler) for h in LOGGER.handlers)  # each launch's handler left with it
+
+
+def test_say_logs_under_its_callers_module(caplog) -> None:
+    # a module of tfdevices.jobs that says a line: the record is its module's, where the call is
+    namespace = {"__name__": "tfdevices.jobs.rendezvous", "say": say}
+    exec(compile("def tell():\n    say('joined')\n", "rendezvous.py", "exec"), namespace)
+    with caplog.at_level(logging.INFO, logger="tfdevices"):
+        namespace["tell"]()
+    (record,) = caplog.records
+    assert (record.name, record.getMessage(), record.filename, record.lineno) == (
+        "tfdevices.jobs.rendezvous",
+        "joined",
+        "rendezvous.py",
+        2,
+    )
+
+
+def test_a_failing_console_is_said_by_logging_not_raised_into_the_job(monkeypatch) -> None:
+    console = Console(io.StringIO())
+    monkeypatch.setattr(console, "say", lambda text: 1 / 0)
+    errors: list[logging.LogRecord] = []
+    handler = ConsoleHandler(console)
+    monkeypatch.setattr(handler, "handleError", errors.append)
+    handler.handle(logging.LogRecord("tfdevices.jobs", logging.INFO, "x.py", 1, "hello", None, None))
+    assert [r.getMessage() for r in errors] == ["hello"]

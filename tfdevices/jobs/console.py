@@ -16,6 +16,14 @@ decides what reaches the launcher's console:
 * with ``ranks`` set, only those ranks' lines (``--log-dir`` without ``--tee``: rank 0).
 
 The per-rank logs (``--log-dir``) get every line of their rank, progress by its final state.
+
+tfdevices speaks through :mod:`logging`, under the logger ``tfdevices``: :func:`say` logs the jobs' lines at INFO
+to the caller's module's logger (``tfdevices.jobs.rendezvous``, ...), and where they land is a handler's choice.
+While a launch runs, :func:`on_console` installs a :class:`ConsoleHandler` (``[launcher] ...`` on its console).
+Where the application configured no handler of its own, :class:`StderrFallback` writes each line alone on stderr,
+as :data:`logging.lastResort` would (it shows the jobs' INFO lines too); where it did (``logging.basicConfig``,
+absl, pytest), the fallback steps aside: no line twice. In a worker ``tfdevices launch`` started,
+:func:`worker_lines` keeps them plain on its stderr, which the launcher reads.
 """
 
 from __future__ import annotations
@@ -23,6 +31,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import inspect
+import logging
 import re
 import sys
 import threading
@@ -223,31 +233,140 @@ class Console:
             self.closed = True
 
 
-# --------------------------------------------------------------------------- the one reporting path
+# --------------------------------------------------------------------------- the one reporting path: logging
 
-_CONSOLES: list[Console] = []  # the launcher's consoles of the jobs this process runs, the latest last
+#: The jobs' logger: :func:`say`'s lines, each under its caller's module (``tfdevices.jobs.metrics``, ...).
+LOGGER = logging.getLogger("tfdevices.jobs")
+#: The lowest level :class:`StderrFallback` shows, by logger (and the loggers below it): the jobs' INFO lines,
+#: which tfdevices always showed; every other logger of tfdevices from WARNING, as :data:`logging.lastResort`.
+FALLBACK_LEVELS = {LOGGER.name: logging.INFO}
+_CONSOLES: list[ConsoleHandler] = []  # the handlers of the consoles of the launches this process runs, latest last
 _CONSOLES_LOCK = threading.Lock()
+
+
+class ConsoleHandler(logging.Handler):
+    """Writes each record of the jobs' loggers to a launch's console as ``[launcher] MESSAGE``
+    (:meth:`Console.say`). :func:`on_console` installs it on :data:`LOGGER` while the launch runs.
+
+    Args:
+        console: the launch's console.
+    """
+
+    def __init__(self, console: Console) -> None:
+        super().__init__(logging.INFO)
+        self.console = console
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Says the record's message (and its exception, if any) on the console."""
+        try:
+            self.console.say(self.format(record))
+        except Exception:  # noqa: BLE001 (logging's contract: a handler that fails says so, never raises)
+            self.handleError(record)
+
+
+class StderrFallback(logging.Handler):
+    """tfdevices' lines on stderr, each as its message alone, where nothing else handles them: no handler of the
+    application's (or a console's) on the record's way up the loggers, as :data:`logging.lastResort` decides. It
+    shows a record from its logger's level in :data:`FALLBACK_LEVELS` (WARNING for the rest). Installed once on the
+    ``tfdevices`` logger; it writes to ``sys.stderr`` as it is at each line (pytest's capture, a redirect).
+    """
+
+    fallback = True  # how another copy of this module (a reload) knows one, and steps aside for none
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Writes the record, unless it is below its level here or another handler has it."""
+        if record.levelno < fallback_level(record.name) or handled_elsewhere(record):
+            return
+        stream = sys.stderr
+        if stream is None:  # pythonw, a closed stderr: nowhere to write
+            return
+        try:
+            stream.write(self.format(record) + "\n")
+            stream.flush()
+        except Exception:  # noqa: BLE001 (a reader gone, a closed stream: logging's contract, never raise)
+            self.handleError(record)
+
+
+def fallback_level(name: str) -> int:
+    """The lowest level :class:`StderrFallback` shows from the logger ``name`` (pure).
+
+    >>> fallback_level("tfdevices.jobs.rendezvous") == logging.INFO, fallback_level("tfdevices.mends.loopback")
+    (True, 30)
+    """
+    for prefix, level in FALLBACK_LEVELS.items():
+        if name == prefix or name.startswith(prefix + "."):
+            return level
+    return logging.WARNING
+
+
+def handled_elsewhere(record: logging.LogRecord) -> bool:
+    """Whether a handler other than the fallback gets ``record``: one on its logger or above, as far as the
+    loggers propagate (the root's included; Python's own test for its last resort).
+    """
+    logger: logging.Logger | None = logging.getLogger(record.name)
+    while logger is not None:
+        if any(not getattr(h, "fallback", False) for h in logger.handlers):
+            return True
+        logger = logger.parent if logger.propagate else None
+    return False
+
+
+def _install_fallback() -> None:
+    """The ``tfdevices`` logger: the fallback on it, once, and INFO where nothing set its level (the root's
+    WARNING would drop the jobs' lines before any handler saw them).
+    """
+    top = logging.getLogger("tfdevices")
+    if not any(getattr(h, "fallback", False) for h in top.handlers):
+        top.addHandler(StderrFallback())
+    if top.level == logging.NOTSET:
+        top.setLevel(logging.INFO)
+
+
+_install_fallback()
+
+
+def worker_lines() -> None:
+    """In a worker that ``tfdevices launch`` started: tfdevices' lines go to the worker's stderr as they are
+    (the launcher reads them: the listen check's mark, the rank's notes), whatever handlers the program gives
+    the root logger (``basicConfig``, absl's, whose ``I1202 ...]`` lines the console hides as TensorFlow's): the
+    ``tfdevices`` logger stops propagating to the root, and the fallback writes them. A handler the program adds
+    to ``tfdevices`` itself still gets them; levels apply as everywhere.
+    """
+    top = logging.getLogger("tfdevices")
+    top.propagate = False
 
 
 @contextlib.contextmanager
 def on_console(console: Console) -> Iterator[Console]:
-    """While a launch runs: what :func:`say` says goes to ``console`` (the latest of nested launches)."""
+    """While a launch runs: what :func:`say` says goes to ``console`` (the latest of nested launches), through a
+    :class:`ConsoleHandler` on :data:`LOGGER`.
+    """
+    handler = ConsoleHandler(console)
     with _CONSOLES_LOCK:
-        _CONSOLES.append(console)
+        if _CONSOLES:
+            LOGGER.removeHandler(_CONSOLES[-1])
+        _CONSOLES.append(handler)
+        LOGGER.addHandler(handler)
     try:
         yield console
     finally:
         with _CONSOLES_LOCK:
-            _CONSOLES.remove(console)
+            latest = _CONSOLES[-1] is handler
+            _CONSOLES.remove(handler)
+            if latest:
+                LOGGER.removeHandler(handler)
+                if _CONSOLES:
+                    LOGGER.addHandler(_CONSOLES[-1])
 
 
 def say(text: str) -> None:
-    """A line of tfdevices' own for people: on the launcher's console (``[launcher] ...``) where this process
-    runs a launch, else on stderr (a worker, rank 0's watch). The one path the jobs' messages take.
+    """A line of tfdevices' own for people: logged at INFO to the caller's module's logger under
+    :data:`LOGGER` (``tfdevices.jobs`` for a caller outside it). Its handlers place it: the launcher's console
+    (``[launcher] ...``) where this process runs a launch, the application's handlers where it has some, else
+    stderr (a worker, rank 0's watch). The one path the jobs' messages take.
     """
-    with _CONSOLES_LOCK:
-        console = _CONSOLES[-1] if _CONSOLES else None
-    if console is not None:
-        console.say(text)
-    else:
-        print(text, file=sys.stderr, flush=True)
+    frame = inspect.currentframe()
+    caller = frame.f_back if frame is not None else None
+    name = caller.f_globals.get("__name__", "") if caller is not None else ""
+    logger = logging.getLogger(name if name.startswith(LOGGER.name + ".") else LOGGER.name)
+    logger.info(text, stacklevel=2)
