@@ -16,6 +16,7 @@ Neither depends on the mend: with the mend off, undone or bypassed, the check st
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import socket
@@ -56,12 +57,13 @@ def watch_listen(
         rank: the worker's rank, for the message.
         pid: the process whose sockets to read (``self``).
         stop: ends the worker with :data:`LISTEN_STATUS` (``os._exit``: no clean-up may keep the port open longer).
-        out: prints a line (default: stderr, flushed).
+        out: says a line (default: logged to ``tfdevices.jobs.listen_check``, ERROR for a breach, else WARNING;
+            in a launched worker it reaches the worker's stderr as it is, for the launcher).
 
     Returns:
         The thread.
     """
-    say = out or _stderr
+    say = out or _log_line
 
     def check() -> None:
         pause = _POLL_S[0]
@@ -269,5 +271,6 @@ def _shown(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def _stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+def _log_line(line: str) -> None:
+    """A line of the worker's listen check, logged: a breach (:data:`LISTEN_MARK`) as an error, else a warning."""
+    logging.getLogger(__name__).log(logging.ERROR if line.startswith(LISTEN_MARK) else logging.WARNING, line)

@@ -15,17 +15,20 @@ off. No change to the script, no TensorFlow here.
 
 from __future__ import annotations
 
+import logging
 import os
-import sys
 import tempfile
 from collections.abc import MutableMapping
 
 from tfdevices.core.errors import EnvVarError, TfDevicesError
+from tfdevices.jobs.console import worker_lines
 from tfdevices.jobs.listen_check import LISTEN_MARK, LISTEN_STATUS, watch_listen
 from tfdevices.jobs.rank_hooks import start_reporting
 from tfdevices.mends import keras_fit, loopback as loopback_mend
 from tfdevices.mends.base import MENDS_ENV, parse_mends_off
 from tfdevices.mends.loopback import LISTEN_ENV, parse_listen
+
+_log = logging.getLogger(__name__)
 
 _TEMPLATE = '''"""Written by tfdevices launch for this worker."""
 import importlib.machinery
@@ -66,6 +69,7 @@ def start_worker(env: MutableMapping[str, str] | None = None) -> None:
     A malformed ``TFDEVICES_LISTEN`` ends the worker (status :data:`LISTEN_STATUS`) with one line
     naming the variable: it cannot be kept where nobody can say.
     """
+    worker_lines()  # tfdevices' lines reach the launcher as they are, whatever logging the program configures
     env = os.environ if env is None else env
     rank = env.get("RANK", "?")
     value = env.get(LISTEN_ENV)
@@ -73,14 +77,14 @@ def start_worker(env: MutableMapping[str, str] | None = None) -> None:
         try:
             target = parse_listen(value)
         except EnvVarError as err:
-            _stderr(f"{LISTEN_MARK} {err}")
+            _log.error("%s %s", LISTEN_MARK, err)
             os._exit(LISTEN_STATUS)
         loopback_mend.confine_when_imported(target, then=lambda: watch_listen(target, rank))
     try:
         start_reporting()  # where this rank is, for the launcher's stall watch
         keras_fit.install_when_imported()
     except TfDevicesError as err:  # a bad TFDEVICES_MENDS: the launcher checked it, the worker says it
-        _stderr(f"tfdevices: {err}")
+        _log.warning("tfdevices: %s", err)
 
 
 def worker_site(env: MutableMapping[str, str], *, mends_off: frozenset[str] = frozenset()) -> str:
@@ -104,7 +108,3 @@ def worker_site(env: MutableMapping[str, str], *, mends_off: frozenset[str] = fr
         f.write(_TEMPLATE)
     env["PYTHONPATH"] = site + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return site
-
-
-def _stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)

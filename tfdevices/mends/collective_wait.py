@@ -36,6 +36,7 @@ time between steps (a rank slow inside its step is then not told apart). Undone:
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -254,7 +255,9 @@ class CollectiveWait(Mend):
             values = (0.0, 0.0) if self._total is None else tuple(float(v.numpy()) for v in self._total)
         except Exception as err:  # noqa: BLE001 (a read that fails ends the reads, never the step)
             self.stopped = f"{type(err).__name__}: {err}"
-            print(f"tfdevices: this rank's collective waits are no longer read: {self.stopped}", flush=True)
+            logging.getLogger(__name__).warning(
+                "tfdevices: this rank's collective waits are no longer read: %s", self.stopped
+            )
             return
         cost = time.perf_counter() - began
         self.reads += 1

@@ -34,6 +34,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import ipaddress
+import logging
 import mmap
 import os
 import socket
@@ -214,7 +215,7 @@ def _tensorflow_loaded() -> None:
         if MEND.enabled():
             MEND.apply()
     except EnvVarError as err:  # a bad TFDEVICES_MENDS must not break the program's import; what follows checks
-        print(f"tfdevices: {err}", file=sys.stderr, flush=True)
+        logging.getLogger(__name__).warning("tfdevices: %s", err)
     while _after_import:
         _after_import.pop(0)()
 

@@ -17,8 +17,8 @@ dropped.
 
 from __future__ import annotations
 
+import logging
 import queue
-import sys
 import threading
 import weakref
 from collections.abc import Callable
@@ -104,8 +104,10 @@ class Worker:
 
 
 def _flush_all() -> None:
-    """At exit, every worker finishes what it was given; errors nobody took are printed, not lost."""
+    """At exit, every worker finishes what it was given; errors nobody took are logged, not lost."""
     for worker in list(_workers):
         worker.flush()
         for err in worker.take_errors():
-            print(f"tfdevices: a background {worker.name} job failed: {type(err).__name__}: {err}", file=sys.stderr)
+            logging.getLogger(__name__).error(
+                "tfdevices: a background %s job failed: %s: %s", worker.name, type(err).__name__, err
+            )
