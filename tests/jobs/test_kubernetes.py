@@ -108,7 +108,11 @@ def _env(**changes: str | None) -> dict[str, str]:
 # name, env, the message's first words
 BAD = [
     ("no port", _env(TFDEVICES_POD_CLUSTER="pods=1"), "TFDEVICES_POD_CLUSTER names no port"),
-    ("port out of range", _env(TFDEVICES_POD_CLUSTER="port=70000,pods=1"), "TFDEVICES_POD_CLUSTER's port= is not"),
+    (
+        "port out of range",
+        _env(TFDEVICES_POD_CLUSTER="port=70000,pods=1"),
+        "TFDEVICES_POD_CLUSTER's port=: not a port in 1..65535.",
+    ),
     ("unknown key", _env(TFDEVICES_POD_CLUSTER="port=1,prots=2"), "TFDEVICES_POD_CLUSTER: key 'prots' is not one of"),
     ("repeated key", _env(TFDEVICES_POD_CLUSTER="port=1,port=2"), "TFDEVICES_POD_CLUSTER: port= is given twice"),
     ("not key=value", _env(TFDEVICES_POD_CLUSTER="port=1,pods"), "TFDEVICES_POD_CLUSTER: entry 2 is not one of"),

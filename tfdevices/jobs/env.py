@@ -45,6 +45,7 @@ import os
 import sys
 from collections.abc import Mapping
 
+from tfdevices.core.addresses import split_address
 from tfdevices.core.errors import LaunchError
 from tfdevices.core.units import parse_count, short_repr
 from tfdevices.jobs.kubernetes import NVIDIA_VISIBLE_DEVICES, POD_CLUSTER, pod_cluster, pod_gpus, pod_kind
@@ -295,7 +296,7 @@ def _from_tf_config(env: Mapping[str, str]) -> LaunchInfo:
             f"TF_CONFIG: task type {cfg and cfg.task_type!r} is not a training process, so it has no rank.",
             hint="launch_info describes chief, worker, evaluator and ps tasks.",
         )
-    hosts = [a.rpartition(":")[0] for job in ("chief", "worker") for a in cfg.cluster.get(job, ())]
+    hosts = [split_address(a)[0] for job in ("chief", "worker") for a in cfg.cluster.get(job, ())]
     me = hosts[cfg.rank]
     nodes = tuple(dict.fromkeys(hosts))
     local = [i for i, h in enumerate(hosts) if h == me]

@@ -49,6 +49,7 @@ import time
 import types
 from collections.abc import Callable, Mapping, Sequence
 
+from tfdevices.core.addresses import check_port
 from tfdevices.core.errors import LaunchError
 from tfdevices.core.units import parse_count
 from tfdevices.jobs.tfconfig import TfConfig
@@ -166,7 +167,9 @@ def parse_pod_spec(text: str) -> PodSpec:
             f"{POD_CLUSTER} names no port: the pods cannot tell where the job's workers listen "
             "(no Kubernetes object says it to a pod)."
         )
-    port = _count(entries["port"], f"{POD_CLUSTER}'s port=", 1, 65535)
+    port = check_port(
+        entries["port"], f"{POD_CLUSTER}'s port=", hint="give the job's port, e.g. port=2222 (its value is not shown)."
+    )
     pods = _count(entries["pods"], f"{POD_CLUSTER}'s pods=", 1, MAX_PODS) if "pods" in entries else None
     subdomain = entries.get("subdomain")
     if subdomain is not None and not _LABEL.fullmatch(subdomain):

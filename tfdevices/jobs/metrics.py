@@ -32,12 +32,12 @@ import dataclasses
 import errno
 import ipaddress
 import os
-import re
 import socket
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+from tfdevices.core.addresses import parse_host_port
 from tfdevices.core.errors import EnvVarError, LaunchError, TfDevicesError
 from tfdevices.core.units import short_repr
 from tfdevices.gpus.discovery import discover
@@ -49,8 +49,6 @@ from tfdevices.jobs.watch import JobWatch, RankRow
 #: ``[HOST:]PORT`` for rank 0's watch to serve on, where no launcher watches (``srun``, Ray Train).
 METRICS_ENV = "TFDEVICES_METRICS"
 DEFAULT_HOST = "127.0.0.1"
-_MAX_TEXT = 300
-_HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?")
 #: The parts of a rank's step (:class:`~tfdevices.jobs.straggler.RankSplit`), as ``part`` labels.
 PARTS = ("between", "callback", "input", "compute", "wait")
 
@@ -137,22 +135,23 @@ class MetricsAddress:
         return self.host == "0.0.0.0"
 
 
-def parse_address(text: object, asked: str = "--metrics") -> MetricsAddress:
-    """``[HOST:]PORT`` as a :class:`MetricsAddress` (pure; bounded).
+def parse_address(text: object, asked: str = "--metrics", *, show: bool = True) -> MetricsAddress:
+    """``[HOST:]PORT`` as a :class:`MetricsAddress` (pure; bounded; :func:`tfdevices.core.addresses.parse_host_port`).
 
     Args:
         text: ``"9100"``, ``"127.0.0.1:9100"``, ``"node7:9100"``, ``"0.0.0.0:9100"`` (every interface).
         asked: how the message names the setting (``--metrics``, ``metrics=``, ``TFDEVICES_METRICS=``).
+        show: the message quotes ``text`` (``False`` for a value from the environment).
 
     Raises:
-        LaunchError: not ``[HOST:]PORT`` with a port in 0..65535.
+        LaunchError: not ``[HOST:]PORT`` with a port in 0..65535, and why.
 
     >>> parse_address("node7:0")
     MetricsAddress(host='node7', port=0)
     >>> parse_address("9100x")
     Traceback (most recent call last):
     ...
-    tfdevices.core.errors.LaunchError: --metrics '9100x': not [HOST:]PORT with a port in 0..65535. \
+    tfdevices.core.errors.LaunchError: --metrics '9100x': not [HOST:]PORT: its port '9100x' is not 1 to 5 digits. \
 HINT: e.g. --metrics 9100 (on 127.0.0.1), or --metrics 10.0.0.5:9100 to serve on another of this machine's addresses.
     """
     sep = "" if asked.endswith("=") else " "
@@ -160,16 +159,9 @@ HINT: e.g. --metrics 9100 (on 127.0.0.1), or --metrics 10.0.0.5:9100 to serve on
         f"e.g. {asked}{sep}9100 (on {DEFAULT_HOST}), or {asked}{sep}10.0.0.5:9100 to serve on another of this "
         "machine's addresses."
     )
-    bad = LaunchError(f"{asked}{sep}{short_repr(text)}: not [HOST:]PORT with a port in 0..65535.", hint=hint)
-    if not isinstance(text, str) or not 0 < len(text) <= _MAX_TEXT:
-        raise bad
-    host, _, port = text.strip().rpartition(":")
-    host = host or DEFAULT_HOST
-    if not (port.isascii() and port.isdigit() and len(port) <= 5 and int(port) <= 65535):
-        raise bad
-    if not _HOST.fullmatch(host):
-        raise bad
-    return MetricsAddress(host, int(port))
+    shown = f"{asked}{sep}{short_repr(text)}" if show else asked.removesuffix("=")
+    address = parse_host_port(text, shown, default_host=DEFAULT_HOST, low=0, hint=hint, show=show)
+    return MetricsAddress(address.host, address.port)
 
 
 class MetricsServer:
@@ -537,7 +529,8 @@ def serve_metrics(address: str) -> None:
     >>> serve_metrics("no port")
     Traceback (most recent call last):
     ...
-    tfdevices.core.errors.LaunchError: serve_metrics('no port'): not [HOST:]PORT with a port in 0..65535. \
+    tfdevices.core.errors.LaunchError: serve_metrics('no port'): not [HOST:]PORT: its port 'no port' is not 1 to 5 \
+digits. \
 HINT: e.g. serve_metrics('9100'), or serve_metrics('10.0.0.5:9100') to serve on another of this machine's addresses.
     """
     _ASKED["address"] = _parse_call(address)
@@ -546,14 +539,15 @@ HINT: e.g. serve_metrics('9100'), or serve_metrics('10.0.0.5:9100') to serve on 
 
 
 def _parse_call(address: object) -> MetricsAddress:
-    try:
-        return parse_address(address, asked="serve_metrics(")
-    except LaunchError:
-        raise LaunchError(
-            f"serve_metrics({short_repr(address)}): not [HOST:]PORT with a port in 0..65535.",
-            hint="e.g. serve_metrics('9100'), or serve_metrics('10.0.0.5:9100') to serve on another of this "
-            "machine's addresses.",
-        ) from None
+    found = parse_host_port(
+        address,
+        f"serve_metrics({short_repr(address)})",
+        default_host=DEFAULT_HOST,
+        low=0,
+        hint="e.g. serve_metrics('9100'), or serve_metrics('10.0.0.5:9100') to serve on another of this "
+        "machine's addresses.",
+    )
+    return MetricsAddress(found.host, found.port)
 
 
 def metrics_from_env(env: Mapping[str, str]) -> MetricsAddress | None:
@@ -569,7 +563,7 @@ def metrics_from_env(env: Mapping[str, str]) -> MetricsAddress | None:
     if text is None or not text.strip():
         return None
     try:
-        return parse_address(text, asked=f"{METRICS_ENV}=")
+        return parse_address(text, asked=METRICS_ENV, show=False)  # the message never shows the value
     except LaunchError as err:
         raise EnvVarError(err.message, hint=f"e.g. {METRICS_ENV}=9100; unset it to serve no metrics.") from None
 

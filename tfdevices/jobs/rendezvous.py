@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from tfdevices.core.addresses import address_problem, host_problem, port_problem
 from tfdevices.core.errors import LaunchError
 from tfdevices.core.units import short_repr
 from tfdevices.jobs.console import say
@@ -454,11 +455,10 @@ def _forget_leavers(joined: dict[int, _Hello]) -> None:
 def _hello(message: Any, nnodes: int) -> tuple[int, str, list[int]]:
     ok = (
         isinstance(message.get("node_rank"), int)
-        and isinstance(message.get("host"), str)
-        and 0 < len(message["host"]) <= 255
+        and host_problem(message.get("host")) is None
         and isinstance(message.get("ports"), list)
         and 0 < len(message["ports"]) <= MAX_WORKERS
-        and all(isinstance(p, int) and 0 < p < 65536 for p in message["ports"])
+        and all(isinstance(p, int) and port_problem(p) is None for p in message["ports"])
         and isinstance(message.get("nonce"), str)
         and 0 < len(message["nonce"]) <= 64
     )
@@ -487,7 +487,7 @@ def _join(nodes: Nodes, n: int, deadline: float, stopped: Callable[[], bool]) ->
         addresses, first = reply.get("addresses"), reply.get("first_rank")
         if not (
             isinstance(addresses, list)
-            and all(isinstance(a, str) for a in addresses)
+            and all(address_problem(a) is None for a in addresses)
             and isinstance(first, int)
             and first >= 0
             and first + n <= len(addresses)

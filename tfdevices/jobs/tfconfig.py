@@ -27,20 +27,19 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 import types
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tfdevices.core.addresses import parse_host_port
 from tfdevices.core.errors import TfConfigError
-from tfdevices.core.units import parse_count, short_repr
+from tfdevices.core.units import short_repr
 
 TF_CONFIG = "TF_CONFIG"
 TASK_TYPES = ("chief", "worker", "ps", "evaluator")
 TRAINING_TASK_TYPES = ("chief", "worker")
 _TOP_KEYS = ("cluster", "task", "environment", "rpc_layer")
 _TASK_KEYS = ("type", "index", "trial")
-_HOST = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+)$")
 _EXAMPLE = '{"cluster": {"worker": ["host0:2222", "host1:2222"]}, "task": {"type": "worker", "index": 0}}'
 _HINT = f"TF_CONFIG must look like {_EXAMPLE}."
 MAX_CHARS = 32 << 20
@@ -272,17 +271,14 @@ def _parse_cluster(value: Any, where: str) -> dict[str, tuple[str, ...]]:
 
 
 def _check_address(address: Any, name: str, where: str) -> None:
-    if not isinstance(address, str):
-        raise TfConfigError(
-            f"{where}: cluster address {name}={json.dumps(address)} must be a 'host:port' string.", hint=_HINT
-        )
-    host, sep, port = address.rpartition(":")
-    if not sep or not _HOST.match(host) or not parse_count(port, limit=65535):
-        raise TfConfigError(
-            f"{where}: cluster address {name}={short_repr(address)} is not 'host:port' "
-            "(a host name or IP, and a port 1..65535 in ASCII digits).",
-            hint="write e.g. 'localhost:2222' or '10.0.0.2:2222'.",
-        )
+    """One cluster entry, checked by the one address parser; the message names the entry, never its value."""
+    parse_host_port(
+        address,
+        f"{where}: cluster address {name}",
+        error=TfConfigError,
+        show=False,
+        hint="write each as 'host:port', e.g. 'localhost:2222' or '10.0.0.2:2222' (a port 1..65535 in ASCII digits).",
+    )
 
 
 def _parse_task(value: Any, cluster: Mapping[str, tuple[str, ...]], where: str) -> tuple[str, int]:

@@ -11,6 +11,7 @@ import ipaddress
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tfdevices.core.addresses import split_address
 from tfdevices.core.errors import LaunchError
 from tfdevices.core.units import short_repr
 from tfdevices.jobs.env import VIRTUAL_DEVICES_ENV, LaunchInfo
@@ -92,7 +93,7 @@ def plan_workers(
     plans = []
     for local in range(n):
         rank = job.first_rank + local
-        listens = Listen(None if where == ALL else where, int(job.addresses[rank].rsplit(":", 1)[1])).value()
+        listens = Listen(None if where == ALL else where, split_address(job.addresses[rank])[1]).value()
         env = _worker_variables(rank, local, world, n, restart, assignments[local].env(), virtual_devices, listens)
         plans.append(WorkerPlan(rank, job.addresses[rank], assignments[local].gpus, _WorkerEnv(env, head, rank), local))
     return tuple(plans)
