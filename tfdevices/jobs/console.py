@@ -271,7 +271,7 @@ class StderrFallback(logging.Handler):
     ``tfdevices`` logger; it writes to ``sys.stderr`` as it is at each line (pytest's capture, a redirect).
     """
 
-    fallback = True  # how another copy of this module (a reload) knows one, and steps aside for none
+    tfdevices_fallback = True  # how another copy of this module (a reload) knows one, and steps aside for none
 
     def emit(self, record: logging.LogRecord) -> None:
         """Writes the record, unless it is below its level here or another handler has it."""
@@ -305,7 +305,7 @@ def handled_elsewhere(record: logging.LogRecord) -> bool:
     """
     logger: logging.Logger | None = logging.getLogger(record.name)
     while logger is not None:
-        if any(not getattr(h, "fallback", False) for h in logger.handlers):
+        if any(not getattr(h, "tfdevices_fallback", False) for h in logger.handlers):
             return True
         logger = logger.parent if logger.propagate else None
     return False
@@ -316,7 +316,7 @@ def _install_fallback() -> None:
     WARNING would drop the jobs' lines before any handler saw them).
     """
     top = logging.getLogger("tfdevices")
-    if not any(getattr(h, "fallback", False) for h in top.handlers):
+    if not any(getattr(h, "tfdevices_fallback", False) for h in top.handlers):
         top.addHandler(StderrFallback())
     if top.level == logging.NOTSET:
         top.setLevel(logging.INFO)
