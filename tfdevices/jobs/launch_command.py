@@ -8,12 +8,12 @@ imports no TensorFlow.
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import os
 import socket
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tfdevices.core.addresses import ipv4_problem
 from tfdevices.core.errors import EnvVarError, LaunchError, Terms
 from tfdevices.core.units import short_repr
 from tfdevices.gpus.discovery import discover
@@ -21,7 +21,7 @@ from tfdevices.gpus.selection import select
 from tfdevices.gpus.spec import SPEC_FORMS
 from tfdevices.jobs.handshake import TOKEN_ENV, rdzv_id, read_token
 from tfdevices.jobs.kubernetes import POD_CLUSTER, pod_cluster, wait_for_names
-from tfdevices.jobs.launch_config import CLI_TERMS, MAX_NODES, WORKERS_PER_CORE, LaunchConfig, check_worker_count
+from tfdevices.jobs.launch_config import CLI_TERMS, WORKERS_PER_CORE, LaunchConfig, check_worker_count
 from tfdevices.jobs.launcher import launch, own_address
 from tfdevices.jobs.rendezvous import MASTER_PORT, MAX_WORKERS, Nodes
 from tfdevices.jobs.stall import StallPolicy
@@ -200,32 +200,21 @@ def run(args: argparse.Namespace) -> int:
 
 
 def config_from_args(args: argparse.Namespace, command: Sequence[str]) -> LaunchConfig:
-    """The :class:`~tfdevices.jobs.launch_config.LaunchConfig` the options ask for, checked: what the
-    record checks, in the command line's terms, and what needs this machine.
+    """The :class:`~tfdevices.jobs.launch_config.LaunchConfig` the options ask for, checked: every value by
+    the record, in the command line's terms; here only what needs this machine (its GPUs and their
+    topology, the token file, the addresses it resolves and binds, the log directory it creates).
 
     Raises:
         LaunchError: a bad option, named as typed.
         SpecError, SelectionError: ``--gpus`` is malformed or cannot be met.
     """
     args = with_pod_defaults(args, os.environ)
-    for name, value, low, high in (
-        ("--nnodes", args.nnodes, 1, MAX_NODES),
-        ("--master-port", args.master_port, 1, 65535),
-    ):
-        if not low <= value <= high:
-            raise LaunchError(
-                f"{name} {short_repr(value)} must be between {low} and {high}.", hint=f"e.g. {name} {low + 1}."
-            )
     try:
         mends_off = parse_mends_off(args.mends_off, asked=f"--mends-off {short_repr(args.mends_off)}")
     except EnvVarError as err:
         raise LaunchError(err.message, hint=err.hint) from None
-    listen = _listen(getattr(args, "listen", None), args.nnodes)
-    nodes = _nodes(args, command, listen)
-    if args.log_dir:
-        _check_log_dir(args.log_dir)
     gpus = _candidate_gpus(args.gpus)
-    return LaunchConfig(
+    config = LaunchConfig(
         args.num_workers,
         gpus=gpus,
         share=args.share,
@@ -235,7 +224,7 @@ def config_from_args(args: argparse.Namespace, command: Sequence[str]) -> Launch
         tee=args.tee,
         all_ranks=args.all_ranks,
         tf_logs=args.tf_logs,
-        nodes=nodes,
+        nodes=_nodes(args, command),
         topology=_affinity_topology(getattr(args, "cpu_affinity", None), gpus),
         mends_off=mends_off | ({"keras_fit"} if args.no_mend else set()),
         stall=StallPolicy(
@@ -243,10 +232,12 @@ def config_from_args(args: argparse.Namespace, command: Sequence[str]) -> Launch
             timeout_s=args.stall_timeout,
             slow_rank=SlowRankPolicy(enabled=not args.no_slow_rank),
         ),
-        listen=listen,
+        listen=getattr(args, "listen", None),
         metrics=getattr(args, "metrics", None),
         terms=CLI_TERMS,
     )
+    _check_here(config)
+    return config
 
 
 def with_pod_defaults(args: argparse.Namespace, env: Mapping[str, str]) -> argparse.Namespace:
@@ -269,36 +260,13 @@ def with_pod_defaults(args: argparse.Namespace, env: Mapping[str, str]) -> argpa
     return argparse.Namespace(**{**vars(args), **chosen})
 
 
-def _listen(value: str | None, nnodes: int) -> str | None:
-    """``--listen`` as :func:`~tfdevices.jobs.launcher.launch` takes it: ``"all"``, an IPv4 address, or ``None``
-    (the default: 127.0.0.1 on one machine, the node's own address over several).
+def _nodes(args: argparse.Namespace, command: Sequence[str]) -> Nodes | None:
+    """The options of a job over several machines as the record (checked by ``LaunchConfig``), with the
+    token file read; ``None`` for one machine, where those options have no use.
 
     Raises:
-        LaunchError: not loopback, all or an IPv4 address; on one machine, an address this machine does not have.
+        LaunchError: one of them given without ``--nnodes``; the token file cannot be read.
     """
-    if value is None or value == ALL:
-        return value
-    if value == "loopback":
-        return LOOPBACK
-    fix = "give --listen loopback, all, or an IPv4 address of this machine (e.g. --listen 10.0.0.5)."
-    try:
-        address = ipaddress.IPv4Address(value)
-    except ValueError:
-        raise LaunchError(f"--listen {short_repr(value)}: not loopback, all or an IPv4 address.", hint=fix) from None
-    if address.is_unspecified:
-        raise LaunchError(f"--listen {value}: that is every interface; say it as --listen all.", hint=fix)
-    if nnodes == 1:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            try:
-                probe.bind((str(address), 0))
-            except OSError as err:
-                raise LaunchError(
-                    f"--listen {value}: cannot listen there on this machine ({err.strerror}).", hint=fix
-                ) from None
-    return str(address)
-
-
-def _nodes(args: argparse.Namespace, command: Sequence[str], listen: str | None = None) -> Nodes | None:
     if args.nnodes == 1:
         for name, value in (
             ("--node-rank", args.node_rank or None),
@@ -311,47 +279,54 @@ def _nodes(args: argparse.Namespace, command: Sequence[str], listen: str | None 
                     hint=f"give --nnodes M (the number of machines) with {name}; a one-machine job has no rendezvous.",
                 )
         return None
-    if not 0 <= args.node_rank < args.nnodes:
-        raise LaunchError(
-            f"--node-rank {short_repr(args.node_rank)} is out of range for --nnodes {args.nnodes}.",
-            hint=f"node ranks run 0..{args.nnodes - 1}.",
-        )
-    if not args.master_addr:
-        raise LaunchError(
-            f"--nnodes {args.nnodes} needs --master-addr, the address of the --node-rank 0 machine.",
-            hint="e.g. --master-addr host0 on every machine.",
-        )
-    if not args.rdzv_timeout > 0:
-        raise LaunchError(
-            f"--rdzv-timeout {args.rdzv_timeout!r} must be a number of seconds > 0.", hint="e.g. --rdzv-timeout 300."
-        )
-    if args.rdzv_id is not None and not 0 < len(args.rdzv_id) <= 256:
-        raise LaunchError(
-            f"--rdzv-id {short_repr(args.rdzv_id)} must be 1 to 256 characters.", hint="e.g. --rdzv-id exp7."
-        )
-    rdzv, source = rdzv_id(args.rdzv_id, os.environ, command, args.nnodes, args.master_port)
-    node_addr = args.node_addr
-    if listen is None and (node_addr is not None or args.node_rank == 0):  # the node's own address, checked now
-        own_address(node_addr or args.master_addr)
-    if listen not in (None, ALL):  # the workers are reached where they listen
-        if node_addr is None:
-            node_addr = listen
-        elif own_address(node_addr) != listen:
-            raise LaunchError(
-                f"--listen {listen} but the other machines reach this one's workers at {short_repr(node_addr)} "
-                f"(--node-addr, {own_address(node_addr)}): they could not.",
-                hint="leave --listen out (the workers listen on --node-addr), or give the same address to both.",
-            )
+    if args.rdzv_id is not None:  # given, even empty: the record checks it
+        rdzv, source = args.rdzv_id, "--rdzv-id"
+    else:
+        rdzv, source = rdzv_id(None, os.environ, command, args.nnodes, args.master_port)
+    listen = getattr(args, "listen", None)
+    where = LOOPBACK if listen == "loopback" else listen
+    specific = where not in (None, ALL) and ipv4_problem(where) is None  # else the record says what is wrong
     return Nodes(
         args.nnodes,
         args.node_rank,
         (args.master_addr, args.master_port),
-        node_addr,
-        min(args.rdzv_timeout, 86400.0),
+        where if args.node_addr is None and specific else args.node_addr,  # reached where they listen
+        args.rdzv_timeout,
         rdzv,
         read_token(args.rdzv_token_file, os.environ),
         source,
     )
+
+
+def _check_here(config: LaunchConfig) -> None:
+    """What a checked record still needs this machine for: where the workers listen can be listened on,
+    this node's address names it, and the log directory can be written.
+
+    Raises:
+        LaunchError: ``--listen`` is not an address of this machine; ``--node-addr`` (or, on node 0,
+            ``--master-addr``) names none of it, or not where the workers listen; ``--log-dir`` cannot be made.
+    """
+    listen, nodes = config.listen, config.nodes
+    fix = "give --listen loopback, all, or an IPv4 address of this machine (e.g. --listen 10.0.0.5)."
+    if nodes is None and listen not in (None, ALL):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind((str(listen), 0))
+            except OSError as err:
+                raise LaunchError(
+                    f"--listen {listen}: cannot listen there on this machine ({err.strerror}).", hint=fix
+                ) from None
+    if nodes is not None and listen is None and (nodes.node_addr is not None or nodes.node_rank == 0):
+        own_address(nodes.node_addr or nodes.master[0])  # the node's own address, checked now
+    reached = nodes.node_addr if nodes is not None else None  # the workers are reached where they listen
+    if reached is not None and listen not in (None, ALL, reached) and own_address(reached) != listen:
+        raise LaunchError(
+            f"--listen {listen} but the other machines reach this one's workers at {short_repr(reached)} "
+            f"(--node-addr, {own_address(reached)}): they could not.",
+            hint="leave --listen out (the workers listen on --node-addr), or give the same address to both.",
+        )
+    if config.log_dir:
+        _check_log_dir(config.log_dir)
 
 
 def _check_log_dir(path: str) -> None:

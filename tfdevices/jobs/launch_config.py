@@ -11,11 +11,11 @@ This module imports no TensorFlow.
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from tfdevices.core.addresses import check_host, check_port, ipv4_problem
 from tfdevices.core.errors import PYTHON, LaunchError, Terms
 from tfdevices.core.units import short_repr
 from tfdevices.gpus.inventory import Inventory
@@ -27,13 +27,15 @@ from tfdevices.jobs.ranks import plan_ranks
 from tfdevices.jobs.rendezvous import MAX_WORKERS, Nodes
 from tfdevices.jobs.stall import StallPolicy
 from tfdevices.mends.base import names as mend_names
-from tfdevices.mends.loopback import ALL
+from tfdevices.mends.loopback import ALL, LOOPBACK
 
 WORKERS_PER_CORE = 4  # beyond this many TensorFlow processes per CPU core, -n is most likely a mistake
 MAX_NODES = 4096
 MAX_RESTARTS = 1000
 MAX_VIRTUAL_DEVICES = 1024
 MAX_STALL_S = 7 * 86400.0
+MAX_RDZV_S = 86400.0  # the longest wait for every launcher to join (a longer one is cut to this)
+MAX_RDZV_ID = 256
 
 #: The stall policy by default: stalls are reported, never stop the job.
 REPORT_STALLS = StallPolicy()
@@ -44,6 +46,13 @@ CLI_TERMS = Terms(
     (
         ("num_workers", "-n"),
         ("nodes", "--nnodes > 1"),
+        ("nodes.nnodes", "--nnodes"),
+        ("nodes.node_rank", "--node-rank"),
+        ("nodes.master_addr", "--master-addr"),
+        ("nodes.master_port", "--master-port"),
+        ("nodes.node_addr", "--node-addr"),
+        ("nodes.timeout", "--rdzv-timeout"),
+        ("nodes.rdzv_id", "--rdzv-id"),
         ("stall.window_s", "--stall-window"),
         ("stall.timeout_s", "--stall-timeout"),
     ),
@@ -114,11 +123,9 @@ class LaunchConfig:
         self._check_ranges()
         self._check_output()
         self._check_stall()
-        if self.nodes is not None and not isinstance(self.nodes, Nodes):
-            raise LaunchError(
-                f"{self._asked('nodes', self.nodes)}: not a Nodes record.",
-                hint="build it with rendezvous.Nodes(...).",
-            )
+        object.__setattr__(self, "listen", check_listen(self.listen, self.terms))
+        if self.nodes is not None:
+            object.__setattr__(self, "nodes", check_nodes(self.nodes, self.terms))
         if self.nodes is not None and self.max_restarts:
             raise LaunchError(
                 f"{self.terms.name('max_restarts')} with {self.terms.name('nodes')}: restarting a job over several "
@@ -126,7 +133,6 @@ class LaunchConfig:
                 hint=f"leave {self.terms.name('max_restarts')} out, or restart the launchers together "
                 "from a scheduler.",
             )
-        self._check_listen()
         self._check_metrics()
         object.__setattr__(self, "mends_off", self._known_mends())
         if isinstance(self.gpus, (list, tuple, range)):
@@ -135,7 +141,7 @@ class LaunchConfig:
 
     def _asked(self, param: str, value: object) -> str:
         """The setting as the user wrote it: ``max_restarts=-1`` or ``--max-restarts -1``."""
-        return f"{self.terms.name(param)}{' ' if self.terms.style == 'cli' else '='}{short_repr(value)}"
+        return _asked(self.terms, param, value)
 
     def _check_flags(self) -> None:
         for param in ("share", "tee", "all_ranks", "tf_logs"):
@@ -187,17 +193,6 @@ class LaunchConfig:
                     hint=f"e.g. {self._asked(param, 120)}.",
                 )
 
-    def _check_listen(self) -> None:
-        if self.listen is None or self.listen == ALL:
-            return
-        try:
-            ipaddress.IPv4Address(self.listen)
-        except ValueError:
-            raise LaunchError(
-                f"{self._asked('listen', self.listen)}: not 'all' or an IPv4 address.",
-                hint=f"e.g. {self._asked('listen', '127.0.0.1')}, or leave it out for the default.",
-            ) from None
-
     def _check_metrics(self) -> None:
         if self.metrics is None or isinstance(self.metrics, MetricsAddress):
             return
@@ -233,6 +228,134 @@ class LaunchConfig:
             reason="tfdevices launch",
         )
         plan_ranks(info, self.gpus, local_world_size=n, share=self.share)
+
+
+def check_listen(value: object, terms: Terms = PYTHON) -> str | None:
+    """Where the workers' servers may listen, checked (pure): ``None`` (the default), ``"all"``, ``"loopback"``
+    (returned as 127.0.0.1) or an IPv4 address other than 0.0.0.0 (say ``"all"`` for every interface).
+
+    Args:
+        value: what was asked.
+        terms: how the message names it (``listen=``, or the command line's ``--listen``).
+
+    Returns:
+        ``value``, with ``"loopback"`` as its address.
+
+    Raises:
+        LaunchError: anything else (a host name is resolved first: ``own_address``).
+
+    >>> check_listen("loopback"), check_listen("10.0.0.5"), check_listen(None)
+    ('127.0.0.1', '10.0.0.5', None)
+    >>> check_listen("node7", CLI_TERMS)
+    Traceback (most recent call last):
+    ...
+    tfdevices.core.errors.LaunchError: --listen 'node7': not loopback, all or an IPv4 address. HINT: give --listen \
+loopback, all, or an IPv4 address of this machine (e.g. --listen 10.0.0.5); a name is resolved with own_address.
+    """
+    if value is None or value == ALL:
+        return value
+    if value == "loopback":
+        return LOOPBACK
+    cli = terms.style == "cli"
+    hint = (
+        f"give {terms.name('listen')} loopback, all, or an IPv4 address of this machine (e.g. --listen 10.0.0.5)"
+        if cli
+        else f"give {terms.setting('listen', '127.0.0.1')}, 'loopback' or 'all', or leave it out for the default"
+    )
+    if ipv4_problem(value) is not None:
+        what = "not loopback, all or an IPv4 address" if cli else "the workers' servers listen on an IPv4 address"
+        raise LaunchError(
+            f"{_asked(terms, 'listen', value)}: {what}{'' if cli else ', loopback or all; this is none of them'}.",
+            hint=f"{hint}; a name is resolved with own_address.",
+        )
+    if value == "0.0.0.0":
+        raise LaunchError(
+            f"{terms.setting('listen', value)}: that is every interface; say it as {terms.setting('listen', ALL)}.",
+            hint=f"{hint}.",
+        )
+    return str(value)
+
+
+def check_nodes(nodes: object, terms: Terms = PYTHON) -> Nodes:
+    """A job over several machines (:class:`~tfdevices.jobs.rendezvous.Nodes`), checked (pure): the node count
+    and rank, node 0's address and port, this node's address, the wait and the job's id.
+
+    Returns:
+        ``nodes``, its wait cut to :data:`MAX_RDZV_S`.
+
+    Raises:
+        LaunchError: a value out of range or malformed, named as ``terms`` name it.
+
+    >>> check_nodes(Nodes(2, 2, ("node0", 29400)), CLI_TERMS)
+    Traceback (most recent call last):
+    ...
+    tfdevices.core.errors.LaunchError: --node-rank 2 is out of range for --nnodes 2. HINT: node ranks run 0..1.
+    """
+    if not isinstance(nodes, Nodes):
+        raise LaunchError(
+            f"{terms.setting('nodes', nodes)}: not a Nodes record.", hint="build it with rendezvous.Nodes(...)."
+        )
+    count, rank = nodes.nnodes, nodes.node_rank
+    for param, value, low, high in (("nodes.nnodes", count, 1, MAX_NODES), ("nodes.node_rank", rank, 0, None)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low or (high and value > high):
+            raise LaunchError(
+                f"{_asked(terms, param, value)} must be a whole number between {low} and {high or 'nnodes - 1'}.",
+                hint=f"e.g. {_asked(terms, param, low + 1)}.",
+            )
+    if rank >= count:
+        raise LaunchError(
+            f"{_asked(terms, 'nodes.node_rank', rank)} is out of range for {_asked(terms, 'nodes.nnodes', count)}.",
+            hint=f"node ranks run 0..{count - 1}.",
+        )
+    _check_master(nodes, terms)
+    if nodes.node_addr is not None:
+        check_host(
+            nodes.node_addr,
+            _asked(terms, "nodes.node_addr", nodes.node_addr),
+            hint="name this machine as the others reach it: an IPv4 address or a host name.",
+        )
+    _check_rdzv_id(nodes, terms)
+    timeout = nodes.timeout
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise LaunchError(
+            f"{_asked(terms, 'nodes.timeout', timeout)} must be a number of seconds > 0.",
+            hint=f"e.g. {_asked(terms, 'nodes.timeout', 300)}.",
+        )
+    return dataclasses.replace(nodes, timeout=min(float(timeout), MAX_RDZV_S)) if timeout > MAX_RDZV_S else nodes
+
+
+def _asked(terms: Terms, param: str, value: object) -> str:
+    """The setting as the user wrote it: ``nodes.node_rank=2`` or ``--node-rank 2``."""
+    return f"{terms.name(param)}{' ' if terms.style == 'cli' else '='}{short_repr(value)}"
+
+
+def _check_master(nodes: Nodes, terms: Terms) -> None:
+    """Node 0's ``(host, port)``: where every launcher meets."""
+    master = nodes.master
+    host, port = master if isinstance(master, tuple) and len(master) == 2 else (None, None)
+    if not host:
+        raise LaunchError(
+            f"{_asked(terms, 'nodes.nnodes', nodes.nnodes)} needs {terms.name('nodes.master_addr')}, the address of "
+            f"the {_asked(terms, 'nodes.node_rank', 0)} machine.",
+            hint=f"e.g. {_asked(terms, 'nodes.master_addr', 'host0').replace(chr(39), '')} on every machine.",
+        )
+    check_host(
+        host, _asked(terms, "nodes.master_addr", host), hint="name the node-0 machine: its IPv4 address or host name."
+    )
+    check_port(
+        port, _asked(terms, "nodes.master_port", port), hint=f"e.g. {_asked(terms, 'nodes.master_port', 29400)}."
+    )
+
+
+def _check_rdzv_id(nodes: Nodes, terms: Terms) -> None:
+    """The job's id: at most :data:`MAX_RDZV_ID` characters; one given by the user (``--rdzv-id``) not empty."""
+    given = nodes.id_source == "--rdzv-id"
+    value = nodes.rdzv_id
+    if not isinstance(value, str) or len(value) > MAX_RDZV_ID or (given and not value):
+        raise LaunchError(
+            f"{_asked(terms, 'nodes.rdzv_id', value)} must be 1 to {MAX_RDZV_ID} characters.",
+            hint=f"e.g. {_asked(terms, 'nodes.rdzv_id', 'exp7')}.",
+        )
 
 
 def check_worker_count(

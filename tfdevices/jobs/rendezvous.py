@@ -85,7 +85,8 @@ class Nodes:
         master: ``(host, port)`` of node 0's launcher.
         node_addr: the address this machine's workers are reached at (``None``: found when joining).
         timeout: seconds to wait for every launcher.
-        rdzv_id: the job's identity; launchers of another job are refused.
+        rdzv_id: the job's identity; launchers of another job are refused (at most 256 characters;
+            ``""``: none, unless ``id_source`` is ``--rdzv-id``, the user's own).
         token: the job's shared secret (``None``: none; never shown).
         id_source: where ``rdzv_id`` came from, for messages (which never show it).
     """
@@ -97,7 +98,7 @@ class Nodes:
     timeout: float = 300.0
     rdzv_id: str = ""
     token: bytes | None = dataclasses.field(default=None, repr=False)
-    id_source: str = "--rdzv-id"
+    id_source: str = "Nodes.rdzv_id"
 
 
 MAX_PENDING = 64  # connections saying hello at once; more are dropped at once ("busy")

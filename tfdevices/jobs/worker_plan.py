@@ -7,7 +7,6 @@ This module imports no TensorFlow.
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -15,7 +14,7 @@ from tfdevices.core.addresses import split_address
 from tfdevices.core.errors import LaunchError
 from tfdevices.core.units import short_repr
 from tfdevices.jobs.env import VIRTUAL_DEVICES_ENV, LaunchInfo
-from tfdevices.jobs.launch_config import check_worker_count
+from tfdevices.jobs.launch_config import check_listen, check_worker_count
 from tfdevices.jobs.ranks import plan_ranks
 from tfdevices.jobs.rendezvous import NodeJob
 from tfdevices.jobs.tfconfig import make_tf_config
@@ -127,25 +126,13 @@ def _worker_variables(
 
 def _checked_plan(n: int, ports: Sequence[int], where: str) -> str:
     """``where`` the workers listen, once the worker count, the ports and ``where`` itself are checked."""
-    check_worker_count(n, cpus=None)
-    if where != ALL and not _is_ipv4(where):
-        raise LaunchError(
-            f"listen={short_repr(where)}: the workers' servers listen on an IPv4 address, or 'all'.",
-            hint="resolve a name first (own_address), or pass listen='all'.",
-        )
+    check_worker_count(n, cpus=None)  # the launch record's own checks: one validator
+    where = check_listen(where) or where
     if len(ports) != n or len(set(ports)) != n:
         raise LaunchError(
             f"{n} workers need {n} distinct ports, got {short_repr(list(ports))}.", hint="use free_ports(n)."
         )
     return where
-
-
-def _is_ipv4(text: str) -> bool:
-    try:
-        ipaddress.IPv4Address(text)
-    except ValueError:
-        return False
-    return True
 
 
 class _WorkerEnv(Mapping[str, str]):
