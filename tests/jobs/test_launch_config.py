@@ -146,26 +146,15 @@ def test_launch_runs_the_record():
     assert "[0] rank 0" in out.getvalue() and "[1] rank 1" in out.getvalue()
 
 
-def test_launch_with_the_keywords_of_before_warns_and_runs_the_same_record():
-    out = io.StringIO()
-    with pytest.warns(DeprecationWarning, match=r"launch\(command, n, \*\*options\) is deprecated"):
-        assert launcher.launch(PRINT_RANK, 2, all_ranks=True, mend=False, stall=None, out=out) == 0, out.getvalue()
-    assert "[1] rank 1" in out.getvalue()
-    with (
-        pytest.warns(DeprecationWarning, match="is deprecated"),
-        pytest.raises(LaunchError, match=r"^max_restarts=-1 "),
+def test_launch_takes_the_record_alone_the_keywords_of_before_are_gone():
+    """The keywords of before (``launch(command, n, log_dir=...)``, deprecated until 0.4.0) are refused, saying how."""
+    with pytest.raises(
+        TypeError, match=r"launch\(\) takes a LaunchConfig: launch\(command, LaunchConfig\(2, \.\.\.\)\)"
     ):
-        launcher.launch(PRINT_RANK, 2, max_restarts=-1)
-    with (
-        pytest.warns(DeprecationWarning, match="is deprecated"),
-        pytest.raises(TypeError, match="unexpected keyword argument.*: bogus"),
-    ):
-        launcher.launch(PRINT_RANK, 2, bogus=1)
-    with pytest.raises(TypeError, match="a LaunchConfig or keywords, not both"):
-        launcher.launch(PRINT_RANK, LaunchConfig(2), tee=True)
-
-
-def test_the_keywords_of_before_map_to_the_record():
-    with pytest.warns(DeprecationWarning, match="is deprecated"):
-        made = config_from_call(2, {"mend": False, "mends_off": frozenset({"loopback"}), "stall": None, "share": True})
-    assert made == LaunchConfig(2, mends_off=frozenset({"keras_fit", "loopback"}), share=True)
+        config_from_call(2, {"all_ranks": True})
+    with pytest.raises(TypeError, match=r"launch\(\) takes a LaunchConfig.*; got 'x' \(the keywords"):
+        config_from_call("x", {})
+    with pytest.raises(TypeError, match="a LaunchConfig alone, no keywords: got tee too"):
+        config_from_call(LaunchConfig(2), {"tee": True})
+    config = LaunchConfig(2)
+    assert config_from_call(config, {}) is config

@@ -11,7 +11,6 @@ This module imports no TensorFlow.
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -412,30 +411,20 @@ process of its own. HINT: use at most -n 32 (4 per core), or pass --oversubscrib
     return n
 
 
-def config_from_call(config: LaunchConfig | int, options: Mapping[str, Any]) -> LaunchConfig:
-    """What ``launch(command, config, **options)`` was given, as the record: ``config`` itself, or, for the
-    keywords of before (``launch(command, n, log_dir=...)``, deprecated until 0.4.0), the record they make.
+def config_from_call(config: object, options: Mapping[str, Any]) -> LaunchConfig:
+    """What ``launch(command, config, **options)`` was given, as the record: ``config`` itself, with no keywords.
 
     Raises:
-        TypeError: a record and keywords both, or a keyword ``launch`` never took.
+        TypeError: not a :class:`LaunchConfig` (the keywords of before, ``launch(command, n, log_dir=...)``,
+            were removed in 0.4.0), or a record and keywords both.
     """
-    if isinstance(config, LaunchConfig):
-        if options:
-            raise TypeError(
-                f"launch() takes a LaunchConfig or keywords, not both: got {', '.join(sorted(options))} too."
-            )
-        return config
-    warnings.warn(
-        "launch(command, n, **options) is deprecated: pass launch(command, LaunchConfig(n, ...)).",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-    fields = dict(options)
-    unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(LaunchConfig)} - {"mend"})
-    if unknown:
-        raise TypeError(f"launch() got unexpected keyword argument(s): {', '.join(unknown)}.")
-    if not fields.pop("mend", True):
-        fields["mends_off"] = frozenset(fields.get("mends_off", ())) | {"keras_fit"}
-    if fields.get("stall") is None:
-        fields.pop("stall", None)
-    return LaunchConfig(config, **fields)  # an int, checked by LaunchConfig
+    if not isinstance(config, LaunchConfig):
+        n = config if isinstance(config, int) and not isinstance(config, bool) else "n"
+        raise TypeError(
+            f"launch() takes a LaunchConfig: launch(command, LaunchConfig({n}, ...)); got {short_repr(config)}"
+            f"{' and ' + ', '.join(sorted(options)) if options else ''} (the keywords of before 0.4.0 are gone: "
+            "each is a field of LaunchConfig, and mend=False is mends_off={'keras_fit'})."
+        )
+    if options:
+        raise TypeError(f"launch() takes a LaunchConfig alone, no keywords: got {', '.join(sorted(options))} too.")
+    return config
