@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import subprocess
 import sys
 
@@ -68,6 +69,44 @@ def test_a_run_per_rank_in_tensorboard(tmp_path) -> None:
         )
         waits = events.Scalars("step/wait_ms")
         assert [round(e.value) for e in waits] == [round(wait)] * 5 and [e.step for e in waits] == list(range(40, 45))
+
+
+def _crc32c(data: bytes) -> int:
+    """CRC-32C (Castagnoli), bit by bit: the test's own, against which the writer's framing is checked."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
+    return crc ^ 0xFFFFFFFF
+
+
+def _masked(data: bytes) -> int:
+    crc = _crc32c(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def test_the_event_files_are_tfrecords_a_reader_of_the_format_reads(tmp_path) -> None:
+    """Byte by byte: each record is its length, the masked CRC-32C of it, the event, the masked CRC-32C of
+    that (the TFRecord format TensorFlow and TensorBoard read); the first event says the file's version.
+    """
+    from tensorboard.compat.proto import event_pb2
+
+    assert _crc32c(b"123456789") == 0xE3069283  # the standard's check value: the test's CRC is right
+    write_job_files(_summary(), TIMELINE, str(tmp_path))
+    (name,) = os.listdir(tmp_path / "ranks" / "rank1")
+    assert name.startswith("events.out.tfevents.")
+    raw, at, events = (tmp_path / "ranks" / "rank1" / name).read_bytes(), 0, []
+    while at < len(raw):
+        header = raw[at : at + 8]
+        (length,) = struct.unpack("<Q", header)
+        assert struct.unpack("<I", raw[at + 8 : at + 12])[0] == _masked(header)
+        data = raw[at + 12 : at + 12 + length]
+        assert len(data) == length and struct.unpack("<I", raw[at + 12 + length : at + 16 + length])[0] == _masked(data)
+        events.append(event_pb2.Event.FromString(data))
+        at += 16 + length
+    assert at == len(raw) and events[0].file_version == "brain.Event:2"
+    assert [e.step for e in events[1:]] == list(range(40, 45))
 
 
 def test_one_look_draws_no_empty_panel(tmp_path) -> None:

@@ -22,7 +22,6 @@ import dataclasses
 import json
 import os
 import socket
-import struct
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -249,11 +248,12 @@ def _draw_over_time(lines: Any, over: Mapping[str, Sequence[Sequence[float]]]) -
 
 def write_rank_runs(summary: JobSummary, directory: str) -> list[str]:
     """A TensorBoard run per rank, each part as a scalar (ms per step) at each look (its step: the rank's steps
-    done); the event files are written with protobuf alone (TensorBoard's message definitions, no TensorFlow);
+    done); the event files are written with TensorBoard's own messages and record writer (no TensorFlow);
     none without TensorBoard installed.
     """
     try:
         from tensorboard.compat.proto import event_pb2, summary_pb2  # noqa: PLC0415 (TensorBoard is optional)
+        from tensorboard.summary.writer.record_writer import RecordWriter  # noqa: PLC0415
     except ImportError:
         return []
     files: dict[int, _EventFile] = {}
@@ -261,7 +261,7 @@ def write_rank_runs(summary: JobSummary, directory: str) -> list[str]:
         for when, polled in summary.history:
             for s in polled:
                 if s.rank not in files:
-                    files[s.rank] = _EventFile(os.path.join(directory, f"rank{s.rank}"), event_pb2, when)
+                    files[s.rank] = _EventFile(os.path.join(directory, f"rank{s.rank}"), event_pb2, when, RecordWriter)
                 values = [
                     summary_pb2.Summary.Value(tag=f"step/{p}_ms", simple_value=s.component(p) * 1e3) for p in PARTS
                 ]
@@ -275,49 +275,22 @@ def write_rank_runs(summary: JobSummary, directory: str) -> list[str]:
 
 
 class _EventFile:
-    """One TensorBoard event file: TFRecord framing (length, masked CRC-32C of it, data, masked CRC-32C of it),
-    first a ``file_version`` event, as TensorFlow's and TensorBoard's writers write.
+    """One TensorBoard event file, framed by TensorBoard's own ``RecordWriter`` (TFRecord: length, masked
+    CRC-32C of it, data, masked CRC-32C of it), first a ``file_version`` event, as TensorFlow's and
+    TensorBoard's writers write; it imports no TensorFlow.
     """
 
-    def __init__(self, directory: str, event_pb2: Any, when: float) -> None:
+    def __init__(self, directory: str, event_pb2: Any, when: float, record_writer: Any) -> None:
         os.makedirs(directory, exist_ok=True)
         name = f"events.out.tfevents.{int(when or time.time())}.{socket.gethostname()[:64]}.{os.getpid()}.0"
-        self._file = open(os.path.join(directory, name), "wb")  # noqa: SIM115 (closed by close())
+        self._records = record_writer(open(os.path.join(directory, name), "wb"))  # noqa: SIM115 (closed by close())
         self.write(event_pb2.Event(wall_time=when, file_version="brain.Event:2").SerializeToString())
 
     def write(self, data: bytes) -> None:
-        header = struct.pack("<Q", len(data))
-        self._file.write(header + struct.pack("<I", masked_crc32c(header)) + data)
-        self._file.write(struct.pack("<I", masked_crc32c(data)))
+        self._records.write(data)
 
     def close(self) -> None:
-        self._file.close()
-
-
-def _crc_table() -> list[int]:
-    table = []
-    for n in range(256):
-        crc = n
-        for _ in range(8):
-            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
-        table.append(crc)
-    return table
-
-
-_CRC_TABLE = _crc_table()
-
-
-def masked_crc32c(data: bytes) -> int:
-    """The CRC-32C (Castagnoli) of ``data``, masked as TFRecord files store it.
-
-    >>> hex(masked_crc32c(b"123456789"))  # its CRC-32C is 0xe3069283, the check value of the standard
-    '0xc78ab0e5'
-    """
-    crc = 0xFFFFFFFF
-    for byte in data:
-        crc = _CRC_TABLE[(crc ^ byte) & 0xFF] ^ (crc >> 8)
-    crc ^= 0xFFFFFFFF
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+        self._records.close()
 
 
 def read_ranks(log_dir: str | os.PathLike[str]) -> JobRanks:
