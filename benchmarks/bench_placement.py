@@ -118,9 +118,9 @@ def cases(keras, tf, sizes: list[int], kinds: list[str]) -> dict[tuple[str, int]
                 return took
 
             def phases(call=call) -> dict[str, float]:
-                recorder, spaces = recording._Recorder(), []
+                recorder, spaces = recording.Recorder(), []
                 start = time.perf_counter()
-                with profiling._profiling(tf, spaces), recording._recording(recorder):
+                with profiling._profiling(tf, spaces), recording.record_calls(recorder):
                     call()
                 took = {"profiled": time.perf_counter() - start}
                 data, trace = spaces[0], []

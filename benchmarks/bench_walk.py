@@ -49,8 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     make = bench_placement._forward if args.step == "forward" else bench_placement._train
     step = make(keras, tf, args.layers)
     step().numpy()
-    recorder, spaces = recording._Recorder(), []
-    with profiling._profiling(tf, spaces), recording._recording(recorder):
+    recorder, spaces = recording.Recorder(), []
+    with profiling._profiling(tf, spaces), recording.record_calls(recorder):
         step().numpy()
     space = parse_space(spaces[0])
     walk, trace = _best(lambda: read_trace(space), args.repeat)

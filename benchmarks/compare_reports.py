@@ -192,8 +192,8 @@ def compare_captures(base: Any, save: str, rounds: int, tally: Tally) -> None:
         with profiling._placements(placed, True):
             step()
         for k in range(rounds):
-            recorder, spaces = recording._Recorder(placed=dict(placed)), []
-            with profiling._profiling(tf, spaces), recording._recording(recorder):
+            recorder, spaces = recording.Recorder(placed=dict(placed)), []
+            with profiling._profiling(tf, spaces), recording.record_calls(recorder):
                 step()
             path = os.path.join(save, f"{name}-{k}.xplane.pb")
             with open(path, "wb") as f:

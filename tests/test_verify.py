@@ -283,7 +283,8 @@ def test_an_all_reduce_whose_start_the_trace_lost_is_placed_from_its_completion(
     # (a busy machine loses either, completions too: captured again until both all-reduces have both).
     from tfdevices.verify import profiling
     from tfdevices.verify.building import build_report
-    from tfdevices.verify.host import _stats, parse_space, read_trace
+    from tfdevices.verify.host import parse_space, read_trace
+    from tfdevices.verify.kinds import stats_by_name
 
     train_step, x, y = _mirrored_train_step(tf4)
     placed: dict[str, str] = {}
@@ -300,7 +301,7 @@ def test_an_all_reduce_whose_start_the_trace_lost_is_placed_from_its_completion(
         seen: dict[tuple[str, str], tuple] = {}  # (op, "Start" or "Done") -> (line, event)
         for line in plane.lines:
             for event in line.events:
-                name = str(_stats(event, names).get("name", ""))
+                name = str(stats_by_name(event, names).get("name", ""))
                 if event.metadata_id in kinds and "CollectiveReduce" in name:
                     seen[(name, kinds[event.metadata_id])] = (line, event)
         both = sorted(name for name, kind in seen if kind == "Start" and (name, "Done") in seen)

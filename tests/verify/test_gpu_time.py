@@ -174,13 +174,13 @@ def test_version_2_json_still_reads():
 
 
 def test_a_capture_counts_gpu_work_it_did_not_launch_without_reporting_it_as_ops():
-    from tfdevices.verify.recording import _Recorder
+    from tfdevices.verify.recording import Recorder
 
     space = Space()
     _host_step(space)
     gpu_kernel(space, 0, 13, "sgemm", 100, 20, f"{MATMUL}:MatMul")
     gpu_kernel(space, 0, 17, "prefetch_copy_kernel", 30, 5, "other_thread/Identity:Identity")  # before any launch
-    report = build_report(read_trace(space.bytes()), _Recorder())
+    report = build_report(read_trace(space.bytes()), Recorder())
     assert "other_thread/Identity" not in {op.name for op in report.ops}
     assert report.busy_us["GPU:0"] == 25.0
     assert any("1 kernel execution(s) on GPU:0 belong to no captured op" in note for note in report.notes)

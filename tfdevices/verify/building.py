@@ -14,12 +14,12 @@ from itertools import groupby
 from operator import itemgetter
 from typing import Any
 
-from tfdevices.verify.graph import _Graph, _model_ops
+from tfdevices.verify.graph import FunctionGraph, model_ops
 from tfdevices.verify.hlo import HloModules
-from tfdevices.verify.host import CONTEXT, KEY, START, STATS, _Execution, _Kernel, _Trace
-from tfdevices.verify.recording import _Call, _Recorder
+from tfdevices.verify.host import CONTEXT, KEY, START, STATS, Execution, KernelEvent, ProfilerTrace
+from tfdevices.verify.recording import Call, Recorder
 from tfdevices.verify.records import (
-    _COLLECTIVE,
+    COLLECTIVE_OP,
     PLUMBING,
     TRANSFER_OPS,
     UNKNOWN_DEVICE,
@@ -27,11 +27,11 @@ from tfdevices.verify.records import (
     Collective,
     OpPlacement,
     Transfer,
-    _gc_paused,
-    _location,
-    _make_op,
-    _plain_name,
-    _us,
+    gc_paused,
+    make_op,
+    program_name,
+    ps_to_us,
+    report_device,
     union_length,
 )
 from tfdevices.verify.report import PlacementReport
@@ -53,17 +53,17 @@ class _Built:
 
 
 def _pair_calls(
-    trace: _Trace, recorder: _Recorder, *, eager: bool = False
-) -> list[tuple[_Call | None, _Execution | None]]:
+    trace: ProfilerTrace, recorder: Recorder, *, eager: bool = False
+) -> list[tuple[Call | None, Execution | None]]:
     """Matches the calls Python made with the executions the profiler saw, in call order.
 
     Executions no call matches follow, in time order: function calls, and with ``eager``
     (reading a profile, where Python's calls were not recorded) eager ops too.
     """
-    queues: dict[tuple[str, bool], list[_Execution]] = {}
+    queues: dict[tuple[str, bool], list[Execution]] = {}
     for execution in reversed(trace.executions):
         queues.setdefault((execution.name, execution.is_function), []).append(execution)
-    paired: list[tuple[_Call | None, _Execution | None]] = []
+    paired: list[tuple[Call | None, Execution | None]] = []
     for call in recorder.calls:
         queue = queues.get((call.name, call.is_function))
         paired.append((call, queue.pop() if queue else None))
@@ -71,21 +71,21 @@ def _pair_calls(
     return paired + [(None, execution) for execution in left]
 
 
-def build_report(trace: _Trace, recorder: _Recorder | None = None) -> PlacementReport:
+def build_report(trace: ProfilerTrace, recorder: Recorder | None = None) -> PlacementReport:
     """Builds the report from the profiler's trace and the calls Python made (linear in the events).
 
     Without a recorder (a profile read from disk) every execution the trace holds is
     reported: ops whose device the trace does not name go to the host's CPU, and GPU
     ops the host plane does not show are taken from the GPU's plane.
     """
-    with _gc_paused():
+    with gc_paused():
         return _build_report(trace, recorder)
 
 
-def _build_report(trace: _Trace, recorder: _Recorder | None) -> PlacementReport:
+def _build_report(trace: ProfilerTrace, recorder: Recorder | None) -> PlacementReport:
     profile = recorder is None
-    recorder = recorder or _Recorder()
-    by_context: dict[int, list[_Kernel]] = {}
+    recorder = recorder or Recorder()
+    by_context: dict[int, list[KernelEvent]] = {}
     for context, run in groupby(trace.kernels, _context_of):  # a step's kernels come in runs
         by_context.setdefault(context, []).extend(run)
     paired = _pair_calls(trace, recorder, eager=profile)
@@ -104,7 +104,7 @@ def _build_report(trace: _Trace, recorder: _Recorder | None) -> PlacementReport:
         elif call is not None:
             _add_eager(built, index, call, execution, origin)
         elif execution is not None and execution.name not in built.on_gpu:  # an eager op read from a profile
-            _add_eager(built, index, _Call(execution.name, False, "/device:CPU:0", ""), execution, origin)
+            _add_eager(built, index, Call(execution.name, False, "/device:CPU:0", ""), execution, origin)
     busy = {device: round(union_length(spans) / 1e6, 3) for device, spans in sorted(built.spans.items())}
     if trace.gpus:
         starts = [e.start_ps if e is not None else 0 for _, e in paired]
@@ -121,7 +121,7 @@ def _build_report(trace: _Trace, recorder: _Recorder | None) -> PlacementReport:
     )
 
 
-def _contexts(execution: _Execution, parents: dict[int, int]) -> list[int]:
+def _contexts(execution: Execution, parents: dict[int, int]) -> list[int]:
     """The executor contexts of one function call, including functions it called."""
     mine = set(execution.contexts)
     nested = [c for c in parents if _root(c, parents) in mine]
@@ -139,7 +139,9 @@ def _root(context: int, parents: dict[int, int]) -> int:
 _context_of, _start_of, _key_of, _kind_of_key = itemgetter(CONTEXT), itemgetter(START), itemgetter(KEY), itemgetter(1)
 
 
-def _fallback_device(kernels: list[_Kernel], graph: _Graph, call: _Call | None, on_gpu: dict[str, int]) -> str:
+def _fallback_device(
+    kernels: list[KernelEvent], graph: FunctionGraph, call: Call | None, on_gpu: dict[str, int]
+) -> str:
     """The device of a partition that copied nothing: the one its ops asked for, else the call's.
 
     With no call (a profile), the GPU whose plane ran its kernels, else the host's CPU.
@@ -164,16 +166,16 @@ class _Sources:
     worked out once per function, not once per call).
     """
 
-    trace: _Trace
-    by_context: dict[int, list[_Kernel]]
+    trace: ProfilerTrace
+    by_context: dict[int, list[KernelEvent]]
     origin: int
     placed: dict[str, str]
-    graphs: dict[str, _Graph] = field(default_factory=dict)
+    graphs: dict[str, FunctionGraph] = field(default_factory=dict)
 
-    def graph(self, name: str, recorder: _Recorder) -> _Graph:
+    def graph(self, name: str, recorder: Recorder) -> FunctionGraph:
         graph = self.graphs.get(name)
         if graph is None:
-            graph = self.graphs[name] = _Graph(recorder.graphs.get(name))
+            graph = self.graphs[name] = FunctionGraph(recorder.graphs.get(name))
         return graph
 
 
@@ -185,11 +187,11 @@ class _CallKernels:
 
     built: _Built
     index: int
-    graph: _Graph
-    call: _Call | None
+    graph: FunctionGraph
+    call: Call | None
     contexts: list[int]
-    transfers: list[tuple[int, _Kernel]]
-    recvs: dict[str, tuple[int, _Kernel]]
+    transfers: list[tuple[int, KernelEvent]]
+    recvs: dict[str, tuple[int, KernelEvent]]
     origin: int
 
     @classmethod
@@ -198,9 +200,9 @@ class _CallKernels:
         built: _Built,
         sources: _Sources,
         index: int,
-        recorder: _Recorder,
-        call: _Call | None,
-        execution: _Execution,
+        recorder: Recorder,
+        call: Call | None,
+        execution: Execution,
     ) -> _CallKernels:
         contexts = _contexts(execution, sources.trace.parents)
         transfers = transfer_kernels(contexts, sources.by_context)
@@ -208,12 +210,12 @@ class _CallKernels:
         graph = sources.graph(execution.name, recorder)
         return cls(built, index, graph, call, contexts, transfers, recvs, sources.origin)
 
-    def add(self, kernels: list[_Kernel], device: str) -> None:
+    def add(self, kernels: list[KernelEvent], device: str) -> None:
         """Adds the ops, transfers and collectives of ``kernels``, which ran on ``device``."""
         _add_kernels(self.built, self.index, self.graph, kernels, device, self.recvs, self.origin)
 
 
-def _add_function(built: _Built, sources: _Sources, adding: _CallKernels, execution: _Execution) -> None:
+def _add_function(built: _Built, sources: _Sources, adding: _CallKernels, execution: Execution) -> None:
     """Adds one function call's kernels: each executor step's on the step's device, then the kernels whose step
     the trace does not name (:func:`_add_unplaced`), and the call's graph.
     """
@@ -224,7 +226,7 @@ def _add_function(built: _Built, sources: _Sources, adding: _CallKernels, execut
         where = devices.get(context) or _fallback_device(kernels, adding.graph, adding.call, built.on_gpu)
         if context in devices or kernels:
             known[context] = where
-        adding.add(kernels, _location(where))
+        adding.add(kernels, report_device(where))
     end = execution.start_ps + execution.duration_ps
     unplaced = [k for k in sources.trace.unplaced if execution.start_ps <= k[START] <= end]
     _add_unplaced(adding, unplaced, known, sources)
@@ -232,7 +234,7 @@ def _add_function(built: _Built, sources: _Sources, adding: _CallKernels, execut
         built.graphs.append((f"call_{adding.index:03d}", adding.graph._graph))
 
 
-def _add_unplaced(adding: _CallKernels, unplaced: list[_Kernel], known: dict[int, str], sources: _Sources) -> None:
+def _add_unplaced(adding: _CallKernels, unplaced: list[KernelEvent], known: dict[int, str], sources: _Sources) -> None:
     """Adds the kernels of the call whose executor step the trace does not name (``unplaced``: those in its span).
 
     Those take the device TensorFlow assigned them when it instantiated the function (``sources.placed``,
@@ -251,7 +253,7 @@ def _add_unplaced(adding: _CallKernels, unplaced: list[_Kernel], known: dict[int
     ]
     for kernel in mine:  # a _Send runs on the device its key names first
         if kernel[STATS] is not None:
-            adding.add([kernel], _location(send_devices(kernel)[0]))
+            adding.add([kernel], report_device(send_devices(kernel)[0]))
     lost = sorted({kernel_name(k) for k in mine} & set(sources.trace.lost_starts)) if sources.trace.lost_starts else []
     if lost:
         built.notes.append(
@@ -262,7 +264,7 @@ def _add_unplaced(adding: _CallKernels, unplaced: list[_Kernel], known: dict[int
     unknown = [k for k in mine if k[KEY][1] not in TRANSFER_OPS]
     if unknown and sources.placed:  # where TensorFlow placed them when it instantiated the function (run metadata)
         placed = sources.placed
-        unknown = _add_grouped(adding, unknown, lambda k: placed.get(_plain_name(kernel_name(k)), ""), str)
+        unknown = _add_grouped(adding, unknown, lambda k: placed.get(program_name(kernel_name(k)), ""), str)
     if unknown:
         done_at = sources.trace.done_at
         unknown = _add_grouped(adding, unknown, lambda k: _running_step(k, adding, done_at, known), known.__getitem__)
@@ -280,21 +282,24 @@ def _first_names(names: list[str]) -> str:
 
 
 def _add_grouped(
-    adding: _CallKernels, kernels: list[_Kernel], group_of: Callable[[_Kernel], Any], device_of: Callable[[Any], str]
-) -> list[_Kernel]:
+    adding: _CallKernels,
+    kernels: list[KernelEvent],
+    group_of: Callable[[KernelEvent], Any],
+    device_of: Callable[[Any], str],
+) -> list[KernelEvent]:
     """Adds the kernels group by group (``group_of``, in the order first seen), each group on ``device_of`` it;
     returns those ``group_of`` puts in no group (a false value).
     """
-    groups: dict[Any, list[_Kernel]] = {}
+    groups: dict[Any, list[KernelEvent]] = {}
     for kernel in kernels:
         groups.setdefault(group_of(kernel), []).append(kernel)
     for group, members in groups.items():
         if group:
-            adding.add(members, _location(device_of(group)))
+            adding.add(members, report_device(device_of(group)))
     return [kernel for group, members in groups.items() if not group for kernel in members]
 
 
-def _running_step(kernel: _Kernel, adding: _CallKernels, done_at: dict[int, int], known: dict[int, str]) -> int:
+def _running_step(kernel: KernelEvent, adding: _CallKernels, done_at: dict[int, int], known: dict[int, str]) -> int:
     """The one executor step of the call that may have run ``kernel`` (an op of the call's own graph), where the
     trace shows that step's device (``known``); else 0.
     """
@@ -304,7 +309,7 @@ def _running_step(kernel: _Kernel, adding: _CallKernels, done_at: dict[int, int]
     return running[0] if len(running) == 1 and running[0] in known else 0
 
 
-def _running_steps(kernel: _Kernel, contexts: list[int], done_at: dict[int, int]) -> list[int]:
+def _running_steps(kernel: KernelEvent, contexts: list[int], done_at: dict[int, int]) -> list[int]:
     """The executor steps of a call that may have run ``kernel``: those not done before it started.
 
     A step's done callback runs after its last kernel ends, so a step whose callback started
@@ -318,10 +323,10 @@ def _running_steps(kernel: _Kernel, contexts: list[int], done_at: dict[int, int]
 def _add_kernels(
     built: _Built,
     index: int,
-    graph: _Graph,
-    kernels: list[_Kernel],
+    graph: FunctionGraph,
+    kernels: list[KernelEvent],
     device: str,
-    recvs: dict[str, tuple[int, _Kernel]],
+    recvs: dict[str, tuple[int, KernelEvent]],
     origin: int,
 ) -> None:
     """Adds the ops, transfers and collectives of kernels that ran on ``device``.
@@ -333,7 +338,7 @@ def _add_kernels(
     known = graph._known.placed
     add_span = spans.append if spans is not None else None
     add_op = built.ops.append
-    make = _make_op
+    make = make_op
     for kernel in kernels:
         key, begin, length, _, stats = kernel
         placed = known.get(key)
@@ -342,7 +347,7 @@ def _add_kernels(
         ops, collective = placed
         if ops is _SKIPPED and stats is None:
             continue
-        start, duration = (begin - origin) // 1000 / 1000, length // 1000 / 1000  # records._us, inlined
+        start, duration = (begin - origin) // 1000 / 1000, length // 1000 / 1000  # records.ps_to_us, inlined
         if add_span is not None:
             add_span((begin, begin + length))
         if stats is not None:
@@ -360,7 +365,7 @@ def _add_kernels(
 _SKIPPED: tuple[tuple[str, str, str], ...] = ()
 
 
-def _placed_ops(graph: _Graph, name: str, kind: str) -> tuple[tuple[tuple[str, str, str], ...], bool]:
+def _placed_ops(graph: FunctionGraph, name: str, kind: str) -> tuple[tuple[tuple[str, str, str], ...], bool]:
     """``(name, model op, requested device as reported)`` of each op a kernel ran (:data:`_SKIPPED` for
     none), and whether the kernel is a collective.
 
@@ -369,9 +374,9 @@ def _placed_ops(graph: _Graph, name: str, kind: str) -> tuple[tuple[tuple[str, s
     if kind in PLUMBING or kind in TRANSFER_OPS:
         return _SKIPPED, False
     ops = tuple(
-        (op, model_op, _location(asked) if asked else "") for op, model_op, asked in _model_ops(graph, name, kind)
+        (op, model_op, report_device(asked) if asked else "") for op, model_op, asked in model_ops(graph, name, kind)
     )
-    return ops, _COLLECTIVE.match(kind) is not None
+    return ops, COLLECTIVE_OP.match(kind) is not None
 
 
 def _attr(op: Any, name: str) -> str:
@@ -390,14 +395,14 @@ _GRAPH_PLUMBING = frozenset({"Placeholder", "NoOp", "Identity", "IdentityN"})
 
 
 def _add_cluster(
-    built: _Built, index: int, call: _Call | None, execution: _Execution | None, recorder: _Recorder, origin: int
+    built: _Built, index: int, call: Call | None, execution: Execution | None, recorder: Recorder, origin: int
 ) -> None:
     """A function XLA compiled into one executable: its ops ran together on the call's device."""
     name = execution.name if execution is not None else call.name if call is not None else ""
     graph = recorder.graphs.get(name)
-    device = _location((call.device or call.requested) if call is not None else "") if call else "?"
-    start = _us(execution.start_ps - origin) if execution is not None else None
-    duration = _us(execution.duration_ps) if execution is not None else None
+    device = report_device((call.device or call.requested) if call is not None else "") if call else "?"
+    start = ps_to_us(execution.start_ps - origin) if execution is not None else None
+    duration = ps_to_us(execution.duration_ps) if execution is not None else None
     if execution is not None:
         built.spans.setdefault(device, []).append((execution.start_ps, execution.start_ps + execution.duration_ps))
     ops = [op for op in graph.get_operations() if op.type not in _GRAPH_PLUMBING] if graph is not None else []
@@ -409,10 +414,10 @@ def _add_cluster(
         built.ops.append(OpPlacement(name, XLA_CLUSTER, device, "", index, XLA_CLUSTER, name, start, duration))
 
 
-def _add_eager(built: _Built, index: int, call: _Call, execution: _Execution | None, origin: int) -> None:
-    device = _location(call.device or call.requested)
-    start = _us(execution.start_ps - origin) if execution is not None else None
-    duration = _us(execution.duration_ps) if execution is not None else None
+def _add_eager(built: _Built, index: int, call: Call, execution: Execution | None, origin: int) -> None:
+    device = report_device(call.device or call.requested)
+    start = ps_to_us(execution.start_ps - origin) if execution is not None else None
+    duration = ps_to_us(execution.duration_ps) if execution is not None else None
     if execution is not None:
         built.spans.setdefault(device, []).append((execution.start_ps, execution.start_ps + execution.duration_ps))
     if call.name in PLUMBING:
@@ -422,9 +427,9 @@ def _add_eager(built: _Built, index: int, call: _Call, execution: _Execution | N
             call.name, call.name, device, _requested(call.requested), index, call.name, call.name, start, duration
         )
     )
-    if _COLLECTIVE.match(call.name):
+    if COLLECTIVE_OP.match(call.name):
         built.collectives.append(Collective(call.name, call.name, device, "", "", index))
 
 
 def _requested(device: str) -> str:
-    return _location(device) if device else ""
+    return report_device(device) if device else ""

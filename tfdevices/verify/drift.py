@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfdevices.verify.records import UNKNOWN_DEVICE
-from tfdevices.verify.report import PlacementReport, _listed
+from tfdevices.verify.report import PlacementReport, list_for_message
 
 _NAMED = 8  # ops named in a summary before "... N more"
 
@@ -82,7 +82,7 @@ class PlacementChange:
 
 
 def _named(items: list[str]) -> str:
-    return _listed(items, limit=_NAMED, sep=", ")
+    return list_for_message(items, limit=_NAMED, sep=", ")
 
 
 def functions_of(report: PlacementReport) -> tuple[int, ...]:

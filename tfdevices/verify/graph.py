@@ -31,8 +31,8 @@ _KNOWN: weakref.WeakKeyDictionary[Any, _Known] = weakref.WeakKeyDictionary()
 _CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
 
 
-class _Graph:
-    """The ops a function's traced graph holds, looked up by executed name (internal).
+class FunctionGraph:
+    """The ops a function's traced graph holds, looked up by executed name.
 
     TensorFlow inlines the functions a function calls, naming their ops after the
     call op (``"StatefulPartitionedCall/model/dense/MatMul"``); those are looked up in
@@ -42,7 +42,7 @@ class _Graph:
 
     def __init__(self, graph: Any) -> None:
         self._graph = graph
-        self._inner: dict[str, _Graph | None] = {}
+        self._inner: dict[str, FunctionGraph | None] = {}
         known = _KNOWN.get(graph) if graph is not None else None
         if known is None:
             known = _Known({op.name: op for op in graph.get_operations()} if graph is not None else {})
@@ -68,6 +68,7 @@ class _Graph:
         return None, ""
 
     def op(self, name: str) -> Any:
+        """The op an executed node name stands for (``None`` when the graph has none)."""
         return self.find(name)[0]
 
     def asked_by(self, keys: Sequence[tuple[str, str]]) -> str:
@@ -110,20 +111,21 @@ class _Graph:
             device = self._asked[op.name] = op.device
         return device
 
-    def _called(self, call_name: str) -> _Graph | None:
+    def _called(self, call_name: str) -> FunctionGraph | None:
         if call_name not in self._inner:
             call = self._ops.get(call_name)
             inner = None
             if call is not None and call.type in _CALL_OPS:
                 try:
                     function = getattr(self._graph, "_functions", {}).get(call.get_attr("f").name)
-                    inner = _Graph(function.graph) if function is not None else None
+                    inner = FunctionGraph(function.graph) if function is not None else None
                 except (ValueError, AttributeError):
                     inner = None
             self._inner[call_name] = inner
         return self._inner[call_name]
 
     def tensor(self, name: str) -> Any:
+        """The tensor ``"op:index"`` names (``None`` when the graph has no such op)."""
         op_name, _, index = name.rpartition(":")
         op = self.op(op_name)
         try:
@@ -173,7 +175,7 @@ def written_name(executed: str) -> str:
     return _INLINED.sub("", executed) or executed
 
 
-def _model_ops(graph: _Graph, name: str, kernel: str) -> list[tuple[str, str, str]]:
+def model_ops(graph: FunctionGraph, name: str, kernel: str) -> list[tuple[str, str, str]]:
     """``(name, model op, requested device)`` for each op the user wrote that this kernel ran (cached per graph)."""
     key = (name, kernel)
     found = graph._known.model_ops.get(key)
@@ -182,7 +184,7 @@ def _model_ops(graph: _Graph, name: str, kernel: str) -> list[tuple[str, str, st
     return found
 
 
-def _read_model_ops(graph: _Graph, name: str, kernel: str) -> list[tuple[str, str, str]]:
+def _read_model_ops(graph: FunctionGraph, name: str, kernel: str) -> list[tuple[str, str, str]]:
     op, _ = graph.find(name)
     if op is None:
         return [(written_name(name), _base_type(kernel), "")]

@@ -15,34 +15,34 @@ from typing import Any, Final
 from tfdevices.verify.device import GpuPlane, gpu_index, read_gpu_plane
 from tfdevices.verify.hlo import METADATA_PLANE
 from tfdevices.verify.kinds import (
-    _ASYNC,
-    _ASYNC_DONE,
-    _DONE_CALLBACK,
-    _EAGER,
-    _KERNEL,
-    _PROCESS,
-    _REGION_START,
-    _REGION_STOP,
-    _SCHEDULED,
-    _STEP,
-    _context_of,
-    _event_kinds,
-    _int_stat,
-    _stats,
+    ASYNC_DONE,
+    ASYNC_START,
+    DONE_CALLBACK,
+    EAGER,
+    KERNEL,
+    PROCESS,
+    REGION_START,
+    REGION_STOP,
+    SCHEDULED,
+    STEP,
+    context_of,
+    event_kinds,
+    int_stat,
+    stats_by_name,
 )
-from tfdevices.verify.records import _gc_paused
+from tfdevices.verify.records import gc_paused
 from tfdevices.verify.xplane import xplane_module
 
 #: The host plane's name in every XSpace TensorFlow writes.
 HOST_PLANE = "/host:CPU"
 
 
-#: One kernel event of the trace (internal), a plain tuple (made thousands of times a capture, in
+#: One kernel event of the trace, a plain tuple (made thousands of times a capture, in
 #: 30 ns; a slotted record takes 400): ``(key, start_ps, duration_ps, context, stats)``. ``key`` is
 #: ``(op name, kernel)``, one tuple per kernel metadata of the trace (the builder's cache key),
 #: ``context`` the executor step's (0 when the trace does not name one), ``stats`` the event's
 #: stats for a transfer (``_Send``: its rendezvous key), else ``None``. Read by the indices below.
-_Kernel = tuple[tuple[str, str], int, int, int, "dict[str, Any] | None"]
+KernelEvent = tuple[tuple[str, str], int, int, int, "dict[str, Any] | None"]
 KEY: Final = 0
 START: Final = 1
 DURATION: Final = 2
@@ -51,8 +51,8 @@ STATS: Final = 4
 
 
 @dataclass
-class _Execution:
-    """One call TensorFlow executed (internal): a function, an XLA cluster or an eager op."""
+class Execution:
+    """One call TensorFlow executed: a function, an XLA cluster or an eager op."""
 
     name: str
     is_function: bool
@@ -63,14 +63,14 @@ class _Execution:
 
 
 @dataclass
-class _Trace:
-    """What the profiler recorded (internal): calls on the Python thread, kernels by executor context."""
+class ProfilerTrace:
+    """What the profiler recorded: calls on the Python thread, kernels by executor context."""
 
-    executions: list[_Execution] = field(default_factory=list)
-    kernels: list[_Kernel] = field(default_factory=list)
+    executions: list[Execution] = field(default_factory=list)
+    kernels: list[KernelEvent] = field(default_factory=list)
     parents: dict[int, int] = field(default_factory=dict)  # nested function context -> caller context
     outside: set[int] = field(default_factory=set)  # contexts of runs outside any call (tf.data ...)
-    unplaced: list[_Kernel] = field(default_factory=list)  # kernels whose executor step the trace does not name
+    unplaced: list[KernelEvent] = field(default_factory=list)  # kernels whose executor step the trace does not name
     gpus: dict[int, GpuPlane] = field(default_factory=dict)  # each GPU's own timeline, by plane ordinal
     steps: set[int] = field(default_factory=set)  # step numbers marked on the host plane
     skipped: list[str] = field(default_factory=list)  # planes not read, as "name (why)"
@@ -99,7 +99,7 @@ def parse_space(data: bytes | bytearray | memoryview) -> Any:
     return xplane_module().XSpace.FromString(data if isinstance(data, bytes) else bytes(data))  # protobuf 4: bytes
 
 
-def read_trace(data: bytes | Any) -> _Trace:
+def read_trace(data: bytes | Any) -> ProfilerTrace:
     """Reads an XSpace (serialized, or parsed by :func:`parse_space`) into calls and kernels, one pass.
 
     On the host plane, TensorFlow records each eager call (``EagerExecute``, with the op or
@@ -118,8 +118,8 @@ def read_trace(data: bytes | Any) -> _Trace:
     no context and is reported on an unknown device.
     """
     space = parse_space(data) if isinstance(data, (bytes, bytearray, memoryview)) else data
-    trace = _Trace()
-    with _gc_paused():
+    trace = ProfilerTrace()
+    with gc_paused():
         for plane in space.planes:
             index = gpu_index(plane.name)
             if plane.name == HOST_PLANE:
@@ -135,7 +135,7 @@ def read_trace(data: bytes | Any) -> _Trace:
     return trace
 
 
-def _claim_orphans(trace: _Trace) -> None:
+def _claim_orphans(trace: ProfilerTrace) -> None:
     """Gives executor contexts whose ``FunctionRun`` is missing from the trace to the call that ran them.
 
     A context is claimed by the function call whose span holds its first kernel.
@@ -184,12 +184,12 @@ class _Links:
     def resolve(self, where: _Where) -> int:
         """The executor context ``where`` leads to, or 0 when the trace does not say."""
         if self._scheduled is None:  # closure id -> where it was scheduled, decoded once
-            self._scheduled = {_int_stat(event, self.produced_id): at for event, at in self.records}
+            self._scheduled = {int_stat(event, self.produced_id): at for event, at in self.records}
         seen: set[tuple[str, int]] = set()
         while where is not None and where.__class__ is not int and where[0] in ("region", "async"):  # type: ignore[index]
             kind, key = where  # type: ignore[misc]
             if kind == "region":
-                key = _int_stat(key, self.consumed_id)
+                key = int_stat(key, self.consumed_id)
             if (kind, key) in seen:
                 break
             seen.add((kind, key))
@@ -197,7 +197,7 @@ class _Links:
         return where if where.__class__ is int else 0
 
 
-def _read_host_plane(plane: Any, trace: _Trace) -> None:
+def _read_host_plane(plane: Any, trace: ProfilerTrace) -> None:
     """Reads the host plane into ``trace``, then ties the kernels that ran outside any recorded step to theirs."""
     reader = _HostPlane(plane, trace)
     for line in plane.lines:
@@ -207,7 +207,7 @@ def _read_host_plane(plane: Any, trace: _Trace) -> None:
 
 
 #: The events whose time :meth:`_HostPlane.read_line` does not read.
-_TIMELESS = frozenset({_REGION_START, _REGION_STOP, _STEP})
+_TIMELESS = frozenset({REGION_START, REGION_STOP, STEP})
 
 
 def _close_spans(spans: list[tuple[int, _Where]], start: int) -> tuple[int, _Where]:
@@ -222,13 +222,13 @@ class _HostPlane:
     flow ids, where the trace goes, and the thread pool's links and asynchronous kernels seen so far.
     """
 
-    def __init__(self, plane: Any, trace: _Trace) -> None:
+    def __init__(self, plane: Any, trace: ProfilerTrace) -> None:
         self.names = {key: meta.name for key, meta in plane.stat_metadata.items()}
         ids = {name: key for key, name in self.names.items() if name in ("_c", "_p", "step_num")}
         #: The ids of the ``_c`` and ``_p`` stats (the flow ids TensorFlow's profiler ties a producer event to its
         #: consumer with) and of ``step_num`` (a step marker's number); -1 where the plane has none.
         self.consumed, self.produced, self.step_num = ids.get("_c", -1), ids.get("_p", -1), ids.get("step_num", -1)
-        self.kinds = _event_kinds(plane, True)
+        self.kinds = event_kinds(plane, True)
         self.trace = trace
         self.links = _Links(self.consumed, self.produced)
         self.asyncs = _Asyncs()
@@ -246,14 +246,14 @@ class _HostPlane:
         add_kernel, add_record, names = self.trace.kernels.append, self.links.records.append, self.names
         spans: list[tuple[int, _Where]] = []
         end, inner, region, process_end = -1, None, None, 0
-        current: _Execution | None = None
+        current: Execution | None = None
         xla_name: str | None = None  # the function whose kernel of its own name means it ran as one XLA executable
         for event in line.events:
             kind = kind_of(event.metadata_id)
             if kind is None:
                 continue
             code = kind[0]
-            if code == _KERNEL:
+            if code == KERNEL:
                 start = base + event.offset_ps
                 if start >= end >= 0:
                     end, inner = _close_spans(spans, start)
@@ -261,14 +261,16 @@ class _HostPlane:
                 if xla_name is not None and kind[1][1] == xla_name:
                     current.xla = True  # type: ignore[union-attr]  # the function ran as one compiled XLA executable
                 elif where.__class__ is int:
-                    add_kernel((kind[1], start, event.duration_ps, where, _stats(event, names) if kind[2] else None))
-                elif not _int_stat(event, consumed):  # else the body of an async kernel, recorded where it started
+                    add_kernel(
+                        (kind[1], start, event.duration_ps, where, stats_by_name(event, names) if kind[2] else None)
+                    )
+                elif not int_stat(event, consumed):  # else the body of an async kernel, recorded where it started
                     self._add_outside(event, kind, start, where)
                 continue
             if code in _TIMELESS:  # a thread-pool closure starts or stops (it opens no span), a step marker
-                if code == _REGION_START:  # its id is read only when a kernel needs it
+                if code == REGION_START:  # its id is read only when a kernel needs it
                     region = ("region", event)
-                elif code == _REGION_STOP:
+                elif code == REGION_STOP:
                     region = None
                 else:
                     self._read_step(event)
@@ -277,12 +279,12 @@ class _HostPlane:
             if start >= end >= 0:
                 end, inner = _close_spans(spans, start)
             where = inner if end >= 0 else region
-            if code == _PROCESS:
+            if code == PROCESS:
                 process_end = start + event.duration_ps
                 if end >= 0:
                     spans.append((end, inner))
-                end, inner = process_end, _context_of(event, consumed)
-            elif code == _SCHEDULED:
+                end, inner = process_end, context_of(event, consumed)
+            elif code == SCHEDULED:
                 add_record((event, where))
             else:  # the other events read the whole stack: the innermost span joins it
                 if end >= 0:
@@ -294,7 +296,7 @@ class _HostPlane:
     def _read_step(self, event: Any) -> None:
         """A step marker: its number, where it has one."""
         if any(stat.metadata_id == self.step_num for stat in event.stats):
-            self.trace.steps.add(_int_stat(event, self.step_num))
+            self.trace.steps.add(int_stat(event, self.step_num))
 
     def _add_outside(self, event: Any, kind: tuple[Any, ...], start: int, where: _Where) -> None:
         """A kernel that ran outside any recorded step: kept for the thread pool's links to place (eager ops: no step).
@@ -305,7 +307,7 @@ class _HostPlane:
         kernels = self.trace.kernels
         if where is not _EAGER_SPAN:  # eager ops are reported from their calls, not their kernels
             self.links.pending.append((len(kernels), where))
-        kernels.append((kind[1], start, event.duration_ps, 0, _stats(event, self.names) if kind[2] else None))
+        kernels.append((kind[1], start, event.duration_ps, 0, stats_by_name(event, self.names) if kind[2] else None))
 
     def _read_call(
         self,
@@ -314,34 +316,34 @@ class _HostPlane:
         start: int,
         where: _Where,
         spans: list[tuple[int, _Where]],
-        current: _Execution | None,
+        current: Execution | None,
         process_end: int,
-    ) -> _Execution | None:
+    ) -> Execution | None:
         """The rarer events of a line (calls, function runs, asynchronous kernels); returns the current call.
 
         ``spans`` is the whole stack of open spans, innermost last; ``where`` the innermost span's place;
         ``process_end`` the end of the line's last executor step.
         """
         trace = self.trace
-        if code == _ASYNC:  # an asynchronous kernel (_Recv, collectives) starts
-            stats = _stats(event, self.names)
+        if code == ASYNC_START:  # an asynchronous kernel (_Recv, collectives) starts
+            stats = stats_by_name(event, self.names)
             key = (str(stats.get("name", "")), str(stats.get("kernel_type", "")))
             if where.__class__ is not int and where is not _EAGER_SPAN:  # eager ops: reported from their calls
                 self.links.pending.append((len(trace.kernels), where))
             trace.kernels.append((key, start, event.duration_ps, where if where.__class__ is int else 0, None))
-            produced = _int_stat(event, self.produced)
+            produced = int_stat(event, self.produced)
             self.asyncs.started.add(produced)
             self.links.async_starts[produced] = where
-        elif code == _ASYNC_DONE:  # it completes: what it schedules continues the step it started in
-            done = _int_stat(event, self.consumed)
+        elif code == ASYNC_DONE:  # it completes: what it schedules continues the step it started in
+            done = int_stat(event, self.consumed)
             self.asyncs.done.append((done, event, start))
             spans.append((start + event.duration_ps, ("async", done)))
-        elif code == _DONE_CALLBACK:  # a step's callback: what it schedules is not that step's work
-            trace.done_at.setdefault(_int_stat(event, self.consumed), start)  # its step ran no kernel after
+        elif code == DONE_CALLBACK:  # a step's callback: what it schedules is not that step's work
+            trace.done_at.setdefault(int_stat(event, self.consumed), start)  # its step ran no kernel after
             spans.append((start + event.duration_ps, None))
-        elif code == _EAGER:
-            stats = _stats(event, self.names)
-            current = _Execution(str(stats.get("eager_op", "")), bool(stats.get("is_func")), start, event.duration_ps)
+        elif code == EAGER:
+            stats = stats_by_name(event, self.names)
+            current = Execution(str(stats.get("eager_op", "")), bool(stats.get("is_func")), start, event.duration_ps)
             trace.executions.append(current)
             spans.append((start + event.duration_ps, _EAGER_SPAN))  # an eager op's kernels: no step
         else:  # FunctionRun: a function partition starts; its executor steps consume the context it produces
@@ -349,12 +351,12 @@ class _HostPlane:
         return current
 
     def _function_run(
-        self, event: Any, start: int, spans: list[tuple[int, _Where]], current: _Execution | None, process_end: int
-    ) -> _Execution | None:
+        self, event: Any, start: int, spans: list[tuple[int, _Where]], current: Execution | None, process_end: int
+    ) -> Execution | None:
         """A function partition starts: its context belongs to the call running, else to the step that called it
         (a function called from inside a function), else to no call (tf.data and the like: not reported).
         """
-        produced = _int_stat(event, self.produced)
+        produced = int_stat(event, self.produced)
         caller = next((w for _, w in reversed(spans) if w.__class__ is int), 0)
         spans.append((start + event.duration_ps, produced))
         if current is not None and start < current.start_ps + current.duration_ps:
@@ -372,8 +374,8 @@ class _HostPlane:
         trace, names = self.trace, self.names
         for consumed, event, start in self.asyncs.done:
             if consumed and consumed not in self.asyncs.started:  # its start is lost: a kernel of no step, no time
-                stats = _stats(event, names)
-                lost: _Kernel = ((str(stats.get("name", "")), str(stats.get("kernel_type", ""))), start, 0, 0, None)
+                stats = stats_by_name(event, names)
+                lost: KernelEvent = ((str(stats.get("name", "")), str(stats.get("kernel_type", ""))), start, 0, 0, None)
                 trace.kernels.append(lost)
                 trace.unplaced.append(lost)
                 trace.lost_starts.append(lost[KEY][0])

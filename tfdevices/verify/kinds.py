@@ -13,29 +13,27 @@ from tfdevices.verify.records import TRANSFER_OPS
 #: Step markers written by ``tf.profiler.experimental.Trace(NAME, step_num=N)`` (tf_keras' fit, custom loops).
 _STEP_EVENTS = frozenset({"train", "test", "predict"})
 
-(_KERNEL, _PROCESS, _ASYNC, _EAGER, _RUN, _ASYNC_DONE, _DONE_CALLBACK, _SCHEDULED, _REGION_START, _REGION_STOP) = range(
-    10
-)
-_STEP = 10  # a step marker (tf.profiler.experimental.Trace("train", step_num=N))
+(KERNEL, PROCESS, ASYNC_START, EAGER, RUN, ASYNC_DONE, DONE_CALLBACK, SCHEDULED, REGION_START, REGION_STOP) = range(10)
+STEP = 10  # a step marker (tf.profiler.experimental.Trace("train", step_num=N))
 _EVENT_KINDS = {
-    "ExecutorState::Process": _PROCESS,
-    "ExecutorState::ProcessAsync::Start": _ASYNC,
-    "EagerExecute": _EAGER,
-    "FunctionRun": _RUN,
-    "ExecutorState::ProcessAsync::Done": _ASYNC_DONE,
-    "ExecutorDoneCallback": _DONE_CALLBACK,
-    "ThreadpoolListener::Record": _SCHEDULED,
-    "ThreadpoolListener::StartRegion": _REGION_START,
-    "ThreadpoolListener::StopRegion": _REGION_STOP,
+    "ExecutorState::Process": PROCESS,
+    "ExecutorState::ProcessAsync::Start": ASYNC_START,
+    "EagerExecute": EAGER,
+    "FunctionRun": RUN,
+    "ExecutorState::ProcessAsync::Done": ASYNC_DONE,
+    "ExecutorDoneCallback": DONE_CALLBACK,
+    "ThreadpoolListener::Record": SCHEDULED,
+    "ThreadpoolListener::StartRegion": REGION_START,
+    "ThreadpoolListener::StopRegion": REGION_STOP,
 }
 #: The thread pool's events: read only when some kernel ran outside a recorded step (see :class:`_Links`).
-_LINK_KINDS = frozenset({_SCHEDULED, _REGION_START, _REGION_STOP})
+_LINK_KINDS = frozenset({SCHEDULED, REGION_START, REGION_STOP})
 
 
-def _event_kinds(plane: Any, links: bool) -> dict[int, tuple[Any, ...]]:
+def event_kinds(plane: Any, links: bool) -> dict[int, tuple[Any, ...]]:
     """``metadata id -> (kind, ...)`` for the events capture reads; other events are skipped.
 
-    A kernel's is ``(_KERNEL, (op name, kernel), whether its stats are read)``: its name is
+    A kernel's is ``(KERNEL, (op name, kernel), whether its stats are read)``: its name is
     "op:Kernel", its display name "Kernel"; its stats are read for transfers only (their key
     names the devices). The others' are ``(kind, name)``; the thread pool's only with ``links``.
     Most metadata are kernels, one per kernel that ran (thousands a step): what a name means
@@ -63,7 +61,7 @@ _KINDS_LIMIT = 1 << 18
 
 
 def _kind_of_name(name: str, display_name: str) -> tuple[Any, ...]:
-    """What an event of this name is to capture (see :func:`_event_kinds`), remembered by name.
+    """What an event of this name is to capture (see :func:`event_kinds`), remembered by name.
 
     A kernel's name is "op:Kernel" with the display name "Kernel" (TensorFlow's executor names
     its kernel events so); names capture skips are not remembered.
@@ -73,9 +71,9 @@ def _kind_of_name(name: str, display_name: str) -> tuple[Any, ...]:
     if known is not None:
         kind: tuple[Any, ...] = (known, name)
     elif colon and kernel and kernel == display_name:
-        kind = (_KERNEL, (op, kernel), kernel in TRANSFER_OPS)
+        kind = (KERNEL, (op, kernel), kernel in TRANSFER_OPS)
     elif name in _STEP_EVENTS:
-        kind = (_STEP, name)
+        kind = (STEP, name)
     else:
         return _SKIPPED_KIND
     if len(_KINDS_BY_NAME) >= _KINDS_LIMIT:
@@ -93,7 +91,7 @@ def _stat_value(stat: Any, names: dict[int, str]) -> Any:
     return names.get(value, value) if kind == "ref_value" else value
 
 
-def _int_stat(event: Any, stat_id: int) -> int:
+def int_stat(event: Any, stat_id: int) -> int:
     """The integer value of the event's stat ``stat_id`` (0 when absent).
 
     From the last stat back: the flow ids (``_c``, ``_p``) TensorFlow writes last.
@@ -104,17 +102,17 @@ def _int_stat(event: Any, stat_id: int) -> int:
     return 0
 
 
-def _stats(event: Any, names: dict[int, str]) -> dict[str, Any]:
+def stats_by_name(event: Any, names: dict[int, str]) -> dict[str, Any]:
     """The event's stats by name; a stat whose metadata the plane does not hold is left out (a damaged or
     trimmed profile: the rest of the event is still read).
     """
     return {names[s.metadata_id]: _stat_value(s, names) for s in event.stats if s.metadata_id in names}
 
 
-def _context_of(event: Any, consumed: int) -> int:
+def context_of(event: Any, consumed: int) -> int:
     """An executor step's context: its ``_c`` stat, written last (else searched for)."""
     stats = event.stats
     last = stats[-1] if stats else None
     if last is not None and last.metadata_id == consumed:
         return int(last.uint64_value or last.int64_value)
-    return _int_stat(event, consumed)
+    return int_stat(event, consumed)

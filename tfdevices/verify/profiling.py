@@ -17,8 +17,8 @@ from tfdevices.core.units import short_repr
 from tfdevices.mends.at_exit import call_at_exit
 from tfdevices.runtime import hold_run_metadata, release_run_metadata, run_metadata_held
 from tfdevices.verify.building import build_report
-from tfdevices.verify.host import _Trace, read_trace
-from tfdevices.verify.recording import _Recorder, _recording
+from tfdevices.verify.host import ProfilerTrace, read_trace
+from tfdevices.verify.recording import Recorder, record_calls
 from tfdevices.verify.report import PlacementReport
 from tfdevices.verify.run_metadata import placed_devices
 
@@ -36,7 +36,7 @@ class Capture:
 
     def __init__(self) -> None:
         self._report: PlacementReport | None = None
-        self._source: tuple[list[bytes], _Recorder] | None = None
+        self._source: tuple[list[bytes], Recorder] | None = None
         self._building = threading.Lock()
 
     @property
@@ -50,7 +50,7 @@ class Capture:
             if self._report is None and self._source is not None:
                 spaces, recorder = self._source
                 self._report = _with_cold(
-                    build_report(read_trace(spaces[0]) if spaces else _Trace(), recorder), recorder.traced
+                    build_report(read_trace(spaces[0]) if spaces else ProfilerTrace(), recorder), recorder.traced
                 )
                 self._source = None
         if self._report is None:
@@ -157,10 +157,10 @@ def _capturing(placed: dict[str, str]) -> Iterator[Capture]:
             )
         _active = True
     cap = Capture()
-    recorder = _Recorder(placed=placed)
+    recorder = Recorder(placed=placed)
     spaces: list[bytes] = []
     try:
-        with _profiling(tf, spaces), _recording(recorder):
+        with _profiling(tf, spaces), record_calls(recorder):
             yield cap
     finally:
         cap._source = (spaces, recorder)

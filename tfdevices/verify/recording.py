@@ -11,8 +11,8 @@ from tfdevices.mends.capture_calls import calls_seen
 
 
 @dataclass
-class _Call:
-    """One op or function call seen by the op callback (internal)."""
+class Call:
+    """One op or function call seen by the op callback."""
 
     name: str
     is_function: bool
@@ -21,10 +21,10 @@ class _Call:
 
 
 @dataclass
-class _Recorder:
-    """What :func:`capturing` records on the Python side while the block runs (internal)."""
+class Recorder:
+    """What :func:`capturing` records on the Python side while the block runs."""
 
-    calls: list[_Call] = field(default_factory=list)
+    calls: list[Call] = field(default_factory=list)
     graphs: dict[str, Any] = field(default_factory=dict)
     traced: list[str] = field(default_factory=list)  # functions traced while recording: a first execution
     # op name -> the device TensorFlow assigned it when its function was instantiated (run metadata of
@@ -42,12 +42,12 @@ class _Recorder:
         name = op_type.decode() if isinstance(op_type, bytes) else str(op_type)
         values = list(outputs or ()) or list(inputs or ())
         device = getattr(values[0], "device", "") if values else ""
-        self.calls.append(_Call(name, name in self.graphs, device or "", context.context().device_name or ""))
+        self.calls.append(Call(name, name in self.graphs, device or "", context.context().device_name or ""))
 
 
 @contextlib.contextmanager
-def _recording(recorder: _Recorder) -> Iterator[None]:
-    """Records calls (an op callback) and the graph of every function called (internal; the graphs and
+def record_calls(recorder: Recorder) -> Iterator[None]:
+    """Records calls (an op callback) and the graph of every function called (the graphs and
     traces come from the mend ``capture_calls``, in place while the block runs).
     """
     from tensorflow.python.framework import op_callbacks  # noqa: PLC0415 (lazy TensorFlow)

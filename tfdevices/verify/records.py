@@ -23,14 +23,14 @@ from tfdevices.core.units import format_bytes
 PLUMBING = frozenset({"_Arg", "_Retval", "_DeviceArg", "_DeviceRetval", "NoOp"})
 #: Transfer ops: reported as :class:`Transfer`, not as ops.
 TRANSFER_OPS = frozenset({"_Send", "_Recv", "_HostSend", "_HostRecv"})
-_COLLECTIVE = re.compile(r"^_?(Collective|Nccl)")
+COLLECTIVE_OP = re.compile(r"^_?(Collective|Nccl)")
 #: The kernel named for ops that XLA compiled together into one executable.
 XLA_CLUSTER = "XlaCluster"
 #: The device of an op whose kernel the trace does not tie to a device (the report's notes say which).
 UNKNOWN_DEVICE = "?"
 #: The version of the JSON schema :meth:`PlacementReport.to_json` writes (see the module docstring).
 JSON_VERSION = 3
-_DTYPE_BYTES = {
+DTYPE_BYTES = {
     "float16": 2,
     "bfloat16": 2,
     "float32": 4,
@@ -155,7 +155,7 @@ def _op_maker() -> Callable[..., OpPlacement]:
     return make
 
 
-_make_op = _op_maker()
+make_op = _op_maker()
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,7 +337,7 @@ class PlacementDiff:
 _CALL_PREFIXES = ("StatefulPartitionedCall/", "PartitionedCall/")  # a called function's ops, inlined
 
 
-def _plain_name(name: str) -> str:
+def program_name(name: str) -> str:
     """The op as the program wrote it: inlined calls' prefixes dropped."""
     while name.startswith(_CALL_PREFIXES):
         name = name.split("/", 1)[1]
@@ -345,7 +345,7 @@ def _plain_name(name: str) -> str:
 
 
 @functools.lru_cache(maxsize=1024)
-def _location(device: str) -> str:
+def report_device(device: str) -> str:
     """Report name of a TF device string: ``"CPU:1"`` or ``"worker:1/CPU:1"``; ``"?"`` when unplaced."""
     if not device:
         return "?"
@@ -358,7 +358,7 @@ def _location(device: str) -> str:
 
 
 @contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
+def gc_paused() -> Iterator[None]:
     """Keeps Python's cyclic garbage collector off the objects that existed before the block.
 
     Tens of thousands of small records trigger collections, and a full one walks every live
@@ -377,7 +377,8 @@ def _gc_paused() -> Iterator[None]:
         gc.unfreeze()
 
 
-def _us(ps: int) -> float:
+def ps_to_us(ps: int) -> float:
+    """Picoseconds (the profiler's unit) as microseconds (the report's), to the nanosecond."""
     return ps // 1000 / 1000  # nanosecond resolution
 
 
@@ -402,7 +403,7 @@ def union_length(spans: Iterable[tuple[float, float]]) -> float:
 _GETTERS: dict[type, tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]]] = {}
 
 
-def _flat(record: Any) -> dict[str, Any]:
+def record_dict(record: Any) -> dict[str, Any]:
     """``dataclasses.asdict`` for a record of plain fields, without its deep copies (reports hold 10^4 ops).
 
     The field names and one getter for all of them are made once per record class.

@@ -22,8 +22,8 @@ from tfdevices.verify.records import (
     Transfer,
     VariableRead,
     XlaOpPlacement,
-    _flat,
     group_transfers,
+    record_dict,
 )
 from tfdevices.verify.renamed import Renamed
 
@@ -171,7 +171,7 @@ class PlacementReport(Renamed):  # Renamed: report.copies and report.transfers(s
         offenders = [op for op in selected if not on(op.device)]
         if offenders:
             where = Counter(op.device for op in offenders)
-            listing = _listed(offenders, _where_ran)
+            listing = list_for_message(offenders, _where_ran)
             raise PlacementAssertionError(
                 f"expected ops matching {ops!r} on {device}, but {len(offenders)} of {len(selected)} ran "
                 f"elsewhere ({', '.join(f'{d}: {n}' for d, n in sorted(where.items()))}): {listing}.",
@@ -189,7 +189,7 @@ class PlacementReport(Renamed):  # Renamed: report.copies and report.transfers(s
         found = self.transfers_between(src, dst)
         if found:
             scope = "" if src is None and dst is None else f" from {src or 'any device'} to {dst or 'any device'}"
-            listing = _listed(found, Transfer.describe)
+            listing = list_for_message(found, Transfer.describe)
             raise PlacementAssertionError(
                 f"expected no cross-device transfers{scope}, but {len(found)} ran "
                 f"({format_bytes(_total(found))} where known): {listing}.",
@@ -205,7 +205,7 @@ class PlacementReport(Renamed):  # Renamed: report.copies and report.transfers(s
         if selected:
             return selected
         if by_name and wanted is not None:
-            listing = _listed(by_name, _where_ran)
+            listing = list_for_message(by_name, _where_ran)
             raise PlacementAssertionError(
                 f"expected ops matching {ops!r} of types {sorted(wanted)} to check, but none of the "
                 f"{len(by_name)} ops matching {ops!r} is of those types: {listing}.",
@@ -355,9 +355,9 @@ class PlacementReport(Renamed):  # Renamed: report.copies and report.transfers(s
         return json.dumps(
             {
                 "version": JSON_VERSION,
-                "ops": [_flat(op) for op in self.ops],
+                "ops": [record_dict(op) for op in self.ops],
                 "transfers": [asdict(t) for t in self.transfers],  # shapes are tuples: asdict copies them
-                "collectives": [_flat(c) for c in self.collectives],
+                "collectives": [record_dict(c) for c in self.collectives],
                 "busy_us": self.busy_us,
                 "notes": list(self.notes),
                 "steps": list(self.steps),
@@ -443,7 +443,7 @@ def _keyed(ops: Iterable[OpPlacement]) -> dict[tuple[str, int], OpPlacement]:
 _LISTED = 20  # items an assertion message lists before "... N more"
 
 
-def _listed(
+def list_for_message(
     items: list[Any] | tuple[Any, ...], describe: Callable[[Any], str] = str, *, limit: int = _LISTED, sep: str = "; "
 ) -> str:
     """``"a; b; ... 5 more"``: what a message lists, at most ``limit`` items (:data:`_LISTED` by default)."""

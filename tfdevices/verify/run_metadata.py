@@ -38,7 +38,7 @@ from typing import Any
 from tfdevices.core.tf_door import import_tf
 from tfdevices.runtime import hold_run_metadata, release_run_metadata
 from tfdevices.verify.drift import PlacementChange, drift, inputs_of
-from tfdevices.verify.records import PLUMBING, TRANSFER_OPS, OpPlacement, Transfer, _location, _plain_name
+from tfdevices.verify.records import PLUMBING, TRANSFER_OPS, OpPlacement, Transfer, program_name, report_device
 from tfdevices.verify.report import PlacementReport
 
 _SENDS = frozenset({"_Send", "_HostSend"})
@@ -95,19 +95,19 @@ def report_of_function_graph(function_graph: Any, *, dtype_name: Callable[[int],
             elif node.op in _SENDS:
                 sends.append(node)
             elif node.op not in PLUMBING and node.op not in TRANSFER_OPS:
-                name = _plain_name(node.name)
-                requested = _location(asked[node.name]) if asked.get(node.name) else ""
-                ops.append(OpPlacement(name, node.op, _location(node.device), requested, 0, node.op, name))
+                name = program_name(node.name)
+                requested = report_device(asked[node.name]) if asked.get(node.name) else ""
+                ops.append(OpPlacement(name, node.op, report_device(node.device), requested, 0, node.op, name))
     for node in sends:
-        tensor = _plain_name(node.input[0]) if node.input else "?"
+        tensor = program_name(node.input[0]) if node.input else "?"
         copies.append(
             Transfer(
-                _location(node.attr["send_device"].s.decode()),
-                _location(node.attr["recv_device"].s.decode()),
+                report_device(node.attr["send_device"].s.decode()),
+                report_device(node.attr["recv_device"].s.decode()),
                 tensor if ":" in tensor else f"{tensor}:0",
                 dtype_name(node.attr["T"].type) if "T" in node.attr else "",
-                send_op=_plain_name(node.name),
-                recv_op=_plain_name(receivers.get(node.attr["tensor_name"].s.decode(), "")),
+                send_op=program_name(node.name),
+                recv_op=program_name(receivers.get(node.attr["tensor_name"].s.decode(), "")),
             )
         )
     ops.sort(key=lambda op: (op.device, op.name))
@@ -119,7 +119,7 @@ def placed_devices(function_graphs: Iterable[Any]) -> dict[str, str]:
     TensorFlow assigned it, from their partition graphs.
     """
     return {
-        _plain_name(node.name): node.device
+        program_name(node.name): node.device
         for function_graph in function_graphs
         for partition in function_graph.partition_graphs
         for node in partition.node

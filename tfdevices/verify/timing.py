@@ -28,7 +28,7 @@ from tfdevices.verify.records import (
     Collective,
     OpPlacement,
     Transfer,
-    _us,
+    ps_to_us,
 )
 from tfdevices.verify.xla import add_xla_kernels
 
@@ -104,7 +104,7 @@ def _time_ops(built: Any, device: str, executions: list[GpuOp], origin: int) -> 
     for name, runs in by_op.items():
         starts = sorted(launches.get(name, {}))
         owners: dict[float, list[GpuOp]] = {}
-        for execution, at in zip(runs, _match(starts, [_us(e.start_ps - origin) for e in runs])):
+        for execution, at in zip(runs, _match(starts, [ps_to_us(e.start_ps - origin) for e in runs])):
             if at < 0:
                 left.append(execution)
             else:
@@ -129,8 +129,8 @@ def _timed(op: OpPlacement, runs: list[GpuOp], origin: int) -> OpPlacement:
     start = min(run.start_ps for run in runs)
     return dataclasses.replace(
         op,
-        start_us=_us(start - origin),
-        duration_us=_us(sum(r.busy_ps for r in runs)),
+        start_us=ps_to_us(start - origin),
+        duration_us=ps_to_us(sum(r.busy_ps for r in runs)),
         launch_us=op.start_us,
         kernels=tuple(names),
     )
@@ -152,8 +152,8 @@ def _add_executions(built: Any, device: str, runs: list[GpuOp], origin: int, cal
                 _call_at(call_starts, run.start_ps),
                 run.type,
                 run.op,
-                _us(run.start_ps - origin),
-                _us(run.busy_ps),
+                ps_to_us(run.start_ps - origin),
+                ps_to_us(run.busy_ps),
                 None,
                 run.kernels,
             )
@@ -170,7 +170,7 @@ def _time_copies(built: Any, device: str, copies: list[GpuCopy], origin: int, ca
     done: set[int] = set()
     for copy in sorted(copies, key=lambda c: c.start_ps):
         starts = sorted(issued.get(copy.op, {}))
-        at = _match(starts, [_us(copy.start_ps - origin)])[0]
+        at = _match(starts, [ps_to_us(copy.start_ps - origin)])[0]
         owners = [i for i in issued[copy.op][starts[at]] if i not in done] if at >= 0 else []
         if owners:
             i = owners[0]
@@ -180,8 +180,8 @@ def _time_copies(built: Any, device: str, copies: list[GpuCopy], origin: int, ca
                 t,
                 kind=copy.kind,
                 bytes=t.bytes if t.bytes is not None else copy.bytes,
-                start_us=_us(copy.start_ps - origin),
-                duration_us=_us(copy.end_ps - copy.start_ps),
+                start_us=ps_to_us(copy.start_ps - origin),
+                duration_us=ps_to_us(copy.end_ps - copy.start_ps),
             )
         else:
             src, dst = _copy_ends(copy, index)
@@ -196,8 +196,8 @@ def _time_copies(built: Any, device: str, copies: list[GpuCopy], origin: int, ca
                     "",
                     copy.op,
                     _call_at(call_starts, copy.start_ps),
-                    _us(copy.start_ps - origin),
-                    _us(copy.end_ps - copy.start_ps),
+                    ps_to_us(copy.start_ps - origin),
+                    ps_to_us(copy.end_ps - copy.start_ps),
                     copy.kind,
                 )
             )
@@ -230,8 +230,8 @@ def _add_nccl(built: Any, device: str, gpu: GpuPlane, origin: int, call_starts: 
                     "",
                     "",
                     _call_at(call_starts, k.start_ps),
-                    _us(k.start_ps - origin),
-                    _us(k.end_ps - k.start_ps),
+                    ps_to_us(k.start_ps - origin),
+                    ps_to_us(k.end_ps - k.start_ps),
                 )
             )
 

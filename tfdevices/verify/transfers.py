@@ -10,19 +10,19 @@ from __future__ import annotations
 import math
 from operator import itemgetter
 
-from tfdevices.verify.graph import _Graph
-from tfdevices.verify.host import KEY, STATS, _Kernel
-from tfdevices.verify.records import _DTYPE_BYTES, TRANSFER_OPS, Transfer, _location
+from tfdevices.verify.graph import FunctionGraph
+from tfdevices.verify.host import KEY, STATS, KernelEvent
+from tfdevices.verify.records import DTYPE_BYTES, TRANSFER_OPS, Transfer, report_device
 
 _key_of, _kind_of_key = itemgetter(KEY), itemgetter(1)
 
 
-def kernel_name(kernel: _Kernel) -> str:
+def kernel_name(kernel: KernelEvent) -> str:
     """The op name a kernel ran for."""
     return kernel[KEY][0]
 
 
-def transfer_kernels(contexts: list[int], by_context: dict[int, list[_Kernel]]) -> list[tuple[int, _Kernel]]:
+def transfer_kernels(contexts: list[int], by_context: dict[int, list[KernelEvent]]) -> list[tuple[int, KernelEvent]]:
     """``(context, kernel)`` of each ``_Send``/``_Recv`` the contexts ran (a few among thousands of kernels).
 
     A context that ran none (most: one device) is told apart without a Python turn per kernel.
@@ -36,7 +36,7 @@ def transfer_kernels(contexts: list[int], by_context: dict[int, list[_Kernel]]) 
 
 
 def context_devices(
-    contexts: list[int], by_context: dict[int, list[_Kernel]], transfers: list[tuple[int, _Kernel]]
+    contexts: list[int], by_context: dict[int, list[KernelEvent]], transfers: list[tuple[int, KernelEvent]]
 ) -> dict[int, str]:
     """The device of each executor context, from the transfers it sent or received."""
     devices: dict[int, str] = {}
@@ -65,14 +65,19 @@ def _recv_name(send: str) -> str:
     return f"{prefix}/_{int(number) + 1}" if number.isdigit() else ""
 
 
-def send_devices(kernel: _Kernel) -> tuple[str, str]:
+def send_devices(kernel: KernelEvent) -> tuple[str, str]:
     """``(source, destination)`` device of a ``_Send``, from its rendezvous key."""
     parts = str((kernel[STATS] or {}).get("key", "")).split(";")
     return (parts[0], parts[2]) if len(parts) >= 3 else ("", "")
 
 
 def make_transfer(
-    send: _Kernel, graph: _Graph, recvs: dict[str, tuple[int, _Kernel]], call: int, start: float, duration: float
+    send: KernelEvent,
+    graph: FunctionGraph,
+    recvs: dict[str, tuple[int, KernelEvent]],
+    call: int,
+    start: float,
+    duration: float,
 ) -> Transfer:
     """One ``_Send`` as a :class:`Transfer`: tensor, dtype, shape and size from the graph, and its ``_Recv``."""
     src, dst = send_devices(send)
@@ -89,12 +94,12 @@ def make_transfer(
     if value is not None and value.shape.rank is not None:
         shape = tuple(-1 if d is None else d for d in value.shape.as_list())
     size = None
-    if shape is not None and all(d >= 0 for d in shape) and dtype in _DTYPE_BYTES:
-        size = _DTYPE_BYTES[dtype] * math.prod(shape)
+    if shape is not None and all(d >= 0 for d in shape) and dtype in DTYPE_BYTES:
+        size = DTYPE_BYTES[dtype] * math.prod(shape)
     recv = _recv_name(kernel_name(send))
     return Transfer(
-        _location(src),
-        _location(dst),
+        report_device(src),
+        report_device(dst),
         tensor,
         dtype,
         shape,

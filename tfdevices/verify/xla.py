@@ -31,7 +31,7 @@ from typing import Any
 from tfdevices.verify.command_buffers import Untied, place_run
 from tfdevices.verify.device import GpuKernel, GpuPlane, nccl_primitive
 from tfdevices.verify.hlo import HloModule, HloModules, Launch, Origin
-from tfdevices.verify.records import XLA_CLUSTER, OpPlacement, XlaOpPlacement, _us
+from tfdevices.verify.records import XLA_CLUSTER, OpPlacement, XlaOpPlacement, ps_to_us
 
 _NUMBERED = re.compile(r"\.\d+$")
 #: What keeps each kernel's own instruction in a profile: XLA without command buffers.
@@ -84,7 +84,7 @@ def add_xla_kernels(
     ties = _tie_all(kernels, modules)
     calls = _calls(kernels, ties, call_starts)
     for k, tie, call in zip(kernels, ties, calls):
-        start, duration = _us(k.start_ps - origin), _us(k.end_ps - k.start_ps)
+        start, duration = ps_to_us(k.start_ps - origin), ps_to_us(k.end_ps - k.start_ps)
         if not k.module:
             built.ops.append(
                 OpPlacement(k.name, k.name, device, "", call, k.name, k.name, start, duration, None, (k.name,))
@@ -247,8 +247,8 @@ def _notes(built: Any, device: str, kernels: list[GpuKernel], ties: list[_Tie], 
                 else ""
             )
             + "; each instruction's ops share its kernels' time (kernel XlaCluster, kernel_name the module, fusion "
-            f"the instruction); {_percent(total - untied, total)} of their summed time ({_us(total):.0f} us) tied to "
-            "the ops it came from"
+            f"the instruction); {_percent(total - untied, total)} of their summed time "
+            f"({ps_to_us(total):.0f} us) tied to the ops it came from"
         )
         _untied_notes(built, device, xla, total)
     plain = sum(1 for k in kernels if not k.module)
@@ -280,8 +280,8 @@ def _untied_notes(built: Any, device: str, xla: list[tuple[GpuKernel, _Tie, int]
         fix = f"; fix: {COMMAND_BUFFER_FIX}" if graphs else ""
         built.notes.append(
             f"XLA module {module}'s fusion(s) or kernel(s) {listed} not tied to the ops they came from "
-            f"({len(members)} kernel run(s), {_us(spent):.0f} us, {_percent(spent, total)} of the XLA kernels' time "
-            f"on {device}): {where}{why}{fix}; reported under their name"
+            f"({len(members)} kernel run(s), {ps_to_us(spent):.0f} us, {_percent(spent, total)} of the XLA "
+            f"kernels' time on {device}): {where}{why}{fix}; reported under their name"
         )
     for (module, why), members in sorted(named.items()):
         graphs = sorted({tie.graph for _, tie in members})
