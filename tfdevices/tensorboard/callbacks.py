@@ -48,7 +48,7 @@ from tfdevices.verify.run_metadata import Instantiation, PlacementWatch, traced_
 _FRAMEWORKS = ("keras", "tf_keras")
 
 
-def _framework(framework: str | None) -> str:
+def keras_framework(framework: str | None) -> str:
     """The explicit argument, else ``tf_keras`` when ``TF_USE_LEGACY_KERAS`` is set, else Keras 3."""
     if framework is None:
         legacy = os.environ.get("TF_USE_LEGACY_KERAS", "").strip().lower() in ("1", "true", "yes")
@@ -62,7 +62,7 @@ def _framework(framework: str | None) -> str:
 
 
 @functools.cache
-def _with_callback_base(cls: type, framework: str) -> type:
+def with_callback_base(cls: type, framework: str) -> type:
     """``cls`` combined with the framework's ``Callback`` base class (one class per framework)."""
     if framework == "tf_keras":
         import tf_keras as module  # noqa: PLC0415 (lazy Keras)
@@ -156,7 +156,7 @@ class PlacementLogger:
     def __new__(cls, *args: Any, **kwargs: Any) -> PlacementLogger:
         """An instance of the callback class of the chosen Keras (``framework=``)."""
         if cls is PlacementLogger:
-            cls = _with_callback_base(PlacementLogger, _framework(kwargs.get("framework")))
+            cls = with_callback_base(PlacementLogger, keras_framework(kwargs.get("framework")))
         return super().__new__(cls)
 
     def __init__(self, logdir: str | os.PathLike[str], at_step: int | None = 1, **options: Any) -> None:
@@ -435,7 +435,7 @@ class PlacementLoggerConfig:
         _check(self.at_step, self.every, self.budget, self.on_change, self.busy_threshold)
         object.__setattr__(self, "budget", float(self.budget))
         object.__setattr__(self, "busy_threshold", float(self.busy_threshold))
-        object.__setattr__(self, "framework", _framework(self.framework))
+        object.__setattr__(self, "framework", keras_framework(self.framework))
 
 
 def _config(at_step: int | None, options: dict[str, Any]) -> PlacementLoggerConfig:

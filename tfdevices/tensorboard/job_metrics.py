@@ -37,7 +37,7 @@ from tfdevices.jobs.env import launch_info
 from tfdevices.jobs.metrics import GpuReading, gpu_reader, own_gpus, rank_values
 from tfdevices.jobs.progress import progress_dir
 from tfdevices.jobs.watch import read_snapshot_row
-from tfdevices.tensorboard.callbacks import _framework, _with_callback_base
+from tfdevices.tensorboard.callbacks import keras_framework, with_callback_base
 from tfdevices.tensorboard.worker import Worker
 from tfdevices.tensorboard.writer import EventWriter
 
@@ -66,7 +66,7 @@ class JobMetricsLogger:
     def __new__(cls, *args: Any, **kwargs: Any) -> JobMetricsLogger:
         """An instance of the callback class of the chosen Keras (``framework=``)."""
         if cls is JobMetricsLogger:
-            cls = _with_callback_base(JobMetricsLogger, _framework(kwargs.get("framework")))
+            cls = with_callback_base(JobMetricsLogger, keras_framework(kwargs.get("framework")))
         return super().__new__(cls)
 
     def __init__(
@@ -85,7 +85,7 @@ class JobMetricsLogger:
                 hint="e.g. every_s=10.",
             )
         env = os.environ if env is None else env
-        self.framework = _framework(framework)
+        self.framework = keras_framework(framework)
         self.every_s = float(every_s)
         self.rank = launch_info(env).rank
         self.run_dir = os.path.join(os.fspath(logdir), f"rank{self.rank}")

@@ -12,20 +12,23 @@ from tfdevices.verify.records import union_length
 Report = dict[str, Any]
 
 
-def _ops(report: Report) -> list[dict[str, Any]]:
+def report_ops(report: Report) -> list[dict[str, Any]]:
+    """The report's ops (``[]`` when it has none)."""
     return list(report.get("ops") or ())
 
 
-def _transfers(report: Report) -> list[dict[str, Any]]:
+def report_transfers(report: Report) -> list[dict[str, Any]]:
+    """The report's transfers (``[]`` when it has none)."""
     return list(report.get("transfers") or ())
 
 
-def _timed(record: dict[str, Any]) -> bool:
+def is_timed(record: dict[str, Any]) -> bool:
+    """Whether an op or transfer has both a start and a duration."""
     return record.get("start_us") is not None and record.get("duration_us") is not None
 
 
 @dataclass(frozen=True)
-class _Prepared:
+class PreparedReport:
     """What several views need from one report, computed once (a 1,000-layer step has 10^4 ops)."""
 
     ops: list[dict[str, Any]]
@@ -36,22 +39,23 @@ class _Prepared:
     busy: dict[str, float]
 
 
-def _prepare(report: Report) -> _Prepared:
-    ops = _ops(report)
-    return _Prepared(
+def prepare_report(report: Report) -> PreparedReport:
+    """What several views need from ``report``, computed once."""
+    ops = report_ops(report)
+    return PreparedReport(
         ops,
-        _transfers(report),
+        report_transfers(report),
         devices_of(report),
         [_kernel_key(op) for op in ops],
-        [_timed(op) for op in ops],
+        [is_timed(op) for op in ops],
         busy_us(report),
     )
 
 
 def devices_of(report: Report) -> list[str]:
     """Every device that ran an op or took part in a transfer, sorted."""
-    names = {op.get("device", "?") for op in _ops(report)}
-    for t in _transfers(report):
+    names = {op.get("device", "?") for op in report_ops(report)}
+    for t in report_transfers(report):
         names.update((t.get("src", "?"), t.get("dst", "?")))
     names.update(_stored_busy(report))
     return sorted(names)
@@ -85,8 +89,8 @@ def busy_us(report: Report) -> dict[str, float]:
     """
     out = _stored_busy(report)
     spans: dict[str, list[tuple[float, float]]] = {}
-    for op in _ops(report):
-        if op.get("device") not in out and _timed(op):
+    for op in report_ops(report):
+        if op.get("device") not in out and is_timed(op):
             start = float(op["start_us"])
             spans.setdefault(op["device"], []).append((start, start + float(op["duration_us"])))
     out.update({device: union_length(s) for device, s in spans.items()})

@@ -19,13 +19,9 @@ import os
 from typing import Any
 
 from tfdevices.core.errors import InputError
-from tfdevices.tensorboard.report_reading import devices_of
+from tfdevices.tensorboard.report_reading import devices_of, is_timed
 
 _OPS_ROW, _TRANSFERS_ROW = 0, 1
-
-
-def _timed(record: dict[str, Any]) -> bool:
-    return record.get("start_us") is not None and record.get("duration_us") is not None
 
 
 def _as_dict(report: Any) -> dict[str, Any]:
@@ -54,8 +50,8 @@ def chrome_trace(report: Any) -> dict[str, Any]:
     """
     data = _as_dict(report)
     ops = list(data.get("ops") or ())
-    if not ops or not all(_timed(op) for op in ops):
-        untimed = sum(not _timed(op) for op in ops)
+    if not ops or not all(is_timed(op) for op in ops):
+        untimed = sum(not is_timed(op) for op in ops)
         raise InputError(
             f"the report has {len(ops)} op(s), {untimed} without start_us/duration_us: no timeline to write.",
             hint="capture the step with a tfdevices that records op times, then write the trace.",
@@ -121,7 +117,7 @@ def _transfer_events(data: dict[str, Any], pid: dict[str, int]) -> list[dict[str
     events: list[dict[str, Any]] = []
     named: set[int] = set()
     for i, t in enumerate(data.get("transfers") or ()):
-        if not _timed(t):
+        if not is_timed(t):
             continue
         src, dst = pid[t.get("src", "?")], pid[t.get("dst", "?")]
         if src not in named:

@@ -22,14 +22,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tfdevices.tensorboard.report_reading import (
+    PreparedReport,
     Report,
-    _ops,
-    _prepare,
-    _Prepared,
-    _timed,
-    _transfers,
     busy_us,
     devices_of,
+    is_timed,
+    prepare_report,
+    report_ops,
+    report_transfers,
 )
 from tfdevices.verify.records import XLA_CLUSTER, union_length
 
@@ -51,7 +51,7 @@ __all__ = [
 
 
 def device_table(
-    report: Report, memory: dict[str, dict[str, float]] | None = None, *, prepared: _Prepared | None = None
+    report: Report, memory: dict[str, dict[str, float]] | None = None, *, prepared: PreparedReport | None = None
 ) -> list[dict[str, Any]]:
     """One row per device: model ops, kernels, busy time, transfers in and out, memory.
 
@@ -63,7 +63,7 @@ def device_table(
     Returns:
         Rows sorted by device name; ``busy_us`` and ``memory`` are ``None`` when not recorded.
     """
-    prep = prepared or _prepare(report)
+    prep = prepared or prepare_report(report)
     busy = prep.busy
     types: defaultdict[str, Counter[str]] = defaultdict(Counter)
     kernels: defaultdict[str, Counter[str]] = defaultdict(Counter)
@@ -97,7 +97,7 @@ def device_table(
     return rows
 
 
-def transfer_matrix(report: Report, *, prepared: _Prepared | None = None) -> dict[str, Any]:
+def transfer_matrix(report: Report, *, prepared: PreparedReport | None = None) -> dict[str, Any]:
     """Source x destination: count, bytes and time of the transfers, each cell with its tensors.
 
     Returns:
@@ -105,7 +105,7 @@ def transfer_matrix(report: Report, *, prepared: _Prepared | None = None) -> dic
         ``us`` is ``None`` when no transfer in the cell was timed.
     """
     cells: dict[tuple[str, str], dict[str, Any]] = {}
-    for t in _transfers(report):
+    for t in report_transfers(report):
         key = (t.get("src", "?"), t.get("dst", "?"))
         cell = cells.setdefault(
             key, {"src": key[0], "dst": key[1], "count": 0, "bytes": 0, "unknown_bytes": 0, "us": None, "tensors": []}
@@ -115,7 +115,7 @@ def transfer_matrix(report: Report, *, prepared: _Prepared | None = None) -> dic
             cell["unknown_bytes"] += 1
         else:
             cell["bytes"] += int(t["bytes"])
-        if _timed(t):
+        if is_timed(t):
             cell["us"] = (cell["us"] or 0.0) + float(t["duration_us"])
         cell["tensors"].append(
             {
@@ -123,7 +123,7 @@ def transfer_matrix(report: Report, *, prepared: _Prepared | None = None) -> dic
                 "dtype": t.get("dtype", ""),
                 "shape": t.get("shape"),
                 "bytes": t.get("bytes"),
-                "us": float(t["duration_us"]) if _timed(t) else None,
+                "us": float(t["duration_us"]) if is_timed(t) else None,
             }
         )
     return {"devices": prepared.devices if prepared else devices_of(report), "cells": [cells[k] for k in sorted(cells)]}
@@ -173,7 +173,7 @@ def _indices(mask: int) -> list[int]:
     return [i for i in range(mask.bit_length()) if mask >> i & 1]
 
 
-def scope_tree(report: Report, *, prepared: _Prepared | None = None) -> dict[str, Any]:
+def scope_tree(report: Report, *, prepared: PreparedReport | None = None) -> dict[str, Any]:
     """The name scopes (layers) of the run: device asked for and device run on, mismatches first.
 
     A node is a mismatch when its ops asked for devices and some of them ran elsewhere
@@ -189,7 +189,7 @@ def scope_tree(report: Report, *, prepared: _Prepared | None = None) -> dict[str
         ``[type, kernel ("" when it is the type), device index, requested, duration_us, repeats]``;
         ``node_of_op[i]`` is op i's node.
     """
-    prep = prepared or _prepare(report)
+    prep = prepared or prepare_report(report)
     index = {d: i for i, d in enumerate(prep.devices)}
     tree, node_of = _grow(prep.ops)
     totals = _scope_totals(tree, prep, index)
@@ -233,7 +233,7 @@ class _Totals:
     mismatch: list[bool]
 
 
-def _scope_totals(tree: _Tree, prep: _Prepared, index: dict[str, int]) -> _Totals:
+def _scope_totals(tree: _Tree, prep: PreparedReport, index: dict[str, int]) -> _Totals:
     """Each node's totals, its ops' and its children's (a fused kernel's time split evenly among its ops)."""
     ops, keys, timed = prep.ops, prep.kernel_keys, prep.timed
     shares = Counter(k for k, t in zip(keys, timed) if t)
@@ -304,7 +304,7 @@ def _op_cell(ops: list[dict[str, Any]], own: list[int], index: dict[str, int]) -
         "" if kernel == op.get("type") else kernel,
         index[op.get("device", "?")],
         op.get("requested", ""),
-        float(op["duration_us"]) if _timed(op) else None,
+        float(op["duration_us"]) if is_timed(op) else None,
         len(own),
     ]
 
@@ -316,10 +316,10 @@ def weight_reads(report: Report) -> list[dict[str, Any]]:
         One row per crossing read ``{"op", "stored_on", "read_on", "bytes", "us"}``, largest first.
     """
     sent: dict[tuple[int, str], list[dict[str, Any]]] = {}
-    for t in _transfers(report):
+    for t in report_transfers(report):
         sent.setdefault((int(t.get("call", 0)), str(t.get("tensor", "")).rsplit(":", 1)[0]), []).append(t)
     rows = []
-    for op in _ops(report):
+    for op in report_ops(report):
         if op.get("type") != "ReadVariableOp":
             continue
         copies = [
@@ -327,7 +327,7 @@ def weight_reads(report: Report) -> list[dict[str, Any]]:
         ]
         if not copies:
             continue
-        timed = [float(t["duration_us"]) for t in copies if _timed(t)]
+        timed = [float(t["duration_us"]) for t in copies if is_timed(t)]
         rows.append(
             {
                 "op": op["name"],
@@ -342,7 +342,7 @@ def weight_reads(report: Report) -> list[dict[str, Any]]:
 
 
 def timeline(
-    report: Report, node_of_op: list[int] | None = None, *, prepared: _Prepared | None = None
+    report: Report, node_of_op: list[int] | None = None, *, prepared: PreparedReport | None = None
 ) -> dict[str, Any]:
     """The captured step as lanes (one per device) of ops, and transfers drawn between lanes.
 
@@ -365,14 +365,14 @@ def timeline(
         "runs": [[lane, start, duration, name, parent, ops]], "transfers": [[src lane, dst lane, start,
         duration, tensor]]}``; an op's ``run`` is the innermost run it is in (``-1``: none).
     """
-    prep = prepared or _prepare(report)
+    prep = prepared or prepare_report(report)
     lanes, ops, transfers = prep.devices, prep.ops, prep.transfers
     lane_of = {device: i for i, device in enumerate(lanes)}
     timed = bool(ops) and all(prep.timed)
     types: dict[str, int] = {}
     rows: list[list[Any]] = []
     placed: dict[tuple[int, str], tuple[float, float]] = {}
-    origin = min(float(r["start_us"]) for r in [*ops, *transfers] if _timed(r)) if timed else 0.0
+    origin = min(float(r["start_us"]) for r in [*ops, *transfers] if is_timed(r)) if timed else 0.0
     cursor: Counter[int] = Counter()
     for i, op in enumerate(ops):
         lane = lane_of[op.get("device", "?")]
@@ -399,7 +399,7 @@ def _drawn_transfer(
     """A transfer between lanes: at its own time (``origin`` given and it was timed), else from the end of the op
     that produced its tensor, where known.
     """
-    if origin is not None and _timed(t):
+    if origin is not None and is_timed(t):
         start, duration = round(float(t["start_us"]) - origin, 3), float(t["duration_us"])
     else:
         made = placed.get((int(t.get("call", 0)), str(t.get("tensor", "")).rsplit(":", 1)[0]))
@@ -452,7 +452,7 @@ def _span(rows: list[list[Any]], members: list[int], lane: int, name: str, paren
 XLA_INSTRUCTIONS_SHOWN = 200
 
 
-def xla_table(report: Report, *, prepared: _Prepared | None = None) -> list[dict[str, Any]]:
+def xla_table(report: Report, *, prepared: PreparedReport | None = None) -> list[dict[str, Any]]:
     """Each XLA cluster (on a GPU, a module) on each device, with how much of the device's time it took.
 
     Its time is the union of its kernels' spans; from a GPU profile, its instructions (fusions and
@@ -472,7 +472,7 @@ def xla_table(report: Report, *, prepared: _Prepared | None = None) -> list[dict
     ...  for r in xla_table({"ops": ops, "busy_us": {"GPU:0": 8.0}})]
     [('jit_step', 4.0, 0.5, ['custom-call.1', 'fusion.2'])]
     """
-    prep = prepared or _prepare(report)
+    prep = prepared or prepare_report(report)
     modules: dict[tuple[str, str], dict[tuple[Any, ...], dict[str, Any]]] = {}  # -> kernel run -> its ops
     for op, key, timed in zip(prep.ops, prep.kernel_keys, prep.timed):
         if op.get("kernel") == XLA_CLUSTER:
@@ -533,7 +533,7 @@ def _of(us: float | None, busy: float | None) -> float | None:
 CRITICAL_EVENTS_SHOWN = 2000
 
 
-def critical_path(report: Report, *, prepared: _Prepared | None = None) -> dict[str, Any]:
+def critical_path(report: Report, *, prepared: PreparedReport | None = None) -> dict[str, Any]:
     """The chain of kernels and transfers that ends the step: where the step's time went.
 
     Read from the timeline alone, backwards from the event that ends last: each kernel
@@ -557,7 +557,7 @@ def critical_path(report: Report, *, prepared: _Prepared | None = None) -> dict[
     >>> [e[1] for e in path["events"]], path["us"], path["by_device"], path["transfers_us"]
     (['a', 'a:0', 'b'], 30.0, {'CPU:0': 10.0, 'CPU:1': 18.0}, 2.0)
     """
-    events = _timed_events(prepared or _prepare(report))
+    events = _timed_events(prepared or prepare_report(report))
     if not events:
         return {"us": None, "events": [], "count": 0, "by_device": {}, "transfers_us": None}
     path = _path_back(events)
@@ -586,7 +586,7 @@ def critical_path(report: Report, *, prepared: _Prepared | None = None) -> dict[
 _Event = tuple[float, float, str, str, str, str]
 
 
-def _timed_events(prep: _Prepared) -> list[_Event]:
+def _timed_events(prep: PreparedReport) -> list[_Event]:
     """Each timed kernel (a fused kernel once) and transfer: what it waits on is its device, or its source's."""
     events: list[_Event] = []
     seen: set[tuple[Any, ...]] = set()
@@ -597,7 +597,7 @@ def _timed_events(prep: _Prepared) -> list[_Event]:
             name = str(op.get("kernel_name") or op.get("name", "?")) + (f" {op['fusion']}" if op.get("fusion") else "")
             events.append((start + float(op["duration_us"]), start, "kernel", name, device, device))
     for t in prep.transfers:
-        if _timed(t):
+        if is_timed(t):
             start, src = float(t["start_us"]), str(t.get("src", "?"))
             lane = f"{src} -> {t.get('dst', '?')}"
             events.append((start + float(t["duration_us"]), start, "transfer", str(t.get("tensor", "?")), src, lane))
@@ -637,9 +637,9 @@ def _memory_of(memory: dict[str, dict[str, float]], device: str) -> dict[str, fl
 
 def dashboard_view(report: Report, memory: dict[str, dict[str, float]] | None = None) -> dict[str, Any]:
     """Everything the dashboard draws for one run and step."""
-    prep = _prepare(report)
+    prep = prepare_report(report)
     busy = prep.busy
-    transfer_us = [float(t["duration_us"]) for t in prep.transfers if _timed(t)]
+    transfer_us = [float(t["duration_us"]) for t in prep.transfers if is_timed(t)]
     scopes = scope_tree(report, prepared=prep)
     line = timeline(report, scopes.pop("node_of_op"), prepared=prep)
     return {
@@ -676,7 +676,7 @@ def _keyed(ops: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str, Any]]:
 
 
 def _pairs(report: Report) -> dict[str, int]:
-    return dict(sorted(Counter(f"{t.get('src')} -> {t.get('dst')}" for t in _transfers(report)).items()))
+    return dict(sorted(Counter(f"{t.get('src')} -> {t.get('dst')}" for t in report_transfers(report)).items()))
 
 
 def diff_view(before: Report, after: Report) -> dict[str, Any]:
@@ -688,7 +688,7 @@ def diff_view(before: Report, after: Report) -> dict[str, Any]:
         "devices": [{"name", "ops_before", "ops_after", "busy_before", "busy_after"}],
         "transfers": [{"pair", "before", "after"}], "unchanged"}``.
     """
-    mine, theirs = _keyed(_ops(before)), _keyed(_ops(after))
+    mine, theirs = _keyed(report_ops(before)), _keyed(report_ops(after))
     moved = [
         [k[0], mine[k].get("device"), theirs[k].get("device")]
         for k in mine
@@ -696,8 +696,8 @@ def diff_view(before: Report, after: Report) -> dict[str, Any]:
     ]
     added = [[k[0], theirs[k].get("device")] for k in theirs if k not in mine]
     removed = [[k[0], mine[k].get("device")] for k in mine if k not in theirs]
-    counts_a = Counter(op.get("device") for op in _ops(before))
-    counts_b = Counter(op.get("device") for op in _ops(after))
+    counts_a = Counter(op.get("device") for op in report_ops(before))
+    counts_b = Counter(op.get("device") for op in report_ops(after))
     busy_a, busy_b = busy_us(before), busy_us(after)
     devices = [
         {

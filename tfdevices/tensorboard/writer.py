@@ -42,7 +42,7 @@ from tfdevices.tensorboard.events import EVENTS, run_strings
 from tfdevices.tensorboard.metadata import summary_metadata
 from tfdevices.verify import PlacementReport, read_profile
 from tfdevices.verify.profiles import find_profiles
-from tfdevices.verify.records import _gc_paused
+from tfdevices.verify.records import gc_paused
 
 _EVENTS = EVENTS
 _FILES = itertools.count()  # event files this process wrote: zero-padded, their names sort in the order they were made
@@ -228,7 +228,7 @@ def summary_writer(logdir: str) -> Iterator[EventWriter]:
     """One :class:`EventWriter` for ``logdir``; what it was given is on disk when the block ends, even if it raised."""
     writer = EventWriter(logdir)
     try:
-        with _gc_paused():
+        with gc_paused():
             yield writer
     finally:
         writer.close()
