@@ -1,4 +1,5 @@
-"""The package's shape: wings that import one way, no cycles, at most 20 entries on top.
+"""The package's shape: wings that import one way, no cycles, at most 20 entries on top, no private name
+taken across modules.
 
 Imports are read from the source (``ast``), function-level ones included, so a
 cycle hidden inside a function still counts.
@@ -137,6 +138,40 @@ def test_the_verify_package_keeps_each_module_under_500_lines():
     sizes = {m: len(p.read_text().splitlines()) for m, p in MODULES.items() if m.startswith("tfdevices.verify")}
     assert len(sizes) >= 8, sizes  # the package's sections, not one file
     assert {m: n for m, n in sizes.items() if n > 500} == {}
+
+
+def _private_imports(source: str, filename: str) -> list[str]:
+    """``"file:line: from module import _name"`` for each private name the source takes from the package."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] == "tfdevices"):
+            module = "." * node.level + (node.module or "")
+            found += [
+                f"{filename}:{node.lineno}: from {module} import {a.name}"
+                for a in node.names
+                if a.name.startswith("_") and not a.name.startswith("__")
+            ]
+    return found
+
+
+def test_no_module_imports_another_modules_private_name():
+    # a name used across modules is public in its package (no leading underscore), or the two modules are one
+    offenders = [
+        line
+        for path in sorted(MODULES.values())
+        for line in _private_imports(path.read_text(), str(path.relative_to(PACKAGE.parent)))
+    ]
+    assert offenders == []
+
+
+def test_the_private_import_check_names_file_line_and_name():
+    source = (
+        "from tfdevices.verify.records import make_op, _flat\nfrom . import __version__\nfrom .host import _Trace\n"
+    )
+    assert _private_imports(source, "x.py") == [
+        "x.py:1: from tfdevices.verify.records import _flat",
+        "x.py:3: from .host import _Trace",
+    ]
 
 
 def test_capture_stays_a_function_whatever_submodules_are_imported():
