@@ -202,6 +202,36 @@ def test_stray_connections_never_stop_the_job_which_forms_and_trains() -> None:
     assert "rendezvous: node 1 joined from 127.0.0.1" in text0 and "stray connection(s) dropped (" in text0
 
 
+def test_a_hello_without_records_an_older_launchers_is_dropped_and_the_right_one_joins() -> None:
+    """Since 0.4.0 every launcher sends its ranks' records: a hello that does not say so (the protocol of an
+    older tfdevices) is a stray, dropped and said; the job forms with the launcher that does."""
+    port = free_ports(1)[0]
+    first = _node(0, port, sys.executable, WORKER, "report", n=1)
+    out0 = _Lines(first)
+    out0.wait_for("meeting the other machines' launchers")
+    deadline = time.monotonic() + 60
+    while True:  # until node 0 listens
+        try:
+            older = socket.create_connection(("127.0.0.1", port), timeout=10)
+            break
+        except OSError:
+            assert time.monotonic() < deadline, out0.lines
+            time.sleep(0.1)
+    with older:
+        greeting = json.loads(older.makefile("rb").readline())
+        hello = {"node_rank": 1, "host": "127.0.0.2", "ports": [free_ports(1)[0]], "job": "x", "nonce": "n" * 16}
+        older.sendall(json.dumps({**hello, "proof": None}).encode() + b"\n")  # no "name", no "reports"
+        out0.wait_for(KINDS["garbage"])
+    assert greeting["tfdevices"] == "rendezvous"
+    second = _node(1, port, sys.executable, WORKER, "report", n=1)
+    out1, err1 = second.communicate(timeout=120)
+    first.wait(timeout=60)
+    text0 = out0.text()
+    assert (first.returncode, second.returncode) == (0, 0), (text0, out1, err1)
+    assert sorted({**reports(text0), **reports(out1)}) == [0, 1]
+    assert len(_dropped(text0, "garbage")) == 1, text0
+
+
 def test_a_launcher_of_another_job_is_refused_and_the_right_one_joins() -> None:
     port = free_ports(1)[0]
     first = _node(0, port, sys.executable, WORKER, "report", options=("--rdzv-id", "job-a"))

@@ -118,7 +118,8 @@ class _Peers:
     Attributes:
         node_ranks: the node rank at the other end of each connection (node 0's: ``[0]`` on another node).
         nodes: on node 0, every node of the job with its ranks, name and whether it reports; else empty.
-        reports: on another node, node 0 takes this node's records (an older node 0 does not).
+        reports: on another node, node 0 takes this node's records: always, since every launcher of this
+            version sends them (kept for :mod:`tfdevices.jobs.node_exchange`, which reads it).
     """
 
     def __init__(self, readers: Sequence[LineReader], is_master: bool) -> None:
@@ -271,8 +272,7 @@ class _Hello:
     host: str
     ports: list[int]
     nonces: tuple[str, str]  # node 0's, the joiner's
-    name: str = ""  # its host name (what the job's lines call it), "" from an older launcher
-    reports: bool = False  # it sends its ranks' progress records (an older launcher does not)
+    name: str  # its host name (what the job's lines call it)
 
 
 def _serve(nodes: Nodes, n: int, deadline: float, stopped: Callable[[], bool]) -> tuple[NodeJob, _Peers]:
@@ -370,7 +370,7 @@ def _form(nodes: Nodes, n: int, joined: Mapping[int, _Hello]) -> tuple[NodeJob, 
         {r: host for r, (host, _) in parts.items()},
     )
     ranks = {r: tuple(range(firsts[r], firsts[r] + len(parts[r][1]))) for r in parts}
-    peers.nodes = [Node(r, names[r], ranks[r], r == 0 or joined[r].reports) for r in sorted(parts)]
+    peers.nodes = [Node(r, names[r], ranks[r]) for r in sorted(parts)]  # every node sends its records
     return NodeJob(tuple(addresses), 0), peers
 
 
@@ -395,9 +395,7 @@ def _greet(
         theirs = hello["nonce"]
         if not proven(nodes.token, hello.get("proof"), "join", ours, theirs, job, rank, host, ports):
             raise Stray("token")
-        name, reports = hello.get("name"), hello.get("reports") == 1
-        name = name[:64] if isinstance(name, str) and name.isprintable() else ""
-        results.put((conn, "hello", (rank, _Hello(reader, host, ports, (ours, theirs), name, reports))))
+        results.put((conn, "hello", (rank, _Hello(reader, host, ports, (ours, theirs), hello["name"]))))
     except Stray as stray:
         results.put((conn, "stray", stray.kind))
     except (OSError, ValueError, TypeError, KeyError):  # whatever else a stranger sends: dropped, counted
@@ -462,6 +460,10 @@ def _hello(message: Any, nnodes: int) -> tuple[int, str, list[int]]:
         and all(isinstance(p, int) and port_problem(p) is None for p in message["ports"])
         and isinstance(message.get("nonce"), str)
         and 0 < len(message["nonce"]) <= 64
+        and isinstance(message.get("name"), str)
+        and len(message["name"]) <= 64
+        and message["name"].isprintable()
+        and message.get("reports") == 1  # it sends its ranks' records: every launcher of this version does
     )
     if not ok or not 0 < message["node_rank"] < nnodes:
         raise Stray("garbage")
@@ -492,6 +494,7 @@ def _join(nodes: Nodes, n: int, deadline: float, stopped: Callable[[], bool]) ->
             and isinstance(first, int)
             and first >= 0
             and first + n <= len(addresses)
+            and reply.get("reports") == 1  # node 0 takes this node's records: every launcher of this version does
         ):
             raise LaunchError(
                 "the node-0 launcher sent a malformed cluster.",
@@ -503,7 +506,7 @@ def _join(nodes: Nodes, n: int, deadline: float, stopped: Callable[[], bool]) ->
                 hint="give every machine the same secret (TFDEVICES_RDZV_TOKEN or --rdzv-token-file).",
             )
         peers = _Peers([reader], False)
-        peers.reports = reply.get("reports") == 1  # node 0 takes this node's records (an older one does not)
+        peers.reports = True
         return NodeJob(tuple(addresses), first), peers
     except BaseException:
         sock.close()
