@@ -143,7 +143,8 @@ def test_bad_inventory_file(tmp_path, capsys):
     path.write_text('{"gpus": [{"index": 0, "name": "A100"}]}')
     assert main(["list", "--inventory", str(path)]) == 2
     assert capsys.readouterr().err.startswith(
-        f"tfdevices list: error: inventory file '{path}': gpus[0]: GPU entry lacks ['uuid']"
+        f"tfdevices list: error: inventory file '{path}': gpus[0]: lacks 'uuid'; required fields: "
+        "['index', 'name', 'uuid']."
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers import run_py
-from tfdevices.core.records import FrozenRecordError, asdict, fields, is_record, record, replace
+from tfdevices.core.records import FrozenRecordError, asdict, defaults, fields, is_record, record, replace
 
 
 @record
@@ -88,3 +88,8 @@ def test_listing_gpus_imports_neither_dataclasses_nor_typing():
         print(sorted(m for m in ("dataclasses", "typing", "inspect", "ast") if m in sys.modules))
     """).stdout
     assert out.strip().splitlines()[-1] == "[]", out
+
+
+def test_defaults_are_the_fields_that_have_one():
+    assert defaults(Inner) == {"b": "x"} == defaults(Inner(1))
+    assert defaults(Outer) == {"more": (), "table": None}

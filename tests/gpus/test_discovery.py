@@ -145,7 +145,7 @@ def _write(tmp_path, name: str, text: str | None) -> str:
         ("missing.json", None, "No such file"),
         ("adir", "<dir>", "is a directory, not a file"),
         ("bad.json", "{not json", "not valid JSON"),
-        ("list.json", "[]", "expected a JSON object"),
+        ("list.json", "[]", "expected a JSON object for an inventory, not a list"),
         ("field.json", '{"gpus": [], "colour": 1}', "unknown field"),
         ("gpu.json", '{"gpus": [{"index": 0}]}', "lacks"),
         ("source.json", '{"source": "cuda"}', "known sources"),

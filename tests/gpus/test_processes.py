@@ -63,7 +63,7 @@ def test_command_text(raw, text):
         ({"pid": 1, "gpu_memory": 1.5}, "p: gpu_memory=1.5"),
         ({"pid": 1, "user": 3}, "p: user=3 must be a string"),
         ({"pid": 1, "env": "A=1"}, "p: unknown field(s) ['env']"),
-        ([1], "p: a process must be an object"),
+        ([1], "p: expected a JSON object for a process, not a list"),
     ],
 )
 def test_bad_process_entries_are_refused(data, first_words):

@@ -220,7 +220,9 @@ def test_bad_topology_is_refused_clearly(change, first_words):
 def test_topology_that_is_not_an_object_is_refused():
     data = json.loads(load("topo-mig-a100.json").to_json())
     data["topology"] = [1, 2]
-    with pytest.raises(InventoryFileError, match=r"^x: topology: expected an object, got list"):
+    with pytest.raises(
+        InventoryFileError, match=r"^x: topology=\[1, 2\] must be an object \(a topology\) or null; it is a list"
+    ):
         Inventory.from_json(json.dumps(data), where="x")
 
 

@@ -1,13 +1,16 @@
 """Frozen records for the GPU listing path, without importing :mod:`dataclasses`.
 
-``tfdevices list`` has to answer within 1.5x of a bare ``import pynvml;
-nvmlInit()``. On Python 3.11 ``import dataclasses`` alone loads ``inspect``,
-``ast``, ``dis`` and ``tokenize`` (about 10 ms, a fifth of that budget), and every
-``@dataclass`` compiles its methods with ``exec``. The records that listing needs
-(:mod:`tfdevices.gpus.nvml`, ``inventory``, ``visibility``) use :func:`record`
-instead: the same frozen, keyword-or-positional, compared-by-value classes, with
-:func:`replace`, :func:`asdict` and :func:`fields` in place of dataclasses' own.
-Everything else in the package keeps ``@dataclasses.dataclass(frozen=True)``.
+``tfdevices list``, ``select`` and ``topo`` aim at 1.3x a bare python + NVML call (issue 37).
+On Python 3.11 ``import dataclasses`` loads ``inspect``, ``ast``, ``dis`` and ``tokenize``,
+and every ``@dataclass`` compiles its methods with ``exec`` (about 1 ms a class). Issue 54
+measured the ten records ``list`` builds as dataclasses: ``list`` took 6 to 24 ms more
+(fake H200, 2 cores: 1.15x -> 1.56x and 1.23x -> 1.69x the floor in two runs; 1.18x its own
+CPU time side by side), so the records of the GPU commands' path (:mod:`tfdevices.gpus.nvml`,
+``gpuinfo``, ``processes``, ``topology``, ``inventory``, ``visibility``, ``spec``,
+``selection``, ``wiring``) use :func:`record` instead: the same frozen, keyword-or-positional,
+compared-by-value classes, with :func:`replace`, :func:`asdict` and :func:`fields` in place of
+dataclasses' own. Everything else in the package is ``@dataclasses.dataclass(frozen=True)``;
+:func:`tfdevices.core.json_records.load` reads both kinds back from JSON.
 
 >>> @record
 ... class Point:
@@ -138,6 +141,12 @@ def fields(obj: object) -> tuple[str, ...]:
     """The field names of a record (instance or class), in order."""
     names: tuple[str, ...] = getattr(obj, _FIELDS)
     return names
+
+
+def defaults(obj: object) -> dict[str, object]:
+    """The fields of a record (instance or class) that have a default, with it."""
+    given: dict[str, object] = getattr(obj, _DEFAULTS)
+    return dict(given)
 
 
 def replace(obj: _R, **changes: object) -> _R:

@@ -13,15 +13,16 @@ every field checked).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
+from tfdevices.core import json_records
 from tfdevices.core.errors import InventoryFileError
-from tfdevices.core.records import asdict, fields, record
+from tfdevices.core.json_records import Check, Rules, load
+from tfdevices.core.records import asdict, record
 from tfdevices.core.units import is_digits, short_repr
 from tfdevices.gpus.processes import GpuProcess
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing on the listing path
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import Any
 
 
@@ -49,6 +50,21 @@ _LIMITS = {
 }
 MAX_PROCESSES = 4096
 """The most processes listed per GPU in an inventory file."""
+_HINT = "fix or regenerate the file with 'tfdevices list --json'."
+
+
+def _parse_cc(value: Any, what: str, values: object = None) -> tuple[int, int]:
+    """``"8.0"`` (or ``[8, 0]``) as ``(8, 0)``: ASCII digits, at most three each."""
+    text = value if isinstance(value, str) else None
+    if isinstance(value, (list, tuple)) and len(value) == 2:
+        text = f"{value[0]}.{value[1]}"
+    parts = text.split(".") if text else []
+    if len(parts) != 2 or not all(is_digits(p) and len(p) <= 3 for p in parts):
+        raise InventoryFileError(
+            f"{what}={short_repr(value)} is not of the form '8.0' (ASCII digits).",
+            hint="write it as 'major.minor', e.g. '8.6'.",
+        )
+    return int(parts[0]), int(parts[1])
 
 
 @record
@@ -115,105 +131,34 @@ class GpuInfo:
         data["process_list"] = None if self.process_list is None else [p.to_dict() for p in self.process_list]
         return data
 
+    json_rules = Rules(
+        entry="a GPU entry",
+        hint=_HINT,
+        prefix="GPU field ",
+        error=InventoryFileError,
+        checks={
+            **{name: Check(low=0, high=limit) for name, limit in _LIMITS.items()},
+            "utilization": Check(low=0, high=1),
+            "compute_capability": Check(parse=_parse_cc),
+            "process_list": Check(max_items=MAX_PROCESSES, noun="process"),
+        },
+    )
+
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, where: str = "inventory") -> GpuInfo:
-        """Builds a GpuInfo from :meth:`to_dict` output, validating every field."""
-        if not isinstance(data, Mapping):
-            raise InventoryFileError(
-                f"{where}: a GPU entry must be an object, got {type(data).__name__}.",
-                hint="use the output of 'tfdevices list --json'.",
-            )
-        known = set(fields(cls))
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise InventoryFileError(
-                f"{where}: unknown GPU field(s) {unknown}; known fields: {sorted(known)}.",
-                hint="use the output of 'tfdevices list --json'.",
-            )
-        missing = [n for n in ("index", "name", "uuid") if n not in data]
-        if missing:
-            raise InventoryFileError(
-                f"{where}: GPU entry lacks {missing}.", hint="every GPU needs at least index, name and uuid."
-            )
-        values = dict(data)
-        cc = values.get("compute_capability")
-        if cc is not None:
-            values["compute_capability"] = _parse_cc(cc, where)
-        for name, limit in _LIMITS.items():
-            value = values.get(name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limit):
-                raise InventoryFileError(
-                    f"{where}: GPU field {name}={short_repr(value)} must be a whole number from 0 to {limit:,}.",
-                    hint="fix or regenerate the file with 'tfdevices list --json'.",
-                )
-        util = values.get("utilization")
-        if util is not None and (isinstance(util, bool) or not isinstance(util, (int, float)) or not 0 <= util <= 1):
-            raise InventoryFileError(
-                f"{where}: GPU field utilization={util!r} must be a fraction in [0, 1].", hint="write 0.25 for 25%."
-            )
-        for name in ("name", "uuid", "pci_bus_id"):
-            if name in values and not isinstance(values[name], str):
-                raise InventoryFileError(
-                    f"{where}: GPU field {name}={short_repr(values[name])} must be a string.",
-                    hint="fix or regenerate the file with 'tfdevices list --json'.",
-                )
-            check_text(values.get(name), f"{where}: GPU field {name}")
-        tf_name = values.get("tf_name")
-        if tf_name is not None and not isinstance(tf_name, str):
-            raise InventoryFileError(
-                f"{where}: GPU field tf_name={short_repr(tf_name)} must be a string or null.",
-                hint="fix or regenerate the file with 'tfdevices list --json'.",
-            )
-        check_text(tf_name, f"{where}: GPU field tf_name")
-        mig = values.get("mig_enabled")
-        if mig is not None and not isinstance(mig, bool):
-            raise InventoryFileError(
-                f"{where}: GPU field mig_enabled={short_repr(mig)} must be true, false or null.",
-                hint="fix or regenerate the file with 'tfdevices list --json'.",
-            )
-        values["process_list"] = _process_list(values.get("process_list"), where)
-        return cls(**values)
+        """Builds a GpuInfo from :meth:`to_dict` output, validating every field.
 
+        Each field is read against its annotation and :attr:`json_rules`
+        (:func:`tfdevices.core.json_records.load`): ranges, text that can be printed, at most
+        :data:`MAX_PROCESSES` processes.
 
-def _process_list(value: object, where: str) -> tuple[GpuProcess, ...] | None:
-    if value is None:
-        return None
-    if not isinstance(value, list) or len(value) > MAX_PROCESSES:
-        raise InventoryFileError(
-            f"{where}: GPU field process_list must be a list of at most {MAX_PROCESSES} "
-            f"processes, or null; got {short_repr(value)}.",
-            hint="fix or regenerate the file with 'tfdevices list --json'.",
-        )
-    return tuple(GpuProcess.from_dict(p, where=f"{where}: process_list[{i}]") for i, p in enumerate(value))
+        Raises:
+            InventoryFileError: a field is missing, unknown, out of range or of the wrong type.
+        """
+        loaded: GpuInfo = load(cls, data, where=where)
+        return loaded
 
 
 def check_text(value: object, what: str) -> None:
     """Refuses a string that cannot be printed or written back: too long, or holding a lone surrogate."""
-    if not isinstance(value, str):
-        return
-    if len(value) > MAX_TEXT:
-        raise InventoryFileError(
-            f"{what}={short_repr(value)} is longer than {MAX_TEXT} characters.",
-            hint="fix or regenerate the file with 'tfdevices list --json'.",
-        )
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as err:
-        raise InventoryFileError(
-            f"{what}={short_repr(value)} holds a lone surrogate ({value[err.start]!r} at "
-            f"character {err.start}), which is not text.",
-            hint="fix or regenerate the file with 'tfdevices list --json'.",
-        ) from None
-
-
-def _parse_cc(value: Any, where: str) -> tuple[int, int]:
-    text = value if isinstance(value, str) else None
-    if isinstance(value, (list, tuple)) and len(value) == 2:
-        text = f"{value[0]}.{value[1]}"
-    parts = text.split(".") if text else []
-    if len(parts) != 2 or not all(is_digits(p) and len(p) <= 3 for p in parts):
-        raise InventoryFileError(
-            f"{where}: compute_capability={short_repr(value)} is not of the form '8.0' (ASCII digits).",
-            hint="write it as 'major.minor', e.g. '8.6'.",
-        )
-    return int(parts[0]), int(parts[1])
+    json_records.check_text(value, what, error=InventoryFileError, hint=_HINT, limit=MAX_TEXT)

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 
 from tfdevices.core.errors import InventoryFileError
-from tfdevices.core.records import asdict, fields, record, replace
+from tfdevices.core.json_records import Check, Rules, load
+from tfdevices.core.records import asdict, record, replace
 from tfdevices.core.units import format_bytes, short_repr
-from tfdevices.gpus.gpuinfo import MAX_GPUS, GpuInfo, check_text
-from tfdevices.gpus.topology import Topology
+from tfdevices.gpus.gpuinfo import MAX_GPUS, GpuInfo
+from tfdevices.gpus.topology import Topology, check_indices
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing on the listing path
 if TYPE_CHECKING:
@@ -67,6 +68,18 @@ class Inventory:
     notes: tuple[str, ...] = ()
     loaded_from: str | None = None
     topology: Topology | None = None
+
+    json_rules = Rules(
+        entry="an inventory",
+        hint=_SAVE,
+        error=InventoryFileError,
+        skip=("loaded_from",),
+        checks={
+            "gpus": Check(max_items=MAX_GPUS, noun="GPU"),
+            "source": Check(choices=SOURCES, noun="sources"),
+            "notes": Check(max_items=64, noun="note"),
+        },
+    )
 
     def __iter__(self) -> Iterator[GpuInfo]:
         return iter(self.gpus)
@@ -128,41 +141,25 @@ class Inventory:
 
     @classmethod
     def from_dict(cls, data: Any, *, where: str = "inventory") -> Inventory:
-        """An inventory from :meth:`to_dict`'s output; ``where`` names the input in errors (InventoryFileError)."""
-        if not isinstance(data, Mapping):
-            raise InventoryFileError(f"{where}: expected a JSON object, got {type(data).__name__}.", hint=_SAVE)
-        known = set(fields(cls)) - {"loaded_from"}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise InventoryFileError(f"{where}: unknown field(s) {unknown}; known fields: {sorted(known)}.", hint=_SAVE)
-        source = data.get("source", "none")
-        if source not in SOURCES:
-            raise InventoryFileError(f"{where}: source={source!r}; known sources: {list(SOURCES)}.", hint=_SAVE)
-        parsed = _gpus_from(data.get("gpus", []), where)
-        notes = data.get("notes", [])
-        if not isinstance(notes, list) or len(notes) > 64 or not all(isinstance(n, str) for n in notes):
-            raise InventoryFileError(f"{where}: 'notes' must be a list of at most 64 strings.", hint=_SAVE)
-        for i, note in enumerate(notes):
-            check_text(note, f"{where}: notes[{i}]")
-        for name in ("reason", "driver_version", "cuda_visible_devices", "cuda_device_order"):
-            if data.get(name) is not None and not isinstance(data[name], str):
-                raise InventoryFileError(
-                    f"{where}: {name}={short_repr(data[name])} must be a string or null.", hint=_SAVE
-                )
-            check_text(data.get(name), f"{where}: {name}")
-        topology = data.get("topology")
-        if topology is not None:
-            topology = Topology.from_dict(topology, where=f"{where}: topology", indices=[g.index for g in parsed])
-        return cls(
-            gpus=parsed,
-            source=source,
-            reason=data.get("reason"),
-            driver_version=data.get("driver_version"),
-            cuda_visible_devices=data.get("cuda_visible_devices"),
-            cuda_device_order=data.get("cuda_device_order"),
-            notes=tuple(notes),
-            topology=topology,
-        )
+        """An inventory from :meth:`to_dict`'s output; ``where`` names the input in errors.
+
+        Every field is read against its annotation and :attr:`json_rules`
+        (:func:`tfdevices.core.json_records.load`); then no GPU may appear twice, and the
+        topology may name only the inventory's GPUs.
+
+        Raises:
+            InventoryFileError: the data is not an inventory; the message names the field.
+        """
+        inv: Inventory = load(cls, data, where=where)
+        seen: set[str] = set()
+        dupes = sorted({g.key for g in inv.gpus if g.key in seen or seen.add(g.key)})  # type: ignore[func-returns-value]
+        if dupes:
+            raise InventoryFileError(
+                f"{where}: GPU index(es) {dupes[:8]} appear more than once.", hint="each GPU must appear once."
+            )
+        if inv.topology is not None:
+            check_indices(inv.topology, [g.index for g in inv.gpus], f"{where}: topology")
+        return inv
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Inventory:
@@ -240,24 +237,6 @@ class Inventory:
             out.append(f"no GPU visible: {self.reason or 'none found'}")
         out += [f"note: {n}" for n in self.notes]
         return "\n".join(out)
-
-
-def _gpus_from(gpus: Any, where: str) -> tuple[GpuInfo, ...]:
-    """An inventory file's ``gpus`` list, each entry checked, no GPU index twice."""
-    if not isinstance(gpus, list):
-        raise InventoryFileError(f"{where}: 'gpus' must be a list, got {type(gpus).__name__}.", hint=_SAVE)
-    if len(gpus) > MAX_GPUS:
-        raise InventoryFileError(
-            f"{where}: {len(gpus):,} GPU entries; an inventory holds at most {MAX_GPUS}.", hint=_SAVE
-        )
-    parsed = tuple(GpuInfo.from_dict(g, where=f"{where}: gpus[{i}]") for i, g in enumerate(gpus))
-    seen: set[str] = set()
-    dupes = sorted({g.key for g in parsed if g.key in seen or seen.add(g.key)})  # type: ignore[func-returns-value]
-    if dupes:
-        raise InventoryFileError(
-            f"{where}: GPU index(es) {dupes[:8]} appear more than once.", hint="each GPU must appear once."
-        )
-    return parsed
 
 
 def _sensors(g: GpuInfo) -> tuple[str, ...]:

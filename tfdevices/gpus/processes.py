@@ -17,11 +17,11 @@ True
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 
 from tfdevices.core.errors import InventoryFileError
+from tfdevices.core.json_records import Check, Rules, load
 from tfdevices.core.records import asdict, record
-from tfdevices.core.units import short_repr
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing on the listing path
 if TYPE_CHECKING:
@@ -59,50 +59,28 @@ class GpuProcess:
         """The process as plain JSON values."""
         return asdict(self)
 
+    json_rules = Rules(
+        entry="a process",
+        hint=_HINT,
+        error=InventoryFileError,
+        checks={
+            "pid": Check(low=0, high=1 << 32),
+            "gpu_memory": Check(low=0, high=1 << 64),
+            "kind": Check(choices=KINDS, noun="kinds"),
+            "user": Check(max_text=MAX_COMMAND),
+            "command": Check(max_text=MAX_COMMAND),
+        },
+    )
+
     @classmethod
     def from_dict(cls, data: object, *, where: str = "process") -> GpuProcess:
-        """Reads :meth:`to_dict` output, checking every field.
+        """Reads :meth:`to_dict` output, checking every field (:func:`tfdevices.core.json_records.load`).
 
         Raises:
             InventoryFileError: a field is missing, unknown or of the wrong type.
         """
-        if not isinstance(data, Mapping):
-            raise InventoryFileError(f"{where}: a process must be an object, got {type(data).__name__}.", hint=_HINT)
-        known = {"pid", "kind", "gpu_memory", "user", "command"}
-        unknown = sorted(set(data) - known)
-        if unknown or "pid" not in data:
-            raise InventoryFileError(
-                f"{where}: "
-                + (f"unknown field(s) {unknown}" if unknown else "lacks 'pid'")
-                + f"; known fields: {sorted(known)}.",
-                hint=_HINT,
-            )
-        for name, limit in (("pid", 1 << 32), ("gpu_memory", 1 << 64)):
-            value = data.get(name)
-            if (value is not None or name == "pid") and (
-                isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limit
-            ):
-                raise InventoryFileError(
-                    f"{where}: {name}={short_repr(value)} must be a whole number from 0 to {limit:,}.", hint=_HINT
-                )
-        kind = data.get("kind", "C")
-        if kind not in KINDS:
-            raise InventoryFileError(f"{where}: kind={short_repr(kind)}; known kinds: {', '.join(KINDS)}.", hint=_HINT)
-        for name in ("user", "command"):
-            value = data.get(name)
-            if value is not None and (not isinstance(value, str) or len(value) > MAX_COMMAND):
-                raise InventoryFileError(
-                    f"{where}: {name}={short_repr(value)} must be a string of at most {MAX_COMMAND} characters, "
-                    "or null.",
-                    hint=_HINT,
-                )
-        return cls(
-            pid=data["pid"],
-            kind=kind,
-            gpu_memory=data.get("gpu_memory"),
-            user=data.get("user"),
-            command=data.get("command"),
-        )
+        loaded: GpuProcess = load(cls, data, where=where)
+        return loaded
 
 
 def command_text(raw: bytes) -> str | None:

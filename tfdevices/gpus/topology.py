@@ -28,9 +28,10 @@ GPU2  SYS   SYS    X    16-31         1
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from tfdevices.core.errors import InventoryFileError
+from tfdevices.core.json_records import Check, Rules, load
 from tfdevices.core.records import record
 from tfdevices.core.units import short_repr
 from tfdevices.gpus.nvml import NvmlSnapshot, normal_bus_id
@@ -193,6 +194,19 @@ class Topology:
     numa_affinity: tuple[int | None, ...] = ()
     origin: str | None = None
 
+    json_rules = Rules(
+        entry="a topology",
+        hint=_HINT,
+        error=InventoryFileError,
+        checks={  # each reader is given the fields read before it: the matrix and the lists follow gpus
+            "gpus": Check(parse=lambda value, what, _: _index_list(value, what)),
+            "links": Check(parse=lambda value, what, values: _matrix(value, len(values["gpus"]), what)),
+            "cpu_affinity": Check(parse=lambda value, what, values: _cpu_lists(value, len(values["gpus"]), what)),
+            "numa_affinity": Check(parse=lambda value, what, values: _numa_nodes(value, len(values["gpus"]), what)),
+            "origin": Check(max_text=4096),
+        },
+    )
+
     def _at(self, index: int) -> int | None:
         try:
             return self.gpus.index(index)
@@ -249,32 +263,10 @@ class Topology:
         Raises:
             InventoryFileError: a field is missing, of the wrong type or shape, or not a link code.
         """
-        if not isinstance(data, Mapping):
-            raise InventoryFileError(f"{where}: expected an object, got {type(data).__name__}.", hint=_HINT)
-        known = {"gpus", "links", "cpu_affinity", "numa_affinity", "origin"}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise InventoryFileError(f"{where}: unknown field(s) {unknown}; known fields: {sorted(known)}.", hint=_HINT)
-        gpus = _index_list(data.get("gpus"), f"{where}: gpus", indices)
-        n = len(gpus)
-        links = _matrix(data.get("links"), n, where)
-        cpu = _per_gpu(data.get("cpu_affinity", []), n, f"{where}: cpu_affinity")
-        for i, text in enumerate(cpu):
-            if text is not None:
-                parse_cpus(text, f"{where}: cpu_affinity[{i}]")
-        numa = _per_gpu(data.get("numa_affinity", []), n, f"{where}: numa_affinity")
-        for i, node in enumerate(numa):
-            if node is not None and (isinstance(node, bool) or not isinstance(node, int) or not 0 <= node <= MAX_CPU):
-                raise InventoryFileError(
-                    f"{where}: numa_affinity[{i}]={short_repr(node)} must be a NUMA node number 0..{MAX_CPU} or null.",
-                    hint=_HINT,
-                )
-        origin = data.get("origin")
-        if origin is not None and (not isinstance(origin, str) or len(origin) > 4096):
-            raise InventoryFileError(
-                f"{where}: origin={short_repr(origin)} must be a string of at most 4096 characters.", hint=_HINT
-            )
-        return cls(gpus=gpus, links=links, cpu_affinity=tuple(cpu), numa_affinity=tuple(numa), origin=origin)
+        topology: Topology = load(cls, data, where=where)
+        if indices is not None:
+            check_indices(topology, indices, where)
+        return topology
 
     def table(self) -> str:
         """The matrix as ``nvidia-smi topo -m`` prints it (without the legend: see :data:`LEGEND`)."""
@@ -300,40 +292,46 @@ class Topology:
         return "\n".join(line.rstrip() for line in lines)
 
 
-def _index_list(value: object, what: str, indices: Sequence[int] | None) -> tuple[int, ...]:
+def check_indices(topology: Topology, indices: Sequence[int], where: str) -> None:
+    """Refuses a topology that names a GPU the inventory it belongs to lacks.
+
+    Raises:
+        InventoryFileError: naming the GPUs and the inventory's.
+    """
+    known = set(indices)
+    missing = [i for i in topology.gpus if i not in known]
+    if missing:
+        raise InventoryFileError(
+            f"{where}: gpus names GPU(s) {missing[:8]} that the inventory lacks; its GPUs: {sorted(known)[:16]}.",
+            hint=_HINT,
+        )
+
+
+def _index_list(value: object, what: str) -> tuple[int, ...]:
     if not isinstance(value, list) or not all(
         isinstance(i, int) and not isinstance(i, bool) and 0 <= i <= 1023 for i in value
     ):
         raise InventoryFileError(f"{what}={short_repr(value)} must be a list of NVML indices 0..1023.", hint=_HINT)
     if len(set(value)) != len(value):
         raise InventoryFileError(f"{what}={short_repr(value)} names a GPU twice.", hint=_HINT)
-    if indices is not None:
-        missing = [i for i in value if i not in set(indices)]
-        if missing:
-            raise InventoryFileError(
-                f"{what} names GPU(s) {missing[:8]} that the inventory lacks; its GPUs: {sorted(set(indices))[:16]}.",
-                hint=_HINT,
-            )
     return tuple(value)
 
 
-def _matrix(value: object, n: int, where: str) -> tuple[tuple[str | None, ...], ...]:
+def _matrix(value: object, n: int, what: str) -> tuple[tuple[str | None, ...], ...]:
     if not isinstance(value, list) or len(value) != n or not all(isinstance(r, list) and len(r) == n for r in value):
         raise InventoryFileError(
-            f"{where}: links must be a {n} x {n} list of lists (one row per GPU), got {short_repr(value)}.", hint=_HINT
+            f"{what} must be a {n} x {n} list of lists (one row per GPU), got {short_repr(value)}.", hint=_HINT
         )
-    rows = tuple(
-        tuple(check_code(c, f"{where}: links[{i}][{j}]") for j, c in enumerate(r)) for i, r in enumerate(value)
-    )
+    rows = tuple(tuple(check_code(c, f"{what}[{i}][{j}]") for j, c in enumerate(r)) for i, r in enumerate(value))
     for i in range(n):
         if rows[i][i] != "X":
             raise InventoryFileError(
-                f"{where}: links[{i}][{i}]={short_repr(rows[i][i])}; a GPU's link to itself is 'X'.", hint=_HINT
+                f"{what}[{i}][{i}]={short_repr(rows[i][i])}; a GPU's link to itself is 'X'.", hint=_HINT
             )
         for j in range(i):
             if rows[i][j] == "X" or rows[i][j] != rows[j][i]:
                 raise InventoryFileError(
-                    f"{where}: links[{i}][{j}]={short_repr(rows[i][j])} but links[{j}][{i}]="
+                    f"{what}[{i}][{j}]={short_repr(rows[i][j])} but links[{j}][{i}]="
                     f"{short_repr(rows[j][i])}; a link is the same both ways and 'X' only on "
                     "the diagonal.",
                     hint=_HINT,
@@ -347,6 +345,24 @@ def _per_gpu(value: object, n: int, what: str) -> list[Any]:
             f"{what} must be a list with one entry per GPU ({n}), got {short_repr(value)}.", hint=_HINT
         )
     return value
+
+
+def _cpu_lists(value: object, n: int, what: str) -> tuple[str | None, ...]:
+    cpus = _per_gpu(value, n, what)
+    for i, text in enumerate(cpus):
+        if text is not None:
+            parse_cpus(text, f"{what}[{i}]")
+    return tuple(cpus)
+
+
+def _numa_nodes(value: object, n: int, what: str) -> tuple[int | None, ...]:
+    nodes = _per_gpu(value, n, what)
+    for i, node in enumerate(nodes):
+        if node is not None and (isinstance(node, bool) or not isinstance(node, int) or not 0 <= node <= MAX_CPU):
+            raise InventoryFileError(
+                f"{what}[{i}]={short_repr(node)} must be a NUMA node number 0..{MAX_CPU} or null.", hint=_HINT
+            )
+    return tuple(nodes)
 
 
 def from_nvml(snap: NvmlSnapshot) -> Topology | None:
