@@ -24,7 +24,8 @@ Reports are found in both forms a run can hold: text summaries ``NAME/json`` bes
 10 steps per tag by default; ``--samples_per_plugin=text=all,placement=all`` keeps
 every captured step.
 
-This module imports TensorBoard at the top: only TensorBoard imports it (``import
+:class:`PlacementPlugin` answers the routes; :class:`PlacementRuns` reads what they show. This module
+imports TensorBoard at the top: only TensorBoard imports it (``import
 tfdevices`` does not).
 """
 
@@ -37,6 +38,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from tensorboard import errors, plugin_util
@@ -64,49 +66,40 @@ _PROFILE_SEARCH_S = 5  # the log directory is searched for profiles at most this
 _CACHE = 8  # views (JSON text) and stored series; a 1,000-layer view is about 2 MB
 
 
-class PlacementPlugin(base_plugin.TBPlugin):
-    """Shows where each op of a run ran and how long it took (see the module docstring)."""
+class PlacementRuns:
+    """What a log directory holds for the Placement tab, read through TensorBoard's data provider.
 
-    plugin_name = PLUGIN_NAME
+    The stored reports (text or tensor summaries), the memory scalars and drift texts
+    ``PlacementLogger`` writes beside them, and the profiles TensorFlow wrote under the
+    log directory. What is read is kept in a small cache, keyed by the version of what
+    it was read from (a series' last step and time, a profile's files and their times).
+    Each method takes the request's context and experiment id, as the data provider does.
+    """
 
-    def __init__(self, context: base_plugin.TBContext) -> None:
-        self._provider = context.data_provider
-        self._logdir = getattr(context, "logdir", None) or ""
+    def __init__(self, data_provider: Any, logdir: str) -> None:
+        self._provider = data_provider
+        self._logdir = logdir
         self._lock = threading.Lock()
         self._cache: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
 
-    # -- what TensorBoard asks every plugin
-
-    def get_plugin_apps(self) -> dict[str, Any]:
-        """TensorBoard's routes of the Placement tab."""
-        return {
-            "/runs": self._serve_runs,
-            "/view": self._serve_view,
-            "/diff": self._serve_diff,
-            "/trace": self._serve_trace,
-            "/changes": self._serve_changes,
-            "/static/*": self._serve_static,
-        }
-
-    def is_active(self) -> bool:
-        """Whether any run holds a report (those written as text, before the plugin had its own summaries)."""
-        if self._provider is not None and self._placement_tags(RequestContext(), ""):
+    def any_report(self) -> bool:
+        """Whether any run holds a report or a profile."""
+        if self._provider is not None and self.placement_tags(RequestContext(), ""):
             return True
-        return bool(self._profiles())
+        return bool(self.profiles())
 
-    def data_plugin_names(self) -> tuple[str, ...]:
-        """The summary plugin name whose data this tab reads."""
-        return (PLUGIN_NAME,)
+    def listing(self, ctx: RequestContext, eid: str) -> list[dict[str, Any]]:
+        """Each stored report's run, tag and steps, then each profile's (``"kind": "profile"``)."""
+        runs = []
+        for run, tags in sorted(self.placement_tags(ctx, eid).items()):
+            for tag, found in sorted(tags.items()):
+                steps = [d.step for d in self.steps(ctx, eid, run, tag, found)]
+                runs.append({"run": run, "tag": tag, "steps": steps})
+        for run, profiles in sorted(self.profiles().items()):
+            runs += [{"run": run, "tag": tag, "steps": [0], "kind": "profile"} for tag in sorted(profiles)]
+        return runs
 
-    def frontend_metadata(self) -> base_plugin.FrontendMetadata:
-        """The tab's name and script for TensorBoard's frontend."""
-        return base_plugin.FrontendMetadata(
-            es_module_path="/static/index.js", tab_name="Placement", disable_reload=False
-        )
-
-    # -- finding the reports
-
-    def _placement_tags(self, ctx: RequestContext, eid: str) -> dict[str, dict[str, tuple[str, Any]]]:
+    def placement_tags(self, ctx: RequestContext, eid: str) -> dict[str, dict[str, tuple[str, Any]]]:
         """``{run: {tag: (plugin name, time series)}}`` of every stored report."""
         found: dict[str, dict[str, tuple[str, Any]]] = {}
         for plugin in (PLUGIN_NAME, _TEXT):
@@ -117,7 +110,7 @@ class PlacementPlugin(base_plugin.TBPlugin):
                         found.setdefault(run, {}).setdefault(tag, (plugin, series))
         return found
 
-    def _profiles(self) -> dict[str, dict[str, list[ProfileFile]]]:
+    def profiles(self) -> dict[str, dict[str, list[ProfileFile]]]:
         """``{run: {"profile/<session>": files}}`` of the profiles under the log directory (a bounded search).
 
         The search is repeated at most every few seconds: a profile written meanwhile shows on a reload.
@@ -136,11 +129,11 @@ class PlacementPlugin(base_plugin.TBPlugin):
                 found.setdefault(run, {}).setdefault(_PROFILE + f.session, []).append(f)
             return found
 
-        return self._cached(("profiles", int(time.monotonic() // _PROFILE_SEARCH_S)), search)
+        return self.cached(("profiles", int(time.monotonic() // _PROFILE_SEARCH_S)), search)
 
-    def _profile(self, run: str | None, tag: str) -> tuple[str, dict[str, Any]]:
+    def profile(self, run: str | None, tag: str) -> tuple[str, dict[str, Any]]:
         """A profile's report (JSON text), read once per version of its files, and where it was found."""
-        files = self._profiles().get(run or "", {}).get(tag)
+        files = self.profiles().get(run or "", {}).get(tag)
         if not files:
             raise errors.NotFoundError(f"no profile {tag!r} in run {run!r}")
         versions = tuple((f.path, f.mtime) for f in files)
@@ -160,9 +153,9 @@ class PlacementPlugin(base_plugin.TBPlugin):
             "wall_time": max(f.mtime for f in files),
             "kind": "profile",
         }
-        return self._cached(("profile", versions), read), where
+        return self.cached(("profile", versions), read), where
 
-    def _steps(self, ctx: RequestContext, eid: str, run: str, tag: str, found: tuple[str, Any]) -> list[Any]:
+    def steps(self, ctx: RequestContext, eid: str, run: str, tag: str, found: tuple[str, Any]) -> list[Any]:
         """Every stored step of one report tag, read once per version of the series (its last step and time)."""
         plugin, series = found
         key = ("series", run, tag, plugin, series.max_step, series.max_wall_time)
@@ -177,26 +170,27 @@ class PlacementPlugin(base_plugin.TBPlugin):
             )
             return list(data.get(run, {}).get(tag, ()))
 
-        return self._cached(key, read)
+        return self.cached(key, read)
 
-    def _datum(self, request: wrappers.Request, suffix: str = "") -> tuple[Any, dict[str, Any]]:
-        """The stored step a request names (``run``, ``tag``, ``step``; ``step`` defaults to the last)."""
-        ctx = plugin_util.context(request.environ)
-        eid = plugin_util.experiment_id(request.environ)
-        run = request.args.get("run" + suffix)
-        tags = self._placement_tags(ctx, eid)
+    def datum(
+        self, ctx: RequestContext, eid: str, run: str | None, tag: str, step: str | None
+    ) -> tuple[Any, dict[str, Any]]:
+        """The stored step of a run's tag, and where it was found.
+
+        The run's first tag when ``tag`` is empty, its last step when ``step`` is.
+        """
+        tags = self.placement_tags(ctx, eid)
         if run not in tags:
             raise errors.NotFoundError(f"no placement report in run {run!r}; runs with one: {sorted(tags)}")
-        tag = request.args.get("tag" + suffix) or sorted(tags[run])[0]
+        tag = tag or sorted(tags[run])[0]
         if tag not in tags[run]:
             raise errors.NotFoundError(f"run {run!r} has no placement tag {tag!r}; it has {sorted(tags[run])}")
-        data = self._steps(ctx, eid, run, tag, tags[run][tag])
+        data = self.steps(ctx, eid, run, tag, tags[run][tag])
         if not data:
             raise errors.NotFoundError(f"run {run!r} tag {tag!r} holds no step")
-        wanted = request.args.get("step" + suffix)
-        datum = data[-1] if wanted in (None, "") else next((d for d in data if str(d.step) == wanted), None)
+        datum = data[-1] if step in (None, "") else next((d for d in data if str(d.step) == step), None)
         if datum is None:
-            raise errors.NotFoundError(f"run {run!r} tag {tag!r} has no step {wanted}; it has {[d.step for d in data]}")
+            raise errors.NotFoundError(f"run {run!r} tag {tag!r} has no step {step}; it has {[d.step for d in data]}")
         where = {
             "run": run,
             "tag": tag,
@@ -206,35 +200,17 @@ class PlacementPlugin(base_plugin.TBPlugin):
         }
         return datum, where
 
-    def _report_text(self, request: wrappers.Request, suffix: str = "") -> tuple[str, dict[str, Any]]:
-        """The report a request names (JSON text): a stored step, or a profile; and where it was found."""
-        tag = request.args.get("tag" + suffix) or ""
+    def report_text(
+        self, ctx: RequestContext, eid: str, run: str | None, tag: str, step: str | None
+    ) -> tuple[str, dict[str, Any]]:
+        """A report (JSON text), a stored step or a profile (a ``profile/<session>`` tag), and where it was found."""
         if tag.startswith(_PROFILE):
-            return self._profile(request.args.get("run" + suffix), tag)
-        datum, where = self._datum(request, suffix)
+            return self.profile(run, tag)
+        datum, where = self.datum(ctx, eid, run, tag, step)
         return _text(datum.numpy), where
 
-    def _report(self, request: wrappers.Request, suffix: str = "") -> tuple[dict[str, Any], dict[str, Any]]:
-        """The report a request names, parsed, and where it was found."""
-        text, where = self._report_text(request, suffix)
-        return json.loads(text), where
-
-    def _cached(self, key: tuple[Any, ...], make: Any) -> Any:
-        with self._lock:
-            if key in self._cache:
-                self._cache.move_to_end(key)
-                return self._cache[key]
-        value = make()
-        with self._lock:
-            self._cache[key] = value
-            while len(self._cache) > _CACHE:
-                self._cache.popitem(last=False)
-        return value
-
-    def _memory(self, request: wrappers.Request, run: str, tag: str, step: int) -> dict[str, dict[str, float]]:
+    def memory(self, ctx: RequestContext, eid: str, run: str, tag: str, step: int) -> dict[str, dict[str, float]]:
         """``{device: {"current_bytes", "peak_bytes"}}`` logged by ``PlacementLogger`` at or before ``step``."""
-        ctx = plugin_util.context(request.environ)
-        eid = plugin_util.experiment_id(request.environ)
         prefix = tag.rsplit("/", 1)[0] + "/memory/"
         listing = (
             self._provider.list_scalars(
@@ -260,26 +236,99 @@ class PlacementPlugin(base_plugin.TBPlugin):
                 out.setdefault(device, {})[key] = float(earlier[-1].value)
         return out
 
+    def changes(self, ctx: RequestContext, eid: str, run: str, tag: str) -> list[dict[str, Any]]:
+        """Each step whose placement changed and the change (the text ``NAME/drift`` beside the tag ``NAME/...``)."""
+        name = tag.rsplit("/", 1)[0] if "/" in tag and not tag.startswith(_PROFILE) else ""
+        if not name:
+            return []
+        drift = name + "/drift"
+        listing = (
+            self._provider.list_tensors(
+                ctx,
+                experiment_id=eid,
+                plugin_name=_TEXT,
+                run_tag_filter=provider.RunTagFilter(runs=[run], tags=[drift]),
+            )
+            or {}
+        )
+        series = listing.get(run, {}).get(drift)
+        if series is None:
+            return []
+        return [{"step": d.step, "summary": _text(d.numpy)} for d in self.steps(ctx, eid, run, drift, (_TEXT, series))]
+
+    def cached(self, key: tuple[Any, ...], make: Callable[[], Any]) -> Any:
+        """``make()``, kept under ``key`` among the last few values asked for."""
+        with self._lock:
+            if key in self._cache:
+                self._cache.move_to_end(key)
+                return self._cache[key]
+        value = make()
+        with self._lock:
+            self._cache[key] = value
+            while len(self._cache) > _CACHE:
+                self._cache.popitem(last=False)
+        return value
+
+
+class PlacementPlugin(base_plugin.TBPlugin):
+    """Shows where each op of a run ran and how long it took (see the module docstring).
+
+    Its routes answer HTTP requests; what they read, :class:`PlacementRuns` reads.
+    """
+
+    plugin_name = PLUGIN_NAME
+
+    def __init__(self, context: base_plugin.TBContext) -> None:
+        self._runs = PlacementRuns(context.data_provider, getattr(context, "logdir", None) or "")
+
+    # -- what TensorBoard asks every plugin
+
+    def get_plugin_apps(self) -> dict[str, Any]:
+        """TensorBoard's routes of the Placement tab."""
+        return {
+            "/runs": self._serve_runs,
+            "/view": self._serve_view,
+            "/diff": self._serve_diff,
+            "/trace": self._serve_trace,
+            "/changes": self._serve_changes,
+            "/static/*": self._serve_static,
+        }
+
+    def is_active(self) -> bool:
+        """Whether any run holds a report (those written as text, before the plugin had its own summaries)."""
+        return self._runs.any_report()
+
+    def data_plugin_names(self) -> tuple[str, ...]:
+        """The summary plugin name whose data this tab reads."""
+        return (PLUGIN_NAME,)
+
+    def frontend_metadata(self) -> base_plugin.FrontendMetadata:
+        """The tab's name and script for TensorBoard's frontend."""
+        return base_plugin.FrontendMetadata(
+            es_module_path="/static/index.js", tab_name="Placement", disable_reload=False
+        )
+
     # -- routes
+
+    def _report_text(self, request: wrappers.Request, suffix: str = "") -> tuple[str, dict[str, Any]]:
+        """The report a request names (``run``, ``tag``, ``step``, each with ``suffix``), and where it was found."""
+        args = request.args
+        ctx, eid = _context(request)
+        return self._runs.report_text(
+            ctx, eid, args.get("run" + suffix), args.get("tag" + suffix) or "", args.get("step" + suffix)
+        )
 
     @_application
     def _serve_runs(self, request: wrappers.Request) -> wrappers.Response:
-        ctx = plugin_util.context(request.environ)
-        eid = plugin_util.experiment_id(request.environ)
-        runs = []
-        for run, tags in sorted(self._placement_tags(ctx, eid).items()):
-            for tag, found in sorted(tags.items()):
-                steps = [d.step for d in self._steps(ctx, eid, run, tag, found)]
-                runs.append({"run": run, "tag": tag, "steps": steps})
-        for run, profiles in sorted(self._profiles().items()):
-            runs += [{"run": run, "tag": tag, "steps": [0], "kind": "profile"} for tag in sorted(profiles)]
-        return http_util.Respond(request, {"runs": runs}, "application/json")
+        return http_util.Respond(request, {"runs": self._runs.listing(*_context(request))}, "application/json")
 
     @_application
     def _serve_view(self, request: wrappers.Request) -> wrappers.Response:
         text, where = self._report_text(request)
         memory = (
-            {} if where.get("kind") == "profile" else self._memory(request, where["run"], where["tag"], where["step"])
+            {}
+            if where.get("kind") == "profile"
+            else self._runs.memory(*_context(request), where["run"], where["tag"], where["step"])
         )
         key = (
             "view",
@@ -294,20 +343,19 @@ class PlacementPlugin(base_plugin.TBPlugin):
             view = views.dashboard_view(json.loads(text), memory)
             return json.dumps({**where, **view}, separators=(",", ":"))
 
-        return http_util.Respond(request, self._cached(key, build), "application/json")
+        return http_util.Respond(request, self._runs.cached(key, build), "application/json")
 
     @_application
     def _serve_diff(self, request: wrappers.Request) -> wrappers.Response:
-        before, where = self._report(request)
-        after, where2 = self._report(request, "2")
-        body = {"before": where, "after": where2, **views.diff_view(before, after)}
+        (before, where), (after, where2) = self._report_text(request), self._report_text(request, "2")
+        body = {"before": where, "after": where2, **views.diff_view(json.loads(before), json.loads(after))}
         return http_util.Respond(request, body, "application/json")
 
     @_application
     def _serve_trace(self, request: wrappers.Request) -> wrappers.Response:
-        report, where = self._report(request)
+        text, where = self._report_text(request)
         try:
-            trace = chrome_trace(report)
+            trace = chrome_trace(json.loads(text))
         except InputError as err:
             raise errors.InvalidArgumentError(str(err)) from None
         name = f"{where['run']}-{where['step']}.trace.json".replace("/", "_")
@@ -317,26 +365,8 @@ class PlacementPlugin(base_plugin.TBPlugin):
 
     @_application
     def _serve_changes(self, request: wrappers.Request) -> wrappers.Response:
-        ctx = plugin_util.context(request.environ)
-        eid = plugin_util.experiment_id(request.environ)
         run, tag = request.args.get("run") or "", request.args.get("tag") or ""
-        name = tag.rsplit("/", 1)[0] if "/" in tag and not tag.startswith(_PROFILE) else ""
-        changes: list[dict[str, Any]] = []
-        listing = (
-            {}
-            if not name
-            else self._provider.list_tensors(
-                ctx,
-                experiment_id=eid,
-                plugin_name=_TEXT,
-                run_tag_filter=provider.RunTagFilter(runs=[run], tags=[name + "/drift"]),
-            )
-            or {}
-        )
-        series = listing.get(run, {}).get(name + "/drift")
-        if series is not None:
-            for datum in self._steps(ctx, eid, run, name + "/drift", (_TEXT, series)):
-                changes.append({"step": datum.step, "summary": _text(datum.numpy)})
+        changes = self._runs.changes(*_context(request), run, tag)
         return http_util.Respond(request, {"run": run, "tag": tag, "changes": changes}, "application/json")
 
     @_application
@@ -349,6 +379,11 @@ class PlacementPlugin(base_plugin.TBPlugin):
             mimetype = "text/javascript"
         with open(os.path.join(_STATIC, name), "rb") as f:
             return http_util.Respond(request, f.read(), mimetype)
+
+
+def _context(request: wrappers.Request) -> tuple[RequestContext, str]:
+    """The request's context and experiment id, as TensorBoard's data provider takes them."""
+    return plugin_util.context(request.environ), plugin_util.experiment_id(request.environ)
 
 
 @functools.cache
