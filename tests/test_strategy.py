@@ -54,16 +54,14 @@ def test_decide_strategy(kind, devices, workers, explicit, source, want_kind, wa
     assert (d.cross_device_ops, d.strategy_class) == ("", "")  # chosen when the strategy is built
 
 
-def test_the_decisions_old_name_and_warning_answer_and_warn():
+def test_the_decisions_0_2_names_are_gone_in_0_4():
     import tfdevices.strategy as module
 
-    with pytest.warns(DeprecationWarning, match="StrategyDecision is tfdevices.strategy.StrategyInfo"):
-        assert module.StrategyDecision is module.StrategyInfo
-    decision = decide_strategy("auto", ["CPU:0"])
-    with pytest.warns(DeprecationWarning, match="StrategyDecision.warning is StrategyInfo.warnings"):
-        assert decision.warning == decision.warnings[0] == "no GPU visible: running on the CPU."
-    with pytest.raises(AttributeError, match="no attribute 'StrategyDecisions'"):
-        module.StrategyDecisions  # noqa: B018
+    with pytest.raises(AttributeError, match="no attribute 'StrategyDecision'"):
+        module.StrategyDecision  # noqa: B018
+    with pytest.raises(AttributeError, match="no attribute 'warning'"):
+        decide_strategy("auto", ["CPU:0"]).warning  # noqa: B018
+    assert decide_strategy("auto", ["CPU:0"]).warnings == ("no GPU visible: running on the CPU.",)
 
 
 @pytest.mark.parametrize(

@@ -40,7 +40,6 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
-from warnings import warn
 
 from tfdevices import runtime as rt
 from tfdevices.core.devices import is_logical_name, logical_devices, resolve_devices, short_name, tfdevices_name
@@ -107,12 +106,6 @@ class StrategyInfo:
     warnings: tuple[str, ...] = ()
     strategy_class: str = ""
     num_replicas: int = 1
-
-    @property
-    def warning(self) -> str | None:
-        """The first of :attr:`warnings`, or ``None`` (0.2's ``StrategyDecision.warning``; goes in 0.4.0)."""
-        _renamed("StrategyDecision.warning", "StrategyInfo.warnings")
-        return self.warnings[0] if self.warnings else None
 
     def table(self) -> str:
         """The strategy, its replicas with both device names, and why."""
@@ -282,18 +275,6 @@ def _decide_multi_worker(
 
 
 # --------------------------------------------------------------------------- build
-
-
-def _renamed(old: str, new: str) -> None:
-    warn(f"{old} is {new} since tfdevices 0.3.0; the old name goes in 0.4.0.", DeprecationWarning, stacklevel=3)
-
-
-def __getattr__(name: str) -> Any:
-    """``StrategyDecision``, 0.2's name of what :func:`decide_strategy` returns, answers until 0.4.0, and warns."""
-    if name == "StrategyDecision":
-        _renamed("tfdevices.strategy.StrategyDecision", "tfdevices.strategy.StrategyInfo")
-        return StrategyInfo
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class _Read:

@@ -25,13 +25,12 @@ from tfdevices.verify.records import (
     group_transfers,
     record_dict,
 )
-from tfdevices.verify.renamed import Renamed
 
 FORMS = ("table", "markdown", "json")  # what PlacementReport.render and `tfdevices placement --format` print
 
 
 @dataclass(frozen=True)
-class PlacementReport(Renamed):  # Renamed: report.copies and report.transfers(src, dst) answer until 0.4.0
+class PlacementReport:
     """Where the ops of one captured run really ran.
 
     Attributes:
