@@ -21,7 +21,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing for `imp
 if TYPE_CHECKING:
     from typing import Any
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 #: The public modules, by stage of the flow. The public surface is ``__all__`` of this package (what most
 #: programs call, and the errors they catch most) and of each of these; every other module is internal.
