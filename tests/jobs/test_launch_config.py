@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import io
 import sys
@@ -9,7 +10,7 @@ import sys
 import pytest
 
 from tfdevices.core.errors import LaunchError, SelectionError
-from tfdevices.jobs import launcher
+from tfdevices.jobs import launch_command, launcher
 from tfdevices.jobs.launch_config import CLI_TERMS, REPORT_STALLS, LaunchConfig, check_worker_count, config_from_call
 from tfdevices.jobs.rendezvous import Nodes
 from tfdevices.jobs.stall import StallPolicy
@@ -158,3 +159,38 @@ def test_launch_takes_the_record_alone_the_keywords_of_before_are_gone():
         config_from_call(LaunchConfig(2), {"tee": True})
     config = LaunchConfig(2)
     assert config_from_call(config, {}) is config
+
+
+def _from_command_line(*options: str) -> LaunchConfig:
+    """The record ``tfdevices launch OPTIONS -- true`` builds (in this process; CPU workers: no GPU is read)."""
+    parser = argparse.ArgumentParser()
+    launch_command.add_arguments(parser)
+    return launch_command.config_from_args(parser.parse_args(["-n", "1", "--gpus", "none", *options]), ["true"])
+
+
+@pytest.mark.parametrize(
+    "options,first_words",
+    [
+        (("--nnodes", "0"), "--nnodes 0 must be a whole number between 1 and 4096. HINT: e.g. --nnodes 2."),
+        (("--nnodes", "2", "--master-addr", "127.0.0.1", "--master-port", "70000"), "--master-port 70000: not a port"),
+        (("--nnodes", "2", "--master-addr", "no host"), "--master-addr 'no host': not a host: 'no host' is no IPv4"),
+        (("--nnodes", "2", "--master-addr", "h", "--node-addr", "a/b"), "--node-addr 'a/b': not a host: 'a/b' is no"),
+        (("--nnodes", "2", "--master-addr", "h", "--rdzv-timeout", "0"), "--rdzv-timeout 0.0 must be a number of"),
+        (("--nnodes", "2", "--master-addr", "h", "--listen", "h"), "--listen 'h': not loopback, all or an IPv4"),
+        (("--metrics", "x:y"), "--metrics 'x:y': not [HOST:]PORT: its port 'y' is not 1 to 5 digits."),
+    ],
+)
+def test_the_command_line_is_checked_by_the_record_in_its_terms(options, first_words):
+    """Each value is checked once, by the record, and named as typed; only what needs the machine is the command's."""
+    with pytest.raises(LaunchError) as caught:
+        _from_command_line(*options)
+    assert str(caught.value).startswith(first_words), str(caught.value)
+    assert "HINT: " in str(caught.value)
+
+
+def test_the_command_line_record_of_two_machines() -> None:
+    config = _from_command_line("--nnodes", "2", "--node-rank", "1", "--master-addr", "node0", "--rdzv-id", "exp7")
+    assert config.nodes is not None and config.terms is CLI_TERMS
+    assert (config.nodes.nnodes, config.nodes.node_rank, config.nodes.master) == (2, 1, ("node0", 29400))
+    assert (config.nodes.rdzv_id, config.nodes.id_source, config.nodes.timeout) == ("exp7", "--rdzv-id", 300.0)
+    assert _from_command_line("--listen", "loopback").listen == "127.0.0.1"
