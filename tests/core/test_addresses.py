@@ -5,7 +5,9 @@ address it writes reads back the same; and a value from the environment is never
 
 from __future__ import annotations
 
+import ast
 import ipaddress
+import pathlib
 import re
 
 import pytest
@@ -133,3 +135,37 @@ def test_ports_hosts_and_ipv4_alone() -> None:
     assert [ipv4_problem(t) for t in ("10.0.0.5", "10.0.0", "::1", "x" * 10**6, 7)] == [None] + [
         "not an IPv4 address"
     ] * 4
+
+
+# ------------------------------------------------------------------ architecture, rule 14: one address parser
+
+_PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "tfdevices"
+_WHERE_ADDRESSES_ARE = ("jobs", "mends", "gpus", "core", "strategy.py", "runtime.py")
+#: Parsers not yet moved to the one (their owners' change is under way); each must still hold one, so that an
+#: entry is removed here once its file uses the one parser.
+_PENDING = {"jobs/launcher.py", "mends/loopback.py", "strategy.py"}
+
+
+def _address_parsing(path: pathlib.Path) -> list[int]:
+    """Lines where ``path`` splits ``HOST:PORT`` itself or reads an IP address with ``ipaddress``."""
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            colon = [a for a in node.args if isinstance(a, ast.Constant) and a.value == ":"]
+            if node.func.attr in ("rpartition", "rsplit") and colon:
+                lines.append(node.lineno)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "ipaddress":
+            lines.append(node.lineno)
+    return lines
+
+
+def test_one_address_parser_in_the_package() -> None:
+    """Architecture, rule 14: ``HOST:PORT`` and IP addresses are read by core/addresses.py alone."""
+    found = {}
+    for part in _WHERE_ADDRESSES_ARE:
+        for path in sorted((_PACKAGE / part).rglob("*.py")) if (_PACKAGE / part).is_dir() else [_PACKAGE / part]:
+            name = path.relative_to(_PACKAGE).as_posix()
+            if name != "core/addresses.py" and _address_parsing(path):
+                found[name] = _address_parsing(path)
+    assert set(found) <= _PENDING, f"parse addresses with tfdevices.core.addresses, not by hand: {found}"
+    assert set(found) == _PENDING, f"these use the one parser now: remove them from _PENDING: {_PENDING - set(found)}"

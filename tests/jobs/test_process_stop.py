@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import os
+import pathlib
 import signal
 import subprocess
 import sys
@@ -93,3 +95,18 @@ def test_its_source_runs_alone_under_python_isolated_without_site() -> None:
     subprocess.run([sys.executable, "-I", "-S", "-c", script], check=True, timeout=60)
     child.wait(timeout=30)
     assert child.returncode == -signal.SIGKILL
+
+
+def test_one_way_to_stop_processes_in_the_package() -> None:
+    """Architecture, rule 14: no function but process_stop.py's sends SIGTERM and then SIGKILL of its own."""
+    package = pathlib.Path(__file__).resolve().parents[2] / "tfdevices"
+    both = []
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                names = {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)}
+                names |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+                if {"SIGTERM", "SIGKILL"} <= names:
+                    both.append(f"{path.relative_to(package).as_posix()}:{node.lineno} {node.name}")
+    where = [b.split(":")[0] for b in both]
+    assert where == ["jobs/process_stop.py"], f"stop processes with tfdevices.jobs.process_stop.stop_processes: {both}"

@@ -30,14 +30,13 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-import ipaddress
 import os
 import socket
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from tfdevices.core.addresses import parse_host_port
+from tfdevices.core.addresses import ipv4_problem, parse_host_port
 from tfdevices.core.errors import EnvVarError, LaunchError, TfDevicesError
 from tfdevices.core.units import short_repr
 from tfdevices.gpus.discovery import discover
@@ -215,10 +214,8 @@ def _client() -> Any:
 
 
 def _resolve(address: MetricsAddress, asked: str) -> str:
-    try:
-        return str(ipaddress.IPv4Address(address.host))
-    except ValueError:
-        pass
+    if ipv4_problem(address.host) is None:
+        return address.host
     try:
         return str(socket.getaddrinfo(address.host, None, socket.AF_INET, socket.SOCK_STREAM)[0][4][0])
     except (OSError, UnicodeError, IndexError):
