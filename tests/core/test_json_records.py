@@ -226,3 +226,12 @@ def test_reading_a_saved_listing_imports_neither_dataclasses_nor_typing():
         print(sorted(m for m in ("dataclasses", "typing", "inspect", "ast") if m in sys.modules))
     """).stdout
     assert out.strip().splitlines()[-1] == "[]", out
+
+
+def test_the_docstring_examples():
+    import doctest
+
+    from tfdevices.core import json_records
+
+    result = doctest.testmod(json_records)
+    assert result.attempted > 0 and result.failed == 0

@@ -13,7 +13,6 @@ every field checked).
 
 from __future__ import annotations
 
-from tfdevices.core import json_records
 from tfdevices.core.errors import InventoryFileError
 from tfdevices.core.json_records import Check, Rules, load
 from tfdevices.core.records import asdict, record
@@ -138,6 +137,7 @@ class GpuInfo:
         error=InventoryFileError,
         checks={
             **{name: Check(low=0, high=limit) for name, limit in _LIMITS.items()},
+            **{name: Check(max_text=MAX_TEXT) for name in ("name", "uuid", "pci_bus_id", "tf_name")},
             "utilization": Check(low=0, high=1),
             "compute_capability": Check(parse=_parse_cc),
             "process_list": Check(max_items=MAX_PROCESSES, noun="process"),
@@ -157,8 +157,3 @@ class GpuInfo:
         """
         loaded: GpuInfo = load(cls, data, where=where)
         return loaded
-
-
-def check_text(value: object, what: str) -> None:
-    """Refuses a string that cannot be printed or written back: too long, or holding a lone surrogate."""
-    json_records.check_text(value, what, error=InventoryFileError, hint=_HINT, limit=MAX_TEXT)
