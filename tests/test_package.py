@@ -86,6 +86,7 @@ def test_only_runtime_sets_environment_variables_or_calls_tf_config():
     [
         "core.devices",
         "core.errors",
+        "core.json_records",
         "core.lazy",
         "core.records",
         "core.units",
