@@ -21,6 +21,7 @@ from tfdevices.core.addresses import (
     check_port,
     host_problem,
     ipv4_problem,
+    is_loopback,
     parse_host_port,
     split_address,
 )
@@ -132,6 +133,7 @@ def test_ports_hosts_and_ipv4_alone() -> None:
             check_port(bad, f"--master-port {bad!r}", hint="e.g. 29400.")
     with pytest.raises(LaunchError, match=r"--master-addr '': not a host: it is empty\. HINT: name node 0\."):
         check_host("", "--master-addr ''", hint="name node 0.")
+    assert [is_loopback(t) for t in ("127.0.0.1", "127.255.0.3", "128.0.0.1")] == [True, True, False]
     assert [ipv4_problem(t) for t in ("10.0.0.5", "10.0.0", "::1", "x" * 10**6, 7)] == [None] + [
         "not an IPv4 address"
     ] * 4

@@ -228,6 +228,15 @@ def ipv4_problem(text: object) -> str | None:
     return None
 
 
+def is_loopback(address: str) -> bool:
+    """Whether ``address``, an IPv4 address already checked (:func:`ipv4_problem`), is a loopback one (127.0.0.0/8).
+
+    >>> is_loopback("127.0.1.1"), is_loopback("10.0.0.5")
+    (True, False)
+    """
+    return ipaddress.IPv4Address(address).is_loopback
+
+
 def split_address(address: str) -> tuple[str, int]:
     """An address already checked as ``HOST:PORT`` (a cluster's, a rendezvous reply's) as its host and port.
 
