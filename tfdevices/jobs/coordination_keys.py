@@ -5,14 +5,16 @@ Where no ``tfdevices launch`` watches and a rank's machine does not hold every r
 :class:`KeyPublisher` thread puts its progress record (its bytes, base64, after its machine's name) under
 ``tfdevices/progress/rank{R}`` about once a second (an insert does not overwrite: the key is deleted, then set),
 and rank 0's watch reads the ranks it does not see on its own machine (:class:`KeyReader`), stamped on its own
-clock when they change (:class:`~tfdevices.jobs.node_exchange.RemoteRecords`). A stuck rank's frames are asked
+clock when they change (:class:`~tfdevices.jobs.record_channel.Received`). A stuck rank's frames are asked
 under ``tfdevices/want/{N}`` and answered under ``tfdevices/frames/{N}/rank{R}``; a stall past the timeout is
 said under ``tfdevices/stop`` before rank 0 stops, and every rank that reads it stops too.
 
 The store is handed in as three functions (:class:`KeyValue`: TensorFlow's ``context.context()``'s
 ``set_config_key_value``, ``get_config_key_value`` and ``delete_config_key_value``, given by
 :func:`tfdevices.build_strategy`): this module imports no TensorFlow. A rank whose records never come (a rank
-without tfdevices, a store that refuses) is said once.
+without tfdevices, a store that refuses) is said once. The messages' encoding, the keeping, the wait for
+frames and the "not heard" line are the records' channel's (:mod:`tfdevices.jobs.record_channel`), shared with the
+launchers' connections; here are the keys that carry them.
 
 What it costs: each rank, about three small requests a second to the store (which runs in rank 0's process); rank
 0, one read a second for each rank on another machine (benchmarks/RESULTS.md).
@@ -20,18 +22,24 @@ What it costs: each rank, about three small requests a second to the store (whic
 
 from __future__ import annotations
 
-import base64
-import binascii
 import dataclasses
 import faulthandler
-import json
 import os
 import threading
 import time
 from collections.abc import Callable, Sequence
 
-from tfdevices.jobs.node_exchange import SILENT_S, RemoteRecords
-from tfdevices.jobs.progress import RECORD_SIZE, RankProgress, parse_record, record_bytes
+from tfdevices.jobs.progress import RankProgress, record_bytes
+from tfdevices.jobs.record_channel import (
+    Received,
+    decode_frames,
+    decode_record,
+    encode_frames,
+    encode_record,
+    encode_want,
+    parse_stop,
+    ranks_unheard_line,
+)
 from tfdevices.jobs.stacks import top_frames
 
 PREFIX = "tfdevices/"
@@ -124,7 +132,7 @@ class KeyPublisher:
             self.store.delete(key)
         except Exception:  # noqa: BLE001 (not there yet: the first publication)
             pass
-        self.store.set(key, f"{self.node}|{base64.b64encode(raw).decode('ascii')}")
+        self.store.set(key, f"{self.node}|{encode_record(raw)}")
         self._last = raw
 
     def _answer(self) -> None:
@@ -134,7 +142,7 @@ class KeyPublisher:
         except Exception:  # noqa: BLE001 (no stop said)
             status = ""
         if status:
-            self._stop(int(status) if status.isdigit() else 1)
+            self._stop(parse_stop(status))
         try:
             wanted = self.store.get(f"{PREFIX}want/{self._asked + 1}", _GET_MS)
         except Exception:  # noqa: BLE001 (no question)
@@ -145,11 +153,12 @@ class KeyPublisher:
             with open(self._stacks, "a", encoding="utf-8") as f:
                 faulthandler.dump_traceback(f, all_threads=True)
             frames = top_frames(self._stacks, offset)
-            self.store.set(f"{PREFIX}frames/{self._asked}/rank{self.rank}", json.dumps(frames[:16]))
+            self.store.set(f"{PREFIX}frames/{self._asked}/rank{self.rank}", encode_frames(frames))
 
 
 class KeyReader:
-    """Rank 0's reads of the other machines' ranks from the store.
+    """Rank 0's channel through the store (a :class:`~tfdevices.jobs.record_channel.Channel`): its reads of the other
+    machines' ranks, its questions and its stop.
 
     Args:
         store: the job's key-value store.
@@ -160,12 +169,8 @@ class KeyReader:
     def __init__(self, store: KeyValue, ranks: Sequence[int], clock: Callable[[], float] = time.time) -> None:
         self.store = store
         self.ranks = tuple(ranks)
-        self._kept = RemoteRecords([], clock=clock)
+        self._received = Received(clock)
         self._asked = 0
-        self._nodes: dict[int, str] = {}
-        self._said: set[int] = set()
-        self._clock = clock
-        self._began = clock()
 
     def records(self, local: Sequence[int]) -> list[RankProgress]:
         """The latest record of each rank rank 0 does not see on its own machine (each read once)."""
@@ -177,50 +182,37 @@ class KeyReader:
             except Exception:  # noqa: BLE001 (not there yet, or being replaced: the last one is kept)
                 continue
             node, _, data = value.partition("|")
-            try:
-                raw = base64.b64decode(data.encode("ascii"), validate=True)
-            except (binascii.Error, ValueError, UnicodeError):
-                continue
-            record = parse_record(raw, node[:64]) if len(raw) == RECORD_SIZE else None
-            if record is not None and record.rank == rank:
-                self._nodes[rank] = node[:64]
-                self._kept.keep(raw, record)
-        return self._kept.records()
+            got = decode_record(data, node[:64])
+            if got is not None and got[1].rank == rank:
+                self._received.keep(*got, source=rank)
+        return self._received.records()
 
     def frames(self, wanted: Sequence[int], wait_s: float = 4.0) -> dict[int, list[str]]:
         """Asks the ranks ``wanted`` for their top frames through the store; waits up to ``wait_s`` for them."""
         self._asked += 1
-        self.store.set(f"{PREFIX}want/{self._asked}", ",".join(map(str, wanted)))
-        found: dict[int, list[str]] = {}
-        deadline = time.monotonic() + wait_s
-        while len(found) < len(wanted) and time.monotonic() < deadline:
-            for rank in wanted:
-                if rank in found:
-                    continue
-                try:
-                    found[rank] = [
-                        str(f) for f in json.loads(self.store.get(f"{PREFIX}frames/{self._asked}/rank{rank}", _GET_MS))
-                    ]
-                except Exception:  # noqa: BLE001 (not answered yet)
-                    continue
-        return found
+        asked = self._asked
+        self.store.set(f"{PREFIX}want/{asked}", encode_want(wanted))
+        self._received.forget_frames(wanted)
+        return self._received.wait_frames(list(wanted), lambda missing: self._fetch_frames(asked, missing), wait_s)
+
+    def _fetch_frames(self, asked: int, missing: Sequence[int]) -> None:
+        """One round of reads of the answers to question ``asked`` not in yet."""
+        for rank in missing:
+            try:
+                value = self.store.get(f"{PREFIX}frames/{asked}/rank{rank}", _GET_MS)
+            except Exception:  # noqa: BLE001 (not answered yet)
+                continue
+            frames = decode_frames(value)
+            if frames is not None:
+                self._received.put_frames(rank, frames)
 
     def stop(self, status: int) -> None:
         """Says every rank stops (a stall past its timeout)."""
         self.store.set(f"{PREFIX}stop", str(status))
 
     def unheard(self, local: Sequence[int]) -> list[str]:
-        """One line, once, for the ranks on other machines whose records never came within :data:`SILENT_S`."""
-        if self._clock() - self._began < SILENT_S:
-            return []
-        seen = {r.rank for r in self._kept.records()} | set(local) | self._said
-        missing = [r for r in self.ranks if r not in seen]
-        self._said.update(missing)
-        if not missing:
-            return []
-        line = (
-            f"tfdevices: no progress record came from ranks {', '.join(map(str, missing))} through TensorFlow's "
-            f"coordination service for {SILENT_S:.0f} s (a rank without tfdevices, or a store that refuses): left out "
-            "of the slow-rank and stall reports"
-        )
-        return [line]
+        """One line, once, for the ranks on other machines whose records never came within
+        :data:`~tfdevices.jobs.record_channel.SILENT_S`.
+        """
+        missing = self._received.silent([r for r in self.ranks if r not in local], ever=True)
+        return [ranks_unheard_line(missing)] if missing else []
