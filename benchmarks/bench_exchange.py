@@ -96,7 +96,7 @@ def store_worker(calls: int) -> None:
     tfdevices.build_strategy("multi_worker")
     rank = tfdevices.launch_info().rank
     store = _coordination_store()
-    writer = rank_hooks._RANK.writer
+    writer = rank_hooks.THIS_RANK.writer
     times = []
     if rank == 1:
         publisher = KeyPublisher(store, 1, "bench", writer.path, "/dev/null", 1.0, lambda status: None)

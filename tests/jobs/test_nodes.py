@@ -73,7 +73,6 @@ def test_lines_that_are_not_what_they_say_are_counted_and_left_out(tmp_path) -> 
 
 
 def test_a_stuck_ranks_frames_are_asked_from_its_node() -> None:
-    remote = RemoteRecords([Node(1, "gpu07", (1, 2)), Node(2, "gpu08", (3,))])
     asked = []
 
     def ask(node_rank: int, ranks: list[int]) -> None:  # what node 1's launcher answers
@@ -83,7 +82,8 @@ def test_a_stuck_ranks_frames_are_asked_from_its_node() -> None:
                 node_rank, "frames", frames_line(rank, [f'File "train.py", line {rank} in loop']).split(" ", 1)[1]
             )
 
-    assert remote.frames(ask, [2]) == {2: ['File "train.py", line 2 in loop']} and asked == [(1, [2])]
+    remote = RemoteRecords([Node(1, "gpu07", (1, 2)), Node(2, "gpu08", (3,))], ask=ask)
+    assert remote.frames([2]) == {2: ['File "train.py", line 2 in loop']} and asked == [(1, [2])]
 
 
 def test_a_node_that_cannot_report_is_said_once() -> None:

@@ -152,7 +152,7 @@ def test_a_record_an_earlier_run_left_is_not_signalled_nor_judged(tmp_path) -> N
     """A directory derived from a SLURM step or a TF_CONFIG cluster outlives its job: rank 0's watch sends no
     signal to a pid a left record names (another program has it now), and judges no rank past the job's size.
     """
-    from tfdevices.jobs.rank_hooks import _RankZero
+    from tfdevices.jobs.rank_hooks import rank_zero_loop
 
     directory = str(tmp_path)
     mine = ProgressWriter(directory, rank=0)
@@ -165,7 +165,7 @@ def test_a_record_an_earlier_run_left_is_not_signalled_nor_judged(tmp_path) -> N
                 f.seek(8)
                 f.write(other.pid.to_bytes(4, "little"))
         assert {r.rank: r.pid for r in read_records(directory)} == {0: os.getpid(), 1: other.pid, 2: other.pid}
-        look = _RankZero(directory, str(tmp_path / "stacks"), "", None, world_size=2)
+        look = rank_zero_loop(directory, str(tmp_path / "stacks"), "", None, world_size=2)
         assert [r.rank for r in look.records()] == [0, 1]
         assert [r.rank for r in look.signalled(read_records(directory))] == [0]
     finally:

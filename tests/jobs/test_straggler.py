@@ -542,7 +542,7 @@ def test_slow_rank_report_from_python_beats_the_environment(monkeypatch) -> None
     from tfdevices.core.errors import InputError
     from tfdevices.jobs import rank_hooks
 
-    monkeypatch.setattr(rank_hooks._RANK, "asked", rank_hooks._Asked())
+    monkeypatch.setattr(rank_hooks.THIS_RANK, "asked", rank_hooks.Asked())
     rank_hooks.slow_rank_report(False)
     assert rank_hooks.asked_policy(StallPolicy(slow_rank=SlowRankPolicy(enabled=True))).slow_rank.enabled is False
     rank_hooks.stall_timeout(30)

@@ -29,7 +29,7 @@ keeps every line of rank R in ``DIR/rank{R}.log`` and shows only rank 0 on the c
 When the console goes away (``| head``) the job is stopped, quietly.
 
 Signals: SIGINT, SIGTERM and SIGHUP are forwarded to every worker; workers still running
-:data:`GRACE_S` seconds later, or at a second signal, are killed. Workers never outlive the
+:data:`~tfdevices.jobs.workers.GRACE_S` seconds later, or at a second signal, are killed. Workers never outlive the
 launcher: an orphan guard (a process) kills their process groups when the launcher dies,
 even by SIGKILL (:mod:`tfdevices.jobs.orphan_guard`). When a worker fails, the others are
 stopped (a synchronous job cannot go on without it); with ``--max-restarts K`` the whole job
@@ -73,45 +73,40 @@ This module imports no TensorFlow.
 
 from __future__ import annotations
 
-import collections
 import ipaddress
 import os
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any
 
 from tfdevices.core.errors import LaunchError
 from tfdevices.core.units import short_repr
 from tfdevices.gpus.topology import format_cpus
-from tfdevices.jobs.console import PROGRESS, Console, Record, Splitter, on_console
+from tfdevices.jobs.console import Console, on_console
 from tfdevices.jobs.end_files import write_job_files
 from tfdevices.jobs.handshake import Stopped
 from tfdevices.jobs.launch_config import LaunchConfig, config_from_call
-from tfdevices.jobs.listen_check import LISTEN_MARK, LISTEN_STATUS, OutsideCheck
+from tfdevices.jobs.listen_check import LISTEN_STATUS
 from tfdevices.jobs.metrics import Attempt, JobMetrics, MetricsAddress, gpu_reader, job_name
-from tfdevices.jobs.node_exchange import RemoteRecords, frames_line, parse_want, record_line
+from tfdevices.jobs.node_exchange import MachineLink
 from tfdevices.jobs.orphan_guard import OrphanGuard
-from tfdevices.jobs.progress import PROGRESS_DIR_ENV, RankProgress, read_records, record_bytes, record_paths
-from tfdevices.jobs.rank_hooks import LAUNCHER_WATCHES_ENV, STALL_STATUS
-from tfdevices.jobs.ranks import cpu_binding, pinned
+from tfdevices.jobs.progress import PROGRESS_DIR_ENV
+from tfdevices.jobs.rank_hooks import LAUNCHER_WATCHES_ENV
+from tfdevices.jobs.ranks import cpu_binding
 from tfdevices.jobs.rendezvous import Nodes, free_ports, rendezvous
-from tfdevices.jobs.stacks import ask_stacks
-from tfdevices.jobs.stall import STACKS_DIR_ENV, Stall
-from tfdevices.jobs.watch import JobWatch, write_snapshot
+from tfdevices.jobs.stall import STACKS_DIR_ENV
+from tfdevices.jobs.watch import JobSummary, JobWatch
+from tfdevices.jobs.watch_loop import WatchLoop, WatchPlace
 from tfdevices.jobs.worker_plan import RESTART_ENV, WorkerPlan, plan_workers
 from tfdevices.jobs.worker_sitecustomize import worker_site
-from tfdevices.mends.loopback import ALL, LISTEN_ENV, LOOPBACK, parse_listen
+from tfdevices.jobs.workers import GRACE_S, SignalForwarding, Workers
+from tfdevices.mends.loopback import ALL, LOOPBACK
 
-FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-GRACE_S = 10.0
-TAIL_LINES = 20
 SIGPIPE_STATUS = 128 + 13
 
 
@@ -165,7 +160,7 @@ def launch(
             with OrphanGuard() as orphan_guard:
                 job = _Job(command, config, console, base, orphan_guard)
                 job.metrics = metrics
-                with job.forwarding_signals():
+                with job.signals.forwarding():
                     return _on_one_machine(job) if config.nodes is None else _over_machines(job, config.nodes)
     finally:
         if metrics is not None:  # the port closes when the job ends
@@ -247,7 +242,7 @@ def _over_machines(job: _Job, nodes: Nodes) -> int:
         host = cluster.addresses[cluster.first_rank].rsplit(":", 1)[0]
         where = job.config.listen or own_address(host)
         say(_listening_line(where, host))
-        job.link(peers)
+        job.join(peers)
         peers.watch(job.stop_remote)
         plans = plan_workers(
             n,
@@ -343,8 +338,10 @@ def _silence(out: IO[str]) -> None:
 
 
 class _Job:
-    """One launch's worker processes (one attempt's at a time), their output pumps, the signal forwarding
-    and the stops.
+    """One launch: its attempts, one after another, each with its workers
+    (:class:`~tfdevices.jobs.workers.Workers`), its watch (:class:`~tfdevices.jobs.watch_loop.WatchLoop`) and, over
+    several machines, its part in their exchange (:class:`~tfdevices.jobs.node_exchange.MachineLink`); the signals
+    (:class:`~tfdevices.jobs.workers.SignalForwarding`) and the end report.
     """
 
     def __init__(
@@ -360,96 +357,55 @@ class _Job:
         self.console = console
         self.base = base
         self.orphan_guard = orphan_guard
-        self.log_dir = config.log_dir
-        self.topology = config.topology  # bind each worker to its GPUs' NUMA node
-        self.stall = config.stall
-        self.procs: list[subprocess.Popen[bytes]] = []
-        self.stopped_by: int | None = None
+        self.signals = SignalForwarding()
+        self.workers = Workers(command, console, config.log_dir, orphan_guard)
         self.remote_code: int | None = None
-        self._signals = 0
-        self._kill_at: float | None = None
-        self._tails: dict[int, collections.deque[str]] = {}
-        self._notices: list[str] = []
-        self._listen_failed: set[int] = set()  # ranks whose own listen check stopped them
-        self.listen_breach: tuple[int, str] | None = None  # the rank the launcher's listen check stopped, and why
         self.metrics: JobMetrics | None = None
-        self._ranks: list[int] = []
-        self.progress = self.stacks = ""
-        self.watch = JobWatch((), self.stall)
-        self.peers: Any = None  # the other machines' launchers (a job over several machines)
-        self.remote: RemoteRecords | None = None  # on node 0: the other nodes' ranks
-        self.node_name = ""  # on node 0 of a job over several machines: how its lines name this machine
-        self._remote_ranks: tuple[int, ...] = ()
+        self.link: MachineLink | None = None  # a job over several machines: this launcher's part in the exchange
+        self.loop = WatchLoop(WatchPlace("", ""), config.stall)
 
-    def forwarding_signals(self) -> Any:
-        job = self
-
-        class _Forward:
-            def __enter__(self) -> None:
-                self.saved = {}
-                if threading.current_thread() is threading.main_thread():
-                    self.saved = {s: signal.signal(s, job._forward) for s in FORWARDED}
-
-            def __exit__(self, *exc: object) -> None:
-                for s, handler in self.saved.items():
-                    signal.signal(s, handler)
-
-        return _Forward()
-
-    def _forward(self, signum: int, frame: object) -> None:
-        self._signals += 1
-        self.stopped_by = self.stopped_by or signum
-        if self._signals == 1:  # forward it; kill what still runs after the grace period
-            self._kill_at = time.monotonic() + GRACE_S
-            self._notices.append(
-                f"signal {signum} passed to the workers; those still running in {GRACE_S:g} s, "
-                "or at a second signal, are killed"
-            )
-            self._signal_all(signum)
-        else:  # a second signal: no more waiting (printed by _wait: a handler must not take the console's lock)
-            self._kill_at = None
-            self._notices.append("a second signal: killing the workers")
-            self._signal_all(signal.SIGKILL)
+    @property
+    def stopped_by(self) -> int | None:
+        """The first signal the launcher got, or ``None``."""
+        return self.signals.stopped_by
 
     def signalled(self) -> bool:
         """The launcher got SIGINT, SIGTERM or SIGHUP: every wait ends at once."""
-        return self.stopped_by is not None
+        return self.signals.signalled()
+
+    @property
+    def listen_failed(self) -> bool:
+        """A listen check (the launcher's, or a worker's own) stopped a worker of the last attempt."""
+        return self.workers.listen_breach is not None or bool(self.workers.listen_failed)
+
+    def join(self, peers: Any) -> None:
+        """A job over several machines: node 0 watches every node's ranks; another node sends it its own."""
+        self.link = MachineLink(peers, self.console.say)
 
     def stop_remote(self, code: int) -> None:
         """Another machine's job failed or its launcher died: stop ours."""
         if self.remote_code is None:
             self.remote_code = code or 1
 
-    def _signal_all(self, signum: int) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                _signal_group(p, signum)
-
     def run(self, plans: Sequence[WorkerPlan]) -> int:
         """Starts one attempt's workers and waits for them: 0, or the first non-zero status."""
-        self.procs, pumps, logs = [], [], []
-        self.listen_breach, self._listen_failed = None, set()
+        workers = Workers(self.command, self.console, self.config.log_dir, self.orphan_guard)
+        self.workers = self.signals.workers = workers
         bound = self._binding(plans)
-        self.progress = tempfile.mkdtemp(prefix="tfdevices-progress-")
-        stacks = os.path.join(self.log_dir, "stacks") if self.log_dir else tempfile.mkdtemp(prefix="tfdevices-stacks-")
-        self.stacks = stacks
-        base = {**self.base, PROGRESS_DIR_ENV: self.progress, STACKS_DIR_ENV: stacks, LAUNCHER_WATCHES_ENV: "1"}
-        where = os.path.join(stacks, "rank<R>.txt")
-        if self.remote is not None:
-            where += " (this machine's ranks; another node's, in its launcher's stacks directory)"
-        expected = sorted({p.rank for p in plans} | set(self._remote_ranks))
-        self.watch = JobWatch(expected, self.stall, frames=self._frames, stacks_where=where)
-        self._ranks = [p.rank for p in plans]
+        progress = tempfile.mkdtemp(prefix="tfdevices-progress-")
+        log_dir = self.config.log_dir
+        stacks = os.path.join(log_dir, "stacks") if log_dir else tempfile.mkdtemp(prefix="tfdevices-stacks-")
+        base = {**self.base, PROGRESS_DIR_ENV: progress, STACKS_DIR_ENV: stacks, LAUNCHER_WATCHES_ENV: "1"}
+        self.loop = self._watch_loop(plans, progress, stacks)
         if self.metrics is not None:  # rendered when scraped: this attempt's latest look, its GPUs and workers
             restarts = int(plans[0].env.get(RESTART_ENV, "0")) if plans else 0
             owned = {p.rank: p.gpus for p in plans}
-            self.metrics.collector.start(Attempt(self.watch, owned, self._statuses, restarts))
+            self.metrics.collector.start(Attempt(self.loop.watch, owned, self.workers.statuses, restarts))
         check = None
         try:
             for plan in plans:
-                logs.append(self._open_log(plan.rank))
-                pumps.append(self._start(plan, base, bound, logs[-1]))
-            check = self._check_listen(plans)
+                self.workers.start(plan, {**base, **plan.env}, bound.get(plan.local_rank))
+            check = self.workers.check_listen(plans)
             return self._wait([p.rank for p in plans])
         except OSError as err:
             raise LaunchError(
@@ -458,166 +414,54 @@ class _Job:
         finally:
             if check is not None:
                 check.close()
-            self._stop_all()
-            for pump in pumps:
-                pump.join(timeout=5)
-            for log in logs:
-                if log is not None:
-                    log.close()
+            self.workers.stop_all(self.signals.grace_s())
+            self.workers.close()
             self._end_report()
-            shutil.rmtree(self.progress, ignore_errors=True)
+            shutil.rmtree(progress, ignore_errors=True)
             _remove_if_empty(stacks)
 
-    def _start(
-        self, plan: WorkerPlan, base: Mapping[str, str], bound: Mapping[int, tuple[int, ...]], log: IO[str] | None
-    ) -> threading.Thread:
-        """Starts one worker and the thread that pumps its output."""
-        with pinned(bound.get(plan.local_rank)):
-            proc = subprocess.Popen(
-                list(self.command),
-                env={**base, **plan.env},
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        self.procs.append(proc)
-        if self.orphan_guard is not None:
-            self.orphan_guard.guard(proc.pid)
-        gpus = ",".join(map(str, plan.gpus)) or "none (CPU)"
-        self.console.say(f"worker {plan.rank}: pid {proc.pid}, {plan.address}, GPUs {gpus}")
-        pump = threading.Thread(target=self._pump, args=(proc, plan.rank, log), daemon=True)
-        pump.start()
-        return pump
-
-    @property
-    def listen_failed(self) -> bool:
-        """A listen check (the launcher's, or a worker's own) stopped a worker of the last attempt."""
-        return self.listen_breach is not None or bool(self._listen_failed)
-
-    def _check_listen(self, plans: Sequence[WorkerPlan]) -> OutsideCheck:
-        """The launcher's own listen check of this attempt's workers, read from outside them (started)."""
-        workers = [(plan.rank, proc.pid, parse_listen(plan.env[LISTEN_ENV])) for plan, proc in zip(plans, self.procs)]
-        return OutsideCheck(workers, self._listen_stop).start()
-
-    def _listen_stop(self, rank: int, line: str) -> None:
-        """The launcher's listen check found ``rank`` listening beyond --listen: that worker is killed at once
-        (no clean-up may keep its port open longer); the job's loop stops the others and says why.
-        """
-        self.listen_breach = (rank, line)
-        for plan_rank, proc in zip(self._ranks, self.procs):
-            if plan_rank == rank and proc.poll() is None:
-                _signal_group(proc, signal.SIGKILL)
-
-    def link(self, peers: Any) -> None:
-        """A job over several machines: node 0 watches every node's ranks; another node sends it its own."""
-        self.peers = peers
-        if peers.is_master:
-            others = [n for n in peers.nodes if n.node_rank != 0]
-            self.remote = RemoteRecords(others)
-            self.node_name = next(n.name for n in peers.nodes if n.node_rank == 0)
-            self._remote_ranks = tuple(r for n in others if n.reports for r in n.ranks)
-            peers.handlers = {"record": self.remote.take, "frames": self.remote.take}
-        elif peers.reports:
-            peers.handlers = {"want": self._send_frames}
-            self.console.say(
-                "this node's ranks report to node 0's launcher: the slow or stuck rank is named on its console"
-            )
-
-    @property
-    def reports_to_node_0(self) -> bool:
-        """This launcher is another node's, and node 0 watches its ranks."""
-        return self.peers is not None and not self.peers.is_master and self.peers.reports
-
-    def records(self) -> tuple[RankProgress, ...]:
-        """Every rank's record this launcher sees: its own machine's, and on node 0 the other nodes'."""
-        local = read_records(self.progress, self.node_name)
-        return local if self.remote is None else (*local, *self.remote.records())
-
-    def _frames(self, stall: Stall) -> dict[int, list[str]]:
-        """The stuck ranks' top frames: this machine's ranks are asked for their stacks, other nodes' launchers for
-        theirs.
-        """
-        remote = [r for r in stall.missing if r in self._remote_ranks]
-        found: dict[int, list[str]] = {}
-        ask = None
-        if self.remote is not None and remote:
-            others = self.remote
-            ask = threading.Thread(target=lambda: found.update(others.frames(self._ask_frames, remote)))
-            ask.start()
-        local = [r for r in stall.records if r.rank not in self._remote_ranks]
-        found.update(ask_stacks(local, self.stacks, [r for r in stall.missing if r not in remote]))
-        if ask is not None:
-            ask.join()
-        return found
-
-    def _ask_frames(self, node_rank: int, ranks: list[int]) -> None:
-        self.peers.send(self.peers.node_ranks.index(node_rank), "want " + ",".join(map(str, ranks)))
-
-    def _send_frames(self, node_rank: int, word: str, value: str) -> None:
-        """Node 0 asked for the frames of ranks of this machine: their stacks asked for, the top frames sent."""
-        frames = ask_stacks(read_records(self.progress), self.stacks, parse_want(value))
-        for rank, lines in frames.items():
-            self.peers.send(0, frames_line(rank, lines))
-
-    def _send_records(self) -> None:
-        """This machine's ranks' records, as they are, to node 0's launcher."""
-        for path in record_paths(self.progress):
-            raw = record_bytes(path)
-            if raw is not None:
-                self.peers.send(0, record_line(raw))
+    def _watch_loop(self, plans: Sequence[WorkerPlan], progress: str, stacks: str) -> WatchLoop:
+        """This attempt's watch: this machine's records and, on node 0 of a job over several, the other nodes'."""
+        link = self.link
+        channel = link.channel if link is not None else None
+        where = os.path.join(stacks, "rank<R>.txt")
+        if channel is not None:
+            where += " (this machine's ranks; another node's, in its launcher's stacks directory)"
+        if link is not None:
+            link.progress, link.stacks = progress, stacks
+        expected = sorted({p.rank for p in plans} | set(channel.ranks if channel is not None else ()))
+        node = link.node_name if link is not None else ""
+        place = WatchPlace(progress, stacks, node, stacks_where=where)
+        return WatchLoop(place, self.config.stall, expected, channel, self.console.say)
 
     def _look(self) -> int | None:
-        """One look of the watch: its lines said, its snapshot left for the workers; a status to stop with, or None.
-        On another node whose ranks node 0 watches, the records go to node 0 and nothing is said here.
+        """One look of the watch: a status to stop with, or None. On another node whose ranks node 0 watches, the
+        records go to node 0 and nothing is said here.
         """
-        snapshot = self.watch.poll(self.records())
-        write_snapshot(snapshot, self.progress)
-        if self.reports_to_node_0:
-            self._send_records()
+        if self.link is not None and self.link.reports_to_node_0:
+            self.loop.look(speak=False)
+            self.link.send_records()
             return None
-        for line in [*snapshot.said, *(self.remote.unheard() if self.remote is not None else ())]:
-            self.console.say(line)
-        if snapshot.stop is None:
-            return None
-        self.console.say(snapshot.stop)
-        return STALL_STATUS
+        return self.loop.look()
 
     def _end_report(self) -> None:
         """The job's end: where each rank spent its step, the slow rank; with --log-dir, the files. On another node
         whose ranks node 0 watched, nothing: the job's summary is node 0's.
         """
-        if self.reports_to_node_0:
-            self._send_records()  # the ranks' last records: node 0's summary counts their last steps
+        if self.link is not None and self.link.reports_to_node_0:
+            self.link.send_records()  # the ranks' last records: node 0's summary counts their last steps
             return
-        if self.remote is not None:  # the other nodes' last records come once their ranks end
-            deadline = time.monotonic() + 3.0
-            while time.monotonic() < deadline and not all(r.phase == "done" for r in self.remote.records()):
-                time.sleep(0.1)
-            self.watch.poll(self.records())
-        summary = self.watch.summary()
-        for line in summary.lines():
-            self.console.say(line)
-        if not self.log_dir:
-            return
-        latest = self.watch.latest
-        end, looks = (latest.at, latest.number) if latest is not None else (None, 0)
-        try:
-            every = self.watch.looks_every_rank
-            for path in write_job_files(summary, self.watch.timeline, self.log_dir, end, looks, looks_every_rank=every):
-                self.console.say(f"each rank's steps: {path}")
-        except OSError as err:
-            self.console.say(f"cannot write the steps' timeline in --log-dir ({err.strerror})")
-
-    def _statuses(self) -> dict[int, int | None]:
-        """Each started worker's exit status (``None`` while it runs), for the metrics."""
-        return {rank: None if (c := p.poll()) is None else _exit_status(c) for rank, p in zip(self._ranks, self.procs)}
+        remote = self.loop.channel is not None  # the other nodes' last records come once their ranks end
+        summary = self.loop.end(last_look=remote, wait_s=3.0 if remote else 0.0)
+        if self.config.log_dir:
+            _write_end_files(self.loop.watch, summary, self.config.log_dir, self.console.say)
 
     def _binding(self, plans: Sequence[WorkerPlan]) -> dict[int, tuple[int, ...]]:
         """Each local rank's CPUs (its GPUs' NUMA node), said on the console; empty without a topology."""
-        if self.topology is None or not hasattr(os, "sched_getaffinity"):
+        topology = self.config.topology  # bind each worker to its GPUs' NUMA node
+        if topology is None or not hasattr(os, "sched_getaffinity"):
             return {}
-        bound, notes = cpu_binding([p.gpus for p in plans], self.topology, os.sched_getaffinity(0))
+        bound, notes = cpu_binding([p.gpus for p in plans], topology, os.sched_getaffinity(0))
         for note in notes:
             self.console.say(note)
         for plan in plans:
@@ -626,126 +470,59 @@ class _Job:
                 self.console.say(f"worker {plan.rank}: CPUs {format_cpus(cpus)} (its GPUs' NUMA node)")
         return bound
 
-    def _open_log(self, rank: int) -> IO[str] | None:
-        if not self.log_dir:
-            return None
-        path = os.path.join(self.log_dir, f"rank{rank}.log")
-        try:
-            return open(path, "a", encoding="utf-8", errors="replace")
-        except OSError as err:
-            raise LaunchError(
-                f"--log-dir: cannot write {short_repr(path)} ({err.strerror}).",
-                hint="name a directory you can write to.",
-            ) from None
-
-    def _pump(self, proc: subprocess.Popen[bytes], rank: int, log: IO[str] | None) -> None:
-        stream = proc.stdout
-        if stream is None:
-            return
-        splitter = Splitter()
-        tail = self._tails.setdefault(rank, collections.deque(maxlen=TAIL_LINES))
-        tail.clear()
-        while True:
-            data = stream.read1(1 << 16)  # type: ignore[attr-defined]  # a BufferedReader, typed IO[bytes] by Popen
-            if not data:
-                break
-            for record in splitter.feed(data):
-                self._record(rank, record, log, tail)
-        for record in splitter.close():
-            self._record(rank, record, log, tail)
-        stream.close()
-
-    def _record(self, rank: int, record: Record, log: IO[str] | None, tail: collections.deque[str]) -> None:
-        if record.text.startswith(LISTEN_MARK):
-            self._listen_failed.add(rank)
-        if record.kind != PROGRESS:
-            tail.append(record.text)
-            if log is not None:
-                try:
-                    log.write(record.text + "\n")
-                    log.flush()
-                except OSError:  # a full disk must not stop the job's output pump
-                    pass
-        self.console.show(rank, record)
-
     def _wait(self, ranks: Sequence[int]) -> int:
+        """Waits for this attempt's workers, looking about once a second: 0, or the status to stop with."""
         next_watch = time.monotonic() + 1.0
         while True:
-            while self._notices:
-                self.console.say(self._notices.pop(0))
-            if self.listen_breach is not None:
-                rank, line = self.listen_breach
-                self.console.say(line)
-                self.console.say(
-                    f"worker {rank} stopped: the launcher's listen check found its TensorFlow server listening on "
-                    "more than --listen asked; stopping the others"
-                )
-                return LISTEN_STATUS
-            codes = [p.poll() for p in self.procs]
-            failed = [(r, c) for r, c in zip(ranks, codes) if c not in (None, 0)]
-            if failed:
-                rank, code = failed[0]
-                status = _exit_status(code)
-                if status == LISTEN_STATUS:
-                    time.sleep(0.2)  # let its pump read its last line
-                self.console.say(
-                    f"worker {rank} exited with status {status}"
-                    + (f" (signal {-code})" if code < 0 else "")
-                    + (
-                        ": its listen check found its TensorFlow server listening on more than --listen asked"
-                        if status == LISTEN_STATUS and rank in self._listen_failed
-                        else ""
-                    )
-                    + "; stopping the others"
-                )
-                self._show_tail(rank)
+            status = self._stopping(ranks)
+            if status is not None:
                 return status
-            if all(c == 0 for c in codes):
-                return 0
-            if self.console.closed:
-                return SIGPIPE_STATUS
-            if self.remote_code is not None:
-                self.console.say("another machine's job stopped; stopping this one")
-                return self.remote_code
             if time.monotonic() >= next_watch:
                 next_watch = time.monotonic() + 1.0
                 stopped = self._look()
                 if stopped is not None:
                     return stopped
-            if self._kill_at is not None and time.monotonic() >= self._kill_at:
-                self._kill_at = None
+            if self.signals.kill_due():
                 self.console.say(f"workers still running {GRACE_S:g} s after the signal: killing them")
-                self._signal_all(signal.SIGKILL)
+                self.workers.signal_all(signal.SIGKILL)
             time.sleep(0.05)
 
-    def _show_tail(self, rank: int) -> None:
-        """A failed rank whose lines the console did not show: its last lines."""
-        if self.console.ranks is None or rank in self.console.ranks:
-            return
-        time.sleep(0.2)  # let its pump read what it wrote last
-        lines = list(self._tails.get(rank, ()))
-        if lines:
+    def _stopping(self, ranks: Sequence[int]) -> int | None:
+        """What ends the attempt now, said: its status (0: every worker ended well), or ``None`` to go on."""
+        while self.signals.notices:
+            self.console.say(self.signals.notices.pop(0))
+        if self.workers.listen_breach is not None:
+            rank, line = self.workers.listen_breach
+            self.console.say(line)
             self.console.say(
-                f"the last {len(lines)} line(s) of rank {rank} ({os.path.join(self.log_dir or '', f'rank{rank}.log')}):"
+                f"worker {rank} stopped: the launcher's listen check found its TensorFlow server listening on "
+                "more than --listen asked; stopping the others"
             )
-            for line in lines:
-                self.console.echo(f"[{rank}] {line}")
+            return LISTEN_STATUS
+        codes = self.workers.codes()
+        failed = [(r, c) for r, c in zip(ranks, codes) if c not in (None, 0)]
+        if failed:
+            return self.workers.failure(*failed[0])
+        if all(c == 0 for c in codes):
+            return 0
+        if self.console.closed:
+            return SIGPIPE_STATUS
+        if self.remote_code is not None:
+            self.console.say("another machine's job stopped; stopping this one")
+            return self.remote_code
+        return None
 
-    def _stop_all(self) -> None:
-        alive = [p for p in self.procs if p.poll() is None]
-        for p in alive:
-            _signal_group(p, signal.SIGTERM)
-        deadline = time.monotonic() + (0 if self._signals > 1 else GRACE_S)
-        for p in alive:
-            try:
-                p.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                _signal_group(p, signal.SIGKILL)
-                p.wait(timeout=30)
-        for p in self.procs:  # the worker's own children too: its process group
-            _signal_group(p, signal.SIGKILL)
-            if self.orphan_guard is not None:
-                self.orphan_guard.release(p.pid)
+
+def _write_end_files(watch: JobWatch, summary: JobSummary, log_dir: str, say: Callable[[str], None]) -> None:
+    """The job's end files in --log-dir (:mod:`tfdevices.jobs.end_files`), each said; a failure to write, said."""
+    latest = watch.latest
+    end, looks = (latest.at, latest.number) if latest is not None else (None, 0)
+    try:
+        every = watch.looks_every_rank
+        for path in write_job_files(summary, watch.timeline, log_dir, end, looks, looks_every_rank=every):
+            say(f"each rank's steps: {path}")
+    except OSError as err:
+        say(f"cannot write the steps' timeline in --log-dir ({err.strerror})")
 
 
 def _remove_if_empty(directory: str) -> None:
@@ -755,14 +532,3 @@ def _remove_if_empty(directory: str) -> None:
             shutil.rmtree(directory, ignore_errors=True)
     except OSError:
         pass
-
-
-def _signal_group(proc: subprocess.Popen[bytes], signum: int) -> None:
-    try:
-        os.killpg(proc.pid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _exit_status(code: int) -> int:
-    return 128 - code if code < 0 else code

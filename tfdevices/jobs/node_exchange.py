@@ -12,28 +12,35 @@ A stall past ``--stall-timeout`` stops node 0's job, and its ``stop`` line stops
 A node whose launcher does not send records (an older tfdevices, which says nothing of them in its hello) is
 said once, with its ranks; so is a node whose records stop coming. No TensorFlow here.
 
+The four messages' encoding, the keeping of what came, the wait for frames and the "not heard" lines are the
+records' channel's (:mod:`tfdevices.jobs.record_channel`), shared with the key-value store's transport; here is
+what the connections carry: one line each, its first word saying what it is. :class:`MachineLink` is a
+launcher's part in it.
+
 What it costs: one line of about 700 bytes per rank a second, and node 0's parse of it
 (benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import dataclasses
-import json
-import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
-from tfdevices.jobs.progress import RECORD_SIZE, RankProgress, parse_record
-
-#: A node's records not heard from for this long (seconds) are said to have stopped coming.
-SILENT_S = 30.0
-#: How long node 0 waits for another node's frames of a stuck rank (its ranks are given 2 s to dump).
-FRAMES_WAIT_S = 4.0
-_MAX_FRAMES = 16
-_MAX_FRAME_CHARS = 500
+from tfdevices.jobs.console import say
+from tfdevices.jobs.progress import RankProgress, read_records, record_bytes, record_paths
+from tfdevices.jobs.record_channel import (
+    Received,
+    decode_frames,
+    decode_record,
+    encode_frames,
+    encode_record,
+    encode_want,
+    node_unheard_line,
+    parse_want,
+)
+from tfdevices.jobs.stacks import ask_stacks
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,42 +74,39 @@ def node_names(hostnames: Mapping[int, str], addresses: Mapping[int, str]) -> di
 
 def record_line(raw: bytes) -> str:
     """The line that carries one record's bytes to node 0."""
-    return "record " + base64.b64encode(raw).decode("ascii")
+    return "record " + encode_record(raw)
 
 
 def frames_line(rank: int, frames: Sequence[str]) -> str:
     """The line that carries a rank's top frames to node 0 (bounded: 16 frames of 500 characters)."""
-    kept = [str(f)[:_MAX_FRAME_CHARS] for f in list(frames)[:_MAX_FRAMES]]
-    return f"frames {rank} " + base64.b64encode(json.dumps(kept).encode()).decode("ascii")
+    return f"frames {rank} " + encode_frames(frames)
 
 
-def parse_want(value: str) -> list[int]:
-    """The ranks of a ``want`` line (``"1,3"``); bad ones left out (at most 1024).
-
-    >>> parse_want("1,3,x,-2")
-    [1, 3]
-    """
-    return [int(p) for p in value.split(",")[:1024] if p.isascii() and p.isdigit() and len(p) < 8]
+def want_line(ranks: Sequence[int]) -> str:
+    """The line that asks a node's launcher for the top frames of ``ranks``."""
+    return "want " + encode_want(ranks)
 
 
 class RemoteRecords:
-    """Node 0's view of the other nodes' ranks: the latest record of each, stamped on node 0's clock.
+    """Node 0's channel over the launchers' connections (a :class:`~tfdevices.jobs.record_channel.Channel`): the
+    other nodes' ranks, the latest record of each stamped on node 0's clock.
 
     Args:
         nodes: the other nodes (their ranks, names, and whether they report).
         clock: ``time.time``-like (tests).
+        ask: sends a node's launcher the question for frames: ``ask(node_rank, ranks)``.
     """
 
-    def __init__(self, nodes: Sequence[Node], clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        nodes: Sequence[Node],
+        clock: Callable[[], float] = time.time,
+        ask: Callable[[int, list[int]], None] | None = None,
+    ) -> None:
         self.nodes = {n.node_rank: n for n in nodes}
-        self._clock = clock
-        self._lock = threading.Condition()
-        self._raw: dict[int, bytes] = {}  # rank -> its last record's bytes
-        self._records: dict[int, RankProgress] = {}
-        self._heard: dict[int, float] = {}  # node rank -> when it last sent a record
-        self._frames: dict[int, list[str]] = {}
-        self._said: set[int] = set()
-        self.started = clock()
+        self.ranks = tuple(r for n in nodes if n.reports for r in n.ranks)
+        self.ask = ask
+        self._received = Received(clock)
         self.bad = 0  # lines that were not what they say
 
     def take(self, node_rank: int, word: str, value: str) -> None:
@@ -111,55 +115,26 @@ class RemoteRecords:
         if node is None:
             return
         if word == "record":
-            self._take_record(node, value)
+            got = decode_record(value, node.name)
+            if got is None or got[1].rank not in node.ranks:
+                self.bad += 1
+                return
+            self._received.keep(*got, source=node.node_rank)
         elif word == "frames":
-            self._take_frames(node, value)
+            rank_text, _, data = value.partition(" ")
+            frames = decode_frames(data)
+            if frames is None or not rank_text.isdigit() or int(rank_text) not in node.ranks:
+                self.bad += 1
+                return
+            self._received.put_frames(int(rank_text), frames)
 
-    def _take_record(self, node: Node, value: str) -> None:
-        try:
-            raw = base64.b64decode(value.encode("ascii"), validate=True)
-        except (binascii.Error, ValueError, UnicodeError):
-            raw = b""
-        record = parse_record(raw, node.name) if len(raw) == RECORD_SIZE else None
-        if record is None or record.rank not in node.ranks:
-            self.bad += 1
-            return
-        with self._lock:
-            self._heard[node.node_rank] = self._clock()
-        self.keep(raw, record)
-
-    def keep(self, raw: bytes, record: RankProgress) -> None:
-        """Keeps a rank's record (read from ``raw``), stamped with this clock when its bytes changed."""
-        now = self._clock()
-        with self._lock:
-            if self._raw.get(record.rank) == raw:
-                return  # unchanged: it keeps the time it last changed, on this clock
-            self._raw[record.rank] = raw
-            self._records[record.rank] = dataclasses.replace(record, changed_at=now)
-
-    def _take_frames(self, node: Node, value: str) -> None:
-        rank_text, _, data = value.partition(" ")
-        try:
-            rank = int(rank_text)
-            frames = json.loads(base64.b64decode(data.encode("ascii"), validate=True))
-        except (ValueError, UnicodeError, binascii.Error):
-            self.bad += 1
-            return
-        if rank not in node.ranks or not isinstance(frames, list):
-            self.bad += 1
-            return
-        with self._lock:
-            self._frames[rank] = [str(f)[:_MAX_FRAME_CHARS] for f in frames[:_MAX_FRAMES]]
-            self._lock.notify_all()
-
-    def records(self) -> list[RankProgress]:
+    def records(self, local: Sequence[int] = ()) -> list[RankProgress]:
         """Every other node's ranks' latest records, stamped when they last changed."""
-        with self._lock:
-            return list(self._records.values())
+        return [r for r in self._received.records() if r.rank not in local]
 
-    def frames(self, ask: Callable[[int, list[int]], None], wanted: Iterable[int]) -> dict[int, list[str]]:
-        """Asks each node owning a rank of ``wanted`` for its frames (``ask(node_rank, ranks)``) and waits up to
-        :data:`FRAMES_WAIT_S` for them; returns rank -> frames of those that came.
+    def frames(self, wanted: Sequence[int]) -> dict[int, list[str]]:
+        """Asks each node owning a rank of ``wanted`` for its frames and waits up to
+        :data:`~tfdevices.jobs.record_channel.FRAMES_WAIT_S` for them; returns rank -> frames of those that came.
         """
         by_node: dict[int, list[int]] = {}
         for rank in wanted:
@@ -167,41 +142,70 @@ class RemoteRecords:
             if node is not None:
                 by_node.setdefault(node.node_rank, []).append(rank)
         asked = [r for ranks in by_node.values() for r in ranks]
-        with self._lock:
-            for r in asked:
-                self._frames.pop(r, None)
+        self._received.forget_frames(asked)
         for node_rank, ranks in by_node.items():
-            ask(node_rank, ranks)
-        deadline = time.monotonic() + FRAMES_WAIT_S
-        with self._lock:
-            while not all(r in self._frames for r in asked) and time.monotonic() < deadline:
-                self._lock.wait(0.1)
-            return {r: self._frames[r] for r in asked if r in self._frames}
+            if self.ask is not None:
+                self.ask(node_rank, ranks)
+        return self._received.wait_frames(asked)
 
-    def unheard(self) -> list[str]:
-        """Lines to say, once each, about nodes whose ranks are not seen: an older launcher, or records that
-        stopped coming for :data:`SILENT_S` (or never came).
+    def stop(self, status: int) -> None:
+        """Nothing to send now: node 0's job ends with ``status``, and its end (``finish`` of
+        :mod:`tfdevices.jobs.rendezvous`) says ``stop`` to every node.
         """
-        now = self._clock()
-        lines = []
-        for node in self.nodes.values():
-            if node.node_rank in self._said:
-                continue
-            ranks = _ranks(node.ranks)
-            if not node.reports:
-                why = "its launcher sends no progress records (a tfdevices older than node 0's)"
-            elif now - self._heard.get(node.node_rank, self.started) > SILENT_S:
-                why = f"no progress record came from it for {SILENT_S:.0f} s"
-            else:
-                continue
-            self._said.add(node.node_rank)
-            lines.append(
-                f"node {node.node_rank} ({node.name}): {why}; left out of the slow-rank and stall reports: {ranks}"
-            )
-        return lines
+
+    def unheard(self, local: Sequence[int] = ()) -> list[str]:
+        """Lines to say, once each, about nodes whose ranks are not seen: an older launcher, or records that
+        stopped coming for :data:`~tfdevices.jobs.record_channel.SILENT_S` (or never came).
+        """
+        older = [n for n in self.nodes.values() if not n.reports and self._received.once(n.node_rank)]
+        silent = set(self._received.silent(n.node_rank for n in self.nodes.values() if n.reports))
+        return [
+            node_unheard_line(n.node_rank, n.name, n.ranks, reports=n.reports)
+            for n in self.nodes.values()
+            if n in older or n.node_rank in silent
+        ]
 
 
-def _ranks(ranks: Sequence[int]) -> str:
-    if len(ranks) == 1:
-        return f"rank {ranks[0]}"
-    return f"ranks {ranks[0]}..{ranks[-1]}" if list(ranks) == list(range(ranks[0], ranks[-1] + 1)) else "its ranks"
+class MachineLink:
+    """A launcher's part in a job over several machines: on node 0, the channel its watch reads the other nodes'
+    ranks through; on another node, its ranks' records sent to node 0 and node 0's questions answered.
+
+    Args:
+        peers: the launchers' open connections (:mod:`tfdevices.jobs.rendezvous`).
+        say: says a line (the launcher's console's ``say``).
+    """
+
+    def __init__(self, peers: Any, say: Callable[[str], None] = say) -> None:
+        self.peers = peers
+        self.channel: RemoteRecords | None = None  # on node 0: the other nodes' ranks
+        self.node_name = ""  # on node 0: how its lines name this machine
+        self.progress = self.stacks = ""  # this attempt's records and stacks (set by the job at each attempt)
+        if peers.is_master:
+            others = [n for n in peers.nodes if n.node_rank != 0]
+            self.channel = RemoteRecords(others, ask=self._ask_frames)
+            self.node_name = next(n.name for n in peers.nodes if n.node_rank == 0)
+            peers.handlers = {"record": self.channel.take, "frames": self.channel.take}
+        elif peers.reports:
+            peers.handlers = {"want": self._send_frames}
+            say("this node's ranks report to node 0's launcher: the slow or stuck rank is named on its console")
+
+    @property
+    def reports_to_node_0(self) -> bool:
+        """This launcher is another node's, and node 0 watches its ranks."""
+        return not self.peers.is_master and self.peers.reports
+
+    def send_records(self) -> None:
+        """This machine's ranks' records, as they are, to node 0's launcher."""
+        for path in record_paths(self.progress):
+            raw = record_bytes(path)
+            if raw is not None:
+                self.peers.send(0, record_line(raw))
+
+    def _ask_frames(self, node_rank: int, ranks: list[int]) -> None:
+        self.peers.send(self.peers.node_ranks.index(node_rank), want_line(ranks))
+
+    def _send_frames(self, node_rank: int, word: str, value: str) -> None:
+        """Node 0 asked for the frames of ranks of this machine: their stacks asked for, the top frames sent."""
+        frames = ask_stacks(read_records(self.progress), self.stacks, parse_want(value))
+        for rank, lines in frames.items():
+            self.peers.send(0, frames_line(rank, lines))

@@ -6,7 +6,7 @@ the mends that fill it: ``step_progress`` (a custom loop's steps), ``fit_progres
 callbacks), ``collective_wait`` (each step's wait in its collectives and for its input) and ``stack_dumps``
 (``SIGUSR1`` writes the Python stack). Under ``tfdevices launch`` the
 launcher watches every rank (``--stall-timeout``); under ``srun`` and other launchers whose ranks share a
-machine, rank 0 runs the job's watch (:class:`~tfdevices.jobs.watch.JobWatch`) on a thread, and
+machine, rank 0 runs the job's one watch loop (:class:`~tfdevices.jobs.watch_loop.WatchLoop`) on a thread, and
 :func:`stall_timeout` (or ``TFDEVICES_STALL_TIMEOUT``) makes it stop the job; with ``TFDEVICES_METRICS``
 or :func:`~tfdevices.jobs.metrics.serve_metrics` that watch also serves the job's metrics for Prometheus
 (:mod:`tfdevices.jobs.metrics`). TensorFlow-free.
@@ -15,14 +15,14 @@ or :func:`~tfdevices.jobs.metrics.serve_metrics` that watch also serves the job'
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import signal
 import socket
-import sys
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from tfdevices.core.errors import InputError, TfDevicesError
@@ -31,30 +31,22 @@ from tfdevices.jobs.console import say
 from tfdevices.jobs.coordination_keys import KeyPublisher, KeyReader, KeyValue, interval_s
 from tfdevices.jobs.env import launch_info
 from tfdevices.jobs.metrics import watch_metrics
-from tfdevices.jobs.progress import (
-    ProgressWriter,
-    RankProgress,
-    progress_dir,
-    read_records,
-    record_path,
-    writes_record,
-)
-from tfdevices.jobs.stacks import ask_stacks
-from tfdevices.jobs.stall import STACKS_DIR_ENV, Stall, StallPolicy, policy_from_env
-from tfdevices.jobs.watch import JobWatch, write_snapshot
+from tfdevices.jobs.progress import ProgressWriter, progress_dir, read_records
+from tfdevices.jobs.stall import STACKS_DIR_ENV, StallPolicy, policy_from_env
+from tfdevices.jobs.watch import JobWatch
+from tfdevices.jobs.watch_loop import WatchLoop, WatchPlace
 from tfdevices.mends import collective_wait, fit_progress, stack_dumps, step_progress
 from tfdevices.mends.at_exit import call_at_exit
 from tfdevices.mends.base import when_imported
 
 #: Set by ``tfdevices launch`` in its workers: the launcher watches, rank 0 need not.
 LAUNCHER_WATCHES_ENV = "TFDEVICES_LAUNCHER_WATCHES"
-#: A job stopped for a stall by rank 0's watch ends with this status.
-STALL_STATUS = 3
-_POLL_S = 1.0
+#: Seconds between two looks of rank 0's watch.
+POLL_S = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
-class _Asked:
+class Asked:
     """What the program asked from Python (it beats the environment): replaced whole, never changed in place, so
     rank 0's watch thread reads one consistent record.
     """
@@ -64,17 +56,18 @@ class _Asked:
     slow_rank: bool | None = None
 
 
-class _ThisRank:
+class ThisRank:
     """This process's part of the job: its record's writer, rank 0's watch, and what the program asked."""
 
     def __init__(self) -> None:
         self.writer: ProgressWriter | None = None
         self.watch: JobWatch | None = None
         self.started: bool | None = None  # whether the watching (rank 0's, the store's) is settled
-        self.asked = _Asked()
+        self.asked = Asked()
 
 
-_RANK = _ThisRank()
+#: This process's part of the job (one a process).
+THIS_RANK = ThisRank()
 
 
 def stall_timeout(seconds: float | None) -> None:
@@ -93,7 +86,7 @@ def stall_timeout(seconds: float | None) -> None:
         raise InputError(
             f"stall_timeout({short_repr(seconds)}): not a number of seconds > 0.", hint="e.g. 300, or None."
         )
-    _RANK.asked = dataclasses.replace(_RANK.asked, timeout_s=seconds, timeout_asked=True)
+    THIS_RANK.asked = dataclasses.replace(THIS_RANK.asked, timeout_s=seconds, timeout_asked=True)
 
 
 def slow_rank_report(enabled: bool) -> None:
@@ -110,12 +103,12 @@ def slow_rank_report(enabled: bool) -> None:
         raise InputError(
             f"slow_rank_report({short_repr(enabled)}): not True or False.", hint="e.g. slow_rank_report(False)."
         )
-    _RANK.asked = dataclasses.replace(_RANK.asked, slow_rank=enabled)
+    THIS_RANK.asked = dataclasses.replace(THIS_RANK.asked, slow_rank=enabled)
 
 
-def asked_policy(policy: StallPolicy, asked: _Asked | None = None) -> StallPolicy:
+def asked_policy(policy: StallPolicy, asked: Asked | None = None) -> StallPolicy:
     """The environment's policy with what Python calls asked (they beat the environment)."""
-    asked = _RANK.asked if asked is None else asked
+    asked = THIS_RANK.asked if asked is None else asked
     timeout = asked.timeout_s if asked.timeout_asked else policy.timeout_s
     slow = policy.slow_rank
     if asked.slow_rank is not None:
@@ -137,11 +130,11 @@ def start_reporting(env: Mapping[str, str] | None = None, store: KeyValue | None
         progress directory: not under ``tfdevices launch`` or ``srun``, and ``TFDEVICES_PROGRESS_DIR`` unset).
     """
     env = os.environ if env is None else env
-    if _RANK.writer is None:
-        _RANK.writer = _open(env)
-    if _RANK.writer is not None and _RANK.started is None:
-        _RANK.started = _watch_if_rank_0(_RANK.writer, env, store)
-    return _RANK.writer
+    if THIS_RANK.writer is None:
+        THIS_RANK.writer = _open(env)
+    if THIS_RANK.writer is not None and THIS_RANK.started is None:
+        THIS_RANK.started = _watch_if_rank_0(THIS_RANK.writer, env, store)
+    return THIS_RANK.writer
 
 
 def _open(env: Mapping[str, str]) -> ProgressWriter | None:
@@ -150,14 +143,14 @@ def _open(env: Mapping[str, str]) -> ProgressWriter | None:
         directory = progress_dir(env)
         info = launch_info(env)
     except TfDevicesError as err:
-        print(f"tfdevices: no stall detection in this rank: {err}", file=sys.stderr, flush=True)
+        say(f"tfdevices: no stall detection in this rank: {err}")
         return None
     if directory is None or info.world_size < 2:
         return None
     try:
         writer = ProgressWriter(directory, info.rank)
     except OSError as err:
-        print(f"tfdevices: no stall detection in this rank: cannot write {directory} ({err.strerror})", file=sys.stderr)
+        say(f"tfdevices: no stall detection in this rank: cannot write {directory} ({err.strerror})")
         return None
     step_progress.MEND.writer = fit_progress.MEND.writer = collective_wait.MEND.writer = writer
     when_imported("tensorflow", _tensorflow_imported)
@@ -180,7 +173,7 @@ def _watch_if_rank_0(writer: ProgressWriter, env: Mapping[str, str], store: KeyV
     try:
         info, policy = launch_info(env), policy_from_env(env)
     except TfDevicesError as err:
-        print(f"tfdevices: no stall detection in this rank: {err}", file=sys.stderr, flush=True)
+        say(f"tfdevices: no stall detection in this rank: {err}")
         return True
     spread = info.local_world_size is not None and info.local_world_size < info.world_size
     if spread and store is None:
@@ -197,10 +190,13 @@ def _watch_if_rank_0(writer: ProgressWriter, env: Mapping[str, str], store: KeyV
         call_at_exit(publisher.close)  # before TensorFlow's context goes
         reader = KeyReader(store, range(info.world_size)) if info.rank == 0 else None
     if info.rank == 0:
-        look = _RankZero(directory, stacks, node if reader is not None else "", reader, info.world_size)
         expected = range(info.world_size) if info.local_world_size == info.world_size else ()
-        look.start(JobWatch(list(expected), lambda: asked_policy(policy), frames=look.frames, stacks_where=look.where))
-        watch_metrics(look.watch, env)  # TFDEVICES_METRICS or serve_metrics(): rank 0 serves the job's metrics
+        loop = rank_zero_loop(
+            directory, stacks, node if reader is not None else "", reader, info.world_size,
+            policy=lambda: asked_policy(policy), expected=expected,
+        )  # fmt: skip
+        _start_watching(loop)
+        watch_metrics(loop.watch, env)  # TFDEVICES_METRICS or serve_metrics(): rank 0 serves the job's metrics
     return True
 
 
@@ -211,77 +207,47 @@ def _node(info: Any) -> str:
     return socket.gethostname()[:64]
 
 
-class _RankZero:
-    """Rank 0's watch where no launcher watches: a thread that looks about once a second at this machine's records
-    and, where the job spans machines, the others' from the key-value store.
+def rank_zero_loop(
+    directory: str,
+    stacks: str,
+    node: str,
+    reader: KeyReader | None,
+    world_size: int,
+    *,
+    policy: StallPolicy | Callable[[], StallPolicy] | None = None,
+    expected: Sequence[int] = (),
+) -> WatchLoop:
+    """Rank 0's watch loop where no launcher watches: this machine's records (of this job's ranks, signalled only
+    while their writers run) and, where the job spans machines, the others' through the key-value store
+    (``reader``).
     """
+    where = os.path.join(stacks, "rank<R>.txt") + (" (rank 0's machine)" if reader is not None else "")
+    place = WatchPlace(directory, stacks, node, world_size, only_running=True, prefix="tfdevices: ", stacks_where=where)
+    return WatchLoop(place, StallPolicy() if policy is None else policy, list(expected), channel=reader)
 
-    def __init__(self, directory: str, stacks: str, node: str, reader: KeyReader | None, world_size: int) -> None:
-        self.directory, self.stacks, self.node, self.reader = directory, stacks, node, reader
-        self.world_size = world_size
-        self.where = os.path.join(stacks, "rank<R>.txt") + (" (rank 0's machine)" if reader is not None else "")
-        self.watch: JobWatch = JobWatch((), StallPolicy())
-        self._local: tuple[int, ...] = ()
 
-    def start(self, watch: JobWatch) -> None:
-        self.watch = _RANK.watch = watch
-        threading.Thread(target=self._watching, name="tfdevices-job-watch", daemon=True).start()
-        call_at_exit(self._summary)  # the at_exit mend: tfdevices' own clean-ups, one hook
+def _start_watching(loop: WatchLoop) -> None:
+    """Rank 0's watch: a thread that looks about once a second; at exit, the job's summary on its stderr."""
+    THIS_RANK.watch = loop.watch
+    stop = functools.partial(_stop_job, loop)
+    threading.Thread(target=loop.run, args=(POLL_S, stop), name="tfdevices-job-watch", daemon=True).start()
+    call_at_exit(lambda: _summary(loop))  # the at_exit mend: tfdevices' own clean-ups, one hook
 
-    def records(self) -> list[RankProgress]:
-        """This machine's ranks' records and, through the store, the other machines'."""
-        # a directory derived from the step or the cluster may hold a record of an earlier, larger job's rank
-        local = [r for r in read_records(self.directory, self.node) if r.rank < self.world_size]
-        self._local = tuple(r.rank for r in local)
-        return local if self.reader is None else [*local, *self.reader.records(self._local)]
 
-    def frames(self, stall: Stall) -> dict[int, list[str]]:
-        """The stuck ranks' top frames: this machine's asked with a signal, the others' through the store."""
-        local = self.signalled([r for r in stall.records if r.rank in self._local])
-        found = ask_stacks(local, self.stacks, [m for m in stall.missing if m in self._local])
-        remote = [m for m in stall.missing if m not in self._local]
-        if self.reader is not None and remote:
-            found.update(self.reader.frames(remote))
-        return found
+def _stop_job(loop: WatchLoop, status: int) -> None:
+    """A stall past the timeout (said, the other machines' ranks told): this machine's ranks stopped, then rank 0."""
+    if loop.channel is not None:
+        time.sleep(2 * POLL_S)  # the other ranks read the stop (the others stop when rank 0's service goes)
+    _stop(r.pid for r in loop.signalled(read_records(loop.place.directory)) if r.pid != os.getpid())
+    os._exit(status)
 
-    def signalled(self, records: Iterable[RankProgress]) -> list[RankProgress]:
-        """The records a signal may be sent on: their writers run here (not a record an earlier run left)."""
-        return [r for r in records if writes_record(r.pid, record_path(self.directory, r.rank))]
 
-    def _watching(self) -> None:
-        """Looks until a stall outlasts the timeout, then stops every rank."""
-        while True:
-            time.sleep(_POLL_S)
-            try:
-                snapshot = self.watch.poll(self.records())
-            except Exception as err:  # noqa: BLE001 (the watch must never take the worker down)
-                say(f"tfdevices: the job's watch stopped: {type(err).__name__}: {err}")
-                return
-            for line in [*snapshot.said, *(self.reader.unheard(self._local) if self.reader is not None else ())]:
-                say(line)
-            write_snapshot(snapshot, self.directory)
-            if snapshot.stop is not None:
-                self._stop_job(snapshot.stop)
-
-    def _stop_job(self, why: str) -> None:
-        say(f"tfdevices: {why}")
-        if self.reader is not None:
-            try:  # every rank that reads it stops too (the others stop when rank 0's service goes)
-                self.reader.stop(STALL_STATUS)
-                time.sleep(2 * _POLL_S)
-            except Exception:  # noqa: BLE001 (the store is gone: the other ranks see rank 0 go)
-                pass
-        _stop(r.pid for r in self.signalled(read_records(self.directory)) if r.pid != os.getpid())
-        os._exit(STALL_STATUS)
-
-    def _summary(self) -> None:
-        """Rank 0 ends: one last look, then each rank's step split (the table) on its stderr."""
-        try:
-            self.watch.poll(self.records())
-            for line in self.watch.summary().lines():
-                say(f"tfdevices: {line}")
-        except Exception as err:  # noqa: BLE001 (a summary must never fail the exit)
-            say(f"tfdevices: no slow-rank summary: {type(err).__name__}: {err}")
+def _summary(loop: WatchLoop) -> None:
+    """Rank 0 ends: one last look, then each rank's step split (the table) on its stderr."""
+    try:
+        loop.end()
+    except Exception as err:  # noqa: BLE001 (a summary must never fail the exit)
+        say(f"tfdevices: no slow-rank summary: {type(err).__name__}: {err}")
 
 
 def _stopped_by_rank_0(status: int) -> None:
