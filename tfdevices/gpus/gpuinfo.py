@@ -148,7 +148,7 @@ class GpuInfo:
     def from_dict(cls, data: Mapping[str, Any], *, where: str = "inventory") -> GpuInfo:
         """Builds a GpuInfo from :meth:`to_dict` output, validating every field.
 
-        Each field is read against its annotation and :attr:`json_rules`
+        Each field is read against its annotation and ``json_rules``
         (:func:`tfdevices.core.json_records.load`): ranges, text that can be printed, at most
         :data:`MAX_PROCESSES` processes.
 

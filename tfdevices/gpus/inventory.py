@@ -143,7 +143,7 @@ class Inventory:
     def from_dict(cls, data: Any, *, where: str = "inventory") -> Inventory:
         """An inventory from :meth:`to_dict`'s output; ``where`` names the input in errors.
 
-        Every field is read against its annotation and :attr:`json_rules`
+        Every field is read against its annotation and ``json_rules``
         (:func:`tfdevices.core.json_records.load`); then no GPU may appear twice, and the
         topology may name only the inventory's GPUs.
 
