@@ -196,8 +196,6 @@ def _public_bases(app: Any, name: str, obj: Any, options: Any, bases: list[Any])
     if PUBLIC.get(id(obj)) in BASES_AT_RUN_TIME:
         bases[:] = BASES_AT_RUN_TIME[PUBLIC[id(obj)]]
         return
-    # the base that keeps renamed names answering for a version is not part of the class's story
-    bases[:] = [base for base in bases if getattr(base, "__module__", "") != "tfdevices.verify.renamed"] or [object]
     for i, base in enumerate(bases):
         if id(base) in PUBLIC:
             bases[i] = f":py:class:`{PUBLIC[id(base)]}`"
