@@ -42,6 +42,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tfdevices import runtime as rt
+from tfdevices.core.addresses import split_address
 from tfdevices.core.devices import is_logical_name, logical_devices, resolve_devices, short_name, tfdevices_name
 from tfdevices.core.errors import StrategyError
 from tfdevices.core.reduction import CrossDeviceOpsChoice, choose_cross_device_ops
@@ -701,7 +702,7 @@ def _make(tf: Any, decision: StrategyInfo, ops: str, cluster: ClusterEnv) -> Any
     options = tf.distribute.experimental.CommunicationOptions(implementation=impl.NCCL if ops == "nccl" else impl.RING)
     resolver = None
     if cluster.source == "kubernetes":  # the pods' names resolve once their headless Service publishes them
-        wait_for_names([a.rpartition(":")[0] for a in cluster.addresses], cluster.wait_s)
+        wait_for_names([split_address(a)[0] for a in cluster.addresses], cluster.wait_s)
     if cluster.source in ("SLURM", "kubernetes"):
         # The cluster from the step (or the pods' job) itself, not TensorFlow's SlurmClusterResolver: that one
         # runs nvidia-smi (missing on a node without a driver), counts GPUs without the step's mask, fails with

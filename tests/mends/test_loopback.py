@@ -91,9 +91,11 @@ def test_the_listen_variable_is_read_strictly(value: str, want: Listen | None) -
     if want is not None:
         assert parse_listen(value) == want and parse_listen(want.value()) == want
         return
-    with pytest.raises(EnvVarError, match=r"^TFDEVICES_LISTEN=.*: not ADDRESS:PORT") as err:
+    asked = r"^TFDEVICES_LISTEN: not ADDRESS:PORT \(an IPv4 address\) or all:PORT: "
+    with pytest.raises(EnvVarError, match=asked) as err:
         parse_listen(value)
     assert "HINT: tfdevices launch sets it" in str(err.value)
+    assert repr(value) not in str(err.value)  # the variable's value is not quoted
 
 
 def test_on_the_workers_of_a_one_machine_job_listen_on_127_0_0_1_only(tmp_path) -> None:

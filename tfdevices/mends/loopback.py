@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
-import ipaddress
 import logging
 import mmap
 import os
@@ -43,8 +42,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from tfdevices.core.addresses import address_problem, ipv4_problem, split_address
 from tfdevices.core.errors import EnvVarError
-from tfdevices.core.units import short_repr
 from tfdevices.mends.base import (
     Finding,
     Mend,
@@ -112,25 +111,20 @@ def parse_listen(value: str, *, source: str = LISTEN_ENV) -> Listen:
     >>> parse_listen("localhost:1")
     Traceback (most recent call last):
     ...
-    tfdevices.core.errors.EnvVarError: TFDEVICES_LISTEN='localhost:1': not ADDRESS:PORT (an IPv4 address) \
-or all:PORT. HINT: tfdevices launch sets it for each worker (--listen); unset it, or give e.g. 127.0.0.1:41234.
+    tfdevices.core.errors.EnvVarError: TFDEVICES_LISTEN: not ADDRESS:PORT (an IPv4 address) or all:PORT: its host \
+is neither all nor an IPv4 address other than 0.0.0.0. HINT: tfdevices launch sets it for each worker (--listen); \
+unset it, or give e.g. 127.0.0.1:41234.
     """
-    host, _, port = value.rpartition(":")
-    error = EnvVarError(
-        f"{source}={short_repr(value)}: not ADDRESS:PORT (an IPv4 address) or all:PORT.",
-        hint="tfdevices launch sets it for each worker (--listen); unset it, or give e.g. 127.0.0.1:41234.",
-    )
-    if len(value) > 64 or not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536:
-        raise error
-    if host == ALL:
-        return Listen(None, int(port))
-    try:
-        address = ipaddress.IPv4Address(host)
-    except ValueError:
-        raise error from None
-    if address.is_unspecified:
-        raise error
-    return Listen(str(address), int(port))
+    why = address_problem(value, show=False) if len(value) <= 64 else "it is longer than 64 characters"
+    host, port = split_address(value) if why is None else ("", 0)
+    if why is None and host != ALL and (ipv4_problem(host) is not None or host == "0.0.0.0"):
+        why = "its host is neither all nor an IPv4 address other than 0.0.0.0"
+    if why is not None:
+        raise EnvVarError(
+            f"{source}: not ADDRESS:PORT (an IPv4 address) or all:PORT: {why}.",
+            hint="tfdevices launch sets it for each worker (--listen); unset it, or give e.g. 127.0.0.1:41234.",
+        )
+    return Listen(None if host == ALL else host, port)
 
 
 class Loopback(Mend):
