@@ -145,7 +145,7 @@ _PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "tfdevices"
 _WHERE_ADDRESSES_ARE = ("jobs", "mends", "gpus", "core", "strategy.py", "runtime.py")
 #: Parsers not yet moved to the one (their owners' change is under way); each must still hold one, so that an
 #: entry is removed here once its file uses the one parser.
-_PENDING = {"jobs/launcher.py", "mends/loopback.py", "strategy.py"}
+_PENDING = {"jobs/launcher.py"}
 
 
 def _address_parsing(path: pathlib.Path) -> list[int]:
