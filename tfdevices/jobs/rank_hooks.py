@@ -18,11 +18,10 @@ import dataclasses
 import functools
 import math
 import os
-import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tfdevices.core.errors import InputError, TfDevicesError
@@ -31,6 +30,7 @@ from tfdevices.jobs.console import say
 from tfdevices.jobs.coordination_keys import KeyPublisher, KeyReader, KeyValue, interval_s
 from tfdevices.jobs.env import launch_info
 from tfdevices.jobs.metrics import watch_metrics
+from tfdevices.jobs.process_stop import stop_processes
 from tfdevices.jobs.progress import ProgressWriter, progress_dir, read_records
 from tfdevices.jobs.stall import STACKS_DIR_ENV, StallPolicy, policy_from_env
 from tfdevices.jobs.watch import JobWatch
@@ -238,7 +238,8 @@ def _stop_job(loop: WatchLoop, status: int) -> None:
     """A stall past the timeout (said, the other machines' ranks told): this machine's ranks stopped, then rank 0."""
     if loop.channel is not None:
         time.sleep(2 * POLL_S)  # the other ranks read the stop (the others stop when rank 0's service goes)
-    _stop(r.pid for r in loop.signalled(read_records(loop.place.directory)) if r.pid != os.getpid())
+    pids = [r.pid for r in loop.signalled(read_records(loop.place.directory)) if r.pid != os.getpid()]
+    stop_processes(pids, 5.0, groups=False)  # SIGTERM, SIGKILL 5 s later (TensorFlow's workers may catch SIGTERM)
     os._exit(status)
 
 
@@ -265,35 +266,3 @@ def _fit_imported() -> None:
     fit_progress.MEND.apply()
     if fit_progress.MEND.applied:
         fit_progress.MEND.extend()
-
-
-def _stop(pids: Iterable[int], grace_s: float = 5.0) -> None:
-    """SIGTERM, then SIGKILL what still runs after ``grace_s`` (TensorFlow's workers may catch SIGTERM)."""
-    alive = []
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGTERM)
-            alive.append(pid)
-        except OSError:
-            pass
-    deadline = time.monotonic() + grace_s
-    while alive and time.monotonic() < deadline:
-        time.sleep(0.1)
-        alive = [pid for pid in alive if _running(pid)]
-    for pid in alive:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        return False
-    try:  # a zombie (exited, not yet reaped by its parent) is not running
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
-    except OSError:
-        return True

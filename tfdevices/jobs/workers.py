@@ -22,6 +22,7 @@ from tfdevices.core.units import short_repr
 from tfdevices.jobs.console import PROGRESS, Console, Record, Splitter
 from tfdevices.jobs.listen_check import LISTEN_MARK, LISTEN_STATUS, OutsideCheck
 from tfdevices.jobs.orphan_guard import OrphanGuard
+from tfdevices.jobs.process_stop import stop_processes
 from tfdevices.jobs.ranks import pinned
 from tfdevices.jobs.worker_plan import WorkerPlan
 from tfdevices.mends.loopback import LISTEN_ENV, parse_listen
@@ -136,20 +137,12 @@ class Workers:
                 signal_group(p, signum)
 
     def stop_all(self, grace_s: float) -> None:
-        """Stops every worker: SIGTERM, SIGKILL after ``grace_s``; then their own children (the process groups)."""
-        alive = [p for p in self.procs if p.poll() is None]
-        for p in alive:
-            signal_group(p, signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
-        for p in alive:
-            try:
-                p.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                signal_group(p, signal.SIGKILL)
-                p.wait(timeout=30)
-        for p in self.procs:  # the worker's own children too: its process group
-            signal_group(p, signal.SIGKILL)
-            if self.orphan_guard is not None:
+        """Stops every worker: SIGTERM, SIGKILL after ``grace_s``; then their own children (the process groups:
+        :func:`~tfdevices.jobs.process_stop.stop_processes`).
+        """
+        stop_processes(self.procs, grace_s)
+        if self.orphan_guard is not None:
+            for p in self.procs:
                 self.orphan_guard.release(p.pid)
 
     def close(self) -> None:
