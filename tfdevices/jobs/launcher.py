@@ -73,7 +73,6 @@ This module imports no TensorFlow.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import shutil
 import signal
@@ -84,6 +83,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any
 
+from tfdevices.core.addresses import ipv4_problem, is_loopback, split_address
 from tfdevices.core.errors import LaunchError
 from tfdevices.core.units import short_repr
 from tfdevices.gpus.topology import format_cpus
@@ -115,7 +115,7 @@ SIGPIPE_STATUS = 128 + 13
 
 def launch(
     command: Sequence[str],
-    config: LaunchConfig | int,
+    config: LaunchConfig,
     *,
     out: IO[str] | None = None,
     env: Mapping[str, str] | None = None,
@@ -126,12 +126,11 @@ def launch(
 
     Args:
         command: the program and its arguments.
-        config: what to launch (:class:`~tfdevices.jobs.launch_config.LaunchConfig`). Deprecated: the
-            number of workers, with the record's fields as keyword ``options`` (and ``mend=False`` for
-            ``mends_off={"keras_fit"}``); a ``DeprecationWarning`` says so.
+        config: what to launch (:class:`~tfdevices.jobs.launch_config.LaunchConfig`).
         out: the console (default ``sys.stdout``).
         env: the base environment (default ``os.environ``).
-        options: deprecated, see ``config``.
+        options: none is taken: the call of before 0.4.0 (``launch(command, n, log_dir=...)``) is a
+            ``TypeError`` that names the call to make.
 
     Keras 3 ``model.fit`` is mended in the workers for ``MultiWorkerMirroredStrategy``
     (keras-team/keras#20585) unless ``config.mends_off`` names ``keras_fit``: a ``sitecustomize`` put first
@@ -146,7 +145,8 @@ def launch(
     Raises:
         LaunchError: a bad ``config`` (see :class:`~tfdevices.jobs.launch_config.LaunchConfig`), or a
             command that cannot start.
-        TypeError: keyword ``options`` with a :class:`~tfdevices.jobs.launch_config.LaunchConfig`.
+        TypeError: ``config`` is not a :class:`~tfdevices.jobs.launch_config.LaunchConfig`, or keyword
+            ``options`` were given.
     """
     config = config_from_call(config, options)
     out = out or sys.stdout
@@ -239,14 +239,14 @@ def _over_machines(job: _Job, nodes: Nodes) -> int:
             f"node {nodes.node_rank} of {nodes.nnodes}: ranks {cluster.first_rank}.."
             f"{cluster.first_rank + n - 1} of {len(cluster.addresses)}"
         )
-        host = cluster.addresses[cluster.first_rank].rsplit(":", 1)[0]
+        host = split_address(cluster.addresses[cluster.first_rank])[0]
         where = job.config.listen or own_address(host)
         say(_listening_line(where, host))
         job.join(peers)
         peers.watch(job.stop_remote)
         plans = plan_workers(
             n,
-            [int(a.rsplit(":", 1)[1]) for a in cluster.addresses[cluster.first_rank : cluster.first_rank + n]],
+            [split_address(a)[1] for a in cluster.addresses[cluster.first_rank : cluster.first_rank + n]],
             job.config.gpus,
             share=job.config.share,
             virtual_devices=job.config.virtual_devices,
@@ -272,10 +272,8 @@ def own_address(host: str) -> str:
     >>> own_address("127.0.0.2")
     '127.0.0.2'
     """
-    try:
-        return str(ipaddress.IPv4Address(host))
-    except ValueError:
-        pass
+    if ipv4_problem(host) is None:
+        return host
     try:
         address = str(socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM)[0][4][0])
     except (OSError, UnicodeError, IndexError) as err:
@@ -284,7 +282,7 @@ def own_address(host: str) -> str:
             f"({getattr(err, 'strerror', None) or err}): its workers' servers cannot listen on it.",
             hint="give --node-addr as an IPv4 address of this machine, or --listen all.",
         ) from None
-    if ipaddress.IPv4Address(address).is_loopback:
+    if is_loopback(address):
         raise LaunchError(
             f"this machine's address in the job, {short_repr(host)}, resolves here to {address}, a loopback address: "
             "its workers would listen where the other machines cannot reach them.",
