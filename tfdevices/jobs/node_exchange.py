@@ -9,8 +9,7 @@ watch (:mod:`tfdevices.jobs.watch`). A stuck rank on another node is named with 
 node's launcher (``want``), which asks its ranks for their stacks and sends back the top frames (``frames``).
 A stall past ``--stall-timeout`` stops node 0's job, and its ``stop`` line stops every other node's.
 
-A node whose launcher does not send records (an older tfdevices, which says nothing of them in its hello) is
-said once, with its ranks; so is a node whose records stop coming. No TensorFlow here.
+A node whose records stop coming (or never come) is said once, with its ranks.
 
 The four messages' encoding, the keeping of what came, the wait for frames and the "not heard" lines are the
 records' channel's (:mod:`tfdevices.jobs.record_channel`), shared with the key-value store's transport; here is
@@ -51,13 +50,11 @@ class Node:
         node_rank: its place (``--node-rank``).
         name: how the job's lines name it: its host name, or its address where two nodes share a host name.
         ranks: its ranks (global).
-        reports: its launcher said it sends its ranks' records (an older one does not).
     """
 
     node_rank: int
     name: str
     ranks: tuple[int, ...]
-    reports: bool = True
 
 
 def node_names(hostnames: Mapping[int, str], addresses: Mapping[int, str]) -> dict[int, str]:
@@ -104,7 +101,7 @@ class RemoteRecords:
         ask: Callable[[int, list[int]], None] | None = None,
     ) -> None:
         self.nodes = {n.node_rank: n for n in nodes}
-        self.ranks = tuple(r for n in nodes if n.reports for r in n.ranks)
+        self.ranks = tuple(r for n in nodes for r in n.ranks)
         self.ask = ask
         self._received = Received(clock)
         self.bad = 0  # lines that were not what they say
@@ -138,7 +135,7 @@ class RemoteRecords:
         """
         by_node: dict[int, list[int]] = {}
         for rank in wanted:
-            node = next((n for n in self.nodes.values() if rank in n.ranks and n.reports), None)
+            node = next((n for n in self.nodes.values() if rank in n.ranks), None)
             if node is not None:
                 by_node.setdefault(node.node_rank, []).append(rank)
         asked = [r for ranks in by_node.values() for r in ranks]
@@ -154,16 +151,11 @@ class RemoteRecords:
         """
 
     def unheard(self, local: Sequence[int] = ()) -> list[str]:
-        """Lines to say, once each, about nodes whose ranks are not seen: an older launcher, or records that
-        stopped coming for :data:`~tfdevices.jobs.record_channel.SILENT_S` (or never came).
+        """Lines to say, once each, about nodes whose ranks are not seen: their records stopped coming
+        for :data:`~tfdevices.jobs.record_channel.SILENT_S` (or never came).
         """
-        older = [n for n in self.nodes.values() if not n.reports and self._received.once(n.node_rank)]
-        silent = set(self._received.silent(n.node_rank for n in self.nodes.values() if n.reports))
-        return [
-            node_unheard_line(n.node_rank, n.name, n.ranks, reports=n.reports)
-            for n in self.nodes.values()
-            if n in older or n.node_rank in silent
-        ]
+        silent = set(self._received.silent(n.node_rank for n in self.nodes.values()))
+        return [node_unheard_line(n.node_rank, n.name, n.ranks) for n in self.nodes.values() if n.node_rank in silent]
 
 
 class MachineLink:
@@ -185,14 +177,14 @@ class MachineLink:
             self.channel = RemoteRecords(others, ask=self._ask_frames)
             self.node_name = next(n.name for n in peers.nodes if n.node_rank == 0)
             peers.handlers = {"record": self.channel.take, "frames": self.channel.take}
-        elif peers.reports:
+        else:
             peers.handlers = {"want": self._send_frames}
             say("this node's ranks report to node 0's launcher: the slow or stuck rank is named on its console")
 
     @property
     def reports_to_node_0(self) -> bool:
         """This launcher is another node's, and node 0 watches its ranks."""
-        return not self.peers.is_master and self.peers.reports
+        return not self.peers.is_master
 
     def send_records(self) -> None:
         """This machine's ranks' records, as they are, to node 0's launcher."""

@@ -220,16 +220,13 @@ class Received:
 # --------------------------------------------------------------------------- the lines that say who is not heard
 
 
-def node_unheard_line(node_rank: int, name: str, ranks: Sequence[int], *, reports: bool) -> str:
-    """The line for a machine whose launcher sends no records (an older one), or whose records stopped coming.
+def node_unheard_line(node_rank: int, name: str, ranks: Sequence[int]) -> str:
+    """The line for a machine whose records stopped coming (or never came).
 
-    >>> node_unheard_line(1, "gpu07", (2, 3), reports=True)  # doctest: +NORMALIZE_WHITESPACE
+    >>> node_unheard_line(1, "gpu07", (2, 3))  # doctest: +NORMALIZE_WHITESPACE
     'node 1 (gpu07): no progress record came from it for 30 s; left out of the slow-rank and stall reports: ranks 2..3'
     """
-    if not reports:
-        why = "its launcher sends no progress records (a tfdevices older than node 0's)"
-    else:
-        why = f"no progress record came from it for {SILENT_S:.0f} s"
+    why = f"no progress record came from it for {SILENT_S:.0f} s"
     return f"node {node_rank} ({name}): {why}; left out of the slow-rank and stall reports: {_ranks(ranks)}"
 
 

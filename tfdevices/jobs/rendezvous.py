@@ -117,9 +117,7 @@ class _Peers:
 
     Attributes:
         node_ranks: the node rank at the other end of each connection (node 0's: ``[0]`` on another node).
-        nodes: on node 0, every node of the job with its ranks, name and whether it reports; else empty.
-        reports: on another node, node 0 takes this node's records: always, since every launcher of this
-            version sends them (kept for :mod:`tfdevices.jobs.node_exchange`, which reads it).
+        nodes: on node 0, every node of the job with its ranks and name; else empty.
     """
 
     def __init__(self, readers: Sequence[LineReader], is_master: bool) -> None:
@@ -128,7 +126,6 @@ class _Peers:
         self.is_master = is_master
         self.node_ranks: list[int] = list(range(1, len(self.readers) + 1)) if is_master else [0]
         self.nodes: list[Node] = []
-        self.reports = False
         self.handlers: dict[str, Callable[[int, str, str], None]] = {}
         self._send_locks = [threading.Lock() for _ in self.socks]
         self._done: dict[int, int] = {}
@@ -506,7 +503,6 @@ def _join(nodes: Nodes, n: int, deadline: float, stopped: Callable[[], bool]) ->
                 hint="give every machine the same secret (TFDEVICES_RDZV_TOKEN or --rdzv-token-file).",
             )
         peers = _Peers([reader], False)
-        peers.reports = True
         return NodeJob(tuple(addresses), first), peers
     except BaseException:
         sock.close()

@@ -140,7 +140,7 @@ class Workers:
         """Stops every worker: SIGTERM, SIGKILL after ``grace_s``; then their own children (the process groups:
         :func:`~tfdevices.jobs.process_stop.stop_processes`).
         """
-        stop_processes(self.procs, grace_s)
+        stop_processes(self.procs, grace_s, reap_s=30.0)  # a killed worker may take long to be reaped
         if self.orphan_guard is not None:
             for p in self.procs:
                 self.orphan_guard.release(p.pid)
