@@ -20,7 +20,7 @@ import threading
 import time
 from types import SimpleNamespace
 
-from tfdevices.core.records import record, replace
+from tfdevices.core.record_class import record, replace
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -433,7 +433,7 @@ def test_the_last_resort_reads_a_verbose_tensorflow_start_as_the_same_causes() -
 def test_the_report_records_docstring_example() -> None:
     import doctest
 
-    import tfdevices.core.report
+    import tfdevices.core.doctor_report
 
-    result = doctest.testmod(tfdevices.core.report)
+    result = doctest.testmod(tfdevices.core.doctor_report)
     assert result.attempted > 0 and result.failed == 0

@@ -88,7 +88,7 @@ def test_only_runtime_sets_environment_variables_or_calls_tf_config():
         "core.errors",
         "core.json_records",
         "core.lazy",
-        "core.records",
+        "core.record_class",
         "core.units",
         "errors",
         "gpus.discovery",

@@ -589,7 +589,7 @@ def _add_tune(p: argparse.ArgumentParser) -> None:
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
     if args.cuda:  # the cuda section alone, without importing the rest of doctor (jobs, mends ...)
-        from tfdevices.core.report import Report
+        from tfdevices.core.doctor_report import Report
         from tfdevices.gpus import cuda_check, cuda_facts
 
         facts = cuda_facts.gather()

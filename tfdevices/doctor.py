@@ -20,8 +20,8 @@ import sys
 from collections.abc import Mapping
 
 from tfdevices import __version__, mends
+from tfdevices.core.doctor_report import Report
 from tfdevices.core.errors import TfDevicesError
-from tfdevices.core.report import Report
 from tfdevices.core.tf_door import import_tf
 from tfdevices.core.units import format_bytes, short_repr
 from tfdevices.gpus import cuda_check, cuda_facts, cuda_log

@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 from tests.helpers import run_py
 from tfdevices.core.errors import InputError, InventoryFileError
 from tfdevices.core.json_records import MAX_DEPTH, Check, Rules, kind, load
-from tfdevices.core.records import record
+from tfdevices.core.record_class import record
 
 
 @record

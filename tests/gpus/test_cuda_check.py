@@ -18,7 +18,7 @@ import sys
 import pytest
 
 from tests.fake_nvml import FakeGpu, FakeNvml, h200
-from tfdevices.core.records import replace
+from tfdevices.core.record_class import replace
 from tfdevices.gpus import cuda_check, cuda_facts, cuda_libraries, cuda_log, cuda_probe
 from tfdevices.gpus.cuda_check import ERROR, NOTE, WARNING, diagnose, first_cause
 from tfdevices.gpus.cuda_facts import BuildInfo, CudaFacts, Driver, TfInstall, gather

@@ -7,7 +7,7 @@ import pytest
 
 from tests import inventories as inv
 from tfdevices import InputError, Selection, SelectionError, SpecError, select
-from tfdevices.core.records import FrozenRecordError
+from tfdevices.core.record_class import FrozenRecordError
 from tfdevices.gpus import selection as _sel, wiring as _wiring
 from tfdevices.gpus.inventory import Inventory as _Inventory
 

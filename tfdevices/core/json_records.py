@@ -10,12 +10,12 @@ objects hold at most :data:`MAX_ITEMS` entries unless a check says otherwise, st
 records nest at most :data:`MAX_DEPTH` deep. Each error is one line: the input and the field's path,
 the value (shortened), what it must be, what it is, and the record's hint (how to fix it).
 
-It works on :func:`tfdevices.core.records.record` classes and on frozen dataclasses alike, and
+It works on :func:`tfdevices.core.record_class.record` classes and on frozen dataclasses alike, and
 imports neither :mod:`dataclasses` nor :mod:`typing` (the listing path reads saved listings too).
 Annotations are read as text (every module uses ``from __future__ import annotations``), by a
 small parser of their own: nothing is evaluated.
 
->>> from tfdevices.core.records import record
+>>> from tfdevices.core.record_class import record
 >>> @record
 ... class Point:
 ...     x: int
@@ -36,7 +36,7 @@ import sys
 from collections.abc import Mapping
 
 from tfdevices.core.errors import InputError
-from tfdevices.core.records import defaults, fields, is_record, record
+from tfdevices.core.record_class import defaults, fields, is_record, record
 from tfdevices.core.units import short_repr
 
 TYPE_CHECKING = False  # typing's flag without importing typing: the listing path does not load it
@@ -103,7 +103,7 @@ def load(cls: type[Any], data: object, *, where: str, depth: int = 0) -> Any:
     """``cls`` built from ``data`` (JSON values), every field checked against its annotation and checks.
 
     Args:
-        cls: a :func:`~tfdevices.core.records.record` class or a dataclass.
+        cls: a :func:`~tfdevices.core.record_class.record` class or a dataclass.
         data: what ``json.loads`` returned for it.
         where: the input's name, first in every message (``"inventory file 'node.json': gpus[2]"``).
         depth: how deep this record is nested (callers leave it 0).

@@ -22,7 +22,7 @@ import os
 from collections.abc import Mapping
 
 from tfdevices.core.errors import InputError, InventoryFileError
-from tfdevices.core.records import replace
+from tfdevices.core.record_class import replace
 from tfdevices.core.tf_door import import_tf
 from tfdevices.core.units import short_repr
 from tfdevices.gpus import nvml, processes, topology as topo, visibility

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from tfdevices.core.errors import InventoryFileError
 from tfdevices.core.json_records import Check, Rules, load
-from tfdevices.core.records import asdict, record
+from tfdevices.core.record_class import asdict, record
 from tfdevices.core.units import is_digits, short_repr
 from tfdevices.gpus.processes import GpuProcess
 

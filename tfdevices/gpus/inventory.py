@@ -25,7 +25,7 @@ from collections.abc import Iterator
 
 from tfdevices.core.errors import InventoryFileError
 from tfdevices.core.json_records import Check, Rules, load
-from tfdevices.core.records import asdict, record, replace
+from tfdevices.core.record_class import asdict, record, replace
 from tfdevices.core.units import format_bytes, short_repr
 from tfdevices.gpus.gpuinfo import MAX_GPUS, GpuInfo
 from tfdevices.gpus.topology import Topology, check_indices

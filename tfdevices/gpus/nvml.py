@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import threading
 
-from tfdevices.core.records import record, replace
+from tfdevices.core.record_class import record, replace
 from tfdevices.gpus.gpuinfo import GpuInfo
 from tfdevices.gpus.processes import GpuProcess
 

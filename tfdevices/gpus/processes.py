@@ -21,7 +21,7 @@ from collections.abc import Iterable
 
 from tfdevices.core.errors import InventoryFileError
 from tfdevices.core.json_records import Check, Rules, load
-from tfdevices.core.records import asdict, record
+from tfdevices.core.record_class import asdict, record
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing on the listing path
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from tfdevices.core.errors import PYTHON, InputError, SelectionError, SpecError, Terms
-from tfdevices.core.records import asdict, record
+from tfdevices.core.record_class import asdict, record
 from tfdevices.core.units import format_bytes, parse_memory, short_repr
 from tfdevices.gpus import topology as tp, visibility
 from tfdevices.gpus.discovery import discover

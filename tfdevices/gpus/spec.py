@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from tfdevices.core.devices import is_logical_name
 from tfdevices.core.errors import SpecError
 from tfdevices.core.lazy import LazyPattern
-from tfdevices.core.records import record
+from tfdevices.core.record_class import record
 from tfdevices.core.units import is_digits, parse_count, short_repr
 
 SPEC_FORMS = (

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 
 from tfdevices.core.errors import InventoryFileError
 from tfdevices.core.json_records import Check, Rules, load
-from tfdevices.core.records import record
+from tfdevices.core.record_class import record
 from tfdevices.core.units import short_repr
 from tfdevices.gpus.nvml import NvmlSnapshot, normal_bus_id
 

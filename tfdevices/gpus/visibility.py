@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from tfdevices.core.errors import EnvVarError
 from tfdevices.core.lazy import LazyPattern
-from tfdevices.core.records import record, replace
+from tfdevices.core.record_class import record, replace
 from tfdevices.core.units import is_digits, parse_count, short_repr
 from tfdevices.gpus.gpuinfo import GpuInfo
 from tfdevices.gpus.inventory import Inventory

@@ -30,7 +30,7 @@ import math
 from collections.abc import Callable, Sequence
 
 from tfdevices.core.errors import InputError
-from tfdevices.core.records import record
+from tfdevices.core.record_class import record
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing on the listing path
 if TYPE_CHECKING:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers import run_py
-from tfdevices.core.records import FrozenRecordError, asdict, defaults, fields, is_record, record, replace
+from tfdevices.core.record_class import FrozenRecordError, asdict, defaults, fields, is_record, record, replace
 
 
 @record

@@ -22,7 +22,7 @@ dataclasses' own. Everything else in the package is ``@dataclasses.dataclass(fro
 >>> p.x = 3
 Traceback (most recent call last):
 ...
-tfdevices.core.records.FrozenRecordError: cannot assign to field 'x' of a frozen Point
+tfdevices.core.record_class.FrozenRecordError: cannot assign to field 'x' of a frozen Point
 """
 
 from __future__ import annotations
