@@ -24,7 +24,6 @@ MAX_METHODS = 15
 #: (it may shrink, never grow); an entry goes when its class is split (``tensorboard/plugin.py``'s was: eec668f).
 OVER_AT_THE_START = {
     "tfdevices/decide/tune.py: class _Session": (217, 17),
-    "tfdevices/gpus/nvml.py: class Nvml": (331, 16),
     "tfdevices/tensorboard/callbacks.py: class PlacementLogger": (333, 19),
     "tfdevices/verify/report.py: class PlacementReport": (365, 19),
 }

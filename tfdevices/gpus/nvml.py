@@ -257,6 +257,7 @@ class Nvml:
                 failure="no-gpu",
                 reason="NVML reports no GPU (the NVIDIA driver is loaded but lists no device)",
             )
+        reader = _GpuReader(self)
         devices: list[NvmlDevice] = []
         handles: list[Any] = []
         notes: list[str] = []
@@ -267,13 +268,13 @@ class Nvml:
             except m.NVMLError as err:
                 notes.append(f"GPU {index} left out: NVML cannot open it ({err}).")
                 continue
-            device = self._device(index, handle, first_query, sensors)
+            device = reader.device(index, handle, first_query, sensors)
             if topology:
-                device = replace(device, **self._wiring(handle))
+                device = replace(device, **reader.wiring(handle))
             devices.append(device)
             handles.append(handle)
         notes += _first_query_note(first_query)
-        ancestors = self._ancestors(handles) if topology else ()
+        ancestors = reader.ancestors(handles) if topology else ()
         return NvmlSnapshot(
             devices=tuple(devices),
             driver_version=driver,
@@ -282,7 +283,26 @@ class Nvml:
             cuda_driver_version=cuda,
         )
 
-    def _ancestors(self, handles: list[Any]) -> tuple[tuple[int | None, ...], ...]:
+
+class _GpuReader:
+    """Reads each GPU's fields through a started :class:`Nvml`'s calls: memory, load, sensors,
+    processes, MIG instances and wiring.
+
+    One is made per :meth:`Nvml.snapshot`; what the versioned memory query answered stays on the
+    adapter (until its :meth:`Nvml.shutdown`), so a driver without it is not asked again.
+
+    Args:
+        nvml: the adapter, started (its module imported and NVML initialised).
+    """
+
+    def __init__(self, nvml: Nvml) -> None:
+        self._nvml = nvml
+        self._module = nvml._module
+        self._get = nvml._get
+        self._const = nvml._const
+        self._code = nvml._code
+
+    def ancestors(self, handles: list[Any]) -> tuple[tuple[int | None, ...], ...]:
         """The NVML topology level of every pair of GPUs (symmetric; ``None`` on the diagonal)."""
         n = len(handles)
         levels: list[list[int | None]] = [[None] * n for _ in range(n)]
@@ -292,7 +312,7 @@ class Nvml:
                 levels[i][j] = levels[j][i] = level
         return tuple(tuple(row) for row in levels)
 
-    def _wiring(self, handle: Any) -> dict[str, Any]:
+    def wiring(self, handle: Any) -> dict[str, Any]:
         """A GPU's CPU affinity, NUMA node and active NVLinks (remote PCI bus id, remote kind)."""
         cpus = _bits(self._get("nvmlDeviceGetCpuAffinity", handle, CPU_SET_WORDS))
         nodes = _bits(
@@ -338,20 +358,20 @@ class Nvml:
         fails for this GPU (not supported, a version mismatch ...), the first query is read: its
         ``used`` counts the reserved memory too, and ``memory_reserved`` is ``None``.
         """
-        why = self._memory_v2
+        why = self._nvml._memory_v2
         query, version = (getattr(self._module, n, None) for n in ("nvmlDeviceGetMemoryInfo", "nvmlMemory_v2"))
         if why is None and (query is None or version is None):
-            why = self._memory_v2 = _OLD_PYNVML
+            why = self._nvml._memory_v2 = _OLD_PYNVML
         if why is None and query is not None:
             try:
                 mem = query(handle, version=version)
                 return _memory_fields(mem, reserved=_whole(mem.reserved)), None
             except TypeError:  # an nvidia-ml-py whose nvmlDeviceGetMemoryInfo takes no version
-                why = self._memory_v2 = _OLD_PYNVML
+                why = self._nvml._memory_v2 = _OLD_PYNVML
             except self._module.NVMLError as err:
                 why = f"NVML's versioned memory query answered {str(err) or type(err).__name__!r}"
                 if getattr(err, "value", None) == self._code("NVML_ERROR_FUNCTION_NOT_FOUND"):
-                    self._memory_v2 = why  # the driver has none: not asked again
+                    self._nvml._memory_v2 = why  # the driver has none: not asked again
         mem = self._get("nvmlDeviceGetMemoryInfo", handle)
         return _memory_fields(mem, reserved=None), None if mem is None else why
 
@@ -407,7 +427,7 @@ class Nvml:
             ),
         }
 
-    def _device(self, index: int, handle: Any, first_query: dict[str, str], sensors: bool = True) -> NvmlDevice:
+    def device(self, index: int, handle: Any, first_query: dict[str, str], sensors: bool = True) -> NvmlDevice:
         """One GPU and its MIG instances; ``first_query`` gets each GPU key whose memory came from NVML's
         first memory query, with why.
         """
