@@ -135,10 +135,10 @@ def _devices(devices: Iterable[str] | None, split: int) -> tuple[tuple[str, ...]
 
 
 class _Session:
-    """One tune run: the candidates' live processes, and what each has shown so far.
+    """One tune run: the candidates' live processes, started, asked and timed in rounds.
 
-    Each candidate's record changes in one place (:meth:`_record`); the children are closed on
-    :meth:`close`, whatever happened.
+    What each candidate has shown so far is kept by :class:`_Records` (``records``; ``results`` is its
+    dict, read here); the children are closed on :meth:`close`, whatever happened.
     """
 
     def __init__(self, target: str, cfg: TuneConfig, gpus: bool, orphan_guard: OrphanGuard, say: Callable[[str], None]):
@@ -148,7 +148,8 @@ class _Session:
             target, "one_device", (), gpus, cfg.virtual_devices, cfg.warmup, cfg.steps, cfg.memory_limit,
             tuple(p for p in sys.path if p),
         )  # fmt: skip
-        self.results: dict[str, CandidateResult] = {}
+        self.records = _Records(cfg.margin, say)
+        self.results = self.records.results
         self.children: dict[str, list[Child]] = {}
         self.links: tuple[Link, ...] = ()
         self.probe_s: float | None = None
@@ -189,7 +190,7 @@ class _Session:
             self.say(f"copy probe: {captured.probe_detail}; predictions use one copy cost for every pair")
         profile = _profile(self.results[base.name], captured, self.gpus)
         if profile is not None:
-            self._record(base, predicted_step_s=profile.step_s, predicted_uncalibrated_s=profile.step_s)
+            self.records.record(base, predicted_step_s=profile.step_s, predicted_uncalibrated_s=profile.step_s)
         return profile
 
     def _keep(
@@ -228,14 +229,14 @@ class _Session:
         replies = [child.ask(None, self._limit()) for child in children]
         ready = [r for r in replies if isinstance(r, Ready)]
         self.children[c.name] = [child for child, r in zip(children, replies) if isinstance(r, Ready)]
-        self._take(c, ready[0] if ready else replies[0])
+        self.records.take(c, ready[0] if ready else replies[0])
         if not ready:
             return
-        self._record(c, processes=len(ready))
+        self.records.record(c, processes=len(ready))
         failed = [r for r in replies if isinstance(r, Failed)]
         if failed:
             why = f"timed in {len(ready)} of {len(replies)} processes, the others did not start: {failed[0].detail}"
-            self._record(c, detail=why)
+            self.records.record(c, detail=why)
             self.say(f"{c.name}: {why}")
         each = f" ({len(ready)} processes)" if len(ready) > 1 else ""
         self.say(f"{c.name}: ready in {max(r.startup_s for r in ready):.1f} s{each}")
@@ -246,7 +247,7 @@ class _Session:
         if command.logdir is None and self.cfg.logdir is not None:
             command = replace(command, logdir=self._logdir(c))
         reply = self.children[c.name][0].ask(command, self._limit())
-        self._take(c, reply)
+        self.records.take(c, reply)
         return reply if isinstance(reply, Captured) else None
 
     def _logdir(self, c: Candidate) -> str | None:
@@ -260,7 +261,7 @@ class _Session:
             if not self._round(measured, turn):
                 return
         for turn in range(self.cfg.rounds, self.cfg.max_rounds or self.cfg.rounds):
-            open_ = [c for c in measured if c.name in self._verdict().contenders]
+            open_ = [c for c in measured if c.name in self.records.verdict().contenders]
             if len(open_) < 2:
                 return
             if turn == self.cfg.rounds:
@@ -290,51 +291,18 @@ class _Session:
             for c in order:
                 if k < len(self.children[c.name]) and self.results[c.name].status == "ok":
                     reply = self.children[c.name][k].ask(TimeWindow(self.cfg.steps), self._limit())
-                    self._take(c, reply)
+                    self.records.take(c, reply)
                     if isinstance(reply, Window):
                         windows[c.name].append(reply.step_s)
         for c in ok:
             if self.results[c.name].status == "ok":
-                self._record(c, **_with_round(self.results[c.name], windows[c.name]))
+                self.records.record(c, **_with_round(self.results[c.name], windows[c.name]))
         timed = ", ".join(f"{c.name} {_ms(self.results[c.name].round_step_s[-1:])}" for c in ok)
         self.say(f"round {turn + 1}: {timed} ms/step")
         return True
 
-    # ------------------------------------------------------------ records
-
-    def _take(self, c: Candidate, reply: Any) -> None:
-        """A child's reply, into its candidate's record."""
-        kept = self.results.get(c.name) or _skipped(c, None, None, "")
-        if isinstance(reply, Failed):
-            status = reply.status if reply.status in STATUSES else "failed"
-            if kept.status == "ok" and kept.round_step_s:  # a later window: its rounds so far stand
-                self._record(c, detail=_joined(kept.detail, f"stopped after {kept.rounds} rounds: {reply.detail}"))
-                self.results[c.name] = replace(self.results[c.name], status=status)
-            else:
-                self._record(c, status=status, detail=reply.detail)
-            self.say(f"{c.name}: {status}: {reply.detail}")
-        elif isinstance(reply, Ready):
-            step = reply.step_s
-            self._record(c, status="ok", batch=reply.batch, startup_s=reply.startup_s, step_s=step)
-            self._record(c, examples_per_s=reply.batch / step if step else None)
-        elif isinstance(reply, Captured):
-            self._record(c, peak_memory=dict(reply.peak_memory), shares=dict(reply.shares), logdir=reply.logdir)
-
-    def _record(self, c: Candidate, **changes: Any) -> None:
-        kept = self.results.get(c.name) or _skipped(c, None, None, "")
-        self.results[c.name] = replace(kept, **changes)
-
-    def _verdict(self) -> Verdict:
-        timings = [
-            Timing(r.name, r.strategy, len(r.devices), rounds, process=k)
-            for r in self.results.values()
-            if r.status == "ok" and r.round_step_s
-            for k, rounds in enumerate(r.process_step_s)
-        ]
-        return judge(timings, margin=self.cfg.margin)
-
     def _result(self, planned: tuple[Candidate, ...]) -> TuneResult:
-        verdict = self._verdict()
+        verdict = self.records.verdict()
         ordered = tuple(self.results[c.name] for c in planned if c.name in self.results)
         winner = self.results[verdict.winner] if verdict.winner else None
         cpu_split = None if self.gpus else self.cfg.virtual_devices
@@ -351,6 +319,52 @@ class _Session:
         if self.cfg.budget_s is None:
             return self.cfg.timeout_s
         return max(1.0, min(self.cfg.timeout_s, self.cfg.budget_s - self._elapsed()))
+
+
+class _Records:
+    """What each candidate of one tune run has shown so far: its record, changed in one place (:meth:`record`).
+
+    Args:
+        margin: the ties' margin (``TuneConfig.margin``), for :meth:`verdict`.
+        say: called with a line when a candidate fails.
+    """
+
+    def __init__(self, margin: float, say: Callable[[str], None]) -> None:
+        self.margin, self.say = margin, say
+        self.results: dict[str, CandidateResult] = {}
+
+    def take(self, c: Candidate, reply: Any) -> None:
+        """A child's reply, into its candidate's record."""
+        kept = self.results.get(c.name) or _skipped(c, None, None, "")
+        if isinstance(reply, Failed):
+            status = reply.status if reply.status in STATUSES else "failed"
+            if kept.status == "ok" and kept.round_step_s:  # a later window: its rounds so far stand
+                self.record(c, detail=_joined(kept.detail, f"stopped after {kept.rounds} rounds: {reply.detail}"))
+                self.results[c.name] = replace(self.results[c.name], status=status)
+            else:
+                self.record(c, status=status, detail=reply.detail)
+            self.say(f"{c.name}: {status}: {reply.detail}")
+        elif isinstance(reply, Ready):
+            step = reply.step_s
+            self.record(c, status="ok", batch=reply.batch, startup_s=reply.startup_s, step_s=step)
+            self.record(c, examples_per_s=reply.batch / step if step else None)
+        elif isinstance(reply, Captured):
+            self.record(c, peak_memory=dict(reply.peak_memory), shares=dict(reply.shares), logdir=reply.logdir)
+
+    def record(self, c: Candidate, **changes: Any) -> None:
+        """Changes ``c``'s record (a ``skipped`` one with no why, where it has none yet)."""
+        kept = self.results.get(c.name) or _skipped(c, None, None, "")
+        self.results[c.name] = replace(kept, **changes)
+
+    def verdict(self) -> Verdict:
+        """The ties' judgement of the rounds so far: every process of every candidate timed ``ok``."""
+        timings = [
+            Timing(r.name, r.strategy, len(r.devices), rounds, process=k)
+            for r in self.results.values()
+            if r.status == "ok" and r.round_step_s
+            for k, rounds in enumerate(r.process_step_s)
+        ]
+        return judge(timings, margin=self.margin)
 
 
 # ----------------------------------------------------------------------------- small pure pieces
