@@ -23,7 +23,6 @@ MAX_METHODS = 15
 #: Classes outside ``jobs/`` that were over the limits when the limits were set, each held at the size it had then
 #: (it may shrink, never grow); an entry goes when its class is split (``tensorboard/plugin.py``'s was: eec668f).
 OVER_AT_THE_START = {
-    "tfdevices/tensorboard/callbacks.py: class PlacementLogger": (333, 19),
     "tfdevices/verify/report.py: class PlacementReport": (365, 19),
 }
 

@@ -102,10 +102,10 @@ def test_a_fit_that_raises_elsewhere_leaves_nothing_on(tf4, tmp_path, framework)
     held = runtime._RUN_METADATA["holders"]
     with pytest.raises(RuntimeError, match="another callback failed"):
         model.fit(np.ones((24, 4)), np.zeros((24, 2)), batch_size=4, verbose=0, callbacks=[logger, Fails()])
-    assert logger._watch is not None and not logger._watch.running
+    assert logger._captures.watch is not None and not logger._captures.watch.running
     assert runtime._RUN_METADATA["holders"] == held  # the logger's hold let go
     assert model.train_function.__name__ != "captured"  # Keras' own again
-    assert logger._worker._thread is None  # written what it had, and ended
+    assert logger._captures.worker._thread is None  # written what it had, and ended
     model.fit(np.ones((8, 4)), np.zeros((8, 2)), batch_size=4, verbose=0)  # fits on as Keras made it
 
 
@@ -292,7 +292,7 @@ def test_every_auto_spaces_captures_by_their_measured_cost(tf4, tmp_path):
     assert len(logger.steps) >= 2 and len(logger.costs) == len(logger.steps)
     gaps = [b - a for a, b in zip(logger.steps, logger.steps[1:])]
     assert all(gap > 1 for gap in gaps), gaps  # spaced out, never every step
-    plans = logger._schedule.plans
+    plans = logger._captures.schedule.plans
     assert [p[0] for p in plans[: len(gaps)]] == logger.steps[:-1]  # each capture planned the next one
     for (step, planned, step_s, cost), after, measured in zip(plans, logger.steps[1:], logger.costs):
         # captured where planned, from that capture's own cost; the plan is made once three steps after the

@@ -128,8 +128,6 @@ class PlacementLogger:
             mend ``fit_end`` stops the watch, puts the model's train function back and ends the worker.
         errors: the errors of the worker's jobs (each also warned about on the training thread).
         placed: ``(step, Instantiation)`` of every instantiation the watch saw, at the step that ran it.
-        memory_devices: the allocators whose memory was logged (``"GPU:0"``, ``"CPU"`` for the
-            host); devices without memory statistics are skipped.
 
     Raises:
         InputError: ``at_step``, ``every``, ``budget``, ``on_change`` or ``busy_threshold`` is out
@@ -163,97 +161,157 @@ class PlacementLogger:
         super().__init__()
         self.logdir = os.fspath(logdir)
         self.config = _config(at_step, options)
-        self.steps: list[int] = []
-        self.changes: list[PlacementChange] = []
-        self.costs: list[float] = []
-        self.worker_costs: list[float] = []
-        self.errors: list[BaseException] = []
-        self.placed: list[tuple[int, Instantiation]] = []
-        self.memory_devices: tuple[str, ...] = ()
         self._step = 0  # the training step about to run, counted over the whole fit
-        self._schedule = _CaptureSchedule()
-        self._swapped: _Swapped | None = None  # the train function put in for the step to capture
-        self._worker = Worker(f"placement-{id(self):x}")
-        self._watch: PlacementWatch | None = None
-        self._compared = _Compared()
-        self._reactions: list[PlacementChange] = []  # changes the worker found, reacted to on the training thread
-        self._warned: set[str] = set()  # devices whose memory was warned about
-        fit_end.arm()  # Keras calls no on_train_end when fit raises: the mend tells _abort (before fit starts)
+        self._captures = _Captures(self.logdir, self.config, f"placement-{id(self):x}")
+        kept = self._captures  # the same lists: the captures fill them, the logger shows them
+        self.steps: list[int] = kept.steps
+        self.changes: list[PlacementChange] = kept.changes
+        self.costs: list[float] = kept.costs
+        self.worker_costs: list[float] = kept.worker_costs
+        self.errors: list[BaseException] = kept.errors
+        self.placed: list[tuple[int, Instantiation]] = kept.placed
+        fit_end.arm()  # Keras calls no on_train_end when fit raises: the mend tells the abort (before fit starts)
 
     @property
     def report(self) -> PlacementReport | None:
         """The latest captured :class:`~tfdevices.verify.PlacementReport`, ``None`` until step ``at_step`` ran
         (reading it waits for the worker to finish the captures handed to it).
         """
-        self._worker.flush()
-        return self._compared.report
+        self._captures.worker.flush()
+        return self._captures.compared.report
 
-    def _due(self, step: int) -> bool:
-        if self.config.at_step is None or step < self.config.at_step:
-            return False
-        if step == self.config.at_step:
-            return True
-        if self.config.every == "auto":
-            return self._schedule.next_step is not None and step >= self._schedule.next_step
-        return isinstance(self.config.every, int) and (step - self.config.at_step) % self.config.every == 0
+    @property
+    def memory_devices(self) -> tuple[str, ...]:
+        """The allocators whose memory was logged (``"GPU:0"``, ``"CPU"`` for the host); devices without memory
+        statistics are skipped.
+        """
+        return self._captures.memory.devices
 
     def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         """Wraps the model's train function for the one call that runs a step to capture."""
-        self._schedule.tick(self.config.budget)
-        if self._due(self._step):
-            model = self.model
-            original = model.train_function
-            step = self._step
-
-            def captured(*args: Any, **kwargs: Any) -> Any:
-                model.train_function = original
-                started = time.perf_counter()
-                try:
-                    with capturing() as cap:
-                        return original(*args, **kwargs)
-                finally:
-                    self._captured(cap, step, started)
-
-            model.train_function = captured
-            self._swapped = _Swapped(model, original, captured)
+        if self._captures.step_begins(self._step):
+            self._captures.swap(self.model, self._step)
         self._step += 1
 
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
         """Starts watching the train function's instantiations (``watch=True``)."""
-        fit_end.when_fit_fails(self.model, self._abort)
-        if not self.config.watch:
-            return
-        function = getattr(self.model, "train_function", None)
-        if self._watch is None:  # one watch for every fit: a retrace in a later fit is compared with the earlier
-            self._watch = PlacementWatch()
-        self._watch.functions = traced_functions([function] if function is not None else [])
-        self._watch.start()
-        status = (
-            "watching the train function's instantiations from the runtime's placed graphs: TensorFlow's "
-            "run metadata (a process-wide setting) "
-            + ("turned on by tfdevices for this fit" if self._watch.turned_on else "already on (left as it was)")
-        )
-        step = self._step
-        self._write(lambda writer: writer.text(f"{self.config.name}/status", status, step))
+        fit_end.when_fit_fails(self.model, self._captures.abort)
+        if self.config.watch:
+            self._captures.start_watch(getattr(self.model, "train_function", None), self._step)
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         """Reads the placement of a train function instantiated in this step (nothing when none was)."""
-        if self._watch is not None and self._watch.running:
-            self._placed(self._watch.poll(), max(self._step - 1, 0))
-        self._deliver()
+        self._captures.poll(max(self._step - 1, 0))
+        self._captures.deliver()
 
-    def _write(self, write: Callable[[EventWriter], Any]) -> None:
+    def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
+        """Puts the model's own train function back if the captured step never ran; stops the watch."""
+        self._captures.end_fit(max(self._step - 1, 0))
+        self._captures.deliver()
+        fit_end.forget(self.model, self._captures.abort)
+        if self.config.at_step is not None and not self.steps and self._step <= self.config.at_step:
+            said = (
+                f"PlacementLogger(at_step={self.config.at_step}) captured nothing: training ran {self._step} "
+                f"step(s) (0..{max(self._step - 1, 0)}), so step {self.config.at_step} never came"
+            )
+            with summary_writer(self.logdir) as writer:  # for `tfdevices placement` to say so, too (worker idle)
+                writer.text(f"{self.config.name}/status", said, max(self._step - 1, 0))
+            warnings.warn(
+                f"{said}. HINT: pass at_step={min(1, max(self._step - 1, 0))} (steps count from 0 over the whole fit).",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        """Logs ``current`` memory and the ``peak`` since the last point, at the current step."""
+        if self.config.memory:
+            step, memory = max(self._step - 1, 0), self._captures.memory
+            self._captures.write(lambda writer: memory.log(writer, step))
+
+
+class _Captures:
+    """What a :class:`PlacementLogger` does between Keras' calls (internal): when to capture (the schedule), the
+    step captured (the train function swapped for one call), the watch of the train function's instantiations,
+    the comparison of each capture with the one before (a retrace, ``on_change``), and the writing.
+
+    Building, comparing and writing a capture run on the background worker; the reactions to a change (a
+    warning, ``on_change``'s call or error) and the worker's errors are delivered on the training thread.
+
+    Args:
+        logdir: the TensorBoard run directory to write into.
+        config: the logger's checked arguments.
+        name: the worker's name (its thread is ``tfdevices-NAME``).
+    """
+
+    def __init__(self, logdir: str, config: PlacementLoggerConfig, name: str) -> None:
+        self.logdir = logdir
+        self.config = config
+        self.steps: list[int] = []
+        self.changes: list[PlacementChange] = []
+        self.costs: list[float] = []
+        self.worker_costs: list[float] = []
+        self.errors: list[BaseException] = []
+        self.placed: list[tuple[int, Instantiation]] = []
+        self.schedule = _CaptureSchedule()
+        self.swapped: _Swapped | None = None  # the train function put in for the step to capture
+        self.worker = Worker(name)
+        self.watch: PlacementWatch | None = None
+        self.compared = _Compared()
+        self.memory = _MemoryLog(config.name)
+        self.reactions: list[PlacementChange] = []  # changes the worker found, reacted to on the training thread
+
+    def step_begins(self, step: int) -> bool:
+        """Times the step that begins (for ``every="auto"``); whether it is one to capture."""
+        self.schedule.tick(self.config.budget)
+        return self.schedule.due(step, self.config.at_step, self.config.every)
+
+    def swap(self, model: Any, step: int) -> None:
+        """Puts in the model's train function one that captures its next call, then puts the original back."""
+        original = model.train_function
+
+        def captured(*args: Any, **kwargs: Any) -> Any:
+            model.train_function = original
+            started = time.perf_counter()
+            try:
+                with capturing() as cap:
+                    return original(*args, **kwargs)
+            finally:
+                self.captured(cap, step, started)
+
+        model.train_function = captured
+        self.swapped = _Swapped(model, original, captured)
+
+    def start_watch(self, function: Any, step: int) -> None:
+        """Starts watching the instantiations of the train function ``function`` (``None``: not made yet)."""
+        if self.watch is None:  # one watch for every fit: a retrace in a later fit is compared with the earlier
+            self.watch = PlacementWatch()
+        self.watch.functions = traced_functions([function] if function is not None else [])
+        self.watch.start()
+        status = (
+            "watching the train function's instantiations from the runtime's placed graphs: TensorFlow's "
+            "run metadata (a process-wide setting) "
+            + ("turned on by tfdevices for this fit" if self.watch.turned_on else "already on (left as it was)")
+        )
+        self.write(lambda writer: writer.text(f"{self.config.name}/status", status, step))
+
+    def poll(self, step: int) -> None:
+        """Reads the placement of each train function instantiated since the last poll, at ``step``."""
+        if self.watch is not None and self.watch.running:
+            self.placed_at(self.watch.poll(), step)
+
+    def write(self, write: Callable[[EventWriter], Any]) -> None:
         """Writes on the worker, in its own event file."""
 
         def job() -> None:
             with summary_writer(self.logdir) as writer:
                 write(writer)
 
-        self._worker.submit(job)
+        self.worker.submit(job)
 
-    def _placed(self, found: list[Instantiation], step: int) -> None:
+    def placed_at(self, found: list[Instantiation], step: int) -> None:
+        """The instantiations the watch found, kept, written and, where one changed the placement, reacted to."""
         if found:
-            self._worker.flush()  # a capture of this step may have reported the change already
+            self.worker.flush()  # a capture of this step may have reported the change already
         for new in found:
             previous = self.placed[-1][0] if self.placed else step
             self.placed.append((step, new))
@@ -272,121 +330,87 @@ class PlacementLogger:
                 if news and change is not None:
                     _write_change(writer, self.config.name, change)
 
-            self._write(write)
+            self.write(write)
             if news and change is not None:
                 self.changes.append(change)
-                self._react(change)
+                self.react(change)
 
-    def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
-        """Puts the model's own train function back if the captured step never ran; stops the watch."""
-        watch = self._watch
+    def end_fit(self, step: int) -> None:
+        """The fit ended: the last instantiations read, the watch stopped, the train function back, all written."""
+        watch = self.watch
         if watch is not None and watch.running:
             try:
-                self._placed(watch.poll(), max(self._step - 1, 0))
+                self.placed_at(watch.poll(), step)
             finally:
                 watch.stop()
-        self._put_back()
-        self._worker.flush()
-        self._deliver()
-        fit_end.forget(self.model, self._abort)
-        if self.config.at_step is not None and not self.steps and self._step <= self.config.at_step:
-            said = (
-                f"PlacementLogger(at_step={self.config.at_step}) captured nothing: training ran {self._step} "
-                f"step(s) (0..{max(self._step - 1, 0)}), so step {self.config.at_step} never came"
-            )
-            with summary_writer(self.logdir) as writer:  # for `tfdevices placement` to say so, too (worker idle)
-                writer.text(f"{self.config.name}/status", said, max(self._step - 1, 0))
-            warnings.warn(
-                f"{said}. HINT: pass at_step={min(1, max(self._step - 1, 0))} (steps count from 0 over the whole fit).",
-                RuntimeWarning,
-                stacklevel=2,
-            )
+        self.put_back()
+        self.worker.flush()
 
-    def _put_back(self) -> None:
+    def put_back(self) -> None:
         """The model's own train function back, if the step to capture never ran."""
-        swapped, self._swapped = self._swapped, None
+        swapped, self.swapped = self.swapped, None
         if swapped is not None and swapped.model.train_function is swapped.captured:
             swapped.model.train_function = swapped.original
 
-    def _abort(self) -> None:
+    def abort(self) -> None:
         """``fit`` raised, so Keras calls no ``on_train_end`` (mend ``fit_end``): nothing is left on.
 
         The watch lets TensorFlow's run metadata go, the model gets its own train function back and
         the worker writes what it was given, then its thread ends.
         """
-        if self._watch is not None:
-            self._watch.stop()
-        self._put_back()
-        self._worker.close()
+        if self.watch is not None:
+            self.watch.stop()
+        self.put_back()
+        self.worker.close()
 
-    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
-        """Logs ``current`` memory and the ``peak`` since the last point, at the current step."""
-        if self.config.memory:
-            step = max(self._step - 1, 0)
-
-            def log() -> None:
-                with summary_writer(self.logdir) as writer:
-                    self._log_memory(writer, step)
-
-            self._worker.submit(log)
-
-    def _captured(self, cap: Capture, step: int, started: float) -> None:
+    def captured(self, cap: Capture, step: int, started: float) -> None:
         """On the training thread: the profiler has stopped; the rest is handed to the worker."""
         self.steps.append(step)
-        self._worker.submit(lambda: self._build(cap, step))
+        self.worker.submit(lambda: self.build(cap, step))
         self.costs.append(time.perf_counter() - started)
-        self._schedule.captured(step, self.costs[-1])
-        self._deliver()
+        self.schedule.captured(step, self.costs[-1])
+        self.deliver()
 
-    def _build(self, cap: Capture, step: int) -> None:
+    def build(self, cap: Capture, step: int) -> None:
         """On the worker: the report built, compared and written."""
         started = time.perf_counter()
         report = cap.report
-        change = self._compare(report, step)
+        change = self.compared.change(report, step, self.config.busy_threshold)
         if change is not None and change.changed:
             self.changes.append(change)
-            self._reactions.append(change)
+            self.reactions.append(change)
             report = dataclasses.replace(report, notes=(f"changed: {change.summary()}", *report.notes))
-        self._compared.report = report
+        self.compared.report = report
         functions = functions_of(report)
-        graphs = functions not in self._compared.graphs_written
-        self._compared.graphs_written.add(functions)
+        graphs = functions not in self.compared.graphs_written
+        self.compared.graphs_written.add(functions)
         with summary_writer(self.logdir) as writer:  # one event file for everything of this capture
             write_summaries(writer, report, step, self.config.name, graphs=graphs)
             if change is not None:
                 _write_change(writer, self.config.name, change)
             if self.config.memory:
-                self._log_memory(writer, step)
+                self.memory.log(writer, step)
         self.worker_costs.append(time.perf_counter() - started)
 
-    def _deliver(self) -> None:
+    def deliver(self) -> None:
         """On the training thread: the worker's errors warned about, its changes reacted to (which may raise)."""
-        for err in self._worker.take_errors():
+        for err in self.worker.take_errors():
             self.errors.append(err)
             warnings.warn(
                 f"PlacementLogger could not build or write a capture: {type(err).__name__}: {err}",
                 RuntimeWarning,
                 stacklevel=3,
             )
-        while self._reactions:
-            self._react(self._reactions.pop(0))
+        while self.reactions:
+            self.react(self.reactions.pop(0))
 
-    def _compare(self, report: PlacementReport, step: int) -> PlacementChange | None:
-        """The capture's change since the previous one of its functions, or since the one it replaced."""
-        functions = functions_of(report)
-        compared = self._compared
-        earlier = compared.by_function.get(functions) or compared.last
-        compared.by_function[functions] = compared.last = (step, report)
-        if earlier is None:
-            return None
-        return drift(earlier[1], report, step=step, previous_step=earlier[0], busy_threshold=self.config.busy_threshold)
-
-    def _react(self, change: PlacementChange) -> None:
+    def react(self, change: PlacementChange) -> None:
+        """What ``on_change`` asks for a change: nothing more, a warning, an error that stops ``fit``, or a call."""
         if self.config.on_change == "warn":
             warnings.warn(f"placement changed: {change.summary()}", RuntimeWarning, stacklevel=2)
         elif self.config.on_change == "raise":
-            if self._watch is not None:  # fit stops here without on_train_end: run metadata off now
-                self._watch.stop()
+            if self.watch is not None:  # fit stops here without on_train_end: run metadata off now
+                self.watch.stop()
             raise PlacementChangedError(
                 f"placement changed during training: {change.summary()}.",
                 hint="pin the moved ops with tf.device where they are created, or keep "
@@ -395,19 +419,6 @@ class PlacementLogger:
             )
         elif callable(self.config.on_change):
             self.config.on_change(change)
-
-    def _log_memory(self, writer: EventWriter, step: int) -> None:
-        """Writes each allocator's current use and peak since the last point, warns past 90%."""
-        tf = import_tf()
-        stats = _memory_stats(tf)
-        self.memory_devices = tuple(sorted(stats))
-        for device, info in sorted(stats.items()):
-            for key in ("current", "peak"):
-                writer.scalar(f"{self.config.name}/memory/{device}/{key}_bytes", info[key], step)
-        for device, message in over_limit(stats, _memory_limits(tf)).items():
-            if device not in self._warned:
-                self._warned.add(device)
-                warnings.warn(message, ResourceWarning, stacklevel=2)
 
 
 @dataclass(frozen=True)
@@ -469,6 +480,17 @@ class _Compared:
     graphs_written: set[tuple[int, ...]] = field(default_factory=set)
     report: PlacementReport | None = None  # the latest captured report
 
+    def change(self, report: PlacementReport, step: int, busy_threshold: float) -> PlacementChange | None:
+        """The capture's change since the previous one of its functions, or since the one it replaced; the
+        capture is kept as the one the next of its functions (and the next of all) is compared with.
+        """
+        functions = functions_of(report)
+        earlier = self.by_function.get(functions) or self.last
+        self.by_function[functions] = self.last = (step, report)
+        if earlier is None:
+            return None
+        return drift(earlier[1], report, step=step, previous_step=earlier[0], busy_threshold=busy_threshold)
+
 
 # help(), inspect and Sphinx read a class's signature from __new__ before __init__: __new__ only picks the Keras
 # base, so the class says its arguments: logdir, at_step, then the other fields of PlacementLoggerConfig.
@@ -510,6 +532,16 @@ class _CaptureSchedule:
         """The median time of the recent uncaptured steps, ``None`` before one was timed."""
         return statistics.median(self._times) if self._times else None
 
+    def due(self, step: int, at_step: int | None, every: int | str | None) -> bool:
+        """Whether ``step`` is one to capture: ``at_step``, then every ``every`` steps or when ``"auto"`` says."""
+        if at_step is None or step < at_step:
+            return False
+        if step == at_step:
+            return True
+        if every == "auto":
+            return self.next_step is not None and step >= self.next_step
+        return isinstance(every, int) and (step - at_step) % every == 0
+
     def tick(self, budget: float) -> None:
         now = time.perf_counter()
         if self._last_tick is not None and not self._skip:
@@ -527,6 +559,30 @@ class _CaptureSchedule:
         self._skip, self._since = True, 0
         self._pending = (step, cost)
         self.next_step = None
+
+
+@dataclass
+class _MemoryLog:
+    """The memory logged at each capture and at the end of each epoch (internal, written by the worker): the
+    allocators whose memory was logged, and the GPUs already warned about past 90% of their memory limit.
+    """
+
+    name: str  # the prefix of the summary tags
+    devices: tuple[str, ...] = ()
+    warned: set[str] = field(default_factory=set)
+
+    def log(self, writer: EventWriter, step: int) -> None:
+        """Writes each allocator's current use and peak since the last point, warns past 90%."""
+        tf = import_tf()
+        stats = _memory_stats(tf)
+        self.devices = tuple(sorted(stats))
+        for device, info in sorted(stats.items()):
+            for key in ("current", "peak"):
+                writer.scalar(f"{self.name}/memory/{device}/{key}_bytes", info[key], step)
+        for device, message in over_limit(stats, _memory_limits(tf)).items():
+            if device not in self.warned:
+                self.warned.add(device)
+                warnings.warn(message, ResourceWarning, stacklevel=2)
 
 
 def _indented(text: str) -> str:
