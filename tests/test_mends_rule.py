@@ -51,6 +51,8 @@ def _foreign_names(tree: ast.Module) -> set[str]:
         if isinstance(node, ast.Import):
             names.update((a.asname or a.name).split(".")[0] for a in node.names if not _own(a.name))
         elif isinstance(node, ast.ImportFrom) and not node.level and not _own(node.module or ""):
+            if node.module == "__future__":  # a compiler directive, not another library's object
+                continue
             names.update(a.asname or a.name for a in node.names)
     bindings = [(target, value) for node in ast.walk(tree) for target, value in _bindings(node)]
     while True:  # an alias of an alias: until no binding adds a name
@@ -235,6 +237,7 @@ def test_the_checker_catches_a_planted_change(source: str, caught: list[str] | N
         "import os\nenv = os.environ.copy()\nenv.update({'X': '1'})",  # a copy, changed: the process' own is not
         "import os\nseen = set()\nseen.add(os.getpid())",
         "import json\nrows = []\nrows.append(json.dumps(1))",
+        "from __future__ import annotations\nannotations = {}\nannotations.update({'a': 1})",  # a local name
     ],
 )
 def test_the_checker_leaves_own_objects_alone(source: str) -> None:

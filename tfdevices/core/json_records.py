@@ -326,11 +326,11 @@ def _spec(cls: type[Any]) -> tuple[tuple[str, Any, bool], ...]:
         return _SPECS[cls]
     module = vars(sys.modules[cls.__module__]) if cls.__module__ in sys.modules else {}
     if is_record(cls):
-        annotations: dict[str, Any] = {}
+        declared: dict[str, Any] = {}
         for klass in reversed(cls.__mro__):
-            annotations.update(klass.__dict__.get("__annotations__", {}))  # noqa: RUF063 (no inspect)
+            declared.update(klass.__dict__.get("__annotations__", {}))  # noqa: RUF063 (no inspect)
         given = defaults(cls)
-        rows = [(name, annotations[name], name not in given) for name in fields(cls)]
+        rows = [(name, declared[name], name not in given) for name in fields(cls)]
     elif hasattr(cls, "__dataclass_fields__"):
         missing = sys.modules["dataclasses"].MISSING  # a dataclass: dataclasses is loaded already
         rows = [
