@@ -435,12 +435,19 @@ COLUMNS = (
 )  # fmt: skip
 
 
+def _cell(cell: Callable[[dict], str], cases: dict) -> str:
+    try:
+        return cell(cases)
+    except KeyError:  # a case not run (--cases)
+        return "-"
+
+
 def print_tables(results: dict[int, dict[str, dict]]) -> None:
     """The one table (a row per size), the growth from each size to the next, the end files, the lines."""
     print("| ranks (nodes) | " + " | ".join(name for name, _ in COLUMNS) + " |")
     print("|---:|" + "---:|" * len(COLUMNS))
     for ranks, cases in results.items():
-        print(f"| {ranks:,} ({max(1, ranks // 8)}) | " + " | ".join(cell(cases) for _, cell in COLUMNS) + " |")
+        print(f"| {ranks:,} ({max(1, ranks // 8)}) | " + " | ".join(_cell(cell, cases) for _, cell in COLUMNS) + " |")
     sizes = list(results)
     print("\n## growth from one size to the next (8x the ranks)\n")
     grown = (("look CPU, 1 step/s", "slow@1", "look_ms"), ("look CPU, 20 steps/s", "slow@20", "look_ms"),
@@ -453,8 +460,8 @@ def print_tables(results: dict[int, dict[str, dict]]) -> None:
     for label, case, key in grown:
         ratios = []
         for a, b in zip(sizes, sizes[1:]):
-            x, y = results[a][case][key], results[b][case][key]
-            ratios.append(f"{y / x:.1f}x" if x else "-")
+            x, y = results[a].get(case, {}).get(key), results[b].get(case, {}).get(key)
+            ratios.append(f"{y / x:.1f}x" if x and y is not None else "-")
         print(f"| {label} | " + " | ".join(ratios) + " |")
     print_files(results)
     print_lines(results)
@@ -467,7 +474,7 @@ def print_files(results: dict[int, dict[str, dict]]) -> None:
     print("| ranks | " + " | ".join(names) + " | steps.json timeline entries (the watch keeps 100,000) |")
     print("|---:|" + "---|" * (len(names) + 1))
     for ranks, cases in results.items():
-        files = cases["slow@1"]["files"]
+        files = cases.get("slow@1", {}).get("files", {})
         cells = []
         for name in names:
             piece = files.get(name)
@@ -497,7 +504,7 @@ def print_lines(results: dict[int, dict[str, dict]]) -> None:
         print(f"\n{case} at {largest:,} ranks: named {r['named']['after_s']:.1f} s after the imbalance "
               f"(look {r['named']['look']}):\n    {shown}")  # fmt: skip
     for ranks, cases in results.items():
-        if cases["slow@1"]["profile"]:
+        if cases.get("slow@1", {}).get("profile"):
             print(f"\none look at {ranks:,} ranks (slow, 1 step/s), cProfile's top functions by own time:")
             for line in cases["slow@1"]["profile"]:
                 print("    " + line)
@@ -509,7 +516,12 @@ def main() -> None:
     parser.add_argument("--cases", default=",".join(CASES))
     parser.add_argument("--timeout", type=float, default=900, help="seconds a case may take")
     parser.add_argument("--json", help="also write every case's figures here")
+    parser.add_argument("--tables", help="print the tables of a --json file written before, and run nothing")
     args = parser.parse_args()
+    if args.tables:
+        with open(args.tables, encoding="utf-8") as f:
+            print_tables({int(k): v for k, v in json.load(f).items()})
+        return
     load = os.getloadavg()
     print(f"# bench_job_scale, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load {load[0]:.1f} "
           f"{load[1]:.1f} {load[2]:.1f}, {os.cpu_count()} CPUs\n")  # fmt: skip
