@@ -31,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
-import inspect
 import logging
 import re
 import sys
@@ -365,8 +364,6 @@ def say(text: str) -> None:
     (``[launcher] ...``) where this process runs a launch, the application's handlers where it has some, else
     stderr (a worker, rank 0's watch). The one path the jobs' messages take.
     """
-    frame = inspect.currentframe()
-    caller = frame.f_back if frame is not None else None
-    name = caller.f_globals.get("__name__", "") if caller is not None else ""
+    name = sys._getframe(1).f_globals.get("__name__", "")  # the caller's module
     logger = logging.getLogger(name if name.startswith(LOGGER.name + ".") else LOGGER.name)
     logger.info(text, stacklevel=2)
