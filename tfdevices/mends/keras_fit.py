@@ -106,7 +106,6 @@ KERAS3_FIT_HINT = (
 #: 3.3.3 (TensorFlow 2.16.2), 3.15.1 and the 3.16 nightly CI pins (``keras-nightly``). A release
 #: outside it is mended where the defect is found, and said to be unchecked.
 CHECKED = Checked("Keras", (3, 3), (3, 16))
-FIT_ADAPTER_KERAS = (CHECKED.low, CHECKED.high)
 #: The module whose import installs the adapter (:func:`install_when_imported`).
 KERAS_TRAINER = keras_trainer.KERAS_TRAINER
 
