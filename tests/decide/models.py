@@ -17,9 +17,11 @@ def hang():
     path = os.environ.get("TFDEVICES_TEST_PIDFILE")
     if path:
         for name in (path, f"{path}.{os.getpid()}"):
-            with open(name + ".tmp", "w") as f:
+            # a candidate's processes get here side by side: each writes a file of its own, hidden from "PIDFILE.*"
+            scratch = os.path.join(os.path.dirname(name), f".{os.getpid()}.tmp")
+            with open(scratch, "w") as f:
                 f.write(str(os.getpid()))
-            os.replace(name + ".tmp", name)
+            os.replace(scratch, name)
     while True:
         time.sleep(1)
 
