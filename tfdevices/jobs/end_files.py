@@ -107,17 +107,18 @@ def write_job_files(
     looks: int = 0,
     *,
     looks_every_rank: int = 0,
+    timeline_every: int = 1,
 ) -> list[str]:
     """Writes the job's end into ``directory``: ``steps.json``; then, where the watch saw every rank's split,
     ``ranks.json``, the picture of the split and a TensorBoard run per rank, else the picture of the steps.
     ``timeline``: (time, rank, steps begun, phase) at each change; ``end``: when the watch last looked, where the
     picture's lines end; ``looks``: how many times it looked; ``looks_every_rank``: of those, how many read every
-    rank past its first step. Returns the paths written: none when no rank began
-    a step.
+    rank past its first step; ``timeline_every``: the timeline keeps each rank's every N-th step (a long or large
+    job's, thinned). Returns the paths written: none when no rank began a step.
     """
     if not any(begun for _, _, begun, _ in timeline):
         return []  # no rank began a step (a job that never trained): there are no steps to show
-    written = [write_steps(timeline, directory, looks, looks_every_rank=looks_every_rank)]
+    written = [write_steps(timeline, directory, looks, looks_every_rank=looks_every_rank, every=timeline_every)]
     if not summary.history:
         picture = draw_steps(timeline, os.path.join(directory, "steps.png"), end)
         return written + ([picture] if picture else [])
@@ -130,10 +131,16 @@ def write_job_files(
 
 
 def write_steps(
-    timeline: Sequence[tuple[float, int, int, str]], directory: str, looks: int = 0, *, looks_every_rank: int = 0
+    timeline: Sequence[tuple[float, int, int, str]],
+    directory: str,
+    looks: int = 0,
+    *,
+    looks_every_rank: int = 0,
+    every: int = 1,
 ) -> str:
     """``steps.json``: each rank's steps begun and phase at each change, in seconds since the first record, how
-    many times the watch looked, and how many of those looks read every rank past its first step.
+    many times the watch looked, how many of those looks read every rank past its first step, and which steps the
+    changes are kept for (``steps_kept_every``: 1, every step; N, the steps begun a multiple of N, and the end).
     """
     start = min(t for t, *_ in timeline)
     ranks: dict[int, list[tuple[float, int, str]]] = {}
@@ -146,6 +153,7 @@ def write_steps(
                 "start": start,
                 "looks": looks,
                 "looks_every_rank": looks_every_rank,
+                "steps_kept_every": every,
                 "columns": ["seconds", "steps begun", "phase"],
                 "ranks": ranks,
             },
@@ -167,8 +175,8 @@ def _pyplot() -> Any:
 
 
 def draw_steps(timeline: Sequence[tuple[float, int, int, str]], path: str, end: float | None = None) -> str | None:
-    """The picture of each rank's steps over time (a shaded span: a rank in a callback); ``None`` without
-    matplotlib.
+    """The picture of each rank's steps over time (a shaded span: a rank in a callback); past
+    :data:`DRAWN_RANKS` ranks, those furthest behind at the end. ``None`` without matplotlib.
     """
     plt = _pyplot()
     if plt is None:
@@ -178,6 +186,10 @@ def draw_steps(timeline: Sequence[tuple[float, int, int, str]], path: str, end: 
     for t, rank, begun, phase in sorted(timeline):
         ranks.setdefault(rank, []).append((t - start, begun, phase))
     last = max([p[0] for points in ranks.values() for p in points] + [(end or start) - start])
+    title = "each rank's steps (shaded: in a callback)"
+    if len(ranks) > DRAWN_RANKS:
+        title = f"the {DRAWN_RANKS} of {len(ranks):,} ranks furthest behind (shaded: in a callback)"
+        ranks = dict(sorted(ranks.items(), key=lambda kv: (kv[1][-1][1], kv[0]))[:DRAWN_RANKS])
     fig, ax = plt.subplots(figsize=(8, 3.5))
     for rank, points in sorted(ranks.items()):
         (line,) = ax.step([p[0] for p in points] + [last], [p[1] for p in points] + [points[-1][1]], where="post")
@@ -186,7 +198,7 @@ def draw_steps(timeline: Sequence[tuple[float, int, int, str]], path: str, end: 
             if phase == "callback":
                 ax.axvspan(t, after[0], color=line.get_color(), alpha=0.2)
     ax.set(xlabel="seconds since the first record", ylabel="steps begun")
-    ax.set_title("each rank's steps (shaded: in a callback)")
+    ax.set_title(title)
     ax.legend(loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -196,13 +208,14 @@ def draw_steps(timeline: Sequence[tuple[float, int, int, str]], path: str, end: 
 
 def draw_ranks(data: Mapping[str, Any], path: str) -> str | None:
     """The picture of ``ranks.json``'s data at ``path``: a bar per rank and, over two looks or more, each rank's
-    work and wait over time; ``None`` without matplotlib.
+    work and wait over time; past :data:`DRAWN_RANKS` ranks, the bars of the :data:`SLOWEST` slowest (the slow
+    rank among them) and one of the others' median with their range, and the lines of the slowest few and the
+    median of every rank. ``None`` without matplotlib.
     """
     plt = _pyplot()
     if plt is None:
         return None
-    ranks = data["ranks"]
-    over = data["over_time"]
+    ranks, over = _drawn(data)
     bars_height = 1.2 + 0.3 * len(ranks)
     if all(len(points) >= 2 for points in over.values()) and over:
         fig, (bars, lines) = plt.subplots(2, 1, figsize=(9, bars_height + 4.2), height_ratios=(bars_height, 2.6))
@@ -216,6 +229,42 @@ def draw_ranks(data: Mapping[str, Any], path: str) -> str | None:
     return path
 
 
+#: Past this many ranks, the picture draws the slowest ranks and the others' spread, not a bar per rank.
+DRAWN_RANKS = 16
+#: The ranks a large job's picture draws a bar for (the slowest by their own work; the slow rank among them).
+SLOWEST = 10
+
+
+def _drawn(data: Mapping[str, Any]) -> tuple[list[Mapping[str, Any]], Mapping[str, Sequence[Sequence[float]]]]:
+    """The bars and the lines over time the picture draws: every rank's, or past :data:`DRAWN_RANKS` the slowest
+    ranks', a bar of the others' median (its range: the others' least and most total) and the median's line.
+    """
+    ranks, over = list(data["ranks"]), data["over_time"]
+    if len(ranks) <= DRAWN_RANKS:
+        return ranks, over
+    work = {r["rank"]: sum(r[f"{p}_ms"] for p in PARTS[:-1]) for r in ranks}
+    slowest = sorted(ranks, key=lambda r: (r["rank"] != data.get("slow_rank"), -work[r["rank"]]))[:SLOWEST]
+    kept = {r["rank"] for r in slowest}
+    others = [r for r in ranks if r["rank"] not in kept]
+    totals = [sum(r[f"{p}_ms"] for p in PARTS) for r in others]
+    median = {f"{p}_ms": _median([r[f"{p}_ms"] for r in others]) for p in PARTS}
+    band = {"rank": f"the other {len(others):,}", **median, "range": (min(totals), max(totals))}
+    lines = {str(r["rank"]): over[str(r["rank"])] for r in slowest[:3] if str(r["rank"]) in over}
+    looks = min((len(points) for points in over.values()), default=0)
+    lines["median"] = [[next(iter(over.values()))[i][0], *_column_medians(over, i)] for i in range(looks)]
+    return sorted(slowest, key=lambda r: r["rank"]) + [band], lines
+
+
+def _column_medians(over: Mapping[str, Sequence[Sequence[float]]], i: int) -> list[float]:
+    return [_median([points[i][c] for points in over.values()]) for c in range(1, 1 + len(PARTS))]
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
 def _draw_bars(bars: Any, ranks: Sequence[Mapping[str, Any]], data: Mapping[str, Any]) -> None:
     for row, rank in enumerate(ranks):
         left = 0.0
@@ -223,8 +272,14 @@ def _draw_bars(bars: Any, ranks: Sequence[Mapping[str, Any]], data: Mapping[str,
             width = rank[f"{part}_ms"]
             bars.barh(row, width, left=left, color=_COLORS[part], label=part if row == 0 else None)
             left += width
-        bars.text(left, row, f"  score {rank['score']:.2f}", va="center", fontsize=8)
-    bars.set_yticks(range(len(ranks)), [f"rank {r['rank']}" for r in ranks])
+        if "range" in rank:  # the others' median: their range of totals as a whisker
+            low, high = rank["range"]
+            bars.errorbar(left, row, xerr=[[left - low], [high - left]], color="black", capsize=3)
+            bars.text(high, row, "  median, least to most", va="center", fontsize=8)
+        else:
+            bars.text(left, row, f"  score {rank['score']:.2f}", va="center", fontsize=8)
+    names = [f"rank {r['rank']}" if isinstance(r["rank"], int) else str(r["rank"]) for r in ranks]
+    bars.set_yticks(range(len(ranks)), names)
     bars.invert_yaxis()
     bars.set_xlabel("ms per step")
     slow = data.get("slow_rank")
@@ -233,14 +288,18 @@ def _draw_bars(bars: Any, ranks: Sequence[Mapping[str, Any]], data: Mapping[str,
         title += " (every rank waits in the all-reduce: the link is the bottleneck)"
     bars.set_title(f"where each rank spends its step: {title}", fontsize=10)
     bars.legend(loc="upper center", bbox_to_anchor=(0.5, -0.32), fontsize=8, ncol=len(PARTS), frameon=False)
-    bars.set_xlim(0, 1.15 * max([sum(r[f"{p}_ms"] for p in PARTS) for r in ranks] + [1e-3]))
+    ends = [sum(r[f"{p}_ms"] for p in PARTS) for r in ranks] + [r["range"][1] for r in ranks if "range" in r]
+    bars.set_xlim(0, 1.15 * max([*ends, 1e-3]))
 
 
 def _draw_over_time(lines: Any, over: Mapping[str, Sequence[Sequence[float]]]) -> None:
-    for rank, points in sorted(over.items(), key=lambda kv: int(kv[0])):
+    for rank, points in sorted(
+        over.items(), key=lambda kv: (not kv[0].isdigit(), int(kv[0]) if kv[0].isdigit() else 0)
+    ):
         t = [p[0] for p in points]
-        (line,) = lines.plot(t, [sum(p[1:5]) for p in points], label=f"rank {rank}: own work")
-        lines.plot(t, [p[5] for p in points], linestyle="--", color=line.get_color(), label=f"rank {rank}: wait")
+        name = f"rank {rank}" if rank.isdigit() else "every rank's median"
+        (line,) = lines.plot(t, [sum(p[1:5]) for p in points], label=f"{name}: own work")
+        lines.plot(t, [p[5] for p in points], linestyle="--", color=line.get_color(), label=f"{name}: wait")
     lines.set(xlabel="seconds since the first look", ylabel="ms per step")
     lines.set_title("each rank's own work (between + callback + input + compute) and wait, over time", fontsize=10)
     lines.legend(loc="upper right", fontsize=8)

@@ -517,7 +517,11 @@ def _write_end_files(watch: JobWatch, summary: JobSummary, log_dir: str, say: Ca
     end, looks = (latest.at, latest.number) if latest is not None else (None, 0)
     try:
         every = watch.looks_every_rank
-        for path in write_job_files(summary, watch.timeline, log_dir, end, looks, looks_every_rank=every):
+        kept = watch.timeline_every
+        files = write_job_files(
+            summary, watch.timeline, log_dir, end, looks, looks_every_rank=every, timeline_every=kept
+        )
+        for path in files:
             say(f"each rank's steps: {path}")
     except OSError as err:
         say(f"cannot write the steps' timeline in --log-dir ({err.strerror})")

@@ -30,7 +30,7 @@ import os
 import statistics
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from tfdevices.jobs.progress import RankProgress, Waits
@@ -51,6 +51,10 @@ from tfdevices.jobs.straggler import (
 SNAPSHOT_FILE = "job.json"
 #: Readings of each rank's waits kept (by the step read after).
 _READINGS = 64
+#: The timeline's entries kept: past it, the timeline keeps every other step of each rank's (then every 4th, ...).
+TIMELINE_ENTRIES = 100_000
+#: Every rank's splits kept over the looks, in all: past it, every other look is kept (then every 4th, ...).
+HISTORY_SPLITS = 1 << 17
 
 
 class JobState(enum.Enum):
@@ -136,8 +140,10 @@ class JobSummary:
         link_bound: every rank waited in the collectives most of its step: the link, not a rank.
         looks: the looks the medians are taken over.
         said: the slow-rank lines said while the job ran.
-        history: each look's time and every rank's split then.
+        history: each look's time and every rank's split then (of the looks counted, one in ``every``).
         polls: the looks in a row a slow rank must persist in to be named.
+        every: one look in how many is in :attr:`history` (a long or large job's history is thinned to
+            :data:`HISTORY_SPLITS` splits, evenly over the job).
     """
 
     splits: tuple[RankSplit, ...]
@@ -148,13 +154,16 @@ class JobSummary:
     said: tuple[str, ...]
     history: tuple[tuple[float, tuple[RankSplit, ...]], ...]
     polls: int
+    every: int = 1
 
     def lines(self) -> list[str]:
         """The job's summary for the console: the table, the slow rank or the link, and what would help."""
         if not self.splits:
             return []
         how = "waits measured" if all(s.measured for s in self.splits) else "no waits measured: wait inferred"
-        looks = f"{self.looks} look" + ("" if self.looks == 1 else "s")
+        looks = f"{self.looks:,} look" + ("" if self.looks == 1 else "s")
+        if self.every > 1:
+            looks += f", one in {self.every:,} of the job's kept"
         lines = [f"each rank's step, ms (median of {looks}; {how}):", *rank_table(self.splits)]
         if self.slow is not None:
             lines.append("over the job, " + self.slow.reason())
@@ -211,6 +220,7 @@ class JobWatch:
         self._done: dict[int, int] = {}
         self._last: dict[int, tuple[int, str]] = {}
         self.timeline: list[tuple[float, int, int, str]] = []  # (time, rank, steps begun, phase) at each change
+        self.timeline_every = 1  # the timeline keeps the changes of each rank's every N-th step (and its end)
         self._slow = _SlowTracker()
         self._stall = _StallTracker()
         self.latest: JobSnapshot | None = None
@@ -242,7 +252,7 @@ class JobWatch:
         snapshot = JobSnapshot(
             now,
             (self.latest.number if self.latest is not None else 0) + 1,
-            len(self._slow.history),
+            self._slow.counted,
             _rows(records, splits, self._slow.named, stall),
             self._slow.named,
             stall,
@@ -259,9 +269,13 @@ class JobWatch:
             if record.done > self._done.get(record.rank, 0) and record.last_step_s > 0:
                 self._steps.append(record.last_step_s)
             self._done[record.rank] = record.done
-            if self._last.get(record.rank) != (record.started, record.phase) and len(self.timeline) < 100_000:
+            if self._last.get(record.rank) != (record.started, record.phase):
                 self._last[record.rank] = (record.started, record.phase)
-                self.timeline.append((record.changed_at, record.rank, record.started, record.phase))
+                if _kept(record.started, record.phase, self.timeline_every):
+                    self.timeline.append((record.changed_at, record.rank, record.started, record.phase))
+        while len(self.timeline) > TIMELINE_ENTRIES:  # thinned: the whole job at half the detail
+            self.timeline_every *= 2
+            self.timeline = [e for e in self.timeline if _kept(e[2], e[3], self.timeline_every)]
 
     def summary(self) -> JobSummary:
         """The job over its looks, for its end: computed here, once, and rendered by every end-of-job view (each
@@ -269,6 +283,11 @@ class JobWatch:
         """
         steps = {row.rank: row.steps for row in self.latest.rows} if self.latest is not None else {}
         return self._slow.summary(self._policy(), steps)
+
+
+def _kept(begun: int, phase: str, every: int) -> bool:
+    """Whether the timeline keeps a change: of a step it keeps (one in ``every``), or a rank's end."""
+    return begun % every == 0 or phase == "done"
 
 
 def _rows(
@@ -309,7 +328,9 @@ class _SlowTracker:
     """The slow-rank part of the watch: each rank's wait readings, the looks' splits, the rank named."""
 
     def __init__(self) -> None:
-        self.history: list[tuple[float, tuple[RankSplit, ...]]] = []  # (time, every rank's split) per look
+        self.history: list[tuple[float, tuple[RankSplit, ...]]] = []  # (time, every rank's split), 1 look in every
+        self.every = 1
+        self.counted = 0
         self.named: SlowRank | None = None
         self.said: list[str] = []
         self.ever: set[tuple[int, str]] = set()  # (rank, component) named while the job ran
@@ -334,10 +355,18 @@ class _SlowTracker:
         self._splits = split_ranks(records, slow_policy.min_steps, shares)
         if not self._splits:
             return ()
-        if len(self.history) < 100_000:
-            self.history.append((now, self._splits))
+        self._keep(now)
         self._name(find_slow_rank(self._splits, slow_policy), slow_policy.polls, said)
         return self._splits
+
+    def _keep(self, now: float) -> None:
+        """Keeps this look's splits in the history, thinned to :data:`HISTORY_SPLITS` splits evenly over the job."""
+        if self.counted % self.every == 0:
+            self.history.append((now, self._splits))
+        self.counted += 1
+        while len(self.history) > 1 and len(self.history) * len(self._splits) > HISTORY_SPLITS:
+            self.every *= 2
+            self.history = self.history[::2]
 
     def _keep_readings(self, records: Sequence[RankProgress]) -> None:
         for r in records:
@@ -381,6 +410,7 @@ class _SlowTracker:
             tuple(self.said),
             tuple(self.history),
             policy.slow_rank.polls,
+            self.every,
         )
 
 
@@ -424,25 +454,31 @@ def _frame_lines(stall: Stall, frames: Mapping[int, Sequence[str]], where: str) 
     return lines
 
 
-def snapshot_data(snapshot: JobSnapshot) -> dict[str, Any]:
-    """A snapshot's rows as plain JSON types (what ``job.json`` holds)."""
+_ROW_FIELDS = tuple(f.name for f in dataclasses.fields(RankRow) if f.name != "split")
+_SPLIT_FIELDS = tuple(f.name for f in dataclasses.fields(RankSplit) if f.name not in ("rank", "node"))
+
+
+def snapshot_data(snapshot: JobSnapshot, ranks: Collection[int] | None = None) -> dict[str, Any]:
+    """A snapshot's rows as plain JSON types (what ``job.json`` holds): those of ``ranks`` (``None``: every rank)."""
     rows = []
     for row in snapshot.rows:
-        data = {k: v for k, v in dataclasses.asdict(row).items() if k != "split"}
-        if row.split is not None:
-            data["split"] = {k: v for k, v in dataclasses.asdict(row.split).items() if k not in ("rank", "node")}
-        rows.append(data)
+        if ranks is None or row.rank in ranks:
+            data = {name: getattr(row, name) for name in _ROW_FIELDS}
+            if row.split is not None:
+                data["split"] = {name: getattr(row.split, name) for name in _SPLIT_FIELDS}
+            rows.append(data)
     return {"version": 1, "at": snapshot.at, "state": snapshot.state.value, "looks": snapshot.looks, "ranks": rows}
 
 
-def write_snapshot(snapshot: JobSnapshot, directory: str) -> None:
-    """Writes the snapshot's rows to ``job.json`` in ``directory`` (replaced whole; a failure is left unsaid: the
-    workers' TensorBoard scalars then miss one look).
+def write_snapshot(snapshot: JobSnapshot, directory: str, ranks: Collection[int] | None = None) -> None:
+    """Writes the rows of ``ranks`` (this machine's: only its workers read them; ``None``: every rank) to
+    ``job.json`` in ``directory``, replaced whole; a failure is left unsaid: the workers' TensorBoard scalars then
+    miss one look.
     """
     path = os.path.join(directory, SNAPSHOT_FILE)
     try:
         with open(path + ".tmp", "w", encoding="utf-8") as f:
-            json.dump(snapshot_data(snapshot), f)
+            json.dump(snapshot_data(snapshot, ranks), f)
         os.replace(path + ".tmp", path)
     except OSError:
         pass

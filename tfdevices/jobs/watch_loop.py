@@ -1,16 +1,17 @@
 """The job's one watch loop: run by the launcher, or by rank 0 where no launcher watches.
 
-About once a second a look reads this machine's ranks' records from the progress directory and, where the job
-spans machines, the others' through the records' channel (:class:`~tfdevices.jobs.record_channel.Channel`: the
-launchers' connections, :mod:`tfdevices.jobs.node_exchange`, or TensorFlow's coordination service,
+About once a second a look reads this machine's ranks' records from the progress directory and, where the job spans
+machines, the others' through the records' channel (:class:`~tfdevices.jobs.record_channel.Channel`: the launchers'
+connections, :mod:`tfdevices.jobs.node_exchange`, or TensorFlow's coordination service,
 :mod:`tfdevices.jobs.coordination_keys`); the job's :class:`~tfdevices.jobs.watch.JobWatch` turns them into a
-snapshot, left in ``job.json`` for the workers' TensorBoard scalars; its lines, and the channel's "not heard"
-lines, are said (:func:`tfdevices.jobs.console.say`: the launcher's console, or rank 0's stderr). A stuck rank's
-frames are asked for on this machine (``SIGUSR1``, :mod:`tfdevices.jobs.stacks`) and through the channel at once;
-a stall past the stall timeout is said, the channel told to stop every rank, and :data:`STALL_STATUS` returned.
-At the job's end, one last look and the job's summary. :class:`WatchLoop` is the one place either watcher does
-these; the launcher (:mod:`tfdevices.jobs.launcher`) calls :meth:`WatchLoop.look` from its wait for the workers,
-rank 0 (:mod:`tfdevices.jobs.rank_hooks`) runs :meth:`WatchLoop.run` on a thread. TensorFlow-free.
+snapshot, this machine's rows left in ``job.json`` for its workers' TensorBoard scalars; its lines, and the
+channel's "not heard" lines, are said (:func:`tfdevices.jobs.console.say`: the launcher's console, or rank 0's
+stderr). A stuck rank's frames are asked for on this machine (``SIGUSR1``, :mod:`tfdevices.jobs.stacks`) and through
+the channel at once; a stall past the stall timeout is said, the channel told to stop every rank, and
+:data:`STALL_STATUS` returned. At the job's end, one last look and the job's summary. :class:`WatchLoop` is the one
+place either watcher does these; the launcher (:mod:`tfdevices.jobs.launcher`) calls :meth:`WatchLoop.look` from its
+wait for the workers, rank 0 (:mod:`tfdevices.jobs.rank_hooks`) runs :meth:`WatchLoop.run` on a thread.
+TensorFlow-free.
 """
 
 from __future__ import annotations
@@ -120,7 +121,7 @@ class WatchLoop:
         the job); a stall past the timeout stops the job: :data:`STALL_STATUS`, else ``None``.
         """
         snapshot: JobSnapshot = self.watch.poll(self.records())
-        write_snapshot(snapshot, self.place.directory)
+        write_snapshot(snapshot, self.place.directory, frozenset(self.local))  # read by this machine's workers
         if not speak:
             return None
         for line in [*snapshot.said, *(self.channel.unheard(self.local) if self.channel is not None else ())]:
