@@ -119,6 +119,84 @@ def test_a_bad_stall_setting_is_refused(value: str) -> None:
         policy_from_env({"TFDEVICES_STALL_TIMEOUT": value})
 
 
+# --------------------------------------------------------------------------- many ranks: counted and grouped (pure)
+
+
+def _at(rank: int, started: int, done: int, phase: str, detail: str = "") -> RankProgress:
+    """A rank of a job of 512 nodes of 8, its record last changed at 100 s."""
+    return RankProgress(rank, 1000 + rank, started, done, phase, detail, 100.0, 0.01, node=f"node{rank // 8}")
+
+
+def test_a_stuck_rank_among_4096_is_named_with_its_node_and_the_others_counted() -> None:
+    records = [_at(r, 21, 20, "step") for r in range(4095)] + [_at(4095, 20, 20, "between")]
+    stall = detect_stall(records, now=160.0, policy=POLICY)
+    assert stall.reason() == (
+        "rank 4095 on node node511 did not arrive at step 21: 4,095 ranks (0-4094) have waited in it for 60 s; "
+        "rank 4095 on node node511 is after step 20"
+    )
+    assert stall.text().splitlines()[1:] == [
+        "  (no rank moved for 60 s; the stall window is 60 s)",
+        "  in step 21: 4,095 ranks (0-4094) on 512 nodes",
+        "  after step 20: rank 4095 on node node511",
+        "  rank 4095 on node node511 (pid 5095): after step 20",
+    ]
+
+
+def test_many_missing_ranks_are_grouped_by_place_and_listed_16_at_most() -> None:
+    records = [_at(r, 21, 20, "step") for r in range(2048)]
+    records += [_at(r, 20, 20, "between") for r in range(2048, 4096, 2)]
+    records += [_at(r, 20, 19, "step") for r in range(2049, 4096, 4)]
+    records += [_at(r, 20, 19, "callback", "X.on_epoch_end") for r in range(2051, 4096, 4)]
+    stall = detect_stall(records, now=1000.0, policy=POLICY, expected=range(4100))
+    line = stall.reason()
+    assert line.startswith("2,052 ranks (2048-4099) did not arrive at step 21: 2,048 ranks (0-2047) have waited")
+    assert "; 1,024 ranks (2048, 2050, 2052, 2054 and 1,020 more) on 256 nodes are after step 20; " in line
+    assert line.endswith("; ranks 4096, 4097, 4098, 4099 never reported") and len(line) < 500
+    lines = stall.text().splitlines()
+    assert lines[2:7] == [
+        "  in step 21: 2,048 ranks (0-2047) on 256 nodes",
+        "  after step 20: 1,024 ranks (2048, 2050, 2052, 2054 and 1,020 more) on 256 nodes",
+        "  in step 20: 512 ranks (2049, 2053, 2057, 2061 and 508 more) on 256 nodes",
+        "  in X.on_epoch_end (after step 19): 512 ranks (2051, 2055, 2059, 2063 and 508 more) on 256 nodes",
+        "  never reported: ranks 4096, 4097, 4098, 4099",
+    ]
+    assert lines[7] == "  rank 2048 on node node256 (pid 3048): after step 20" and len(lines) == 7 + 16 + 1
+    assert lines[-1] == "  and 2,032 ranks (2064-4095)"
+
+
+def test_ranks_in_many_places_leave_the_line_and_the_report_bounded() -> None:
+    records = [_at(r, 100, 99, "step") for r in range(2048)] + [
+        _at(r, r % 90, r % 90, "between") for r in range(2048, 4096)
+    ]
+    stall = detect_stall(records, now=1000.0, policy=POLICY)
+    assert len(stall.missing) == 2048 and len(stall.reason()) < 700
+    assert stall.reason().endswith(" are elsewhere")
+    lines = stall.text().splitlines()
+    assert lines[6].startswith("  elsewhere: ") and len(lines) == 2 + 4 + 1 + 16 + 1
+    assert max(len(line) for line in lines[1:]) < 200
+
+
+def test_a_chiefs_checkpoint_among_4096_ranks_is_a_phase_with_the_others_counted() -> None:
+    records = [_at(0, 40, 40, "callback", "ModelCheckpoint.on_epoch_end")]
+    stall = detect_stall(records + [_at(r, 41, 40, "step") for r in range(1, 4096)], now=200.0, policy=POLICY)
+    assert stall.phase_only and stall.reason() == (
+        "rank 0 on node node0 is in ModelCheckpoint.on_epoch_end (after step 40) for 100 s; "
+        "4,095 ranks (1-4095) are in step 41"
+    )
+    assert len(stall.text().splitlines()) == 5
+
+
+def test_a_job_of_16_ranks_is_reported_rank_by_rank_and_9_waiting_are_counted() -> None:
+    records = [_at(r, 21, 20, "step") for r in range(8)] + [_at(8, 20, 20, "between")]
+    nine = detect_stall(records, now=160.0, policy=POLICY)
+    assert nine.reason().startswith("rank 8 on node node1 did not arrive at step 21: ranks 0, 1, 2, 3, 4, 5, 6, 7 have")
+    records = [_at(r, 21, 20, "step") for r in range(15)] + [_at(15, 20, 20, "between")]
+    sixteen = detect_stall(records, now=160.0, policy=POLICY)
+    assert "did not arrive at step 21: 15 ranks (0-14) have waited in it for 60 s" in sixteen.reason()
+    lines = sixteen.text().splitlines()
+    assert len(lines) == 18 and lines[2] == "  rank 0 on node node0 (pid 1000): in step 21"
+
+
 # --------------------------------------------------------------------------- progress records
 
 

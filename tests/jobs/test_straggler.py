@@ -9,6 +9,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import random
 import re
 import shutil
 import subprocess
@@ -39,6 +40,7 @@ from tfdevices.jobs.straggler import (
     median_splits,
     policy_from_env,
     rank_table,
+    ranks_text,
     split_ranks,
     wait_shares,
 )
@@ -225,6 +227,78 @@ def test_the_switch_from_the_environment(env, on) -> None:
 def test_a_bad_switch_is_refused() -> None:
     with pytest.raises(EnvVarError, match="TFDEVICES_SLOW_RANK='maybe' is not one of"):
         policy_from_env({"TFDEVICES_SLOW_RANK": "maybe"})
+
+
+# --------------------------------------------------------------------------- many ranks: counted, not listed
+
+
+@pytest.mark.parametrize(
+    "ranks, text",
+    [
+        ([1], "rank 1"),
+        ([1, 3], "ranks 1, 3"),
+        (list(range(8)), "ranks 0, 1, 2, 3, 4, 5, 6, 7"),  # up to 8: listed, as on a machine of 8
+        (list(range(9)), "9 ranks (0-8)"),
+        (list(range(4095)), "4,095 ranks (0-4094)"),
+        ([0, 1, 2, 5, 7, 8, 9, 20, 30], "9 ranks (0-2, 5, 7-9, 20 and 1 more)"),
+        (list(range(0, 8192, 2)), "4,096 ranks (0, 2, 4, 6 and 4,092 more)"),
+    ],
+)
+def test_a_long_list_of_ranks_is_counted_with_its_first_runs(ranks, text) -> None:
+    assert ranks_text(ranks) == text
+
+
+def test_a_list_of_ranks_stays_short_whatever_the_ranks() -> None:
+    for seed in range(20):
+        ranks = sorted(random.Random(seed).sample(range(100_000), 50_000))
+        text = ranks_text(ranks)
+        assert len(text) <= 80 and text.startswith("50,000 ranks (")
+
+
+def _job_of_4096(slow_between: float = 601) -> tuple:
+    """4,096 ranks on 512 nodes of 8; rank 4095 on node511 spends ``slow_between`` ms between steps."""
+    records = [_rec(r, 1, 1400, node=f"node{r // 8}") for r in range(4095)]
+    return split_ranks([*records, _rec(4095, slow_between, 800, node="node511")], 8)
+
+
+def test_the_slow_rank_of_4096_is_named_with_its_node_and_the_others_counted() -> None:
+    line = find_slow_rank(_job_of_4096()).reason()
+    assert line == (
+        "rank 4095 on node node511 is the slow one: the other 4,095 ranks wait 600 ms of each 1400 ms step for it "
+        "in the all-reduce; rank 4095 spends 601 ms between steps (its input pipeline or its own code)"
+    )
+
+
+def test_a_slow_rank_among_9_lists_the_8_others_and_among_10_counts_them() -> None:
+    nine = find_slow_rank(split_ranks([*(_rec(r, 1, 55) for r in range(8)), _rec(8, 51, 5)], 8)).reason()
+    assert nine.startswith("rank 8 is the slow one: ranks 0, 1, 2, 3, 4, 5, 6, 7 wait 50 ms of each 55 ms step")
+    ten = find_slow_rank(split_ranks([*(_rec(r, 1, 55) for r in range(9)), _rec(9, 51, 5)], 8)).reason()
+    assert ten.startswith("rank 9 is the slow one: the other 9 ranks wait 50 ms of each 55 ms step")
+
+
+def test_the_table_of_4096_ranks_is_cut_to_the_slowest_and_each_columns_spread() -> None:
+    splits = list(_job_of_4096())
+    splits[7] = dataclasses.replace(splits[7], between_s=0.3)  # the second slowest
+    splits[100] = dataclasses.replace(splits[100], between_s=0.0)  # the least own work: asked for by name
+    table = rank_table(splits, most=16, named=[100])
+    assert len(table) == 1 + 10 + 1 + 4 + 1
+    assert table[0].split() == ["rank", "between", "callback", "input", "compute", "wait", "score", "steps", "node"]
+    rows = [line.split() for line in table[1:11]]
+    assert [row[0] for row in rows[:2]] == ["4095", "7"] and rows[0][-1] == "node511"
+    assert [row[0] for row in rows].count("100") == 1 and rows[-1][0] == "100"  # named, though the fastest
+    assert table[11] == "4,086 more ranks; each column over all 4,096 (min, median, 90th percentile, max):"
+    spread = {line.split()[0]: line.split() for line in table[12:16]}
+    assert [spread[k][1] for k in ("min", "median", "p90", "max")] == ["0.0", "1.0", "1.0", "601.0"]
+    assert [spread[k][5] for k in ("min", "median", "p90", "max")] == ["0.0", "600.0", "600.0", "600.0"]
+    assert "ranks.json" in table[16] and "read_ranks(log_dir).table()" in table[16]
+    assert max(len(line) for line in table) <= 120
+    assert len(rank_table(splits)) == 4097  # the full table (ranks.json's)
+
+
+def test_the_table_of_a_small_job_is_whole_whatever_the_cut() -> None:
+    splits = split_ranks([_rec(r, 1, 55, node=f"n{r}") for r in range(15)] + [_rec(15, 51, 5, node="n15")], 8)
+    assert rank_table(splits, most=16, named=[15]) == rank_table(splits)
+    assert len(rank_table(splits)) == 17
 
 
 # --------------------------------------------------------------------------- waits over the steps every rank read

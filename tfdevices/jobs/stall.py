@@ -29,7 +29,7 @@ from tfdevices.core.errors import EnvVarError
 from tfdevices.core.units import parse_seconds, short_repr
 from tfdevices.jobs import straggler
 from tfdevices.jobs.progress import RankProgress
-from tfdevices.jobs.straggler import SlowRankPolicy, on_node, ranks_text
+from tfdevices.jobs.straggler import LISTED, SlowRankPolicy, on_node, ranks_text
 
 STALL_WINDOW_ENV = "TFDEVICES_STALL_WINDOW"
 _ON = SlowRankPolicy()
@@ -42,6 +42,12 @@ STARTUP_S = 600.0
 #: name when a cluster restarts its job ids).
 STALE_S = 300.0
 _MAX_S = 7 * 86400.0
+#: Over this many ranks the stall report groups the ranks by where they are and lists only the missing ones.
+REPORT_RANKS = 16
+#: The most places (``in step 21``) a stall's line and report give before the rest (``elsewhere``).
+PLACES = 4
+#: Where a rank with no record is.
+_NEVER = "never reported"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,13 +129,10 @@ class Stall:
     def reason(self) -> str:
         """One line: who did not arrive, where the others wait, where the missing ones are."""
         by_rank = {r.rank: r for r in self.records}
-        where = "; ".join(
-            f"{self._named(m)} is {by_rank[m].where()}" if m in by_rank else f"rank {m} never reported"
-            for m in self.missing
-        )
+        where = _places(self.missing, by_rank, nodes=True)
         waiting = ranks_text(self.waiting)
         if self.phase_only:  # deliberate work on some ranks: say where each is
-            others = "; ".join(f"rank {w} is {by_rank[w].where()}" for w in self.waiting if w in by_rank)
+            others = _places([w for w in self.waiting if w in by_rank], by_rank, nodes=False)
             return f"{where} for {self.quiet_s:.0f} s; {others}"
         missing = self._named(self.missing[0]) if len(self.missing) == 1 else ranks_text(self.missing)
         return (
@@ -142,12 +145,79 @@ class Stall:
         return on_node(rank, next((r.node for r in self.records if r.rank == rank), ""))
 
     def text(self) -> str:
-        """The report: the reason, then each rank's place."""
+        """The report: the reason, then each rank's place; over :data:`REPORT_RANKS` ranks, the ranks in each
+        place, then the place of each missing rank (at most :data:`REPORT_RANKS` of them).
+        """
         head = "tfdevices: " + ("slow phase: " if self.phase_only else "stall: ") + self.reason()
         lines = [head, f"  (no rank moved for {self.quiet_s:.0f} s; the stall window is {self.window_s:.0f} s)"]
+        if len(self.records) > REPORT_RANKS:
+            return "\n".join(lines + self._grouped())
         for record in self.records:
-            lines.append(f"  {on_node(record.rank, record.node)} (pid {record.pid}): {record.where()}")
+            lines.append(_line(record))
         return "\n".join(lines)
+
+    def _grouped(self) -> list[str]:
+        """The report's lines for many ranks: each place with its ranks, then the missing ranks one by one."""
+        by_rank = {r.rank: r for r in self.records}
+        everyone = [r.rank for r in self.records] + [m for m in self.missing if m not in by_rank]
+        groups, rest = _by_place(everyone, by_rank)
+        lines = [f"  {place}: {ranks_text(ranks)}{_on_nodes(ranks, by_rank)}" for place, ranks in groups]
+        if rest:
+            lines.append(f"  elsewhere: {ranks_text(rest)}")
+        late = [m for m in self.missing if m in by_rank]
+        lines += [_line(by_rank[m]) for m in late[:REPORT_RANKS]]
+        if late[REPORT_RANKS:]:
+            lines.append(f"  and {ranks_text(late[REPORT_RANKS:])}")
+        return lines
+
+
+def _line(record: RankProgress) -> str:
+    """A rank's line in the report: ``"  rank 1 on node gpu07 (pid 11): after step 4"``."""
+    return f"  {on_node(record.rank, record.node)} (pid {record.pid}): {record.where()}"
+
+
+def _by_place(
+    ranks: Sequence[int], by_rank: Mapping[int, RankProgress]
+) -> tuple[list[tuple[str, list[int]]], list[int]]:
+    """``ranks`` by where each is (:meth:`RankProgress.where`; a rank with no record never reported), the place
+    with the most ranks first, at most :data:`PLACES` places; and the ranks of the other places (sorted).
+    """
+    groups: dict[str, list[int]] = {}
+    for rank in ranks:
+        groups.setdefault(by_rank[rank].where() if rank in by_rank else _NEVER, []).append(rank)
+    ordered = sorted(groups.items(), key=lambda item: (-len(item[1]), min(item[1])))
+    if len(ordered) <= PLACES + 1:  # a place more is said, not put "elsewhere"
+        return ordered, []
+    return ordered[:PLACES], sorted(r for _, group in ordered[PLACES:] for r in group)
+
+
+def _on_nodes(ranks: Sequence[int], by_rank: Mapping[int, RankProgress]) -> str:
+    """``" on node gpu07"``, ``" on nodes a, b"``, ``" on 512 nodes"``; ``""`` where the records name no node."""
+    nodes = list(dict.fromkeys(by_rank[r].node for r in ranks if r in by_rank and by_rank[r].node))
+    if not nodes:
+        return ""
+    if len(nodes) == 1:
+        return f" on node {nodes[0]}"
+    return f" on nodes {', '.join(nodes)}" if len(nodes) <= 3 else f" on {len(nodes):,} nodes"
+
+
+def _places(ranks: Sequence[int], by_rank: Mapping[int, RankProgress], *, nodes: bool) -> str:
+    """Where each of ``ranks`` is, for a line: one by one up to :data:`LISTED` ranks (with its node when
+    ``nodes``), else the ranks in each place, at most :data:`PLACES` places.
+    """
+    if len(ranks) <= LISTED:
+        named = {r: on_node(r, by_rank[r].node) if nodes and r in by_rank else f"rank {r}" for r in ranks}
+        return "; ".join(
+            f"{named[r]} is {by_rank[r].where()}" if r in by_rank else f"{named[r]} {_NEVER}" for r in ranks
+        )
+    groups, rest = _by_place(ranks, by_rank)
+    parts = []
+    for place, group in groups:
+        verb = "" if place == _NEVER else ("is " if len(group) == 1 else "are ")
+        parts.append(f"{ranks_text(group)}{_on_nodes(group, by_rank) if nodes else ''} {verb}{place}")
+    if rest:
+        parts.append(f"{ranks_text(rest)} are elsewhere")
+    return "; ".join(parts)
 
 
 def detect_stall(

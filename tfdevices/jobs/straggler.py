@@ -37,8 +37,9 @@ rank 1 spends 51 ms between steps (its input pipeline or its own code)
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import NamedTuple
 
 from tfdevices.core.units import env_switch
@@ -244,7 +245,7 @@ class SlowRank:
         others = [s for s in self.splits if s.rank != self.rank]
         wait = _median([s.wait_s for s in others])
         step = _median([s.step_s for s in others])
-        who = ranks_text([s.rank for s in others])
+        who = ranks_text([s.rank for s in others]) if len(others) <= LISTED else f"the other {len(others):,} ranks"
         verb = "waits" if len(others) == 1 else "wait"
         head = (
             f"{on_node(self.rank, me.node)} is the slow one: {who} {verb} {_ms(wait)} of each {_ms(step)} step "
@@ -269,9 +270,41 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.0f} ms" if seconds >= 0.01 else f"{seconds * 1e3:.1f} ms"
 
 
+#: The most ranks a line lists one by one (:func:`ranks_text`); more are counted.
+LISTED = 8
+#: The most runs of ranks a counted list gives as ranges (``0-4094``) before "and N more".
+RUNS = 4
+
+
 def ranks_text(ranks: Sequence[int]) -> str:
-    """``"rank 1"``, ``"ranks 1, 3"``: ranks as the job's messages name them."""
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+    """``"rank 1"``, ``"ranks 1, 3"``: ranks as the job's messages name them; over :data:`LISTED` ranks,
+    counted, with their first :data:`RUNS` runs as ranges (a line's length stays bounded).
+
+    >>> ranks_text([1, 3])
+    'ranks 1, 3'
+    >>> ranks_text(range(4095))
+    '4,095 ranks (0-4094)'
+    >>> ranks_text([*range(0, 10, 2), *range(100, 3000)])
+    '2,905 ranks (0, 2, 4, 6 and 2,901 more)'
+    """
+    if len(ranks) <= LISTED:
+        return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+    runs = _runs(sorted(set(ranks)))
+    text = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs[:RUNS])
+    rest = sum(b - a + 1 for a, b in runs[RUNS:])
+    more = f" and {rest:,} more" if rest else ""
+    return f"{len(set(ranks)):,} ranks ({text}{more})"
+
+
+def _runs(ranks: Sequence[int]) -> list[tuple[int, int]]:
+    """Sorted ranks as runs of consecutive ranks: ``[0, 1, 2, 5]`` -> ``[(0, 2), (5, 5)]``."""
+    runs: list[tuple[int, int]] = []
+    for rank in ranks:
+        if runs and rank == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], rank)
+        else:
+            runs.append((rank, rank))
+    return runs
 
 
 def find_slow_rank(splits: Sequence[RankSplit], policy: SlowRankPolicy | None = None) -> SlowRank | None:
@@ -324,11 +357,20 @@ def median_splits(history: Sequence[tuple[RankSplit, ...]]) -> tuple[RankSplit, 
 
 
 _WIDTHS = (4, 7, 8, 6, 7, 6, 5, 5)
+_HEAD = ("rank", "between", "callback", "input", "compute", "wait", "score", "steps")
+#: The ranks a cut table shows (:func:`rank_table` with ``most``): the slowest, by their own work.
+SLOWEST = 10
+#: The rows of a cut table's spread of each part over every rank: the label and the quantile.
+_SPREAD = (("min", 0.0), ("median", 0.5), ("p90", 0.9), ("max", 1.0))
 
 
-def rank_table(splits: Sequence[RankSplit]) -> list[str]:
+def rank_table(splits: Sequence[RankSplit], most: int | None = None, named: Collection[int] = ()) -> list[str]:
     """The per-rank table the job's summary prints: ms per step in each part, the score, the steps; and each
     rank's node where a rank names one.
+
+    Over ``most`` ranks (``None``: never) the table is cut: the :data:`SLOWEST` ranks by their own work (the
+    ranks in ``named`` always among them), then each column's spread over every rank (min, median, 90th
+    percentile, max), then where every rank's row is (``ranks.json``).
 
     >>> for line in rank_table([RankSplit(0, 300, 0.001, 0.0, 0.055, 0.0, 0.005, 0.05, False, 1.0),
     ...                         RankSplit(1, 300, 0.051, 0.0, 0.005, 0.0, 0.005, 0.0, False, 0.107)]):
@@ -337,11 +379,49 @@ def rank_table(splits: Sequence[RankSplit]) -> list[str]:
        0      1.0       0.0     0.0      5.0    50.0   1.00    300
        1     51.0       0.0     0.0      5.0     0.0   0.11    300
     """
-    head = ("rank", "between", "callback", "input", "compute", "wait", "score", "steps")
     nodes = any(s.node for s in splits)
-    lines = ["  ".join(f"{h:>{w}}" for h, w in zip(head, _WIDTHS)) + ("  node" if nodes else "")]
-    for s in splits:
-        parts = [s.between_s, s.callback_s, s.input_s, s.compute_s, s.wait_s]
-        cells = [str(s.rank), *(f"{p * 1e3:.1f}" for p in parts), f"{s.score:.2f}", str(s.steps)]
-        lines.append("  ".join(f"{c:>{w}}" for c, w in zip(cells, _WIDTHS)) + (f"  {s.node}" if nodes else ""))
+    if most is None or len(splits) <= most:
+        return [_table_line(_HEAD, _WIDTHS, "node" if nodes else None), *(_row(s, nodes, _WIDTHS) for s in splits)]
+    return _cut_table(splits, set(named), nodes)
+
+
+def _table_line(cells: Sequence[str], widths: Sequence[int], node: str | None) -> str:
+    return "  ".join(f"{c:>{w}}" for c, w in zip(cells, widths)) + ("" if node is None else f"  {node}")
+
+
+def _row(s: RankSplit, nodes: bool, widths: Sequence[int]) -> str:
+    parts = [s.between_s, s.callback_s, s.input_s, s.compute_s, s.wait_s]
+    cells = [str(s.rank), *(f"{p * 1e3:.1f}" for p in parts), f"{s.score:.2f}", str(s.steps)]
+    return _table_line(cells, widths, s.node if nodes else None)
+
+
+def _cut_table(splits: Sequence[RankSplit], named: Collection[int], nodes: bool) -> list[str]:
+    """The table of many ranks: the slowest, each column's spread over all of them, where the rest is."""
+    widths = (6, *_WIDTHS[1:])  # the rank column holds "median"
+    by_work = sorted(splits, key=lambda s: (-s.work_s, s.rank))
+    shown = [s for s in by_work if s.rank in named][:SLOWEST]
+    shown += [s for s in by_work if s.rank not in named][: SLOWEST - len(shown)]
+    shown.sort(key=lambda s: (-s.work_s, s.rank))
+    lines = [_table_line(_HEAD, widths, "node" if nodes else None), *(_row(s, nodes, widths) for s in shown)]
+    count = len(splits)
+    lines.append(
+        f"{count - len(shown):,} more ranks; each column over all {count:,} (min, median, 90th percentile, max):"
+    )
+    columns = [
+        sorted(s.component(p) * 1e3 for s in splits) for p in ("between", "callback", "input", "compute", "wait")
+    ]
+    scores, steps = sorted(s.score for s in splits), sorted(float(s.steps) for s in splits)
+    for label, q in _SPREAD:
+        cells = [label, *(f"{_quantile(c, q):.1f}" for c in columns), f"{_quantile(scores, q):.2f}"]
+        lines.append(_table_line([*cells, f"{_quantile(steps, q):.0f}"], widths, None))
+    lines.append(
+        "every rank's row is in ranks.json with --log-dir: `tfdevices.read_ranks(log_dir).table()` prints them"
+    )
     return lines
+
+
+def _quantile(ordered: Sequence[float], q: float) -> float:
+    """The ``q`` quantile of sorted values: the median at 0.5, else the nearest rank (0: the least, 1: the most)."""
+    if q == 0.5:
+        return float(statistics.median(ordered))
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
