@@ -149,3 +149,28 @@ def test_a_small_jobs_picture_draws_every_rank():
 def test_a_large_jobs_picture_is_drawn(tmp_path):
     path = draw_ranks(_ranks_json(300, slow=7), str(tmp_path / "steps.png"))
     assert path is not None and os.path.getsize(path) > 0
+
+
+def test_a_stall_of_many_ranks_shows_the_frames_of_16_and_counts_the_others():
+    from tfdevices.jobs.watch import _frame_lines
+
+    class _Stall:
+        records = [_record(r, 21, 100.0) for r in range(40)]
+        missing = tuple(range(40))
+
+    lines = _frame_lines(_Stall(), {r: [f"frame of {r}"] for r in range(40)}, "")
+    assert sum("'s stack" in line for line in lines) == 16 and "frame of 15" in lines[-2]
+    assert lines[-1] == "  and 24 more stuck ranks' stacks, not shown"
+
+
+def test_a_large_jobs_summary_prints_its_slowest_ranks_and_the_spread_not_a_row_per_rank():
+    now = [100.0]
+    watch = _watch(100, now)
+    for look in range(1, 6):
+        now[0] = 100.0 + look
+        watch.poll([_record(r, 20 + look, now[0], 41.0 if r == 57 else 1.0) for r in range(100)])
+    lines = watch.summary().lines()
+    spread = next(i for i, line in enumerate(lines) if line.startswith("90 more ranks; each column over all 100"))
+    rows = [line.split()[0] for line in lines[2:spread]]
+    assert len(lines) < 30 and len(rows) == 10 and rows[0] == "57"  # the slowest first
+    assert [line.split()[0] for line in lines[spread + 1 : spread + 5]] == ["min", "median", "p90", "max"]

@@ -55,6 +55,8 @@ _READINGS = 64
 TIMELINE_ENTRIES = 100_000
 #: Every rank's splits kept over the looks, in all: past it, every other look is kept (then every 4th, ...).
 HISTORY_SPLITS = 1 << 17
+#: The stuck ranks whose frames a stall report shows (the others' are counted).
+_FRAMED_RANKS = 16
 
 
 class JobState(enum.Enum):
@@ -164,7 +166,10 @@ class JobSummary:
         looks = f"{self.looks:,} look" + ("" if self.looks == 1 else "s")
         if self.every > 1:
             looks += f", one in {self.every:,} of the job's kept"
-        lines = [f"each rank's step, ms (median of {looks}; {how}):", *rank_table(self.splits)]
+        lines = [
+            f"each rank's step, ms (median of {looks}; {how}):",
+            *rank_table(self.splits, most=16, named=[s.rank for s in (self.slow, self.seen) if s is not None]),
+        ]
         if self.slow is not None:
             lines.append("over the job, " + self.slow.reason())
             if self.slow.component == "compute":
@@ -446,11 +451,13 @@ class _StallTracker:
 def _frame_lines(stall: Stall, frames: Mapping[int, Sequence[str]], where: str) -> list[str]:
     lines = [f"  every rank's Python stack: {where}"] if where else []
     nodes = {r.rank: r.node for r in stall.records}
-    for rank in stall.missing:
-        if frames.get(rank):
-            node = f" (node {nodes[rank]})" if nodes.get(rank) else ""
-            lines.append(f"  rank {rank}'s stack{node}, innermost first:")
-            lines += [f"    {frame}" for frame in frames[rank]]
+    shown = [rank for rank in stall.missing if frames.get(rank)]
+    for rank in shown[:_FRAMED_RANKS]:
+        node = f" (node {nodes[rank]})" if nodes.get(rank) else ""
+        lines.append(f"  rank {rank}'s stack{node}, innermost first:")
+        lines += [f"    {frame}" for frame in frames[rank]]
+    if len(shown) > _FRAMED_RANKS:
+        lines.append(f"  and {len(shown) - _FRAMED_RANKS:,} more stuck ranks' stacks, not shown")
     return lines
 
 
