@@ -17,9 +17,9 @@ import pytest
 
 from tests.helpers import REPO, kill_all, subprocess_env
 from tests.jobs.launching import WORKER, reports
-from tfdevices.jobs.handshake import KINDS, TOKEN_ENV
+from tfdevices.jobs.handshake import KINDS, TOKEN_ENV, Stopped
 from tfdevices.jobs.listen_check import listening
-from tfdevices.jobs.rendezvous import free_ports
+from tfdevices.jobs.rendezvous import MAX_PENDING, Nodes, free_ports, rendezvous
 from tfdevices.jobs.tfconfig import parse_tf_config
 
 TINY = os.path.join(REPO, "tests", "scripts", "tiny_train.py")
@@ -360,6 +360,47 @@ def test_a_launcher_that_leaves_before_the_job_forms_is_waited_for_again() -> No
     text0 = out0.text()
     assert [p.returncode for p in [first, *later]] == [0, 0, 0], (text0, outs)
     assert sorted({**reports(text0), **reports(outs[0][0]), **reports(outs[1][0])}) == [0, 1, 2]
+
+
+def test_a_burst_of_every_launcher_at_once_is_held_until_node_0_takes_them() -> None:
+    """Node 0 of a job larger than MAX_PENDING, not yet taking connections: every other node's connect still gets
+    in (the kernel holds them all), none is dropped to wait out its connect and try again (bench_rendezvous)."""
+    nnodes = 3 * MAX_PENDING
+    try:
+        with open("/proc/sys/net/core/somaxconn", encoding="ascii") as f:
+            somaxconn = int(f.read())  # the kernel caps any backlog at it (128 before Linux 5.4, 4096 since)
+    except OSError:
+        somaxconn = 128
+    burst = min(nnodes - 1, somaxconn)
+    assert burst > MAX_PENDING + 1
+    bound, filled = threading.Event(), threading.Event()
+    ended: list[BaseException] = []
+
+    def held() -> bool:  # node 0's first look at the stop flag is after it listens: it takes nothing till filled
+        bound.set()
+        filled.wait(30)
+        return True
+
+    def node0() -> None:
+        try:
+            rendezvous(Nodes(nnodes, 0, ("127.0.0.1", port), timeout=60), 1, stopped=held)
+        except BaseException as err:  # noqa: BLE001 (the test reads what ended it)
+            ended.append(err)
+
+    port = free_ports(1)[0]
+    thread = threading.Thread(target=node0)
+    thread.start()
+    assert bound.wait(30)
+    conns = []
+    try:
+        for _ in range(burst):
+            conns.append(socket.create_connection(("127.0.0.1", port), timeout=2))  # a dropped SYN: TimeoutError
+    finally:
+        filled.set()
+        thread.join(30)
+        for conn in conns:
+            conn.close()
+    assert len(conns) == burst and [type(e) for e in ended] == [Stopped]
 
 
 LISTENER = os.path.join(REPO, "tests", "scripts", "listen_worker.py")

@@ -286,7 +286,11 @@ def _serve(nodes: Nodes, n: int, deadline: float, stopped: Callable[[], bool]) -
                 f"--master-addr {short_repr(host)} --master-port {port}: cannot listen there ({err.strerror}).",
                 hint="run --node-rank 0 on the machine --master-addr names, with a free --master-port.",
             ) from None
-        server.listen(MAX_PENDING)
+        # the whole job may connect at once (srun starts every launcher together): the kernel holds each
+        # connection until it is taken, where a backlog of MAX_PENDING dropped the rest's SYNs (at 512 nodes,
+        # 350 to 430 of the 511 launchers waited out a 1 s connect and tried again, up to 6 times: 4 to 6 s
+        # to join, not 0.5 s; benchmarks/bench_rendezvous.py)
+        server.listen(max(MAX_PENDING, nodes.nnodes))
         server.settimeout(POLL_S)
         strays = _gather(server, nodes, joined, deadline, closing, stopped)
         cluster, peers = _form(nodes, n, joined)
