@@ -21,11 +21,13 @@ each second's ``take`` of the lines, medians over the looks; the bytes a second 
 before the watch to the job's end; the simulated seconds from the imbalance to the first line naming the rank;
 the console (the lines each look says, the end table's lines and bytes); the end files (the pieces
 ``write_job_files`` writes, each timed, in a forked child with a time limit); a scrape (``generate_latest`` of a
-registry holding the launcher's ``JobCollector``, 8 GPUs on node 0): its time, bytes, series and label sets.
+registry holding the launcher's ``JobCollector``, 8 GPUs on node 0): its time, bytes, series and label sets, as
+served and with every rank's series (as before a job over ``EVERY_RANK_UP_TO`` ranks was aggregated), side by side.
 
 Run: ``.venv/bin/python benchmarks/bench_job_scale.py`` (all sizes and cases: about 5.5 minutes on a 2-core
 machine, 2 of them for ``steps.png`` at 4,096 ranks; ``--sizes 8,64`` to try it; ``--json FILE`` keeps the
-figures, ``--tables FILE`` prints them again).
+figures, ``--tables FILE`` prints them again). ``--only-scrape --sizes 64,512,4096`` runs the slow case up to its
+scrape and prints the scrape's table only (no breakdown, profile or end files: about a minute).
 """
 
 from __future__ import annotations
@@ -184,7 +186,7 @@ def deliver(job: SimJob, channel: object) -> tuple[float, int]:
     return time.process_time() - began, sum(len(line) + 1 for _, line in lines)
 
 
-def simulate(ranks: int, case: str) -> dict:
+def simulate(ranks: int, case: str, only_scrape: bool = False) -> dict:
     """One case at one size: the job simulated, node 0 watching; what each look and each second cost."""
     rate, kind, seconds, at = CASES[case]
     root = tempfile.mkdtemp(prefix="bench-job-scale-")
@@ -212,9 +214,10 @@ def simulate(ranks: int, case: str) -> dict:
     out = {"ranks": ranks, "case": case, "looks": seconds, "named": named}
     out.update(cpu_figures(looks, takes, per_look, wire / seconds, rss, seconds - seconds // 2))
     out["job_json_bytes"] = os.path.getsize(os.path.join(job.dirs[0], "job.json"))
-    out["breakdown"] = breakdown(job, loop, channel) if case == "slow@1" else {}
-    out["profile"] = profile_look(loop) if ranks >= 512 and case == "slow@1" else []
-    out.update(the_end(loop, said, root, ranks, case))
+    full = case == "slow@1" and not only_scrape
+    out["breakdown"] = breakdown(job, loop, channel) if full else {}
+    out["profile"] = profile_look(loop) if ranks >= 512 and full else []
+    out.update(the_end(loop, said, root, ranks, case if not only_scrape else "scrape"))
     shutil.rmtree(root, ignore_errors=True)
     return out
 
@@ -285,15 +288,25 @@ def the_end(loop: object, said: list[str], root: str, ranks: int, case: str) -> 
     return out
 
 
-def scrape(watch: object) -> dict:
-    """A scrape of the launcher's registry: the render's CPU (median of 5), its bytes, its series and label sets."""
+def scrape(watch: object) -> dict[str, float]:
+    """A scrape of the launcher's registry: the render's CPU (median of 5), its bytes, its series and label sets;
+    as served (``scrape_*``) and with every rank's series (``every_rank_*``: as before the aggregates).
+    """
+    from tfdevices.jobs.metrics import EVERY_RANK_UP_TO
+
+    out = _scrape(watch, EVERY_RANK_UP_TO)
+    out.update({f"every_rank_{k}": v for k, v in _scrape(watch, sys.maxsize).items()})
+    return out
+
+
+def _scrape(watch: object, every_rank_up_to: int) -> dict[str, float]:
     from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 
     from tfdevices.jobs.metrics import Attempt, GpuReading, JobCollector
 
     gpus = {i: GpuReading(i, 0.87, 3 << 30, 141 << 30, 690.0, 64.0, 1.98e9) for i in range(RANKS_PER_NODE)}
-    collector = JobCollector("train.py", "node0", lambda: gpus)
+    collector = JobCollector("train.py", "node0", lambda: gpus, every_rank_up_to=every_rank_up_to)
     collector.start(Attempt(watch, {r: (r,) for r in range(RANKS_PER_NODE)}, lambda: dict.fromkeys(range(8))))  # type: ignore[arg-type]
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
@@ -384,9 +397,9 @@ def _bytes(result: object) -> int:
 # --------------------------------------------------------------------------- the parent: one process per case
 
 
-def run_case(ranks: int, case: str, timeout_s: float) -> dict:
+def run_case(ranks: int, case: str, timeout_s: float, only_scrape: bool = False) -> dict:
     """One case in a fresh process: its figures."""
-    cmd = [sys.executable, os.path.abspath(__file__), "--one", str(ranks), case]
+    cmd = [sys.executable, os.path.abspath(__file__), "--one", str(ranks), case] + (["scrape"] if only_scrape else [])
     proc = subprocess.run(
         cmd, capture_output=True, text=True, timeout=timeout_s, env={**os.environ, "PYTHONPATH": REPO}
     )
@@ -469,6 +482,20 @@ def print_tables(results: dict[int, dict[str, dict]]) -> None:
     print_lines(results)
 
 
+def print_scrapes(results: dict[int, dict[str, dict]]) -> None:
+    """The scrape at each size and case: with every rank's series (before) and as served (after)."""
+    print("| ranks (nodes) | case | series before / after | label sets before / after | KB before / after "
+          "| CPU ms before / after | rank values before / after |")  # fmt: skip
+    print("|---:|---|---:|---:|---:|---:|---:|")
+    for ranks, cases in results.items():
+        for case, r in cases.items():
+            cells = [f"{r['every_rank_' + k]:,} / {r[k]:,}" for k in ("series", "label_sets")]
+            cells.append(f"{r['every_rank_scrape_bytes'] / 1e3:,.1f} / {r['scrape_bytes'] / 1e3:,.1f}")
+            cells.append(f"{r['every_rank_scrape_ms']:,.1f} / {r['scrape_ms']:,.1f}")
+            cells.append(f"{r['every_rank_rank_label_values']:,} / {r['rank_label_values']:,}")
+            print(f"| {ranks:,} ({max(1, ranks // 8)}) | {case} | " + " | ".join(cells) + " |")
+
+
 def print_files(results: dict[int, dict[str, dict]]) -> None:
     """The end files at each size: each piece's wall time and bytes (or why not)."""
     print("\n## the end files (the pieces write_job_files writes, 50 looks; wall s / MB)\n")
@@ -515,35 +542,47 @@ def print_lines(results: dict[int, dict[str, dict]]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="8,64,512,4096")
-    parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument("--cases", help=f"of {','.join(CASES)} (all; slow@1 with --only-scrape)")
+    parser.add_argument("--only-scrape", action="store_true",
+                        help="run each case up to its scrape only, and print the scrape's table")  # fmt: skip
     parser.add_argument("--timeout", type=float, default=900, help="seconds a case may take")
     parser.add_argument("--json", help="also write every case's figures here")
-    parser.add_argument("--tables", help="print the tables of a --json file written before, and run nothing")
+    parser.add_argument(
+        "--tables",
+        help="print the tables of a --json file written before (with --only-scrape: the scrape's), and run nothing",
+    )
     args = parser.parse_args()
     if args.tables:
         with open(args.tables, encoding="utf-8") as f:
-            print_tables({int(k): v for k, v in json.load(f).items()})
+            loaded = {int(k): v for k, v in json.load(f).items()}
+        (print_scrapes if args.only_scrape else print_tables)(loaded)
         return
+    cases = args.cases or ("slow@1" if args.only_scrape else ",".join(CASES))
     load = os.getloadavg()
     print(f"# bench_job_scale, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load {load[0]:.1f} "
           f"{load[1]:.1f} {load[2]:.1f}, {os.cpu_count()} CPUs\n")  # fmt: skip
     results: dict[int, dict[str, dict]] = {}
     for ranks in (int(x) for x in args.sizes.split(",")):
         results[ranks] = {}
-        for case in args.cases.split(","):
+        for case in cases.split(","):
             began = time.perf_counter()
-            results[ranks][case] = run_case(ranks, case, args.timeout)
+            results[ranks][case] = run_case(ranks, case, args.timeout, args.only_scrape)
             print(f"- {ranks} ranks, {case}: {time.perf_counter() - began:.0f} s, load {os.getloadavg()[0]:.1f}",
                   flush=True)  # fmt: skip
     print(f"\nload at the end {os.getloadavg()[0]:.1f}\n")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(results, f, indent=1)
+    if args.only_scrape:
+        print_scrapes(results)
+        return
     print_tables(results)
+    print("\n## the scrape: with every rank's series (before) and as served (after)\n")
+    print_scrapes({ranks: {"slow@1": c["slow@1"]} for ranks, c in results.items() if "slow@1" in c})
 
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--one":
-        print("CASE " + json.dumps(simulate(int(sys.argv[2]), sys.argv[3])), flush=True)
+        print("CASE " + json.dumps(simulate(int(sys.argv[2]), sys.argv[3], sys.argv[4:] == ["scrape"])), flush=True)
     else:
         main()

@@ -18,6 +18,14 @@ serves every rank of the job, each other node's launcher its own ranks. The GPU 
 ``hw.gpu.memory.limit``) and the same pattern where they have none yet (power, temperature, SM clock).
 :data:`SERIES` lists them all.
 
+A job of up to :data:`EVERY_RANK_UP_TO` ranks serves every rank's series. A larger one serves them for the ranks
+kept (:func:`kept_ranks`: the slow rank, the stalled ones, the slowest few) and, for each per-rank measure, its
+min, median and max over the ranks (a ``stat`` label): over the job's (``tfdevices_job_*``) and over each node's
+(``tfdevices_node_*``; every node's up to :data:`EVERY_NODE_UP_TO` nodes, else the kept ranks' nodes' only).
+:data:`AGGREGATES` lists those series. A scrape over Prometheus' ``sample_limit`` fails whole: a job of 4,096
+ranks served 53,299 series (``benchmarks/bench_job_scale.py``), it serves a few hundred now, however many ranks
+past 64 nodes (about 2,000 at 64 nodes, most of them each node's aggregates).
+
 This module imports no TensorFlow.
 
 >>> parse_address("9100")
@@ -30,10 +38,12 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import heapq
 import os
 import socket
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from operator import attrgetter
 from typing import Any
 
 from tfdevices.core.addresses import ipv4_problem, parse_host_port
@@ -50,6 +60,16 @@ METRICS_ENV = "TFDEVICES_METRICS"
 DEFAULT_HOST = "127.0.0.1"
 #: The parts of a rank's step (:class:`~tfdevices.jobs.straggler.RankSplit`), as ``part`` labels.
 PARTS = ("between", "callback", "input", "compute", "wait")
+#: Up to this many ranks a scrape serves every rank's series; above, :data:`AGGREGATES` and the ranks kept.
+EVERY_RANK_UP_TO = 64
+#: A larger job's ranks served one by one besides the slow and stalled ones: the slowest (lowest slow score).
+SLOWEST_KEPT = 8
+#: A larger job's stalled ranks served one by one, at most (the lowest ranks; the console names them all).
+STALLED_KEPT = 64
+#: A larger job's per-node aggregates cover every node up to this many nodes, else the kept ranks' nodes only.
+EVERY_NODE_UP_TO = 64
+#: The ``stat`` label of an aggregate over the ranks.
+STATS = ("min", "median", "max")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,6 +128,36 @@ SERIES = (
     Series("tfdevices_job_stalls", "counter", _JOB, "Stalls seen in this attempt."),
     Series("tfdevices_worker_exit_status", "gauge", _RANK, "A worker's exit status, once it exited."),
 )
+
+#: Each per-rank measure a larger job aggregates: the aggregate's name after its scope, what it measures.
+_MEASURES = (
+    ("steps", "steps finished"),
+    ("step_seconds", "mean step wall time (past its first 2)"),
+    ("last_step_seconds", "last step's wall time"),
+    ("split_seconds", "time in one part of its step (part)"),
+    ("wait_ratio", "share of its step waited in the collectives"),
+    ("slow_score", "slow-rank score (1: best)"),
+)
+
+
+def _aggregates(scope: str, over: str) -> tuple[Series, ...]:
+    ranks = Series(
+        f"tfdevices_{scope}_ranks", "gauge", _JOB, f"The ranks the tfdevices_{scope}_* series are over: {over}."
+    )
+    return ranks, *(
+        Series(
+            f"tfdevices_{scope}_{name}",
+            "gauge",
+            (*_JOB, "part", "stat") if name == "split_seconds" else (*_JOB, "stat"),
+            f"Each rank's {what}: its min, median and max (stat) over {over} (a job over {EVERY_RANK_UP_TO} ranks).",
+        )
+        for name, what in _MEASURES
+    )
+
+
+#: What a job over :data:`EVERY_RANK_UP_TO` ranks serves besides :data:`SERIES` (those of the ranks kept only):
+#: over every rank the scrape holds (``node``: the serving machine's) and over each node's ranks.
+AGGREGATES = (*_aggregates("job", "every rank served"), *_aggregates("node", "the node's ranks"))
 
 
 # --------------------------------------------------------------------------- where to serve
@@ -360,12 +410,21 @@ class JobCollector:
         job: the ``job`` label.
         node: the ``node`` label of this machine (of ranks whose row names no other).
         read_gpus: reads the GPUs by NVML index (:func:`gpu_reader`); ``None``: no GPU series.
+        every_rank_up_to: up to this many ranks every rank's series; above, :data:`AGGREGATES` and the ranks kept.
     """
 
-    def __init__(self, job: str, node: str, read_gpus: Callable[[], Mapping[int, GpuReading]] | None = None) -> None:
+    def __init__(
+        self,
+        job: str,
+        node: str,
+        read_gpus: Callable[[], Mapping[int, GpuReading]] | None = None,
+        *,
+        every_rank_up_to: int = EVERY_RANK_UP_TO,
+    ) -> None:
         self.job = job
         self.node = node
         self.read_gpus = read_gpus
+        self.every_rank_up_to = every_rank_up_to
         self.attempt: Attempt | None = None
         self._lock = threading.Lock()
 
@@ -380,13 +439,21 @@ class JobCollector:
         return latest.rows if latest is not None else ()
 
     def collect(self) -> Iterator[Any]:
-        """The families of :data:`SERIES`, rendered now (called by the registry at each scrape)."""
+        """The families of :data:`SERIES` (and :data:`AGGREGATES` for a large job), rendered now (called by the
+        registry at each scrape).
+        """
         with self._lock:  # scrapes one at a time: each reads NVML
-            families = _families(self.job, self.node)
             rows = self.rows()
+            large = len(rows) > self.every_rank_up_to
+            families = _families((*SERIES, *AGGREGATES) if large else SERIES)
             attempt = self.attempt
             gpus = self.read_gpus() if self.read_gpus is not None and attempt is not None and attempt.gpus else {}
-            self._add_ranks(families, rows)
+            if large:
+                kept = kept_ranks(rows)
+                self._add_ranks(families, [row for row in rows if row.rank in kept])
+                self._add_aggregates(families, rows, kept)
+            else:
+                self._add_ranks(families, rows)
             self._add_gpus(families, gpus)
             self._add_job(families, rows)
         return iter(list(families.values()))
@@ -401,6 +468,20 @@ class JobCollector:
                     families[name].add_metric([*labels, part], value)
                 else:
                     families[name].add_metric(labels, value)
+
+    def _add_aggregates(self, families: dict[str, Any], rows: Sequence[RankRow], kept: set[int]) -> None:
+        """The min, median and max of each measure over the job's ranks, and over each node's (every node's up to
+        :data:`EVERY_NODE_UP_TO` nodes, else only the kept ranks' nodes').
+        """
+        _add_over(families, "job", [self.job, self.node], rows)
+        by_node: dict[str, list[RankRow]] = {}
+        for row in rows:
+            by_node.setdefault(row.node or self.node, []).append(row)
+        if len(by_node) > EVERY_NODE_UP_TO:
+            wanted = {row.node or self.node for row in rows if row.rank in kept}
+            by_node = {node: group for node, group in by_node.items() if node in wanted}
+        for node, group in by_node.items():
+            _add_over(families, "node", [self.job, node], group)
 
     def _add_gpus(self, families: dict[str, Any], gpus: Mapping[int, GpuReading]) -> None:
         attempt = self.attempt
@@ -432,7 +513,7 @@ class JobCollector:
                 families["tfdevices_worker_exit_status"].add_metric([*labels, str(rank)], status)
 
 
-def _families(job: str, node: str) -> dict[str, Any]:
+def _families(series: Sequence[Series]) -> dict[str, Any]:
     from prometheus_client.core import (  # noqa: PLC0415 (only a job that serves needs it)
         CounterMetricFamily,
         GaugeMetricFamily,
@@ -440,7 +521,69 @@ def _families(job: str, node: str) -> dict[str, Any]:
     )
 
     kinds = {"gauge": GaugeMetricFamily, "counter": CounterMetricFamily, "summary": SummaryMetricFamily}
-    return {s.name: kinds[s.kind](s.name, s.help, labels=list(s.labels)) for s in SERIES}
+    return {s.name: kinds[s.kind](s.name, s.help, labels=list(s.labels)) for s in series}
+
+
+def kept_ranks(rows: Sequence[RankRow], slowest: int = SLOWEST_KEPT, stalled: int = STALLED_KEPT) -> set[int]:
+    """The ranks a job over :data:`EVERY_RANK_UP_TO` ranks serves one by one: the slow rank named, the stalled
+    ones (the lowest ``stalled`` of them) and the ``slowest`` ranks (lowest slow score; before the splits, the
+    fewest steps, then the longest last step).
+
+    >>> from tfdevices.jobs.straggler import RankSplit
+    >>> def row(rank, score, **marks):
+    ...     split = RankSplit(rank, 40, 0.001, 0.0, 0.05, 0.0, 0.01, 0.04, True, score)
+    ...     return RankRow(rank, "", 0, 40, "step", "in step 41", 38, 1.9, 0.05, split, **marks)
+    >>> sorted(kept_ranks([row(0, 1.0), row(1, 0.5), row(2, 0.9), row(3, 1.0, stalled=True)], slowest=2))
+    [1, 2, 3]
+    """
+    named = [row.rank for row in rows if row.slow]
+    named += [row.rank for row in rows if row.stalled][:stalled]
+    return {*named, *(row.rank for row in heapq.nsmallest(slowest, rows, key=_slowness))}
+
+
+def _slowness(row: RankRow) -> tuple[float, int, float, int]:
+    return (row.split.score if row.split is not None else 1.0, row.steps, -row.last_step_s, row.rank)
+
+
+def rank_columns(rows: Sequence[RankRow]) -> dict[str, list[float]]:
+    """The values a larger job aggregates, one list per measure over ``rows`` (the values :func:`rank_values`
+    serves per rank, and each rank's mean step): the aggregate's name after its scope (``split_seconds/wait`` for
+    a part) -> values; a measure no rank has yet is left out.
+    """
+    splits = [row.split for row in rows if row.split is not None]
+    out = {
+        "steps": [float(row.steps) for row in rows],
+        "step_seconds": [row.step_sum_s / row.timed for row in rows if row.timed > 0],
+        "last_step_seconds": [row.last_step_s for row in rows],
+        **{f"split_seconds/{part}": list(map(attrgetter(f"{part}_s"), splits)) for part in PARTS},
+        "wait_ratio": [wait_ratio(split) for split in splits],
+        "slow_score": [split.score for split in splits],
+    }
+    return {name: values for name, values in out.items() if values}
+
+
+def _add_over(families: dict[str, Any], scope: str, labels: list[str], rows: Sequence[RankRow]) -> None:
+    """The ranks counted and each measure's min, median and max over ``rows``, as the ``tfdevices_{scope}_*``
+    series of :data:`AGGREGATES`.
+    """
+    families[f"tfdevices_{scope}_ranks"].add_metric(labels, len(rows))
+    for name, values in rank_columns(rows).items():
+        measure, _, part = name.partition("/")
+        family = families[f"tfdevices_{scope}_{measure}"]
+        for stat, value in zip(STATS, min_median_max(values)):
+            family.add_metric([*labels, part, stat] if part else [*labels, stat], value)
+
+
+def min_median_max(values: Sequence[float]) -> tuple[float, float, float]:
+    """The least, the median (of an even count, the mean of the middle two) and the greatest (pure).
+
+    >>> min_median_max([3.0, 1.0, 4.0, 1.5])
+    (1.0, 2.25, 4.0)
+    """
+    ordered = sorted(values)
+    n = len(ordered)
+    middle = ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+    return ordered[0], middle, ordered[-1]
 
 
 def job_name(command: Sequence[str]) -> str:
