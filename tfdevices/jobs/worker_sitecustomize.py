@@ -37,6 +37,10 @@ import os
 import sys
 
 _here = os.path.dirname(os.path.abspath(__file__))
+_config = os.environ.get("TFDEVICES_TF_CONFIG_FILE")
+if _config and "TF_CONFIG" not in os.environ:  # a cluster too large for one variable: the launcher wrote it here
+    with open(_config, encoding="utf-8") as _f:
+        os.environ["TF_CONFIG"] = _f.read()
 
 
 def _chain():
@@ -56,6 +60,28 @@ except ImportError:  # tfdevices is not installed in this worker's Python: nothi
 else:
     start_worker()
 '''
+
+
+#: Where a worker's ``TF_CONFIG`` is, when it is too large for one variable (the sitecustomize reads it in).
+TF_CONFIG_FILE_ENV = "TFDEVICES_TF_CONFIG_FILE"
+#: The most one variable may hold, ``NAME=value`` and its NUL (Linux's ``MAX_ARG_STRLEN``: 32 pages of 4 KiB).
+VARIABLE_LIMIT = 32 * 4096
+
+
+def too_large(config: str) -> bool:
+    """Whether a ``TF_CONFIG`` is more than one variable may hold (:data:`VARIABLE_LIMIT`)."""
+    return len("TF_CONFIG=") + len(config.encode("utf-8")) + 1 > VARIABLE_LIMIT
+
+
+def tf_config_by_file(env: dict[str, str], directory: str, rank: int) -> None:
+    """Moves ``env``'s ``TF_CONFIG`` (one :func:`too_large`: a cluster of thousands of workers with long host
+    names) into a file in ``directory``, named by :data:`TF_CONFIG_FILE_ENV`; the workers' sitecustomize reads it
+    back in before the program runs.
+    """
+    path = os.path.join(directory, f"tf_config.{rank}.json")
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as f:
+        f.write(env.pop("TF_CONFIG"))
+    env[TF_CONFIG_FILE_ENV] = path
 
 
 def start_worker(env: MutableMapping[str, str] | None = None) -> None:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import collections
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -25,6 +27,7 @@ from tfdevices.jobs.orphan_guard import OrphanGuard
 from tfdevices.jobs.process_stop import stop_processes
 from tfdevices.jobs.ranks import pinned
 from tfdevices.jobs.worker_plan import WorkerPlan
+from tfdevices.jobs.worker_sitecustomize import VARIABLE_LIMIT, tf_config_by_file, too_large
 from tfdevices.mends.loopback import LISTEN_ENV, parse_listen
 
 #: The signals the launcher passes to its workers.
@@ -59,6 +62,7 @@ class Workers:
         self._tails: dict[int, collections.deque[str]] = {}
         self.listen_failed: set[int] = set()  # ranks whose own listen check stopped them
         self.listen_breach: tuple[int, str] | None = None  # the rank the launcher's listen check stopped, and why
+        self._configs: str | None = None  # where TF_CONFIGs too large for a variable are written
 
     def start(self, plan: WorkerPlan, env: Mapping[str, str], cpus: tuple[int, ...] | None) -> None:
         """Starts one worker (its log opened, bound to ``cpus``) and the thread that pumps its output.
@@ -69,10 +73,11 @@ class Workers:
         """
         log = self._open_log(plan.rank)
         self._logs.append(log)
+        env = self._sized(dict(env), plan.rank)
         with pinned(cpus):
             proc = subprocess.Popen(
                 self.command,
-                env=dict(env),
+                env=env,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -136,6 +141,21 @@ class Workers:
             if p.poll() is None:
                 signal_group(p, signum)
 
+    def _sized(self, env: dict[str, str], rank: int) -> dict[str, str]:
+        """``env``, its ``TF_CONFIG`` in a file where it is more than one variable may hold (said once)."""
+        config = env.get("TF_CONFIG", "")
+        if not too_large(config):
+            return env
+        if self._configs is None:
+            self._configs = tempfile.mkdtemp(prefix="tfdevices-tf-config-")
+            self.console.say(
+                f"TF_CONFIG is {len(config.encode('utf-8')) >> 10} KiB, more than one variable may hold "
+                f"({VARIABLE_LIMIT >> 10} KiB): each worker's sitecustomize reads it from a file (a worker started "
+                "with python -I or -S would have none)"
+            )
+        tf_config_by_file(env, self._configs, rank)
+        return env
+
     def stop_all(self, grace_s: float) -> None:
         """Stops every worker: SIGTERM, SIGKILL after ``grace_s``; then their own children (the process groups:
         :func:`~tfdevices.jobs.process_stop.stop_processes`).
@@ -152,6 +172,8 @@ class Workers:
         for log in self._logs:
             if log is not None:
                 log.close()
+        if self._configs is not None:
+            shutil.rmtree(self._configs, ignore_errors=True)
 
     def _open_log(self, rank: int) -> IO[str] | None:
         if not self.log_dir:
