@@ -460,3 +460,10 @@ def test_listen_that_contradicts_node_addr_is_refused_before_the_rendezvous() ->
         "'127.0.0.2' (--node-addr, 127.0.0.2): they could not. HINT: leave --listen out (the workers listen "
         "on --node-addr), or give the same address to both."
     )
+
+
+@pytest.mark.parametrize("nnodes, said", [(2, [2]), (16, list(range(2, 17))), (512, list(range(64, 513, 64)))])
+def test_node_0_says_each_join_of_a_small_job_and_a_large_jobs_at_each_eighth(nnodes, said) -> None:
+    from tfdevices.jobs.rendezvous import _said_join
+
+    assert [count for count in range(2, nnodes + 1) if _said_join(count, nnodes)] == said

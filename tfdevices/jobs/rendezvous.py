@@ -429,7 +429,17 @@ def _take(
             continue
         rank, hello = value
         joined[rank] = hello
-        say(f"rendezvous: node {rank} joined from {where(conn)} ({len(joined) + 1} of {nnodes})")
+        if _said_join(len(joined) + 1, nnodes):
+            say(f"rendezvous: node {rank} joined from {where(conn)} ({len(joined) + 1} of {nnodes})")
+
+
+#: Up to this many nodes, each join is said; past it, every eighth of the job and the last.
+SAID_JOINS = 16
+
+
+def _said_join(count: int, nnodes: int) -> bool:
+    """Whether node 0 says the join that makes ``count`` of ``nnodes`` nodes (a large job's, at each eighth)."""
+    return nnodes <= SAID_JOINS or count == nnodes or count * 8 // nnodes != (count - 1) * 8 // nnodes
 
 
 def _forget_leavers(joined: dict[int, _Hello]) -> None:
