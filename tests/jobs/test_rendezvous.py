@@ -467,3 +467,27 @@ def test_node_0_says_each_join_of_a_small_job_and_a_large_jobs_at_each_eighth(nn
     from tfdevices.jobs.rendezvous import _said_join
 
     assert [count for count in range(2, nnodes + 1) if _said_join(count, nnodes)] == said
+
+
+def test_node_0_raises_its_open_file_limit_for_a_large_job_or_refuses_it_naming_the_fix() -> None:
+    from tests.helpers import run_py
+
+    proc = run_py(
+        """
+        import resource
+        from tfdevices.core.errors import LaunchError
+        from tfdevices.jobs.rendezvous import _enough_files
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, 4096))
+        _enough_files(1000)
+        print(resource.getrlimit(resource.RLIMIT_NOFILE))
+        try:
+            _enough_files(5000)
+        except LaunchError as err:
+            print(err)
+        """,
+        timeout=60,
+    )
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "(2064, 4096)"
+    assert lines[1].startswith("--nnodes 5000: node 0 holds a connection to each other node, about 10064 open files")
+    assert "ulimit -n 10064" in lines[1]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import queue
+import resource
 import select
 import socket
 import threading
@@ -263,6 +264,23 @@ def rendezvous(nodes: Nodes, n: int, *, stopped: Callable[[], bool] = lambda: Fa
     return _join(nodes, n, deadline, stopped)
 
 
+def _enough_files(nnodes: int) -> None:
+    """Raises this process's open-file limit (its soft one, to its hard one) to what node 0 holds for the job: a
+    connection to each other launcher, and what the job's own workers and files take (64 and 8 a node kept aside).
+    Past the hard limit a join would fail at ``accept`` (EMFILE): the job is refused at once, saying how to fix it.
+    """
+    need = 64 + 2 * nnodes
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < need:
+        if hard != resource.RLIM_INFINITY and hard < need:
+            raise LaunchError(
+                f"--nnodes {nnodes}: node 0 holds a connection to each other node, about {need} open files, "
+                f"over this process's limit of {hard}.",
+                hint=f"raise it before the launch (ulimit -n {need}), or run fewer, larger nodes.",
+            )
+        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+
+
 @dataclasses.dataclass(frozen=True)
 class _Hello:
     reader: LineReader
@@ -273,6 +291,7 @@ class _Hello:
 
 
 def _serve(nodes: Nodes, n: int, deadline: float, stopped: Callable[[], bool]) -> tuple[NodeJob, _Peers]:
+    _enough_files(nodes.nnodes)
     host, port = nodes.master
     server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
