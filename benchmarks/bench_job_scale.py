@@ -238,7 +238,7 @@ def breakdown(job: SimJob, loop: object, channel: object) -> dict:
         middle = time.process_time()
         snapshot = loop.watch.poll(records)  # type: ignore[attr-defined]
         after = time.process_time()
-        write_snapshot(snapshot, job.dirs[0])
+        write_snapshot(snapshot, job.dirs[0], frozenset(loop.local))  # type: ignore[attr-defined]
         done = time.process_time()
         read_snapshot_row(job.dirs[0], 0)  # what a worker's JobMetricsLogger reads for its TensorBoard scalars
         row = time.process_time()
