@@ -18,6 +18,7 @@ from tfdevices.verify.records import (
     XLA_CLUSTER,
     Collective,
     OpPlacement,
+    OpsField,
     PlacementDiff,
     Transfer,
     VariableRead,
@@ -54,7 +55,7 @@ class PlacementReport:
             not tie to a device are reported on device ``"?"`` (:data:`UNKNOWN_DEVICE`) and named here.
     """
 
-    ops: tuple[OpPlacement, ...]
+    ops: tuple[OpPlacement, ...] = OpsField()  # type: ignore[assignment]  # records made when first read
     transfers: tuple[Transfer, ...] = ()
     collectives: tuple[Collective, ...] = ()
     graphs: tuple[tuple[str, Any], ...] = field(default=(), repr=False, compare=False)
