@@ -155,8 +155,9 @@ def test_a_stall_of_many_ranks_shows_the_frames_of_16_and_counts_the_others():
     from tfdevices.jobs.watch import _frame_lines
 
     class _Stall:
-        records = [_record(r, 21, 100.0) for r in range(40)]
-        missing = tuple(range(40))
+        def __init__(self) -> None:
+            self.records = [_record(r, 21, 100.0) for r in range(40)]
+            self.missing = tuple(range(40))
 
     lines = _frame_lines(_Stall(), {r: [f"frame of {r}"] for r in range(40)}, "")
     assert sum("'s stack" in line for line in lines) == 16 and "frame of 15" in lines[-2]
