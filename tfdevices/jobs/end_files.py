@@ -22,6 +22,7 @@ import dataclasses
 import json
 import os
 import socket
+import statistics
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -247,7 +248,7 @@ def _drawn(data: Mapping[str, Any]) -> tuple[list[Mapping[str, Any]], Mapping[st
     kept = {r["rank"] for r in slowest}
     others = [r for r in ranks if r["rank"] not in kept]
     totals = [sum(r[f"{p}_ms"] for p in PARTS) for r in others]
-    median = {f"{p}_ms": _median([r[f"{p}_ms"] for r in others]) for p in PARTS}
+    median = {f"{p}_ms": statistics.median([r[f"{p}_ms"] for r in others]) for p in PARTS}
     band = {"rank": f"the other {len(others):,}", **median, "range": (min(totals), max(totals))}
     lines = {str(r["rank"]): over[str(r["rank"])] for r in slowest[:3] if str(r["rank"]) in over}
     looks = min((len(points) for points in over.values()), default=0)
@@ -256,13 +257,7 @@ def _drawn(data: Mapping[str, Any]) -> tuple[list[Mapping[str, Any]], Mapping[st
 
 
 def _column_medians(over: Mapping[str, Sequence[Sequence[float]]], i: int) -> list[float]:
-    return [_median([points[i][c] for points in over.values()]) for c in range(1, 1 + len(PARTS))]
-
-
-def _median(values: Sequence[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    return [statistics.median([points[i][c] for points in over.values()]) for c in range(1, 1 + len(PARTS))]
 
 
 def _draw_bars(bars: Any, ranks: Sequence[Mapping[str, Any]], data: Mapping[str, Any]) -> None:
