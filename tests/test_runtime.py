@@ -329,5 +329,5 @@ def test_virtual_devices_variable_takes_ascii_digits_only(value):
     from tfdevices.core.errors import EnvVarError
     from tfdevices.runtime import configure_worker
 
-    with pytest.raises(EnvVarError, match="TFDEVICES_VIRTUAL_DEVICES=.* is not a whole number >= 1"):
+    with pytest.raises(EnvVarError, match="^TFDEVICES_VIRTUAL_DEVICES is not a whole number >= 1"):
         configure_worker({"TFDEVICES_VIRTUAL_DEVICES": value})

@@ -23,7 +23,7 @@ from tfdevices import __version__, mends
 from tfdevices.core.doctor_report import Report
 from tfdevices.core.errors import TfDevicesError
 from tfdevices.core.tf_door import import_tf
-from tfdevices.core.units import format_bytes, short_repr
+from tfdevices.core.units import format_bytes
 from tfdevices.gpus import cuda_check, cuda_facts, cuda_log
 from tfdevices.gpus.discovery import discover
 from tfdevices.gpus.inventory import INVENTORY_ENV
@@ -138,9 +138,9 @@ def _onednn(env: Mapping[str, str]) -> str:
     if value is not None:
         said = value.strip().lower()
         if said in ("0", "false"):
-            return "off (TF_ENABLE_ONEDNN_OPTS=0)"
+            return "off (TF_ENABLE_ONEDNN_OPTS says off)"
         if said in ("1", "true"):
-            return "on (TF_ENABLE_ONEDNN_OPTS=1)"
+            return "on (TF_ENABLE_ONEDNN_OPTS says on)"
         return "TF_ENABLE_ONEDNN_OPTS is set to something other than 0 or 1: TensorFlow's default applies"
     flags = _cpu_flags()
     found = [f for f in _ONEDNN_CPU_FLAGS if f in flags]
@@ -169,7 +169,7 @@ def _xla(env: Mapping[str, str]) -> str:
     if flags is None:
         return "TF_XLA_FLAGS unset: XLA only where a model or function asks (jit_compile=True)"
     auto = "--tf_xla_auto_jit=" in flags and "--tf_xla_auto_jit=0" not in flags
-    return f"TF_XLA_FLAGS={short_repr(flags)}" + (" (auto-clustering on)" if auto else "")
+    return f"TF_XLA_FLAGS set (auto-clustering {'on' if auto else 'off'})"
 
 
 def _build_info() -> str:
@@ -194,8 +194,8 @@ def _gpus(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
         source += f": the saved listing {INVENTORY_ENV} names, not this machine's GPUs"
     rows = [
         ("source", source),
-        ("CUDA_VISIBLE_DEVICES", "unset" if inventory.cuda_visible_devices is None else inventory.cuda_visible_devices),
-        ("CUDA_DEVICE_ORDER", inventory.cuda_device_order or "unset (CUDA's FASTEST_FIRST)"),
+        ("CUDA_VISIBLE_DEVICES", inventory.mask_words()),
+        ("CUDA_DEVICE_ORDER", inventory.order_words()),
     ]
     if not inventory.gpus:
         rows.append(("gpus", f"none ({inventory.reason or 'none found'})"))
@@ -256,11 +256,7 @@ def _job(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     pods = info.tf_config.cluster["worker"] if info.source == "kubernetes" and info.tf_config else ()
     return (
         ("rank", _rank_row(info)),
-        *(
-            (("pods", ", ".join(pods[:8]) + (f", ... ({len(pods):,} in all)" if len(pods) > 8 else "")),)
-            if pods
-            else ()
-        ),
+        *((("pods", f"{len(pods):,} in the job (launch_info().tf_config names them)"),) if pods else ()),
         *(("note", note) for note in info.notes),
         (EXIT_WAIT_ENV, _exit_wait(env)),
         (TOKEN_ENV, "set" if env.get(TOKEN_ENV) else "unset"),

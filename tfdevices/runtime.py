@@ -763,7 +763,7 @@ def configure_worker(env: Mapping[str, str] | None = None) -> Any:
     count = parse_count(value.strip(), limit=1024)
     if not count:
         raise EnvVarError(
-            f"{VIRTUAL_DEVICES_ENV}={short_repr(value)} is not a whole number >= 1 (ASCII digits, at most 1024).",
+            f"{VIRTUAL_DEVICES_ENV} is not a whole number >= 1 (ASCII digits, at most 1024).",
             hint="tfdevices launch --virtual-devices N sets it; unset it otherwise.",
         )
     return configure(virtual_devices=count)

@@ -137,7 +137,7 @@ def test_mask_gives_cuda_ordinals_and_tf_names(env: dict[str, str], visible: lis
 @pytest.mark.parametrize("mask", ["", "-1"])
 def test_all_hidden_says_so(mask: str) -> None:
     out = vis.resolve(GPUS, {"CUDA_VISIBLE_DEVICES": mask}, mig_ids=MIG_IDS)
-    assert out.hidden_reason == f"all {len(PCI_ORDER)} GPUs are hidden by CUDA_VISIBLE_DEVICES={mask!r}"
+    assert out.hidden_reason == f"all {len(PCI_ORDER)} GPUs are hidden: CUDA_VISIBLE_DEVICES is set to hide every GPU"
 
 
 @pytest.mark.parametrize("mask", ["0", "0,9", fk.uuid(3), "MIG-GPU-abcd/1/0", ""])
@@ -150,61 +150,81 @@ def test_without_gpus_only_syntax_is_checked(mask: str) -> None:
     "env, first_words, also",
     [
         # CUDA_VISIBLE_DEVICES: syntax
-        ({"CUDA_VISIBLE_DEVICES": "0,,1"}, "CUDA_VISIBLE_DEVICES='0,,1': entry 2 is empty", "stray comma"),
-        ({"CUDA_VISIBLE_DEVICES": "0,"}, "CUDA_VISIBLE_DEVICES='0,': entry 2 is empty", "CUDA stops"),
-        ({"CUDA_VISIBLE_DEVICES": ",0"}, "CUDA_VISIBLE_DEVICES=',0': entry 1 is empty", "hides the rest"),
-        ({"CUDA_VISIBLE_DEVICES": "-2"}, "CUDA_VISIBLE_DEVICES='-2': '-2' is negative", "lone '-1'"),
-        ({"CUDA_VISIBLE_DEVICES": "0,-1"}, "CUDA_VISIBLE_DEVICES='0,-1': '-1' is negative", "lone '-1'"),
-        ({"CUDA_VISIBLE_DEVICES": "abc"}, "CUDA_VISIBLE_DEVICES='abc': 'abc' is neither", "GPU-<uuid>"),
+        ({"CUDA_VISIBLE_DEVICES": "0,,1"}, "entry 2 of CUDA_VISIBLE_DEVICES is empty", "stray comma"),
+        ({"CUDA_VISIBLE_DEVICES": "0,"}, "entry 2 of CUDA_VISIBLE_DEVICES is empty", "CUDA stops"),
+        ({"CUDA_VISIBLE_DEVICES": ",0"}, "entry 1 of CUDA_VISIBLE_DEVICES is empty", "hides the rest"),
+        ({"CUDA_VISIBLE_DEVICES": "-2"}, "entry 1 of CUDA_VISIBLE_DEVICES is a negative number", "lone '-1'"),
+        ({"CUDA_VISIBLE_DEVICES": "0,-1"}, "entry 2 of CUDA_VISIBLE_DEVICES is a negative number", "lone '-1'"),
+        ({"CUDA_VISIBLE_DEVICES": "abc"}, "entry 1 of CUDA_VISIBLE_DEVICES is neither", "GPU-<uuid>"),
         (
             {"CUDA_VISIBLE_DEVICES": "gpu-00000001"},
-            "CUDA_VISIBLE_DEVICES='gpu-00000001': 'gpu-00000001' is neither",
+            "entry 1 of CUDA_VISIBLE_DEVICES is neither",
             "",
         ),
-        ({"CUDA_VISIBLE_DEVICES": "GPU-"}, "CUDA_VISIBLE_DEVICES='GPU-': 'GPU-' is neither", ""),
-        ({"CUDA_VISIBLE_DEVICES": "GPU-xyz"}, "CUDA_VISIBLE_DEVICES='GPU-xyz': 'GPU-xyz' is neither", ""),
-        ({"CUDA_VISIBLE_DEVICES": "1.5"}, "CUDA_VISIBLE_DEVICES='1.5': '1.5' is neither", ""),
-        ({"CUDA_VISIBLE_DEVICES": "0 1"}, "CUDA_VISIBLE_DEVICES='0 1': '0 1' is neither", ""),
-        ({"CUDA_VISIBLE_DEVICES": "0;1"}, "CUDA_VISIBLE_DEVICES='0;1': '0;1' is neither", ""),
+        ({"CUDA_VISIBLE_DEVICES": "GPU-"}, "entry 1 of CUDA_VISIBLE_DEVICES is neither", ""),
+        ({"CUDA_VISIBLE_DEVICES": "GPU-xyz"}, "entry 1 of CUDA_VISIBLE_DEVICES is neither", ""),
+        ({"CUDA_VISIBLE_DEVICES": "1.5"}, "entry 1 of CUDA_VISIBLE_DEVICES is neither", ""),
+        ({"CUDA_VISIBLE_DEVICES": "0 1"}, "entry 1 of CUDA_VISIBLE_DEVICES is neither", ""),
+        ({"CUDA_VISIBLE_DEVICES": "0;1"}, "entry 1 of CUDA_VISIBLE_DEVICES is neither", ""),
         (
             {"CUDA_VISIBLE_DEVICES": "MIG-GPU-abcd/1"},
-            "CUDA_VISIBLE_DEVICES='MIG-GPU-abcd/1': 'MIG-GPU-abcd/1' is neither",
+            "entry 1 of CUDA_VISIBLE_DEVICES is neither",
             "",
         ),
-        ({"CUDA_VISIBLE_DEVICES": "1,1"}, "CUDA_VISIBLE_DEVICES='1,1': '1' is listed twice", "once"),
+        ({"CUDA_VISIBLE_DEVICES": "1,1"}, "entry 2 of CUDA_VISIBLE_DEVICES repeats entry 1", "once"),
         # CUDA_VISIBLE_DEVICES: names nothing that exists
         (
             {"CUDA_VISIBLE_DEVICES": "0,9"},
-            "CUDA_VISIBLE_DEVICES='0,9': no GPU with CUDA index 9; this machine has GPUs 0 (",
+            "entry 2 of CUDA_VISIBLE_DEVICES is past the last GPU (CUDA's indices here run 0 to 8); this machine",
             "CUDA_DEVICE_ORDER=PCI_BUS_ID",
         ),
         (
             {"CUDA_VISIBLE_DEVICES": "GPU-ffff"},
-            "CUDA_VISIBLE_DEVICES='GPU-ffff': 'GPU-ffff' names no GPU; this machine has",
+            "entry 1 of CUDA_VISIBLE_DEVICES names no GPU; this machine has",
             "nvidia-smi -L",
         ),
         (
             {"CUDA_VISIBLE_DEVICES": "GPU-0000000"},
-            "CUDA_VISIBLE_DEVICES='GPU-0000000': 'GPU-0000000' is a prefix of 7",
+            "entry 1 of CUDA_VISIBLE_DEVICES is the start of 7",
             "more of the uuid",
         ),
-        ({"CUDA_VISIBLE_DEVICES": "MIG-ffff"}, "CUDA_VISIBLE_DEVICES='MIG-ffff': 'MIG-ffff' names no GPU", ""),
-        ({"CUDA_VISIBLE_DEVICES": f"MIG-GPU-{fk.uuid(5)[4:]}/3/0"}, "CUDA_VISIBLE_DEVICES='MIG-GPU-", "names no MIG"),
+        ({"CUDA_VISIBLE_DEVICES": "MIG-ffff"}, "entry 1 of CUDA_VISIBLE_DEVICES names no GPU", ""),
+        (
+            {"CUDA_VISIBLE_DEVICES": f"MIG-GPU-{fk.uuid(5)[4:]}/3/0"},
+            "entry 1 of CUDA_VISIBLE_DEVICES names no MIG",
+            "MIG-<uuid>",
+        ),
         (
             {"CUDA_VISIBLE_DEVICES": fk.uuid(5)},
-            (f"CUDA_VISIBLE_DEVICES='{fk.uuid(5)}': '{fk.uuid(5)}' is GPU 5, which is in MIG mode"),
+            "entry 1 of CUDA_VISIBLE_DEVICES is GPU 5, which is in MIG mode",
             "MIG-<uuid>",
         ),
         (
             {"CUDA_VISIBLE_DEVICES": f"1,{fk.uuid(1)}"},
-            (f"CUDA_VISIBLE_DEVICES='1,{fk.uuid(1)}': '{fk.uuid(1)}' names GPU 1 again"),
+            "entry 2 of CUDA_VISIBLE_DEVICES names GPU 1 again (entry 1 named it)",
             "once",
         ),
         # CUDA_DEVICE_ORDER
-        ({"CUDA_DEVICE_ORDER": "pci_bus_id"}, "CUDA_DEVICE_ORDER='pci_bus_id': not a CUDA device order", "PCI_BUS_ID"),
-        ({"CUDA_DEVICE_ORDER": "PCI"}, "CUDA_DEVICE_ORDER='PCI': not a CUDA device order", "nvidia-smi"),
-        ({"CUDA_DEVICE_ORDER": "FASTEST"}, "CUDA_DEVICE_ORDER='FASTEST': not a CUDA device order", "FASTEST_FIRST"),
-        ({"CUDA_DEVICE_ORDER": "1"}, "CUDA_DEVICE_ORDER='1': not a CUDA device order", "silently"),
+        (
+            {"CUDA_DEVICE_ORDER": "pci_bus_id"},
+            "CUDA_DEVICE_ORDER is set to something other than a CUDA device order",
+            "PCI_BUS_ID",
+        ),
+        (
+            {"CUDA_DEVICE_ORDER": "PCI"},
+            "CUDA_DEVICE_ORDER is set to something other than a CUDA device order",
+            "nvidia-smi",
+        ),
+        (
+            {"CUDA_DEVICE_ORDER": "FASTEST"},
+            "CUDA_DEVICE_ORDER is set to something other than a CUDA device order",
+            "FASTEST_FIRST",
+        ),
+        (
+            {"CUDA_DEVICE_ORDER": "1"},
+            "CUDA_DEVICE_ORDER is set to something other than a CUDA device order",
+            "silently",
+        ),
     ],
 )
 def test_malformed_environment_is_refused_naming_the_variable(env: dict[str, str], first_words: str, also: str) -> None:
@@ -232,7 +252,7 @@ def test_apply_replaces_old_visibility_notes_and_keeps_others(env: dict[str, str
         gpus=tuple(GPUS),
         source="nvml",
         notes=("GPU 9 left out: lost.", "CUDA order estimated: old"),
-        reason="all 9 GPUs are hidden by CUDA_VISIBLE_DEVICES='-1'",
+        reason="all 9 GPUs are hidden: CUDA_VISIBLE_DEVICES is set to hide every GPU",
         cuda_visible_devices="-1",
     )
     fresh = vis.apply(stale, env, mig_ids=MIG_IDS)
@@ -259,13 +279,13 @@ from tfdevices.core.errors import TfDevicesError  # noqa: E402
 @pytest.mark.parametrize(
     "mask, first_words",
     [
-        ("\u0663", "CUDA_VISIBLE_DEVICES='\u0663': '\u0663' is neither a GPU index nor"),  # CUDA would not see GPU 3
-        ("0,\uff11", "CUDA_VISIBLE_DEVICES='0,\uff11': '\uff11' is neither"),
-        ("\u00b2", "CUDA_VISIBLE_DEVICES='\u00b2': '\u00b2' is neither"),
-        ("-\u0661", "CUDA_VISIBLE_DEVICES='-\u0661': '-\u0661' is neither"),
-        ("9" * 5000, "CUDA_VISIBLE_DEVICES='9999"),
-        (",".join(["0"] * 100_000), "CUDA_VISIBLE_DEVICES='0,0,0"),
-        ("MIG-GPU-8f2a/\u0661/0", "CUDA_VISIBLE_DEVICES='MIG-GPU-8f2a/\u0661/0': 'MIG-GPU-8f2a/\u0661/0' is neither"),
+        ("\u0663", "entry 1 of CUDA_VISIBLE_DEVICES is neither a GPU index nor"),  # CUDA would not see GPU 3
+        ("0,\uff11", "entry 2 of CUDA_VISIBLE_DEVICES is neither"),
+        ("\u00b2", "entry 1 of CUDA_VISIBLE_DEVICES is neither"),
+        ("-\u0661", "entry 1 of CUDA_VISIBLE_DEVICES is neither"),
+        ("9" * 5000, "entry 1 of CUDA_VISIBLE_DEVICES is a number too large"),
+        (",".join(["0"] * 100_000), "CUDA_VISIBLE_DEVICES lists more than 1024 entries"),
+        ("MIG-GPU-8f2a/\u0661/0", "entry 1 of CUDA_VISIBLE_DEVICES is neither"),
     ],
 )
 def test_hostile_masks_are_refused_shortly(mask: str, first_words: str) -> None:

@@ -242,7 +242,7 @@ def doctor_rows() -> dict[str, str]:
 def test_doctor_says_each_kind_of_pods_place_and_its_pods(doctor_rows: dict[str, str], kind: str, rank: str) -> None:
     rows = doctor_rows[kind]
     assert re.search(r"^  rank +" + re.escape(rank), rows, re.M), rows
-    assert re.search(r"^  pods +\S+:\d+, \S+:\d+$", rows, re.M), rows
+    assert re.search(r"^  pods +2 in the job \(launch_info\(\)\.tf_config names them\)$", rows, re.M), rows
 
 
 # --------------------------------------------------------------------------- the script alone: stuck, then restarted

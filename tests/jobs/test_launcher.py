@@ -239,7 +239,7 @@ def test_configure_worker_splits_the_cpu() -> None:
         timeout=120,
     )
     assert proc.stdout.split()[-1] == "3"
-    with pytest.raises(Exception, match=r"TFDEVICES_VIRTUAL_DEVICES='0' is not a whole number >= 1"):
+    with pytest.raises(Exception, match=r"TFDEVICES_VIRTUAL_DEVICES is not a whole number >= 1"):
         runtime.configure_worker({"TFDEVICES_VIRTUAL_DEVICES": "0"})
 
 

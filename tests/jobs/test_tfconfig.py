@@ -58,14 +58,14 @@ BAD = [
     (json.dumps({"cluster": W2}), "lacks ['task']"),
     (
         json.dumps({"cluster": W2, "task": {"type": "worker", "index": 0}, "clusters": {}}),
-        "unknown key(s) ['clusters']",
+        "1 unknown key(s) in TF_CONFIG; known keys: ['cluster', 'task', 'environment', 'rpc_layer']",
     ),
     (cfg({}), "'cluster' is empty"),
     (
         json.dumps({"cluster": ["localhost:2222"], "task": {"type": "worker", "index": 0}}),
         "'cluster' must be an object",
     ),
-    (cfg({"workers": ["a:1"]}), "unknown job 'workers'"),
+    (cfg({"workers": ["a:1"]}), "an unknown job in 'cluster'; known jobs: ['chief', 'worker', 'ps', 'evaluator']."),
     (cfg({"worker": []}), "must be a non-empty list"),
     (cfg({"worker": "a:1,b:2"}), "must be a non-empty list"),
     (cfg({"worker": [2222]}), "cluster address worker[0]: not HOST:PORT: it is int, not text."),
@@ -74,22 +74,28 @@ BAD = [
     (cfg({"worker": ["localhost:70000"]}), "worker[0]: not HOST:PORT: its port is not in 1..65535."),
     (cfg({"worker": [":2222"]}), "worker[0]: not HOST:PORT: it is empty."),
     (cfg({"worker": ["local host:2222"]}), "worker[0]: not HOST:PORT: it is no IPv4 address, [IPv6] address or"),
-    (cfg({"worker": ["a:1", "a:1"]}), "address 'a:1' appears twice"),
-    (cfg({"chief": ["a:1"], "worker": ["a:1"]}), "address 'a:1' appears twice"),
+    (cfg({"worker": ["a:1", "a:1"]}), "cluster address worker[1] repeats worker[0]."),
+    (cfg({"chief": ["a:1"], "worker": ["a:1"]}), "cluster address worker[0] repeats chief[0]."),
     (cfg({"chief": ["a:1", "b:1"]}, "chief", 0), "2 chiefs"),
     (cfg({"ps": ["a:1"]}, "ps", 0), "no 'chief' or 'worker' job"),
-    (cfg(W2, "master", 0), "unknown task type 'master'"),
+    (cfg(W2, "master", 0), "an unknown task type; known types: ['chief', 'worker', 'ps', 'evaluator']."),
     (cfg(W2, "chief", 0), "task type 'chief' is not a job of the cluster"),
-    (cfg(W2, "worker", 2), "task index 2 is out of range"),
-    (cfg(W2, "worker", -1), "task index -1 must be a whole number"),
-    (cfg(W2, "worker", "0"), 'task index "0" must be a whole number'),
-    (cfg(W2, "worker", True), "task index true must be a whole number"),
-    (cfg(W2, "worker", 1.0), "task index 1.0 must be a whole number"),
+    (
+        cfg(W2, "worker", 2),
+        "the task index is past the last address of job 'worker', which has 2 address(es) (indices ",
+    ),
+    (cfg(W2, "worker", -1), "the task index must be a whole number >= 0; it is negative."),
+    (cfg(W2, "worker", "0"), "the task index must be a whole number >= 0; it is a string."),
+    (cfg(W2, "worker", True), "the task index must be a whole number >= 0; it is a boolean."),
+    (cfg(W2, "worker", 1.0), "the task index must be a whole number >= 0; it is a number."),
     (cfg(W2, "evaluator", 1), "task type 'evaluator' is not a job"),
     (json.dumps({"cluster": W2, "task": {"type": "worker"}}), "'task' lacks ['index']"),
-    (json.dumps({"cluster": W2, "task": {"type": "worker", "index": 0, "rank": 0}}), "unknown key(s) ['rank']"),
+    (
+        json.dumps({"cluster": W2, "task": {"type": "worker", "index": 0, "rank": 0}}),
+        "1 unknown key(s) in 'task'; known keys: ['type', 'index', 'trial'].",
+    ),
     (json.dumps({"cluster": W2, "task": "worker:0"}), "'task' must be an object"),
-    (cfg(W2, rpc_layer=""), "rpc_layer='' must be a non-empty string"),
+    (cfg(W2, rpc_layer=""), "rpc_layer must be a non-empty string such as 'grpc'; it is empty."),
 ]
 
 
@@ -126,9 +132,19 @@ def test_make_tf_config_round_trips_every_rank(n):
 @pytest.mark.parametrize(
     "workers, index, task_type, words",
     [
-        (["a:1", "a:1"], 0, "worker", "appears twice"),
-        (["a:1"], 1, "worker", "out of range"),
-        (["a:1", "b:2"], 2, "chief", "out of range"),
+        (["a:1", "a:1"], 0, "worker", "TF_CONFIG (make_tf_config): cluster address worker[1] repeats worker[0]."),
+        (
+            ["a:1"],
+            1,
+            "worker",
+            "TF_CONFIG (make_tf_config): the task index is past the last address of job 'worker', which",
+        ),
+        (
+            ["a:1", "b:2"],
+            2,
+            "chief",
+            "TF_CONFIG (make_tf_config): the task index is past the last address of job 'worker', which",
+        ),
         (["nohost"], 0, "worker", "cluster address worker[0]: not HOST:PORT: it has no ':PORT'."),
         ([], 0, "worker", "non-empty list"),
         (["a:1"], 0, "ps", "make_tf_config(task_type='ps') is not supported"),
@@ -187,13 +203,16 @@ def _one_worker(address: str) -> str:
         ),
         (
             '{"cluster": {"worker": ["h:1"]}, "task": {"type": "worker", "index": 10000000000000000000000}}',
-            "task index 10000000000000000000000 is out of range",
+            "the task index is past the last address of job 'worker', which has 1 address(es) (indices ",
         ),
         (
             json.dumps({"cluster": {"worker": ["h:1"] * 50_000}, "task": {"type": "worker", "index": 0}}),
-            "address 'h:1' appears twice",
+            "cluster address worker[1] repeats worker[0].",
         ),
-        (json.dumps({"cluster": {"w" * 10_000: ["h:1"]}, "task": {"type": "worker", "index": 0}}), "unknown job 'wwww"),
+        (
+            json.dumps({"cluster": {"w" * 10_000: ["h:1"]}, "task": {"type": "worker", "index": 0}}),
+            "an unknown job in 'cluster'; known jobs: ['chief', 'worker', 'ps', 'evaluator'].",
+        ),
     ],
 )
 def test_hostile_tf_config(text, words):

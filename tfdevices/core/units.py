@@ -151,7 +151,7 @@ def env_switch(env: Mapping[str, str], name: str, *, default: bool, hint: str) -
     around); unset or blank: ``default``.
 
     Raises:
-        EnvVarError: any other value (the message shows it shortened, then ``hint``).
+        EnvVarError: any other value (the message names the variable, never its value, then ``hint``).
 
     >>> env_switch({"X": " ON "}, "X", default=False, hint=""), env_switch({}, "X", default=True, hint="")
     (True, True)
@@ -161,7 +161,7 @@ def env_switch(env: Mapping[str, str], name: str, *, default: bool, hint: str) -
         return default
     value = text.strip().lower()
     if value not in ("0", "1", "on", "off"):
-        raise EnvVarError(f"{name}={short_repr(text)} is not one of 1, on, 0, off.", hint=hint)
+        raise EnvVarError(f"{name} is set to something other than 1, on, 0 or off.", hint=hint)
     return value in ("1", "on")
 
 

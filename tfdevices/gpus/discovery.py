@@ -24,7 +24,6 @@ from collections.abc import Mapping
 from tfdevices.core.errors import InputError, InventoryFileError
 from tfdevices.core.record_class import replace
 from tfdevices.core.tf_door import import_tf
-from tfdevices.core.units import short_repr
 from tfdevices.gpus import nvml, processes, topology as topo, visibility
 from tfdevices.gpus.gpuinfo import GpuInfo
 from tfdevices.gpus.inventory import INVENTORY_ENV, Inventory
@@ -108,11 +107,10 @@ def from_file(path: str, env: Mapping[str, str]) -> Inventory:
         EnvVarError: the masking variables are malformed or name GPUs the listing lacks.
     """
     try:
-        inventory = Inventory.load(path)
+        inventory = Inventory.load(path, shown_as=f"the file {INVENTORY_ENV} names")
     except InventoryFileError as err:
         raise InventoryFileError(
-            f"{INVENTORY_ENV}={short_repr(path, 240)}: {err.message}",
-            hint=f"{err.hint} Or unset {INVENTORY_ENV} to read this machine.",
+            err.message, hint=f"{err.hint} Or unset {INVENTORY_ENV} to read this machine."
         ) from None
     return visibility.apply(inventory, env)
 
@@ -201,8 +199,7 @@ def from_tensorflow(env: Mapping[str, str]) -> Inventory:
     if not gpus:
         cuda = tf.test.is_built_with_cuda()
         why = "" if cuda else "; this TensorFlow build has no CUDA support"
-        mask = env.get(visibility.VISIBLE_ENV)
-        masked = "" if mask is None else f"; {visibility.VISIBLE_ENV}={mask!r}"
+        masked = "" if visibility.VISIBLE_ENV not in env else f"; {visibility.VISIBLE_ENV} is set"
         return Inventory(source="none", reason=f"TensorFlow {tf.__version__} lists no GPU{why}{masked}", **common)
     notes = (
         (

@@ -56,6 +56,8 @@ class Inventory:
         cuda_device_order: ``CUDA_DEVICE_ORDER`` at discovery (``None``: unset, CUDA's FASTEST_FIRST).
         notes: caveats worth showing, e.g. an estimated CUDA order.
         loaded_from: the file this inventory was read from, if any.
+        shown_as: how messages and the listing name that file, where not by its path (a path an environment
+            variable gave is not printed: ``"the file TFDEVICES_INVENTORY names"``).
         topology: how the physical GPUs are wired (``None`` where not read).
     """
 
@@ -67,13 +69,14 @@ class Inventory:
     cuda_device_order: str | None = None
     notes: tuple[str, ...] = ()
     loaded_from: str | None = None
+    shown_as: str | None = None
     topology: Topology | None = None
 
     json_rules = Rules(
         entry="an inventory",
         hint=_SAVE,
         error=InventoryFileError,
-        skip=("loaded_from",),
+        skip=("loaded_from", "shown_as"),
         checks={
             "gpus": Check(max_items=MAX_GPUS, noun="GPU"),
             "source": Check(choices=SOURCES, noun="sources"),
@@ -92,6 +95,43 @@ class Inventory:
         """The GPUs CUDA will see, in CUDA ordinal order."""
         return tuple(sorted((g for g in self.gpus if g.visible), key=lambda g: g.cuda_ordinal or 0))
 
+    @property
+    def file_words(self) -> str | None:
+        """How messages name the file it was read from (``None``: read from no file)."""
+        return self.shown_as or self.loaded_from
+
+    def mask_words(self) -> str:
+        """``CUDA_VISIBLE_DEVICES`` in words, never its value: ``"unset"``, or what the mask shows of these GPUs.
+
+        >>> from tfdevices.gpus.gpuinfo import GpuInfo
+        >>> gpus = tuple(GpuInfo(index=i, name="A100", uuid=f"GPU-{i}", cuda_ordinal={2: 0}.get(i)) for i in range(4))
+        >>> Inventory(gpus=gpus, source="nvml", cuda_visible_devices="2").mask_words()
+        "set (shows 1 of 4 GPUs: 2 in nvidia-smi's numbers)"
+        """
+        if self.cuda_visible_devices is None:
+            return "unset"
+        parents = {g.index for g in self.gpus if g.mig_index is not None}
+        count = sum(1 for g in self.gpus if g.mig_index is not None or g.index not in parents)
+        if not self.gpus or self.source != "nvml":
+            return "set"
+        if not self.visible:
+            return f"set (hides all {count} GPUs)" if count > 1 else "set (hides the GPU)"
+        keys = ", ".join(g.key for g in self.visible)
+        return f"set (shows {len(self.visible)} of {count} GPUs: {keys} in nvidia-smi's numbers)"
+
+    def order_words(self) -> str:
+        """``CUDA_DEVICE_ORDER`` in words: unset, or the order CUDA follows (one of the two it knows).
+
+        >>> Inventory(cuda_device_order="PCI_BUS_ID").order_words(), Inventory().order_words()
+        ('PCI_BUS_ID', "unset (CUDA's FASTEST_FIRST)")
+        """
+        order = self.cuda_device_order
+        if order is None:
+            return "unset (CUDA's FASTEST_FIRST)"
+        if not order.strip():
+            return "blank (CUDA's FASTEST_FIRST)"
+        return order.strip() if order.strip() in ("FASTEST_FIRST", "PCI_BUS_ID") else "set to no order CUDA knows"
+
     def get(self, key: str) -> GpuInfo | None:
         """The GPU with this key (``"3"``, ``"0:1"``), or ``None``."""
         return next((g for g in self.gpus if g.key == key), None)
@@ -102,6 +142,9 @@ class Inventory:
         data["gpus"] = [g.to_dict() for g in self.gpus]
         data["notes"] = list(self.notes)
         data.pop("loaded_from")
+        data.pop("shown_as")
+        data.pop("cuda_visible_devices")  # the process's variables, not the machine's: never printed
+        data.pop("cuda_device_order")
         data["topology"] = None if self.topology is None else self.topology.to_dict()
         return data
 
@@ -162,8 +205,13 @@ class Inventory:
         return inv
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> Inventory:
+    def load(cls, path: str | os.PathLike[str], *, shown_as: str | None = None) -> Inventory:
         """Reads an inventory file (one ``tfdevices list --json`` wrote, or ``to_json()``).
+
+        Args:
+            path: the file.
+            shown_as: how messages name it (default: its path, quoted); a path from an environment variable
+                is named by the variable instead.
 
         Raises:
             InventoryFileError: the file is missing, unreadable or not an inventory.
@@ -173,9 +221,9 @@ class Inventory:
         >>> [gpu.index for gpu in node.gpus if gpu.memory_free >= 30 * 2**30]
         [0, 2, 4]
         """
-        where = f"inventory file {short_repr(os.fspath(path), 240)}"
+        where = f"inventory file {short_repr(os.fspath(path), 240)}" if shown_as is None else shown_as
         inv = cls.from_json(_decode(read_bounded(path, what=where), where), where=where)
-        return replace(inv, loaded_from=os.fspath(path))
+        return replace(inv, loaded_from=os.fspath(path), shown_as=shown_as)
 
     def table(self, *, processes: bool = False) -> str:
         """A table like ``nvidia-smi``'s, with the NVML -> CUDA -> TensorFlow mapping and what gpustat shows.
@@ -224,12 +272,12 @@ class Inventory:
             lines = [lines[0], lines[1]] + [
                 line for g, row in zip(self.gpus, lines[2:]) for line in [row, *_process_lines(g)]
             ]
-        origin = f" (from {self.loaded_from})" if self.loaded_from else ""
+        origin = f" (from {self.file_words})" if self.file_words else ""
         head = f"source: {self.source}{origin}"
         if self.driver_version:
             head += f"  driver: {self.driver_version}"
-        head += f"  CUDA_VISIBLE_DEVICES={_show_env(self.cuda_visible_devices)}"
-        head += f"  CUDA_DEVICE_ORDER={_show_env(self.cuda_device_order)}"
+        head += f"  CUDA_VISIBLE_DEVICES: {self.mask_words()}"
+        head += f"  CUDA_DEVICE_ORDER: {self.order_words()}"
         out = [head]
         if self.gpus:
             out += lines
@@ -349,7 +397,3 @@ def _decode(data: bytes, where: str) -> str:
             f"{encoding}; binary data, or a text encoding other than UTF-8/16/32).",
             hint=_FILE_HINT,
         ) from None
-
-
-def _show_env(value: str | None) -> str:
-    return "(unset)" if value is None else repr(value) if value == "" else value

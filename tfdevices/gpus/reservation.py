@@ -477,6 +477,23 @@ def _choose(
     return chosen if chosen.gpus else None
 
 
+def _dir_words(directory: str, *, quote: bool = True) -> str:
+    """A lock directory as messages name it: the one ``TFDEVICES_LOCK_DIR`` names by that variable, never its value.
+
+    >>> _dir_words("/tmp/locks", quote=False)
+    '/tmp/locks'
+    """
+    named = os.environ.get(LOCK_DIR_ENV)
+    if named and os.path.normpath(directory) == os.path.normpath(named):
+        return f"(the one {LOCK_DIR_ENV} names)"
+    return repr(directory) if quote else directory
+
+
+def _file_words(path: str) -> str:
+    """A lock file as messages name it: its name, and its directory as :func:`_dir_words` names it."""
+    return f"{os.path.basename(path)!r} in {_dir_words(os.path.dirname(path))}"
+
+
 def _prepare(directory: str) -> None:
     try:
         os.makedirs(directory, exist_ok=True)
@@ -485,12 +502,12 @@ def _prepare(directory: str) -> None:
                 os.chmod(directory, 0o1777)
     except OSError as err:
         raise ReservationError(
-            f"lock directory {directory!r} cannot be created: {err.strerror}.",
+            f"lock directory {_dir_words(directory)} cannot be created: {err.strerror}.",
             hint=f"set {LOCK_DIR_ENV} (or lock_dir=) to a writable directory on this host.",
         ) from None
     if not os.path.isdir(directory):
         raise ReservationError(
-            f"lock directory {directory!r} is not a directory.",
+            f"lock directory {_dir_words(directory)} is not a directory.",
             hint=f"set {LOCK_DIR_ENV} (or lock_dir=) to a directory on this host.",
         )
 
@@ -505,7 +522,7 @@ def _open(path: str) -> int:
     except OSError as err:
         why = "it is a symbolic link" if err.errno == errno.ELOOP else err.strerror
         raise ReservationError(
-            f"lock file {path!r} cannot be opened: {why}.",
+            f"lock file {_file_words(path)} cannot be opened: {why}.",
             hint=f"set {LOCK_DIR_ENV} (or lock_dir=) to a writable local directory.",
         ) from None
     with contextlib.suppress(OSError):
@@ -536,7 +553,7 @@ def _lock_file(path: str, *, blocking: bool) -> int | None:
             if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
                 return None
             raise ReservationError(
-                f"lock file {path!r} cannot be locked: {err.strerror}.",
+                f"lock file {_file_words(path)} cannot be locked: {err.strerror}.",
                 hint=f"set {LOCK_DIR_ENV} (or lock_dir=) to a local directory (some network file systems lack flock).",
             ) from None
         except BaseException:
@@ -546,8 +563,8 @@ def _lock_file(path: str, *, blocking: bool) -> int | None:
             return fd
         os.close(fd)  # locked a file that was just deleted or replaced: lock the one the path names now
     raise ReservationError(
-        f"lock file {path!r} keeps being replaced while it is locked.",
-        hint=f"stop whatever cleans {os.path.dirname(path)!r}, or set {LOCK_DIR_ENV}.",
+        f"lock file {_file_words(path)} keeps being replaced while it is locked.",
+        hint=f"stop whatever cleans {_dir_words(os.path.dirname(path))}, or set {LOCK_DIR_ENV}.",
     )
 
 
@@ -555,7 +572,7 @@ def _lock_file(path: str, *, blocking: bool) -> int | None:
 def _directory_lock(directory: str) -> Iterator[None]:
     fd = _lock_file(os.path.join(directory, _SELECT_LOCK), blocking=True)
     if fd is None:  # a blocking flock waits rather than refuse; kept for the type checker
-        raise ReservationError(f"lock directory {directory!r}: the directory lock was refused.", hint=_HINT)
+        raise ReservationError(f"lock directory {_dir_words(directory)}: the directory lock was refused.", hint=_HINT)
     try:
         yield
     finally:
@@ -692,7 +709,7 @@ def _busy(
         shown += f"; and {len(taken) - 8} more"
     scope = f"GPU(s) {','.join(g.key for g in wanted)} asked for" if exact else "GPU(s)"
     return ReservationError(
-        f"reserve {text!r}: {free} of {len(considered)} {scope} free in {directory} "
+        f"reserve {text!r}: {free} of {len(considered)} {scope} free in {_dir_words(directory, quote=False)} "
         f"(waited {waited:.1f} s); held: {shown}.",
         hint=_HINT,
     )

@@ -402,8 +402,8 @@ def _resolve(
 
 def _has(inventory: Inventory) -> str:
     """Who has the GPUs: ``this machine has`` or ``the inventory node.json has`` (read from a file)."""
-    if inventory.loaded_from:
-        return f"the inventory {inventory.loaded_from} has"
+    if inventory.file_words:
+        return f"the inventory {inventory.file_words} has"
     return "this machine has"
 
 

@@ -14,6 +14,8 @@ and return new data. The rules they follow:
   TensorFlow names them ``/GPU:0``, ``/GPU:1``, ... in that same order.
 * CUDA silently stops at the first token it cannot use; tfdevices refuses such
   a mask instead (:class:`~tfdevices.core.errors.EnvVarError`).
+* No message quotes either variable's value (a user's variables are not for printing): a message says
+  which entry of the mask is wrong, by its position, and what this machine has.
 
 >>> from tfdevices.gpus.gpuinfo import GpuInfo
 >>> gpus = [GpuInfo(index=i, name="A100", uuid=f"GPU-{i}aaa", pci_bus_id=f"0000:0{i}:00.0")
@@ -30,7 +32,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from tfdevices.core.errors import EnvVarError
 from tfdevices.core.lazy import LazyPattern
 from tfdevices.core.record_class import record, replace
-from tfdevices.core.units import is_digits, parse_count, short_repr
+from tfdevices.core.units import is_digits, parse_count
 from tfdevices.gpus.gpuinfo import GpuInfo
 from tfdevices.gpus.inventory import Inventory
 
@@ -60,6 +62,7 @@ class MaskToken:
         kind: ``"index"``, ``"gpu"`` (``GPU-<uuid prefix>``), ``"mig"``
             (``MIG-<uuid prefix>``) or ``"mig-legacy"`` (``MIG-GPU-<uuid>/<gi>/<ci>``).
         text: the token as written, without surrounding spaces.
+        position: which entry of the mask it is, from 1 (how messages name it).
         index: the CUDA enumeration index (``"index"`` only).
         uuid: the uuid or uuid prefix (``"GPU-..."``/``"MIG-..."``; the parent GPU's for ``"mig-legacy"``).
         gpu_instance: the GPU instance id (``"mig-legacy"`` only).
@@ -68,6 +71,7 @@ class MaskToken:
 
     kind: str
     text: str
+    position: int = 1
     index: int | None = None
     uuid: str | None = None
     gpu_instance: int | None = None
@@ -122,7 +126,7 @@ def parse_device_order(value: str | None) -> str:
     if value.strip() in ORDERS:
         return value.strip()
     raise EnvVarError(
-        f"{ORDER_ENV}={short_repr(value)}: not a CUDA device order; CUDA knows {', '.join(ORDERS)} "
+        f"{ORDER_ENV} is set to something other than a CUDA device order; CUDA knows {', '.join(ORDERS)} "
         "(and would silently use FASTEST_FIRST).",
         hint=f"export {ORDER_ENV}=PCI_BUS_ID so CUDA numbers GPUs as nvidia-smi does.",
     )
@@ -154,55 +158,54 @@ def parse_visible_devices(value: str | None) -> tuple[MaskToken, ...] | None:
         return ()
     if value.count(",") >= MAX_TOKENS:
         raise EnvVarError(
-            f"{VISIBLE_ENV}={short_repr(value)}: {value.count(',') + 1:,} entries; a machine has at most "
-            f"{MAX_TOKENS} devices.",
+            f"{VISIBLE_ENV} lists more than {MAX_TOKENS} entries; a machine has at most {MAX_TOKENS} devices.",
             hint=_MASK_HINT + ".",
         )
     tokens: list[MaskToken] = []
-    seen: set[str] = set()
-    for position, raw in enumerate(value.split(",")):
-        token = _parse_token(value, raw.strip(), position)
+    seen: dict[str, int] = {}
+    for position, raw in enumerate(value.split(","), 1):
+        token = _parse_token(raw.strip(), position)
         if token.text in seen:
-            raise EnvVarError(
-                f"{VISIBLE_ENV}={short_repr(value)}: {short_repr(token.text)} is listed twice.",
-                hint="list each GPU once.",
-            )
-        seen.add(token.text)
+            raise EnvVarError(f"{entry(position)} repeats entry {seen[token.text]}.", hint="list each GPU once.")
+        seen[token.text] = position
         tokens.append(token)
     return tuple(tokens)
 
 
-def _parse_token(value: str, text: str, position: int) -> MaskToken:
-    where = f"{VISIBLE_ENV}={short_repr(value)}"
+def entry(position: int) -> str:
+    """How a message names one entry of the mask, never its text.
+
+    >>> entry(2)
+    'entry 2 of CUDA_VISIBLE_DEVICES'
+    """
+    return f"entry {position} of {VISIBLE_ENV}"
+
+
+def _parse_token(text: str, position: int) -> MaskToken:
+    where = entry(position)
     if text == "":
-        raise EnvVarError(
-            f"{where}: entry {position + 1} is empty (CUDA stops there and hides the rest).",
-            hint="remove the stray comma.",
-        )
+        raise EnvVarError(f"{where} is empty (CUDA stops there and hides the rest).", hint="remove the stray comma.")
     if is_digits(text):
         index = parse_count(text, limit=_INDEX_LIMIT)
         if index is None:
-            raise EnvVarError(
-                f"{where}: {short_repr(text)} is not a device index CUDA could have.", hint=_MASK_HINT + "."
-            )
-        return MaskToken("index", text, index=index)
+            raise EnvVarError(f"{where} is a number too large for a device index.", hint=_MASK_HINT + ".")
+        return MaskToken("index", text, position, index=index)
     if text.startswith("-") and is_digits(text[1:]):
         raise EnvVarError(
-            f"{where}: {short_repr(text)} is negative; only a lone '-1' means 'no GPU' "
-            "(CUDA stops at it and hides what follows).",
+            f"{where} is a negative number; only a lone '-1' means 'no GPU' (CUDA stops at it and hides what follows).",
             hint=_MASK_HINT + ".",
         )
     if _GPU_UUID.match(text):
-        return MaskToken("gpu", text, uuid=text)
+        return MaskToken("gpu", text, position, uuid=text)
     if _MIG_UUID.match(text):
-        return MaskToken("mig", text, uuid=text)
+        return MaskToken("mig", text, position, uuid=text)
     legacy = _MIG_LEGACY.match(text)
     if legacy:
         return MaskToken(
-            "mig-legacy", text, uuid=legacy[1], gpu_instance=int(legacy[2]), compute_instance=int(legacy[3])
+            "mig-legacy", text, position, uuid=legacy[1], gpu_instance=int(legacy[2]), compute_instance=int(legacy[3])
         )
     raise EnvVarError(
-        f"{where}: {short_repr(text)} is neither a GPU index nor a GPU-/MIG- id (CUDA reads only ASCII digits 0-9).",
+        f"{where} is neither a GPU index nor a GPU-/MIG- id (CUDA reads only ASCII digits 0-9).",
         hint=_MASK_HINT + ".",
     )
 
@@ -267,7 +270,7 @@ def resolve(
     >>> from tfdevices.gpus.gpuinfo import GpuInfo
     >>> gpus = [GpuInfo(index=i, name="A100", uuid=f"GPU-{i}aaa") for i in range(2)]
     >>> resolve(gpus, {"CUDA_VISIBLE_DEVICES": "-1"}).hidden_reason
-    "all 2 GPUs are hidden by CUDA_VISIBLE_DEVICES='-1'"
+    'all 2 GPUs are hidden: CUDA_VISIBLE_DEVICES is set to hide every GPU'
     """
     order = parse_device_order(env.get(ORDER_ENV))
     mask_text = env.get(VISIBLE_ENV)
@@ -277,7 +280,7 @@ def resolve(
     if tokens is None:
         chosen = list(enumeration)
     else:
-        chosen = [] if not gpus else _match(tokens, mask_text or "", enumeration, gpus, mig_ids or {}, source)
+        chosen = [] if not gpus else _match(tokens, enumeration, gpus, mig_ids or {}, source)
     ordinal = {g.key: n for n, g in enumerate(chosen)}
     out = tuple(
         replace(g, cuda_ordinal=ordinal.get(g.key), tf_name=None if g.key not in ordinal else f"/GPU:{ordinal[g.key]}")
@@ -287,7 +290,7 @@ def resolve(
     if enumeration and not chosen:
         count = len(enumeration)
         what = "the GPU is" if count == 1 else f"all {count} GPUs are"
-        hidden = f"{what} hidden by {VISIBLE_ENV}={short_repr(mask_text)}"
+        hidden = f"{what} hidden: {VISIBLE_ENV} is set to hide every GPU"
     return Visibility(
         gpus=out, order=order, enumeration=tuple(g.key for g in enumeration), notes=notes, hidden_reason=hidden
     )
@@ -296,7 +299,7 @@ def resolve(
 def _notes(gpus: Sequence[GpuInfo], order: str, estimated: bool, raw_order: str | None) -> tuple[str, ...]:
     notes = []
     if estimated:
-        setting = "unset" if raw_order is None else f"{raw_order!r}"
+        setting = "unset" if raw_order is None else "blank" if not raw_order.strip() else "set to FASTEST_FIRST"
         notes.append(
             f"{NOTE_PREFIX} estimated: {ORDER_ENV} is {setting} (FASTEST_FIRST) and the GPUs differ, "
             "so CUDA numbers them fastest first (guessed here by compute capability, then PCI bus id); "
@@ -333,42 +336,43 @@ def _first(items: Iterable[str], shown_items: int = 16) -> str:
 
 def _match(
     tokens: Sequence[MaskToken],
-    mask: str,
     enumeration: Sequence[GpuInfo],
     gpus: Sequence[GpuInfo],
     mig_ids: Mapping[str, MigIds],
     source: str,
 ) -> list[GpuInfo]:
-    where = f"{VISIBLE_ENV}={short_repr(mask)}"
     exists = _existing(enumeration, source)
     hint = "name GPUs that exist, by CUDA index ('0,2'), GPU-<uuid> or MIG-<uuid>"
     chosen: list[GpuInfo] = []
-    keys: set[str] = set()
+    keys: dict[str, int] = {}
     for token in tokens:
-        device = _match_one(token, where, enumeration, gpus, mig_ids, exists, hint)
+        device = _match_one(token, enumeration, gpus, mig_ids, exists, hint)
         if device.key in keys:
             raise EnvVarError(
-                f"{where}: {short_repr(token.text)} names GPU {device.key} again; {exists}.", hint="list each GPU once."
+                f"{entry(token.position)} names GPU {device.key} again (entry {keys[device.key]} named it); {exists}.",
+                hint="list each GPU once.",
             )
-        keys.add(device.key)
+        keys[device.key] = token.position
         chosen.append(device)
     return chosen
 
 
 def _match_one(
     token: MaskToken,
-    where: str,
     enumeration: Sequence[GpuInfo],
     gpus: Sequence[GpuInfo],
     mig_ids: Mapping[str, MigIds],
     exists: str,
     hint: str,
 ) -> GpuInfo:
+    where = entry(token.position)
     if token.kind == "index":
         if token.index is not None and token.index < len(enumeration):
             return enumeration[token.index]
+        count = len(enumeration)
+        has = f"CUDA's indices here run 0 to {count - 1}" if count else "CUDA sees no GPU here"
         raise EnvVarError(
-            f"{where}: no GPU with CUDA index {token.text}; {exists}.",
+            f"{where} is past the last GPU ({has}); {exists}.",
             hint=f"{hint}; indices count in CUDA's order (set CUDA_DEVICE_ORDER=PCI_BUS_ID to match nvidia-smi).",
         )
     if token.kind == "mig-legacy":
@@ -384,7 +388,7 @@ def _match_one(
             return found[0]
         extra = "" if mig_ids else " (a saved listing does not keep MIG instance ids)"
         raise EnvVarError(
-            f"{where}: {short_repr(token.text)} names no MIG instance{extra}; {exists}.",
+            f"{where} names no MIG instance{extra}; {exists}.",
             hint="name MIG instances by their MIG-<uuid> as nvidia-smi -L shows them.",
         )
     prefix = (token.uuid or "").lower()
@@ -394,8 +398,7 @@ def _match_one(
         return found[0]
     if len(found) > 1:
         raise EnvVarError(
-            f"{where}: {short_repr(token.text)} is a prefix of {len(found)} GPUs' uuids "
-            f"({', '.join(_label(g) for g in found)}); {exists}.",
+            f"{where} is the start of {len(found)} GPUs' uuids ({', '.join(_label(g) for g in found)}); {exists}.",
             hint="write more of the uuid so it names one GPU.",
         )
     mig_parent = [
@@ -405,13 +408,10 @@ def _match_one(
     ]
     if token.kind == "gpu" and mig_parent:
         raise EnvVarError(
-            f"{where}: {short_repr(token.text)} is GPU {mig_parent[0].key}, which is in MIG mode; "
-            f"CUDA sees only its MIG instances; {exists}.",
+            f"{where} is GPU {mig_parent[0].key}, which is in MIG mode; CUDA sees only its MIG instances; {exists}.",
             hint="name its MIG instances by their MIG-<uuid>.",
         )
-    raise EnvVarError(
-        f"{where}: {short_repr(token.text)} names no GPU; {exists}.", hint=f"{hint} (nvidia-smi -L lists them)."
-    )
+    raise EnvVarError(f"{where} names no GPU; {exists}.", hint=f"{hint} (nvidia-smi -L lists them).")
 
 
 def apply(inventory: Inventory, env: Mapping[str, str], *, mig_ids: Mapping[str, MigIds] | None = None) -> Inventory:
@@ -435,9 +435,9 @@ def apply(inventory: Inventory, env: Mapping[str, str], *, mig_ids: Mapping[str,
     >>> from tfdevices.gpus.gpuinfo import GpuInfo
     >>> inv = Inventory(gpus=(GpuInfo(index=0, name="A100", uuid="GPU-0aaa"),), source="nvml")
     >>> apply(inv, {"CUDA_VISIBLE_DEVICES": ""}).reason
-    "the GPU is hidden by CUDA_VISIBLE_DEVICES=''"
+    'the GPU is hidden: CUDA_VISIBLE_DEVICES is set to hide every GPU'
     """
-    where = "a saved listing" if inventory.loaded_from is None else f"saved listing {inventory.loaded_from}"
+    where = "a saved listing" if inventory.loaded_from is None else f"saved listing {inventory.file_words}"
     label = "NVML" if inventory.loaded_from is None and inventory.source == "nvml" else where
     vis = resolve(inventory.gpus, env, mig_ids=mig_ids, source=label)
     kept = tuple(n for n in inventory.notes if not n.startswith(NOTE_PREFIX))

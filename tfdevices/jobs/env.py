@@ -47,7 +47,7 @@ from collections.abc import Mapping
 
 from tfdevices.core.addresses import split_address
 from tfdevices.core.errors import LaunchError
-from tfdevices.core.units import parse_count, short_repr
+from tfdevices.core.units import parse_count
 from tfdevices.jobs.kubernetes import NVIDIA_VISIBLE_DEVICES, POD_CLUSTER, pod_cluster, pod_gpus, pod_kind
 from tfdevices.jobs.slurm import allocated_gpus, expand_nodelist, expand_tasks_per_node, join_indices, parse_gpu_list
 from tfdevices.jobs.tfconfig import TF_CONFIG, TfConfig, parse_tf_config
@@ -136,11 +136,8 @@ class LaunchInfo:
             f"{'?' if self.local_world_size is None else self.local_world_size}"
             + ("" if self.node_rank is None else f", node {self.node_rank}"),
         ]
-        if self.nodes:
-            shown_nodes = ",".join(self.nodes[:16]) + (
-                f",... ({len(self.nodes):,} in all)" if len(self.nodes) > 16 else ""
-            )
-            lines.append("nodes: " + shown_nodes)
+        if self.nodes:  # how many: their names are the environment's, not for printing
+            lines.append(f"nodes: {len(self.nodes):,}")
         if self.gpus is not None:
             lines.append(f"allocated GPUs: {join_indices(self.gpus)} (from {self.gpus_variable})")
         if self.assigned_gpus is not None:
@@ -180,7 +177,7 @@ def launch_info(env: Mapping[str, str] | None = None) -> LaunchInfo:
     >>> launch_info({"RANK": "2", "WORLD_SIZE": "2"})  # doctest: +NORMALIZE_WHITESPACE
     Traceback (most recent call last):
     ...
-    tfdevices.core.errors.LaunchError: RANK=2 is out of range for WORLD_SIZE=2 (ranks 0..1).
+    tfdevices.core.errors.LaunchError: RANK is past the last one (WORLD_SIZE makes ranks 0 to 1).
     HINT: set RANK to 0..1, or fix WORLD_SIZE.
     """
     ray_info = _from_ray() if env is None else None
@@ -311,7 +308,7 @@ def _from_tf_config(env: Mapping[str, str]) -> LaunchInfo:
         role=cfg.task_type,
         role_index=cfg.task_index,
         reason=f"TF_CONFIG names this process {cfg.task_type} {cfg.task_index} of a "
-        f"{cfg.num_workers}-process cluster; local ranks count the tasks on host {me!r}",
+        f"{cfg.num_workers}-process cluster; local ranks count the tasks on its host",
         variables=((TF_CONFIG, env[TF_CONFIG]),),
         tf_config=cfg,
     )
@@ -413,7 +410,7 @@ def _ranked(
         if needed not in env:
             given = [v for v in (rank_var, size_var, local_var) if v in env]
             raise LaunchError(
-                f"{needed} is not set, but {', '.join(f'{v}={env[v]}' for v in given)} is: "
+                f"{needed} is not set, but {', '.join(given)} {'is' if len(given) == 1 else 'are'}: "
                 f"{source} rank information is incomplete.",
                 hint=f"set both {rank_var} and {size_var}, or neither.",
             )
@@ -423,7 +420,7 @@ def _ranked(
     local_size = _int(env, local_size_var, minimum=1) if local_size_var in env else None
     if local_size is not None and local_size > size:
         raise LaunchError(
-            f"{local_size_var}={local_size} is larger than {size_var}={size}.",
+            f"{local_size_var} is larger than {size_var}.",
             hint=f"{local_size_var} counts the processes on this machine, at most {size_var}.",
         )
     local = _int(env, local_var) if local_var in env else (rank if size == 1 or local_size == size else None)
@@ -437,7 +434,7 @@ def _ranked(
         _check_below(local_var, local, local_size_var, local_size)
     if local > rank:
         raise LaunchError(
-            f"{local_var}={local} is larger than {rank_var}={rank}.",
+            f"{local_var} is larger than {rank_var}.",
             hint="a local rank counts processes on this machine, so it cannot exceed the global rank.",
         )
     node = _int(env, node_var) if node_var and node_var in env else None
@@ -461,7 +458,7 @@ def _from_slurm(env: Mapping[str, str]) -> LaunchInfo:
         return LaunchInfo(
             source="none",
             reason="SLURM_PROCID is set but this is a SLURM batch script, not a job step "
-            f"(SLURM_STEP_ID={'unset' if step is None else step}): a single process",
+            f"(SLURM_STEP_ID {'unset' if step is None else 'names no step'}): a single process",
             variables=tuple((v, env[v]) for v in ("SLURM_PROCID", "SLURM_STEP_ID") if v in env),
             notes=("start one process per task with 'srun python train.py'.",),
         )
@@ -478,7 +475,7 @@ def _from_slurm(env: Mapping[str, str]) -> LaunchInfo:
     nodes = tuple(expand_nodelist(env[node_var], variable=node_var)) if node_var else ()
     node = _int(env, "SLURM_NODEID") if "SLURM_NODEID" in env else (0 if len(nodes) == 1 else None)
     if node is not None and nodes:
-        _check_below("SLURM_NODEID", node, node_var or "", len(nodes), what=f"{len(nodes)} node(s)")
+        _check_below("SLURM_NODEID", node, node_var or "", len(nodes), what=f"{node_var} lists nodes")
     tasks_var = next((v for v in ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE") if v in env), None)
     local_size = _slurm_local_size(env, tasks_var, size_var, size, nodes, node_var, node)
     local = _int(env, "SLURM_LOCALID") if "SLURM_LOCALID" in env else (rank if size == 1 else None)
@@ -486,11 +483,15 @@ def _from_slurm(env: Mapping[str, str]) -> LaunchInfo:
         raise LaunchError("SLURM_PROCID is set but SLURM_LOCALID is not.", hint="run the script with srun.")
     if local_size is not None:
         _check_below(
-            "SLURM_LOCALID", local, tasks_var or size_var, local_size, what=f"{local_size} task(s) on node {node}"
+            "SLURM_LOCALID",
+            local,
+            tasks_var or size_var,
+            local_size,
+            what=f"{tasks_var or size_var} gives this node tasks",
         )
     if local > rank:
         raise LaunchError(
-            f"SLURM_LOCALID={local} is larger than SLURM_PROCID={rank}.",
+            "SLURM_LOCALID is larger than SLURM_PROCID.",
             hint="SLURM_LOCALID counts tasks on this node, so it cannot exceed SLURM_PROCID.",
         )
     names = ("SLURM_PROCID", "SLURM_LOCALID", size_var, "SLURM_NODEID", node_var, tasks_var, "SLURM_STEP_ID")
@@ -502,7 +503,7 @@ def _from_slurm(env: Mapping[str, str]) -> LaunchInfo:
         node_rank=node,
         nodes=nodes,
         source="SLURM",
-        reason=f"srun started this process as task {rank} of job step {step}",
+        reason=f"srun started this process as task {rank} of its job step",
         variables=tuple((v, env[v]) for v in names if v and v in env),
     )
 
@@ -521,18 +522,17 @@ def _slurm_local_size(
     per_node = expand_tasks_per_node(env[tasks_var], variable=tasks_var)
     if sum(per_node) != size:
         raise LaunchError(
-            f"{tasks_var}={short_repr(env[tasks_var])} adds up to {sum(per_node)} tasks, but {size_var}={size}.",
+            f"{tasks_var} adds up to a different number of tasks than {size_var} says.",
             hint="these come from the same srun; check the job script.",
         )
     if nodes and len(per_node) != len(nodes):
         raise LaunchError(
-            f"{tasks_var}={short_repr(env[tasks_var])} describes {len(per_node)} node(s), but "
-            f"{node_var}={short_repr(env[node_var or ''])} has {len(nodes)}.",
+            f"{tasks_var} describes {len(per_node)} node(s), but {node_var} lists {len(nodes)}.",
             hint="these come from the same srun; check the job script.",
         )
     if node is None:
         return per_node[0] if len(per_node) == 1 else None
-    _check_below("SLURM_NODEID", node, tasks_var, len(per_node), what=f"{len(per_node)} node(s)")
+    _check_below("SLURM_NODEID", node, tasks_var, len(per_node), what=f"{tasks_var} describes nodes")
     return per_node[node]
 
 
@@ -540,8 +540,7 @@ def _cross_check_generic(info: LaunchInfo, env: Mapping[str, str]) -> None:
     for var, value in (("RANK", info.rank), ("WORLD_SIZE", info.world_size), ("LOCAL_RANK", info.local_rank)):
         if var in env and _int(env, var) != value:
             raise LaunchError(
-                f"{var}={env[var]} contradicts TF_CONFIG, which makes this process "
-                f"{var.lower().replace('_', ' ')} {value}.",
+                f"{var} contradicts TF_CONFIG, which makes this process {var.lower().replace('_', ' ')} {value}.",
                 hint=f"unset {var}, or fix TF_CONFIG; both describe the same process.",
             )
 
@@ -554,7 +553,7 @@ def _int(env: Mapping[str, str], name: str, *, minimum: int = 0) -> int:
     number = parse_count(value.strip(), limit=MAX_RANK)
     if number is None or number < minimum:
         raise LaunchError(
-            f"{name}={short_repr(value)} is not a whole number >= {minimum} (ASCII digits, at most {MAX_RANK:,}).",
+            f"{name} is not a whole number >= {minimum} (ASCII digits, at most {MAX_RANK:,}).",
             hint=f"set {name} to a number such as {minimum}, or unset it.",
         )
     return number
@@ -562,8 +561,7 @@ def _int(env: Mapping[str, str], name: str, *, minimum: int = 0) -> int:
 
 def _check_below(name: str, value: int, limit_name: str, limit: int, *, what: str | None = None) -> None:
     if value >= limit:
-        described = what or f"{limit_name}={limit}"
         raise LaunchError(
-            f"{name}={value} is out of range for {described} (ranks 0..{limit - 1}).",
+            f"{name} is past the last one ({what or limit_name + ' makes ranks'} 0 to {limit - 1}).",
             hint=f"set {name} to 0..{limit - 1}, or fix {limit_name}.",
         )

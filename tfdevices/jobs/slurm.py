@@ -1,6 +1,7 @@
 """SLURM's formats: node lists, tasks per node, and GPU allocations. Pure.
 
-Every list is counted before it is expanded, so a hostile or mistyped value
+No message quotes the value read (a variable's value is not for printing): it names the variable, the entry
+by its position, and what is wrong. Every list is counted before it is expanded, so a hostile or mistyped value
 (``"n[0-99999999]"``, ``"1(x100000000)"``, ``"0-4000000000"``) is an error at
 once, never a MemoryError or a minute of expansion; duplicates are found with
 sets, so a 16,000-host list expands in linear time. Only ASCII digits are
@@ -23,7 +24,6 @@ from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from tfdevices.core.errors import EnvVarError, LaunchError
-from tfdevices.core.units import short_repr
 
 GPU_VARIABLES = ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "GPU_DEVICE_ORDINAL")
 MAX_HOSTS = 100_000
@@ -46,21 +46,20 @@ def join_indices(indices: Sequence[int]) -> str:
     return ",".join(str(i) for i in indices)
 
 
-def _ranges(body: str, variable: str, whole: str) -> list[tuple[str, str]]:
+def _ranges(body: str, variable: str) -> list[tuple[str, str]]:
     """``"01-03,7"`` -> ``[("01", "03"), ("7", "7")]``, checked (ASCII digits, ascending), not expanded."""
     out: list[tuple[str, str]] = []
-    for part in body.split(","):
+    for n, part in enumerate(body.split(","), 1):
         match = _RANGE.match(part.strip())
         if not match:
             raise LaunchError(
-                f"{variable}={short_repr(whole)}: {short_repr(part)} is not a number or a range 'a-b' "
-                "(ASCII digits, at most 9 each).",
+                f"{variable}: entry {n} of a bracket is not a number or a range 'a-b' (ASCII digits, at most 9 each).",
                 hint=_NODES_HINT,
             )
         lo, hi = match.group(1), match.group(2) or match.group(1)
         if int(hi) < int(lo):
             raise LaunchError(
-                f"{variable}={short_repr(whole)}: range {short_repr(part)} runs backwards.",
+                f"{variable}: range {n} of a bracket runs backwards.",
                 hint="write the smaller number first, e.g. '01-03'.",
             )
         out.append((lo, hi))
@@ -101,16 +100,16 @@ def expand_nodelist(text: str, *, variable: str = "SLURM_STEP_NODELIST", limit: 
     """
     if len(text) > MAX_TEXT:
         raise LaunchError(
-            f"{variable}={short_repr(text)} is longer than {MAX_TEXT:,} characters.",
+            f"{variable} is longer than {MAX_TEXT:,} characters.",
             hint="check the value; SLURM compresses node lists like 'node[0001-9999]'.",
         )
     items = _items(text, variable)
     total = 0
     for pieces in items:
-        total += math.prod(_count(_ranges(p[1:-1], variable, text)) for p in pieces[1::2]) if len(pieces) > 1 else 1
+        total += math.prod(_count(_ranges(p[1:-1], variable)) for p in pieces[1::2]) if len(pieces) > 1 else 1
         if total > limit:
             raise LaunchError(
-                f"{variable}={short_repr(text)} names more than {limit:,} hosts.",
+                f"{variable} names more than {limit:,} hosts.",
                 hint=f"check the value; tfdevices expands at most {limit:,} hosts.",
             )
     hosts: list[str] = []
@@ -118,21 +117,23 @@ def expand_nodelist(text: str, *, variable: str = "SLURM_STEP_NODELIST", limit: 
         if len(pieces) == 1:
             hosts.append(pieces[0])
             continue
-        options = [_expand(_ranges(p[1:-1], variable, text)) if i % 2 else [p] for i, p in enumerate(pieces)]
+        options = [_expand(_ranges(p[1:-1], variable)) if i % 2 else [p] for i, p in enumerate(pieces)]
         hosts += ["".join(parts) for parts in itertools.product(*options)]
-    _refuse_repeats(hosts, variable, text)
+    _refuse_repeats(hosts, variable)
     return hosts
 
 
-def _refuse_repeats(hosts: list[str], variable: str, text: str) -> None:
+def _refuse_repeats(hosts: list[str], variable: str) -> None:
     if len(set(hosts)) == len(hosts):
         return
-    seen: set[str] = set()
-    dupes = sorted({h for h in hosts if h in seen or seen.add(h)})  # type: ignore[func-returns-value]
-    more = f" (and {len(dupes) - 5} more)" if len(dupes) > 5 else ""
-    raise LaunchError(
-        f"{variable}={short_repr(text)} names {dupes[:5]}{more} more than once.", hint="each node appears once."
-    )
+    first: dict[str, int] = {}
+    for n, host in enumerate(hosts, 1):
+        if host in first:
+            raise LaunchError(
+                f"{variable}: host {n:,} of the {len(hosts):,} it names repeats host {first[host]:,}.",
+                hint="each node appears once.",
+            )
+        first[host] = n
 
 
 def _items(text: str, variable: str) -> list[list[str]]:
@@ -143,7 +144,7 @@ def _items(text: str, variable: str) -> list[list[str]]:
             items[-1].append(piece)
             continue
         if "[" in piece or "]" in piece:
-            raise LaunchError(f"{variable}={short_repr(text)}: unbalanced brackets.", hint=_NODES_HINT)
+            raise LaunchError(f"{variable} has unbalanced brackets.", hint=_NODES_HINT)
         first, *rest = piece.split(",")
         items[-1].append(first)
         items += [[part] for part in rest]
@@ -151,7 +152,7 @@ def _items(text: str, variable: str) -> list[list[str]]:
         item[0] = item[0].lstrip()
         item[-1] = item[-1].rstrip()
         if len(item) == 1 and not item[0]:
-            raise LaunchError(f"{variable}={short_repr(text)}: an empty host name.", hint=_NODES_HINT)
+            raise LaunchError(f"{variable} has an empty host name.", hint=_NODES_HINT)
     return items
 
 
@@ -178,19 +179,18 @@ def expand_tasks_per_node(
     """
     parts: list[tuple[int, int]] = []
     nodes = tasks = 0
-    for part in text.split(","):
+    for n, part in enumerate(text.split(","), 1):
         match = _TASKS.fullmatch(part)
         if not match or int(match.group(1)) == 0 or (match.group(2) is not None and int(match.group(2)) == 0):
             raise LaunchError(
-                f"{variable}={short_repr(text)}: {short_repr(part)} is not 'N' or 'N(xM)' with N, M >= 1 (ASCII "
-                "digits).",
+                f"entry {n} of {variable} is not 'N' or 'N(xM)' with N, M >= 1 (ASCII digits).",
                 hint="SLURM writes tasks per node like '2(x3),1'.",
             )
         count, repeat = int(match.group(1)), int(match.group(2) or 1)
         nodes, tasks = nodes + repeat, tasks + count * repeat
         if nodes > max_nodes or tasks > max_tasks:
             raise LaunchError(
-                f"{variable}={short_repr(text)} describes more than {max_nodes:,} nodes or {max_tasks:,} tasks.",
+                f"{variable} describes more than {max_nodes:,} nodes or {max_tasks:,} tasks.",
                 hint="check the value; SLURM sets it for the job step.",
             )
         parts.append((count, repeat))
@@ -239,59 +239,49 @@ def parse_gpu_list(text: str, *, variable: str = "SLURM_STEP_GPUS") -> GpuList:
         indices, notes = _parse_gres(text, variable, hint)
     else:
         indices, notes = [], []
-        for part in (p.strip() for p in text.split(",")) if text.strip() else ():
+        for n, part in enumerate((p.strip() for p in text.split(",")) if text.strip() else (), 1):
             if part == "(null)":
-                notes.append(f"{variable}={short_repr(text)} has a '(null)' entry (a slot without a GPU); ignored.")
+                notes.append(f"{variable} has a '(null)' entry (a slot without a GPU); ignored.")
                 continue
             match = _RANGE.match(part)
             if not match or (match.group(2) and int(match.group(2)) < int(match.group(1))):
-                raise EnvVarError(
-                    f"{variable}={short_repr(text)}: {short_repr(part)} is not a GPU index or range (ASCII digits).",
-                    hint=hint,
-                )
+                raise EnvVarError(f"entry {n} of {variable} is not a GPU index or range (ASCII digits).", hint=hint)
             last = int(match.group(2) or match.group(1))
             if last >= MAX_GPUS:
                 raise EnvVarError(
-                    f"{variable}={short_repr(text)}: GPU index {last} is out of range (a node has at most "
-                    f"{MAX_GPUS} GPUs).",
+                    f"entry {n} of {variable} is past the last GPU index a node can have ({MAX_GPUS - 1}).",
                     hint=hint,
                 )
             indices += range(int(match.group(1)), last + 1)
             if len(indices) > MAX_GPUS:
                 break  # a repeat: reported below
-    _refuse_repeated_gpus(indices, variable, text, hint)
+    _refuse_repeated_gpus(indices, variable, hint)
     return GpuList(indices, notes)
 
 
-def _refuse_repeated_gpus(indices: list[int], variable: str, text: str, hint: str) -> None:
+def _refuse_repeated_gpus(indices: list[int], variable: str, hint: str) -> None:
     if len(set(indices)) == len(indices):
         return
-    seen: set[int] = set()
-    dupes = sorted({i for i in indices if i in seen or seen.add(i)})  # type: ignore[func-returns-value]
-    raise EnvVarError(f"{variable}={short_repr(text)} names GPU(s) {dupes[:8]} more than once.", hint=hint)
+    raise EnvVarError(f"{variable} names the same GPU more than once.", hint=hint)
 
 
 def _parse_gres(text: str, variable: str, hint: str) -> tuple[list[int], list[str]]:
     indices: list[int] = []
     notes: list[str] = []
-    for entry in re.findall(r"[^,()]+(?:\([^)]*\))?", text):
+    for n, entry in enumerate(re.findall(r"[^,()]+(?:\([^)]*\))?", text), 1):
         entry = entry.strip()
         if not entry.startswith("gpu"):
-            notes.append(f"{variable}: GRES entry {short_repr(entry)} is not a GPU; ignored.")
+            notes.append(f"{variable}: GRES entry {n} is not a GPU; ignored.")
             continue
         match = _GRES.match(entry)
         if not match:
-            raise EnvVarError(
-                f"{variable}={short_repr(text)}: GRES entry {short_repr(entry)} is not 'gpu[:type]:N(IDX:list)'.",
-                hint=hint,
-            )
+            raise EnvVarError(f"{variable}: GRES entry {n} is not 'gpu[:type]:N(IDX:list)'.", hint=hint)
         if match.group(2).strip() == "N/A":
             continue
         found, _ = parse_gpu_list(match.group(2), variable=variable)
         if match.group(1) is not None and int(match.group(1)) != len(found):
             raise EnvVarError(
-                f"{variable}={short_repr(text)}: {short_repr(entry)} counts {match.group(1)} GPU(s) but lists "
-                f"{len(found)} ({join_indices(tuple(found))}).",
+                f"{variable}: GRES entry {n}'s count disagrees with its IDX list, which names {len(found)} GPU(s).",
                 hint=hint,
             )
         indices += found

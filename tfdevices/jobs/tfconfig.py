@@ -33,7 +33,6 @@ from typing import Any
 
 from tfdevices.core.addresses import parse_host_port
 from tfdevices.core.errors import TfConfigError
-from tfdevices.core.units import short_repr
 
 TF_CONFIG = "TF_CONFIG"
 TASK_TYPES = ("chief", "worker", "ps", "evaluator")
@@ -121,7 +120,7 @@ def parse_tf_config(text: str | None, *, source: str = TF_CONFIG) -> TfConfig | 
     ... # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    tfdevices.core.errors.TfConfigError: TF_CONFIG: task index 3 is out of range: job 'worker' has 1 address(es) ...
+    tfdevices.core.errors.TfConfigError: TF_CONFIG: the task index is past the last address of job 'worker', ...
     """
     if text is None or not text.strip():
         return None
@@ -146,7 +145,8 @@ def parse_tf_config(text: str | None, *, source: str = TF_CONFIG) -> TfConfig | 
     rpc_layer = data.get("rpc_layer")
     if rpc_layer is not None and not (isinstance(rpc_layer, str) and rpc_layer):
         raise TfConfigError(
-            f"{where}: rpc_layer={short_repr(rpc_layer)} must be a non-empty string such as 'grpc'.",
+            f"{where}: rpc_layer must be a non-empty string such as 'grpc'; it is "
+            f"{'empty' if rpc_layer == '' else _json_type(rpc_layer)}.",
             hint="remove rpc_layer to use TensorFlow's default, gRPC.",
         )
     return TfConfig(
@@ -219,10 +219,17 @@ def _json_type(value: Any) -> str:
     }.get(type(value), type(value).__name__)
 
 
+def _task_index_words(index: Any) -> str:
+    """What a bad task index is, in words: ``"negative"``, ``"a string"``."""
+    if isinstance(index, int) and not isinstance(index, bool):
+        return "negative"
+    return _json_type(index)
+
+
 def _check_keys(data: Mapping[str, Any], known: Sequence[str], required: Sequence[str], where: str, what: str) -> None:
     unknown = sorted(set(data) - set(known))
     if unknown:
-        raise TfConfigError(f"{where}: unknown key(s) {unknown} in {what}; known keys: {list(known)}.", hint=_HINT)
+        raise TfConfigError(f"{where}: {len(unknown)} unknown key(s) in {what}; known keys: {list(known)}.", hint=_HINT)
     missing = [k for k in required if k not in data]
     if missing:
         raise TfConfigError(f"{where}: {what} lacks {missing}.", hint=_HINT)
@@ -239,20 +246,18 @@ def _parse_cluster(value: Any, where: str) -> dict[str, tuple[str, ...]]:
     seen: dict[str, str] = {}
     for job, addresses in value.items():
         if job not in TASK_TYPES:
-            raise TfConfigError(
-                f"{where}: unknown job {short_repr(job)} in 'cluster'; known jobs: {list(TASK_TYPES)}.", hint=_HINT
-            )
+            raise TfConfigError(f"{where}: an unknown job in 'cluster'; known jobs: {list(TASK_TYPES)}.", hint=_HINT)
         if not isinstance(addresses, list) or not addresses:
             raise TfConfigError(
-                f"{where}: cluster job {short_repr(job)} must be a non-empty list of 'host:port' "
-                f"strings, got {short_repr(json.dumps(addresses))}.",
+                f"{where}: cluster job {job!r} must be a non-empty list of 'host:port' "
+                f"strings; it is {'an empty array' if addresses == [] else _json_type(addresses)}.",
                 hint=_HINT,
             )
         for i, address in enumerate(addresses):
             _check_address(address, f"{job}[{i}]", where)
             if address in seen:
                 raise TfConfigError(
-                    f"{where}: address {short_repr(address)} appears twice ({seen[address]} and {job}[{i}]).",
+                    f"{where}: cluster address {job}[{i}] repeats {seen[address]}.",
                     hint="give every task its own host:port.",
                 )
             seen[address] = f"{job}[{i}]"
@@ -291,25 +296,25 @@ def _parse_task(value: Any, cluster: Mapping[str, tuple[str, ...]], where: str) 
     task_type, index = value["type"], value["index"]
     if task_type not in TASK_TYPES:
         raise TfConfigError(
-            f"{where}: unknown task type {short_repr(task_type)}; known types: {list(TASK_TYPES)}.",
+            f"{where}: an unknown task type; known types: {list(TASK_TYPES)}.",
             hint=f"set task.type to one of the cluster's jobs: {sorted(cluster)}.",
         )
     if isinstance(index, bool) or not isinstance(index, int) or index < 0:
         raise TfConfigError(
-            f"{where}: task index {json.dumps(index)} must be a whole number >= 0.",
+            f"{where}: the task index must be a whole number >= 0; it is {_task_index_words(index)}.",
             hint='write e.g. "index": 0 (a number, not a string).',
         )
     if task_type not in cluster:
         if task_type == "evaluator" and index == 0:
             return task_type, index  # a side-car evaluator need not be in the cluster
         raise TfConfigError(
-            f"{where}: task type {short_repr(task_type)} is not a job of the cluster {sorted(cluster)}.",
+            f"{where}: task type {task_type!r} is not a job of the cluster {sorted(cluster)}.",
             hint=f"set task.type to one of {sorted(cluster)} or add '{task_type}' to the cluster.",
         )
     size = len(cluster[task_type])
     if index >= size:
         raise TfConfigError(
-            f"{where}: task index {index} is out of range: job {task_type!r} has "
+            f"{where}: the task index is past the last address of job {task_type!r}, which has "
             f"{size} address(es) (indices 0..{size - 1}).",
             hint=f"set task.index to 0..{size - 1}.",
         )
