@@ -17,7 +17,10 @@ figure is the median over ``--repeats`` rounds:
   under tfdevices' op recorder, stop, the file read and moved aside) minus the
   profiler alone, ``read`` (the XSpace's bytes into calls and kernels, as capture reads
   them: protobuf's parse and the walk over its messages), ``build`` (the report), and
-  ``write`` (:func:`tfdevices.tensorboard.write_placement`, which a logger runs on its worker).
+  ``write`` (:func:`tfdevices.tensorboard.write_placement`, which a logger runs on its worker);
+* ``least``: the least any reader in Python pays for the same bytes, whatever its logic: protobuf's
+  parse, each event metadata's name read once, each host event's id, start and duration read once,
+  and one record made per op the report holds (:func:`least_python_read`).
 
 ``cap/prof`` is capture over the profiler alone (the issue's bound: at most 1.5x on a 100-layer
 step). ``own`` is capture minus the profiler alone, a difference of two medians that moves by
@@ -90,6 +93,23 @@ def _clocked(fn) -> dict[str, float]:
     return {"": time.perf_counter() - wall, "_cpu": time.process_time() - cpu}
 
 
+def least_python_read(data: bytes, ops: int) -> None:
+    """What no reader in Python can skip: the parse, each event's fields touched once, a record per op."""
+    from tfdevices.verify.host import parse_space
+    from tfdevices.verify.records import make_op
+
+    space = parse_space(data)
+    for plane in space.planes:
+        metadata = plane.event_metadata
+        for key in metadata:
+            metadata[key].name  # noqa: B018 (touched, as a reader must)
+        for line in plane.lines:
+            for event in line.events:
+                event.metadata_id, event.offset_ps, event.duration_ps  # noqa: B018
+    for _ in range(ops):
+        make_op("op", "Type", "CPU:0", "", 0, "Kernel", "op", 1.0, 2.0)
+
+
 def cases(keras, tf, sizes: list[int], kinds: list[str]) -> dict[tuple[str, int], dict]:
     """Every (step kind, layers): its step, traced and run once, and the timers of its phases."""
     from tfdevices import verify
@@ -133,6 +153,7 @@ def cases(keras, tf, sizes: list[int], kinds: list[str]) -> dict[tuple[str, int]
                 with tempfile.TemporaryDirectory() as logdir:
                     took["write"] = _timed(lambda: write_placement(report[0], logdir))
                 took["ops"], took["kernels"] = len(report[0].ops), sum(report[0].kernel_counts.values())
+                took["least"] = _timed(lambda: least_python_read(data, len(report[0].ops)))
                 return took
 
             out[(kind, layers)] = {
@@ -204,6 +225,13 @@ def main(argv: list[str] | None = None) -> int:
             f"{kind} {layers}: the process' CPU time, profiler alone {1e3 * m['profiler_cpu']:.2f} ms, capture "
             f"{1e3 * m['capture_cpu']:.2f} ms: {m['capture_cpu'] / m['profiler_cpu']:.2f}x; the thread's CPU time "
             f"to read {1e3 * m['read_cpu']:.2f} ms, to build {1e3 * m['build_cpu']:.2f} ms (medians)"
+        )
+    for (kind, layers), m in med.items():
+        block = max(m["profiled"] - m["profiler"], 0.0) / m["profiler"]
+        print(
+            f"{kind} {layers}: the least a reader in Python pays (parse, each event touched once, a record per op) "
+            f"{1e3 * m['least']:.2f} ms, {m['least'] / m['profiler']:.0%} of the profiler alone; with profiled+ "
+            f"({block:.0%}), a capture of at least {1 + block + m['least'] / m['profiler']:.2f}x"
         )
     return 0
 
