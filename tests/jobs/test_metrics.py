@@ -26,6 +26,7 @@ from tfdevices.jobs import metrics
 from tfdevices.jobs.launch_config import LaunchConfig
 from tfdevices.jobs.launcher import launch
 from tfdevices.jobs.metrics import (
+    AGGREGATES,
     SERIES,
     Attempt,
     JobMetrics,
@@ -283,7 +284,7 @@ def series_named(query: str) -> set[str]:
 
 
 def test_every_dashboard_query_names_series_the_exporter_serves() -> None:
-    served = {name for s in SERIES for name in s.served}
+    served = {name for s in (*SERIES, *AGGREGATES) for name in s.served}
     queries = dashboard_queries()
     assert len(queries) >= 10
     for query in queries:

@@ -53,7 +53,7 @@ def _row(rank: int, slow: int | None = None, stalled: tuple[int, ...] = ()) -> R
     )  # fmt: skip
 
 
-def _collector(ranks: int, slow: int | None = None, stalled: tuple[int, ...] = (), **how: int) -> JobCollector:
+def large_job_collector(ranks: int, slow: int | None = None, stalled: tuple[int, ...] = (), **how: int) -> JobCollector:
     rows = tuple(_row(r, slow, stalled) for r in range(ranks))
     watch = JobWatch(list(range(ranks)), StallPolicy())
     watch.latest = JobSnapshot(1000.0, 9, 8, rows, None, None, JobState.RUNNING, 0)
@@ -63,7 +63,7 @@ def _collector(ranks: int, slow: int | None = None, stalled: tuple[int, ...] = (
     return collector
 
 
-def _samples(collector: JobCollector) -> Samples:
+def scraped(collector: JobCollector) -> Samples:
     """What a scrape serves, read back from Prometheus' text format."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
@@ -84,15 +84,15 @@ def _stat(got: Samples, name: str, **labels: str) -> tuple[float, ...]:
 
 
 def test_a_large_jobs_series_do_not_grow_with_its_ranks() -> None:
-    small, large = (_samples(_collector(n, slow=n - 1)) for n in (1000, 2000))
+    small, large = (scraped(large_job_collector(n, slow=n - 1)) for n in (1000, 2000))
     assert len(small) == len(large) < 600  # 1,000 ranks each served one by one would be over 13,000 series
     assert {k[0] for k in small} == {k[0] for k in large}
-    every_rank = _samples(_collector(1000, slow=999, every_rank_up_to=10**6))
+    every_rank = scraped(large_job_collector(1000, slow=999, every_rank_up_to=10**6))
     assert len(every_rank) > 13_000 and _ranks_served(every_rank) == {str(r) for r in range(1000)}
 
 
 def test_the_slow_rank_and_the_slowest_keep_their_series() -> None:
-    got = _samples(_collector(1000, slow=999))
+    got = scraped(large_job_collector(1000, slow=999))
     assert _ranks_served(got) == {"999", *(str(r) for r in SLOWEST[: SLOWEST_KEPT - 1])}  # the slow one is slowest
     slow = {"job": "train.py", "node": "n124", "rank": "999"}
     assert got[("tfdevices_rank_slow", tuple(sorted(slow.items())))] == 1.0
@@ -108,7 +108,7 @@ def test_the_slow_rank_and_the_slowest_keep_their_series() -> None:
 
 
 def test_stalled_ranks_keep_their_series_up_to_a_bound() -> None:
-    got = _samples(_collector(1000, stalled=(5, 6, 7)))
+    got = scraped(large_job_collector(1000, stalled=(5, 6, 7)))
     assert {"5", "6", "7"} <= _ranks_served(got)
     assert got[("tfdevices_rank_stalled", (("job", "train.py"), ("node", "n0"), ("rank", "6")))] == 1.0
     many = tuple(range(0, 1000, 2))
@@ -120,7 +120,7 @@ def test_the_aggregates_are_the_min_median_and_max_of_the_rows() -> None:
     rows = [_row(r, slow=999) for r in range(1000)]
     splits = [r.split for r in rows if r.split is not None]
     assert len(splits) == 1000
-    got = _samples(_collector(1000, slow=999))
+    got = scraped(large_job_collector(1000, slow=999))
     job = {"job": "train.py", "node": "n0"}
     want = {
         "tfdevices_job_steps": [float(r.steps) for r in rows],
@@ -148,17 +148,19 @@ def test_the_aggregates_are_the_min_median_and_max_of_the_rows() -> None:
 
 def test_each_nodes_aggregates_up_to_the_bound_of_nodes_then_the_kept_ranks_nodes() -> None:
     ranks = EVERY_NODE_UP_TO * PER_NODE
-    nodes = {dict(labels)["node"] for name, labels in _samples(_collector(ranks)) if name == "tfdevices_node_ranks"}
+    nodes = {
+        dict(labels)["node"] for name, labels in scraped(large_job_collector(ranks)) if name == "tfdevices_node_ranks"
+    }
     assert nodes == {f"n{k}" for k in range(EVERY_NODE_UP_TO)}
-    got = _samples(_collector(1000, slow=999))
+    got = scraped(large_job_collector(1000, slow=999))
     nodes = {dict(labels)["node"] for name, labels in got if name == "tfdevices_node_ranks"}
     assert nodes == {"n124", *(f"n{r // PER_NODE}" for r in SLOWEST[: SLOWEST_KEPT - 1])}
 
 
 @pytest.mark.parametrize("ranks", [2, EVERY_RANK_UP_TO])
 def test_a_job_up_to_the_bound_serves_every_rank_and_no_aggregate(ranks: int) -> None:
-    collector = _collector(ranks, slow=ranks - 1)
-    got = _samples(collector)
+    collector = large_job_collector(ranks, slow=ranks - 1)
+    got = scraped(collector)
     want = set()
     for series in SERIES:  # each rank's every series, as SERIES lists them
         if series.labels[:3] != ("job", "node", "rank") or series.name == "tfdevices_worker_exit_status":
@@ -172,13 +174,13 @@ def test_a_job_up_to_the_bound_serves_every_rank_and_no_aggregate(ranks: int) ->
                     want.add((name, tuple(sorted(labels.items()))))
     assert {key for key in got if key[0].startswith("tfdevices_rank_")} == want
     assert len(want) == 13 * ranks
-    assert got == _samples(_collector(ranks, slow=ranks - 1, every_rank_up_to=10**6))
+    assert got == scraped(large_job_collector(ranks, slow=ranks - 1, every_rank_up_to=10**6))
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
     text = generate_latest(registry).decode()
     assert not [s.name for s in AGGREGATES if s.name in text] and "stat=" not in text  # not even their HELP lines
     assert metrics.JobCollector("j", "n").every_rank_up_to == EVERY_RANK_UP_TO == 64
-    one_more = _samples(_collector(ranks + 1, slow=ranks))
+    one_more = scraped(large_job_collector(ranks + 1, slow=ranks))
     assert (ranks < EVERY_RANK_UP_TO) is (
         ("tfdevices_job_ranks", (("job", "train.py"), ("node", "n0"))) not in one_more
     )

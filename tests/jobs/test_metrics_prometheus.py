@@ -1,5 +1,7 @@
 """A real Prometheus server scrapes a real 2-worker job under ``tfdevices launch --metrics``, rank 1 slowed
-on purpose; its HTTP API must hold every rank's series, the steps the job ran, and the fast rank waiting.
+on purpose; its HTTP API must hold every rank's series, the steps the job ran, and the fast rank waiting. It
+also scrapes a job of 1,000 ranks (its collector, served over HTTP), whose dashboard panels over the ranks must
+read the job's aggregates.
 
 Debian's ``prometheus`` is started by the test on 127.0.0.1 with its storage in a temporary directory, and
 stopped after. Without it the test is skipped, except under ``CI=true`` (``.ci/run`` installs it).
@@ -9,9 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -19,9 +23,11 @@ import urllib.parse
 import urllib.request
 
 import pytest
+from prometheus_client import CollectorRegistry, start_http_server
 
 from tests.helpers import REPO, subprocess_env, unavailable
 from tests.jobs.test_metrics import dashboard_queries
+from tests.jobs.test_metrics_large_job import large_job_collector, scraped
 from tfdevices.gpus.gpuinfo import GpuInfo
 from tfdevices.gpus.inventory import Inventory
 from tfdevices.jobs.metrics import SERIES
@@ -169,3 +175,42 @@ def test_a_real_prometheus_scrapes_every_rank_of_a_job_with_a_slow_rank(tmp_path
         assert series, query
     split = last["tfdevices_rank_split_seconds"]
     assert split["part=between,rank=1"] > split["part=between,rank=0"], split
+
+
+def _spread_queries() -> list[str]:
+    """The dashboard's panels over the ranks (min, median, max): each reads a job's aggregate, else every rank's."""
+    return [q for q in dashboard_queries() if "tfdevices_job_" in q and " or " in q]
+
+
+@pytest.mark.slow
+def test_a_real_prometheus_reads_the_spread_panels_of_a_large_job_from_its_aggregates(tmp_path) -> None:
+    """A job of 1,000 ranks serves per-rank series for a few ranks only: the panels over the ranks must show the
+    min, median and max over all 1,000 (the job's aggregates), not over the ranks kept.
+    """
+    if shutil.which("prometheus") is None:
+        unavailable("Debian's prometheus is not installed")
+    collector = large_job_collector(1000, slow=999)
+    served = scraped(collector)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    target = _free_port()
+    server, _ = start_http_server(target, addr="127.0.0.1", registry=registry)
+    prometheus, api = _start_prometheus(tmp_path, target)
+    try:
+        deadline = time.monotonic() + 60
+        while not _query(api, "tfdevices_job_ranks") and time.monotonic() < deadline:
+            time.sleep(0.3)
+        panels = {q: _query(api, q.replace("$job", "train.py")) for q in _spread_queries()}
+    finally:
+        os.killpg(prometheus.pid, signal.SIGTERM)
+        prometheus.wait(timeout=30)
+        server.shutdown()
+    assert len(panels) == 9, sorted(panels)  # step time, wait share, slow-rank score: min, median and max each
+    for query, got in panels.items():
+        name, stat = re.search(r"(tfdevices_job_\w+)\{[^}]*stat=\"(\w+)\"", query).groups()  # type: ignore[union-attr]
+        over_all = served[(name, (("job", "train.py"), ("node", "n0"), ("stat", stat)))]
+        assert got == {"": pytest.approx(over_all)}, (query, got, over_all)
+    kept = [v for (name, labels), v in served.items() if name == "tfdevices_rank_slow_score"]
+    assert 0 < len(kept) < 100  # the per-rank series: a few ranks only
+    median = next(v for q, v in panels.items() if "slow_score" in q and "median" in q)[""]
+    assert median != pytest.approx(statistics.median(kept))  # the aggregate, not the median of the ranks kept
