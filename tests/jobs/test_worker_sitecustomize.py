@@ -63,6 +63,30 @@ def test_a_tf_config_too_large_for_a_variable_reaches_the_worker_through_its_sit
     assert TF_CONFIG_FILE_ENV in open(os.path.join(site, "sitecustomize.py")).read()
 
 
+def test_a_worker_given_a_tf_config_by_file_can_start_programs_and_its_python_children_read_it_too(tmp_path) -> None:
+    """The worker's Python sees the cluster, not its environment: a variable that large would stop every program
+    the worker starts (``E2BIG``); a Python child reads the file again through the same sitecustomize.
+    """
+    import os
+    import subprocess
+
+    from tfdevices.jobs.worker_sitecustomize import tf_config_by_file, worker_site
+
+    env = dict(os.environ, TF_CONFIG=_cluster(4096))
+    worker_site(env)
+    tf_config_by_file(env, str(tmp_path), 3)
+    child = "import json, os; print(len(json.loads(os.environ['TF_CONFIG'])['cluster']['worker']))"
+    worker = (
+        "import json, os, subprocess, sys\n"
+        "assert len(json.loads(os.environ['TF_CONFIG'])['cluster']['worker']) == 4096\n"
+        "shell = subprocess.run(['sh', '-c', 'echo started'], capture_output=True, text=True).stdout.strip()\n"
+        f"python = subprocess.run([sys.executable, '-c', {child!r}], capture_output=True, text=True)\n"
+        "print(shell, python.stdout.strip(), python.stderr[-300:])\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", worker], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.split() == ["started", "4096"], proc.stdout + proc.stderr
+
+
 def test_the_launchers_workers_move_only_a_tf_config_too_large_and_say_it_once() -> None:
     import os
 

@@ -41,6 +41,7 @@ _config = os.environ.get("TFDEVICES_TF_CONFIG_FILE")
 if _config and "TF_CONFIG" not in os.environ:  # a cluster too large for one variable: the launcher wrote it here
     with open(_config, encoding="utf-8") as _f:
         os.environ["TF_CONFIG"] = _f.read()
+    os.unsetenv("TF_CONFIG")  # for Python only: a program this one starts could not (too large); it reads the file
 
 
 def _chain():
