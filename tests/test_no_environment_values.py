@@ -98,16 +98,15 @@ JOB = {
     "TFDEVICES_POD_CLUSTER": ("jobs/kubernetes.py: pod_cluster", [BAD], {}),
     "NVIDIA_VISIBLE_DEVICES": ("jobs/kubernetes.py: pod_gpus; gpus/cuda_facts.py", [BAD], {}),
 }
-# Read in files other helpers own: their fixes are theirs (xfail, strict: an xfail that passes says to drop it).
+# Read by the mends and a job's progress and stall watch (messages that quoted their values until these cases came)
 ELSEWHERE = {
     "TFDEVICES_EXIT_WAIT": ("mends/exit_barrier.py: exit_wait_s", [BAD], {}),
     "TFDEVICES_STALL_WINDOW": ("jobs/stall.py: policy_from_env", [BAD], {}),
     "TFDEVICES_STALL_TIMEOUT": ("jobs/stall.py: policy_from_env", [BAD], {}),
     "TFDEVICES_PROGRESS_DIR": ("jobs/progress.py: progress_dir", [f"rel/{SENTINEL}"], {}),
-    "TFDEVICES_MENDS": ("mends/base.py: parse_mends_off", [BAD], {}),
+    "TFDEVICES_MENDS": ("mends/base.py: parse_mends_off", [BAD, f"keras_fit,{BAD}"], {}),
 }
 ALL = {**GPUS, **TENSORFLOW, **JOB, **ELSEWHERE}
-OWNED_ELSEWHERE = set(ELSEWHERE)
 
 GPU_COMMANDS = (
     ["list"],
@@ -123,10 +122,7 @@ def _cases(table, commands):
     for name, (_, values, job) in table.items():
         for value in values:
             for argv in commands:
-                marks = ()
-                if name in OWNED_ELSEWHERE:
-                    marks = (pytest.mark.xfail(strict=True, reason=f"echoed in {table[name][0]}: not this file's"),)
-                yield pytest.param(name, value, job, argv, marks=marks, id=f"{name}={value[:24]}-{' '.join(argv)}")
+                yield pytest.param(name, value, job, argv, id=f"{name}={value[:24]}-{' '.join(argv)}")
 
 
 @pytest.fixture
@@ -264,3 +260,97 @@ def test_launch_info_table_counts_the_nodes_it_does_not_name(clean_env):
     env = {**SLURM_STEP, "SLURM_STEP_NODELIST": f"n{SENTINEL}[1-2]", "SLURM_STEP_TASKS_PER_NODE": "1(x2)"}
     table = launch_info(env).table()
     assert SENTINEL not in table and "nodes: 2" in table
+
+
+def _refused(call, *args):
+    from tfdevices.core.errors import TfDevicesError
+
+    with pytest.raises(TfDevicesError) as err:
+        call(*args)
+    return str(err.value)
+
+
+@pytest.mark.parametrize(
+    "name, value, read",
+    [
+        ("TFDEVICES_EXIT_WAIT", BAD, "tfdevices.mends.exit_barrier:exit_wait_s"),
+        ("TFDEVICES_STALL_WINDOW", BAD, "tfdevices.jobs.stall:policy_from_env"),
+        ("TFDEVICES_STALL_TIMEOUT", f"9{SENTINEL}", "tfdevices.jobs.stall:policy_from_env"),
+        ("TFDEVICES_PROGRESS_DIR", f"rel/{SENTINEL}", "tfdevices.jobs.progress:progress_dir"),
+        ("TFDEVICES_MENDS", BAD, "tfdevices.mends.base:turned_off"),
+        ("TFDEVICES_MENDS", f"keras_fit, {BAD}", "tfdevices.mends.base:turned_off"),
+    ],
+)
+def test_each_reader_names_its_variable_alone(name, value, read):
+    import importlib
+
+    module, _, function = read.partition(":")
+    message = _refused(getattr(importlib.import_module(module), function), {name: value})
+    assert SENTINEL not in message and name in message, message
+
+
+def test_a_mends_list_names_its_unknown_entries_by_position():
+    from tfdevices.mends.base import parse_mends_off
+
+    message = _refused(parse_mends_off, f"keras_fit,{BAD},n{SENTINEL}")
+    assert SENTINEL not in message and "TFDEVICES_MENDS: entries 2, 3 name no mend" in message, message
+
+
+@pytest.mark.parametrize("name", ["SLURM_JOB_ID", "SLURM_STEP_ID"])
+def test_a_slurm_step_cluster_names_a_bad_id_alone(clean_env, name):
+    from tfdevices.jobs.cluster import cluster_from_env
+
+    message = _refused(cluster_from_env, {**SLURM_STEP, name: f"1{SENTINEL}"})
+    assert SENTINEL not in message and f"{name} is not a whole number" in message, message
+
+
+POD = "5ec4e7a"  # the pods' names carry the sentinel: a JobSet's, an Indexed Job's, a LeaderWorkerSet's
+PODS = {
+    "JobSet": {
+        "TFDEVICES_POD_CLUSTER": "port=2222,pods=1",
+        "JOBSET_NAME": POD,
+        "JOBSET_REPLICATED_JOB": f"w{SENTINEL}",
+        "JOBSET_REPLICAS": "2",
+        "JOBSET_JOB_INDEX": "1",
+        "JOB_COMPLETION_INDEX": "0",
+        "HOSTNAME": f"{POD}-w{SENTINEL}-1-0",
+    },
+    "Indexed Job": {
+        "TFDEVICES_POD_CLUSTER": f"port=2222,pods=3,subdomain=s{SENTINEL}",
+        "JOB_COMPLETION_INDEX": "2",
+        "HOSTNAME": f"{POD}-2",
+    },
+    "LeaderWorkerSet": {
+        "TFDEVICES_POD_CLUSTER": "port=2222",
+        "LWS_LEADER_ADDRESS": f"{POD}-0.{POD}.default",
+        "LWS_GROUP_SIZE": "3",
+        "LWS_WORKER_INDEX": "1",
+        "HOSTNAME": f"{POD}-0-1",
+    },
+}
+
+
+@pytest.mark.parametrize("kind", list(PODS))
+def test_a_pods_reason_names_its_kind_not_its_names(kind):
+    from tfdevices.jobs.kubernetes import pod_cluster
+
+    pod = pod_cluster(PODS[kind])
+    assert pod is not None and pod.kind == kind and SENTINEL not in pod.reason and kind in pod.reason, pod.reason
+
+
+def test_a_pod_cluster_spec_names_a_bad_entry_by_position():
+    from tfdevices.jobs.kubernetes import pod_cluster
+
+    message = _refused(pod_cluster, {**PODS["JobSet"], "TFDEVICES_POD_CLUSTER": f"port=1,k{SENTINEL[1:]}=2"})
+    assert SENTINEL[1:] not in message and "TFDEVICES_POD_CLUSTER: entry 2 is not one of" in message, message
+
+
+def test_pod_names_that_do_not_resolve_are_named_by_worker():
+    from tfdevices.jobs.kubernetes import wait_for_names
+
+    def resolve(name: str) -> None:
+        raise OSError("no such name")
+
+    hosts = [f"{POD}-{i}.s{SENTINEL}" for i in range(3)]
+    message = _refused(lambda: wait_for_names(hosts, 0, resolve=resolve))
+    assert SENTINEL not in message and "(worker(s) 0, 1, 2)" in message, message

@@ -231,11 +231,10 @@ def doctor_rows() -> dict[str, str]:
 @pytest.mark.parametrize(
     "kind, rank",
     [
-        ("JobSet", ("1 of 2, local rank 0 of 1: the JobSet tfd started this pod as worker 1 of 2: replicated job "
-                    "workers, Job 1 of 2, pod 0 of 1; TFDEVICES_POD_CLUSTER gives pods= and port=")),
-        ("Indexed Job", "1 of 2, local rank 0 of 1: the Indexed Job tfd-job started this pod as worker 1 of 2"),
-        ("LeaderWorkerSet", ("1 of 2, local rank 0 of 1: the LeaderWorkerSet group tfd-lws-0 started this pod as "
-                             "worker 1 of 2")),
+        ("JobSet", ("1 of 2, local rank 0 of 1: a JobSet started this pod as worker 1 of 2: Job 1 of 2 of its "
+                    "replicated job, pod 0 of 1; TFDEVICES_POD_CLUSTER gives pods= and port=")),
+        ("Indexed Job", "1 of 2, local rank 0 of 1: an Indexed Job started this pod as worker 1 of 2"),
+        ("LeaderWorkerSet", "1 of 2, local rank 0 of 1: a LeaderWorkerSet group started this pod as worker 1 of 2"),
         ("Volcano", "1 of 2, local rank 0 of 1: the Volcano job started this pod as task worker 1 of 2"),
     ],
 )  # fmt: skip

@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from tfdevices.core.errors import LaunchError, StrategyError
-from tfdevices.core.units import short_repr
 from tfdevices.jobs.env import launch_info
 from tfdevices.jobs.kubernetes import pod_cluster
 from tfdevices.jobs.slurm import expand_tasks_per_node, step_cluster
@@ -127,6 +126,6 @@ def _slurm_addresses(env: Mapping[str, str], info: Any) -> tuple[str, ...]:
     for name in ("SLURM_JOB_ID", "SLURM_STEP_ID"):
         value = env.get(name, env.get(name.replace("_ID", "ID"), "0"))
         if not (value.isascii() and value.isdigit() and len(value) <= 18):
-            raise LaunchError(f"{name}={short_repr(value)} is not a whole number.", hint="run the script with srun.")
+            raise LaunchError(f"{name} is not a whole number.", hint="run the script with srun.")
         ids.append(int(value))
     return tuple(step_cluster(nodes, per_node, ids[0], ids[1]))

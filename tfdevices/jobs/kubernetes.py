@@ -157,8 +157,7 @@ def parse_pod_spec(text: str) -> PodSpec:
         if not entry.strip() and n > 1:
             continue  # a trailing comma
         if not sep or key not in _SPEC_KEYS:
-            what = f"key {key!r}" if sep and re.fullmatch(r"[a-z_]{1,16}", key) else f"entry {n}"
-            raise _spec_error(f"{POD_CLUSTER}: {what} is not one of {', '.join(_SPEC_KEYS)} as key=value.")
+            raise _spec_error(f"{POD_CLUSTER}: entry {n} is not one of {', '.join(_SPEC_KEYS)} as key=value.")
         if key in entries:
             raise _spec_error(f"{POD_CLUSTER}: {key}= is given twice.")
         entries[key] = value.strip()
@@ -295,8 +294,8 @@ def _jobset(env: Mapping[str, str], spec: PodSpec, host: str, info: Mapping[str,
     read = [v for v, _ in JOBSET_ENV if v in env] + (["JOB_COMPLETION_INDEX"] if "JOB_COMPLETION_INDEX" in env else [])
     again = "" if not attempt else f", restart attempt {attempt}"
     reason = (
-        f"the JobSet {name} started this pod as worker {index} of {len(hosts)}: replicated job {rjob}, "
-        f"Job {job} of {replicas}, pod {pod} of {pods}{again}; {POD_CLUSTER} gives pods= and port="
+        f"a JobSet started this pod as worker {index} of {len(hosts)}: Job {job} of {replicas} of its "
+        f"replicated job, pod {pod} of {pods}{again}; {POD_CLUSTER} gives pods= and port="
     )
     return PodCluster("JobSet", hosts, index, spec.port, reason, (POD_CLUSTER, *read), attempt, spec.wait_s)
 
@@ -319,7 +318,7 @@ def _indexed_job(env: Mapping[str, str], spec: PodSpec, host: str, info: Mapping
     job = host[: -len(f"-{index}")]
     hosts = tuple(f"{job}-{i}.{spec.subdomain}" for i in range(pods))
     reason = (
-        f"the Indexed Job {job} started this pod as worker {index} of {pods}: JOB_COMPLETION_INDEX; "
+        f"an Indexed Job started this pod as worker {index} of {pods}: JOB_COMPLETION_INDEX; "
         f"{POD_CLUSTER} gives pods=, port= and subdomain="
     )
     return PodCluster(
@@ -354,7 +353,7 @@ def _lws(env: Mapping[str, str], spec: PodSpec, host: str, info: Mapping[str, st
     _check_host(host, expected, "LeaderWorkerSet", "<lws>-<group> for the leader, <lws>-<group>-<worker index>")
     hosts = (leader, *(f"{leader_host}-{i}.{domain}" for i in range(1, size)))
     reason = (
-        f"the LeaderWorkerSet group {leader_host} started this pod as worker {index} of {size}: "
+        f"a LeaderWorkerSet group started this pod as worker {index} of {size}: "
         f"LWS_WORKER_INDEX, LWS_GROUP_SIZE; {POD_CLUSTER} gives port="
     )
     return PodCluster("LeaderWorkerSet", hosts, index, spec.port, reason, (POD_CLUSTER, *names), None, spec.wait_s)
@@ -523,13 +522,16 @@ def wait_for_names(
         sleep(min(pause, max(0.0, timeout_s - (clock() - start))))
         pause = min(pause * 2, 5.0)
     if missing:
-        subdomain = missing[0].partition(".")[2] or "(none)"
-        shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+        # the names are built from the pod's variables, so workers are named by their index, not their host
+        gone = set(missing)
+        workers = [i for i, h in enumerate(hosts) if h in gone]
+        shown = ", ".join(map(str, workers[:4])) + (f" and {len(workers) - 4} more" if len(workers) > 4 else "")
         raise LaunchError(
-            f"{len(missing)} of {len(set(hosts))} pod name(s) did not resolve in {timeout_s:g} s: {shown}. Either "
-            f"the headless Service {subdomain} is not published yet (its pods are not all created, or it does "
-            "not publish not-ready addresses), or the subdomain is wrong (no such Service in this namespace).",
-            hint=f"kubectl get service {subdomain.split('.')[0]} and kubectl get endpointslices; check the "
+            f"{len(missing)} of {len(set(hosts))} pod name(s) did not resolve in {timeout_s:g} s (worker(s) "
+            f"{shown}). Either the headless Service (the names' subdomain) is not published yet (its pods are "
+            "not all created, or it does not publish not-ready addresses), or the subdomain is wrong (no such "
+            "Service in this namespace).",
+            hint="kubectl get service <the subdomain> and kubectl get endpointslices; check the "
             f"subdomain (a JobSet's spec.network.subdomain, a pod template's subdomain, {POD_CLUSTER}'s "
             f"subdomain=), or wait longer with {POD_CLUSTER}'s wait=.",
         )

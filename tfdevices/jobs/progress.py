@@ -38,7 +38,6 @@ from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
 from tfdevices.core.errors import EnvVarError
-from tfdevices.core.units import short_repr
 from tfdevices.jobs.kubernetes import POD_CLUSTER, pod_cluster
 from tfdevices.jobs.tfconfig import read_tf_config
 
@@ -433,7 +432,7 @@ def progress_dir(env: Mapping[str, str]) -> str | None:
     if given is not None:
         if not given.startswith("/") or len(given) > 4096 or "\0" in given:
             raise EnvVarError(
-                f"{PROGRESS_DIR_ENV}={short_repr(given)} is not an absolute path.",
+                f"{PROGRESS_DIR_ENV} is not an absolute path.",
                 hint="tfdevices launch sets it; unset it, or name a directory every local rank can write.",
             )
         return given

@@ -26,7 +26,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 from tfdevices.core.errors import EnvVarError
-from tfdevices.core.units import parse_seconds, short_repr
+from tfdevices.core.units import parse_seconds
 from tfdevices.jobs import straggler
 from tfdevices.jobs.progress import RankProgress
 from tfdevices.jobs.straggler import LISTED, SlowRankPolicy, on_node, ranks_text
@@ -83,7 +83,7 @@ def _seconds(env: Mapping[str, str], name: str) -> float | None:
     value = parse_seconds(text, most=_MAX_S)
     if value is None:
         raise EnvVarError(
-            f"{name}={short_repr(text)} is not a number of seconds in (0, {_MAX_S:g}].",
+            f"{name} is not a number of seconds in (0, {_MAX_S:g}].",
             hint=f"e.g. {name}=120; unset it for the default.",
         )
     return value

@@ -437,7 +437,7 @@ def parse_mends_off(value: str, *, asked: str | None = None) -> frozenset[str]:
 
     Args:
         value: ``"keras_fit,loopback"``, ``"all"`` or ``""``.
-        asked: what was asked, for the message (default ``TFDEVICES_MENDS='...'``).
+        asked: what was asked, for the message (default: ``TFDEVICES_MENDS``, its entries named by position).
 
     Returns:
         The names turned off.
@@ -451,20 +451,22 @@ def parse_mends_off(value: str, *, asked: str | None = None) -> frozenset[str]:
     True
     """
     known = names()
-    asked = f"{MENDS_ENV}={short_repr(value)}" if asked is None else asked
     fix = f"name mends from: {', '.join(known)} (or 'all'), comma-separated; see `tfdevices doctor`."
     if len(value) > _MAX_ENV_CHARS or not value.isascii() or not value.isprintable():
-        raise EnvVarError(f"{asked}: not a short ASCII list of mend names.", hint=fix)
-    wanted = {part.strip().lower() for part in value.split(",") if part.strip()}
-    if "all" in wanted:
+        raise EnvVarError(f"{asked or MENDS_ENV}: not a short ASCII list of mend names.", hint=fix)
+    parts = [part.strip().lower() for part in value.split(",") if part.strip()]
+    if "all" in parts:
         return frozenset(known)
-    unknown = sorted(wanted - set(known))
+    unknown = [n for n, part in enumerate(parts, 1) if part not in known]
     if unknown:
-        raise EnvVarError(
-            f"{asked}: no mend is called {', '.join(map(repr, unknown))}; the mends are {', '.join(known)}.",
-            hint=fix,
+        what = (  # a variable's value is not for printing: its entries are named by position
+            f"{MENDS_ENV}: entr{'y' if len(unknown) == 1 else 'ies'} {', '.join(map(str, unknown))} "
+            f"name{'s' if len(unknown) == 1 else ''} no mend"
+            if asked is None
+            else f"{asked}: no mend is called {', '.join(map(repr, sorted({parts[n - 1] for n in unknown})))}"
         )
-    return frozenset(wanted)
+        raise EnvVarError(f"{what}; the mends are {', '.join(known)}.", hint=fix)
+    return frozenset(parts)
 
 
 def turned_off(env: Mapping[str, str] | None = None) -> frozenset[str]:

@@ -26,7 +26,7 @@ from typing import Any
 
 from tfdevices.core.errors import EnvVarError
 from tfdevices.core.tf_door import import_tf
-from tfdevices.core.units import parse_seconds, short_repr
+from tfdevices.core.units import parse_seconds
 from tfdevices.mends.base import Finding, Mend, needed, register, unknown, without_tensorflow
 
 #: Seconds a worker waits at exit for the others when nothing else is said.
@@ -51,7 +51,7 @@ def exit_wait_s(env: Mapping[str, str] | None = None) -> float:
     value = parse_seconds(text, most=_MAX_EXIT_WAIT_S)
     if value is None:
         raise EnvVarError(
-            f"{EXIT_WAIT_ENV}={short_repr(text)} is not a number of seconds in (0, 86400].",
+            f"{EXIT_WAIT_ENV} is not a number of seconds in (0, 86400].",
             hint="tfdevices launch --exit-wait SECONDS sets it; unset it for the default (300).",
         )
     return value
