@@ -285,9 +285,9 @@ def test_the_restarted_pods_rejoin_and_train_keras_fit_to_the_end_with_equal_wei
     assert lines[0].group(3) == lines[1].group(3)  # type: ignore[union-attr]
     print("\n".join(m.group(0) for m in lines if m))
     attempt = launch_info(container_env(pods_of("jobset.yaml", restart_attempt=1)[1])).reason
-    assert attempt.endswith("Job 1 of 2, pod 0 of 1, restart attempt 1; TFDEVICES_POD_CLUSTER gives pods= and port="), (
-        attempt
-    )
+    assert attempt.endswith(
+        "Job 1 of 2 of its replicated job, pod 0 of 1, restart attempt 1; TFDEVICES_POD_CLUSTER gives pods= and port="
+    ), attempt
 
 
 # --------------------------------------------------------------------------- tfdevices launch in each pod, one slow
